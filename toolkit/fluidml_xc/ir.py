@@ -1,0 +1,65 @@
+"""The compiler's graph: static-shaped tensors, nodes in execution order, constants as numpy arrays."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    value: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.value is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Node:
+    op_type: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+
+
+@dataclass
+class Graph:
+    name: str
+    tensors: dict[str, Tensor]
+    nodes: list[Node]
+    inputs: list[str]
+    outputs: list[str]
+    opset: int
+
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    users.setdefault(name, []).append(node)
+        return users
+
+    def activations(self) -> list[str]:
+        """Names of non-constant tensors produced by nodes (candidates for the arena)."""
+        return [out for node in self.nodes for out in node.outputs if out and not self.tensors[out].is_const]

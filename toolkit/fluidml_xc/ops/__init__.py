@@ -1,0 +1,11 @@
+"""Op families; each module registers its lowerings with ops.registry.register."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+
+def load_families() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "registry":
+            importlib.import_module(f"{__name__}.{info.name}")

@@ -1,0 +1,30 @@
+"""`fluidml-xc boards`: list the boards."""
+from __future__ import annotations
+
+from ..boards import boards
+
+NAME = "boards"
+HELP = "list the boards (`boards detect --host H` probes a board over SSH)"
+ORDER = 70
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("action", nargs="?", choices=["list", "detect"], default="list")
+    parser.add_argument("--host", help="with `detect`: the SSH host to probe")
+    parser.add_argument("--user")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("-i", "--identity", dest="identity")
+    parser.add_argument("--known-hosts")
+    parser.add_argument("--accept-new-host-key", action="store_true")
+
+
+def main(args) -> int:
+    if args.action == "detect":
+        from ..remote.detect import detect_command
+        return detect_command(args)
+    rows = [(b.name, b.target.triple, b.cpu, str(b.cores or "-"), b.description) for b in boards().values()]
+    header = ("board", "triple", "cpu", "cores", "description")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(4)]
+    for row in [header, *rows]:
+        print("  ".join(col.ljust(w) for col, w in zip(row, widths)) + "  " + row[4])
+    return 0

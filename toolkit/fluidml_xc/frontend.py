@@ -1,0 +1,249 @@
+"""ONNX -> ir.Graph: static shapes, constant folding, dead-code removal.
+
+Per-node shape/type inference is ONNX's own (onnx.shape_inference.infer_node_outputs, fed with the
+values of constant inputs); constant folding evaluates nodes with onnx.reference, the numpy reference
+implementation of every ONNX op.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from .errors import InputError
+from .ir import Graph, Node, Tensor
+
+NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+
+
+@dataclass(frozen=True)
+class FrontendOptions:
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    fold_constants: bool = True
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`name=1x3x224x224` -> ("name", (1, 3, 224, 224)); the name may itself contain '='."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name or not re.fullmatch(r"\d+(x\d+)*|", dims):
+        raise InputError(f"bad --input-shape {text!r}: write NAME=1x3x224x224 (a scalar is NAME=)")
+    return name, tuple(int(d) for d in dims.split("x")) if dims else ()
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # protobuf raises several types for corrupt data
+        raise InputError(f"{str(path)!r} is not a readable ONNX model ({type(exc).__name__}): re-export it or check the download") from None
+    if not model.graph.node and not model.graph.output:
+        raise InputError(f"{str(path)!r} is not a readable ONNX model (empty graph): re-export it or check the download")
+    return model
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return entry.version
+    return 1
+
+
+def _dtype(elem_type: int) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    values = {}
+    for attr in node.attribute:
+        value = helper.get_attribute_value(attr)
+        if isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        elif isinstance(value, bytes):
+            value = value.decode()
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode() for v in value]
+        values[attr.name] = value
+    return values
+
+
+def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions) -> dict[str, Tensor]:
+    initializers = {init.name for init in model.graph.initializer}
+    tensors, missing = {}, []
+    known = {vi.name for vi in model.graph.input}
+    for name in options.input_shapes:
+        if name not in known or name in initializers:
+            inputs = [vi.name for vi in model.graph.input if vi.name not in initializers]
+            raise InputError(f"--input-shape names {name!r}, which is not an input of the model; inputs: {', '.join(inputs)}")
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        ttype = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise InputError(f"input {vi.name!r} is not a tensor (sequence/map/optional inputs are not supported)")
+        if vi.name in options.input_shapes:
+            shape = options.input_shapes[vi.name]
+        else:
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in ttype.shape.dim]
+            if not ttype.HasField("shape") or None in dims:
+                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "1" for d in ttype.shape.dim)
+                missing.append(f"{vi.name} (pass --input-shape {vi.name}={shown or '1'})")
+                continue
+            shape = tuple(dims)
+        tensors[vi.name] = Tensor(vi.name, _dtype(ttype.elem_type), tuple(shape))
+    if missing:
+        raise InputError("dynamic input shape: " + "; ".join(missing))
+    return tensors
+
+
+class _Folder:
+    """Walks nodes in order, folding constants and inferring static shapes."""
+
+    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool):
+        self.model, self.tensors, self.fold = model, tensors, fold
+        self.opset = _opset(model)
+        self.opset_imports = list(model.opset_import)
+        self.unresolved: dict[str, str] = {}
+
+    def const(self, name: str, value: np.ndarray) -> None:
+        value = np.asarray(value)
+        self.tensors[name] = Tensor(name, value.dtype, tuple(value.shape), value)
+
+    def evaluate(self, node: onnx.NodeProto) -> list[np.ndarray]:
+        from onnx.reference import ReferenceEvaluator
+
+        inputs = [n for n in node.input if n]
+        graph = helper.make_graph(
+            [node], "fold",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(self.tensors[n].dtype), self.tensors[n].shape) for n in inputs],
+            [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output if n])
+        model = helper.make_model(graph, opset_imports=self.opset_imports, ir_version=self.model.ir_version)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            results = ReferenceEvaluator(model).run(None, {n: self.tensors[n].value for n in inputs})
+        return [np.asarray(r) for r in results]
+
+    def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
+        except onnx.defs.SchemaError:
+            return {}
+        types, data = {}, {}
+        for name in node.input:
+            if not name:
+                continue
+            t = self.tensors[name]
+            types[name] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(t.dtype), t.shape)
+            if t.is_const and t.size <= 1 << 16:
+                data[name] = numpy_helper.from_array(t.value, name)
+        try:
+            out_types = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_imports)
+        except Exception as exc:
+            raise InputError(f"node {node.name or node.op_type!r} ({node.op_type}): invalid shapes or attributes: {str(exc).splitlines()[0]}") from None
+        result = {}
+        for name, tp in out_types.items():
+            tt = tp.tensor_type
+            if not tp.HasField("tensor_type") or not tt.HasField("shape"):
+                continue
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if None in dims:
+                continue
+            result[name] = Tensor(name, _dtype(tt.elem_type), tuple(dims))
+        return result
+
+    def visit(self, node: onnx.NodeProto, attrs: dict) -> bool:
+        """Returns True when the node was folded away."""
+        inputs = [n for n in node.input if n]
+        for name in inputs:
+            if name in self.unresolved:
+                raise InputError(self.unresolved[name])
+            if name not in self.tensors:
+                raise InputError(f"node {node.name or node.op_type!r} reads {name!r}, which nothing produces: the model is malformed")
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            self.const(node.output[0], self.evaluate(node)[0])
+            return True
+        can_fold = self.fold and node.op_type not in NONDETERMINISTIC and node.op_type not in SUBGRAPH_OPS
+        if can_fold and node.op_type in ("Shape", "Size") and inputs:
+            src = self.tensors[inputs[0]]
+            shape = np.array(src.shape, dtype=np.int64)
+            if node.op_type == "Size":
+                self.const(node.output[0], np.array(src.size, dtype=np.int64))
+            else:
+                start, end = attrs.get("start", 0), attrs.get("end", None)
+                self.const(node.output[0], shape[start:end])
+            return True
+        if can_fold and all(self.tensors[n].is_const for n in inputs) and node.domain in ("", "ai.onnx"):
+            try:
+                values = self.evaluate(node)
+            except Exception:
+                values = None
+            if values is not None:
+                for name, value in zip([n for n in node.output if n], values):
+                    self.const(name, value)
+                return True
+        inferred = self.infer(node)
+        for name in node.output:
+            if not name:
+                continue
+            if name not in inferred:
+                self.unresolved[name] = (
+                    f"cannot infer a static shape for {name!r} (node {node.name or node.op_type!r}, {node.op_type}): "
+                    "pass static input shapes with --input-shape NAME=1x3x224x224")
+                continue
+            self.tensors[name] = inferred[name]
+        return False
+
+
+def _unique_names(model: onnx.ModelProto) -> list[str]:
+    seen, names = set(), []
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def _remove_dead(graph: Graph) -> None:
+    needed = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(o in needed for o in node.outputs if o):
+            kept.append(node)
+            needed.update(n for n in node.inputs if n)
+    graph.nodes = kept[::-1]
+    for node in graph.nodes:
+        node.outputs = [o if o in needed else "" for o in node.outputs]
+    graph.tensors = {k: v for k, v in graph.tensors.items() if k in needed or k in graph.inputs}
+
+
+def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOptions(), name: str = "model") -> Graph:
+    """Build the compiler graph from an ONNX model with every shape static."""
+    tensors = _graph_inputs(model, options)
+    for init in model.graph.initializer:
+        value = numpy_helper.to_array(init)
+        tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
+    folder = _Folder(model, tensors, options.fold_constants)
+    nodes = []
+    for onnx_node, node_name in zip(model.graph.node, _unique_names(model)):
+        attrs = _attrs(onnx_node)
+        if not folder.visit(onnx_node, attrs):
+            nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), attrs, onnx_node.domain))
+    outputs = [vi.name for vi in model.graph.output]
+    for out in outputs:
+        if out in folder.unresolved:
+            raise InputError(folder.unresolved[out])
+        if out not in tensors:
+            raise InputError(f"graph output {out!r} is produced by no node: the model is malformed")
+    inputs = [vi.name for vi in model.graph.input if vi.name in tensors and not tensors[vi.name].is_const]
+    graph = Graph(name, tensors, nodes, inputs, outputs, _opset(model))
+    _remove_dead(graph)
+    return graph

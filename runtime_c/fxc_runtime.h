@@ -1,0 +1,54 @@
+/* fluidml-xc runtime: internal interface between runner.c, the runtime helpers and the generated glue. */
+#ifndef FXC_RUNTIME_H
+#define FXC_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef FXC_TENSOR_SPEC_DEFINED
+#define FXC_TENSOR_SPEC_DEFINED
+typedef struct {
+    const char *name;
+    int32_t dtype;          /* ONNX TensorProto data type code */
+    int32_t rank;
+    const int64_t *shape;   /* rank entries, NULL for scalars */
+    size_t nbytes;
+} fxc_tensor_spec;
+#endif
+
+/* Defined by the generated model_glue.c. */
+extern const int32_t fxc_num_inputs;
+extern const int32_t fxc_num_outputs;
+extern const int32_t fxc_num_ops;
+extern const size_t fxc_arena_bytes;
+extern const size_t fxc_arena_align;
+extern const fxc_tensor_spec fxc_input_specs[];
+extern const fxc_tensor_spec fxc_output_specs[];
+extern const char *const fxc_op_names[];
+extern const char *const fxc_op_types[];
+int fxc_init(void *arena, size_t arena_bytes);
+int fxc_run(void *arena, const void *const *inputs, void *const *outputs);
+const char *fxc_strerror(int code);
+
+/* npy.c: .npy I/O; errors are written into err (NUL-terminated) and return -1. */
+size_t fxc_dtype_size(int32_t dtype);
+const char *fxc_dtype_name(int32_t dtype);
+int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len);
+int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len);
+void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index);
+
+/* timer.c */
+int64_t fxc_now_ns(void);
+
+/* rss.c */
+int64_t fxc_peak_rss_bytes(void);
+
+/* prof.c (profiling runner) or noprof.c (plain runner). */
+int fxc_prof_available(void);
+/* samples: num_ops * runs slots, owned by the caller; recorded as samples[op * runs + run]. */
+void fxc_prof_attach(int64_t *samples, int32_t num_ops, int32_t runs);
+void fxc_prof_begin_run(int32_t run);
+void fxc_prof_enter(int32_t op);
+void fxc_prof_exit(int32_t op);
+
+#endif

@@ -1,0 +1,313 @@
+/* .npy reading and writing (format versions 1-3, little-endian, C order) and deterministic input fill. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxc_runtime.h"
+
+#define FXC_MAX_RANK 32
+
+typedef struct {
+    char kind;
+    int32_t size;
+    int32_t dtype;
+    const char *name;
+} dtype_info;
+
+static const dtype_info DTYPES[] = {
+    {'f', 4, 1, "float32"}, {'u', 1, 2, "uint8"},   {'i', 1, 3, "int8"},     {'u', 2, 4, "uint16"},
+    {'i', 2, 5, "int16"},   {'i', 4, 6, "int32"},   {'i', 8, 7, "int64"},    {'b', 1, 9, "bool"},
+    {'f', 2, 10, "float16"}, {'f', 8, 11, "float64"}, {'u', 4, 12, "uint32"}, {'u', 8, 13, "uint64"},
+};
+#define NUM_DTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
+
+static const dtype_info *find_dtype(int32_t dtype)
+{
+    for (int i = 0; i < NUM_DTYPES; i++)
+        if (DTYPES[i].dtype == dtype)
+            return &DTYPES[i];
+    return NULL;
+}
+
+size_t fxc_dtype_size(int32_t dtype)
+{
+    const dtype_info *info = find_dtype(dtype);
+    return info ? (size_t)info->size : 0;
+}
+
+const char *fxc_dtype_name(int32_t dtype)
+{
+    const dtype_info *info = find_dtype(dtype);
+    return info ? info->name : "unsupported";
+}
+
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void format_shape(char *buf, size_t len, int32_t rank, const int64_t *shape)
+{
+    size_t used = (size_t)snprintf(buf, len, "(");
+    for (int32_t d = 0; d < rank && used < len; d++)
+        used += (size_t)snprintf(buf + used, len - used, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (used < len)
+        snprintf(buf + used, len - used, rank == 1 ? ",)" : ")");
+}
+
+/* Finds `key` (quoted) in the header dict and returns the text after its ':' with spaces skipped. */
+static const char *dict_value(const char *header, const char *key)
+{
+    size_t key_len = strlen(key);
+    for (const char *p = strstr(header, key); p; p = strstr(p + 1, key)) {
+        if (p == header || (p[-1] != '\'' && p[-1] != '"') || p[key_len] != p[-1])
+            continue;
+        p += key_len + 1;
+        while (*p == ' ')
+            p++;
+        if (*p != ':')
+            continue;
+        p++;
+        while (*p == ' ')
+            p++;
+        return p;
+    }
+    return NULL;
+}
+
+static int parse_header(const char *header, const char *path, const dtype_info **dtype, int *fortran,
+                        int32_t *rank, int64_t *shape, char *err, size_t err_len)
+{
+    const char *descr = dict_value(header, "descr");
+    if (!descr || (*descr != '\'' && *descr != '"'))
+        return fail(err, err_len, "%s: .npy header has no simple 'descr' (structured dtypes are not supported)", path);
+    char quote = *descr++;
+    const char *end = strchr(descr, quote);
+    if (!end || end - descr < 3 || end - descr > 4)
+        return fail(err, err_len, "%s: unsupported .npy dtype in header: %s", path, header);
+    char order = descr[0], kind = descr[1];
+    int32_t size = (int32_t)strtol(descr + 2, NULL, 10);
+    *dtype = NULL;
+    for (int i = 0; i < NUM_DTYPES; i++)
+        if (DTYPES[i].kind == kind && DTYPES[i].size == size)
+            *dtype = &DTYPES[i];
+    if (!*dtype)
+        return fail(err, err_len, "%s: unsupported .npy dtype '%.*s'", path, (int)(end - descr), descr);
+    if (order == '>' && size > 1)
+        return fail(err, err_len, "%s: big-endian .npy data is not supported; save it with arr.astype(arr.dtype.newbyteorder('<'))", path);
+    if (order != '<' && order != '|' && order != '=' && order != '>')
+        return fail(err, err_len, "%s: bad byte order in .npy dtype '%.*s'", path, (int)(end - descr), descr);
+
+    const char *fo = dict_value(header, "fortran_order");
+    if (!fo || (strncmp(fo, "True", 4) != 0 && strncmp(fo, "False", 5) != 0))
+        return fail(err, err_len, "%s: .npy header has no fortran_order", path);
+    *fortran = fo[0] == 'T';
+
+    const char *sh = dict_value(header, "shape");
+    if (!sh || *sh != '(')
+        return fail(err, err_len, "%s: .npy header has no shape", path);
+    sh++;
+    *rank = 0;
+    for (;;) {
+        while (*sh == ' ' || *sh == ',')
+            sh++;
+        if (*sh == ')')
+            break;
+        char *next;
+        long long dim = strtoll(sh, &next, 10);
+        if (next == sh || dim < 0 || *rank >= FXC_MAX_RANK)
+            return fail(err, err_len, "%s: bad shape in .npy header", path);
+        shape[(*rank)++] = (int64_t)dim;
+        sh = next;
+    }
+    return 0;
+}
+
+static int read_exact(FILE *fh, void *buf, size_t n) { return fread(buf, 1, n, fh) == n ? 0 : -1; }
+
+int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len)
+{
+    FILE *fh = fopen(path, "rb");
+    if (!fh)
+        return fail(err, err_len, "%s: cannot open", path);
+    unsigned char magic[8], len_bytes[4];
+    char *header = NULL;
+    int rc = -1;
+    if (read_exact(fh, magic, 8) != 0 || memcmp(magic, "\x93NUMPY", 6) != 0) {
+        fail(err, err_len, "%s: not a .npy file (bad magic)", path);
+        goto done;
+    }
+    if (magic[6] < 1 || magic[6] > 3) {
+        fail(err, err_len, "%s: unsupported .npy format version %d", path, magic[6]);
+        goto done;
+    }
+    size_t len_size = magic[6] == 1 ? 2 : 4;
+    if (read_exact(fh, len_bytes, len_size) != 0) {
+        fail(err, err_len, "%s: truncated .npy header", path);
+        goto done;
+    }
+    uint32_t header_len = (uint32_t)len_bytes[0] | (uint32_t)len_bytes[1] << 8;
+    if (len_size == 4)
+        header_len |= (uint32_t)len_bytes[2] << 16 | (uint32_t)len_bytes[3] << 24;
+    if (header_len > (1u << 24) || !(header = malloc((size_t)header_len + 1))) {
+        fail(err, err_len, "%s: .npy header too large", path);
+        goto done;
+    }
+    if (read_exact(fh, header, header_len) != 0) {
+        fail(err, err_len, "%s: truncated .npy header", path);
+        goto done;
+    }
+    header[header_len] = '\0';
+
+    const dtype_info *dtype;
+    int fortran;
+    int32_t rank;
+    int64_t shape[FXC_MAX_RANK];
+    if (parse_header(header, path, &dtype, &fortran, &rank, shape, err, err_len) != 0)
+        goto done;
+    if (dtype->dtype != spec->dtype) {
+        fail(err, err_len, "%s: dtype %s does not match %s expected for '%s'", path, dtype->name,
+             fxc_dtype_name(spec->dtype), spec->name);
+        goto done;
+    }
+    int same_shape = rank == spec->rank;
+    for (int32_t d = 0; same_shape && d < rank; d++)
+        same_shape = shape[d] == spec->shape[d];
+    if (!same_shape) {
+        char got[256], want[256];
+        format_shape(got, sizeof got, rank, shape);
+        format_shape(want, sizeof want, spec->rank, spec->shape);
+        fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
+        goto done;
+    }
+    int big_dims = 0;
+    for (int32_t d = 0; d < rank; d++)
+        big_dims += shape[d] > 1;
+    if (fortran && big_dims > 1) {
+        fail(err, err_len, "%s: Fortran-order .npy is not supported; save np.ascontiguousarray(arr)", path);
+        goto done;
+    }
+    if (read_exact(fh, data, spec->nbytes) != 0) {
+        fail(err, err_len, "%s: truncated .npy data (expected %zu bytes)", path, spec->nbytes);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(header);
+    fclose(fh);
+    return rc;
+}
+
+int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len)
+{
+    const dtype_info *info = find_dtype(spec->dtype);
+    if (!info)
+        return fail(err, err_len, "%s: unsupported dtype code %d", path, (int)spec->dtype);
+    char shape[1024], dict[1200];
+    format_shape(shape, sizeof shape, spec->rank, spec->shape);
+    int dict_len = snprintf(dict, sizeof dict, "{'descr': '%c%c%d', 'fortran_order': False, 'shape': %s, }",
+                            info->size == 1 ? '|' : '<', info->kind, (int)info->size, shape);
+    /* Version 1: magic(6) + version(2) + u16 length; pad with spaces so the data starts 64-byte aligned. */
+    size_t total = 10 + (size_t)dict_len + 1;
+    size_t padded = (total + 63) / 64 * 64;
+    size_t header_len = padded - 10;
+    unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                                (unsigned char)(header_len & 0xff), (unsigned char)(header_len >> 8)};
+    FILE *fh = fopen(path, "wb");
+    if (!fh)
+        return fail(err, err_len, "%s: cannot create", path);
+    int ok = fwrite(prefix, 1, 10, fh) == 10 && fwrite(dict, 1, (size_t)dict_len, fh) == (size_t)dict_len;
+    for (size_t i = (size_t)dict_len; ok && i + 1 < header_len; i++)
+        ok = fputc(' ', fh) != EOF;
+    ok = ok && fputc('\n', fh) != EOF;
+    ok = ok && fwrite(data, 1, spec->nbytes, fh) == spec->nbytes;
+    ok = (fclose(fh) == 0) && ok;
+    return ok ? 0 : fail(err, err_len, "%s: write failed", path);
+}
+
+#define GOLDEN 0x9E3779B97F4A7C15ULL
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Round-to-nearest-even float -> IEEE half. */
+static uint16_t half_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t biased = (x >> 23) & 0xffu;
+    uint32_t mant = x & 0x7fffffu;
+    int32_t exp = (int32_t)biased - 127 + 15;
+    if (biased == 0xffu)
+        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0u));
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (exp <= 0) {
+        if (exp < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+        if (rem > mid || (rem == mid && (half & 1u)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
+        half++;
+    return (uint16_t)(sign | half);
+}
+
+/* Element j of input `index` is mix64(stream + (j+1)*GOLDEN) with stream = mix64(seed + (index+1)*GOLDEN)
+   (splitmix64, counter based, mirrored by fluidml_xc.execute.random_feeds).
+   Floats in [-1, 1) (float16 on a 1/512 grid), integers in [0, 10), bools 0/1. */
+void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index)
+{
+    size_t size = fxc_dtype_size(spec->dtype);
+    if (!size)
+        return;
+    size_t count = spec->nbytes / size;
+    uint64_t stream = mix64(seed + (uint64_t)(index + 1) * GOLDEN);
+    unsigned char *out = data;
+    for (size_t j = 0; j < count; j++) {
+        uint64_t v = mix64(stream + (uint64_t)(j + 1) * GOLDEN);
+        unsigned char *dst = out + j * size;
+        float f32;
+        double f64;
+        uint16_t f16;
+        uint64_t small = v % 10u;
+        switch (spec->dtype) {
+        case 1:
+            f32 = (float)((double)(v >> 40) / 8388608.0 - 1.0);
+            memcpy(dst, &f32, 4);
+            break;
+        case 11:
+            f64 = (double)(v >> 40) / 8388608.0 - 1.0;
+            memcpy(dst, &f64, 8);
+            break;
+        case 10:
+            f16 = half_from_float((float)((double)(v >> 54) / 512.0 - 1.0));
+            memcpy(dst, &f16, 2);
+            break;
+        case 9:
+            dst[0] = (unsigned char)(v >> 63);
+            break;
+        default:
+            /* Integers 0..9: little-endian bytes of `small` are correct for every width and signedness. */
+            memset(dst, 0, size);
+            dst[0] = (unsigned char)small;
+            break;
+        }
+    }
+}

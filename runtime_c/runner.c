@@ -1,0 +1,235 @@
+/* The model runner: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile] */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fxc_runtime.h"
+
+#define EXIT_BAD 2
+#define DEFAULT_WARMUP 5
+#define BUFFER_ALIGN 64
+
+static const char USAGE[] =
+    "usage: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile]\n"
+    "  -i FILE      input .npy, in model input order (missing inputs get a deterministic random fill)\n"
+    "  -o FILE      write an output .npy, in model output order\n"
+    "  --bench N    time N runs and print one JSON object\n"
+    "  --warmup W   untimed runs before timing (default 5)\n"
+    "  --profile    per-op median times (profiling runner only)\n";
+
+static void die(const char *fmt, const char *arg)
+{
+    fputs("runner: error: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    exit(EXIT_BAD);
+}
+
+static int32_t parse_count(const char *text, const char *option, int32_t minimum)
+{
+    char *end;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end || value < minimum || value > 100000000)
+        die("bad value for %s (expected a non-negative integer, at least 1 for --bench)", option);
+    return (int32_t)value;
+}
+
+static void *aligned_buffer(size_t nbytes, size_t align)
+{
+    void *ptr = NULL;
+    if (align < sizeof(void *))
+        align = sizeof(void *);
+    if (posix_memalign(&ptr, align, nbytes ? nbytes : align) != 0)
+        die("out of memory allocating %s", "buffers");
+    memset(ptr, 0, nbytes ? nbytes : align);
+    return ptr;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* times must be sorted ascending. */
+static double median(const double *times, int32_t n)
+{
+    return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+static double percentile(const double *times, int32_t n, int32_t pct)
+{
+    int64_t rank = ((int64_t)pct * n + 99) / 100;
+    return times[rank > 0 ? rank - 1 : 0];
+}
+
+static void print_json_string(const char *text)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", stdout); break;
+        case '\\': fputs("\\\\", stdout); break;
+        case '\n': fputs("\\n", stdout); break;
+        case '\r': fputs("\\r", stdout); break;
+        case '\t': fputs("\\t", stdout); break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                printf("\\u%04x", (unsigned)*p);
+            else
+                putchar(*p);
+        }
+    }
+    putchar('"');
+}
+
+static void run_once(void *arena, const void **inputs, void **outputs)
+{
+    int rc = fxc_run(arena, inputs, outputs);
+    if (rc != 0)
+        die("fxc_run failed: %s", fxc_strerror(rc));
+}
+
+static void print_report(double *times, int32_t runs, int32_t warmup, int64_t *samples, int profile)
+{
+    double sum = 0.0;
+    for (int32_t r = 0; r < runs; r++)
+        sum += times[r];
+    qsort(times, (size_t)runs, sizeof *times, compare_double);
+    printf("{\"runs\": %" PRId32 ", \"warmup\": %" PRId32 ", \"median_ms\": %.6f, \"p90_ms\": %.6f, "
+           "\"p99_ms\": %.6f, \"min_ms\": %.6f, \"max_ms\": %.6f, \"mean_ms\": %.6f, "
+           "\"peak_rss_bytes\": %" PRId64 ", \"arena_bytes\": %zu",
+           runs, warmup, median(times, runs), percentile(times, runs, 90), percentile(times, runs, 99), times[0],
+           times[runs - 1], sum / runs, fxc_peak_rss_bytes(), fxc_arena_bytes);
+    if (profile) {
+        fputs(", \"ops\": [", stdout);
+        for (int32_t op = 0; op < fxc_num_ops; op++) {
+            double *op_times = times;
+            for (int32_t r = 0; r < runs; r++)
+                op_times[r] = (double)samples[(int64_t)op * runs + r] / 1e6;
+            qsort(op_times, (size_t)runs, sizeof *op_times, compare_double);
+            fputs(op ? ", {\"name\": " : "{\"name\": ", stdout);
+            print_json_string(fxc_op_names[op]);
+            fputs(", \"type\": ", stdout);
+            print_json_string(fxc_op_types[op]);
+            printf(", \"ms\": %.6f}", median(op_times, runs));
+        }
+        putchar(']');
+    }
+    puts("}");
+}
+
+int main(int argc, char **argv)
+{
+    const char **in_paths = calloc((size_t)argc, sizeof *in_paths);
+    const char **out_paths = calloc((size_t)argc, sizeof *out_paths);
+    int32_t n_in = 0, n_out = 0, runs = 0, warmup = DEFAULT_WARMUP;
+    int profile = 0;
+    char err[1024];
+    if (!in_paths || !out_paths)
+        die("out of memory allocating %s", "arguments");
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (strcmp(arg, "--profile") == 0) {
+            profile = 1;
+        } else if (strcmp(arg, "-i") == 0 || strcmp(arg, "-o") == 0 || strcmp(arg, "--bench") == 0 ||
+                   strcmp(arg, "--warmup") == 0) {
+            if (!has_value)
+                die("%s needs a value", arg);
+            const char *value = argv[++i];
+            if (arg[1] == 'i')
+                in_paths[n_in++] = value;
+            else if (arg[1] == 'o')
+                out_paths[n_out++] = value;
+            else if (arg[2] == 'b')
+                runs = parse_count(value, arg, 1);
+            else
+                warmup = parse_count(value, arg, 0);
+        } else {
+            fputs(USAGE, stderr);
+            die("unknown argument '%s'", arg);
+        }
+    }
+    if (n_in > fxc_num_inputs) {
+        snprintf(err, sizeof err, "%d -i files given but the model has %d inputs", (int)n_in, (int)fxc_num_inputs);
+        die("%s", err);
+    }
+    if (n_out > fxc_num_outputs) {
+        snprintf(err, sizeof err, "%d -o files given but the model has %d outputs", (int)n_out, (int)fxc_num_outputs);
+        die("%s", err);
+    }
+    if (profile && !fxc_prof_available())
+        die("%s: this runner has no profiling hooks; use runner_prof", "--profile");
+    if (profile && runs == 0)
+        runs = 1;
+
+    void *arena = aligned_buffer(fxc_arena_bytes, fxc_arena_align);
+    int rc = fxc_init(arena, fxc_arena_bytes);
+    if (rc != 0)
+        die("fxc_init failed: %s", fxc_strerror(rc));
+    const void **inputs = calloc((size_t)fxc_num_inputs + 1, sizeof *inputs);
+    void **outputs = calloc((size_t)fxc_num_outputs + 1, sizeof *outputs);
+    double *times = calloc((size_t)runs + 1, sizeof *times);
+    int64_t *samples = calloc((size_t)fxc_num_ops * (size_t)runs + 1, sizeof *samples);
+    if (!inputs || !outputs || !times || !samples)
+        die("out of memory allocating %s", "buffers");
+    for (int32_t i = 0; i < fxc_num_inputs; i++) {
+        void *buffer = aligned_buffer(fxc_input_specs[i].nbytes, BUFFER_ALIGN);
+        if (i < n_in) {
+            if (fxc_npy_read(in_paths[i], &fxc_input_specs[i], buffer, err, sizeof err) != 0)
+                die("%s", err);
+        } else {
+            fxc_fill_random(&fxc_input_specs[i], buffer, 0, i);
+        }
+        inputs[i] = buffer;
+    }
+    for (int32_t i = 0; i < fxc_num_outputs; i++)
+        outputs[i] = aligned_buffer(fxc_output_specs[i].nbytes, BUFFER_ALIGN);
+
+    if (runs == 0) {
+        run_once(arena, inputs, outputs);
+    } else {
+        if (profile)
+            fxc_prof_attach(samples, fxc_num_ops, runs);
+        for (int32_t w = 0; w < warmup; w++) {
+            if (profile)
+                fxc_prof_begin_run(-1);
+            run_once(arena, inputs, outputs);
+        }
+        for (int32_t r = 0; r < runs; r++) {
+            if (profile)
+                fxc_prof_begin_run(r);
+            int64_t start = fxc_now_ns();
+            run_once(arena, inputs, outputs);
+            times[r] = (double)(fxc_now_ns() - start) / 1e6;
+        }
+    }
+    for (int32_t i = 0; i < n_out; i++)
+        if (fxc_npy_write(out_paths[i], &fxc_output_specs[i], outputs[i], err, sizeof err) != 0)
+            die("%s", err);
+    if (runs > 0)
+        print_report(times, runs, warmup, samples, profile);
+    if (fflush(stdout) != 0)
+        die("%s", "cannot write to stdout");
+
+    for (int32_t i = 0; i < fxc_num_inputs; i++)
+        free((void *)inputs[i]);
+    for (int32_t i = 0; i < fxc_num_outputs; i++)
+        free(outputs[i]);
+    free(inputs);
+    free(outputs);
+    free(times);
+    free(samples);
+    free(arena);
+    free(in_paths);
+    free(out_paths);
+    return 0;
+}

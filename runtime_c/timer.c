@@ -1,0 +1,11 @@
+#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+
+#include "fxc_runtime.h"
+
+int64_t fxc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}

@@ -1,0 +1,99 @@
+"""Render the per-model C sources (model.h, model_glue.c) from templates/."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from .errors import InputError
+from .resources import data_dir
+
+# numpy dtype name -> ONNX TensorProto data type code (the runtime's dtype enum).
+DTYPE_CODES: dict[str, int] = {
+    "float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
+    "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if self.dtype not in DTYPE_CODES:
+            raise InputError(f"tensor {self.name!r} has dtype {self.dtype}, which the runtime does not support "
+                             f"(supported: {', '.join(DTYPE_CODES)})")
+        if any(d < 0 for d in self.shape):
+            raise InputError(f"tensor {self.name!r} has a dynamic or negative dimension {self.shape}")
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class ModelSpec:
+    name: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    arena_bytes: int
+    arena_align: int = 64
+    ops: list[tuple[str, str]] = field(default_factory=list)
+
+
+def c_string(text: str) -> str:
+    """A C99 string literal for `text` (UTF-8 bytes; quotes, backslashes, '?' and non-printables escaped)."""
+    parts = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\?':
+            parts.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            parts.append(char)
+        else:
+            parts.append(f"\\{byte:03o}")
+    return '"' + "".join(parts) + '"'
+
+
+def c_comment(text: str) -> str:
+    """`text` quoted for use inside a C block comment."""
+    return json.dumps(text).replace("*", "\\u002a").replace("?", "\\u003f")
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                             undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    env.filters.update(c_string=c_string, c_comment=c_comment, shape_text=_shape_text,
+                       dtype_code=DTYPE_CODES.__getitem__)
+    return env
+
+
+def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
+    """Write model.h and model_glue.c for `spec` into out_dir; returns their paths."""
+    align = spec.arena_align
+    if align <= 0 or align & (align - 1):
+        raise InputError(f"arena alignment must be a power of two, got {align}")
+    context = dict(name=spec.name, inputs=spec.inputs, outputs=spec.outputs, arena_bytes=int(spec.arena_bytes),
+                   arena_align=align, ops=[(str(n), str(t)) for n, t in spec.ops],
+                   dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for template, filename in (("model.h.j2", "model.h"), ("model_glue.c.j2", "model_glue.c")):
+        path = out_dir / filename
+        path.write_text(_environment().get_template(template).render(context), encoding="utf-8")
+        written.append(path)
+    return written

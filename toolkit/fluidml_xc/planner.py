@@ -1,0 +1,356 @@
+"""Static memory plan (DESIGN.md 1.7): one arena, offsets known at compile time.
+
+Arena buffers are the tensors nodes produce that are neither constants (rodata) nor graph inputs or
+outputs (caller buffers). A view (Reshape, Flatten, ...) shares its input's storage, and an in-place
+elementwise op may write over its input 0 when that input dies there: a root and its aliases form
+one storage buffer, live from the root's producing step to the last read of any member, inclusive,
+in the chosen execution order. Buffers whose intervals intersect get disjoint byte ranges.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .ir import Graph, Node
+from .ops import registry
+from .ops.registry import OpSpec
+from .planning.orders import ORDERS, OrderFacts
+from .planning.strategies import STRATEGIES, Buffers
+
+SpecLookup = Callable[[str, int, str], "OpSpec | None"]
+
+MAX_REORDER_CANDIDATES = 2
+"""Heuristic orders (by lowest live peak) planned in full beside the original order."""
+
+
+class PlanError(AssertionError):
+    """A memory plan that is unsafe to run: overlapping live buffers, bad offsets or bad aliases."""
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    alignment: int = 64
+    reuse: bool = True
+    """False = plain mode: every buffer its own slot, original order, no in-place (views still alias)."""
+    inplace: bool = True
+    reorder: bool = True
+    """Also try memory-aware execution orders; keep the one with the smallest arena."""
+    strategies: tuple[str, ...] | None = None
+    """Placement strategies to run (names in planning.strategies.STRATEGIES); None = all."""
+
+
+@dataclass
+class MemoryPlan:
+    order: list[int]
+    """Execution order as indices into graph.nodes."""
+    offsets: dict[str, int]
+    """Arena offset of every arena tensor; an alias has its root's offset."""
+    alias_of: dict[str, str]
+    """Alias -> the root tensor whose storage it shares (views and in-place outputs)."""
+    arena_bytes: int
+    live_peak_bytes: int
+    """Max over steps of the live bytes in `order` (each buffer rounded up to the alignment)."""
+    lower_bound_bytes: int
+    """Order-independent: max over ops of the arena bytes an op reads and writes."""
+    naive_bytes: int
+    """Sum of all arena buffers, no reuse."""
+    strategy: str
+    strategies: dict[str, int]
+    """Arena bytes of each strategy that ran (on the chosen order)."""
+    intervals: dict[str, tuple[int, int]]
+    """Root buffer -> (first step, last step) inclusive, steps index into `order`."""
+    alignment: int = 64
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def is_alias_view(graph: Graph, node: Node, spec_lookup: SpecLookup = registry.lookup) -> bool:
+    """True when `node` is a view whose output 0 shares input 0's arena storage.
+
+    Not when the input is a graph input or constant, or either side is a graph output: the view then
+    has a caller buffer or rodata on one side, and codegen copies instead.
+    """
+    spec = spec_lookup(node.op_type, graph.opset, node.domain)
+    return _is_alias_view(graph, node, spec, set(graph.inputs) | set(graph.outputs))
+
+
+def _is_alias_view(graph: Graph, node: Node, spec: OpSpec | None, boundary: set[str]) -> bool:
+    if spec is None or not spec.view or not node.inputs or not node.outputs:
+        return False
+    src, dst = node.inputs[0], node.outputs[0]
+    if not src or not dst or src in boundary or dst in boundary:
+        return False
+    s, d = graph.tensors[src], graph.tensors[dst]
+    return not s.is_const and not d.is_const and s.nbytes == d.nbytes
+
+
+def _arena_tensors(graph: Graph) -> tuple[list[str], dict[str, int]]:
+    """Arena tensors in production order, and each one's producing node."""
+    boundary = set(graph.inputs) | set(graph.outputs)
+    names: list[str] = []
+    producer: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for out in node.outputs:
+            if out and out not in boundary and out not in producer and not graph.tensors[out].is_const:
+                producer[out] = i
+                names.append(out)
+    return names, producer
+
+
+class _Facts:
+    """Order-independent facts, with arena tensors as integer ids (production order)."""
+
+    def __init__(self, graph: Graph, options: PlanOptions, lookup: SpecLookup) -> None:
+        nodes = graph.nodes
+        boundary = set(graph.inputs) | set(graph.outputs)
+        self.names, producer = _arena_tensors(graph)
+        index = {name: t for t, name in enumerate(self.names)}
+        self.index = index
+        self.producer = [producer[name] for name in self.names]
+        self.size = [_round_up(graph.tensors[name].nbytes, options.alignment) for name in self.names]
+        specs = [lookup(node.op_type, graph.opset, node.domain) for node in nodes]
+
+        view_src: dict[int, int] = {}
+        for i, node in enumerate(nodes):
+            if _is_alias_view(graph, node, specs[i], boundary) and node.inputs[0] in index:
+                view_src[index[node.outputs[0]]] = index[node.inputs[0]]
+        self.group = list(range(len(self.names)))
+        """View-group root of each tensor."""
+        for t in range(len(self.names)):
+            root, seen = t, 0
+            while root in view_src and seen <= len(view_src):
+                root, seen = view_src[root], seen + 1
+            self.group[t] = root
+
+        self.reads: list[tuple[int, ...]] = []
+        self.creates: list[tuple[int, ...]] = []
+        self.deps: list[tuple[int, ...]] = []
+        self.inplace_pair: list[tuple[int, int] | None] = []
+        all_producers = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
+        for i, node in enumerate(nodes):
+            reads = {self.group[index[x]] for x in node.inputs if x in index}
+            self.reads.append(tuple(sorted(reads)))
+            self.creates.append(tuple(index[o] for o in node.outputs if o in index and self.group[index[o]] == index[o]))
+            self.deps.append(tuple(sorted({all_producers[x] for x in node.inputs if x in all_producers and all_producers[x] != i})))
+            pair = None
+            spec = specs[i]
+            if spec is not None and spec.inplace and options.inplace and options.reuse and node.inputs and node.outputs:
+                src, dst = node.inputs[0], node.outputs[0]
+                if src in index and dst in index and self.group[index[dst]] == index[dst] and \
+                        graph.tensors[src].nbytes == graph.tensors[dst].nbytes:
+                    g_in = self.group[index[src]]
+                    shared = any(x != src and x in index and self.group[index[x]] == g_in for x in node.inputs)
+                    if not shared and g_in != index[dst]:
+                        pair = (g_in, index[dst])
+            self.inplace_pair.append(pair)
+
+        roots = [t for t in range(len(self.names)) if self.group[t] == t]
+        self.naive = sum(self.size[t] for t in roots)
+        self.lower_bound = 0
+        for i, node in enumerate(nodes):
+            touched = set(self.reads[i]) | {self.group[index[o]] for o in node.outputs if o in index}
+            total = sum(self.size[g] for g in touched)
+            if self.inplace_pair[i] is not None:
+                total -= self.size[self.inplace_pair[i][1]]
+            self.lower_bound = max(self.lower_bound, total)
+
+
+@dataclass
+class _Layout:
+    """Liveness of one execution order: storage buffers and their intervals."""
+
+    order: list[int]
+    roots: list[int]
+    """Root tensor id of each buffer."""
+    root_of: list[int]
+    """Storage root tensor id of each arena tensor."""
+    buffers: Buffers
+
+
+def _layout(facts: _Facts, order: list[int]) -> _Layout:
+    n_tensors = len(facts.names)
+    step = [0] * len(order)
+    for s, i in enumerate(order):
+        step[i] = s
+    first = [step[facts.producer[t]] for t in range(n_tensors)]
+    last = first[:]
+    for i, groups in enumerate(facts.reads):
+        for g in groups:
+            if step[i] > last[g]:
+                last[g] = step[i]
+    parent = list(range(n_tensors))
+
+    def find(g: int) -> int:
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    for s, i in enumerate(order):
+        pair = facts.inplace_pair[i]
+        if pair is None:
+            continue
+        a, b = find(pair[0]), pair[1]
+        if last[a] == s and all(g == pair[0] or find(g) != a for g in facts.reads[i]):
+            parent[b] = a
+            last[a] = last[b]
+    root_of = [find(facts.group[t]) for t in range(n_tensors)]
+    roots = sorted({r for r in root_of}, key=lambda r: (first[r], r))
+    buffers = Buffers([facts.size[r] for r in roots], [first[r] for r in roots], [last[r] for r in roots])
+    return _Layout(order, roots, root_of, buffers)
+
+
+def _solve(layout: _Layout, names: tuple[str, ...]) -> dict[str, tuple[int, list[int]]]:
+    results = {}
+    for name in names:
+        offsets = STRATEGIES[name](layout.buffers)
+        if offsets is not None:
+            results[name] = (layout.buffers.top(offsets), offsets)
+    return results
+
+
+def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Layout]:
+    layouts = [_layout(facts, original)]
+    order_facts = OrderFacts(facts.deps, facts.reads, facts.creates, facts.size)
+    extra: list[_Layout] = []
+    for make in ORDERS.values():
+        order = make(order_facts)
+        if all(order != layout.order for layout in layouts + extra):
+            extra.append(_layout(facts, order))
+    extra.sort(key=lambda layout: layout.buffers.live_peak)
+    return layouts + extra[:MAX_REORDER_CANDIDATES]
+
+
+def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup: SpecLookup | None = None) -> MemoryPlan:
+    """Plan the arena: execution order, liveness, aliases and offsets. `spec_lookup` defaults to the op registry."""
+    if options.alignment <= 0:
+        raise ValueError(f"alignment must be positive, got {options.alignment}")
+    names = tuple(STRATEGIES) if options.strategies is None else tuple(options.strategies)
+    unknown = [name for name in names if name not in STRATEGIES]
+    if unknown or not names:
+        raise ValueError(f"unknown memory strategies {unknown}: choose from {sorted(STRATEGIES)}")
+    facts = _Facts(graph, options, spec_lookup or registry.lookup)
+    original = list(range(len(graph.nodes)))
+
+    if not options.reuse:
+        layout = _layout(facts, original)
+        offsets, top = [], 0
+        for size in layout.buffers.sizes:
+            offsets.append(top)
+            top += size
+        return _plan(facts, layout, offsets, "plain", {"plain": top}, options.alignment)
+
+    layouts = _candidate_orders(facts, original) if options.reorder else [_layout(facts, original)]
+    best: tuple | None = None
+    for rank, layout in enumerate(layouts):
+        results = _solve(layout, names)
+        if not results:
+            continue
+        winner = min(results, key=lambda name: (results[name][0], names.index(name)))
+        key = (results[winner][0], layout.buffers.live_peak, rank)
+        if best is None or key < best[0]:
+            best = (key, layout, winner, results)
+    if best is None:
+        raise ValueError(f"none of the memory strategies {list(names)} applies to graph {graph.name!r}: add a greedy one")
+    _, layout, winner, results = best
+    return _plan(facts, layout, results[winner][1], winner, {name: top for name, (top, _) in results.items()},
+                 options.alignment)
+
+
+def _plan(facts: _Facts, layout: _Layout, offsets: list[int], strategy: str, strategies: dict[str, int],
+          alignment: int) -> MemoryPlan:
+    buffer_of = {root: b for b, root in enumerate(layout.roots)}
+    bufs = layout.buffers
+    names = facts.names
+    return MemoryPlan(
+        order=layout.order,
+        offsets={names[t]: offsets[buffer_of[r]] for t, r in enumerate(layout.root_of)},
+        alias_of={names[t]: names[r] for t, r in enumerate(layout.root_of) if r != t},
+        arena_bytes=bufs.top(offsets),
+        live_peak_bytes=bufs.live_peak,
+        lower_bound_bytes=facts.lower_bound,
+        naive_bytes=facts.naive,
+        strategy=strategy,
+        strategies=strategies,
+        intervals={names[r]: (bufs.starts[b], bufs.ends[b]) for b, r in enumerate(layout.roots)},
+        alignment=alignment,
+    )
+
+
+def verify_plan(graph: Graph, plan: MemoryPlan, spec_lookup: SpecLookup | None = None) -> None:
+    """Check a plan from scratch; raise PlanError on the first problem.
+
+    The order is a topological permutation; every arena tensor (and nothing else) has an aligned
+    offset inside the arena; an alias has its root's offset and size, and a view alias comes from a
+    view of a member of its group while an in-place alias overwrites only members that are dead by
+    then; and no two storage buffers that are live at a common step overlap.
+    """
+    lookup = spec_lookup or registry.lookup
+    nodes = graph.nodes
+    if sorted(plan.order) != list(range(len(nodes))):
+        raise PlanError("order is not a permutation of the graph's nodes")
+    step = [0] * len(nodes)
+    for s, i in enumerate(plan.order):
+        step[i] = s
+    arena, producer = _arena_tensors(graph)
+    made_at = {out: step[i] for i, node in enumerate(nodes) for out in node.outputs if out}
+    for s, i in enumerate(plan.order):
+        for x in nodes[i].inputs:
+            if x in made_at and made_at[x] >= s:
+                raise PlanError(f"node {nodes[i].name!r} reads {x!r} before it is produced")
+    if set(plan.offsets) != set(arena):
+        extra, missing = set(plan.offsets) - set(arena), set(arena) - set(plan.offsets)
+        raise PlanError(f"offsets do not cover exactly the arena tensors: extra {sorted(extra)[:5]}, missing {sorted(missing)[:5]}")
+
+    align = plan.alignment
+    size = {t: _round_up(graph.tensors[t].nbytes, align) for t in arena}
+    root = {t: plan.alias_of.get(t, t) for t in arena}
+    members: dict[str, list[str]] = {}
+    for t in arena:
+        r = root[t]
+        if r not in size or r in plan.alias_of:
+            raise PlanError(f"{t!r} aliases {r!r}, which is not a root arena buffer")
+        if t != r and (plan.offsets[t] != plan.offsets[r] or size[t] != size[r]):
+            raise PlanError(f"alias {t!r} differs from its root {r!r} in offset or size")
+        members.setdefault(r, []).append(t)
+
+    last_read = {t: step[producer[t]] for t in arena}
+    for i, node in enumerate(nodes):
+        for x in node.inputs:
+            if x in last_read:
+                last_read[x] = max(last_read[x], step[i])
+    for t in plan.alias_of:
+        node = nodes[producer[t]]
+        src = node.inputs[0] if node.inputs else ""
+        if node.outputs[0] != t or src not in root or root[src] != root[t]:
+            raise PlanError(f"{t!r} aliases {root[t]!r} but is not output 0 of a node reading that storage as input 0")
+        if is_alias_view(graph, node, lookup):
+            continue
+        s = step[producer[t]]
+        for m in members[root[t]]:
+            if step[producer[m]] < s and last_read[m] > s:
+                raise PlanError(f"in-place {t!r} overwrites {m!r}, which is still read at step {last_read[m]}")
+
+    spans = []
+    for r, group in members.items():
+        start = min(step[producer[m]] for m in group)
+        end = max(last_read[m] for m in group)
+        off = plan.offsets[r]
+        if off < 0 or off % align or off + size[r] > plan.arena_bytes:
+            raise PlanError(f"{r!r} at offset {off} (+{size[r]}) is misaligned or outside the {plan.arena_bytes}-byte arena")
+        if plan.intervals.get(r) != (start, end):
+            raise PlanError(f"interval of {r!r} is {plan.intervals.get(r)}, expected {(start, end)}")
+        if size[r]:
+            spans.append((start, end, off, off + size[r], r))
+    spans.sort()
+    active: list[tuple[int, int, int, int, str]] = []
+    for span in spans:
+        active = [a for a in active if a[1] >= span[0]]
+        for a in active:
+            if a[2] < span[3] and span[2] < a[3]:
+                raise PlanError(f"{a[4]!r} [{a[2]}, {a[3]}) and {span[4]!r} [{span[2]}, {span[3]}) overlap while both live")
+        active.append(span)
+    if len(plan.intervals) != len(members):
+        raise PlanError("intervals name buffers that are not storage roots")

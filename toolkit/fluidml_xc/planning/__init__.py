@@ -1,0 +1,1 @@
+"""Building blocks of the static memory planner; the API is `fluidml_xc.planner`."""

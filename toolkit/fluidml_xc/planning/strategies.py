@@ -1,0 +1,269 @@
+"""Offset assignment for buffers with fixed lifetimes (dynamic storage allocation).
+
+A problem is a list of buffers, each with a size (already rounded to the alignment) and an inclusive
+interval of execution steps; two buffers conflict iff their intervals intersect and then must not
+overlap in the arena. Strategies are registered by name and return one offset per buffer, or None
+when they do not apply (the exact solver on big problems).
+"""
+from __future__ import annotations
+
+import math
+import operator
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+EXACT_MAX_BUFFERS = 12
+EXACT_NODE_BUDGET = 200_000
+ANNEAL_WORK_BUDGET = 150_000
+"""Neighbour visits the improver may spend per problem (deterministic, independent of the clock)."""
+ANNEAL_SEED = 0x5EED
+
+
+@dataclass
+class Buffers:
+    """Sizes and inclusive [start, end] step intervals; `neighbors[i]` lists the buffers i conflicts with."""
+
+    sizes: list[int]
+    starts: list[int]
+    ends: list[int]
+    neighbors: list[list[int]] = field(init=False)
+    live_peak: int = field(init=False)
+    """Max over steps of the bytes live at that step: no placement can beat it."""
+
+    def __post_init__(self) -> None:
+        n = len(self.sizes)
+        self.neighbors = [[] for _ in range(n)]
+        active: list[int] = []
+        peak = 0
+        for i in sorted(range(n), key=lambda k: (self.starts[k], k)):
+            start = self.starts[i]
+            active = [j for j in active if self.ends[j] >= start]
+            for j in active:
+                self.neighbors[i].append(j)
+                self.neighbors[j].append(i)
+            active.append(i)
+            peak = max(peak, sum(self.sizes[j] for j in active))
+        self.live_peak = peak
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def top(self, offsets: list[int]) -> int:
+        """Arena bytes a placement needs."""
+        return max(map(operator.add, offsets, self.sizes), default=0)
+
+
+StrategyFn = Callable[[Buffers], "list[int] | None"]
+STRATEGIES: dict[str, StrategyFn] = {}
+
+
+def strategy(name: str) -> Callable[[StrategyFn], StrategyFn]:
+    """Register a placement strategy under `name`."""
+
+    def wrap(fn: StrategyFn) -> StrategyFn:
+        STRATEGIES[name] = fn
+        return fn
+
+    return wrap
+
+
+def place(bufs: Buffers, perm: list[int], best_fit: bool = True) -> list[int]:
+    """Place buffers one by one in `perm` order against the already placed conflicting ones."""
+    pos = [0] * len(perm)
+    for p, i in enumerate(perm):
+        pos[i] = p
+    offsets = [0] * len(perm)
+    _place_from(bufs, perm, pos, offsets, 0, best_fit)
+    return offsets
+
+
+def _place_from(bufs: Buffers, perm: list[int], pos: list[int], offsets: list[int], first: int, best_fit: bool) -> None:
+    """(Re)place perm[first:]; earlier positions keep their offsets.
+
+    Best fit takes the smallest gap between placed conflicting buffers that holds the buffer, the
+    gap below the lowest one included, lowest offset on ties; without one it goes on top of them.
+    """
+    sizes, neighbors = bufs.sizes, bufs.neighbors
+    for p in range(first, len(perm)):
+        i = perm[p]
+        size = sizes[i]
+        if size == 0:
+            offsets[i] = 0
+            continue
+        placed = sorted((offsets[j], offsets[j] + sizes[j]) for j in neighbors[i] if pos[j] < p and sizes[j])
+        best, best_gap, prev = -1, 0, 0
+        for lo, hi in placed:
+            gap = lo - prev
+            if gap >= size and (best < 0 or gap < best_gap):
+                best, best_gap = prev, gap
+                if gap == size or not best_fit:
+                    break
+            if hi > prev:
+                prev = hi
+        offsets[i] = prev if best < 0 else best
+
+
+# Greedy orders: each is a priority key; placement is best fit.
+
+def _key_size(bufs: Buffers) -> Callable[[int], tuple]:
+    return lambda i: (-bufs.sizes[i], bufs.starts[i] - bufs.ends[i], bufs.starts[i], i)
+
+
+def _key_lifetime(bufs: Buffers) -> Callable[[int], tuple]:
+    return lambda i: (bufs.starts[i] - bufs.ends[i], -bufs.sizes[i], bufs.starts[i], i)
+
+
+def _key_conflicts(bufs: Buffers) -> Callable[[int], tuple]:
+    weight = [sum(bufs.sizes[j] for j in nbrs) for nbrs in bufs.neighbors]
+    return lambda i: (-weight[i] - bufs.sizes[i], -bufs.sizes[i], bufs.starts[i], i)
+
+
+def _key_breadth(bufs: Buffers) -> Callable[[int], tuple]:
+    """Buffers that are live at the busiest steps first (TFLite's greedy by breadth, per buffer)."""
+    steps = max(bufs.ends, default=-1) + 1
+    live = [0] * (steps + 1)
+    for size, start, end in zip(bufs.sizes, bufs.starts, bufs.ends):
+        live[start] += size
+        live[end + 1] -= size
+    for s in range(1, steps):
+        live[s] += live[s - 1]
+    table = [live[:steps]]  # sparse table for range maxima
+    width = 1
+    while 2 * width <= steps:
+        prev = table[-1]
+        table.append([max(prev[s], prev[s + width]) for s in range(steps - 2 * width + 1)])
+        width *= 2
+
+    def breadth(i: int) -> int:
+        lo, hi = bufs.starts[i], bufs.ends[i]
+        k = (hi - lo + 1).bit_length() - 1
+        return max(table[k][lo], table[k][hi - (1 << k) + 1])
+
+    width_of = [breadth(i) for i in range(len(bufs))]
+    return lambda i: (-width_of[i], -bufs.sizes[i], bufs.starts[i], i)
+
+
+GREEDY_KEYS: dict[str, Callable[[Buffers], Callable[[int], tuple]]] = {
+    "greedy_by_size": _key_size,
+    "greedy_by_conflicts": _key_conflicts,
+    "greedy_by_breadth": _key_breadth,
+    "greedy_by_lifetime": _key_lifetime,
+}
+
+
+def greedy_perm(bufs: Buffers, name: str) -> list[int]:
+    return sorted(range(len(bufs)), key=GREEDY_KEYS[name](bufs))
+
+
+def _register_greedy(name: str) -> None:
+    strategy(name)(lambda bufs: place(bufs, greedy_perm(bufs, name)))
+
+
+for _name in GREEDY_KEYS:
+    _register_greedy(_name)
+
+
+@strategy("anneal")
+def anneal(bufs: Buffers, work_budget: int = ANNEAL_WORK_BUDGET, seed: int = ANNEAL_SEED) -> list[int] | None:
+    """Simulated annealing over the placement order, starting from the best greedy order.
+
+    A move takes a buffer (often one that reaches the arena top) to an earlier position; only the
+    suffix after that position is placed again. Deterministic: fixed seed, budget in neighbour visits.
+    """
+    n = len(bufs)
+    if n < 2:
+        return None
+    rng = random.Random(seed)
+    perm, offsets, top = min(((p, o, bufs.top(o)) for p in (greedy_perm(bufs, k) for k in GREEDY_KEYS)
+                              for o in (place(bufs, p),)), key=lambda t: t[2])
+    best, best_top = offsets[:], top
+    pos = [0] * n
+    for p, i in enumerate(perm):
+        pos[i] = p
+    pairs = sum(map(len, bufs.neighbors))
+    evals = max(50, min(5000, work_budget // (n + pairs)))
+    temp0 = max(1.0, 0.02 * top)
+    for step in range(evals):
+        if best_top <= bufs.live_peak:
+            break
+        if rng.random() < 0.6:
+            critical = [i for i in range(n) if offsets[i] + bufs.sizes[i] == top and pos[i] > 0]
+            i = rng.choice(critical) if critical else perm[rng.randrange(1, n)]
+        else:
+            i = perm[rng.randrange(1, n)]
+        src = pos[i]
+        if src == 0:
+            continue
+        dst = rng.randrange(0, src)
+        new_perm = perm[:dst] + [i] + perm[dst:src] + perm[src + 1:]
+        new_offsets = offsets[:]
+        new_pos = pos[:]
+        for p in range(dst, src + 1):
+            new_pos[new_perm[p]] = p
+        _place_from(bufs, new_perm, new_pos, new_offsets, dst, True)
+        new_top = bufs.top(new_offsets)
+        temp = temp0 * (1.0 - step / evals)
+        if new_top <= top or (temp > 0 and rng.random() < math.exp((top - new_top) / temp)):
+            perm, pos, offsets, top = new_perm, new_pos, new_offsets, new_top
+            if top < best_top:
+                best, best_top = offsets[:], top
+    return best
+
+
+@strategy("exact")
+def exact(bufs: Buffers, max_buffers: int = EXACT_MAX_BUFFERS, node_budget: int = EXACT_NODE_BUDGET) -> list[int] | None:
+    """Branch and bound for small problems (None above `max_buffers`).
+
+    Any packing can be pushed down until each buffer rests on 0 or on a conflicting buffer; taking
+    its buffers by increasing offset and putting each at the lowest free offset not below the
+    previous one reproduces it or better. So the search branches on the next buffer, at the lowest
+    feasible offset >= the previous offset, and prunes with (floor + bytes still to place at any
+    step). Optimal unless `node_budget` runs out (then the best packing found).
+    """
+    n = len(bufs)
+    if n > max_buffers:
+        return None
+    sizes, neighbors = bufs.sizes, bufs.neighbors
+    best = place(bufs, greedy_perm(bufs, "greedy_by_size"))
+    best_top = bufs.top(best)
+    live_at = [[j for j in range(n) if bufs.starts[j] <= bufs.starts[k] <= bufs.ends[j] and sizes[j]] for k in range(n)]
+    twin_before = [next((j for j in range(i) if (sizes[j], bufs.starts[j], bufs.ends[j]) == (sizes[i], bufs.starts[i], bufs.ends[i])), -1)
+                   for i in range(n)]
+    offsets = [0 if size == 0 else -1 for size in sizes]
+    todo = sum(1 for size in sizes if size)
+    visits = 0
+
+    def lowest(i: int, floor: int) -> int:
+        size = sizes[i]
+        placed = [(offsets[j], offsets[j] + sizes[j]) for j in neighbors[i] if offsets[j] >= 0 and sizes[j]]
+        for cand in sorted({floor} | {hi for _, hi in placed if hi > floor}):
+            if all(hi <= cand or lo >= cand + size for lo, hi in placed):
+                return cand
+        raise AssertionError("unreachable: the top of the placed buffers is always free")
+
+    def search(floor: int, top: int, left: int) -> None:
+        nonlocal best, best_top, visits
+        if left == 0:
+            best, best_top = offsets[:], top
+            return
+        visits += 1
+        if visits > node_budget:
+            return
+        for i in range(n):
+            if offsets[i] >= 0 or (twin_before[i] >= 0 and offsets[twin_before[i]] < 0):
+                continue
+            off = lowest(i, floor)
+            new_top = max(top, off + sizes[i])
+            if new_top >= best_top:
+                continue
+            offsets[i] = off
+            if max(off + sum(sizes[j] for j in live if offsets[j] < 0) for live in live_at) < best_top:
+                search(off, new_top, left - 1)
+            offsets[i] = -1
+            if best_top <= bufs.live_peak:
+                return
+
+    if best_top > bufs.live_peak:
+        search(0, 0, todo)
+    return best

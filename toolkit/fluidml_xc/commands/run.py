@@ -1,0 +1,74 @@
+"""`fluidml-xc run`: run an artifact here (natively or under qemu-user) on given or random inputs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+
+NAME = "run"
+HELP = "run a built artifact here (foreign architectures under qemu-user)"
+ORDER = 20
+
+LAST_BUILD = Path("build") / ".last"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("dir", nargs="?", type=Path, help="artifact directory (default: the last build, from build/.last)")
+    feeds = parser.add_mutually_exclusive_group()
+    feeds.add_argument("--inputs", type=Path, metavar="FEED.npz", help="inputs as an .npz keyed by input name")
+    feeds.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input (repeatable)")
+    parser.add_argument("--outputs", type=Path, metavar="OUT.npz", help="write the outputs, keyed by output name")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --outputs file")
+    parser.add_argument("--bench", type=int, metavar="N", help="time N runs and print the runner's JSON")
+    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs before timing (default 5)")
+    parser.add_argument("--profile", action="store_true", help="per-op times from the profiling runner")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the runner after this long")
+
+
+def last_build_dir() -> Path:
+    """The artifact directory recorded by the last `fluidml-xc build` (build/.last)."""
+    try:
+        text = LAST_BUILD.read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    if not text:
+        raise InputError("no artifact directory given and no previous build recorded in build/.last; "
+                         "pass DIR or run `fluidml-xc build` first")
+    return Path(text)
+
+
+def _summary(name: str, value: np.ndarray) -> str:
+    flat = value.reshape(-1)
+    head = np.array2string(flat[:6], precision=6, separator=", ")
+    more = f" ... ({flat.size} values)" if flat.size > 6 else ""
+    return f"{name}: shape {list(value.shape)} {value.dtype} {head}{more}"
+
+
+def main(args) -> int:
+    from ..execute import load_feeds, run_artifact, save_npz
+
+    if args.bench is not None and args.bench < 1:
+        raise InputError("--bench needs at least 1 run")
+    if args.warmup < 0:
+        raise InputError("--warmup cannot be negative")
+    if args.outputs and args.outputs.exists() and not args.force:
+        raise InputError(f"{args.outputs} already exists; pass --force to overwrite it")
+    artifact = args.dir or last_build_dir()
+    feeds = None
+    if args.inputs:
+        feeds = load_feeds(args.inputs)
+    elif args.input:
+        feeds = load_feeds(args.input)
+    result = run_artifact(artifact, feeds, bench=args.bench, warmup=args.warmup, profile=args.profile,
+                          timeout=args.timeout)
+    if result.bench is not None:
+        print(json.dumps(result.bench))
+    else:
+        for name, value in result.outputs.items():
+            print(_summary(name, value))
+    if args.outputs:
+        save_npz(args.outputs, result.outputs, force=args.force)
+    return 0

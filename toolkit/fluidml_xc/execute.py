@@ -1,0 +1,222 @@
+"""Run an artifact's runner here (natively or under qemu-user): feeds in, outputs and bench JSON out."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .boards import get_target
+from .errors import InputError, RunError, ToolchainError
+from .link import is_host_target
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+
+@dataclass
+class RunResult:
+    outputs: dict[str, np.ndarray]
+    bench: dict | None
+
+
+def read_manifest(artifact_dir: Path) -> dict:
+    path = Path(artifact_dir) / "manifest.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{artifact_dir} is not a fluidml-xc artifact (no manifest.json); run `fluidml-xc build` first") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is unreadable or corrupt ({exc}); rebuild the artifact") from None
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _random_tensor(shape: Sequence[int], dtype: np.dtype, seed: int, index: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        stream = _mix64(np.array([(seed + (index + 1) * _GOLDEN) & _MASK], dtype=np.uint64))[0]
+        count = int(np.prod(shape, dtype=np.int64))
+        counter = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GOLDEN)
+        v = _mix64(counter + stream)
+    if dtype == np.float16:
+        values = ((v >> np.uint64(54)).astype(np.float64) / 512.0 - 1.0).astype(np.float16)
+    elif dtype.kind == "f":
+        values = ((v >> np.uint64(40)).astype(np.float64) / 8388608.0 - 1.0).astype(dtype)
+    elif dtype.kind == "b":
+        values = (v >> np.uint64(63)).astype(np.bool_)
+    else:
+        values = (v % np.uint64(10)).astype(dtype)
+    return values.reshape(tuple(shape))
+
+
+def random_feeds(manifest: Mapping, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic inputs: floats in [-1, 1), integers in [0, 10), bools.
+
+    With seed 0 these are exactly the values the runner fills in for inputs given no -i file."""
+    return {spec["name"]: _random_tensor(spec["shape"], np.dtype(spec["dtype"]), seed, i)
+            for i, spec in enumerate(manifest["inputs"])}
+
+
+def _load_array(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
+
+
+def load_feeds(source: str | Path | Sequence[str]) -> dict[str, np.ndarray]:
+    """Feeds from an .npz file (keys = input names) or from a list of "NAME=FILE.npy" strings."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                if not isinstance(npz, np.lib.npyio.NpzFile):
+                    raise InputError(f"{path}: expected an .npz archive of named inputs")
+                return {name: npz[name] for name in npz.files}
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{path}: not a valid .npz file ({exc})") from None
+    feeds = {}
+    for item in source:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise InputError(f"bad input {item!r}: expected NAME=FILE.npy")
+        feeds[name] = _load_array(Path(file))
+    return feeds
+
+
+def _coerce(spec: Mapping, value: np.ndarray) -> np.ndarray:
+    name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(spec["shape"])
+    arr = np.asarray(value)
+    if arr.shape != shape:
+        raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
+    if arr.dtype != dtype:
+        same_family = (arr.dtype.kind == "f" and dtype.kind == "f") or (arr.dtype.kind in "iub" and dtype.kind in "iu")
+        cast = arr.astype(dtype)
+        if not same_family or (dtype.kind in "iu" and not np.array_equal(cast, arr)):
+            raise InputError(f"input {name!r}: dtype {arr.dtype} cannot be converted to the model's {dtype}")
+        arr = cast
+    return np.ascontiguousarray(arr, dtype=dtype.newbyteorder("<"))
+
+
+def check_feeds(manifest: Mapping, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Feeds in manifest input order, cast to the model's dtypes; InputError on wrong names, shapes or dtypes."""
+    expected = [spec["name"] for spec in manifest["inputs"]]
+    unknown = [name for name in feeds if name not in expected]
+    missing = [name for name in expected if name not in feeds]
+    if unknown or missing:
+        problems = ([f"unknown {', '.join(map(repr, unknown))}"] if unknown else []) + \
+                   ([f"missing {', '.join(map(repr, missing))}"] if missing else [])
+        raise InputError(f"feeds do not match the model's inputs ({'; '.join(problems)}); "
+                         f"expected names: {', '.join(map(repr, expected))}")
+    return [_coerce(spec, feeds[spec["name"]]) for spec in manifest["inputs"]]
+
+
+def emulator_command(manifest: Mapping) -> list[str]:
+    """The emulator prefix for the artifact's runner ([] when it runs natively here)."""
+    name = manifest.get("emulator") or ""
+    if not name:
+        return []
+    try:
+        if is_host_target(get_target(manifest["target"])):
+            return []
+    except (KeyError, InputError):
+        pass
+    path = shutil.which(name)
+    if path:
+        return [path]
+    if name.startswith("qemu-"):
+        raise ToolchainError(f"{name} not found: install the Debian package qemu-user-static (apt-get install qemu-user-static)")
+    raise ToolchainError(f"emulator {name} not found on PATH")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no message on stderr"
+
+
+def _check_exit(proc: subprocess.CompletedProcess, runner: str) -> None:
+    if proc.returncode == 0:
+        return
+    if proc.returncode < 0:
+        try:
+            status = f"was killed by signal {signal.Signals(-proc.returncode).name}"
+        except ValueError:
+            status = f"was killed by signal {-proc.returncode}"
+    else:
+        status = f"failed with exit status {proc.returncode}"
+    raise RunError(f"{runner} {status}: {_last_line(proc.stderr)}")
+
+
+def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = None, bench: int | None = None,
+                 warmup: int = 5, profile: bool = False, timeout: float | None = None) -> RunResult:
+    """Run the artifact's runner (runner_prof with profile) and return its outputs and bench JSON."""
+    artifact_dir = Path(artifact_dir)
+    manifest = read_manifest(artifact_dir)
+    arrays = check_feeds(manifest, feeds) if feeds is not None else []
+    runner = artifact_dir / ("runner_prof" if profile else "runner")
+    if not runner.is_file():
+        raise InputError(f"{runner} is missing; rebuild the artifact with `fluidml-xc build`")
+    command = [*emulator_command(manifest), str(runner)]
+    with tempfile.TemporaryDirectory(prefix="fxc-run-") as tmp:
+        for i, arr in enumerate(arrays):
+            path = os.path.join(tmp, f"in{i}.npy")
+            np.save(path, arr, allow_pickle=False)
+            command += ["-i", path]
+        out_paths = [os.path.join(tmp, f"out{i}.npy") for i in range(len(manifest["outputs"]))]
+        for path in out_paths:
+            command += ["-o", path]
+        if bench is not None:
+            command += ["--bench", str(bench)]
+        if bench is not None or profile:
+            command += ["--warmup", str(warmup)]
+        if profile:
+            command.append("--profile")
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RunError(f"{runner.name} timed out after {timeout:g} s") from None
+        except OSError as exc:
+            raise RunError(f"cannot start {runner.name}: {exc}") from None
+        _check_exit(proc, runner.name)
+        outputs = {spec["name"]: np.load(path, allow_pickle=False) for spec, path in zip(manifest["outputs"], out_paths)}
+    report = None
+    if bench is not None or profile:
+        json_lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if not json_lines:
+            raise RunError(f"{runner.name} printed no benchmark JSON: {_last_line(proc.stdout + proc.stderr)}")
+        report = json.loads(json_lines[-1])
+    return RunResult(outputs=outputs, bench=report)
+
+
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray], force: bool = False) -> Path:
+    """Write arrays to an .npz (keys = exact names) atomically; refuses to overwrite unless force."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise InputError(f"{path} already exists; pass --force to overwrite it")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as archive:
+            for name, arr in arrays.items():
+                with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

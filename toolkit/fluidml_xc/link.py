@@ -1,0 +1,156 @@
+"""Compile the C runtime and link runners and libmodel.a with `python -m ziglang cc` (static musl)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+from .boards import Target
+from .errors import ToolchainError
+from .resources import data_dir
+
+C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror")
+LIBRARY_SOURCES = ("npy.c", "timer.c", "rss.c")
+RUNNER_SOURCES = ("runner.c", "prof.c", "noprof.c")
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    runner: Path
+    runner_prof: Path | None
+    library: Path
+
+
+def cache_dir() -> Path:
+    """Root of fluidml-xc's caches: $FLUIDML_XC_CACHE, else ~/.cache/fluidml-xc."""
+    if os.environ.get("FLUIDML_XC_CACHE"):
+        return Path(os.environ["FLUIDML_XC_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fluidml-xc"
+
+
+def is_host_target(target: Target) -> bool:
+    return platform.machine().lower() in target.uname_machines
+
+
+def cpu_flags(target: Target, cpu: str) -> list[str]:
+    """zig's -mcpu for an LLVM cpu name (cortex-a72 -> cortex_a72); "native" only when building for this host."""
+    if not cpu or cpu == "generic":
+        return []
+    if cpu == "native":
+        return ["-mcpu=native"] if is_host_target(target) else []
+    return ["-mcpu=" + cpu.replace("-", "_").replace(".", "_")]
+
+
+def _first_error(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line.lower():
+            return line
+    return lines[0] if lines else "no diagnostic"
+
+
+def _zig(tool: str, args: Sequence[str | os.PathLike], what: str) -> None:
+    cmd = [sys.executable, "-m", "ziglang", tool, *map(str, args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        if "No module named ziglang" in proc.stderr:
+            raise ToolchainError("ziglang is not installed: pip install ziglang")
+        raise ToolchainError(f"zig {tool} failed ({what}): {_first_error(proc.stderr)}")
+
+
+def _base_args(target: Target, cpu: str) -> list[str]:
+    return ["-target", target.zig_target, *cpu_flags(target, cpu)]
+
+
+def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path], out: Path) -> Path:
+    includes = [f"-I{d}" for d in include_dirs]
+    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *includes, "-c", source, "-o", out], f"compiling {source.name}")
+    return out
+
+
+def _runtime_key(target: Target, cpu: str) -> str:
+    digest = hashlib.sha256()
+    flags = [target.zig_target, *cpu_flags(target, cpu), *C_FLAGS, metadata.version("ziglang")]
+    if "-mcpu=native" in flags:
+        import llvmlite.binding as llvm
+        flags.append(llvm.get_host_cpu_name())
+    digest.update("\0".join(flags).encode())
+    for path in sorted(data_dir("runtime_c").iterdir()):
+        if path.suffix in (".c", ".h"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def runtime_objects(target: Target, cpu: str) -> dict[str, Path]:
+    """The runtime's objects for (target, cpu), compiled once into the cache (atomic, safe in parallel)."""
+    root = cache_dir() / "runtime"
+    final = root / f"{target.name}-{cpu.replace('/', '_') or 'default'}-{_runtime_key(target, cpu)}"
+    names = LIBRARY_SOURCES + RUNNER_SOURCES
+    objects = {name: final / (Path(name).stem + ".o") for name in names}
+    if all(obj.is_file() for obj in objects.values()):
+        return objects
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    try:
+        src = data_dir("runtime_c")
+        with ThreadPoolExecutor(max_workers=min(len(names), os.cpu_count() or 1)) as pool:
+            jobs = [pool.submit(_compile, target, cpu, src / name, [src], tmp / (Path(name).stem + ".o")) for name in names]
+            for job in jobs:
+                job.result()
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not all(obj.is_file() for obj in objects.values()):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return objects
+
+
+def _link(target: Target, cpu: str, inputs: Sequence[Path | str], out: Path, what: str) -> Path:
+    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *inputs, "-lm", "-o", out], what)
+    return out
+
+
+def link_artifact(target: Target, cpu: str, model_obj: Path, prof_obj: Path | None, glue_c: Path,
+                  include_dir: Path, out_dir: Path) -> LinkResult:
+    """Link `runner`, `runner_prof` (when prof_obj is given) and `libmodel.a` into out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rt = runtime_objects(target, cpu)
+    library_objs = [rt[name] for name in LIBRARY_SOURCES]
+    with tempfile.TemporaryDirectory(prefix="fxc-link-") as tmp:
+        glue_o = _compile(target, cpu, Path(glue_c), [Path(include_dir)], Path(tmp) / "model_glue.o")
+        library = out_dir / "libmodel.a"
+        library.unlink(missing_ok=True)
+        jobs = [(_link, [rt["runner.c"], rt["noprof.c"], glue_o, model_obj, *library_objs], out_dir / "runner", "linking runner")]
+        if prof_obj is not None:
+            jobs.append((_link, [rt["runner.c"], rt["prof.c"], glue_o, prof_obj, *library_objs],
+                         out_dir / "runner_prof", "linking runner_prof"))
+        with ThreadPoolExecutor(max_workers=len(jobs) + 1) as pool:
+            futures = [pool.submit(fn, target, cpu, inputs, out, what) for fn, inputs, out, what in jobs]
+            futures.append(pool.submit(_zig, "ar", ["rcs", library, model_obj, glue_o, *library_objs], "creating libmodel.a"))
+            for future in futures:
+                future.result()
+    return LinkResult(runner=out_dir / "runner", runner_prof=out_dir / "runner_prof" if prof_obj is not None else None,
+                      library=library)
+
+
+def compile_c_program(target: Target, cpu: str, sources: Sequence[Path], include_dirs: Sequence[Path],
+                      libs: Sequence[Path | str], out: Path) -> Path:
+    """Compile and statically link a C program (e.g. an application using model.h + libmodel.a).
+
+    `libs` are archives/objects (paths) or linker flags such as "-lfoo"."""
+    includes = [f"-I{d}" for d in include_dirs]
+    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *includes, *sources, *libs, "-lm", "-o", out],
+         f"building {Path(out).name}")
+    return Path(out)

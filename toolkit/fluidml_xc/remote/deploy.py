@@ -1,0 +1,160 @@
+"""Deploy an artifact: content-addressed directory under a base directory, sha256 checked on the board,
+`current` switched atomically. A deploy cut off at any point leaves the previous one in place."""
+from __future__ import annotations
+
+import posixpath
+import secrets
+from dataclasses import dataclass
+from typing import Callable
+
+import paramiko
+
+from ..errors import RemoteError
+from .artifact import Artifact
+from .fit import BoardFacts, RunPlan, check_space, plan_run, probe
+from .progress import human_bytes
+from .shell import sh
+from .ssh import Connection
+
+DEFAULT_BASE_DIR = "~/.fluidml-xc"
+CHUNK = 32768
+
+Progress = Callable[[int, int, str], None]
+
+_SHA256 = r'''
+cd -- "$1" 2>/dev/null || exit 3; shift
+if command -v sha256sum >/dev/null 2>&1; then sha256sum -- "$@"
+elif command -v shasum >/dev/null 2>&1; then shasum -a 256 -- "$@"
+elif command -v openssl >/dev/null 2>&1; then
+  for f; do h=$(openssl dgst -sha256 -r "$f") && echo "${h%% *}  $f"; done
+else echo "the board has no sha256sum, shasum or openssl" >&2; exit 4; fi
+'''
+
+_CLEAN_STALE = r'''
+cd -- "$1" || exit 3
+for d in .tmp-* .current-*; do if [ -e "$d" ] || [ -L "$d" ]; then rm -rf -- "$d"; fi; done
+readlink current 2>/dev/null
+exit 0
+'''
+
+_INSTALL = r'''
+cd -- "$1" || exit 3
+if [ -e "$3" ]; then rm -rf -- "$3" || exit 3; fi
+mv -T -- "$2" "$3"
+'''
+
+# Atomic switch: a new symlink renamed over `current` (rename(2) replaces it in one step).
+_SWITCH = r'''
+cd -- "$1" || exit 3
+ln -s -- "$2" "$3" && mv -T -- "$3" current
+'''
+
+_FREE = r'''df -Pk -- "$1" 2>/dev/null | { read -r header; read -r fs blocks used avail rest; echo "$avail"; }'''
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    base_dir: str = DEFAULT_BASE_DIR
+    switch_current: bool = True
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where an artifact lives on the board and what the deploy did."""
+
+    where: str
+    base_dir: str
+    remote_dir: str
+    digest: str
+    already_present: bool
+    uploaded_files: int
+    uploaded_bytes: int
+    previous: str | None
+    plan: RunPlan
+    facts: BoardFacts
+
+    def path(self, name: str) -> str:
+        return posixpath.join(self.remote_dir, name)
+
+
+def remote_hashes(conn: Connection, directory: str, names: list[str]) -> dict[str, str] | None:
+    """sha256 of each file in directory on the board; None when the directory does not exist."""
+    result = conn.run(sh(_SHA256, directory, *names))
+    if result.status == 3:
+        return None
+    if result.status == 4:
+        raise RemoteError(f"cannot check sha256 on {conn.label}: {result.err.strip()}")
+    found = {}
+    for line in result.out.splitlines():
+        digest, _, name = line.partition("  ")
+        found[name.lstrip("*")] = digest.lstrip("\\")
+    return found
+
+
+def deploy(conn: Connection, artifact: Artifact, options: DeployOptions = DeployOptions()) -> Deployment:
+    """Upload the artifact unless already present and intact, verify it on the board, switch `current`."""
+    base = conn.absolute(options.base_dir)
+    facts = probe(conn, base, artifact.emulator)
+    plan = plan_run(artifact, facts, conn.label)
+    dirname = f"{artifact.name}-{artifact.digest[:16]}"
+    final = posixpath.join(base, dirname)
+    expected = {f.name: f.sha256 for f in artifact.files}
+    present = remote_hashes(conn, final, sorted(expected)) == expected
+    previous = conn.run(sh(_CLEAN_STALE, base)).out.strip() or None
+    nonce = secrets.token_hex(4)
+    uploaded = 0
+    if not present:
+        check_space(facts, artifact.size, base, conn.label)
+        tmp = posixpath.join(base, f".tmp-{dirname}-{nonce}")
+        uploaded = _upload(conn, artifact, tmp, base, options.progress)
+        got = remote_hashes(conn, tmp, sorted(expected)) or {}
+        bad = sorted(name for name in expected if got.get(name) != expected[name])
+        if bad:
+            conn.run(["rm", "-rf", "--", tmp])
+            raise RemoteError(f"sha256 mismatch on {conn.label} for {', '.join(bad)} after upload (corrupted in "
+                              f"transit or on disk); the previous deploy is untouched, re-run deploy")
+        result = conn.run(sh(_INSTALL, base, posixpath.basename(tmp), dirname))
+        if not result.ok:
+            raise RemoteError(f"installing {dirname} in {base} on {conn.label} {result.failure()}")
+    if options.switch_current and previous != dirname:
+        result = conn.run(sh(_SWITCH, base, dirname, f".current-{nonce}"))
+        if not result.ok:
+            raise RemoteError(f"switching {base}/current to {dirname} on {conn.label} {result.failure()}")
+    return Deployment(conn.label, base, final, artifact.digest, present, 0 if present else len(artifact.files),
+                      uploaded, previous, plan, facts)
+
+
+def _upload(conn: Connection, artifact: Artifact, tmp: str, base: str, progress: Progress | None) -> int:
+    """SFTP every file into tmp; classify failures as connection lost, disk full or other."""
+    total, done, name = artifact.size, 0, ""
+    try:
+        conn.run(["mkdir", "-p", "--", tmp])
+        sftp = conn.sftp()
+        for f in artifact.files:
+            name = f.name
+            remote = posixpath.join(tmp, f.name)
+            with open(artifact.path / f.name, "rb") as src, sftp.open(remote, "wb") as dst:
+                dst.set_pipelined(True)
+                while chunk := src.read(CHUNK):
+                    dst.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total, f.name)
+            sftp.chmod(remote, 0o755 if f.executable else 0o644)
+            if progress and f.size == 0:
+                progress(done, total, f.name)
+    except (OSError, EOFError, paramiko.SSHException, RemoteError) as exc:
+        state = f"while uploading {name} ({human_bytes(done)} of {human_bytes(total)})"
+        if not conn.alive:
+            raise RemoteError(f"connection to {conn.label} lost {state}; the previous deploy is untouched, "
+                              f"re-run deploy to retry") from None
+        free = conn.run(sh(_FREE, base)).out.strip()
+        conn.run(["rm", "-rf", "--", tmp])
+        if free.isdigit() and int(free) * 1024 < max(total - done, 0) + 64 * 1024:
+            raise RemoteError(f"the disk on {conn.label} is full ({free} KB free in {base}) {state}; the previous "
+                              f"deploy is untouched: free some space or pass --base-dir on another filesystem") from None
+        if isinstance(exc, RemoteError):
+            raise
+        raise RemoteError(f"upload to {conn.label} failed {state}: {exc}; the previous deploy is untouched") from None
+    return done

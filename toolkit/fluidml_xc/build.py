@@ -1,0 +1,193 @@
+"""The build pipeline: ONNX -> graph -> optimize -> plan -> LLVM objects -> runtime -> link -> artifact directory."""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from . import __version__
+from .boards import Board, get_board
+from .codegen.emit import EmitOptions, check_supported, emit_module
+from .codegen.machine import compile_module, llvm_version, machine_spec
+from .errors import InputError
+from .frontend import FrontendOptions, import_model, load_model
+from .ir import Graph
+from .passes import run_passes
+
+OPT_MODES = ("plain", "greedy", "fluid")
+LAST_BUILD = Path("build") / ".last"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    board: str | None = None
+    out_dir: Path | None = None
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    opt: str = "fluid"
+    costs: str = "analytic"
+    profile_runner: bool = True
+    force: bool = False
+    record_last: bool = True
+
+
+@dataclass
+class BuildResult:
+    artifact: Path
+    manifest: dict
+    seconds: float
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_out_dir(model_path: Path, board: Board) -> Path:
+    return Path("build") / f"{model_path.stem}-{board.name}"
+
+
+def _tensor_entries(graph: Graph, names: list[str]) -> list[dict]:
+    return [{"name": n, "shape": list(graph.tensors[n].shape), "dtype": np.dtype(graph.tensors[n].dtype).name} for n in names]
+
+
+def _tool_versions() -> dict[str, str]:
+    import jinja2
+    import llvmlite
+
+    versions = {"fluidml-xc": __version__, "onnx": onnx.__version__, "llvmlite": llvmlite.__version__, "llvm": llvm_version(),
+                "numpy": np.__version__, "jinja2": jinja2.__version__, "python": sys.version.split()[0]}
+    try:
+        from importlib.metadata import version
+        versions["ziglang"] = version("ziglang")
+    except Exception:
+        pass
+    return versions
+
+
+def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
+    """Optimize, plan and emit the objects for `graph` into workdir; returns the manifest facts."""
+    from .optimize import optimize
+    from .planner import PlanOptions, plan_memory, verify_plan
+
+    if options.opt not in OPT_MODES:
+        raise InputError(f"unknown --opt {options.opt!r}; choose one of {', '.join(OPT_MODES)}")
+    check_supported(graph)
+    spec = machine_spec(board)
+    decisions = optimize(graph, spec, options.opt, options.costs)
+    plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=options.opt != "plain",
+                                          inplace=options.opt != "plain", reorder=options.opt != "plain"))
+    verify_plan(graph, plan)
+    emit_opts = dict(layouts=decisions.layouts, loop_orders=decisions.loop_orders)
+    (workdir / "model.o").write_bytes(compile_module(emit_module(graph, plan, spec, EmitOptions(**emit_opts)), spec))
+    if options.profile_runner:
+        ir_text = emit_module(graph, plan, spec, EmitOptions(profile=True, **emit_opts))
+        (workdir / "model_prof.o").write_bytes(compile_module(ir_text, spec))
+    ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type} for i in plan.order]
+    return {
+        "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
+        "memory": {
+            "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+            "live_peak_bytes": plan.live_peak_bytes, "naive_bytes": plan.naive_bytes,
+            "strategy": plan.strategy, "strategies": plan.strategies, "alignment": spec.alignment,
+        },
+    }
+
+
+def _link(board: Board, spec, graph: Graph, facts: dict, workdir: Path, profile: bool) -> None:
+    from .link import link_artifact
+    from .runtime import ModelSpec, TensorSpec, render_sources
+
+    model_spec = ModelSpec(
+        name=graph.name,
+        inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.inputs],
+        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.outputs],
+        arena_bytes=facts["plan"].arena_bytes, arena_align=spec.alignment,
+        ops=[(op["name"], op["type"]) for op in facts["ops"]])
+    render_sources(model_spec, workdir)
+    link_artifact(board.target, spec.cpu, workdir / "model.o", workdir / "model_prof.o" if profile else None,
+                  workdir / "model_glue.c", workdir, workdir)
+
+
+def elf_footprint(path: Path) -> dict[str, int]:
+    from elftools.elf.elffile import ELFFile
+
+    sizes = {"text": 0, "rodata": 0, "data": 0, "bss": 0}
+    with open(path, "rb") as fh:
+        for section in ELFFile(fh).iter_sections():
+            name, size = section.name, section["sh_size"]
+            flags = section["sh_flags"]
+            if not flags & 0x2:  # SHF_ALLOC
+                continue
+            if name.startswith(".text") or name in (".init", ".fini", ".plt"):
+                sizes["text"] += size
+            elif name.startswith(".rodata") or name in (".eh_frame", ".eh_frame_hdr", ".ARM.exidx", ".ARM.extab"):
+                sizes["rodata"] += size
+            elif name.startswith(".bss") or name.startswith(".tbss"):
+                sizes["bss"] += size
+            elif name.startswith((".data", ".tdata", ".init_array", ".fini_array", ".got", ".dynamic")) or name.startswith(".data.rel.ro"):
+                sizes["data"] += size
+    return sizes
+
+
+def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) -> BuildResult:
+    """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
+    started = time.perf_counter()
+    model_path = Path(model_path)
+    board = get_board(options.board)
+    model = load_model(model_path)
+    graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes)), name=model_path.stem)
+    run_passes(graph)
+    check_supported(graph)
+    out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
+    if out_dir.exists() and not (out_dir / "manifest.json").is_file():
+        raise InputError(f"output directory {str(out_dir)!r} exists and is not a fluidml-xc artifact: choose another -o DIR")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        facts = compile_graph(graph, board, options, workdir)
+        spec = facts["spec"]
+        _link(board, spec, graph, facts, workdir, options.profile_runner)
+        used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
+        weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
+        manifest = {
+            "format": 1,
+            "model": {"path": str(model_path.resolve()), "name": model_path.stem, "sha256": sha256_file(model_path)},
+            "board": board.name, "target": board.target.name, "triple": spec.triple, "cpu": spec.cpu,
+            "features": spec.features, "emulator": board.target.emulator, "opt": options.opt,
+            "tools": _tool_versions(),
+            "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs),
+            "input_shapes": {k: list(v) for k, v in options.input_shapes.items()},
+            "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
+            "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
+            "optimizer": facts["decisions"].summary(),
+            "footprint": elf_footprint(workdir / "runner"),
+        }
+        manifest["files"] = {p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()}
+        (workdir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if out_dir.exists():
+            backup = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            out_dir.rename(backup)
+            workdir.rename(out_dir)
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            workdir.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    if options.record_last:
+        LAST_BUILD.parent.mkdir(parents=True, exist_ok=True)
+        LAST_BUILD.write_text(str(out_dir.resolve()) + "\n")
+    return BuildResult(out_dir, manifest, time.perf_counter() - started)

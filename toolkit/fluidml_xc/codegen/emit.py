@@ -1,0 +1,164 @@
+"""Graph + memory plan -> one LLVM module: a function per node and `fxc_model_run` calling them in order."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from ..errors import InputError
+from ..ir import Graph, Node
+from ..ops.registry import lookup
+from .kernel import Kernel, Operand, layout_strides
+from .machine import MachineSpec, data_layout
+from .scalar import llvm_type
+
+I8P = ir.IntType(8).as_pointer()
+
+
+@dataclass
+class EmitOptions:
+    profile: bool = False
+    layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    loop_orders: dict[str, str] = field(default_factory=dict)
+    """node name -> loop order chosen by the optimizer (kernels read it through Kernel.node.attrs)."""
+
+
+def unsupported_ops(graph: Graph) -> list[Node]:
+    return [n for n in graph.nodes if lookup(n.op_type, graph.opset, n.domain) is None]
+
+
+def check_supported(graph: Graph) -> None:
+    missing = unsupported_ops(graph)
+    if missing:
+        by_type: dict[str, list[str]] = {}
+        for node in missing:
+            by_type.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(node.name)
+        listed = "; ".join(f"{op} (node {', '.join(repr(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})" for op, names in sorted(by_type.items()))
+        raise InputError(f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md or file an issue with the model")
+
+
+class ModuleEmitter:
+    def __init__(self, graph: Graph, plan, spec: MachineSpec, options: EmitOptions):
+        self.graph, self.plan, self.spec, self.options = graph, plan, spec, options
+        self.module = ir.Module(name=graph.name)
+        self.module.triple = spec.triple
+        self.module.data_layout = data_layout(spec)
+        self.globals: dict[str, ir.GlobalVariable] = {}
+
+    def constant_global(self, name: str) -> ir.GlobalVariable:
+        if name not in self.globals:
+            value = np.ascontiguousarray(self.graph.tensors[name].value)
+            data = bytearray(value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or bytearray(1)
+            ty = ir.ArrayType(ir.IntType(8), len(data))
+            var = ir.GlobalVariable(self.module, ty, f"w{len(self.globals)}")
+            var.global_constant = True
+            var.linkage = "internal"
+            var.unnamed_addr = True
+            var.align = self.spec.alignment
+            var.initializer = ir.Constant(ty, data)
+            self.globals[name] = var
+        return self.globals[name]
+
+    def layout(self, name: str) -> tuple[int, ...] | None:
+        return self.options.layouts.get(name)
+
+    def emit(self) -> str:
+        graph, b_args = self.graph, [I8P.as_pointer(), I8P.as_pointer(), I8P]
+        run = ir.Function(self.module, ir.FunctionType(ir.VoidType(), b_args), "fxc_model_run")
+        b = ir.IRBuilder(run.append_basic_block("entry"))
+        inputs_arg, outputs_arg, arena = run.args
+        pointers: dict[str, ir.Value] = {}
+        for k, name in enumerate(graph.inputs):
+            pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
+        for k, name in enumerate(graph.outputs):
+            pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
+
+        def pointer(name: str) -> ir.Value:
+            if name in pointers:
+                return pointers[name]
+            tensor = graph.tensors[name]
+            if tensor.is_const:
+                return b.bitcast(self.constant_global(name), I8P)
+            return b.gep(arena, [ir.Constant(ir.IntType(64), self.plan.offsets[name])], inbounds=True)
+
+        prof_enter = prof_exit = None
+        if self.options.profile:
+            hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
+            prof_enter = ir.Function(self.module, hook, "fxc_prof_enter")
+            prof_exit = ir.Function(self.module, hook, "fxc_prof_exit")
+        for step, node_index in enumerate(self.plan.order):
+            node = graph.nodes[node_index]
+            fn = self.node_function(node, step)
+            if fn is None:
+                continue
+            args = [b.bitcast(pointer(n), a.type) for n, a in zip(self._arg_names(node), fn.args)]
+            if prof_enter:
+                b.call(prof_enter, [ir.Constant(ir.IntType(32), step)])
+            b.call(fn, args)
+            if prof_exit:
+                b.call(prof_exit, [ir.Constant(ir.IntType(32), step)])
+        self._copy_passthrough_outputs(b, pointer)
+        b.ret_void()
+        return str(self.module)
+
+    def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:
+        """Graph outputs that are constants or graph inputs are copied into the caller's buffer."""
+        produced = {o for n in self.graph.nodes for o in n.outputs}
+        memcpy = self.module.declare_intrinsic("llvm.memcpy", [I8P, I8P, ir.IntType(64)])
+        for k, name in enumerate(self.graph.outputs):
+            tensor = self.graph.tensors[name]
+            if name in produced and not tensor.is_const:
+                continue
+            dst = b.load(b.gep(b.function.args[1], [ir.Constant(ir.IntType(32), k)]))
+            src = b.bitcast(self.constant_global(name), I8P) if tensor.is_const else pointer(name)
+            if src is dst:
+                continue
+            b.call(memcpy, [dst, src, ir.Constant(ir.IntType(64), max(tensor.nbytes, 0)), ir.Constant(ir.IntType(1), 0)])
+
+    def _arg_names(self, node: Node) -> list[str]:
+        return [n for n in node.inputs if n] + [n for n in node.outputs if n]
+
+    def _storage_root(self, name: str) -> str:
+        alias = self.plan.alias_of
+        while name in alias:
+            name = alias[name]
+        return name
+
+    def node_function(self, node: Node, step: int) -> ir.Function | None:
+        from ..planner import is_alias_view
+
+        graph = self.graph
+        spec = lookup(node.op_type, graph.opset, node.domain)
+        if spec.view and is_alias_view(graph, node):
+            return None
+        names = self._arg_names(node)
+        types = [llvm_type(graph.tensors[n].dtype).as_pointer() for n in names]
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}")
+        fn.linkage = "internal"
+        roots = [self._storage_root(n) for n in names]
+        for arg, root in zip(fn.args, roots):
+            if roots.count(root) == 1:
+                arg.add_attribute("noalias")
+        args = iter(fn.args)
+
+        def operand(name: str) -> Operand | None:
+            if not name:
+                return None
+            t = graph.tensors[name]
+            return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), next(args), t.value)
+
+        inputs = [operand(n) for n in node.inputs]
+        outputs = [operand(n) for n in node.outputs]
+        if node.name in self.options.loop_orders:
+            node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
+        kernel = Kernel(self.module, fn, graph, node, inputs, outputs, self.spec.pointer_bits, self.spec.vector_bits)
+        spec.lower(kernel)
+        kernel.b.ret_void()
+        return fn
+
+
+def emit_module(graph: Graph, plan, spec: MachineSpec, options: EmitOptions = EmitOptions()) -> str:
+    """LLVM IR text of the whole model for `spec`'s target."""
+    check_supported(graph)
+    return ModuleEmitter(graph, plan, spec, options).emit()

@@ -1,0 +1,243 @@
+"""The kernel builder: loop nests over an iteration domain with strided operand accesses.
+
+In the spirit of MLIR's linalg.generic: an op states its iteration domain, one `Access` per operand
+(element strides per domain dimension, so broadcasting is stride 0, a transpose is permuted strides
+and any tensor layout is just other strides), and a scalar body. `generic` emits the loop nest in the
+chosen order; innermost unit-stride loops are left for LLVM to vectorize.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ..ir import Graph, Node
+from .scalar import Scalar, const, llvm_type
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= dim
+    return tuple(reversed(strides))
+
+
+def layout_strides(shape: Sequence[int], layout: Sequence[int] | None) -> tuple[int, ...]:
+    """Element strides of a tensor stored with its dimensions in `layout` order (outermost first)."""
+    if layout is None:
+        return row_major_strides(shape)
+    strides = [0] * len(shape)
+    acc = 1
+    for dim in reversed(layout):
+        strides[dim] = acc
+        acc *= shape[dim]
+    return tuple(strides)
+
+
+@dataclass
+class Operand:
+    """A tensor as a kernel sees it: logical shape, storage strides, typed base pointer."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    ptr: ir.Value
+    value: np.ndarray | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def access(self, dims: Sequence[int | None], ndomain: int, offset: int = 0, scales: Sequence[int] | None = None) -> "Access":
+        """Map operand dim k to domain dim dims[k] (None: the operand dim has extent 1 / is fixed).
+
+        A domain dim reached by several operand dims adds their strides; scales multiply strides.
+        """
+        strides = [0] * ndomain
+        for k, d in enumerate(dims):
+            if d is not None and self.shape[k] != 1:
+                strides[d] += self.strides[k] * (scales[k] if scales else 1)
+        return Access(self.ptr, self.dtype, tuple(strides), offset)
+
+    def broadcast_access(self, out_shape: Sequence[int]) -> "Access":
+        """Numpy broadcasting of this operand against an output domain."""
+        shift = len(out_shape) - self.rank
+        return self.access([k + shift for k in range(self.rank)], len(out_shape))
+
+    def identity_access(self) -> "Access":
+        return self.access(list(range(self.rank)), self.rank)
+
+
+@dataclass
+class Access:
+    ptr: ir.Value
+    dtype: np.dtype
+    strides: tuple[int, ...]
+    offset: int = 0
+
+
+class Kernel:
+    """Builds the body of one node's function."""
+
+    def __init__(self, module: ir.Module, fn: ir.Function, graph: Graph, node: Node,
+                 inputs: list[Operand | None], outputs: list[Operand | None], index_bits: int, vector_bits: int):
+        self.module, self.fn, self.graph, self.node = module, fn, graph, node
+        self.inputs, self.outputs = inputs, outputs
+        self.idx_t = ir.IntType(index_bits)
+        self.vector_bits = vector_bits
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.s = Scalar(self.b, module)
+
+    # -- attributes and constants -------------------------------------------------------------
+    def attr(self, name: str, default=None):
+        return self.node.attrs.get(name, default)
+
+    def input_value(self, i: int) -> np.ndarray | None:
+        op = self.inputs[i] if i < len(self.inputs) else None
+        return None if op is None else op.value
+
+    def constant_array(self, value: np.ndarray) -> ir.Value:
+        """A build-time array (e.g. a repacked weight) as a typed pointer into read-only data."""
+        value = np.ascontiguousarray(value)
+        data = bytearray(value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or bytearray(1)
+        ty = ir.ArrayType(ir.IntType(8), len(data))
+        var = ir.GlobalVariable(self.module, ty, self.module.get_unique_name("packed"))
+        var.global_constant = True
+        var.linkage = "internal"
+        var.align = 64
+        var.initializer = ir.Constant(ty, data)
+        return self.b.bitcast(var, llvm_type(value.dtype).as_pointer())
+
+    def index(self, value: int) -> ir.Constant:
+        return ir.Constant(self.idx_t, int(value))
+
+    # -- loops ---------------------------------------------------------------------------------
+    @contextmanager
+    def for_range(self, stop: int | ir.Value, start: int | ir.Value = 0, step: int = 1):
+        b = self.b
+        start_v = self.index(start) if isinstance(start, int) else start
+        stop_v = self.index(stop) if isinstance(stop, int) else stop
+        pre = b.block
+        header = self.fn.append_basic_block("loop")
+        body = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(self.idx_t)
+        i.add_incoming(start_v, pre)
+        b.cbranch(b.icmp_signed("<", i, stop_v), body, done)
+        b.position_at_end(body)
+        yield i
+        nxt = b.add(i, self.index(step), flags=("nsw",))
+        i.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(done)
+
+    def loops(self, extents: Sequence[int], dims: Sequence[int], idx: list, body: Callable[[list], None]) -> None:
+        """Nest loops over `dims` (outermost first) of a domain, filling idx[d]; call body at the innermost."""
+        if not dims:
+            body(idx)
+            return
+        d, rest = dims[0], dims[1:]
+        if extents[d] == 1:
+            idx[d] = self.index(0)
+            self.loops(extents, rest, idx, body)
+            return
+        with self.for_range(extents[d]) as i:
+            idx[d] = i
+            self.loops(extents, rest, idx, body)
+
+    def local(self, ty: ir.Type, init: ir.Value | None = None) -> ir.Value:
+        """A stack slot in the entry block (promoted to registers by LLVM)."""
+        with self.b.goto_entry_block():
+            slot = self.b.alloca(ty)
+        if init is not None:
+            self.b.store(init, slot)
+        return slot
+
+    # -- memory --------------------------------------------------------------------------------
+    def linear(self, access: Access, idx: Sequence) -> ir.Value:
+        total = self.index(access.offset)
+        for stride, i in zip(access.strides, idx):
+            if stride:
+                term = i if stride == 1 else self.b.mul(i, self.index(stride), flags=("nsw",))
+                total = self.b.add(total, term, flags=("nsw",))
+        return total
+
+    def address(self, access: Access, idx: Sequence) -> ir.Value:
+        return self.b.gep(access.ptr, [self.linear(access, idx)], inbounds=True)
+
+    def load(self, access: Access, idx: Sequence) -> ir.Value:
+        return self.b.load(self.address(access, idx))
+
+    def store(self, access: Access, idx: Sequence, value: ir.Value) -> None:
+        self.b.store(value, self.address(access, idx))
+
+    def load_at(self, operand: Operand, linear: ir.Value) -> ir.Value:
+        return self.b.load(self.b.gep(operand.ptr, [linear], inbounds=True))
+
+    # -- generic -------------------------------------------------------------------------------
+    def generic(self, domain: Sequence[int], outs: Sequence[Access], ins: Sequence[Access],
+                body: Callable[[list, list], list], reduce_dims: Sequence[int] = (),
+                init: Sequence | None = None, combine: Callable[[list, list], list] | None = None,
+                finalize: Callable[[list, list], list] | None = None, order: Sequence[int] | None = None) -> None:
+        """Loop over `domain`; body(loaded inputs, idx) -> one value per output.
+
+        With reduce_dims: outputs have stride 0 on those dims; each output starts at init[k] and
+        folds body values with combine(accs, values) (default: add); finalize(accs, idx) may
+        post-process before the store. Reduction loops run innermost, parallel dims in `order`.
+        """
+        n = len(domain)
+        order = list(order) if order is not None else list(range(n))
+        reduce_set = set(reduce_dims)
+        idx: list = [None] * n
+        if not reduce_set:
+            def point(ix):
+                values = body([self.load(a, ix) for a in ins], ix)
+                for a, v in zip(outs, values):
+                    self.store(a, ix, v)
+            self.loops(domain, order, idx, point)
+            return
+        outer = [d for d in order if d not in reduce_set]
+        inner = [d for d in order if d in reduce_set]
+        if combine is None:
+            combine = lambda accs, vals: [self.s.add(a.dtype, x, y) for a, x, y in zip(outs, accs, vals)]
+
+        def reduce_point(ix):
+            slots = [self.local(llvm_type(a.dtype), v if isinstance(v, ir.Value) else const(a.dtype, v)) for a, v in zip(outs, init)]
+
+            def step(ix2):
+                values = body([self.load(a, ix2) for a in ins], ix2)
+                accs = [self.b.load(s) for s in slots]
+                for s, v in zip(slots, combine(accs, values)):
+                    self.b.store(v, s)
+            self.loops(domain, inner, ix, step)
+            results = [self.b.load(s) for s in slots]
+            for d in inner:
+                ix[d] = self.index(0)
+            if finalize is not None:
+                results = finalize(results, ix)
+            for a, v in zip(outs, results):
+                self.store(a, ix, v)
+        self.loops(domain, outer, idx, reduce_point)
+
+    def elementwise(self, fn: Callable[[list], ir.Value], out: Operand | None = None, ins: Sequence[Operand] | None = None) -> None:
+        """out = fn(inputs) with numpy broadcasting, iterating the output's shape."""
+        out = out or self.outputs[0]
+        ins = [op for op in (ins if ins is not None else self.inputs) if op is not None]
+        domain = out.shape
+        self.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in ins],
+                     lambda values, idx: [fn(values)])
+
+    def copy(self, src: Operand, dst: Operand) -> None:
+        """dst = src element by element (same logical shape; layouts may differ)."""
+        self.generic(dst.shape, [dst.identity_access()], [src.identity_access()], lambda v, i: [v[0]])

@@ -1,0 +1,315 @@
+"""Elementwise ops with numpy broadcasting: unary math, binary arithmetic, comparisons, logic, Where, Cast, Clip."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.scalar import const, is_float
+from .registry import register
+
+FLOATS = ("float32", "float64", "float16")
+NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _unary(k, fn):
+    dtype = k.inputs[0].dtype
+    k.elementwise(lambda v: fn(k, dtype, v[0]), ins=[k.inputs[0]])
+
+
+def _intrinsic(name):
+    return lambda k, dt, x: k.s.intrinsic(name, x)
+
+
+def _libm(name):
+    return lambda k, dt, x: k.s.libm(name, dt, x)
+
+
+def _relu(k, dt, x):
+    return k.s.max(dt, x, const(dt, 0)) if is_float(dt) else k.b.select(k.s.cmp(dt, ">", x, const(dt, 0)), x, const(dt, 0))
+
+
+def _sigmoid(k, dt, x):
+    one = const(dt, 1)
+    return k.b.fdiv(one, k.b.fadd(one, k.s.intrinsic("llvm.exp", k.b.fneg(x))))
+
+
+def _leaky(k, dt, x):
+    alpha = const(dt, k.attr("alpha", 0.01))
+    return k.b.select(k.s.cmp(dt, ">=", x, const(dt, 0)), x, k.b.fmul(x, alpha))
+
+
+def _elu(k, dt, x):
+    alpha = const(dt, k.attr("alpha", 1.0))
+    neg = k.b.fmul(alpha, k.b.fsub(k.s.intrinsic("llvm.exp", x), const(dt, 1)))
+    return k.b.select(k.s.cmp(dt, ">=", x, const(dt, 0)), x, neg)
+
+
+def _selu(k, dt, x):
+    alpha, gamma = const(dt, k.attr("alpha", 1.67326319217681884765625)), const(dt, k.attr("gamma", 1.05070102214813232421875))
+    neg = k.b.fmul(alpha, k.b.fsub(k.s.intrinsic("llvm.exp", x), const(dt, 1)))
+    return k.b.fmul(gamma, k.b.select(k.s.cmp(dt, ">", x, const(dt, 0)), x, neg))
+
+
+def _hard_sigmoid(k, dt, x):
+    alpha, beta = const(dt, k.attr("alpha", 0.2)), const(dt, k.attr("beta", 0.5))
+    y = k.b.fadd(k.b.fmul(alpha, x), beta)
+    return k.s.min(dt, k.s.max(dt, y, const(dt, 0)), const(dt, 1))
+
+
+def _hard_swish(k, dt, x):
+    y = k.b.fadd(k.b.fmul(const(dt, 1 / 6), x), const(dt, 0.5))
+    return k.b.fmul(x, k.s.min(dt, k.s.max(dt, y, const(dt, 0)), const(dt, 1)))
+
+
+def _softplus(k, dt, x):
+    return k.s.intrinsic("llvm.log", k.b.fadd(k.s.intrinsic("llvm.exp", x), const(dt, 1)))
+
+
+def _softsign(k, dt, x):
+    return k.b.fdiv(x, k.b.fadd(k.s.intrinsic("llvm.fabs", x), const(dt, 1)))
+
+
+def _abs(k, dt, x):
+    if is_float(dt):
+        return k.s.intrinsic("llvm.fabs", x)
+    if np.dtype(dt).kind == "u":
+        return x
+    return k.b.select(k.s.cmp(dt, "<", x, const(dt, 0)), k.b.neg(x), x)
+
+
+def _sign(k, dt, x):
+    zero, one = const(dt, 0), const(dt, 1)
+    pos = k.b.select(k.s.cmp(dt, ">", x, zero), one, zero)
+    if np.dtype(dt).kind == "u":
+        return pos
+    return k.b.select(k.s.cmp(dt, "<", x, zero), const(dt, -1), pos)
+
+
+def _reciprocal(k, dt, x):
+    return k.b.fdiv(const(dt, 1), x)
+
+
+def _gelu(k, dt, x):
+    half = const(dt, 0.5)
+    if k.attr("approximate", "none") == "tanh":
+        inner = k.b.fmul(const(dt, math.sqrt(2 / math.pi)), k.b.fadd(x, k.b.fmul(const(dt, 0.044715), k.b.fmul(x, k.b.fmul(x, x)))))
+        t = k.s.libm("tanh", dt, inner)
+    else:
+        t = k.s.libm("erf", dt, k.b.fmul(x, const(dt, 1 / math.sqrt(2))))
+    return k.b.fmul(k.b.fmul(half, x), k.b.fadd(const(dt, 1), t))
+
+
+def _round(k, dt, x):
+    return k.s.intrinsic("llvm.roundeven", x)
+
+
+def _not(k, dt, x):
+    return k.b.xor(x, ir.Constant(x.type, 1))
+
+
+def _bitwise_not(k, dt, x):
+    return k.b.not_(x)
+
+
+UNARY = {
+    "Relu": _relu, "Neg": lambda k, dt, x: k.s.neg(dt, x), "Abs": _abs, "Sign": _sign,
+    "Sqrt": _intrinsic("llvm.sqrt"), "Exp": _intrinsic("llvm.exp"), "Log": _intrinsic("llvm.log"),
+    "Floor": _intrinsic("llvm.floor"), "Ceil": _intrinsic("llvm.ceil"), "Round": _round,
+    "Sin": _intrinsic("llvm.sin"), "Cos": _intrinsic("llvm.cos"), "Tan": _libm("tan"),
+    "Asin": _libm("asin"), "Acos": _libm("acos"), "Atan": _libm("atan"), "Sinh": _libm("sinh"), "Cosh": _libm("cosh"),
+    "Asinh": _libm("asinh"), "Acosh": _libm("acosh"), "Atanh": _libm("atanh"),
+    "Tanh": _libm("tanh"), "Erf": _libm("erf"), "Sigmoid": _sigmoid, "Reciprocal": _reciprocal,
+    "LeakyRelu": _leaky, "Elu": _elu, "Selu": _selu, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
+    "Softplus": _softplus, "Softsign": _softsign, "Gelu": _gelu, "Not": _not, "BitwiseNot": _bitwise_not,
+}
+FLOAT_ONLY = {"Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+              "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "Reciprocal", "LeakyRelu", "Elu", "Selu", "HardSigmoid",
+              "HardSwish", "Softplus", "Softsign", "Gelu"}
+
+
+def _register_unary(name, fn):
+    dtypes = FLOATS if name in FLOAT_ONLY else (("bool",) if name == "Not" else None)
+
+    @register(name, inplace=True, dtypes=dtypes)
+    def lower(k):
+        _unary(k, fn)
+
+
+for _name, _fn in UNARY.items():
+    _register_unary(_name, _fn)
+
+
+def _pow(k, dt, x, y, ydt):
+    if is_float(dt):
+        if ydt != dt:
+            y = k.s.cast(ydt, dt, y)
+        return k.s.intrinsic_binary("llvm.pow", x, y)
+    xf = k.s.cast(dt, np.float64, x)
+    yf = k.s.cast(ydt, np.float64, y)
+    return k.s.cast(np.float64, dt, k.s.intrinsic_binary("llvm.pow", xf, yf))
+
+
+def _mod(k, dt, x, y):
+    if is_float(dt) or k.attr("fmod", 0):
+        return k.s.rem(dt, x, y)
+    r = k.s.rem(dt, x, y)
+    if np.dtype(dt).kind == "u":
+        return r
+    zero = const(dt, 0)
+    adjust = k.b.and_(k.b.icmp_signed("!=", r, zero), k.b.icmp_signed("!=", k.b.icmp_signed("<", r, zero), k.b.icmp_signed("<", y, zero)))
+    return k.b.select(adjust, k.b.add(r, y), r)
+
+
+def _int_div(k, dt, x, y):
+    if is_float(dt) or np.dtype(dt).kind == "u":
+        return k.s.div(dt, x, y)
+    return k.b.sdiv(x, y)
+
+
+BINARY = {
+    "Add": lambda k, dt, x, y: k.s.add(dt, x, y), "Sub": lambda k, dt, x, y: k.s.sub(dt, x, y),
+    "Mul": lambda k, dt, x, y: k.s.mul(dt, x, y), "Div": _int_div, "Mod": _mod,
+    "BitwiseAnd": lambda k, dt, x, y: k.b.and_(x, y), "BitwiseOr": lambda k, dt, x, y: k.b.or_(x, y),
+    "BitwiseXor": lambda k, dt, x, y: k.b.xor(x, y),
+    "And": lambda k, dt, x, y: k.b.and_(x, y), "Or": lambda k, dt, x, y: k.b.or_(x, y), "Xor": lambda k, dt, x, y: k.b.xor(x, y),
+}
+COMPARE = {"Equal": "==", "Less": "<", "LessOrEqual": "<=", "Greater": ">", "GreaterOrEqual": ">="}
+
+
+def _register_binary(name, fn):
+    @register(name, inplace=True)
+    def lower(k):
+        dt = k.inputs[0].dtype
+        k.elementwise(lambda v: fn(k, dt, v[0], v[1]), ins=k.inputs[:2])
+
+
+for _name, _fn in BINARY.items():
+    _register_binary(_name, _fn)
+
+
+@register("Pow", inplace=True)
+def lower_pow(k):
+    dt, ydt = k.inputs[0].dtype, k.inputs[1].dtype
+    exponent = k.input_value(1)
+    if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) in (2.0, 1.0, 0.5) and is_float(dt):
+        e = float(exponent.reshape(-1)[0])
+        fns = {2.0: lambda x: k.b.fmul(x, x, flags=("fast",)), 1.0: lambda x: x, 0.5: lambda x: k.s.intrinsic("llvm.sqrt", x)}
+        k.elementwise(lambda v: fns[e](v[0]), ins=[k.inputs[0]])
+        return
+    k.elementwise(lambda v: _pow(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
+
+
+def _register_compare(name, op):
+    @register(name)
+    def lower(k):
+        dt = k.inputs[0].dtype
+        k.elementwise(lambda v: k.s.to_bool(k.s.cmp(dt, op, v[0], v[1])), ins=k.inputs[:2])
+
+
+for _name, _op in COMPARE.items():
+    _register_compare(_name, _op)
+
+
+@register("BitShift")
+def lower_bitshift(k):
+    left = k.attr("direction") == "LEFT"
+    k.elementwise(lambda v: k.b.shl(v[0], v[1]) if left else k.b.lshr(v[0], v[1]), ins=k.inputs[:2])
+
+
+def _variadic(name, combine, finish=None):
+    @register(name, inplace=True)
+    def lower(k):
+        dt = k.outputs[0].dtype
+        ins = [op for op in k.inputs if op is not None]
+
+        def fn(values):
+            acc = values[0]
+            for v in values[1:]:
+                acc = combine(k, dt, acc, v)
+            return finish(k, dt, acc, len(values)) if finish else acc
+        k.elementwise(fn, ins=ins)
+
+
+_variadic("Sum", lambda k, dt, a, b: k.s.add(dt, a, b))
+_variadic("Max", lambda k, dt, a, b: k.s.max(dt, a, b))
+_variadic("Min", lambda k, dt, a, b: k.s.min(dt, a, b))
+_variadic("Mean", lambda k, dt, a, b: k.s.add(dt, a, b), lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
+
+
+@register("Where")
+def lower_where(k):
+    k.elementwise(lambda v: k.b.select(k.b.trunc(v[0], ir.IntType(1)), v[1], v[2]), ins=k.inputs[:3])
+
+
+@register(("Cast", "CastLike"))
+def lower_cast(k):
+    src, dst = k.inputs[0].dtype, k.outputs[0].dtype
+    k.elementwise(lambda v: k.s.cast(src, dst, v[0]), ins=[k.inputs[0]])
+
+
+@register("Clip", inplace=True)
+def lower_clip(k):
+    dt = k.inputs[0].dtype
+    if k.graph.opset < 11:
+        lo, hi = k.attr("min", -3.4028234663852886e38), k.attr("max", 3.4028234663852886e38)
+        bounds = [const(dt, lo), const(dt, hi)]
+    else:
+        info = np.finfo(dt) if is_float(dt) else np.iinfo(dt)
+        bounds = []
+        for i, default in ((1, info.min), (2, info.max)):
+            value = k.input_value(i) if i < len(k.inputs) else None
+            if i < len(k.inputs) and k.inputs[i] is not None and value is None:
+                bounds.append(k.b.load(k.inputs[i].ptr))
+            else:
+                bounds.append(const(dt, value.reshape(-1)[0] if value is not None else default))
+    k.elementwise(lambda v: k.s.min(dt, k.s.max(dt, v[0], bounds[0]), bounds[1]), ins=[k.inputs[0]])
+
+
+@register("PRelu", inplace=True)
+def lower_prelu(k):
+    dt = k.inputs[0].dtype
+    zero = const(dt, 0)
+    k.elementwise(lambda v: k.b.select(k.s.cmp(dt, "<", v[0], zero), k.s.mul(dt, v[0], v[1]), v[0]), ins=k.inputs[:2])
+
+
+@register("ThresholdedRelu", inplace=True)
+def lower_thresholded_relu(k):
+    dt = k.inputs[0].dtype
+    alpha = const(dt, k.attr("alpha", 1.0))
+    k.elementwise(lambda v: k.b.select(k.s.cmp(dt, ">", v[0], alpha), v[0], const(dt, 0)), ins=[k.inputs[0]])
+
+
+@register("Celu", inplace=True)
+def lower_celu(k):
+    dt = k.inputs[0].dtype
+    alpha = const(dt, k.attr("alpha", 1.0))
+
+    def fn(v):
+        x = v[0]
+        neg = k.b.fmul(alpha, k.b.fsub(k.s.intrinsic("llvm.exp", k.b.fdiv(x, alpha)), const(dt, 1)))
+        return k.b.fadd(k.s.max(dt, x, const(dt, 0)), k.s.min(dt, neg, const(dt, 0)))
+    k.elementwise(fn, ins=[k.inputs[0]])
+
+
+@register("IsNaN")
+def lower_isnan(k):
+    k.elementwise(lambda v: k.s.to_bool(k.b.fcmp_unordered("uno", v[0], v[0])), ins=[k.inputs[0]])
+
+
+@register("IsInf")
+def lower_isinf(k):
+    dt = k.inputs[0].dtype
+    pos, neg = k.attr("detect_positive", 1), k.attr("detect_negative", 1)
+    inf = const(dt, float("inf"))
+
+    def fn(v):
+        hits = ir.Constant(ir.IntType(1), 0)
+        if pos:
+            hits = k.b.or_(hits, k.b.fcmp_ordered("==", v[0], inf))
+        if neg:
+            hits = k.b.or_(hits, k.b.fcmp_ordered("==", v[0], k.b.fneg(inf)))
+        return k.s.to_bool(hits)
+    k.elementwise(fn, ins=[k.inputs[0]])
+

@@ -1,0 +1,30 @@
+"""Ops whose output is input 0's bytes with another shape. The planner aliases them; otherwise they copy."""
+from __future__ import annotations
+
+from ..codegen.scalar import const
+from .registry import register
+
+
+def _flat_copy(k) -> None:
+    src, dst = k.inputs[0], k.outputs[0]
+    if dst.size == 0:
+        return
+    k.generic((dst.size,), [_flat(dst)], [_flat(src)], lambda v, i: [v[0]])
+
+
+def _flat(op):
+    from ..codegen.kernel import Access
+    return Access(op.ptr, op.dtype, (1,), 0)
+
+
+@register(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False)
+def lower_view(k):
+    _flat_copy(k)
+
+
+@register("Dropout", view=True)
+def lower_dropout(k):
+    _flat_copy(k)
+    mask = k.outputs[1] if len(k.outputs) > 1 else None
+    if mask is not None:
+        k.generic((mask.size,), [_flat(mask)], [], lambda v, i: [const(mask.dtype, 1)])

@@ -42,7 +42,7 @@ def last_build_dir() -> Path:
 
 def _summary(name: str, value: np.ndarray) -> str:
     flat = value.reshape(-1)
-    head = np.array2string(flat[:6], precision=6, separator=", ")
+    head = "[" + ", ".join(f"{v:.6g}" if value.dtype.kind in "fc" else str(v) for v in flat[:6].tolist()) + "]"
     more = f" ... ({flat.size} values)" if flat.size > 6 else ""
     return f"{name}: shape {list(value.shape)} {value.dtype} {head}{more}"
 

@@ -108,7 +108,7 @@ static void print_report(double *times, int32_t runs, int32_t warmup, int64_t *s
     if (profile) {
         fputs(", \"ops\": [", stdout);
         for (int32_t op = 0; op < fxc_num_ops; op++) {
-            double *op_times = times;
+            double *op_times = times; /* the run times are printed already: reuse their buffer */
             for (int32_t r = 0; r < runs; r++)
                 op_times[r] = (double)samples[(int64_t)op * runs + r] / 1e6;
             qsort(op_times, (size_t)runs, sizeof *op_times, compare_double);

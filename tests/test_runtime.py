@@ -2,27 +2,22 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from elftools.elf.elffile import ELFFile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolkit"))
-
-from elftools.elf.elffile import ELFFile  # noqa: E402
-
-from fluidml_xc import cli  # noqa: E402
-from fluidml_xc.boards import Target, get_target  # noqa: E402
-from fluidml_xc.errors import InputError, RunError, ToolchainError  # noqa: E402
-from fluidml_xc.execute import (check_feeds, emulator_command, load_feeds, random_feeds, read_manifest,  # noqa: E402
+from fluidml_xc import cli
+from fluidml_xc.boards import Target, get_target
+from fluidml_xc.errors import InputError, RunError, ToolchainError
+from fluidml_xc.execute import (check_feeds, emulator_command, load_feeds, random_feeds, read_manifest,
                                 run_artifact, save_npz)
-from fluidml_xc.link import compile_c_program, is_host_target, link_artifact, runtime_objects  # noqa: E402
-from fluidml_xc.runtime import ModelSpec, TensorSpec, c_string, render_sources  # noqa: E402
+from fluidml_xc.link import compile_c_program, is_host_target, link_artifact, runtime_objects
+from fluidml_xc.runtime import ModelSpec, TensorSpec, c_string, render_sources
 
 X_NAME, T_NAME, Y_NAME, Z_NAME = "gpu_0/data_0", 'tok"en\\', "y/out", "z?\"'"
 OPS = [("mul_add/0", "Mul"), ('quote"op\\\t', "Add")]

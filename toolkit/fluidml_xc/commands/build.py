@@ -1,0 +1,35 @@
+"""`fluidml-xc build MODEL.onnx --board NAME`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..build import OPT_MODES, BuildOptions, build_model
+from ..frontend import parse_input_shape
+
+NAME = "build"
+HELP = "compile an ONNX model into a runner, a C library and a manifest for a board"
+ORDER = 10
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", help="the .onnx file")
+    parser.add_argument("--board", "-b", help="board name or alias (default: this machine); see `fluidml-xc boards`")
+    parser.add_argument("-o", "--output", type=Path, help="artifact directory (default build/<model>-<board>)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                        help="static shape for an input with dynamic dimensions (repeatable)")
+    parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
+    parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
+    parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
+
+
+def main(args) -> int:
+    shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
+                                                  costs=args.costs, profile_runner=not args.no_profile_runner))
+    m = result.manifest
+    mem, fp = m["memory"], m["footprint"]
+    print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")
+    print(f"  ops {sum(m['op_counts'].values())}, weights {m['weights_bytes']:,} B, arena {mem['arena_bytes']:,} B "
+          f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})")
+    print(f"  runner footprint: text {fp['text']:,} B, rodata {fp['rodata']:,} B, data {fp['data']:,} B, bss {fp['bss']:,} B")
+    return 0

@@ -1,0 +1,31 @@
+"""`fluidml-xc deploy [DIR] --host HOST`: upload an artifact to a board over SSH."""
+from __future__ import annotations
+
+import posixpath
+
+from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
+from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+from ..remote.shell import quote_argv
+
+NAME = "deploy"
+HELP = "upload an artifact to a board over SSH (content-addressed, sha256-checked, atomic `current` switch)"
+ORDER = 30
+
+
+def add_arguments(parser) -> None:
+    add_artifact_argument(parser)
+    add_ssh_arguments(parser)
+
+
+def main(args) -> int:
+    artifact = artifact_from_args(args)
+    with connect_for(args, artifact) as conn:
+        deployment = ensure_deployed(conn, artifact, args, switch_current=True, quiet_if_present=False)
+    current = posixpath.join(deployment.base_dir, "current")
+    runner = deployment.plan.argv(posixpath.join(current, "runner"), ["--bench", "100"])
+    print(f"deployed  {artifact.model_name} for {artifact.board.name} on {conn.label}")
+    print(f"current   {current} -> {posixpath.basename(deployment.remote_dir)}"
+          + (f" (was {deployment.previous})" if deployment.previous and deployment.previous != posixpath.basename(
+              deployment.remote_dir) else ""))
+    print(f"run       {quote_argv(runner)}")
+    return 0

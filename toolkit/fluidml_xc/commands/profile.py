@@ -1,0 +1,47 @@
+"""`fluidml-xc profile [DIR] --host HOST | --local`: latency, per-op times, memory and board telemetry."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError
+from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
+from ..remote.profile import ProfileOptions, profile_local, profile_remote
+from ..remote.runner import DEFAULT_RUN_TIMEOUT
+from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+
+NAME = "profile"
+HELP = "profile an artifact on a board over SSH (or --local): latency percentiles, per-op times, peak memory"
+ORDER = 40
+
+
+def add_arguments(parser) -> None:
+    add_artifact_argument(parser)
+    parser.add_argument("--local", action="store_true", help="profile on this machine (qemu-user for foreign targets)")
+    parser.add_argument("--runs", type=int, default=100, metavar="N", help="timed runs (default 100)")
+    parser.add_argument("--warmup", type=int, default=10, metavar="W", help="warm-up runs (default 10)")
+    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE (- for stdout only)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
+                        help=f"seconds the runner may take (default {DEFAULT_RUN_TIMEOUT:g})")
+    add_ssh_arguments(parser)
+
+
+def main(args) -> int:
+    if args.local == bool(args.host):
+        raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
+    if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
+        raise InputError("--runs must be >= 1, --warmup >= 0 and --timeout positive")
+    artifact = artifact_from_args(args)
+    options = ProfileOptions(args.runs, args.warmup, args.timeout)
+    if args.local:
+        report = profile_local(artifact, options)
+    else:
+        with connect_for(args, artifact) as conn:
+            deployment = ensure_deployed(conn, artifact, args, switch_current=False)
+            report = profile_remote(conn, deployment, artifact, options)
+    if args.json == "-":
+        print(report.json())
+        return 0
+    if args.json:
+        Path(args.json).write_text(report.json() + "\n", encoding="utf-8")
+    print(report.table())
+    return 0

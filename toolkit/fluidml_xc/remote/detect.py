@@ -1,0 +1,131 @@
+"""`fluidml-xc boards detect --host H`: probe a board over SSH and name the matching board file."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ..boards import Board, boards
+from ..resources import data_dir
+from .shell import Shell, sh
+
+_PROBE = r'''
+echo "@uname"; uname -s -r -m
+echo "@long_bit"; getconf LONG_BIT 2>/dev/null
+echo "@model"; [ -r /proc/device-tree/model ] && tr -d '\000' < /proc/device-tree/model; echo
+echo "@tegra"; [ -r /etc/nv_tegra_release ] && head -n 1 /etc/nv_tegra_release
+echo "@meminfo"; head -n 1 /proc/meminfo 2>/dev/null
+echo "@cpuinfo"; cat /proc/cpuinfo 2>/dev/null
+exit 0
+'''
+
+# ARM "CPU part" codes (/proc/cpuinfo) of the cores our boards use.
+ARM_PARTS = {"0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57",
+             "0xd08": "Cortex-A72", "0xd09": "Cortex-A73", "0xd0a": "Cortex-A75", "0xd0b": "Cortex-A76",
+             "0xd0d": "Cortex-A77", "0xd41": "Cortex-A78", "0xd42": "Cortex-A78AE", "0xd4b": "Cortex-A78C"}
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    """What the board says about itself."""
+
+    kernel: str
+    machine: str
+    long_bit: int | None
+    model: str
+    tegra_release: str
+    cpu: str
+    cores: int
+    memory_kb: int | None
+
+
+def parse_probe(text: str) -> BoardInfo:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line.startswith("@"):
+            current = line[1:].strip()
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    first = lambda key: next((l.strip() for l in sections.get(key, []) if l.strip()), "")  # noqa: E731
+    uname = first("uname").split()
+    cpuinfo = sections.get("cpuinfo", [])
+    fields: dict[str, str] = {}
+    cores = 0
+    for line in cpuinfo:
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key == "processor":
+            cores += 1
+        fields.setdefault(key, value.strip())
+    cpu = fields.get("model name") or fields.get("hardware") or ""
+    part = ARM_PARTS.get(fields.get("cpu part", "").lower())
+    if part and part not in cpu:
+        cpu = f"{part} ({cpu})" if cpu else part
+    mem = first("meminfo").split()
+    bits = first("long_bit")
+    return BoardInfo(kernel=" ".join(uname[:2]), machine=uname[2] if len(uname) > 2 else "unknown",
+                     long_bit=int(bits) if bits.isdigit() else None, model=first("model"),
+                     tegra_release=first("tegra"), cpu=cpu or fields.get("model") or "unknown", cores=cores,
+                     memory_kb=int(mem[1]) if len(mem) > 1 and mem[1].isdigit() else None)
+
+
+def _matches(board: Board, info: BoardInfo) -> bool:
+    rules = board.detect
+    machines = rules.get("machine") or []
+    if not machines or info.machine not in machines:
+        return False
+    if info.long_bit and info.long_bit != board.target.elf_class:
+        return False
+    if rules.get("device_tree_model") and rules["device_tree_model"] not in info.model:
+        return False
+    if rules.get("nv_tegra_release") and rules["nv_tegra_release"] not in info.tegra_release:
+        return False
+    return True
+
+
+def match_boards(info: BoardInfo) -> list[Board]:
+    """Boards whose detect rules all hold, most specific first."""
+    found = [b for b in boards().values() if not b.emulated and _matches(b, info)]
+    return sorted(found, key=lambda b: -len([k for k, v in b.detect.items() if v]))
+
+
+def detect(shell: Shell) -> tuple[BoardInfo, list[Board]]:
+    result = shell.run(sh(_PROBE))
+    info = parse_probe(result.out)
+    return info, match_boards(info)
+
+
+def describe(where: str, info: BoardInfo, matches: list[Board]) -> str:
+    memory = f"{info.memory_kb / 1048576:.1f} GB" if info.memory_kb else "-"
+    bits = f" ({info.long_bit}-bit userland)" if info.long_bit else ""
+    lines = [
+        f"host      {where}",
+        f"kernel    {info.kernel} {info.machine}{bits}",
+        f"model     {info.model or '- (no /proc/device-tree/model)'}",
+        f"tegra     {info.tegra_release or '- (no /etc/nv_tegra_release)'}",
+        f"cpu       {info.cpu} x {info.cores or '?'}",
+        f"memory    {memory}",
+    ]
+    if matches:
+        best = matches[0]
+        boards_dir = data_dir("boards").name
+        lines.append(f"board     {best.name} ({boards_dir}/{best.name}.toml): build with "
+                     f"`fluidml-xc build --board {best.name} MODEL.onnx`")
+    else:
+        targets = sorted({b.target.name for b in boards().values() if info.machine in b.target.uname_machines})
+        hint = (f"its architecture is supported (target {', '.join(targets)}): add a boards/NAME.toml for it"
+                if targets else f"no target runs {info.machine}")
+        lines.append(f"board     unknown: no board file matches machine {info.machine!r}"
+                     + (f", model {info.model!r}" if info.model else "") + f"; {hint}")
+    return "\n".join(lines)
+
+
+def detect_command(args: argparse.Namespace) -> int:
+    from .cliargs import ssh_options
+    from .ssh import connect
+
+    with connect(ssh_options(args)) as conn:
+        info, matches = detect(conn)
+    print(describe(conn.label, info, matches))
+    return 0

@@ -1,0 +1,152 @@
+"""Profile a runner: latency percentiles, per-op times, peak RSS beside the planned arena, board telemetry."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..errors import RunError
+from .artifact import Artifact
+from .deploy import Deployment
+from .progress import human_bytes
+from .runner import DEFAULT_RUN_TIMEOUT, run_runner
+from .shell import LocalShell
+from .ssh import Connection
+from .telemetry import Telemetry, snapshot
+
+LATENCY_KEYS = ("median", "p90", "p99", "min", "max", "mean")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    runs: int = 100
+    warmup: int = 10
+    timeout: float = DEFAULT_RUN_TIMEOUT
+
+
+@dataclass
+class ProfileReport:
+    """One profile; `to_dict` is the JSON written by `profile --json`."""
+
+    model: str
+    board: str
+    where: str
+    emulator: str
+    runs: int
+    warmup: int
+    latency_ms: dict[str, float]
+    peak_rss_bytes: int | None
+    arena_bytes: int | None
+    lower_bound_bytes: int | None
+    weights_bytes: int | None
+    ops: list[dict] = field(default_factory=list)
+    telemetry_before: Telemetry = field(default_factory=Telemetry)
+    telemetry_after: Telemetry = field(default_factory=Telemetry)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model, "board": self.board, "where": self.where, "emulator": self.emulator,
+            "runs": self.runs, "warmup": self.warmup, "latency_ms": self.latency_ms,
+            "peak_rss_bytes": self.peak_rss_bytes, "arena_bytes": self.arena_bytes,
+            "lower_bound_bytes": self.lower_bound_bytes, "weights_bytes": self.weights_bytes, "ops": self.ops,
+            "telemetry": {"before": self.telemetry_before.to_dict(), "after": self.telemetry_after.to_dict()},
+        }
+
+    def table(self) -> str:
+        lat = self.latency_ms
+        via = f" through {self.emulator} (correctness only: emulated timing is not the board's)" if self.emulator else ""
+        lines = [
+            f"profile   {self.model} on {self.board} at {self.where}{via}",
+            f"latency   median {fmt_ms(lat['median'])}  p90 {fmt_ms(lat['p90'])}  p99 {fmt_ms(lat['p99'])}  "
+            f"min {fmt_ms(lat['min'])}  ({self.runs} runs after {self.warmup} warm-up)",
+            f"memory    peak RSS {_bytes(self.peak_rss_bytes)}  arena {_bytes(self.arena_bytes)}"
+            + (f" (lower bound {_bytes(self.lower_bound_bytes)})" if self.lower_bound_bytes is not None else "")
+            + f"  weights {_bytes(self.weights_bytes)}",
+            "cpu       " + _telemetry_line(self.telemetry_before, self.telemetry_after),
+        ]
+        if self.ops:
+            total = sum(op["ms"] for op in self.ops) or 1.0
+            width = max(12, *(len(op["name"]) for op in self.ops))
+            type_width = max(8, *(len(op["type"]) for op in self.ops))
+            lines += ["", f"{'op':<{width}}  {'type':<{type_width}}  {'time':>10}  {'share':>6}"]
+            lines += [f"{op['name']:<{width}}  {op['type']:<{type_width}}  {fmt_ms(op['ms']):>10}  "
+                      f"{100.0 * op['ms'] / total:5.1f}%" for op in self.ops]
+        return "\n".join(lines)
+
+    def json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def fmt_ms(ms: float) -> str:
+    return f"{ms * 1000:.1f} us" if ms < 1 else f"{ms:.3f} ms"
+
+
+def _bytes(n: int | None) -> str:
+    return "-" if n is None else human_bytes(n)
+
+
+def _telemetry_line(before: Telemetry, after: Telemetry) -> str:
+    parts = []
+    if after.governor:
+        parts.append(f"governor {after.governor}")
+    if after.cur_mhz:
+        parts.append(f"{after.cur_mhz:.0f} MHz" + (f" of {after.max_mhz:.0f}" if after.max_mhz else ""))
+    if after.max_temperature is not None:
+        start = f"{before.max_temperature:.1f} -> " if before.max_temperature is not None else ""
+        parts.append(f"temperature {start}{after.max_temperature:.1f} C")
+    if after.throttled:
+        parts.append(f"throttled {after.throttled}" + (f" ({', '.join(after.throttle_flags)})" if after.throttle_flags
+                                                        else " (none)"))
+    return "  ".join(parts) or "(the board exposes no governor, frequency, temperature or throttle state)"
+
+
+def parse_bench(stdout: str, runner: str) -> dict:
+    """The runner's --bench JSON object (the last line that is one)."""
+    for line in reversed(stdout.splitlines()):
+        if line.strip().startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    raise RunError(f"{runner} printed no benchmark JSON (is the artifact from this fluidml-xc version?)")
+
+
+def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
+                before: Telemetry, after: Telemetry) -> ProfileReport:
+    memory = artifact.manifest.get("memory") or {}
+    try:
+        latency = {key: float(bench[f"{key}_ms"]) for key in LATENCY_KEYS}
+    except (KeyError, TypeError, ValueError):
+        raise RunError(f"the runner's benchmark JSON lacks latency fields: {sorted(bench)}") from None
+    ops = [{"name": op["name"], "type": op["type"], "ms": float(op["ms"])} for op in bench.get("ops") or []]
+    return ProfileReport(
+        model=artifact.model_name, board=artifact.board.name, where=where, emulator=emulator,
+        runs=int(bench.get("runs", 0)), warmup=int(bench.get("warmup", 0)), latency_ms=latency,
+        peak_rss_bytes=bench.get("peak_rss_bytes"), arena_bytes=bench.get("arena_bytes", memory.get("arena_bytes")),
+        lower_bound_bytes=memory.get("lower_bound_bytes"), weights_bytes=artifact.manifest.get("weights_bytes"),
+        ops=ops, telemetry_before=before, telemetry_after=after)
+
+
+def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
+                   options: ProfileOptions = ProfileOptions()) -> ProfileReport:
+    """Run the profiling runner on the board with warm-up and N timed runs."""
+    before = snapshot(conn)
+    args = ["--bench", str(options.runs), "--warmup", str(options.warmup)]
+    if artifact.runner(profiling=True) == "runner_prof":
+        args.append("--profile")
+    result = run_runner(conn, deployment, artifact, args, profiling=True, timeout=options.timeout)
+    after = snapshot(conn)
+    bench = parse_bench(result.out, artifact.runner(True))
+    return make_report(artifact, bench, conn.label, deployment.plan.emulator, before, after)
+
+
+def profile_local(artifact: Artifact, options: ProfileOptions = ProfileOptions()) -> ProfileReport:
+    """Profile on this machine (natively, or under qemu-user for a foreign target)."""
+    from ..execute import emulator_command, run_artifact
+
+    local = LocalShell()
+    before = snapshot(local)
+    result = run_artifact(artifact.path, bench=options.runs, warmup=options.warmup, profile=True,
+                          timeout=options.timeout)
+    after = snapshot(local)
+    emulator = " ".join(emulator_command(artifact.manifest))
+    return make_report(artifact, result.bench or {}, "localhost", emulator.rsplit("/", 1)[-1], before, after)

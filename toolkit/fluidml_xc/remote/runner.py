@@ -1,0 +1,30 @@
+"""Start a deployed runner on the board (directly or through its emulator) and report crashes clearly."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import RemoteError, RunError
+from .artifact import Artifact
+from .deploy import Deployment
+from .shell import CommandResult, in_dir
+from .ssh import Connection
+
+DEFAULT_RUN_TIMEOUT = 900.0
+
+
+def run_runner(conn: Connection, deployment: Deployment, artifact: Artifact, args: Sequence[str],
+               profiling: bool = False, timeout: float = DEFAULT_RUN_TIMEOUT) -> CommandResult:
+    """Run runner (or runner_prof) with args in its deployed directory; RunError if it fails or dies."""
+    name = artifact.runner(profiling)
+    plan = deployment.plan
+    argv = plan.argv(deployment.path(name), args)
+    result = conn.run(in_dir(deployment.remote_dir, argv, timeout, plan.has_timeout), timeout=timeout + 30)
+    how = f" (through {plan.emulator})" if plan.emulator else ""
+    if result.status == 125:
+        raise RemoteError(f"the deployed directory {deployment.remote_dir} vanished on {conn.label}: deploy again")
+    if plan.has_timeout and result.status == 137 and result.seconds >= timeout:
+        raise RunError(f"{name} on {conn.label}{how} timed out after {timeout:g}s and was killed "
+                       f"(--timeout raises the limit)")
+    if not result.ok:
+        raise RunError(f"{name} on {conn.label}{how} {result.failure()}")
+    return result

@@ -15,12 +15,14 @@ from .ir import Graph, Node
 from .ops import registry
 from .ops.registry import OpSpec
 from .planning.orders import ORDERS, OrderFacts
-from .planning.strategies import STRATEGIES, Buffers
+from .planning.strategies import SEARCHES, STRATEGIES, Buffers
 
 SpecLookup = Callable[[str, int, str], "OpSpec | None"]
 
 MAX_REORDER_CANDIDATES = 2
-"""Heuristic orders (by lowest live peak) planned in full beside the original order."""
+"""Heuristic orders (those with the lowest live peak) planned beside the original order."""
+REORDER_PAIR_BUDGET = 400_000
+"""Beyond the first, plan another heuristic order only while their conflict pairs stay within this."""
 
 
 class PlanError(AssertionError):
@@ -202,13 +204,13 @@ def _layout(facts: _Facts, order: list[int]) -> _Layout:
     return _Layout(order, roots, root_of, buffers)
 
 
-def _solve(layout: _Layout, names: tuple[str, ...]) -> dict[str, tuple[int, list[int]]]:
-    results = {}
+def _solve(layout: _Layout, names: tuple[str, ...], results: dict[str, tuple[int, list[int]]]) -> None:
+    """Run the strategies of `names` not yet in `results` on one order; record (arena bytes, offsets)."""
     for name in names:
-        offsets = STRATEGIES[name](layout.buffers)
-        if offsets is not None:
-            results[name] = (layout.buffers.top(offsets), offsets)
-    return results
+        if name not in results:
+            offsets = STRATEGIES[name](layout.buffers)
+            if offsets is not None:
+                results[name] = (layout.buffers.top(offsets), offsets)
 
 
 def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Layout]:
@@ -220,11 +222,21 @@ def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Layout]:
         if all(order != layout.order for layout in layouts + extra):
             extra.append(_layout(facts, order))
     extra.sort(key=lambda layout: layout.buffers.live_peak)
-    return layouts + extra[:MAX_REORDER_CANDIDATES]
+    pairs = 0
+    for layout in extra[:MAX_REORDER_CANDIDATES]:
+        pairs += layout.buffers.pairs
+        if len(layouts) > 1 and pairs > REORDER_PAIR_BUDGET:
+            break
+        layouts.append(layout)
+    return layouts
 
 
 def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup: SpecLookup | None = None) -> MemoryPlan:
-    """Plan the arena: execution order, liveness, aliases and offsets. `spec_lookup` defaults to the op registry."""
+    """Plan the arena: execution order, liveness, aliases and offsets. `spec_lookup` defaults to the op registry.
+
+    Greedy strategies run on every candidate order; the searching ones (improver, exact) on the
+    original order and on the best other candidate, so reordering never loses to the original order.
+    """
     if options.alignment <= 0:
         raise ValueError(f"alignment must be positive, got {options.alignment}")
     names = tuple(STRATEGIES) if options.strategies is None else tuple(options.strategies)
@@ -243,19 +255,23 @@ def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup:
         return _plan(facts, layout, offsets, "plain", {"plain": top}, options.alignment)
 
     layouts = _candidate_orders(facts, original) if options.reorder else [_layout(facts, original)]
-    best: tuple | None = None
-    for rank, layout in enumerate(layouts):
-        results = _solve(layout, names)
-        if not results:
-            continue
-        winner = min(results, key=lambda name: (results[name][0], names.index(name)))
-        key = (results[winner][0], layout.buffers.live_peak, rank)
-        if best is None or key < best[0]:
-            best = (key, layout, winner, results)
-    if best is None:
+    quick = tuple(name for name in names if name not in SEARCHES)
+    results: list[dict[str, tuple[int, list[int]]]] = [{} for _ in layouts]
+    for layout, found in zip(layouts, results):
+        _solve(layout, quick, found)
+
+    def rank(k: int) -> tuple[int, int, int]:
+        arena = min((top for top, _ in results[k].values()), default=1 << 62)
+        return arena, layouts[k].buffers.live_peak, k
+
+    finalists = [0] + sorted(range(1, len(layouts)), key=rank)[:1]
+    for k in finalists:
+        _solve(layouts[k], names, results[k])
+    k = min(finalists, key=rank)
+    if not results[k]:
         raise ValueError(f"none of the memory strategies {list(names)} applies to graph {graph.name!r}: add a greedy one")
-    _, layout, winner, results = best
-    return _plan(facts, layout, results[winner][1], winner, {name: top for name, (top, _) in results.items()},
+    winner = min(results[k], key=lambda name: (results[k][name][0], names.index(name)))
+    return _plan(facts, layouts[k], results[k][winner][1], winner, {name: top for name, (top, _) in results[k].items()},
                  options.alignment)
 
 

@@ -7,6 +7,8 @@ when they do not apply (the exact solver on big problems).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import operator
 import random
@@ -15,8 +17,9 @@ from typing import Callable
 
 EXACT_MAX_BUFFERS = 12
 EXACT_NODE_BUDGET = 200_000
-ANNEAL_WORK_BUDGET = 150_000
+ANNEAL_WORK_BUDGET = 400_000
 """Neighbour visits the improver may spend per problem (deterministic, independent of the clock)."""
+ANNEAL_MAX_MOVES = 4000
 ANNEAL_SEED = 0x5EED
 
 
@@ -28,23 +31,33 @@ class Buffers:
     starts: list[int]
     ends: list[int]
     neighbors: list[list[int]] = field(init=False)
+    """Conflicting buffers (zero-sized buffers conflict with nothing)."""
     live_peak: int = field(init=False)
     """Max over steps of the bytes live at that step: no placement can beat it."""
+    pairs: int = field(init=False)
+    greedy_cache: dict[str, tuple[list[int], list[int]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.sizes)
+        ends = self.ends
         self.neighbors = [[] for _ in range(n)]
-        active: list[int] = []
-        peak = 0
-        for i in sorted(range(n), key=lambda k: (self.starts[k], k)):
+        sweep = sorted((k for k in range(n) if self.sizes[k]), key=lambda k: (self.starts[k], k))
+        sweep_starts = [self.starts[k] for k in sweep]
+        active: list[int] = []  # earlier in the sweep and still live
+        for r, i in enumerate(sweep):
             start = self.starts[i]
-            active = [j for j in active if self.ends[j] >= start]
-            for j in active:
-                self.neighbors[i].append(j)
-                self.neighbors[j].append(i)
+            active = [j for j in active if ends[j] >= start]
+            # later in the sweep: exactly those starting by our end, a contiguous run
+            self.neighbors[i] = active + sweep[r + 1:bisect.bisect_right(sweep_starts, ends[i], r + 1)]
             active.append(i)
-            peak = max(peak, sum(self.sizes[j] for j in active))
-        self.live_peak = peak
+        steps = max(self.ends, default=-1) + 2
+        live = [0] * steps
+        for size, start, end in zip(self.sizes, self.starts, self.ends):
+            live[start] += size
+            live[end + 1] -= size
+        self.live_peak = max(itertools.accumulate(live), default=0)
+        self.pairs = sum(map(len, self.neighbors)) // 2
+        self.greedy_cache = {}
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -56,13 +69,17 @@ class Buffers:
 
 StrategyFn = Callable[[Buffers], "list[int] | None"]
 STRATEGIES: dict[str, StrategyFn] = {}
+SEARCHES: set[str] = set()
+"""Strategies that search (improver, exact): the planner runs them only on its finalist orders."""
 
 
-def strategy(name: str) -> Callable[[StrategyFn], StrategyFn]:
+def strategy(name: str, search: bool = False) -> Callable[[StrategyFn], StrategyFn]:
     """Register a placement strategy under `name`."""
 
     def wrap(fn: StrategyFn) -> StrategyFn:
         STRATEGIES[name] = fn
+        if search:
+            SEARCHES.add(name)
         return fn
 
     return wrap
@@ -85,20 +102,21 @@ def _place_from(bufs: Buffers, perm: list[int], pos: list[int], offsets: list[in
     gap below the lowest one included, lowest offset on ties; without one it goes on top of them.
     """
     sizes, neighbors = bufs.sizes, bufs.neighbors
+    by_offset = offsets.__getitem__
     for p in range(first, len(perm)):
         i = perm[p]
         size = sizes[i]
-        if size == 0:
-            offsets[i] = 0
-            continue
-        placed = sorted((offsets[j], offsets[j] + sizes[j]) for j in neighbors[i] if pos[j] < p and sizes[j])
+        placed = [j for j in neighbors[i] if pos[j] < p]
+        placed.sort(key=by_offset)
         best, best_gap, prev = -1, 0, 0
-        for lo, hi in placed:
+        for j in placed:
+            lo = offsets[j]
             gap = lo - prev
             if gap >= size and (best < 0 or gap < best_gap):
                 best, best_gap = prev, gap
                 if gap == size or not best_fit:
                     break
+            hi = lo + sizes[j]
             if hi > prev:
                 prev = hi
         offsets[i] = prev if best < 0 else best
@@ -115,7 +133,7 @@ def _key_lifetime(bufs: Buffers) -> Callable[[int], tuple]:
 
 
 def _key_conflicts(bufs: Buffers) -> Callable[[int], tuple]:
-    weight = [sum(bufs.sizes[j] for j in nbrs) for nbrs in bufs.neighbors]
+    weight = [sum(map(bufs.sizes.__getitem__, nbrs)) for nbrs in bufs.neighbors]
     return lambda i: (-weight[i] - bufs.sizes[i], -bufs.sizes[i], bufs.starts[i], i)
 
 
@@ -152,58 +170,59 @@ GREEDY_KEYS: dict[str, Callable[[Buffers], Callable[[int], tuple]]] = {
 }
 
 
-def greedy_perm(bufs: Buffers, name: str) -> list[int]:
-    return sorted(range(len(bufs)), key=GREEDY_KEYS[name](bufs))
+def greedy(bufs: Buffers, name: str) -> tuple[list[int], list[int]]:
+    """(order, offsets) of the greedy strategy `name`, cached on `bufs`."""
+    if name not in bufs.greedy_cache:
+        perm = sorted(range(len(bufs)), key=GREEDY_KEYS[name](bufs))
+        bufs.greedy_cache[name] = (perm, place(bufs, perm))
+    return bufs.greedy_cache[name]
 
 
 def _register_greedy(name: str) -> None:
-    strategy(name)(lambda bufs: place(bufs, greedy_perm(bufs, name)))
+    strategy(name)(lambda bufs: greedy(bufs, name)[1][:])
 
 
 for _name in GREEDY_KEYS:
     _register_greedy(_name)
 
 
-@strategy("anneal")
+@strategy("anneal", search=True)
 def anneal(bufs: Buffers, work_budget: int = ANNEAL_WORK_BUDGET, seed: int = ANNEAL_SEED) -> list[int] | None:
     """Simulated annealing over the placement order, starting from the best greedy order.
 
     A move takes a buffer (often one that reaches the arena top) to an earlier position; only the
-    suffix after that position is placed again. Deterministic: fixed seed, budget in neighbour visits.
+    suffix from that position is placed again. Deterministic: fixed seed, and a budget counted in
+    neighbour visits rather than time. None when the problem is too big for even a few moves.
     """
     n = len(bufs)
-    if n < 2:
+    degree = 1 + 2 * bufs.pairs / max(n, 1)
+    if n < 2 or work_budget < 4 * n * degree:
         return None
     rng = random.Random(seed)
-    perm, offsets, top = min(((p, o, bufs.top(o)) for p in (greedy_perm(bufs, k) for k in GREEDY_KEYS)
-                              for o in (place(bufs, p),)), key=lambda t: t[2])
+    perm, offsets = min((greedy(bufs, name) for name in GREEDY_KEYS), key=lambda po: bufs.top(po[1]))
+    perm, offsets = perm[:], offsets[:]
+    top = bufs.top(offsets)
     best, best_top = offsets[:], top
     pos = [0] * n
     for p, i in enumerate(perm):
         pos[i] = p
-    pairs = sum(map(len, bufs.neighbors))
-    evals = max(50, min(5000, work_budget // (n + pairs)))
     temp0 = max(1.0, 0.02 * top)
-    for step in range(evals):
-        if best_top <= bufs.live_peak:
-            break
-        if rng.random() < 0.6:
-            critical = [i for i in range(n) if offsets[i] + bufs.sizes[i] == top and pos[i] > 0]
-            i = rng.choice(critical) if critical else perm[rng.randrange(1, n)]
-        else:
-            i = perm[rng.randrange(1, n)]
+    spent, moves = 0.0, 0
+    while spent < work_budget and moves < ANNEAL_MAX_MOVES and best_top > bufs.live_peak:
+        moves += 1
+        critical = [i for i in range(n) if offsets[i] + bufs.sizes[i] == top and pos[i] > 0]
+        i = rng.choice(critical) if critical and rng.random() < 0.6 else perm[rng.randrange(1, n)]
         src = pos[i]
-        if src == 0:
-            continue
         dst = rng.randrange(0, src)
         new_perm = perm[:dst] + [i] + perm[dst:src] + perm[src + 1:]
-        new_offsets = offsets[:]
         new_pos = pos[:]
         for p in range(dst, src + 1):
             new_pos[new_perm[p]] = p
+        new_offsets = offsets[:]
         _place_from(bufs, new_perm, new_pos, new_offsets, dst, True)
+        spent += n + (n - dst) * degree
         new_top = bufs.top(new_offsets)
-        temp = temp0 * (1.0 - step / evals)
+        temp = temp0 * max(0.0, 1.0 - spent / work_budget)
         if new_top <= top or (temp > 0 and rng.random() < math.exp((top - new_top) / temp)):
             perm, pos, offsets, top = new_perm, new_pos, new_offsets, new_top
             if top < best_top:
@@ -211,7 +230,7 @@ def anneal(bufs: Buffers, work_budget: int = ANNEAL_WORK_BUDGET, seed: int = ANN
     return best
 
 
-@strategy("exact")
+@strategy("exact", search=True)
 def exact(bufs: Buffers, max_buffers: int = EXACT_MAX_BUFFERS, node_budget: int = EXACT_NODE_BUDGET) -> list[int] | None:
     """Branch and bound for small problems (None above `max_buffers`).
 
@@ -225,7 +244,7 @@ def exact(bufs: Buffers, max_buffers: int = EXACT_MAX_BUFFERS, node_budget: int 
     if n > max_buffers:
         return None
     sizes, neighbors = bufs.sizes, bufs.neighbors
-    best = place(bufs, greedy_perm(bufs, "greedy_by_size"))
+    best = greedy(bufs, "greedy_by_size")[1][:]
     best_top = bufs.top(best)
     live_at = [[j for j in range(n) if bufs.starts[j] <= bufs.starts[k] <= bufs.ends[j] and sizes[j]] for k in range(n)]
     twin_before = [next((j for j in range(i) if (sizes[j], bufs.starts[j], bufs.ends[j]) == (sizes[i], bufs.starts[i], bufs.ends[i])), -1)

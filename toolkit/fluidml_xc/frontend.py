@@ -20,6 +20,7 @@ from .ir import Graph, Node, Tensor
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+FOLDABLE_ONLY = {"Constant", "Shape", "Size", "ConstantOfShape"}
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,32 @@ def _remove_dead(graph: Graph) -> None:
     graph.tensors = {k: v for k, v in graph.tensors.items() if k in needed or k in graph.inputs}
 
 
+def _check_known_ops(model: onnx.ModelProto) -> None:
+    """Ops without an ONNX schema cannot even be shape-inferred: report them, with every other op we cannot lower."""
+    from .codegen.emit import unsupported_message
+    from .ops.registry import lookup
+
+    opset = _opset(model)
+    opsets = {entry.domain or "": entry.version for entry in model.opset_import}
+    unknown, missing = False, []
+    for node, name in zip(model.graph.node, _unique_names(model)):
+        if lookup(node.op_type, opset, node.domain) is not None:
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, opsets.get(node.domain, opset), node.domain)
+        except onnx.defs.SchemaError:
+            unknown = True
+        else:
+            if node.op_type in FOLDABLE_ONLY:
+                continue
+        missing.append((node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}", name))
+    if unknown:
+        raise InputError(unsupported_message(missing))
+
+
 def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOptions(), name: str = "model") -> Graph:
     """Build the compiler graph from an ONNX model with every shape static."""
+    _check_known_ops(model)
     tensors = _graph_inputs(model, options)
     for init in model.graph.initializer:
         value = numpy_helper.to_array(init)

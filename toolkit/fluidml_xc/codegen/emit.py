@@ -28,14 +28,20 @@ def unsupported_ops(graph: Graph) -> list[Node]:
     return [n for n in graph.nodes if lookup(n.op_type, graph.opset, n.domain) is None]
 
 
+def unsupported_message(missing: list[tuple[str, str]]) -> str:
+    """One line naming every unsupported op type with its nodes, from (op type, node name) pairs."""
+    by_type: dict[str, list[str]] = {}
+    for op, node in missing:
+        by_type.setdefault(op, []).append(node)
+    listed = "; ".join(f"{op} (node {', '.join(repr(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})"
+                       for op, names in sorted(by_type.items()))
+    return f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md, or replace them before export"
+
+
 def check_supported(graph: Graph) -> None:
     missing = unsupported_ops(graph)
     if missing:
-        by_type: dict[str, list[str]] = {}
-        for node in missing:
-            by_type.setdefault(node.op_type if not node.domain else f"{node.domain}.{node.op_type}", []).append(node.name)
-        listed = "; ".join(f"{op} (node {', '.join(repr(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})" for op, names in sorted(by_type.items()))
-        raise InputError(f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md or file an issue with the model")
+        raise InputError(unsupported_message([(n.op_type if not n.domain else f"{n.domain}.{n.op_type}", n.name) for n in missing]))
 
 
 class ModuleEmitter:

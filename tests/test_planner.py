@@ -261,6 +261,30 @@ def test_inplace_needs_equal_sizes() -> None:
     assert plan(graph).alias_of == {}
 
 
+def test_inplace_needs_the_same_layout() -> None:
+    tensors = {"x": Tensor("x", np.dtype("float32"), (2, 8)), "a": Tensor("a", np.dtype("float32"), (2, 8)),
+               "b": Tensor("b", np.dtype("float32"), (2, 8)), "y": Tensor("y", np.dtype("float32"), (2, 8))}
+    graph = Graph("g", tensors, [Node("Conv", "c", ["x"], ["a"]), Node("Relu", "r", ["a"], ["b"]), Node("Conv", "d", ["b"], ["y"])],
+                  ["x"], ["y"], 17)
+    assert plan_memory(graph, spec_lookup=specs).alias_of == {"b": "a"}
+    assert plan_memory(graph, spec_lookup=specs, layouts={"b": (0, 1)}).alias_of == {"b": "a"}
+    transposed = plan_memory(graph, spec_lookup=specs, layouts={"a": (1, 0)})
+    assert transposed.alias_of == {}
+    verify_plan(graph, transposed, spec_lookup=specs)
+
+
+def test_optional_outputs_empty_and_zero_sized_tensors() -> None:
+    tensors = {"x": _f32("x", U), "a": _f32("a", 2 * U), "mask": _f32("mask", U), "z": _f32("z", 0), "y": _f32("y", U)}
+    graph = Graph("g", tensors, [Node("Split", "s", ["x", ""], ["a", "", "mask"]), Node("Conv", "e", ["a"], ["z"]),
+                                 Node("Conv", "c", ["a", "z", ""], ["y"])], ["x"], ["y"], 17)
+    result = plan(graph)
+    assert set(result.offsets) == {"a", "mask", "z"}
+    assert result.intervals["mask"] == (0, 0)  # nobody reads it: live only where it is made
+    assert result.arena_bytes == result.live_peak_bytes == 3 * U
+    empty = plan(Graph("empty", {"x": _f32("x", U)}, [], ["x"], ["x"], 17))
+    assert (empty.order, empty.offsets, empty.arena_bytes, empty.lower_bound_bytes) == ([], {}, 0, 0)
+
+
 # Plain mode, bounds and orders.
 
 def test_plain_mode_is_naive() -> None:

@@ -9,7 +9,9 @@ in the chosen execution order. Buffers whose intervals intersect get disjoint by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
+
+import numpy as np
 
 from .ir import Graph, Node
 from .ops import registry
@@ -18,6 +20,8 @@ from .planning.orders import ORDERS, OrderFacts
 from .planning.strategies import SEARCHES, STRATEGIES, Buffers
 
 SpecLookup = Callable[[str, int, str], "OpSpec | None"]
+Layouts = Mapping[str, tuple[int, ...]]
+"""Tensor name -> dimension permutation of its storage; absent means row-major."""
 
 MAX_REORDER_CANDIDATES = 2
 """Heuristic orders (those with the lowest live peak) planned beside the original order."""
@@ -104,7 +108,7 @@ def _arena_tensors(graph: Graph) -> tuple[list[str], dict[str, int]]:
 class _Facts:
     """Order-independent facts, with arena tensors as integer ids (production order)."""
 
-    def __init__(self, graph: Graph, options: PlanOptions, lookup: SpecLookup) -> None:
+    def __init__(self, graph: Graph, options: PlanOptions, lookup: SpecLookup, layouts: Layouts) -> None:
         nodes = graph.nodes
         boundary = set(graph.inputs) | set(graph.outputs)
         self.names, producer = _arena_tensors(graph)
@@ -141,7 +145,7 @@ class _Facts:
             if spec is not None and spec.inplace and options.inplace and options.reuse and node.inputs and node.outputs:
                 src, dst = node.inputs[0], node.outputs[0]
                 if src in index and dst in index and self.group[index[dst]] == index[dst] and \
-                        graph.tensors[src].nbytes == graph.tensors[dst].nbytes:
+                        _same_storage_shape(graph, layouts, src, dst):
                     g_in = self.group[index[src]]
                     shared = any(x != src and x in index and self.group[index[x]] == g_in for x in node.inputs)
                     if not shared and g_in != index[dst]:
@@ -157,6 +161,17 @@ class _Facts:
             if self.inplace_pair[i] is not None:
                 total -= self.size[self.inplace_pair[i][1]]
             self.lower_bound = max(self.lower_bound, total)
+
+
+def _same_storage_shape(graph: Graph, layouts: Layouts, a: str, b: str) -> bool:
+    """Element i of `a` and of `b` sit at the same bytes: equal element counts, item sizes and layouts."""
+    ta, tb = graph.tensors[a], graph.tensors[b]
+
+    def layout(name: str, rank: int) -> tuple[int, ...]:
+        return tuple(layouts.get(name) or range(rank))
+
+    return (ta.size == tb.size and np.dtype(ta.dtype).itemsize == np.dtype(tb.dtype).itemsize
+            and ta.shape == tb.shape and layout(a, len(ta.shape)) == layout(b, len(tb.shape)))
 
 
 @dataclass
@@ -231,8 +246,12 @@ def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Layout]:
     return layouts
 
 
-def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup: SpecLookup | None = None) -> MemoryPlan:
-    """Plan the arena: execution order, liveness, aliases and offsets. `spec_lookup` defaults to the op registry.
+def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup: SpecLookup | None = None,
+                layouts: Layouts | None = None) -> MemoryPlan:
+    """Plan the arena: execution order, liveness, aliases and offsets.
+
+    `spec_lookup` defaults to the op registry. `layouts` are the chosen storage layouts: an op runs
+    in place only when its input 0 and output 0 have the same shape, item size and layout.
 
     Greedy strategies run on every candidate order; the searching ones (improver, exact) on the
     original order and on the best other candidate, so reordering never loses to the original order.
@@ -243,7 +262,7 @@ def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup:
     unknown = [name for name in names if name not in STRATEGIES]
     if unknown or not names:
         raise ValueError(f"unknown memory strategies {unknown}: choose from {sorted(STRATEGIES)}")
-    facts = _Facts(graph, options, spec_lookup or registry.lookup)
+    facts = _Facts(graph, options, spec_lookup or registry.lookup, layouts or {})
     original = list(range(len(graph.nodes)))
 
     if not options.reuse:

@@ -1,0 +1,129 @@
+"""The compiler spine end to end: example models built for every target, run, compared with ONNX Runtime."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from fluidml_xc.examples import EXAMPLES, example_feeds
+from fluidml_xc.link import compile_c_program
+from fluidml_xc.boards import get_board
+from fluidml_xc.reference import reference_outputs
+from modelrun import build, has_emulator, run
+
+BOARDS = ["x86_64", "rpi4", "rpi3"]
+ELF = {"x86_64": ("EM_X86_64", "ELFCLASS64"), "rpi4": ("EM_AARCH64", "ELFCLASS64"), "rpi3": ("EM_ARM", "ELFCLASS32")}
+EF_ARM_ABI_FLOAT_HARD = 0x400
+
+
+def _check(model: onnx.ModelProto, board: str, tmp_path, rtol=1e-4):
+    if not has_emulator(board):
+        pytest.fail(f"{get_board(board).target.emulator} missing: apt-get install qemu-user-static")
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    feeds = example_feeds(model)
+    artifact = build(path, tmp_path, board)
+    got = run(artifact, feeds)
+    for name, ref in reference_outputs(path, feeds).items():
+        assert got[name].shape == ref.shape and got[name].dtype == ref.dtype
+        scale = float(np.max(np.abs(ref)))
+        assert float(np.max(np.abs(got[name] - ref))) <= rtol * scale + 1e-6, name
+    return artifact
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_example_models_match_onnxruntime(example, board, tmp_path):
+    artifact = _check(EXAMPLES[example](), board, tmp_path)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["board"] == board and manifest["triple"] == get_board(board).target.triple
+
+
+@pytest.fixture(scope="module")
+def cnn_artifacts(tmp_path_factory):
+    built = {}
+    model = EXAMPLES["tiny_cnn"]()
+    for board in BOARDS:
+        work = tmp_path_factory.mktemp(board)
+        path = work / "m.onnx"
+        onnx.save(model, str(path))
+        built[board] = build(path, work, board)
+    return built
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_artifact_files_manifest_and_elf(board, cnn_artifacts):
+    artifact = cnn_artifacts[board]
+    assert {"model.o", "model.h", "libmodel.a", "runner", "runner_prof", "manifest.json", "model_glue.c"} <= {p.name for p in artifact.iterdir()}
+    m = json.loads((artifact / "manifest.json").read_text())
+    for key in ("model", "board", "triple", "cpu", "features", "tools", "inputs", "outputs", "op_counts", "memory", "footprint"):
+        assert key in m
+    assert len(m["model"]["sha256"]) == 64
+    assert m["inputs"] == [{"name": "input", "shape": [1, 3, 32, 32], "dtype": "float32"}]
+    assert m["outputs"] == [{"name": "probs", "shape": [1, 10], "dtype": "float32"}]
+    assert m["op_counts"]["Conv"] == 3 and "BatchNormalization" not in m["op_counts"]
+    assert m["memory"]["arena_bytes"] >= m["memory"]["lower_bound_bytes"] > 0
+    assert m["footprint"]["text"] > 0 and m["footprint"]["rodata"] >= m["weights_bytes"] > 0
+    assert {"llvmlite", "onnx", "llvm"} <= set(m["tools"])
+    machine, elf_class = ELF[board]
+    for exe in ("runner", "runner_prof"):
+        with open(artifact / exe, "rb") as fh:
+            elf = ELFFile(fh)
+            assert elf["e_machine"] == machine and elf.elfclass == int(elf_class[-2:])
+            assert elf["e_type"] == "ET_EXEC" or elf["e_type"] == "ET_DYN"
+            if machine == "EM_ARM":
+                assert elf["e_flags"] & EF_ARM_ABI_FLOAT_HARD
+            assert not any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments()), "runner must be static"
+    with open(artifact / "model.o", "rb") as fh:
+        assert ELFFile(fh)["e_machine"] == machine
+    header = (artifact / "model.h").read_text()
+    assert "fxc_run" in header and "FXC_ARENA_BYTES" in header and '"input"' in (artifact / "model_glue.c").read_text()
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_bench_and_profile_json(board, cnn_artifacts):
+    from fluidml_xc.execute import run_artifact
+    result = run_artifact(cnn_artifacts[board], bench=3, warmup=1, profile=True)
+    bench = result.bench
+    for key in ("runs", "median_ms", "p90_ms", "min_ms", "peak_rss_bytes"):
+        assert key in bench
+    assert bench["runs"] == 3 and bench["min_ms"] <= bench["median_ms"] <= bench["p90_ms"]
+    assert [op["type"] for op in bench["ops"]].count("Conv") == 3
+
+
+USER_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "model.h"
+int main(void) {
+    void *arena = aligned_alloc(FXC_ARENA_ALIGN, (FXC_ARENA_BYTES + FXC_ARENA_ALIGN - 1) / FXC_ARENA_ALIGN * FXC_ARENA_ALIGN + FXC_ARENA_ALIGN);
+    static float input[1 * 3 * 32 * 32], probs[10];
+    for (int i = 0; i < 3 * 32 * 32; i++) input[i] = (float)((i * 7919) % 200 - 100) / 100.0f;
+    const void *ins[] = {input};
+    void *outs[] = {probs};
+    if (fxc_init(arena, FXC_ARENA_BYTES) != 0) return 3;
+    if (fxc_run(arena, ins, outs) != 0) return 4;
+    for (int i = 0; i < 10; i++) printf("%.9g\n", probs[i]);
+    return 0;
+}
+"""
+
+
+def test_user_c_program_links_libmodel_for_aarch64(cnn_artifacts, tmp_path):
+    assert shutil.which("qemu-aarch64-static"), "apt-get install qemu-user-static"
+    artifact = cnn_artifacts["rpi4"]
+    src = tmp_path / "app.c"
+    src.write_text(USER_PROGRAM)
+    exe = compile_c_program(get_board("rpi4").target, "cortex-a72", [src], [artifact], [artifact / "libmodel.a", "-lm"], tmp_path / "app")
+    out = subprocess.run(["qemu-aarch64-static", str(exe)], capture_output=True, text=True, timeout=120, check=True).stdout
+    got = np.array([float(v) for v in out.split()], dtype=np.float32)
+    x = (((np.arange(3 * 32 * 32) * 7919) % 200 - 100) / 100.0).astype(np.float32).reshape(1, 3, 32, 32)
+    model_path = tmp_path / "m.onnx"
+    onnx.save(EXAMPLES["tiny_cnn"](), str(model_path))
+    ref = reference_outputs(model_path, {"input": x})["probs"].reshape(-1)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)

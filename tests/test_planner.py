@@ -204,6 +204,12 @@ def test_anneal_improves_on_greedy() -> None:
     assert wins > 0
 
 
+def test_plans_are_deterministic() -> None:
+    graph = random_dag(400, seed=8)
+    first, second = plan(graph), plan(graph)
+    assert first == second
+
+
 # Views and in-place.
 
 def test_view_aliases_its_input_and_extends_its_lifetime() -> None:
@@ -359,12 +365,13 @@ def test_verify_plan_catches_corrupted_plans() -> None:
         "interval": _corrupt(good, intervals=dict(good.intervals, a=(0, 1))),
         "alias": _corrupt(good, alias_of=dict(good.alias_of, b="a"),
                           offsets=dict(good.offsets, b=good.offsets["a"], v=good.offsets["a"], c=good.offsets["a"])),
-        "stale in-place": _corrupt(good, alias_of=dict(good.alias_of, a="x")),
+        "alias of a caller buffer": _corrupt(good, alias_of=dict(good.alias_of, a="x")),
+        "alias outside the arena": _corrupt(good, alias_of=dict(good.alias_of, y="a")),
     }
     for label, bad in cases.items():
         with pytest.raises(PlanError):
             verify_plan(graph, bad, spec_lookup=specs)
-        assert label
+            pytest.fail(f"verify_plan accepted a plan with a bad {label}")
 
 
 def test_inplace_over_a_buffer_still_read_is_rejected() -> None:

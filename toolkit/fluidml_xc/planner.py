@@ -113,7 +113,6 @@ class _Facts:
         boundary = set(graph.inputs) | set(graph.outputs)
         self.names, producer = _arena_tensors(graph)
         index = {name: t for t, name in enumerate(self.names)}
-        self.index = index
         self.producer = [producer[name] for name in self.names]
         self.size = [_round_up(graph.tensors[name].nbytes, options.alignment) for name in self.names]
         specs = [lookup(node.op_type, graph.opset, node.domain) for node in nodes]
@@ -175,7 +174,7 @@ def _same_storage_shape(graph: Graph, layouts: Layouts, a: str, b: str) -> bool:
 
 
 @dataclass
-class _Layout:
+class _Schedule:
     """Liveness of one execution order: storage buffers and their intervals."""
 
     order: list[int]
@@ -186,7 +185,7 @@ class _Layout:
     buffers: Buffers
 
 
-def _layout(facts: _Facts, order: list[int]) -> _Layout:
+def _schedule(facts: _Facts, order: list[int]) -> _Schedule:
     n_tensors = len(facts.names)
     step = [0] * len(order)
     for s, i in enumerate(order):
@@ -216,34 +215,34 @@ def _layout(facts: _Facts, order: list[int]) -> _Layout:
     root_of = [find(facts.group[t]) for t in range(n_tensors)]
     roots = sorted({r for r in root_of}, key=lambda r: (first[r], r))
     buffers = Buffers([facts.size[r] for r in roots], [first[r] for r in roots], [last[r] for r in roots])
-    return _Layout(order, roots, root_of, buffers)
+    return _Schedule(order, roots, root_of, buffers)
 
 
-def _solve(layout: _Layout, names: tuple[str, ...], results: dict[str, tuple[int, list[int]]]) -> None:
+def _solve(schedule: _Schedule, names: tuple[str, ...], results: dict[str, tuple[int, list[int]]]) -> None:
     """Run the strategies of `names` not yet in `results` on one order; record (arena bytes, offsets)."""
     for name in names:
         if name not in results:
-            offsets = STRATEGIES[name](layout.buffers)
+            offsets = STRATEGIES[name](schedule.buffers)
             if offsets is not None:
-                results[name] = (layout.buffers.top(offsets), offsets)
+                results[name] = (schedule.buffers.top(offsets), offsets)
 
 
-def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Layout]:
-    layouts = [_layout(facts, original)]
+def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Schedule]:
+    schedules = [_schedule(facts, original)]
     order_facts = OrderFacts(facts.deps, facts.reads, facts.creates, facts.size)
-    extra: list[_Layout] = []
+    extra: list[_Schedule] = []
     for make in ORDERS.values():
         order = make(order_facts)
-        if all(order != layout.order for layout in layouts + extra):
-            extra.append(_layout(facts, order))
-    extra.sort(key=lambda layout: layout.buffers.live_peak)
+        if all(order != schedule.order for schedule in schedules + extra):
+            extra.append(_schedule(facts, order))
+    extra.sort(key=lambda schedule: schedule.buffers.live_peak)
     pairs = 0
-    for layout in extra[:MAX_REORDER_CANDIDATES]:
-        pairs += layout.buffers.pairs
-        if len(layouts) > 1 and pairs > REORDER_PAIR_BUDGET:
+    for schedule in extra[:MAX_REORDER_CANDIDATES]:
+        pairs += schedule.buffers.pairs
+        if len(schedules) > 1 and pairs > REORDER_PAIR_BUDGET:
             break
-        layouts.append(layout)
-    return layouts
+        schedules.append(schedule)
+    return schedules
 
 
 def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup: SpecLookup | None = None,
@@ -266,50 +265,50 @@ def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup:
     original = list(range(len(graph.nodes)))
 
     if not options.reuse:
-        layout = _layout(facts, original)
+        schedule = _schedule(facts, original)
         offsets, top = [], 0
-        for size in layout.buffers.sizes:
+        for size in schedule.buffers.sizes:
             offsets.append(top)
             top += size
-        return _plan(facts, layout, offsets, "plain", {"plain": top}, options.alignment)
+        return _plan(facts, schedule, offsets, "plain", {"plain": top}, options.alignment)
 
-    layouts = _candidate_orders(facts, original) if options.reorder else [_layout(facts, original)]
+    schedules = _candidate_orders(facts, original) if options.reorder else [_schedule(facts, original)]
     quick = tuple(name for name in names if name not in SEARCHES)
-    results: list[dict[str, tuple[int, list[int]]]] = [{} for _ in layouts]
-    for layout, found in zip(layouts, results):
-        _solve(layout, quick, found)
+    results: list[dict[str, tuple[int, list[int]]]] = [{} for _ in schedules]
+    for schedule, found in zip(schedules, results):
+        _solve(schedule, quick, found)
 
     def rank(k: int) -> tuple[int, int, int]:
         arena = min((top for top, _ in results[k].values()), default=1 << 62)
-        return arena, layouts[k].buffers.live_peak, k
+        return arena, schedules[k].buffers.live_peak, k
 
-    finalists = [0] + sorted(range(1, len(layouts)), key=rank)[:1]
+    finalists = [0] + sorted(range(1, len(schedules)), key=rank)[:1]
     for k in finalists:
-        _solve(layouts[k], names, results[k])
+        _solve(schedules[k], names, results[k])
     k = min(finalists, key=rank)
     if not results[k]:
         raise ValueError(f"none of the memory strategies {list(names)} applies to graph {graph.name!r}: add a greedy one")
     winner = min(results[k], key=lambda name: (results[k][name][0], names.index(name)))
-    return _plan(facts, layouts[k], results[k][winner][1], winner, {name: top for name, (top, _) in results[k].items()},
+    return _plan(facts, schedules[k], results[k][winner][1], winner, {name: top for name, (top, _) in results[k].items()},
                  options.alignment)
 
 
-def _plan(facts: _Facts, layout: _Layout, offsets: list[int], strategy: str, strategies: dict[str, int],
+def _plan(facts: _Facts, schedule: _Schedule, offsets: list[int], strategy: str, strategies: dict[str, int],
           alignment: int) -> MemoryPlan:
-    buffer_of = {root: b for b, root in enumerate(layout.roots)}
-    bufs = layout.buffers
+    buffer_of = {root: b for b, root in enumerate(schedule.roots)}
+    bufs = schedule.buffers
     names = facts.names
     return MemoryPlan(
-        order=layout.order,
-        offsets={names[t]: offsets[buffer_of[r]] for t, r in enumerate(layout.root_of)},
-        alias_of={names[t]: names[r] for t, r in enumerate(layout.root_of) if r != t},
+        order=schedule.order,
+        offsets={names[t]: offsets[buffer_of[r]] for t, r in enumerate(schedule.root_of)},
+        alias_of={names[t]: names[r] for t, r in enumerate(schedule.root_of) if r != t},
         arena_bytes=bufs.top(offsets),
         live_peak_bytes=bufs.live_peak,
         lower_bound_bytes=facts.lower_bound,
         naive_bytes=facts.naive,
         strategy=strategy,
         strategies=strategies,
-        intervals={names[r]: (bufs.starts[b], bufs.ends[b]) for b, r in enumerate(layout.roots)},
+        intervals={names[r]: (bufs.starts[b], bufs.ends[b]) for b, r in enumerate(schedule.roots)},
         alignment=alignment,
     )
 
@@ -339,6 +338,9 @@ def verify_plan(graph: Graph, plan: MemoryPlan, spec_lookup: SpecLookup | None =
         extra, missing = set(plan.offsets) - set(arena), set(arena) - set(plan.offsets)
         raise PlanError(f"offsets do not cover exactly the arena tensors: extra {sorted(extra)[:5]}, missing {sorted(missing)[:5]}")
 
+    strays = sorted(set(plan.alias_of) - set(arena))
+    if strays:
+        raise PlanError(f"aliases for tensors outside the arena: {strays[:5]}")
     align = plan.alignment
     size = {t: _round_up(graph.tensors[t].nbytes, align) for t in arena}
     root = {t: plan.alias_of.get(t, t) for t in arena}

@@ -174,9 +174,14 @@ def connect(options: SshOptions) -> "Connection":
         raise RemoteError(f"cannot resolve host name {ep.hostname!r}: {exc.strerror}") from None
     except paramiko.SSHException as exc:
         client.close()
-        if "banner" in str(exc).lower():
-            raise RemoteError(f"no SSH greeting from {where} within {timeout:g}s: the port is open but does not "
-                              f"answer like an SSH server (--connect-timeout raises the limit)") from None
+        text = str(exc).lower()
+        if "no authentication methods" in text:
+            raise RemoteError(f"no SSH key to log in to {ep.user}@{where} with: pass -i KEY, set IdentityFile in "
+                              f"~/.ssh/config or add the key to ssh-agent") from None
+        if "banner" in text or "no existing session" in text or "negotiation" in text:
+            raise RemoteError(f"timed out after {timeout:g}s waiting for the SSH handshake with {where}: the port "
+                              f"is open but does not answer like an SSH server (--connect-timeout raises the limit)"
+                              ) from None
         raise RemoteError(f"SSH handshake with {where} failed: {exc}") from None
     except (OSError, EOFError) as exc:
         client.close()

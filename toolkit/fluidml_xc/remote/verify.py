@@ -69,16 +69,20 @@ def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]
 
 
 def model_path(artifact: Artifact, override: Path | None = None) -> Path:
-    """The ONNX model the artifact was built from, checked against the manifest's sha256."""
+    """The ONNX model to compare with: `override` as given, else the recorded path, checked by sha256."""
+    if override:
+        if not override.is_file():
+            raise InputError(f"--model {override}: no such file")
+        return override
     recorded = artifact.manifest.get("model") or {}
-    path = override or Path(recorded.get("path") or "")
-    if not str(path) or not path.is_file():
-        raise InputError(f"the model the artifact was built from ({path or 'unrecorded'}) is not here: pass "
-                         f"--model MODEL.onnx")
+    path = Path(recorded.get("path") or "")
+    if not recorded.get("path") or not path.is_file():
+        raise InputError(f"the model the artifact was built from ({recorded.get('path') or 'not recorded'}) is not "
+                         f"here: pass --model MODEL.onnx")
     expected = recorded.get("sha256")
     if expected and sha256_file(path) != expected:
-        raise InputError(f"{path} is not the model the artifact was built from (sha256 differs): pass the right "
-                         f"--model or rebuild")
+        raise InputError(f"{path} changed since the artifact was built (sha256 differs): rebuild, or pass --model "
+                         f"to compare with it anyway")
     return path
 
 

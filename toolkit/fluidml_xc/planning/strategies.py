@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 EXACT_MAX_BUFFERS = 12
-EXACT_NODE_BUDGET = 200_000
+EXACT_NODE_BUDGET = 30_000
+"""Candidate placements the exact solver may try (bounds its time to well under a second)."""
 ANNEAL_WORK_BUDGET = 400_000
 """Neighbour visits the improver may spend per problem (deterministic, independent of the clock)."""
 ANNEAL_MAX_MOVES = 4000
@@ -237,52 +238,74 @@ def exact(bufs: Buffers, max_buffers: int = EXACT_MAX_BUFFERS, node_budget: int 
     Any packing can be pushed down until each buffer rests on 0 or on a conflicting buffer; taking
     its buffers by increasing offset and putting each at the lowest free offset not below the
     previous one reproduces it or better. So the search branches on the next buffer, at the lowest
-    feasible offset >= the previous offset, and prunes with (floor + bytes still to place at any
-    step). Optimal unless `node_budget` runs out (then the best packing found).
+    feasible offset >= the previous one (the floor). Prunes: the best greedy packing as incumbent;
+    at every step, floor + bytes still to place + placed bytes above the floor; identical buffers in
+    index order; and two non-conflicting buffers at the same offset in index order. Optimal unless
+    `node_budget` runs out (then the best packing found).
     """
     n = len(bufs)
     if n > max_buffers:
         return None
-    sizes, neighbors = bufs.sizes, bufs.neighbors
-    best = greedy(bufs, "greedy_by_size")[1][:]
+    sizes = bufs.sizes
+    best = min((greedy(bufs, name)[1] for name in GREEDY_KEYS), key=bufs.top)[:]
     best_top = bufs.top(best)
-    live_at = [[j for j in range(n) if bufs.starts[j] <= bufs.starts[k] <= bufs.ends[j] and sizes[j]] for k in range(n)]
+    if best_top <= bufs.live_peak:
+        return best
+    conflict = [[False] * n for _ in range(n)]
+    for i, nbrs in enumerate(bufs.neighbors):
+        for j in nbrs:
+            conflict[i][j] = True
+    cliques = {frozenset(j for j in range(n) if bufs.starts[j] <= bufs.starts[k] <= bufs.ends[j] and sizes[j]) for k in range(n)}
+    cliques = [tuple(c) for c in cliques if c and not any(c < other for other in cliques)]
     twin_before = [next((j for j in range(i) if (sizes[j], bufs.starts[j], bufs.ends[j]) == (sizes[i], bufs.starts[i], bufs.ends[i])), -1)
                    for i in range(n)]
     offsets = [0 if size == 0 else -1 for size in sizes]
-    todo = sum(1 for size in sizes if size)
     visits = 0
 
     def lowest(i: int, floor: int) -> int:
         size = sizes[i]
-        placed = [(offsets[j], offsets[j] + sizes[j]) for j in neighbors[i] if offsets[j] >= 0 and sizes[j]]
+        placed = [(offsets[j], offsets[j] + sizes[j]) for j in bufs.neighbors[i] if offsets[j] >= 0]
         for cand in sorted({floor} | {hi for _, hi in placed if hi > floor}):
             if all(hi <= cand or lo >= cand + size for lo, hi in placed):
                 return cand
         raise AssertionError("unreachable: the top of the placed buffers is always free")
 
-    def search(floor: int, top: int, left: int) -> None:
+    def bound(floor: int) -> int:
+        worst = 0
+        for clique in cliques:
+            need = floor
+            for j in clique:
+                off = offsets[j]
+                if off < 0:
+                    need += sizes[j]
+                elif off + sizes[j] > floor:
+                    need += off + sizes[j] - max(off, floor)
+            worst = max(worst, need)
+        return worst
+
+    def search(floor: int, top: int, last: int, left: int) -> None:
         nonlocal best, best_top, visits
         if left == 0:
             best, best_top = offsets[:], top
             return
-        visits += 1
-        if visits > node_budget:
-            return
         for i in range(n):
             if offsets[i] >= 0 or (twin_before[i] >= 0 and offsets[twin_before[i]] < 0):
                 continue
+            visits += 1
+            if visits > node_budget:
+                return
             off = lowest(i, floor)
+            if off == floor and 0 <= i < last and not conflict[i][last] and offsets[last] == floor:
+                continue  # placing i before `last` reaches the same packing or a lower one
             new_top = max(top, off + sizes[i])
             if new_top >= best_top:
                 continue
             offsets[i] = off
-            if max(off + sum(sizes[j] for j in live if offsets[j] < 0) for live in live_at) < best_top:
-                search(off, new_top, left - 1)
+            if bound(off) < best_top:
+                search(off, new_top, i, left - 1)
             offsets[i] = -1
             if best_top <= bufs.live_peak:
                 return
 
-    if best_top > bufs.live_peak:
-        search(0, 0, todo)
+    search(0, 0, -1, sum(1 for size in sizes if size))
     return best

@@ -57,7 +57,8 @@ class MemoryPlan:
     live_peak_bytes: int
     """Max over steps of the live bytes in `order` (each buffer rounded up to the alignment)."""
     lower_bound_bytes: int
-    """Order-independent: max over ops of the arena bytes an op reads and writes."""
+    """Order-independent: max over ops of the arena bytes an op reads and writes (a view's output is
+    its input's storage; an op that may run in place counts its input 0 and output 0 once)."""
     naive_bytes: int
     """Sum of all arena buffers, no reuse."""
     strategy: str

@@ -88,7 +88,8 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     spec = machine_spec(board)
     decisions = optimize(graph, spec, options.opt, options.costs)
     plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=options.opt != "plain",
-                                          inplace=options.opt != "plain", reorder=options.opt != "plain"))
+                                          inplace=options.opt != "plain", reorder=options.opt != "plain"),
+                       layouts=decisions.layouts)
     verify_plan(graph, plan)
     emit_opts = dict(layouts=decisions.layouts, loop_orders=decisions.loop_orders)
     (workdir / "model.o").write_bytes(compile_module(emit_module(graph, plan, spec, EmitOptions(**emit_opts)), spec))

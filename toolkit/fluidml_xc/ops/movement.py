@@ -1,0 +1,530 @@
+"""Data movement: Transpose, Concat, Slice, Split, Expand, Tile, Pad, Depth/SpaceToDepth, the Gather and
+Scatter families, Trilu, OneHot and Resize.
+
+Affine movement is a `generic` copy whose accesses carry the offsets/strides (a Slice is an input
+access with scaled strides and an offset). Data-dependent addressing (Gather, Scatter) loads the
+indices at run time, wraps negative ones and addresses the data through its strides.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.kernel import Access, Operand
+from ..codegen.scalar import const, is_float
+from ..errors import InputError
+from .registry import register
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _order(strides) -> list[int]:
+    """Loop order over a domain: largest stride outermost, so the innermost loop is the densest."""
+    return sorted(range(len(strides)), key=lambda d: -abs(strides[d]))
+
+
+def _ints(k, i: int, attr: str | None = None, default=None):
+    """Integer list from input i (newer opsets) or attribute `attr` (older ones); None when absent."""
+    if attr is not None and attr in k.node.attrs:
+        return [int(v) for v in np.ravel(k.attr(attr))]
+    if i < len(k.inputs) and k.inputs[i] is not None:
+        value = k.input_value(i)
+        if value is None:
+            raise InputError(f"node {k.node.name!r} ({k.node.op_type}): input {i} must be a build-time constant; "
+                             "export the model with static shapes so it folds")
+        return [int(v) for v in np.ravel(value)]
+    return default
+
+
+def _index_dtype(k) -> np.dtype:
+    return np.dtype(f"int{k.idx_t.width}")
+
+
+def _as_index(k, dtype, value: ir.Value, extent: int | None = None) -> ir.Value:
+    """A loaded index (any int/float dtype) as k.idx_t; negative values wrap by `extent` when given."""
+    i = k.s.cast(dtype, _index_dtype(k), value)
+    if extent is None:
+        return i
+    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, k.index(extent)), i)
+
+
+def _copy(k, domain, out: Access, src: Access, order=None) -> None:
+    if int(np.prod(domain, dtype=np.int64)) == 0:
+        return
+    k.generic(domain, [out], [src], lambda v, i: [v[0]], order=order if order is not None else _order(out.strides))
+
+
+def _each(k, domain, body) -> None:
+    """Run body(idx) for every point of domain (row-major loops); nothing for an empty domain."""
+    if int(np.prod(domain, dtype=np.int64)) == 0:
+        return
+    idx: list = [None] * len(domain)
+    k.loops(domain, list(range(len(domain))), idx, body)
+
+
+def _linear(k, op: Operand, dims_to_idx: dict[int, ir.Value]) -> ir.Value:
+    """Element offset of op at the given per-dim indices (dims absent are 0)."""
+    total = k.index(0)
+    for d, i in dims_to_idx.items():
+        if op.shape[d] != 1 and op.strides[d]:
+            term = i if op.strides[d] == 1 else k.b.mul(i, k.index(op.strides[d]))
+            total = k.b.add(total, term)
+    return total
+
+
+def _store_at(k, op: Operand, linear: ir.Value, value: ir.Value) -> None:
+    k.b.store(value, k.b.gep(op.ptr, [linear], inbounds=True))
+
+
+# -- affine copies -------------------------------------------------------------------------------
+@register("Transpose")
+def lower_transpose(k):
+    x, out = k.inputs[0], k.outputs[0]
+    perm = k.attr("perm") or list(range(x.rank))[::-1]
+    dims = [0] * x.rank
+    for j, p in enumerate(perm):
+        dims[p] = j
+    _copy(k, out.shape, out.identity_access(), x.access(dims, out.rank))
+
+
+@register("Concat")
+def lower_concat(k):
+    out = k.outputs[0]
+    axis = _axis(int(k.attr("axis")), out.rank)
+    start = 0
+    for x in k.inputs:
+        if x is None:
+            continue
+        acc = out.identity_access()
+        acc = Access(acc.ptr, acc.dtype, acc.strides, start * out.strides[axis])
+        _copy(k, x.shape, acc, x.identity_access())
+        start += x.shape[axis]
+
+
+def _slice_params(k, x: Operand):
+    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1)."""
+    if k.graph.opset < 10:
+        starts, ends = _ints(k, 99, "starts"), _ints(k, 99, "ends")
+        axes, steps = _ints(k, 99, "axes", list(range(len(starts)))), [1] * len(starts)
+    else:
+        starts, ends = _ints(k, 1), _ints(k, 2)
+        axes = _ints(k, 3, default=list(range(len(starts))))
+        steps = _ints(k, 4, default=[1] * len(starts))
+    params = [(0, 1)] * x.rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        r = range(*slice(s, e, st).indices(x.shape[_axis(a, x.rank)]))
+        params[_axis(a, x.rank)] = (r.start, st)
+    return params
+
+
+def _offset_access(x: Operand, starts_steps) -> Access:
+    strides = tuple(x.strides[d] * st for d, (_, st) in enumerate(starts_steps))
+    offset = sum(x.strides[d] * s for d, (s, _) in enumerate(starts_steps))
+    return Access(x.ptr, x.dtype, strides, offset)
+
+
+@register("Slice")
+def lower_slice(k):
+    x, out = k.inputs[0], k.outputs[0]
+    _copy(k, out.shape, out.identity_access(), _offset_access(x, _slice_params(k, x)))
+
+
+@register("Split")
+def lower_split(k):
+    x = k.inputs[0]
+    axis = _axis(int(k.attr("axis", 0)), x.rank)
+    n = len(k.outputs)
+    sizes = _ints(k, 1, "split")
+    if sizes is None:
+        chunk = -(-x.shape[axis] // n)
+        sizes = [min(chunk, max(x.shape[axis] - chunk * j, 0)) for j in range(n)]
+    start = 0
+    for out, size in zip(k.outputs, sizes):
+        if out is not None:
+            params = [(start if d == axis else 0, 1) for d in range(x.rank)]
+            _copy(k, out.shape, out.identity_access(), _offset_access(x, params))
+        start += size
+
+
+@register("Expand")
+def lower_expand(k):
+    x, out = k.inputs[0], k.outputs[0]
+    _copy(k, out.shape, out.identity_access(), x.broadcast_access(out.shape))
+
+
+@register("Tile")
+def lower_tile(k):
+    """Domain (rep0, n0, rep1, n1, ...): out index rep*n + i reads input index i."""
+    x, out = k.inputs[0], k.outputs[0]
+    domain, out_strides, in_strides = [], [], []
+    for d, n in enumerate(x.shape):
+        domain += [out.shape[d] // n if n else 0, n]
+        out_strides += [out.strides[d] * n, out.strides[d]]
+        in_strides += [0, x.strides[d]]
+    _copy(k, domain, Access(out.ptr, out.dtype, tuple(out_strides)), Access(x.ptr, x.dtype, tuple(in_strides)))
+
+
+def _blocks(k, space_to_depth: bool) -> None:
+    """DepthToSpace / SpaceToDepth over the domain (N, C', H, b1, W, b2) with C' the smaller channel count."""
+    x, out = k.inputs[0], k.outputs[0]
+    bs = int(k.attr("blocksize"))
+    crd = k.attr("mode", "DCR") == "CRD"
+    deep, wide = (out, x) if space_to_depth else (x, out)
+    n, c, h, w = wide.shape[0], wide.shape[1], deep.shape[2], deep.shape[3]
+    cs = deep.strides[1]
+    chan = (cs * bs * bs, cs * bs, cs) if crd else (cs, cs * bs * c, cs * c)
+    deep_strides = (deep.strides[0], chan[0], deep.strides[2], chan[1], deep.strides[3], chan[2])
+    ws = wide.strides
+    wide_strides = (ws[0], ws[1], ws[2] * bs, ws[2], ws[3] * bs, ws[3])
+    domain = (n, c, h, bs, w, bs)
+    deep_acc, wide_acc = Access(deep.ptr, deep.dtype, deep_strides), Access(wide.ptr, wide.dtype, wide_strides)
+    if space_to_depth:
+        _copy(k, domain, deep_acc, wide_acc)
+    else:
+        _copy(k, domain, wide_acc, deep_acc)
+
+
+@register("DepthToSpace")
+def lower_depth_to_space(k):
+    _blocks(k, False)
+
+
+@register("SpaceToDepth")
+def lower_space_to_depth(k):
+    _blocks(k, True)
+
+
+# -- Pad -----------------------------------------------------------------------------------------
+def _pad_params(k, rank: int):
+    """(begin pads, end pads) per dim, and the constant fill value (an ir.Value)."""
+    dt = k.inputs[0].dtype
+    value = None
+    if k.graph.opset < 11:
+        pads = _ints(k, 99, "pads") or _ints(k, 99, "paddings")
+        value = const(dt, k.attr("value", 0.0))
+        axes = list(range(rank))
+    else:
+        pads = _ints(k, 1)
+        axes = [_axis(a, rank) for a in (_ints(k, 3) or list(range(rank)))]
+        cv = k.inputs[2] if len(k.inputs) > 2 else None
+        if cv is not None:
+            v = k.input_value(2)
+            value = const(dt, np.ravel(v)[0]) if v is not None else k.b.load(cv.ptr)
+        else:
+            value = const(dt, 0)
+    begin, end = [0] * rank, [0] * rank
+    for j, a in enumerate(axes):
+        begin[a], end[a] = pads[j], pads[len(axes) + j]
+    return begin, end, value
+
+
+def _pad_source(k, mode: str, i: ir.Value, pad: int, n: int) -> ir.Value:
+    """Input index read by output index i along one dim for reflect / edge / wrap padding."""
+    b, zero, last = k.b, k.index(0), k.index(n - 1)
+    src = b.sub(i, k.index(pad))
+    if mode == "edge":
+        src = b.select(b.icmp_signed("<", src, zero), zero, src)
+        return b.select(b.icmp_signed(">", src, last), last, src)
+    if mode == "wrap":
+        r = b.srem(src, k.index(n))
+        return b.select(b.icmp_signed("<", r, zero), b.add(r, k.index(n)), r)
+    if n == 1:
+        return zero
+    period = k.index(2 * (n - 1))
+    r = b.srem(src, period)
+    r = b.select(b.icmp_signed("<", r, zero), b.add(r, period), r)
+    return b.select(b.icmp_signed(">", r, last), b.sub(period, r), r)
+
+
+@register("Pad")
+def lower_pad(k):
+    x, out = k.inputs[0], k.outputs[0]
+    mode = k.attr("mode", "constant")
+    begin, end, value = _pad_params(k, x.rank)
+    if mode == "constant":
+        if out.size:
+            k.generic(out.shape, [out.identity_access()], [], lambda v, i: [value], order=_order(out.strides))
+        inner = tuple(o - max(p, 0) - max(q, 0) for o, p, q in zip(out.shape, begin, end))
+        if min(inner, default=1) <= 0:
+            return
+        dst = out.identity_access()
+        dst = Access(dst.ptr, dst.dtype, dst.strides, sum(max(p, 0) * s for p, s in zip(begin, out.strides)))
+        src = _offset_access(x, [(max(-p, 0), 1) for p in begin])
+        _copy(k, inner, dst, src)
+        return
+    if mode not in ("edge", "reflect", "wrap"):
+        raise InputError(f"node {k.node.name!r} (Pad): mode {mode!r} is not one of constant, reflect, edge, wrap")
+    out_acc = out.identity_access()
+
+    def body(ix):
+        src = {d: _pad_source(k, mode, ix[d], begin[d], x.shape[d]) for d in range(x.rank) if x.shape[d] != 1}
+        k.store(out_acc, ix, k.load_at(x, _linear(k, x, src)))
+    _each(k, out.shape, body)
+
+
+# -- gathers -------------------------------------------------------------------------------------
+@register("Gather")
+def lower_gather(k):
+    data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
+    axis = _axis(int(k.attr("axis", 0)), data.rank)
+    q = indices.rank
+    value = k.input_value(1)
+    if value is not None and value.size == 1:
+        start = int(value.reshape(-1)[0]) % data.shape[axis]
+        params = [(start if d == axis else 0, 1) for d in range(data.rank)]
+        src = _offset_access(data, params)
+        dims = [d if d < axis else (None if d == axis else d + q - 1) for d in range(data.rank)]
+        strides = [0] * out.rank
+        for d, j in enumerate(dims):
+            if j is not None:
+                strides[j] += src.strides[d]
+        _copy(k, out.shape, out.identity_access(), Access(src.ptr, src.dtype, tuple(strides), src.offset))
+        return
+    ind_acc = indices.access([axis + j for j in range(q)], out.rank)
+    out_acc = out.identity_access()
+
+    def body(ix):
+        i = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
+        dims = {d: ix[d] if d < axis else ix[d + q - 1] for d in range(data.rank) if d != axis}
+        dims[axis] = i
+        k.store(out_acc, ix, k.load_at(data, _linear(k, data, dims)))
+    _each(k, out.shape, body)
+
+
+@register("GatherElements")
+def lower_gather_elements(k):
+    data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
+    axis = _axis(int(k.attr("axis", 0)), data.rank)
+    ind_acc, out_acc = indices.identity_access(), out.identity_access()
+
+    def body(ix):
+        dims = {d: ix[d] for d in range(data.rank)}
+        dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
+        k.store(out_acc, ix, k.load_at(data, _linear(k, data, dims)))
+    _each(k, out.shape, body)
+
+
+def _nd_dims(k, data: Operand, indices: Operand, ix, batch: int, lead: int) -> dict[int, ir.Value]:
+    """GatherND/ScatterND: data dims addressed by the index tuple at domain point ix[:lead]."""
+    r = indices.shape[-1]
+    dims = {d: ix[d] for d in range(batch)}
+    base = _linear(k, indices, {d: ix[d] for d in range(lead)})
+    for j in range(r):
+        pos = k.b.add(base, k.index(j * indices.strides[-1]))
+        dims[batch + j] = _as_index(k, indices.dtype, k.load_at(indices, pos), data.shape[batch + j])
+    return dims
+
+
+@register("GatherND")
+def lower_gather_nd(k):
+    data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
+    batch = int(k.attr("batch_dims", 0))
+    lead, r = indices.rank - 1, indices.shape[-1]
+    out_acc = out.identity_access()
+
+    def body(ix):
+        dims = _nd_dims(k, data, indices, ix, batch, lead)
+        for d in range(batch + r, data.rank):
+            dims[d] = ix[lead + d - batch - r]
+        k.store(out_acc, ix, k.load_at(data, _linear(k, data, dims)))
+    _each(k, out.shape, body)
+
+
+# -- scatters ------------------------------------------------------------------------------------
+def _reduce_fn(k, dtype):
+    """The scatter reduction: new value from (old, update)."""
+    mode = k.attr("reduction", "none")
+    fns = {"none": lambda old, u: u, "add": lambda old, u: k.s.add(dtype, old, u), "mul": lambda old, u: k.s.mul(dtype, old, u),
+           "max": lambda old, u: k.s.max(dtype, old, u), "min": lambda old, u: k.s.min(dtype, old, u)}
+    if mode not in fns:
+        raise InputError(f"node {k.node.name!r} ({k.node.op_type}): reduction {mode!r} is not one of {', '.join(fns)}")
+    return fns[mode]
+
+
+def _scatter_store(k, out: Operand, dims, update: ir.Value, reduce) -> None:
+    ptr = k.b.gep(out.ptr, [_linear(k, out, dims)], inbounds=True)
+    k.b.store(reduce(k.b.load(ptr), update), ptr)
+
+
+@register(("ScatterElements", "Scatter"))
+def lower_scatter_elements(k):
+    data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
+    axis = _axis(int(k.attr("axis", 0)), data.rank)
+    reduce = _reduce_fn(k, data.dtype)
+    _copy(k, out.shape, out.identity_access(), data.identity_access())
+    ind_acc, upd_acc = indices.identity_access(), updates.identity_access()
+
+    def body(ix):
+        dims = {d: ix[d] for d in range(data.rank)}
+        dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
+        _scatter_store(k, out, dims, k.load(upd_acc, ix), reduce)
+    _each(k, indices.shape, body)
+
+
+@register("ScatterND")
+def lower_scatter_nd(k):
+    data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
+    reduce = _reduce_fn(k, data.dtype)
+    lead, r = indices.rank - 1, indices.shape[-1]
+    _copy(k, out.shape, out.identity_access(), data.identity_access())
+    upd_acc = updates.identity_access()
+
+    def body(ix):
+        dims = _nd_dims(k, out, indices, ix, 0, lead)
+        for d in range(r, data.rank):
+            dims[d] = ix[lead + d - r]
+        _scatter_store(k, out, dims, k.load(upd_acc, ix), reduce)
+    _each(k, updates.shape, body)
+
+
+# -- generators ----------------------------------------------------------------------------------
+def _scalar(k, i: int) -> ir.Value:
+    """Scalar input i: a constant when known at build time, else loaded."""
+    op, value = k.inputs[i], k.input_value(i)
+    return const(op.dtype, np.ravel(value)[0]) if value is not None else k.b.load(op.ptr)
+
+
+@register("Trilu")
+def lower_trilu(k):
+    x, out = k.inputs[0], k.outputs[0]
+    upper = int(k.attr("upper", 1))
+    diag = _as_index(k, np.int64, _scalar(k, 1)) if len(k.inputs) > 1 and k.inputs[1] is not None else k.index(0)
+    zero = const(x.dtype, 0)
+    r = x.rank
+
+    def body(v, ix):
+        d = k.b.sub(ix[r - 1], ix[r - 2])
+        keep = k.b.icmp_signed(">=" if upper else "<=", d, diag)
+        return [k.b.select(keep, v[0], zero)]
+    if out.size:
+        k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=_order(out.strides))
+
+
+@register("OneHot")
+def lower_one_hot(k):
+    indices, values, out = k.inputs[0], k.inputs[2], k.outputs[0]
+    axis = _axis(int(k.attr("axis", -1)), out.rank)
+    depth = out.shape[axis]
+    off, on = k.load_at(values, k.index(0)), k.load_at(values, k.index(values.strides[0]))
+    ind_acc = indices.access([d if d < axis else d + 1 for d in range(indices.rank)], out.rank)
+
+    def body(v, ix):
+        i = _as_index(k, indices.dtype, v[0], depth)
+        return [k.b.select(k.b.icmp_signed("==", i, ix[axis]), on, off)]
+    if out.size:
+        k.generic(out.shape, [out.identity_access()], [ind_acc], body)
+
+
+# -- Resize --------------------------------------------------------------------------------------
+def _resize_scales(k, x: Operand, out: Operand) -> list[float]:
+    """Per-dim scale factors as the coordinate transform uses them (given scales, else out/in)."""
+    scales = None
+    if k.graph.opset >= 11 and len(k.inputs) > 2 and k.inputs[2] is not None and k.input_value(2) is not None and k.input_value(2).size:
+        scales = [float(s) for s in k.input_value(2)]
+    elif k.graph.opset < 11 and len(k.inputs) > 1 and k.input_value(1) is not None:
+        scales = [float(s) for s in k.input_value(1)]
+    sizes_given = k.graph.opset >= 11 and len(k.inputs) > 3 and k.inputs[3] is not None
+    if scales is None or sizes_given:
+        scales = [o / i for o, i in zip(out.shape, x.shape)]
+    axes = k.attr("axes")
+    if axes is not None and len(scales) != x.rank:
+        full = [1.0] * x.rank
+        for a, s in zip(axes, scales):
+            full[_axis(a, x.rank)] = s
+        scales = full
+    return scales
+
+
+def _source_coord(mode: str, i: int, scale: float, n_in: int, n_out: int) -> float:
+    if mode == "asymmetric":
+        return i / scale
+    if mode == "align_corners":
+        return 0.0 if n_out == 1 else i * (n_in - 1) / (n_out - 1)
+    if mode == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+    if mode in ("half_pixel", "half_pixel_symmetric"):
+        if mode == "half_pixel_symmetric":
+            adj = n_out / (scale * n_in)
+            return (n_in / 2) * (1 - adj) + (i + 0.5) / scale - 0.5
+        return (i + 0.5) / scale - 0.5
+    raise InputError(f"Resize: coordinate_transformation_mode {mode!r} is not supported (tf_crop_and_resize)")
+
+
+def _nearest(x: float, mode: str) -> int:
+    if mode == "floor":
+        return math.floor(x)
+    if mode == "ceil":
+        return math.ceil(x)
+    if mode == "round_prefer_ceil":
+        return math.floor(x + 0.5)
+    if mode == "round_prefer_floor":
+        return math.ceil(x - 0.5)
+    raise InputError(f"Resize: nearest_mode {mode!r} is not supported")
+
+
+@register(("Resize", "Upsample"))
+def lower_resize(k):
+    """Nearest and (multi)linear resize: per-dim source taps and weights are tables built at compile time."""
+    x, out = k.inputs[0], k.outputs[0]
+    mode = k.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear", "trilinear") or k.attr("antialias", 0):
+        raise InputError(f"node {k.node.name!r} (Resize): mode {mode!r} (antialias={k.attr('antialias', 0)}) is not supported; "
+                         "use nearest or linear without antialias")
+    default = "asymmetric" if k.graph.opset < 11 else "half_pixel"
+    coord = k.attr("coordinate_transformation_mode", default)
+    nearest_mode = k.attr("nearest_mode", "round_prefer_floor" if k.graph.opset >= 11 else "floor")
+    if k.graph.opset < 11:
+        nearest_mode = "floor"
+    if mode != "nearest" and not is_float(x.dtype):
+        raise InputError(f"node {k.node.name!r} (Resize): linear mode needs a float tensor, got {x.dtype}")
+    scales = _resize_scales(k, x, out)
+    taps: list[list[tuple[int, int, float]]] = []  # per dim: for each out index (i0, i1, weight of i1)
+    for d in range(x.rank):
+        n_in, n_out = x.shape[d], out.shape[d]
+        row = []
+        for i in range(n_out):
+            if n_in == n_out and scales[d] == 1.0:
+                row.append((i, i, 0.0))
+                continue
+            c = _source_coord(coord, i, scales[d], n_in, n_out)
+            if mode == "nearest":
+                j = min(max(_nearest(c, nearest_mode), 0), n_in - 1)
+                row.append((j, j, 0.0))
+            else:
+                c = min(max(c, 0.0), n_in - 1)
+                lo = int(math.floor(c))
+                hi = min(lo + 1, n_in - 1)
+                row.append((lo, hi, c - lo))
+        taps.append(row)
+    interp = [d for d in range(x.rank) if any(w for _, _, w in taps[d])]
+    idx_dt = _index_dtype(k)
+    tables = [k.constant_array(np.array([[t[0], t[1]] for t in row], dtype=idx_dt)) for row in taps]
+    weights = {d: k.constant_array(np.array([t[2] for t in taps[d]], dtype=x.dtype)) for d in interp}
+    out_acc = out.identity_access()
+    dt = x.dtype
+
+    def tap(d, i, which):
+        return k.b.load(k.b.gep(tables[d], [k.b.add(k.b.mul(i, k.index(2)), k.index(which))], inbounds=True))
+
+    def body(ix):
+        lo = {d: tap(d, ix[d], 0) for d in range(x.rank) if x.shape[d] != 1}
+        total = None
+        for corner in range(1 << len(interp)):
+            dims, w = dict(lo), None
+            for bit, d in enumerate(interp):
+                wd = k.b.load(k.b.gep(weights[d], [ix[d]], inbounds=True))
+                if corner >> bit & 1:
+                    dims[d] = tap(d, ix[d], 1)
+                else:
+                    wd = k.b.fsub(const(dt, 1), wd)
+                w = wd if w is None else k.b.fmul(w, wd)
+            v = k.load_at(x, _linear(k, x, dims))
+            term = v if w is None else k.b.fmul(v, w)
+            total = term if total is None else k.b.fadd(total, term)
+        k.store(out_acc, ix, total)
+    _each(k, out.shape, body)

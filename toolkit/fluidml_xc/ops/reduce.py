@@ -1,0 +1,326 @@
+"""Reductions and row-wise normalizations: ReduceX, ArgMax/ArgMin, CumSum, Softmax/LogSoftmax/Hardmax,
+LayerNormalization.
+
+ReduceX are `generic` reductions (reduce loops innermost, fast-math so LLVM vectorizes them). The
+row-wise ops loop over the outer dims and run a few passes over each row (max, exp-sum, scale for
+Softmax; mean, variance, normalize for LayerNormalization), addressing every operand by strides.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.scalar import FAST, const, is_float, llvm_type
+from ..errors import InputError
+from .registry import register
+
+FLOATS = ("float32", "float64", "float16")
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _order(strides) -> list[int]:
+    """Domain dims largest stride first, so the innermost loop walks the densest dim."""
+    return sorted(range(len(strides)), key=lambda d: -abs(strides[d]))
+
+
+def _lowest(dt) -> ir.Constant:
+    return const(dt, -np.inf) if is_float(dt) else const(dt, np.iinfo(dt).min)
+
+
+def _highest(dt) -> ir.Constant:
+    return const(dt, np.inf) if is_float(dt) else const(dt, np.iinfo(dt).max)
+
+
+def _fmax(k, dt, a, b):
+    """max that LLVM can vectorize as a reduction (fast-math compare + select)."""
+    if not is_float(dt):
+        return k.s.max(dt, a, b)
+    return k.b.select(k.b.fcmp_ordered(">", a, b, flags=FAST), a, b)
+
+
+def _exp(k, dt, x):
+    return k.s.intrinsic("llvm.exp", x)
+
+
+# -- ReduceX -------------------------------------------------------------------------------------
+def _reduce_axes(k, rank: int) -> list[int] | None:
+    """Reduced axes (sorted, non-negative); None means 'no-op' (empty axes with noop_with_empty_axes)."""
+    from_input = k.graph.opset >= (13 if k.node.op_type == "ReduceSum" else 18)
+    if from_input:
+        axes = None
+        if len(k.inputs) > 1 and k.inputs[1] is not None:
+            value = k.input_value(1)
+            if value is None:
+                raise InputError(f"node {k.node.name!r} ({k.node.op_type}): axes must be a build-time constant")
+            axes = [int(a) for a in np.ravel(value)]
+    else:
+        axes = k.attr("axes")
+    if not axes:
+        return None if from_input and k.attr("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted({_axis(int(a), rank) for a in axes})
+
+
+def _sq(k, dt, x):
+    return k.s.mul(dt, x, x)
+
+
+def _abs(k, dt, x):
+    if is_float(dt):
+        return k.s.intrinsic("llvm.fabs", x)
+    return k.b.select(k.s.cmp(dt, "<", x, const(dt, 0)), k.s.neg(dt, x), x) if np.dtype(dt).kind == "i" else x
+
+
+def _mean(k, dt, acc, n):
+    return k.s.div(dt, acc, const(dt, n))
+
+
+# name -> (init, per-element value, combine, finalize(acc, count)); None = identity / add
+REDUCERS = {
+    "ReduceSum": (lambda dt: const(dt, 0), None, None, None),
+    "ReduceMean": (lambda dt: const(dt, 0), None, None, _mean),
+    "ReduceSumSquare": (lambda dt: const(dt, 0), _sq, None, None),
+    "ReduceL1": (lambda dt: const(dt, 0), _abs, None, None),
+    "ReduceL2": (lambda dt: const(dt, 0), _sq, None, lambda k, dt, acc, n: k.s.intrinsic("llvm.sqrt", acc)),
+    "ReduceLogSum": (lambda dt: const(dt, 0), None, None, lambda k, dt, acc, n: k.s.intrinsic("llvm.log", acc)),
+    "ReduceProd": (lambda dt: const(dt, 1), None, lambda k, dt, a, x: k.s.mul(dt, a, x), None),
+    "ReduceMax": (_lowest, None, _fmax, None),
+    "ReduceMin": (_highest, None, lambda k, dt, a, x: k.s.min(dt, a, x), None),
+}
+FLOAT_ONLY = {"ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}
+
+
+def _reduce(k, name: str) -> None:
+    x, out = k.inputs[0], k.outputs[0]
+    dt, r = x.dtype, x.rank
+    axes = _reduce_axes(k, r)
+    if axes is None:
+        if out.size:
+            k.copy(x, out)
+        return
+    if not out.size:
+        return
+    keep = int(k.attr("keepdims", 1))
+    out_acc = out.access(list(range(r)) if keep else [d for d in range(r) if d not in axes], r)
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    x_acc, order = x.identity_access(), _order(x.strides)
+    if name == "ReduceLogSumExp":
+        # max first (into the output), then log(sum(exp(x - max))) + max
+        k.generic(x.shape, [out_acc], [x_acc], lambda v, i: [v[0]], axes, [_lowest(dt)],
+                  lambda a, v: [_fmax(k, dt, a[0], v[0])], order=order)
+
+        def finalize(accs, ix):
+            top = k.load(out_acc, ix)
+            return [k.s.add(dt, k.s.intrinsic("llvm.log", accs[0]), top)]
+        k.generic(x.shape, [out_acc], [x_acc, out_acc], lambda v, i: [_exp(k, dt, k.s.sub(dt, v[0], v[1]))], axes,
+                  [const(dt, 0)], finalize=finalize, order=order)
+        return
+    init, value, combine, finish = REDUCERS[name]
+    body = (lambda v, i: [value(k, dt, v[0])]) if value else (lambda v, i: [v[0]])
+    comb = (lambda a, v: [combine(k, dt, a[0], v[0])]) if combine else None
+    fin = (lambda a, i: [finish(k, dt, a[0], count)]) if finish else None
+    k.generic(x.shape, [out_acc], [x_acc], body, axes, [init(dt)], comb, fin, order=order)
+
+
+def _register_reduce(name: str) -> None:
+    @register(name, dtypes=FLOATS if name in FLOAT_ONLY else None)
+    def lower(k):
+        _reduce(k, name)
+
+
+for _name in [*REDUCERS, "ReduceLogSumExp"]:
+    _register_reduce(_name)
+
+
+# -- row helpers ---------------------------------------------------------------------------------
+def _rows(k, shape, strides, row_dims, row) -> None:
+    """Call row(ix, inner) for every index of the dims outside `row_dims`; inner = row dims, outermost first."""
+    if int(np.prod(shape, dtype=np.int64)) == 0:
+        return
+    order = _order(strides)
+    outer = [d for d in order if d not in row_dims]
+    inner = [d for d in order if d in row_dims]
+    idx: list = [None] * len(shape)
+    k.loops(shape, outer, idx, lambda ix: row(ix, inner))
+
+
+def _over(k, shape, inner, ix, fn) -> None:
+    """One pass over a row: fn(ix) at each point; afterwards the row dims of ix are reset to 0."""
+    k.loops(shape, inner, ix, fn)
+    for d in inner:
+        ix[d] = k.index(0)
+
+
+def _fold(k, shape, inner, ix, dt, init, fn) -> ir.Value:
+    """Reduce a row: acc = fn(acc, ix) over every point, starting from init; returns the final acc."""
+    slot = k.local(llvm_type(dt), init)
+    _over(k, shape, inner, ix, lambda i: k.b.store(fn(k.b.load(slot), i), slot))
+    return k.b.load(slot)
+
+
+# -- ArgMax / ArgMin -----------------------------------------------------------------------------
+def _arg(k, largest: bool) -> None:
+    x, out = k.inputs[0], k.outputs[0]
+    r, dt = x.rank, x.dtype
+    axis = _axis(int(k.attr("axis", 0)), r)
+    keep, last = int(k.attr("keepdims", 1)), int(k.attr("select_last_index", 0))
+    out_acc = out.access(list(range(r)) if keep else [d for d in range(r) if d != axis], r)
+    x_acc = x.identity_access()
+    op = (">" if largest else "<") + ("=" if last else "")
+    idx_dt = np.dtype(f"int{k.idx_t.width}")
+
+    def row(ix, inner):
+        ix[axis] = k.index(0)
+        best = k.local(llvm_type(dt), k.load(x_acc, ix))
+        pos = k.local(k.idx_t, k.index(0))
+        with k.for_range(x.shape[axis], 1) as j:
+            ix[axis] = j
+            v, b = k.load(x_acc, ix), k.b.load(best)
+            better = k.s.cmp(dt, op, v, b)
+            k.b.store(k.b.select(better, v, b), best)
+            k.b.store(k.b.select(better, j, k.b.load(pos)), pos)
+        ix[axis] = k.index(0)
+        k.store(out_acc, ix, k.s.cast(idx_dt, out.dtype, k.b.load(pos)))
+    _rows(k, x.shape, x.strides, [axis], row)
+
+
+@register("ArgMax")
+def lower_argmax(k):
+    _arg(k, True)
+
+
+@register("ArgMin")
+def lower_argmin(k):
+    _arg(k, False)
+
+
+# -- CumSum --------------------------------------------------------------------------------------
+@register("CumSum")
+def lower_cumsum(k):
+    x, out = k.inputs[0], k.outputs[0]
+    dt, n = x.dtype, None
+    value = k.input_value(1)
+    if value is None:
+        raise InputError(f"node {k.node.name!r} (CumSum): axis must be a build-time constant")
+    axis = _axis(int(np.ravel(value)[0]), x.rank)
+    n = x.shape[axis]
+    exclusive, reverse = int(k.attr("exclusive", 0)), int(k.attr("reverse", 0))
+    x_acc, out_acc = x.identity_access(), out.identity_access()
+
+    def row(ix, inner):
+        acc = k.local(llvm_type(dt), const(dt, 0))
+        with k.for_range(n) as j:
+            ix[axis] = k.b.sub(k.index(n - 1), j) if reverse else j
+            before = k.b.load(acc)
+            after = k.s.add(dt, before, k.load(x_acc, ix))
+            k.store(out_acc, ix, before if exclusive else after)
+            k.b.store(after, acc)
+    _rows(k, x.shape, x.strides, [axis], row)
+
+
+# -- Softmax family ------------------------------------------------------------------------------
+def _softmax_dims(k, rank: int) -> list[int]:
+    """Opset < 13: the input is coerced to 2D at `axis` (all dims from axis on); later, one axis."""
+    if k.graph.opset < 13:
+        return list(range(_axis(int(k.attr("axis", 1)), rank), rank))
+    return [_axis(int(k.attr("axis", -1)), rank)]
+
+
+def _softmax(k, log: bool) -> None:
+    x, out = k.inputs[0], k.outputs[0]
+    dt = x.dtype
+    x_acc, out_acc = x.identity_access(), out.identity_access()
+
+    def row(ix, inner):
+        top = _fold(k, x.shape, inner, ix, dt, _lowest(dt), lambda a, i: _fmax(k, dt, a, k.load(x_acc, i)))
+
+        def exp_term(i):
+            e = _exp(k, dt, k.s.sub(dt, k.load(x_acc, i), top))
+            if not log:
+                k.store(out_acc, i, e)
+            return e
+        total = _fold(k, x.shape, inner, ix, dt, const(dt, 0), lambda a, i: k.s.add(dt, a, exp_term(i)))
+        if log:
+            shift = k.s.add(dt, top, k.s.intrinsic("llvm.log", total))
+            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.sub(dt, k.load(x_acc, i), shift)))
+        else:
+            inv = k.b.fdiv(const(dt, 1), total)
+            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))
+    _rows(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+
+
+@register("Softmax", dtypes=FLOATS)
+def lower_softmax(k):
+    _softmax(k, False)
+
+
+@register("LogSoftmax", dtypes=FLOATS)
+def lower_log_softmax(k):
+    _softmax(k, True)
+
+
+@register("Hardmax")
+def lower_hardmax(k):
+    """1 at the first maximum of each row (identified by its element offset), 0 elsewhere."""
+    x, out = k.inputs[0], k.outputs[0]
+    dt = x.dtype
+    x_acc, out_acc = x.identity_access(), out.identity_access()
+    one, zero = const(out.dtype, 1), const(out.dtype, 0)
+
+    def row(ix, inner):
+        best = k.local(llvm_type(dt), _lowest(dt))
+        where = k.local(k.idx_t, k.index(-1))
+
+        def visit(i):
+            v, b = k.load(x_acc, i), k.b.load(best)
+            better = k.s.cmp(dt, ">", v, b)
+            k.b.store(k.b.select(better, v, b), best)
+            k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
+        _over(k, x.shape, inner, ix, visit)
+        at = k.b.load(where)
+        _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
+    _rows(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+
+
+# -- LayerNormalization --------------------------------------------------------------------------
+@register("LayerNormalization", dtypes=FLOATS)
+def lower_layer_norm(k):
+    """Per row: mean, then variance around it, then normalize with scale and bias; compute in float32 for fp16."""
+    x, scale = k.inputs[0], k.inputs[1]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    y, mean_out, inv_out = (list(k.outputs) + [None, None])[:3]
+    r, dt = x.rank, x.dtype
+    cdt = np.dtype(np.float32) if dt == np.float16 else dt
+    axis = _axis(int(k.attr("axis", -1)), r)
+    eps = const(cdt, float(k.attr("epsilon", 1e-5)))
+    dims = list(range(axis, r))
+    count = const(cdt, int(np.prod(x.shape[axis:], dtype=np.int64)))
+    x_acc, y_acc, s_acc = x.identity_access(), y.identity_access(), scale.broadcast_access(x.shape)
+    b_acc = bias.broadcast_access(x.shape) if bias is not None else None
+    stats = [(op, op.access(list(range(r)), r) if op is not None else None) for op in (mean_out, inv_out)]
+
+    def load(acc, i):
+        return k.s.cast(dt, cdt, k.load(acc, i))
+
+    def row(ix, inner):
+        total = _fold(k, x.shape, inner, ix, cdt, const(cdt, 0), lambda a, i: k.s.add(cdt, a, load(x_acc, i)))
+        mean = k.b.fdiv(total, count)
+
+        def sq(a, i):
+            d = k.s.sub(cdt, load(x_acc, i), mean)
+            return k.s.add(cdt, a, k.s.mul(cdt, d, d))
+        var = k.b.fdiv(_fold(k, x.shape, inner, ix, cdt, const(cdt, 0), sq), count)
+        inv = k.b.fdiv(const(cdt, 1), k.s.intrinsic("llvm.sqrt", k.s.add(cdt, var, eps)))
+
+        def norm(i):
+            v = k.s.mul(cdt, k.s.mul(cdt, k.s.sub(cdt, load(x_acc, i), mean), inv), k.s.cast(scale.dtype, cdt, k.load(s_acc, i)))
+            if b_acc is not None:
+                v = k.s.add(cdt, v, k.s.cast(bias.dtype, cdt, k.load(b_acc, i)))
+            k.store(y_acc, i, k.s.cast(cdt, y.dtype, v))
+        _over(k, x.shape, inner, ix, norm)
+        for (op, acc), value in zip(stats, (mean, inv)):
+            if op is not None:
+                k.store(acc, ix, k.s.cast(cdt, op.dtype, value))
+    _rows(k, x.shape, x.strides, dims, row)

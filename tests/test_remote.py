@@ -276,7 +276,7 @@ def test_full_disk_is_reported_and_previous_deploy_kept(server, builds, empty_co
                 filled.append(subprocess.run(["dd", "if=/dev/zero", f"of={small_disk}/filler", "bs=64k"],
                                              capture_output=True).returncode)
 
-        with pytest.raises(RemoteError, match=r"disk on .* is full .*previous deploy is untouched"):
+        with pytest.raises(RemoteError, match=r"disk on .* is full .*while uploading .*previous deploy is untouched"):
             deploy(conn, load_artifact(builds["b"]), DeployOptions(str(small_disk), progress=fill))
         assert current_target(small_disk) == posixpath.basename(previous.remote_dir)
         assert not list(small_disk.glob(".tmp-*"))

@@ -111,9 +111,10 @@ def deploy(conn: Connection, artifact: Artifact, options: DeployOptions = Deploy
         got = remote_hashes(conn, tmp, sorted(expected)) or {}
         bad = sorted(name for name in expected if got.get(name) != expected[name])
         if bad:
+            full = _disk_full(conn, base, 0, f"after uploading {', '.join(bad)}")
             conn.run(["rm", "-rf", "--", tmp])
-            raise RemoteError(f"sha256 mismatch on {conn.label} for {', '.join(bad)} after upload (corrupted in "
-                              f"transit or on disk); the previous deploy is untouched, re-run deploy")
+            raise full or RemoteError(f"sha256 mismatch on {conn.label} for {', '.join(bad)} after upload (corrupted "
+                                      f"in transit or on disk); the previous deploy is untouched, re-run deploy")
         result = conn.run(sh(_INSTALL, base, posixpath.basename(tmp), dirname))
         if not result.ok:
             raise RemoteError(f"installing {dirname} in {base} on {conn.label} {result.failure()}")
@@ -141,6 +142,9 @@ def _upload(conn: Connection, artifact: Artifact, tmp: str, base: str, progress:
                     done += len(chunk)
                     if progress:
                         progress(done, total, f.name)
+            arrived = sftp.stat(remote).st_size  # pipelined writes can fail silently (e.g. a full disk)
+            if arrived != f.size:
+                raise OSError(f"only {arrived} of {f.size} bytes of {f.name} arrived")
             sftp.chmod(remote, 0o755 if f.executable else 0o644)
             if progress and f.size == 0:
                 progress(done, total, f.name)
@@ -149,12 +153,20 @@ def _upload(conn: Connection, artifact: Artifact, tmp: str, base: str, progress:
         if not conn.alive:
             raise RemoteError(f"connection to {conn.label} lost {state}; the previous deploy is untouched, "
                               f"re-run deploy to retry") from None
-        free = conn.run(sh(_FREE, base)).out.strip()
+        full = _disk_full(conn, base, max(total - done, 0), state)
         conn.run(["rm", "-rf", "--", tmp])
-        if free.isdigit() and int(free) * 1024 < max(total - done, 0) + 64 * 1024:
-            raise RemoteError(f"the disk on {conn.label} is full ({free} KB free in {base}) {state}; the previous "
-                              f"deploy is untouched: free some space or pass --base-dir on another filesystem") from None
+        if full:
+            raise full from None
         if isinstance(exc, RemoteError):
             raise
         raise RemoteError(f"upload to {conn.label} failed {state}: {exc}; the previous deploy is untouched") from None
     return done
+
+
+def _disk_full(conn: Connection, base: str, still_needed: int, state: str) -> RemoteError | None:
+    """A 'disk full' error when the filesystem of base has (almost) no room left, else None."""
+    free = conn.run(sh(_FREE, base)).out.strip()
+    if free.isdigit() and int(free) * 1024 < still_needed + 64 * 1024:
+        return RemoteError(f"the disk on {conn.label} is full ({free} KB free in {base}) {state}; the previous "
+                           f"deploy is untouched: free some space or pass --base-dir on another filesystem")
+    return None

@@ -1,0 +1,431 @@
+"""Conv and ConvTranspose.
+
+1D and 2D float Conv use a direct kernel (1D is 2D with one row). Constant weights are repacked at
+build time into [group][block][Cin/group][kh][kw][R]; a block keeps R output channels times a tile of
+U vectors along the output row in registers while it walks the input channels and the taps, so each
+input vector feeds R multiply-adds. Padding never reaches the hot loop: the output rows and columns
+whose windows lie entirely inside the input are found at build time and run with constant tap
+ranges; the few border rows and columns are emitted one by one with their own constant tap ranges.
+A 1x1 stride-1 conv over contiguous rows runs as a matmul over the flattened image (pixel tiles
+outermost, so a tile of input stays in cache for every channel block). Depthwise convs are the
+R = 1 case with wider tiles. Other ranks and ConvTranspose use a generic nest whose tap ranges
+per position come from build-time tables.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.scalar import const, is_float, llvm_type
+from .registry import register
+
+
+# -- geometry ----------------------------------------------------------------------------------
+def auto_pad_mode(k) -> str:
+    mode = k.attr("auto_pad", "NOTSET")
+    return mode.decode() if isinstance(mode, bytes) else mode
+
+
+def begin_pads(k, in_sp, k_sp, strides, dils, out_sp) -> list[int]:
+    """Leading pad per spatial dim (the trailing pad is implied by the output shape)."""
+    mode, n = auto_pad_mode(k), len(in_sp)
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for i in range(n):
+            total = max(0, (out_sp[i] - 1) * strides[i] + (k_sp[i] - 1) * dils[i] + 1 - in_sp[i])
+            pads.append(total // 2 if mode == "SAME_UPPER" else total - total // 2)
+        return pads
+    if mode == "VALID":
+        return [0] * n
+    pads = k.attr("pads") or [0] * (2 * n)
+    return [int(p) for p in pads[:n]]
+
+
+def tap_range(o: int, stride: int, dil: int, pad: int, taps: int, size: int) -> tuple[int, int]:
+    """Taps t in [lo, hi) with 0 <= o*stride + t*dil - pad < size."""
+    base = o * stride - pad
+    lo = max(0, -(base // dil))
+    hi = min(taps, (size - 1 - base) // dil + 1)
+    return lo, max(lo, hi)
+
+
+def tap_tables(k, outs, strides, dils, pads, taps, sizes):
+    """Per spatial dim: constant arrays lo[o], hi[o] of tap ranges (index-typed)."""
+    int_t = np.int64 if k.idx_t.width == 64 else np.int32
+    tables = []
+    for d in range(len(outs)):
+        ranges = np.array([tap_range(o, strides[d], dils[d], pads[d], taps[d], sizes[d]) for o in range(outs[d])], dtype=int_t)
+        tables.append((k.constant_array(ranges[:, 0].copy()), k.constant_array(ranges[:, 1].copy())))
+    return tables
+
+
+def offset(k, const_part: int, *terms):
+    """const_part + sum(value * stride); int values fold into the constant (an int result when all are)."""
+    total, acc = const_part, None
+    for value, stride in terms:
+        if stride == 0:
+            continue
+        if isinstance(value, int):
+            total += value * stride
+            continue
+        term = value if stride == 1 else k.b.mul(value, k.index(stride), flags=("nsw",))
+        acc = term if acc is None else k.b.add(acc, term, flags=("nsw",))
+    if acc is None:
+        return total
+    return acc if total == 0 else k.b.add(acc, k.index(total), flags=("nsw",))
+
+
+def element(k, ptr, off):
+    return k.b.gep(ptr, [k.index(off) if isinstance(off, int) else off], inbounds=True)
+
+
+# -- vector helpers ----------------------------------------------------------------------------
+def splat(k, value, lanes: int):
+    vt = ir.VectorType(value.type, lanes)
+    v = k.b.insert_element(ir.Constant(vt, None), value, ir.Constant(ir.IntType(32), 0))
+    return k.b.shuffle_vector(v, ir.Constant(vt, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def load_lanes(k, ptr, off, lanes: int, step: int, wide: bool):
+    """`lanes` elements step apart from ptr[off]; wide: one contiguous load + shuffle (stays in bounds)."""
+    b, p = k.b, element(k, ptr, off)
+    ft = p.type.pointee
+    size = ft.width // 8 if isinstance(ft, ir.IntType) else {"float": 4, "double": 8, "half": 2}[str(ft)]
+    if lanes == 1:
+        return b.load(p)
+    if step == 1 or wide:
+        n = lanes * step if step > 1 else lanes
+        v = b.load(b.bitcast(p, ir.VectorType(ft, n).as_pointer()), align=size)
+        if step == 1:
+            return v
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [i * step for i in range(lanes)])
+        return b.shuffle_vector(v, v, mask)
+    v = ir.Constant(ir.VectorType(ft, lanes), None)
+    for i in range(lanes):
+        x = b.load(element(k, ptr, offset(k, i * step, (off, 1))))
+        v = b.insert_element(v, x, ir.Constant(ir.IntType(32), i))
+    return v
+
+
+def store_lanes(k, ptr, off, value, lanes: int, step: int):
+    b, p = k.b, element(k, ptr, off)
+    if lanes == 1:
+        b.store(value, p)
+    elif step == 1:
+        ft = p.type.pointee
+        size = {"float": 4, "double": 8, "half": 2}[str(ft)]
+        b.store(value, b.bitcast(p, ir.VectorType(ft, lanes).as_pointer()), align=size)
+    else:
+        for i in range(lanes):
+            b.store(b.extract_element(value, ir.Constant(ir.IntType(32), i)), element(k, ptr, offset(k, i * step, (off, 1))))
+
+
+# -- direct 2D kernel --------------------------------------------------------------------------
+class Conv2D:
+    """Emits out = conv(x, w) + bias for (N, C, H, W) views given as (shape, strides, ptr)."""
+
+    def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool):
+        self.k, self.dtype = k, dtype
+        (self.N, self.C, self.H, self.W), self.xs, self.xp = x
+        (self.OC, _, self.KH, self.KW), self.ws, self.wp, wvalue = w
+        (_, _, self.OH, self.OW), self.os, self.op = out
+        self.bias = bias
+        (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw) = strides, dils, pads
+        self.G, self.flat = groups, flat
+        self.Cig, self.Cog = self.C // groups, self.OC // groups
+        self.R = min(4, self.Cog)
+        self.U = 4 if self.R <= 2 else 2
+        self.V = max(1, k.vector_bits // (np.dtype(self.dtype).itemsize * 8))
+        self.NB = -(-self.Cog // self.R)
+        self.packed = None
+        if wvalue is not None:
+            wv = wvalue.reshape(self.G, self.Cog, self.Cig, self.KH, self.KW)
+            pad = self.NB * self.R - self.Cog
+            wv = np.concatenate([wv, np.zeros((self.G, pad, self.Cig, self.KH, self.KW), wv.dtype)], axis=1) if pad else wv
+            wv = wv.reshape(self.G, self.NB, self.R, self.Cig, self.KH, self.KW).transpose(0, 1, 3, 4, 5, 2)
+            self.packed = k.constant_array(np.ascontiguousarray(wv))
+        # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
+        self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
+        self.margin = self.sw - 1 if self.wide else 0
+        self.unroll = self.KH * self.KW <= 49
+
+    # columns / rows whose windows are entirely inside the input
+    def interior(self, n_out, stride, dil, pad, taps, size, margin):
+        full = [o for o in range(n_out) if tap_range(o, stride, dil, pad, taps, size) == (0, taps)
+                and o * stride + (taps - 1) * dil - pad + margin <= size - 1]
+        return (full[0], full[-1] + 1) if full else (0, 0)
+
+    def weight(self, g, cb, r, ci, kh, kw):
+        k = self.k
+        if self.packed is not None:
+            R = self.R
+            per_ci = self.KH * self.KW * R
+            off = offset(k, kw * R + r, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * R))
+            return k.b.load(element(k, self.packed, off))
+        s = self.ws
+        off = offset(k, r * s[0] + kw * s[3], (g, self.Cog * s[0]), (cb, self.R * s[0]), (ci, s[1]), (kh, s[2]))
+        return k.b.load(element(k, self.wp, off))
+
+    def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range):
+        """R output channels x (nvec vectors | one pixel when nvec == 0) at row oh, columns from ow."""
+        k, b, s, dt = self.k, self.k.b, self.k.s, self.dtype
+        lanes = self.V if nvec else 1
+        count = max(nvec, 1)
+        ty = ir.VectorType(llvm_type(dt), lanes) if nvec else llvm_type(dt)
+        slots = []
+        for r in range(R):
+            if self.bias is not None:
+                bv = b.load(element(k, self.bias.ptr, offset(k, r * self.bias.strides[0], (g, self.Cog * self.bias.strides[0]), (cb, self.R * self.bias.strides[0]))))
+            else:
+                bv = const(dt, 0)
+            init = splat(k, bv, lanes) if nvec else bv
+            slots.append([k.local(ty, init) for _ in range(count)])
+        xs, sx = self.xs, self.sw * self.xs[3]
+
+        def taps(ci, kh):
+            accs = [[b.load(slot) for slot in row] for row in slots]
+            ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
+            row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, sx))
+            for kw in range(*kw_range):
+                base = offset(k, kw * self.dw * xs[3], (row, 1))
+                xv = [load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
+                for r in range(R):
+                    wv = self.weight(g, cb, r, ci, kh, kw)
+                    if nvec:
+                        wv = splat(k, wv, lanes)
+                    for u in range(count):
+                        accs[r][u] = s.add(dt, accs[r][u], s.mul(dt, wv, xv[u]))
+            for row_slots, row_accs in zip(slots, accs):
+                for slot, acc in zip(row_slots, row_accs):
+                    b.store(acc, slot)
+
+        def over_ci(ci):
+            lo, hi = kh_range
+            if self.unroll or hi - lo == 1:
+                for kh in range(lo, hi):
+                    taps(ci, kh)
+            else:
+                with k.for_range(hi, lo) as kh:
+                    taps(ci, kh)
+
+        if kw_range[1] > kw_range[0] and kh_range[1] > kh_range[0]:
+            if self.Cig == 1:
+                over_ci(0)
+            else:
+                with k.for_range(self.Cig) as ci:
+                    over_ci(ci)
+        os_ = self.os
+        for r in range(R):
+            for u in range(count):
+                off = offset(k, r * os_[1] + u * lanes * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                store_lanes(k, self.op, off, b.load(slots[r][u]), lanes, os_[3])
+
+    def channel_blocks(self, fn):
+        full, rest = divmod(self.Cog, self.R)
+        if full == 1:
+            fn(0, self.R)
+        elif full:
+            with self.k.for_range(full) as cb:
+                fn(cb, self.R)
+        if rest:
+            fn(full, rest)
+
+    def row(self, oh, kh_range, emit):
+        """Every column of output row oh: emit(ow, nvec, kw_range) per block."""
+        k, V, T = self.k, self.V, self.U * self.V
+        lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
+        for ow in range(lo):
+            emit(ow, 0, tap_range(ow, self.sw, self.dw, self.pw, self.KW, self.W))
+        width, full = hi - lo, (0, self.KW)
+        tiles = width // T
+        if tiles == 1:
+            emit(lo, self.U, full)
+        elif tiles:
+            with k.for_range(tiles) as t:
+                emit(offset(k, lo, (t, T)), self.U, full)
+        pos, rest = lo + tiles * T, width - tiles * T
+        if rest >= V:
+            emit(pos, rest // V, full)
+            pos, rest = pos + rest // V * V, rest % V
+        if rest and width >= V:
+            emit(hi - V, 1, full)
+        elif rest:
+            for ow in range(pos, hi):
+                emit(ow, 0, full)
+        for ow in range(max(hi, lo), self.OW):
+            emit(ow, 0, tap_range(ow, self.sw, self.dw, self.pw, self.KW, self.W))
+
+    def rows(self, emit_row):
+        k = self.k
+        lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
+        for oh in list(range(lo)) + list(range(max(hi, lo), self.OH)):
+            emit_row(oh, tap_range(oh, self.sh, self.dh, self.ph, self.KH, self.H))
+        if hi - lo == 1:
+            emit_row(lo, (0, self.KH))
+        elif hi > lo:
+            with k.for_range(hi, lo) as oh:
+                emit_row(oh, (0, self.KH))
+
+    def emit(self):
+        k = self.k
+
+        def per_image(n, g):
+            if self.flat:
+                self.row(0, (0, 1), lambda ow, nvec, kw: self.channel_blocks(
+                    lambda cb, R: self.block(n, g, cb, R, 0, ow, nvec, (0, 1), kw)))
+            else:
+                self.channel_blocks(lambda cb, R: self.rows(lambda oh, khr: self.row(
+                    oh, khr, lambda ow, nvec, kw: self.block(n, g, cb, R, oh, ow, nvec, khr, kw))))
+
+        def over(extent, fn):
+            if extent == 1:
+                fn(0)
+            else:
+                with k.for_range(extent) as i:
+                    fn(i)
+        over(self.N, lambda n: over(self.G, lambda g: per_image(n, g)))
+
+
+def _as_2d(op, weight: bool = False):
+    """(shape, strides) of a rank-3 (1D conv) operand viewed as rank 4 with a unit row."""
+    if op.rank == 4:
+        return op.shape, op.strides
+    return (*op.shape[:2], 1, op.shape[2]), (*op.strides[:2], 0, op.strides[2])
+
+
+def conv_params(k, x, w, out):
+    sp = x.rank - 2
+    k_sp = list(k.attr("kernel_shape") or w.shape[2:])
+    strides = list(k.attr("strides") or [1] * sp)
+    dils = list(k.attr("dilations") or [1] * sp)
+    pads = begin_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
+    return k_sp, strides, dils, pads
+
+
+@register("Conv")
+def lower_conv(k):
+    x, w = k.inputs[0], k.inputs[1]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    out = k.outputs[0]
+    if out.size == 0:
+        return
+    groups = int(k.attr("group", 1))
+    k_sp, strides, dils, pads = conv_params(k, x, w, out)
+    if x.rank not in (3, 4) or not is_float(out.dtype):
+        conv_generic(k, x, w, bias, out, strides, dils, pads, groups)
+        return
+    (N, C, H, W), xs = _as_2d(x)
+    oshape, os_ = _as_2d(out)
+    wshape, ws = _as_2d(w)
+    if x.rank == 3:
+        strides, dils, pads = [1, *strides], [1, *dils], [0, *pads]
+    flat = (wshape[2:] == (1, 1) and strides == [1, 1] and pads == [0, 0] and oshape[2:] == (H, W)
+            and xs[2] == W * xs[3] and os_[2] == W * os_[3])
+    if flat:
+        (N, C, H, W), xs = (N, C, 1, H * W), (xs[0], xs[1], 0, xs[3])
+        oshape, os_ = (oshape[0], oshape[1], 1, H * W), (os_[0], os_[1], 0, os_[3])
+    value = None if w.value is None else w.value.reshape(wshape)
+    Conv2D(k, out.dtype, ((N, C, H, W), xs, x.ptr), (wshape, ws, w.ptr, value), bias, (oshape, os_, out.ptr),
+           strides, dils, pads, groups, flat).emit()
+
+
+# -- generic N-D nests -------------------------------------------------------------------------
+def nest(k, extents, fn, idx=()):
+    """Runtime loops over `extents` (outermost first); fn(list of index values)."""
+    if len(idx) == len(extents):
+        fn(list(idx))
+        return
+    if extents[len(idx)] == 1:
+        nest(k, extents, fn, (*idx, k.index(0)))
+        return
+    with k.for_range(extents[len(idx)]) as i:
+        nest(k, extents, fn, (*idx, i))
+
+
+def table_nest(k, tables, pos, fn, taps=()):
+    """Loops over taps t_d in [lo_d[pos_d], hi_d[pos_d]); fn(list of tap values)."""
+    d = len(taps)
+    if d == len(tables):
+        fn(list(taps))
+        return
+    lo_t, hi_t = tables[d]
+    lo = k.b.load(element(k, lo_t, pos[d]))
+    hi = k.b.load(element(k, hi_t, pos[d]))
+    with k.for_range(hi, lo) as t:
+        table_nest(k, tables, pos, fn, (*taps, t))
+
+
+def conv_generic(k, x, w, bias, out, strides, dils, pads, groups):
+    """Any-rank Conv with tap ranges from build-time tables (no bounds tests per tap)."""
+    b, s, dt = k.b, k.s, out.dtype
+    sp = x.rank - 2
+    Cig, Cog = x.shape[1] // groups, out.shape[1] // groups
+    tables = tap_tables(k, out.shape[2:], strides, dils, pads, w.shape[2:], x.shape[2:])
+
+    def point(ix):
+        n, g, co, pos = ix[0], ix[1], ix[2], ix[3:]
+        oc = b.add(b.mul(g, k.index(Cog)), co)
+        init = b.load(element(k, bias.ptr, offset(k, 0, (oc, bias.strides[0])))) if bias is not None else const(dt, 0)
+        acc = k.local(llvm_type(dt), init)
+
+        def over_ci(ci):
+            ic = b.add(b.mul(g, k.index(Cig)), ci)
+
+            def tap(ts):
+                xi = [b.sub(b.add(b.mul(pos[d], k.index(strides[d])), b.mul(ts[d], k.index(dils[d]))), k.index(pads[d])) for d in range(sp)]
+                xv = b.load(element(k, x.ptr, offset(k, 0, (n, x.strides[0]), (ic, x.strides[1]), *zip(xi, x.strides[2:]))))
+                wv = b.load(element(k, w.ptr, offset(k, 0, (oc, w.strides[0]), (ci, w.strides[1]), *zip(ts, w.strides[2:]))))
+                b.store(s.add(dt, b.load(acc), s.mul(dt, xv, wv)), acc)
+            table_nest(k, tables, pos, tap)
+        with k.for_range(Cig) as ci:
+            over_ci(ci)
+        b.store(b.load(acc), element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (oc, out.strides[1]), *zip(pos, out.strides[2:]))))
+    nest(k, [x.shape[0], groups, Cog, *out.shape[2:]], point)
+
+
+@register("ConvTranspose")
+def lower_conv_transpose(k):
+    """Scatter form: every input pixel adds x * w into the output taps it reaches (tables per input position)."""
+    x, w = k.inputs[0], k.inputs[1]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    out = k.outputs[0]
+    b, s, dt = k.b, k.s, out.dtype
+    sp = x.rank - 2
+    groups = int(k.attr("group", 1))
+    k_sp = list(w.shape[2:])
+    strides = list(k.attr("strides") or [1] * sp)
+    dils = list(k.attr("dilations") or [1] * sp)
+    mode = auto_pad_mode(k)
+    if k.attr("pads") is None and mode in ("SAME_UPPER", "SAME_LOWER"):
+        out_pad = list(k.attr("output_padding") or [0] * sp)
+        pads = []
+        for d in range(sp):
+            total = strides[d] * (x.shape[2 + d] - 1) + out_pad[d] + (k_sp[d] - 1) * dils[d] + 1 - out.shape[2 + d]
+            pads.append(total // 2 if mode == "SAME_UPPER" else total - total // 2)
+    else:
+        pads = [int(p) for p in (k.attr("pads") or [0] * (2 * sp))[:sp]]
+    Cig, Cog = x.shape[1] // groups, out.shape[1] // groups
+    if out.size == 0:
+        return
+    if bias is not None:
+        k.generic(out.shape, [out.identity_access()], [bias.access([1], out.rank)], lambda v, i: [v[0]])
+    else:
+        k.generic(out.shape, [out.identity_access()], [], lambda v, i: [const(dt, 0)])
+    if x.size == 0:
+        return
+    tables = tap_tables(k, x.shape[2:], strides, dils, pads, k_sp, out.shape[2:])
+
+    def point(ix):
+        n, g, ci, pos = ix[0], ix[1], ix[2], ix[3:]
+        ic = b.add(b.mul(g, k.index(Cig)), ci)
+        xv = b.load(element(k, x.ptr, offset(k, 0, (n, x.strides[0]), (ic, x.strides[1]), *zip(pos, x.strides[2:]))))
+
+        def tap(ts):
+            oi = [b.sub(b.add(b.mul(pos[d], k.index(strides[d])), b.mul(ts[d], k.index(dils[d]))), k.index(pads[d])) for d in range(sp)]
+            with k.for_range(Cog) as co:
+                oc = b.add(b.mul(g, k.index(Cog)), co)
+                wv = b.load(element(k, w.ptr, offset(k, 0, (ic, w.strides[0]), (co, w.strides[1]), *zip(ts, w.strides[2:]))))
+                p = element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (oc, out.strides[1]), *zip(oi, out.strides[2:])))
+                b.store(s.add(dt, b.load(p), s.mul(dt, xv, wv)), p)
+        table_nest(k, tables, pos, tap)
+    nest(k, [x.shape[0], groups, Cig, *x.shape[2:]], point)

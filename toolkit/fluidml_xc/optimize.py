@@ -1,10 +1,30 @@
-"""Layout and loop-order decisions per --opt mode (plain | greedy | fluid)."""
+"""Layout and loop-order decisions per --opt mode (plain | greedy | fluid).
+
+plain and greedy keep every tensor row-major and let each kernel pick its default loop order. fluid
+runs FluidML (DESIGN.md section 1): longest-sequence segmentation, the layout DP per segment,
+dependency-weighted voting on shared tensors, then a loop order per MatMul/Gemm under the chosen
+layouts. See fluid/ for the pieces.
+"""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .codegen.machine import MachineSpec
+from .fluid.costs import Costs, register_elementwise
+from .fluid.layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
+from .fluid.loop_order import LOOP_ORDER_OPS
+from .fluid.segmentation import segment_graph
+from .fluid.voting import vote_layouts
 from .ir import Graph
+from .ops import registry
+
+LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose"})
+"""Op types whose kernels read and write any layout through strides (besides the elementwise family)."""
+LAYOUT_SAFE_MODULES = frozenset({"fluidml_xc.ops.elementwise"})
+"""Every op registered by these modules goes through Kernel.elementwise, which honours strides."""
+INPLACE_SAME_LAYOUT = True
+"""An in-place elementwise op must keep input 0's layout on output 0 (the planner may alias them)."""
 
 
 @dataclass
@@ -14,12 +34,125 @@ class Decisions:
     """tensor -> dimension order (outermost first); absent = row-major."""
     loop_orders: dict[str, str] = field(default_factory=dict)
     segments: list[dict] = field(default_factory=list)
+    gains: dict[str, float] = field(default_factory=dict)
+    """Non-row-major tensor -> predicted ns saved by its layout (nodes touching it, others as chosen)."""
+    votes: list[dict] = field(default_factory=list)
+    predicted_ns: float = 0.0
+    row_major_ns: float = 0.0
+    seconds: float = 0.0
+    costs: str = "analytic"
+    pinned: int = 0
+    variable: int = 0
 
     def summary(self) -> dict:
-        return {"mode": self.mode, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
-                "loop_orders": dict(self.loop_orders), "segments": list(self.segments)}
+        return {"mode": self.mode, "costs": self.costs, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
+                "gains_ns": {k: round(v, 1) for k, v in self.gains.items()},
+                "loop_orders": dict(self.loop_orders), "segments": list(self.segments), "votes": list(self.votes),
+                "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
+                "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4)}
+
+
+def _layout_safe(spec) -> bool:
+    return spec is not None and not spec.view and (spec.op_type in LAYOUT_SAFE_OPS or spec.lower.__module__ in LAYOUT_SAFE_MODULES)
+
+
+def build_problem(graph: Graph, costs: Costs):
+    """The layout problem of a graph: candidates per activation tensor, pins, per-node cost."""
+    specs = [registry.lookup(n.op_type, graph.opset, n.domain) for n in graph.nodes]
+    register_elementwise(sorted({n.op_type for n, s in zip(graph.nodes, specs) if s is not None and s.lower.__module__ in LAYOUT_SAFE_MODULES}))
+    boundary = set(graph.inputs) | set(graph.outputs)
+    pinned: set[str] = set(boundary)
+    touched: dict[str, list[int]] = {}
+    for i, (node, spec) in enumerate(zip(graph.nodes, specs)):
+        safe = _layout_safe(spec)
+        for name in list(node.inputs) + list(node.outputs):
+            if not name or graph.tensors[name].is_const:
+                continue
+            touched.setdefault(name, []).append(i)
+            if not safe:
+                pinned.add(name)
+    hints: dict[str, list] = {}
+    for node in graph.nodes:
+        if node.op_type == "Transpose" and node.inputs and node.outputs and node.outputs[0] in touched:
+            rank = len(graph.tensors[node.outputs[0]].shape)
+            perm = node.attrs.get("perm") or list(range(rank))[::-1]
+            hints.setdefault(node.outputs[0], []).append(permute_layout(identity(rank), perm))
+    candidates: dict[str, list] = {}
+    for name in touched:
+        shape = graph.tensors[name].shape
+        if name in pinned or len(shape) < 2:
+            continue
+        cands = candidate_layouts(shape, hints=hints.get(name, ()))
+        if len(cands) > 1:
+            candidates[name] = cands
+    node_tensors = [[t for t in dict.fromkeys(list(n.inputs) + list(n.outputs)) if t in candidates] for n in graph.nodes]
+    inplace_pairs: dict[int, tuple[str, str]] = {}
+    if INPLACE_SAME_LAYOUT:
+        for i, (node, spec) in enumerate(zip(graph.nodes, specs)):
+            if spec is not None and spec.inplace and node.inputs and node.outputs and node.inputs[0] and node.outputs[0]:
+                a, b = node.inputs[0], node.outputs[0]
+                if (a in candidates or b in candidates) and graph.tensors[a].shape == graph.tensors[b].shape:
+                    inplace_pairs[i] = (a, b)
+
+    def cost_fn(i: int, layouts) -> float:
+        pair = inplace_pairs.get(i)
+        if pair is not None:
+            rank = len(graph.tensors[pair[0]].shape)
+            if tuple(layouts.get(pair[0], identity(rank))) != tuple(layouts.get(pair[1], identity(rank))):
+                return float("inf")
+        return costs.cost_and_order(graph.nodes[i], layouts, varies=bool(node_tensors[i]))[0]
+
+    problem = LayoutProblem(node_tensors, candidates, cost_fn)
+    return problem, pinned, touched
 
 
 def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic") -> Decisions:
-    """Row-major layouts for every mode until the FluidML layout search is registered for `fluid`."""
-    return Decisions(mode)
+    """Row-major for plain/greedy; the FluidML search for fluid."""
+    started = time.perf_counter()
+    decisions = Decisions(mode, costs=costs)
+    if mode != "fluid" or not graph.nodes:
+        return decisions
+    model = Costs(graph, spec, costs)
+    problem, pinned, touched = build_problem(graph, model)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
+    edges = []
+    for c, node in enumerate(graph.nodes):
+        for name in dict.fromkeys(node.inputs):
+            if name in producer and producer[name] != c and not graph.tensors[name].is_const:
+                edges.append((producer[name], c, name))
+    weights = [model.model.cost(n, {}) for n in graph.nodes]
+    segments = segment_graph(len(graph.nodes), edges, weights)
+    priority = {t: float(graph.tensors[t].nbytes) for t in problem.candidates}
+    result = vote_layouts(problem, segments, priority=priority)
+    final = {t: p for t, p in result.layouts.items() if t in problem.candidates}
+    decisions.layouts = {t: tuple(p) for t, p in final.items() if not is_identity(p)}
+    # predicted gain per non-row-major tensor
+    users: dict[str, list[int]] = {}
+    for i, ts in enumerate(problem.node_tensors):
+        for t in ts:
+            users.setdefault(t, []).append(i)
+    for t, p in decisions.layouts.items():
+        trial = dict(final)
+        trial[t] = identity(len(p))
+        before = sum(problem.cost(i, trial) for i in users.get(t, ()))
+        after = sum(problem.cost(i, final) for i in users.get(t, ()))
+        decisions.gains[t] = before - after if before != float("inf") else float("nan")
+    for node in graph.nodes:
+        if node.op_type in LOOP_ORDER_OPS:
+            order = model.cost_and_order(node, decisions.layouts, varies=True)[1]
+            if order:
+                decisions.loop_orders[node.name] = order
+    decisions.predicted_ns = sum(problem.cost(i, final) for i in range(len(graph.nodes)))
+    decisions.row_major_ns = sum(model.cost_and_order(n, {}, varies=bool(problem.node_tensors[i]))[0] for i, n in enumerate(graph.nodes))
+    names = [n.name for n in graph.nodes]
+    for seg in segments:
+        decisions.segments.append({"length": len(seg.nodes), "cost_ns": round(seg.cost, 1), "first": names[seg.nodes[0]],
+                                   "last": names[seg.nodes[-1]]})
+    decisions.votes = [{"tensor": v.tensor, "winner": list(v.winner),
+                        "penalties": {".".join(map(str, k)): round(x, 1) for k, x in v.penalties.items()}} for v in result.votes]
+    decisions.variable = len(problem.candidates)
+    decisions.pinned = len(touched) - len(problem.candidates)
+    model.save()
+    decisions.seconds = time.perf_counter() - started
+    return decisions

@@ -1,0 +1,495 @@
+"""Kernel costs (DESIGN.md 1.6): an analytic model by default, measurements when asked, cached on disk.
+
+Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage
+strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost
+loop outwards) + arithmetic, vectorized when every operand is unit-stride (or invariant) in the
+innermost loop. MatMul/Gemm use the register-blocked kernels of ops/matmul.py when their strides
+allow and the best of the loop orders in loop_order.py otherwise.
+
+Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
+several runs), keyed by target, kernel signature and layouts in a JSON cache under
+$FLUIDML_XC_CACHE (default ~/.cache/fluidml-xc/costs). Measurements taken on a board go in the same
+format (`source` names the board) and are preferred for that target.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..codegen.kernel import layout_strides, row_major_strides
+from ..ir import Graph, Node
+from .loop_order import MATMUL_ORDERS, domain_order
+
+LINE = 64
+CACHE_BYTES = 512 * 1024
+LINE_NS = 0.6
+"""Time to move one cache line (L2-ish bandwidth)."""
+FLOP_NS = 0.3
+"""One scalar operation."""
+CALL_NS = 50.0
+MR = 4
+"""Rows per register block of the MatMul kernels."""
+
+Perm = tuple[int, ...]
+
+
+# -- analytic ------------------------------------------------------------------------------------
+@dataclass
+class Use:
+    """One operand of a loop nest: element strides per domain dim."""
+
+    strides: tuple[int, ...]
+    itemsize: int
+
+
+def operand_lines(extents: Sequence[int], order: Sequence[int], strides: Sequence[int], itemsize: int) -> float:
+    """Cache lines an operand moves over a loop nest (order outermost first)."""
+    lines, span, started = 1.0, itemsize, False
+    for d in reversed(order):
+        e = extents[d]
+        if e <= 1:
+            continue
+        step = abs(strides[d]) * itemsize
+        fits = lines * LINE <= CACHE_BYTES
+        if step == 0:
+            if not fits:
+                lines *= e
+            continue
+        if not started:
+            new = min(1.0, step / LINE)
+            started = True
+        elif not fits:
+            new = lines
+        else:
+            new = lines * min(1.0, step / max(span, LINE))
+        lines = lines + (e - 1) * new
+        span = span + (e - 1) * step
+    return lines
+
+
+def nest_cost(extents: Sequence[int], order: Sequence[int], uses: Sequence[Use], ops_per_point: float, vector: int) -> float:
+    points = float(np.prod([max(e, 1) for e in extents], dtype=np.float64)) if extents else 1.0
+    inner = next((d for d in reversed(order) if extents[d] > 1), None)
+    vectorized = inner is not None and all(u.strides[inner] in (0, 1, -1) for u in uses)
+    lines = sum(operand_lines(extents, order, u.strides, u.itemsize) for u in uses)
+    strided = 0 if vectorized else sum(1 for u in uses if inner is not None and abs(u.strides[inner]) > 1)
+    arith = points * (ops_per_point + 0.5 * len(uses) + strided) * FLOP_NS / (vector if vectorized else 1)
+    return CALL_NS + lines * LINE_NS + arith
+
+
+def _dom_strides(shape: Sequence[int], strides: Sequence[int], dims: Sequence[int | None], ndom: int) -> tuple[int, ...]:
+    out = [0] * ndom
+    for k, d in enumerate(dims):
+        if d is not None and shape[k] != 1:
+            out[d] += strides[k]
+    return tuple(out)
+
+
+class AnalyticModel:
+    """cost(node, layouts) in estimated nanoseconds; layouts map activation tensors to permutations."""
+
+    def __init__(self, graph: Graph, vector_bits: int = 256):
+        self.graph = graph
+        self.vector_bits = vector_bits
+
+    def strides(self, name: str, layouts: Mapping[str, Perm]) -> tuple[int, ...]:
+        t = self.graph.tensors[name]
+        return layout_strides(t.shape, layouts.get(name))
+
+    def lanes(self, name: str) -> int:
+        return max(1, self.vector_bits // (8 * np.dtype(self.graph.tensors[name].dtype).itemsize))
+
+    def cost(self, node: Node, layouts: Mapping[str, Perm]) -> float:
+        return self.cost_and_order(node, layouts)[0]
+
+    def cost_and_order(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
+        fn = _KINDS.get(node.op_type)
+        if fn is None:
+            return self.opaque(node), None
+        return fn(self, node, layouts)
+
+    # -- kinds ---------------------------------------------------------------------------------
+    def opaque(self, node: Node) -> float:
+        g = self.graph
+        total = sum(g.tensors[n].nbytes for n in list(node.inputs) + list(node.outputs) if n)
+        points = sum(g.tensors[n].size for n in node.outputs if n)
+        return CALL_NS + total / LINE * LINE_NS + points * 4 * FLOP_NS / 4
+
+    def elementwise(self, node: Node, layouts: Mapping[str, Perm], ops: float = 1.0) -> tuple[float, None]:
+        g = self.graph
+        out = node.outputs[0]
+        shape = g.tensors[out].shape
+        n = len(shape)
+        uses = [Use(_dom_strides(shape, self.strides(out, layouts), range(n), n), np.dtype(g.tensors[out].dtype).itemsize)]
+        for name in node.inputs:
+            if not name:
+                continue
+            t = g.tensors[name]
+            shift = n - len(t.shape)
+            uses.append(Use(_dom_strides(t.shape, self.strides(name, layouts), [k + shift for k in range(len(t.shape))], n),
+                            np.dtype(t.dtype).itemsize))
+        return nest_cost(shape, list(range(n)), uses, ops, self.lanes(out)), None
+
+    def transpose(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
+        g = self.graph
+        x, out = node.inputs[0], node.outputs[0]
+        shape = g.tensors[out].shape
+        n = len(shape)
+        perm = node.attrs.get("perm") or list(range(n))[::-1]
+        dims = [0] * n
+        for j, p in enumerate(perm):
+            dims[p] = j
+        out_strides = _dom_strides(shape, self.strides(out, layouts), range(n), n)
+        in_strides = _dom_strides(g.tensors[x].shape, self.strides(x, layouts), dims, n)
+        order = sorted(range(n), key=lambda d: -abs(out_strides[d]))
+        item = np.dtype(g.tensors[out].dtype).itemsize
+        return nest_cost(shape, order, [Use(out_strides, item), Use(in_strides, item)], 0.0, self.lanes(out)), None
+
+    def matmul(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str]:
+        geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts))
+        best = (math.inf, "ikj")
+        for order in MATMUL_ORDERS:
+            c = self.matmul_order_cost(geo, order)
+            if c < best[0]:
+                best = (c, order)
+        return best
+
+    def matmul_order_cost(self, geo: "MatmulGeometry", order: str) -> float:
+        m, n, kk = geo.m, geo.n, geo.k
+        item = geo.itemsize
+        lanes = max(1, self.vector_bits // (8 * item))
+        batch = geo.batch_points
+        a, b, c = geo.a, geo.b, geo.c  # (row stride, col stride) per matrix
+        if order in ("ikj", "jki"):
+            # register-blocked NN kernel on C (or on C^T for jki)
+            if order == "jki":
+                a, b, c, m, n = (b[1], b[0]), (a[1], a[0]), (c[1], c[0]), n, m
+                b_const = geo.a_const
+            else:
+                b_const = geo.b_const
+            if (c[1] == 1 or n == 1) and (b[1] == 1 or b_const or n == 1):
+                flops = 2.0 * m * n * kk * FLOP_NS / (2 * lanes)
+                b_lines = math.ceil(m / MR) * kk * n * item / LINE
+                a_lines = m * kk * (1 if a[1] == 1 else min(16, LINE // item)) * item / LINE
+                return CALL_NS + batch * (flops + (b_lines + a_lines + 2 * m * n * item / LINE) * LINE_NS)
+            return self._generic_matmul(geo, order)
+        if order == "ijk":
+            if (a[1] == 1 or geo.a_const or kk == 1) and (b[0] == 1 or geo.b_const or kk == 1):
+                flops = 2.0 * m * n * kk * FLOP_NS / (2 * lanes) + m * n * lanes * FLOP_NS
+                b_lines = math.ceil(m / MR) * kk * n * item / LINE
+                a_lines = m * kk * item / LINE
+                return CALL_NS + batch * (flops + (b_lines + a_lines + 2 * m * n * item / LINE) * LINE_NS) * 1.1
+            return self._generic_matmul(geo, order)
+        return self._generic_matmul(geo, order)
+
+    def _generic_matmul(self, geo: "MatmulGeometry", order: str) -> float:
+        extents = (geo.m, geo.k, geo.n)
+        dom = domain_order(order, 0)
+        uses = [Use((geo.a[0], geo.a[1], 0), geo.itemsize), Use((0, geo.b[0], geo.b[1]), geo.itemsize),
+                Use((geo.c[0], 0, geo.c[1]), geo.itemsize), Use((geo.c[0], 0, geo.c[1]), geo.itemsize)]
+        lanes = max(1, self.vector_bits // (8 * geo.itemsize))
+        inner = dom[-1]
+        if inner == 1:  # reductions innermost do not vectorize without reassociation
+            lanes = 1
+        return geo.batch_points * nest_cost(extents, dom, uses, 2.0, lanes) * 1.5
+
+
+@dataclass
+class MatmulGeometry:
+    m: int
+    n: int
+    k: int
+    batch_points: int
+    a: tuple[int, int]
+    """(m stride, k stride) of A in elements."""
+    b: tuple[int, int]
+    """(k stride, n stride) of B."""
+    c: tuple[int, int]
+    """(m stride, n stride) of C."""
+    a_const: bool
+    b_const: bool
+    itemsize: int
+
+
+def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
+    ta, tb, tc = (graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]])
+    sa, sb, sc = strides_of(node.inputs[0]), strides_of(node.inputs[1]), strides_of(node.outputs[0])
+    if node.op_type == "Gemm":
+        trans_a, trans_b = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+        a = (sa[1], sa[0]) if trans_a else (sa[0], sa[1])
+        b = (sb[1], sb[0]) if trans_b else (sb[0], sb[1])
+        m, kk = (ta.shape[1], ta.shape[0]) if trans_a else ta.shape
+        n = tb.shape[0] if trans_b else tb.shape[1]
+        return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize)
+    a_shape, b_shape = ta.shape, tb.shape
+    a = (sa[-2], sa[-1]) if len(a_shape) >= 2 else (0, sa[-1])
+    b = (sb[-2], sb[-1]) if len(b_shape) >= 2 else (sb[-1], 0)
+    m = a_shape[-2] if len(a_shape) >= 2 else 1
+    kk = a_shape[-1]
+    n = b_shape[-1] if len(b_shape) >= 2 else 1
+    if len(a_shape) >= 2 and len(b_shape) >= 2:
+        c = (sc[-2], sc[-1])
+    elif len(a_shape) >= 2:
+        c = (sc[-1], 0)
+    elif len(b_shape) >= 2:
+        c = (0, sc[-1])
+    else:
+        c = (0, 0)
+    batch = int(np.prod(tc.shape[:-2], dtype=np.int64)) if len(a_shape) >= 2 and len(b_shape) >= 2 else \
+        int(np.prod(tc.shape[:-1], dtype=np.int64)) if len(tc.shape) >= 1 and (len(a_shape) >= 2) != (len(b_shape) >= 2) else 1
+    return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize)
+
+
+def _elementwise(model: AnalyticModel, node: Node, layouts):
+    return model.elementwise(node, layouts)
+
+
+_KINDS = {
+    "Transpose": AnalyticModel.transpose,
+    "MatMul": AnalyticModel.matmul,
+    "Gemm": AnalyticModel.matmul,
+}
+
+
+def register_elementwise(op_types) -> None:
+    for op in op_types:
+        _KINDS.setdefault(op, _elementwise)
+
+
+# -- signatures and the on-disk cache --------------------------------------------------------------
+def cache_dir() -> Path:
+    root = os.environ.get("FLUIDML_XC_CACHE")
+    return Path(root) / "costs" if root else Path.home() / ".cache" / "fluidml-xc" / "costs"
+
+
+def target_key(triple: str, cpu: str) -> str:
+    return f"{triple}--{cpu}".replace("/", "_")
+
+
+def kernel_signature(graph: Graph, node: Node) -> str:
+    """Op type, attributes, operand shapes/dtypes and which operands are constants (values not included)."""
+    attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sorted(node.attrs.items()) if not k.startswith("_")}
+
+    def desc(name: str) -> str:
+        if not name:
+            return "-"
+        t = graph.tensors[name]
+        return f"{np.dtype(t.dtype).name}{list(t.shape)}{'c' if t.is_const else ''}"
+    return f"{node.op_type}({','.join(desc(n) for n in node.inputs)})->({','.join(desc(n) for n in node.outputs)}) {json.dumps(attrs, sort_keys=True, default=str)}"
+
+
+def layouts_key(graph: Graph, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> str:
+    parts = []
+    for name in list(node.inputs) + list(node.outputs):
+        parts.append("-" if not name or name not in layouts else ".".join(map(str, layouts[name])))
+    return "/".join(parts) + (f"@{loop_order}" if loop_order else "")
+
+
+def entry_key(signature: str, layouts: str) -> str:
+    return hashlib.sha256(f"{signature}|{layouts}".encode()).hexdigest()[:32]
+
+
+class CostCache:
+    """JSON file per target: {"format": 1, "target": key, "entries": {key: {signature, layouts, ms, runs, source, time}}}."""
+
+    FORMAT = 1
+
+    def __init__(self, target: str, directory: Path | None = None):
+        self.target = target
+        self.path = (directory or cache_dir()) / f"{target}.json"
+        self.entries: dict[str, dict] = {}
+        self.dirty = False
+        self.hits = self.misses = 0
+        if self.path.is_file():
+            try:
+                data = json.loads(self.path.read_text())
+                if data.get("format") == self.FORMAT:
+                    self.entries = dict(data.get("entries", {}))
+            except (OSError, ValueError):
+                self.entries = {}
+
+    def get(self, signature: str, layouts: str) -> float | None:
+        entry = self.entries.get(entry_key(signature, layouts))
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return float(entry["ms"])
+
+    def put(self, signature: str, layouts: str, ms: float, runs: int, source: str) -> None:
+        key = entry_key(signature, layouts)
+        old = self.entries.get(key)
+        if old is not None and old.get("source", "host").startswith("board") and not source.startswith("board"):
+            return  # a board's own measurement beats the host's
+        self.entries[key] = {"signature": signature, "layouts": layouts, "ms": float(ms), "runs": int(runs),
+                             "source": source, "time": int(time.time())}
+        self.dirty = True
+
+    def merge(self, data: dict | str | Path) -> int:
+        """Accept measurements from a board (same format, possibly listing entries without keys)."""
+        if not isinstance(data, dict):
+            data = json.loads(Path(data).read_text())
+        if data.get("format", self.FORMAT) != self.FORMAT:
+            raise ValueError(f"cost cache format {data.get('format')} is not {self.FORMAT}")
+        entries = data.get("entries", {})
+        items = entries.values() if isinstance(entries, dict) else entries
+        n = 0
+        for e in items:
+            source = e.get("source") or f"board:{data.get('board', 'unknown')}"
+            self.put(e["signature"], e["layouts"], float(e["ms"]), int(e.get("runs", 1)), source)
+            n += 1
+        return n
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"format": self.FORMAT, "target": self.target, "entries": self.entries}, indent=1, sort_keys=True))
+        tmp.replace(self.path)
+        self.dirty = False
+
+
+# -- measuring on the host -------------------------------------------------------------------------
+def host_can_run(triple: str, cpu: str) -> bool:
+    import llvmlite.binding as llvm
+    arch = triple.split("-")[0]
+    host = platform.machine().lower()
+    same_arch = arch == host or (arch == "x86_64" and host in ("amd64", "x86_64")) or (arch == "aarch64" and host == "arm64")
+    return same_arch and cpu in (llvm.get_host_cpu_name(), "native", "generic")
+
+
+class Measurer:
+    """Times one node's kernel under given layouts with llvmlite's MCJIT (warm-up, median of runs)."""
+
+    def __init__(self, graph: Graph, spec, warmup: int = 3, runs: int = 7, min_batch_ms: float = 1.0):
+        self.graph, self.spec = graph, spec
+        self.warmup, self.runs, self.min_batch_ms = warmup, runs, min_batch_ms
+        self.measured = 0
+
+    def measure(self, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> float | None:
+        import ctypes
+
+        import llvmlite.binding as llvm
+        from llvmlite import ir
+
+        from ..codegen.emit import EmitOptions, ModuleEmitter
+        from ..codegen.machine import target_machine
+
+        class _NoPlan:
+            alias_of: dict = {}
+            offsets: dict = {}
+
+        g = self.graph
+        emitter = ModuleEmitter(g, _NoPlan(), self.spec, EmitOptions(layouts=dict(layouts)))
+        saved = dict(node.attrs)
+        if loop_order:
+            node.attrs["_loop_order"] = loop_order
+        try:
+            fn = emitter.node_function(node, 0)
+        finally:
+            node.attrs.clear()
+            node.attrs.update(saved)
+        if fn is None:
+            return None
+        fn.linkage = "external"
+        names = [n for n in node.inputs if n] + [n for n in node.outputs if n]
+        buffers = []
+        for name in names:
+            t = g.tensors[name]
+            if t.is_const:
+                arr = np.ascontiguousarray(t.value)
+            else:
+                arr = np.zeros(max(t.size, 1), dtype=t.dtype)
+                if arr.dtype.kind == "f":
+                    arr[:] = np.random.default_rng(0).uniform(-1, 1, arr.size)
+            buffers.append(arr)
+        tm = target_machine(self.spec)
+        mod = llvm.parse_assembly(str(emitter.module))
+        mod.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        pb = llvm.create_pass_builder(tm, tuning)
+        pb.getModulePassManager().run(mod, pb)
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.finalize_object()
+        addr = engine.get_function_address(fn.name)
+        cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)))(addr)
+        ptrs = [ctypes.c_void_p(b.ctypes.data) for b in buffers]
+        start = time.perf_counter()
+        cfn(*ptrs)
+        once = max(time.perf_counter() - start, 1e-7)
+        reps = max(1, int(self.min_batch_ms / 1e3 / once))
+        for _ in range(self.warmup):
+            cfn(*ptrs)
+        times = []
+        for _ in range(self.runs):
+            start = time.perf_counter()
+            for _ in range(reps):
+                cfn(*ptrs)
+            times.append((time.perf_counter() - start) * 1e3 / reps)
+        del engine
+        self.measured += 1
+        return float(np.median(times))
+
+
+class Costs:
+    """The optimizer's cost source: analytic, or measured (host JIT / board entries) through the cache."""
+
+    def __init__(self, graph: Graph, spec, mode: str = "analytic", cache: CostCache | None = None):
+        if mode not in ("analytic", "measure"):
+            raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
+        self.graph, self.spec, self.mode = graph, spec, mode
+        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256))
+        self.cache = cache
+        self.measurer = None
+        if mode == "measure":
+            self.cache = cache or CostCache(target_key(spec.triple, spec.cpu))
+            if host_can_run(spec.triple, spec.cpu):
+                self.measurer = Measurer(graph, spec)
+        self.signatures: dict[str, str] = {}
+
+    def analytic(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
+        return self.model.cost_and_order(node, layouts)
+
+    def cost_and_order(self, node: Node, layouts: Mapping[str, Perm], varies: bool = True) -> tuple[float, str | None]:
+        """Estimated ns and the loop order (MatMul/Gemm) for node under layouts."""
+        est, order = self.model.cost_and_order(node, layouts)
+        if self.mode != "measure" or not varies or self.cache is None:
+            return est, order
+        sig = self.signatures.get(node.name)
+        if sig is None:
+            sig = self.signatures[node.name] = kernel_signature(self.graph, node)
+        orders = [order] if order is None else self._order_candidates(node, layouts)
+        best = (math.inf, order)
+        for o in orders:
+            key = layouts_key(self.graph, node, layouts, o)
+            ms = self.cache.get(sig, key)
+            if ms is None and self.measurer is not None:
+                ms = self.measurer.measure(node, layouts, o)
+                if ms is not None:
+                    self.cache.put(sig, key, ms, self.measurer.runs, f"host:{platform.node()}")
+            if ms is None:
+                return est, order
+            if ms * 1e6 < best[0]:
+                best = (ms * 1e6, o)
+        return best
+
+    def _order_candidates(self, node: Node, layouts) -> list[str]:
+        geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts))
+        scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)
+        return [o for c, o in scored if c <= 2 * scored[0][0]][:2]
+
+    def save(self) -> None:
+        if self.cache is not None:
+            self.cache.save()

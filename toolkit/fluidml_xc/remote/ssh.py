@@ -138,7 +138,6 @@ def connect(options: SshOptions) -> "Connection":
             raise InputError(f"cannot read known_hosts file {ep.known_hosts}: {exc}") from None
     client.set_missing_host_key_policy(_HostKeyPolicy(ep, options.accept_new_host_key))
     timeout = options.connect_timeout
-    where = f"{ep.hostname}:{ep.port}" + (f" ({ep.alias})" if ep.alias != ep.hostname else "")
     try:
         sock = paramiko.ProxyCommand(ep.proxy_command) if ep.proxy_command else None
         client.connect(ep.hostname, ep.port, ep.user, key_filename=list(ep.key_files) or None, timeout=timeout,
@@ -147,48 +146,49 @@ def connect(options: SshOptions) -> "Connection":
     except RemoteError:
         client.close()
         raise
-    except paramiko.BadHostKeyException as exc:
+    except (paramiko.SSHException, OSError, EOFError) as exc:
         client.close()
-        raise RemoteError(
+        raise _explain(exc, ep, options.connect_timeout) from None
+    _track_exit_signals(client.get_transport())
+    return Connection(client, ep, options.command_timeout)
+
+
+def _explain(exc: BaseException, ep: Endpoint, timeout: float) -> RemoteError:
+    """One line saying why connecting failed and what to do about it."""
+    where = f"{ep.hostname}:{ep.port}" + (f" ({ep.alias})" if ep.alias != ep.hostname else "")
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return RemoteError(
             f"HOST KEY CHANGED for {ep.known_hosts_name}: known_hosts ({ep.known_hosts}) has "
             f"{fingerprint(exc.expected_key)} but the server sent {fingerprint(exc.key)}; this could be a "
             f"man-in-the-middle attack, so nothing was sent. If the board was re-installed, remove the old key with "
             f"`ssh-keygen -R {shlex.quote(ep.known_hosts_name)} -f {shlex.quote(str(ep.known_hosts))}` and "
-            f"re-run with --accept-new-host-key") from None
-    except paramiko.AuthenticationException:
-        client.close()
-        raise RemoteError(f"authentication failed for {ep.user}@{where}: pass -i KEY, set IdentityFile in "
-                          f"~/.ssh/config or add the key to ssh-agent (and check --user)") from None
-    except paramiko.ssh_exception.NoValidConnectionsError as exc:
-        client.close()
-        codes = {getattr(e, "errno", None) for e in exc.errors.values()}
-        if codes <= {errno.ECONNREFUSED}:
-            raise RemoteError(f"connection refused by {where}: is sshd running there and is the port right?") from None
-        raise RemoteError(f"cannot connect to {where}: {exc.strerror or exc}") from None
-    except (socket.timeout, TimeoutError):
-        client.close()
-        raise RemoteError(f"timed out connecting to {where} after {timeout:g}s: is the board on the network? "
-                          f"(--connect-timeout raises the limit)") from None
-    except socket.gaierror as exc:
-        client.close()
-        raise RemoteError(f"cannot resolve host name {ep.hostname!r}: {exc.strerror}") from None
-    except paramiko.SSHException as exc:
-        client.close()
+            f"re-run with --accept-new-host-key")
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return RemoteError(f"the private key for {ep.user}@{where} is encrypted: add it to ssh-agent (ssh-add KEY) "
+                           f"so fluidml-xc can use it")
+    if isinstance(exc, paramiko.AuthenticationException):
+        return RemoteError(f"authentication failed for {ep.user}@{where}: pass -i KEY, set IdentityFile in "
+                           f"~/.ssh/config or add the key to ssh-agent (and check --user)")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        if {getattr(e, "errno", None) for e in exc.errors.values()} <= {errno.ECONNREFUSED}:
+            return RemoteError(f"connection refused by {where}: is sshd running there and is the port right?")
+        return RemoteError(f"cannot connect to {where}: {exc.strerror or exc}")
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return RemoteError(f"timed out connecting to {where} after {timeout:g}s: is the board on the network? "
+                           f"(--connect-timeout raises the limit)")
+    if isinstance(exc, socket.gaierror):
+        return RemoteError(f"cannot resolve host name {ep.hostname!r}: {exc.strerror}")
+    if isinstance(exc, paramiko.SSHException):
         text = str(exc).lower()
         if "no authentication methods" in text:
-            raise RemoteError(f"no SSH key to log in to {ep.user}@{where} with: pass -i KEY, set IdentityFile in "
-                              f"~/.ssh/config or add the key to ssh-agent") from None
+            return RemoteError(f"no SSH key to log in to {ep.user}@{where} with: pass -i KEY, set IdentityFile in "
+                               f"~/.ssh/config or add the key to ssh-agent")
         if "banner" in text or "no existing session" in text or "negotiation" in text:
-            raise RemoteError(f"timed out after {timeout:g}s waiting for the SSH handshake with {where}: the port "
-                              f"is open but does not answer like an SSH server (--connect-timeout raises the limit)"
-                              ) from None
-        raise RemoteError(f"SSH handshake with {where} failed: {exc}") from None
-    except (OSError, EOFError) as exc:
-        client.close()
-        reason = getattr(exc, "strerror", None) or str(exc) or "connection closed"
-        raise RemoteError(f"cannot connect to {where}: {reason}") from None
-    _track_exit_signals(client.get_transport())
-    return Connection(client, ep, options.command_timeout)
+            return RemoteError(f"timed out after {timeout:g}s waiting for the SSH handshake with {where}: the port "
+                               f"is open but does not answer like an SSH server (--connect-timeout raises the limit)")
+        return RemoteError(f"SSH handshake with {where} failed: {exc}")
+    reason = getattr(exc, "strerror", None) or str(exc) or "connection closed"
+    return RemoteError(f"cannot connect to {where}: {reason}")
 
 
 def _track_exit_signals(transport: paramiko.Transport) -> None:
@@ -240,7 +240,7 @@ class Connection:
         """Run argv (each argument quoted) and wait for it, at most `timeout` seconds."""
         limit = timeout or self.command_timeout
         command = quote_argv(argv)
-        short = quote_argv(argv[3:] if argv[:2] == ["sh", "-c"] else argv)[:80]
+        short = quote_argv((list(argv[4:]) or ["sh"]) if list(argv[:2]) == ["sh", "-c"] else argv)[:80]
         start = time.monotonic()
         try:
             chan = self.client.get_transport().open_session(timeout=limit)

@@ -405,3 +405,66 @@ def test_crashing_runner_locally_is_a_run_error(builds, tmp_path):
     with pytest.raises(RunError, match="SIGSEGV"):
         from fluidml_xc.remote.verify import run_local
         run_local(load_artifact(crash), make_feeds(load_artifact(crash), None))
+
+
+# ---------------------------------------------------------------- pure parts: board detection, fit, telemetry
+
+RPI4_PROBE = """@uname
+Linux 6.6.31+rpt-rpi-v8 aarch64
+@long_bit
+64
+@model
+Raspberry Pi 4 Model B Rev 1.5
+@tegra
+@meminfo
+MemTotal:        3884360 kB
+@cpuinfo
+processor\t: 0
+BogoMIPS\t: 108.00
+CPU implementer\t: 0x41
+CPU part\t: 0xd08
+processor\t: 1
+processor\t: 2
+processor\t: 3
+Model\t\t: Raspberry Pi 4 Model B Rev 1.5
+"""
+
+
+def test_detect_names_raspberry_pi_and_jetson_boards():
+    from fluidml_xc.remote.detect import match_boards, parse_probe
+
+    info = parse_probe(RPI4_PROBE)
+    assert (info.machine, info.long_bit, info.cores) == ("aarch64", 64, 4)
+    assert info.cpu.startswith("Cortex-A72")
+    assert [b.name for b in match_boards(info)] == ["rpi4"]
+    nano = RPI4_PROBE.replace("Raspberry Pi 4 Model B Rev 1.5", "NVIDIA Jetson Nano Developer Kit").replace(
+        "@tegra\n", "@tegra\n# R32 (release), REVISION: 7.1, GCID: 29818004, BOARD: t210ref, EABI: aarch64\n")
+    assert [b.name for b in match_boards(parse_probe(nano))] == ["jetson-nano"]
+    orin = nano.replace("NVIDIA Jetson Nano", "NVIDIA Jetson Orin Nano").replace("R32", "R36")
+    assert [b.name for b in match_boards(parse_probe(orin))] == ["jetson-orin-nano"]
+    pi3_32 = RPI4_PROBE.replace("aarch64", "armv7l").replace("@long_bit\n64", "@long_bit\n32").replace(
+        "Raspberry Pi 4", "Raspberry Pi 3")
+    assert [b.name for b in match_boards(parse_probe(pi3_32))] == ["rpi3"]
+    unknown = parse_probe(RPI4_PROBE.replace("Raspberry Pi 4 Model B", "Acme Board"))
+    assert match_boards(unknown) == []
+
+
+def test_fit_refuses_wrong_userland_and_missing_emulator(builds):
+    from fluidml_xc.remote.fit import BoardFacts, plan_run
+
+    artifact = load_artifact(builds["a"])
+    assert plan_run(artifact, BoardFacts("aarch64", 64, None, frozenset()), "b").emulator == ""
+    with pytest.raises(RemoteError, match="32-bit userland on aarch64 but the artifact is 64-bit"):
+        plan_run(artifact, BoardFacts("aarch64", 32, None, frozenset()), "b")
+    with pytest.raises(RemoteError, match="qemu-aarch64-static, which is not installed"):
+        plan_run(artifact, BoardFacts("x86_64", 64, None, frozenset()), "b")
+    plan = plan_run(artifact, BoardFacts("x86_64", 64, None, frozenset({"qemu-aarch64-static", "timeout"})), "b")
+    assert plan.argv("/x/runner", ["--bench", "1"]) == ["qemu-aarch64-static", "/x/runner", "--bench", "1"]
+
+
+def test_throttle_flags_decoded():
+    from fluidml_xc.remote.telemetry import decode_throttled
+
+    assert decode_throttled(0) == []
+    assert decode_throttled(0x50005) == ["under-voltage now", "throttled now", "under-voltage occurred",
+                                         "throttling occurred"]

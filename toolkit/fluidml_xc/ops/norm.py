@@ -1,0 +1,156 @@
+"""Normalization: BatchNormalization (inference), InstanceNormalization, LRN, LpNormalization,
+MeanVarianceNormalization.
+
+BatchNormalization with constant statistics folds to y = x * a[c] + b[c] with a, b computed at
+build time. The others loop over the kept dims and run their passes (mean, variance, scale) over the
+normalized dims through the operands' strides.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.kernel import Operand, row_major_strides
+from ..codegen.scalar import const, llvm_type
+from .conv import element, offset
+from .registry import register
+
+FLOATS = ("float32", "float64", "float16")
+
+
+def _per_channel(k, value: np.ndarray, dtype, name: str) -> Operand:
+    value = np.ascontiguousarray(value.astype(dtype))
+    return Operand(name, np.dtype(dtype), value.shape, row_major_strides(value.shape), k.constant_array(value), value)
+
+
+def _param_access(op: Operand, rank: int):
+    """Parameters indexed by the dims after the batch dim ((C,) in the usual spatial form)."""
+    return op.access(list(range(1, 1 + op.rank)), rank)
+
+
+@register("BatchNormalization", inplace=True, dtypes=FLOATS)
+def lower_batch_norm(k):
+    x, out = k.inputs[0], k.outputs[0]
+    dt, s, b = out.dtype, k.s, k.b
+    eps = float(k.attr("epsilon", 1e-5))
+    params = k.inputs[1:5]
+    values = [p.value for p in params]
+    if all(v is not None for v in values):
+        scale, bias, mean, var = (v.astype(np.float64) for v in values)
+        a = scale / np.sqrt(var + eps)
+        c = bias - mean * a
+        a_op, c_op = _per_channel(k, a, dt, "bn.a"), _per_channel(k, c, dt, "bn.c")
+        k.generic(x.shape, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],
+                  lambda v, i: [s.add(dt, s.mul(dt, v[0], v[1]), v[2])])
+        return
+
+    def body(v, i):
+        scale, bias, mean, var = (s.cast(p.dtype, dt, val) for p, val in zip(params, v[1:]))
+        inv = b.fdiv(scale, s.intrinsic("llvm.sqrt", s.add(dt, var, const(dt, eps))))
+        return [s.add(dt, s.mul(dt, s.sub(dt, v[0], mean), inv), bias)]
+    k.generic(x.shape, [out.identity_access()], [x.identity_access(), *(_param_access(p, x.rank) for p in params)], body)
+
+
+def _sum(k, x, idx, axes, term=lambda v: v):
+    """Sum of term(x) over `axes` at the kept indices in idx (accumulated in a register slot)."""
+    dt = x.dtype
+    acc = k.local(llvm_type(dt), const(dt, 0))
+    access = x.identity_access()
+
+    def body(ix):
+        k.b.store(k.s.add(dt, k.b.load(acc), term(k.load(access, ix))), acc)
+    k.loops(x.shape, axes, idx, body)
+    return k.b.load(acc)
+
+
+def _normalize(k, axes, finish) -> None:
+    """For each slice over `axes`: mean, then E[(x - mean)^2]; finish(x, mean, var, idx) -> y."""
+    x, out = k.inputs[0], k.outputs[0]
+    dt, s, b = out.dtype, k.s, k.b
+    if out.size == 0:
+        return
+    axes = sorted(a % x.rank for a in axes)
+    kept = [d for d in range(x.rank) if d not in axes]
+    count = const(dt, int(np.prod([x.shape[a] for a in axes])))
+    xa, oa = x.identity_access(), out.identity_access()
+
+    def group(idx):
+        mean = b.fdiv(_sum(k, x, idx, axes), count)
+        var = b.fdiv(_sum(k, x, idx, axes, lambda v: (lambda d: s.mul(dt, d, d))(s.sub(dt, v, mean))), count)
+        k.loops(x.shape, axes, idx, lambda ix: k.store(oa, ix, finish(k.load(xa, ix), mean, var, ix)))
+    k.loops(x.shape, kept, [None] * x.rank, group)
+
+
+@register("InstanceNormalization", dtypes=FLOATS)
+def lower_instance_norm(k):
+    x, scale, bias = k.inputs[:3]
+    dt, s, b = x.dtype, k.s, k.b
+    eps = const(dt, float(k.attr("epsilon", 1e-5)))
+    sa, ba = scale.access([1], x.rank), bias.access([1], x.rank)
+
+    def finish(v, mean, var, ix):
+        inv = b.fdiv(k.load(sa, ix), s.intrinsic("llvm.sqrt", s.add(dt, var, eps)))
+        return s.add(dt, s.mul(dt, s.sub(dt, v, mean), inv), k.load(ba, ix))
+    _normalize(k, range(2, x.rank), finish)
+
+
+@register("MeanVarianceNormalization", dtypes=FLOATS)
+def lower_mvn(k):
+    dt, s, b = k.inputs[0].dtype, k.s, k.b
+    axes = list(k.attr("axes", [0, 2, 3]))
+
+    def finish(v, mean, var, ix):
+        return b.fdiv(s.sub(dt, v, mean), s.add(dt, s.intrinsic("llvm.sqrt", var), const(dt, 1e-9)))
+    _normalize(k, axes, finish)
+
+
+@register("LpNormalization", dtypes=FLOATS)
+def lower_lp_norm(k):
+    x, out = k.inputs[0], k.outputs[0]
+    dt, s, b = out.dtype, k.s, k.b
+    axis = int(k.attr("axis", -1)) % x.rank
+    p = int(k.attr("p", 2))
+    kept = [d for d in range(x.rank) if d != axis]
+    xa, oa = x.identity_access(), out.identity_access()
+
+    def group(idx):
+        if p == 1:
+            norm = _sum(k, x, idx, [axis], lambda v: s.intrinsic("llvm.fabs", v))
+        else:
+            norm = s.intrinsic("llvm.sqrt", _sum(k, x, idx, [axis], lambda v: s.mul(dt, v, v)))
+        k.loops(x.shape, [axis], idx, lambda ix: k.store(oa, ix, b.fdiv(k.load(xa, ix), norm)))
+    if out.size:
+        k.loops(x.shape, kept, [None] * x.rank, group)
+
+
+@register("LRN", dtypes=FLOATS)
+def lower_lrn(k):
+    """y = x / (bias + alpha/size * sum of x^2 over the channel window)^beta; the sum builds up in y."""
+    x, out = k.inputs[0], k.outputs[0]
+    dt, s, b = out.dtype, k.s, k.b
+    if out.size == 0:
+        return
+    size = int(k.attr("size"))
+    alpha, beta, bias = float(k.attr("alpha", 1e-4)), float(k.attr("beta", 0.75)), float(k.attr("bias", 1.0))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    C = x.shape[1]
+    spatial = list(range(2, x.rank))
+    xa, oa = x.identity_access(), out.identity_access()
+
+    def channel(idx):
+        n, c = idx[0], idx[1]
+        k.loops(out.shape, spatial, idx, lambda ix: k.store(oa, ix, const(dt, 0)))
+        lo = b.select(b.icmp_signed("<", c, k.index(before)), k.index(0), b.sub(c, k.index(before)))
+        last = b.add(c, k.index(after + 1))
+        hi = b.select(b.icmp_signed(">", last, k.index(C)), k.index(C), last)
+        with k.for_range(hi, lo) as cc:
+            def add_square(ix):
+                v = b.load(element(k, x.ptr, offset(k, 0, (n, x.strides[0]), (cc, x.strides[1]), *((ix[d], x.strides[d]) for d in spatial))))
+                p = element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (c, out.strides[1]), *((ix[d], out.strides[d]) for d in spatial)))
+                b.store(s.add(dt, b.load(p), s.mul(dt, v, v)), p)
+            k.loops(out.shape, spatial, list(idx), add_square)
+
+        def scale(ix):
+            base = s.add(dt, const(dt, bias), s.mul(dt, k.load(oa, ix), const(dt, alpha / size)))
+            k.store(oa, ix, s.mul(dt, k.load(xa, ix), s.intrinsic_binary("llvm.pow", base, const(dt, -beta))))
+        k.loops(out.shape, spatial, idx, scale)
+    k.loops(out.shape, [0, 1], [None] * x.rank, channel)

@@ -360,6 +360,27 @@ class CostCache:
 
 
 # -- measuring on the host -------------------------------------------------------------------------
+def jit_engine(llvm_ir: str, spec):
+    """An MCJIT engine for this machine holding the optimized module (the caller keeps it alive)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    # the engine owns its target machine: never hand it the cached one codegen uses
+    tm = llvm.Target.from_triple(spec.triple).create_target_machine(cpu=spec.cpu, features=spec.features, opt=3,
+                                                                    reloc="pic", codemodel="default")
+    mod = llvm.parse_assembly(llvm_ir)
+    mod.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, tuning)
+    pb.getModulePassManager().run(mod, pb)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    return engine
+
+
 def host_can_run(triple: str, cpu: str) -> bool:
     import llvmlite.binding as llvm
     arch = triple.split("-")[0]
@@ -379,11 +400,7 @@ class Measurer:
     def measure(self, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> float | None:
         import ctypes
 
-        import llvmlite.binding as llvm
-        from llvmlite import ir
-
         from ..codegen.emit import EmitOptions, ModuleEmitter
-        from ..codegen.machine import target_machine
 
         class _NoPlan:
             alias_of: dict = {}
@@ -413,16 +430,7 @@ class Measurer:
                 if arr.dtype.kind == "f":
                     arr[:] = np.random.default_rng(0).uniform(-1, 1, arr.size)
             buffers.append(arr)
-        tm = target_machine(self.spec)
-        mod = llvm.parse_assembly(str(emitter.module))
-        mod.verify()
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        pb = llvm.create_pass_builder(tm, tuning)
-        pb.getModulePassManager().run(mod, pb)
-        engine = llvm.create_mcjit_compiler(mod, tm)
-        engine.finalize_object()
+        engine = jit_engine(str(emitter.module), self.spec)
         addr = engine.get_function_address(fn.name)
         cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)))(addr)
         ptrs = [ctypes.c_void_p(b.ctypes.data) for b in buffers]

@@ -38,7 +38,7 @@ def ort_reference(m, feeds):
 
 
 def check(tmp_path, m, feeds, board="x86_64", rtol=1e-4, atol=1e-5, oracle=reference):
-    got = compile_and_run(m, feeds, tmp_path, board)
+    got = compile_and_run(m, feeds, tmp_path, board, profile_runner=False)
     want = oracle(m, feeds)
     for name, expected in want.items():
         assert got[name].shape == expected.shape, name
@@ -135,10 +135,12 @@ CASES = {
          node("ReduceSum", ["i", "ax"], ["isum"]), node("ReduceMax", ["i"], ["imax"], axes=[1], keepdims=0)],
         {"x": f32(3, 4, 5), "p": np.abs(f32(3, 4, 5)) + 0.1, "i": rng.integers(-99, 99, (3, 4, 5))},
         ["mean", "max", "min", "prod", "l1", "l2", "ls", "lse", "ss", "sum", "isum", "imax"], {"ax": ints(-1, 0)}, 13),
-    "reduce_opset18": lambda: (
+    "reduce_opset20": lambda: (
         [node("ReduceMean", ["x", "ax"], ["mean"], keepdims=0), node("ReduceMax", ["x", "none"], ["noop"], noop_with_empty_axes=1),
-         node("ReduceL2", ["x"], ["all"]), node("ReduceSum", ["x", "none"], ["sum_all"], keepdims=0)],
-        {"x": f32(2, 3, 4)}, ["mean", "noop", "all", "sum_all"], {"ax": ints(1), "none": np.zeros(0, np.int64)}, 18),
+         node("ReduceL2", ["x"], ["all"]), node("ReduceSum", ["x", "none"], ["sum_all"], keepdims=0),
+         node("ReduceMax", ["m", "ax"], ["any"]), node("ReduceMin", ["m", "ax"], ["every"], keepdims=0)],
+        {"x": f32(2, 3, 4), "m": rng.random((2, 3, 4)) > 0.3}, ["mean", "noop", "all", "sum_all", "any", "every"],
+        {"ax": ints(1), "none": np.zeros(0, np.int64)}, 20),
     "arg_cumsum": lambda: (
         [node("ArgMax", ["i"], ["am"], axis=1), node("ArgMax", ["i"], ["aml"], axis=-1, keepdims=0, select_last_index=1),
          node("ArgMin", ["x"], ["an"], axis=0, keepdims=0), node("ArgMin", ["i"], ["anl"], axis=1, select_last_index=1),
@@ -199,7 +201,7 @@ def transformer_block(seq=8, vocab=20, dim=16, heads=2):
     mask = np.ones((1, seq), np.int64)
     mask[0, -2:] = 0
     feeds = {"ids": ids, "mask": mask}
-    return model(n, feeds, ["out", "pooled"], w, 13), feeds
+    return model(n, feeds, ["out", "pooled"], w, 17), feeds
 
 
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
@@ -208,3 +210,43 @@ def test_transformer_block(tmp_path, board):
         pytest.skip(f"no emulator for {board}")
     m, feeds = transformer_block()
     check(tmp_path, m, feeds, board)
+
+
+def layout_model():
+    """Ops between Neg nodes, so their inputs and outputs are intermediates that can take any layout."""
+    x, y, ids = f32(2, 8, 3, 4), f32(2, 3, 4), rng.integers(-3, 3, (2, 5, 4))
+    ops = [
+        node("Transpose", ["a"], ["r0"], perm=[0, 2, 3, 1]), node("Slice", ["a", "ss", "se", "sa", "sp"], ["r1"]),
+        node("Concat", ["a", "a"], ["r2"], axis=2), node("Pad", ["a", "pads"], ["r3"], mode="reflect"),
+        node("DepthToSpace", ["a"], ["r4"], blocksize=2), node("Tile", ["b", "reps"], ["r5"]),
+        node("Gather", ["b", "gi"], ["r6"], axis=1), node("GatherElements", ["b", "ids"], ["r7"], axis=1),
+        node("Softmax", ["b"], ["r8"], axis=1), node("LayerNormalization", ["b", "g"], ["r9"], axis=1),
+        node("ReduceSum", ["b", "rax"], ["r10"]), node("ArgMax", ["b"], ["r11"], axis=1),
+        node("CumSum", ["b", "cax"], ["r12"], reverse=1), node("ScatterElements", ["b", "si", "su"], ["r13"], axis=2),
+        node("Expand", ["b", "eshape"], ["r14"]), node("Split", ["b"], ["r15", "r16"], axis=2, num_outputs=2),
+    ]
+    outs = [o for n in ops for o in n.output]
+    nodes = [node("Neg", ["x"], ["a"]), node("Neg", ["y"], ["b"]), *ops]
+    nodes += [node("Cast", [o], [f"o{o}"], to=onnx.TensorProto.INT64) if o == "r11" else node("Neg", [o], [f"o{o}"]) for o in outs]
+    consts = {"ss": ints(1, 3, 0), "se": ints(-1, 0, 3), "sa": ints(1, 3, 2), "sp": ints(2, -1, 1), "pads": ints(0, 1, 2, 0, 0, 2, 1, 3),
+              "reps": ints(1, 2, 2), "gi": ints(2, -1, 0, 0).reshape(2, 2), "g": f32(3, 4), "rax": ints(0, 2), "cax": np.array(1, np.int64),
+              "si": rng.integers(-4, 4, (2, 3, 2)), "su": f32(2, 3, 2), "eshape": ints(3, 2, 3, 4)}
+    m = model(nodes, {"x": x, "y": y, "ids": ids % 3 - 1}, [f"o{o}" for o in outs], consts, 18)
+    return m, {"x": x, "y": y, "ids": ids % 3 - 1}
+
+
+def test_non_row_major_layouts(tmp_path, monkeypatch):
+    """Every intermediate stored with its dimensions reversed: kernels must address through strides."""
+    import fluidml_xc.optimize as optimize_module
+    real = optimize_module.optimize
+
+    def reversed_layouts(graph, spec, mode, costs):
+        decisions = real(graph, spec, "plain", costs)
+        decisions.layouts = {name: tuple(reversed(range(len(graph.tensors[name].shape)))) for name in graph.activations()
+                             if name not in graph.outputs and len(graph.tensors[name].shape) > 1}
+        return decisions
+    monkeypatch.setattr(optimize_module, "optimize", reversed_layouts)
+    m, feeds = layout_model()
+    got = compile_and_run(m, feeds, tmp_path, opt="plain", profile_runner=False)
+    for name, expected in reference(m, feeds).items():
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)

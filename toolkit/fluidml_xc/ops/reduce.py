@@ -27,10 +27,14 @@ def _order(strides) -> list[int]:
 
 
 def _lowest(dt) -> ir.Constant:
+    if np.dtype(dt) == np.bool_:
+        return const(dt, 0)
     return const(dt, -np.inf) if is_float(dt) else const(dt, np.iinfo(dt).min)
 
 
 def _highest(dt) -> ir.Constant:
+    if np.dtype(dt) == np.bool_:
+        return const(dt, 1)
     return const(dt, np.inf) if is_float(dt) else const(dt, np.iinfo(dt).max)
 
 
@@ -41,25 +45,8 @@ def _fmax(k, dt, a, b):
     return k.b.select(k.b.fcmp_ordered(">", a, b, flags=FAST), a, b)
 
 
-# Cephes expf: exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2; about 1 ulp, and vectorizable
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
-
-
 def _exp(k, dt, x):
-    """exp for the row ops. float32 inlines a polynomial (no libm call) so the exp-sum loops vectorize."""
-    if np.dtype(dt) != np.float32:
-        return k.s.intrinsic("llvm.exp", x)
-    b, c = k.b, lambda v: const(dt, v)
-    x = k.s.min(dt, k.s.max(dt, x, c(-87.33)), c(88.37))
-    n = k.s.intrinsic("llvm.floor", b.fadd(b.fmul(x, c(1.44269504088896341)), c(0.5)))
-    r = b.fsub(b.fsub(x, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
-    p = c(_EXP_POLY[0])
-    for coef in _EXP_POLY[1:]:
-        p = b.fadd(b.fmul(p, r), c(coef))
-    p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), c(1.0))
-    i32 = ir.IntType(32)
-    scale = b.bitcast(b.shl(b.add(b.fptosi(n, i32), ir.Constant(i32, 127)), ir.Constant(i32, 23)), ir.FloatType())
-    return b.fmul(p, scale)
+    return k.s.intrinsic("llvm.exp", x)
 
 
 # -- ReduceX -------------------------------------------------------------------------------------

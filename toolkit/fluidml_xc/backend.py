@@ -1,0 +1,327 @@
+"""fluidml-xc as an ONNX backend (onnx.backend.base.Backend): prepare compiles, run executes.
+
+On an x86_64 host the compiled model runs in-process: the emitted LLVM module is optimized with the
+same O3 pipeline as `compile_module`, JIT-compiled with llvmlite's MCJIT, and `fxc_model_run` is called
+through ctypes with numpy input/output buffers and a numpy arena (no linking, no subprocess; libm
+symbols resolve from this process). For any other board the model is built into an artifact (the
+normal `fluidml-xc build` pipeline) and its runner executed through `execute.run_artifact` (qemu-user
+for foreign targets).
+
+    rep = FxcBackend.prepare(model, "CPU")            # or board="qemu-aarch64"
+    outputs = rep.run([x, y])
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.backend.base import Backend, BackendRep
+
+from .boards import Board, get_board
+from .errors import InputError
+from .ir import Graph
+
+DEFAULT_OPT = "fluid"
+
+
+# --------------------------------------------------------------------------------------------------
+# front half: ONNX -> graph -> plan -> LLVM IR (the same steps as build.compile_graph, minus objects)
+# --------------------------------------------------------------------------------------------------
+def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model") -> Graph:
+    from .frontend import FrontendOptions, import_model
+    from .passes import run_passes
+    from .codegen.emit import check_supported
+
+    graph = import_model(model, FrontendOptions(input_shapes=dict(input_shapes or {})), name=name)
+    run_passes(graph)
+    check_supported(graph)
+    return graph
+
+
+@dataclass
+class Lowered:
+    graph: Graph
+    spec: Any
+    plan: Any
+    ir_text: str
+
+
+def lower_graph(graph: Graph, board: Board, opt: str = DEFAULT_OPT) -> Lowered:
+    """Optimize, plan (and verify the plan) and emit the LLVM module of `graph` for `board`."""
+    from .build import OPT_MODES
+    from .codegen.emit import EmitOptions, emit_module
+    from .codegen.machine import machine_spec
+    from .optimize import optimize
+    from .planner import PlanOptions, plan_memory, verify_plan
+
+    if opt not in OPT_MODES:
+        raise InputError(f"unknown opt mode {opt!r}; choose one of {', '.join(OPT_MODES)}")
+    spec = machine_spec(board)
+    decisions = optimize(graph, spec, opt, "analytic")
+    plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=opt != "plain",
+                                          inplace=opt != "plain", reorder=opt != "plain"))
+    verify_plan(graph, plan)
+    ir_text = emit_module(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders))
+    return Lowered(graph, spec, plan, ir_text)
+
+
+# --------------------------------------------------------------------------------------------------
+# in-process JIT (x86_64 hosts)
+# --------------------------------------------------------------------------------------------------
+@cache
+def _jit_setup() -> None:
+    import llvmlite.binding as llvm
+
+    from .codegen.machine import _initialize
+
+    _initialize()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    # make every symbol of this process (libm: expf, erff, tanhf, fmodf, ...) visible to the JIT
+    for lib in ("m", "gcc_s"):
+        path = ctypes.util.find_library(lib)
+        if path:
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError:
+                pass
+
+
+def _jit_target_machine(triple: str, cpu: str, features: str):
+    """A new target machine per engine: MCJIT takes ownership of (and frees) the one it is given."""
+    import llvmlite.binding as llvm
+
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True)
+
+
+def jit_available(board: Board) -> bool:
+    from .link import is_host_target
+    return board.target.name == "x86_64" and is_host_target(board.target)
+
+
+_RUN_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+class JitModel:
+    """An emitted module compiled in-process; call() runs fxc_model_run on numpy buffers."""
+
+    def __init__(self, lowered: Lowered):
+        import llvmlite.binding as llvm
+
+        _jit_setup()
+        spec = lowered.spec
+        self.graph, self.plan = lowered.graph, lowered.plan
+        tm = _jit_target_machine(spec.triple, spec.cpu, spec.features)
+        module = llvm.parse_assembly(lowered.ir_text)
+        module.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        builder = llvm.create_pass_builder(tm, tuning)
+        builder.getModulePassManager().run(module, builder)
+        self.engine = llvm.create_mcjit_compiler(module, tm)
+        self.engine.finalize_object()
+        address = self.engine.get_function_address("fxc_model_run")
+        if not address:
+            raise InputError("JIT: fxc_model_run was not emitted")
+        self._fn = _RUN_FN(address)
+        self.alignment = spec.alignment
+        self.arena_bytes = int(lowered.plan.arena_bytes)
+        self.input_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.inputs]
+        self.output_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.outputs]
+
+    def _arena(self) -> tuple[np.ndarray, int]:
+        raw = np.zeros(self.arena_bytes + self.alignment, dtype=np.uint8)
+        shift = (-raw.ctypes.data) % self.alignment
+        return raw, raw.ctypes.data + shift
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        arrays = [_coerce_input(name, dtype, shape, value) for (name, dtype, shape), value in zip(self.input_specs, inputs)]
+        outputs = [np.zeros(shape, dtype=dtype) for _, dtype, shape in self.output_specs]
+        # every buffer gets at least one byte so that no pointer is NULL (zero-sized tensors)
+        keep = [a if a.nbytes else np.zeros(1, np.uint8) for a in arrays]
+        out_keep = [o if o.nbytes else np.zeros(1, np.uint8) for o in outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(keep), 1))(*[a.ctypes.data for a in keep])
+        out_ptrs = (ctypes.c_void_p * max(len(out_keep), 1))(*[o.ctypes.data for o in out_keep])
+        raw, arena = self._arena()
+        self._fn(in_ptrs, out_ptrs, ctypes.c_void_p(arena))
+        del raw, keep, out_keep
+        return outputs
+
+
+def _coerce_input(name: str, dtype: np.dtype, shape: tuple[int, ...], value) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.shape != shape:
+        if arr.size == int(np.prod(shape, dtype=np.int64)):
+            arr = arr.reshape(shape)
+        else:
+            raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# artifacts (other boards, qemu-user)
+# --------------------------------------------------------------------------------------------------
+class ArtifactModel:
+    """The model built into an artifact directory for a board; call() runs its runner (qemu for foreign targets)."""
+
+    def __init__(self, model: onnx.ModelProto, board: Board, input_shapes: dict, opt: str = DEFAULT_OPT,
+                 timeout: float | None = 600, workdir: Path | None = None):
+        from .build import BuildOptions, build_model
+
+        self._tmp = None
+        if workdir is None:
+            self._tmp = tempfile.mkdtemp(prefix="fxc-backend-")
+            workdir = Path(self._tmp)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        path = workdir / "model.onnx"
+        onnx.save(model, str(path))
+        result = build_model(path, BuildOptions(board=board.name, out_dir=workdir / "artifact", input_shapes=input_shapes,
+                                                opt=opt, profile_runner=False, record_last=False))
+        self.artifact, self.manifest, self.timeout = result.artifact, result.manifest, timeout
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from .execute import run_artifact
+
+        specs = self.manifest["inputs"]
+        feeds = {s["name"]: _coerce_input(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]), v) for s, v in zip(specs, inputs)}
+        result = run_artifact(self.artifact, feeds, timeout=self.timeout)
+        outs = []
+        for s in self.manifest["outputs"]:
+            value = result.outputs[s["name"]]
+            outs.append(np.asarray(value, dtype=np.dtype(s["dtype"])).reshape(tuple(s["shape"])))
+        return outs
+
+    def close(self) -> None:
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __del__(self):
+        self.close()
+
+
+def compile_model(model: onnx.ModelProto, board: str | Board | None = None, input_shapes: dict | None = None,
+                  opt: str = DEFAULT_OPT, timeout: float | None = 600, workdir: Path | None = None):
+    """A callable `f(list of input arrays) -> list of output arrays` for `board` (JIT on x86_64 hosts)."""
+    board = board if isinstance(board, Board) else get_board(board)
+    if jit_available(board):
+        return JitModel(lower_graph(import_graph(model, input_shapes), board, opt))
+    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir)
+
+
+def _graph_input_names(model: onnx.ModelProto) -> list[str]:
+    initializers = {init.name for init in model.graph.initializer}
+    return [vi.name for vi in model.graph.input if vi.name not in initializers]
+
+
+def _declared_static(model: onnx.ModelProto) -> bool:
+    initializers = {init.name for init in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            return False
+        if any(not (d.HasField("dim_value") and d.dim_value > 0) for d in tt.shape.dim):
+            return False
+    return True
+
+
+class FxcBackendRep(BackendRep):
+    """A prepared model. Compiled in prepare when every input shape is static, else on first run per shape set."""
+
+    def __init__(self, model: onnx.ModelProto, board: Board, opt: str = DEFAULT_OPT, timeout: float | None = 600):
+        self.model, self.board, self.opt, self.timeout = model, board, opt, timeout
+        self.input_names = _graph_input_names(model)
+        self.output_names = [vi.name for vi in model.graph.output]
+        self._compiled: dict[tuple, Any] = {}
+        if _declared_static(model):
+            self._compiled[None] = compile_model(model, board, None, opt, timeout)
+
+    def _for(self, arrays: list[np.ndarray]):
+        if None in self._compiled:
+            return self._compiled[None]
+        key = tuple((a.shape, a.dtype.str) for a in arrays)
+        if key not in self._compiled:
+            shapes = {n: tuple(a.shape) for n, a in zip(self.input_names, arrays)}
+            self._compiled[key] = compile_model(self.model, self.board, shapes, self.opt, self.timeout)
+        return self._compiled[key]
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, dict):
+            arrays = [np.asarray(inputs[n]) for n in self.input_names]
+        elif isinstance(inputs, (list, tuple)):
+            arrays = [np.asarray(v) for v in inputs]
+        else:
+            arrays = [np.asarray(inputs)]
+        if len(arrays) != len(self.input_names):
+            raise InputError(f"expected {len(self.input_names)} inputs ({', '.join(self.input_names)}), got {len(arrays)}")
+        return tuple(self._for(arrays)(arrays))
+
+
+_DEVICES = {"CPU"}
+
+
+def _board_for(device: str, board: str | None) -> Board:
+    if board:
+        return get_board(board)
+    device = (device or "CPU").upper()
+    return get_board(None if device == "CPU" else device.lower())
+
+
+class FxcBackend(Backend):
+    """onnx.backend.base.Backend for fluidml-xc; device "CPU" is this host (JIT), pass board=... for others."""
+
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        return True
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", board: str | None = None, opt: str = DEFAULT_OPT,
+                timeout: float | None = 600, **kwargs: Any) -> FxcBackendRep:
+        if not isinstance(model, onnx.ModelProto):
+            model = onnx.load_model_from_string(model) if isinstance(model, bytes) else onnx.load(str(model))
+        return FxcBackendRep(model, _board_for(device, board), opt, timeout)
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        arrays = [np.asarray(v) for v in (inputs.values() if isinstance(inputs, dict) else inputs)]
+        names = [n for n in node.input if n]
+        if len(names) != len(arrays):
+            raise InputError(f"node {node.op_type} has {len(names)} inputs, got {len(arrays)} values")
+        graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in zip(names, arrays)]
+        graph_outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output if n]
+        opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
+        model = helper.make_model(helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs),
+                                  opset_imports=[helper.make_opsetid(node.domain or "", opset)])
+        return cls.prepare(model, device, **kwargs).run(arrays)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        try:
+            _board_for(device, None)
+        except InputError:
+            return False
+        return True
+
+
+prepare = FxcBackend.prepare
+run_model = FxcBackend.run_model
+run_node = FxcBackend.run_node
+supports_device = FxcBackend.supports_device

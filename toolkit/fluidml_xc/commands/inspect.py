@@ -1,0 +1,141 @@
+"""`fluidml-xc inspect DIR`: the optimizer's and the memory planner's decisions for a built artifact."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import InputError
+
+NAME = "inspect"
+HELP = "show an artifact's plan: segments, layouts, loop orders, memory plan and map"
+ORDER = 60
+
+MAP_WIDTH = 64
+MAP_ROWS = 24
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("dir", nargs="?", type=Path, help="artifact directory (default: the last build)")
+    parser.add_argument("--json", action="store_true", help="print the manifest's optimizer and memory facts as JSON")
+    parser.add_argument("--segments", type=int, default=12, metavar="N", help="segments to list (default 12)")
+
+
+def _kb(n: int) -> str:
+    return f"{n:,} B ({n / 1024:.1f} KiB)"
+
+
+def memory_map(intervals: dict, offsets: dict, sizes: dict, arena: int, steps: int, width: int = MAP_WIDTH,
+               rows: int = MAP_ROWS) -> list[str]:
+    """Rows = execution steps (bucketed), columns = arena bytes; a letter per buffer live there."""
+    if arena <= 0 or steps <= 0:
+        return ["(empty arena)"]
+    names = sorted(intervals, key=lambda n: (intervals[n][0], offsets.get(n, 0)))
+    letters = {n: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"[k % 62] for k, n in enumerate(names)}
+    per_row = max(1, -(-steps // rows))
+    lines = []
+    for r in range(0, steps, per_row):
+        cells = ["."] * width
+        for n in names:
+            start, end = intervals[n]
+            if end < r or start >= r + per_row:
+                continue
+            off, size = offsets.get(n, 0), sizes.get(n, 0)
+            a = off * width // arena
+            b = max(a + 1, -(-(off + size) * width // arena))
+            for c in range(a, min(b, width)):
+                cells[c] = letters[n]
+        lines.append(f"  step {r:>4}-{min(r + per_row, steps) - 1:<4} |{''.join(cells)}|")
+    legend = ", ".join(f"{letters[n]}={n[-24:]}" for n in names[:12])
+    lines.append(f"  legend: {legend}{', ...' if len(names) > 12 else ''}")
+    return lines
+
+
+def main(args) -> int:
+    from .run import last_build_dir
+
+    directory = args.dir or last_build_dir()
+    path = Path(directory) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise InputError(f"{str(directory)!r} is not a fluidml-xc artifact (no readable manifest.json); run `fluidml-xc build` first") from None
+    opt = manifest.get("optimizer", {})
+    mem = manifest.get("memory", {})
+    if args.json:
+        print(json.dumps({"optimizer": opt, "memory": mem}, indent=2))
+        return 0
+    print(f"{manifest['model']['name']} for {manifest['board']} ({manifest['triple']}), --opt {manifest.get('opt')}, "
+          f"costs {opt.get('costs', 'analytic')}, optimizer {opt.get('seconds', 0) * 1e3:.0f} ms")
+    segments = opt.get("segments", [])
+    print(f"\nsegments: {len(segments)} (longest cost-weighted sequence first)")
+    for k, seg in enumerate(segments[: args.segments]):
+        print(f"  #{k:<3} length {seg['length']:>4}  cost {seg['cost_ns'] / 1e3:>10.1f} us   {seg['first']} .. {seg['last']}")
+    if len(segments) > args.segments:
+        print(f"  ... {len(segments) - args.segments} more")
+    layouts = opt.get("non_row_major", {})
+    gains = opt.get("gains_ns", {})
+    print(f"\nlayouts: {len(layouts)} tensors not row-major "
+          f"({opt.get('variable_tensors', 0)} free, {opt.get('pinned_tensors', 0)} pinned row-major); "
+          f"predicted {opt.get('predicted_ns', 0) / 1e3:.1f} us vs {opt.get('row_major_ns', 0) / 1e3:.1f} us row-major")
+    for name, perm in sorted(layouts.items(), key=lambda kv: -(gains.get(kv[0]) or 0)):
+        print(f"  {name}  order {perm}  predicted gain {gains.get(name, 0) / 1e3:.2f} us")
+    for vote in opt.get("votes", [])[:8]:
+        print(f"  vote on {vote['tensor']}: {vote['penalties']} -> {vote['winner']}")
+    orders = opt.get("loop_orders", {})
+    print(f"\nloop orders: {len(orders)} heavy kernels" + ("" if orders else " (kernel defaults)"))
+    for name, order in orders.items():
+        print(f"  {name}: {order}")
+    print("\nmemory plan:")
+    if mem:
+        print(f"  arena       {_kb(mem['arena_bytes'])}  strategy {mem['strategy']} (winner)")
+        lb, peak = mem.get("lower_bound_bytes", 0), mem.get("live_peak_bytes", 0)
+        print(f"  lower bound {_kb(lb)}  (order-independent: max bytes one op reads+writes)"
+              + (f"  arena/lb {mem['arena_bytes'] / lb:.3f}" if lb else ""))
+        print(f"  live peak   {_kb(peak)}  (chosen execution order)" + (f"  arena/peak {mem['arena_bytes'] / peak:.3f}" if peak else ""))
+        print(f"  naive       {_kb(mem.get('naive_bytes', 0))}  (no reuse)")
+        for name, size in sorted(mem.get("strategies", {}).items(), key=lambda kv: kv[1]):
+            mark = "  <- winner" if name == mem["strategy"] else ""
+            print(f"    {name:<20} {size:>12,} B{mark}")
+        plan = mem.get("plan") or _replan(manifest)
+        print("\nmemory map (rows: execution steps, columns: arena bytes):")
+        if plan:
+            steps = max((e for _, e in plan["intervals"].values()), default=-1) + 1
+            for line in memory_map({k: tuple(v) for k, v in plan["intervals"].items()}, plan["offsets"], plan["sizes"],
+                                   mem["arena_bytes"], steps):
+                print(line)
+        else:
+            print("  " + _fallback_map(manifest, mem))
+    return 0
+
+
+def _replan(manifest: dict) -> dict | None:
+    """Per-buffer offsets and intervals, re-planned from the model exactly as the build did (deterministic)."""
+    try:
+        from ..frontend import FrontendOptions, import_model, load_model
+        from ..passes import run_passes
+        from ..planner import PlanOptions, plan_memory
+
+        path = Path(manifest["model"]["path"])
+        shapes = {k: tuple(v) for k, v in manifest.get("input_shapes", {}).items()}
+        graph = import_model(load_model(path), FrontendOptions(input_shapes=shapes), name=path.stem)
+        run_passes(graph)
+        opt = manifest.get("opt", "fluid")
+        align = manifest["memory"].get("alignment", 64)
+        plan = plan_memory(graph, PlanOptions(alignment=align, reuse=opt != "plain", inplace=opt != "plain", reorder=opt != "plain"))
+        if plan.arena_bytes != manifest["memory"]["arena_bytes"]:
+            return None
+        sizes = {r: -(-graph.tensors[r].nbytes // align) * align for r in plan.intervals}
+        return {"intervals": plan.intervals, "offsets": {r: plan.offsets[r] for r in plan.intervals}, "sizes": sizes}
+    except Exception:
+        return None
+
+
+def _fallback_map(manifest: dict, mem: dict) -> str:
+    """Without per-buffer facts in the manifest: a bar of the arena against the bounds."""
+    arena = max(mem.get("arena_bytes", 0), 1)
+    scale = max(arena, mem.get("naive_bytes", 0), 1)
+
+    def bar(n: int) -> str:
+        return "#" * max(1, n * MAP_WIDTH // scale)
+    return (f"arena  |{bar(arena)}\n  peak   |{bar(mem.get('live_peak_bytes', 0))}\n  lb     |{bar(mem.get('lower_bound_bytes', 0))}\n"
+            f"  naive  |{bar(mem.get('naive_bytes', 0))}")

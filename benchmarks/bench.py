@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Benchmark fluidml-xc against ONNX Runtime (single thread) side by side, per --opt mode.
+
+    python benchmarks/bench.py                          # the example models
+    python benchmarks/bench.py ../shared/models/*.onnx  # with <name>.inputs.npz beside each model
+    python benchmarks/bench.py --light                  # + onnx's light model-zoo models (slow)
+
+Table: latency ratio (ours / ORT, median after warm-up) per mode, planned arena against the lower
+bound, the live peak and the no-reuse size, runner peak RSS against ORT's process RSS growth
+(ru_maxrss after loading the model and one run, minus before, in a fresh subprocess).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "toolkit"))
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+
+MODES = ("plain", "greedy", "fluid")
+
+_ORT_RSS = r"""
+import json, resource, sys
+import numpy as np
+feeds = dict(np.load(sys.argv[2]))
+import onnxruntime as ort
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+o = ort.SessionOptions(); o.intra_op_num_threads = 1; o.inter_op_num_threads = 1
+s = ort.InferenceSession(sys.argv[1], o, providers=["CPUExecutionProvider"])
+s.run(None, feeds)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"before": before * 1024, "after": after * 1024}))
+"""
+
+
+def light_models() -> list[Path]:
+    import onnx.backend.test as bt
+    root = Path(bt.__file__).parent / "data" / "light"
+    return sorted(root.glob("*.onnx"))
+
+
+def model_cases(paths: list[str], light: bool) -> list[tuple[str, Path, dict]]:
+    from fluidml_xc.examples import EXAMPLES, example_feeds
+    cases = []
+    tmp = Path(tempfile.mkdtemp(prefix="fxc-bench-"))
+    if not paths:
+        for name in sorted(EXAMPLES):
+            model = EXAMPLES[name]()
+            path = tmp / f"{name}.onnx"
+            onnx.save(model, str(path))
+            cases.append((name, path, example_feeds(model)))
+    for pattern in paths:
+        for p in sorted(glob.glob(pattern)) or [pattern]:
+            path = Path(p)
+            npz = path.with_name(path.stem + ".inputs.npz")
+            feeds = dict(np.load(npz)) if npz.is_file() else example_feeds(onnx.load(str(path), load_external_data=False))
+            cases.append((path.stem, path, feeds))
+    if light:
+        for path in light_models():
+            cases.append((path.stem, path, example_feeds(onnx.load(str(path)))))
+    return cases
+
+
+def runner_bench(artifact: Path, feeds: dict, runs: int, warmup: int) -> dict:
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        args = []
+        for k, spec in enumerate(manifest["inputs"]):
+            f = f"{tmp}/in{k}.npy"
+            np.save(f, np.asarray(feeds[spec["name"]]).astype(spec["dtype"]).reshape(spec["shape"]))
+            args += ["-i", f]
+        out = subprocess.run([str(artifact / "runner"), *args, "--bench", str(runs), "--warmup", str(warmup)],
+                             check=True, capture_output=True, text=True, timeout=1800)
+    return json.loads(out.stdout)
+
+
+def ort_rss_growth(path: Path, feeds: dict) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        npz = f"{tmp}/feeds.npz"
+        np.savez(npz, **feeds)
+        out = subprocess.run([sys.executable, "-c", _ORT_RSS, str(path), npz], check=True, capture_output=True, text=True, timeout=1800)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return data["after"] - data["before"]
+
+
+def main() -> int:
+    from fluidml_xc.build import BuildOptions, build_model
+    from fluidml_xc.reference import median_latency_ms, ort_session
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", help="ONNX files or globs (default: the example models)")
+    ap.add_argument("--light", action="store_true", help="also onnx's light models (AlexNet, DenseNet-121, ...)")
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--board", default=None)
+    ap.add_argument("--costs", default="analytic", choices=("analytic", "measure"))
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON")
+    args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="fxc-bench-build-"))
+    for name, path, feeds in model_cases(args.models, args.light):
+        row = {"model": name}
+        try:
+            session = ort_session(path)
+            row["ort_ms"] = median_latency_ms(session, feeds, args.runs, args.warmup)
+            del session
+            row["ort_rss_growth"] = ort_rss_growth(path, feeds)
+        except Exception as exc:  # noqa: BLE001
+            row["ort_error"] = str(exc).splitlines()[0][:80]
+        for mode in modes:
+            try:
+                res = build_model(path, BuildOptions(board=args.board, out_dir=work / f"{name}-{mode}", opt=mode, costs=args.costs,
+                                                     profile_runner=False, record_last=False))
+                bench = runner_bench(res.artifact, feeds, args.runs, args.warmup)
+                mem = res.manifest["memory"]
+                row[mode] = {"ms": bench["median_ms"], "rss": bench["peak_rss_bytes"], "arena": mem["arena_bytes"],
+                             "lb": mem["lower_bound_bytes"], "peak": mem["live_peak_bytes"], "naive": mem["naive_bytes"],
+                             "strategy": mem["strategy"], "build_s": res.seconds,
+                             "optimizer_s": res.manifest.get("optimizer", {}).get("seconds", 0.0),
+                             "non_row_major": len(res.manifest.get("optimizer", {}).get("non_row_major", {}))}
+            except Exception as exc:  # noqa: BLE001
+                row[mode] = {"error": str(exc).splitlines()[0][:100]}
+        rows.append(row)
+        print_row(row, modes, header=len(rows) == 1)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def print_row(row: dict, modes: list[str], header: bool) -> None:
+    if header:
+        cols = ["model", "ORT ms"] + [f"{m}/ORT" for m in modes] + ["fluid ms", "arena KiB", "/lb", "/peak", "naive KiB",
+                                                                   "strategy", "RSS KiB", "ORT dRSS KiB", "NRM"]
+        print(" | ".join(cols))
+        print(" | ".join("---" for _ in cols))
+    ort = row.get("ort_ms")
+    cells = [row["model"], f"{ort:.3f}" if ort else row.get("ort_error", "-")]
+    for m in modes:
+        r = row.get(m, {})
+        cells.append(f"{r['ms'] / ort:.2f}" if "ms" in r and ort else r.get("error", "-")[:40])
+    best = row.get("fluid") or row.get(modes[-1], {})
+    if "ms" in best:
+        cells += [f"{best['ms']:.3f}", f"{best['arena'] / 1024:.1f}", f"{best['arena'] / max(best['lb'], 1):.3f}",
+                  f"{best['arena'] / max(best['peak'], 1):.3f}", f"{best['naive'] / 1024:.1f}", best["strategy"],
+                  f"{best['rss'] / 1024:.0f}", f"{row.get('ort_rss_growth', 0) / 1024:.0f}", str(best["non_row_major"])]
+    print(" | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -242,8 +242,10 @@ def test_remote_base_path_with_spaces_and_quotes(server, builds, empty_config, t
 
 def test_tilde_base_dir_expands_on_the_board(server, empty_config):
     with connect(options(server, empty_config)) as conn:
-        assert conn.absolute("~/.fluidml-xc") == posixpath.join(os.path.expanduser("~"), ".fluidml-xc")
-        assert conn.absolute("rel dir") == posixpath.join(os.path.expanduser("~"), "rel dir")
+        home = conn.home()
+        assert home.startswith("/") and Path(home).is_dir()
+        assert conn.absolute("~/.fluidml-xc") == posixpath.join(home, ".fluidml-xc")
+        assert conn.absolute("rel dir/") == posixpath.join(home, "rel dir")
 
 
 def test_board_that_does_not_fit_is_refused(server, builds, empty_config, tmp_path):

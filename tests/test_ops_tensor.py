@@ -145,9 +145,9 @@ CASES = {
         [node("ArgMax", ["i"], ["am"], axis=1), node("ArgMax", ["i"], ["aml"], axis=-1, keepdims=0, select_last_index=1),
          node("ArgMin", ["x"], ["an"], axis=0, keepdims=0), node("ArgMin", ["i"], ["anl"], axis=1, select_last_index=1),
          node("CumSum", ["x", "a1"], ["cs"]), node("CumSum", ["x", "a2"], ["csr"], exclusive=1, reverse=1),
-         node("CumSum", ["i", "a1"], ["csi"], reverse=1)],
-        {"x": f32(3, 4, 5), "i": rng.integers(0, 3, (3, 4, 5))},
-        ["am", "aml", "an", "anl", "cs", "csr", "csi"], {"a1": np.array(-1, np.int64), "a2": np.array(1, np.int32)}, 13),
+         node("CumSum", ["i", "a1"], ["csi"], reverse=1), node("CumSum", ["x", "ax"], ["csd"], exclusive=1)],
+        {"x": f32(3, 4, 5), "i": rng.integers(0, 3, (3, 4, 5)), "ax": np.array(-2, np.int32)},
+        ["am", "aml", "an", "anl", "cs", "csr", "csi", "csd"], {"a1": np.array(-1, np.int64), "a2": np.array(1, np.int32)}, 13),
     "softmax_opset11": lambda: (
         [node("Softmax", ["x"], ["s"]), node("LogSoftmax", ["x"], ["ls"], axis=2), node("Hardmax", ["x"], ["h"])],
         {"x": f32(2, 3, 4)}, ["s", "ls", "h"], None, 11),

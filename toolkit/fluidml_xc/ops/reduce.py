@@ -203,13 +203,23 @@ def lower_argmin(k):
 # -- CumSum --------------------------------------------------------------------------------------
 @register("CumSum")
 def lower_cumsum(k):
+    """Running sum along the axis; a run-time axis selects one of the per-axis loops."""
     x, out = k.inputs[0], k.outputs[0]
-    dt, n = x.dtype, None
     value = k.input_value(1)
-    if value is None:
-        raise InputError(f"node {k.node.name!r} (CumSum): axis must be a build-time constant")
-    axis = _axis(int(np.ravel(value)[0]), x.rank)
-    n = x.shape[axis]
+    if value is not None:
+        _cumsum(k, _axis(int(np.ravel(value)[0]), x.rank))
+        return
+    axis_op = k.inputs[1]
+    axis = k.s.cast(axis_op.dtype, np.int64, k.b.load(axis_op.ptr))
+    axis = k.b.select(k.b.icmp_signed("<", axis, ir.Constant(ir.IntType(64), 0)), k.b.add(axis, ir.Constant(ir.IntType(64), x.rank)), axis)
+    for a in range(x.rank):
+        with k.b.if_then(k.b.icmp_signed("==", axis, ir.Constant(ir.IntType(64), a))):
+            _cumsum(k, a)
+
+
+def _cumsum(k, axis: int) -> None:
+    x, out = k.inputs[0], k.outputs[0]
+    dt, n = x.dtype, x.shape[axis]
     exclusive, reverse = int(k.attr("exclusive", 0)), int(k.attr("reverse", 0))
     x_acc, out_acc = x.identity_access(), out.identity_access()
 

@@ -28,6 +28,8 @@ extern const char *const fxc_op_names[];
 extern const char *const fxc_op_types[];
 int fxc_init(void *arena, size_t arena_bytes);
 int fxc_run(void *arena, const void *const *inputs, void *const *outputs);
+int fxc_run_profiled(void *arena, const void *const *inputs, void *const *outputs,
+                     void (*enter)(int32_t op), void (*exit)(int32_t op));
 const char *fxc_strerror(int code);
 
 /* npy.c: .npy I/O; errors are written into err (NUL-terminated) and return -1. */

@@ -1,4 +1,4 @@
-/* Profiling hooks called by model_prof.o around each op; linked only into runner_prof. */
+/* Profiling hooks that fxc_run_profiled calls around each op; linked only into runner_prof. */
 #include "fxc_runtime.h"
 
 static int64_t *prof_samples;

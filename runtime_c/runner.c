@@ -87,9 +87,10 @@ static void print_json_string(const char *text)
     putchar('"');
 }
 
-static void run_once(void *arena, const void **inputs, void **outputs)
+static void run_once(void *arena, const void **inputs, void **outputs, int profile)
 {
-    int rc = fxc_run(arena, inputs, outputs);
+    int rc = profile ? fxc_run_profiled(arena, inputs, outputs, fxc_prof_enter, fxc_prof_exit)
+                     : fxc_run(arena, inputs, outputs);
     if (rc != 0)
         die("fxc_run failed: %s", fxc_strerror(rc));
 }
@@ -195,20 +196,20 @@ int main(int argc, char **argv)
         outputs[i] = aligned_buffer(fxc_output_specs[i].nbytes, BUFFER_ALIGN);
 
     if (runs == 0) {
-        run_once(arena, inputs, outputs);
+        run_once(arena, inputs, outputs, profile);
     } else {
         if (profile)
             fxc_prof_attach(samples, fxc_num_ops, runs);
         for (int32_t w = 0; w < warmup; w++) {
             if (profile)
                 fxc_prof_begin_run(-1);
-            run_once(arena, inputs, outputs);
+            run_once(arena, inputs, outputs, profile);
         }
         for (int32_t r = 0; r < runs; r++) {
             if (profile)
                 fxc_prof_begin_run(r);
             int64_t start = fxc_now_ns();
-            run_once(arena, inputs, outputs);
+            run_once(arena, inputs, outputs, profile);
             times[r] = (double)(fxc_now_ns() - start) / 1e6;
         }
     }

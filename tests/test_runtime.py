@@ -28,9 +28,6 @@ AFFINE_SPEC = ModelSpec(
 
 # y = x*2 (into the arena) + 1; z = t*3 + 1. PROF_n become profiling hook calls in model_prof.o.
 AFFINE_IR = """
-declare void @fxc_prof_enter(i32)
-declare void @fxc_prof_exit(i32)
-
 define void @fxc_model_run(ptr %inputs, ptr %outputs, ptr %arena) {
 entry:
   %x = load ptr, ptr %inputs
@@ -95,13 +92,16 @@ ALL_TARGETS = [pytest.param(name, marks=marks) for name, marks in TARGETS.items(
 ELF_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "armv7": "EM_ARM"}
 
 
-def affine_ir(profile: bool) -> str:
-    text = AFFINE_IR
+def affine_ir() -> str:
+    """fxc_model_run and fxc_model_run_profiled (the hooks arrive as function pointers) in one module."""
+    plain, profiled = AFFINE_IR, AFFINE_IR.replace(
+        "@fxc_model_run(ptr %inputs, ptr %outputs, ptr %arena)",
+        "@fxc_model_run_profiled(ptr %inputs, ptr %outputs, ptr %arena, ptr %enter, ptr %exit)")
     for op in range(2):
         for hook in ("ENTER", "EXIT"):
-            call = f"call void @fxc_prof_{hook.lower()}(i32 {op})" if profile else ""
-            text = text.replace(f"PROF_{hook}_{op}", call)
-    return text
+            plain = plain.replace(f"PROF_{hook}_{op}", "")
+            profiled = profiled.replace(f"PROF_{hook}_{op}", f"call void %{hook.lower()}(i32 {op})")
+    return plain + profiled
 
 
 def copy_spec() -> ModelSpec:
@@ -117,7 +117,9 @@ def copy_ir(spec: ModelSpec) -> str:
         lines += [f"  %is{i} = getelementptr ptr, ptr %inputs, i32 {i}", f"  %in{i} = load ptr, ptr %is{i}",
                   f"  %os{i} = getelementptr ptr, ptr %outputs, i32 {i}", f"  %out{i} = load ptr, ptr %os{i}",
                   f"  call void @llvm.memcpy.p0.p0.i32(ptr %out{i}, ptr %in{i}, i32 {tensor.nbytes}, i1 false)"]
-    return "\n".join(lines + ["  ret void", "}"])
+    profiled = ["define void @fxc_model_run_profiled(ptr %inputs, ptr %outputs, ptr %arena, ptr %enter, ptr %exit) {",
+                "entry:", "  call void @fxc_model_run(ptr %inputs, ptr %outputs, ptr %arena)", "  ret void", "}"]
+    return "\n".join(lines + ["  ret void", "}"] + profiled)
 
 
 def emit_object(target: Target, ir_text: str, out: Path) -> Path:
@@ -137,12 +139,11 @@ def emit_object(target: Target, ir_text: str, out: Path) -> Path:
     return out
 
 
-def make_artifact(target: Target, spec: ModelSpec, model_ir: str, prof_ir: str | None, out_dir: Path) -> Path:
+def make_artifact(target: Target, spec: ModelSpec, model_ir: str, out_dir: Path, profile: bool = True) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     header, glue = render_sources(spec, out_dir)
     model_o = emit_object(target, model_ir, out_dir / "model.o")
-    prof_o = emit_object(target, prof_ir, out_dir / "model_prof.o") if prof_ir else None
-    result = link_artifact(target, target.cpu, model_o, prof_o, glue, out_dir, out_dir)
+    result = link_artifact(target, target.cpu, model_o, model_o if profile else None, glue, out_dir, out_dir)
     assert result.runner.is_file() and result.library.is_file()
     tensors = lambda ts: [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in ts]  # noqa: E731
     manifest = {"format": 1, "model": {"name": spec.name}, "board": target.name, "target": target.name,
@@ -157,13 +158,13 @@ def make_artifact(target: Target, spec: ModelSpec, model_ir: str, prof_ir: str |
 @pytest.fixture(scope="module", params=ALL_TARGETS)
 def affine(request, tmp_path_factory) -> Path:
     target = get_target(request.param)
-    return make_artifact(target, AFFINE_SPEC, affine_ir(False), affine_ir(True),
+    return make_artifact(target, AFFINE_SPEC, affine_ir(),
                          tmp_path_factory.mktemp(f"affine-{target.name}"))
 
 
 @pytest.fixture(scope="module")
 def affine_x86(tmp_path_factory) -> Path:
-    return make_artifact(get_target("x86_64"), AFFINE_SPEC, affine_ir(False), affine_ir(True),
+    return make_artifact(get_target("x86_64"), AFFINE_SPEC, affine_ir(),
                          tmp_path_factory.mktemp("affine-x86"))
 
 
@@ -259,7 +260,7 @@ def test_runner_rejects_mismatched_npy(affine_x86, tmp_path):
 
 def test_all_dtypes_and_npy_versions(tmp_path):
     spec = copy_spec()
-    artifact = make_artifact(get_target("x86_64"), spec, copy_ir(spec), None, tmp_path / "copy")
+    artifact = make_artifact(get_target("x86_64"), spec, copy_ir(spec), tmp_path / "copy", profile=False)
     manifest = read_manifest(artifact)
     feeds = random_feeds(manifest, seed=0)
     filled = run_artifact(artifact).outputs
@@ -285,7 +286,7 @@ def test_all_dtypes_and_npy_versions(tmp_path):
 @pytest.mark.skipif(not shutil.which("qemu-aarch64-static"), reason="qemu-aarch64-static missing")
 def test_user_program_aarch64(tmp_path):
     target = get_target("aarch64")
-    artifact = make_artifact(target, AFFINE_SPEC, affine_ir(False), None, tmp_path / "art")
+    artifact = make_artifact(target, AFFINE_SPEC, affine_ir(), tmp_path / "art", profile=False)
     program = tmp_path / "app.c"
     program.write_text(r"""
 #include <stdio.h>

@@ -93,9 +93,6 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     verify_plan(graph, plan)
     emit_opts = dict(layouts=decisions.layouts, loop_orders=decisions.loop_orders)
     (workdir / "model.o").write_bytes(compile_module(emit_module(graph, plan, spec, EmitOptions(**emit_opts)), spec))
-    if options.profile_runner:
-        ir_text = emit_module(graph, plan, spec, EmitOptions(profile=True, **emit_opts))
-        (workdir / "model_prof.o").write_bytes(compile_module(ir_text, spec))
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type} for i in plan.order]
     return {
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
@@ -118,7 +115,7 @@ def _link(board: Board, spec, graph: Graph, facts: dict, workdir: Path, profile:
         arena_bytes=facts["plan"].arena_bytes, arena_align=spec.alignment,
         ops=[(op["name"], op["type"]) for op in facts["ops"]])
     render_sources(model_spec, workdir)
-    link_artifact(board.target, spec.cpu, workdir / "model.o", workdir / "model_prof.o" if profile else None,
+    link_artifact(board.target, spec.cpu, workdir / "model.o", workdir / "model.o" if profile else None,
                   workdir / "model_glue.c", workdir, workdir)
 
 

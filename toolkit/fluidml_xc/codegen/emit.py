@@ -18,7 +18,6 @@ I8P = ir.IntType(8).as_pointer()
 
 @dataclass
 class EmitOptions:
-    profile: bool = False
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     loop_orders: dict[str, str] = field(default_factory=dict)
     """node name -> loop order chosen by the optimizer (kernels read it through Kernel.node.attrs)."""
@@ -70,10 +69,25 @@ class ModuleEmitter:
         return self.options.layouts.get(name)
 
     def emit(self) -> str:
-        graph, b_args = self.graph, [I8P.as_pointer(), I8P.as_pointer(), I8P]
-        run = ir.Function(self.module, ir.FunctionType(ir.VoidType(), b_args), "fxc_model_run")
+        """Node functions, then `fxc_model_run` and `fxc_model_run_profiled` (hooks passed as pointers) calling them."""
+        steps = []
+        for step, node_index in enumerate(self.plan.order):
+            node = self.graph.nodes[node_index]
+            fn = self.node_function(node, step)
+            if fn is not None:
+                fn.attributes.add("noinline")
+                steps.append((step, node, fn))
+        hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)]).as_pointer()
+        self._entry("fxc_model_run", steps, None)
+        self._entry("fxc_model_run_profiled", steps, hook)
+        return str(self.module)
+
+    def _entry(self, symbol: str, steps, hook: ir.Type | None) -> None:
+        graph = self.graph
+        params = [I8P.as_pointer(), I8P.as_pointer(), I8P] + ([hook, hook] if hook else [])
+        run = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), symbol)
         b = ir.IRBuilder(run.append_basic_block("entry"))
-        inputs_arg, outputs_arg, arena = run.args
+        inputs_arg, outputs_arg, arena = run.args[:3]
         pointers: dict[str, ir.Value] = {}
         for k, name in enumerate(graph.inputs):
             pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
@@ -88,25 +102,15 @@ class ModuleEmitter:
                 return b.bitcast(self.constant_global(name), I8P)
             return b.gep(arena, [ir.Constant(ir.IntType(64), self.plan.offsets[name])], inbounds=True)
 
-        prof_enter = prof_exit = None
-        if self.options.profile:
-            hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
-            prof_enter = ir.Function(self.module, hook, "fxc_prof_enter")
-            prof_exit = ir.Function(self.module, hook, "fxc_prof_exit")
-        for step, node_index in enumerate(self.plan.order):
-            node = graph.nodes[node_index]
-            fn = self.node_function(node, step)
-            if fn is None:
-                continue
+        for step, node, fn in steps:
             args = [b.bitcast(pointer(n), a.type) for n, a in zip(self._arg_names(node), fn.args)]
-            if prof_enter:
-                b.call(prof_enter, [ir.Constant(ir.IntType(32), step)])
+            if hook:
+                b.call(run.args[3], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
-            if prof_exit:
-                b.call(prof_exit, [ir.Constant(ir.IntType(32), step)])
+            if hook:
+                b.call(run.args[4], [ir.Constant(ir.IntType(32), step)])
         self._copy_passthrough_outputs(b, pointer)
         b.ret_void()
-        return str(self.module)
 
     def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:
         """Graph outputs that are constants or graph inputs are copied into the caller's buffer."""

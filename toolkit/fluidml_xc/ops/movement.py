@@ -28,11 +28,11 @@ def _order(strides) -> list[int]:
     return sorted(range(len(strides)), key=lambda d: -abs(strides[d]))
 
 
-def _ints(k, i: int, attr: str | None = None, default=None):
-    """Integer list from input i (newer opsets) or attribute `attr` (older ones); None when absent."""
+def _ints(k, i: int | None, attr: str | None = None, default=None):
+    """Integer list from attribute `attr` (older opsets) or input i (newer ones); `default` when absent."""
     if attr is not None and attr in k.node.attrs:
         return [int(v) for v in np.ravel(k.attr(attr))]
-    if i < len(k.inputs) and k.inputs[i] is not None:
+    if i is not None and i < len(k.inputs) and k.inputs[i] is not None:
         value = k.input_value(i)
         if value is None:
             raise InputError(f"node {k.node.name!r} ({k.node.op_type}): input {i} must be a build-time constant; "
@@ -109,8 +109,8 @@ def lower_concat(k):
 def _slice_params(k, x: Operand):
     """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1)."""
     if k.graph.opset < 10:
-        starts, ends = _ints(k, 99, "starts"), _ints(k, 99, "ends")
-        axes, steps = _ints(k, 99, "axes", list(range(len(starts)))), [1] * len(starts)
+        starts, ends = _ints(k, None, "starts"), _ints(k, None, "ends")
+        axes, steps = _ints(k, None, "axes", list(range(len(starts)))), [1] * len(starts)
     else:
         starts, ends = _ints(k, 1), _ints(k, 2)
         axes = _ints(k, 3, default=list(range(len(starts))))
@@ -205,7 +205,7 @@ def _pad_params(k, rank: int):
     dt = k.inputs[0].dtype
     value = None
     if k.graph.opset < 11:
-        pads = _ints(k, 99, "pads") or _ints(k, 99, "paddings")
+        pads = _ints(k, None, "pads") or _ints(k, None, "paddings")
         value = const(dt, k.attr("value", 0.0))
         axes = list(range(rank))
     else:

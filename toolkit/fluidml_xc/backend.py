@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,12 +37,30 @@ DEFAULT_OPT = "fluid"
 # --------------------------------------------------------------------------------------------------
 # front half: ONNX -> graph -> plan -> LLVM IR (the same steps as build.compile_graph, minus objects)
 # --------------------------------------------------------------------------------------------------
-def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model") -> Graph:
+def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of `model` whose graph inputs in `values` are initializers (build-time constants)."""
+    from onnx import numpy_helper
+
+    if not values:
+        return model
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model)
+    keep = [vi for vi in bound.graph.input if vi.name not in values]
+    del bound.graph.input[:]
+    bound.graph.input.extend(keep)
+    for name, value in values.items():
+        bound.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return bound
+
+
+def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
+                 bind: dict[str, np.ndarray] | None = None) -> Graph:
     from .frontend import FrontendOptions, import_model
     from .passes import run_passes
     from .codegen.emit import check_supported
 
-    graph = import_model(model, FrontendOptions(input_shapes=dict(input_shapes or {})), name=name)
+    shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
+    graph = import_model(bind_inputs(model, bind or {}), FrontendOptions(input_shapes=shapes), name=name)
     run_passes(graph)
     check_supported(graph)
     return graph
@@ -145,8 +164,9 @@ class JitModel:
         shift = (-raw.ctypes.data) % self.alignment
         return raw, raw.ctypes.data + shift
 
-    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [_coerce_input(name, dtype, shape, value) for (name, dtype, shape), value in zip(self.input_specs, inputs)]
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Outputs in graph order for feeds {graph input name: array}."""
+        arrays = [_coerce_input(name, dtype, shape, feeds[name]) for name, dtype, shape in self.input_specs]
         outputs = [np.zeros(shape, dtype=dtype) for _, dtype, shape in self.output_specs]
         # every buffer gets at least one byte so that no pointer is NULL (zero-sized tensors)
         keep = [a if a.nbytes else np.zeros(1, np.uint8) for a in arrays]
@@ -176,9 +196,11 @@ class ArtifactModel:
     """The model built into an artifact directory for a board; call() runs its runner (qemu for foreign targets)."""
 
     def __init__(self, model: onnx.ModelProto, board: Board, input_shapes: dict, opt: str = DEFAULT_OPT,
-                 timeout: float | None = 600, workdir: Path | None = None):
+                 timeout: float | None = 600, workdir: Path | None = None, bind: dict | None = None):
         from .build import BuildOptions, build_model
 
+        model = bind_inputs(model, bind or {})
+        input_shapes = {k: v for k, v in input_shapes.items() if not bind or k not in bind}
         self._tmp = None
         if workdir is None:
             self._tmp = tempfile.mkdtemp(prefix="fxc-backend-")
@@ -191,11 +213,11 @@ class ArtifactModel:
                                                 opt=opt, profile_runner=False, record_last=False))
         self.artifact, self.manifest, self.timeout = result.artifact, result.manifest, timeout
 
-    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         from .execute import run_artifact
 
         specs = self.manifest["inputs"]
-        feeds = {s["name"]: _coerce_input(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]), v) for s, v in zip(specs, inputs)}
+        feeds = {s["name"]: _coerce_input(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]), feeds[s["name"]]) for s in specs}
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
         for s in self.manifest["outputs"]:
@@ -213,12 +235,43 @@ class ArtifactModel:
 
 
 def compile_model(model: onnx.ModelProto, board: str | Board | None = None, input_shapes: dict | None = None,
-                  opt: str = DEFAULT_OPT, timeout: float | None = 600, workdir: Path | None = None):
-    """A callable `f(list of input arrays) -> list of output arrays` for `board` (JIT on x86_64 hosts)."""
+                  opt: str = DEFAULT_OPT, timeout: float | None = 600, workdir: Path | None = None,
+                  bind: dict[str, np.ndarray] | None = None):
+    """A callable `f({input name: array}) -> list of output arrays` for `board` (JIT on x86_64 hosts).
+
+    `bind`: graph inputs compiled as constants with these values (they are then not fed)."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
-        return JitModel(lower_graph(import_graph(model, input_shapes), board, opt))
-    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir)
+        return JitModel(lower_graph(import_graph(model, input_shapes, bind=bind), board, opt))
+    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind)
+
+
+_UNRESOLVED = re.compile(r"cannot infer a static shape for '(.+?)' \(node ")
+MAX_BOUND_ELEMENTS = 64
+
+
+def _shape_inputs(model: onnx.ModelProto, tensor: str, arrays: dict[str, np.ndarray], bound: dict) -> dict[str, np.ndarray]:
+    """Graph inputs that decide the shape of `tensor`: those reached from its producer's inputs 1.. (shape,
+    axes, sizes, repeats, pads, K, ...) walking back through producers, small enough to be such values."""
+    producers = {out: node for node in model.graph.node for out in node.output if out}
+    node = producers.get(tensor)
+    if node is None:
+        return {}
+    found, seen, stack = {}, set(), [n for n in list(node.input)[1:] if n]
+    if node.op_type == "ConstantOfShape":
+        stack = [n for n in node.input if n]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in arrays and name not in bound:
+            value = arrays[name]
+            if value.size <= MAX_BOUND_ELEMENTS and value.ndim <= 1:
+                found[name] = value
+        elif name in producers:
+            stack.extend(n for n in producers[name].input if n)
+    return found
 
 
 def _graph_input_names(model: onnx.ModelProto) -> list[str]:
@@ -240,35 +293,86 @@ def _declared_static(model: onnx.ModelProto) -> bool:
 
 
 class FxcBackendRep(BackendRep):
-    """A prepared model. Compiled in prepare when every input shape is static, else on first run per shape set."""
+    """A prepared model, compiled in prepare when every input shape is static.
+
+    Otherwise (shapes to take from the first inputs, or an output shape that depends on the values of
+    inputs such as Reshape's shape, Resize's sizes, a Reduce's axes or TopK's K) it is compiled on
+    run, specialized to those input shapes and values: such inputs become build-time constants and the
+    compiled model is reused only for the same shapes and values (`specialized` names them)."""
+
+    MAX_SPECIALIZE_ROUNDS = 8
 
     def __init__(self, model: onnx.ModelProto, board: Board, opt: str = DEFAULT_OPT, timeout: float | None = 600):
         self.model, self.board, self.opt, self.timeout = model, board, opt, timeout
         self.input_names = _graph_input_names(model)
         self.output_names = [vi.name for vi in model.graph.output]
-        self._compiled: dict[tuple, Any] = {}
+        self._compiled: dict[tuple, tuple[Any, dict]] = {}
+        self.specialized: list[str] = []
+        self.folded = False
+        """True when specializing left no op to run (every output was computed at build time)."""
+        self._static = None
         if _declared_static(model):
-            self._compiled[None] = compile_model(model, board, None, opt, timeout)
+            try:
+                self._static = compile_model(model, board, None, opt, timeout)
+            except InputError as exc:
+                if not _UNRESOLVED.search(str(exc)):
+                    raise
 
-    def _for(self, arrays: list[np.ndarray]):
-        if None in self._compiled:
-            return self._compiled[None]
-        key = tuple((a.shape, a.dtype.str) for a in arrays)
-        if key not in self._compiled:
-            shapes = {n: tuple(a.shape) for n, a in zip(self.input_names, arrays)}
-            self._compiled[key] = compile_model(self.model, self.board, shapes, self.opt, self.timeout)
-        return self._compiled[key]
+    def _specialize(self, arrays: dict[str, np.ndarray]):
+        shapes = {n: tuple(a.shape) for n, a in arrays.items()}
+        bound: dict[str, np.ndarray] = {}
+        for _ in range(self.MAX_SPECIALIZE_ROUNDS):
+            try:
+                compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound)
+                break
+            except InputError as exc:
+                match = _UNRESOLVED.search(str(exc))
+                more = _shape_inputs(self.model, match.group(1), arrays, bound) if match else {}
+                if not more:
+                    raise
+                bound.update(more)
+        else:
+            raise InputError(f"output shapes still depend on input values after binding {', '.join(bound)}")
+        return compiled, bound
+
+    def _for(self, arrays: dict[str, np.ndarray]):
+        if self._static is not None:
+            return self._static, {}
+        for compiled, bound in self._compiled.values():
+            if all(n in arrays and arrays[n].shape == v.shape and arrays[n].dtype == v.dtype and np.array_equal(arrays[n], v)
+                   for n, v in bound.items()):
+                if all(arrays[n].shape == s for n, s in compiled_shapes(compiled).items()):
+                    return compiled, bound
+        compiled, bound = self._specialize(arrays)
+        self._compiled[len(self._compiled)] = (compiled, bound)
+        self.specialized = sorted(bound)
+        self.folded = bool(bound) and compiled_op_count(compiled) == 0
+        return compiled, bound
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         if isinstance(inputs, dict):
-            arrays = [np.asarray(inputs[n]) for n in self.input_names]
+            values = [inputs[n] for n in self.input_names]
         elif isinstance(inputs, (list, tuple)):
-            arrays = [np.asarray(v) for v in inputs]
+            values = list(inputs)
         else:
-            arrays = [np.asarray(inputs)]
-        if len(arrays) != len(self.input_names):
-            raise InputError(f"expected {len(self.input_names)} inputs ({', '.join(self.input_names)}), got {len(arrays)}")
-        return tuple(self._for(arrays)(arrays))
+            values = [inputs]
+        if len(values) != len(self.input_names):
+            raise InputError(f"expected {len(self.input_names)} inputs ({', '.join(self.input_names)}), got {len(values)}")
+        arrays = {n: np.asarray(v) for n, v in zip(self.input_names, values)}
+        compiled, bound = self._for(arrays)
+        return tuple(compiled({n: a for n, a in arrays.items() if n not in bound}))
+
+
+def compiled_shapes(compiled) -> dict[str, tuple[int, ...]]:
+    if isinstance(compiled, JitModel):
+        return {n: shape for n, _, shape in compiled.input_specs}
+    return {s["name"]: tuple(s["shape"]) for s in compiled.manifest["inputs"]}
+
+
+def compiled_op_count(compiled) -> int:
+    if isinstance(compiled, JitModel):
+        return len(compiled.graph.nodes)
+    return len(compiled.manifest["ops"])
 
 
 _DEVICES = {"CPU"}

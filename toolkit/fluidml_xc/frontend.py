@@ -21,6 +21,8 @@ from .ir import Graph, Node, Tensor
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 FOLDABLE_ONLY = {"Constant", "Shape", "Size", "ConstantOfShape"}
+TYPE_ONLY_INPUTS = {"CastLike": {1}}
+"""Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,10 @@ class _Folder:
         value = np.asarray(value)
         self.tensors[name] = Tensor(name, value.dtype, tuple(value.shape), value)
 
-    def evaluate(self, node: onnx.NodeProto) -> list[np.ndarray]:
+    def evaluate(self, node: onnx.NodeProto, stand_ins: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
+        stand_ins = stand_ins or {}
         inputs = [n for n in node.input if n]
         graph = helper.make_graph(
             [node], "fold",
@@ -128,7 +131,7 @@ class _Folder:
         model = helper.make_model(graph, opset_imports=self.opset_imports, ir_version=self.model.ir_version)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            results = ReferenceEvaluator(model).run(None, {n: self.tensors[n].value for n in inputs})
+            results = ReferenceEvaluator(model).run(None, {n: stand_ins[n] if n in stand_ins else self.tensors[n].value for n in inputs})
         return [np.asarray(r) for r in results]
 
     def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
@@ -180,9 +183,11 @@ class _Folder:
                 start, end = attrs.get("start", 0), attrs.get("end", None)
                 self.const(node.output[0], shape[start:end])
             return True
-        if can_fold and all(self.tensors[n].is_const for n in inputs) and node.domain in ("", "ai.onnx"):
+        type_only = {node.input[i] for i in TYPE_ONLY_INPUTS.get(node.op_type, ()) if i < len(node.input) and node.input[i]}
+        if can_fold and all(self.tensors[n].is_const or n in type_only for n in inputs) and node.domain in ("", "ai.onnx"):
+            stand_ins = {n: np.zeros(self.tensors[n].shape, self.tensors[n].dtype) for n in type_only if not self.tensors[n].is_const}
             try:
-                values = self.evaluate(node)
+                values = self.evaluate(node, stand_ins)
             except Exception:
                 values = None
             if values is not None:

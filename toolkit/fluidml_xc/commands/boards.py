@@ -10,12 +10,8 @@ ORDER = 70
 
 def add_arguments(parser) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "detect"], default="list")
-    parser.add_argument("--host", help="with `detect`: the SSH host to probe")
-    parser.add_argument("--user")
-    parser.add_argument("--port", type=int)
-    parser.add_argument("-i", "--identity", dest="identity")
-    parser.add_argument("--known-hosts")
-    parser.add_argument("--accept-new-host-key", action="store_true")
+    from ..remote.cliargs import add_ssh_arguments
+    add_ssh_arguments(parser, base_dir=False)
 
 
 def main(args) -> int:

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..remote.artifact import resolve_artifact_dir
 from ..errors import InputError
 
 NAME = "run"
 HELP = "run a built artifact here (foreign architectures under qemu-user)"
 ORDER = 20
 
-LAST_BUILD = Path("build") / ".last"
 
 
 def add_arguments(parser) -> None:
@@ -26,18 +26,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs before timing (default 5)")
     parser.add_argument("--profile", action="store_true", help="per-op times from the profiling runner")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the runner after this long")
-
-
-def last_build_dir() -> Path:
-    """The artifact directory recorded by the last `fluidml-xc build` (build/.last)."""
-    try:
-        text = LAST_BUILD.read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    if not text:
-        raise InputError("no artifact directory given and no previous build recorded in build/.last; "
-                         "pass DIR or run `fluidml-xc build` first")
-    return Path(text)
 
 
 def _summary(name: str, value: np.ndarray) -> str:
@@ -56,7 +44,7 @@ def main(args) -> int:
         raise InputError("--warmup cannot be negative")
     if args.outputs and args.outputs.exists() and not args.force:
         raise InputError(f"{args.outputs} already exists; pass --force to overwrite it")
-    artifact = args.dir or last_build_dir()
+    artifact = resolve_artifact_dir(args.dir)
     feeds = None
     if args.inputs:
         feeds = load_feeds(args.inputs)

@@ -13,6 +13,8 @@ per position come from build-time tables.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from llvmlite import ir
 
@@ -73,6 +75,18 @@ def offset(k, const_part: int, *terms):
     if acc is None:
         return total
     return acc if total == 0 else k.b.add(acc, k.index(total), flags=("nsw",))
+
+
+@contextmanager
+def loop(k, stop, start=0):
+    """k.for_range that LLVM must not unroll: bodies here are unrolled already, more only bloats code."""
+    with k.for_range(stop, start) as i:
+        yield i
+    module = k.module
+    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    loop_id = module.add_metadata([flag, ir.MetaDataString(module, f"loop{len(module.metadata)}")])
+    loop_id.operands = (loop_id, flag)
+    i.incomings[-1][1].terminator.set_metadata("llvm.loop", loop_id)
 
 
 def element(k, ptr, off):
@@ -137,13 +151,7 @@ class Conv2D:
         self.U = 4 if self.R <= 2 else 2
         self.V = max(1, k.vector_bits // (np.dtype(self.dtype).itemsize * 8))
         self.NB = -(-self.Cog // self.R)
-        self.packed = None
-        if wvalue is not None:
-            wv = wvalue.reshape(self.G, self.Cog, self.Cig, self.KH, self.KW)
-            pad = self.NB * self.R - self.Cog
-            wv = np.concatenate([wv, np.zeros((self.G, pad, self.Cig, self.KH, self.KW), wv.dtype)], axis=1) if pad else wv
-            wv = wv.reshape(self.G, self.NB, self.R, self.Cig, self.KH, self.KW).transpose(0, 1, 3, 4, 5, 2)
-            self.packed = k.constant_array(np.ascontiguousarray(wv))
+        self.wvalue, self.packed, self.tables = wvalue, None, None
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
         self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
         self.margin = self.sw - 1 if self.wide else 0
@@ -155,15 +163,33 @@ class Conv2D:
                 and o * stride + (taps - 1) * dil - pad + margin <= size - 1]
         return (full[0], full[-1] + 1) if full else (0, 0)
 
+    def border_taps(self, axis: int, o):
+        """Run-time tap range of border row (axis 0) or column (axis 1) o, from a build-time table."""
+        lo, hi = self.tables[axis]
+        return self.k.b.load(element(self.k, lo, o)), self.k.b.load(element(self.k, hi, o))
+
+    def each(self, rng, fn, unroll: bool):
+        """fn(t) for t in [lo, hi): unrolled when the bounds are constant and unroll is set."""
+        lo, hi = rng
+        if isinstance(lo, int) and isinstance(hi, int):
+            if unroll or hi - lo <= 1:
+                for t in range(lo, hi):
+                    fn(t)
+                return
+            if hi <= lo:
+                return
+        with loop(self.k, hi, lo) as t:
+            fn(t)
+
     def weight(self, g, cb, r, ci, kh, kw):
         k = self.k
         if self.packed is not None:
             R = self.R
             per_ci = self.KH * self.KW * R
-            off = offset(k, kw * R + r, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * R))
+            off = offset(k, r, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * R), (kw, R))
             return k.b.load(element(k, self.packed, off))
         s = self.ws
-        off = offset(k, r * s[0] + kw * s[3], (g, self.Cog * s[0]), (cb, self.R * s[0]), (ci, s[1]), (kh, s[2]))
+        off = offset(k, r * s[0], (g, self.Cog * s[0]), (cb, self.R * s[0]), (ci, s[1]), (kh, s[2]), (kw, s[3]))
         return k.b.load(element(k, self.wp, off))
 
     def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range):
@@ -175,45 +201,30 @@ class Conv2D:
         slots = []
         for r in range(R):
             if self.bias is not None:
-                bv = b.load(element(k, self.bias.ptr, offset(k, r * self.bias.strides[0], (g, self.Cog * self.bias.strides[0]), (cb, self.R * self.bias.strides[0]))))
+                bs = self.bias.strides[0]
+                bv = b.load(element(k, self.bias.ptr, offset(k, r * bs, (g, self.Cog * bs), (cb, self.R * bs))))
             else:
                 bv = const(dt, 0)
             init = splat(k, bv, lanes) if nvec else bv
             slots.append([k.local(ty, init) for _ in range(count)])
         xs, sx = self.xs, self.sw * self.xs[3]
 
-        def taps(ci, kh):
-            accs = [[b.load(slot) for slot in row] for row in slots]
+        def row_taps(ci, kh):
             ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
             row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, sx))
-            for kw in range(*kw_range):
-                base = offset(k, kw * self.dw * xs[3], (row, 1))
+
+            def tap(kw):
+                base = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
                 xv = [load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
                 for r in range(R):
                     wv = self.weight(g, cb, r, ci, kh, kw)
                     if nvec:
                         wv = splat(k, wv, lanes)
                     for u in range(count):
-                        accs[r][u] = s.add(dt, accs[r][u], s.mul(dt, wv, xv[u]))
-            for row_slots, row_accs in zip(slots, accs):
-                for slot, acc in zip(row_slots, row_accs):
-                    b.store(acc, slot)
+                        b.store(s.add(dt, b.load(slots[r][u]), s.mul(dt, wv, xv[u])), slots[r][u])
+            self.each(kw_range, tap, self.KW <= 16)
 
-        def over_ci(ci):
-            lo, hi = kh_range
-            if self.unroll or hi - lo == 1:
-                for kh in range(lo, hi):
-                    taps(ci, kh)
-            else:
-                with k.for_range(hi, lo) as kh:
-                    taps(ci, kh)
-
-        if kw_range[1] > kw_range[0] and kh_range[1] > kh_range[0]:
-            if self.Cig == 1:
-                over_ci(0)
-            else:
-                with k.for_range(self.Cig) as ci:
-                    over_ci(ci)
+        self.each((0, self.Cig), lambda ci: self.each(kh_range, lambda kh: row_taps(ci, kh), self.unroll), False)
         os_ = self.os
         for r in range(R):
             for u in range(count):
@@ -222,26 +233,30 @@ class Conv2D:
 
     def channel_blocks(self, fn):
         full, rest = divmod(self.Cog, self.R)
-        if full == 1:
-            fn(0, self.R)
-        elif full:
-            with self.k.for_range(full) as cb:
-                fn(cb, self.R)
+        self.span(0, full, lambda cb: fn(cb, self.R))
         if rest:
             fn(full, rest)
 
+    def span(self, lo: int, hi: int, fn):
+        """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""
+        if hi - lo == 1:
+            fn(lo)
+        elif hi > lo:
+            with loop(self.k, hi, lo) as i:
+                fn(i)
+
     def row(self, oh, kh_range, emit):
-        """Every column of output row oh: emit(ow, nvec, kw_range) per block."""
+        """Every column of output row oh: emit(ow, nvec, kw_range) per block; border columns at run time."""
         k, V, T = self.k, self.V, self.U * self.V
         lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
-        for ow in range(lo):
-            emit(ow, 0, tap_range(ow, self.sw, self.dw, self.pw, self.KW, self.W))
+        hi = max(hi, lo)
+        self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
         width, full = hi - lo, (0, self.KW)
         tiles = width // T
         if tiles == 1:
             emit(lo, self.U, full)
         elif tiles:
-            with k.for_range(tiles) as t:
+            with loop(k, tiles) as t:
                 emit(offset(k, lo, (t, T)), self.U, full)
         pos, rest = lo + tiles * T, width - tiles * T
         if rest >= V:
@@ -250,24 +265,31 @@ class Conv2D:
         if rest and width >= V:
             emit(hi - V, 1, full)
         elif rest:
-            for ow in range(pos, hi):
-                emit(ow, 0, full)
-        for ow in range(max(hi, lo), self.OW):
-            emit(ow, 0, tap_range(ow, self.sw, self.dw, self.pw, self.KW, self.W))
+            self.span(pos, hi, lambda ow: emit(ow, 0, full))
+        self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
 
     def rows(self, emit_row):
-        k = self.k
+        """Interior rows with the full constant tap range; border rows with table ranges."""
         lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
-        for oh in list(range(lo)) + list(range(max(hi, lo), self.OH)):
-            emit_row(oh, tap_range(oh, self.sh, self.dh, self.ph, self.KH, self.H))
-        if hi - lo == 1:
-            emit_row(lo, (0, self.KH))
-        elif hi > lo:
-            with k.for_range(hi, lo) as oh:
-                emit_row(oh, (0, self.KH))
+        hi = max(hi, lo)
+        self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+        self.span(lo, hi, lambda oh: emit_row(oh, (0, self.KH)))
+        self.span(hi, self.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+
+    def pack(self, value: np.ndarray) -> np.ndarray:
+        """[G][block][Cin/G][kh][kw][R] with the last block zero-filled."""
+        wv = value.reshape(self.G, self.Cog, self.Cig, self.KH, self.KW)
+        pad = self.NB * self.R - self.Cog
+        if pad:
+            wv = np.concatenate([wv, np.zeros((self.G, pad, self.Cig, self.KH, self.KW), wv.dtype)], axis=1)
+        return np.ascontiguousarray(wv.reshape(self.G, self.NB, self.R, self.Cig, self.KH, self.KW).transpose(0, 1, 3, 4, 5, 2))
 
     def emit(self):
         k = self.k
+        if self.wvalue is not None:
+            self.packed = k.constant_array(self.pack(self.wvalue))
+        self.tables = tap_tables(k, (self.OH, self.OW), (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw),
+                                 (self.KH, self.KW), (self.H, self.W))
 
         def per_image(n, g):
             if self.flat:
@@ -281,7 +303,7 @@ class Conv2D:
             if extent == 1:
                 fn(0)
             else:
-                with k.for_range(extent) as i:
+                with loop(k, extent) as i:
                     fn(i)
         over(self.N, lambda n: over(self.G, lambda g: per_image(n, g)))
 

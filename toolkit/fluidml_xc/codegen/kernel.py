@@ -241,3 +241,94 @@ class Kernel:
     def copy(self, src: Operand, dst: Operand) -> None:
         """dst = src element by element (same logical shape; layouts may differ)."""
         self.generic(dst.shape, [dst.identity_access()], [src.identity_access()], lambda v, i: [v[0]])
+
+    # -- explicit vectors (hand-tuned kernels) ------------------------------------------------------
+    def lanes(self, dtype) -> int:
+        """Elements of `dtype` in one target vector register (k.vector_bits wide)."""
+        return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+
+    @staticmethod
+    def vector_type(dtype, lanes: int) -> ir.Type:
+        """<lanes x T>, or the scalar type for one lane."""
+        return llvm_type(dtype) if lanes == 1 else ir.VectorType(llvm_type(dtype), lanes)
+
+    def vzero(self, dtype, lanes: int) -> ir.Constant:
+        if lanes == 1:
+            return const(dtype, 0)
+        return ir.Constant(self.vector_type(dtype, lanes), [const(dtype, 0).constant] * lanes)
+
+    def splat(self, value: ir.Value, lanes: int) -> ir.Value:
+        """A scalar broadcast to every lane (the scalar itself for one lane)."""
+        if lanes == 1:
+            return value
+        vt = ir.VectorType(value.type, lanes)
+        v = self.b.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+        return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+    def vload(self, ptr: ir.Value, dtype, index: ir.Value, lanes: int) -> ir.Value:
+        """`lanes` consecutive elements from ptr[index] (element-aligned, unaligned vector access)."""
+        addr = self.b.gep(ptr, [index], inbounds=True)
+        if lanes == 1:
+            return self.b.load(addr)
+        vt = self.vector_type(dtype, lanes)
+        return self.b.load(self.b.bitcast(addr, vt.as_pointer()), align=np.dtype(dtype).itemsize)
+
+    def vstore(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value) -> None:
+        """Store a vector (or scalar) to consecutive elements from ptr[index]."""
+        addr = self.b.gep(ptr, [index], inbounds=True)
+        if not isinstance(value.type, ir.VectorType):
+            self.b.store(value, addr)
+            return
+        self.b.store(value, self.b.bitcast(addr, value.type.as_pointer()), align=np.dtype(dtype).itemsize)
+
+    def vgather(self, ptr: ir.Value, dtype, index: ir.Value, stride: int, lanes: int) -> ir.Value:
+        """`lanes` elements ptr[index + l * stride]: a vector load for stride 1, a splat for stride 0."""
+        if stride == 1 or lanes == 1:
+            return self.vload(ptr, dtype, index, lanes)
+        if stride == 0:
+            return self.splat(self.b.load(self.b.gep(ptr, [index], inbounds=True)), lanes)
+        vec = ir.Constant(self.vector_type(dtype, lanes), ir.Undefined)
+        for l in range(lanes):
+            at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+            vec = self.b.insert_element(vec, self.b.load(self.b.gep(ptr, [at], inbounds=True)), ir.Constant(ir.IntType(32), l))
+        return vec
+
+    def vscatter(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value, stride: int, count: int | None = None) -> None:
+        """Store the first `count` lanes of `value` to ptr[index + l * stride] (one vector store when contiguous and whole)."""
+        lanes = value.type.count if isinstance(value.type, ir.VectorType) else 1
+        count = lanes if count is None else count
+        if count == lanes and (stride == 1 or lanes == 1):
+            self.vstore(value, ptr, dtype, index)
+            return
+        for l in range(count):
+            at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+            self.b.store(self.b.extract_element(value, ir.Constant(ir.IntType(32), l)), self.b.gep(ptr, [at], inbounds=True))
+
+    def fma(self, acc: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+        """acc + x * y for floats (scalar or vector), contracted to an FMA where the target has one."""
+        return self.b.fadd(acc, self.b.fmul(x, y, flags=("fast",)), flags=("fast",))
+
+    def reduce_lanes(self, vectors: Sequence[ir.Value]) -> ir.Value:
+        """Horizontal sums of n vectors (n a power of two <= lanes) as one n-lane vector (a scalar for n = 1).
+
+        Pairwise even/odd shuffles: log2(n) levels combine the vectors, then the halves of the one left.
+        """
+        def shuffle_add(x, y, width):
+            mask_t = ir.VectorType(ir.IntType(32), width)
+            even = self.b.shuffle_vector(x, y, ir.Constant(mask_t, list(range(0, 2 * width, 2))))
+            odd = self.b.shuffle_vector(x, y, ir.Constant(mask_t, list(range(1, 2 * width, 2))))
+            return self.b.fadd(even, odd, flags=("fast",))
+
+        vecs = list(vectors)
+        if not isinstance(vecs[0].type, ir.VectorType):
+            return vecs[0]
+        width = vecs[0].type.count
+        while len(vecs) > 1:
+            vecs = [shuffle_add(vecs[i], vecs[i + 1], width) for i in range(0, len(vecs), 2)]
+        w, n = vecs[0], len(vectors)
+        while width > n:
+            width //= 2
+            w = shuffle_add(w, w, width) if width > 1 else self.b.fadd(
+                self.b.extract_element(w, ir.Constant(ir.IntType(32), 0)), self.b.extract_element(w, ir.Constant(ir.IntType(32), 1)),
+                flags=("fast",))
+        return w

@@ -4,6 +4,17 @@ The iteration space is (batch..., i = rows of C, j = columns of C, k = reduction
 three matrix loops outermost first; batch loops are always outermost. The kernel (ops/matmul.py)
 implements each order; the optimizer picks, per node, the order the cost model (analytic or
 measured) finds fastest for the operands' real strides and passes it in node.attrs["_loop_order"].
+
+For floats, three orders have register-blocked kernels with explicit target vectors when the
+operands' strides allow (`blocked_kind`); otherwise every order runs as scalar loops:
+
+- ikj "outer": an MR x NR tile of C in registers, K loop of outer products: broadcast A[i, k] times
+  a vector of B's row k. Needs B unit-stride along n, or B constant (repacked into NR-column panels).
+- jki "outer_t": the same kernel on the transposed problem C^T = B^T A^T. Needs A unit-stride along
+  m, or A constant.
+- ijk "dot": MR x NC dot products, vectors along k, summed across lanes at the end. Needs A and B
+  unit-stride along k (B stored transposed, e.g. attention's K^T kept in K's layout), or constants.
+- kij: scalar outer products (never blocked).
 """
 from __future__ import annotations
 
@@ -23,8 +34,26 @@ def domain_order(order: str, batch_rank: int) -> list[int]:
     return list(range(batch_rank)) + [batch_rank + _AXIS[c] for c in order]
 
 
-def default_order(a_strides: Sequence[int], b_strides: Sequence[int], c_strides: Sequence[int]) -> str:
+def blocked_kind(order: str, a_strides: Sequence[int], b_strides: Sequence[int], m: int, n: int,
+                 a_const: bool = False, b_const: bool = False, is_float: bool = True) -> str | None:
+    """The register-blocked kernel `order` runs as under these strides ((m, k) of A, (k, n) of B), or None (scalar)."""
+    if not is_float:
+        return None
+    if order == "ikj" and (b_const or b_strides[1] == 1 or n == 1):
+        return "outer"
+    if order == "jki" and (a_const or a_strides[0] == 1 or m == 1):
+        return "outer_t"
+    if order == "ijk" and (a_const or a_strides[1] == 1) and (b_const or b_strides[0] == 1):
+        return "dot"
+    return None
+
+
+def default_order(a_strides: Sequence[int], b_strides: Sequence[int], c_strides: Sequence[int], m: int = 2, n: int = 2,
+                  a_const: bool = False, b_const: bool = False, is_float: bool = True) -> str:
     """Order from strides alone (when the optimizer gave none): (m, k) of A, (k, n) of B, (m, n) of C."""
+    for order in ("ikj", "ijk", "jki"):
+        if blocked_kind(order, a_strides, b_strides, m, n, a_const, b_const, is_float):
+            return order
     if c_strides[1] == 1 and (b_strides[1] == 1 or b_strides[1] == 0):
         return "ikj"
     if a_strides[1] == 1 and b_strides[0] == 1:

@@ -1,14 +1,48 @@
-"""MatMul and Gemm under any operand layouts, in the loop order the optimizer chose (node.attrs["_loop_order"],
-see fluid/loop_order.py) or the best one for the operands' strides; constant weights repacked at build time
-into the orientation that order streams (unit stride innermost)."""
+"""MatMul and Gemm under any operand layouts.
+
+Floats run register-blocked kernels with explicit target vectors (k.vector_bits: 8 x f32 on AVX2,
+4 x f32 on NEON) whenever the loop order the optimizer chose (node.attrs["_loop_order"], see
+fluid/loop_order.py) allows it under the operands' strides:
+
+- outer (ikj): an MR x NR tile of C accumulated in registers across the whole K loop, each step an
+  outer product of MR broadcast A elements and NR/V vectors of B's row. Constant B is repacked at
+  build time into NR-column panels (K x NR, zero-padded), so every B load is a full vector and
+  the edge panel only stores its valid columns; activation B must be unit-stride along n (edge
+  columns then run as one-lane groups).
+- outer_t (jki): the same kernel on C^T = B^T A^T (A unit-stride along m, or constant).
+- dot (ijk): MR x NC dot products with vectors along k (A and B unit-stride along k, e.g. attention's
+  K^T kept in K's storage order), lanes summed by shuffles at the end, scalar K tail.
+
+Gemm's alpha and beta * C are fused into the store (constant C is pre-scaled by beta at build time);
+batch dimensions broadcast through stride 0. Anything else (integer types, orders whose strides do
+not suit a blocked kernel) runs the scalar loop nest of that order, with constant weights repacked
+into the orientation it streams.
+"""
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..codegen.kernel import Access, Operand, row_major_strides
-from ..codegen.scalar import const
-from ..fluid.loop_order import MATMUL_ORDERS, default_order, domain_order
+from ..codegen.scalar import const, is_float
+from ..fluid.loop_order import MATMUL_ORDERS, blocked_kind, default_order, domain_order
 from .registry import register
+
+MR_OUTER = 6
+"""Rows of C per outer-product tile; NR = NV_OUTER(MR) vectors of columns, about 12 accumulators."""
+ACC_BUDGET = 12
+MR_DOT, NC_DOT = 3, 4
+"""Rows x columns of C per dot-product tile (12 vector accumulators)."""
+BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def outer_tile(m: int, n: int, lanes: int) -> tuple[int, int]:
+    """(MR, NR) of the outer-product kernel for an m x n result."""
+    mr = max(1, min(MR_OUTER, m))
+    nv = max(1, min(4, ACC_BUDGET // mr, -(-n // lanes)))
+    return mr, nv * lanes
 
 
 def _repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Operand:
@@ -24,14 +58,15 @@ def _repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Op
     return Operand(op.name + ".packed", op.dtype, value.shape, row_major_strides(value.shape), k.constant_array(value), value)
 
 
-def _order(k, a_mk, b_kn, c_mn) -> str:
+def _order(k, a_mk, b_kn, c_mn, m=2, n=2, a_const=False, b_const=False, dtype=np.float32) -> str:
     order = k.attr("_loop_order")
-    return order if order in MATMUL_ORDERS else default_order(a_mk, b_kn, c_mn)
+    return order if order in MATMUL_ORDERS else default_order(a_mk, b_kn, c_mn, m, n, a_const, b_const,
+                                                             np.dtype(dtype) in BLOCKED_DTYPES)
 
 
 def matmul_accumulate(k, a: Access, b: Access, c: Access, batch: tuple[int, ...], m: int, n: int, kk: int, dtype, scale=None,
                       order: str = "ikj") -> None:
-    """C[batch, m, n] += (scale *) A[batch, m, k] * B[batch, k, n]; domain (batch..., m, k, n), loops in `order`."""
+    """C[batch, m, n] += (scale *) A[batch, m, k] * B[batch, k, n]; domain (batch..., m, k, n), loops in `order` (scalar)."""
     nb = len(batch)
     domain = (*batch, m, kk, n)
     loops = domain_order(order, nb)
@@ -53,6 +88,274 @@ def matmul_accumulate(k, a: Access, b: Access, c: Access, batch: tuple[int, ...]
     k.generic(domain, [c], [c, a, b], body, order=loops)
 
 
+# -- the blocked kernels ------------------------------------------------------------------------------
+@dataclass
+class Mat:
+    """A matrix operand of the canonical problem: element (r, c) of batch point b at
+    ptr[sum(b * bstrides) + r * rs + c * cs], or, packed in panels of `panel` columns,
+    ptr[... + (c // panel) * rows * panel + r * panel + c % panel]."""
+
+    ptr: object
+    bstrides: tuple[int, ...]
+    rs: int
+    cs: int
+    value: np.ndarray | None = None
+    """Logical (*lead, rows, cols) value of a constant."""
+    panel: int = 0
+
+    def t(self) -> "Mat":
+        return Mat(self.ptr, self.bstrides, self.cs, self.rs, None if self.value is None else np.swapaxes(self.value, -1, -2))
+
+
+@dataclass
+class Problem:
+    """C = alpha * A @ B + beta * bias over batch dims, A m x k, B k x n, C m x n."""
+
+    dtype: np.dtype
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    kk: int
+    a: Mat
+    b: Mat
+    c: Mat
+    bias: Mat | None = None
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    def transposed(self) -> "Problem":
+        return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),
+                       bias=None if self.bias is None else self.bias.t())
+
+
+def _lead_strides(nb: int, lead: tuple[int, ...], stored_strides: tuple[int, ...]) -> tuple[int, ...]:
+    out = [0] * nb
+    for j, e in enumerate(lead):
+        if e != 1:
+            out[nb - len(lead) + j] = stored_strides[j]
+    return tuple(out)
+
+
+def _pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
+    """Constant B (*lead, K, N) -> (*lead, ceil(N/nr), K, nr), zero-padded: each k step of a panel is nr contiguous values."""
+    v = mat.value
+    lead, kk, n = v.shape[:-2], v.shape[-2], v.shape[-1]
+    panels = -(-n // nr)
+    padded = np.zeros((*lead, kk, panels * nr), dtype=dtype)
+    padded[..., :n] = v
+    packed = np.ascontiguousarray(np.swapaxes(padded.reshape(*lead, kk, panels, nr), -2, -3))
+    strides = row_major_strides(packed.shape)
+    return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
+
+
+def _pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
+    """A constant (*lead, R, C) stored row-major: (pointer, batch strides, row stride)."""
+    v = np.ascontiguousarray(value.astype(dtype))
+    strides = row_major_strides(v.shape)
+    return k.constant_array(v), _lead_strides(nb, v.shape[:-2], strides[:-2]), v.shape[-1]
+
+
+def _emit_batched(k, P: Problem, body) -> None:
+    """body(a_base, b_base, c_base) per batch point (index values)."""
+    mats = (P.a, P.b, P.c)
+    nb = len(P.batch)
+
+    def point(ix):
+        body(*[k.linear(Access(None, None, m.bstrides, 0), ix) for m in mats])
+    k.loops(P.batch, list(range(nb)), [None] * nb, point)
+
+
+def _add(k, x, y):
+    if isinstance(y, int):
+        if y == 0:
+            return x
+        y = k.index(y)
+    if isinstance(x, int):
+        x = k.index(x)
+    return k.b.add(x, y, flags=("nsw",))
+
+
+def _mul(k, x, c: int):
+    if c == 0:
+        return k.index(0)
+    if isinstance(x, int):
+        return k.index(x * c)
+    return x if c == 1 else k.b.mul(x, k.index(c), flags=("nsw",))
+
+
+def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
+    """alpha * acc + beta * bias[row, col : col + count] (lanes past count are left as they are)."""
+    dt = P.dtype
+    if P.alpha != 1.0:
+        acc = k.b.fmul(acc, k.splat(const(dt, P.alpha), width), flags=("fast",))
+    if P.bias is not None:
+        bias = P.bias
+        at = _add(k, _mul(k, row, bias.rs), _mul(k, col, bias.cs))
+        if count == width or bias.cs == 0:
+            vec = k.vgather(bias.ptr, dt, at, bias.cs, width)
+        else:
+            vec = k.vzero(dt, width)
+            for l in range(count):
+                x = k.b.load(k.b.gep(bias.ptr, [_add(k, at, l * bias.cs)], inbounds=True))
+                vec = k.b.insert_element(vec, x, _i32(l))
+        if P.beta != 1.0:
+            vec = k.b.fmul(vec, k.splat(const(dt, P.beta), width), flags=("fast",))
+        acc = k.b.fadd(acc, vec, flags=("fast",))
+    return acc
+
+
+def _i32(v: int):
+    from llvmlite import ir
+    return ir.Constant(ir.IntType(32), v)
+
+
+def _emit_outer(k, P: Problem) -> None:
+    dt, V = P.dtype, k.lanes(P.dtype)
+    M, N, K = P.m, P.n, P.kk
+    mr_main, nr = outer_tile(M, N, V)
+    if P.b.value is not None:
+        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), nr, dt))
+    a, b, c = P.a, P.b, P.c
+    full_p, rem = N // nr, N % nr
+
+    def tile(bases, i0, mr, col0, pidx, widths, valid):
+        ab, bb, cb = bases
+        slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
+        if b.panel:
+            bcol, kstride, offs = _add(k, bb, _mul(k, pidx, K * nr)), nr, [sum(widths[:g]) for g in range(len(widths))]
+        else:
+            bcol, kstride, offs = _add(k, bb, _mul(k, col0, b.cs)), b.rs, [sum(widths[:g]) * b.cs for g in range(len(widths))]
+        arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
+        with k.for_range(K) as kv:
+            bk = _add(k, bcol, _mul(k, kv, kstride))
+            bvals = [k.vgather(b.ptr, dt, _add(k, bk, off), 1 if b.panel else b.cs, w) for off, w in zip(offs, widths)]
+            ak = _mul(k, kv, a.cs)
+            for r in range(mr):
+                av = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], ak)], inbounds=True))
+                splats = {}
+                for g, w in enumerate(widths):
+                    if w not in splats:
+                        splats[w] = k.splat(av, w)
+                    k.b.store(k.fma(k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+        for r in range(mr):
+            row = _add(k, i0, r)
+            crow = _add(k, cb, _mul(k, row, c.rs))
+            off = 0
+            for g, w in enumerate(widths):
+                count = min(w, valid - off)
+                if count <= 0:
+                    break
+                col = _add(k, col0, off)
+                acc = _epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
+                k.vscatter(acc, c.ptr, dt, _add(k, crow, _mul(k, col, c.cs)), c.cs, count)
+                off += w
+
+    def rows(bases, col0, pidx, widths, valid):
+        full_r = M // mr_main
+        if full_r == 1:
+            tile(bases, 0, mr_main, col0, pidx, widths, valid)
+        elif full_r:
+            with k.for_range(full_r) as ib:
+                tile(bases, _mul(k, ib, mr_main), mr_main, col0, pidx, widths, valid)
+        if M % mr_main:
+            tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid)
+
+    def body(*bases):
+        if full_p == 1:
+            rows(bases, 0, 0, [V] * (nr // V), nr)
+        elif full_p:
+            with k.for_range(full_p) as p:
+                rows(bases, _mul(k, p, nr), p, [V] * (nr // V), nr)
+        if rem:
+            widths = [V] * (-(-rem // V)) if b.panel else [V] * (rem // V) + [1] * (rem % V)
+            rows(bases, full_p * nr, full_p, widths, rem)
+    _emit_batched(k, P, body)
+
+
+def _emit_dot(k, P: Problem) -> None:
+    dt, V = P.dtype, k.lanes(P.dtype)
+    M, N, K = P.m, P.n, P.kk
+    nb = len(P.batch)
+    if P.a.value is not None:
+        ptr, bs, rs = _pack_rows(k, P.a.value, nb, dt)
+        P = replace(P, a=Mat(ptr, bs, rs, 1))
+    if P.b.value is not None:
+        ptr, bs, rs = _pack_rows(k, np.swapaxes(P.b.value, -1, -2), nb, dt)
+        P = replace(P, b=Mat(ptr, bs, 1, rs))
+    a, b, c = P.a, P.b, P.c
+    mr_main = max(1, min(MR_DOT, M))
+    nc_main = min(NC_DOT, V, 1 << (max(N, 1).bit_length() - 1))
+    kmain = K // V * V
+
+    def tile(bases, i0, mr, j0, nc):
+        ab, bb, cb = bases
+        slots = [[k.local(k.vector_type(dt, V), k.vzero(dt, V)) for _ in range(nc)] for _ in range(mr)]
+        arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
+        bcols = [_add(k, bb, _mul(k, _add(k, j0, q), b.cs)) for q in range(nc)]
+        if kmain:
+            with k.for_range(kmain, 0, V) as kv:
+                avs = [k.vload(a.ptr, dt, _add(k, arows[r], kv), V) for r in range(mr)]
+                for q in range(nc):
+                    bv = k.vload(b.ptr, dt, _add(k, bcols[q], kv), V)
+                    for r in range(mr):
+                        k.b.store(k.fma(k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
+        for r in range(mr):
+            sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])
+            if kmain < K:
+                tails = []
+                for q in range(nc):
+                    t = const(dt, 0)
+                    for kv in range(kmain, K):
+                        x = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], kv)], inbounds=True))
+                        y = k.b.load(k.b.gep(b.ptr, [_add(k, bcols[q], kv)], inbounds=True))
+                        t = k.fma(t, x, y)
+                    tails.append(t)
+                if nc == 1:
+                    sums = k.b.fadd(sums, tails[0], flags=("fast",))
+                else:
+                    vec = k.vzero(dt, nc)
+                    for q, t in enumerate(tails):
+                        vec = k.b.insert_element(vec, t, _i32(q))
+                    sums = k.b.fadd(sums, vec, flags=("fast",))
+            row = _add(k, i0, r)
+            acc = _epilogue(k, P, sums, row, j0, nc, nc)
+            k.vscatter(acc, c.ptr, dt, _add(k, _add(k, cb, _mul(k, row, c.rs)), _mul(k, j0, c.cs)), c.cs)
+
+    def cols(bases, i0, mr):
+        full_c = N // nc_main
+        if full_c == 1:
+            tile(bases, i0, mr, 0, nc_main)
+        elif full_c:
+            with k.for_range(full_c) as jb:
+                tile(bases, i0, mr, _mul(k, jb, nc_main), nc_main)
+        j0, rem = full_c * nc_main, N % nc_main
+        while rem:
+            nc = 1 << (rem.bit_length() - 1)
+            tile(bases, i0, mr, j0, nc)
+            j0, rem = j0 + nc, rem - nc
+
+    def body(*bases):
+        full_r = M // mr_main
+        if full_r == 1:
+            cols(bases, 0, mr_main)
+        elif full_r:
+            with k.for_range(full_r) as ib:
+                cols(bases, _mul(k, ib, mr_main), mr_main)
+        if M % mr_main:
+            cols(bases, full_r * mr_main, M % mr_main)
+    _emit_batched(k, P, body)
+
+
+def emit_blocked(k, P: Problem, kind: str) -> None:
+    if kind == "outer_t":
+        P, kind = P.transposed(), "outer"
+    if kind == "outer":
+        _emit_outer(k, P)
+    else:
+        _emit_dot(k, P)
+
+
+# -- the ops ----------------------------------------------------------------------------------------
 def _as_matrix_access(op: Operand, batch_rank: int, ndomain: int, row_dim: int, col_dim: int, rows_axis: int, cols_axis: int) -> Access:
     """Access of op's last two dims as (rows_axis, cols_axis) of a domain; leading dims broadcast over batch."""
     dims: list = [None] * op.rank
@@ -70,15 +373,16 @@ def lower_matmul(k):
     out = k.outputs[0]
     dt = out.dtype
     a_shape, b_shape = a.shape, b.shape
-    a_op = a if a.rank >= 2 else Operand(a.name, a.dtype, (1, *a.shape), (0, *a.strides), a.ptr, None)
+    a_op = a if a.rank >= 2 else Operand(a.name, a.dtype, (1, *a.shape), (0, *a.strides), a.ptr,
+                                         None if a.value is None else a.value.reshape(1, -1))
+    b_op = b if b.rank >= 2 else Operand(b.name, b.dtype, (*b.shape, 1), (*b.strides, 0), b.ptr,
+                                         None if b.value is None else b.value.reshape(-1, 1))
     c_mn = (out.strides[-2], out.strides[-1]) if a.rank >= 2 and b.rank >= 2 else (1, 1)
-    b_kn = (b.strides[-2], b.strides[-1]) if b.rank >= 2 else (b.strides[-1], 0)
-    order = _order(k, (a_op.strides[-2], a_op.strides[-1]), b_kn, c_mn)
-    if b.value is not None and b.rank >= 2:
-        want_col = order == "ijk"
-        b = _repacked(k, b, False, column_major=want_col)
-    b_op = b if b.rank >= 2 else Operand(b.name, b.dtype, (*b.shape, 1), (*b.strides, 0), b.ptr, None)
     m, kk, n = a_op.shape[-2], a_op.shape[-1], b_op.shape[-1]
+    a_mk = (a_op.strides[-2], a_op.strides[-1])
+    b_kn = (b_op.strides[-2], b_op.strides[-1])
+    order = _order(k, a_mk, b_kn, c_mn, m, n, a.value is not None, b.value is not None, dt)
+    kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, np.dtype(dt) in BLOCKED_DTYPES)
     batch = tuple(np.broadcast_shapes(a_op.shape[:-2], b_op.shape[:-2]))
     nb = len(batch)
     ndom = nb + 3
@@ -90,6 +394,19 @@ def lower_matmul(k):
     if len(a_shape) == 1 and len(b_shape) == 1:
         out_dims = []
     c_acc = out.access(out_dims, ndom)
+    if kind is not None:
+        a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
+        b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
+        sa, sb, sc = a_acc.strides, b_acc.strides, c_acc.strides
+        P = Problem(np.dtype(dt), batch, m, n, kk,
+                    Mat(a.ptr, sa[:nb], sa[nb], sa[nb + 1], a_op.value),
+                    Mat(b.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
+                    Mat(out.ptr, sc[:nb], sc[nb], sc[nb + 2]))
+        emit_blocked(k, P, kind)
+        return
+    if b.value is not None and b.rank >= 2:
+        b = _repacked(k, b, False, column_major=order == "ijk")
+        b_op = b
     k.generic((*batch, m, n), [out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)], [],
               lambda v, i: [const(dt, 0)])
     a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
@@ -107,11 +424,31 @@ def lower_gemm(k):
     trans_a, trans_b = int(k.attr("transA", 0)), int(k.attr("transB", 0))
     a_mk = (a.strides[1], a.strides[0]) if trans_a else (a.strides[0], a.strides[1])
     b_kn = (b.strides[1], b.strides[0]) if trans_b else (b.strides[0], b.strides[1])
-    order = _order(k, a_mk, b_kn, (out.strides[0], out.strides[1]))
-    if b.value is not None:
-        b, trans_b = _repacked(k, b, bool(trans_b), column_major=order == "ijk"), 0
     m, kk = (a.shape[1], a.shape[0]) if trans_a else a.shape
     n = b.shape[0] if trans_b else b.shape[1]
+    order = _order(k, a_mk, b_kn, (out.strides[0], out.strides[1]), m, n, a.value is not None, b.value is not None, dt)
+    kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, np.dtype(dt) in BLOCKED_DTYPES)
+    if kind is not None:
+        sa = a.access([1, 0] if trans_a else [0, 1], 3).strides
+        sb = b.access([2, 1] if trans_b else [1, 2], 3).strides
+        sc = out.access([0, 2], 3).strides
+        a_val = None if a.value is None else (a.value.T if trans_a else a.value)
+        b_val = None if b.value is None else (b.value.T if trans_b else b.value)
+        bias = None
+        bias_beta = beta
+        if c is not None and beta != 0.0:
+            if c.value is not None:
+                folded = np.ascontiguousarray((np.asarray(c.value, dtype=np.float64) * beta).astype(dt))
+                c = Operand(c.name + ".scaled", c.dtype, c.shape, row_major_strides(c.shape), k.constant_array(folded), folded)
+                bias_beta = 1.0
+            bs = c.broadcast_access((m, n)).strides
+            bias = Mat(c.ptr, (), bs[0], bs[1])
+        P = Problem(np.dtype(dt), (), m, n, kk, Mat(a.ptr, (), sa[0], sa[1], a_val), Mat(b.ptr, (), sb[1], sb[2], b_val),
+                    Mat(out.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta)
+        emit_blocked(k, P, kind)
+        return
+    if b.value is not None:
+        b, trans_b = _repacked(k, b, bool(trans_b), column_major=order == "ijk"), 0
     out_acc2 = out.access([0, 1], 2)
     if c is not None and beta != 0.0:
         c_acc = c.broadcast_access((m, n))

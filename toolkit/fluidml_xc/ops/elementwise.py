@@ -152,12 +152,18 @@ def _pow(k, dt, x, y, ydt):
 
 
 def _mod(k, dt, x, y):
-    if is_float(dt) or k.attr("fmod", 0):
-        return k.s.rem(dt, x, y)
     r = k.s.rem(dt, x, y)
-    if np.dtype(dt).kind == "u":
+    if k.attr("fmod", 0) or np.dtype(dt).kind == "u":
         return r
     zero = const(dt, 0)
+    if is_float(dt):
+        # numpy's mod: the remainder takes the sign of the divisor (zero included); plain fadd, since
+        # an infinite divisor gives r + y = +-inf for a remainder of the other sign
+        adjust = k.b.and_(k.b.fcmp_ordered("!=", r, zero),
+                          k.b.xor(k.b.fcmp_ordered("<", r, zero), k.b.fcmp_ordered("<", y, zero)))
+        signed_zero = k.s.intrinsic_binary("llvm.copysign", zero, y)
+        r = k.b.select(k.b.fcmp_ordered("==", r, zero), signed_zero, r)
+        return k.b.select(adjust, k.b.fadd(r, y), r)
     adjust = k.b.and_(k.b.icmp_signed("!=", r, zero), k.b.icmp_signed("!=", k.b.icmp_signed("<", r, zero), k.b.icmp_signed("<", y, zero)))
     return k.b.select(adjust, k.b.add(r, y), r)
 
@@ -214,8 +220,23 @@ for _name, _op in COMPARE.items():
 
 @register("BitShift")
 def lower_bitshift(k):
+    """numpy semantics: a shift by the bit width or more, or by a negative amount, shifts everything out
+    (0, or -1 for an arithmetic right shift of a negative signed value) instead of C's undefined result."""
+    dt = k.inputs[0].dtype
     left = k.attr("direction") == "LEFT"
-    k.elementwise(lambda v: k.b.shl(v[0], v[1]) if left else k.b.lshr(v[0], v[1]), ins=k.inputs[:2])
+    signed = np.dtype(dt).kind == "i"
+    width = np.dtype(dt).itemsize * 8
+
+    def fn(v):
+        x, y = v[0], v[1]
+        in_range = k.b.icmp_unsigned("<", y, ir.Constant(y.type, width))
+        amount = k.b.select(in_range, y, ir.Constant(y.type, 0))
+        if left:
+            return k.b.select(in_range, k.b.shl(x, amount), ir.Constant(x.type, 0))
+        if signed:
+            return k.b.select(in_range, k.b.ashr(x, amount), k.b.ashr(x, ir.Constant(x.type, width - 1)))
+        return k.b.select(in_range, k.b.lshr(x, amount), ir.Constant(x.type, 0))
+    k.elementwise(fn, ins=k.inputs[:2])
 
 
 def _variadic(name, combine, finish=None):

@@ -147,9 +147,16 @@ class Conv2D:
         (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw) = strides, dils, pads
         self.G, self.flat = groups, flat
         self.Cig, self.Cog = self.C // groups, self.OC // groups
-        self.R = min(4, self.Cog)
-        self.U = 4 if self.R <= 2 else 2
         self.V = max(1, k.vector_bits // (np.dtype(self.dtype).itemsize * 8))
+        # channel vectors (R = 1-2 vectors of output channels x P pixels) need packed weights and
+        # enough channels; they suit narrow rows. Otherwise vectors run along the output row.
+        self.by_channel = wvalue is not None and self.Cog >= self.V and self.V > 1 and (not flat or self.W < 8 * self.V)
+        if self.by_channel:
+            self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
+            self.P = 6 if self.R > self.V else 12
+        else:
+            self.R = min(4, self.Cog)
+            self.U = 4 if self.R <= 2 else 2
         self.NB = -(-self.Cog // self.R)
         self.wvalue, self.packed, self.tables = wvalue, None, None
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
@@ -164,7 +171,9 @@ class Conv2D:
         return (full[0], full[-1] + 1) if full else (0, 0)
 
     def border_taps(self, axis: int, o):
-        """Run-time tap range of border row (axis 0) or column (axis 1) o, from a build-time table."""
+        """Tap range of border row (axis 0) or column (axis 1) o: constant, or from a build-time table."""
+        if isinstance(o, int):
+            return tap_range(o, *((self.sh, self.dh, self.ph, self.KH, self.H) if axis == 0 else (self.sw, self.dw, self.pw, self.KW, self.W)))
         lo, hi = self.tables[axis]
         return self.k.b.load(element(self.k, lo, o)), self.k.b.load(element(self.k, hi, o))
 
@@ -268,6 +277,79 @@ class Conv2D:
             self.span(pos, hi, lambda ow: emit(ow, 0, full))
         self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
 
+    def row_c(self, oh, kh_range, emit):
+        """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
+
+        Columns known at build time (the borders, and every column of a narrow row) go in blocks
+        whose pixels each have their own constant tap range; the interior runs in a loop of tiles.
+        """
+        k, P, OW = self.k, self.P, self.OW
+        lo, hi = self.interior(OW, self.sw, self.dw, self.pw, self.KW, self.W, 0)
+        hi = max(hi, lo)
+        if OW <= 4 * P or hi - lo < P:
+            lo = hi = OW
+
+        def fixed(a, b):
+            for c in range(a, b, P):
+                emit(c, [tap_range(o, self.sw, self.dw, self.pw, self.KW, self.W) for o in range(c, min(b, c + P))])
+        fixed(0, lo)
+        tiles, rest = divmod(hi - lo, P)
+        if tiles == 1:
+            emit(lo, [(0, self.KW)] * P)
+        elif tiles:
+            with loop(k, tiles) as t:
+                emit(offset(k, lo, (t, P)), [(0, self.KW)] * P)
+        fixed(lo + tiles * P, hi)
+        fixed(hi, OW)
+
+    def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range):
+        """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow."""
+        k, b, s, dt, V = self.k, self.k.b, self.k.s, self.dtype, self.V
+        nv, npix = self.R // V, len(pixels)
+        vt = ir.VectorType(llvm_type(dt), V)
+        slots = []
+        for v in range(nv):
+            init = ir.Constant(vt, [0.0] * V)
+            if self.bias is not None:
+                bs = self.bias.strides[0]
+                for lane in range(min(V, R - v * V)):
+                    c = offset(k, (v * V + lane) * bs, (g, self.Cog * bs), (cb, self.R * bs))
+                    init = b.insert_element(init, b.load(element(k, self.bias.ptr, c)), ir.Constant(ir.IntType(32), lane))
+            slots.append([k.local(vt, init) for _ in range(npix)])
+        xs = self.xs
+        per_ci = self.KH * self.KW * self.R
+        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
+
+        def row_taps(ci, kh):
+            ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
+            row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, self.sw * xs[3]))
+            wrow = offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * self.R))
+
+            def tap(kw):
+                wbase = offset(k, 0, (wrow, 1), (kw, self.R))
+                wv = [load_lanes(k, self.packed, offset(k, v * V, (wbase, 1)), V, 1, False) for v in range(nv)]
+                xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
+                for p, (plo, phi) in enumerate(pixels):
+                    if isinstance(kw, int) and not plo <= kw < phi:
+                        continue
+                    xv = splat(k, b.load(element(k, self.xp, offset(k, p * self.sw * xs[3], (xbase, 1)))), V)
+                    for v in range(nv):
+                        b.store(s.add(dt, b.load(slots[v][p]), s.mul(dt, xv, wv[v])), slots[v][p])
+            self.each((kw_lo, kw_hi), tap, self.KW <= 16)
+
+        self.each((0, self.Cig), lambda ci: self.each(kh_range, lambda kh: row_taps(ci, kh), self.unroll), False)
+        os_ = self.os
+        for v in range(nv):
+            valid = min(V, R - v * V)
+            for p in range(npix):
+                off = offset(k, v * V * os_[1] + p * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                value = b.load(slots[v][p])
+                if valid == V:
+                    store_lanes(k, self.op, off, value, V, os_[1])
+                else:
+                    for lane in range(valid):
+                        b.store(b.extract_element(value, ir.Constant(ir.IntType(32), lane)), element(k, self.op, offset(k, lane * os_[1], (off, 1))))
+
     def rows(self, emit_row):
         """Interior rows with the full constant tap range; border rows with table ranges."""
         lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
@@ -292,7 +374,13 @@ class Conv2D:
                                  (self.KH, self.KW), (self.H, self.W))
 
         def per_image(n, g):
-            if self.flat:
+            if self.by_channel and self.flat:
+                self.row_c(0, (0, 1), lambda ow, pixels: self.channel_blocks(
+                    lambda cb, R: self.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
+            elif self.by_channel:
+                self.channel_blocks(lambda cb, R: self.rows(lambda oh, khr: self.row_c(
+                    oh, khr, lambda ow, pixels: self.block_c(n, g, cb, R, oh, ow, pixels, khr))))
+            elif self.flat:
                 self.row(0, (0, 1), lambda ow, nvec, kw: self.channel_blocks(
                     lambda cb, R: self.block(n, g, cb, R, 0, ow, nvec, (0, 1), kw)))
             else:

@@ -174,9 +174,21 @@ def _int_div(k, dt, x, y):
     return k.b.sdiv(x, y)
 
 
+def _add(k, dt, x, y):
+    """IEEE add: no fast-math flags, so infinities (attention masks: x + -inf) and NaNs survive."""
+    return k.b.fadd(x, y) if is_float(dt) else k.b.add(x, y)
+
+
+def _sub(k, dt, x, y):
+    return k.b.fsub(x, y) if is_float(dt) else k.b.sub(x, y)
+
+
+def _mul(k, dt, x, y):
+    return k.b.fmul(x, y) if is_float(dt) else k.b.mul(x, y)
+
+
 BINARY = {
-    "Add": lambda k, dt, x, y: k.s.add(dt, x, y), "Sub": lambda k, dt, x, y: k.s.sub(dt, x, y),
-    "Mul": lambda k, dt, x, y: k.s.mul(dt, x, y), "Div": _int_div, "Mod": _mod,
+    "Add": _add, "Sub": _sub, "Mul": _mul, "Div": _int_div, "Mod": _mod,
     "BitwiseAnd": lambda k, dt, x, y: k.b.and_(x, y), "BitwiseOr": lambda k, dt, x, y: k.b.or_(x, y),
     "BitwiseXor": lambda k, dt, x, y: k.b.xor(x, y),
     "And": lambda k, dt, x, y: k.b.and_(x, y), "Or": lambda k, dt, x, y: k.b.or_(x, y), "Xor": lambda k, dt, x, y: k.b.xor(x, y),
@@ -201,7 +213,7 @@ def lower_pow(k):
     exponent = k.input_value(1)
     if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) in (2.0, 1.0, 0.5) and is_float(dt):
         e = float(exponent.reshape(-1)[0])
-        fns = {2.0: lambda x: k.b.fmul(x, x, flags=("fast",)), 1.0: lambda x: x, 0.5: lambda x: k.s.intrinsic("llvm.sqrt", x)}
+        fns = {2.0: lambda x: k.b.fmul(x, x), 1.0: lambda x: x, 0.5: lambda x: k.s.intrinsic("llvm.sqrt", x)}
         k.elementwise(lambda v: fns[e](v[0]), ins=[k.inputs[0]])
         return
     k.elementwise(lambda v: _pow(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
@@ -253,10 +265,10 @@ def _variadic(name, combine, finish=None):
         k.elementwise(fn, ins=ins)
 
 
-_variadic("Sum", lambda k, dt, a, b: k.s.add(dt, a, b))
+_variadic("Sum", _add)
 _variadic("Max", lambda k, dt, a, b: k.s.max(dt, a, b))
 _variadic("Min", lambda k, dt, a, b: k.s.min(dt, a, b))
-_variadic("Mean", lambda k, dt, a, b: k.s.add(dt, a, b), lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
+_variadic("Mean", _add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
 @register("Where")
@@ -292,7 +304,7 @@ def lower_clip(k):
 def lower_prelu(k):
     dt = k.inputs[0].dtype
     zero = const(dt, 0)
-    k.elementwise(lambda v: k.b.select(k.s.cmp(dt, "<", v[0], zero), k.s.mul(dt, v[0], v[1]), v[0]), ins=k.inputs[:2])
+    k.elementwise(lambda v: k.b.select(k.s.cmp(dt, "<", v[0], zero), _mul(k, dt, v[0], v[1]), v[0]), ins=k.inputs[:2])
 
 
 @register("ThresholdedRelu", inplace=True)

@@ -250,11 +250,26 @@ _UNRESOLVED = re.compile(r"cannot infer a static shape for '(.+?)' \(node ")
 MAX_BOUND_ELEMENTS = 64
 
 
-def _shape_inputs(model: onnx.ModelProto, tensor: str, arrays: dict[str, np.ndarray], bound: dict) -> dict[str, np.ndarray]:
-    """Graph inputs that decide the shape of `tensor`: those reached from its producer's inputs 1.. (shape,
-    axes, sizes, repeats, pads, K, ...) walking back through producers, small enough to be such values."""
-    producers = {out: node for node in model.graph.node for out in node.output if out}
-    node = producers.get(tensor)
+_NEEDS_CONSTANT = re.compile(r"node '(.+?)' \(\w+\): .*must be a build-time constant")
+
+
+def _node_needing_values(model: onnx.ModelProto, message: str):
+    """The ONNX node whose output shape (or lowering) needs input values at build time, from an InputError."""
+    from .frontend import _unique_names
+
+    match = _UNRESOLVED.search(message)
+    if match:
+        return next((n for n in model.graph.node if match.group(1) in n.output), None)
+    match = _NEEDS_CONSTANT.search(message)
+    if match:
+        return next((n for n, name in zip(model.graph.node, _unique_names(model)) if name == match.group(1)), None)
+    return None
+
+
+def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], bound: dict) -> dict[str, np.ndarray]:
+    """Graph inputs that `node` needs the values of: those reached from its inputs 1.. (shape, axes,
+    sizes, repeats, pads, K, ...) walking back through producers, small enough to be such values."""
+    producers = {out: n for n in model.graph.node for out in n.output if out}
     if node is None:
         return {}
     found, seen, stack = {}, set(), [n for n in list(node.input)[1:] if n]
@@ -315,7 +330,7 @@ class FxcBackendRep(BackendRep):
             try:
                 self._static = compile_model(model, board, None, opt, timeout)
             except InputError as exc:
-                if not _UNRESOLVED.search(str(exc)):
+                if not (_UNRESOLVED.search(str(exc)) or _NEEDS_CONSTANT.search(str(exc))):
                     raise
 
     def _specialize(self, arrays: dict[str, np.ndarray]):
@@ -326,8 +341,7 @@ class FxcBackendRep(BackendRep):
                 compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound)
                 break
             except InputError as exc:
-                match = _UNRESOLVED.search(str(exc))
-                more = _shape_inputs(self.model, match.group(1), arrays, bound) if match else {}
+                more = _shape_inputs(self.model, _node_needing_values(self.model, str(exc)), arrays, bound)
                 if not more:
                     raise
                 bound.update(more)

@@ -39,9 +39,15 @@ RESULTS_PATH = ROOT / "docs" / "conformance" / "results.json"
 DOCS_PATH = ROOT / "docs" / "SUPPORTED_OPS.md"
 EXPECTATIONS_PATH = ROOT / "tests" / "conformance_expectations.toml"
 
-CATEGORIES = ("unsupported-dtype", "sequence-optional", "training-only", "known-bug", "unsupported-op")
+CATEGORIES = ("unsupported-dtype", "sequence-optional", "training-only", "known-bug", "unsupported-op", "dynamic-shape")
+"""Expectation categories. dynamic-shape: an output shape depends on input data (NonZero, Unique, Range
+from runtime inputs, ...), which a static-shape compiler cannot express."""
+KIND_CATEGORY = {"unsupported-op": "unsupported-op", "unsupported-dtype": "unsupported-dtype", "training-only": "training-only",
+                 "sequence-optional": "sequence-optional", "dynamic-shape": "dynamic-shape"}
+"""Result kind -> expectation category; every other kind (wrong-result, compiler-bug, crash, timeout) is a known-bug."""
 DEFAULT_TIMEOUT = 60.0
 TRAINING_DOMAINS = ("ai.onnx.preview.training",)
+ALL_TARGETS = ("x86_64", "aarch64", "armv7")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -143,8 +149,11 @@ def classify_exception(exc: BaseException, case) -> tuple[str, str]:
         return "sequence-optional", text
     if "has no llvm lowering" in low or "unsupported dtype" in low or "dtype" in low and "not supported" in low:
         return "unsupported-dtype", text
-    if "cannot infer a static shape" in low or "dynamic input shape" in low:
+    if "cannot infer a static shape" in low or "dynamic input shape" in low or "build-time constant" in low:
         return "dynamic-shape", text
+    from .errors import InputError
+    if isinstance(exc, InputError) and ("not supported" in low or "unsupported" in low):
+        return ("unsupported-dtype" if "dtype" in low else "unsupported-op"), text
     return "compiler-bug", text
 
 
@@ -215,6 +224,47 @@ def run_case(case, board: str | None = None, opt: str = "fluid") -> CaseResult:
                 result.message += f" (at {Path(frame.filename).name}:{frame.lineno})"
     result.seconds = time.perf_counter() - started
     return result
+
+
+def diagnose(case, board: str | None = None, opt: str = "fluid") -> str:
+    """Where a case goes wrong: every intermediate tensor becomes a graph output, the model runs on
+    fluidml-xc and on onnx.reference, and the first node whose output differs is reported."""
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from .backend import FxcBackend, import_graph
+
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    known = {o.name for o in model.graph.output}
+    try:  # only tensors computed at run time (not constants folded at build time) become outputs
+        graph = import_graph(model, {vi.name: tuple(np.shape(_normalize(x))) for vi, x in zip(model.graph.input, case.data_sets[0][0])})
+        runtime = {o for n in graph.nodes for o in n.outputs if o and not graph.tensors[o].is_const}
+    except Exception:  # noqa: BLE001
+        runtime = None
+    for node in model.graph.node:
+        for out in node.output:
+            if out and out not in known and (runtime is None or out in runtime):
+                model.graph.output.append(helper.make_value_info(out, onnx.TypeProto()))
+                known.add(out)
+    inputs = [_normalize(x) for x in case.data_sets[0][0]]
+    names = [vi.name for vi in model.graph.input if vi.name not in {i.name for i in model.graph.initializer}]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        expected = dict(zip([o.name for o in model.graph.output], ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))))
+        got = dict(zip([o.name for o in model.graph.output], FxcBackend.prepare(model, board=board, opt=opt).run(inputs)))
+    for node in model.graph.node:
+        for out in node.output:
+            if not out or out not in got:
+                continue
+            a, b = np.asarray(got[out]), np.asarray(expected[out])
+            try:
+                np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=case.rtol, atol=case.atol)
+            except (AssertionError, TypeError, ValueError) as exc:
+                args = ", ".join(f"{n}{tuple(np.shape(expected.get(n, got.get(n, dict(zip(names, inputs)).get(n)))))}" for n in node.input if n)
+                return f"first difference: node {node.name or node.op_type!r} ({node.op_type}) output {out!r}, inputs {args}:\n{exc}"
+    return "every intermediate tensor matches onnx.reference"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -362,6 +412,71 @@ def expected_failure(name: str, target: str, expectations: dict[str, dict]) -> d
     return entry if targets is None or target in targets else None
 
 
+def _reason(result: CaseResult) -> str:
+    text = re.sub(r"^\w+Error: ", "", result.message)
+    text = re.sub(r"; see docs/SUPPORTED_OPS.md.*$", "", text)
+    text = re.sub(r": pass static input shapes with --input-shape.*$", "", text)
+    if result.kind == "wrong-result":
+        text = "wrong result: " + text
+    elif result.kind in ("crash", "timeout"):
+        text = f"{result.kind}: {text}"
+    return " ".join(text.split())[:240]
+
+
+def _toml_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+EXPECTATIONS_HEADER = """\
+# Known failures of ONNX's backend node tests (tests/test_conformance.py): strict xfails, so a fix is noticed.
+# One entry per case: category (see fluidml_xc.conformance.CATEGORIES) and a reason; `targets` limits an
+# entry to some targets (default: every target). Refresh after a change with
+#     python -m fluidml_xc.conformance --update-expectations          (x86_64, all cases)
+#     python -m fluidml_xc.conformance --board qemu-aarch64 --first-per-op --update-expectations
+# which drops entries of cases that now pass and adds new failures (hand-written reasons are kept).
+
+[cases]
+"""
+
+
+def write_expectations(entries: dict[str, dict], path: Path = EXPECTATIONS_PATH) -> None:
+    order = {name: i for i, name in enumerate(load_cases())}
+    lines = [EXPECTATIONS_HEADER.rstrip("\n")]
+    for name in sorted(entries, key=lambda n: (order.get(n, 1 << 30), n)):
+        e = entries[name]
+        fields = [f"category = {_toml_string(e['category'])}", f"reason = {_toml_string(e['reason'])}"]
+        if e.get("targets"):
+            fields.append("targets = [" + ", ".join(_toml_string(t) for t in e["targets"]) + "]")
+        lines.append(f"{name} = {{ " + ", ".join(fields) + " }")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def update_expectations(target: str, results: Sequence[CaseResult], path: Path = EXPECTATIONS_PATH) -> tuple[int, int]:
+    """Drop entries of cases that passed on `target`, add failing cases; returns (added, removed)."""
+    entries = load_expectations(path) if path.is_file() else {}
+    added = removed = 0
+    for r in results:
+        entry = entries.get(r.name)
+        applies = entry is not None and (not entry.get("targets") or target in entry["targets"])
+        if r.passed and applies:
+            remaining = [t for t in (entry.get("targets") or ALL_TARGETS) if t != target]
+            if remaining:
+                entry["targets"] = remaining
+            else:
+                del entries[r.name]
+            removed += 1
+        elif not r.passed and not applies:
+            if entry is not None:  # listed for other targets only
+                entry["targets"] = sorted(set(entry["targets"]) | {target})
+            else:
+                entries[r.name] = {"category": KIND_CATEGORY.get(r.kind, "known-bug"), "reason": _reason(r)}
+                if target != "x86_64":
+                    entries[r.name]["targets"] = [target]
+            added += 1
+    write_expectations(entries, path)
+    return added, removed
+
+
 def save_results(target: str, results: Sequence[CaseResult], seconds: float, path: Path = RESULTS_PATH,
                  scope: str = "all") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -484,9 +599,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="regenerate docs/SUPPORTED_OPS.md (after the run, if any)")
     parser.add_argument("--docs-only", action="store_true", help="only regenerate docs/SUPPORTED_OPS.md from the last runs")
     parser.add_argument("--json", type=Path, help="write every result to this JSON file")
+    parser.add_argument("--update-expectations", action="store_true",
+                        help="rewrite tests/conformance_expectations.toml from this run (drop fixed cases, add new failures)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    parser.add_argument("--diagnose", metavar="CASE", help="find the first node of CASE whose output is wrong")
     args = parser.parse_args(argv)
 
+    if args.diagnose:
+        print(diagnose(load_cases()[args.diagnose], args.board, args.opt))
+        return 0
     if args.docs_only:
         write_docs()
         print(f"wrote {DOCS_PATH}")
@@ -517,6 +638,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         scope = "first case per op" if args.first_per_op else ("subset" if args.pattern else "all")
         if not (args.pattern and not args.first_per_op):
             save_results(board.target.name, results, seconds, scope=scope)
+    if args.update_expectations:
+        added, removed = update_expectations(board.target.name, results)
+        print(f"expectations: {added} added, {removed} removed ({EXPECTATIONS_PATH})")
     if args.write_docs:
         write_docs()
         print(f"wrote {DOCS_PATH}")

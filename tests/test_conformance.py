@@ -1,0 +1,140 @@
+"""ONNX backend node tests (1,884 cases, onnx.backend.test.loader) compiled and run by fluidml-xc.
+
+- x86_64: every case, in-process JIT (fluidml_xc.backend), in an isolated worker process per xdist
+  worker (a crash or a hang of one case fails that case only).
+- aarch64 and armv7: the first case of every op type, built into a runner and run under qemu-user
+  (all cases with FXC_CONFORMANCE_ALL_TARGETS=1).
+- Known failures are data (tests/conformance_expectations.toml), strict xfails: a fix shows up as XPASS.
+"""
+from __future__ import annotations
+
+import os
+import platform
+
+import pytest
+
+from fluidml_xc import conformance as conf
+from modelrun import has_emulator
+
+CASES = list(conf.load_cases())
+EXPECTATIONS = conf.load_expectations()
+TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_TIMEOUT", conf.DEFAULT_TIMEOUT))
+CROSS_TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_CROSS_TIMEOUT", 180))
+CROSS_BOARDS = {"aarch64": "qemu-aarch64", "armv7": "qemu-armv7"}
+
+
+def _params(names, target):
+    for name in names:
+        entry = conf.expected_failure(name, target, EXPECTATIONS)
+        marks = [pytest.mark.xfail(strict=True, reason=f"{entry['category']}: {entry['reason']}")] if entry else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+def _check(result: conf.CaseResult) -> None:
+    if not result.passed:
+        pytest.fail(f"{result.name} ({result.op}) {result.status} [{result.kind}]: {result.message}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def host_worker():
+    worker = conf.CaseWorker(None)
+    yield worker
+    worker.close()
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the in-process JIT path runs on x86_64 hosts")
+@pytest.mark.parametrize("name", list(_params(CASES, "x86_64")))
+def test_node_x86_64(name, host_worker):
+    _check(host_worker.run(name, TIMEOUT))
+
+
+def _cross_cases() -> list[str]:
+    if os.environ.get("FXC_CONFORMANCE_ALL_TARGETS") == "1":
+        return CASES
+    passing_here = {n for n in CASES if conf.expected_failure(n, "x86_64", EXPECTATIONS) is None}
+    return conf.first_case_per_op(CASES, prefer=passing_here)
+
+
+CROSS = _cross_cases()
+
+
+@pytest.fixture(scope="module")
+def cross_workers():
+    workers: dict[str, conf.CaseWorker] = {}
+    yield workers
+    for worker in workers.values():
+        worker.close()
+
+
+def _cross_params():
+    for target in sorted(CROSS_BOARDS):
+        for param in _params(CROSS, target):
+            yield pytest.param(target, *param.values, marks=param.marks, id=f"{target}-{param.id}")
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize(("target", "name"), list(_cross_params()))
+def test_node_cross(target, name, cross_workers):
+    board = CROSS_BOARDS[target]
+    if not has_emulator(board):
+        pytest.skip(f"{board}: emulator not installed (apt-get install qemu-user-static)")
+    worker = cross_workers.setdefault(target, conf.CaseWorker(board))
+    _check(worker.run(name, CROSS_TIMEOUT))
+
+
+def test_expectations_name_real_cases():
+    unknown = sorted(set(EXPECTATIONS) - set(CASES))
+    assert not unknown, f"tests/conformance_expectations.toml lists cases that do not exist: {unknown[:20]}"
+
+
+def test_expectations_are_well_formed():
+    for name, entry in EXPECTATIONS.items():
+        assert entry["category"] in conf.CATEGORIES, name
+        assert entry["reason"].strip(), name
+        assert set(entry) <= {"category", "reason", "targets"}, name
+        for target in entry.get("targets", []):
+            assert target in conf.ALL_TARGETS, (name, target)
+
+
+def test_case_ops_cover_every_case():
+    ops = conf.case_ops()
+    assert set(ops) == set(CASES)
+    assert "?" not in ops.values()
+    assert len(conf.first_case_per_op(CASES)) == len(set(ops.values()))
+
+
+def test_compile_errors_are_classified_not_raised():
+    """A compiler exception inside a case is a classified result, never an exception of the runner."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    case = conf.load_cases()["test_abs"]
+    broken = type(case)(**{**case.__dict__, "name": "broken", "model": helper.make_model(
+        helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]))})
+    result = conf.run_case(broken)
+    assert result.status == "error" and result.kind == "unsupported-op", result
+    assert isinstance(onnx.ModelProto(), onnx.ModelProto)
+
+
+def test_worker_survives_timeout_and_crash(monkeypatch):
+    """A hanging or crashing case fails alone; the next case runs on a fresh worker."""
+    worker = conf.CaseWorker(None)
+    try:
+        import time
+
+        def slow(case, board, opt):
+            if case.name == "test_abs":
+                time.sleep(30)
+            if case.name == "test_acos":
+                os.kill(os.getpid(), 11)
+            return real(case, board, opt)
+        real = conf.run_case
+        monkeypatch.setattr(conf, "run_case", slow)
+        assert worker.run("test_abs", timeout=1.0).status == "timeout"
+        crashed = worker.run("test_acos", timeout=30)
+        assert crashed.status == "crash" and "SIGSEGV" in crashed.message
+        assert worker.run("test_add", timeout=30).passed
+    finally:
+        worker.close()

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from .codegen.machine import MachineSpec
-from .fluid.costs import Costs, register_elementwise
+from .fluid.costs import Costs, register_elementwise, transpose_is_view
 from .fluid.layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 from .fluid.loop_order import LOOP_ORDER_OPS
 from .fluid.segmentation import segment_graph
@@ -23,8 +23,9 @@ LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose"})
 """Op types whose kernels read and write any layout through strides (besides the elementwise family)."""
 LAYOUT_SAFE_MODULES = frozenset({"fluidml_xc.ops.elementwise"})
 """Every op registered by these modules goes through Kernel.elementwise, which honours strides."""
-INPLACE_SAME_LAYOUT = True
-"""An in-place elementwise op must keep input 0's layout on output 0 (the planner may alias them)."""
+VIEW_OP = "Identity"
+"""A Transpose whose chosen layouts make it a byte copy is rewritten to this view op: the planner aliases
+its output to its input (no kernel), or codegen copies the bytes flat where it cannot."""
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Decisions:
     predicted_ns: float = 0.0
     row_major_ns: float = 0.0
     seconds: float = 0.0
+    views: list[str] = field(default_factory=list)
+    """Transposes turned into views (their layouts make them byte copies)."""
     costs: str = "analytic"
     pinned: int = 0
     variable: int = 0
@@ -47,7 +50,7 @@ class Decisions:
     def summary(self) -> dict:
         return {"mode": self.mode, "costs": self.costs, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
                 "gains_ns": {k: round(v, 1) for k, v in self.gains.items()},
-                "loop_orders": dict(self.loop_orders), "segments": list(self.segments), "votes": list(self.votes),
+                "loop_orders": dict(self.loop_orders), "views": list(self.views), "segments": list(self.segments), "votes": list(self.votes),
                 "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
                 "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4)}
 
@@ -77,6 +80,8 @@ def build_problem(graph: Graph, costs: Costs):
             rank = len(graph.tensors[node.outputs[0]].shape)
             perm = node.attrs.get("perm") or list(range(rank))[::-1]
             hints.setdefault(node.outputs[0], []).append(permute_layout(identity(rank), perm))
+            if node.inputs[0] in touched:  # the input stored in the output's row-major order
+                hints.setdefault(node.inputs[0], []).append(tuple(perm))
     candidates: dict[str, list] = {}
     for name in touched:
         shape = graph.tensors[name].shape
@@ -86,20 +91,24 @@ def build_problem(graph: Graph, costs: Costs):
         if len(cands) > 1:
             candidates[name] = cands
     node_tensors = [[t for t in dict.fromkeys(list(n.inputs) + list(n.outputs)) if t in candidates] for n in graph.nodes]
-    inplace_pairs: dict[int, tuple[str, str]] = {}
-    if INPLACE_SAME_LAYOUT:
-        for i, (node, spec) in enumerate(zip(graph.nodes, specs)):
-            if spec is not None and spec.inplace and node.inputs and node.outputs and node.inputs[0] and node.outputs[0]:
-                a, b = node.inputs[0], node.outputs[0]
-                if (a in candidates or b in candidates) and graph.tensors[a].shape == graph.tensors[b].shape:
-                    inplace_pairs[i] = (a, b)
+    # A connected group of variable tensors whose nodes are all elementwise is bounded by row-major (pinned)
+    # tensors: moving its inside only adds relayouts. Only groups with a MatMul/Gemm/Transpose keep candidates.
+    parent = {t: t for t in candidates}
 
+    def find(t: str) -> str:
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+    for ts in node_tensors:
+        for t in ts[1:]:
+            parent[find(t)] = find(ts[0])
+    useful = {find(ts[0]) for n, ts in zip(graph.nodes, node_tensors) if ts and n.op_type in LAYOUT_SAFE_OPS}
+    candidates = {t: c for t, c in candidates.items() if find(t) in useful}
+    node_tensors = [[t for t in ts if t in candidates] for ts in node_tensors]
+    # in-place elementwise ops may change layout: the planner aliases input and output only when their
+    # layouts (and shapes) agree, so a layout change costs the reuse, never correctness.
     def cost_fn(i: int, layouts) -> float:
-        pair = inplace_pairs.get(i)
-        if pair is not None:
-            rank = len(graph.tensors[pair[0]].shape)
-            if tuple(layouts.get(pair[0], identity(rank))) != tuple(layouts.get(pair[1], identity(rank))):
-                return float("inf")
         return costs.cost_and_order(graph.nodes[i], layouts, varies=bool(node_tensors[i]))[0]
 
     problem = LayoutProblem(node_tensors, candidates, cost_fn)
@@ -138,6 +147,11 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
         before = sum(problem.cost(i, trial) for i in users.get(t, ()))
         after = sum(problem.cost(i, final) for i in users.get(t, ()))
         decisions.gains[t] = before - after if before != float("inf") else float("nan")
+    for node in graph.nodes:
+        if node.op_type == "Transpose" and transpose_is_view(graph, node, decisions.layouts):
+            perm = node.attrs.get("perm") or list(range(len(graph.tensors[node.outputs[0]].shape)))[::-1]
+            node.op_type, node.attrs = VIEW_OP, {"_transpose_perm": list(perm)}
+            decisions.views.append(node.name)
     for node in graph.nodes:
         if node.op_type in LOOP_ORDER_OPS:
             order = model.cost_and_order(node, decisions.layouts, varies=True)[1]

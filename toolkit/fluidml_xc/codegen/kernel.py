@@ -309,26 +309,42 @@ class Kernel:
         return self.b.fadd(acc, self.b.fmul(x, y, flags=("fast",)), flags=("fast",))
 
     def reduce_lanes(self, vectors: Sequence[ir.Value]) -> ir.Value:
-        """Horizontal sums of n vectors (n a power of two <= lanes) as one n-lane vector (a scalar for n = 1).
+        """Horizontal sums of n vectors (n a power of two <= lanes, <= one 128-bit block) as one n-lane vector
+        (a scalar for n = 1).
 
-        Pairwise even/odd shuffles: log2(n) levels combine the vectors, then the halves of the one left.
+        hadd-like shuffles inside 128-bit blocks combine the vectors pairwise (cheap in-lane shuffles on
+        AVX, plain pairwise adds on NEON), then the blocks are added, then the halves of the block left.
         """
-        def shuffle_add(x, y, width):
-            mask_t = ir.VectorType(ir.IntType(32), width)
-            even = self.b.shuffle_vector(x, y, ir.Constant(mask_t, list(range(0, 2 * width, 2))))
-            odd = self.b.shuffle_vector(x, y, ir.Constant(mask_t, list(range(1, 2 * width, 2))))
-            return self.b.fadd(even, odd, flags=("fast",))
-
         vecs = list(vectors)
         if not isinstance(vecs[0].type, ir.VectorType):
             return vecs[0]
         width = vecs[0].type.count
+        block = min(width, 2 if isinstance(vecs[0].type.element, ir.DoubleType) else 4)
+
+        def shuffle(x, y, mask):
+            return self.b.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask))
+
+        def hadd(x, y):
+            even, odd = [], []
+            for base in range(0, width, block):
+                for src in (0, width):
+                    even += [src + base + i for i in range(0, block, 2)]
+                    odd += [src + base + i + 1 for i in range(0, block, 2)]
+            return self.b.fadd(shuffle(x, y, even), shuffle(x, y, odd), flags=("fast",))
+
+        n = len(vecs)
         while len(vecs) > 1:
-            vecs = [shuffle_add(vecs[i], vecs[i + 1], width) for i in range(0, len(vecs), 2)]
-        w, n = vecs[0], len(vectors)
+            vecs = [hadd(vecs[i], vecs[i + 1]) for i in range(0, len(vecs), 2)]
+        w = vecs[0]
+        while width > max(block, n):
+            half = width // 2
+            w = self.b.fadd(shuffle(w, w, list(range(half))), shuffle(w, w, list(range(half, width))), flags=("fast",))
+            width = half
         while width > n:
-            width //= 2
-            w = shuffle_add(w, w, width) if width > 1 else self.b.fadd(
-                self.b.extract_element(w, ir.Constant(ir.IntType(32), 0)), self.b.extract_element(w, ir.Constant(ir.IntType(32), 1)),
-                flags=("fast",))
+            half = width // 2
+            if half == 1:
+                return self.b.fadd(self.b.extract_element(w, ir.Constant(ir.IntType(32), 0)),
+                                   self.b.extract_element(w, ir.Constant(ir.IntType(32), 1)), flags=("fast",))
+            w = self.b.fadd(shuffle(w, w, list(range(0, width, 2))), shuffle(w, w, list(range(1, width, 2))), flags=("fast",))
+            width = half
         return w

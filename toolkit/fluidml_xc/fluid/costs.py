@@ -27,7 +27,7 @@ import numpy as np
 
 from ..codegen.kernel import layout_strides, row_major_strides
 from ..ir import Graph, Node
-from .loop_order import MATMUL_ORDERS, domain_order
+from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, domain_order, outer_tile
 
 LINE = 64
 CACHE_BYTES = 512 * 1024
@@ -36,8 +36,19 @@ LINE_NS = 0.6
 FLOP_NS = 0.3
 """One scalar operation."""
 CALL_NS = 50.0
-MR = 4
-"""Rows per register block of the MatMul kernels."""
+VIEW_NS = 1.0
+"""A Transpose whose layouts make it a plain copy becomes an aliased view."""
+VFMA_NS = 0.16
+"""One vector FMA in a register-blocked MatMul tile (calibrated on Zen 3 against --costs measure)."""
+VLOAD_NS = 0.03
+BCAST_NS = 0.05
+REDUCE_NS = 0.5
+"""Summing one dot-product tile's lanes, per output element."""
+STORE_NS = 0.03
+SCATTER_NS = 0.4
+GATHER_NS = 0.3
+"""Gathering one element of a strided B into the outer-product kernel's stack panel."""
+BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 Perm = tuple[int, ...]
 
@@ -141,6 +152,8 @@ class AnalyticModel:
 
     def transpose(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
+        if transpose_is_view(g, node, layouts):
+            return VIEW_NS, None
         x, out = node.inputs[0], node.outputs[0]
         shape = g.tensors[out].shape
         n = len(shape)
@@ -164,34 +177,9 @@ class AnalyticModel:
         return best
 
     def matmul_order_cost(self, geo: "MatmulGeometry", order: str) -> float:
-        m, n, kk = geo.m, geo.n, geo.k
-        item = geo.itemsize
-        lanes = max(1, self.vector_bits // (8 * item))
-        batch = geo.batch_points
-        a, b, c = geo.a, geo.b, geo.c  # (row stride, col stride) per matrix
-        if order in ("ikj", "jki"):
-            # register-blocked NN kernel on C (or on C^T for jki)
-            if order == "jki":
-                a, b, c, m, n = (b[1], b[0]), (a[1], a[0]), (c[1], c[0]), n, m
-                b_const = geo.a_const
-            else:
-                b_const = geo.b_const
-            if (c[1] == 1 or n == 1) and (b[1] == 1 or b_const or n == 1):
-                flops = 2.0 * m * n * kk * FLOP_NS / (2 * lanes)
-                b_lines = math.ceil(m / MR) * kk * n * item / LINE
-                a_lines = m * kk * (1 if a[1] == 1 else min(16, LINE // item)) * item / LINE
-                return CALL_NS + batch * (flops + (b_lines + a_lines + 2 * m * n * item / LINE) * LINE_NS)
-            return self._generic_matmul(geo, order)
-        if order == "ijk":
-            if (a[1] == 1 or geo.a_const or kk == 1) and (b[0] == 1 or geo.b_const or kk == 1):
-                flops = 2.0 * m * n * kk * FLOP_NS / (2 * lanes) + m * n * lanes * FLOP_NS
-                b_lines = math.ceil(m / MR) * kk * n * item / LINE
-                a_lines = m * kk * item / LINE
-                return CALL_NS + batch * (flops + (b_lines + a_lines + 2 * m * n * item / LINE) * LINE_NS) * 1.1
-            return self._generic_matmul(geo, order)
-        return self._generic_matmul(geo, order)
-
-    def _generic_matmul(self, geo: "MatmulGeometry", order: str) -> float:
+        kind = blocked_kind(order, geo.a, geo.b, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
+        if kind is not None:
+            return CALL_NS + geo.batch_points * self.blocked_cost(geo, kind) + self.matmul_lines(geo)
         extents = (geo.m, geo.k, geo.n)
         dom = domain_order(order, 0)
         uses = [Use((geo.a[0], geo.a[1], 0), geo.itemsize), Use((0, geo.b[0], geo.b[1]), geo.itemsize),
@@ -201,6 +189,38 @@ class AnalyticModel:
         if inner == 1:  # reductions innermost do not vectorize without reassociation
             lanes = 1
         return geo.batch_points * nest_cost(extents, dom, uses, 2.0, lanes) * 1.5
+
+    def matmul_lines(self, geo: "MatmulGeometry") -> float:
+        """Compulsory traffic of the blocked kernels: each operand once (they block for registers, not caches)."""
+        item = geo.itemsize
+        total = geo.batch_points * (geo.m * geo.k + geo.k * geo.n + geo.m * geo.n) * item
+        return total / LINE * LINE_NS * 0.25
+
+    def blocked_cost(self, geo: "MatmulGeometry", kind: str) -> float:
+        """One batch point of ops/matmul.py's register-blocked kernels (ns): vector FMAs, loads, edges, epilogue."""
+        lanes = max(1, self.vector_bits // (8 * geo.itemsize))
+        m, n, kk = geo.m, geo.n, geo.k
+        c_inner = geo.c[1]
+        if kind == "outer_t":
+            m, n, c_inner = n, m, geo.c[0]
+        store = m * n * (STORE_NS if c_inner in (0, 1) else SCATTER_NS)
+        if kind == "dot":
+            mr = max(1, min(MR_DOT, m))
+            nc = min(NC_DOT, lanes, 1 << (max(n, 1).bit_length() - 1))
+            vk, tail = kk // lanes, kk % lanes
+            tiles = -(-m // mr) * -(-n // nc)
+            return (m * n * vk * VFMA_NS + tiles * vk * (mr + nc) * VLOAD_NS + m * n * (REDUCE_NS + tail * 2 * VLOAD_NS)
+                    + store)
+        mr, nr = outer_tile(m, n, lanes)
+        packed = geo.b_const if kind == "outer" else geo.a_const
+        b_inner = geo.b[1] if kind == "outer" else geo.a[0]
+        gather = 0.0 if packed or b_inner == 1 or n == 1 else n * kk * GATHER_NS  # stack panels
+        packed = packed or gather > 0
+        rem = n % nr
+        groups = (n // nr) * (nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes)
+        col_tiles = -(-n // nr)
+        return (m * kk * groups * VFMA_NS + -(-m // mr) * kk * groups * VLOAD_NS + m * kk * col_tiles * BCAST_NS + store
+                + gather)
 
 
 @dataclass
@@ -218,6 +238,7 @@ class MatmulGeometry:
     a_const: bool
     b_const: bool
     itemsize: int
+    is_float: bool = True
 
 
 def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
@@ -229,7 +250,8 @@ def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
         b = (sb[1], sb[0]) if trans_b else (sb[0], sb[1])
         m, kk = (ta.shape[1], ta.shape[0]) if trans_a else ta.shape
         n = tb.shape[0] if trans_b else tb.shape[1]
-        return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize)
+        return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
+                              np.dtype(tc.dtype) in BLOCKED_DTYPES)
     a_shape, b_shape = ta.shape, tb.shape
     a = (sa[-2], sa[-1]) if len(a_shape) >= 2 else (0, sa[-1])
     b = (sb[-2], sb[-1]) if len(b_shape) >= 2 else (sb[-1], 0)
@@ -246,7 +268,30 @@ def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
         c = (0, 0)
     batch = int(np.prod(tc.shape[:-2], dtype=np.int64)) if len(a_shape) >= 2 and len(b_shape) >= 2 else \
         int(np.prod(tc.shape[:-1], dtype=np.int64)) if len(tc.shape) >= 1 and (len(a_shape) >= 2) != (len(b_shape) >= 2) else 1
-    return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize)
+    return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
+                          np.dtype(tc.dtype) in BLOCKED_DTYPES)
+
+
+def transpose_is_copy(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> bool:
+    """The Transpose's output, stored in its layout, holds exactly the input's bytes in the input's layout."""
+    x, out = node.inputs[0], node.outputs[0]
+    tx, to = graph.tensors[x], graph.tensors[out]
+    n = len(to.shape)
+    perm = node.attrs.get("perm") or list(range(n))[::-1]
+    sx = layout_strides(tx.shape, layouts.get(x))
+    so = layout_strides(to.shape, layouts.get(out))
+    return all(to.shape[j] == 1 or so[j] == sx[perm[j]] for j in range(n))
+
+
+def transpose_is_view(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> bool:
+    """A copying Transpose the optimizer turns into a view (the planner aliases it: no kernel at all)."""
+    if node.op_type != "Transpose" or not node.inputs or not node.outputs:
+        return False
+    x, out = node.inputs[0], node.outputs[0]
+    boundary = set(graph.inputs) | set(graph.outputs)
+    if x in boundary or out in boundary or graph.tensors[x].is_const or graph.tensors[out].is_const:
+        return False
+    return transpose_is_copy(graph, node, layouts)
 
 
 def _elementwise(model: AnalyticModel, node: Node, layouts):
@@ -473,7 +518,7 @@ class Costs:
     def cost_and_order(self, node: Node, layouts: Mapping[str, Perm], varies: bool = True) -> tuple[float, str | None]:
         """Estimated ns and the loop order (MatMul/Gemm) for node under layouts."""
         est, order = self.model.cost_and_order(node, layouts)
-        if self.mode != "measure" or not varies or self.cache is None:
+        if self.mode != "measure" or not varies or self.cache is None or transpose_is_view(self.graph, node, layouts):
             return est, order
         sig = self.signatures.get(node.name)
         if sig is None:

@@ -9,7 +9,8 @@ For floats, three orders have register-blocked kernels with explicit target vect
 operands' strides allow (`blocked_kind`); otherwise every order runs as scalar loops:
 
 - ikj "outer": an MR x NR tile of C in registers, K loop of outer products: broadcast A[i, k] times
-  a vector of B's row k. Needs B unit-stride along n, or B constant (repacked into NR-column panels).
+  a vector of B's row k. B unit-stride along n is read in place, constant B is repacked into
+  NR-column panels at build time, any other B is gathered panel by panel into a stack buffer.
 - jki "outer_t": the same kernel on the transposed problem C^T = B^T A^T. Needs A unit-stride along
   m, or A constant.
 - ijk "dot": MR x NC dot products, vectors along k, summed across lanes at the end. Needs A and B
@@ -25,6 +26,19 @@ MATMUL_ORDERS = ("ikj", "ijk", "jki", "kij")
 jki: C columns stream over A columns (unit stride in i); kij: outer products."""
 LOOP_ORDER_OPS = ("MatMul", "Gemm")
 
+MR_OUTER, ACC_BUDGET = 6, 12
+"""Outer-product tiles: up to MR_OUTER rows of C, NR columns in vectors, about ACC_BUDGET accumulators."""
+MR_DOT, NC_DOT = 3, 4
+"""Dot-product tiles: rows x columns of C (12 vector accumulators)."""
+
+
+def outer_tile(m: int, n: int, lanes: int) -> tuple[int, int]:
+    """(MR, NR) of the outer-product kernel for an m x n result."""
+    mr = max(1, min(MR_OUTER, m))
+    nv = max(1, min(4, ACC_BUDGET // mr, -(-n // lanes)))
+    return mr, nv * lanes
+
+
 _AXIS = {"i": 0, "k": 1, "j": 2}
 """Position of each loop in the kernel's (m, k, n) domain."""
 
@@ -39,7 +53,7 @@ def blocked_kind(order: str, a_strides: Sequence[int], b_strides: Sequence[int],
     """The register-blocked kernel `order` runs as under these strides ((m, k) of A, (k, n) of B), or None (scalar)."""
     if not is_float:
         return None
-    if order == "ikj" and (b_const or b_strides[1] == 1 or n == 1):
+    if order == "ikj":  # B strided along n is gathered panel by panel into a stack buffer
         return "outer"
     if order == "jki" and (a_const or a_strides[0] == 1 or m == 1):
         return "outer_t"

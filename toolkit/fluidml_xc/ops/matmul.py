@@ -26,23 +26,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..codegen.kernel import Access, Operand, row_major_strides
-from ..codegen.scalar import const, is_float
-from ..fluid.loop_order import MATMUL_ORDERS, blocked_kind, default_order, domain_order
+from ..codegen.scalar import const, is_float, llvm_type
+from llvmlite import ir
+from ..fluid.loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 from .registry import register
 
-MR_OUTER = 6
-"""Rows of C per outer-product tile; NR = NV_OUTER(MR) vectors of columns, about 12 accumulators."""
-ACC_BUDGET = 12
-MR_DOT, NC_DOT = 3, 4
-"""Rows x columns of C per dot-product tile (12 vector accumulators)."""
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def outer_tile(m: int, n: int, lanes: int) -> tuple[int, int]:
-    """(MR, NR) of the outer-product kernel for an m x n result."""
-    mr = max(1, min(MR_OUTER, m))
-    nv = max(1, min(4, ACC_BUDGET // mr, -(-n // lanes)))
-    return mr, nv * lanes
 
 
 def _repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Operand:
@@ -155,9 +144,9 @@ def _pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int,
     return k.constant_array(v), _lead_strides(nb, v.shape[:-2], strides[:-2]), v.shape[-1]
 
 
-def _emit_batched(k, P: Problem, body) -> None:
+def _emit_batched(k, P: Problem, body, mats=None) -> None:
     """body(a_base, b_base, c_base) per batch point (index values)."""
-    mats = (P.a, P.b, P.c)
+    mats = mats or (P.a, P.b, P.c)
     nb = len(P.batch)
 
     def point(ix):
@@ -215,8 +204,28 @@ def _emit_outer(k, P: Problem) -> None:
     mr_main, nr = outer_tile(M, N, V)
     if P.b.value is not None:
         P = replace(P, b=_pack_panels(k, P.b, len(P.batch), nr, dt))
+    stack = None
+    if P.b.value is None and not P.b.panel and P.b.cs != 1 and N > 1:
+        # B strided along n (e.g. K-contiguous): gather each K x NR panel into a stack buffer first
+        src = P.b
+        with k.b.goto_entry_block():
+            buf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), max(1, K * nr)))
+        stack = (src, buf)
+        P = replace(P, b=Mat(buf, tuple(0 for _ in P.batch), nr, 1, None, nr))
     a, b, c = P.a, P.b, P.c
     full_p, rem = N // nr, N % nr
+
+    def gather_panel(bb, col0, valid):
+        src, buf = stack
+        with k.for_range(valid) as q:
+            base = _add(k, bb, _mul(k, _add(k, col0, q), src.cs))
+            with k.for_range(K) as kv:
+                x = k.b.load(k.b.gep(src.ptr, [_add(k, base, _mul(k, kv, src.rs))], inbounds=True))
+                k.b.store(x, k.b.gep(buf, [_add(k, _mul(k, kv, nr), q)], inbounds=True))
+        if valid < nr:
+            with k.for_range(K) as kv:
+                for q in range(valid, nr):
+                    k.b.store(const(dt, 0), k.b.gep(buf, [_add(k, _mul(k, kv, nr), q)], inbounds=True))
 
     def tile(bases, i0, mr, col0, pidx, widths, valid):
         ab, bb, cb = bases
@@ -260,16 +269,22 @@ def _emit_outer(k, P: Problem) -> None:
         if M % mr_main:
             tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid)
 
+    def panel(bases, col0, pidx, widths, valid):
+        if stack is not None:
+            gather_panel(bases[1], col0, valid)
+            bases, pidx = (bases[0], k.index(0), bases[2]), 0
+        rows(bases, col0, pidx, widths, valid)
+
     def body(*bases):
         if full_p == 1:
-            rows(bases, 0, 0, [V] * (nr // V), nr)
+            panel(bases, 0, 0, [V] * (nr // V), nr)
         elif full_p:
             with k.for_range(full_p) as p:
-                rows(bases, _mul(k, p, nr), p, [V] * (nr // V), nr)
+                panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr)
         if rem:
             widths = [V] * (-(-rem // V)) if b.panel else [V] * (rem // V) + [1] * (rem % V)
-            rows(bases, full_p * nr, full_p, widths, rem)
-    _emit_batched(k, P, body)
+            panel(bases, full_p * nr, full_p, widths, rem)
+    _emit_batched(k, P, body, (P.a, stack[0] if stack else P.b, P.c))
 
 
 def _emit_dot(k, P: Problem) -> None:
@@ -284,7 +299,7 @@ def _emit_dot(k, P: Problem) -> None:
         P = replace(P, b=Mat(ptr, bs, 1, rs))
     a, b, c = P.a, P.b, P.c
     mr_main = max(1, min(MR_DOT, M))
-    nc_main = min(NC_DOT, V, 1 << (max(N, 1).bit_length() - 1))
+    nc_main = min(NC_DOT, V, 16 // np.dtype(dt).itemsize, 1 << (max(N, 1).bit_length() - 1))
     kmain = K // V * V
 
     def tile(bases, i0, mr, j0, nc):

@@ -186,7 +186,7 @@ def _coerce_input(name: str, dtype: np.dtype, shape: tuple[int, ...], value) -> 
             arr = arr.reshape(shape)
         else:
             raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return np.asarray(arr, dtype=dtype, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -287,3 +287,30 @@ def test_inspect_prints_sections(tmp_path, capsys):
     text = capsys.readouterr().out
     for section in ("segments", "layouts", "loop orders", "memory plan", "lower bound", "naive", "winner", "memory map"):
         assert section in text.lower(), section
+
+
+@pytest.mark.parametrize("shapes", [((37, 29), (29, 45), True), ((2, 13, 70), (70, 19), False), ((3, 1, 9, 33), (2, 33, 17), False),
+                                    ((1, 100), (100, 70), True), ((5, 64), (64,), False)])
+def test_blocked_matmul_tiles_edges_and_batches(shapes):
+    """Full tiles, edge rows/columns, K tails, batch broadcasting, under row-major and transposed layouts."""
+    g = _graph(_matmul_model(*shapes))
+    node = g.nodes[0]
+    acts = [n for n in list(node.inputs) + list(node.outputs) if n and not g.tensors[n].is_const]
+    for order in ("ikj", "ijk", "jki"):
+        for combo in itertools.product(*[candidate_layouts(g.tensors[n].shape)[:2] for n in acts]):
+            layouts = dict(zip(acts, combo))
+            logical, got = _jit_node(g, node, layouts, order)
+            np.testing.assert_allclose(got, np.matmul(logical["A"], logical["B"]), rtol=1e-4, atol=1e-4, err_msg=f"{layouts} {order}")
+
+
+def test_fluid_keeps_transposed_k_in_place():
+    """Attention's K^T takes K's storage order: the Transpose becomes a view, the MatMul reads B K-contiguous."""
+    from fluidml_xc.examples import EXAMPLES
+    from fluidml_xc.optimize import optimize
+    g = _graph(EXAMPLES["tiny_transformer"]())
+    d = optimize(g, _spec(), "fluid")
+    assert d.layouts.get("kt") == (0, 2, 1) and d.views == ["k_t"]
+    assert next(n for n in g.nodes if n.name == "k_t").op_type == "Identity"
+    assert d.predicted_ns < d.row_major_ns
+    greedy = _graph(EXAMPLES["tiny_transformer"]())
+    assert not optimize(greedy, _spec(), "greedy").views and any(n.op_type == "Transpose" for n in greedy.nodes)

@@ -51,9 +51,9 @@ def memory_map(intervals: dict, offsets: dict, sizes: dict, arena: int, steps: i
 
 
 def main(args) -> int:
-    from .run import last_build_dir
+    from ..remote.artifact import resolve_artifact_dir
 
-    directory = args.dir or last_build_dir()
+    directory = resolve_artifact_dir(str(args.dir) if args.dir else None)
     path = Path(directory) / "manifest.json"
     try:
         manifest = json.loads(path.read_text())
@@ -79,12 +79,19 @@ def main(args) -> int:
           f"predicted {opt.get('predicted_ns', 0) / 1e3:.1f} us vs {opt.get('row_major_ns', 0) / 1e3:.1f} us row-major")
     for name, perm in sorted(layouts.items(), key=lambda kv: -(gains.get(kv[0]) or 0)):
         print(f"  {name}  order {perm}  predicted gain {gains.get(name, 0) / 1e3:.2f} us")
+    views = opt.get("views", [])
+    if views:
+        print(f"  {len(views)} Transposes are byte copies under these layouts and became views (no kernel):")
+        for name in views:
+            print(f"    {name}")
     for vote in opt.get("votes", [])[:8]:
         print(f"  vote on {vote['tensor']}: {vote['penalties']} -> {vote['winner']}")
     orders = opt.get("loop_orders", {})
     print(f"\nloop orders: {len(orders)} heavy kernels" + ("" if orders else " (kernel defaults)"))
+    kinds = {"ikj": "register-blocked outer products", "ijk": "register-blocked dot products",
+             "jki": "register-blocked outer products on C^T", "kij": "scalar"}
     for name, order in orders.items():
-        print(f"  {name}: {order}")
+        print(f"  {name}: {order} ({kinds.get(order, '')})")
     print("\nmemory plan:")
     if mem:
         print(f"  arena       {_kb(mem['arena_bytes'])}  strategy {mem['strategy']} (winner)")

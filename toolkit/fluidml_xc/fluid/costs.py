@@ -43,6 +43,8 @@ VFMA_NS = 0.16
 VLOAD_NS = 0.03
 BCAST_NS = 0.05
 REDUCE_NS = 0.5
+DOT_FMA_FACTOR = 1.15
+"""Dot-product tiles run ~10-15% below the outer-product ones per FMA (measured, 128x128x128..512, Zen 3)."""
 """Summing one dot-product tile's lanes, per output element."""
 STORE_NS = 0.03
 SCATTER_NS = 0.4
@@ -209,7 +211,7 @@ class AnalyticModel:
             nc = min(NC_DOT, lanes, 1 << (max(n, 1).bit_length() - 1))
             vk, tail = kk // lanes, kk % lanes
             tiles = -(-m // mr) * -(-n // nc)
-            return (m * n * vk * VFMA_NS + tiles * vk * (mr + nc) * VLOAD_NS + m * n * (REDUCE_NS + tail * 2 * VLOAD_NS)
+            return (m * n * vk * VFMA_NS * DOT_FMA_FACTOR + tiles * vk * (mr + nc) * VLOAD_NS + m * n * (REDUCE_NS + tail * 2 * VLOAD_NS)
                     + store)
         mr, nr = outer_tile(m, n, lanes)
         packed = geo.b_const if kind == "outer" else geo.a_const

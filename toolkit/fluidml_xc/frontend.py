@@ -254,16 +254,126 @@ def _check_known_ops(model: onnx.ModelProto) -> None:
         raise InputError(unsupported_message(missing))
 
 
+def _function_body(node: onnx.NodeProto, opset: int, opsets: dict[str, int], tensors: dict[str, Tensor]) -> onnx.FunctionProto | None:
+    """The ONNX function that defines `node`'s op (the newest version not above the model's opset), if any."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, opset), node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    target = opsets.get(node.domain or "", opset)
+    body = None
+    plain = sorted(schema.function_opset_versions)
+    context = sorted(schema.context_dependent_function_opset_versions)
+    candidates = [(v, False) for v in plain] + [(v, True) for v in context]
+    if not candidates:
+        return None
+    below = [c for c in candidates if c[0] <= target]
+    if not below:  # the body is written in a newer opset than the model's: its ops would be read differently
+        return None
+    version, dependent = max(below)
+    if dependent:
+        types = []
+        for name in node.input:
+            if name and name in tensors:
+                t = tensors[name]
+                types.append(helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(t.dtype), t.shape).SerializeToString())
+            else:
+                types.append(onnx.TypeProto().SerializeToString())
+        with_defaults = onnx.NodeProto()
+        with_defaults.CopyFrom(node)
+        _add_default_attributes(with_defaults, schema)
+        data = schema.get_context_dependent_function_with_opset_version(version, with_defaults.SerializeToString(), types)
+    else:
+        data = schema.get_function_with_opset_version(version)
+    if not data:
+        return None
+    body = onnx.FunctionProto()
+    body.ParseFromString(data)
+    if any((entry.domain or "") == "" and entry.version > opsets.get("", opset) for entry in body.opset_import):
+        return None
+    return body
+
+
+def _add_default_attributes(node: onnx.NodeProto, schema) -> None:
+    present = {a.name for a in node.attribute}
+    for attr_name, attr in schema.attributes.items():
+        if attr_name not in present and attr.default_value and attr.default_value.name:
+            node.attribute.append(attr.default_value)
+
+
+def _inline(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str, opset: int, opsets: dict[str, int]) -> list[onnx.NodeProto]:
+    """`node` replaced by the nodes of its function body: formal inputs/outputs renamed to the node's
+    tensors (missing optional inputs to ""), internal tensors prefixed, attribute references resolved."""
+    schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, opset), node.domain)
+    full = onnx.NodeProto()
+    full.CopyFrom(node)
+    _add_default_attributes(full, schema)
+    attributes = {a.name: a for a in full.attribute}
+    rename = {formal: (node.input[i] if i < len(node.input) else "") for i, formal in enumerate(body.input)}
+    rename.update({formal: (node.output[i] if i < len(node.output) else "") for i, formal in enumerate(body.output)})
+
+    def name_of(internal: str) -> str:
+        if not internal:
+            return ""
+        return rename[internal] if internal in rename else prefix + internal
+
+    nodes = []
+    for inner in body.node:
+        new = onnx.NodeProto()
+        new.CopyFrom(inner)
+        del new.input[:]
+        del new.output[:]
+        del new.attribute[:]
+        new.input.extend(name_of(n) for n in inner.input)
+        new.output.extend(name_of(n) for n in inner.output)
+        for attr in inner.attribute:
+            if attr.ref_attr_name:
+                if attr.ref_attr_name in attributes:
+                    value = onnx.AttributeProto()
+                    value.CopyFrom(attributes[attr.ref_attr_name])
+                    value.name = attr.name
+                    new.attribute.append(value)
+            else:
+                new.attribute.append(attr)
+        new.name = prefix + (inner.name or inner.op_type)
+        nodes.append(new)
+    return nodes
+
+
+MAX_INLINE_DEPTH = 8
+
+
 def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOptions(), name: str = "model") -> Graph:
-    """Build the compiler graph from an ONNX model with every shape static."""
+    """Build the compiler graph from an ONNX model with every shape static.
+
+    An op without a lowering whose ONNX schema defines it as a function (Attention, RMSNormalization,
+    SoftmaxCrossEntropyLoss, Swish, ...) is replaced by its function body."""
+    from .ops.registry import lookup
+
     _check_known_ops(model)
     tensors = _graph_inputs(model, options)
     for init in model.graph.initializer:
         value = numpy_helper.to_array(init)
         tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
     folder = _Folder(model, tensors, options.fold_constants)
+    opset = _opset(model)
+    opsets = {entry.domain or "": entry.version for entry in model.opset_import}
     nodes = []
-    for onnx_node, node_name in zip(model.graph.node, _unique_names(model)):
+    work = [(onnx_node, node_name, 0) for onnx_node, node_name in zip(model.graph.node, _unique_names(model))]
+    work.reverse()
+    while work:
+        onnx_node, node_name, depth = work.pop()
+        inputs = [n for n in onnx_node.input if n]
+        if (depth < MAX_INLINE_DEPTH and onnx_node.op_type not in FOLDABLE_ONLY
+                and lookup(onnx_node.op_type, opset, onnx_node.domain) is None
+                and all(n in tensors and n not in folder.unresolved for n in inputs)
+                and not (options.fold_constants and inputs and all(tensors[n].is_const for n in inputs))):
+            body = _function_body(onnx_node, opset, opsets, tensors)
+            if body is not None:
+                prefix = f"{node_name}/"
+                expanded = _inline(onnx_node, body, prefix, opset, opsets)
+                work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
+                continue
         attrs = _attrs(onnx_node)
         if not folder.visit(onnx_node, attrs):
             nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), attrs, onnx_node.domain))

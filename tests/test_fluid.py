@@ -194,9 +194,10 @@ def _jit_node(g, node, layouts, order):
     del node.attrs["_loop_order"]
     fn.linkage = "external"
     engine = jit_engine(str(emitter.module), spec)
-    names = [n for n in node.inputs if n] + [n for n in node.outputs if n]
+    names = emitter._arg_names(node)
     rng = np.random.default_rng(1)
-    logical, stored = {}, []
+    logical = {n: g.tensors[n].value for n in node.inputs if n and g.tensors[n].is_const}
+    stored = []
     for name in names:
         t = g.tensors[name]
         value = t.value if t.is_const else rng.standard_normal(t.shape).astype(np.float32)

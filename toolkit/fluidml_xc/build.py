@@ -17,7 +17,7 @@ import onnx
 
 from . import __version__
 from .boards import Board, get_board
-from .codegen.emit import EmitOptions, check_supported, emit_module
+from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
 from .codegen.machine import compile_module, llvm_version, machine_spec
 from .errors import InputError
 from .frontend import FrontendOptions, import_model, load_model
@@ -79,6 +79,7 @@ def _tool_versions() -> dict[str, str]:
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
     """Optimize, plan and emit the objects for `graph` into workdir; returns the manifest facts."""
+    from .link import attach_weights
     from .optimize import optimize
     from .planner import PlanOptions, plan_memory, verify_plan
 
@@ -91,8 +92,17 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
                                           inplace=options.opt != "plain", reorder=options.opt != "plain"),
                        layouts=decisions.layouts)
     verify_plan(graph, plan)
-    emit_opts = dict(layouts=decisions.layouts, loop_orders=decisions.loop_orders)
-    (workdir / "model.o").write_bytes(compile_module(emit_module(graph, plan, spec, EmitOptions(**emit_opts)), spec))
+    symbol = f"fxc_weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
+    emitter = ModuleEmitter(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
+                                                            weights_symbol=symbol))
+    code = compile_module(emitter.emit(), spec)
+    if emitter.blob:
+        code_obj = workdir / "model_code.o"
+        code_obj.write_bytes(code)
+        attach_weights(board.target, spec.cpu, code_obj, bytes(emitter.blob), symbol, workdir / "model.o", spec.alignment)
+        code_obj.unlink()
+    else:
+        (workdir / "model.o").write_bytes(code)
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type} for i in plan.order]
     return {
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,

@@ -77,6 +77,29 @@ def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path
     return out
 
 
+def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, symbol: str, out_obj: Path, alignment: int = 64) -> Path:
+    """One relocatable object = the model code + the weights blob as `symbol` in .rodata (hidden).
+
+    The blob is assembled from a .incbin by zig cc and merged with a relocatable link (ld.lld -r),
+    so the weights never pass through LLVM IR text.
+    """
+    work = Path(tempfile.mkdtemp(prefix=".weights-", dir=out_obj.parent))
+    try:
+        blob = work / "weights.bin"
+        blob.write_bytes(weights)
+        asm = work / "weights.S"
+        asm.write_text(f'.section .rodata.{symbol},"a"\n.p2align {max(alignment.bit_length() - 1, 0)}\n'
+                       f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "{blob.resolve()}"\n')
+        blob_obj = work / "weights.o"
+        _zig("cc", [*_base_args(target, cpu), "-c", asm, "-o", blob_obj], "assembling the weights")
+        merged = work / "merged.o"
+        _zig("ld.lld", ["-r", code_obj, blob_obj, "-o", merged], "merging code and weights")
+        os.replace(merged, out_obj)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out_obj
+
+
 def _runtime_key(target: Target, cpu: str) -> str:
     digest = hashlib.sha256()
     flags = [target.zig_target, *cpu_flags(target, cpu), *C_FLAGS, metadata.version("ziglang")]

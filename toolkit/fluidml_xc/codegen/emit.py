@@ -21,6 +21,13 @@ class EmitOptions:
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     loop_orders: dict[str, str] = field(default_factory=dict)
     """node name -> loop order chosen by the optimizer (kernels read it through Kernel.node.attrs)."""
+    weights_symbol: str | None = None
+    """When set, constants of INLINE_LIMIT bytes or more are not IR initializers but offsets into one
+    external blob `weights_symbol` (see `ModuleEmitter.blob`), which link.attach_weights puts into
+    the object. LLVM then never parses or prints the weights, which keeps big models fast to build."""
+
+
+INLINE_LIMIT = 256
 
 
 def unsupported_ops(graph: Graph) -> list[Node]:
@@ -49,20 +56,35 @@ class ModuleEmitter:
         self.module = ir.Module(name=graph.name)
         self.module.triple = spec.triple
         self.module.data_layout = data_layout(spec)
-        self.globals: dict[str, ir.GlobalVariable] = {}
+        self.globals: dict[str, ir.Value] = {}
+        self.blob = bytearray()
+        self.blob_var: ir.GlobalVariable | None = None
 
-    def constant_global(self, name: str) -> ir.GlobalVariable:
+    def constant_data(self, value: np.ndarray) -> ir.Value:
+        """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
+        value = np.ascontiguousarray(value)
+        data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
+        if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
+            offset = -len(self.blob) % self.spec.alignment + len(self.blob)
+            self.blob.extend(b"\0" * (offset - len(self.blob)))
+            self.blob.extend(data)
+            if self.blob_var is None:
+                self.blob_var = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), self.options.weights_symbol)
+                self.blob_var.global_constant = True
+                self.blob_var.visibility = "hidden"
+            return self.blob_var.gep([ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(64), offset)])
+        ty = ir.ArrayType(ir.IntType(8), len(data))
+        var = ir.GlobalVariable(self.module, ty, self.module.get_unique_name("w"))
+        var.global_constant = True
+        var.linkage = "internal"
+        var.unnamed_addr = True
+        var.align = self.spec.alignment
+        var.initializer = ir.Constant(ty, bytearray(data))
+        return var.bitcast(I8P)
+
+    def constant_global(self, name: str) -> ir.Value:
         if name not in self.globals:
-            value = np.ascontiguousarray(self.graph.tensors[name].value)
-            data = bytearray(value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or bytearray(1)
-            ty = ir.ArrayType(ir.IntType(8), len(data))
-            var = ir.GlobalVariable(self.module, ty, f"w{len(self.globals)}")
-            var.global_constant = True
-            var.linkage = "internal"
-            var.unnamed_addr = True
-            var.align = self.spec.alignment
-            var.initializer = ir.Constant(ty, data)
-            self.globals[name] = var
+            self.globals[name] = self.constant_data(self.graph.tensors[name].value)
         return self.globals[name]
 
     def layout(self, name: str) -> tuple[int, ...] | None:
@@ -99,7 +121,7 @@ class ModuleEmitter:
                 return pointers[name]
             tensor = graph.tensors[name]
             if tensor.is_const:
-                return b.bitcast(self.constant_global(name), I8P)
+                return self.constant_global(name)
             return b.gep(arena, [ir.Constant(ir.IntType(64), self.plan.offsets[name])], inbounds=True)
 
         for step, node, fn in steps:
@@ -121,13 +143,24 @@ class ModuleEmitter:
             if name in produced and not tensor.is_const:
                 continue
             dst = b.load(b.gep(b.function.args[1], [ir.Constant(ir.IntType(32), k)]))
-            src = b.bitcast(self.constant_global(name), I8P) if tensor.is_const else pointer(name)
+            src = self.constant_global(name) if tensor.is_const else pointer(name)
             if src is dst:
                 continue
             b.call(memcpy, [dst, src, ir.Constant(ir.IntType(64), max(tensor.nbytes, 0)), ir.Constant(ir.IntType(1), 0)])
 
     def _arg_names(self, node: Node) -> list[str]:
-        return [n for n in node.inputs if n] + [n for n in node.outputs if n]
+        """Tensors passed to a node's function; constants are read from read-only data directly."""
+        return [n for n in node.inputs if n and not self.graph.tensors[n].is_const] + [n for n in node.outputs if n]
+
+    def _constant_pointer(self, name: str) -> ir.Value:
+        """A constant stored in its layout (permuted at build time), as a typed pointer constant expression."""
+        tensor = self.graph.tensors[name]
+        layout = self.layout(name)
+        key = f"{name}\0{layout}" if layout else name
+        if key not in self.globals:
+            value = np.transpose(tensor.value, layout) if layout else tensor.value
+            self.globals[key] = self.constant_data(value)
+        return self.globals[key].bitcast(llvm_type(tensor.dtype).as_pointer())
 
     def _storage_root(self, name: str) -> str:
         alias = self.plan.alias_of
@@ -156,13 +189,15 @@ class ModuleEmitter:
             if not name:
                 return None
             t = graph.tensors[name]
-            return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), next(args), t.value)
+            storage = (lambda: self._constant_pointer(name)) if t.is_const else next(args)
+            return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value)
 
         inputs = [operand(n) for n in node.inputs]
         outputs = [operand(n) for n in node.outputs]
         if node.name in self.options.loop_orders:
             node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
         kernel = Kernel(self.module, fn, graph, node, inputs, outputs, self.spec.pointer_bits, self.spec.vector_bits)
+        kernel.constant_data = self.constant_data
         spec.lower(kernel)
         kernel.b.ret_void()
         return fn

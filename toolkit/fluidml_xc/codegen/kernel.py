@@ -40,14 +40,24 @@ def layout_strides(shape: Sequence[int], layout: Sequence[int] | None) -> tuple[
 
 @dataclass
 class Operand:
-    """A tensor as a kernel sees it: logical shape, storage strides, typed base pointer."""
+    """A tensor as a kernel sees it: logical shape, storage strides, typed base pointer.
+
+    `storage` is the pointer, or for a constant a function producing it, called only if the kernel
+    reads `ptr` (so weights a kernel repacks are not also stored as they came).
+    """
 
     name: str
     dtype: np.dtype
     shape: tuple[int, ...]
     strides: tuple[int, ...]
-    ptr: ir.Value
+    storage: ir.Value | Callable[[], ir.Value]
     value: np.ndarray | None = None
+
+    @property
+    def ptr(self) -> ir.Value:
+        if not isinstance(self.storage, ir.Value):
+            self.storage = self.storage()
+        return self.storage
 
     @property
     def rank(self) -> int:
@@ -95,6 +105,7 @@ class Kernel:
         self.idx_t = ir.IntType(index_bits)
         self.vector_bits = vector_bits
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.constant_data: Callable[[np.ndarray], ir.Value] = self._inline_constant
         self.s = Scalar(self.b, module)
 
     # -- attributes and constants -------------------------------------------------------------
@@ -105,8 +116,7 @@ class Kernel:
         op = self.inputs[i] if i < len(self.inputs) else None
         return None if op is None else op.value
 
-    def constant_array(self, value: np.ndarray) -> ir.Value:
-        """A build-time array (e.g. a repacked weight) as a typed pointer into read-only data."""
+    def _inline_constant(self, value: np.ndarray) -> ir.Value:
         value = np.ascontiguousarray(value)
         data = bytearray(value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or bytearray(1)
         ty = ir.ArrayType(ir.IntType(8), len(data))
@@ -115,7 +125,11 @@ class Kernel:
         var.linkage = "internal"
         var.align = 64
         var.initializer = ir.Constant(ty, data)
-        return self.b.bitcast(var, llvm_type(value.dtype).as_pointer())
+        return var
+
+    def constant_array(self, value: np.ndarray) -> ir.Value:
+        """A build-time array (e.g. a repacked weight) as a typed pointer into read-only data."""
+        return self.b.bitcast(self.constant_data(value), llvm_type(value.dtype).as_pointer())
 
     def index(self, value: int) -> ir.Constant:
         return ir.Constant(self.idx_t, int(value))

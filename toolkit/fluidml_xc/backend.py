@@ -87,7 +87,7 @@ def lower_graph(graph: Graph, board: Board, opt: str = DEFAULT_OPT) -> Lowered:
     spec = machine_spec(board)
     decisions = optimize(graph, spec, opt, "analytic")
     plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=opt != "plain",
-                                          inplace=opt != "plain", reorder=opt != "plain"))
+                                          inplace=opt != "plain", reorder=opt != "plain"), layouts=decisions.layouts)
     verify_plan(graph, plan)
     ir_text = emit_module(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders))
     return Lowered(graph, spec, plan, ir_text)

@@ -346,3 +346,30 @@ def lower_isinf(k):
         return k.s.to_bool(hits)
     k.elementwise(fn, ins=[k.inputs[0]])
 
+
+
+@register("BitCast")
+def lower_bitcast(k):
+    """Reinterpret each element's bits as the output dtype (same item size)."""
+    from ..codegen.scalar import llvm_type
+
+    src, dst = k.inputs[0].dtype, k.outputs[0].dtype
+    if np.dtype(src).itemsize != np.dtype(dst).itemsize:
+        from ..errors import InputError
+        raise InputError(f"node {k.node.name!r} (BitCast): {src} -> {dst} changes the item size, which is not supported")
+    target = llvm_type(dst)
+    k.elementwise(lambda v: v[0] if v[0].type == target else k.b.bitcast(v[0], target), ins=[k.inputs[0]])
+
+
+@register("EyeLike")
+def lower_eyelike(k):
+    """Ones on diagonal `k` (column - row == k) of a 2-D output, zeros elsewhere."""
+    out = k.outputs[0]
+    dt = out.dtype
+    diagonal = int(k.attr("k", 0))
+    one, zero = const(dt, 1), const(dt, 0)
+
+    def body(values, idx):
+        hit = k.b.icmp_signed("==", k.b.sub(idx[1], idx[0]), k.index(diagonal))
+        return [k.b.select(hit, one, zero)]
+    k.generic(out.shape, [out.identity_access()], [], body)

@@ -373,3 +373,70 @@ def lower_eyelike(k):
         hit = k.b.icmp_signed("==", k.b.sub(idx[1], idx[0]), k.index(diagonal))
         return [k.b.select(hit, one, zero)]
     k.generic(out.shape, [out.identity_access()], [], body)
+
+
+def _quant_param(k, op, x, axis: int, block: int, idx):
+    """The scale/zero-point element for the x element at idx: per tensor, per axis or per block along axis."""
+    if op is None:
+        return None
+    if op.size == 1:
+        return k.b.load(op.ptr)
+    if op.rank == 1 and block == 0:
+        return k.load_at(op, idx[axis] if op.strides[0] == 1 else k.b.mul(idx[axis], k.index(op.strides[0])))
+    total = k.index(0)
+    for d in range(op.rank):
+        if op.shape[d] == 1:
+            continue
+        i = k.b.udiv(idx[d], k.index(block)) if d == axis and block else idx[d]
+        total = k.b.add(total, k.b.mul(i, k.index(op.strides[d])))
+    return k.load_at(op, total)
+
+
+def _quant_setup(k):
+    x = k.inputs[0]
+    axis = int(k.attr("axis", 1))
+    if axis < 0:
+        axis += max(x.rank, 1)
+    return x, axis, int(k.attr("block_size", 0))
+
+
+@register("DequantizeLinear", since=10)
+def lower_dequantize(k):
+    """y = (x - zero_point) * scale, computed in float32 (float64 for a float64 scale)."""
+    x, axis, block = _quant_setup(k)
+    scale = k.inputs[1]
+    zp = k.inputs[2] if len(k.inputs) > 2 else None
+    out = k.outputs[0]
+    work = np.float64 if scale.dtype == np.float64 else np.float32
+
+    def body(values, idx):
+        v = k.s.cast(x.dtype, work, values[0])
+        if zp is not None:
+            v = k.b.fsub(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
+        v = k.b.fmul(v, k.s.cast(scale.dtype, work, _quant_param(k, scale, x, axis, block, idx)))
+        return [k.s.cast(work, out.dtype, v)]
+    k.generic(out.shape, [out.identity_access()], [x.identity_access()], body)
+
+
+@register("QuantizeLinear", since=10)
+def lower_quantize(k):
+    """y = saturate(round_half_even(x / scale) + zero_point) to the output integer type."""
+    x, axis, block = _quant_setup(k)
+    scale = k.inputs[1]
+    zp = k.inputs[2] if len(k.inputs) > 2 else None
+    out = k.outputs[0]
+    if np.dtype(out.dtype).kind not in "iu":
+        from ..errors import InputError
+        raise InputError(f"node {k.node.name!r} (QuantizeLinear): output dtype {out.dtype} is not supported")
+    work = np.float64 if np.float64 in (x.dtype, scale.dtype) else np.float32
+    info = np.iinfo(out.dtype)
+    lo, hi = const(work, info.min), const(work, info.max)
+
+    def body(values, idx):
+        v = k.b.fdiv(k.s.cast(x.dtype, work, values[0]), k.s.cast(scale.dtype, work, _quant_param(k, scale, x, axis, block, idx)))
+        v = k.s.intrinsic("llvm.roundeven", v)
+        if zp is not None:
+            v = k.b.fadd(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
+        v = k.s.min(work, k.s.max(work, v, lo), hi)
+        return [k.s.cast(work, out.dtype, v)]
+    k.generic(out.shape, [out.identity_access()], [x.identity_access()], body)

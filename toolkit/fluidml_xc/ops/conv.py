@@ -1,15 +1,21 @@
 """Conv and ConvTranspose.
 
-1D and 2D float Conv use a direct kernel (1D is 2D with one row). Constant weights are repacked at
-build time into [group][block][Cin/group][kh][kw][R]; a block keeps R output channels times a tile of
-U vectors along the output row in registers while it walks the input channels and the taps, so each
-input vector feeds R multiply-adds. Padding never reaches the hot loop: the output rows and columns
-whose windows lie entirely inside the input are found at build time and run with constant tap
-ranges; the few border rows and columns are emitted one by one with their own constant tap ranges.
-A 1x1 stride-1 conv over contiguous rows runs as a matmul over the flattened image (pixel tiles
-outermost, so a tile of input stays in cache for every channel block). Depthwise convs are the
-R = 1 case with wider tiles. Other ranks and ConvTranspose use a generic nest whose tap ranges
-per position come from build-time tables.
+1D and 2D float Conv use direct kernels (1D is 2D with one row); weights are repacked at build time
+into [group][channel block][Cin/group][kh][kw][R] so one block's taps are contiguous. Two register
+blockings, both accumulating in registers over every input channel and tap:
+
+- channel vectors (constant weights, at least one vector of output channels): R = 1-2 vectors of
+  output channels x P pixels; each input value is broadcast once and feeds R multiply-adds. Used for
+  every non-depthwise conv except 1x1 stride-1 convs over wide images.
+- row vectors: R (<= 4) output channels x U vectors along the output row (strided rows read with one
+  load + shuffle); each input vector feeds R multiply-adds. Used for depthwise convs (R = 1, U = 4),
+  runtime weights, and 1x1 stride-1 convs, which run as a matmul over the flattened image with pixel
+  tiles outermost so a tile of input stays in cache across the channel blocks.
+
+Padding never reaches the hot loop: output rows and columns whose windows lie inside the input are
+found at build time and run with constant, unrolled tap ranges; border rows and columns take their
+tap ranges from build-time constants or tables. Other ranks and ConvTranspose use a generic nest with
+per-position tap ranges from build-time tables.
 """
 from __future__ import annotations
 
@@ -396,7 +402,7 @@ class Conv2D:
         over(self.N, lambda n: over(self.G, lambda g: per_image(n, g)))
 
 
-def _as_2d(op, weight: bool = False):
+def _as_2d(op):
     """(shape, strides) of a rank-3 (1D conv) operand viewed as rank 4 with a unit row."""
     if op.rank == 4:
         return op.shape, op.strides

@@ -76,7 +76,7 @@ class Operand:
         for k, d in enumerate(dims):
             if d is not None and self.shape[k] != 1:
                 strides[d] += self.strides[k] * (scales[k] if scales else 1)
-        return Access(self.ptr, self.dtype, tuple(strides), offset)
+        return Access(lambda: self.ptr, self.dtype, tuple(strides), offset)
 
     def broadcast_access(self, out_shape: Sequence[int]) -> "Access":
         """Numpy broadcasting of this operand against an output domain."""
@@ -89,10 +89,18 @@ class Operand:
 
 @dataclass
 class Access:
-    ptr: ir.Value
+    """Element (offset + sum(strides * idx)) of `storage`: a pointer, or a function making it on first use."""
+
+    storage: ir.Value | Callable[[], ir.Value]
     dtype: np.dtype
     strides: tuple[int, ...]
     offset: int = 0
+
+    @property
+    def ptr(self) -> ir.Value:
+        if not isinstance(self.storage, ir.Value):
+            self.storage = self.storage()
+        return self.storage
 
 
 class Kernel:

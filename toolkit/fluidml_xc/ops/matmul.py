@@ -82,9 +82,11 @@ def matmul_accumulate(k, a: Access, b: Access, c: Access, batch: tuple[int, ...]
 class Mat:
     """A matrix operand of the canonical problem: element (r, c) of batch point b at
     ptr[sum(b * bstrides) + r * rs + c * cs], or, packed in panels of `panel` columns,
-    ptr[... + (c // panel) * rows * panel + r * panel + c % panel]."""
+    ptr[... + (c // panel) * rows * panel + r * panel + c % panel].
+    `storage` is the pointer or a function making it, called on first use (constants the kernel
+    repacks are then never stored as they came)."""
 
-    ptr: object
+    storage: object
     bstrides: tuple[int, ...]
     rs: int
     cs: int
@@ -92,8 +94,14 @@ class Mat:
     """Logical (*lead, rows, cols) value of a constant."""
     panel: int = 0
 
+    @property
+    def ptr(self):
+        if callable(self.storage):
+            self.storage = self.storage()
+        return self.storage
+
     def t(self) -> "Mat":
-        return Mat(self.ptr, self.bstrides, self.cs, self.rs, None if self.value is None else np.swapaxes(self.value, -1, -2))
+        return Mat(self.storage, self.bstrides, self.cs, self.rs, None if self.value is None else np.swapaxes(self.value, -1, -2))
 
 
 @dataclass
@@ -414,9 +422,9 @@ def lower_matmul(k):
         b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
         sa, sb, sc = a_acc.strides, b_acc.strides, c_acc.strides
         P = Problem(np.dtype(dt), batch, m, n, kk,
-                    Mat(a.ptr, sa[:nb], sa[nb], sa[nb + 1], a_op.value),
-                    Mat(b.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
-                    Mat(out.ptr, sc[:nb], sc[nb], sc[nb + 2]))
+                    Mat(lambda op=a: op.ptr, sa[:nb], sa[nb], sa[nb + 1], a_op.value),
+                    Mat(lambda op=b: op.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
+                    Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]))
         emit_blocked(k, P, kind)
         return
     if b.value is not None and b.rank >= 2:
@@ -457,9 +465,9 @@ def lower_gemm(k):
                 c = Operand(c.name + ".scaled", c.dtype, c.shape, row_major_strides(c.shape), k.constant_array(folded), folded)
                 bias_beta = 1.0
             bs = c.broadcast_access((m, n)).strides
-            bias = Mat(c.ptr, (), bs[0], bs[1])
-        P = Problem(np.dtype(dt), (), m, n, kk, Mat(a.ptr, (), sa[0], sa[1], a_val), Mat(b.ptr, (), sb[1], sb[2], b_val),
-                    Mat(out.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta)
+            bias = Mat(lambda op=c: op.ptr, (), bs[0], bs[1])
+        P = Problem(np.dtype(dt), (), m, n, kk, Mat(lambda op=a: op.ptr, (), sa[0], sa[1], a_val), Mat(lambda op=b: op.ptr, (), sb[1], sb[2], b_val),
+                    Mat(lambda op=out: op.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta)
         emit_blocked(k, P, kind)
         return
     if b.value is not None:

@@ -147,7 +147,7 @@ class Conv2D:
     def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool):
         self.k, self.dtype = k, dtype
         (self.N, self.C, self.H, self.W), self.xs, self.xp = x
-        (self.OC, _, self.KH, self.KW), self.ws, self.wp, wvalue = w
+        (self.OC, _, self.KH, self.KW), self.ws, self.w_operand, wvalue = w
         (_, _, self.OH, self.OW), self.os, self.op = out
         self.bias = bias
         (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw) = strides, dils, pads
@@ -205,7 +205,7 @@ class Conv2D:
             return k.b.load(element(k, self.packed, off))
         s = self.ws
         off = offset(k, r * s[0], (g, self.Cog * s[0]), (cb, self.R * s[0]), (ci, s[1]), (kh, s[2]), (kw, s[3]))
-        return k.b.load(element(k, self.wp, off))
+        return k.b.load(element(k, self.w_operand.ptr, off))
 
     def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range):
         """R output channels x (nvec vectors | one pixel when nvec == 0) at row oh, columns from ow."""
@@ -441,7 +441,7 @@ def lower_conv(k):
         (N, C, H, W), xs = (N, C, 1, H * W), (xs[0], xs[1], 0, xs[3])
         oshape, os_ = (oshape[0], oshape[1], 1, H * W), (os_[0], os_[1], 0, os_[3])
     value = None if w.value is None else w.value.reshape(wshape)
-    Conv2D(k, out.dtype, ((N, C, H, W), xs, x.ptr), (wshape, ws, w.ptr, value), bias, (oshape, os_, out.ptr),
+    Conv2D(k, out.dtype, ((N, C, H, W), xs, x.ptr), (wshape, ws, w, value), bias, (oshape, os_, out.ptr),
            strides, dils, pads, groups, flat).emit()
 
 

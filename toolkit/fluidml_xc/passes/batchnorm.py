@@ -1,11 +1,13 @@
-"""Graph passes after import: fold BatchNormalization into a preceding Conv with constant weights."""
+"""Fold BatchNormalization into a preceding Conv with constant weights."""
 from __future__ import annotations
 
 import numpy as np
 
-from .ir import Graph, Tensor
+from ..ir import Graph, Tensor
+from . import graph_pass
 
 
+@graph_pass(order=10)
 def fold_batchnorm_into_conv(graph: Graph) -> None:
     producers = graph.producers()
     consumers = graph.consumers()
@@ -36,10 +38,3 @@ def fold_batchnorm_into_conv(graph: Graph) -> None:
         kept.append(node)
     graph.nodes = kept
 
-
-PASSES = [fold_batchnorm_into_conv]
-
-
-def run_passes(graph: Graph) -> None:
-    for run in PASSES:
-        run(graph)

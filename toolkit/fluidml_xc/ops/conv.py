@@ -140,12 +140,50 @@ def store_lanes(k, ptr, off, value, lanes: int, step: int):
             b.store(b.extract_element(value, ir.Constant(ir.IntType(32), i)), element(k, ptr, offset(k, i * step, (off, 1))))
 
 
+# -- fused epilogue (passes/conv_epilogue.py) -----------------------------------------------------
+def _fill(ty, value: float):
+    """A float constant of type ty (scalar or vector), every lane `value`."""
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+    return ir.Constant(ty, value)
+
+
+def activate(k, epi, value):
+    """The epilogue's activation applied to a float scalar or vector (NaN passes through)."""
+    act = epi.get("activation") if epi else None
+    b = k.b
+    if act == "relu":
+        zero = _fill(value.type, 0.0)
+        return b.select(b.fcmp_ordered("<", value, zero), zero, value)
+    if act == "leaky_relu":
+        zero = _fill(value.type, 0.0)
+        scaled = b.fmul(value, _fill(value.type, float(epi.get("alpha", 0.01))))
+        return b.select(b.fcmp_ordered("<", value, zero), scaled, value)
+    if act == "clip":
+        if epi.get("min") is not None:
+            lo = _fill(value.type, float(epi["min"]))
+            value = b.select(b.fcmp_ordered("<", value, lo), lo, value)
+        if epi.get("max") is not None:
+            hi = _fill(value.type, float(epi["max"]))
+            value = b.select(b.fcmp_ordered(">", value, hi), hi, value)
+    return value
+
+
+def epilogue(k, epi, value, residual=None):
+    """value (+ residual) then the activation; residual() loads the matching residual value."""
+    if residual is not None:
+        value = k.b.fadd(value, residual())
+    return activate(k, epi, value)
+
+
 # -- direct 2D kernel --------------------------------------------------------------------------
 class Conv2D:
     """Emits out = conv(x, w) + bias for (N, C, H, W) views given as (shape, strides, ptr)."""
 
-    def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool):
+    def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool, epi=None, res=None):
         self.k, self.dtype = k, dtype
+        self.epi = epi
+        self.res = res  # (strides, ptr) of the fused residual input, viewed like the output
         (self.N, self.C, self.H, self.W), self.xs, self.xp = x
         (self.OC, _, self.KH, self.KW), self.ws, self.w_operand, wvalue = w
         (_, _, self.OH, self.OW), self.os, self.op = out
@@ -244,7 +282,12 @@ class Conv2D:
         for r in range(R):
             for u in range(count):
                 off = offset(k, r * os_[1] + u * lanes * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
-                store_lanes(k, self.op, off, b.load(slots[r][u]), lanes, os_[3])
+                residual = None
+                if self.res is not None:
+                    rs, rp = self.res
+                    roff = offset(k, r * rs[1] + u * lanes * rs[3], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                    residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[3], False)
+                store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[r][u]), residual), lanes, os_[3])
 
     def channel_blocks(self, fn):
         full, rest = divmod(self.Cog, self.R)
@@ -350,11 +393,18 @@ class Conv2D:
             for p in range(npix):
                 off = offset(k, v * V * os_[1] + p * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
                 value = b.load(slots[v][p])
+                roff = rs = rp = None
+                if self.res is not None:
+                    rs, rp = self.res
+                    roff = offset(k, v * V * rs[1] + p * rs[3], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
                 if valid == V:
-                    store_lanes(k, self.op, off, value, V, os_[1])
+                    residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
+                    store_lanes(k, self.op, off, epilogue(k, self.epi, value, residual), V, os_[1])
                 else:
                     for lane in range(valid):
-                        b.store(b.extract_element(value, ir.Constant(ir.IntType(32), lane)), element(k, self.op, offset(k, lane * os_[1], (off, 1))))
+                        x = b.extract_element(value, ir.Constant(ir.IntType(32), lane))
+                        residual = None if rp is None else (lambda lane=lane: b.load(element(k, rp, offset(k, lane * rs[1], (roff, 1)))))
+                        b.store(epilogue(k, self.epi, x, residual), element(k, self.op, offset(k, lane * os_[1], (off, 1))))
 
     def rows(self, emit_row):
         """Interior rows with the full constant tap range; border rows with table ranges."""
@@ -422,27 +472,33 @@ def conv_params(k, x, w, out):
 def lower_conv(k):
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
+    epi = k.attr("_epilogue")
+    residual = k.inputs[3] if epi and epi.get("residual") and len(k.inputs) > 3 else None
     out = k.outputs[0]
     if out.size == 0:
         return
     groups = int(k.attr("group", 1))
     k_sp, strides, dils, pads = conv_params(k, x, w, out)
     if x.rank not in (3, 4) or not is_float(out.dtype):
-        conv_generic(k, x, w, bias, out, strides, dils, pads, groups)
+        conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
         return
     (N, C, H, W), xs = _as_2d(x)
     oshape, os_ = _as_2d(out)
     wshape, ws = _as_2d(w)
+    rs = _as_2d(residual)[1] if residual is not None else None
     if x.rank == 3:
         strides, dils, pads = [1, *strides], [1, *dils], [0, *pads]
     flat = (wshape[2:] == (1, 1) and strides == [1, 1] and pads == [0, 0] and oshape[2:] == (H, W)
-            and xs[2] == W * xs[3] and os_[2] == W * os_[3])
+            and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (rs is None or rs[2] == W * rs[3]))
     if flat:
         (N, C, H, W), xs = (N, C, 1, H * W), (xs[0], xs[1], 0, xs[3])
         oshape, os_ = (oshape[0], oshape[1], 1, H * W), (os_[0], os_[1], 0, os_[3])
+        if rs is not None:
+            rs = (rs[0], rs[1], 0, rs[3])
     value = None if w.value is None else w.value.reshape(wshape)
+    res = None if residual is None else (rs, residual.ptr)
     Conv2D(k, out.dtype, ((N, C, H, W), xs, x.ptr), (wshape, ws, w, value), bias, (oshape, os_, out.ptr),
-           strides, dils, pads, groups, flat).emit()
+           strides, dils, pads, groups, flat, epi, res).emit()
 
 
 # -- generic N-D nests -------------------------------------------------------------------------
@@ -471,7 +527,7 @@ def table_nest(k, tables, pos, fn, taps=()):
         table_nest(k, tables, pos, fn, (*taps, t))
 
 
-def conv_generic(k, x, w, bias, out, strides, dils, pads, groups):
+def conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi=None, residual=None):
     """Any-rank Conv with tap ranges from build-time tables (no bounds tests per tap)."""
     b, s, dt = k.b, k.s, out.dtype
     sp = x.rank - 2
@@ -495,7 +551,14 @@ def conv_generic(k, x, w, bias, out, strides, dils, pads, groups):
             table_nest(k, tables, pos, tap)
         with k.for_range(Cig) as ci:
             over_ci(ci)
-        b.store(b.load(acc), element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (oc, out.strides[1]), *zip(pos, out.strides[2:]))))
+        result = b.load(acc)
+        if epi:
+            res = None
+            if residual is not None:
+                rs = residual.strides
+                res = lambda: b.load(element(k, residual.ptr, offset(k, 0, (n, rs[0]), (oc, rs[1]), *zip(pos, rs[2:]))))
+            result = epilogue(k, epi, result, res)
+        b.store(result, element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (oc, out.strides[1]), *zip(pos, out.strides[2:]))))
     nest(k, [x.shape[0], groups, Cog, *out.shape[2:]], point)
 
 

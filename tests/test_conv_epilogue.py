@@ -1,0 +1,169 @@
+"""passes/conv_epilogue.py: Conv + residual Add + activation fusion, pattern matching and results."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fluidml_xc.backend import import_graph
+from modelrun import compile_and_run, reference
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+def make_model(nodes, inits, inputs, outputs, opset=17):
+    graph = helper.make_graph(
+        nodes, "epi",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def fused(model):
+    graph = import_graph(model)
+    return graph, {n.name: n for n in graph.nodes}
+
+
+def conv(x, w, out, name, **attrs):
+    return helper.make_node("Conv", [x, w, "b"], [out], name=name, **attrs)
+
+
+INITS = {"w": rand(8, 8, 3, 3, seed=1), "b": rand(8, seed=2), "lo": np.array(-0.5, np.float32), "hi": np.array(0.7, np.float32),
+         "b4": rand(1, 8, 1, 1, seed=17)}
+FEEDS = {"x": rand(1, 8, 9, 11, seed=3), "r": rand(1, 8, 9, 11, seed=4)}
+
+
+# -- pattern matching ------------------------------------------------------------------------------
+def test_conv_add_relu_fuses_in_order():
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["r", "c"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y"]))
+    assert [n.op_type for n in graph.nodes] == ["Conv"]
+    node = by_name["conv"]
+    assert node.attrs["_epilogue"]["residual"] and node.attrs["_epilogue"]["activation"] == "relu"
+    assert node.inputs[3] == "r" and node.outputs == ["y"]
+    assert "c" not in graph.tensors and "s" not in graph.tensors
+
+
+def test_clip_bounds_and_leaky_relu():
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"], name="clip"),
+             conv("x", "w", "c2", "conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c2"], ["y2"], alpha=0.2, name="lrelu"),
+             conv("x", "w", "c3", "conv3", pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c3", "", "hi"], ["y3"], name="clip_hi")]
+    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y2", "y3"]))
+    assert [n.op_type for n in graph.nodes] == ["Conv"] * 3
+    epi = by_name["conv"].attrs["_epilogue"]
+    assert (epi["activation"], epi["min"], epi["max"], epi["residual"]) == ("clip", -0.5, pytest.approx(0.7), False)
+    assert by_name["conv2"].attrs["_epilogue"]["alpha"] == pytest.approx(0.2)
+    assert by_name["conv3"].attrs["_epilogue"]["min"] is None
+
+
+def test_not_fused_when_shared_output_or_runtime_bounds():
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),                 # two consumers
+             helper.make_node("Relu", ["c"], ["y"], name="relu"),
+             helper.make_node("Sigmoid", ["c"], ["y1"], name="sig"),
+             conv("x", "w", "c2", "conv2", pads=[1, 1, 1, 1]),               # intermediate is a graph output
+             helper.make_node("Relu", ["c2"], ["y2"], name="relu2"),
+             conv("x", "w", "c3", "conv3", pads=[1, 1, 1, 1]),               # runtime clip bound
+             helper.make_node("ReduceMin", ["r"], ["m"], keepdims=0, name="rmin"),
+             helper.make_node("Clip", ["c3", "m"], ["y3"], name="clip"),
+             conv("x", "w", "c4", "conv4", pads=[1, 1, 1, 1]),               # broadcasting add
+             helper.make_node("Add", ["c4", "b4"], ["y4"], name="badd")]
+    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y1", "c2", "y2", "y3", "y4"]))
+    for name in ("conv", "conv2", "conv3", "conv4"):
+        assert "_epilogue" not in by_name[name].attrs, name
+    assert {"relu", "sig", "relu2", "clip", "badd"} <= set(by_name)
+
+
+def test_add_shared_output_keeps_activation_separate():
+    """Conv -> Add fuses; the Add's output has two consumers, so the Relu stays a node."""
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "r"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu"),
+             helper.make_node("Neg", ["s"], ["y1"], name="neg")]
+    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y1"]))
+    epi = by_name["conv"].attrs["_epilogue"]
+    assert epi["residual"] and epi["activation"] is None and by_name["conv"].outputs == ["s"]
+    assert "relu" in by_name and "add" not in by_name
+
+
+def test_residual_produced_after_conv_moves_conv():
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Neg", ["r"], ["nr"], name="neg"),
+             helper.make_node("Add", ["c", "nr"], ["y"], name="add")]
+    graph, _ = fused(make_model(nodes, INITS, FEEDS, ["y"]))
+    assert [n.name for n in graph.nodes] == ["neg", "conv"]
+
+
+# -- results ---------------------------------------------------------------------------------------
+def epilogue_net():
+    """Fused convs of every kernel family (channel vectors, row vectors, flat 1x1, depthwise, 1D)."""
+    inits = {"w3": rand(16, 8, 3, 3, seed=5), "w1": rand(8, 8, 1, 1, seed=6), "wd": rand(8, 1, 3, 3, seed=7),
+             "b16": rand(16, seed=8), "b8": rand(8, seed=9), "ws2": rand(16, 8, 1, 1, seed=10),
+             "w5": rand(5, 8, 3, 3, seed=11), "lo": np.array(0.0, np.float32), "hi": np.array(1.0, np.float32),
+             "w1d": rand(8, 8, 3, seed=12)}
+    feeds = {"x": rand(1, 8, 9, 11, seed=3), "r": rand(1, 8, 9, 11, seed=4), "r16": rand(1, 16, 5, 6, seed=13),
+             "x1": rand(1, 8, 20, seed=14), "r1": rand(1, 8, 20, seed=15), "r5": rand(1, 5, 9, 11, seed=16)}
+    N = helper.make_node
+    nodes = [
+        N("Conv", ["x", "w3", "b16"], ["a0"], pads=[1, 1, 1, 1], strides=[2, 2]),      # channel vectors
+        N("Add", ["a0", "r16"], ["a1"]), N("Relu", ["a1"], ["y0"]),
+        N("Conv", ["x", "w1", "b8"], ["b0"]),                                          # flat 1x1
+        N("Add", ["r", "b0"], ["b1"]), N("Clip", ["b1", "lo", "hi"], ["y1"]),
+        N("Conv", ["x", "wd"], ["d0"], group=8, pads=[1, 1, 1, 1]),                    # depthwise, no bias
+        N("Add", ["d0", "r"], ["d1"]), N("LeakyRelu", ["d1"], ["y2"], alpha=0.1),
+        N("Conv", ["x", "ws2", "b16"], ["e0"], strides=[2, 2]),                        # 1x1 stride 2
+        N("Clip", ["e0", "lo"], ["y3"]),
+        N("Conv", ["x", "w5"], ["f0"], pads=[1, 1, 1, 1]),                             # remainder channel block
+        N("Add", ["f0", "r5"], ["y4"]),
+        N("Conv", ["x1", "w1d", "b8"], ["g0"], pads=[1, 1]),                           # 1D
+        N("Add", ["g0", "r1"], ["g1"]), N("Relu", ["g1"], ["y5"]),
+        N("Conv", ["x", "w1", "b8"], ["h0"]),                                          # plain relu on a 1x1
+        N("Relu", ["h0"], ["y6"]),
+    ]
+    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6"]
+    return make_model(nodes, inits, feeds, outputs), feeds
+
+
+def check(model, feeds, tmp_path, board="x86_64"):
+    got = compile_and_run(model, feeds, tmp_path, board=board)
+    want = reference(model, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_epilogue_net_fuses_everything():
+    model, _ = epilogue_net()
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["Conv"] * 7
+
+
+def test_epilogue_net_x86_64(tmp_path):
+    model, feeds = epilogue_net()
+    check(model, feeds, tmp_path)
+
+
+@pytest.mark.parametrize("opt", ["plain", "greedy"])
+def test_epilogue_net_other_modes(tmp_path, opt):
+    model, feeds = epilogue_net()
+    got = compile_and_run(model, feeds, tmp_path, opt=opt)
+    want = reference(model, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_epilogue_net_aarch64(tmp_path):
+    if shutil.which("qemu-aarch64-static") is None:
+        pytest.skip("qemu-user-static is not installed")
+    model, feeds = epilogue_net()
+    check(model, feeds, tmp_path, board="qemu-aarch64")

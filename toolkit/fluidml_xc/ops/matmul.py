@@ -390,8 +390,16 @@ def _as_matrix_access(op: Operand, batch_rank: int, ndomain: int, row_dim: int, 
     return op.access(dims, ndomain)
 
 
+def _bias_mat(bias: Operand | None) -> Mat | None:
+    """The epilogue's view of a MatMul bias (passes/matmul_bias.py): N or 1 constant elements along the last dim."""
+    if bias is None:
+        return None
+    return Mat(lambda op=bias: op.ptr, (), 0, 1 if bias.size > 1 else 0)
+
+
 @register("MatMul")
 def lower_matmul(k):
+    """C = A @ B, plus, when passes/matmul_bias.py fused one, input 2: a constant bias along the last dim."""
     a, b = k.inputs[0], k.inputs[1]
     out = k.outputs[0]
     dt = out.dtype
@@ -417,6 +425,7 @@ def lower_matmul(k):
     if len(a_shape) == 1 and len(b_shape) == 1:
         out_dims = []
     c_acc = out.access(out_dims, ndom)
+    bias = k.inputs[2] if len(k.inputs) > 2 and k.inputs[2] is not None else None
     if kind is not None:
         a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
         b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
@@ -424,14 +433,17 @@ def lower_matmul(k):
         P = Problem(np.dtype(dt), batch, m, n, kk,
                     Mat(lambda op=a: op.ptr, sa[:nb], sa[nb], sa[nb + 1], a_op.value),
                     Mat(lambda op=b: op.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
-                    Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]))
+                    Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]), _bias_mat(bias))
         emit_blocked(k, P, kind)
         return
     if b.value is not None and b.rank >= 2:
         b = _repacked(k, b, False, column_major=order == "ijk")
         b_op = b
-    k.generic((*batch, m, n), [out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)], [],
-              lambda v, i: [const(dt, 0)])
+    c_init = out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)
+    if bias is not None:  # C starts as the bias (passes/matmul_bias.py: both operands at least 2-D)
+        k.generic((*batch, m, n), [c_init], [bias.broadcast_access((*batch, m, n))], lambda v, i: [v[0]])
+    else:
+        k.generic((*batch, m, n), [c_init], [], lambda v, i: [const(dt, 0)])
     a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
     b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
     matmul_accumulate(k, a_acc, b_acc, c_acc, batch, m, n, kk, dt, order=order)

@@ -1,0 +1,129 @@
+"""FusedElementwise (domain "fluidml"): a chain or tree of elementwise ops evaluated in one pass over memory.
+
+Made by passes/elementwise_fusion.py. `node.attrs["program"]` is a list of steps, evaluated per output
+element in order; the last step is the output. A step is
+
+    {"op": ONNX op type, "args": [ref, ...], "dtype": numpy name of its result, "attrs": {ONNX attrs}}
+
+and a ref is ["in", i] (fused input i, numpy-broadcast against the output shape), ["step", j] (an
+earlier step's value) or ["imm", value, dtype] (a build-time scalar constant, emitted as an immediate).
+The scalar lowerings are the elementwise family's own (ops/elementwise.py's UNARY/BINARY/COMPARE
+tables), so a fused op computes exactly what the separate ops would, with ONNX's intermediate dtypes
+(comparisons give bool, Cast converts).
+
+In place: fused input 0 is, whenever the fusion found one, an activation of the output's shape; element
+i of it is read only to compute output element i, before that element is stored, so the planner may
+let the output overwrite it (it checks shapes, item sizes and layouts).
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.scalar import const, is_float
+from .elementwise import BINARY, COMPARE, UNARY, _add, _pow
+from .registry import register
+
+DOMAIN = "fluidml"
+OP_TYPE = "FusedElementwise"
+
+VARIADIC = ("Sum", "Max", "Min", "Mean")
+SPECIAL = ("Where", "Cast", "CastLike", "Clip", "Pow") + VARIADIC
+FUSABLE_OPS = frozenset(UNARY) | frozenset(BINARY) | frozenset(COMPARE) | frozenset(SPECIAL)
+"""ONNX op types a fused program can hold."""
+
+
+class _StepKernel:
+    """The fused op's kernel as one step's scalar lowering sees it: k.attr reads the step's own ONNX attributes."""
+
+    def __init__(self, k, attrs: dict):
+        self._k, self._attrs = k, attrs
+
+    def attr(self, name, default=None):
+        return self._attrs.get(name, default)
+
+    def __getattr__(self, name):
+        return getattr(self._k, name)
+
+
+def _combine(op: str):
+    if op in ("Sum", "Mean"):
+        return _add
+    if op == "Max":
+        return lambda k, dt, a, b: k.s.max(dt, a, b)
+    return lambda k, dt, a, b: k.s.min(dt, a, b)
+
+
+def eval_step(k, step: dict, args: list, dts: list):
+    """LLVM value of one program step from its argument values and their dtypes."""
+    op = step["op"]
+    out_dt = np.dtype(step["dtype"])
+    sk = _StepKernel(k, step.get("attrs", {}))
+    dt = dts[0]
+    if op in UNARY:
+        return UNARY[op](sk, dt, args[0])
+    if op in BINARY:
+        return BINARY[op](sk, dt, args[0], args[1])
+    if op in COMPARE:
+        return k.s.to_bool(k.s.cmp(dt, COMPARE[op], args[0], args[1]))
+    if op == "Where":
+        return k.b.select(k.b.trunc(args[0], ir.IntType(1)), args[1], args[2])
+    if op in ("Cast", "CastLike"):
+        return k.s.cast(dt, out_dt, args[0])
+    if op == "Clip":  # args: x, then the bounds present (attrs say which)
+        x, rest = args[0], list(args[1:])
+        if step["attrs"].get("has_min"):
+            x = k.s.max(dt, x, rest.pop(0))
+        if step["attrs"].get("has_max"):
+            x = k.s.min(dt, x, rest.pop(0))
+        return x
+    if op == "Pow":
+        exponent = step.get("attrs", {}).get("exponent")
+        if is_float(dt) and exponent in (2.0, 1.0, 0.5):
+            x = args[0]
+            return {2.0: lambda: k.b.fmul(x, x), 1.0: lambda: x, 0.5: lambda: k.s.intrinsic("llvm.sqrt", x)}[exponent]()
+        return _pow(k, dt, args[0], args[1], dts[1])
+    if op in VARIADIC:
+        combine = _combine(op)
+        acc = args[0]
+        for v in args[1:]:
+            acc = combine(k, out_dt, acc, v)
+        if op == "Mean":
+            acc = k.b.fdiv(acc, const(out_dt, len(args)))
+        return acc
+    raise NotImplementedError(f"FusedElementwise cannot evaluate {op}")
+
+
+def ref_dtype(ref, input_dtypes: list, step_dtypes: list) -> np.dtype:
+    kind = ref[0]
+    if kind == "in":
+        return np.dtype(input_dtypes[ref[1]])
+    if kind == "step":
+        return np.dtype(step_dtypes[ref[1]])
+    return np.dtype(ref[2])
+
+
+@register(OP_TYPE, domain=DOMAIN, inplace=True, notes="fused chain of elementwise ops (passes/elementwise_fusion.py)")
+def lower_fused(k):
+    program = k.attr("program")
+    out = k.outputs[0]
+    ins = [op for op in k.inputs if op is not None]
+    in_dts = [op.dtype for op in ins]
+    step_dts = [np.dtype(s["dtype"]) for s in program]
+    domain = out.shape
+
+    def body(values, idx):
+        results: list = []
+        for step in program:
+            args, dts = [], []
+            for ref in step["args"]:
+                if ref[0] == "in":
+                    args.append(values[ref[1]])
+                elif ref[0] == "step":
+                    args.append(results[ref[1]])
+                else:
+                    args.append(const(ref[2], ref[1]))
+                dts.append(ref_dtype(ref, in_dts, step_dts))
+            results.append(eval_step(k, step, args, dts))
+        return [results[-1]]
+    k.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in ins], body)

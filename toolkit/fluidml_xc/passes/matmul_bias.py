@@ -1,0 +1,57 @@
+"""MatMul + Add(constant bias along the last dim) -> MatMul with the bias applied in the kernel's epilogue.
+
+PyTorch's Linear exports as MatMul followed by Add(bias) (bert_tiny, GPT-style models). When the
+MatMul's output feeds only that Add, is not a graph output, and the other Add operand is a constant of
+N (the last dim) or 1 elements whose leading dims are all 1 (so the Add does not broadcast the output
+any further), the bias becomes the MatMul's third input with node.attrs["_bias"] = True
+(ops/matmul.py adds it in the register-blocked kernels' epilogue, or initialises C with it on the
+scalar path). The MatMul takes over the Add's output tensor; its old output is deleted.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph
+from . import graph_pass
+
+
+def _bias_operand(graph: Graph, name: str, out_shape: tuple[int, ...], dtype) -> bool:
+    t = graph.tensors.get(name)
+    if t is None or not t.is_const or np.dtype(t.dtype) != np.dtype(dtype) or len(t.shape) > len(out_shape):
+        return False
+    if any(d != 1 for d in t.shape[:-1]):
+        return False
+    return t.size == 1 or (len(t.shape) >= 1 and t.shape[-1] == out_shape[-1])
+
+
+@graph_pass(order=40)
+def fuse_matmul_bias(graph: Graph) -> None:
+    producers = graph.producers()
+    consumers = graph.consumers()
+    outputs = set(graph.outputs)
+    drop = set()
+    for node in graph.nodes:
+        if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or len(node.outputs) != 1:
+            continue
+        for side in (0, 1):
+            mm_out, bias = node.inputs[side], node.inputs[1 - side]
+            mm = producers.get(mm_out)
+            if mm is None or mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.inputs) != 2:
+                continue
+            if mm_out in outputs or len({id(u) for u in consumers.get(mm_out, [])}) != 1 or mm_out == bias:
+                continue
+            a, b, c = (graph.tensors[n] for n in (mm.inputs[0], mm.inputs[1], mm_out))
+            out = graph.tensors[node.outputs[0]]
+            if len(a.shape) < 2 or len(b.shape) < 2 or c.shape != out.shape or c.is_const:
+                continue
+            if not _bias_operand(graph, bias, c.shape, c.dtype):
+                continue
+            mm.inputs = [mm.inputs[0], mm.inputs[1], bias]
+            mm.attrs["_bias"] = True
+            mm.attrs["_fused_nodes"] = [mm.name, node.name]
+            del graph.tensors[mm_out]
+            mm.outputs = [node.outputs[0]]
+            drop.add(id(node))
+            break
+    if drop:
+        graph.nodes = [n for n in graph.nodes if id(n) not in drop]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from ..codegen.kernel import Operand
 from ..codegen.scalar import const, is_float
 from .elementwise import BINARY, COMPARE, UNARY, _add, _pow
 from .registry import register
@@ -126,4 +127,24 @@ def lower_fused(k):
                 dts.append(ref_dtype(ref, in_dts, step_dts))
             results.append(eval_step(k, step, args, dts))
         return [results[-1]]
-    k.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in ins], body)
+    def emit(operands):
+        k.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in operands], body)
+
+    first = ins[0] if ins else None
+    if (first is None or first.value is not None or first.shape != out.shape or first.strides != out.strides
+            or np.dtype(first.dtype).itemsize != np.dtype(out.dtype).itemsize or out.size < 2):
+        emit(ins)
+        return
+    # In place (the planner let the output overwrite input 0) the two pointers are equal, but LLVM sees two
+    # arguments that may alias and guards its vector loop with an overlap check that then always fails:
+    # when they are equal, run a copy of the loop that reads input 0 through the output's pointer, which
+    # LLVM's dependence analysis proves element-wise (same address read, then written) and vectorizes.
+    i64 = ir.IntType(64)
+    same = k.b.icmp_unsigned("==", k.b.ptrtoint(first.ptr, i64), k.b.ptrtoint(out.ptr, i64))
+    with k.b.if_else(same) as (aliased, separate):
+        with aliased:
+            through_out = Operand(first.name, first.dtype, first.shape, first.strides,
+                                  k.b.bitcast(out.ptr, first.ptr.type), None)
+            emit([through_out] + ins[1:])
+        with separate:
+            emit(ins)

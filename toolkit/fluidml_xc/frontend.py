@@ -165,23 +165,34 @@ class _Folder:
         return result
 
     def infer_by_evaluation(self, node: onnx.NodeProto) -> dict[str, Tensor]:
-        """Output shapes by running the reference on zero inputs, for ops ONNX's inference leaves open
-        (function ops such as MeanVarianceNormalization); skipped for big inputs."""
+        """Output shapes by running the reference on stand-in inputs, for ops ONNX's inference leaves open
+        (function ops such as MeanVarianceNormalization); skipped for big inputs.
+
+        Only when every runtime input is floating point (shape-like inputs - shapes, axes, repeats, K,
+        pads - are integers) and two different fills (0 and 1) give the same shapes: an output shape
+        that depends on input values must stay unresolved, never be guessed from stand-in values."""
         inputs = [n for n in node.input if n]
         if sum(self.tensors[n].size for n in inputs) > 1 << 20:
             return {}
+        runtime = [n for n in inputs if not self.tensors[n].is_const]
+        if any(np.dtype(self.tensors[n].dtype).kind != "f" for n in runtime):
+            return {}
         saved = {n: self.tensors[n] for n in inputs}
+        shapes = []
         try:
-            for n in inputs:
-                t = saved[n]
-                if not t.is_const:
-                    self.tensors[n] = Tensor(n, t.dtype, t.shape, np.zeros(t.shape, t.dtype))
-            values = self.evaluate(node)
+            for fill in (0, 1):
+                for n in runtime:
+                    t = saved[n]
+                    self.tensors[n] = Tensor(n, t.dtype, t.shape, np.full(t.shape, fill, t.dtype))
+                values = self.evaluate(node)
+                shapes.append([(np.asarray(v).dtype, tuple(np.shape(v))) for v in values])
         except Exception:
             return {}
         finally:
             self.tensors.update(saved)
-        return {n: Tensor(n, v.dtype, tuple(v.shape)) for n, v in zip([o for o in node.output if o], values)}
+        if shapes[0] != shapes[1]:
+            return {}
+        return {n: Tensor(n, dtype, shape) for n, (dtype, shape) in zip([o for o in node.output if o], shapes[0])}
 
     def visit(self, node: onnx.NodeProto, attrs: dict) -> bool:
         """Returns True when the node was folded away."""

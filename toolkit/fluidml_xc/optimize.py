@@ -21,7 +21,7 @@ from .ops import registry
 
 LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose"})
 """Op types whose kernels read and write any layout through strides (besides the elementwise family)."""
-LAYOUT_SAFE_MODULES = frozenset({"fluidml_xc.ops.elementwise"})
+LAYOUT_SAFE_MODULES = frozenset({"fluidml_xc.ops.elementwise", "fluidml_xc.ops.fused"})
 """Every op registered by these modules goes through Kernel.elementwise, which honours strides."""
 VIEW_OP = "Identity"
 """A Transpose whose chosen layouts make it a byte copy is rewritten to this view op: the planner aliases

@@ -414,6 +414,16 @@ class Conv2D:
         self.span(lo, hi, lambda oh: emit_row(oh, (0, self.KH)))
         self.span(hi, self.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
 
+    def blocks_outer(self) -> bool:
+        """Channel blocks outermost (each block's weights stay cached while the input streams past
+        once per block) unless re-reading all weights once per output row (pixel tile when flat)
+        moves fewer bytes than re-reading the input once per channel block."""
+        item = np.dtype(self.dtype).itemsize
+        in_bytes = self.Cig * self.H * self.W * item
+        w_bytes = self.Cog * self.Cig * self.KH * self.KW * item
+        units = -(-self.OW // self.P) if self.flat else self.OH
+        return in_bytes * self.NB <= w_bytes * units
+
     def pack(self, value: np.ndarray) -> np.ndarray:
         """[G][block][Cin/G][kh][kw][R] with the last block zero-filled."""
         wv = value.reshape(self.G, self.Cog, self.Cig, self.KH, self.KW)
@@ -430,11 +440,17 @@ class Conv2D:
                                  (self.KH, self.KW), (self.H, self.W))
 
         def per_image(n, g):
-            if self.by_channel and self.flat:
+            if self.by_channel and self.flat and self.blocks_outer():
+                self.channel_blocks(lambda cb, R: self.row_c(0, (0, 1), lambda ow, pixels: self.block_c(
+                    n, g, cb, R, 0, ow, pixels, (0, 1))))
+            elif self.by_channel and self.flat:
                 self.row_c(0, (0, 1), lambda ow, pixels: self.channel_blocks(
                     lambda cb, R: self.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
-            elif self.by_channel:
+            elif self.by_channel and self.blocks_outer():
                 self.channel_blocks(lambda cb, R: self.rows(lambda oh, khr: self.row_c(
+                    oh, khr, lambda ow, pixels: self.block_c(n, g, cb, R, oh, ow, pixels, khr))))
+            elif self.by_channel:
+                self.rows(lambda oh, khr: self.channel_blocks(lambda cb, R: self.row_c(
                     oh, khr, lambda ow, pixels: self.block_c(n, g, cb, R, oh, ow, pixels, khr))))
             elif self.flat:
                 self.row(0, (0, 1), lambda ow, nvec, kw: self.channel_blocks(

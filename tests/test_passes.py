@@ -1,0 +1,257 @@
+"""Graph passes: elementwise fusion (passes/elementwise_fusion.py -> ops/fused.py) and MatMul + bias
+(passes/matmul_bias.py -> ops/matmul.py's epilogue): which patterns fuse, and that fused models compute
+what onnx.reference does, natively (JIT) and for aarch64 under qemu."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T, helper, numpy_helper
+
+from fluidml_xc.backend import compile_model, import_graph
+from fluidml_xc.ops.fused import DOMAIN, OP_TYPE
+
+MODELS = Path("/work/shared/models")
+F32 = T.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def _c(name, value, dtype=np.float32):
+    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def _fused(graph):
+    return [n for n in graph.nodes if n.op_type == OP_TYPE]
+
+
+def _reference(model, feeds):
+    from onnx.reference import ReferenceEvaluator
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _feeds(model, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        if dtype == np.bool_:
+            feeds[vi.name] = rng.random(shape) < 0.5
+        elif np.dtype(dtype).kind in "iu":
+            feeds[vi.name] = rng.integers(-5, 6, shape).astype(dtype)
+        else:
+            feeds[vi.name] = (rng.standard_normal(shape) * 2).astype(dtype)
+    return feeds
+
+
+def _check(model, board="x86_64", opt="fluid", rtol=1e-5, atol=1e-5, feeds=None):
+    feeds = feeds or _feeds(model)
+    got = compile_model(model, board, opt=opt)(feeds)
+    for g, r in zip(got, _reference(model, feeds)):
+        assert g.shape == r.shape and g.dtype == r.dtype, (g.shape, r.shape, g.dtype, r.dtype)
+        if r.dtype.kind == "f":
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g, r)
+
+
+# -- models -------------------------------------------------------------------------------------------
+def gelu_model(shape=(2, 16, 40)):
+    """bert's erf GELU on a residual: y = gelu(x) + r."""
+    nodes = [helper.make_node("Div", ["x", "s2"], ["a"], name="div"), helper.make_node("Erf", ["a"], ["b"], name="erf"),
+             helper.make_node("Add", ["b", "one"], ["c"], name="add1"), helper.make_node("Mul", ["x", "c"], ["d"], name="mul1"),
+             helper.make_node("Mul", ["d", "half"], ["e"], name="mul2"), helper.make_node("Add", ["e", "r"], ["y"], name="res")]
+    return _model(nodes, [("x", F32, shape), ("r", F32, shape)], [("y", F32, shape)],
+                  [_c("s2", 1.4142135), _c("one", 1.0), _c("half", 0.5)])
+
+
+def linear_gelu_model(m=24, k=32, n=40):
+    """PyTorch Linear (MatMul + Add bias) -> GELU -> Linear + bias + residual, 3-D activations."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Add", ["h", "b1"], ["hb"], name="bias1"),
+             helper.make_node("Div", ["hb", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["c"]), helper.make_node("Mul", ["hb", "c"], ["d"]),
+             helper.make_node("Mul", ["d", "half"], ["g"]),
+             helper.make_node("MatMul", ["g", "w2"], ["o"], name="mm2"), helper.make_node("Add", ["b2", "o"], ["ob"], name="bias2"),
+             helper.make_node("Add", ["ob", "x2"], ["y"], name="residual")]
+    inits = [_c("w1", rng.standard_normal((k, n)) * 0.3), _c("b1", rng.standard_normal(n)),
+             _c("w2", rng.standard_normal((n, k)) * 0.3), _c("b2", rng.standard_normal((1, 1, k))),
+             _c("s2", 1.4142135), _c("one", 1.0), _c("half", 0.5)]
+    return _model(nodes, [("x", F32, (1, m, k)), ("x2", F32, (1, m, k))], [("y", F32, (1, m, k))], inits)
+
+
+def dtype_model(shape=(3, 7, 9)):
+    """Comparisons give bool, Where picks, Cast to int and back, integer arithmetic, Not/And on bools."""
+    nodes = [helper.make_node("Less", ["x", "y"], ["lt"]), helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("And", ["lt", "pos"], ["both"]), helper.make_node("Not", ["both"], ["nb"]),
+             helper.make_node("Where", ["nb", "x", "y"], ["w"]),
+             helper.make_node("Mul", ["w", "three"], ["w3"]),
+             helper.make_node("Cast", ["w3"], ["wi"], to=T.INT32), helper.make_node("Add", ["wi", "seven"], ["wi7"]),
+             helper.make_node("Cast", ["wi7"], ["wf"], to=T.FLOAT), helper.make_node("Clip", ["wf", "lo", "hi"], ["cl"]),
+             helper.make_node("Pow", ["cl", "two"], ["p"]), helper.make_node("Max", ["p", "x", "y"], ["out"]),
+             helper.make_node("Cast", ["nb"], ["nbf"], to=T.FLOAT), helper.make_node("Sum", ["out", "nbf", "x"], ["z"])]
+    inits = [_c("zero", 0.0), _c("three", 3.0), _c("seven", 7, np.int32), _c("lo", -2.0), _c("hi", 5.5), _c("two", 2.0)]
+    return _model(nodes, [("x", F32, shape), ("y", F32, shape)], [("z", F32, shape)], inits)
+
+
+# -- pattern matching ---------------------------------------------------------------------------------
+def test_gelu_and_residual_fuse_into_one_node():
+    model = gelu_model()
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == [OP_TYPE]
+    node = graph.nodes[0]
+    assert node.domain == DOMAIN and node.name == "Div+Erf+Add+Mul+Mul+Add@res"
+    assert node.attrs["_fused_nodes"] == ["div", "erf", "add1", "mul1", "mul2", "res"]
+    assert node.inputs == ["x", "r"] and node.outputs == ["y"]
+    assert set(graph.tensors) >= {"x", "r", "y"} and not {"a", "b", "c", "d", "e"} & set(graph.tensors)
+    # scalar constants are immediates, not operands
+    steps = node.attrs["program"]
+    assert [s["op"] for s in steps] == ["Div", "Erf", "Add", "Mul", "Mul", "Add"]
+    assert steps[0]["args"] == [["in", 0], ["imm", float(np.float32(1.4142135)), "float32"]]
+    assert steps[-1]["args"] == [["step", 4], ["in", 1]]
+
+
+def test_multiple_consumers_stop_fusion():
+    shape = (4, 8)
+    nodes = [helper.make_node("Exp", ["x"], ["a"], name="exp"), helper.make_node("Add", ["a", "one"], ["b"], name="add"),
+             helper.make_node("Mul", ["a", "b"], ["y"], name="mul")]
+    model = _model(nodes, [("x", F32, shape)], [("y", F32, shape)], [_c("one", 1.0)])
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["Exp", OP_TYPE]
+    assert graph.nodes[1].attrs["_fused_ops"] == ["Add", "Mul"] and graph.nodes[1].inputs == ["a"]
+    assert "a" in graph.tensors and "b" not in graph.tensors
+    _check(model)
+
+
+def test_graph_output_intermediate_is_not_fused():
+    shape = (4, 8)
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])]
+    model = _model(nodes, [("x", F32, shape)], [("a", F32, shape), ("y", F32, shape)])
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Neg"]
+    _check(model)
+
+
+def test_non_elementwise_breaks_chain_and_small_intermediates_stay_separate():
+    # the mask (1, 1, 8) is computed once, not per score element; Softmax is not elementwise
+    nodes = [helper.make_node("Cast", ["mask"], ["mf"], to=T.FLOAT), helper.make_node("Sub", ["one", "mf"], ["inv"]),
+             helper.make_node("Mul", ["inv", "big"], ["bias"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]), helper.make_node("Add", ["ss", "bias"], ["sb"]),
+             helper.make_node("Softmax", ["sb"], ["p"], axis=-1), helper.make_node("Mul", ["p", "two"], ["p2"]),
+             helper.make_node("Sqrt", ["p2"], ["y"])]
+    model = _model(nodes, [("s", F32, (2, 8, 8)), ("mask", T.INT64, (1, 1, 8))], [("y", F32, (2, 8, 8))],
+                   [_c("one", 1.0), _c("big", -10000.0), _c("scale", 0.125), _c("two", 2.0)])
+    graph = import_graph(model)
+    ops = [n.attrs.get("_fused_ops", n.op_type) for n in graph.nodes]
+    assert ops == [["Cast", "Sub", "Mul"], ["Mul", "Add"], "Softmax", ["Mul", "Sqrt"]]
+    program = graph.nodes[0].attrs["program"]
+    assert [s["dtype"] for s in program] == ["float32"] * 3 and graph.nodes[0].inputs == ["mask"]
+    feeds = {"s": np.random.default_rng(0).standard_normal((2, 8, 8)).astype(np.float32),
+             "mask": np.array([[[1, 1, 1, 0, 1, 0, 0, 1]]], dtype=np.int64)}
+    _check(model, feeds=feeds)
+
+
+def test_intermediate_dtypes_follow_onnx():
+    model = dtype_model()
+    graph = import_graph(model)
+    fused = _fused(graph)
+    # `nb` feeds both Where and a Cast: it is the boundary between two fused nodes
+    assert len(fused) == 2 and len(graph.nodes) == 2 and fused[0].outputs == ["nb"] and "nb" in fused[1].inputs
+    by_op = [(s["op"], s["dtype"]) for f in fused for s in f.attrs["program"]]
+    assert ("Less", "bool") in by_op and ("And", "bool") in by_op and ("Not", "bool") in by_op
+    assert ("Cast", "int32") in by_op and ("Add", "int32") in by_op and ("Where", "float32") in by_op
+    assert graph.tensors["nb"].dtype == np.bool_ and not {"lt", "pos", "both", "w", "wi", "wf"} & set(graph.tensors)
+    for opt in ("plain", "greedy", "fluid"):
+        _check(model, opt=opt)
+
+
+def test_intermediate_of_another_dtype_size_keeps_graph_output_dtype():
+    """float32 -> float64 -> bool: the fused output is the root's tensor, with the root's dtype."""
+    shape = (5, 6)
+    nodes = [helper.make_node("Cast", ["x"], ["d"], to=T.DOUBLE), helper.make_node("Mul", ["d", "k"], ["dk"]),
+             helper.make_node("GreaterOrEqual", ["dk", "t"], ["y"])]
+    model = _model(nodes, [("x", F32, shape)], [("y", T.BOOL, shape)], [_c("k", 3.0, np.float64), _c("t", 0.5, np.float64)])
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == [OP_TYPE] and graph.tensors["y"].dtype == np.bool_
+    _check(model)
+
+
+def test_matmul_bias_pattern():
+    model = linear_gelu_model()
+    graph = import_graph(model)
+    mms = [n for n in graph.nodes if n.op_type == "MatMul"]
+    assert [n.inputs[2] for n in mms] == ["b1", "b2"] and all(n.attrs["_bias"] for n in mms)
+    assert mms[0].outputs == ["hb"] and "h" not in graph.tensors and "o" not in graph.tensors
+    # the GELU fuses; the residual Add stays a single Add (nothing left to fuse it with)
+    assert [n.attrs.get("_fused_ops", n.op_type) for n in graph.nodes] == \
+        ["MatMul", ["Div", "Erf", "Add", "Mul", "Mul"], "MatMul", "Add"]
+
+
+def test_matmul_bias_not_fused_when_bias_broadcasts_rows_or_output_is_shared():
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y1"]),
+             helper.make_node("MatMul", ["x", "w"], ["h2"]), helper.make_node("Add", ["h2", "c"], ["y2"]),
+             helper.make_node("Relu", ["h2"], ["y3"])]
+    model = _model(nodes, [("x", F32, (6, 5))], [("y1", F32, (6, 4)), ("y2", F32, (6, 4)), ("y3", F32, (6, 4))],
+                   [_c("w", rng.standard_normal((5, 4))), _c("b", rng.standard_normal((6, 4))), _c("c", rng.standard_normal(4))])
+    graph = import_graph(model)
+    assert all(len(n.inputs) == 2 for n in graph.nodes if n.op_type == "MatMul")
+    assert sum(n.op_type == "Add" for n in graph.nodes) == 2
+    _check(model)
+
+
+# -- numerics -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("opt", ["plain", "greedy", "fluid"])
+def test_gelu_residual_matches_reference(opt):
+    _check(gelu_model(), opt=opt)
+
+
+@pytest.mark.parametrize("opt", ["plain", "greedy", "fluid"])
+@pytest.mark.parametrize("dims", [(24, 32, 40), (5, 7, 3), (1, 16, 9)])
+def test_linear_gelu_matches_reference(opt, dims):
+    _check(linear_gelu_model(*dims), opt=opt, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_bias_on_batched_and_scalar_bias():
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"]),
+             helper.make_node("MatMul", ["x", "wt"], ["h2"]), helper.make_node("Add", ["s", "h2"], ["y2"])]
+    model = _model(nodes, [("x", F32, (3, 9, 16))], [("y", F32, (3, 9, 12)), ("y2", F32, (3, 9, 1))],
+                   [_c("w", rng.standard_normal((16, 12))), _c("b", rng.standard_normal((1, 12))),
+                    _c("wt", rng.standard_normal((16, 1))), _c("s", 0.75)])
+    graph = import_graph(model)
+    assert all(len(n.inputs) == 3 for n in graph.nodes if n.op_type == "MatMul")
+    for opt in ("greedy", "fluid"):
+        _check(model, opt=opt, rtol=1e-4, atol=1e-4)
+
+
+def test_bert_tiny_matches_reference():
+    path = MODELS / "bert_tiny.onnx"
+    if not path.exists():
+        pytest.skip("bert_tiny.onnx not in /work/shared/models")
+    model = onnx.load(str(path))
+    graph = import_graph(model)
+    names = [n.name for n in _fused(graph)]
+    assert sum(name.startswith("Div+Erf+Add+Mul+Mul@") for name in names) == 2
+    assert sum(n.op_type == "MatMul" and len(n.inputs) == 3 for n in graph.nodes) >= 12
+    feeds = dict(np.load(MODELS / "bert_tiny.inputs.npz"))
+    got = compile_model(model, "x86_64")(feeds)
+    ref = _reference(model, feeds) if not (MODELS / "bert_tiny.ref.npz").exists() else list(np.load(MODELS / "bert_tiny.ref.npz").values())
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
+def test_fused_model_on_aarch64_under_qemu(tmp_path):
+    _check(linear_gelu_model(), board="rpi4", rtol=1e-4, atol=1e-4)
+    _check(dtype_model(), board="rpi4")

@@ -193,9 +193,30 @@ def test_matmul_bias_pattern():
     mms = [n for n in graph.nodes if n.op_type == "MatMul"]
     assert [n.inputs[2] for n in mms] == ["b1", "b2"] and all(n.attrs["_bias"] for n in mms)
     assert mms[0].outputs == ["hb"] and "h" not in graph.tensors and "o" not in graph.tensors
-    # the GELU fuses; the residual Add stays a single Add (nothing left to fuse it with)
-    assert [n.attrs.get("_fused_ops", n.op_type) for n in graph.nodes] == \
-        ["MatMul", ["Div", "Erf", "Add", "Mul", "Mul"], "MatMul", "Add"]
+    # the GELU fuses; the residual Add joins the second MatMul's epilogue
+    assert [n.attrs.get("_fused_ops", n.op_type) for n in graph.nodes] == ["MatMul", ["Div", "Erf", "Add", "Mul", "Mul"], "MatMul"]
+    assert mms[1].inputs == ["g", "w2", "b2", "x2"] and mms[1].outputs == ["y"] and mms[1].attrs["_residual"]
+    assert mms[1].attrs["_fused_nodes"] == ["mm2", "bias2", "residual"] and "ob" not in graph.tensors
+
+
+def residual_model(dtype=T.FLOAT, m=10, k=12, n=9):
+    """A residual computed after the MatMul (the MatMul must move to the Add), no bias, batch dims."""
+    npd = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(4)
+    w = rng.integers(-3, 4, (k, n)) if np.dtype(npd).kind == "i" else rng.standard_normal((k, n))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Neg", ["r0"], ["r"], name="neg"),
+             helper.make_node("Add", ["r", "h"], ["y"], name="res")]
+    return _model(nodes, [("x", dtype, (2, m, k)), ("r0", dtype, (2, m, n))], [("y", dtype, (2, m, n))], [_c("w", w, npd)])
+
+
+@pytest.mark.parametrize("dtype", [T.FLOAT, T.INT32])
+@pytest.mark.parametrize("opt", ["plain", "fluid"])
+def test_matmul_residual_without_bias(dtype, opt):
+    model = residual_model(dtype)
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["Neg", "MatMul"]
+    assert graph.nodes[1].inputs == ["x", "w", "", "r"]
+    _check(model, opt=opt, rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_bias_not_fused_when_bias_broadcasts_rows_or_output_is_shared():
@@ -244,7 +265,8 @@ def test_bert_tiny_matches_reference():
     graph = import_graph(model)
     names = [n.name for n in _fused(graph)]
     assert sum(name.startswith("Div+Erf+Add+Mul+Mul@") for name in names) == 2
-    assert sum(n.op_type == "MatMul" and len(n.inputs) == 3 for n in graph.nodes) >= 12
+    assert sum(n.op_type == "MatMul" and len(n.inputs) >= 3 and bool(n.inputs[2]) for n in graph.nodes) == 12  # every Linear
+    assert sum(n.op_type == "MatMul" and len(n.inputs) == 4 for n in graph.nodes) == 4  # attention and FFN outputs
     feeds = dict(np.load(MODELS / "bert_tiny.inputs.npz"))
     got = compile_model(model, "x86_64")(feeds)
     ref = _reference(model, feeds) if not (MODELS / "bert_tiny.ref.npz").exists() else list(np.load(MODELS / "bert_tiny.ref.npz").values())

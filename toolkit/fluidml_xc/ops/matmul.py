@@ -119,10 +119,12 @@ class Problem:
     bias: Mat | None = None
     alpha: float = 1.0
     beta: float = 1.0
+    residual: Mat | None = None
+    """Added after the bias, element for element of C: stored with C's strides, so read at C's own offsets."""
 
     def transposed(self) -> "Problem":
         return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),
-                       bias=None if self.bias is None else self.bias.t())
+                       bias=None if self.bias is None else self.bias.t())  # residual: same offsets as C
 
 
 def _lead_strides(nb: int, lead: tuple[int, ...], stored_strides: tuple[int, ...]) -> tuple[int, ...]:
@@ -201,6 +203,20 @@ def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
     return acc
 
 
+def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
+    """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them)."""
+    if P.residual is None:
+        return acc
+    dt, ptr = P.dtype, P.residual.ptr
+    if count == width or cs == 0:
+        vec = k.vgather(ptr, dt, at, cs, width)
+    else:
+        vec = k.vzero(dt, width)
+        for l in range(count):
+            vec = k.b.insert_element(vec, k.b.load(k.b.gep(ptr, [_add(k, at, l * cs)], inbounds=True)), _i32(l))
+    return k.b.fadd(acc, vec, flags=("fast",))
+
+
 def _i32(v: int):
     from llvmlite import ir
     return ir.Constant(ir.IntType(32), v)
@@ -264,7 +280,9 @@ def _emit_outer(k, P: Problem) -> None:
                     break
                 col = _add(k, col0, off)
                 acc = _epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
-                k.vscatter(acc, c.ptr, dt, _add(k, crow, _mul(k, col, c.cs)), c.cs, count)
+                at = _add(k, crow, _mul(k, col, c.cs))
+                acc = _add_residual(k, P, acc, at, c.cs, w, count)
+                k.vscatter(acc, c.ptr, dt, at, c.cs, count)
                 off += w
 
     def rows(bases, col0, pidx, widths, valid):
@@ -342,7 +360,9 @@ def _emit_dot(k, P: Problem) -> None:
                     sums = k.b.fadd(sums, vec, flags=("fast",))
             row = _add(k, i0, r)
             acc = _epilogue(k, P, sums, row, j0, nc, nc)
-            k.vscatter(acc, c.ptr, dt, _add(k, _add(k, cb, _mul(k, row, c.rs)), _mul(k, j0, c.cs)), c.cs)
+            at = _add(k, _add(k, cb, _mul(k, row, c.rs)), _mul(k, j0, c.cs))
+            acc = _add_residual(k, P, acc, at, c.cs, nc, nc)
+            k.vscatter(acc, c.ptr, dt, at, c.cs)
 
     def cols(bases, i0, mr):
         full_c = N // nc_main
@@ -399,7 +419,8 @@ def _bias_mat(bias: Operand | None) -> Mat | None:
 
 @register("MatMul")
 def lower_matmul(k):
-    """C = A @ B, plus, when passes/matmul_bias.py fused one, input 2: a constant bias along the last dim."""
+    """C = A @ B, plus what passes/matmul_bias.py fused: input 2 a constant bias along the last dim (or ""),
+    input 3 a residual activation of C's shape."""
     a, b = k.inputs[0], k.inputs[1]
     out = k.outputs[0]
     dt = out.dtype
@@ -426,22 +447,30 @@ def lower_matmul(k):
         out_dims = []
     c_acc = out.access(out_dims, ndom)
     bias = k.inputs[2] if len(k.inputs) > 2 and k.inputs[2] is not None else None
+    residual = k.inputs[3] if len(k.inputs) > 3 and k.inputs[3] is not None else None
     if kind is not None:
+        # the residual rides in the epilogue when stored like C (same shape and strides); else one pass after
+        in_epilogue = residual is not None and residual.shape == out.shape and residual.strides == out.strides
         a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
         b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
         sa, sb, sc = a_acc.strides, b_acc.strides, c_acc.strides
         P = Problem(np.dtype(dt), batch, m, n, kk,
                     Mat(lambda op=a: op.ptr, sa[:nb], sa[nb], sa[nb + 1], a_op.value),
                     Mat(lambda op=b: op.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
-                    Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]), _bias_mat(bias))
+                    Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]), _bias_mat(bias),
+                    residual=Mat(lambda op=residual: op.ptr, (), 0, 0) if in_epilogue else None)
         emit_blocked(k, P, kind)
+        if residual is not None and not in_epilogue:
+            k.generic(out.shape, [out.identity_access()], [out.identity_access(), residual.broadcast_access(out.shape)],
+                      lambda v, i: [k.s.add(dt, v[0], v[1])])
         return
     if b.value is not None and b.rank >= 2:
         b = _repacked(k, b, False, column_major=order == "ijk")
         b_op = b
     c_init = out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)
-    if bias is not None:  # C starts as the bias (passes/matmul_bias.py: both operands at least 2-D)
-        k.generic((*batch, m, n), [c_init], [bias.broadcast_access((*batch, m, n))], lambda v, i: [v[0]])
+    if bias is not None or residual is not None:  # C starts as bias + residual (passes/matmul_bias.py: operands >= 2-D)
+        starts = [op.broadcast_access((*batch, m, n)) for op in (bias, residual) if op is not None]
+        k.generic((*batch, m, n), [c_init], starts, lambda v, i: [v[0] if len(v) == 1 else k.s.add(dt, v[0], v[1])])
     else:
         k.generic((*batch, m, n), [c_init], [], lambda v, i: [const(dt, 0)])
     a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)

@@ -6,6 +6,9 @@ N (the last dim) or 1 elements whose leading dims are all 1 (so the Add does not
 any further), the bias becomes the MatMul's third input with node.attrs["_bias"] = True
 (ops/matmul.py adds it in the register-blocked kernels' epilogue, or initialises C with it on the
 scalar path). The MatMul takes over the Add's output tensor; its old output is deleted.
+
+Then a residual: MatMul (+ bias) followed by Add(an activation of the output's shape) takes the
+activation as input 3 (fuse_matmul_residual).
 """
 from __future__ import annotations
 
@@ -55,3 +58,41 @@ def fuse_matmul_bias(graph: Graph) -> None:
             break
     if drop:
         graph.nodes = [n for n in graph.nodes if id(n) not in drop]
+    fuse_matmul_residual(graph)
+
+
+def fuse_matmul_residual(graph: Graph) -> None:
+    """MatMul (+ bias) followed by Add(activation of the same shape and dtype): the residual joins the
+    MatMul as input 3 (input 2 is the bias or ""), added in the epilogue. The MatMul moves to the Add's
+    place in the node order, so a residual computed between the two is ready."""
+    producers = graph.producers()
+    consumers = graph.consumers()
+    outputs = set(graph.outputs)
+    moved: dict[int, object] = {}
+    for node in graph.nodes:
+        if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or len(node.outputs) != 1:
+            continue
+        for side in (0, 1):
+            mm_out, res = node.inputs[side], node.inputs[1 - side]
+            mm = producers.get(mm_out)
+            if mm is None or mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.inputs) > 3 or id(mm) in moved:
+                continue
+            if mm_out in outputs or len({id(u) for u in consumers.get(mm_out, [])}) != 1 or mm_out == res:
+                continue
+            a, b, c = (graph.tensors[n] for n in (mm.inputs[0], mm.inputs[1], mm_out))
+            r, out = graph.tensors[res], graph.tensors[node.outputs[0]]
+            if len(a.shape) < 2 or len(b.shape) < 2 or r.is_const or c.is_const:
+                continue
+            if not (r.shape == c.shape == out.shape and np.dtype(r.dtype) == np.dtype(c.dtype) == np.dtype(out.dtype)):
+                continue
+            bias = mm.inputs[2] if len(mm.inputs) > 2 else ""
+            mm.inputs = [mm.inputs[0], mm.inputs[1], bias, res]
+            mm.attrs["_residual"] = True
+            mm.attrs["_fused_nodes"] = list(mm.attrs.get("_fused_nodes", [mm.name])) + [node.name]
+            del graph.tensors[mm_out]
+            mm.outputs = [node.outputs[0]]
+            moved[id(mm)] = node
+            break
+    if moved:
+        at_add = {id(add): mm for mm_id, add in moved.items() for mm in graph.nodes if id(mm) == mm_id}
+        graph.nodes = [at_add.get(id(n), n) for n in graph.nodes if id(n) not in moved]

@@ -36,7 +36,7 @@ def conv(x, w, out, name, **attrs):
 
 
 INITS = {"w": rand(8, 8, 3, 3, seed=1), "b": rand(8, seed=2), "lo": np.array(-0.5, np.float32), "hi": np.array(0.7, np.float32),
-         "b4": rand(1, 8, 1, 1, seed=17)}
+         "b4": rand(1, 1, 1, 11, seed=17)}
 FEEDS = {"x": rand(1, 8, 9, 11, seed=3), "r": rand(1, 8, 9, 11, seed=4)}
 
 
@@ -77,7 +77,7 @@ def test_not_fused_when_shared_output_or_runtime_bounds():
              conv("x", "w", "c3", "conv3", pads=[1, 1, 1, 1]),               # runtime clip bound
              helper.make_node("ReduceMin", ["r"], ["m"], keepdims=0, name="rmin"),
              helper.make_node("Clip", ["c3", "m"], ["y3"], name="clip"),
-             conv("x", "w", "c4", "conv4", pads=[1, 1, 1, 1]),               # broadcasting add
+             conv("x", "w", "c4", "conv4", pads=[1, 1, 1, 1]),               # broadcasting add along W
              helper.make_node("Add", ["c4", "b4"], ["y4"], name="badd")]
     graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y1", "c2", "y2", "y3", "y4"]))
     for name in ("conv", "conv2", "conv3", "conv4"):
@@ -105,6 +105,43 @@ def test_residual_produced_after_conv_moves_conv():
     assert [n.name for n in graph.nodes] == ["neg", "conv"]
 
 
+def test_channel_affine_folds_then_sum_relu():
+    """Conv -> Mul(c) -> Add(c) (an unfolded BN) folds into weights/bias; Sum of two is a residual add."""
+    inits = dict(INITS, s=rand(8, 1, 1, seed=20), t=rand(1, 8, 1, 1, seed=21), s0=np.array(0.5, np.float32))
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["s", "c"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "t"], ["a"], name="add"),
+             helper.make_node("Mul", ["a", "s0"], ["m2"], name="mul_scalar"),
+             helper.make_node("Sum", ["m2", "r"], ["sm"], name="sum"),
+             helper.make_node("Relu", ["sm"], ["y"], name="relu")]
+    model = make_model(nodes, inits, FEEDS, ["y"], opset=9)
+    graph, by_name = fused(model)
+    assert [n.op_type for n in graph.nodes] == ["Conv"]
+    assert by_name["conv"].attrs["_epilogue"]["residual"] and by_name["conv"].inputs[3] == "r"
+    assert graph.tensors["w"].value is INITS["w"] or np.array_equal(graph.tensors["w"].value, INITS["w"])
+
+
+def test_channel_affine_not_folded_when_spatial_or_shared():
+    inits = dict(INITS, sp=rand(1, 1, 9, 11, seed=22), s=rand(8, 1, 1, seed=20))
+    nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "sp"], ["y"], name="mul_spatial"),
+             conv("x", "w", "c2", "conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c2", "s"], ["y2"], name="mul"),
+             helper.make_node("Relu", ["c2"], ["y3"], name="relu")]
+    graph, by_name = fused(make_model(nodes, inits, FEEDS, ["y", "y2", "y3"]))
+    assert {"mul_spatial", "mul", "relu"} <= set(by_name)
+
+
+def test_batchnorm_relu_fuses():
+    bn = {"bs": rand(8, seed=30), "bb": rand(8, seed=31), "bm": rand(8, seed=32), "bv": np.abs(rand(8, seed=33)) + 0.5}
+    nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["y"], name="relu")]
+    model = make_model(nodes, dict(INITS, **bn), {"x": FEEDS["x"]}, ["y"])
+    graph, by_name = fused(model)
+    assert [n.op_type for n in graph.nodes] == ["BatchNormalization"]
+    assert by_name["bn"].attrs["_epilogue"]["activation"] == "relu"
+
+
 # -- results ---------------------------------------------------------------------------------------
 def epilogue_net():
     """Fused convs of every kernel family (channel vectors, row vectors, flat 1x1, depthwise, 1D)."""
@@ -130,8 +167,16 @@ def epilogue_net():
         N("Add", ["g0", "r1"], ["g1"]), N("Relu", ["g1"], ["y5"]),
         N("Conv", ["x", "w1", "b8"], ["h0"]),                                          # plain relu on a 1x1
         N("Relu", ["h0"], ["y6"]),
+        N("Conv", ["x", "w1"], ["i0"], pads=[1, 1, 1, 1]),                             # unfolded BN, Sum
+        N("Mul", ["i0", "sc"], ["i1"]), N("Add", ["sh", "i1"], ["i2"]),
+        N("Sum", ["i2", "rp"], ["i3"]), N("Relu", ["i3"], ["y7"]),
+        N("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["j0"]),               # BN + Clip
+        N("Clip", ["j0", "lo", "hi"], ["y8"]),
     ]
-    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6"]
+    inits.update(sc=rand(8, 1, 1, seed=40), sh=rand(8, 1, 1, seed=41), bs=rand(8, seed=42), bb=rand(8, seed=43),
+                 bm=rand(8, seed=44), bv=np.abs(rand(8, seed=45)) + 0.5)
+    feeds["rp"] = rand(1, 8, 11, 13, seed=46)
+    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8"]
     return make_model(nodes, inits, feeds, outputs), feeds
 
 
@@ -145,7 +190,7 @@ def check(model, feeds, tmp_path, board="x86_64"):
 def test_epilogue_net_fuses_everything():
     model, _ = epilogue_net()
     graph = import_graph(model)
-    assert [n.op_type for n in graph.nodes] == ["Conv"] * 7
+    assert [n.op_type for n in graph.nodes] == ["Conv"] * 8 + ["BatchNormalization"]
 
 
 def test_epilogue_net_x86_64(tmp_path):

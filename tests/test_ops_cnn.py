@@ -127,6 +127,28 @@ def test_pools(tmp_path):
     net.check(tmp_path, opset=18, expected=want)
 
 
+def test_pools_wide_rows(tmp_path):
+    """Rows wide enough for the vector column paths (interior vectors, border scalars, overlapped tail)."""
+    net = Net(x=rand(2, 3, 9, 45), x1=rand(1, 4, 70))
+    net.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    net.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    net.node("MaxPool", ["x"], kernel_shape=[2, 2], strides=[2, 2])
+    net.node("MaxPool", ["x"], kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 2, 0, 2])
+    net.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[3, 3], pads=[0, 1, 0, 1])
+    net.node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    net.node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)
+    net.node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    net.node("AveragePool", ["x"], kernel_shape=[5, 5], strides=[5, 5])
+    net.node("MaxPool", ["x1"], kernel_shape=[3], strides=[1], pads=[1, 1])
+    net.node("AveragePool", ["x1"], kernel_shape=[4], strides=[2], pads=[1, 2], count_include_pad=1)
+    import onnxruntime as ort
+    model = net.model(18)
+    for out in model.graph.output:
+        out.type.tensor_type.elem_type = TensorProto.FLOAT
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    net.check(tmp_path, opset=18, expected=dict(zip(net.outputs, session.run(None, net.feeds))))
+
+
 def lrn_numpy(x, size, alpha=1e-4, beta=0.75, bias=1.0):
     sq = np.zeros_like(x)
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2

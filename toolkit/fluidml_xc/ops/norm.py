@@ -11,7 +11,7 @@ import numpy as np
 
 from ..codegen.kernel import Operand, row_major_strides
 from ..codegen.scalar import const, llvm_type
-from .conv import element, offset
+from .conv import activate, element, offset
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -39,8 +39,9 @@ def lower_batch_norm(k):
         a = scale / np.sqrt(var + eps)
         c = bias - mean * a
         a_op, c_op = _per_channel(k, a, dt, "bn.a"), _per_channel(k, c, dt, "bn.c")
+        epi = k.attr("_epilogue")
         k.generic(x.shape, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],
-                  lambda v, i: [s.add(dt, s.mul(dt, v[0], v[1]), v[2])])
+                  lambda v, i: [activate(k, epi, s.add(dt, s.mul(dt, v[0], v[1]), v[2]))])
         return
 
     def body(v, i):

@@ -8,8 +8,10 @@ spatial dims innermost.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+
 from ..codegen.scalar import const, llvm_type
-from .conv import auto_pad_mode, element, nest, offset, table_nest, tap_range, tap_tables
+from .conv import _fill, auto_pad_mode, element, load_lanes, loop, nest, offset, store_lanes, table_nest, tap_range, tap_tables
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -52,11 +54,179 @@ def _divisor_tables(k, out_sp, strides, dils, begin, end, k_sp, in_sp, include_p
     return tables
 
 
+def _as_2d(op):
+    if op.rank == 4:
+        return op.shape, op.strides
+    return (*op.shape[:2], 1, op.shape[2]), (*op.strides[:2], 0, op.strides[2])
+
+
+def vector_pool(k, kind: str) -> bool:
+    """Max/average pool of a rank-3/4 float tensor with explicit vectors; False when not applicable.
+
+    Lanes run over channels when both tensors store channels innermost (unit stride), else over
+    output columns: interior columns (whole window inside the input) in vectors of V with a
+    constant, unrolled kw range (strided reads as one wide load + shuffle when the row is
+    contiguous); border columns one at a time with their tap ranges from build-time tables.
+    """
+    x, out = k.inputs[0], k.outputs[0]
+    dt = out.dtype
+    if len(k.outputs) > 1 and k.outputs[1] is not None or x.rank not in (3, 4) or np.dtype(dt).kind != "f":
+        return False
+    V = k.lanes(dt)
+    if V < 2:
+        return False
+    b = k.b
+    sp = x.rank - 2
+    k_sp = list(k.attr("kernel_shape"))
+    strides = list(k.attr("strides") or [1] * sp)
+    dils = list(k.attr("dilations") or [1] * sp)
+    begin, end = pool_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
+    include_pad = bool(k.attr("count_include_pad", 0))
+    (N, C, H, W), xs = _as_2d(x)
+    (_, _, OH, OW), os_ = _as_2d(out)
+    if sp == 1:
+        k_sp, strides, dils, begin, end = [1, *k_sp], [1, *strides], [1, *dils], [0, *begin], [0, *end]
+    KH, KW = k_sp
+    (sh, sw), (dh, dw), (ph, pw) = strides, dils, begin
+    tables = tap_tables(k, (OH, OW), (sh, sw), (dh, dw), (ph, pw), (KH, KW), (H, W))
+    counts = None
+    if kind == "avg":
+        counts = []
+        for d, (o_n, s_, d_, t_, n_) in enumerate(((OH, sh, dh, KH, H), (OW, sw, dw, KW, W))):
+            c_ = [tap_range(o, s_, d_, 0, t_, n_ + begin[d] + end[d]) if include_pad else tap_range(o, s_, d_, begin[d], t_, n_) for o in range(o_n)]
+            counts.append(k.constant_array(np.array([hi - lo for lo, hi in c_], dtype=np.float64).astype(dt)))
+    scalar_t = llvm_type(dt)
+
+    def combine(acc, v):
+        if kind == "max":
+            return b.select(b.fcmp_ordered(">", v, acc), v, acc)
+        return b.fadd(acc, v)
+
+    def start(ty):
+        return _fill(ty, float("-inf") if kind == "max" else 0.0)
+
+    def finish(acc, oh, ow_count):
+        """avg: divide by the window size (rows from the table; columns ow_count: a constant or loaded)."""
+        if kind != "avg":
+            return acc
+        ch = b.load(element(k, counts[0], oh))
+        cnt = b.fmul(ch, ow_count)
+        if isinstance(acc.type, ir.VectorType):
+            cnt = b.shuffle_vector(b.insert_element(ir.Constant(acc.type, None), cnt, ir.Constant(ir.IntType(32), 0)),
+                                   ir.Constant(acc.type, None), ir.Constant(ir.VectorType(ir.IntType(32), acc.type.count), [0] * acc.type.count))
+        return b.fdiv(acc, cnt)
+
+    def taps_h(oh, fn):
+        lo, hi = b.load(element(k, tables[0][0], oh)), b.load(element(k, tables[0][1], oh))
+        with loop(k, hi, lo) as kh:
+            fn(kh)
+
+    def runtime(extent, fn):
+        if extent == 1:
+            fn(k.index(0))
+        else:
+            with loop(k, extent) as i:
+                fn(i)
+
+    if xs[1] == 1 and os_[1] == 1 and C >= V:
+        # channels innermost: vectors of channels, every tap range from the tables
+        vt = ir.VectorType(scalar_t, V)
+        starts = list(range(0, C - V + 1, V))
+        if C % V:
+            starts.append(C - V)
+
+        def pixel(n, oh, ow):
+            lo_w, hi_w = b.load(element(k, tables[1][0], ow)), b.load(element(k, tables[1][1], ow))
+            for c0 in starts:
+                acc = k.local(vt, start(vt))
+
+                def row(kh):
+                    ih = offset(k, -ph, (oh, sh), (kh, dh))
+                    with loop(k, hi_w, lo_w) as kw:
+                        iw = offset(k, -pw, (ow, sw), (kw, dw))
+                        off = offset(k, c0, (n, xs[0]), (ih, xs[2]), (iw, xs[3]))
+                        b.store(combine(b.load(acc), load_lanes(k, x.ptr, off, V, 1, False)), acc)
+                taps_h(oh, row)
+                cw = b.load(element(k, counts[1], ow)) if counts else None
+                value = finish(b.load(acc), oh, cw)
+                store_lanes(k, out.ptr, offset(k, c0, (n, os_[0]), (oh, os_[2]), (ow, os_[3])), value, V, 1)
+        runtime(N, lambda n: runtime(OH, lambda oh: runtime(OW, lambda ow: pixel(n, oh, ow))))
+        return True
+
+    # output columns in vectors
+    wide = xs[3] == 1 and 1 < sw <= 4
+    margin = sw - 1 if wide else 0
+    full = [o for o in range(OW) if tap_range(o, sw, dw, pw, KW, W) == (0, KW) and o * sw + (KW - 1) * dw - pw + margin <= W - 1]
+    lo, hi = (full[0], full[-1] + 1) if full else (0, 0)
+    if hi - lo < V:
+        lo = hi = 0
+    step = sw * xs[3]
+
+    def scalar_col(n, c, oh, ow):
+        acc = k.local(scalar_t, start(scalar_t))
+        lo_w, hi_w = b.load(element(k, tables[1][0], ow)), b.load(element(k, tables[1][1], ow))
+
+        def row(kh):
+            ih = offset(k, -ph, (oh, sh), (kh, dh))
+            with loop(k, hi_w, lo_w) as kw:
+                iw = offset(k, -pw, (ow, sw), (kw, dw))
+                v = b.load(element(k, x.ptr, offset(k, 0, (n, xs[0]), (c, xs[1]), (ih, xs[2]), (iw, xs[3]))))
+                b.store(combine(b.load(acc), v), acc)
+        taps_h(oh, row)
+        cw = b.load(element(k, counts[1], ow)) if counts else None
+        b.store(finish(b.load(acc), oh, cw), element(k, out.ptr, offset(k, 0, (n, os_[0]), (c, os_[1]), (oh, os_[2]), (ow, os_[3]))))
+
+    def vector_cols(n, c, oh, ow, U):
+        vt = ir.VectorType(scalar_t, V)
+        accs = [k.local(vt, start(vt)) for _ in range(U)]
+
+        def row(kh):
+            ih = offset(k, -ph, (oh, sh), (kh, dh))
+            base = offset(k, -pw * xs[3], (n, xs[0]), (c, xs[1]), (ih, xs[2]), (ow, step))
+            for kw in range(KW):
+                for u in range(U):
+                    v = load_lanes(k, x.ptr, offset(k, kw * dw * xs[3] + u * V * step, (base, 1)), V, step, wide)
+                    b.store(combine(b.load(accs[u]), v), accs[u])
+        taps_h(oh, row)
+        for u in range(U):
+            value = finish(b.load(accs[u]), oh, ir.Constant(scalar_t, float(KW)))
+            store_lanes(k, out.ptr, offset(k, u * V * os_[3], (n, os_[0]), (c, os_[1]), (oh, os_[2]), (ow, os_[3])), value, V, os_[3])
+
+    def span(a, z, fn):
+        if z - a == 1:
+            fn(a)
+        elif z > a:
+            with loop(k, z, a) as i:
+                fn(i)
+
+    def out_row(n, c, oh):
+        span(0, lo, lambda ow: scalar_col(n, c, oh, ow))
+        width = hi - lo
+        U = 2 if width >= 2 * V else 1
+        tiles = width // (U * V)
+        if tiles == 1:
+            vector_cols(n, c, oh, lo, U)
+        elif tiles:
+            with loop(k, tiles) as t:
+                vector_cols(n, c, oh, offset(k, lo, (t, U * V)), U)
+        pos = lo + tiles * U * V
+        while hi - pos >= V:
+            vector_cols(n, c, oh, pos, 1)
+            pos += V
+        if hi > pos and width >= V:
+            vector_cols(n, c, oh, hi - V, 1)
+        span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
+    runtime(N, lambda n: runtime(C, lambda c: runtime(OH, lambda oh: out_row(n, c, oh))))
+    return True
+
+
 def window_pool(k, kind: str) -> None:
     """kind: max | avg | lp."""
     x, out = k.inputs[0], k.outputs[0]
     indices = k.outputs[1] if len(k.outputs) > 1 else None
     if out.size == 0:
+        return
+    if kind in ("max", "avg") and vector_pool(k, kind):
         return
     b, s, dt = k.b, k.s, out.dtype
     sp = x.rank - 2

@@ -1,10 +1,13 @@
 """Fuse a residual Add and an activation (Relu, Clip with constant bounds, LeakyRelu) into the Conv
 that produces their input, so the conv kernel applies them as it stores its output.
 
-Patterns (each intermediate has exactly one consumer and is not a graph output):
+First, Mul and Add by a constant that varies only along the output channels (an unfolded
+BatchNormalization, as in the older model-zoo exports) fold into the Conv's constant weights and bias.
+Then the patterns (each intermediate has exactly one consumer and is not a graph output):
 
     Conv -> Act                 Conv -> Add(., other)            Conv -> Add(., other) -> Act
 
+(Sum with two operands counts as Add.)
 The Add's other operand must have the conv output's shape and dtype (no broadcasting); the sum is
 formed before the activation. The result is recorded on the Conv node:
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Tensor
 from . import graph_pass
 
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu")
@@ -56,8 +59,109 @@ def activation_of(graph: Graph, node: Node) -> dict | None:
     return None
 
 
+def _per_channel(graph: Graph, name: str, out_shape) -> np.ndarray | None:
+    """A constant that broadcasts against the conv output varying only along dim 1, as (OC,) float64."""
+    t = graph.tensors.get(name)
+    if t is None or not t.is_const or np.dtype(t.dtype).kind != "f":
+        return None
+    value = np.asarray(t.value)
+    rank = len(out_shape)
+    if value.ndim > rank:
+        return None
+    full = value.reshape((1,) * (rank - value.ndim) + value.shape)
+    for d, n in enumerate(full.shape):
+        if n != 1 and (d != 1 or n != out_shape[1]):
+            return None
+    return np.broadcast_to(full.reshape(-1) if full.shape[1] != 1 else full.reshape(1), (out_shape[1],)).astype(np.float64)
+
+
+def fold_channel_affine(graph: Graph) -> None:
+    """Conv -> Mul(per-channel const) / Add(per-channel const) into the conv's weights and bias."""
+    outputs = set(graph.outputs)
+    changed = True
+    while changed:
+        changed = False
+        producers, consumers = graph.producers(), graph.consumers()
+        for node in graph.nodes:
+            if node.op_type not in ("Mul", "Add") or len(node.inputs) != 2 or len(node.outputs) != 1:
+                continue
+            for pos in (0, 1):
+                conv = producers.get(node.inputs[pos])
+                if conv is None or conv.op_type != "Conv" or "_epilogue" in conv.attrs or len(conv.outputs) != 1:
+                    continue
+                out = conv.outputs[0]
+                if out in outputs or len(consumers.get(out, [])) != 1 or node.inputs[1 - pos] == out:
+                    continue
+                t_out = graph.tensors[out]
+                if np.dtype(t_out.dtype).kind != "f" or tuple(graph.tensors[node.outputs[0]].shape) != tuple(t_out.shape):
+                    continue
+                c = _per_channel(graph, node.inputs[1 - pos], t_out.shape)
+                w = graph.tensors[conv.inputs[1]]
+                bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+                if c is None or not w.is_const or (bias_name is not None and not graph.tensors[bias_name].is_const):
+                    continue
+                bias = graph.tensors[bias_name].value.astype(np.float64) if bias_name else np.zeros(t_out.shape[1])
+                weight = w.value
+                if node.op_type == "Mul":
+                    weight = (weight.astype(np.float64) * c.reshape(-1, *([1] * (weight.ndim - 1)))).astype(weight.dtype)
+                    bias = bias * c
+                else:
+                    bias = bias + c
+                w_name = graph_unique(graph, f"{conv.name}.affine_weight")
+                b_name = graph_unique(graph, f"{conv.name}.affine_bias")
+                graph.tensors[w_name] = Tensor(w_name, weight.dtype, weight.shape, weight)
+                b_value = bias.astype(weight.dtype)
+                graph.tensors[b_name] = Tensor(b_name, b_value.dtype, b_value.shape, b_value)
+                conv.inputs = [conv.inputs[0], w_name, b_name]
+                final = node.outputs[0]
+                del graph.tensors[out]
+                conv.outputs = [final]
+                graph.nodes = [n for n in graph.nodes if n is not node]
+                changed = True
+                break
+            if changed:
+                break
+
+
+def graph_unique(graph: Graph, name: str) -> str:
+    base, i = name, 0
+    while name in graph.tensors:
+        i += 1
+        name = f"{base}{i}"
+    return name
+
+
+def fuse_norm_activation(graph: Graph) -> None:
+    """BatchNormalization (constant statistics, one output) -> activation: the activation becomes the
+    BN's epilogue (ops/norm.py applies it as it stores), as in DenseNet's pre-activation blocks."""
+    outputs = set(graph.outputs)
+    consumers = graph.consumers()
+    drop = set()
+    for node in graph.nodes:
+        if (node.op_type != "BatchNormalization" or "_epilogue" in node.attrs or len([o for o in node.outputs if o]) != 1
+                or not all(n and graph.tensors[n].is_const for n in node.inputs[1:5])):
+            continue
+        out = node.outputs[0]
+        users = consumers.get(out, [])
+        if out in outputs or len(users) != 1 or np.dtype(graph.tensors[out].dtype).kind != "f":
+            continue
+        act_node = users[0]
+        if act_node.op_type not in ACTIVATIONS or len(act_node.outputs) != 1 or act_node.inputs[0] != out:
+            continue
+        act = activation_of(graph, act_node)
+        if act is None:
+            continue
+        node.attrs["_epilogue"] = {"residual": False, **act}
+        node.outputs = [act_node.outputs[0], *node.outputs[1:]]
+        del graph.tensors[out]
+        drop.add(id(act_node))
+    graph.nodes = [n for n in graph.nodes if id(n) not in drop]
+
+
 @graph_pass(order=30)
 def fuse_conv_epilogue(graph: Graph) -> None:
+    fold_channel_affine(graph)
+    fuse_norm_activation(graph)
     outputs = set(graph.outputs)
     changed = True
     while changed:
@@ -85,7 +189,7 @@ def fuse_conv_epilogue(graph: Graph) -> None:
             fused: list[Node] = []
             epilogue = {"residual": False, "activation": None, "min": None, "max": None, "alpha": 0.0}
             residual = None
-            if nxt.op_type == "Add" and len(nxt.inputs) == 2 and len(nxt.outputs) == 1:
+            if nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and len(nxt.outputs) == 1:
                 other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
                 t_other = graph.tensors.get(other)
                 if (other and other != out and t_other is not None and tuple(t_other.shape) == tuple(t_out.shape)

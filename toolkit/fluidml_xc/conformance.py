@@ -526,6 +526,17 @@ def _registry_table() -> dict[str, dict]:
     return table
 
 
+def _is_function_op(op: str) -> bool:
+    import onnx
+
+    domain, _, name = op.rpartition(".")
+    try:
+        schema = onnx.defs.get_schema(name, domain=domain)
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.function_opset_versions or schema.context_dependent_function_opset_versions)
+
+
 def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
     """docs/SUPPORTED_OPS.md from the op registry and the last conformance run of every target."""
     try:
@@ -587,7 +598,7 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
     all_ops = sorted(set(registry) | set(case_count), key=str.lower)
     for op in all_ops:
         reg = registry.get(op)
-        opsets = ", ".join(f"{v}+" for v in reg["since"]) if reg else "not supported"
+        opsets = ", ".join(f"{v}+" for v in reg["since"]) if reg else ("inlined ONNX function" if _is_function_op(op) else "not supported")
         dtypes = reg["dtypes"] if reg else ""
         cells = []
         for target in targets:

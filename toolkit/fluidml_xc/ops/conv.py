@@ -180,6 +180,10 @@ def epilogue(k, epi, value, residual=None):
 class Conv2D:
     """Emits out = conv(x, w) + bias for (N, C, H, W) views given as (shape, strides, ptr)."""
 
+    # flat 1x1 convs run row vectors (pixel vectors) from this many pixels on, channel vectors below
+    # (measured on AVX2: channel vectors win at 14x14 for every Cin, row vectors from 28x28)
+    FLAT_ROW_MIN_PIXELS = 512
+
     def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool, epi=None, res=None):
         self.k, self.dtype = k, dtype
         self.epi = epi
@@ -194,7 +198,8 @@ class Conv2D:
         self.V = max(1, k.vector_bits // (np.dtype(self.dtype).itemsize * 8))
         # channel vectors (R = 1-2 vectors of output channels x P pixels) need packed weights and
         # enough channels; they suit narrow rows. Otherwise vectors run along the output row.
-        self.by_channel = wvalue is not None and self.Cog >= self.V and self.V > 1 and (not flat or self.W < 8 * self.V)
+        self.by_channel = (wvalue is not None and self.Cog >= self.V and self.V > 1
+                           and (not flat or self.W < self.FLAT_ROW_MIN_PIXELS))
         if self.by_channel:
             self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
             self.P = 6 if self.R > self.V else 12

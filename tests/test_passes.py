@@ -277,3 +277,31 @@ def test_bert_tiny_matches_reference():
 def test_fused_model_on_aarch64_under_qemu(tmp_path):
     _check(linear_gelu_model(), board="rpi4", rtol=1e-4, atol=1e-4)
     _check(dtype_model(), board="rpi4")
+
+
+def relu_model(dtype=T.FLOAT):
+    """Gemm + Relu (an exported MLP) and MatMul + bias + Relu on 3-D activations; the last Relu's input is an output too."""
+    npd = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1), helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "shape"], ["r1r"]),
+             helper.make_node("MatMul", ["r1r", "w2"], ["h2"]), helper.make_node("Add", ["h2", "b2"], ["h2b"]),
+             helper.make_node("Relu", ["h2b"], ["y"]), helper.make_node("Relu", ["y"], ["z"])]
+    inits = [_c("w1", rng.standard_normal((20, 16)), npd), _c("b1", rng.standard_normal(20), npd),
+             _c("shape", [2, 3, 20], np.int64), _c("w2", rng.standard_normal((20, 11)), npd), _c("b2", rng.standard_normal(11), npd)]
+    return _model(nodes, [("x", dtype, (6, 16))], [("y", dtype, (2, 3, 11)), ("z", dtype, (2, 3, 11))], inits)
+
+
+@pytest.mark.parametrize("opt", ["plain", "greedy", "fluid"])
+def test_matmul_and_gemm_relu_epilogue(opt):
+    model = relu_model()
+    graph = import_graph(model)
+    assert [(n.op_type, n.attrs.get("_activation")) for n in graph.nodes] == \
+        [("Gemm", "Relu"), ("Reshape", None), ("MatMul", "Relu"), ("Relu", None)]
+    _check(model, opt=opt, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
+def test_epilogues_on_aarch64_under_qemu():
+    _check(relu_model(), board="rpi4", rtol=1e-4, atol=1e-4)
+    _check(residual_model(), board="rpi4", rtol=1e-4, atol=1e-4)

@@ -121,6 +121,8 @@ class Problem:
     beta: float = 1.0
     residual: Mat | None = None
     """Added after the bias, element for element of C: stored with C's strides, so read at C's own offsets."""
+    relu: bool = False
+    """max(., 0) last (passes/matmul_bias.py fused a Relu)."""
 
     def transposed(self) -> "Problem":
         return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),
@@ -204,7 +206,11 @@ def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
 
 
 def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
-    """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them)."""
+    """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them), then the Relu."""
+    if P.relu:  # select(x > 0, x, 0): NaN -> 0 like the Relu kernel's maxnum
+        x = _add_residual(k, replace(P, relu=False), acc, at, cs, width, count)
+        zero = k.vzero(P.dtype, width)
+        return k.b.select(k.b.fcmp_ordered(">", x, zero), x, zero)
     if P.residual is None:
         return acc
     dt, ptr = P.dtype, P.residual.ptr
@@ -410,6 +416,19 @@ def _as_matrix_access(op: Operand, batch_rank: int, ndomain: int, row_dim: int, 
     return op.access(dims, ndomain)
 
 
+def _finish_pass(k, out: Operand, residual: Operand | None, relu: bool) -> None:
+    """out (+= residual) (= max(out, 0)) in one pass, where the kernel could not do it in its epilogue."""
+    dt = out.dtype
+    if residual is None and not relu:
+        return
+    ins = [out.identity_access()] + ([residual.broadcast_access(out.shape)] if residual is not None else [])
+
+    def body(v, i):
+        x = k.s.add(dt, v[0], v[1]) if residual is not None else v[0]
+        return [k.s.max(dt, x, const(dt, 0)) if relu else x]
+    k.generic(out.shape, [out.identity_access()], ins, body)
+
+
 def _bias_mat(bias: Operand | None) -> Mat | None:
     """The epilogue's view of a MatMul bias (passes/matmul_bias.py): N or 1 constant elements along the last dim."""
     if bias is None:
@@ -448,6 +467,7 @@ def lower_matmul(k):
     c_acc = out.access(out_dims, ndom)
     bias = k.inputs[2] if len(k.inputs) > 2 and k.inputs[2] is not None else None
     residual = k.inputs[3] if len(k.inputs) > 3 and k.inputs[3] is not None else None
+    relu = k.attr("_activation") == "Relu"
     if kind is not None:
         # the residual rides in the epilogue when stored like C (same shape and strides); else one pass after
         in_epilogue = residual is not None and residual.shape == out.shape and residual.strides == out.strides
@@ -459,10 +479,11 @@ def lower_matmul(k):
                     Mat(lambda op=b: op.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
                     Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]), _bias_mat(bias),
                     residual=Mat(lambda op=residual: op.ptr, (), 0, 0) if in_epilogue else None)
-        emit_blocked(k, P, kind)
         if residual is not None and not in_epilogue:
-            k.generic(out.shape, [out.identity_access()], [out.identity_access(), residual.broadcast_access(out.shape)],
-                      lambda v, i: [k.s.add(dt, v[0], v[1])])
+            emit_blocked(k, P, kind)
+            _finish_pass(k, out, residual, relu)
+        else:
+            emit_blocked(k, replace(P, relu=relu), kind)
         return
     if b.value is not None and b.rank >= 2:
         b = _repacked(k, b, False, column_major=order == "ijk")
@@ -476,6 +497,7 @@ def lower_matmul(k):
     a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
     b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
     matmul_accumulate(k, a_acc, b_acc, c_acc, batch, m, n, kk, dt, order=order)
+    _finish_pass(k, out, None, relu)
 
 
 @register("Gemm")
@@ -486,6 +508,7 @@ def lower_gemm(k):
     dt = out.dtype
     alpha, beta = float(k.attr("alpha", 1.0)), float(k.attr("beta", 1.0))
     trans_a, trans_b = int(k.attr("transA", 0)), int(k.attr("transB", 0))
+    relu = k.attr("_activation") == "Relu"
     a_mk = (a.strides[1], a.strides[0]) if trans_a else (a.strides[0], a.strides[1])
     b_kn = (b.strides[1], b.strides[0]) if trans_b else (b.strides[0], b.strides[1])
     m, kk = (a.shape[1], a.shape[0]) if trans_a else a.shape
@@ -508,7 +531,7 @@ def lower_gemm(k):
             bs = c.broadcast_access((m, n)).strides
             bias = Mat(lambda op=c: op.ptr, (), bs[0], bs[1])
         P = Problem(np.dtype(dt), (), m, n, kk, Mat(lambda op=a: op.ptr, (), sa[0], sa[1], a_val), Mat(lambda op=b: op.ptr, (), sb[1], sb[2], b_val),
-                    Mat(lambda op=out: op.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta)
+                    Mat(lambda op=out: op.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta, relu=relu)
         emit_blocked(k, P, kind)
         return
     if b.value is not None:
@@ -523,3 +546,4 @@ def lower_gemm(k):
     a_acc = a.access([1, 0] if trans_a else [0, 1], 3)
     b_acc = b.access([2, 1] if trans_b else [1, 2], 3)
     matmul_accumulate(k, a_acc, b_acc, out.access([0, 2], 3), (), m, n, kk, dt, None if alpha == 1.0 else const(dt, alpha), order=order)
+    _finish_pass(k, out, None, relu)

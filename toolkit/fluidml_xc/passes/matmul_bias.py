@@ -8,7 +8,8 @@ any further), the bias becomes the MatMul's third input with node.attrs["_bias"]
 scalar path). The MatMul takes over the Add's output tensor; its old output is deleted.
 
 Then a residual: MatMul (+ bias) followed by Add(an activation of the output's shape) takes the
-activation as input 3 (fuse_matmul_residual).
+activation as input 3 (fuse_matmul_residual); then a following Relu (after MatMul or Gemm) becomes
+node.attrs["_activation"] (fuse_matmul_relu).
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def fuse_matmul_bias(graph: Graph) -> None:
     if drop:
         graph.nodes = [n for n in graph.nodes if id(n) not in drop]
     fuse_matmul_residual(graph)
+    fuse_matmul_relu(graph)
 
 
 def fuse_matmul_residual(graph: Graph) -> None:
@@ -96,3 +98,32 @@ def fuse_matmul_residual(graph: Graph) -> None:
     if moved:
         at_add = {id(add): mm for mm_id, add in moved.items() for mm in graph.nodes if id(mm) == mm_id}
         graph.nodes = [at_add.get(id(n), n) for n in graph.nodes if id(n) not in moved]
+
+
+def fuse_matmul_relu(graph: Graph) -> None:
+    """MatMul/Gemm (after bias and residual) followed by Relu: node.attrs["_activation"] = "Relu", applied last in
+    the epilogue (max with 0, as the Relu kernel computes it)."""
+    producers = graph.producers()
+    consumers = graph.consumers()
+    outputs = set(graph.outputs)
+    drop = set()
+    for node in graph.nodes:
+        if node.op_type != "Relu" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 1 or len(node.outputs) != 1:
+            continue
+        src = node.inputs[0]
+        mm = producers.get(src)
+        if mm is None or mm.op_type not in ("MatMul", "Gemm") or mm.domain not in ("", "ai.onnx") or "_activation" in mm.attrs:
+            continue
+        if src in outputs or len({id(u) for u in consumers.get(src, [])}) != 1 or len(mm.outputs) != 1:
+            continue
+        if graph.tensors[src].shape != graph.tensors[node.outputs[0]].shape or graph.tensors[src].is_const:
+            continue
+        if mm.op_type == "MatMul" and any(len(graph.tensors[n].shape) < 2 for n in mm.inputs[:2]):
+            continue
+        mm.attrs["_activation"] = "Relu"
+        mm.attrs["_fused_nodes"] = list(mm.attrs.get("_fused_nodes", [mm.name])) + [node.name]
+        del graph.tensors[src]
+        mm.outputs = [node.outputs[0]]
+        drop.add(id(node))
+    if drop:
+        graph.nodes = [n for n in graph.nodes if id(n) not in drop]

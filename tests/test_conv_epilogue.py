@@ -142,6 +142,17 @@ def test_batchnorm_relu_fuses():
     assert by_name["bn"].attrs["_epilogue"]["activation"] == "relu"
 
 
+def test_add_of_two_convs_goes_to_the_later_one():
+    """ResNet's projection shortcut: both Add operands are convs; the later one fuses, nothing moves."""
+    nodes = [conv("x", "w", "p", "proj", pads=[1, 1, 1, 1]),
+             conv("x", "w", "c", "branch", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["p", "c"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y"]))
+    assert [n.name for n in graph.nodes] == ["proj", "branch"]
+    assert by_name["branch"].inputs[3] == "p" and "_epilogue" not in by_name["proj"].attrs
+
+
 # -- results ---------------------------------------------------------------------------------------
 def epilogue_net():
     """Fused convs of every kernel family (channel vectors, row vectors, flat 1x1, depthwise, 1D)."""

@@ -192,7 +192,11 @@ def fuse_conv_epilogue(graph: Graph) -> None:
             if nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and len(nxt.outputs) == 1:
                 other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
                 t_other = graph.tensors.get(other)
-                if (other and other != out and t_other is not None and tuple(t_other.shape) == tuple(t_out.shape)
+                rival = producers.get(other)
+                later_conv = (rival is not None and rival.op_type == "Conv" and "_epilogue" not in rival.attrs
+                              and position[id(rival)] > position[id(conv)] and sole_consumer(other) is nxt)
+                # when both operands are convs, the later one takes the add (nothing has to move)
+                if not later_conv and (other and other != out and t_other is not None and tuple(t_other.shape) == tuple(t_out.shape)
                         and np.dtype(t_other.dtype) == np.dtype(t_out.dtype)
                         and tuple(graph.tensors[nxt.outputs[0]].shape) == tuple(t_out.shape)):
                     residual = other

@@ -183,11 +183,14 @@ def epilogue_net():
         N("Sum", ["i2", "rp"], ["i3"]), N("Relu", ["i3"], ["y7"]),
         N("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["j0"]),               # BN + Clip
         N("Clip", ["j0", "lo", "hi"], ["y8"]),
+        N("Conv", ["x7", "ws2", "b16"], ["k0"], strides=[2, 2]),                       # 1x1 s2, tiles across rows
+        N("Add", ["k0", "r7"], ["k1"]), N("Relu", ["k1"], ["y9"]),
     ]
     inits.update(sc=rand(8, 1, 1, seed=40), sh=rand(8, 1, 1, seed=41), bs=rand(8, seed=42), bb=rand(8, seed=43),
                  bm=rand(8, seed=44), bv=np.abs(rand(8, seed=45)) + 0.5)
     feeds["rp"] = rand(1, 8, 11, 13, seed=46)
-    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8"]
+    feeds["x7"], feeds["r7"] = rand(1, 8, 13, 13, seed=47), rand(1, 16, 7, 7, seed=48)
+    outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9"]
     return make_model(nodes, inits, feeds, outputs), feeds
 
 
@@ -201,7 +204,7 @@ def check(model, feeds, tmp_path, board="x86_64"):
 def test_epilogue_net_fuses_everything():
     model, _ = epilogue_net()
     graph = import_graph(model)
-    assert [n.op_type for n in graph.nodes] == ["Conv"] * 8 + ["BatchNormalization"]
+    assert [n.op_type for n in graph.nodes] == ["Conv"] * 8 + ["BatchNormalization", "Conv"]
 
 
 def test_epilogue_net_x86_64(tmp_path):

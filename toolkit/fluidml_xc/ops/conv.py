@@ -356,8 +356,10 @@ class Conv2D:
         fixed(lo + tiles * P, hi)
         fixed(hi, OW)
 
-    def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range):
-        """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow."""
+    def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
+        """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow.
+
+        spots: per pixel its constant (oh, ow) offset from (oh, ow) instead of (0, p) (1x1 tiles across rows)."""
         k, b, s, dt, V = self.k, self.k.b, self.k.s, self.dtype, self.V
         nv, npix = self.R // V, len(pixels)
         vt = ir.VectorType(llvm_type(dt), V)
@@ -386,7 +388,8 @@ class Conv2D:
                 for p, (plo, phi) in enumerate(pixels):
                     if isinstance(kw, int) and not plo <= kw < phi:
                         continue
-                    xv = splat(k, b.load(element(k, self.xp, offset(k, p * self.sw * xs[3], (xbase, 1)))), V)
+                    xp_off = p * self.sw * xs[3] if spots is None else spots[p][0] * self.sh * xs[2] + spots[p][1] * self.sw * xs[3]
+                    xv = splat(k, b.load(element(k, self.xp, offset(k, xp_off, (xbase, 1)))), V)
                     for v in range(nv):
                         b.store(s.add(dt, b.load(slots[v][p]), s.mul(dt, xv, wv[v])), slots[v][p])
             self.each((kw_lo, kw_hi), tap, self.KW <= 16)
@@ -396,12 +399,13 @@ class Conv2D:
         for v in range(nv):
             valid = min(V, R - v * V)
             for p in range(npix):
-                off = offset(k, v * V * os_[1] + p * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                dy, dx = (0, p) if spots is None else spots[p]
+                off = offset(k, v * V * os_[1] + dy * os_[2] + dx * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
                 value = b.load(slots[v][p])
                 roff = rs = rp = None
                 if self.res is not None:
                     rs, rp = self.res
-                    roff = offset(k, v * V * rs[1] + p * rs[3], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                    roff = offset(k, v * V * rs[1] + dy * rs[2] + dx * rs[3], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
                 if valid == V:
                     residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
                     store_lanes(k, self.op, off, epilogue(k, self.epi, value, residual), V, os_[1])
@@ -418,6 +422,12 @@ class Conv2D:
         self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
         self.span(lo, hi, lambda oh: emit_row(oh, (0, self.KH)))
         self.span(hi, self.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+
+    def pointwise_tiles(self) -> bool:
+        """Unpadded 1x1 convs with small outputs (strided, or not flattenable): pixel tiles of P run
+        across row ends (build-time offsets per pixel), so narrow rows leave no ragged tiles."""
+        return (self.by_channel and not self.flat and self.KH == 1 and self.KW == 1 and self.ph == 0 and self.pw == 0
+                and self.OH > 1 and self.OW % self.P != 0 and self.OH * self.OW <= 64)
 
     def blocks_outer(self) -> bool:
         """Channel blocks outermost (each block's weights stay cached while the input streams past
@@ -445,7 +455,11 @@ class Conv2D:
                                  (self.KH, self.KW), (self.H, self.W))
 
         def per_image(n, g):
-            if self.by_channel and self.flat and self.blocks_outer():
+            if self.pointwise_tiles():
+                spots = [(q // self.OW, q % self.OW) for q in range(self.OH * self.OW)]
+                self.channel_blocks(lambda cb, R: [self.block_c(n, g, cb, R, 0, 0, [(0, 1)] * len(spots[i:i + self.P]), (0, 1),
+                                                                spots[i:i + self.P]) for i in range(0, len(spots), self.P)])
+            elif self.by_channel and self.flat and self.blocks_outer():
                 self.channel_blocks(lambda cb, R: self.row_c(0, (0, 1), lambda ow, pixels: self.block_c(
                     n, g, cb, R, 0, ow, pixels, (0, 1))))
             elif self.by_channel and self.flat:

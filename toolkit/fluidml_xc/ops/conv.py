@@ -12,6 +12,15 @@ blockings, both accumulating in registers over every input channel and tap:
   runtime weights, and 1x1 stride-1 convs, which run as a matmul over the flattened image with pixel
   tiles outermost so a tile of input stays in cache across the channel blocks.
 
+Loop order: channel blocks outermost unless re-reading all weights once per output row (pixel tile
+when flat) moves fewer bytes than re-reading the input once per channel block. Flat 1x1 convs use
+channel vectors below FLAT_ROW_MIN_PIXELS pixels; unpadded 1x1 convs with tiny outputs (e.g. 7x7
+after a stride-2 1x1) tile pixels across row ends so narrow rows leave no ragged tiles.
+
+Fused epilogue (passes/conv_epilogue.py, node.attrs["_epilogue"]): every store path (both
+blockings, vector and scalar, and the generic nest) adds the residual input (input 3, read through
+its own strides) and applies Relu / Clip / LeakyRelu to the accumulators before they are stored.
+
 Padding never reaches the hot loop: output rows and columns whose windows lie inside the input are
 found at build time and run with constant, unrolled tap ranges; border rows and columns take their
 tap ranges from build-time constants or tables. Other ranks and ConvTranspose use a generic nest with

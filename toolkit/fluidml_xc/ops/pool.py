@@ -1,6 +1,9 @@
 """Pooling: MaxPool (with optional Indices), AveragePool, LpPool and their Global forms.
 
-Windowed pools loop over the output and, per spatial dim, over the taps that land inside the input:
+Float Max/AveragePool of rank 3/4 without Indices run explicit vectors (vector_pool): over channels
+when both tensors store channels innermost, else over output columns (interior columns in vectors
+with constant unrolled kw taps, strided rows as wide load + shuffle; border columns scalar).
+Other windowed pools loop over the output and, per spatial dim, over the taps that land inside the input:
 the tap range of every output position is a build-time table, so padding (and ceil_mode's ragged
 last window) costs no test per tap. Global pools are reductions through the kernel builder, the
 spatial dims innermost.

@@ -226,3 +226,75 @@ def test_epilogue_net_aarch64(tmp_path):
         pytest.skip("qemu-user-static is not installed")
     model, feeds = epilogue_net()
     check(model, feeds, tmp_path, board="qemu-aarch64")
+
+
+# -- every layout (kernels JIT-run on buffers stored in permuted layouts) ----------------------------
+def _jit_node(graph, node, layouts):
+    import ctypes
+
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.codegen.emit import EmitOptions, ModuleEmitter
+    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.fluid.costs import jit_engine
+
+    class NoPlan:
+        alias_of, offsets = {}, {}
+    spec = machine_spec(get_board(None))
+    emitter = ModuleEmitter(graph, NoPlan(), spec, EmitOptions(layouts=layouts))
+    fn = emitter.node_function(node, 0)
+    fn.linkage = "external"
+    engine = jit_engine(str(emitter.module), spec)
+    names = emitter._arg_names(node)
+    rng = np.random.default_rng(5)
+    logical, stored = {}, []
+    for name in names:
+        t = graph.tensors[name]
+        value = rng.standard_normal(t.shape).astype(np.float32)
+        logical[name] = value
+        perm = layouts.get(name)
+        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
+    cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)))(engine.get_function_address(fn.name))
+    cfn(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
+    perm = layouts.get(names[-1])
+    return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
+
+
+LAYOUTS = [None, (0, 2, 3, 1), (0, 1, 3, 2), (2, 3, 0, 1)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", ["conv3x3_s2", "conv1x1", "conv1x1_s2", "depthwise"])
+def test_fused_conv_every_layout(case, layout):
+    w, attrs, x_shape = {"conv3x3_s2": ((16, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), (1, 8, 9, 30)),
+                         "conv1x1": ((16, 8, 1, 1), {}, (1, 8, 5, 30)),
+                         "conv1x1_s2": ((16, 8, 1, 1), dict(strides=[2, 2]), (1, 8, 13, 13)),
+                         "depthwise": ((8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8), (1, 8, 9, 30))}[case]
+    inits = {"w": rand(*w, seed=50), "b": rand(w[0], seed=51), "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
+    probe = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
+    out_shape = import_graph(probe).tensors["c"].shape
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    model = make_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
+    graph = import_graph(model)
+    (node,) = graph.nodes
+    layouts = {"x": layout, "r": layout, "y": layout} if layout else {}
+    logical, got = _jit_node(graph, node, layouts)
+    feeds = {"x": logical["x"], "r": logical["r"]}
+    want = reference(model, feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("op,attrs", [("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                                      ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+                                      ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+                                      ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1))])
+def test_vector_pool_every_layout(op, attrs, layout):
+    x_shape = (1, 12, 7, 41)
+    model = make_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], {}, {"x": np.zeros(x_shape, np.float32)}, ["y"])
+    graph = import_graph(model)
+    (node,) = graph.nodes
+    layouts = {"x": layout, "y": layout} if layout else {}
+    logical, got = _jit_node(graph, node, layouts)
+    want = reference(model, {"x": logical["x"]})["y"]
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

@@ -111,7 +111,7 @@ def _coerce(spec: Mapping, value: np.ndarray) -> np.ndarray:
         if not same_family or (dtype.kind in "iu" and not np.array_equal(cast, arr)):
             raise InputError(f"input {name!r}: dtype {arr.dtype} cannot be converted to the model's {dtype}")
         arr = cast
-    return np.ascontiguousarray(arr, dtype=dtype.newbyteorder("<"))
+    return np.require(arr, dtype=dtype.newbyteorder("<"), requirements="C")
 
 
 def check_feeds(manifest: Mapping, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -114,7 +114,8 @@ class ModuleEmitter:
         for k, name in enumerate(graph.inputs):
             pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
         for k, name in enumerate(graph.outputs):
-            pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
+            if not graph.tensors[name].is_const:
+                pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
 
         def pointer(name: str) -> ir.Value:
             if name in pointers:
@@ -149,8 +150,15 @@ class ModuleEmitter:
             b.call(memcpy, [dst, src, ir.Constant(ir.IntType(64), max(tensor.nbytes, 0)), ir.Constant(ir.IntType(1), 0)])
 
     def _arg_names(self, node: Node) -> list[str]:
-        """Tensors passed to a node's function; constants are read from read-only data directly."""
-        return [n for n in node.inputs if n and not self.graph.tensors[n].is_const] + [n for n in node.outputs if n]
+        """Tensors passed to a node's function, one per storage: an in-place output shares its input's
+        pointer (so LLVM sees one pointer and vectorizes); constants are read from read-only data directly."""
+        names, roots = [], set()
+        for n in [n for n in node.inputs if n and not self.graph.tensors[n].is_const] + [n for n in node.outputs if n]:
+            root = self._storage_root(n)
+            if root not in roots:
+                roots.add(root)
+                names.append(n)
+        return names
 
     def _constant_pointer(self, name: str) -> ir.Value:
         """A constant stored in its layout (permuted at build time), as a typed pointer constant expression."""
@@ -179,25 +187,28 @@ class ModuleEmitter:
         types = [llvm_type(graph.tensors[n].dtype).as_pointer() for n in names]
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}")
         fn.linkage = "internal"
-        roots = [self._storage_root(n) for n in names]
-        for arg, root in zip(fn.args, roots):
-            if roots.count(root) == 1:
-                arg.add_attribute("noalias")
-        args = iter(fn.args)
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        if node.name in self.options.loop_orders:
+            node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
+        kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
+        kernel.constant_data = self.constant_data
+        by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}
 
         def operand(name: str) -> Operand | None:
             if not name:
                 return None
             t = graph.tensors[name]
-            storage = (lambda: self._constant_pointer(name)) if t.is_const else next(args)
+            if t.is_const:
+                storage = lambda: self._constant_pointer(name)  # noqa: E731
+            else:
+                arg = by_root[self._storage_root(name)]
+                ptr_type = llvm_type(t.dtype).as_pointer()
+                storage = arg if arg.type == ptr_type else kernel.b.bitcast(arg, ptr_type)
             return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value)
 
-        inputs = [operand(n) for n in node.inputs]
-        outputs = [operand(n) for n in node.outputs]
-        if node.name in self.options.loop_orders:
-            node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
-        kernel = Kernel(self.module, fn, graph, node, inputs, outputs, self.spec.pointer_bits, self.spec.vector_bits)
-        kernel.constant_data = self.constant_data
+        kernel.inputs = [operand(n) for n in node.inputs]
+        kernel.outputs = [operand(n) for n in node.outputs]
         spec.lower(kernel)
         kernel.b.ret_void()
         return fn

@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..ir import Graph, Node
-from .scalar import Scalar, const, llvm_type
+from .scalar import FAST, Scalar, const, llvm_type
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -328,7 +328,7 @@ class Kernel:
 
     def fma(self, acc: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
         """acc + x * y for floats (scalar or vector), contracted to an FMA where the target has one."""
-        return self.b.fadd(acc, self.b.fmul(x, y, flags=("fast",)), flags=("fast",))
+        return self.b.fadd(acc, self.b.fmul(x, y, flags=FAST), flags=FAST)
 
     def reduce_lanes(self, vectors: Sequence[ir.Value]) -> ir.Value:
         """Horizontal sums of n vectors (n a power of two <= lanes, <= one 128-bit block) as one n-lane vector
@@ -352,7 +352,7 @@ class Kernel:
                 for src in (0, width):
                     even += [src + base + i for i in range(0, block, 2)]
                     odd += [src + base + i + 1 for i in range(0, block, 2)]
-            return self.b.fadd(shuffle(x, y, even), shuffle(x, y, odd), flags=("fast",))
+            return self.b.fadd(shuffle(x, y, even), shuffle(x, y, odd), flags=FAST)
 
         n = len(vecs)
         while len(vecs) > 1:
@@ -360,13 +360,13 @@ class Kernel:
         w = vecs[0]
         while width > max(block, n):
             half = width // 2
-            w = self.b.fadd(shuffle(w, w, list(range(half))), shuffle(w, w, list(range(half, width))), flags=("fast",))
+            w = self.b.fadd(shuffle(w, w, list(range(half))), shuffle(w, w, list(range(half, width))), flags=FAST)
             width = half
         while width > n:
             half = width // 2
             if half == 1:
                 return self.b.fadd(self.b.extract_element(w, ir.Constant(ir.IntType(32), 0)),
-                                   self.b.extract_element(w, ir.Constant(ir.IntType(32), 1)), flags=("fast",))
-            w = self.b.fadd(shuffle(w, w, list(range(0, width, 2))), shuffle(w, w, list(range(1, width, 2))), flags=("fast",))
+                                   self.b.extract_element(w, ir.Constant(ir.IntType(32), 1)), flags=FAST)
+            w = self.b.fadd(shuffle(w, w, list(range(0, width, 2))), shuffle(w, w, list(range(1, width, 2))), flags=FAST)
             width = half
         return w

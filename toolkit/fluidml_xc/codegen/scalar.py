@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-FAST = ("fast",)
+FAST = ("reassoc", "contract", "nsz", "arcp", "afn")
+"""Reassociation for vectorized reductions and FMA contraction; infinities and NaNs keep their meaning."""
 
 _FLOAT_TYPES = {np.dtype("float32"): ir.FloatType(), np.dtype("float64"): ir.DoubleType(), np.dtype("float16"): ir.HalfType()}
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..codegen.kernel import Access, Operand, row_major_strides
-from ..codegen.scalar import const, is_float, llvm_type
+from ..codegen.scalar import FAST, const, is_float, llvm_type
 from llvmlite import ir
 from ..fluid.loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 from .registry import register
@@ -188,7 +188,7 @@ def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
     """alpha * acc + beta * bias[row, col : col + count] (lanes past count are left as they are)."""
     dt = P.dtype
     if P.alpha != 1.0:
-        acc = k.b.fmul(acc, k.splat(const(dt, P.alpha), width), flags=("fast",))
+        acc = k.b.fmul(acc, k.splat(const(dt, P.alpha), width), flags=FAST)
     if P.bias is not None:
         bias = P.bias
         at = _add(k, _mul(k, row, bias.rs), _mul(k, col, bias.cs))
@@ -200,8 +200,8 @@ def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
                 x = k.b.load(k.b.gep(bias.ptr, [_add(k, at, l * bias.cs)], inbounds=True))
                 vec = k.b.insert_element(vec, x, _i32(l))
         if P.beta != 1.0:
-            vec = k.b.fmul(vec, k.splat(const(dt, P.beta), width), flags=("fast",))
-        acc = k.b.fadd(acc, vec, flags=("fast",))
+            vec = k.b.fmul(vec, k.splat(const(dt, P.beta), width), flags=FAST)
+        acc = k.b.fadd(acc, vec, flags=FAST)
     return acc
 
 
@@ -220,7 +220,7 @@ def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
         vec = k.vzero(dt, width)
         for l in range(count):
             vec = k.b.insert_element(vec, k.b.load(k.b.gep(ptr, [_add(k, at, l * cs)], inbounds=True)), _i32(l))
-    return k.b.fadd(acc, vec, flags=("fast",))
+    return k.b.fadd(acc, vec, flags=FAST)
 
 
 def _i32(v: int):
@@ -358,12 +358,12 @@ def _emit_dot(k, P: Problem) -> None:
                         t = k.fma(t, x, y)
                     tails.append(t)
                 if nc == 1:
-                    sums = k.b.fadd(sums, tails[0], flags=("fast",))
+                    sums = k.b.fadd(sums, tails[0], flags=FAST)
                 else:
                     vec = k.vzero(dt, nc)
                     for q, t in enumerate(tails):
                         vec = k.b.insert_element(vec, t, _i32(q))
-                    sums = k.b.fadd(sums, vec, flags=("fast",))
+                    sums = k.b.fadd(sums, vec, flags=FAST)
             row = _add(k, i0, r)
             acc = _epilogue(k, P, sums, row, j0, nc, nc)
             at = _add(k, _add(k, cb, _mul(k, row, c.rs)), _mul(k, j0, c.cs))

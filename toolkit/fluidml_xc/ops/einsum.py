@@ -1,0 +1,85 @@
+"""Einsum for static equations, lowered as one `generic` reduction over the union of the labels.
+
+The domain is the output labels (in output order) followed by the other labels (reduced, summed);
+each operand accesses the domain through its labels' strides (a label repeated within one operand
+is a diagonal: its strides add up), the body is the product of the operands' elements. Implicit
+mode (no '->') outputs the labels used exactly once, alphabetically, after any ellipsis dims;
+'...' stands for the same broadcast dims in every operand (right-aligned, size 1 broadcasts).
+"""
+from __future__ import annotations
+
+from ..codegen.scalar import const
+from ..errors import InputError
+from .registry import register
+
+_ELLIPSIS_LABELS = "".join(chr(c) for c in range(0x100, 0x140))  # labels no equation spells
+
+
+def _parse(equation: str, ranks: list[int], name: str) -> tuple[list[str], str]:
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise InputError(f"node {name!r} (Einsum): equation {equation!r} names {len(terms)} operands, got {len(ranks)}")
+    ell = 0
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            ell = max(ell, r - (len(t) - 3))
+    ell_labels = _ELLIPSIS_LABELS[:ell]
+    out_terms = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            n = r - (len(t) - 3)
+            t = t.replace("...", ell_labels[ell - n:] if n else "")
+        if len(t) != r:
+            raise InputError(f"node {name!r} (Einsum): term {t!r} does not match an operand of rank {r}")
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", ell_labels)
+    else:
+        counts: dict[str, int] = {}
+        for t in out_terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell_labels + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell_labels))
+    return out_terms, out
+
+
+@register("Einsum")
+def lower_einsum(k):
+    ins = [op for op in k.inputs if op is not None]
+    out = k.outputs[0]
+    dt = out.dtype
+    terms, out_labels = _parse(str(k.attr("equation")), [op.rank for op in ins], k.node.name)
+    if not out.size:
+        return
+    labels = list(out_labels)
+    for t in terms:
+        for c in t:
+            if c not in labels:
+                labels.append(c)
+    pos = {c: i for i, c in enumerate(labels)}
+    extent = {c: 1 for c in labels}
+    for t, op in zip(terms, ins):
+        for c, n in zip(t, op.shape):
+            extent[c] = max(extent[c], n)
+    if any(extent[c] == 0 for c in labels):
+        k.generic(out.shape, [out.identity_access()], [], lambda v, i: [const(dt, 0)])
+        return
+    domain = [extent[c] for c in labels]
+    nd = len(domain)
+    accesses = [op.access([pos[c] for c in t], nd) for t, op in zip(terms, ins)]
+    out_acc = out.access(list(range(len(out_labels))), nd)
+    reduce_dims = list(range(len(out_labels), nd))
+
+    def body(values, idx):
+        acc = values[0]
+        for v in values[1:]:
+            acc = k.s.mul(dt, acc, v)
+        return [acc]
+    if not ins:
+        return
+    if reduce_dims:
+        k.generic(domain, [out_acc], accesses, body, reduce_dims, [const(dt, 0)])
+    else:
+        k.generic(domain, [out_acc], accesses, body)

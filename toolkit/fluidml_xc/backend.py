@@ -76,21 +76,11 @@ class Lowered:
 
 def lower_graph(graph: Graph, board: Board, opt: str = DEFAULT_OPT) -> Lowered:
     """Optimize, plan (and verify the plan) and emit the LLVM module of `graph` for `board`."""
-    from .build import OPT_MODES
-    from .codegen.emit import EmitOptions, emit_module
+    from .build import lower_graph as lower
     from .codegen.machine import machine_spec
-    from .optimize import optimize
-    from .planner import PlanOptions, plan_memory, verify_plan
 
-    if opt not in OPT_MODES:
-        raise InputError(f"unknown opt mode {opt!r}; choose one of {', '.join(OPT_MODES)}")
-    spec = machine_spec(board)
-    decisions = optimize(graph, spec, opt, "analytic")
-    plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=opt != "plain",
-                                          inplace=opt != "plain", reorder=opt != "plain"), layouts=decisions.layouts)
-    verify_plan(graph, plan)
-    ir_text = emit_module(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders))
-    return Lowered(graph, spec, plan, ir_text)
+    lowered = lower(graph, machine_spec(board), opt)
+    return Lowered(graph, lowered.spec, lowered.plan, lowered.ir_text)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import onnx
 from . import __version__
 from .boards import Board, get_board
 from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
-from .codegen.machine import compile_module, llvm_version, machine_spec
+from .codegen.machine import MachineSpec, compile_module, llvm_version, machine_spec
 from .errors import InputError
 from .frontend import FrontendOptions, import_model, load_model
 from .ir import Graph
@@ -77,25 +77,45 @@ def _tool_versions() -> dict[str, str]:
     return versions
 
 
-def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
-    """Optimize, plan and emit the objects for `graph` into workdir; returns the manifest facts."""
-    from .link import attach_weights
+@dataclass
+class Lowered:
+    """A graph optimized, planned (plan verified) and emitted as one LLVM module."""
+
+    spec: MachineSpec
+    decisions: object
+    plan: object
+    emitter: ModuleEmitter
+    ir_text: str
+
+
+def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic",
+                weights_symbol: str | None = None) -> Lowered:
+    """The compiler middle and back end up to LLVM IR; shared by `build` and the ONNX backend."""
     from .optimize import optimize
     from .planner import PlanOptions, plan_memory, verify_plan
 
-    if options.opt not in OPT_MODES:
-        raise InputError(f"unknown --opt {options.opt!r}; choose one of {', '.join(OPT_MODES)}")
+    if opt not in OPT_MODES:
+        raise InputError(f"unknown --opt {opt!r}; choose one of {', '.join(OPT_MODES)}")
     check_supported(graph)
-    spec = machine_spec(board)
-    decisions = optimize(graph, spec, options.opt, options.costs)
-    plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=options.opt != "plain",
-                                          inplace=options.opt != "plain", reorder=options.opt != "plain"),
+    decisions = optimize(graph, spec, opt, costs)
+    plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=opt != "plain",
+                                          inplace=opt != "plain", reorder=opt != "plain"),
                        layouts=decisions.layouts)
     verify_plan(graph, plan)
-    symbol = f"fxc_weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     emitter = ModuleEmitter(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
-                                                            weights_symbol=symbol))
-    code = compile_module(emitter.emit(), spec)
+                                                            weights_symbol=weights_symbol))
+    return Lowered(spec, decisions, plan, emitter, emitter.emit())
+
+
+def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
+    """Lower `graph` and write model.o (code + weights) into workdir; returns the manifest facts."""
+    from .link import attach_weights
+
+    spec = machine_spec(board)
+    symbol = f"fxc_weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
+    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol)
+    emitter, plan, decisions = lowered.emitter, lowered.plan, lowered.decisions
+    code = compile_module(lowered.ir_text, spec)
     if emitter.blob:
         code_obj = workdir / "model_code.o"
         code_obj.write_bytes(code)

@@ -36,7 +36,8 @@ def machine_spec(board: Board) -> MachineSpec:
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     vector_bits = target.vector_bits
     if target.name == "x86_64":
-        vector_bits = 256 if "+avx2" in features.split(",") or "+avx" in features.split(",") else 128
+        flags = set(features.split(","))
+        vector_bits = 512 if "+avx512f" in flags else 256 if flags & {"+avx2", "+avx"} else 128
     return MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment)
 
 

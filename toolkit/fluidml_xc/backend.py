@@ -127,17 +127,13 @@ class JitModel:
     def __init__(self, lowered: Lowered):
         import llvmlite.binding as llvm
 
+        from .codegen.machine import optimized_module
+
         _jit_setup()
         spec = lowered.spec
         self.graph, self.plan = lowered.graph, lowered.plan
         tm = _jit_target_machine(spec.triple, spec.cpu, spec.features)
-        module = llvm.parse_assembly(lowered.ir_text)
-        module.verify()
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        builder = llvm.create_pass_builder(tm, tuning)
-        builder.getModulePassManager().run(module, builder)
+        module = optimized_module(lowered.ir_text, tm)
         self.engine = llvm.create_mcjit_compiler(module, tm)
         self.engine.finalize_object()
         address = self.engine.get_function_address("fxc_model_run")

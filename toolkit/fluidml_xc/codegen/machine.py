@@ -55,9 +55,15 @@ def data_layout(spec: MachineSpec) -> str:
     return str(target_machine(spec).target_data)
 
 
-def compile_module(llvm_ir: str, spec: MachineSpec) -> bytes:
-    """Parse, verify, optimize at O3 and emit an ELF object for the spec's target."""
-    tm = target_machine(spec)
+def new_target_machine(spec: MachineSpec):
+    """A target machine of its own (an MCJIT engine takes ownership of the one it is given)."""
+    _initialize()
+    return llvm.Target.from_triple(spec.triple).create_target_machine(
+        cpu=spec.cpu, features=spec.features, opt=3, reloc="pic", codemodel="default")
+
+
+def optimized_module(llvm_ir: str, tm):
+    """Parse, verify and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
     module = llvm.parse_assembly(llvm_ir)
     module.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -65,7 +71,13 @@ def compile_module(llvm_ir: str, spec: MachineSpec) -> bytes:
     tuning.slp_vectorization = True
     builder = llvm.create_pass_builder(tm, tuning)
     builder.getModulePassManager().run(module, builder)
-    return tm.emit_object(module)
+    return module
+
+
+def compile_module(llvm_ir: str, spec: MachineSpec) -> bytes:
+    """Parse, verify, optimize at O3 and emit an ELF object for the spec's target."""
+    tm = target_machine(spec)
+    return tm.emit_object(optimized_module(llvm_ir, tm))
 
 
 def llvm_version() -> str:

@@ -411,18 +411,12 @@ def jit_engine(llvm_ir: str, spec):
     """An MCJIT engine for this machine holding the optimized module (the caller keeps it alive)."""
     import llvmlite.binding as llvm
 
+    from ..codegen.machine import new_target_machine, optimized_module
+
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    # the engine owns its target machine: never hand it the cached one codegen uses
-    tm = llvm.Target.from_triple(spec.triple).create_target_machine(cpu=spec.cpu, features=spec.features, opt=3,
-                                                                    reloc="pic", codemodel="default")
-    mod = llvm.parse_assembly(llvm_ir)
-    mod.verify()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    pb = llvm.create_pass_builder(tm, tuning)
-    pb.getModulePassManager().run(mod, pb)
+    tm = new_target_machine(spec)
+    mod = optimized_module(llvm_ir, tm)
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     return engine

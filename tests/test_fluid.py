@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
-import math
 import random
 
 import numpy as np

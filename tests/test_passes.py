@@ -4,7 +4,6 @@ what onnx.reference does, natively (JIT) and for aarch64 under qemu."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import onnx

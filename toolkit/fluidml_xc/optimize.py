@@ -123,7 +123,6 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
         return decisions
     model = Costs(graph, spec, costs)
     problem, pinned, touched = build_problem(graph, model)
-    index = {id(n): i for i, n in enumerate(graph.nodes)}
     producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
     edges = []
     for c, node in enumerate(graph.nodes):

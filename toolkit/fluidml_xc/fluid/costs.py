@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.kernel import layout_strides, row_major_strides
+from ..codegen.kernel import layout_strides
 from ..ir import Graph, Node
 from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, domain_order, outer_tile
 

@@ -9,7 +9,6 @@ all decided tensors pinned, so none keeps a plan built on a layout it lost.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 

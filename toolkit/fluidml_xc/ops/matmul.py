@@ -20,13 +20,12 @@ into the orientation it streams.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..codegen.kernel import Access, Operand, row_major_strides
-from ..codegen.scalar import FAST, const, is_float, llvm_type
+from ..codegen.scalar import FAST, const, llvm_type
 from llvmlite import ir
 from ..fluid.loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 from .registry import register

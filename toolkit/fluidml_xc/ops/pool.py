@@ -304,7 +304,7 @@ def lower_lp_pool(k):
 
 def global_pool(k, kind: str) -> None:
     x, out = k.inputs[0], k.outputs[0]
-    dt, s, b = out.dtype, k.s, k.b
+    dt, s = out.dtype, k.s
     spatial = list(range(2, x.rank))
     count = int(np.prod(x.shape[2:]))
     p = int(k.attr("p", 2))

@@ -204,7 +204,7 @@ def lower_argmin(k):
 @register("CumSum")
 def lower_cumsum(k):
     """Running sum along the axis; a run-time axis selects one of the per-axis loops."""
-    x, out = k.inputs[0], k.outputs[0]
+    x = k.inputs[0]
     value = k.input_value(1)
     if value is not None:
         _cumsum(k, _axis(int(np.ravel(value)[0]), x.rank))

@@ -6,7 +6,7 @@ facts the planner needs. Register with the decorator, one module per op family.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 LowerFn = Callable[..., None]

@@ -23,6 +23,7 @@ from .errors import InputError
 from .frontend import FrontendOptions, import_model, load_model
 from .ir import Graph
 from .passes import run_passes
+from .remote.artifact import sha256_file
 
 OPT_MODES = ("plain", "greedy", "fluid")
 LAST_BUILD = Path("build") / ".last"
@@ -45,14 +46,6 @@ class BuildResult:
     artifact: Path
     manifest: dict
     seconds: float
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def default_out_dir(model_path: Path, board: Board) -> Path:

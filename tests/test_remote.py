@@ -184,6 +184,7 @@ def test_redeploy_uploads_nothing(server, builds, empty_config, tmp_path):
     with connect(options(server, empty_config)) as conn:
         first = deploy(conn, artifact, opts)
         assert first.uploaded_bytes == artifact.size and not first.already_present and calls
+        assert sorted(p.name for p in Path(first.remote_dir).iterdir()) == ["manifest.json", "runner", "runner_prof"]
         calls.clear()
         second = deploy(conn, artifact, opts)
     assert second.already_present and second.uploaded_bytes == 0 and second.uploaded_files == 0

@@ -12,6 +12,8 @@ from ..boards import Board, Target, get_board, get_target
 from ..errors import InputError
 
 LAST_BUILD = Path("build") / ".last"
+DEPLOYED = frozenset({"manifest.json", "runner", "runner_prof"})
+"""What the board needs; model.o, libmodel.a and the C sources stay on the host for linking into apps."""
 NO_BUILD = "no build found: run `fluidml-xc build MODEL.onnx` first or pass the artifact directory"
 
 
@@ -49,7 +51,7 @@ class ArtifactFile:
 
 @dataclass(frozen=True)
 class Artifact:
-    """A built artifact: its directory, parsed manifest and the files a deploy uploads."""
+    """A built artifact: its directory, parsed manifest and the files a deploy uploads (DEPLOYED)."""
 
     path: Path
     manifest: dict
@@ -98,7 +100,7 @@ class Artifact:
 
 
 def load_artifact(path: Path) -> Artifact:
-    """Read DIR/manifest.json and check each listed file against its recorded sha256."""
+    """Read DIR/manifest.json, check each listed file against its recorded sha256, keep the DEPLOYED ones."""
     manifest_path = path / "manifest.json"
     if not path.is_dir():
         raise InputError(f"artifact directory {path} does not exist")
@@ -121,6 +123,8 @@ def load_artifact(path: Path) -> Artifact:
         if recorded.get(name) and recorded[name] != actual:
             raise InputError(f"{file_path} does not match the sha256 in manifest.json (modified after the build?): "
                              f"rebuild the artifact")
+        if name not in DEPLOYED:
+            continue
         stat = file_path.stat()
         files.append(ArtifactFile(name, stat.st_size, actual, bool(stat.st_mode & 0o111)))
     return Artifact(path, manifest, tuple(files))

@@ -119,7 +119,9 @@ def lower_lp_norm(k):
             norm = _sum(k, x, idx, [axis], lambda v: s.intrinsic("llvm.fabs", v))
         else:
             norm = s.intrinsic("llvm.sqrt", _sum(k, x, idx, [axis], lambda v: s.mul(dt, v, v)))
-        k.loops(x.shape, [axis], idx, lambda ix: k.store(oa, ix, b.fdiv(k.load(xa, ix), norm)))
+        zero = const(dt, 0.0)
+        is_zero = b.fcmp_ordered("==", norm, zero)
+        k.loops(x.shape, [axis], idx, lambda ix: k.store(oa, ix, b.select(is_zero, zero, b.fdiv(k.load(xa, ix), norm))))
     if out.size:
         k.loops(x.shape, kept, [None] * x.rank, group)
 

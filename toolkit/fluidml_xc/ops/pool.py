@@ -243,6 +243,8 @@ def window_pool(k, kind: str) -> None:
     if kind == "avg":
         divisors = _divisor_tables(k, out.shape[2:], strides, dils, begin, end, k_sp, x.shape[2:], bool(k.attr("count_include_pad", 0)))
     in_dims = x.shape[2:]
+    column_major = int(k.attr("storage_order", 0)) == 1
+    spatial_mult = [int(np.prod(in_dims[:d] if column_major else in_dims[d + 1:])) for d in range(sp)]
 
     def point(ix):
         n, c, pos = ix[0], ix[1], ix[2:]
@@ -257,7 +259,7 @@ def window_pool(k, kind: str) -> None:
                 if arg is not None:
                     better = s.cmp(dt, ">", v, old)
                     flat = offset(k, 0, (n, x.shape[1] * int(np.prod(in_dims))), (c, int(np.prod(in_dims))),
-                                  *((xi[d], int(np.prod(in_dims[d + 1:]))) for d in range(sp)))
+                                  *((xi[d], spatial_mult[d]) for d in range(sp)))
                     flat = k.index(flat) if isinstance(flat, int) else flat
                     flat = s.cast(np.int64 if k.idx_t.width == 64 else np.int32, indices.dtype, flat)
                     b.store(b.select(better, flat, b.load(arg)), arg)

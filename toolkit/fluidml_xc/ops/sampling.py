@@ -1,0 +1,196 @@
+"""Sampling at computed coordinates: GridSample, RoiAlign and DeformConv.
+
+Every output point first computes, per spatial dim, its taps (index, weight and, for zero padding,
+whether the tap lies inside the input) from the grid / RoI / offset values; the taps do not depend
+on the channel, so a channel loop then sums the product taps (1 for nearest, 2^r bilinear, 4^r
+bicubic, unrolled) with the addresses and weights computed once per point. Indices are clamped into
+the input before any load, so NaN or huge coordinates never address outside it.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.scalar import const, llvm_type
+from ..errors import InputError
+from .conv import element, loop, nest, offset
+from .registry import register
+
+FLOATS = ("float32", "float64", "float16")
+
+
+def _str(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """Arithmetic dtype for a float tensor: float16 computes in float32."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
+def fconst(ty: ir.Type, value: float) -> ir.Constant:
+    return ir.Constant(ty, float(value))
+
+
+def clampf(k, x, lo: float, hi: float):
+    """min(max(x, lo), hi); NaN gives lo."""
+    return k.s.intrinsic_binary("llvm.minnum", k.s.intrinsic_binary("llvm.maxnum", x, fconst(x.type, lo)), fconst(x.type, hi))
+
+
+def clampi(k, i, lo: int, hi: int):
+    b = k.b
+    i = b.select(b.icmp_signed("<", i, k.index(lo)), k.index(lo), i)
+    return b.select(b.icmp_signed(">", i, k.index(hi)), k.index(hi), i)
+
+
+def inside(k, i, size: int):
+    """i1: 0 <= i < size."""
+    return k.b.icmp_unsigned("<", i, k.index(size))
+
+
+def load_as(k, op, off, ct):
+    """op[off] converted to the compute dtype ct."""
+    return k.s.cast(op.dtype, ct, k.b.load(element(k, op.ptr, off)))
+
+
+def reflect(k, x, lo: float, hi: float):
+    """GridSample's reflection of a float coordinate by the near border until it lies in [lo, hi]."""
+    b, ty = k.b, x.type
+    span = hi - lo
+    if span <= 0:
+        return fconst(ty, lo)
+    below = b.fcmp_ordered("<", x, fconst(ty, lo))
+    above = b.fcmp_ordered(">", x, fconst(ty, hi))
+    dx = b.select(below, b.fsub(fconst(ty, lo), x), b.fsub(x, fconst(ty, hi)))
+    dx = k.s.intrinsic_binary("llvm.maxnum", dx, fconst(ty, 0.0))
+    n = k.s.intrinsic("llvm.floor", b.fdiv(dx, fconst(ty, span)))
+    r = b.fsub(dx, b.fmul(n, fconst(ty, span)))
+    half = k.s.intrinsic("llvm.floor", b.fmul(n, fconst(ty, 0.5)))
+    odd = b.fcmp_ordered("!=", b.fsub(n, b.fadd(half, half)), fconst(ty, 0.0))
+    res = b.select(b.xor(below, odd), b.fadd(fconst(ty, lo), r), b.fsub(fconst(ty, hi), r))
+    return b.select(b.or_(below, above), res, x)
+
+
+def cubic_coeffs(k, t):
+    """Keys cubic convolution weights (alpha -0.75) of the taps -1, 0, 1, 2 at fraction t in [0, 1)."""
+    b, ty = k.b, t.type
+    a = -0.75
+
+    def far(x):  # |x| in [1, 2]: ((a*x - 5a)*x + 8a)*x - 4a
+        return b.fsub(b.fmul(b.fadd(b.fmul(b.fsub(b.fmul(fconst(ty, a), x), fconst(ty, 5 * a)), x), fconst(ty, 8 * a)), x), fconst(ty, 4 * a))
+
+    def near(x):  # |x| in [0, 1]: ((a+2)*x - (a+3))*x*x + 1
+        return b.fadd(b.fmul(b.fmul(b.fsub(b.fmul(fconst(ty, a + 2), x), fconst(ty, a + 3)), x), x), fconst(ty, 1.0))
+
+    one = fconst(ty, 1.0)
+    return [far(b.fadd(t, one)), near(t), near(b.fsub(one, t)), far(b.fsub(fconst(ty, 2.0), t))]
+
+
+def sum_taps(k, taps_per_dim, strides, ct):
+    """Product taps of per-dim (index, weight, valid) lists: [(offset, weight or None, valid or None)]."""
+    b = k.b
+    combos = []
+    for combo in itertools.product(*taps_per_dim):
+        off = offset(k, 0, *((idx, s) for (idx, _, _), s in zip(combo, strides)))
+        weight, valid = None, None
+        for _, w, v in combo:
+            if w is not None:
+                weight = w if weight is None else b.fmul(weight, w)
+            if v is not None:
+                valid = v if valid is None else b.and_(valid, v)
+        combos.append((off, weight, valid))
+    return combos
+
+
+def gather_taps(k, x, base, combos, ct):
+    """sum over taps of weight * (valid ? x[base + off] : 0), in ct."""
+    b = k.b
+    acc = None
+    for off, weight, valid in combos:
+        v = load_as(k, x, offset(k, 0, (base, 1), (off, 1)), ct)
+        if valid is not None:
+            v = b.select(valid, v, const(ct, 0))
+        if weight is not None:
+            v = b.fmul(v, weight)
+        acc = v if acc is None else b.fadd(acc, v)
+    return acc
+
+
+@register("GridSample", since=16, dtypes=FLOATS)
+def lower_grid_sample(k):
+    x, grid, out = k.inputs[0], k.inputs[1], k.outputs[0]
+    b = k.b
+    mode = _str(k.attr("mode", "bilinear" if k.graph.opset < 20 else "linear"))
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = _str(k.attr("padding_mode", "zeros"))
+    align = bool(k.attr("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise InputError(f"node {k.node.name!r} (GridSample): mode {mode!r} is not supported (nearest, linear, cubic)")
+    if padding not in ("zeros", "border", "reflection"):
+        raise InputError(f"node {k.node.name!r} (GridSample): padding_mode {padding!r} is not supported (zeros, border, reflection)")
+    if np.dtype(grid.dtype).kind != "f":
+        raise InputError(f"node {k.node.name!r} (GridSample): the grid must be a float tensor")
+    if out.size == 0:
+        return
+    ct = compute_dtype(x.dtype)
+    ty = llvm_type(ct)
+    r = x.rank - 2
+    N, C, sizes = x.shape[0], x.shape[1], x.shape[2:]
+    out_sp = out.shape[2:]
+
+    def point(ix):
+        n, pos = ix[0], ix[1:]
+        gbase = offset(k, 0, (n, grid.strides[0]), *zip(pos, grid.strides[1:1 + r]))
+        taps_per_dim = []
+        for d in range(r):
+            L = sizes[d]
+            g = load_as(k, grid, offset(k, (r - 1 - d) * grid.strides[-1], (gbase, 1)), ct)
+            g1 = b.fadd(g, fconst(ty, 1.0))
+            if align:
+                xf = b.fmul(b.fmul(g1, fconst(ty, 0.5)), fconst(ty, L - 1))
+            else:
+                xf = b.fmul(b.fsub(b.fmul(g1, fconst(ty, L)), fconst(ty, 1.0)), fconst(ty, 0.5))
+            if mode == "nearest":
+                xf = k.s.intrinsic("llvm.rint", xf)
+            lo, hi = (0.0, L - 1.0) if align else (-0.5, L - 0.5)
+            if padding == "border":
+                out_of = b.or_(b.fcmp_ordered("<", xf, fconst(ty, lo)), b.fcmp_ordered(">", xf, fconst(ty, hi)))
+                xf = b.select(out_of, clampf(k, xf, 0.0, L - 1.0), xf)
+            elif padding == "reflection":
+                xf = reflect(k, xf, lo, hi)
+            xc = clampf(k, xf, -4.0, L + 3.0)
+
+            def tap(i, w):
+                if padding == "zeros":
+                    return (clampi(k, i, 0, L - 1), w, inside(k, i, L))
+                if padding == "border":
+                    return (clampi(k, i, 0, L - 1), w, None)
+                fi = reflect(k, b.sitofp(i, ty), lo, hi)
+                return (clampi(k, b.fptosi(fi, k.idx_t), 0, L - 1), w, None)
+
+            if mode == "nearest":
+                taps_per_dim.append([tap(b.fptosi(xc, k.idx_t), None)])
+                continue
+            x0 = k.s.intrinsic("llvm.floor", xc)
+            t = b.fsub(xc, x0)
+            i0 = b.fptosi(x0, k.idx_t)
+            if mode == "linear":
+                weights, first = [b.fsub(fconst(ty, 1.0), t), t], 0
+            else:
+                weights, first = cubic_coeffs(k, t), -1
+            taps_per_dim.append([tap(b.add(i0, k.index(first + j)), w) for j, w in enumerate(weights)])
+        combos = sum_taps(k, taps_per_dim, x.strides[2:], ct)
+        xbase = offset(k, 0, (n, x.strides[0]))
+        obase = offset(k, 0, (n, out.strides[0]), *zip(pos, out.strides[2:]))
+
+        def channel(c):
+            v = gather_taps(k, x, offset(k, 0, (xbase, 1), (c, x.strides[1])), combos, ct)
+            b.store(k.s.cast(ct, out.dtype, v), element(k, out.ptr, offset(k, 0, (obase, 1), (c, out.strides[1]))))
+        if C == 1:
+            channel(k.index(0))
+        else:
+            with loop(k, C) as c:
+                channel(c)
+    nest(k, [N, *out_sp], point)

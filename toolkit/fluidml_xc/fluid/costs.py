@@ -460,7 +460,7 @@ class Measurer:
         if fn is None:
             return None
         fn.linkage = "external"
-        names = [n for n in node.inputs if n] + [n for n in node.outputs if n]
+        names = emitter._arg_names(node)  # constants are read from the module's own data, not passed
         buffers = []
         for name in names:
             t = g.tensors[name]

@@ -207,9 +207,17 @@ class Conv2D:
         self.V = max(1, k.vector_bits // (np.dtype(self.dtype).itemsize * 8))
         # channel vectors (R = 1-2 vectors of output channels x P pixels) need packed weights and
         # enough channels; they suit narrow rows. Otherwise vectors run along the output row.
+        # row vectors need pixels at unit stride (channels-last tensors store channels there instead)
+        self.rows_unit = self.xs[3] == 1 and self.os[3] == 1
         self.by_channel = (wvalue is not None and self.Cog >= self.V and self.V > 1
-                           and (not flat or self.W < self.FLAT_ROW_MIN_PIXELS))
-        if self.by_channel:
+                           and (not flat or self.W < self.FLAT_ROW_MIN_PIXELS or not self.rows_unit))
+        # depthwise with channels innermost in input and output: vectors over channels (groups)
+        self.depthwise_c = (wvalue is not None and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V
+                            and self.xs[1] == 1 and self.os[1] == 1)
+        if self.depthwise_c:
+            self.by_channel = False
+            self.R, self.P = 1, self.DW_PIXELS
+        elif self.by_channel:
             self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
             self.P = 6 if self.R > self.V else 12
         else:
@@ -424,6 +432,60 @@ class Conv2D:
                         residual = None if rp is None else (lambda lane=lane: b.load(element(k, rp, offset(k, lane * rs[1], (roff, 1)))))
                         b.store(epilogue(k, self.epi, x, residual), element(k, self.op, offset(k, lane * os_[1], (off, 1))))
 
+    # -- depthwise, channels innermost ---------------------------------------------------------
+    DW_PIXELS = 8
+    """Pixels per depthwise block (one accumulator vector each)."""
+
+    def pack_depthwise(self, value: np.ndarray) -> np.ndarray:
+        """[kh][kw][G rounded up to vectors], zero-filled."""
+        gp = -(-self.G // self.V) * self.V
+        wv = np.zeros((self.KH, self.KW, gp), value.dtype)
+        wv[:, :, :self.G] = value.reshape(self.G, self.KH, self.KW).transpose(1, 2, 0)
+        return wv
+
+    def block_dw(self, n, c0, lanes: int, oh, ow, pixels, kh_range):
+        """Channels [c0, c0 + lanes) x pixels (their kw ranges) of row oh from column ow, depthwise."""
+        k, b, s, dt = self.k, self.k.b, self.k.s, self.dtype
+        ty = ir.VectorType(llvm_type(dt), lanes) if lanes > 1 else llvm_type(dt)
+        if self.bias is not None:
+            bs = self.bias.strides[0]
+            init = load_lanes(k, self.bias.ptr, offset(k, 0, (c0, bs)), lanes, bs, False)
+        else:
+            init = _fill(ty, 0.0)
+        slots = [k.local(ty, init) for _ in pixels]
+        xs, os_, gp = self.xs, self.os, -(-self.G // self.V) * self.V
+        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
+
+        def row_taps(kh):
+            ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
+            row = offset(k, -self.pw * xs[3], (n, xs[0]), (c0, xs[1]), (ih, xs[2]), (ow, self.sw * xs[3]))
+            wrow = offset(k, 0, (kh, self.KW * gp), (c0, 1))
+
+            def tap(kw):
+                wv = load_lanes(k, self.packed, offset(k, 0, (wrow, 1), (kw, gp)), lanes, 1, False)
+                xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
+                for p, (plo, phi) in enumerate(pixels):
+                    if isinstance(kw, int) and not plo <= kw < phi:
+                        continue
+                    xv = load_lanes(k, self.xp, offset(k, p * self.sw * xs[3], (xbase, 1)), lanes, xs[1], False)
+                    b.store(s.add(dt, b.load(slots[p]), s.mul(dt, xv, wv)), slots[p])
+            self.each((kw_lo, kw_hi), tap, self.KW <= 16)
+        self.each(kh_range, row_taps, self.unroll)
+        for p in range(len(pixels)):
+            off = offset(k, p * os_[3], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+            residual = None
+            if self.res is not None:
+                rs, rp = self.res
+                roff = offset(k, p * rs[3], (n, rs[0]), (c0, rs[1]), (oh, rs[2]), (ow, rs[3]))
+                residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
+            store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[p]), residual), lanes, os_[1])
+
+    def channels_dw(self, fn):
+        """fn(c0, lanes): full channel vectors in a loop, the remaining channels one by one."""
+        full = self.G // self.V
+        self.span(0, full, lambda cb: fn(offset(self.k, 0, (cb, self.V)), self.V))
+        self.span(full * self.V, self.G, lambda c: fn(c, 1))
+
     def rows(self, emit_row):
         """Interior rows with the full constant tap range; border rows with table ranges."""
         lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
@@ -459,9 +521,19 @@ class Conv2D:
     def emit(self):
         k = self.k
         if self.wvalue is not None:
-            self.packed = k.constant_array(self.pack(self.wvalue))
+            self.packed = k.constant_array(self.pack_depthwise(self.wvalue) if self.depthwise_c else self.pack(self.wvalue))
         self.tables = tap_tables(k, (self.OH, self.OW), (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw),
                                  (self.KH, self.KW), (self.H, self.W))
+        if self.depthwise_c:
+            def image(n):
+                self.rows(lambda oh, khr: self.row_c(oh, khr, lambda ow, pixels: self.channels_dw(
+                    lambda c0, lanes: self.block_dw(n, c0, lanes, oh, ow, pixels, khr))))
+            if self.N == 1:
+                image(0)
+            else:
+                with loop(k, self.N) as n:
+                    image(n)
+            return
 
         def per_image(n, g):
             if self.pointwise_tiles():

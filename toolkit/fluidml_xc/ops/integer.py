@@ -1,0 +1,222 @@
+"""Quantized integer ops: MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+
+int8/uint8 operands minus their zero points, products accumulated exactly in int32. The QLinear ops
+requantize like onnx.reference: multiplier = x_scale * w_scale / y_scale in the scales' own dtype
+(float32 or float16), then acc * multiplier + y_zero_point in double, rounded half to even and
+saturated to the output type. Zero points and scales are per tensor, or per row of A / per column of
+B (MatMul) and per output channel of W (Conv), as the spec allows.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.scalar import const
+from ..errors import InputError
+from .registry import register
+
+I32 = np.dtype(np.int32)
+F64 = np.dtype(np.float64)
+
+
+def _opt(k, i):
+    return k.inputs[i] if i < len(k.inputs) else None
+
+
+def _param_access(k, op, what: str, ndom: int, dim: int | None, extent: int | None):
+    """Access of a zero point / scale: one value (size 1), or `extent` values along domain dim `dim`."""
+    if op is None:
+        return None
+    if op.size == 1:
+        return op.access([None] * op.rank, ndom)
+    if dim is not None and op.rank == 1 and op.shape[0] == extent:
+        return op.access([dim], ndom)
+    raise InputError(f"node {k.node.name!r} ({k.node.op_type}): {what} of shape {list(op.shape)} is not supported; "
+                     f"use a scalar{'' if dim is None else f' or a 1-D tensor of {extent} values'}")
+
+
+def _widen(k, dt, v):
+    return k.s.cast(dt, I32, v)
+
+
+def _requantize(k, acc, scales: list, y_zp, out_dt):
+    """round(acc * (s0 * s1 / s2) + y_zp) saturated to out_dt; scales = [(dtype, value)] x3."""
+    b = k.b
+    (d0, s0), (d1, s1), (d2, s2) = scales
+    sdt = np.dtype(d0)
+    s1 = k.s.cast(d1, sdt, s1)
+    s2 = k.s.cast(d2, sdt, s2)
+    mult = b.fdiv(b.fmul(s0, s1), s2)
+    mult = k.s.cast(sdt, F64, mult)
+    value = b.fmul(k.s.cast(I32, F64, acc), mult)
+    if y_zp is not None:
+        value = b.fadd(value, k.s.cast(y_zp[0], F64, y_zp[1]))
+    value = k.s.intrinsic("llvm.roundeven", value)
+    info = np.iinfo(out_dt)
+    value = k.s.min(F64, k.s.max(F64, value, const(F64, info.min)), const(F64, info.max))
+    return k.s.cast(I32, out_dt, k.b.fptosi(value, ir.IntType(32)))
+
+
+# -- MatMul ---------------------------------------------------------------------------------------
+def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
+    out = k.outputs[0]
+    if a.rank < 2 or b_op.rank < 2:
+        raise InputError(f"node {k.node.name!r} ({k.node.op_type}): 1-D operands are not supported; reshape them to 2-D")
+    m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b_op.shape[:-2]))
+    nb = len(batch)
+    ndom = nb + 3
+    if not out.size:
+        return
+
+    def matrix(op, rows, cols):
+        lead = op.rank - 2
+        dims = [nb - lead + j for j in range(lead)] + [rows, cols]
+        return op.access(dims, ndom)
+    a_acc, b_acc = matrix(a, nb, nb + 1), matrix(b_op, nb + 1, nb + 2)
+    c_acc = out.access(list(range(nb)) + [nb, nb + 2], ndom)
+    az = _param_access(k, a_zp, "a_zero_point", ndom, nb, m)
+    bz = _param_access(k, b_zp, "b_zero_point", ndom, nb + 2, n)
+    i32 = ir.IntType(32)
+    domain = (*batch, m, kk, n)
+    idx: list = [None] * ndom
+
+    def point(ix):
+        slot = k.local(i32, ir.Constant(i32, 0))
+        a_zero = _widen(k, a_zp.dtype, k.load(az, ix)) if az is not None else None
+        b_zero = _widen(k, b_zp.dtype, k.load(bz, ix)) if bz is not None else None
+        with k.for_range(kk) as kv:
+            ix[nb + 1] = kv
+            x, y = _widen(k, a.dtype, k.load(a_acc, ix)), _widen(k, b_op.dtype, k.load(b_acc, ix))
+            if a_zero is not None:
+                x = k.b.sub(x, a_zero)
+            if b_zero is not None:
+                y = k.b.sub(y, b_zero)
+            k.b.store(k.b.add(k.b.load(slot), k.b.mul(x, y)), slot)
+        ix[nb + 1] = k.index(0)
+        k.store(c_acc, ix, epilogue(k.b.load(slot), ix))
+    k.loops(domain, list(range(nb)) + [nb, nb + 2], idx, point)
+
+
+def _scalar_or_indexed(k, op, idx, ndom, dim, extent, what):
+    acc = _param_access(k, op, what, ndom, dim, extent)
+    return None if acc is None else k.load(acc, idx)
+
+
+@register("MatMulInteger", dtypes=("uint8", "int8"))
+def lower_matmul_integer(k):
+    _matmul(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), lambda acc, idx: acc)
+
+
+@register("QLinearMatMul", dtypes=("uint8", "int8"))
+def lower_qlinear_matmul(k):
+    a, a_s, a_zp, b_op, b_s, b_zp, y_s, y_zp = (list(k.inputs) + [None] * 8)[:8]
+    out = k.outputs[0]
+    nb = max(a.rank, b_op.rank) - 2
+    ndom = nb + 3
+    m, n = a.shape[-2], b_op.shape[-1]
+
+    def epilogue(acc, idx):
+        s0 = _scalar_or_indexed(k, a_s, idx, ndom, nb, m, "a_scale")
+        s1 = _scalar_or_indexed(k, b_s, idx, ndom, nb + 2, n, "b_scale")
+        s2 = _scalar_or_indexed(k, y_s, idx, ndom, nb, m, "y_scale")
+        zp = _scalar_or_indexed(k, y_zp, idx, ndom, nb, m, "y_zero_point")
+        return _requantize(k, acc, [(a_s.dtype, s0), (b_s.dtype, s1), (y_s.dtype, s2)],
+                           None if zp is None else (y_zp.dtype, zp), out.dtype)
+    _matmul(k, a, b_op, a_zp, b_zp, epilogue)
+
+
+# -- Conv -----------------------------------------------------------------------------------------
+def _conv_geometry(k, x, w, out):
+    spatial = x.rank - 2
+    kernel = list(k.attr("kernel_shape", None) or w.shape[2:])
+    strides = list(k.attr("strides", None) or [1] * spatial)
+    dilations = list(k.attr("dilations", None) or [1] * spatial)
+    auto_pad = k.attr("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins = []
+        for i in range(spatial):
+            total = max(0, (out.shape[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - x.shape[2 + i])
+            begins.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
+    elif auto_pad == "VALID":
+        begins = [0] * spatial
+    else:
+        begins = list(k.attr("pads", None) or [0] * (2 * spatial))[:spatial]
+    return spatial, kernel, strides, dilations, begins
+
+
+def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
+    """out[n, m, o...] = epilogue(sum over c, kernel of (x - x_zp) * (w[m] - w_zp[m]) (+ bias[m]), m)."""
+    out = k.outputs[0]
+    if not out.size:
+        return
+    b = k.b
+    spatial, kernel, strides, dilations, begins = _conv_geometry(k, x, w, out)
+    group = int(k.attr("group", 1))
+    n_batch, m_out = out.shape[0], out.shape[1]
+    cg = w.shape[1]
+    mg = m_out // group
+    i32 = ir.IntType(32)
+    x_acc, w_acc, o_acc = x.identity_access(), w.identity_access(), out.identity_access()
+    xz = _param_access(k, x_zp, "x_zero_point", 1, None, None)
+    wz = _param_access(k, w_zp, "w_zero_point", 1, 0, m_out)
+    bias_acc = _param_access(k, bias, "B", 1, 0, m_out)
+    zero_idx = [k.index(0)]
+
+    with k.for_range(n_batch) as ni, k.for_range(m_out) as mi:
+        g = b.sdiv(mi, k.index(mg))
+        w_zero = _widen(k, w_zp.dtype, k.load(wz, [mi])) if wz is not None else None
+        x_zero = _widen(k, x_zp.dtype, k.load(xz, zero_idx)) if xz is not None else None
+        out_idx = [ni, mi] + [None] * spatial
+
+        def out_point(idx):
+            slot = k.local(i32, ir.Constant(i32, 0))
+            kpos = [None] * spatial
+
+            def tap(kidx):
+                ok = None
+                pos = []
+                for s in range(spatial):
+                    p = b.sub(b.add(b.mul(idx[2 + s], k.index(strides[s])), b.mul(kidx[s], k.index(dilations[s]))), k.index(begins[s]))
+                    inside = b.and_(b.icmp_signed(">=", p, k.index(0)), b.icmp_signed("<", p, k.index(x.shape[2 + s])))
+                    ok = inside if ok is None else b.and_(ok, inside)
+                    pos.append(p)
+                with b.if_then(ok):
+                    with k.for_range(cg) as ci:
+                        c = b.add(b.mul(g, k.index(cg)), ci)
+                        xv = _widen(k, x.dtype, k.load(x_acc, [ni, c, *pos]))
+                        wv = _widen(k, w.dtype, k.load(w_acc, [mi, ci, *kidx]))
+                        if x_zero is not None:
+                            xv = b.sub(xv, x_zero)
+                        if w_zero is not None:
+                            wv = b.sub(wv, w_zero)
+                        b.store(b.add(b.load(slot), b.mul(xv, wv)), slot)
+            k.loops(kernel, list(range(spatial)), kpos, tap)
+            acc = b.load(slot)
+            if bias_acc is not None:
+                acc = b.add(acc, _widen(k, bias.dtype, k.load(bias_acc, [mi])))
+            k.store(o_acc, idx, epilogue(acc, mi))
+        k.loops(out.shape, list(range(2, 2 + spatial)), out_idx, out_point)
+
+
+@register("ConvInteger", dtypes=("uint8", "int8"))
+def lower_conv_integer(k):
+    _conv(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), None, lambda acc, m: acc)
+
+
+@register("QLinearConv", dtypes=("uint8", "int8"))
+def lower_qlinear_conv(k):
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = (list(k.inputs) + [None] * 8)[:8]
+    bias = _opt(k, 8)
+    out = k.outputs[0]
+    m_out = out.shape[1]
+    zero = [k.index(0)]
+
+    def epilogue(acc, mi):
+        s0 = k.load(_param_access(k, x_s, "x_scale", 1, None, None), zero)
+        s1 = k.load(_param_access(k, w_s, "w_scale", 1, 0, m_out), [mi])
+        s2 = k.load(_param_access(k, y_s, "y_scale", 1, None, None), zero)
+        zp = k.load(_param_access(k, y_zp, "y_zero_point", 1, None, None), zero) if y_zp is not None else None
+        return _requantize(k, acc, [(x_s.dtype, s0), (w_s.dtype, s1), (y_s.dtype, s2)],
+                           None if zp is None else (y_zp.dtype, zp), out.dtype)
+    _conv(k, x, w, x_zp, w_zp, bias, epilogue)

@@ -6,6 +6,7 @@ implementation of every ONNX op.
 """
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 FOLDABLE_ONLY = {"Constant", "Shape", "Size", "ConstantOfShape"}
 TYPE_ONLY_INPUTS = {"CastLike": {1}}
+INFERENCE_DEFAULTS = {"STFT": ("onesided",)}
+"""Attributes ONNX's per-node inference (infer_node_outputs) reads as 0 when absent although the schema
+default differs (STFT's onesided defaults to 1): filled in from the schema before inferring."""
 """Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
 
 
@@ -147,6 +151,11 @@ class _Folder:
             types[name] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(t.dtype), t.shape)
             if t.is_const and t.size <= 1 << 16:
                 data[name] = numpy_helper.from_array(t.value, name)
+        present = {a.name for a in node.attribute}
+        missing = [a for a in INFERENCE_DEFAULTS.get(node.op_type, ()) if a not in present and a in schema.attributes]
+        if missing:
+            node = copy.deepcopy(node)
+            node.attribute.extend(schema.attributes[a].default_value for a in missing)
         try:
             out_types = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_imports)
         except Exception as exc:

@@ -26,6 +26,8 @@ TYPE_ONLY_INPUTS = {"CastLike": {1}}
 INFERENCE_DEFAULTS = {"STFT": ("onesided",)}
 """Attributes ONNX's per-node inference (infer_node_outputs) reads as 0 when absent although the schema
 default differs (STFT's onesided defaults to 1): filled in from the schema before inferring."""
+SHAPE_FROM_INPUT = {"MaxUnpool": 2}
+"""op -> input whose build-time value is output 0's shape (dtype of input 0), where ONNX's inference leaves it open."""
 """Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
 
 
@@ -161,6 +163,12 @@ class _Folder:
         except Exception as exc:
             raise InputError(f"node {node.name or node.op_type!r} ({node.op_type}): invalid shapes or attributes: {str(exc).splitlines()[0]}") from None
         result = {}
+        shape_input = SHAPE_FROM_INPUT.get(node.op_type)
+        if shape_input is not None and shape_input < len(node.input) and node.input[shape_input] and node.output[0]:
+            source = self.tensors[node.input[shape_input]]
+            if source.is_const:
+                dims = tuple(int(v) for v in np.ravel(source.value))
+                result[node.output[0]] = Tensor(node.output[0], self.tensors[node.input[0]].dtype, dims)
         for name, tp in out_types.items():
             tt = tp.tensor_type
             if not tp.HasField("tensor_type") or not tt.HasField("shape"):

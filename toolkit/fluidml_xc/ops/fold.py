@@ -1,0 +1,122 @@
+"""Scattering back into an image: Col2Im (sum of sliding blocks) and MaxUnpool.
+
+Col2Im zeroes the output, then adds every column entry into the image pixel it came from; per
+spatial dim and kernel offset, the range of block positions that land inside the image is a
+build-time table, so there is no bounds test per element. MaxUnpool zeroes the output and writes
+each input value at its (run-time) flat index, decomposed over the inferred unpooled shape as the
+ONNX reference does (an output_shape larger than that shape keeps the extra border at zero);
+indices outside the tensor are skipped.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.scalar import const
+from ..errors import InputError
+from .conv import element, nest, offset
+from .registry import register
+
+
+def _ints_input(k, i: int, what: str) -> list[int] | None:
+    if i >= len(k.inputs) or k.inputs[i] is None:
+        return None
+    value = k.input_value(i)
+    if value is None:
+        raise InputError(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant")
+    return [int(v) for v in np.ravel(value)]
+
+
+def zero_fill(k, out) -> None:
+    if out.size:
+        k.generic(out.shape, [out.identity_access()], [], lambda v, i: [const(out.dtype, 0)])
+
+
+@register("Col2Im", since=18)
+def lower_col2im(k):
+    x, out = k.inputs[0], k.outputs[0]
+    b = k.b
+    image = _ints_input(k, 1, "image_shape")
+    block = _ints_input(k, 2, "block_shape")
+    r = len(image)
+    dils = [int(v) for v in (k.attr("dilations") or [1] * r)]
+    pads = [int(v) for v in (k.attr("pads") or [0] * (2 * r))]
+    strides = [int(v) for v in (k.attr("strides") or [1] * r)]
+    counts = [(image[d] + pads[d] + pads[r + d] - (dils[d] * (block[d] - 1) + 1)) // strides[d] + 1 for d in range(r)]
+    K = int(np.prod(block))
+    if x.rank != 3 or x.shape[1] % K or x.shape[2] != int(np.prod(counts)) or min(counts) < 1:
+        raise InputError(f"node {k.node.name!r} (Col2Im): input {list(x.shape)} does not match image {image}, block {block}, "
+                         f"strides {strides}, pads {pads}, dilations {dils} ({counts} blocks)")
+    zero_fill(k, out)
+    if out.size == 0 or x.size == 0:
+        return
+    N, C = x.shape[0], x.shape[1] // K
+    idx_dt = np.dtype(f"int{k.idx_t.width}")
+    # per dim d and kernel offset t: block positions l in [lo, hi) with 0 <= l*stride - pad + t*dil < image
+    tables = []
+    for d in range(r):
+        ranges = [_block_range(t * dils[d] - pads[d], strides[d], counts[d], image[d]) for t in range(block[d])]
+        tables.append((k.constant_array(np.array([lo for lo, _ in ranges], dtype=idx_dt)),
+                       k.constant_array(np.array([hi for _, hi in ranges], dtype=idx_dt))))
+    k_strides = [int(np.prod(block[d + 1:])) for d in range(r)]
+    l_strides = [int(np.prod(counts[d + 1:])) for d in range(r)]
+
+    def plane(ix):
+        n, c = ix
+        xbase = offset(k, 0, (n, x.strides[0]), (c, K * x.strides[1]))
+        obase = offset(k, 0, (n, out.strides[0]), (c, out.strides[1]))
+
+        def taps(ts):
+            def blocks(d, ls):
+                if d == r:
+                    xo = offset(k, 0, (xbase, 1), *((t, ks * x.strides[1]) for t, ks in zip(ts, k_strides)),
+                                *((l, ls_ * x.strides[2]) for l, ls_ in zip(ls, l_strides)))
+                    pos = [offset(k, -pads[e], (ls[e], strides[e]), (ts[e], dils[e])) for e in range(r)]
+                    oo = offset(k, 0, (obase, 1), *zip(pos, out.strides[2:]))
+                    ptr = element(k, out.ptr, oo)
+                    b.store(k.s.add(out.dtype, b.load(ptr), b.load(element(k, x.ptr, xo))), ptr)
+                    return
+                lo, hi = b.load(element(k, tables[d][0], ts[d])), b.load(element(k, tables[d][1], ts[d]))
+                with k.for_range(hi, lo) as l:
+                    blocks(d + 1, [*ls, l])
+            blocks(0, [])
+        nest(k, block, taps)
+    nest(k, [N, C], plane)
+
+
+def _block_range(start: int, stride: int, count: int, size: int) -> tuple[int, int]:
+    """Block positions l in [0, count) with 0 <= start + l*stride < size, as [lo, hi)."""
+    valid = [l for l in range(count) if 0 <= start + l * stride < size]
+    return (valid[0], valid[-1] + 1) if valid else (0, 0)
+
+
+@register("MaxUnpool", since=9)
+def lower_max_unpool(k):
+    x, ind, out = k.inputs[0], k.inputs[1], k.outputs[0]
+    b = k.b
+    sp = x.rank - 2
+    kernel = [int(v) for v in k.attr("kernel_shape")]
+    strides = [int(v) for v in (k.attr("strides") or [1] * sp)]
+    pads = [int(v) for v in (k.attr("pads") or [0] * (2 * sp))]
+    inferred = [x.shape[0], x.shape[1]] + [(x.shape[2 + d] - 1) * strides[d] - pads[d] - pads[sp + d] + kernel[d] for d in range(sp)]
+    if any(o < i for o, i in zip(out.shape, inferred)):
+        raise InputError(f"node {k.node.name!r} (MaxUnpool): output_shape {list(out.shape)} is smaller than the unpooled shape {inferred}")
+    zero_fill(k, out)
+    if x.size == 0 or out.size == 0:
+        return
+    total = int(np.prod(inferred))
+    idx_dt = np.dtype(f"int{k.idx_t.width}")
+
+    def point(ix):
+        i = k.s.cast(ind.dtype, idx_dt, b.load(element(k, ind.ptr, offset(k, 0, *zip(ix, ind.strides)))))
+        ok = b.icmp_unsigned("<", i, k.index(total))
+        with b.if_then(ok):
+            rest, terms = i, []
+            for d in reversed(range(x.rank)):
+                if d:
+                    terms.append((b.urem(rest, k.index(inferred[d])), out.strides[d]))
+                    rest = b.udiv(rest, k.index(inferred[d]))
+                else:
+                    terms.append((rest, out.strides[0]))
+            v = b.load(element(k, x.ptr, offset(k, 0, *zip(ix, x.strides))))
+            b.store(v, element(k, out.ptr, offset(k, 0, *terms)))
+    nest(k, list(x.shape), point)

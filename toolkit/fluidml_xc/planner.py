@@ -16,7 +16,7 @@ import numpy as np
 from .ir import Graph, Node
 from .ops import registry
 from .ops.registry import OpSpec
-from .planning.orders import ORDERS, OrderFacts
+from .planning.orders import ORDERS, OrderFacts, min_peak_order
 from .planning.strategies import SEARCHES, STRATEGIES, Buffers
 
 SpecLookup = Callable[[str, int, str], "OpSpec | None"]
@@ -67,6 +67,10 @@ class MemoryPlan:
     intervals: dict[str, tuple[int, int]]
     """Root buffer -> (first step, last step) inclusive, steps index into `order`."""
     alignment: int = 64
+    order_bound_bytes: int = 0
+    """The least live peak over all execution orders (same views and in-place rules), proven by the
+    exact order search; 0 when the search ran out of budget or did not run. No arena can be smaller,
+    so max(lower_bound_bytes, order_bound_bytes) is the tight bound for this graph and these kernels."""
 
 
 def _round_up(n: int, align: int) -> int:
@@ -228,14 +232,19 @@ def _solve(schedule: _Schedule, names: tuple[str, ...], results: dict[str, tuple
                 results[name] = (schedule.buffers.top(offsets), offsets)
 
 
-def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Schedule]:
+def _candidate_orders(facts: _Facts, original: list[int]) -> tuple[list[_Schedule], int]:
+    """The original order's schedule first, then the best others; and the proven least live peak (or 0)."""
     schedules = [_schedule(facts, original)]
-    order_facts = OrderFacts(facts.deps, facts.reads, facts.creates, facts.size)
+    order_facts = OrderFacts(facts.deps, facts.reads, facts.creates, facts.size, facts.inplace_pair)
     extra: list[_Schedule] = []
     for make in ORDERS.values():
         order = make(order_facts)
         if all(order != schedule.order for schedule in schedules + extra):
             extra.append(_schedule(facts, order))
+    incumbent = min(schedule.buffers.live_peak for schedule in schedules + extra)
+    exact = min_peak_order(order_facts, incumbent)
+    if exact.order is not None:
+        extra.append(_schedule(facts, exact.order))
     extra.sort(key=lambda schedule: schedule.buffers.live_peak)
     pairs = 0
     for schedule in extra[:MAX_REORDER_CANDIDATES]:
@@ -243,7 +252,7 @@ def _candidate_orders(facts: _Facts, original: list[int]) -> list[_Schedule]:
         if len(schedules) > 1 and pairs > REORDER_PAIR_BUDGET:
             break
         schedules.append(schedule)
-    return schedules
+    return schedules, exact.peak if exact.optimal else 0
 
 
 def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup: SpecLookup | None = None,
@@ -273,7 +282,7 @@ def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup:
             top += size
         return _plan(facts, schedule, offsets, "plain", {"plain": top}, options.alignment)
 
-    schedules = _candidate_orders(facts, original) if options.reorder else [_schedule(facts, original)]
+    schedules, order_bound = _candidate_orders(facts, original) if options.reorder else ([_schedule(facts, original)], 0)
     quick = tuple(name for name in names if name not in SEARCHES)
     results: list[dict[str, tuple[int, list[int]]]] = [{} for _ in schedules]
     for schedule, found in zip(schedules, results):
@@ -291,11 +300,11 @@ def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup:
         raise ValueError(f"none of the memory strategies {list(names)} applies to graph {graph.name!r}: add a greedy one")
     winner = min(results[k], key=lambda name: (results[k][name][0], names.index(name)))
     return _plan(facts, schedules[k], results[k][winner][1], winner, {name: top for name, (top, _) in results[k].items()},
-                 options.alignment)
+                 options.alignment, order_bound)
 
 
 def _plan(facts: _Facts, schedule: _Schedule, offsets: list[int], strategy: str, strategies: dict[str, int],
-          alignment: int) -> MemoryPlan:
+          alignment: int, order_bound: int = 0) -> MemoryPlan:
     buffer_of = {root: b for b, root in enumerate(schedule.roots)}
     bufs = schedule.buffers
     names = facts.names
@@ -311,6 +320,7 @@ def _plan(facts: _Facts, schedule: _Schedule, offsets: list[int], strategy: str,
         strategies=strategies,
         intervals={names[r]: (bufs.starts[b], bufs.ends[b]) for b, r in enumerate(schedule.roots)},
         alignment=alignment,
+        order_bound_bytes=order_bound,
     )
 
 

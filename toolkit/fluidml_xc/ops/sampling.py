@@ -194,3 +194,111 @@ def lower_grid_sample(k):
             with loop(k, C) as c:
                 channel(c)
     nest(k, [N, *out_sp], point)
+
+
+@register("RoiAlign", since=10, dtypes=FLOATS)
+def lower_roi_align(k):
+    """Per RoI and output bin: the sample points (a build-time or, with sampling_ratio 0, a run-time
+    grid) give 4 addresses and weights each, computed once and applied to every channel."""
+    x, rois, batch, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
+    b = k.b
+    default_ctm = "half_pixel" if k.graph.opset >= 16 else "output_half_pixel"
+    ctm = _str(k.attr("coordinate_transformation_mode", default_ctm))
+    mode = _str(k.attr("mode", "avg"))
+    if ctm not in ("half_pixel", "output_half_pixel"):
+        raise InputError(f"node {k.node.name!r} (RoiAlign): coordinate_transformation_mode {ctm!r} is not supported")
+    if mode not in ("avg", "max"):
+        raise InputError(f"node {k.node.name!r} (RoiAlign): mode {mode!r} is not supported (avg, max)")
+    half_pixel = ctm == "half_pixel"
+    ratio = int(k.attr("sampling_ratio", 0))
+    scale = float(k.attr("spatial_scale", 1.0))
+    if out.size == 0:
+        return
+    ct = compute_dtype(x.dtype)
+    ty = llvm_type(ct)
+    R, C, OH, OW = out.shape
+    N, H, W = x.shape[0], x.shape[2], x.shape[3]
+    one, zero = fconst(ty, 1.0), fconst(ty, 0.0)
+    idx_dt = np.dtype(f"int{k.idx_t.width}")
+
+    def roi(r):
+        bi = clampi(k, k.s.cast(batch.dtype, idx_dt, b.load(element(k, batch.ptr, offset(k, 0, (r, batch.strides[0]))))), 0, N - 1)
+        coords = [b.fsub(b.fmul(load_as(k, rois, offset(k, j * rois.strides[1], (r, rois.strides[0])), ct), fconst(ty, scale)),
+                         fconst(ty, 0.5 if half_pixel else 0.0)) for j in range(4)]
+        x1, y1, x2, y2 = coords
+        roi_w, roi_h = b.fsub(x2, x1), b.fsub(y2, y1)
+        if not half_pixel:
+            roi_w, roi_h = k.s.max(ct, roi_w, one), k.s.max(ct, roi_h, one)
+        bin_h, bin_w = b.fdiv(roi_h, fconst(ty, OH)), b.fdiv(roi_w, fconst(ty, OW))
+        if ratio > 0:
+            grid_h = grid_w = k.index(ratio)
+        else:
+            def adaptive(v):  # ceil(v), at least 0, at most a sane bound, as an index
+                return b.fptosi(clampf(k, k.s.intrinsic("llvm.ceil", v), 0.0, 1 << 20), k.idx_t)
+            grid_h, grid_w = adaptive(bin_h), adaptive(bin_w)
+        samples = b.mul(grid_h, grid_w)
+        gh_f, gw_f = b.sitofp(grid_h, ty), b.sitofp(grid_w, ty)
+        count_f = (b.sitofp(b.select(b.icmp_signed("<", samples, k.index(1)), k.index(1), samples), ty))
+        xbase = offset(k, 0, (bi, x.strides[0]))
+
+        def each_channel(fn):
+            with loop(k, C) as c:
+                fn(c, element(k, out.ptr, offset(k, 0, (r, out.strides[0]), (c, out.strides[1]), (ph_pw[0], out.strides[2]),
+                                                  (ph_pw[1], out.strides[3]))))
+
+        ph_pw = [None, None]
+
+        def out_bin(ph, pw):
+            ph_pw[0], ph_pw[1] = ph, pw
+            start = const(out.dtype, float("-inf") if mode == "max" else 0.0)
+            each_channel(lambda c, p: b.store(start, p))
+            phf, pwf = b.sitofp(ph, ty), b.sitofp(pw, ty)
+            with k.for_range(grid_h) as iy:
+                yy = b.fadd(b.fadd(y1, b.fmul(phf, bin_h)), b.fdiv(b.fmul(b.fadd(b.sitofp(iy, ty), fconst(ty, 0.5)), bin_h), gh_f))
+                with k.for_range(grid_w) as ix:
+                    xx = b.fadd(b.fadd(x1, b.fmul(pwf, bin_w)), b.fdiv(b.fmul(b.fadd(b.sitofp(ix, ty), fconst(ty, 0.5)), bin_w), gw_f))
+                    outside = b.or_(b.or_(b.fcmp_unordered("<", yy, fconst(ty, -1.0)), b.fcmp_unordered(">", yy, fconst(ty, H))),
+                                    b.or_(b.fcmp_unordered("<", xx, fconst(ty, -1.0)), b.fcmp_unordered(">", xx, fconst(ty, W))))
+
+                    def axis(v, size):
+                        v = clampf(k, v, 0.0, float(size))
+                        low = b.fptosi(v, k.idx_t)
+                        last = b.icmp_signed(">=", low, k.index(size - 1))
+                        low = b.select(last, k.index(size - 1), low)
+                        high = b.select(last, low, b.add(low, k.index(1)))
+                        v = b.select(last, b.sitofp(low, ty), v)
+                        l = b.fsub(v, b.sitofp(low, ty))
+                        return low, high, l, b.fsub(one, l)
+                    y_lo, y_hi, ly, hy = axis(yy, H)
+                    x_lo, x_hi, lx, hx = axis(xx, W)
+                    taps = []
+                    for yi, wy in ((y_lo, hy), (y_hi, ly)):
+                        for xi, wx in ((x_lo, hx), (x_hi, lx)):
+                            w = b.select(outside, zero, b.fmul(wy, wx))
+                            pos = b.select(outside, k.index(0), offset(k, 0, (yi, x.strides[2]), (xi, x.strides[3])))
+                            taps.append((pos, w))
+
+                    def update(c, p):
+                        base = offset(k, 0, (xbase, 1), (c, x.strides[1]))
+                        vals = [b.fmul(w, load_as(k, x, offset(k, 0, (base, 1), (pos, 1)), ct)) for pos, w in taps]
+                        old = k.s.cast(out.dtype, ct, b.load(p))
+                        if mode == "avg":
+                            new = b.fadd(old, b.fadd(b.fadd(b.fadd(vals[0], vals[1]), vals[2]), vals[3]))
+                        else:
+                            m = vals[0]
+                            for v in vals[1:]:
+                                m = b.select(b.fcmp_ordered(">", v, m), v, m)
+                            new = b.select(b.fcmp_ordered(">", m, old), m, old)
+                        b.store(k.s.cast(ct, out.dtype, new), p)
+                    each_channel(update)
+
+            def finish(c, p):
+                v = k.s.cast(out.dtype, ct, b.load(p))
+                if mode == "avg":
+                    v = b.fdiv(v, count_f)
+                else:
+                    v = b.select(b.icmp_signed("<", samples, k.index(1)), zero, v)
+                b.store(k.s.cast(ct, out.dtype, v), p)
+            each_channel(finish)
+        nest(k, [OH, OW], lambda ix: out_bin(*ix))
+    nest(k, [R], lambda ix: roi(ix[0]))

@@ -11,7 +11,7 @@ from ..ir import Graph, Node
 from ..ops.registry import lookup
 from .kernel import Kernel, Operand, layout_strides
 from .machine import MachineSpec, data_layout
-from .scalar import llvm_type
+from .scalar import storage_type
 
 I8P = ir.IntType(8).as_pointer()
 
@@ -168,7 +168,7 @@ class ModuleEmitter:
         if key not in self.globals:
             value = np.transpose(tensor.value, layout) if layout else tensor.value
             self.globals[key] = self.constant_data(value)
-        return self.globals[key].bitcast(llvm_type(tensor.dtype).as_pointer())
+        return self.globals[key].bitcast(storage_type(tensor.dtype).as_pointer())
 
     def _storage_root(self, name: str) -> str:
         alias = self.plan.alias_of
@@ -184,7 +184,7 @@ class ModuleEmitter:
         if spec.view and is_alias_view(graph, node):
             return None
         names = self._arg_names(node)
-        types = [llvm_type(graph.tensors[n].dtype).as_pointer() for n in names]
+        types = [storage_type(graph.tensors[n].dtype).as_pointer() for n in names]
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}")
         fn.linkage = "internal"
         for arg in fn.args:
@@ -203,7 +203,7 @@ class ModuleEmitter:
                 storage = lambda: self._constant_pointer(name)  # noqa: E731
             else:
                 arg = by_root[self._storage_root(name)]
-                ptr_type = llvm_type(t.dtype).as_pointer()
+                ptr_type = storage_type(t.dtype).as_pointer()
                 storage = arg if arg.type == ptr_type else kernel.b.bitcast(arg, ptr_type)
             return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value)
 

@@ -15,7 +15,8 @@ import numpy as np
 from llvmlite import ir
 
 from ..ir import Graph, Node
-from .scalar import FAST, Scalar, const, llvm_type
+from . import lowp
+from .scalar import FAST, Scalar, const, llvm_type, storage_type
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -137,7 +138,7 @@ class Kernel:
 
     def constant_array(self, value: np.ndarray) -> ir.Value:
         """A build-time array (e.g. a repacked weight) as a typed pointer into read-only data."""
-        return self.b.bitcast(self.constant_data(value), llvm_type(value.dtype).as_pointer())
+        return self.b.bitcast(self.constant_data(value), storage_type(value.dtype).as_pointer())
 
     def index(self, value: int) -> ir.Constant:
         return ir.Constant(self.idx_t, int(value))
@@ -198,14 +199,24 @@ class Kernel:
     def address(self, access: Access, idx: Sequence) -> ir.Value:
         return self.b.gep(access.ptr, [self.linear(access, idx)], inbounds=True)
 
+    # Loads and stores convert storage-only dtypes (codegen/lowp.py) to and from their compute dtype.
     def load(self, access: Access, idx: Sequence) -> ir.Value:
-        return self.b.load(self.address(access, idx))
+        return self.s.load_value(access.dtype, self.b.load(self.address(access, idx)))
 
     def store(self, access: Access, idx: Sequence, value: ir.Value) -> None:
-        self.b.store(value, self.address(access, idx))
+        self.b.store(self.s.store_value(access.dtype, value), self.address(access, idx))
 
     def load_at(self, operand: Operand, linear: ir.Value) -> ir.Value:
-        return self.b.load(self.b.gep(operand.ptr, [linear], inbounds=True))
+        return self.s.load_value(operand.dtype, self.b.load(self.b.gep(operand.ptr, [linear], inbounds=True)))
+
+    def load_ptr(self, ptr: ir.Value, dtype, index: ir.Value | int = 0) -> ir.Value:
+        """ptr[index] of a tensor of `dtype`, as a compute value."""
+        at = self.index(index) if isinstance(index, int) else index
+        return self.s.load_value(dtype, self.b.load(self.b.gep(ptr, [at], inbounds=True)))
+
+    def store_ptr(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value | int = 0) -> None:
+        at = self.index(index) if isinstance(index, int) else index
+        self.b.store(self.s.store_value(dtype, value), self.b.gep(ptr, [at], inbounds=True))
 
     # -- generic -------------------------------------------------------------------------------
     def generic(self, domain: Sequence[int], outs: Sequence[Access], ins: Sequence[Access],
@@ -219,8 +230,10 @@ class Kernel:
         post-process before the store. Reduction loops run innermost, parallel dims in `order`.
         """
         n = len(domain)
-        order = list(order) if order is not None else list(range(n))
         reduce_set = set(reduce_dims)
+        if order is None and outs and not reduce_set:  # the output's storage order (row-major: 0..n-1)
+            order = sorted(range(n), key=lambda d: -abs(outs[0].strides[d]))
+        order = list(order) if order is not None else list(range(n))
         idx: list = [None] * n
         if not reduce_set:
             def point(ix):
@@ -267,7 +280,7 @@ class Kernel:
     # -- explicit vectors (hand-tuned kernels) ------------------------------------------------------
     def lanes(self, dtype) -> int:
         """Elements of `dtype` in one target vector register (k.vector_bits wide)."""
-        return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+        return max(1, self.vector_bits // (8 * lowp.compute_dtype(dtype).itemsize))
 
     @staticmethod
     def vector_type(dtype, lanes: int) -> ir.Type:
@@ -289,6 +302,8 @@ class Kernel:
 
     def vload(self, ptr: ir.Value, dtype, index: ir.Value, lanes: int) -> ir.Value:
         """`lanes` consecutive elements from ptr[index] (element-aligned, unaligned vector access)."""
+        if lowp.is_lowp(dtype):
+            return self._lanes_lowp(ptr, dtype, index, 1, lanes)
         addr = self.b.gep(ptr, [index], inbounds=True)
         if lanes == 1:
             return self.b.load(addr)
@@ -297,6 +312,9 @@ class Kernel:
 
     def vstore(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value) -> None:
         """Store a vector (or scalar) to consecutive elements from ptr[index]."""
+        if lowp.is_lowp(dtype):
+            self.vscatter(value, ptr, dtype, index, 1)
+            return
         addr = self.b.gep(ptr, [index], inbounds=True)
         if not isinstance(value.type, ir.VectorType):
             self.b.store(value, addr)
@@ -305,6 +323,8 @@ class Kernel:
 
     def vgather(self, ptr: ir.Value, dtype, index: ir.Value, stride: int, lanes: int) -> ir.Value:
         """`lanes` elements ptr[index + l * stride]: a vector load for stride 1, a splat for stride 0."""
+        if lowp.is_lowp(dtype):
+            return self._lanes_lowp(ptr, dtype, index, stride, lanes)
         if stride == 1 or lanes == 1:
             return self.vload(ptr, dtype, index, lanes)
         if stride == 0:
@@ -319,12 +339,28 @@ class Kernel:
         """Store the first `count` lanes of `value` to ptr[index + l * stride] (one vector store when contiguous and whole)."""
         lanes = value.type.count if isinstance(value.type, ir.VectorType) else 1
         count = lanes if count is None else count
+        if lowp.is_lowp(dtype):
+            for l in range(count):
+                at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+                lane = value if lanes == 1 else self.b.extract_element(value, ir.Constant(ir.IntType(32), l))
+                self.store_ptr(lane, ptr, dtype, at)
+            return
         if count == lanes and (stride == 1 or lanes == 1):
             self.vstore(value, ptr, dtype, index)
             return
         for l in range(count):
             at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
             self.b.store(self.b.extract_element(value, ir.Constant(ir.IntType(32), l)), self.b.gep(ptr, [at], inbounds=True))
+
+    def _lanes_lowp(self, ptr: ir.Value, dtype, index: ir.Value, stride: int, lanes: int) -> ir.Value:
+        """Storage-only dtypes: lanes loaded and converted one by one."""
+        if lanes == 1:
+            return self.load_ptr(ptr, dtype, index)
+        vec = ir.Constant(self.vector_type(dtype, lanes), ir.Undefined)
+        for l in range(lanes):
+            at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+            vec = self.b.insert_element(vec, self.load_ptr(ptr, dtype, at), ir.Constant(ir.IntType(32), l))
+        return vec
 
     def fma(self, acc: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
         """acc + x * y for floats (scalar or vector), contracted to an FMA where the target has one."""

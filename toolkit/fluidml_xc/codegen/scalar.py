@@ -4,6 +4,9 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from . import lowp
+from .lowp import compute_dtype
+
 FAST = ("reassoc", "contract", "nsz", "arcp", "afn")
 """Reassociation for vectorized reductions and FMA contraction; infinities and NaNs keep their meaning."""
 
@@ -11,7 +14,8 @@ _FLOAT_TYPES = {np.dtype("float32"): ir.FloatType(), np.dtype("float64"): ir.Dou
 
 
 def llvm_type(dtype) -> ir.Type:
-    dtype = np.dtype(dtype)
+    """The LLVM type a kernel computes `dtype` in (see `storage_type` for memory)."""
+    dtype = compute_dtype(dtype)
     if dtype in _FLOAT_TYPES:
         return _FLOAT_TYPES[dtype]
     if dtype == np.bool_:
@@ -21,16 +25,21 @@ def llvm_type(dtype) -> ir.Type:
     raise TypeError(f"dtype {dtype} has no LLVM lowering")
 
 
+def storage_type(dtype) -> ir.Type:
+    """The LLVM type of one element in memory: `llvm_type`, except for the storage-only dtypes (codegen/lowp.py)."""
+    return lowp.storage_type(dtype) if lowp.is_lowp(dtype) else llvm_type(dtype)
+
+
 def is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
+    return compute_dtype(dtype).kind == "f"
 
 
 def is_signed(dtype) -> bool:
-    return np.dtype(dtype).kind in "if"
+    return compute_dtype(dtype).kind in "if"
 
 
 def const(dtype, value) -> ir.Constant:
-    dtype = np.dtype(dtype)
+    dtype = compute_dtype(dtype)
     if is_float(dtype):
         return ir.Constant(llvm_type(dtype), float(value))
     return ir.Constant(llvm_type(dtype), int(value))
@@ -63,6 +72,7 @@ class Scalar:
         return self.b.call(fn, [value, *more])
 
     def libm(self, name: str, dtype, *args: ir.Value) -> ir.Value:
+        dtype = compute_dtype(dtype)
         if name == "erf" and np.dtype(dtype) == np.float32:
             return self.erf_f32(args[0])
         ty = llvm_type(dtype)
@@ -130,8 +140,33 @@ class Scalar:
             return self.b.fcmp_unordered("!=", value, const(dtype, 0))
         return self.b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
 
-    def cast(self, src, dst, x):
+    def load_value(self, dtype, stored: ir.Value) -> ir.Value:
+        """An element as loaded from memory -> the value kernels compute with."""
+        return lowp.decode(self.b, dtype, stored) if lowp.is_lowp(dtype) else stored
+
+    def store_value(self, dtype, value: ir.Value) -> ir.Value:
+        """A computed value -> the element to store (storage-only dtypes: rounded as ml_dtypes' astype)."""
+        return lowp.encode(self.b, dtype, value) if lowp.is_lowp(dtype) else value
+
+    def cast(self, src, dst, x, saturate: bool = True, round_mode: str = "up"):
+        """ONNX Cast of a computed value. For a storage-only `dst` the result is the value the stored
+        element holds: float8 targets honour `saturate`, FLOAT8E8M0 `saturate` and `round_mode`, and
+        int4/uint4/int2/uint2 wrap (as ml_dtypes does)."""
         src, dst = np.dtype(src), np.dtype(dst)
+        if src == dst:
+            return x
+        if lowp.is_lowp(dst):
+            b = self.b
+            csrc, cdst = compute_dtype(src), compute_dtype(dst)
+            if dst.name in lowp.INT_FORMATS:
+                v = lowp.float_to_small_int(b, x) if is_float(csrc) else self.cast(csrc, np.int64, x)
+                v = v if v.type == ir.IntType(8) else b.trunc(v, ir.IntType(8))
+                return lowp.decode(b, dst, lowp.encode(b, dst, v))
+            v = self.cast(csrc, np.float32, x)
+            if dst.name == "float8_e8m0fnu":
+                return lowp.decode(b, dst, lowp.e8m0_cast(b, v, saturate, round_mode))
+            return lowp.decode(b, dst, lowp.encode(b, dst, v, saturate))
+        src, dst = compute_dtype(src), compute_dtype(dst)
         if src == dst:
             return x
         st, dt = llvm_type(src), llvm_type(dst)

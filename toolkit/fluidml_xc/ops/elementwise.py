@@ -6,6 +6,8 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from ..codegen import lowp
+from ..codegen.lowp import compute_dtype
 from ..codegen.scalar import const, is_float
 from .registry import register
 
@@ -278,8 +280,15 @@ def lower_where(k):
 
 @register(("Cast", "CastLike"))
 def lower_cast(k):
+    """ONNX Cast; to the storage-only dtypes with `saturate` and `round_mode` (codegen/lowp.py). A Cast the
+    lowp_compute pass inserted (`_astype`) rounds as a kernel's store does (ml_dtypes' astype)."""
     src, dst = k.inputs[0].dtype, k.outputs[0].dtype
-    k.elementwise(lambda v: k.s.cast(src, dst, v[0]), ins=[k.inputs[0]])
+    if k.attr("_astype"):
+        k.elementwise(lambda v: k.s.cast(src, compute_dtype(dst), v[0]), ins=[k.inputs[0]])
+        return
+    saturate, round_mode = bool(k.attr("saturate", 1)), k.attr("round_mode", "up")
+    round_mode = round_mode.decode() if isinstance(round_mode, bytes) else round_mode
+    k.elementwise(lambda v: k.s.cast(src, dst, v[0], saturate, round_mode), ins=[k.inputs[0]])
 
 
 @register("Clip", inplace=True)
@@ -289,12 +298,13 @@ def lower_clip(k):
         lo, hi = k.attr("min", -3.4028234663852886e38), k.attr("max", 3.4028234663852886e38)
         bounds = [const(dt, lo), const(dt, hi)]
     else:
-        info = np.finfo(dt) if is_float(dt) else np.iinfo(dt)
+        cdt = compute_dtype(dt)
+        info = np.finfo(cdt) if is_float(cdt) else np.iinfo(cdt)
         bounds = []
         for i, default in ((1, info.min), (2, info.max)):
             value = k.input_value(i) if i < len(k.inputs) else None
             if i < len(k.inputs) and k.inputs[i] is not None and value is None:
-                bounds.append(k.b.load(k.inputs[i].ptr))
+                bounds.append(k.load_ptr(k.inputs[i].ptr, k.inputs[i].dtype))
             else:
                 bounds.append(const(dt, value.reshape(-1)[0] if value is not None else default))
     k.elementwise(lambda v: k.s.min(dt, k.s.max(dt, v[0], bounds[0]), bounds[1]), ins=[k.inputs[0]])
@@ -380,7 +390,7 @@ def _quant_param(k, op, x, axis: int, block: int, idx):
     if op is None:
         return None
     if op.size == 1:
-        return k.b.load(op.ptr)
+        return k.load_ptr(op.ptr, op.dtype)
     if op.rank == 1 and block == 0:
         return k.load_at(op, idx[axis] if op.strides[0] == 1 else k.b.mul(idx[axis], k.index(op.strides[0])))
     total = k.index(0)
@@ -420,21 +430,36 @@ def lower_dequantize(k):
 
 @register("QuantizeLinear", since=10)
 def lower_quantize(k):
-    """y = saturate(round_half_even(x / scale) + zero_point) to the output integer type."""
+    """y = saturate(round_half_even(x / scale) + zero_point) to the output integer type; float8 outputs:
+    cast(x / scale) honouring `saturate`; float4: cast(x / scale + zero_point) (onnx.reference's rules)."""
     x, axis, block = _quant_setup(k)
     scale = k.inputs[1]
     zp = k.inputs[2] if len(k.inputs) > 2 else None
     out = k.outputs[0]
-    if np.dtype(out.dtype).kind not in "iu":
+    odt = np.dtype(out.dtype)
+    name = odt.name if lowp.is_lowp(odt) else None
+    if odt.kind not in "iu" and name not in lowp.INT_FORMATS and name not in lowp.FLOAT_FORMATS:
         from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (QuantizeLinear): output dtype {out.dtype} is not supported")
     work = np.float64 if np.float64 in (x.dtype, scale.dtype) else np.float32
-    info = np.iinfo(out.dtype)
-    lo, hi = const(work, info.min), const(work, info.max)
+    saturate = bool(k.attr("saturate", 1))
+
+    def scaled(values, idx):
+        return k.b.fdiv(k.s.cast(x.dtype, work, values[0]), k.s.cast(scale.dtype, work, _quant_param(k, scale, x, axis, block, idx)))
+
+    if name in lowp.FLOAT_FORMATS:
+        def fbody(values, idx):
+            v = scaled(values, idx)
+            if name == "float4_e2m1fn" and zp is not None:
+                v = k.b.fadd(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
+            return [k.s.cast(work, out.dtype, v, saturate)]
+        k.generic(out.shape, [out.identity_access()], [x.identity_access()], fbody)
+        return
+    lo_v, hi_v = lowp.int_info(odt) if name else (np.iinfo(odt).min, np.iinfo(odt).max)
+    lo, hi = const(work, lo_v), const(work, hi_v)
 
     def body(values, idx):
-        v = k.b.fdiv(k.s.cast(x.dtype, work, values[0]), k.s.cast(scale.dtype, work, _quant_param(k, scale, x, axis, block, idx)))
-        v = k.s.intrinsic("llvm.roundeven", v)
+        v = k.s.intrinsic("llvm.roundeven", scaled(values, idx))
         if zp is not None:
             v = k.b.fadd(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
         v = k.s.min(work, k.s.max(work, v, lo), hi)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from ..codegen import lowp
 from ..codegen.kernel import Operand
 from ..codegen.scalar import const, is_float
 from .elementwise import BINARY, COMPARE, UNARY, _add, _pow
@@ -56,7 +57,16 @@ def _combine(op: str):
 
 
 def eval_step(k, step: dict, args: list, dts: list):
-    """LLVM value of one program step from its argument values and their dtypes."""
+    """LLVM value of one program step from its argument values and their dtypes; a step whose dtype is
+    storage-only (bfloat16, float8, int4, ...) gives the value its stored element would hold."""
+    value = _eval_step(k, step, args, dts)
+    out_dt = np.dtype(step["dtype"])
+    if lowp.is_lowp(out_dt) and step["op"] not in ("Cast", "CastLike"):
+        value = lowp.round_to(k.b, out_dt, value)
+    return value
+
+
+def _eval_step(k, step: dict, args: list, dts: list):
     op = step["op"]
     out_dt = np.dtype(step["dtype"])
     sk = _StepKernel(k, step.get("attrs", {}))
@@ -70,7 +80,10 @@ def eval_step(k, step: dict, args: list, dts: list):
     if op == "Where":
         return k.b.select(k.b.trunc(args[0], ir.IntType(1)), args[1], args[2])
     if op in ("Cast", "CastLike"):
-        return k.s.cast(dt, out_dt, args[0])
+        if sk.attr("_astype"):
+            return lowp.round_to(k.b, out_dt, k.s.cast(dt, lowp.compute_dtype(out_dt), args[0]))
+        mode = sk.attr("round_mode", "up")
+        return k.s.cast(dt, out_dt, args[0], bool(sk.attr("saturate", 1)), mode.decode() if isinstance(mode, bytes) else mode)
     if op == "Clip":  # args: x, then the bounds present (attrs say which)
         x, rest = args[0], list(args[1:])
         if step["attrs"].get("has_min"):

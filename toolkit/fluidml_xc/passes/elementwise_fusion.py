@@ -30,7 +30,8 @@ def _scalar_const(graph: Graph, name: str):
 
 def _imm(value, dtype) -> list:
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
+    from ..codegen.scalar import is_float
+    if is_float(dtype):
         return ["imm", float(value), dtype.name]
     if dtype == np.bool_:
         return ["imm", int(bool(value)), dtype.name]
@@ -114,7 +115,7 @@ def _program(graph: Graph, group: list[Node]) -> tuple[list[dict], list[str]]:
 
     for node in group:
         op = node.op_type
-        attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in node.attrs.items() if not k.startswith("_")}
+        attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in node.attrs.items() if not k.startswith("_") or k == "_astype"}
         out_dt = np.dtype(graph.tensors[node.outputs[0]].dtype)
         if op == "Clip":
             x = ref(node.inputs[0])

@@ -302,3 +302,82 @@ def lower_roi_align(k):
             each_channel(finish)
         nest(k, [OH, OW], lambda ix: out_bin(*ix))
     nest(k, [R], lambda ix: roi(ix[0]))
+
+
+@register("DeformConv", since=19, dtypes=FLOATS)
+def lower_deform_conv(k):
+    """2-D deformable convolution: per output pixel, offset group and kernel tap, the bilinear taps
+    (zero outside the input, times the mask) are computed once; each input channel's sample is then
+    added, times the weights, into the output channels of its group."""
+    x, w, off = k.inputs[0], k.inputs[1], k.inputs[2]
+    bias = k.inputs[3] if len(k.inputs) > 3 else None
+    mask = k.inputs[4] if len(k.inputs) > 4 else None
+    out = k.outputs[0]
+    b = k.b
+    if x.rank != 4:
+        raise InputError(f"node {k.node.name!r} (DeformConv): only 2-D deformable convolution (rank-4 X) is supported, got rank {x.rank}")
+    N, C, H, W = x.shape
+    OC, CPG, KH, KW = w.shape
+    kernel = [int(v) for v in (k.attr("kernel_shape") or [KH, KW])]
+    if kernel != [KH, KW]:
+        raise InputError(f"node {k.node.name!r} (DeformConv): kernel_shape {kernel} does not match the weights {list(w.shape)}")
+    sth, stw = [int(v) for v in (k.attr("strides") or [1, 1])]
+    dh, dw = [int(v) for v in (k.attr("dilations") or [1, 1])]
+    pads = [int(v) for v in (k.attr("pads") or [0, 0, 0, 0])]
+    group, ogroups = int(k.attr("group", 1)), int(k.attr("offset_group", 1))
+    if C != CPG * group or OC % group or C % ogroups or off.shape[1] != ogroups * KH * KW * 2:
+        raise InputError(f"node {k.node.name!r} (DeformConv): inconsistent shapes X {list(x.shape)}, W {list(w.shape)}, "
+                         f"offset {list(off.shape)} for group {group}, offset_group {ogroups}")
+    if out.size == 0:
+        return
+    ct = compute_dtype(x.dtype)
+    ty = llvm_type(ct)
+    OH, OW = out.shape[2], out.shape[3]
+    OCPG, CPO = OC // group, C // ogroups
+    one = fconst(ty, 1.0)
+
+    def pixel(ix):
+        n, oi, oj = ix
+
+        def out_at(oc):
+            return element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (oc, out.strides[1]), (oi, out.strides[2]), (oj, out.strides[3])))
+        with loop(k, OC) as oc:
+            init = load_as(k, bias, offset(k, 0, (oc, bias.strides[0])), ct) if bias is not None else fconst(ty, 0.0)
+            b.store(k.s.cast(ct, out.dtype, init), out_at(oc))
+
+        def tap(ts):
+            g, ki, kj = ts
+            ch = offset(k, 0, (g, KH * KW), (ki, KW), (kj, 1))
+
+            def off_at(comp):
+                return load_as(k, off, offset(k, 0, (n, off.strides[0]), (ch, 2 * off.strides[1]), (comp, off.strides[1]),
+                                               (oi, off.strides[2]), (oj, off.strides[3])), ct)
+            hf = b.fadd(b.sitofp(offset(k, -pads[0], (oi, sth), (ki, dh)), ty), off_at(0))
+            wf = b.fadd(b.sitofp(offset(k, -pads[1], (oj, stw), (kj, dw)), ty), off_at(1))
+            m = None
+            if mask is not None:
+                m = load_as(k, mask, offset(k, 0, (n, mask.strides[0]), (ch, mask.strides[1]), (oi, mask.strides[2]), (oj, mask.strides[3])), ct)
+            per_dim = []
+            for v, size in ((hf, H), (wf, W)):
+                v = clampf(k, v, -4.0, size + 3.0)
+                v0 = k.s.intrinsic("llvm.floor", v)
+                t = b.fsub(v, v0)
+                i0 = b.fptosi(v0, k.idx_t)
+                i1 = b.add(i0, k.index(1))
+                per_dim.append([(clampi(k, i0, 0, size - 1), b.fsub(one, t), inside(k, i0, size)),
+                                (clampi(k, i1, 0, size - 1), t, inside(k, i1, size))])
+            if m is not None:
+                per_dim[0] = [(i, b.fmul(wt, m), v) for i, wt, v in per_dim[0]]
+            combos = sum_taps(k, per_dim, x.strides[2:], ct)
+            with loop(k, CPO) as cl:
+                c = offset(k, 0, (g, CPO), (cl, 1))
+                v = gather_taps(k, x, offset(k, 0, (n, x.strides[0]), (c, x.strides[1])), combos, ct)
+                grp = b.udiv(c, k.index(CPG)) if group > 1 else k.index(0)
+                c_in = b.sub(c, b.mul(grp, k.index(CPG))) if group > 1 else c
+                with loop(k, OCPG) as ol:
+                    oc = offset(k, 0, (grp, OCPG), (ol, 1))
+                    wv = load_as(k, w, offset(k, 0, (oc, w.strides[0]), (c_in, w.strides[1]), (ki, w.strides[2]), (kj, w.strides[3])), ct)
+                    p = out_at(oc)
+                    b.store(k.s.cast(ct, out.dtype, b.fadd(k.s.cast(out.dtype, ct, b.load(p)), b.fmul(wv, v))), p)
+        nest(k, [ogroups, KH, KW], tap)
+    nest(k, [N, OH, OW], pixel)

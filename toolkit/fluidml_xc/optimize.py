@@ -2,8 +2,12 @@
 
 plain and greedy keep every tensor row-major and let each kernel pick its default loop order. fluid
 runs FluidML (DESIGN.md section 1): longest-sequence segmentation, the layout DP per segment,
-dependency-weighted voting on shared tensors, then a loop order per MatMul/Gemm under the chosen
-layouts. See fluid/ for the pieces.
+dependency-weighted voting on shared tensors, then a loop order per MatMul/Gemm/Conv under the chosen
+layouts. See fluid/ for the pieces. Image tensors (touched only by Conv, pools, Concat and elementwise
+ops) choose between NCHW and channels-last (NHWC), which ops/conv.py and ops/pool.py vectorize over
+channels; graph inputs and outputs stay row-major, so conversions happen inside the first/last kernel.
+When the chosen layouts are not predicted at least MIN_GAIN faster than row-major, fluid keeps
+row-major (greedy's kernels).
 """
 from __future__ import annotations
 
@@ -13,19 +17,33 @@ from dataclasses import dataclass, field
 from .codegen.machine import MachineSpec
 from .fluid.costs import Costs, register_elementwise, transpose_is_view
 from .fluid.layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
+
 from .fluid.loop_order import LOOP_ORDER_OPS
 from .fluid.segmentation import segment_graph
 from .fluid.voting import vote_layouts
 from .ir import Graph
 from .ops import registry
 
-LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose"})
+LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+                             "GlobalMaxPool", "Concat"})
 """Op types whose kernels read and write any layout through strides (besides the elementwise family)."""
+ANCHOR_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv"})
+"""A connected group of variable tensors keeps its candidates only if one of these kernels touches it."""
+CONV_FAMILY = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat"})
+"""Image ops: their rank-4 activations choose between row-major (NCHW) and channels-last (NHWC) only."""
+MIN_GAIN = 0.01
+"""The DP's layouts are kept only if they are predicted this much (fraction) faster than row-major;
+otherwise fluid emits greedy's kernels."""
 LAYOUT_SAFE_MODULES = frozenset({"fluidml_xc.ops.elementwise", "fluidml_xc.ops.fused"})
 """Every op registered by these modules goes through Kernel.elementwise, which honours strides."""
 VIEW_OP = "Identity"
 """A Transpose whose chosen layouts make it a byte copy is rewritten to this view op: the planner aliases
 its output to its input (no kernel), or codegen copies the bytes flat where it cannot."""
+
+
+def channels_last(rank: int) -> tuple[int, ...]:
+    """(N, spatial..., C): NHWC for rank 4, NWC for rank 3."""
+    return (0, *range(2, rank), 1)
 
 
 @dataclass
@@ -82,12 +100,19 @@ def build_problem(graph: Graph, costs: Costs):
             hints.setdefault(node.outputs[0], []).append(permute_layout(identity(rank), perm))
             if node.inputs[0] in touched:  # the input stored in the output's row-major order
                 hints.setdefault(node.inputs[0], []).append(tuple(perm))
+    image_only = {name for name, users in touched.items()
+                  if any(graph.nodes[i].op_type in CONV_FAMILY for i in users)
+                  and all(graph.nodes[i].op_type in CONV_FAMILY or (specs[i] is not None and specs[i].lower.__module__ in LAYOUT_SAFE_MODULES)
+                         for i in users)}
     candidates: dict[str, list] = {}
     for name in touched:
         shape = graph.tensors[name].shape
         if name in pinned or len(shape) < 2:
             continue
-        cands = candidate_layouts(shape, hints=hints.get(name, ()))
+        if name in image_only and len(shape) in (3, 4):  # NCHW or channels-last (NHWC / NWC)
+            cands = [c for c in candidate_layouts(shape) if c in (identity(len(shape)), channels_last(len(shape)))]
+        else:
+            cands = candidate_layouts(shape, hints=hints.get(name, ()))
         if len(cands) > 1:
             candidates[name] = cands
     node_tensors = [[t for t in dict.fromkeys(list(n.inputs) + list(n.outputs)) if t in candidates] for n in graph.nodes]
@@ -103,7 +128,7 @@ def build_problem(graph: Graph, costs: Costs):
     for ts in node_tensors:
         for t in ts[1:]:
             parent[find(t)] = find(ts[0])
-    useful = {find(ts[0]) for n, ts in zip(graph.nodes, node_tensors) if ts and n.op_type in LAYOUT_SAFE_OPS}
+    useful = {find(ts[0]) for n, ts in zip(graph.nodes, node_tensors) if ts and n.op_type in ANCHOR_OPS}
     candidates = {t: c for t, c in candidates.items() if find(t) in useful}
     node_tensors = [[t for t in ts if t in candidates] for ts in node_tensors]
     # in-place elementwise ops may change layout: the planner aliases input and output only when their
@@ -134,6 +159,10 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
     priority = {t: float(graph.tensors[t].nbytes) for t in problem.candidates}
     result = vote_layouts(problem, segments, priority=priority)
     final = {t: p for t, p in result.layouts.items() if t in problem.candidates}
+    row_major = {t: identity(len(p)) for t, p in final.items()}
+    nodes = range(len(graph.nodes))
+    if problem.total(final, nodes) > problem.total(row_major, nodes) * (1 - MIN_GAIN):
+        final = row_major  # no predicted gain: greedy's kernels
     decisions.layouts = {t: tuple(p) for t, p in final.items() if not is_identity(p)}
     # predicted gain per non-row-major tensor
     users: dict[str, list[int]] = {}

@@ -150,7 +150,8 @@ class AnalyticModel:
             shift = n - len(t.shape)
             uses.append(Use(_dom_strides(t.shape, self.strides(name, layouts), [k + shift for k in range(len(t.shape))], n),
                             np.dtype(t.dtype).itemsize))
-        return nest_cost(shape, list(range(n)), uses, ops, self.lanes(out)), None
+        order = sorted(range(n), key=lambda d: -abs(uses[0].strides[d]))  # Kernel.generic: the output's storage order
+        return nest_cost(shape, order, uses, ops, self.lanes(out)), None
 
     def transpose(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
@@ -223,6 +224,227 @@ class AnalyticModel:
         col_tiles = -(-n // nr)
         return (m * kk * groups * VFMA_NS + -(-m // mr) * kk * groups * VLOAD_NS + m * kk * col_tiles * BCAST_NS + store
                 + gather)
+
+
+    # -- convolution and its neighbours (ops/conv.py, ops/pool.py, Concat) -------------------------
+    def conv(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
+        geo = conv_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.vector_bits)
+        if geo is None:
+            return self.opaque(node), None
+        costs = {order: self.conv_order_cost(geo, order) for order in geo.orders()}
+        best = min(costs, key=costs.get)
+        default = geo.default_order()
+        if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
+            best = default  # within the model's error: keep the kernel's own choice (greedy's)
+        return costs[best], best
+
+    def conv_order_cost(self, geo: "ConvGeometry", order: str) -> float:
+        """ns of ops/conv.py's kernel for this geometry: vector FMAs (slowed when too few accumulators
+        hide the FMA latency), input loads (broadcast / vector / gathered), stores (vector or scattered
+        per element), the residual read like the store, and memory traffic under the loop order."""
+        V, pts, item = geo.V, geo.N * geo.OH * geo.OW, geo.itemsize
+        taps = geo.Cig * geo.KH * geo.KW
+        out_elems = pts * geo.OC
+        if geo.kind == "depthwise_c":
+            vecs = geo.G // V + geo.G % V
+            work = pts * geo.KH * geo.KW * vecs * (VFMA_NS + VLOAD_NS)
+            stores = pts * vecs * STORE_NS
+            res = stores if geo.residual is not None else 0.0
+        elif geo.kind == "channels":
+            nv, nb = geo.R // V, -(-geo.Cog // geo.R)
+            work = pts * geo.G * nb * taps * (nv * VFMA_NS + BCAST_NS)
+            unit = geo.os[1] == 1
+            stores = pts * geo.G * nb * nv * STORE_NS if unit else out_elems * CONV_SCATTER_NS
+            res = 0.0
+            if geo.residual is not None:
+                res = pts * geo.G * nb * nv * VLOAD_NS if geo.residual[1] == 1 else out_elems * CONV_SCATTER_NS
+        else:  # row vectors (or scalar when V == 1)
+            R = min(4, geo.Cog)
+            U = 4 if R <= 2 else 2
+            slow = max(1.0, FMA_IN_FLIGHT / (R * U))
+            nb = -(-geo.Cog // R)
+            vecs = geo.N * geo.G * geo.OH * -(-geo.OW // V)
+            x_unit = geo.xs[3] == 1
+            load = VLOAD_NS * (1 if geo.sw == 1 else 2) if x_unit else V * GATHER_NS
+            work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * BCAST_NS / max(U, 1))
+            unit = geo.os[3] == 1
+            stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS
+            res = 0.0
+            if geo.residual is not None:
+                res = vecs * geo.Cog * VLOAD_NS if geo.residual[3] == 1 else out_elems * CONV_SCATTER_NS
+        in_bytes = geo.Cig * geo.H * geo.W * item
+        w_bytes = geo.Cog * taps * item
+        nb = -(-geo.Cog // geo.R)
+        units = -(-geo.OW // geo.P) if geo.flat else geo.OH
+        if order == "co>px":
+            traffic = in_bytes * (nb if in_bytes > CACHE_BYTES else 1) + w_bytes
+        else:
+            traffic = w_bytes * (units if w_bytes > CACHE_BYTES else 1) + in_bytes
+        traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)
+        return CALL_NS + work + stores + res + traffic / LINE * LINE_NS * 0.25
+
+    def pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
+        """ops/pool.py's vector pools: lanes over channels when both store channels innermost, else over
+        output columns (unit-stride rows), else scalar; plus the bytes moved."""
+        g = self.graph
+        x, out = node.inputs[0], node.outputs[0]
+        tx, to = g.tensors[x], g.tensors[out]
+        if len(tx.shape) != 4 or len([o for o in node.outputs if o]) > 1:
+            return self.opaque(node), None
+        xs, os_ = self.strides(x, layouts), self.strides(out, layouts)
+        V = self.lanes(out)
+        taps = int(np.prod(node.attrs.get("kernel_shape") or [1]))
+        if xs[1] == 1 and os_[1] == 1:
+            lanes = V
+        elif xs[3] == 1 and os_[3] == 1:
+            lanes = V
+        else:
+            lanes = 1
+        work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
+        return CALL_NS + work + (tx.nbytes + to.nbytes) / LINE * LINE_NS, None
+
+    def global_pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
+        g = self.graph
+        x, out = node.inputs[0], node.outputs[0]
+        shape = g.tensors[x].shape
+        n = len(shape)
+        item = np.dtype(g.tensors[x].dtype).itemsize
+        uses = [Use(_dom_strides(shape, self.strides(x, layouts), range(n), n), item),
+                Use(tuple(s if shape[d] == g.tensors[out].shape[d] else 0 for d, s in enumerate(self.strides(out, layouts))), item)]
+        return nest_cost(shape, list(range(n)), uses, 1.0, self.lanes(out)), None
+
+    def concat(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
+        g = self.graph
+        out = node.outputs[0]
+        so = self.strides(out, layouts)
+        item = np.dtype(g.tensors[out].dtype).itemsize
+        total = 0.0
+        for name in node.inputs:
+            if not name:
+                continue
+            shape = g.tensors[name].shape
+            n = len(shape)
+            order = sorted(range(n), key=lambda d: -abs(so[d]))
+            uses = [Use(_dom_strides(shape, so, range(n), n), item), Use(_dom_strides(shape, self.strides(name, layouts), range(n), n), item)]
+            total += nest_cost(shape, order, uses, 0.0, self.lanes(out))
+        return total, None
+
+
+CONV_SCATTER_NS = 0.15
+"""One element of a vector of output channels stored to a tensor whose channels are not innermost
+(measured: 3x3 convs into NCHW vs NHWC, AVX-512)."""
+ORDER_MARGIN = 0.02
+"""A Conv loop order other than the kernel's default must be predicted this much faster."""
+FMA_IN_FLIGHT = 8
+"""Independent vector accumulators needed to hide FMA latency (two FMA ports x ~4 cycles)."""
+CONV_ORDERS = ("co>px", "px>co")
+"""Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
+streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
+cached while every block's weights stream past)."""
+
+
+@dataclass
+class ConvGeometry:
+    """A float 1D/2D Conv as ops/conv.py's Conv2D sees it (rank 3 as one row), strides in elements."""
+
+    N: int
+    C: int
+    H: int
+    W: int
+    OC: int
+    OH: int
+    OW: int
+    KH: int
+    KW: int
+    G: int
+    sw: int
+    xs: tuple[int, ...]
+    os: tuple[int, ...]
+    residual: tuple[int, ...] | None
+    w_const: bool
+    flat: bool
+    V: int
+    itemsize: int
+
+    @property
+    def Cig(self) -> int:
+        return self.C // self.G
+
+    @property
+    def Cog(self) -> int:
+        return self.OC // self.G
+
+    @property
+    def kind(self) -> str:
+        """The blocking Conv2D picks (same tests, same order)."""
+        if self.w_const and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V and self.xs[1] == 1 and self.os[1] == 1:
+            return "depthwise_c"
+        rows_unit = self.xs[3] == 1 and self.os[3] == 1
+        if (self.w_const and self.Cog >= self.V and self.V > 1
+                and (not self.flat or self.W < FLAT_ROW_MIN_PIXELS or not rows_unit)):
+            return "channels"
+        return "rows"
+
+    @property
+    def R(self) -> int:
+        kind = self.kind
+        if kind == "channels":
+            return 2 * self.V if self.Cog >= 2 * self.V else self.V
+        return 1 if kind == "depthwise_c" else min(4, self.Cog)
+
+    @property
+    def P(self) -> int:
+        return 8 if self.kind == "depthwise_c" else (6 if self.R > self.V else 12) if self.kind == "channels" else 4 * self.V
+
+    def default_order(self) -> str:
+        """Conv2D.blocks_outer's choice when the optimizer gives none."""
+        if self.kind != "channels":
+            return self.orders()[0]
+        in_bytes = self.Cig * self.H * self.W * self.itemsize
+        w_bytes = self.Cog * self.Cig * self.KH * self.KW * self.itemsize
+        units = -(-self.OW // self.P) if self.flat else self.OH
+        return "co>px" if in_bytes * -(-self.Cog // self.R) <= w_bytes * units else "px>co"
+
+    def orders(self) -> tuple[str, ...]:
+        """Loop orders the kernel implements for this blocking."""
+        if self.kind == "channels":
+            return CONV_ORDERS
+        return ("px>co",) if self.kind == "depthwise_c" or self.flat else ("co>px",)
+
+
+FLAT_ROW_MIN_PIXELS = 512
+"""ops/conv.py Conv2D.FLAT_ROW_MIN_PIXELS."""
+
+
+def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int) -> ConvGeometry | None:
+    x, w, out = (graph.tensors[n] for n in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    if len(x.shape) not in (3, 4) or np.dtype(out.dtype).kind != "f" or out.size == 0:
+        return None
+
+    def as2d(shape, strides):
+        return (tuple(shape), tuple(strides)) if len(shape) == 4 else ((*shape[:2], 1, shape[2]), (*strides[:2], 0, strides[2]))
+    (N, C, H, W), xs = as2d(x.shape, strides_of(node.inputs[0]))
+    (_, OC, OH, OW), os_ = as2d(out.shape, strides_of(node.outputs[0]))
+    wshape = as2d(w.shape, [0] * len(w.shape))[0]
+    KH, KW = wshape[2], wshape[3]
+    epi = node.attrs.get("_epilogue") or {}
+    residual = None
+    if epi.get("residual") and len(node.inputs) > 3 and node.inputs[3]:
+        residual = as2d(graph.tensors[node.inputs[3]].shape, strides_of(node.inputs[3]))[1]
+    sp = len(x.shape) - 2
+    strides = list(node.attrs.get("strides") or [1] * sp)
+    pads = list(node.attrs.get("pads") or [0] * (2 * sp))
+    sw = int(strides[-1])
+    flat = ((KH, KW) == (1, 1) and all(int(v) == 1 for v in strides) and all(int(p) == 0 for p in pads) and (OH, OW) == (H, W)
+            and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (residual is None or residual[2] == W * residual[3]))
+    if flat:
+        H, W, OH, OW = 1, H * W, 1, H * W
+        xs, os_ = (xs[0], xs[1], 0, xs[3]), (os_[0], os_[1], 0, os_[3])
+        if residual is not None:
+            residual = (residual[0], residual[1], 0, residual[3])
+    item = np.dtype(out.dtype).itemsize
+    return ConvGeometry(N, C, H, W, OC, OH, OW, KH, KW, int(node.attrs.get("group", 1)), sw, xs, os_, residual, w.is_const, flat,
+                        max(1, vector_bits // (8 * item)), item)
 
 
 @dataclass
@@ -301,6 +523,12 @@ def _elementwise(model: AnalyticModel, node: Node, layouts):
 
 
 _KINDS = {
+    "Conv": AnalyticModel.conv,
+    "MaxPool": AnalyticModel.pool,
+    "AveragePool": AnalyticModel.pool,
+    "GlobalAveragePool": AnalyticModel.global_pool,
+    "GlobalMaxPool": AnalyticModel.global_pool,
+    "Concat": AnalyticModel.concat,
     "Transpose": AnalyticModel.transpose,
     "MatMul": AnalyticModel.matmul,
     "Gemm": AnalyticModel.matmul,
@@ -535,6 +763,9 @@ class Costs:
         return best
 
     def _order_candidates(self, node: Node, layouts) -> list[str]:
+        if node.op_type == "Conv":
+            geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits)
+            return list(geo.orders()) if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts))
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)
         return [o for c, o in scored if c <= 2 * scored[0][0]][:2]

@@ -193,8 +193,9 @@ class Conv2D:
     # (measured on AVX2: channel vectors win at 14x14 for every Cin, row vectors from 28x28)
     FLAT_ROW_MIN_PIXELS = 512
 
-    def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool, epi=None, res=None):
+    def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool, epi=None, res=None, order=None):
         self.k, self.dtype = k, dtype
+        self.order = order  # "co>px" | "px>co" from the optimizer (fluid/costs.py CONV_ORDERS), else blocks_outer()
         self.epi = epi
         self.res = res  # (strides, ptr) of the fused residual input, viewed like the output
         (self.N, self.C, self.H, self.W), self.xs, self.xp = x
@@ -503,7 +504,9 @@ class Conv2D:
     def blocks_outer(self) -> bool:
         """Channel blocks outermost (each block's weights stay cached while the input streams past
         once per block) unless re-reading all weights once per output row (pixel tile when flat)
-        moves fewer bytes than re-reading the input once per channel block."""
+        moves fewer bytes than re-reading the input once per channel block. The optimizer's order wins."""
+        if self.order in ("co>px", "px>co"):
+            return self.order == "co>px"
         item = np.dtype(self.dtype).itemsize
         in_bytes = self.Cig * self.H * self.W * item
         w_bytes = self.Cog * self.Cig * self.KH * self.KW * item
@@ -614,7 +617,7 @@ def lower_conv(k):
     value = None if w.value is None else w.value.reshape(wshape)
     res = None if residual is None else (rs, residual.ptr)
     Conv2D(k, out.dtype, ((N, C, H, W), xs, x.ptr), (wshape, ws, w, value), bias, (oshape, os_, out.ptr),
-           strides, dils, pads, groups, flat, epi, res).emit()
+           strides, dils, pads, groups, flat, epi, res, k.attr("_loop_order")).emit()
 
 
 # -- generic N-D nests -------------------------------------------------------------------------

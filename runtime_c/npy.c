@@ -20,6 +20,12 @@ static const dtype_info DTYPES[] = {
     {'f', 4, 1, "float32"}, {'u', 1, 2, "uint8"},   {'i', 1, 3, "int8"},     {'u', 2, 4, "uint16"},
     {'i', 2, 5, "int16"},   {'i', 4, 6, "int32"},   {'i', 8, 7, "int64"},    {'b', 1, 9, "bool"},
     {'f', 2, 10, "float16"}, {'f', 8, 11, "float64"}, {'u', 4, 12, "uint32"}, {'u', 8, 13, "uint64"},
+    /* Storage-only dtypes (ml_dtypes): .npy files hold their raw bits as uint16 (bfloat16) or uint8,
+       one element per byte for the 4-bit and 2-bit types. Listed after the plain types, so a .npy
+       descr names the plain type first. */
+    {'u', 2, 16, "bfloat16"}, {'u', 1, 17, "float8_e4m3fn"}, {'u', 1, 18, "float8_e4m3fnuz"},
+    {'u', 1, 19, "float8_e5m2"}, {'u', 1, 20, "float8_e5m2fnuz"}, {'u', 1, 21, "uint4"}, {'u', 1, 22, "int4"},
+    {'u', 1, 23, "float4_e2m1fn"}, {'u', 1, 24, "float8_e8m0fnu"}, {'u', 1, 25, "uint2"}, {'u', 1, 26, "int2"},
 };
 #define NUM_DTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
@@ -94,7 +100,7 @@ static int parse_header(const char *header, const char *path, const dtype_info *
     char order = descr[0], kind = descr[1];
     int32_t size = (int32_t)strtol(descr + 2, NULL, 10);
     *dtype = NULL;
-    for (int i = 0; i < NUM_DTYPES; i++)
+    for (int i = 0; i < NUM_DTYPES && !*dtype; i++)
         if (DTYPES[i].kind == kind && DTYPES[i].size == size)
             *dtype = &DTYPES[i];
     if (!*dtype)
@@ -171,9 +177,11 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
     int64_t shape[FXC_MAX_RANK];
     if (parse_header(header, path, &dtype, &fortran, &rank, shape, err, err_len) != 0)
         goto done;
-    if (dtype->dtype != spec->dtype) {
-        fail(err, err_len, "%s: dtype %s does not match %s expected for '%s'", path, dtype->name,
-             fxc_dtype_name(spec->dtype), spec->name);
+    const dtype_info *want = find_dtype(spec->dtype);
+    if (!want || want->kind != dtype->kind || want->size != dtype->size) {
+        fail(err, err_len, "%s: dtype %s does not match %s expected for '%s'%s", path, dtype->name,
+             fxc_dtype_name(spec->dtype), spec->name,
+             want && want->dtype >= 16 ? (want->size == 2 ? " (stored as uint16 bits)" : " (stored as uint8 bits)") : "");
         goto done;
     }
     int same_shape = rank == spec->rank;
@@ -269,9 +277,26 @@ static uint16_t half_from_float(float f)
     return (uint16_t)(sign | half);
 }
 
+/* Filler codes of the 1-byte storage-only dtypes (ONNX codes 17..26) for `small` = 0..9: the floats
+   (small - 5) / 4 (float8_e8m0fnu: 2^(small - 5)), int4 small - 5, uint4 small, int2 small % 4 - 2,
+   uint2 small % 4, rounded by ml_dtypes (fluidml_xc.execute._lowp_fill computes the same). */
+static const unsigned char LOWP_FILL[10][10] = {
+    {0xba, 0xb8, 0xb4, 0xb0, 0xa8, 0x00, 0x28, 0x30, 0x34, 0x38}, /* 17 float8_e4m3fn */
+    {0xc2, 0xc0, 0xbc, 0xb8, 0xb0, 0x00, 0x30, 0x38, 0x3c, 0x40}, /* 18 float8_e4m3fnuz */
+    {0xbd, 0xbc, 0xba, 0xb8, 0xb4, 0x00, 0x34, 0x38, 0x3a, 0x3c}, /* 19 float8_e5m2 */
+    {0xc1, 0xc0, 0xbe, 0xbc, 0xb8, 0x00, 0x38, 0x3c, 0x3e, 0x40}, /* 20 float8_e5m2fnuz */
+    {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09}, /* 21 uint4 */
+    {0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x00, 0x01, 0x02, 0x03, 0x04}, /* 22 int4 */
+    {0x0a, 0x0a, 0x0a, 0x09, 0x08, 0x00, 0x00, 0x01, 0x02, 0x02}, /* 23 float4_e2m1fn */
+    {0x7a, 0x7b, 0x7c, 0x7d, 0x7e, 0x7f, 0x80, 0x81, 0x82, 0x83}, /* 24 float8_e8m0fnu */
+    {0x00, 0x01, 0x02, 0x03, 0x00, 0x01, 0x02, 0x03, 0x00, 0x01}, /* 25 uint2 */
+    {0x02, 0x03, 0x00, 0x01, 0x02, 0x03, 0x00, 0x01, 0x02, 0x03}, /* 26 int2 */
+};
+
 /* Element j of input `index` is mix64(stream + (j+1)*GOLDEN) with stream = mix64(seed + (index+1)*GOLDEN)
    (splitmix64, counter based, mirrored by fluidml_xc.execute.random_feeds).
-   Floats in [-1, 1) (float16 on a 1/512 grid), integers in [0, 10), bools 0/1. */
+   Floats in [-1, 1) (float16 on a 1/512 grid, bfloat16 on a 1/64 grid), integers in [0, 10), bools 0/1,
+   the other storage-only dtypes from LOWP_FILL. */
 void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index)
 {
     size_t size = fxc_dtype_size(spec->dtype);
@@ -302,6 +327,17 @@ void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int
             break;
         case 9:
             dst[0] = (unsigned char)(v >> 63);
+            break;
+        case 16: {
+            uint32_t bits;
+            f32 = (float)((double)(v >> 57) / 64.0 - 1.0);
+            memcpy(&bits, &f32, 4);
+            f16 = (uint16_t)(bits >> 16);
+            memcpy(dst, &f16, 2);
+            break;
+        }
+        case 17: case 18: case 19: case 20: case 21: case 22: case 23: case 24: case 25: case 26:
+            dst[0] = LOWP_FILL[spec->dtype - 17][small];
             break;
         default:
             /* Integers 0..9: little-endian bytes of `small` are correct for every width and signedness. */

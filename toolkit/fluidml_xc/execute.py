@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import ml_dtypes  # noqa: F401  (registers bfloat16, float8_*, int4, ... as numpy dtype names)
 import numpy as np
 
 from .boards import get_target
@@ -50,7 +51,9 @@ def _random_tensor(shape: Sequence[int], dtype: np.dtype, seed: int, index: int)
         count = int(np.prod(shape, dtype=np.int64))
         counter = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GOLDEN)
         v = _mix64(counter + stream)
-    if dtype == np.float16:
+    if is_storage_only(dtype):
+        values = _lowp_fill(dtype, v)
+    elif dtype == np.float16:
         values = ((v >> np.uint64(54)).astype(np.float64) / 512.0 - 1.0).astype(np.float16)
     elif dtype.kind == "f":
         values = ((v >> np.uint64(40)).astype(np.float64) / 8388608.0 - 1.0).astype(dtype)
@@ -59,6 +62,36 @@ def _random_tensor(shape: Sequence[int], dtype: np.dtype, seed: int, index: int)
     else:
         values = (v % np.uint64(10)).astype(dtype)
     return values.reshape(tuple(shape))
+
+
+def is_storage_only(dtype) -> bool:
+    """bfloat16, float8_*, float4_e2m1fn, int4/uint4/int2/uint2 (ml_dtypes): runner .npy files hold their bits."""
+    dtype = np.dtype(dtype)
+    return dtype.type.__module__.startswith("ml_dtypes")
+
+
+def bits_dtype(dtype) -> np.dtype:
+    """The unsigned integer dtype a storage-only dtype's .npy file (runner input/output) is written as."""
+    return np.dtype(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint8)
+
+
+def _lowp_fill(dtype: np.dtype, v: np.ndarray) -> np.ndarray:
+    """The runner's filler for a storage-only dtype (runtime_c/npy.c, LOWP_FILL)."""
+    name = dtype.name
+    small = (v % np.uint64(10)).astype(np.int64)
+    if name == "bfloat16":
+        return ((v >> np.uint64(57)).astype(np.float64) / 64.0 - 1.0).astype(np.float32).astype(dtype)
+    if name == "float8_e8m0fnu":
+        return (2.0 ** (small - 5)).astype(np.float32).astype(dtype)
+    if name == "int4":
+        return (small - 5).astype(dtype)
+    if name == "uint4":
+        return small.astype(dtype)
+    if name == "int2":
+        return (small % 4 - 2).astype(dtype)
+    if name == "uint2":
+        return (small % 4).astype(dtype)
+    return ((small - 5) / 4).astype(np.float32).astype(dtype)
 
 
 def random_feeds(manifest: Mapping, seed: int = 0) -> dict[str, np.ndarray]:
@@ -105,6 +138,15 @@ def _coerce(spec: Mapping, value: np.ndarray) -> np.ndarray:
     arr = np.asarray(value)
     if arr.shape != shape:
         raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
+    if arr.dtype != dtype and is_storage_only(dtype):
+        floatlike = dtype.name not in ("int4", "uint4", "int2", "uint2")
+        if (arr.dtype.kind == "f" or is_storage_only(arr.dtype)) if floatlike else arr.dtype.kind in "iu":
+            cast = arr.astype(dtype)
+            if floatlike or np.array_equal(cast.astype(np.int64), arr):
+                return np.ascontiguousarray(cast)
+        raise InputError(f"input {name!r}: dtype {arr.dtype} cannot be converted to the model's {dtype}")
+    if is_storage_only(dtype):
+        return np.ascontiguousarray(arr)
     if arr.dtype != dtype:
         same_family = (arr.dtype.kind == "f" and dtype.kind == "f") or (arr.dtype.kind in "iub" and dtype.kind in "iu")
         cast = arr.astype(dtype)
@@ -176,7 +218,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
     with tempfile.TemporaryDirectory(prefix="fxc-run-") as tmp:
         for i, arr in enumerate(arrays):
             path = os.path.join(tmp, f"in{i}.npy")
-            np.save(path, arr, allow_pickle=False)
+            np.save(path, arr.view(bits_dtype(arr.dtype)) if is_storage_only(arr.dtype) else arr, allow_pickle=False)
             command += ["-i", path]
         out_paths = [os.path.join(tmp, f"out{i}.npy") for i in range(len(manifest["outputs"]))]
         for path in out_paths:
@@ -194,7 +236,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
         except OSError as exc:
             raise RunError(f"cannot start {runner.name}: {exc}") from None
         _check_exit(proc, runner.name)
-        outputs = {spec["name"]: np.load(path, allow_pickle=False) for spec, path in zip(manifest["outputs"], out_paths)}
+        outputs = {spec["name"]: _load_output(path, spec) for spec, path in zip(manifest["outputs"], out_paths)}
     report = None
     if bench is not None or profile:
         json_lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -202,6 +244,15 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
             raise RunError(f"{runner.name} printed no benchmark JSON: {_last_line(proc.stdout + proc.stderr)}")
         report = json.loads(json_lines[-1])
     return RunResult(outputs=outputs, bench=report)
+
+
+def _load_output(path: str, spec: Mapping) -> np.ndarray:
+    """A runner output; storage-only dtypes come as their bits (uint8/uint16) and are viewed as the dtype."""
+    arr = np.load(path, allow_pickle=False)
+    dtype = np.dtype(spec["dtype"])
+    if is_storage_only(dtype) and arr.dtype == bits_dtype(dtype):
+        arr = arr.view(dtype)
+    return arr
 
 
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray], force: bool = False) -> Path:

@@ -300,3 +300,69 @@ def test_matmul_and_gemm_relu_epilogue(opt):
 def test_epilogues_on_aarch64_under_qemu():
     _check(relu_model(), board="rpi4", rtol=1e-4, atol=1e-4)
     _check(residual_model(), board="rpi4", rtol=1e-4, atol=1e-4)
+
+
+# -- rematerialization of input-derived cones (passes/rematerialize.py) ------------------------------
+def mask_model(n=16, layers=2):
+    """A float mask from an int input (Cast, Sub, Mul) added to the scores of `layers` far-apart layers."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Cast", ["mask"], ["mf"], to=T.FLOAT, name="cast"),
+             helper.make_node("Sub", ["one", "mf"], ["inv"], name="inv"),
+             helper.make_node("Mul", ["inv", "big"], ["m"], name="scale")]
+    inits = [_c("one", 1.0), _c("big", -1e4)]
+    h = "x"
+    for k in range(layers):
+        nodes += [helper.make_node("MatMul", [h, f"w{k}"], [f"s{k}"], name=f"mm{k}"),
+                  helper.make_node("Add", [f"s{k}", "m"], [f"a{k}"], name=f"mask{k}"),
+                  helper.make_node("Softmax", [f"a{k}"], [f"p{k}"], name=f"softmax{k}"),
+                  helper.make_node("MatMul", [f"p{k}", f"v{k}"], [f"o{k}"], name=f"mv{k}"),
+                  helper.make_node("Tanh", [f"o{k}"], [f"h{k}"], name=f"tanh{k}")]
+        inits += [_c(f"w{k}", rng.standard_normal((n, n)) * 0.3), _c(f"v{k}", rng.standard_normal((n, n)) * 0.3)]
+        h = f"h{k}"
+    return _model(nodes, [("x", F32, (n, n)), ("mask", T.INT64, (n, n))], [(h, F32, (n, n))], inits)
+
+
+def test_input_cone_is_recomputed_for_a_far_consumer():
+    model = mask_model()
+    graph = import_graph(model)
+    clones = [n.name for n in graph.nodes if "#remat" in n.name]
+    assert clones == ["Cast+Sub+Mul@scale#remat1"]  # the fused mask chain, once more for layer 1
+    readers = {x: n.name for n in graph.nodes for x in n.inputs if x in ("m", "m#remat1")}
+    assert readers == {"m": "mm0", "m#remat1": "mm1"}  # the masked score MatMuls (residual epilogue)
+    feeds = _feeds(model)
+    feeds["mask"] = (feeds["mask"] > 0).astype(np.int64)
+    _check(model, feeds=feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_rematerialization_shrinks_the_transformer_arena_to_the_op_bound():
+    from fluidml_xc.examples import tiny_transformer
+    from fluidml_xc.planner import PlanOptions, plan_memory, verify_plan
+
+    graph = import_graph(tiny_transformer())
+    attend = next(n for n in graph.nodes if n.name == "attend")
+    assert attend.inputs[3] == "x#remat1" and any(n.name == "embed#remat1" for n in graph.nodes)
+    result = plan_memory(graph, PlanOptions(alignment=64))
+    verify_plan(graph, result)
+    # one 16x32 f32 activation = 2048 B: q, k, the 16x16 scores (1024 B) and xn at most; 9216 B before
+    assert result.lower_bound_bytes == 7168
+    assert result.arena_bytes == result.live_peak_bytes == result.order_bound_bytes == 7168
+
+
+def test_no_copy_for_near_consumers_heavy_cones_or_small_tensors():
+    from fluidml_xc.passes.rematerialize import rematerialize_input_cones
+
+    # consumers two nodes apart share the original
+    graph = import_graph(mask_model(layers=1))
+    assert not [n for n in graph.nodes if "#remat" in n.name]
+    # a cone with a MatMul (heavy) is never copied, however far apart its consumers
+    n = 16
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["e"], name="embed")]
+    for k in range(6):
+        nodes.append(helper.make_node("MatMul", ["e" if k == 0 else f"t{k - 1}", "w"], [f"t{k}"], name=f"mm{k}"))
+    nodes.append(helper.make_node("Add", ["t5", "e"], ["y"], name="residual"))
+    model = _model(nodes, [("x", F32, (n, n))], [("y", F32, (n, n))], [_c("w", np.eye(n))])
+    graph = import_graph(model)
+    assert not [n for n in graph.nodes if "#remat" in n.name]
+    before = len(graph.nodes)
+    rematerialize_input_cones(graph)
+    assert len(graph.nodes) == before

@@ -386,6 +386,9 @@ def test_exact_order_defers_a_small_long_lived_branch() -> None:
     assert result.order == [1, 2, 0, 3]
     assert result.arena_bytes == result.live_peak_bytes == result.order_bound_bytes == 11 * U
     assert result.lower_bound_bytes == 11 * U
+    facts = result.manifest_facts()
+    assert (facts["arena_bytes"], facts["order_bound_bytes"], facts["arena_over_lower_bound"],
+            facts["arena_over_live_peak"], facts["arena_over_order_bound"]) == (11 * U, 11 * U, 1.0, 1.0, 1.0)
 
 
 def test_exact_order_search_gives_up_on_its_budget() -> None:

@@ -119,11 +119,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type} for i in plan.order]
     return {
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
-        "memory": {
-            "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
-            "live_peak_bytes": plan.live_peak_bytes, "naive_bytes": plan.naive_bytes,
-            "strategy": plan.strategy, "strategies": plan.strategies, "alignment": spec.alignment,
-        },
+        "memory": {**plan.manifest_facts(), "alignment": spec.alignment},
     }
 
 

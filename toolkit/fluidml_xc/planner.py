@@ -72,6 +72,19 @@ class MemoryPlan:
     exact order search; 0 when the search ran out of budget or did not run. No arena can be smaller,
     so max(lower_bound_bytes, order_bound_bytes) is the tight bound for this graph and these kernels."""
 
+    def manifest_facts(self) -> dict:
+        """The plan's figures as manifest.json's `memory` object records them."""
+        tight = max(self.lower_bound_bytes, self.order_bound_bytes)
+        return {
+            "arena_bytes": self.arena_bytes, "lower_bound_bytes": self.lower_bound_bytes,
+            "live_peak_bytes": self.live_peak_bytes, "order_bound_bytes": self.order_bound_bytes,
+            "arena_over_lower_bound": round(self.arena_bytes / self.lower_bound_bytes, 4) if self.lower_bound_bytes else None,
+            "arena_over_live_peak": round(self.arena_bytes / self.live_peak_bytes, 4) if self.live_peak_bytes else None,
+            "arena_over_order_bound": round(self.arena_bytes / tight, 4) if self.order_bound_bytes and tight else None,
+            "naive_bytes": self.naive_bytes, "strategy": self.strategy, "strategies": self.strategies,
+            "alignment": self.alignment,
+        }
+
 
 def _round_up(n: int, align: int) -> int:
     return -(-n // align) * align

@@ -99,6 +99,13 @@ def main(args) -> int:
         print(f"  lower bound {_kb(lb)}  (order-independent: max bytes one op reads+writes)"
               + (f"  arena/lb {mem['arena_bytes'] / lb:.3f}" if lb else ""))
         print(f"  live peak   {_kb(peak)}  (chosen execution order)" + (f"  arena/peak {mem['arena_bytes'] / peak:.3f}" if peak else ""))
+        best = mem.get("order_bound_bytes", 0)
+        if best:
+            tight = max(best, lb)
+            print(f"  order bound {_kb(best)}  (least live peak over all execution orders, proven by exact search)"
+                  f"  arena/max(lb, order bound) {mem['arena_bytes'] / tight:.3f}")
+        elif "order_bound_bytes" in mem:
+            print("  order bound (not proven: the exact order search ran out of budget)")
         print(f"  naive       {_kb(mem.get('naive_bytes', 0))}  (no reuse)")
         for name, size in sorted(mem.get("strategies", {}).items(), key=lambda kv: kv[1]):
             mark = "  <- winner" if name == mem["strategy"] else ""

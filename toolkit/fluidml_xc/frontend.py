@@ -384,6 +384,10 @@ def _inline(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str, opset: 
                     new.attribute.append(value)
             else:
                 new.attribute.append(attr)
+        for attr in new.attribute:  # subgraphs (Scan/If/Loop bodies) read the body's tensors by name too
+            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                from .subgraphs import rename_in_attribute
+                rename_in_attribute(attr, name_of)
         new.name = prefix + (inner.name or inner.op_type)
         nodes.append(new)
     return nodes
@@ -421,6 +425,13 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             if body is not None:
                 prefix = f"{node_name}/"
                 expanded = _inline(onnx_node, body, prefix, opset, opsets)
+                work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
+                continue
+        if (depth < MAX_INLINE_DEPTH and onnx_node.op_type in SUBGRAPH_OPS
+                and all(n in tensors and n not in folder.unresolved for n in inputs)):
+            from .subgraphs import expand_subgraph
+            expanded = expand_subgraph(onnx_node, node_name, tensors, opset)
+            if expanded is not None:
                 work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
                 continue
         attrs = _attrs(onnx_node)

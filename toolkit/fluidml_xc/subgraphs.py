@@ -1,0 +1,271 @@
+"""Import-time expansion of control flow with static structure into ordinary nodes.
+
+- Scan (opset 8 without sequence_lens, opset 9+) over a static number of steps is unrolled: each
+  step's scan-input slices are Gathers, the body's nodes are copied with their tensors renamed per
+  step, state outputs feed the next step, and each scan output is the Concat of the steps' values
+  (Unsqueezed along its axis, in its direction).
+- If with a condition known at build time becomes the nodes of the branch taken. With a run-time
+  condition, when both branches declare outputs of the same static shape and type, both branches
+  are computed and each output is Where(cond, then, else).
+
+Expansion returns the replacement ONNX nodes (the frontend then imports them like the model's own),
+or None when the node is left as it is (and reported unsupported).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+MAX_UNROLLED_NODES = 4096
+"""Unrolling a Scan into more nodes than this is not worth it: the node stays unsupported."""
+
+
+def _defined(graph: onnx.GraphProto) -> set[str]:
+    names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+def _rename_nested(graph: onnx.GraphProto, rename: Callable[[str], str]) -> onnx.GraphProto:
+    """A copy of a nested graph whose references to outer names go through `rename`."""
+    out = onnx.GraphProto()
+    out.CopyFrom(graph)
+    local = _defined(graph)
+
+    def outer(name: str) -> str:
+        return name if not name or name in local else rename(name)
+    for node in out.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = outer(name)
+        for attr in node.attribute:
+            rename_in_attribute(attr, outer)
+    for o in out.output:
+        o.name = outer(o.name)
+    return out
+
+
+def rename_in_attribute(attr: onnx.AttributeProto, rename: Callable[[str], str]) -> None:
+    """Outer-scope references of a GRAPH / GRAPHS attribute's graphs renamed in place."""
+    if attr.type == onnx.AttributeProto.GRAPH:
+        attr.g.CopyFrom(_rename_nested(attr.g, rename))
+    elif attr.type == onnx.AttributeProto.GRAPHS:
+        for g in attr.graphs:
+            g.CopyFrom(_rename_nested(g, rename))
+
+
+class _Builder:
+    def __init__(self, node_name: str, opset: int):
+        self.prefix, self.opset = node_name + "/", opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{self.prefix}{hint}_{self.count}"
+
+    def add(self, op: str, inputs: list[str], outputs: list[str] | None = None, **attrs) -> list[str]:
+        outputs = outputs or [self.name(op.lower())]
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=self.name(op), **attrs))
+        return outputs
+
+    def constant(self, value: np.ndarray, hint: str = "const") -> str:
+        return self.add("Constant", [], [self.name(hint)], value=numpy_helper.from_array(np.asarray(value)))[0]
+
+    def unsqueeze(self, x: str, axis: int, output: str | None = None) -> str:
+        outs = [output] if output else None
+        if self.opset >= 13:
+            return self.add("Unsqueeze", [x, self.constant(np.array([axis], dtype=np.int64), "axes")], outs)[0]
+        return self.add("Unsqueeze", [x], outs, axes=[axis])[0]
+
+    def instantiate(self, graph: onnx.GraphProto, tag: str, bindings: dict[str, str]) -> list[str]:
+        """Copy `graph`'s nodes with its inputs bound to `bindings` and its own tensors renamed; its outputs' names."""
+        local = _defined(graph)
+        prefix = f"{self.prefix}{tag}/"
+
+        def rename(name: str) -> str:
+            if not name:
+                return ""
+            if name in bindings:
+                return bindings[name]
+            return prefix + name if name in local else name
+        for init in graph.initializer:
+            self.nodes.append(helper.make_node("Constant", [], [rename(init.name)], name=self.name("Constant"), value=init))
+        for i, inner in enumerate(graph.node):
+            new = onnx.NodeProto()
+            new.CopyFrom(inner)
+            del new.input[:]
+            del new.output[:]
+            new.input.extend(rename(n) for n in inner.input)
+            new.output.extend(rename(n) for n in inner.output)
+            for attr in new.attribute:
+                rename_in_attribute(attr, rename)
+            new.name = f"{prefix}{inner.name or inner.op_type}_{i}"
+            self.nodes.append(new)
+        return [rename(o.name) for o in graph.output]
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _unroll(bld: _Builder, body: onnx.GraphProto, states: list[str], scans: list[str], scan_ranks: list[int],
+            length: int, in_axes: list[int], in_dirs: list[int], out_axes: list[int], out_dirs: list[int],
+            tag: str) -> tuple[list[str], list[str]]:
+    """Unrolled steps; (final state names, scan output names)."""
+    n_state = len(states)
+    steps: list[list[str]] = []
+    for t in range(length):
+        bindings = {}
+        for i, name in enumerate(states):
+            bindings[body.input[i].name] = name
+        for j, name in enumerate(scans):
+            index = length - 1 - t if in_dirs[j] else t
+            idx = bld.constant(np.array(index, dtype=np.int64), "step")
+            bindings[body.input[n_state + j].name] = bld.add("Gather", [name, idx], axis=in_axes[j])[0]
+        outs = bld.instantiate(body, f"{tag}{t}", bindings)
+        states = outs[:n_state]
+        steps.append(outs[n_state:])
+    scan_outs = []
+    for j in range(len(body.output) - n_state):
+        values = [steps[t][j] for t in range(length)]
+        if out_dirs[j]:
+            values.reverse()
+        scan_outs.append((values, out_axes[j]))
+    return states, scan_outs
+
+
+def _finish_scan_output(bld: _Builder, values: list[str], axis: int, output: str) -> None:
+    parts = [bld.unsqueeze(v, axis) for v in values]
+    if len(parts) == 1:
+        bld.add("Identity", parts, [output])
+    else:
+        bld.add("Concat", parts, [output], axis=axis)
+
+
+def expand_scan(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+    body = _attr(node, "body")
+    m = int(_attr(node, "num_scan_inputs"))
+    bld = _Builder(node_name, opset)
+    if opset < 9:
+        if node.input and node.input[0]:
+            return None  # sequence_lens: steps differ per batch row
+        inputs = list(node.input[1:])
+        n_state = len(inputs) - m
+        states, scans = inputs[:n_state], inputs[n_state:]
+        if not scans:
+            return None
+        batch, length = tensors[scans[0]].shape[:2]
+        n_out = len(body.output) - n_state
+        if batch * length * len(body.node) > MAX_UNROLLED_NODES:
+            return None
+        dirs = list(_attr(node, "directions", None) or [0] * m)
+        finals: list[list[str]] = []
+        outs: list[list[str]] = []
+        for bi in range(batch):
+            idx = bld.constant(np.array(bi, dtype=np.int64), "batch")
+            b_states = [bld.add("Gather", [s, idx], axis=0)[0] for s in states]
+            b_scans = [bld.add("Gather", [s, idx], axis=0)[0] for s in scans]
+            fin, scan_outs = _unroll(bld, body, b_states, b_scans, [], length, [0] * m, dirs, [0] * n_out, [0] * n_out, f"b{bi}t")
+            finals.append(fin)
+            row = []
+            for values, axis in scan_outs:
+                row.append(bld.add("Concat", [bld.unsqueeze(v, 0) for v in values], axis=0)[0] if len(values) > 1
+                           else bld.unsqueeze(values[0], 0))
+            outs.append(row)
+        for i, out in enumerate(node.output[:n_state]):
+            if out:
+                _finish_scan_output(bld, [f[i] for f in finals], 0, out)
+        for j, out in enumerate(node.output[n_state:]):
+            if out:
+                _finish_scan_output(bld, [o[j] for o in outs], 0, out)
+        return bld.nodes
+    inputs = list(node.input)
+    n_state = len(inputs) - m
+    states, scans = inputs[:n_state], inputs[n_state:]
+    n_out = len(body.output) - n_state
+    ranks = [len(tensors[s].shape) for s in scans]
+    in_axes = [a % r if r else 0 for a, r in zip(_attr(node, "scan_input_axes", None) or [0] * m, ranks)]
+    in_dirs = list(_attr(node, "scan_input_directions", None) or [0] * m)
+    out_axes_raw = list(_attr(node, "scan_output_axes", None) or [0] * n_out)
+    out_dirs = list(_attr(node, "scan_output_directions", None) or [0] * n_out)
+    if not scans:
+        return None
+    lengths = {tensors[s].shape[a] for s, a in zip(scans, in_axes)}
+    if len(lengths) != 1:
+        return None
+    length = lengths.pop()
+    if length == 0 or length * max(1, len(body.node)) > MAX_UNROLLED_NODES:
+        return None
+    # an output axis may be negative: relative to the scan output's rank (the step value's rank + 1)
+    out_ranks = []
+    for o in body.output[n_state:]:
+        shape = o.type.tensor_type.shape if o.type.HasField("tensor_type") and o.type.tensor_type.HasField("shape") else None
+        out_ranks.append(None if shape is None else len(shape.dim) + 1)
+    out_axes = []
+    for a, r in zip(out_axes_raw, out_ranks):
+        if a < 0:
+            if r is None:
+                return None
+            a += r
+        out_axes.append(a)
+    finals, scan_outs = _unroll(bld, body, states, scans, ranks, length, in_axes, in_dirs, out_axes, out_dirs, "t")
+    for i, out in enumerate(node.output[:n_state]):
+        if out:
+            bld.add("Identity", [finals[i]], [out])
+    for (values, axis), out in zip(scan_outs, node.output[n_state:]):
+        if out:
+            _finish_scan_output(bld, values, axis, out)
+    return bld.nodes
+
+
+def _static_outputs(graph: onnx.GraphProto) -> list[tuple[int, tuple[int, ...]]] | None:
+    result = []
+    for o in graph.output:
+        if not o.type.HasField("tensor_type") or not o.type.tensor_type.HasField("shape"):
+            return None
+        dims = o.type.tensor_type.shape.dim
+        if any(not (d.HasField("dim_value") and d.dim_value >= 0) for d in dims):
+            return None
+        result.append((o.type.tensor_type.elem_type, tuple(d.dim_value for d in dims)))
+    return result
+
+
+def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+    cond = tensors[node.input[0]]
+    then_g, else_g = _attr(node, "then_branch"), _attr(node, "else_branch")
+    bld = _Builder(node_name, opset)
+    if cond.is_const:
+        branch = then_g if bool(np.ravel(cond.value)[0]) else else_g
+        outs = bld.instantiate(branch, "then" if branch is then_g else "else", {})
+        for src, out in zip(outs, node.output):
+            if out:
+                bld.add("Identity", [src], [out])
+        return bld.nodes
+    then_t, else_t = _static_outputs(then_g), _static_outputs(else_g)
+    if opset < 9 or then_t is None or then_t != else_t or cond.size != 1:
+        return None
+    if any(len(shape) < len(cond.shape) for _, shape in then_t):
+        return None
+    then_outs = bld.instantiate(then_g, "then", {})
+    else_outs = bld.instantiate(else_g, "else", {})
+    for a, b, out in zip(then_outs, else_outs, node.output):
+        if out:
+            bld.add("Where", [node.input[0], a, b], [out])
+    return bld.nodes
+
+
+EXPANDERS = {"Scan": expand_scan, "If": expand_if}
+
+
+def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+    fn = EXPANDERS.get(node.op_type)
+    if fn is None or node.domain not in ("", "ai.onnx"):
+        return None
+    return fn(node, node_name, tensors, opset)

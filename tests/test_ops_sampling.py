@@ -83,6 +83,8 @@ def spectral_case():
         node("DFT", ["h", "n9", "ax1"], ["irfft_odd"], inverse=1, onesided=1),
         node("DFT", ["r", "n12", "ax1"], ["fwd_padded"]),
         node("DFT", ["c", "n5", "axm2"], ["fwd_truncated"]),
+        node("DFT", ["c", "n12", "ax1"], ["inv_fft_padded"], inverse=1),
+        node("DFT", ["c", "n7", "ax1"], ["inv_direct"], inverse=1),
         node("STFT", ["sig", "step", "win"], ["stft_window"], onesided=1),
         node("STFT", ["sig", "step", "", "flen"], ["stft_full"], onesided=0),
         node("STFT", ["csig", "step", "win"], ["stft_complex"], onesided=0),
@@ -92,10 +94,10 @@ def spectral_case():
              "h": rng.standard_normal((2, 5, 3, 2)).astype(np.float32),
              "sig": rng.standard_normal((2, 40, 1)).astype(np.float32),
              "csig": rng.standard_normal((1, 40, 2)).astype(np.float32)}
-    consts = {"ax1": s64(1), "ax2": s64(2), "axm2": s64(-2), "n9": s64(9), "n12": s64(12), "n5": s64(5),
+    consts = {"ax1": s64(1), "ax2": s64(2), "axm2": s64(-2), "n9": s64(9), "n12": s64(12), "n5": s64(5), "n7": s64(7),
               "step": s64(6), "flen": s64(10), "win": np.hanning(10).astype(np.float32)}
     outs = ["fwd_real", "fwd_complex", "inv", "rfft", "irfft", "irfft_odd", "fwd_padded", "fwd_truncated",
-            "stft_window", "stft_full", "stft_complex"]
+            "inv_fft_padded", "inv_direct", "stft_window", "stft_full", "stft_complex"]
     return nodes, feeds, outs, consts, 20
 
 
@@ -157,7 +159,25 @@ def test_sampling_ops(case, tmp_path):
 def test_sampling_ops_aarch64(tmp_path):
     nodes, feeds, outputs, consts, opset = grid_sample_case(small=True)
     snodes, sfeeds, souts, sconsts, _ = spectral_case()
-    keep = [0, 2, 4, 8]
+    keep = [0, 2, 4, 10]
     nodes += [snodes[i] for i in keep]
     feeds.update({n: sfeeds[n] for n in ("r", "c", "h", "sig")})
     check(tmp_path, model(nodes, feeds, outputs + [souts[i] for i in keep], sconsts, 20), feeds, board="qemu-aarch64")
+
+
+def test_mixed_radix_fft_rounds_as_numpy():
+    """The straight-line inverse FFT, run on numpy float32 scalars, is bit-exact with numpy's ifft."""
+    from fluidml_xc.ops.spectral import fft_factors, mixed_radix_fft
+
+    f32 = np.float32
+
+    class Float32:
+        add, sub, mul = (lambda s, a, b: f32(a + b)), (lambda s, a, b: f32(a - b)), (lambda s, a, b: f32(a * b))
+        neg, const = (lambda s, a: f32(-a)), (lambda s, v: f32(v))
+
+    for n in (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 24, 30, 32, 40, 60, 64, 96, 120, 128):
+        assert fft_factors(n) is not None
+        x = (rng.standard_normal(n) * 10 + 1j * rng.standard_normal(n)).astype(np.complex64)
+        got = mixed_radix_fft(Float32(), [(f32(v.real), f32(v.imag)) for v in x], False, 1.0 / n)
+        np.testing.assert_array_equal(np.array([complex(r, i) for r, i in got], dtype=np.complex64), np.fft.ifft(x), err_msg=str(n))
+    assert fft_factors(7) is None and fft_factors(14) is None

@@ -1,16 +1,22 @@
 """Spectral ops: DFT (opset 17 and 20 forms; forward, inverse, onesided rfft, irfft) and STFT.
 
-A direct DFT per signal: bin k sums x[t] * exp(-+2 pi i k t / n) with the twiddles read from
-build-time cos/sin tables of length n (the table index k*t mod n is kept incrementally, so there is
-no trigonometry and no division at run time), accumulated in float64 whatever the tensor dtype (the
-expected outputs come from numpy's FFT in double). O(n^2) per signal, no scratch memory. The
-length, axis and frame step must be build-time constants.
+Forward transforms, rfft, irfft and STFT run a direct DFT per signal: bin k sums
+x[t] * exp(-+2 pi i k t / n) with the twiddles read from build-time cos/sin tables of length n (the
+table index k*t mod n is kept incrementally, so there is no trigonometry and no division at run
+time), accumulated in float64 whatever the tensor dtype (the expected outputs come from numpy's FFT
+in double). O(n^2) per signal, no scratch memory.
+
+The complex inverse of float32/float64 signals (numpy computes it in the input precision) runs a
+straight-line mixed-radix FFT for lengths whose factors are 2, 3, 4, 5 and 8 (up to 128), with
+pocketfft's pass structure and operation order, so that it rounds as numpy does; other lengths use
+the direct DFT. The length, axis and frame step must be build-time constants.
 """
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
 
+from ..codegen.scalar import llvm_type
 from ..errors import InputError
 from .conv import element, loop, nest, offset
 from .registry import register
@@ -71,6 +77,179 @@ def dft_bins(k, n: int, nbins: int, used: int, load, store, inverse: bool, scale
         store(kb, re, im)
 
 
+# -- single-precision mixed-radix FFT ----------------------------------------------------------------
+FFT_RADICES = (2, 3, 4, 5, 8)
+FFT_MAX_UNROLLED = 128
+"""Longest transform emitted as straight-line code (about 5 n log n operations)."""
+
+
+def fft_factors(n: int) -> list[int] | None:
+    """The radix sequence pocketfft (numpy's FFT) uses for length n: 8s, 4s, a 2 moved to the front,
+    then odd factors; None when a factor has no butterfly here."""
+    fact, rest = [], n
+    while rest % 8 == 0:
+        fact.append(8)
+        rest //= 8
+    while rest % 4 == 0:
+        fact.append(4)
+        rest //= 4
+    if rest % 2 == 0:
+        rest //= 2
+        fact.append(2)
+        fact[0], fact[-1] = fact[-1], fact[0]
+    d = 3
+    while d * d <= rest:
+        while rest % d == 0:
+            fact.append(d)
+            rest //= d
+        d += 2
+    if rest > 1:
+        fact.append(rest)
+    return fact if all(f in FFT_RADICES for f in fact) else None
+
+
+_TW3 = 0.8660254037844386467637231707529362
+_TW5 = (0.3090169943749474241022934171828191, 0.9510565162951535721164393333793821,
+        -0.8090169943749474241022934171828191, 0.5877852522924731291687059546390728)
+_HSQT2 = 0.707106781186547524400844362104849
+
+
+def mixed_radix_fft(A, x: list, forward: bool, fct: float) -> list:
+    """Decimation-in-frequency Cooley-Tukey passes over complex values x (pairs of A scalars), in the
+    order and with the operation sequence of pocketfft's complex passes, so that single-precision
+    results round exactly as numpy's do; fct scales the result (1/n for the inverse).
+
+    A: arithmetic backend with add, sub, mul, neg and const(python float) (an LLVM builder, or numpy
+    float32 scalars in tests). Twiddles are cos/sin of 2 pi m / n computed in double, then A.const."""
+    n = len(x)
+    if n == 1:
+        return [(A.mul(x[0][0], A.const(fct)), A.mul(x[0][1], A.const(fct)))] if fct != 1 else list(x)
+    sign = -1.0 if forward else 1.0
+
+    def add(a, b):
+        return (A.add(a[0], b[0]), A.add(a[1], b[1]))
+
+    def sub(a, b):
+        return (A.sub(a[0], b[0]), A.sub(a[1], b[1]))
+
+    def scale(a, c):
+        return (A.mul(a[0], A.const(c)), A.mul(a[1], A.const(c)))
+
+    def twiddle(a, m):  # a * w^(+-m): conj(w) when forward
+        ang = 2 * np.pi * m / n
+        wr, wi = A.const(np.cos(ang)), A.const(np.sin(ang))
+        if forward:
+            return (A.add(A.mul(a[0], wr), A.mul(a[1], wi)), A.sub(A.mul(a[1], wr), A.mul(a[0], wi)))
+        return (A.sub(A.mul(a[0], wr), A.mul(a[1], wi)), A.add(A.mul(a[0], wi), A.mul(a[1], wr)))
+
+    def rot90(a):  # multiply by i
+        return (A.neg(a[1]), a[0])
+
+    def rotx90(a):  # by -i forward, i inverse
+        return (a[1], A.neg(a[0])) if forward else (A.neg(a[1]), a[0])
+
+    def rotx45(a):
+        h = A.const(_HSQT2)
+        if forward:
+            return (A.mul(h, A.add(a[0], a[1])), A.mul(h, A.sub(a[1], a[0])))
+        return (A.mul(h, A.sub(a[0], a[1])), A.mul(h, A.add(a[1], a[0])))
+
+    def rotx135(a):
+        h = A.const(_HSQT2)
+        if forward:
+            return (A.mul(h, A.sub(a[1], a[0])), A.mul(h, A.sub(A.neg(a[0]), a[1])))
+        return (A.mul(h, A.sub(A.neg(a[0]), a[1])), A.mul(h, A.sub(a[0], a[1])))
+
+    cc, l1 = list(x), 1
+    for ip in fft_factors(n):
+        ido = n // (ip * l1)
+        ch = [None] * n
+
+        def put(i, k, j, v, ch=ch, ido=ido, l1=l1):
+            ch[i + ido * (k + l1 * j)] = v
+
+        def tw(v, j, i, l1=l1):  # the twiddle of output j at position i of this pass
+            return v if i == 0 else twiddle(v, j * l1 * i)
+        for k in range(l1):
+            for i in range(ido):
+                c = [cc[i + ido * (j + ip * k)] for j in range(ip)]
+                if ip == 2:
+                    put(i, k, 0, add(c[0], c[1]))
+                    put(i, k, 1, tw(sub(c[0], c[1]), 1, i))
+                elif ip == 3:
+                    t0, t1, t2 = c[0], add(c[1], c[2]), sub(c[1], c[2])
+                    put(i, k, 0, add(t0, t1))
+                    ca = add(t0, scale(t1, -0.5))
+                    cb = rot90(scale(t2, sign * _TW3))
+                    put(i, k, 1, tw(add(ca, cb), 1, i))
+                    put(i, k, 2, tw(sub(ca, cb), 2, i))
+                elif ip == 4:
+                    t2, t1 = add(c[0], c[2]), sub(c[0], c[2])
+                    t3, t4 = add(c[1], c[3]), sub(c[1], c[3])
+                    t4 = rotx90(t4)
+                    put(i, k, 0, add(t2, t3))
+                    put(i, k, 1, tw(add(t1, t4), 1, i))
+                    put(i, k, 2, tw(sub(t2, t3), 2, i))
+                    put(i, k, 3, tw(sub(t1, t4), 3, i))
+                elif ip == 5:
+                    tw1r, tw1i, tw2r, tw2i = _TW5[0], sign * _TW5[1], _TW5[2], sign * _TW5[3]
+                    t0 = c[0]
+                    t1, t4 = add(c[1], c[4]), sub(c[1], c[4])
+                    t2, t3 = add(c[2], c[3]), sub(c[2], c[3])
+                    put(i, k, 0, (A.add(A.add(t0[0], t1[0]), t2[0]), A.add(A.add(t0[1], t1[1]), t2[1])))
+                    for u1, u2, ar, br, ai, bi in ((1, 4, tw1r, tw2r, tw1i, tw2i), (2, 3, tw2r, tw1r, tw2i, -tw1i)):
+                        ca = (A.add(A.add(t0[0], A.mul(A.const(ar), t1[0])), A.mul(A.const(br), t2[0])),
+                              A.add(A.add(t0[1], A.mul(A.const(ar), t1[1])), A.mul(A.const(br), t2[1])))
+                        cb = (A.neg(A.add(A.mul(A.const(ai), t4[1]), A.mul(A.const(bi), t3[1]))),
+                              A.add(A.mul(A.const(ai), t4[0]), A.mul(A.const(bi), t3[0])))
+                        put(i, k, u1, tw(add(ca, cb), u1, i))
+                        put(i, k, u2, tw(sub(ca, cb), u2, i))
+                else:  # 8
+                    a1, a5 = add(c[1], c[5]), sub(c[1], c[5])
+                    a3, a7 = add(c[3], c[7]), sub(c[3], c[7])
+                    a1, a3 = add(a1, a3), sub(a1, a3)
+                    a3, a7 = rotx90(a3), rotx90(a7)
+                    a5, a7 = add(a5, a7), sub(a5, a7)
+                    a5, a7 = rotx45(a5), rotx135(a7)
+                    a0, a4 = add(c[0], c[4]), sub(c[0], c[4])
+                    a2, a6 = add(c[2], c[6]), sub(c[2], c[6])
+                    a0, a2 = add(a0, a2), sub(a0, a2)
+                    put(i, k, 0, add(a0, a1))
+                    put(i, k, 4, tw(sub(a0, a1), 4, i))
+                    put(i, k, 2, tw(add(a2, a3), 2, i))
+                    put(i, k, 6, tw(sub(a2, a3), 6, i))
+                    a6 = rotx90(a6)
+                    a4, a6 = add(a4, a6), sub(a4, a6)
+                    put(i, k, 1, tw(add(a4, a5), 1, i))
+                    put(i, k, 5, tw(sub(a4, a5), 5, i))
+                    put(i, k, 3, tw(add(a6, a7), 3, i))
+                    put(i, k, 7, tw(sub(a6, a7), 7, i))
+        cc, l1 = ch, l1 * ip
+    return [scale(v, fct) for v in cc] if fct != 1 else cc
+
+
+class IRArith:
+    """mixed_radix_fft's backend emitting LLVM float operations (no fast-math: the rounding is the point)."""
+
+    def __init__(self, b: ir.IRBuilder, ty: ir.Type, dtype):
+        self.b, self.ty, self.dtype = b, ty, np.dtype(dtype)
+
+    def add(self, x, y):
+        return self.b.fadd(x, y)
+
+    def sub(self, x, y):
+        return self.b.fsub(x, y)
+
+    def mul(self, x, y):
+        return self.b.fmul(x, y)
+
+    def neg(self, x):
+        return self.b.fneg(x)
+
+    def const(self, v):
+        return ir.Constant(self.ty, float(self.dtype.type(v)))
+
+
 def _loader(k, x, base, step: int, weight=None):
     """load(t) for a signal x[base + t*step (+ last-dim stride for the imaginary part)], as float64."""
     b = k.b
@@ -111,7 +290,9 @@ def lower_dft(k):
         raise InputError(f"node {k.node.name!r} (DFT): dft_length must be positive, got {n}")
     if out.size == 0:
         return
-    tables = twiddles(k, n)
+    fft_inverse = (inverse and not onesided and x.dtype in (np.float32, np.float64) and out.dtype == x.dtype
+                   and n <= FFT_MAX_UNROLLED and fft_factors(n) is not None)
+    tables = None if fft_inverse else twiddles(k, n)
     rows = [d for d in range(x.rank - 1) if d != axis]
 
     def row(ix):
@@ -139,6 +320,25 @@ def lower_dft(k):
                 return b.fmul(xr, w), (b.fmul(xi, w) if xi is not None else None)
             # sum over kb of X_kb e^(+2 pi i kb t / n): the same loop with the roles of t and kb swapped
             dft_bins(k, n, out.shape[axis], used, weighted, lambda t, re, im: put(t, re, 0), True, 1.0, tables)
+            return
+
+        if fft_inverse:
+            # numpy's ifft runs pocketfft in the input precision: the same passes, straight-line
+            A = IRArith(b, llvm_type(x.dtype), x.dtype)
+            zero = A.const(0.0)
+            values = []
+            for t in range(n):
+                if t < m:
+                    off = offset(k, t * x.strides[axis], (xbase, 1))
+                    xr = b.load(element(k, x.ptr, off))
+                    xi = b.load(element(k, x.ptr, offset(k, x.strides[-1], (off, 1)))) if x.shape[-1] == 2 else zero
+                    values.append((xr, xi))
+                else:
+                    values.append((zero, zero))
+            for t, (re, im) in enumerate(mixed_radix_fft(A, values, False, 1.0 / n)):
+                o = offset(k, t * out.strides[axis], (obase, 1))
+                b.store(re, element(k, out.ptr, o))
+                b.store(im, element(k, out.ptr, offset(k, out.strides[-1], (o, 1))))
             return
 
         def store(kb, re, im):

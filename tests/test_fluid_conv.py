@@ -82,3 +82,94 @@ def test_conv_channels_last(case, in_layout, out_layout):
     logical, got = _jit_node(graph, node, layouts)
     want = reference(model, {"x": logical["x"], "r": logical["r"]})["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+# -- a small CNN: the DP's choice and every --opt mode against ONNX Runtime ---------------------------
+def cnn(channels: int = 32):
+    """Stem conv, depthwise + pointwise with a residual, max pool, two branches concatenated, global pool, Gemm."""
+    c = channels
+    inits = {"w0": rand(c, 3, 3, 3, seed=1) * 0.3, "b0": rand(c, seed=2),
+             "wd": rand(c, 1, 3, 3, seed=3) * 0.3, "bd": rand(c, seed=4),
+             "wp": rand(c, c, 1, 1, seed=5) * 0.2, "bp": rand(c, seed=6),
+             "wa": rand(c, c, 1, 1, seed=7) * 0.2, "ba": rand(c, seed=8),
+             "wb": rand(c, c, 3, 3, seed=9) * 0.1, "bb": rand(c, seed=10),
+             "wf": rand(10, 2 * c, seed=11) * 0.2, "bf": rand(10, seed=12)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "wd", "bd"], ["cd"], pads=[1, 1, 1, 1], group=c),
+        helper.make_node("Clip", ["cd", "lo", "hi"], ["rd"]),
+        helper.make_node("Conv", ["rd", "wp", "bp"], ["cp"]),
+        helper.make_node("Add", ["cp", "r0"], ["s"]),
+        helper.make_node("MaxPool", ["s"], ["m"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["m", "wa", "ba"], ["ca"]),
+        helper.make_node("Relu", ["ca"], ["ra"]),
+        helper.make_node("Conv", ["m", "wb", "bb"], ["cb"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["cb"], ["sb"]),
+        helper.make_node("Concat", ["ra", "sb"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["gp"]),
+        helper.make_node("Flatten", ["gp"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+    ]
+    inits.update({"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)})
+    model = make_model(nodes, inits, {"x": np.zeros((1, 3, 34, 34), np.float32)}, ["y", "cat"])
+    return model, {"x": rand(1, 3, 34, 34, seed=20)}
+
+
+def test_fluid_picks_channels_last_for_conv_chains():
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.fluid.costs import Costs
+    from fluidml_xc.optimize import build_problem, optimize
+
+    model, _ = cnn()
+    graph = import_graph(model)
+    spec = machine_spec(get_board("x86_64"))
+    decisions = optimize(graph, spec, "fluid")
+    depthwise = next(n for n in graph.nodes if n.op_type == "Conv" and n.attrs.get("group", 1) > 1)
+    # the depthwise conv reads and writes channels-last: the cost model says so, and the DP follows
+    model_costs = Costs(graph, spec)
+    io = [t for t in (depthwise.inputs[0], depthwise.outputs[0])]
+    nhwc = {t: NHWC for t in io}
+    assert model_costs.cost_and_order(depthwise, nhwc)[0] < model_costs.cost_and_order(depthwise, {})[0]
+    for t in io:
+        assert decisions.layouts.get(t) == NHWC, (t, decisions.layouts)
+    assert decisions.predicted_ns < decisions.row_major_ns
+    # graph inputs/outputs stay row-major; every Conv got a loop order
+    assert not set(decisions.layouts) & (set(graph.inputs) | set(graph.outputs))
+    assert {n.name for n in graph.nodes if n.op_type == "Conv"} <= set(decisions.loop_orders)
+    problem = build_problem(graph, model_costs)[0]
+    assert all(set(c) <= {(0, 1, 2, 3), NHWC} for t, c in problem.candidates.items() if len(graph.tensors[t].shape) == 4)
+
+
+def test_fluid_keeps_row_major_without_predicted_gain():
+    """One tiny 1x1 conv between graph input and output: no layout can win, fluid = greedy."""
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.optimize import optimize
+
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
+    model = make_model(nodes, {"w": rand(4, 4, 1, 1), "b": rand(4)}, {"x": np.zeros((1, 4, 5, 5), np.float32)}, ["y"])
+    graph = import_graph(model)
+    decisions = optimize(graph, machine_spec(get_board("x86_64")), "fluid")
+    assert decisions.layouts == {}
+
+
+@pytest.mark.parametrize("opt", ["plain", "greedy", "fluid"])
+def test_cnn_every_mode_x86_64(opt, tmp_path):
+    model, feeds = cnn()
+    want = reference(model, feeds)
+    got = compile_and_run(model, feeds, tmp_path, opt=opt)
+    for name in ("y", "cat"):
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL)
+
+
+def test_cnn_fluid_aarch64(tmp_path):
+    """NEON: 4 lanes, so the channel-vector paths (and their channel tails) differ from x86_64's."""
+    if shutil.which("qemu-aarch64-static") is None:
+        pytest.skip("qemu-user-static is not installed")
+    model, feeds = cnn(channels=18)
+    want = reference(model, feeds)
+    got = compile_and_run(model, feeds, tmp_path, board="qemu-aarch64", opt="fluid")
+    for name in ("y", "cat"):
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL)

@@ -195,7 +195,7 @@ def expand_scan(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
     in_dirs = list(_attr(node, "scan_input_directions", None) or [0] * m)
     out_axes_raw = list(_attr(node, "scan_output_axes", None) or [0] * n_out)
     out_dirs = list(_attr(node, "scan_output_directions", None) or [0] * n_out)
-    if not scans:
+    if not scans or len(in_axes) != m or len(in_dirs) != m or len(out_axes_raw) != n_out or len(out_dirs) != n_out:
         return None
     lengths = {tensors[s].shape[a] for s, a in zip(scans, in_axes)}
     if len(lengths) != 1:

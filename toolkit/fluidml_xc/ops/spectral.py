@@ -368,15 +368,14 @@ def lower_stft(k):
     tables = twiddles(k, length)
     frames, nbins = out.shape[1], out.shape[2]
 
+    def window_at(t):
+        return k.s.cast(window.dtype, F64, b.load(element(k, window.ptr, offset(k, 0, (t, window.strides[0])))))
+
     def frame(ix):
         bi, f = ix
         xbase = offset(k, 0, (bi, x.strides[0]), (f, step * x.strides[1]))
         obase = offset(k, 0, (bi, out.strides[0]), (f, out.strides[1]))
-        weight = None
-        if window is not None:
-            def weight(t):
-                return k.s.cast(window.dtype, F64, b.load(element(k, window.ptr, offset(k, 0, (t, window.strides[0])))))
-        load = _loader(k, x, xbase, x.strides[1], weight)
+        load = _loader(k, x, xbase, x.strides[1], window_at if window is not None else None)
 
         def store(kb, re, im):
             o = offset(k, 0, (obase, 1), (kb, out.strides[2]))

@@ -73,6 +73,14 @@ def grid_sample_case(small: bool = False):
     return nodes, feeds, outs, None, 22
 
 
+def grid_sample_opset16_case():
+    nodes = [node("GridSample", ["x", "grid"], ["default"]),
+             node("GridSample", ["x", "grid"], ["bicubic"], mode="bicubic", padding_mode="border", align_corners=1),
+             node("GridSample", ["x", "grid"], ["nearest"], mode="nearest", padding_mode="reflection")]
+    feeds = {"x": rng.standard_normal((1, 2, 4, 3)).astype(np.float32), "grid": rng.uniform(-1.5, 1.5, (1, 5, 2, 2)).astype(np.float32)}
+    return nodes, feeds, ["default", "bicubic", "nearest"], None, 16
+
+
 def spectral_case():
     nodes = [
         node("DFT", ["r", "", "ax1"], ["fwd_real"]),
@@ -155,6 +163,19 @@ def test_sampling_ops(case, tmp_path):
     check(tmp_path, model(nodes, feeds, outputs, consts, opset), feeds)
 
 
+def test_grid_sample_opset16_names(tmp_path):
+    """Opset 16's bilinear / bicubic (and its default mode) are opset 20's linear / cubic; onnx.reference
+    knows only the new names, so the oracle is the same graph at opset 20."""
+    nodes, feeds, outputs, _, _ = grid_sample_opset16_case()
+    got = compile_and_run(model(nodes, feeds, outputs, None, 16), feeds, tmp_path, "x86_64", profile_runner=False)
+    renamed = [node("GridSample", ["x", "grid"], ["default"], mode="linear"),
+               node("GridSample", ["x", "grid"], ["bicubic"], mode="cubic", padding_mode="border", align_corners=1),
+               node("GridSample", ["x", "grid"], ["nearest"], mode="nearest", padding_mode="reflection")]
+    want = reference(model(renamed, feeds, outputs, None, 20), feeds)
+    for name in outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 @pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
 def test_sampling_ops_aarch64(tmp_path):
     nodes, feeds, outputs, consts, opset = grid_sample_case(small=True)
@@ -181,3 +202,14 @@ def test_mixed_radix_fft_rounds_as_numpy():
         got = mixed_radix_fft(Float32(), [(f32(v.real), f32(v.imag)) for v in x], False, 1.0 / n)
         np.testing.assert_array_equal(np.array([complex(r, i) for r, i in got], dtype=np.complex64), np.fft.ifft(x), err_msg=str(n))
     assert fft_factors(7) is None and fft_factors(14) is None
+
+
+def test_unsupported_attributes_are_one_line_errors(tmp_path):
+    from fluidml_xc.errors import InputError
+    from modelrun import build
+
+    feeds = {"x": rng.standard_normal((1, 1, 3, 3)).astype(np.float32), "grid": rng.uniform(-1, 1, (1, 2, 2, 2)).astype(np.float32)}
+    m = model([node("GridSample", ["x", "grid"], ["y"], padding_mode="wrap")], feeds, ["y"], None, 22)
+    with pytest.raises(InputError, match=r"GridSample\): padding_mode 'wrap' is not supported") as info:
+        build(m, tmp_path, "x86_64")
+    assert "\n" not in str(info.value)

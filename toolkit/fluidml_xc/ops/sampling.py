@@ -209,6 +209,8 @@ def lower_roi_align(k):
         raise InputError(f"node {k.node.name!r} (RoiAlign): coordinate_transformation_mode {ctm!r} is not supported")
     if mode not in ("avg", "max"):
         raise InputError(f"node {k.node.name!r} (RoiAlign): mode {mode!r} is not supported (avg, max)")
+    if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4:
+        raise InputError(f"node {k.node.name!r} (RoiAlign): X must be [N, C, H, W] and rois [R, 4], got {list(x.shape)} and {list(rois.shape)}")
     half_pixel = ctm == "half_pixel"
     ratio = int(k.attr("sampling_ratio", 0))
     scale = float(k.attr("spatial_scale", 1.0))

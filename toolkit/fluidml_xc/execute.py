@@ -138,6 +138,8 @@ def _coerce(spec: Mapping, value: np.ndarray) -> np.ndarray:
     arr = np.asarray(value)
     if arr.shape != shape:
         raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
+    if is_storage_only(dtype) and arr.dtype.kind == "V" and arr.dtype.names is None and arr.dtype.itemsize == dtype.itemsize:
+        arr = arr.view(dtype)  # np.save writes ml_dtypes arrays as raw void items ('<V2'); np.load gives those back
     if arr.dtype != dtype and is_storage_only(dtype):
         floatlike = dtype.name not in ("int4", "uint4", "int2", "uint2")
         if (arr.dtype.kind == "f" or is_storage_only(arr.dtype)) if floatlike else arr.dtype.kind in "iu":

@@ -386,3 +386,18 @@ def test_runner_rejects_wrong_npy_dtype_for_bfloat16(tmp_path):
     np.save(tmp_path / "bad.npy", np.zeros((2, 4), np.float32))
     proc = subprocess.run([str(art / "runner"), "-i", str(tmp_path / "bad.npy")], capture_output=True, text=True)
     assert proc.returncode == 2 and "bfloat16" in proc.stderr and "uint16" in proc.stderr
+
+
+def test_bitcast_keeps_the_stored_bits():
+    codes = _codes("bfloat16")
+    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.UINT16)
+    model = helper.make_model(helper.make_graph([node], "bitcast", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [codes.size])],
+                                                [helper.make_tensor_value_info("y", TensorProto.UINT16, [codes.size])]),
+                              opset_imports=[helper.make_opsetid("", 26)])
+    np.testing.assert_array_equal(_jit(model, {"x": codes})[0], _bits(codes))
+    back = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN)
+    model = helper.make_model(helper.make_graph([back], "bitcast", [helper.make_tensor_value_info("x", TensorProto.INT8, [256])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [256])]),
+                              opset_imports=[helper.make_opsetid("", 26)])
+    x = np.arange(256, dtype=np.uint8).view(np.int8)
+    _same(_jit(model, {"x": x})[0], x.view(ml_dtypes.float8_e4m3fn))

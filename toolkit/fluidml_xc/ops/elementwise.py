@@ -367,6 +367,17 @@ def lower_bitcast(k):
     if np.dtype(src).itemsize != np.dtype(dst).itemsize:
         from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (BitCast): {src} -> {dst} changes the item size, which is not supported")
+    if lowp.is_lowp(src) or lowp.is_lowp(dst):  # storage-only dtypes: their stored bits, unconverted
+        from ..codegen.kernel import Access
+
+        def raw(op):
+            acc = op.identity_access()
+            bits = np.dtype(np.uint16 if np.dtype(op.dtype).itemsize == 2 else np.uint8) if lowp.is_lowp(op.dtype) else op.dtype
+            return Access(acc.storage, bits, acc.strides, acc.offset)
+        target = lowp.storage_type(dst) if lowp.is_lowp(dst) else llvm_type(dst)
+        k.generic(k.outputs[0].shape, [raw(k.outputs[0])], [raw(k.inputs[0])],
+                  lambda v, i: [v[0] if v[0].type == target else k.b.bitcast(v[0], target)])
+        return
     target = llvm_type(dst)
     k.elementwise(lambda v: v[0] if v[0].type == target else k.b.bitcast(v[0], target), ins=[k.inputs[0]])
 

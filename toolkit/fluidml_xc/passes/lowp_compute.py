@@ -25,7 +25,7 @@ NATIVE = frozenset({
     "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Gelu", "Not",
     "Add", "Sub", "Mul", "Div", "Mod", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
     "Sum", "Max", "Min", "Mean", "Where", "Cast", "CastLike", "Clip", "PRelu", "ThresholdedRelu", "Celu", "IsNaN",
-    "IsInf", "Pow", "EyeLike", "QuantizeLinear", "DequantizeLinear",
+    "IsInf", "Pow", "EyeLike", "QuantizeLinear", "DequantizeLinear", "BitCast",
     # views and data movement (ops/views.py, ops/movement.py: Access copies)
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
     "Transpose", "Concat", "Slice", "Split", "Expand", "Tile", "DepthToSpace", "SpaceToDepth",

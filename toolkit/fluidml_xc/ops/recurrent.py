@@ -16,7 +16,11 @@ from llvmlite import ir
 
 from ..codegen.scalar import FAST, const, llvm_type
 from ..errors import InputError
+from .matmul import Mat, Problem, emit_blocked
 from .registry import register
+
+CHUNK_BYTES = 32 * 1024
+"""Stack bytes for the input projections of a chunk of time steps (X . W^T of several steps as one GEMM)."""
 
 # name -> (number of alpha values, number of beta values, default alpha, default beta)
 _ACTIVATIONS = {
@@ -52,6 +56,29 @@ def _activation_list(k, op: str, directions: int) -> list[tuple[str, float, floa
         beta = float(betas.pop(0)) if nb and betas else db
         out.append((key, alpha, beta))
     return out
+
+
+_TANH_NUM = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+             1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+_TANH_DEN = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+
+
+def tanh_f32(b: ir.IRBuilder, s, x: ir.Value) -> ir.Value:
+    """tanhf as x * P(x^2) / Q(x^2) on [-7.9, 7.9] (Eigen's rational approximation), no libm call so the
+    gate loops vectorize; < 4e-7 relative error everywhere (x itself below 4e-4)."""
+    f32 = ir.FloatType()
+    limit = 7.90531110763549805
+    xc = s.intrinsic_binary("llvm.minnum", s.intrinsic_binary("llvm.maxnum", x, ir.Constant(f32, -limit)), ir.Constant(f32, limit))
+    x2 = b.fmul(xc, xc)
+
+    def poly(coefficients):
+        acc = ir.Constant(f32, coefficients[0])
+        for c in coefficients[1:]:
+            acc = b.fadd(b.fmul(acc, x2), ir.Constant(f32, c))
+        return acc
+    y = b.fdiv(b.fmul(xc, poly(_TANH_NUM)), poly(_TANH_DEN))
+    tiny = b.fcmp_ordered("<", s.intrinsic("llvm.fabs", x), ir.Constant(f32, 0.0004))
+    return b.select(tiny, x, y)
 
 
 class _Recurrent:
@@ -134,10 +161,13 @@ class _Recurrent:
             x = s.min(dt, s.max(dt, x, self.c(-self.clip)), self.c(self.clip))
         return self.apply(name, alpha, beta, x)
 
+    def tanh(self, x):
+        return tanh_f32(self.b, self.k.s, x) if self.ct == np.float32 else self.k.s.libm("tanh", self.ct, x)
+
     def apply(self, name, alpha, beta, x):
         b, s, dt, c = self.b, self.k.s, self.ct, self.c
         if name == "tanh":
-            return s.libm("tanh", dt, x)
+            return self.tanh(x)
         if name == "sigmoid":
             return b.fdiv(c(1), b.fadd(c(1), s.intrinsic("llvm.exp", b.fneg(x))))
         if name == "relu":
@@ -149,7 +179,7 @@ class _Recurrent:
         if name == "thresholdedrelu":
             return b.select(b.fcmp_ordered(">", x, c(alpha)), x, c(0))
         if name == "scaledtanh":
-            return b.fmul(c(alpha), s.libm("tanh", dt, b.fmul(c(beta), x)))
+            return b.fmul(c(alpha), self.tanh(b.fmul(c(beta), x)))
         if name == "hardsigmoid":
             return s.min(dt, s.max(dt, b.fadd(b.fmul(c(alpha), x), c(beta)), c(0)), c(1))
         if name == "elu":
@@ -269,32 +299,192 @@ class _Recurrent:
 
     def step_lstm(self, d, t, bi, base, h_state, c_state, gates):
         k, b, H = self.k, self.b, self.hidden
-        f, g_act, h_act = self.acts[3 * d], self.acts[3 * d + 1], self.acts[3 * d + 2]
-        input_forget = int(k.attr("input_forget", 0))
         self.preactivations(d, t, bi, base, h_state, gates, 4 * H)   # i, o, f, c
         with k.for_range(H) as j:
-            at = b.add(base, j)
-            c_prev = b.load(self.cell(c_state, at))
+            self.lstm_unit(d, t, bi, j, b.add(base, j), h_state, c_state,
+                           lambda n: b.load(self.cell(gates, b.add(j, k.index(n * H)))))
 
+    # -- the blocked path: GEMMs from ops/matmul.py ---------------------------------------------
+    def blocked_ok(self) -> bool:
+        """float32/float64 and every batch row running the whole sequence (no run-time sequence_lens)."""
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or self.hidden == 0 or self.inp == 0:
+            return False
+        if self.seq_lens is None:
+            return True
+        value = self.seq_lens.value
+        return value is not None and bool(np.all(np.asarray(value) == self.seq))
+
+    def offset_ptr(self, op, offset: int) -> ir.Value:
+        return self.b.gep(op.ptr, [self.k.index(offset)], inbounds=True) if offset else op.ptr
+
+    def weight_mat(self, op, d: int, row0: int, rows: int) -> Mat:
+        """op[d, row0 : row0 + rows, :]^T as the K x N operand B (the constant's value when op is constant)."""
+        value = None if op.value is None else np.ascontiguousarray(op.value[d, row0:row0 + rows, :].T)
+        # a constant is repacked by the kernel: its stored form is made only if something reads it
+        storage = (lambda: op.ptr) if value is not None else self.offset_ptr(op, d * op.strides[0] + row0 * op.strides[1])
+        return Mat(storage, (), op.strides[2], op.strides[1], value)
+
+    def gemm(self, a: Mat, b_mat: Mat, c: Mat, m: int, n: int, kk: int, batch=(), accumulate=False) -> None:
+        """C (+)= A . B with the register-blocked kernels (dot products when both run along k, else outer products)."""
+        residual = Mat(c.ptr, (), 0, 0) if accumulate else None
+        P = Problem(self.dtype, tuple(batch), m, n, kk, a, b_mat, c, residual=residual)
+        kind = "dot" if b_mat.value is None and a.cs == 1 and b_mat.rs == 1 else "outer"
+        emit_blocked(self.k, P, kind)
+
+    def emit_blocked(self):
+        k, b, H, G = self.k, self.b, self.hidden, self.gates
+        GH, nb = G * H, self.batch
+        row = nb * GH
+        tc = max(1, min(self.seq, CHUNK_BYTES // (row * self.dtype.itemsize)))
+        chunks = -(-self.seq // tc)
+        xs = self.x.strides
+        t_stride, b_stride = (xs[1], xs[0]) if self.layout else (xs[0], xs[1])
+        for d in range(self.dirs):
+            reverse = self.direction == "reverse" or d == 1
+            h_state = self.buffer(nb * H)
+            c_state = self.buffer(nb * H) if self.op == "LSTM" else None
+            xw = self.buffer(tc * row)
+            tmp = self.buffer(nb * H) if self.op == "GRU" else None
+            with k.for_range(nb) as bi:
+                with k.for_range(H) as j:
+                    at = b.add(b.mul(bi, k.index(H)), j)
+                    b.store(self.load(self.h0, self.state_index(d, bi, j)) if self.h0 is not None else self.c(0), self.cell(h_state, at))
+                    if c_state is not None:
+                        b.store(self.load(self.c0, self.state_index(d, bi, j)) if self.c0 is not None else self.c(0), self.cell(c_state, at))
+            w_mat = self.weight_mat(self.w, d, 0, GH)
+            with k.for_range(chunks) as c:
+                # the last chunk starts at seq - tc (re-projecting a few steps) so every chunk is tc steps
+                s0 = b.mul(c, k.index(tc))
+                s0 = b.select(b.icmp_signed(">", s0, k.index(self.seq - tc)), k.index(self.seq - tc), s0)
+                first = b.sub(b.mul(c, k.index(tc)), s0)
+                t0 = b.sub(k.index(self.seq - 1), s0) if reverse else s0
+                x_base = b.gep(self.x.ptr, [b.mul(t0, k.index(t_stride))], inbounds=True)
+                a = Mat(x_base, (-t_stride if reverse else t_stride,), b_stride, xs[2])
+                self.gemm(a, w_mat, Mat(xw, (row,), GH, 1), nb, GH, self.inp, batch=(tc,))
+                with k.for_range(tc, first) as sl:
+                    s = b.add(s0, sl)
+                    t = b.sub(k.index(self.seq - 1), s) if reverse else s
+                    gates = b.gep(xw, [b.mul(sl, k.index(row))], inbounds=True)
+                    getattr(self, "blocked_" + self.op.lower())(d, t, gates, h_state, c_state, tmp)
+            with k.for_range(nb) as bi:
+                with k.for_range(H) as j:
+                    at = b.add(b.mul(bi, k.index(H)), j)
+                    if self.y_h is not None:
+                        self.store(self.y_h, self.state_index(d, bi, j), b.load(self.cell(h_state, at)))
+                    if self.y_c is not None:
+                        self.store(self.y_c, self.state_index(d, bi, j), b.load(self.cell(c_state, at)))
+
+    def bias_value(self, d, g, which: str):
+        """Wb[g] ("w"), Rb[g] ("r") or their sum ("wr") of direction d; g an index value."""
+        if self.bias is None:
+            return self.c(0)
+        n = self.gates * self.hidden
+        wb = lambda: self.load(self.bias, [d, g])  # noqa: E731
+        rb = lambda: self.load(self.bias, [d, self.b.add(g, self.k.index(n))])  # noqa: E731
+        if which == "w":
+            return wb()
+        if which == "r":
+            return rb()
+        return self.b.fadd(wb(), rb())
+
+    def state_mat(self, buf):
+        return Mat(buf, (), self.hidden, 1)
+
+    def each(self, fn):
+        """fn(bi, j, at) for every batch row and hidden unit (at = bi * H + j, the state buffer's index)."""
+        k, b, H = self.k, self.b, self.hidden
+        with k.for_range(self.batch) as bi:
+            with k.for_range(H) as j:
+                fn(bi, j, b.add(b.mul(bi, k.index(H)), j))
+
+    def gate_cell(self, gates, bi, col):
+        """gates[bi, col] (col an index value) of a step's gate rows (batch x G*H)."""
+        b = self.b
+        return b.gep(gates, [b.add(b.mul(bi, self.k.index(self.gates * self.hidden)), col)], inbounds=True)
+
+    def blocked_rnn(self, d, t, gates, h_state, c_state, tmp):
+        H, G = self.hidden, self.gates
+        self.gemm(self.state_mat(h_state), self.weight_mat(self.r, d, 0, G * H), Mat(gates, (), G * H, 1),
+                  self.batch, G * H, H, accumulate=True)
+        f = self.acts[d]
+        b = self.b
+
+        def unit(bi, j, at):
+            pre = b.fadd(b.load(self.gate_cell(gates, bi, j)), self.bias_value(d, j, "wr"))
+            self.write_h(d, t, bi, j, at, h_state, self.activate(f, pre))
+        self.each(unit)
+
+    def blocked_gru(self, d, t, gates, h_state, c_state, tmp):
+        k, b, H = self.k, self.b, self.hidden
+        GH = 3 * H
+        f, g_act = self.acts[2 * d], self.acts[2 * d + 1]
+        lbr = int(k.attr("linear_before_reset", 0))
+        self.gemm(self.state_mat(h_state), self.weight_mat(self.r, d, 0, 2 * H), Mat(gates, (), GH, 1),
+                  self.batch, 2 * H, H, accumulate=True)
+        with k.for_range(self.batch) as bi:
+            with k.for_range(2 * H) as g:
+                cell = self.gate_cell(gates, bi, g)
+                b.store(self.activate(f, b.fadd(b.load(cell), self.bias_value(d, g, "wr"))), cell)
+        r_at = lambda bi, j: b.load(self.gate_cell(gates, bi, b.add(j, k.index(H))))  # noqa: E731
+        h_rows = self.weight_mat(self.r, d, 2 * H, H)
+        if lbr:  # tmp = H . Rh^T, then pre = XWh + Wbh + r * (tmp + Rbh)
+            self.gemm(self.state_mat(h_state), h_rows, self.state_mat(tmp), self.batch, H, H)
+
+            def pre_h(bi, j, at):
+                row = b.add(j, k.index(2 * H))
+                rec = b.fadd(b.load(self.cell(tmp, at)), self.bias_value(d, row, "r"))
+                return b.fadd(b.fadd(b.load(self.gate_cell(gates, bi, row)), self.bias_value(d, row, "w")), b.fmul(r_at(bi, j), rec))
+        else:  # tmp = r * H, then XWh += tmp . Rh^T
+            self.each(lambda bi, j, at: b.store(b.fmul(r_at(bi, j), b.load(self.cell(h_state, at))), self.cell(tmp, at)))
+            self.gemm(self.state_mat(tmp), h_rows, Mat(b.gep(gates, [k.index(2 * H)], inbounds=True), (), GH, 1),
+                      self.batch, H, H, accumulate=True)
+
+            def pre_h(bi, j, at):
+                row = b.add(j, k.index(2 * H))
+                return b.fadd(b.load(self.gate_cell(gates, bi, row)), self.bias_value(d, row, "wr"))
+
+        def unit(bi, j, at):
+            z = b.load(self.gate_cell(gates, bi, j))
+            hh = self.activate(g_act, pre_h(bi, j, at))
+            new = b.fadd(b.fmul(b.fsub(self.c(1), z), hh), b.fmul(z, b.load(self.cell(h_state, at))))
+            self.write_h(d, t, bi, j, at, h_state, new)
+        self.each(unit)
+
+    def blocked_lstm(self, d, t, gates, h_state, c_state, tmp):
+        k, b, H = self.k, self.b, self.hidden
+        self.gemm(self.state_mat(h_state), self.weight_mat(self.r, d, 0, 4 * H), Mat(gates, (), 4 * H, 1),
+                  self.batch, 4 * H, H, accumulate=True)
+
+        def unit(bi, j, at):
             def gate(n):
-                return b.load(self.cell(gates, b.add(j, k.index(n * H))))
+                col = b.add(j, k.index(n * H))
+                return b.fadd(b.load(self.gate_cell(gates, bi, col)), self.bias_value(d, col, "wr"))
+            self.lstm_unit(d, t, bi, j, at, h_state, c_state, gate)
+        self.each(unit)
 
-            def peep(n):
-                return self.load(self.p, [d, b.add(j, k.index(n * H))]) if self.p is not None else None
+    def lstm_unit(self, d, t, bi, j, at, h_state, c_state, gate):
+        """One hidden unit of an LSTM step from its four gate pre-activations gate(0..3) (i, o, f, c)."""
+        k, b, H = self.k, self.b, self.hidden
+        f, g_act, h_act = self.acts[3 * d], self.acts[3 * d + 1], self.acts[3 * d + 2]
+        input_forget = int(k.attr("input_forget", 0))
+        c_prev = b.load(self.cell(c_state, at))
 
-            pre_i, pre_o, pre_f, pre_c = gate(0), gate(1), gate(2), gate(3)
-            if self.p is not None:
-                pre_i = b.fadd(pre_i, b.fmul(peep(0), c_prev))
-                pre_f = b.fadd(pre_f, b.fmul(peep(2), c_prev))
-            i_g = self.activate(f, pre_i)
-            f_g = b.fsub(self.c(1), i_g) if input_forget else self.activate(f, pre_f)
-            c_new = b.fadd(b.fmul(f_g, c_prev), b.fmul(i_g, self.activate(g_act, pre_c)))
-            if self.p is not None:
-                pre_o = b.fadd(pre_o, b.fmul(peep(1), c_new))
-            o_g = self.activate(f, pre_o)
-            h_new = b.fmul(o_g, self.apply(h_act[0], h_act[1], h_act[2], c_new))
-            b.store(c_new, self.cell(c_state, at))
-            self.write_h(d, t, bi, j, at, h_state, h_new)
+        def peep(n):
+            return self.load(self.p, [d, b.add(j, k.index(n * H))])
+
+        pre_i, pre_o, pre_f, pre_c = gate(0), gate(1), gate(2), gate(3)
+        if self.p is not None:
+            pre_i = b.fadd(pre_i, b.fmul(peep(0), c_prev))
+            pre_f = b.fadd(pre_f, b.fmul(peep(2), c_prev))
+        i_g = self.activate(f, pre_i)
+        f_g = b.fsub(self.c(1), i_g) if input_forget else self.activate(f, pre_f)
+        c_new = b.fadd(b.fmul(f_g, c_prev), b.fmul(i_g, self.activate(g_act, pre_c)))
+        if self.p is not None:
+            pre_o = b.fadd(pre_o, b.fmul(peep(1), c_new))
+        o_g = self.activate(f, pre_o)
+        h_new = b.fmul(o_g, self.apply(h_act[0], h_act[1], h_act[2], c_new))
+        b.store(c_new, self.cell(c_state, at))
+        self.write_h(d, t, bi, j, at, h_state, h_new)
 
 
 def _lower(op):
@@ -302,7 +492,10 @@ def _lower(op):
         rec = _Recurrent(k, op)
         if rec.seq == 0 or rec.batch == 0:
             return
-        rec.emit()
+        if rec.blocked_ok():
+            rec.emit_blocked()
+        else:
+            rec.emit()
     return lower
 
 

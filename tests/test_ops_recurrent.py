@@ -212,6 +212,26 @@ def test_against_spec_equations(op, kw):
     check(jit_run(model, feeds), want)
 
 
+@pytest.mark.parametrize("op,dtype", [("LSTM", np.float64), ("GRU", np.float64), ("RNN", np.float16), ("GRU", np.float16)])
+def test_other_float_types(op, dtype):
+    """float64 takes the blocked path, float16 the scalar one (math in float32)."""
+    model, feeds, _ = make_case(op, direction="bidirectional", expected=False)
+    for t in list(model.graph.input):
+        t.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    feeds = {n: v.astype(dtype) for n, v in feeds.items()}
+    want = {n: v.astype(dtype) for n, v in reference(model, {n: v.astype(np.float32) for n, v in feeds.items()}).items()}
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    check(jit_run(model, feeds), want, rtol=tol, atol=tol)
+
+
+def test_constant_full_sequence_lens_takes_the_blocked_path():
+    model, feeds, want = make_case("LSTM", seq_lens=[5, 5, 5], peep=True, expected=True)
+    lens = feeds.pop("L")
+    model.graph.initializer.append(numpy_helper.from_array(lens, "L"))
+    del model.graph.input[[i.name for i in model.graph.input].index("L")]
+    check(jit_run(model, feeds), want)
+
+
 def test_unsupported_activation_is_one_line_error():
     from fluidml_xc.errors import InputError
     model, feeds, _ = make_case("RNN", activations=["Gelu"], expected=False)

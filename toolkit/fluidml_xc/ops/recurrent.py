@@ -2,12 +2,16 @@
 direction forward/reverse/bidirectional, layout 0/1, sequence_lens, initial states, peepholes,
 input_forget, linear_before_reset).
 
-Per direction, the hidden (and cell) state of every batch row lives in a stack buffer; each time
-step computes the row's gate pre-activations as dot products against W (over the input) and R (over
-the hidden state), both read along their contiguous last dimension (LLVM vectorizes the
-reductions), then the fused gate activations update the state and write Y. A batch row past its
-sequence_lens entry gets zeros in Y and keeps its state, so Y_h / Y_c hold the last valid step.
-Math runs in float32 (float64 for double models); W, R, B, P may be constants or activations.
+Per direction, the hidden (and cell) state of every batch row lives in a stack buffer. float32 and
+float64 run the gate MatMuls through the register-blocked kernels of ops/matmul.py: the input
+projections X . W^T of a chunk of time steps (CHUNK_BYTES of stack) are one batched GEMM, then each
+step adds H . R^T into its rows in place (the GEMM's residual epilogue) and one fused loop applies
+biases, peepholes and activations, updates the state and writes Y. GRU's candidate gate takes a
+second GEMM on r * H (or on H, with linear_before_reset). float16, and sequence_lens given at run
+time (each batch row then has its own time index), take a scalar path: per row and step, dot
+products against W and R read along their contiguous last dimension. A row past its sequence_lens
+entry gets zeros in Y and keeps its state, so Y_h / Y_c hold its last valid step. tanh is a
+vectorizable rational approximation in float32 (< 4e-7 relative error), libm in float64.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from ..codegen.scalar import const
 from ..errors import InputError
+from .matmul import _repacked
 from .registry import register
 
 I32 = np.dtype(np.int32)
@@ -73,6 +74,8 @@ def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
         lead = op.rank - 2
         dims = [nb - lead + j for j in range(lead)] + [rows, cols]
         return op.access(dims, ndom)
+    if b_op.value is not None:  # constant B stored column by column: the k loop reads both operands contiguously
+        b_op = _repacked(k, b_op, False, column_major=True)
     a_acc, b_acc = matrix(a, nb, nb + 1), matrix(b_op, nb + 1, nb + 2)
     c_acc = out.access(list(range(nb)) + [nb, nb + 2], ndom)
     az = _param_access(k, a_zp, "a_zero_point", ndom, nb, m)

@@ -366,3 +366,68 @@ def test_no_copy_for_near_consumers_heavy_cones_or_small_tensors():
     before = len(graph.nodes)
     rematerialize_input_cones(graph)
     assert len(graph.nodes) == before
+
+
+# -- Conv over a kept Concat split per input (passes/concat_split.py) ---------------------------------
+def dense_block_model():
+    """A DenseNet layer: X = Concat(a, n) is kept for the next Concat and also goes through BN, Mul, Add,
+    Relu into a 1x1 Conv (16 ch) and a 3x3 Conv (4 ch) whose output joins X in the block's output."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], name="stem"),  # 32 ch
+             helper.make_node("Conv", ["a", "w1"], ["n"], kernel_shape=[1, 1], name="new"),
+             helper.make_node("Concat", ["a", "n"], ["X"], axis=1, name="concat1"),
+             helper.make_node("BatchNormalization", ["X", "s", "b", "mu", "var"], ["bn"], name="bn"),
+             helper.make_node("Mul", ["bn", "k"], ["bk"], name="mul"),
+             helper.make_node("Add", ["bk", "c"], ["bc"], name="add"),
+             helper.make_node("Relu", ["bc"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["m"], kernel_shape=[1, 1], name="bottleneck"),
+             helper.make_node("Conv", ["m", "w3"], ["n2"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], name="grow"),
+             helper.make_node("Concat", ["X", "n2"], ["Y"], axis=1, name="concat2"),
+             helper.make_node("Relu", ["Y"], ["y"], name="out")]
+    inits = [_c("w0", rng.standard_normal((32, 4, 3, 3)) * 0.3), _c("w1", rng.standard_normal((4, 32, 1, 1)) * 0.3),
+             _c("s", rng.random(36) + 0.5), _c("b", rng.standard_normal(36)), _c("mu", rng.standard_normal(36)),
+             _c("var", rng.random(36) + 0.5), _c("k", rng.standard_normal((36, 1, 1))), _c("c", rng.standard_normal((1, 36, 1, 1))),
+             _c("w2", rng.standard_normal((16, 36, 1, 1)) * 0.3), _c("b2", rng.standard_normal(16)),
+             _c("w3", rng.standard_normal((4, 16, 3, 3)) * 0.3)]
+    return _model(nodes, [("x", F32, (1, 4, 8, 8))], [("y", F32, (1, 40, 8, 8))], inits)
+
+
+def test_conv_over_a_kept_concat_splits_per_input_and_shrinks_the_arena():
+    from fluidml_xc import passes
+    from fluidml_xc.planner import PlanOptions, plan_memory, verify_plan
+
+    model = dense_block_model()
+    graph = import_graph(model)
+    split = sorted(n.name for n in graph.nodes if "#split" in n.name)
+    assert [n for n in split if n.startswith("bottleneck")] == ["bottleneck#split1.0", "bottleneck#split1.1"]
+    assert not any(n.name == "bottleneck" for n in graph.nodes)
+    result = plan_memory(graph, PlanOptions(alignment=64))
+    verify_plan(graph, result)
+
+    passes.registered_passes()
+    saved = passes._PASSES[:]
+    passes._PASSES[:] = [p for p in saved if p[1] != "split_conv_over_kept_concat"]
+    try:
+        unsplit = import_graph(model)
+    finally:
+        passes._PASSES[:] = saved
+    before = plan_memory(unsplit, PlanOptions(alignment=64))
+    # 8x8 f32 planes of 256 B: X (36 ch) + its normalized copy (36) + the bottleneck output (16) = 88 planes;
+    # the op bound is the last Concat: X (36) + n2 (4) in, Y (40) out = 80 planes
+    assert (before.arena_bytes, before.lower_bound_bytes) == (88 * 256, 80 * 256)
+    # split: a (32), its normalized copy (32) and the partial sum (16) = 80 planes at a's Conv, n (4) is only
+    # computed after it and X concatenated after the layer, next to the Concat that reads it: the op bound
+    assert (result.arena_bytes, result.lower_bound_bytes) == (80 * 256, 80 * 256)
+    _check(model, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_over_a_concat_is_not_split_when_it_stays_within_the_op_bound():
+    model = dense_block_model()
+    small = helper.make_node("Conv", ["r", "w2", "b2"], ["m"], kernel_shape=[1, 1], name="bottleneck")
+    nodes = list(model.graph.node)
+    # a wide Concat of the block output (40 ch in, 120 out) makes the op bound 160 planes, above the layer's 88
+    nodes[-1] = helper.make_node("Concat", ["Y", "Y", "Y"], ["W"], axis=1, name="wide")
+    nodes.append(helper.make_node("Relu", ["W"], ["y"], name="out"))
+    model = _model(nodes, [("x", F32, (1, 4, 8, 8))], [("y", F32, (1, 120, 8, 8))], list(model.graph.initializer))
+    graph = import_graph(model)
+    assert small.name in [n.name for n in graph.nodes] and not [n for n in graph.nodes if "#split" in n.name]

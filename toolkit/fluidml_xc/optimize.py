@@ -46,12 +46,24 @@ def channels_last(rank: int) -> tuple[int, ...]:
     return (0, *range(2, rank), 1)
 
 
+def layout_name(shape, perm) -> str:
+    """NCHW / NHWC for images, else "row-major" or the permutation."""
+    rank = len(shape)
+    if perm is None or is_identity(perm):
+        return "NCHW" if rank == 4 else "row-major"
+    if rank == 4 and tuple(perm) == channels_last(4):
+        return "NHWC"
+    return "(" + ",".join(map(str, perm)) + ")"
+
+
 @dataclass
 class Decisions:
     mode: str
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """tensor -> dimension order (outermost first); absent = row-major."""
     loop_orders: dict[str, str] = field(default_factory=dict)
+    kernel_layouts: dict[str, str] = field(default_factory=dict)
+    """Loop-ordered node -> the layouts its order was chosen under, e.g. "NHWC -> NCHW" (activations only)."""
     segments: list[dict] = field(default_factory=list)
     gains: dict[str, float] = field(default_factory=dict)
     """Non-row-major tensor -> predicted ns saved by its layout (nodes touching it, others as chosen)."""
@@ -68,7 +80,7 @@ class Decisions:
     def summary(self) -> dict:
         return {"mode": self.mode, "costs": self.costs, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
                 "gains_ns": {k: round(v, 1) for k, v in self.gains.items()},
-                "loop_orders": dict(self.loop_orders), "views": list(self.views), "segments": list(self.segments), "votes": list(self.votes),
+                "loop_orders": dict(self.loop_orders), "kernel_layouts": dict(self.kernel_layouts), "views": list(self.views), "segments": list(self.segments), "votes": list(self.votes),
                 "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
                 "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4)}
 
@@ -185,6 +197,10 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
             order = model.cost_and_order(node, decisions.layouts, varies=True)[1]
             if order:
                 decisions.loop_orders[node.name] = order
+                names = [t for t in (*node.inputs[:1 if node.op_type == "Conv" else 2], node.outputs[0]) if t]
+                decisions.kernel_layouts[node.name] = " -> ".join(
+                    [", ".join(layout_name(graph.tensors[t].shape, decisions.layouts.get(t)) for t in names[:-1]),
+                     layout_name(graph.tensors[names[-1]].shape, decisions.layouts.get(names[-1]))])
     decisions.predicted_ns = sum(problem.cost(i, final) for i in range(len(graph.nodes)))
     decisions.row_major_ns = sum(model.cost_and_order(n, {}, varies=bool(problem.node_tensors[i]))[0] for i, n in enumerate(graph.nodes))
     names = [n.name for n in graph.nodes]

@@ -89,9 +89,11 @@ def main(args) -> int:
     orders = opt.get("loop_orders", {})
     print(f"\nloop orders: {len(orders)} heavy kernels" + ("" if orders else " (kernel defaults)"))
     kinds = {"ikj": "register-blocked outer products", "ijk": "register-blocked dot products",
-             "jki": "register-blocked outer products on C^T", "kij": "scalar"}
+             "jki": "register-blocked outer products on C^T", "kij": "scalar",
+             "co>px": "Conv: output-channel blocks outermost", "px>co": "Conv: pixel rows outermost"}
+    under = opt.get("kernel_layouts", {})
     for name, order in orders.items():
-        print(f"  {name}: {order} ({kinds.get(order, '')})")
+        print(f"  {name}: {order} ({kinds.get(order, '')})" + (f"  under {under[name]}" if name in under else ""))
     print("\nmemory plan:")
     if mem:
         print(f"  arena       {_kb(mem['arena_bytes'])}  strategy {mem['strategy']} (winner)")

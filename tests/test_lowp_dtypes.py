@@ -401,3 +401,55 @@ def test_bitcast_keeps_the_stored_bits():
                               opset_imports=[helper.make_opsetid("", 26)])
     x = np.arange(256, dtype=np.uint8).view(np.int8)
     _same(_jit(model, {"x": x})[0], x.view(ml_dtypes.float8_e4m3fn))
+
+
+def test_runner_filler_matches_random_feeds_for_every_dtype(tmp_path):
+    """Inputs given no -i file: the runner's filler (runtime_c/npy.c) and execute.random_feeds agree bit for bit."""
+    from fluidml_xc.build import BuildOptions, build_model
+    from fluidml_xc.execute import random_feeds
+
+    names = list(CODES)
+    nodes = [helper.make_node("Cast", [f"x_{n}"], [f"y_{n}"], to=TensorProto.FLOAT) for n in names]
+    nodes += [helper.make_node("Identity", [f"x_{n}"], [f"id_{n}"]) for n in names]
+    model = _model(nodes, [helper.make_tensor_value_info(f"x_{n}", CODES[n], [37]) for n in names],
+                   [helper.make_tensor_value_info(f"y_{n}", TensorProto.FLOAT, [37]) for n in names]
+                   + [helper.make_tensor_value_info(f"id_{n}", CODES[n], [37]) for n in names])
+    path = tmp_path / "fill.onnx"
+    onnx.save(model, str(path))
+    art = build_model(path, BuildOptions(board="x86_64", out_dir=tmp_path / "a", profile_runner=False, record_last=False)).artifact
+    manifest = json.loads((art / "manifest.json").read_text())
+    outs = [tmp_path / f"o{i}.npy" for i in range(len(manifest["outputs"]))]
+    subprocess.run([str(art / "runner"), *[a for o in outs for a in ("-o", str(o))]], check=True, capture_output=True)
+    feeds = random_feeds(manifest)
+    want = _reference(model, feeds)
+    for spec, out, w in zip(manifest["outputs"], outs, want):
+        got = np.load(out)
+        if spec["dtype"] != "float32":
+            got = got.view(np.dtype(spec["dtype"]))
+        _same(got, w)
+    for n in names:  # the filler holds no NaN and keeps the 4-/2-bit types' high bits zero
+        assert not np.isnan(feeds[f"x_{n}"].astype(np.float32)).any()
+        assert (_bits(feeds[f"x_{n}"]) < (1 << (8 * _dt(n).itemsize if n not in lowp.INT_FORMATS and n != "float4_e2m1fn"
+                                              else {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}[n]))).all()
+
+
+def test_fused_chain_rounds_every_lowp_step():
+    """Cast chains through storage-only dtypes inside one FusedElementwise kernel round at every step."""
+    from fluidml_xc.backend import import_graph
+
+    c = numpy_helper.from_array(np.array(0.3, ml_dtypes.bfloat16), "c")
+    nodes = [helper.make_node("Cast", ["x"], ["a"], to=TensorProto.FLOAT8E4M3FN, saturate=0),
+             helper.make_node("Cast", ["a"], ["b"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["b", "x"], ["m"]),
+             helper.make_node("Cast", ["m"], ["h"], to=TensorProto.BFLOAT16),
+             helper.make_node("Add", ["h", "c"], ["s"]),
+             helper.make_node("Cast", ["s"], ["i"], to=TensorProto.INT4),
+             helper.make_node("Cast", ["i"], ["y"], to=TensorProto.FLOAT)]
+    x = np.concatenate([np.linspace(-7.9, 7.9, 997), [np.nan, np.inf, 500.0, -1e-3]]).astype(np.float32)
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])], [c])
+    graph = import_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["FusedElementwise"]
+    finite = np.isfinite(x) & (np.abs(x) < 8)  # int4 of NaN/inf/out of range is undefined
+    got, want = _jit(model, {"x": x})[0], _reference(model, {"x": x})[0]
+    _same(got[finite], want[finite])

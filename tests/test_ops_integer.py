@@ -81,6 +81,8 @@ CONV_CASES = [
     dict(x=(1, 2, 7, 6), w=(4, 2, 3, 3), attrs=dict(pads=[1, 0, 2, 1], strides=[2, 1])),
     dict(x=(2, 4, 6, 6), w=(4, 2, 2, 3), attrs=dict(group=2, dilations=[2, 1], auto_pad="SAME_UPPER")),
     dict(x=(1, 3, 9, 4), w=(2, 3, 4, 1), attrs=dict(strides=[2, 1], auto_pad="SAME_LOWER")),
+    dict(x=(1, 2, 3, 40), w=(2, 2, 2, 33), attrs=dict(pads=[0, 3, 1, 2])),  # wider than MAX_UNROLLED_TAPS
+    dict(x=(1, 2, 5, 5, 6), w=(3, 2, 2, 3, 3), attrs=dict(pads=[1, 0, 1, 0, 1, 2], strides=[1, 2, 3])),
 ]
 
 
@@ -89,7 +91,8 @@ def test_conv_integer(case):
     c = CONV_CASES[case]
     x, w = q(np.uint8, c["x"]), q(np.uint8, c["w"])
     feeds = {"x": x, "w": w}
-    consts = {"xzp": np.array(128, np.uint8), "wzp": q(np.uint8, (c["w"][0],))}
+    # onnx.reference broadcasts a per-channel w_zero_point for 2-D kernels only
+    consts = {"xzp": np.array(128, np.uint8), "wzp": q(np.uint8, (c["w"][0],)) if len(c["w"]) == 4 else np.array(9, np.uint8)}
     m = model([helper.make_node("ConvInteger", ["x", "w", "xzp", "wzp"], ["y"], **c["attrs"]),
                helper.make_node("ConvInteger", ["x", "w"], ["y0"], **c["attrs"])], feeds, ["y", "y0"], consts, opset=10)
     check(jit_run(m, feeds), reference(m, feeds))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import ml_dtypes  # noqa: F401  (registers bfloat16, float8_*, int4, ... as numpy dtype names)
+import ml_dtypes
 import numpy as np
 
 from .boards import get_target
@@ -64,10 +64,14 @@ def _random_tensor(shape: Sequence[int], dtype: np.dtype, seed: int, index: int)
     return values.reshape(tuple(shape))
 
 
+_STORAGE_ONLY = {ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+                 ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu, ml_dtypes.int4,
+                 ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2}
+
+
 def is_storage_only(dtype) -> bool:
     """bfloat16, float8_*, float4_e2m1fn, int4/uint4/int2/uint2 (ml_dtypes): runner .npy files hold their bits."""
-    dtype = np.dtype(dtype)
-    return dtype.type.__module__.startswith("ml_dtypes")
+    return np.dtype(dtype).type in _STORAGE_ONLY
 
 
 def bits_dtype(dtype) -> np.dtype:

@@ -157,7 +157,7 @@ class Scalar:
             return x
         if lowp.is_lowp(dst):
             b = self.b
-            csrc, cdst = compute_dtype(src), compute_dtype(dst)
+            csrc = compute_dtype(src)
             if dst.name in lowp.INT_FORMATS:
                 v = lowp.float_to_small_int(b, x) if is_float(csrc) else self.cast(csrc, np.int64, x)
                 v = v if v.type == ir.IntType(8) else b.trunc(v, ir.IntType(8))

@@ -155,10 +155,12 @@ MAX_UNROLLED_TAPS = 32
 def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
     """out[n, m, o...] = epilogue(sum over c, kernel of (x - x_zp) * (w[m] - w_zp[m]) (+ bias[m]), m).
 
-    One output row (the last spatial dim) at a time, accumulated in an int32 stack row: for each
-    input channel and kernel tap, the output columns whose input column is inside the image form one
-    range known at build time, so the inner loop is a plain multiply-add over contiguous columns
-    that LLVM vectorizes; padding contributes nothing (it stands for the zero point)."""
+    Output rows (the last spatial dim) one at a time. Every kernel tap along the row reads inside the
+    image for one range of output columns, known at build time; where all taps do (the interior),
+    blocks of V columns accumulate in int32 vector registers over channels and taps (x as one vector
+    load per tap, the weight splat). The other columns (padding edges, the interior's tail) accumulate
+    in an int32 stack row, tap by tap over their valid range. Padding contributes nothing: it stands
+    for the zero point."""
     out = k.outputs[0]
     if not out.size:
         return
@@ -182,6 +184,23 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
     with b.goto_entry_block():
         row = b.alloca(i32, size=ir.Constant(ir.IntType(32), ow_n))
 
+    def valid(kw):
+        """Output columns whose input column for tap kw is inside the image."""
+        off = kw * d_w - p_w
+        lo = 0
+        while lo * s_w + off < 0:
+            lo += 1
+        hi = (iw_n - 1 - off) // s_w + 1 if iw_n - 1 - off >= 0 else 0
+        return off, lo, max(lo, min(ow_n, hi))
+    taps_w = [valid(kw) for kw in range(kernel[-1])]
+    c_lo, c_hi = max(t[1] for t in taps_w), min(t[2] for t in taps_w)
+    lanes = k.lanes(np.int32)
+    blocks = max(0, c_hi - c_lo) // lanes if lanes > 1 else 0
+    vec_end = c_lo + blocks * lanes
+    scalar_ranges = [(0, ow_n)] if not blocks else [(0, c_lo), (vec_end, ow_n)]
+    x_col = x.strides[-1] * s_w
+    vt = ir.VectorType(i32, lanes)
+
     def cell(ow):
         return b.gep(row, [ow], inbounds=True)
 
@@ -189,13 +208,15 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
         g = b.sdiv(mi, k.index(mg))
         w_zero = _widen(k, w_zp.dtype, k.load(wz, [mi])) if wz is not None else None
         x_zero = _widen(k, x_zp.dtype, k.load(xz, zero_idx)) if xz is not None else None
+        bias_v = _widen(k, bias.dtype, k.load(bias_acc, [mi])) if bias_acc is not None else None
         out_idx = [ni, mi] + [None] * spatial
 
-        def out_row(idx):
-            with k.for_range(ow_n) as ow:
-                b.store(ir.Constant(i32, 0), cell(ow))
-            kpos = [None] * (spatial - 1)
+        def weight(ci, kidx, kw):
+            wv = _widen(k, w.dtype, k.load(w_acc, [mi, ci, *kidx, k.index(kw)]))
+            return b.sub(wv, w_zero) if w_zero is not None else wv
 
+        def over_taps(idx, body):
+            """body(kidx, pos) for every tap of the outer kernel dims that reads inside the image."""
             def taps(kidx):
                 ok, pos = None, []
                 for s in range(spatial - 1):
@@ -203,40 +224,68 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
                     inside = b.and_(b.icmp_signed(">=", p, k.index(0)), b.icmp_signed("<", p, k.index(x.shape[2 + s])))
                     ok = inside if ok is None else b.and_(ok, inside)
                     pos.append(p)
+                if ok is None:
+                    body(kidx, pos)
+                else:
+                    with b.if_then(ok):
+                        body(kidx, pos)
+            k.loops(kernel[:-1], list(range(spatial - 1)), [None] * (spatial - 1), taps)
 
-                def channels():
-                    with k.for_range(cg) as ci:
-                        c = b.add(b.mul(g, k.index(cg)), ci)
-                        for kw in range(kernel[-1]):
-                            off = kw * d_w - p_w
-                            lo = max(0, -(off // s_w) if off < 0 else 0)
-                            while lo * s_w + off < 0:
-                                lo += 1
-                            hi = min(ow_n, (iw_n - 1 - off) // s_w + 1) if iw_n - 1 - off >= 0 else 0
-                            if lo >= hi:
-                                continue
-                            wv = _widen(k, w.dtype, k.load(w_acc, [mi, ci, *kidx, k.index(kw)]))
-                            if w_zero is not None:
-                                wv = b.sub(wv, w_zero)
+        def finish(idx, ow, acc):
+            if bias_v is not None:
+                acc = b.add(acc, bias_v)
+            idx[2 + spatial - 1] = ow
+            k.store(o_acc, idx, epilogue(acc, mi))
+
+        def out_row(idx):
+            for lo, hi in scalar_ranges:
+                if lo < hi:
+                    with k.for_range(hi, lo) as ow:
+                        b.store(ir.Constant(i32, 0), cell(ow))
+
+            def scalar_taps(kidx, pos):
+                with k.for_range(cg) as ci:
+                    c = b.add(b.mul(g, k.index(cg)), ci)
+                    for kw, (off, lo_kw, hi_kw) in enumerate(taps_w):
+                        ranges = [(max(lo, lo_kw), min(hi, hi_kw)) for lo, hi in scalar_ranges]
+                        ranges = [r for r in ranges if r[0] < r[1]]
+                        if not ranges:
+                            continue
+                        wv = weight(ci, kidx, kw)
+                        for lo, hi in ranges:
                             with k.for_range(hi, lo) as ow:
                                 iw = b.add(b.mul(ow, k.index(s_w)), k.index(off)) if s_w != 1 else b.add(ow, k.index(off))
                                 xv = _widen(k, x.dtype, k.load(x_acc, [ni, c, *pos, iw]))
                                 if x_zero is not None:
                                     xv = b.sub(xv, x_zero)
                                 b.store(b.add(b.load(cell(ow)), b.mul(xv, wv)), cell(ow))
-                if ok is None:
-                    channels()
-                else:
-                    with b.if_then(ok):
-                        channels()
-            k.loops(kernel[:-1], list(range(spatial - 1)), kpos, taps)
-            bias_v = _widen(k, bias.dtype, k.load(bias_acc, [mi])) if bias_acc is not None else None
-            with k.for_range(ow_n) as ow:
-                acc = b.load(cell(ow))
-                if bias_v is not None:
-                    acc = b.add(acc, bias_v)
-                idx[2 + spatial - 1] = ow
-                k.store(o_acc, idx, epilogue(acc, mi))
+            over_taps(idx, scalar_taps)
+            for lo, hi in scalar_ranges:
+                if lo < hi:
+                    with k.for_range(hi, lo) as ow:
+                        finish(idx, ow, b.load(cell(ow)))
+            if not blocks:
+                return
+            x_zero_v = k.splat(x_zero, lanes) if x_zero is not None else None
+            with k.for_range(blocks) as blk:
+                ow0 = b.add(k.index(c_lo), b.mul(blk, k.index(lanes)))
+                acc = k.local(vt, k.vzero(np.int32, lanes))
+
+                def vector_taps(kidx, pos):
+                    with k.for_range(cg) as ci:
+                        c = b.add(b.mul(g, k.index(cg)), ci)
+                        for kw, (off, _, _) in enumerate(taps_w):
+                            iw0 = b.add(b.mul(ow0, k.index(s_w)), k.index(off))
+                            at = k.linear(x_acc, [ni, c, *pos, iw0])
+                            xv = k.vgather(x.ptr, x.dtype, at, x_col, lanes)
+                            xv = b.zext(xv, vt) if x.dtype.kind == "u" else b.sext(xv, vt)
+                            if x_zero_v is not None:
+                                xv = b.sub(xv, x_zero_v)
+                            b.store(b.add(b.load(acc), b.mul(xv, k.splat(weight(ci, kidx, kw), lanes))), acc)
+                over_taps(idx, vector_taps)
+                total = b.load(acc)
+                for lane in range(lanes):
+                    finish(idx, b.add(ow0, k.index(lane)), b.extract_element(total, ir.Constant(ir.IntType(32), lane)))
         k.loops(out.shape, list(range(2, 1 + spatial)), out_idx, out_row)
 
 

@@ -107,7 +107,7 @@ def main(args) -> int:
             print(f"  order bound {_kb(best)}  (least live peak over all execution orders, proven by exact search)"
                   f"  arena/max(lb, order bound) {mem['arena_bytes'] / tight:.3f}")
         elif "order_bound_bytes" in mem:
-            print("  order bound (not proven: the exact order search ran out of budget)")
+            print("  order bound not proven (--opt plain keeps the model's order, or the exact order search ran out of budget)")
         print(f"  naive       {_kb(mem.get('naive_bytes', 0))}  (no reuse)")
         for name, size in sorted(mem.get("strategies", {}).items(), key=lambda kv: kv[1]):
             mark = "  <- winner" if name == mem["strategy"] else ""

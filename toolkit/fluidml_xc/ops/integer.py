@@ -204,16 +204,20 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
     def cell(ow):
         return b.gep(row, [ow], inbounds=True)
 
-    with k.for_range(n_batch) as ni, k.for_range(m_out) as mi:
-        g = b.sdiv(mi, k.index(mg))
-        w_zero = _widen(k, w_zp.dtype, k.load(wz, [mi])) if wz is not None else None
-        x_zero = _widen(k, x_zp.dtype, k.load(xz, zero_idx)) if xz is not None else None
-        bias_v = _widen(k, bias.dtype, k.load(bias_acc, [mi])) if bias_acc is not None else None
-        out_idx = [ni, mi] + [None] * spatial
+    mr = next(r for r in (4, 2, 1) if mg % r == 0) if blocks else 1
 
-        def weight(ci, kidx, kw):
+    with k.for_range(n_batch) as ni, k.for_range(m_out // mr) as mb:
+        m0 = b.mul(mb, k.index(mr))
+        g = b.sdiv(m0, k.index(mg))
+        x_zero = _widen(k, x_zp.dtype, k.load(xz, zero_idx)) if xz is not None else None
+        out_idx = [ni, m0] + [None] * spatial
+
+        def w_zero(mi):
+            return _widen(k, w_zp.dtype, k.load(wz, [mi])) if wz is not None else None
+
+        def weight(mi, ci, kidx, kw, zero):
             wv = _widen(k, w.dtype, k.load(w_acc, [mi, ci, *kidx, k.index(kw)]))
-            return b.sub(wv, w_zero) if w_zero is not None else wv
+            return b.sub(wv, zero) if zero is not None else wv
 
         def over_taps(idx, body):
             """body(kidx, pos) for every tap of the outer kernel dims that reads inside the image."""
@@ -231,17 +235,19 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
                         body(kidx, pos)
             k.loops(kernel[:-1], list(range(spatial - 1)), [None] * (spatial - 1), taps)
 
-        def finish(idx, ow, acc):
-            if bias_v is not None:
-                acc = b.add(acc, bias_v)
-            idx[2 + spatial - 1] = ow
-            k.store(o_acc, idx, epilogue(acc, mi))
+        def finish(idx, mi, ow, acc):
+            if bias_acc is not None:
+                acc = b.add(acc, _widen(k, bias.dtype, k.load(bias_acc, [mi])))
+            oidx = list(idx)
+            oidx[1], oidx[2 + spatial - 1] = mi, ow
+            k.store(o_acc, oidx, epilogue(acc, mi))
 
-        def out_row(idx):
+        def edges(idx, mi):
             for lo, hi in scalar_ranges:
                 if lo < hi:
                     with k.for_range(hi, lo) as ow:
                         b.store(ir.Constant(i32, 0), cell(ow))
+            zero = w_zero(mi)
 
             def scalar_taps(kidx, pos):
                 with k.for_range(cg) as ci:
@@ -251,7 +257,7 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
                         ranges = [r for r in ranges if r[0] < r[1]]
                         if not ranges:
                             continue
-                        wv = weight(ci, kidx, kw)
+                        wv = weight(mi, ci, kidx, kw, zero)
                         for lo, hi in ranges:
                             with k.for_range(hi, lo) as ow:
                                 iw = b.add(b.mul(ow, k.index(s_w)), k.index(off)) if s_w != 1 else b.add(ow, k.index(off))
@@ -263,13 +269,22 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
             for lo, hi in scalar_ranges:
                 if lo < hi:
                     with k.for_range(hi, lo) as ow:
-                        finish(idx, ow, b.load(cell(ow)))
+                        finish(idx, mi, ow, b.load(cell(ow)))
+
+        def out_row(idx):
+            if mr == 1:
+                edges(idx, m0)
+            else:
+                with k.for_range(mr) as r:
+                    edges(idx, b.add(m0, r))
             if not blocks:
                 return
             x_zero_v = k.splat(x_zero, lanes) if x_zero is not None else None
+            channels = [b.add(m0, k.index(r)) if r else m0 for r in range(mr)]
+            zeros = [w_zero(mi) for mi in channels]
             with k.for_range(blocks) as blk:
                 ow0 = b.add(k.index(c_lo), b.mul(blk, k.index(lanes)))
-                acc = k.local(vt, k.vzero(np.int32, lanes))
+                accs = [k.local(vt, k.vzero(np.int32, lanes)) for _ in range(mr)]
 
                 def vector_taps(kidx, pos):
                     with k.for_range(cg) as ci:
@@ -281,11 +296,13 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
                             xv = b.zext(xv, vt) if x.dtype.kind == "u" else b.sext(xv, vt)
                             if x_zero_v is not None:
                                 xv = b.sub(xv, x_zero_v)
-                            b.store(b.add(b.load(acc), b.mul(xv, k.splat(weight(ci, kidx, kw), lanes))), acc)
+                            for acc, mi, zero in zip(accs, channels, zeros):
+                                b.store(b.add(b.load(acc), b.mul(xv, k.splat(weight(mi, ci, kidx, kw, zero), lanes))), acc)
                 over_taps(idx, vector_taps)
-                total = b.load(acc)
-                for lane in range(lanes):
-                    finish(idx, b.add(ow0, k.index(lane)), b.extract_element(total, ir.Constant(ir.IntType(32), lane)))
+                for acc, mi in zip(accs, channels):
+                    total = b.load(acc)
+                    for lane in range(lanes):
+                        finish(idx, mi, b.add(ow0, k.index(lane)), b.extract_element(total, ir.Constant(ir.IntType(32), lane)))
         k.loops(out.shape, list(range(2, 1 + spatial)), out_idx, out_row)
 
 

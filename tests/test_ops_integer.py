@@ -82,6 +82,9 @@ CONV_CASES = [
     dict(x=(2, 4, 6, 6), w=(4, 2, 2, 3), attrs=dict(group=2, dilations=[2, 1], auto_pad="SAME_UPPER")),
     dict(x=(1, 3, 9, 4), w=(2, 3, 4, 1), attrs=dict(strides=[2, 1], auto_pad="SAME_LOWER")),
     dict(x=(1, 2, 3, 40), w=(2, 2, 2, 33), attrs=dict(pads=[0, 3, 1, 2])),  # wider than MAX_UNROLLED_TAPS
+    # rows wide enough for the vector blocks (x86: 8 columns), channel blocks of 4 and 2
+    dict(x=(2, 4, 5, 29), w=(8, 2, 3, 3), attrs=dict(pads=[1, 2, 1, 1], group=2, dilations=[1, 2])),
+    dict(x=(1, 3, 4, 41), w=(6, 3, 2, 4), attrs=dict(pads=[0, 1, 1, 2], strides=[1, 2])),
     dict(x=(1, 2, 5, 5, 6), w=(3, 2, 2, 3, 3), attrs=dict(pads=[1, 0, 1, 0, 1, 2], strides=[1, 2, 3])),
 ]
 

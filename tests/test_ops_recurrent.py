@@ -6,7 +6,6 @@ from __future__ import annotations
 import platform
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper, numpy_helper
 

@@ -160,7 +160,7 @@ class _Recurrent:
 
     def activate(self, act, x):
         name, alpha, beta = act
-        b, s, dt = self.b, self.k.s, self.ct
+        s, dt = self.k.s, self.ct
         if self.clip is not None:
             x = s.min(dt, s.max(dt, x, self.c(-self.clip)), self.c(self.clip))
         return self.apply(name, alpha, beta, x)

@@ -25,6 +25,8 @@ from .registry import register
 
 CHUNK_BYTES = 32 * 1024
 """Stack bytes for the input projections of a chunk of time steps (X . W^T of several steps as one GEMM)."""
+MAX_STEP_BYTES = 256 * 1024
+"""Gate rows of one step (batch x gates x hidden) bigger than this take the scalar path (small stack)."""
 
 # name -> (number of alpha values, number of beta values, default alpha, default beta)
 _ACTIVATIONS = {
@@ -312,6 +314,8 @@ class _Recurrent:
     def blocked_ok(self) -> bool:
         """float32/float64 and every batch row running the whole sequence (no run-time sequence_lens)."""
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or self.hidden == 0 or self.inp == 0:
+            return False
+        if self.batch * self.gates * self.hidden * self.dtype.itemsize > MAX_STEP_BYTES:
             return False
         if self.seq_lens is None:
             return True

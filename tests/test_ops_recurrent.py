@@ -178,6 +178,10 @@ REFERENCE_CASES = [
     ("LSTM", {"direction": "bidirectional", "peep": True}),
     ("LSTM", {"direction": "reverse", "layout": 1, "peep": True}),
     ("LSTM", {"const_weights": True, "batch": 1, "hidden": 16, "inp": 9}),
+    # long sequences: several chunks of input projections, the last one overlapping the one before
+    ("LSTM", {"direction": "bidirectional", "seq": 23, "batch": 3, "hidden": 37, "inp": 19}),
+    ("GRU", {"direction": "bidirectional", "seq": 41, "batch": 2, "hidden": 45, "inp": 7, "const_weights": True}),
+    ("RNN", {"direction": "reverse", "seq": 70, "batch": 4, "hidden": 33, "inp": 5, "layout": 1}),
 ]
 
 

@@ -5,8 +5,9 @@
   step, state outputs feed the next step, and each scan output is the Concat of the steps' values
   (Unsqueezed along its axis, in its direction).
 - If with a condition known at build time becomes the nodes of the branch taken. With a run-time
-  condition, when both branches declare outputs of the same static shape and type, both branches
-  are computed and each output is Where(cond, then, else).
+  condition, when both branches declare outputs of the same static shape and type and neither
+  addresses memory with run-time indices (INDEXING_OPS), both branches are computed and each output
+  is Where(cond, then, else).
 
 Expansion returns the replacement ONNX nodes (the frontend then imports them like the model's own),
 or None when the node is left as it is (and reported unsupported).
@@ -225,6 +226,25 @@ def expand_scan(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
     return bld.nodes
 
 
+INDEXING_OPS = {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND", "TensorScatter",
+                "ArrayFeatureExtractor", "OneHot", "Loop", "Scan", "If"}
+"""Ops that address memory with values computed at run time: a branch not taken may hold indices that
+are out of range there, so an If whose branches use them is not computed both ways."""
+
+
+def _op_types(graph: onnx.GraphProto) -> set[str]:
+    types = set()
+    for node in graph.node:
+        types.add(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                types |= _op_types(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    types |= _op_types(g)
+    return types
+
+
 def _static_outputs(graph: onnx.GraphProto) -> list[tuple[int, tuple[int, ...]]] | None:
     result = []
     for o in graph.output:
@@ -252,6 +272,8 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -
     if opset < 9 or then_t is None or then_t != else_t or cond.size != 1:
         return None
     if any(len(shape) < len(cond.shape) for _, shape in then_t):
+        return None
+    if (_op_types(then_g) | _op_types(else_g)) & INDEXING_OPS:
         return None
     then_outs = bld.instantiate(then_g, "then", {})
     else_outs = bld.instantiate(else_g, "else", {})

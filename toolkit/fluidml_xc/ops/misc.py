@@ -39,6 +39,7 @@ def lower_reverse_sequence(k):
 
     def point(idx):
         n = _as_index(k, lens.dtype, k.load(lens_acc, [idx[batch_axis]]))
+        n = k.s.min(_index_dtype(k), n, k.index(x.shape[time_axis]))  # lengths past the axis read nothing outside
         t = idx[time_axis]
         src = b.select(b.icmp_signed("<", t, n), b.sub(b.sub(n, k.index(1)), t), t)
         sidx = list(idx)

@@ -245,7 +245,11 @@ def _node_needing_values(model: onnx.ModelProto, message: str):
 
     match = _UNRESOLVED.search(message)
     if match:
-        return next((n for n in model.graph.node if match.group(1) in n.output), None)
+        name = match.group(1)
+        node = next((n for n in model.graph.node if name in n.output), None)
+        if node is None and "/" in name:  # a tensor inside a function body the frontend inlined: its calling node
+            node = dict(zip(_unique_names(model), model.graph.node)).get(name.split("/")[0])
+        return node
     match = _NEEDS_CONSTANT.search(message)
     if match:
         return next((n for n, name in zip(model.graph.node, _unique_names(model)) if name == match.group(1)), None)
@@ -261,6 +265,10 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
     found, seen, stack = {}, set(), [n for n in list(node.input)[1:] if n]
     if node.op_type == "ConstantOfShape":
         stack = [n for n in node.input if n]
+    for attr in node.attribute:  # If/Scan/Loop bodies read enclosing tensors by name
+        if attr.type == onnx.AttributeProto.GRAPH:
+            from .subgraphs import outer_references
+            stack.extend(sorted(outer_references(attr.g)))
     while stack:
         name = stack.pop()
         if name in seen:

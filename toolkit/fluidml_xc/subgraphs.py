@@ -49,6 +49,19 @@ def _rename_nested(graph: onnx.GraphProto, rename: Callable[[str], str]) -> onnx
     return out
 
 
+def outer_references(graph: onnx.GraphProto) -> set[str]:
+    """Names a (nested) graph reads from enclosing scopes."""
+    local, found = _defined(graph), set()
+    for node in graph.node:
+        found.update(n for n in node.input if n and n not in local)
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                      list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+                found.update(n for n in outer_references(g) if n not in local)
+    found.update(o.name for o in graph.output if o.name not in local)
+    return found
+
+
 def rename_in_attribute(attr: onnx.AttributeProto, rename: Callable[[str], str]) -> None:
     """Outer-scope references of a GRAPH / GRAPHS attribute's graphs renamed in place."""
     if attr.type == onnx.AttributeProto.GRAPH:

@@ -201,6 +201,23 @@ def test_scan_unrolled_and_if():
         check(jit_run(m, feeds), ort_run(m, feeds), exact=False)
 
 
+def test_loop_with_build_time_trip_count():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["acc_in", "x"], ["prod"]),
+         helper.make_node("Add", ["prod", "i_f"], ["acc_out"]),
+         helper.make_node("Neg", ["acc_out"], ["scan_t"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("scan_t", TensorProto.FLOAT, [4])])
+    feeds = {"a0": rng.standard_normal(4).astype(np.float32), "x": rng.uniform(0.5, 1.5, 4).astype(np.float32)}
+    consts = {"trips": np.array(5, np.int64), "go": np.array(True)}
+    m = model([helper.make_node("Loop", ["trips", "go", "a0"], ["fin", "ys"], body=body)], feeds, ["fin", "ys"], consts, opset=18)
+    check(jit_run(m, feeds), ort_run(m, feeds), exact=False)
+
+
 def ort_run(m, feeds):
     ort = pytest.importorskip("onnxruntime")
     m = onnx.shape_inference.infer_shapes(m)

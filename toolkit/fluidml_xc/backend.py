@@ -265,6 +265,8 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
     found, seen, stack = {}, set(), [n for n in list(node.input)[1:] if n]
     if node.op_type == "ConstantOfShape":
         stack = [n for n in node.input if n]
+    if node.op_type == "Loop":  # the trip count and the condition decide the output shapes, not the carried values
+        stack = [n for n in node.input[:2] if n]
     for attr in node.attribute:  # If/Scan/Loop bodies read enclosing tensors by name
         if attr.type == onnx.AttributeProto.GRAPH:
             from .subgraphs import outer_references

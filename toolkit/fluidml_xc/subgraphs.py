@@ -4,6 +4,8 @@
   step's scan-input slices are Gathers, the body's nodes are copied with their tensors renamed per
   step, state outputs feed the next step, and each scan output is the Concat of the steps' values
   (Unsqueezed along its axis, in its direction).
+- Loop with a trip count and condition known at build time, whose body keeps the condition true,
+  is unrolled the same way.
 - If with a condition known at build time becomes the nodes of the branch taken. With a run-time
   condition, when both branches declare outputs of the same static shape and type and neither
   addresses memory with run-time indices (INDEXING_OPS), both branches are computed and each output
@@ -296,7 +298,62 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -
     return bld.nodes
 
 
-EXPANDERS = {"Scan": expand_scan, "If": expand_if}
+def _always_true(body: onnx.GraphProto) -> bool:
+    """The body's condition output is its condition input (through Identity) or a constant true."""
+    producers = {o: n for n in body.node for o in n.output}
+    name, cond_in = body.output[0].name, body.input[1].name
+    while True:
+        if name == cond_in:
+            return True
+        node = producers.get(name)
+        if node is None:
+            return False
+        if node.op_type == "Identity":
+            name = node.input[0]
+            continue
+        if node.op_type == "Constant":
+            value = _attr(node, "value")
+            return value is not None and bool(np.ravel(numpy_helper.to_array(value))[0])
+        return False
+
+
+def expand_loop(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+    """A Loop whose trip count and condition are known at build time and whose body keeps the
+    condition true: unrolled like a Scan (scan outputs stacked along a new first axis)."""
+    body = _attr(node, "body")
+    inputs = list(node.input) + ["", ""]
+    trip, cond = inputs[0], inputs[1]
+    if not trip or not tensors[trip].is_const or len(body.input) < 2 or not body.output:
+        return None
+    trips = int(np.ravel(tensors[trip].value)[0])
+    if cond:
+        if not tensors[cond].is_const:
+            return None
+        if not bool(np.ravel(tensors[cond].value)[0]):
+            trips = 0
+    carried = [n for n in node.input[2:]]
+    n_state = len(carried)
+    if trips <= 0 or not _always_true(body) or trips * max(1, len(body.node)) > MAX_UNROLLED_NODES:
+        return None
+    bld = _Builder(node_name, opset)
+    true = bld.constant(np.array(True), "cond")
+    states, steps = carried, []
+    for t in range(trips):
+        bindings = {body.input[0].name: bld.constant(np.array(t, dtype=np.int64), "iter"), body.input[1].name: true}
+        for i, name in enumerate(states):
+            bindings[body.input[2 + i].name] = name
+        outs = bld.instantiate(body, f"t{t}", bindings)
+        states, steps = outs[1:1 + n_state], steps + [outs[1 + n_state:]]
+    for i, out in enumerate(node.output[:n_state]):
+        if out:
+            bld.add("Identity", [states[i]], [out])
+    for j, out in enumerate(node.output[n_state:]):
+        if out:
+            _finish_scan_output(bld, [step[j] for step in steps], 0, out)
+    return bld.nodes
+
+
+EXPANDERS = {"Scan": expand_scan, "If": expand_if, "Loop": expand_loop}
 
 
 def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:

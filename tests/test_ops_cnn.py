@@ -205,3 +205,33 @@ def test_conv_net_on_targets(tmp_path, board):
     if board != "x86_64" and shutil.which("qemu-aarch64-static") is None:
         pytest.skip("qemu-user-static is not installed")
     conv_net().check(tmp_path, board=board, opset=17)
+
+
+def test_batchnorm_training_mode_uses_batch_statistics(tmp_path):
+    """training_mode=1: batch mean/variance, running statistics blended with momentum; the Conv before it
+    and the Relu after it are not folded into it as with constant statistics."""
+    x = rand(2, 3, 6, 6)
+    w, scale, bias = rand(4, 3, 3, 3, seed=1), rand(4, seed=2), rand(4, seed=3)
+    mean, var = rand(4, seed=4), np.abs(rand(4, seed=5)) + 0.5
+    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("scale", scale), ("bias", bias), ("mean", mean), ("var", var))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y", "", ""], training_mode=1, epsilon=1e-3),
+             helper.make_node("Relu", ["y"], ["r"]),
+             helper.make_node("BatchNormalization", ["x", "scale3", "bias3", "mean3", "var3"], ["z", "rm", "rv"],
+                              training_mode=1, momentum=0.7)]
+    inits += [numpy_helper.from_array(v[:3].copy(), n + "3") for n, v in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var))]
+    graph = helper.make_graph(nodes, "bn_train", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("r", "z", "rm", "rv")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    got = compile_and_run(model, {"x": x}, tmp_path)
+    for name, want in reference(model, {"x": x}).items():
+        np.testing.assert_allclose(got[name], want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_lp_normalization_zero_slice_gives_zero(tmp_path):
+    x = rand(3, 4)
+    x[1] = 0
+    net = Net(x=x)
+    net.node("LpNormalization", ["x"], axis=1, p=2)
+    got = net.check(tmp_path, opset=17)
+    assert not np.isnan(got[net.outputs[0]]).any()

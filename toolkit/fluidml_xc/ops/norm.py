@@ -35,6 +35,9 @@ def lower_batch_norm(k):
     eps = float(k.attr("epsilon", 1e-5))
     params = k.inputs[1:5]
     values = [p.value for p in params]
+    if int(k.attr("training_mode", 0)):
+        _batch_norm_training(k, eps)
+        return
     if all(v is not None for v in values):
         scale, bias, mean, var = (v.astype(np.float64) for v in values)
         a = scale / np.sqrt(var + eps)
@@ -52,6 +55,27 @@ def lower_batch_norm(k):
     k.generic(x.shape, [out.identity_access()], [x.identity_access(), *(_param_access(p, x.rank) for p in params)], body)
 
 
+def _batch_norm_training(k, eps: float) -> None:
+    """training_mode=1: normalize with the batch's own mean and (population) variance per channel;
+    outputs 1 and 2, when present, are the running statistics blended with `momentum`."""
+    x, scale, bias, run_mean, run_var = k.inputs[:5]
+    dt, s, b = x.dtype, k.s, k.b
+    momentum = float(k.attr("momentum", 0.9))
+    sa, ba = _param_access(scale, x.rank), _param_access(bias, x.rank)
+    stats = [(k.outputs[i], src) for i, src in ((1, run_mean), (2, run_var)) if len(k.outputs) > i and k.outputs[i] is not None and k.outputs[i].size]
+
+    def finish(v, mean, var, ix):
+        inv = b.fdiv(s.cast(scale.dtype, dt, k.load(sa, ix)), s.intrinsic("llvm.sqrt", s.add(dt, var, const(dt, eps))))
+        return s.add(dt, s.mul(dt, s.sub(dt, v, mean), inv), s.cast(bias.dtype, dt, k.load(ba, ix)))
+
+    def channel_stats(mean, var, ix):
+        for (out, src), batch in zip(stats, (mean, var)):
+            old = s.cast(src.dtype, dt, k.load(_param_access(src, x.rank), ix))
+            blended = s.add(dt, s.mul(dt, old, const(dt, momentum)), s.mul(dt, batch, const(dt, 1.0 - momentum)))
+            k.store(_param_access(out, x.rank), ix, s.cast(dt, out.dtype, blended))
+    _normalize(k, [d for d in range(x.rank) if d != 1], finish, channel_stats if stats else None)
+
+
 def _sum(k, x, idx, axes, term=lambda v: v):
     """Sum of term(x) over `axes` at the kept indices in idx (accumulated in a register slot)."""
     dt = x.dtype
@@ -64,8 +88,9 @@ def _sum(k, x, idx, axes, term=lambda v: v):
     return k.b.load(acc)
 
 
-def _normalize(k, axes, finish) -> None:
-    """For each slice over `axes`: mean, then E[(x - mean)^2]; finish(x, mean, var, idx) -> y."""
+def _normalize(k, axes, finish, per_slice=None) -> None:
+    """For each slice over `axes`: mean, then E[(x - mean)^2]; finish(x, mean, var, idx) -> y;
+    per_slice(mean, var, idx), if given, runs once per slice (idx holds the kept indices)."""
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b
     if out.size == 0:
@@ -78,6 +103,8 @@ def _normalize(k, axes, finish) -> None:
     def group(idx):
         mean = b.fdiv(_sum(k, x, idx, axes), count)
         var = b.fdiv(_sum(k, x, idx, axes, lambda v: (lambda d: s.mul(dt, d, d))(s.sub(dt, v, mean))), count)
+        if per_slice is not None:
+            per_slice(mean, var, [k.index(0) if i is None else i for i in idx])
         k.loops(x.shape, axes, idx, lambda ix: k.store(oa, ix, finish(k.load(xa, ix), mean, var, ix)))
     k.loops(x.shape, kept, [None] * x.rank, group)
 

@@ -13,7 +13,8 @@ def fold_batchnorm_into_conv(graph: Graph) -> None:
     consumers = graph.consumers()
     kept = []
     for node in graph.nodes:
-        if node.op_type == "BatchNormalization" and len([o for o in node.outputs if o]) == 1:
+        if (node.op_type == "BatchNormalization" and len([o for o in node.outputs if o]) == 1
+                and not node.attrs.get("training_mode")):
             conv = producers.get(node.inputs[0])
             params = [graph.tensors[n] for n in node.inputs[1:5]]
             if (conv is not None and conv.op_type == "Conv" and len(consumers.get(node.inputs[0], [])) == 1

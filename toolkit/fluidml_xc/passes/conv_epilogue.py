@@ -139,6 +139,7 @@ def fuse_norm_activation(graph: Graph) -> None:
     drop = set()
     for node in graph.nodes:
         if (node.op_type != "BatchNormalization" or "_epilogue" in node.attrs or len([o for o in node.outputs if o]) != 1
+                or node.attrs.get("training_mode")
                 or not all(n and graph.tensors[n].is_const for n in node.inputs[1:5])):
             continue
         out = node.outputs[0]

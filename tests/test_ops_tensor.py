@@ -255,3 +255,14 @@ def test_non_row_major_layouts(tmp_path, monkeypatch):
     got = compile_and_run(m, feeds, tmp_path, opt="plain", profile_runner=False)
     for name, expected in reference(m, feeds).items():
         np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("board", ["x86_64", "rpi4"])
+def test_exp_sigmoid_erf_keep_nan_and_infinities(tmp_path, board):
+    """The vectorized expf/erff clamp their argument; NaN must stay NaN and exp overflow must give inf."""
+    if not has_emulator(board):
+        pytest.skip(f"no emulator for {board}")
+    x = np.array([np.nan, np.inf, -np.inf, 100.0, 89.0, 88.0, -100.0, 0.0, 1.5, -3.0, 5.0], np.float32)
+    m = model([node("Exp", ["x"], ["e"]), node("Sigmoid", ["x"], ["s"]), node("Erf", ["x"], ["r"]),
+               node("Tanh", ["x"], ["t"])], {"x": x}, ["e", "s", "r", "t"])
+    check(tmp_path, m, {"x": x}, board=board, rtol=1e-5, atol=1e-6)

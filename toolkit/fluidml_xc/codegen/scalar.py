@@ -59,6 +59,11 @@ _ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, 
 _ERF_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02)
 
 
+def _keep_nan(b: ir.IRBuilder, x: ir.Value, result: ir.Value) -> ir.Value:
+    """NaN in, NaN out (the clamps in front of a polynomial would turn NaN into a number)."""
+    return b.select(b.fcmp_unordered("uno", x, x), x, result)
+
+
 class Scalar:
     """Dtype-aware scalar operations emitted through one IRBuilder."""
 
@@ -187,18 +192,21 @@ class Scalar:
     def exp_f32(self, x: ir.Value) -> ir.Value:
         """expf without a libm call, so loops around it vectorize (Cephes range reduction + degree-6 polynomial, < 1e-7 rel)."""
         b, f32, i32 = self.b, ir.FloatType(), ir.IntType(32)
+        given = x
         x = self.intrinsic_binary("llvm.minnum", self.intrinsic_binary("llvm.maxnum", x, ir.Constant(f32, -88.3762626647949)),
                                   ir.Constant(f32, 88.3762626647949))
         fx = self.intrinsic("llvm.floor", b.fadd(b.fmul(x, ir.Constant(f32, 1.44269504088896341)), ir.Constant(f32, 0.5)))
         r = b.fsub(b.fsub(x, b.fmul(fx, ir.Constant(f32, 0.693359375))), b.fmul(fx, ir.Constant(f32, -2.12194440e-4)))
         y = b.fadd(b.fadd(b.fmul(_poly(b, r, _EXP_POLY), b.fmul(r, r)), r), ir.Constant(f32, 1.0))
         scale = b.bitcast(b.shl(b.add(b.fptosi(fx, i32), ir.Constant(i32, 127)), ir.Constant(i32, 23)), f32)
-        return b.fmul(y, scale)
-
+        result = b.select(b.fcmp_ordered(">", given, ir.Constant(f32, 88.72283935546875)), ir.Constant(f32, float("inf")),
+                          b.fmul(y, scale))
+        return _keep_nan(b, given, result)
 
     def erf_f32(self, x: ir.Value) -> ir.Value:
         """erff as a rational approximation on [-4, 4] (the one Eigen and XLA use), vectorizable, < 5e-7 abs."""
         b, f32 = self.b, ir.FloatType()
+        given = x
         x = self.intrinsic_binary("llvm.minnum", self.intrinsic_binary("llvm.maxnum", x, ir.Constant(f32, -4.0)), ir.Constant(f32, 4.0))
         x2 = b.fmul(x, x)
-        return b.fdiv(b.fmul(x, _poly(b, x2, _ERF_NUM)), _poly(b, x2, _ERF_DEN))
+        return _keep_nan(b, given, b.fdiv(b.fmul(x, _poly(b, x2, _ERF_NUM)), _poly(b, x2, _ERF_DEN)))

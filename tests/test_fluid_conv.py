@@ -101,7 +101,8 @@ def cnn(channels: int = 32):
         helper.make_node("Clip", ["cd", "lo", "hi"], ["rd"]),
         helper.make_node("Conv", ["rd", "wp", "bp"], ["cp"]),
         helper.make_node("Add", ["cp", "r0"], ["s"]),
-        helper.make_node("MaxPool", ["s"], ["m"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["s"], ["m0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["m0", "bn_s", "bn_b", "bn_m", "bn_v"], ["m"]),
         helper.make_node("Conv", ["m", "wa", "ba"], ["ca"]),
         helper.make_node("Relu", ["ca"], ["ra"]),
         helper.make_node("Conv", ["m", "wb", "bb"], ["cb"], pads=[1, 1, 1, 1]),
@@ -111,7 +112,8 @@ def cnn(channels: int = 32):
         helper.make_node("Flatten", ["gp"], ["f"]),
         helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
     ]
-    inits.update({"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)})
+    inits.update({"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
+                  "bn_s": rand(c, seed=13), "bn_b": rand(c, seed=14), "bn_m": rand(c, seed=15), "bn_v": np.abs(rand(c, seed=16)) + 0.5})
     model = make_model(nodes, inits, {"x": np.zeros((1, 3, 34, 34), np.float32)}, ["y", "cat"])
     return model, {"x": rand(1, 3, 34, 34, seed=20)}
 

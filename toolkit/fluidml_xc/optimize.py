@@ -29,7 +29,8 @@ LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv", "MaxPool", "
 """Op types whose kernels read and write any layout through strides (besides the elementwise family)."""
 ANCHOR_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv"})
 """A connected group of variable tensors keeps its candidates only if one of these kernels touches it."""
-CONV_FAMILY = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat"})
+CONV_FAMILY = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat",
+                         "BatchNormalization"})
 """Image ops: their rank-4 activations choose between row-major (NCHW) and channels-last (NHWC) only."""
 MIN_GAIN = 0.01
 """The DP's layouts are kept only if they are predicted this much (fraction) faster than row-major;
@@ -85,8 +86,13 @@ class Decisions:
                 "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4)}
 
 
-def _layout_safe(spec) -> bool:
-    return spec is not None and not spec.view and (spec.op_type in LAYOUT_SAFE_OPS or spec.lower.__module__ in LAYOUT_SAFE_MODULES)
+def _layout_safe(spec, node=None, graph: Graph | None = None) -> bool:
+    if spec is None or spec.view:
+        return False
+    if node is not None and node.op_type == "BatchNormalization":  # inference form: a strided per-channel affine
+        return (not int(node.attrs.get("training_mode", 0)) and len([o for o in node.outputs if o]) == 1
+                and all(n and graph.tensors[n].is_const for n in node.inputs[1:5]) and len(node.inputs) >= 5)
+    return spec.op_type in LAYOUT_SAFE_OPS or spec.lower.__module__ in LAYOUT_SAFE_MODULES
 
 
 def build_problem(graph: Graph, costs: Costs):
@@ -97,7 +103,7 @@ def build_problem(graph: Graph, costs: Costs):
     pinned: set[str] = set(boundary)
     touched: dict[str, list[int]] = {}
     for i, (node, spec) in enumerate(zip(graph.nodes, specs)):
-        safe = _layout_safe(spec)
+        safe = _layout_safe(spec, node, graph)
         for name in list(node.inputs) + list(node.outputs):
             if not name or graph.tensors[name].is_const:
                 continue

@@ -313,6 +313,18 @@ class AnalyticModel:
                 Use(tuple(s if shape[d] == g.tensors[out].shape[d] else 0 for d, s in enumerate(self.strides(out, layouts))), item)]
         return nest_cost(shape, list(range(n)), uses, 1.0, self.lanes(out)), None
 
+    def channel_affine(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
+        """Inference BatchNormalization: x * a[c] + b[c] in the output's storage order."""
+        g = self.graph
+        x, out = node.inputs[0], node.outputs[0]
+        shape = g.tensors[out].shape
+        n = len(shape)
+        item = np.dtype(g.tensors[out].dtype).itemsize
+        so = _dom_strides(shape, self.strides(out, layouts), range(n), n)
+        uses = [Use(so, item), Use(_dom_strides(shape, self.strides(x, layouts), range(n), n), item)]
+        order = sorted(range(n), key=lambda d: -abs(so[d]))
+        return nest_cost(shape, order, uses, 2.0, self.lanes(out)), None
+
     def concat(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
         out = node.outputs[0]
@@ -529,6 +541,7 @@ _KINDS = {
     "GlobalAveragePool": AnalyticModel.global_pool,
     "GlobalMaxPool": AnalyticModel.global_pool,
     "Concat": AnalyticModel.concat,
+    "BatchNormalization": AnalyticModel.channel_affine,
     "Transpose": AnalyticModel.transpose,
     "MatMul": AnalyticModel.matmul,
     "Gemm": AnalyticModel.matmul,

@@ -72,6 +72,8 @@ class Lowered:
     spec: Any
     plan: Any
     ir_text: str
+    tail: Any = None
+    """dynamic.TailLayout: the whole arena's size and where dynamic outputs' actual dims are."""
 
 
 def lower_graph(graph: Graph, board: Board, opt: str = DEFAULT_OPT) -> Lowered:
@@ -80,7 +82,7 @@ def lower_graph(graph: Graph, board: Board, opt: str = DEFAULT_OPT) -> Lowered:
     from .codegen.machine import machine_spec
 
     lowered = lower(graph, machine_spec(board), opt)
-    return Lowered(graph, lowered.spec, lowered.plan, lowered.ir_text)
+    return Lowered(graph, lowered.spec, lowered.plan, lowered.ir_text, lowered.emitter.tail)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -141,7 +143,8 @@ class JitModel:
             raise InputError("JIT: fxc_model_run was not emitted")
         self._fn = _RUN_FN(address)
         self.alignment = spec.alignment
-        self.arena_bytes = int(lowered.plan.arena_bytes)
+        self.arena_bytes = int(lowered.tail.arena_bytes if lowered.tail is not None else lowered.plan.arena_bytes)
+        self.output_slots = list(lowered.tail.output_slots) if lowered.tail is not None else [-1] * len(self.graph.outputs)
         self.input_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.inputs]
         self.output_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.outputs]
 
@@ -161,6 +164,12 @@ class JitModel:
         out_ptrs = (ctypes.c_void_p * max(len(out_keep), 1))(*[o.ctypes.data for o in out_keep])
         raw, arena = self._arena()
         self._fn(in_ptrs, out_ptrs, ctypes.c_void_p(arena))
+        for k, offset in enumerate(self.output_slots):
+            if offset >= 0:  # a data-dependent shape: the kernel wrote the actual dims into the arena
+                rank = outputs[k].ndim
+                at = arena - raw.ctypes.data + offset
+                dims = tuple(int(d) for d in raw[at:at + 8 * rank].view(np.int64))
+                outputs[k] = outputs[k].reshape(-1)[:int(np.prod(dims, dtype=np.int64))].reshape(dims).copy()
         del raw, keep, out_keep
         return outputs
 
@@ -207,8 +216,8 @@ class ArtifactModel:
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
         for s in self.manifest["outputs"]:
-            value = result.outputs[s["name"]]
-            outs.append(np.asarray(value, dtype=np.dtype(s["dtype"])).reshape(tuple(s["shape"])))
+            value = np.asarray(result.outputs[s["name"]], dtype=np.dtype(s["dtype"]))
+            outs.append(value if s.get("dynamic_dims") else value.reshape(tuple(s["shape"])))
         return outs
 
     def close(self) -> None:

@@ -120,6 +120,8 @@ class _Folder:
         self.opset = _opset(model)
         self.opset_imports = list(model.opset_import)
         self.unresolved: dict[str, str] = {}
+        self.dynamic: set[str] = set()
+        """Tensors whose shape depends on input data (the shape recorded is their upper bound)."""
 
     def const(self, name: str, value: np.ndarray) -> None:
         value = np.asarray(value)
@@ -139,6 +141,28 @@ class _Folder:
             warnings.simplefilter("ignore")
             results = ReferenceEvaluator(model).run(None, {n: stand_ins[n] if n in stand_ins else self.tensors[n].value for n in inputs})
         return [np.asarray(r) for r in results]
+
+    def infer_dynamic(self, node: onnx.NodeProto, attrs: dict) -> dict[str, Tensor]:
+        """Ops whose output shapes depend on input data: static upper bounds (ops/dynamic.py); the data-
+        dependent dims are recorded in the node's `_dynamic_dims` attribute (see dynamic.py)."""
+        from .dynamic import ATTR, PASS_THROUGH
+        from .ops.dynamic import bound_outputs
+
+        if node.op_type in PASS_THROUGH:
+            return {}
+        inputs = [self.tensors[n] if n else None for n in node.input]
+        bounds = bound_outputs(node.op_type, attrs, inputs, self.opset, node.name or node.op_type)
+        result, marks = {}, {}
+        for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
+            if not name:
+                continue
+            result[name] = Tensor(name, np.dtype(dtype), tuple(int(d) for d in shape))
+            if dims:
+                marks[i] = tuple(dims)
+                self.dynamic.add(name)
+        if marks:
+            attrs[ATTR] = marks
+        return result
 
     def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
         try:
@@ -223,6 +247,10 @@ class _Folder:
             self.const(node.output[0], self.evaluate(node)[0])
             return True
         can_fold = self.fold and node.op_type not in NONDETERMINISTIC and node.op_type not in SUBGRAPH_OPS
+        dynamic_in = [n for n in inputs if n in self.dynamic]
+        if dynamic_in and node.op_type in ("Shape", "Size"):
+            raise InputError(f"node {node.name or node.op_type!r} ({node.op_type}) reads the shape of {dynamic_in[0]!r}, which "
+                             "depends on the data: such tensors are supported only as graph outputs, directly or through Cast, CastLike, Identity")
         if can_fold and node.op_type in ("Shape", "Size") and inputs:
             src = self.tensors[inputs[0]]
             shape = np.array(src.shape, dtype=np.int64)
@@ -243,7 +271,13 @@ class _Folder:
                 for name, value in zip([n for n in node.output if n], values):
                     self.const(name, value)
                 return True
-        inferred = self.infer(node)
+        from .ops.dynamic import DYNAMIC_OPS
+        if node.op_type in DYNAMIC_OPS and node.domain in ("", "ai.onnx"):
+            inferred = self.infer_dynamic(node, attrs)
+        else:
+            inferred = self.infer(node)
+            if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
+                self.dynamic.add(node.output[0])
         for name in node.output:
             if not name:
                 continue

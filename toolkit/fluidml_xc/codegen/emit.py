@@ -45,6 +45,9 @@ def unsupported_message(missing: list[tuple[str, str]]) -> str:
 
 
 def check_supported(graph: Graph) -> None:
+    from ..dynamic import check as check_dynamic
+
+    check_dynamic(graph)
     missing = unsupported_ops(graph)
     if missing:
         raise InputError(unsupported_message([(n.op_type if not n.domain else f"{n.domain}.{n.op_type}", n.name) for n in missing]))
@@ -59,6 +62,17 @@ class ModuleEmitter:
         self.globals: dict[str, ir.Value] = {}
         self.blob = bytearray()
         self.blob_var: ir.GlobalVariable | None = None
+        from ..dynamic import tail_layout
+        from ..ops.dynamic import scratch_bytes
+
+        self.tail = tail_layout(graph, plan.arena_bytes, spec.alignment,
+                                {n.name: scratch_bytes(graph, n) for n in graph.nodes})
+        """Dims slots of dynamic outputs and dynamic kernels' scratch, after the planned arena (see dynamic.py)."""
+
+    @property
+    def arena_bytes(self) -> int:
+        """The arena the model needs: the plan's plus the dims table and scratch of dynamic outputs."""
+        return self.tail.arena_bytes
 
     def constant_data(self, value: np.ndarray) -> ir.Value:
         """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
@@ -126,7 +140,10 @@ class ModuleEmitter:
             return b.gep(arena, [ir.Constant(ir.IntType(64), self.plan.offsets[name])], inbounds=True)
 
         for step, node, fn in steps:
-            args = [b.bitcast(pointer(n), a.type) for n, a in zip(self._arg_names(node), fn.args)]
+            names = self._arg_names(node)
+            args = [b.bitcast(pointer(n), a.type) for n, a in zip(names, fn.args)]
+            for offset, a in zip(self._extra_offsets(node), fn.args[len(names):]):
+                args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
             if hook:
                 b.call(run.args[3], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
@@ -160,6 +177,18 @@ class ModuleEmitter:
                 names.append(n)
         return names
 
+    def _dims_outputs(self, node: Node) -> list[int]:
+        """Indices of `node`'s outputs that are dynamic roots (their kernels get a dims slot pointer)."""
+        from ..dynamic import node_marks
+        return [i for i in sorted(node_marks(node)) if i < len(node.outputs) and node.outputs[i] in self.tail.slots]
+
+    def _extra_offsets(self, node: Node) -> list[int]:
+        """Arena offsets passed after the tensors: one dims slot per dynamic output, then the scratch."""
+        from ..dynamic import node_marks
+        if not node_marks(node):
+            return []
+        return [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]
+
     def _constant_pointer(self, name: str) -> ir.Value:
         """A constant stored in its layout (permuted at build time), as a typed pointer constant expression."""
         tensor = self.graph.tensors[name]
@@ -185,6 +214,9 @@ class ModuleEmitter:
             return None
         names = self._arg_names(node)
         types = [storage_type(graph.tensors[n].dtype).as_pointer() for n in names]
+        dims_outputs = self._dims_outputs(node)
+        extra = self._extra_offsets(node)
+        types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(extra) - len(dims_outputs))
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}")
         fn.linkage = "internal"
         for arg in fn.args:
@@ -193,6 +225,8 @@ class ModuleEmitter:
             node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
         kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
         kernel.constant_data = self.constant_data
+        kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
+        kernel.scratch = fn.args[-1] if len(extra) > len(dims_outputs) else None
         by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}
 
         def operand(name: str) -> Operand | None:

@@ -116,6 +116,10 @@ class Kernel:
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.constant_data: Callable[[np.ndarray], ir.Value] = self._inline_constant
         self.s = Scalar(self.b, module)
+        self.dims_out: dict[int, ir.Value] = {}
+        """Output index -> int64* slot for the actual dims of a data-dependent output (dynamic.py)."""
+        self.scratch: ir.Value | None = None
+        """i8* scratch memory of a data-dependent op (ops/dynamic.py scratch_bytes), else None."""
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):

@@ -1,0 +1,132 @@
+"""Bounded dynamic outputs: tensors whose shape depends on input data (NonZero, Compress, Unique, NonMaxSuppression).
+
+Such a tensor has a static upper bound as its graph shape (what the memory plan, the arena and the
+caller's output buffer are sized for) and an actual shape written at run time. The producing node
+carries `_dynamic_dims` = {output index: dims that depend on the data} (set by the frontend, see
+`ops/dynamic.py`); its kernel writes the tensor row-major and contiguous from the start of its buffer
+(the actual shape, not the bound's strides) and writes the actual dims (all of them, int64) into a
+slot of the arena's dims table.
+
+The dims table and the dynamic kernels' scratch memory sit after the planned arena (`TailLayout`):
+
+    [0, plan.arena_bytes)   planned tensors
+    dims table              one int64[rank] slot per dynamic root tensor, 8-byte aligned
+    scratch                 the largest scratch any dynamic kernel needs (they run one at a time)
+
+A dynamic tensor may be a graph output, or reach one through shape-preserving ops (Identity, Cast,
+CastLike), which share its slot; any other consumer needs the real shape and is rejected with a
+one-line InputError.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import InputError
+from .ir import Graph, Node
+
+ATTR = "_dynamic_dims"
+PASS_THROUGH = frozenset({"Identity", "Cast", "CastLike"})
+"""Ops whose output 0 has input 0's shape element for element: a dynamic input's dims carry over."""
+
+
+@dataclass
+class DynamicTensors:
+    root: dict[str, str] = field(default_factory=dict)
+    """Every dynamic tensor -> the dynamic op output whose dims slot holds its actual dims."""
+    dims: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Every dynamic tensor -> the dims that depend on the data."""
+    producer: dict[str, Node] = field(default_factory=dict)
+    """Root tensor -> the node computing it."""
+
+    def __bool__(self) -> bool:
+        return bool(self.root)
+
+
+def node_marks(node: Node) -> dict[int, tuple[int, ...]]:
+    marks = node.attrs.get(ATTR) or {}
+    return {int(i): tuple(d) for i, d in marks.items()}
+
+
+def analyze(graph: Graph) -> DynamicTensors:
+    """The dynamic tensors of `graph`; InputError if one feeds an op that would need its real shape."""
+    info = DynamicTensors()
+    for node in graph.nodes:
+        for i, dims in node_marks(node).items():
+            if i < len(node.outputs) and node.outputs[i]:
+                out = node.outputs[i]
+                info.root[out], info.dims[out], info.producer[out] = out, dims, node
+    if not info:
+        return info
+    changed = True
+    while changed:  # through shape-preserving consumers (graph.nodes is topological; loop for safety)
+        changed = False
+        for node in graph.nodes:
+            if node.op_type in PASS_THROUGH and node.inputs and node.inputs[0] in info.root and node.outputs \
+                    and node.outputs[0] and node.outputs[0] not in info.root:
+                info.root[node.outputs[0]] = info.root[node.inputs[0]]
+                info.dims[node.outputs[0]] = info.dims[node.inputs[0]]
+                changed = True
+    for node in graph.nodes:
+        for k, name in enumerate(node.inputs):
+            if not name or name not in info.root:
+                continue
+            if node.op_type in PASS_THROUGH and (k == 0 or node.op_type == "CastLike"):
+                continue
+            src = info.producer[info.root[name]]
+            raise InputError(
+                f"node {node.name!r} ({node.op_type}) reads {name!r}, whose shape depends on the data "
+                f"({src.op_type} node {src.name!r}): such tensors are supported only as graph outputs, "
+                f"directly or through {', '.join(sorted(PASS_THROUGH))}")
+    return info
+
+
+def check(graph: Graph) -> None:
+    analyze(graph)
+
+
+@dataclass
+class TailLayout:
+    """Where the dims table and the dynamic kernels' scratch live, after the planned arena."""
+
+    slots: dict[str, int] = field(default_factory=dict)
+    """Root tensor -> byte offset of its int64[rank] dims slot in the arena."""
+    scratch_offset: int = 0
+    scratch_bytes: int = 0
+    arena_bytes: int = 0
+    """The whole arena: planned tensors + dims table + scratch."""
+    output_slots: list[int] = field(default_factory=list)
+    """Per graph output: the byte offset of its actual dims in the arena, or -1 when its shape is static."""
+    output_dims: list[tuple[int, ...]] = field(default_factory=list)
+    """Per graph output: the dims that depend on the data (empty when static)."""
+
+    @property
+    def tail_bytes(self) -> int:
+        return self.arena_bytes - self._planned
+
+    _planned: int = 0
+
+
+def tail_layout(graph: Graph, planned_bytes: int, alignment: int, scratch: dict[str, int] | None = None) -> TailLayout:
+    """Place the dims slots after `planned_bytes`; `scratch`: node name -> bytes it needs."""
+    info = analyze(graph)
+    layout = TailLayout(_planned=int(planned_bytes))
+    top = int(planned_bytes)
+    if info:
+        top = -(-top // 8) * 8
+        for root in dict.fromkeys(info.root.values()):
+            layout.slots[root] = top
+            top += 8 * max(len(graph.tensors[root].shape), 1)
+    need = max((scratch or {}).values(), default=0)
+    if need:
+        top = -(-top // alignment) * alignment
+        layout.scratch_offset, layout.scratch_bytes = top, int(need)
+        top += int(need)
+    layout.arena_bytes = top
+    for name in graph.outputs:
+        if name in info.root:
+            layout.output_slots.append(layout.slots[info.root[name]])
+            layout.output_dims.append(info.dims[name])
+        else:
+            layout.output_slots.append(-1)
+            layout.output_dims.append(())
+    return layout

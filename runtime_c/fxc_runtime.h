@@ -31,6 +31,9 @@ int fxc_run(void *arena, const void *const *inputs, void *const *outputs);
 int fxc_run_profiled(void *arena, const void *const *inputs, void *const *outputs,
                      void (*enter)(int32_t op), void (*exit)(int32_t op));
 const char *fxc_strerror(int code);
+/* Output i's actual shape after a run (data-dependent outputs: written into the arena). */
+const int64_t *fxc_output_shape(const void *arena, int32_t i);
+int fxc_output_is_dynamic(int32_t i);
 
 /* npy.c: .npy I/O; errors are written into err (NUL-terminated) and return -1. */
 size_t fxc_dtype_size(int32_t dtype);

@@ -213,9 +213,22 @@ int main(int argc, char **argv)
             times[r] = (double)(fxc_now_ns() - start) / 1e6;
         }
     }
-    for (int32_t i = 0; i < n_out; i++)
-        if (fxc_npy_write(out_paths[i], &fxc_output_specs[i], outputs[i], err, sizeof err) != 0)
+    for (int32_t i = 0; i < n_out; i++) {
+        fxc_tensor_spec actual = fxc_output_specs[i];
+        if (fxc_output_is_dynamic(i)) { /* the shape depends on the data: write the actual shape */
+            const int64_t *dims = fxc_output_shape(arena, i);
+            size_t nbytes = fxc_dtype_size(actual.dtype);
+            for (int32_t d = 0; d < actual.rank; d++) {
+                if (dims[d] < 0 || dims[d] > actual.shape[d])
+                    die("%s", "a data-dependent output reported dims outside its bound");
+                nbytes *= (size_t)dims[d];
+            }
+            actual.shape = dims;
+            actual.nbytes = nbytes;
+        }
+        if (fxc_npy_write(out_paths[i], &actual, outputs[i], err, sizeof err) != 0)
             die("%s", err);
+    }
     if (runs > 0)
         print_report(times, runs, warmup, samples, profile);
     if (fflush(stdout) != 0)

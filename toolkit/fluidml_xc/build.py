@@ -52,8 +52,14 @@ def default_out_dir(model_path: Path, board: Board) -> Path:
     return Path("build") / f"{model_path.stem}-{board.name}"
 
 
-def _tensor_entries(graph: Graph, names: list[str]) -> list[dict]:
-    return [{"name": n, "shape": list(graph.tensors[n].shape), "dtype": np.dtype(graph.tensors[n].dtype).name} for n in names]
+def _tensor_entries(graph: Graph, names: list[str], dynamic_dims: list[tuple[int, ...]] | None = None) -> list[dict]:
+    """Manifest entries; an output whose shape depends on the data has `shape` = its upper bound and
+    `dynamic_dims` = the dims known only at run time (the runner writes .npy files with the actual shape)."""
+    entries = [{"name": n, "shape": list(graph.tensors[n].shape), "dtype": np.dtype(graph.tensors[n].dtype).name} for n in names]
+    for entry, dims in zip(entries, dynamic_dims or []):
+        if dims:
+            entry["dynamic_dims"] = list(dims)
+    return entries
 
 
 def _tool_versions() -> dict[str, str]:
@@ -119,7 +125,9 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type} for i in plan.order]
     return {
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
-        "memory": {**plan.manifest_facts(), "alignment": spec.alignment},
+        "memory": {**plan.manifest_facts(), "alignment": spec.alignment,
+                   **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})},
+        "tail": emitter.tail,
     }
 
 
@@ -127,11 +135,13 @@ def _link(board: Board, spec, graph: Graph, facts: dict, workdir: Path, profile:
     from .link import link_artifact
     from .runtime import ModelSpec, TensorSpec, render_sources
 
+    tail = facts["tail"]
     model_spec = ModelSpec(
         name=graph.name,
         inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.inputs],
-        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.outputs],
-        arena_bytes=facts["plan"].arena_bytes, arena_align=spec.alignment,
+        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot)
+                 for n, slot in zip(graph.outputs, tail.output_slots)],
+        arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
         ops=[(op["name"], op["type"]) for op in facts["ops"]])
     render_sources(model_spec, workdir)
     link_artifact(board.target, spec.cpu, workdir / "model.o", workdir / "model.o" if profile else None,
@@ -185,7 +195,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             "board": board.name, "target": board.target.name, "triple": spec.triple, "cpu": spec.cpu,
             "features": spec.features, "emulator": board.target.emulator, "opt": options.opt,
             "tools": _tool_versions(),
-            "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs),
+            "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs, facts["tail"].output_dims),
             "input_shapes": {k: list(v) for k, v in options.input_shapes.items()},
             "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
             "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),

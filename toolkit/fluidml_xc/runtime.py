@@ -31,6 +31,9 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    dims_offset: int = -1
+    """Outputs whose shape depends on the data: `shape` is the upper bound and the run writes the actual
+    dims (int64[rank]) at this byte offset of the arena (fxc_output_shape); -1 for a static shape."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))

@@ -120,8 +120,9 @@ class _Folder:
         self.opset = _opset(model)
         self.opset_imports = list(model.opset_import)
         self.unresolved: dict[str, str] = {}
-        self.dynamic: set[str] = set()
-        """Tensors whose shape depends on input data (the shape recorded is their upper bound)."""
+        self.dynamic: dict[str, str] = {}
+        """Tensors whose shape depends on input data (the shape recorded is their upper bound) -> the
+        producing op, as "OpType node 'name'"."""
 
     def const(self, name: str, value: np.ndarray) -> None:
         value = np.asarray(value)
@@ -145,11 +146,9 @@ class _Folder:
     def infer_dynamic(self, node: onnx.NodeProto, attrs: dict) -> dict[str, Tensor]:
         """Ops whose output shapes depend on input data: static upper bounds (ops/dynamic.py); the data-
         dependent dims are recorded in the node's `_dynamic_dims` attribute (see dynamic.py)."""
-        from .dynamic import ATTR, PASS_THROUGH
+        from .dynamic import ATTR
         from .ops.dynamic import bound_outputs
 
-        if node.op_type in PASS_THROUGH:
-            return {}
         inputs = [self.tensors[n] if n else None for n in node.input]
         bounds = bound_outputs(node.op_type, attrs, inputs, self.opset, node.name or node.op_type)
         result, marks = {}, {}
@@ -159,7 +158,7 @@ class _Folder:
             result[name] = Tensor(name, np.dtype(dtype), tuple(int(d) for d in shape))
             if dims:
                 marks[i] = tuple(dims)
-                self.dynamic.add(name)
+                self.dynamic[name] = f"{node.op_type} node {node.name or node.op_type!r}"
         if marks:
             attrs[ATTR] = marks
         return result
@@ -250,7 +249,8 @@ class _Folder:
         dynamic_in = [n for n in inputs if n in self.dynamic]
         if dynamic_in and node.op_type in ("Shape", "Size"):
             raise InputError(f"node {node.name or node.op_type!r} ({node.op_type}) reads the shape of {dynamic_in[0]!r}, which "
-                             "depends on the data: such tensors are supported only as graph outputs, directly or through Cast, CastLike, Identity")
+                             f"depends on the data ({self.dynamic[dynamic_in[0]]}): such tensors are supported only as graph "
+                             "outputs, directly or through Cast, CastLike, Identity")
         if can_fold and node.op_type in ("Shape", "Size") and inputs:
             src = self.tensors[inputs[0]]
             shape = np.array(src.shape, dtype=np.int64)
@@ -277,7 +277,7 @@ class _Folder:
         else:
             inferred = self.infer(node)
             if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
-                self.dynamic.add(node.output[0])
+                self.dynamic[node.output[0]] = self.dynamic[dynamic_in[0]]
         for name in node.output:
             if not name:
                 continue

@@ -30,6 +30,7 @@ def main(args) -> int:
     mem, fp = m["memory"], m["footprint"]
     print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")
     print(f"  ops {sum(m['op_counts'].values())}, weights {m['weights_bytes']:,} B, arena {mem['arena_bytes']:,} B "
-          f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})")
+          f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})"
+          + (f" + {mem['dynamic_tail_bytes']:,} B dims/scratch of data-dependent outputs" if mem.get("dynamic_tail_bytes") else ""))
     print(f"  runner footprint: text {fp['text']:,} B, rodata {fp['rodata']:,} B, data {fp['data']:,} B, bss {fp['bss']:,} B")
     return 0

@@ -62,12 +62,19 @@ class ModuleEmitter:
         self.globals: dict[str, ir.Value] = {}
         self.blob = bytearray()
         self.blob_var: ir.GlobalVariable | None = None
-        from ..dynamic import tail_layout
-        from ..ops.dynamic import scratch_bytes
+        self._tail = None
 
-        self.tail = tail_layout(graph, plan.arena_bytes, spec.alignment,
-                                {n.name: scratch_bytes(graph, n) for n in graph.nodes})
-        """Dims slots of dynamic outputs and dynamic kernels' scratch, after the planned arena (see dynamic.py)."""
+    @property
+    def tail(self):
+        """dynamic.TailLayout: dims slots of data-dependent outputs and their kernels' scratch, after the
+        planned arena (a plan without `arena_bytes`, as the cost model's, counts as an empty arena)."""
+        if self._tail is None:
+            from ..dynamic import tail_layout
+            from ..ops.dynamic import scratch_bytes
+
+            self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment,
+                                     {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes})
+        return self._tail
 
     @property
     def arena_bytes(self) -> int:

@@ -69,7 +69,8 @@ def _chain(graph: Graph, start: str, consumers: dict[str, list[Node]], outputs: 
                 return None
             return (chain, node) if chain else None
         if node.op_type == "BatchNormalization":
-            if node.inputs[0] != current or any(not graph.tensors[x].is_const for x in node.inputs[1:5]):
+            if (node.inputs[0] != current or node.attrs.get("training_mode")
+                    or any(not graph.tensors[x].is_const for x in node.inputs[1:5])):
                 return None
         elif node.op_type in UNARY:
             if node.inputs[0] != current or any(x and not graph.tensors[x].is_const for x in node.inputs[1:]):

@@ -119,6 +119,16 @@ def test_unique(sorted_, axis, shape, dtype):
         check(m, {"x": x})  # onnx.reference agrees with the spec here
 
 
+@on_x86
+@pytest.mark.parametrize("sorted_", [1, 0])
+def test_unique_nan_and_signed_zero_as_numpy(sorted_):
+    x = np.array([3, np.nan, 1, np.nan, 3, -0.0, 0.0, 2, 1], np.float32)
+    m = make_model([helper.make_node("Unique", ["x"], ["y", "i", "inv", "c"], sorted=sorted_)], {"x": x}, ["y", "i", "inv", "c"])
+    got = jit_run(m, {"x": x})
+    for name, expected in zip(["y", "i", "inv", "c"], _unique_spec(x, None, sorted_)):
+        np.testing.assert_array_equal(got[name], expected, err_msg=name)
+
+
 # ---------------------------------------------------------------------------------------------- NonMaxSuppression
 def _boxes(batches, n, center):
     xy = rng.random((batches, n, 2)).astype(np.float32)

@@ -8,8 +8,10 @@ contract and the arena tail. Kernels that sort get scratch memory (`scratch_byte
 - NonZero: bound (rank, numel); two passes (count, then write with the actual row stride).
 - Compress: bound = the input's extent along axis (numel without axis), capped by len(condition);
   a constant condition gives a static shape.
-- Unique: bound numel (or the extent along axis) unique entries; entries are found in first-occurrence
-  order (O(n * unique)), then, for sorted=1, ordered by a stable merge sort (lexicographic for slices).
+- Unique: bound numel (or the extent along axis) unique entries; a stable merge sort of the entries
+  (lexicographic for slices along axis; NaN after numbers, NaNs equal, as np.unique) gives the groups
+  of equal entries in ascending order, each starting at its first occurrence; sorted=0 reorders the
+  groups by first occurrence (a second merge sort over the groups).
 - NonMaxSuppression: bound num_batches * num_classes * min(max_output_boxes_per_class, num_boxes)
   rows when max_output_boxes_per_class is a constant, else num_batches * num_classes * num_boxes.
   Candidates over score_threshold are merge-sorted by score (descending; equal scores keep the lower
@@ -24,7 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..codegen.kernel import row_major_strides
-from ..codegen.scalar import const, llvm_type
+from ..codegen.scalar import const, is_float
 from ..errors import InputError
 from .registry import register
 
@@ -93,7 +95,7 @@ def scratch_bytes(graph, node) -> int:
         return 3 * 8 * max(x.shape[1], 1)
     axis = node.attrs.get("axis")
     n = x.size if axis is None else x.shape[int(axis) % len(x.shape)]
-    return 6 * 8 * max(n, 1)
+    return 7 * 8 * max(n, 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -319,7 +321,7 @@ def lower_unique(k):
     dt = x.dtype
     u = k.local(k.idx_t, k.index(0))
     if n and m:
-        first, cnt, inv, perm, tmp, rank = (_scratch(k, s, n) for s in range(6))
+        first, cnt, inv, perm, tmp, rank, order = (_scratch(k, s, n) for s in range(7))
 
         def element(i, e):
             """Element e of entry i (row-major over the dims other than axis)."""
@@ -338,38 +340,41 @@ def lower_unique(k):
                 with b.if_then(b.icmp_signed("==", b.load(res), k.index(0))):
                     a, c = element(i, e), element(j, e)
                     lt, gt = k.s.cmp(dt, "<", a, c), k.s.cmp(dt, ">", a, c)
+                    if is_float(dt):  # NaN after every number, NaNs equal (np.unique's equal_nan)
+                        an, cn = k.s.cmp(dt, "!=", a, a), k.s.cmp(dt, "!=", c, c)
+                        lt = b.or_(lt, b.and_(b.not_(an), cn))
+                        gt = b.or_(gt, b.and_(an, b.not_(cn)))
                     b.store(b.select(lt, k.index(-1), b.select(gt, k.index(1), k.index(0))), res)
             return b.load(res)
 
+        # entries sorted (stable: equal entries keep their order, so a group starts at its first occurrence)
         with k.for_range(n) as i:
-            found = k.local(k.idx_t, k.index(-1))
-            b.store(k.index(-1), found)
-            uu = b.load(u)
-            q = k.local(k.idx_t, k.index(0))
-            b.store(k.index(0), q)
-            with _while(k, lambda: b.and_(b.icmp_signed("<", b.load(q), b.load(u)),
-                                          b.icmp_signed("<", b.load(found), k.index(0)))):
-                qq = b.load(q)
-                with b.if_then(b.icmp_signed("==", compare(i, _aget(k, first, qq)), k.index(0))):
-                    b.store(qq, found)
-                b.store(b.add(qq, k.index(1)), q)
-            f = b.load(found)
-            new = b.icmp_signed("<", f, k.index(0))
-            with b.if_else(new) as (then, otherwise):
-                with then:
-                    _aset(k, first, uu, i)
-                    _aset(k, cnt, uu, k.index(1))
-                    _aset(k, inv, i, uu)
-                    b.store(b.add(uu, k.index(1)), u)
-                with otherwise:
-                    _aset(k, cnt, f, b.add(_aget(k, cnt, f), k.index(1)))
-                    _aset(k, inv, i, f)
+            _aset(k, order, i, i)
+        _merge_sort(k, order, tmp, k.index(n),
+                    lambda rv, lv: b.icmp_signed("<", compare(rv, lv), k.index(0)))
+        # groups of equal entries, in ascending order
+        with k.for_range(n) as t:
+            e = _aget(k, order, t)
+            if n > 1:
+                starts = b.or_(b.icmp_signed("==", t, k.index(0)),
+                               b.icmp_signed("!=", compare(e, _aget(k, order, b.select(b.icmp_signed(">", t, k.index(0)),
+                                                                                       b.sub(t, k.index(1)), t))), k.index(0)))
+            else:
+                starts = ir.Constant(ir.IntType(1), 1)
+            with b.if_then(starts):
+                uu = b.load(u)
+                _aset(k, first, uu, e)
+                _aset(k, cnt, uu, k.index(0))
+                b.store(b.add(uu, k.index(1)), u)
+            g = b.sub(b.load(u), k.index(1))
+            _aset(k, cnt, g, b.add(_aget(k, cnt, g), k.index(1)))
+            _aset(k, inv, e, g)
         total = b.load(u)
         with k.for_range(total) as r:
             _aset(k, perm, r, r)
-        if sort:
+        if not sort:  # groups in first-occurrence order
             _merge_sort(k, perm, tmp, total,
-                        lambda rv, lv: b.icmp_signed("<", compare(_aget(k, first, rv), _aget(k, first, lv)), k.index(0)))
+                        lambda rv, lv: b.icmp_signed("<", _aget(k, first, rv), _aget(k, first, lv)))
         idx_dt = np.dtype(f"int{k.idx_t.width}")
         with k.for_range(total) as r:
             p = _aget(k, perm, r)

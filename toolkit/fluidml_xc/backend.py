@@ -54,13 +54,14 @@ def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.M
 
 
 def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
-                 bind: dict[str, np.ndarray] | None = None) -> Graph:
+                 bind: dict[str, np.ndarray] | None = None, structures: dict | None = None) -> Graph:
     from .frontend import FrontendOptions, import_model
     from .passes import run_passes
     from .codegen.emit import check_supported
 
     shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
-    graph = import_model(bind_inputs(model, bind or {}), FrontendOptions(input_shapes=shapes), name=name)
+    graph = import_model(bind_inputs(model, bind or {}), FrontendOptions(input_shapes=shapes, structures=dict(structures or {})),
+                         name=name)
     run_passes(graph)
     check_supported(graph)
     return graph
@@ -147,6 +148,7 @@ class JitModel:
         self.output_slots = list(lowered.tail.output_slots) if lowered.tail is not None else [-1] * len(self.graph.outputs)
         self.input_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.inputs]
         self.output_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.outputs]
+        self.structures = self.graph.structures
 
     def _arena(self) -> tuple[np.ndarray, int]:
         raw = np.zeros(self.arena_bytes + self.alignment, dtype=np.uint8)
@@ -191,7 +193,8 @@ class ArtifactModel:
     """The model built into an artifact directory for a board; call() runs its runner (qemu for foreign targets)."""
 
     def __init__(self, model: onnx.ModelProto, board: Board, input_shapes: dict, opt: str = DEFAULT_OPT,
-                 timeout: float | None = 600, workdir: Path | None = None, bind: dict | None = None):
+                 timeout: float | None = 600, workdir: Path | None = None, bind: dict | None = None,
+                 structures: dict | None = None):
         from .build import BuildOptions, build_model
 
         model = bind_inputs(model, bind or {})
@@ -205,8 +208,10 @@ class ArtifactModel:
         path = workdir / "model.onnx"
         onnx.save(model, str(path))
         result = build_model(path, BuildOptions(board=board.name, out_dir=workdir / "artifact", input_shapes=input_shapes,
-                                                opt=opt, profile_runner=False, record_last=False))
+                                                opt=opt, profile_runner=False, record_last=False,
+                                                structures=dict(structures or {})))
         self.artifact, self.manifest, self.timeout = result.artifact, result.manifest, timeout
+        self.structures = self.manifest.get("structures", {})
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         from .execute import run_artifact
@@ -231,14 +236,33 @@ class ArtifactModel:
 
 def compile_model(model: onnx.ModelProto, board: str | Board | None = None, input_shapes: dict | None = None,
                   opt: str = DEFAULT_OPT, timeout: float | None = 600, workdir: Path | None = None,
-                  bind: dict[str, np.ndarray] | None = None):
+                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None):
     """A callable `f({input name: array}) -> list of output arrays` for `board` (JIT on x86_64 hosts).
 
-    `bind`: graph inputs compiled as constants with these values (they are then not fed)."""
+    `bind`: graph inputs compiled as constants with these values (they are then not fed).
+    `structures`: sequence/optional inputs -> ABI descriptor (sequences.py); the compiled model's inputs
+    and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
-        return JitModel(lower_graph(import_graph(model, input_shapes, bind=bind), board, opt))
-    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind)
+        return JitModel(lower_graph(import_graph(model, input_shapes, bind=bind, structures=structures), board, opt))
+    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind, structures)
+
+
+def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
+    """The model's outputs from a compiled model's flat outputs: a sequence output becomes a list of
+    arrays, an optional one None or its value (sequences.py)."""
+    from .sequences import flat_names, regroup
+
+    described = (getattr(compiled, "structures", None) or {}).get("outputs", {})
+    if not described:
+        return list(flat)
+    result, at = [], 0
+    for vi in model.graph.output:
+        desc = described.get(vi.name, "tensor")
+        n = len(flat_names(vi.name, desc))
+        result.append(regroup(desc, list(flat[at:at + n])))
+        at += n
+    return result
 
 
 _UNRESOLVED = re.compile(r"cannot infer a static shape for '(.+?)' \(node ")
@@ -276,6 +300,9 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
         stack = [n for n in node.input if n]
     if node.op_type == "Loop":  # the trip count and the condition decide the output shapes, not the carried values
         stack = [n for n in node.input[:2] if n]
+    from .sequences import VALUE_INPUTS
+    if node.op_type in VALUE_INPUTS and node.domain in ("", "ai.onnx"):  # positions, split sizes, If's condition
+        stack = [node.input[i] for i in VALUE_INPUTS[node.op_type] if i < len(node.input) and node.input[i]]
     for attr in node.attribute:  # If/Scan/Loop bodies read enclosing tensors by name
         if attr.type == onnx.AttributeProto.GRAPH:
             from .subgraphs import outer_references
@@ -287,7 +314,7 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
         seen.add(name)
         if name in arrays and name not in bound:
             value = arrays[name]
-            if value.size <= MAX_BOUND_ELEMENTS and value.ndim <= 1:
+            if isinstance(value, np.ndarray) and value.size <= MAX_BOUND_ELEMENTS and value.ndim <= 1:
                 found[name] = value
         elif name in producers:
             stack.extend(n for n in producers[name].input if n)
@@ -338,12 +365,12 @@ class FxcBackendRep(BackendRep):
                 if not (_UNRESOLVED.search(str(exc)) or _NEEDS_CONSTANT.search(str(exc))):
                     raise
 
-    def _specialize(self, arrays: dict[str, np.ndarray]):
+    def _specialize(self, arrays: dict[str, np.ndarray], structures: dict | None = None):
         shapes = {n: tuple(a.shape) for n, a in arrays.items()}
         bound: dict[str, np.ndarray] = {}
         for _ in range(self.MAX_SPECIALIZE_ROUNDS):
             try:
-                compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound)
+                compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound, structures=structures)
                 break
             except InputError as exc:
                 more = _shape_inputs(self.model, _node_needing_values(self.model, str(exc)), arrays, bound)
@@ -354,16 +381,17 @@ class FxcBackendRep(BackendRep):
             raise InputError(f"output shapes still depend on input values after binding {', '.join(bound)}")
         return compiled, bound
 
-    def _for(self, arrays: dict[str, np.ndarray]):
+    def _for(self, arrays: dict[str, np.ndarray], structures: dict | None = None):
         if self._static is not None:
             return self._static, {}
-        for compiled, bound in self._compiled.values():
-            if all(n in arrays and arrays[n].shape == v.shape and arrays[n].dtype == v.dtype and np.array_equal(arrays[n], v)
+        key = repr(sorted((structures or {}).items()))
+        for k, (compiled, bound) in self._compiled.items():
+            if k[0] == key and all(n in arrays and arrays[n].shape == v.shape and arrays[n].dtype == v.dtype and np.array_equal(arrays[n], v)
                    for n, v in bound.items()):
                 if all(arrays[n].shape == s for n, s in compiled_shapes(compiled).items()):
                     return compiled, bound
-        compiled, bound = self._specialize(arrays)
-        self._compiled[len(self._compiled)] = (compiled, bound)
+        compiled, bound = self._specialize(arrays, structures)
+        self._compiled[(key, len(self._compiled))] = (compiled, bound)
         self.specialized = sorted(bound)
         self.folded = bool(bound) and compiled_op_count(compiled) == 0
         return compiled, bound
@@ -377,9 +405,20 @@ class FxcBackendRep(BackendRep):
             values = [inputs]
         if len(values) != len(self.input_names):
             raise InputError(f"expected {len(self.input_names)} inputs ({', '.join(self.input_names)}), got {len(values)}")
-        arrays = {n: np.asarray(v) for n, v in zip(self.input_names, values)}
-        compiled, bound = self._for(arrays)
-        return tuple(compiled({n: a for n, a in arrays.items() if n not in bound}))
+        from .sequences import describe_value, flat_names, type_kind
+
+        kinds = {vi.name: type_kind(vi.type) for vi in self.model.graph.input}
+        arrays, structures = {}, {}
+        for n, v in zip(self.input_names, values):
+            if kinds.get(n) in ("seq", "opt"):  # one tensor per element (sequences.py)
+                desc, items = describe_value(kinds[n], v, n)
+                structures[n] = desc
+                arrays.update(zip(flat_names(n, desc), items))
+            else:
+                arrays[n] = np.asarray(v)
+        compiled, bound = self._for(arrays, structures)
+        flat = compiled({n: a for n, a in arrays.items() if n not in bound})
+        return tuple(regroup_outputs(self.model, compiled, flat))
 
 
 def compiled_shapes(compiled) -> dict[str, tuple[int, ...]]:

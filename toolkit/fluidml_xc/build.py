@@ -39,6 +39,8 @@ class BuildOptions:
     profile_runner: bool = True
     force: bool = False
     record_last: bool = True
+    structures: dict = field(default_factory=dict)
+    """Sequence/optional inputs -> ABI descriptor (sequences.py); element shapes are `NAME.K` input_shapes."""
 
 
 @dataclass
@@ -175,7 +177,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     model_path = Path(model_path)
     board = get_board(options.board)
     model = load_model(model_path)
-    graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes)), name=model_path.stem)
+    graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes), structures=dict(options.structures)),
+                         name=model_path.stem)
     run_passes(graph)
     check_supported(graph)
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
@@ -197,6 +200,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             "tools": _tool_versions(),
             "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs, facts["tail"].output_dims),
             "input_shapes": {k: list(v) for k, v in options.input_shapes.items()},
+            **({"structures": graph.structures} if graph.structures else {}),
             "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
             "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
             "optimizer": facts["decisions"].summary(),

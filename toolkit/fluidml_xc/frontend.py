@@ -35,6 +35,9 @@ SHAPE_FROM_INPUT = {"MaxUnpool": 2}
 class FrontendOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fold_constants: bool = True
+    structures: dict[str, object] = field(default_factory=dict)
+    """Sequence/optional graph inputs -> ABI descriptor (sequences.py); the element shapes are the
+    `NAME.K` entries of input_shapes. Without one, a sequence's length is the number of such entries."""
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -83,11 +86,16 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return values
 
 
-def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions) -> dict[str, Tensor]:
+def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dict | None = None) -> dict[str, Tensor]:
+    from .sequences import input_structure, type_kind
+
     initializers = {init.name for init in model.graph.initializer}
     tensors, missing = {}, []
     known = {vi.name for vi in model.graph.input}
+    structured = {vi.name for vi in model.graph.input if type_kind(vi.type) in ("seq", "opt") and vi.name not in initializers}
     for name in options.input_shapes:
+        if name.rpartition(".")[0] in structured and name.rpartition(".")[2].isdigit():
+            continue
         if name not in known or name in initializers:
             inputs = [vi.name for vi in model.graph.input if vi.name not in initializers]
             raise InputError(f"--input-shape names {name!r}, which is not an input of the model; inputs: {', '.join(inputs)}")
@@ -95,6 +103,16 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions) -> dict[str,
         if vi.name in initializers:
             continue
         ttype = vi.type.tensor_type
+        if vi.name in structured:
+            struct, elements = input_structure(vi.name, vi.type, options.structures.get(vi.name), options.input_shapes)
+            for flat, elem in elements:
+                if flat not in options.input_shapes:
+                    missing.append(f"{flat} (pass --input-shape {flat}=DIMS)")
+                    continue
+                tensors[flat] = Tensor(flat, _dtype(elem), tuple(options.input_shapes[flat]))
+            if structs is not None:
+                structs[vi.name] = struct
+            continue
         if not vi.type.HasField("tensor_type"):
             raise InputError(f"input {vi.name!r} is not a tensor (sequence/map/optional inputs are not supported)")
         if vi.name in options.input_shapes:
@@ -437,8 +455,12 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     SoftmaxCrossEntropyLoss, Swish, ...) is replaced by its function body."""
     from .ops.registry import lookup
 
+    from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
+
     _check_known_ops(model)
-    tensors = _graph_inputs(model, options)
+    structs: dict = {}
+    """sequence/optional values -> their build-time structure (sequences.py)"""
+    tensors = _graph_inputs(model, options, structs)
     for init in model.graph.initializer:
         value = numpy_helper.to_array(init)
         tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
@@ -451,6 +473,10 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     while work:
         onnx_node, node_name, depth = work.pop()
         inputs = [n for n in onnx_node.input if n]
+        if structured_node(onnx_node, structs):
+            expanded = expand_structured(onnx_node, node_name, tensors, structs, folder.unresolved, opset)
+            work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
+            continue
         if (depth < MAX_INLINE_DEPTH and onnx_node.op_type not in FOLDABLE_ONLY
                 and lookup(onnx_node.op_type, opset, onnx_node.domain) is None
                 and all(n in tensors and n not in folder.unresolved for n in inputs)
@@ -471,13 +497,45 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
         attrs = _attrs(onnx_node)
         if not folder.visit(onnx_node, attrs):
             nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), attrs, onnx_node.domain))
-    outputs = [vi.name for vi in model.graph.output]
+    outputs, structures = [], {"inputs": {}, "outputs": {}}
+    flat_nodes = []
+    for vi in model.graph.output:
+        if vi.name not in structs and type_kind(vi.type) not in ("seq", "opt"):
+            outputs.append(vi.name)
+            continue
+        found = output_elements(vi.name, vi.type, structs, tensors)
+        if found is None:
+            outputs.append(vi.name)  # reported below
+            continue
+        desc, elements = found
+        structures["outputs"][vi.name] = desc
+        for k, element in enumerate(elements):
+            flat = f"{vi.name}.{k}"
+            if flat in tensors:
+                raise InputError(f"output {vi.name!r} is a sequence/optional whose element name {flat!r} is taken by a tensor of the model")
+            if element in folder.unresolved:
+                raise InputError(folder.unresolved[element])
+            flat_nodes.append(helper.make_node("Identity", [element], [flat], name=f"{vi.name}/{k}"))
+            outputs.append(flat)
+    for onnx_node in flat_nodes:
+        if not folder.visit(onnx_node, {}):
+            nodes.append(Node("Identity", onnx_node.name, list(onnx_node.input), list(onnx_node.output), {}, ""))
     for out in outputs:
         if out in folder.unresolved:
             raise InputError(folder.unresolved[out])
         if out not in tensors:
             raise InputError(f"graph output {out!r} is produced by no node: the model is malformed")
-    inputs = [vi.name for vi in model.graph.input if vi.name in tensors and not tensors[vi.name].is_const]
+    from .sequences import descriptor, flat_names
+
+    inputs = []
+    for vi in model.graph.input:
+        if vi.name in structs and vi.name not in {i.name for i in model.graph.initializer}:
+            desc = structures["inputs"][vi.name] = descriptor(structs[vi.name])
+            inputs.extend(flat_names(vi.name, desc))
+        elif vi.name in tensors and not tensors[vi.name].is_const:
+            inputs.append(vi.name)
     graph = Graph(name, tensors, nodes, inputs, outputs, _opset(model))
+    if structures["inputs"] or structures["outputs"]:
+        graph.structures = structures
     _remove_dead(graph)
     return graph

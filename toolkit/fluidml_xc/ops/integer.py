@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from ..codegen.scalar import const
 from ..errors import InputError
+from . import qgemm
 from .matmul import _repacked
 from .registry import register
 
@@ -101,6 +102,154 @@ def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
     k.loops(domain, list(range(nb)) + [nb, nb + 2], idx, point)
 
 
+def _size1(op):
+    return op is None or op.size == 1
+
+
+def _per(op, extent):
+    """None, one value, or a 1-D tensor of `extent` values."""
+    return op is None or op.size == 1 or (op.rank == 1 and op.shape[0] == extent)
+
+
+def _multipliers(k, scales, extent: int, padded: int, per_index: int | None):
+    """double[padded] with multiplier i = double((s0 * s1 / s2) in s0's dtype) for i < extent (0 after).
+
+    scales = [(operand, per-index?)] x3; one of them (index `per_index`) may hold `extent` values.
+    Build-time constants when every scale is one, else computed at run time into a stack array."""
+    ops = [s for s in scales]
+    if all(op.value is not None for op in ops):
+        sdt = np.dtype(ops[0].dtype)
+        vals = [np.asarray(op.value).reshape(-1).astype(sdt) for op in ops]
+        vals = [v if v.size > 1 else np.repeat(v, extent) for v in vals]
+        with np.errstate(all="ignore"):
+            mult = ((vals[0] * vals[1]) / vals[2]).astype(np.float64)
+        table = np.zeros(padded, np.float64)
+        table[:extent] = mult
+        return k.constant_array(table)
+    b = k.b
+    with b.goto_entry_block():
+        table = b.alloca(ir.DoubleType(), size=ir.Constant(ir.IntType(32), padded))
+    zero = k.index(0)
+    with k.for_range(extent) as i:
+        vals = []
+        for j, op in enumerate(ops):
+            at = i if (j == per_index and op.size > 1) else zero
+            vals.append(k.load(_param_access(k, op, "scale", 1, 0 if op.size > 1 else None, op.size), [at]))
+        sdt = np.dtype(ops[0].dtype)
+        s1 = k.s.cast(ops[1].dtype, sdt, vals[1])
+        s2 = k.s.cast(ops[2].dtype, sdt, vals[2])
+        mult = k.s.cast(sdt, F64, b.fdiv(b.fmul(vals[0], s1), s2))
+        b.store(mult, b.gep(table, [i], inbounds=True))
+    for i in range(extent, padded):
+        b.store(ir.Constant(ir.DoubleType(), 0.0), b.gep(table, [k.index(i)], inbounds=True))
+    return table
+
+
+def _y_zero(k, y_zp, lanes):
+    if y_zp is None:
+        return None
+    v = k.s.cast(y_zp.dtype, F64, k.load(_param_access(k, y_zp, "y_zero_point", 1, None, None), [k.index(0)]))
+    return k.splat(v, lanes)
+
+
+MAX_PACK_BYTES = 1 << 19
+"""Largest run-time pack (stack) of the blocked int8 kernels; bigger operands take the plain loops."""
+
+
+def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
+    """The blocked int8 GEMM (qgemm.py) for a constant 2-D B: rows of A packed MR at a time as int16
+    k-pairs (minus a's zero point), B packed at build time as int8 in column blocks. B's zero point is
+    folded into the packed values when b - zb fits int8, else into a per-column correction
+    (sum_k a'(b - zb) = sum_k a'(b - o) - (zb - o) * sum_k a', o = 128 for uint8 B).
+    quant = (a_s, b_s, y_s, y_zp) for QLinearMatMul. Returns False when the shapes do not fit."""
+    out = k.outputs[0]
+    if b_op.value is None or a.rank < 2 or b_op.rank < 2 or any(d != 1 for d in b_op.shape[:-2]):
+        return False
+    m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
+    if not (qgemm.row_major(a) and qgemm.row_major(out)) or out.size != a.size // kk * n or not kk:
+        return False
+    if not _per(a_zp, m) or not _size1(a_zp) and a_zp.rank != 1 or b_zp is not None and (b_zp.value is None or not _per(b_zp, n)):
+        return False
+    if quant is not None:
+        a_s, b_s, y_s, y_zp = quant
+        if not (_size1(a_s) and _size1(y_s) and _size1(y_zp) and _per(b_s, n)):
+            return False
+    cfg = qgemm.config(k)
+    kp = (kk + 1) // 2
+    if cfg.mr * kp * 4 > MAX_PACK_BYTES:
+        return False
+    b = k.b
+    L, nr = cfg.lanes, cfg.nr
+    rows = a.size // kk
+    bv = np.asarray(b_op.value).reshape(kk, n).astype(np.int32)
+    zb = np.zeros(n, np.int32) if b_zp is None else np.broadcast_to(np.asarray(b_zp.value).reshape(-1).astype(np.int32), (n,))
+    diff = bv - zb
+    coef = None
+    if diff.min() >= -128 and diff.max() <= 127:
+        packed = diff.astype(np.int8)
+    else:
+        off = 128 if b_op.dtype.kind == "u" else 0
+        packed = (bv - off).astype(np.int8)
+        coef = np.zeros(-(-n // nr) * nr, np.int32)
+        coef[:n] = zb - off
+    bpack = k.constant_array(qgemm.pack_b_columns(packed, cfg))
+    coef_ptr = k.constant_array(coef) if coef is not None else None
+    nblocks, ntail = n // nr, n % nr
+    npad = (nblocks + (1 if ntail else 0)) * nr
+    if quant is not None:
+        mult = _multipliers(k, [a_s, b_s, y_s], n, npad, 1)
+        y_zero = _y_zero(k, y_zp, L)
+    with b.goto_entry_block():
+        apack = b.alloca(ir.IntType(32), size=ir.Constant(ir.IntType(32), cfg.mr * kp))
+        sums = b.alloca(ir.IntType(32), size=ir.Constant(ir.IntType(32), cfg.mr))
+    apack16 = b.bitcast(apack, ir.IntType(16).as_pointer())
+    a_zero = None
+    if a_zp is not None and a_zp.size == 1:
+        a_zero = qgemm.ext16(k, k.load(a_zp.identity_access(), [k.index(0)] * a_zp.rank), a_zp.dtype)
+    vt_d = ir.VectorType(ir.DoubleType(), L)
+
+    def row_block(r0, mr):
+        for r in range(mr):
+            ri = b.add(r0, k.index(r)) if r else r0
+            zero = a_zero
+            if a_zp is not None and a_zp.size > 1:
+                zero = qgemm.ext16(k, k.load_ptr(a_zp.ptr, a_zp.dtype, b.urem(ri, k.index(m))), a_zp.dtype)
+            total = qgemm.pack_row(k, a.ptr, a.dtype, b.mul(ri, k.index(kk)), kk, b.gep(apack16, [k.index(2 * kp * r)]),
+                                   zero, coef is not None, 2 * L)
+            if total is not None:
+                b.store(total, b.gep(sums, [k.index(r)]))
+
+        def col_block(nb_idx, count):
+            n0 = b.mul(nb_idx, k.index(nr))
+            bp = b.gep(bpack, [b.mul(nb_idx, k.index(kp * 2 * nr))], inbounds=True)
+            accs = qgemm.micro_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kp)]), bp, ir.IntType(8), kp)
+            for r in range(mr):
+                ri = b.add(r0, k.index(r)) if r else r0
+                row_sum = k.splat(b.load(b.gep(sums, [k.index(r)])), L) if coef is not None else None
+                for v in range(cfg.nv):
+                    c = count - v * L
+                    if c <= 0:
+                        continue
+                    col = b.add(n0, k.index(v * L)) if v else n0
+                    acc = accs[r][v]
+                    if row_sum is not None:
+                        acc = b.sub(acc, b.mul(k.vload(coef_ptr, np.int32, col, L), row_sum))
+                    if quant is not None:
+                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype)
+                    qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
+        if nblocks:
+            with k.for_range(nblocks) as j:
+                col_block(j, nr)
+        if ntail:
+            col_block(k.index(nblocks), ntail)
+    if rows // cfg.mr:
+        with k.for_range(rows // cfg.mr) as i:
+            row_block(b.mul(i, k.index(cfg.mr)), cfg.mr)
+    if rows % cfg.mr:
+        row_block(k.index(rows // cfg.mr * cfg.mr), rows % cfg.mr)
+    return True
+
+
 def _scalar_or_indexed(k, op, idx, ndom, dim, extent, what):
     acc = _param_access(k, op, what, ndom, dim, extent)
     return None if acc is None else k.load(acc, idx)
@@ -108,6 +257,8 @@ def _scalar_or_indexed(k, op, idx, ndom, dim, extent, what):
 
 @register("MatMulInteger", dtypes=("uint8", "int8"))
 def lower_matmul_integer(k):
+    if _fast_matmul(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3)):
+        return
     _matmul(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), lambda acc, idx: acc)
 
 
@@ -118,6 +269,8 @@ def lower_qlinear_matmul(k):
     nb = max(a.rank, b_op.rank) - 2
     ndom = nb + 3
     m, n = a.shape[-2], b_op.shape[-1]
+    if _fast_matmul(k, a, b_op, a_zp, b_zp, (a_s, b_s, y_s, y_zp)):
+        return
 
     def epilogue(acc, idx):
         s0 = _scalar_or_indexed(k, a_s, idx, ndom, nb, m, "a_scale")

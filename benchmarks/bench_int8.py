@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Quantized int8 kernels against ONNX Runtime (single thread), side by side in one run.
+
+    PYTHONPATH=toolkit python benchmarks/bench_int8.py [--runs 200] [--rounds 5] [--only NAME]
+
+Models: QLinearMatMul / MatMulInteger with constant weights (uint8 x int8, int8 x int8, per-column
+zero points), QLinearConv 3x3 / 1x1 / strided / grouped, and a small quantized CNN made by
+onnxruntime.quantization.quantize_static (QDQ -> QOperator format). Ours: the JIT'd fxc_model_run
+called directly through ctypes (no Python per-call work beyond the call); ORT: InferenceSession.run
+with intra_op_num_threads=1. Latency = median over `runs` after warm-up, `rounds` interleaved rounds;
+the table prints the median ratio (ours / ORT) over the rounds and its min..max, and checks that our
+outputs equal onnx.reference's (exact) or ORT's (max abs difference, ORT rounds differently).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "toolkit"))
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+rng = np.random.default_rng(5)
+
+
+def q(dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def make(nodes, feeds, outputs, consts, opset=13):
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(o) for o in outputs], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def qlinear_matmul(m, k, n, adt=np.uint8, bdt=np.int8, per_col=False):
+    a = q(adt, (m, k))
+    consts = {"a_s": np.array(0.02, np.float32), "a_zp": np.array(7 if adt == np.uint8 else -3, adt),
+              "b": q(bdt, (k, n)), "b_s": (rng.uniform(0.001, 0.003, n) if per_col else np.array(0.002)).astype(np.float32),
+              "b_zp": (q(bdt, (n,)) // 8).astype(bdt) if per_col else np.array(0, bdt),
+              "y_s": np.array(0.5, np.float32), "y_zp": np.array(3, adt)}
+    node = helper.make_node("QLinearMatMul", ["a", "a_s", "a_zp", "b", "b_s", "b_zp", "y_s", "y_zp"], ["y"])
+    return make([node], {"a": a}, ["y"], consts), {"a": a}
+
+
+def matmul_integer(m, k, n, adt=np.uint8, bdt=np.int8):
+    a = q(adt, (m, k))
+    consts = {"b": q(bdt, (k, n)), "a_zp": np.array(9, adt), "b_zp": np.array(2, bdt)}
+    node = helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"])
+    return make([node], {"a": a}, ["y"], consts), {"a": a}
+
+
+def qlinear_conv(c, m, h, w, kh=3, stride=1, pad=1, group=1, xdt=np.uint8, per_channel=True):
+    x = q(xdt, (1, c, h, w))
+    consts = {"x_s": np.array(0.02, np.float32), "x_zp": np.array(100 if xdt == np.uint8 else -5, xdt),
+              "w": q(np.int8, (m, c // group, kh, kh)),
+              "w_s": (rng.uniform(0.001, 0.003, m) if per_channel else np.array(0.002)).astype(np.float32),
+              "w_zp": np.zeros(m if per_channel else (), np.int8),
+              "y_s": np.array(0.3, np.float32), "y_zp": np.array(10, xdt), "bias": rng.integers(-3000, 3000, m).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "x_s", "x_zp", "w", "w_s", "w_zp", "y_s", "y_zp", "bias"], ["y"],
+                            pads=[pad] * 4, strides=[stride] * 2, group=group)
+    return make([node], {"x": x}, ["y"], consts), {"x": x}
+
+
+def quantized_cnn():
+    """A small float CNN quantized by onnxruntime.quantization.quantize_static (QOperator: QLinearConv)."""
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    def conv(name, x, cin, cout, k, stride=1):
+        w = (rng.standard_normal((cout, cin, k, k)) * (2.0 / (cin * k * k)) ** 0.5).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        return [helper.make_node("Conv", [x, name + "_w", name + "_b"], [name + "_c"], pads=[k // 2] * 4, strides=[stride] * 2),
+                helper.make_node("Relu", [name + "_c"], [name])], {name + "_w": w, name + "_b": b}
+    nodes, consts = [], {}
+    prev, cin = "x", 3
+    for i, (cout, k, s) in enumerate([(16, 3, 2), (32, 3, 1), (32, 3, 2), (64, 3, 1), (64, 1, 1), (64, 3, 2)]):
+        n, c = conv(f"c{i}", prev, cin, cout, k, s)
+        nodes += n
+        consts.update(c)
+        prev, cin = f"c{i}", cout
+    nodes.append(helper.make_node("GlobalAveragePool", [prev], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"]))
+    consts["fc_w"] = (rng.standard_normal((64, 10)) * 0.1).astype(np.float32)
+    nodes.append(helper.make_node("MatMul", ["flat", "fc_w"], ["y"]))
+    x = rng.uniform(0, 1, (1, 3, 64, 64)).astype(np.float32)
+    fm = make(nodes, {"x": x}, ["y"], consts)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter([{"x": rng.uniform(0, 1, x.shape).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.data, None)
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = Path(d) / "f.onnx", Path(d) / "q.onnx"
+        onnx.save(fm, str(src))
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+                        op_types_to_quantize=["Conv", "MatMul"])
+        qm = onnx.load(str(dst))
+    return qm, {"x": x}
+
+
+CASES = {
+    "qlinear_matmul 64x256x256 u8*s8": lambda: qlinear_matmul(64, 256, 256),
+    "qlinear_matmul 128x768x768 u8*s8": lambda: qlinear_matmul(128, 768, 768),
+    "qlinear_matmul 33x100x70 s8*s8 per-col": lambda: qlinear_matmul(33, 100, 70, np.int8, np.int8, per_col=True),
+    "matmul_integer 128x512x512 u8*u8": lambda: matmul_integer(128, 512, 512, np.uint8, np.uint8),
+    "qlinear_conv 64x64x3x3 56x56": lambda: qlinear_conv(64, 64, 56, 56),
+    "qlinear_conv 32x64x3x3 s2 28x28": lambda: qlinear_conv(32, 64, 28, 28, stride=2),
+    "qlinear_conv 128x128x1x1 14x14": lambda: qlinear_conv(128, 128, 14, 14, kh=1, pad=0),
+    "qlinear_conv 64x64x3x3 g4 s8 28x28": lambda: qlinear_conv(64, 64, 28, 28, group=4, xdt=np.int8),
+    "quantized cnn 3x64x64 (quantize_static)": quantized_cnn,
+}
+
+
+def our_runner(model):
+    from fluidml_xc.backend import compile_model
+    jit = compile_model(model, "x86_64")
+    return jit
+
+
+def time_calls(fn, runs, warmup=5):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    print(f"{'model':42s} {'ours ms':>9s} {'ORT ms':>9s} {'ratio':>7s} {'(min..max)':>14s}  check")
+    for name, build in CASES.items():
+        if args.only and args.only not in name:
+            continue
+        model, feeds = build()
+        jit = our_runner(model)
+        arrays = [np.ascontiguousarray(feeds[n], dtype=dt) for n, dt, _ in jit.input_specs]
+        outs = [np.zeros(shape, dtype=dt) for _, dt, shape in jit.output_specs]
+        in_ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+        raw, arena = jit._arena()
+        arena = ctypes.c_void_p(arena)
+
+        def ours():
+            jit._fn(in_ptrs, out_ptrs, arena)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+        def theirs():
+            sess.run(None, feeds)
+        ours()
+        want = sess.run(None, feeds)
+        if "cnn" in name:
+            diff = max(int(np.abs(o.astype(np.int64) - w.astype(np.int64)).max()) if o.dtype.kind in "iu" else
+                       float(np.abs(o - w).max()) for o, w in zip(outs, want))
+            check = f"max|ours-ORT|={diff:.3g}"
+        else:
+            ref = ReferenceEvaluator(model).run(None, feeds)
+            check = "exact" if all(np.array_equal(o, r) for o, r in zip(outs, ref)) else "MISMATCH vs onnx.reference"
+        ratios, ous, ots = [], [], []
+        for _ in range(args.rounds):
+            a, b = time_calls(ours, args.runs), time_calls(theirs, args.runs)
+            ratios.append(a / b)
+            ous.append(a)
+            ots.append(b)
+        print(f"{name:42s} {np.median(ous) * 1e3:9.3f} {np.median(ots) * 1e3:9.3f} {np.median(ratios):7.2f} "
+              f"({min(ratios):5.2f}..{max(ratios):5.2f})  {check}", flush=True)
+        del raw
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Register-blocked int8 GEMM for the quantized ops (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv).
+
+C[r, n] = sum_k A'[r, k] * B'[k, n] in int32, with A' and B' the operands minus their zero points as
+int16 (|value| <= 255, so every product and every sum of two products is exact in int32).
+
+Both operands are consumed in pairs of k ("k-pairs"): A as one int32 per (row, k-pair) holding the two
+int16 values (broadcast to every lane), B as 2*L int8 or int16 values per k-pair and block of L columns,
+interleaved (b[k, n0], b[k+1, n0], b[k, n0+1], ...). On x86 one `pmaddwd` (vpdpwssd with VNNI)
+multiplies and adds a k-pair for L columns; elsewhere (NEON, ...) the 2L products accumulate in
+2L int32 lanes (smlal/smlal2) and the even and odd lanes are added once at the end. A block of MR rows
+x NV vectors of L columns stays in registers over the whole k loop.
+
+Layouts:
+  A pack (runtime rows or build-time weights): int32 [MR rows][KP k-pairs] (row r at r * KP).
+  B pack: [KP][NV * L * 2] per column block of NV * L columns (int8 or int16 elements).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from llvmlite import ir
+
+I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+F64 = ir.DoubleType()
+
+
+@lru_cache(maxsize=None)
+def _host_flags() -> frozenset:
+    import llvmlite.binding as llvm
+    return frozenset(llvm.get_host_cpu_features().flatten().split(","))
+
+
+@dataclass(frozen=True)
+class Config:
+    x86: bool
+    lanes: int  # int32 lanes of one accumulator vector
+    mr: int  # rows per register block
+    nv: int  # accumulator vectors per row (columns per block = nv * lanes)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+
+def config(k) -> Config:
+    triple = str(k.module.triple)
+    if triple.startswith(("x86_64", "i686", "i386")):
+        flags = _host_flags()  # x86 boards build for the host cpu ("native")
+        if "+avx2" in flags and k.vector_bits >= 256:
+            return Config(True, 8, 6 if "+avx512vl" in flags else 4, 2)
+        return Config(True, 4, 4, 2)
+    lanes = max(1, k.vector_bits // 32)
+    if triple.startswith("aarch64"):
+        return Config(False, lanes, 4, 2)
+    return Config(False, lanes, 2, 2)  # armv7: 16 q registers
+
+
+def _fn(k, name: str, ret, args):
+    fn = k.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(k.module, ir.FunctionType(ret, args), name)
+    return fn
+
+
+def _splat(k, value, lanes):
+    return k.splat(value, lanes)
+
+
+def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: int) -> list[list[ir.Value]]:
+    """accs[r][v] (<L x i32>) = sum over kp k-pairs of A pack rows a_row(r, kp_index) (i32*) x B pack b_ptr.
+
+    a_row(r) returns the i32* of row r's k-pairs; b_ptr points at the block's [KP][NR * 2] elements."""
+    b = k.b
+    L, nv = cfg.lanes, cfg.nv
+    wide = ir.VectorType(I16, 2 * L)
+    if cfg.x86:
+        acc_t = ir.VectorType(I32, L)
+        pmadd = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}[L]
+        pmadd = _fn(k, pmadd, acc_t, [wide, wide])
+    else:
+        acc_t = ir.VectorType(I32, 2 * L)
+    zero = ir.Constant(acc_t, None)
+    slots = [[k.local(acc_t, zero) for _ in range(nv)] for _ in range(mr)]
+    rows = [a_row(r) for r in range(mr)]
+    b_vt = ir.VectorType(b_elem, 2 * L)
+    with k.for_range(kp) as p:
+        base = b.mul(p, k.index(2 * cfg.nr), flags=("nsw",))
+        bvecs = []
+        for v in range(nv):
+            at = b.add(base, k.index(2 * L * v), flags=("nsw",)) if v else base
+            raw = b.load(b.bitcast(b.gep(b_ptr, [at], inbounds=True), b_vt.as_pointer()), align=b_elem.width // 8)
+            bv = raw if b_elem.width == 16 else b.sext(raw, wide)
+            bvecs.append(bv if cfg.x86 else b.sext(bv, acc_t))
+        for r in range(mr):
+            a32 = b.load(b.gep(rows[r], [p], inbounds=True))
+            av = b.bitcast(_splat(k, a32, L), wide)
+            if not cfg.x86:
+                av = b.sext(av, acc_t)
+            for v in range(nv):
+                slot = slots[r][v]
+                if cfg.x86:
+                    prod = b.call(pmadd, [av, bvecs[v]])
+                else:
+                    prod = b.mul(av, bvecs[v], flags=("nsw",))
+                b.store(b.add(b.load(slot), prod), slot)
+    out = []
+    for r in range(mr):
+        row = []
+        for v in range(nv):
+            acc = b.load(slots[r][v])
+            if not cfg.x86:  # even + odd lanes: the two products of each k-pair
+                mask = lambda off: ir.Constant(ir.VectorType(I32, L), [2 * i + off for i in range(L)])  # noqa: E731
+                acc = b.add(b.shuffle_vector(acc, acc, mask(0)), b.shuffle_vector(acc, acc, mask(1)))
+            row.append(acc)
+        out.append(row)
+    return out
+
+
+# -- build-time packing ------------------------------------------------------------------------------
+def pack_b_columns(values: np.ndarray, cfg: Config) -> np.ndarray:
+    """B (K x N, integers fitting the element type) -> [N / NR blocks][KP][NR][2] (zero padded)."""
+    kk, n = values.shape
+    kp = (kk + 1) // 2
+    nblocks = -(-n // cfg.nr)
+    padded = np.zeros((2 * kp, nblocks * cfg.nr), values.dtype)
+    padded[:kk, :n] = values
+    # [KP, 2, NB, NR] -> [NB, KP, NR, 2]
+    return np.ascontiguousarray(padded.reshape(kp, 2, nblocks, cfg.nr).transpose(2, 0, 3, 1))
+
+
+def pack_a_rows(values: np.ndarray, cfg: Config) -> np.ndarray:
+    """A (M x K int16 values) -> int32 [M][KP], each int32 the k-pair (low half: even k)."""
+    m, kk = values.shape
+    kp = (kk + 1) // 2
+    padded = np.zeros((m, 2 * kp), np.int16)
+    padded[:, :kk] = values
+    return np.ascontiguousarray(padded).view(np.int32).reshape(m, kp)
+
+
+# -- requantization (vectors) ---------------------------------------------------------------------------
+def requantize_vec(k, acc, mult, y_zero, out_dtype):
+    """round_half_even(double(acc) * mult + y_zero) saturated to out_dtype, as <L x i32> (mult: <L x double>)."""
+    b = k.b
+    L = acc.type.count
+    dvt = ir.VectorType(F64, L)
+    value = b.fmul(b.sitofp(acc, dvt), mult)
+    if y_zero is not None:
+        value = b.fadd(value, y_zero)
+    value = b.call(_fn(k, f"llvm.roundeven.v{L}f64", dvt, [dvt]), [value])
+    info = np.iinfo(out_dtype)
+    lo = ir.Constant(dvt, [ir.Constant(F64, float(info.min))] * L)
+    hi = ir.Constant(dvt, [ir.Constant(F64, float(info.max))] * L)
+    value = b.select(b.fcmp_ordered("<", value, lo), lo, value)
+    value = b.select(b.fcmp_ordered(">", value, hi), hi, value)
+    return b.fptosi(value, ir.VectorType(I32, L))
+
+
+def store_lanes(k, value, ptr, index, count: int, out_dtype):
+    """Store the first `count` lanes of the <L x i32> `value` (truncated to out_dtype) at ptr[index...]."""
+    b = k.b
+    L = value.type.count
+    if np.dtype(out_dtype).itemsize != 4:
+        value = b.trunc(value, ir.VectorType(ir.IntType(8 * np.dtype(out_dtype).itemsize), L))
+    k.vscatter(value, ptr, out_dtype, index, 1, count)
+
+
+# -- operand helpers -------------------------------------------------------------------------------------
+def row_major(op) -> bool:
+    from ..codegen.kernel import row_major_strides
+    return tuple(op.strides) == tuple(row_major_strides(op.shape))
+
+
+def ext16(k, value, dtype):
+    """int8/uint8 scalar or vector -> int16."""
+    ty = ir.VectorType(I16, value.type.count) if isinstance(value.type, ir.VectorType) else I16
+    return k.b.zext(value, ty) if np.dtype(dtype).kind == "u" else k.b.sext(value, ty)
+
+
+def hsum(k, vec):
+    b = k.b
+    total = b.extract_element(vec, ir.Constant(I32, 0))
+    for i in range(1, vec.type.count):
+        total = b.add(total, b.extract_element(vec, ir.Constant(I32, i)))
+    return total
+
+
+def pack_row(k, src_ptr, src_dtype, src_index, kk: int, dst16, zero16, with_sum: bool, width: int):
+    """dst16[0:KK] = src[src_index:+KK] - zero (int16), dst16[KK] = 0 when KK is odd; returns the row's sum (i32) or None."""
+    b = k.b
+    nchunks = kk // width
+    vt8 = ir.VectorType(I8, width)
+    vt32 = ir.VectorType(I32, width)
+    total = None
+    if nchunks:
+        zero_v = _splat(k, zero16, width) if zero16 is not None else None
+        acc = k.local(vt32, ir.Constant(vt32, None)) if with_sum else None
+        with k.for_range(nchunks) as c:
+            at = b.mul(c, k.index(width), flags=("nsw",))
+            src = b.gep(src_ptr, [b.add(src_index, at, flags=("nsw",))], inbounds=True)
+            v = ext16(k, b.load(b.bitcast(src, vt8.as_pointer()), align=1), src_dtype)
+            if zero_v is not None:
+                v = b.sub(v, zero_v)
+            b.store(v, b.bitcast(b.gep(dst16, [at], inbounds=True), v.type.as_pointer()), align=2)
+            if with_sum:
+                b.store(b.add(b.load(acc), b.sext(v, vt32)), acc)
+        if with_sum:
+            total = hsum(k, b.load(acc))
+    for i in range(nchunks * width, kk):  # tail (fewer than `width` elements): unrolled
+        v = ext16(k, b.load(b.gep(src_ptr, [b.add(src_index, k.index(i), flags=("nsw",))], inbounds=True)), src_dtype)
+        if zero16 is not None:
+            v = b.sub(v, zero16)
+        b.store(v, b.gep(dst16, [k.index(i)], inbounds=True))
+        if with_sum:
+            s = b.sext(v, I32)
+            total = s if total is None else b.add(total, s)
+    if kk % 2:
+        b.store(ir.Constant(I16, 0), b.gep(dst16, [k.index(kk)], inbounds=True))
+    if with_sum and total is None:
+        total = ir.Constant(I32, 0)
+    return total

@@ -4,7 +4,13 @@ Analytic: a kernel is a loop nest over a domain; each operand is addressed throu
 strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost
 loop outwards) + arithmetic, vectorized when every operand is unit-stride (or invariant) in the
 innermost loop. MatMul/Gemm use the register-blocked kernels of ops/matmul.py when their strides
-allow and the best of the loop orders in loop_order.py otherwise.
+allow and the best of the loop orders in loop_order.py otherwise. Conv mirrors ops/conv.py's choice
+of blocking under the operands' strides (channel vectors, row vectors, depthwise channels-last):
+vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
+gathered), stores and the residual read (vector, or scattered per element when channels are not
+innermost), and the bytes each Conv loop order moves. Pools, Concat and inference
+BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
+channels are innermost).
 
 Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
 several runs), keyed by target, kernel signature and layouts in a JSON cache under

@@ -12,8 +12,16 @@ blockings, both accumulating in registers over every input channel and tap:
   runtime weights, and 1x1 stride-1 convs, which run as a matmul over the flattened image with pixel
   tiles outermost so a tile of input stays in cache across the channel blocks.
 
-Loop order: channel blocks outermost unless re-reading all weights once per output row (pixel tile
-when flat) moves fewer bytes than re-reading the input once per channel block. Flat 1x1 convs use
+- depthwise channels-last (constant weights, input and output storing channels innermost, at least
+  one vector of channels, as --opt fluid's NHWC layout gives): vectors over channels x P = 8 pixels,
+  weights repacked to [kh][kw][G rounded up to vectors]; the last G % V channels run one by one.
+  (Row vectors would gather along a strided row; channel vectors also replace them for flat 1x1
+  convs whose pixels are strided.)
+
+Loop order: node.attrs["_loop_order"] from the optimizer ("co>px" channel blocks outermost, "px>co"
+pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.py), else channel
+blocks outermost unless re-reading all weights once per output row (pixel tile when flat) moves
+fewer bytes than re-reading the input once per channel block. Flat 1x1 convs use
 channel vectors below FLAT_ROW_MIN_PIXELS pixels; unpadded 1x1 convs with tiny outputs (e.g. 7x7
 after a stride-2 1x1) tile pixels across row ends so narrow rows leave no ragged tiles.
 

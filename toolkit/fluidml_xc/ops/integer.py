@@ -459,6 +459,163 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
         k.loops(out.shape, list(range(2, 1 + spatial)), out_idx, out_row)
 
 
+def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
+    """2-D ConvInteger/QLinearConv as the blocked int8 GEMM (qgemm.py) per output row: output channels
+    are the GEMM rows (constant weights minus their zero points, packed at build time as int16 k-pairs,
+    a k-pair being two input channels at one kernel tap), a block of NR output columns the GEMM columns,
+    packed per row (im2col of NR pixels, minus x's zero point, 0 for padding) into an int16 stack
+    buffer and reused by every channel block. Blocks whose taps all read inside the row load vectors
+    (a run loop); the edge blocks are emitted one by one with the valid lanes known at build time.
+    quant = (x_s, w_s, y_s, y_zp) for QLinearConv. Returns False when the shapes do not fit."""
+    out = k.outputs[0]
+    if x.rank != 4 or w.value is None or not (qgemm.row_major(x) and qgemm.row_major(out)):
+        return False
+    spatial, kernel, strides, dilations, begins = _conv_geometry(k, x, w, out)
+    group = int(k.attr("group", 1))
+    n_batch, m_out, oh_n, ow_n = out.shape
+    cg, mg = w.shape[1], m_out // group
+    kh_n, kw_n = kernel
+    taps = kh_n * kw_n
+    if cg < 2 or taps > 64 or not _size1(x_zp) or w_zp is not None and (w_zp.value is None or not _per(w_zp, m_out)):
+        return False
+    if bias is not None and not _per(bias, m_out):
+        return False
+    if quant is not None:
+        x_s, w_s, y_s, y_zp = quant
+        if not (_size1(x_s) and _size1(y_s) and _size1(y_zp) and _per(w_s, m_out)):
+            return False
+    cfg = qgemm.config(k)
+    if cfg.x86 and cfg.lanes == 16 and ow_n <= 16:
+        cfg = qgemm.Config(True, 16, 8, 1)
+    cp = (cg + 1) // 2
+    kp = taps * cp
+    L, nr = cfg.lanes, cfg.nr
+    if kp * nr * 4 > MAX_PACK_BYTES:
+        return False
+    b = k.b
+    ih_n, iw_n = x.shape[2], x.shape[3]
+    (s_h, s_w), (d_h, d_w), (p_h, p_w) = strides, dilations, begins
+    # weights: [M][KP] int32 k-pairs, k-pair (tap t, channel pair j) at t * cp + j
+    wv = np.asarray(w.value).astype(np.int32).reshape(m_out, cg, taps)
+    if w_zp is not None:
+        wv = wv - np.broadcast_to(np.asarray(w_zp.value).reshape(-1).astype(np.int32), (m_out,))[:, None, None]
+    wpad = np.zeros((m_out, 2 * cp, taps), np.int32)
+    wpad[:, :cg] = wv
+    wk = wpad.reshape(m_out, cp, 2, taps).transpose(0, 3, 1, 2).reshape(m_out, 2 * kp).astype(np.int16)
+    wpack = k.constant_array(qgemm.pack_a_rows(wk, cfg))
+    if quant is not None:
+        mult = _multipliers(k, [x_s, w_s, y_s], m_out, m_out, 1)
+        y_zero = _y_zero(k, y_zp, L)
+    bias_acc = _param_access(k, bias, "B", 1, 0, m_out) if bias is not None else None
+    with b.goto_entry_block():
+        xpack = b.alloca(ir.IntType(16), size=ir.Constant(ir.IntType(32), kp * 2 * nr))
+    x_zero = None
+    if x_zp is not None:
+        x_zero = qgemm.ext16(k, k.load(x_zp.identity_access(), [k.index(0)] * x_zp.rank), x_zp.dtype)
+    i16v = ir.VectorType(ir.IntType(16), nr)
+    zero_v = ir.Constant(i16v, None)
+    x_zero_v = k.splat(x_zero, nr) if x_zero is not None else None
+    interleave = ir.Constant(ir.VectorType(ir.IntType(32), 2 * nr), [i // 2 + (nr if i % 2 else 0) for i in range(2 * nr)])
+
+    def col_range(kw):
+        """Output columns whose tap kw reads inside the row: [lo, hi)."""
+        off = kw * d_w - p_w
+        lo = 0
+        while lo * s_w + off < 0:
+            lo += 1
+        hi = (iw_n - 1 - off) // s_w + 1 if iw_n - 1 - off >= 0 else 0
+        return off, lo, max(lo, min(ow_n, hi))
+    cols = [col_range(kw) for kw in range(kw_n)]
+    blocks = -(-ow_n // nr)
+    interior = [j for j in range(blocks) if all(lo <= j * nr and j * nr + nr <= hi for _, lo, hi in cols)]
+    j_lo, j_hi = (interior[0], interior[-1] + 1) if interior else (0, 0)
+    edges = [j for j in range(blocks) if not j_lo <= j < j_hi]
+
+    def pack(ni, g, oh, ow0, static_ow0):
+        """xpack[kp][nr][2] for output row oh, columns ow0..ow0+nr-1."""
+        with k.for_range(cp) as j:
+            c0 = b.add(b.mul(g, k.index(cg)), b.mul(j, k.index(2)))
+            has_c1 = b.icmp_signed("<", b.add(b.mul(j, k.index(2)), k.index(1)), k.index(cg)) if cg % 2 else None
+            for kh in range(kh_n):
+                ih = b.add(b.mul(oh, k.index(s_h)), k.index(kh * d_h - p_h))
+                row_ok = b.and_(b.icmp_signed(">=", ih, k.index(0)), b.icmp_signed("<", ih, k.index(ih_n)))
+                ih_c = b.select(row_ok, ih, k.index(0))
+                base0 = b.add(b.mul(b.add(b.mul(ni, k.index(x.shape[1])), c0), k.index(ih_n * iw_n)), b.mul(ih_c, k.index(iw_n)))
+                for kw, (off, lo, hi) in enumerate(cols):
+                    vecs = []
+                    for ch in range(2):
+                        base = b.add(base0, k.index(ch * ih_n * iw_n)) if ch else base0
+                        if ch and has_c1 is not None:  # the last pair of an odd channel count: clamp, masked below
+                            base = b.select(has_c1, base, base0)
+                        if static_ow0 is None:  # interior: every lane inside the row
+                            start = b.add(base, b.add(b.mul(ow0, k.index(s_w)), k.index(off)))
+                            if s_w == 1:
+                                v = k.vload(x.ptr, x.dtype, start, nr)
+                            else:
+                                span = s_w * (nr - 1) + 1
+                                raw = k.vload(x.ptr, x.dtype, start, span)
+                                v = b.shuffle_vector(raw, raw, ir.Constant(ir.VectorType(ir.IntType(32), nr), [s_w * i for i in range(nr)]))
+                            v = qgemm.ext16(k, v, x.dtype)
+                            if x_zero_v is not None:
+                                v = b.sub(v, x_zero_v)
+                        else:
+                            v = zero_v
+                            for lane in range(nr):
+                                ow = static_ow0 + lane
+                                if not lo <= ow < hi:
+                                    continue
+                                e = qgemm.ext16(k, k.load_ptr(x.ptr, x.dtype, b.add(base, k.index(ow * s_w + off))), x.dtype)
+                                if x_zero is not None:
+                                    e = b.sub(e, x_zero)
+                                v = b.insert_element(v, e, ir.Constant(ir.IntType(32), lane))
+                        if ch and has_c1 is not None:
+                            v = b.select(has_c1, v, zero_v)
+                        vecs.append(v)
+                    pair = b.select(row_ok, b.shuffle_vector(vecs[0], vecs[1], interleave), ir.Constant(ir.VectorType(ir.IntType(16), 2 * nr), None))
+                    at = b.add(b.mul(k.index(kh * kw_n + kw), k.index(cp)), j)
+                    dst = b.gep(xpack, [b.mul(at, k.index(2 * nr))], inbounds=True)
+                    b.store(pair, b.bitcast(dst, pair.type.as_pointer()), align=2)
+
+    def channels(ni, g, oh, ow0, count):
+        def block(m0, mr):
+            accs = qgemm.micro_kernel(k, cfg, mr, lambda r: b.gep(wpack, [b.mul(b.add(m0, k.index(r)), k.index(kp))], inbounds=True),
+                                      xpack, ir.IntType(16), kp)
+            for r in range(mr):
+                mi = b.add(m0, k.index(r)) if r else m0
+                extra = k.splat(k.load(bias_acc, [mi]), L) if bias_acc is not None and bias.size > 1 else \
+                    (k.splat(k.load(bias_acc, [k.index(0)]), L) if bias_acc is not None else None)
+                mul_v = k.splat(k.load_ptr(mult, np.float64, mi), L) if quant is not None else None
+                row_at = b.mul(b.add(b.mul(ni, k.index(m_out)), mi), k.index(oh_n * ow_n))
+                row_at = b.add(row_at, b.mul(oh, k.index(ow_n)))
+                for v in range(cfg.nv):
+                    c = count - v * L
+                    if c <= 0:
+                        continue
+                    acc = accs[r][v]
+                    if extra is not None:
+                        acc = b.add(acc, extra)
+                    if quant is not None:
+                        acc = qgemm.requantize_vec(k, acc, mul_v, y_zero, out.dtype)
+                    qgemm.store_lanes(k, acc, out.ptr, b.add(row_at, b.add(ow0, k.index(v * L))), min(c, L), out.dtype)
+        g0 = b.mul(g, k.index(mg))
+        if mg // cfg.mr:
+            with k.for_range(mg // cfg.mr) as i:
+                block(b.add(g0, b.mul(i, k.index(cfg.mr))), cfg.mr)
+        if mg % cfg.mr:
+            block(b.add(g0, k.index(mg // cfg.mr * cfg.mr)), mg % cfg.mr)
+
+    with k.for_range(n_batch) as ni, k.for_range(group) as g, k.for_range(oh_n) as oh:
+        if j_hi > j_lo:
+            with k.for_range(j_hi, j_lo) as jb:
+                ow0 = b.mul(jb, k.index(nr))
+                pack(ni, g, oh, ow0, None)
+                channels(ni, g, oh, ow0, nr)
+        for jb in edges:
+            pack(ni, g, oh, k.index(jb * nr), jb * nr)
+            channels(ni, g, oh, k.index(jb * nr), min(nr, ow_n - jb * nr))
+    return True
+
+
 def _conv_points(k, x, w, x_zp, w_zp, bias, epilogue):
     """One output point at a time, every kernel tap bounds-checked (very wide kernels)."""
     out = k.outputs[0]
@@ -513,6 +670,8 @@ def _conv_points(k, x, w, x_zp, w_zp, bias, epilogue):
 
 @register("ConvInteger", dtypes=("uint8", "int8"))
 def lower_conv_integer(k):
+    if _fast_conv(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), None):
+        return
     _conv(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), None, lambda acc, m: acc)
 
 
@@ -523,6 +682,8 @@ def lower_qlinear_conv(k):
     out = k.outputs[0]
     m_out = out.shape[1]
     zero = [k.index(0)]
+    if _fast_conv(k, x, w, x_zp, w_zp, bias, (x_s, w_s, y_s, y_zp)):
+        return
 
     def epilogue(acc, mi):
         s0 = k.load(_param_access(k, x_s, "x_scale", 1, None, None), zero)

@@ -49,7 +49,9 @@ def config(k) -> Config:
     if triple.startswith(("x86_64", "i686", "i386")):
         flags = _host_flags()  # x86 boards build for the host cpu ("native")
         if "+avx2" in flags and k.vector_bits >= 256:
-            return Config(True, 8, 6 if "+avx512vl" in flags else 4, 2)
+            if "+avx512bw" in flags and k.vector_bits >= 512:
+                return Config(True, 16, 6, 2)
+            return Config(True, 8, 4, 2)
         return Config(True, 4, 4, 2)
     lanes = max(1, k.vector_bits // 32)
     if triple.startswith("aarch64"):

@@ -295,18 +295,27 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
     producers = {out: n for n in model.graph.node for out in n.output if out}
     if node is None:
         return {}
-    found, seen, stack = {}, set(), [n for n in list(node.input)[1:] if n]
+    stack = [n for n in list(node.input)[1:] if n]
     if node.op_type == "ConstantOfShape":
         stack = [n for n in node.input if n]
     if node.op_type == "Loop":  # the trip count and the condition decide the output shapes, not the carried values
         stack = [n for n in node.input[:2] if n]
-    from .sequences import VALUE_INPUTS
-    if node.op_type in VALUE_INPUTS and node.domain in ("", "ai.onnx"):  # positions, split sizes, If's condition
-        stack = [node.input[i] for i in VALUE_INPUTS[node.op_type] if i < len(node.input) and node.input[i]]
+    from .sequences import VALUE_INPUTS, _structured_if
+    if (node.op_type in VALUE_INPUTS and node.domain in ("", "ai.onnx")
+            and (node.op_type != "If" or _structured_if(node))):  # positions, split sizes, the condition of an If giving sequences
+        values = _shape_inputs_from(producers, [node.input[i] for i in VALUE_INPUTS[node.op_type]
+                                                if i < len(node.input) and node.input[i]], arrays, bound)
+        if values or node.op_type != "If":
+            return values
     for attr in node.attribute:  # If/Scan/Loop bodies read enclosing tensors by name
         if attr.type == onnx.AttributeProto.GRAPH:
             from .subgraphs import outer_references
             stack.extend(sorted(outer_references(attr.g)))
+    return _shape_inputs_from(producers, stack, arrays, bound)
+
+
+def _shape_inputs_from(producers: dict, stack: list[str], arrays: dict[str, np.ndarray], bound: dict) -> dict[str, np.ndarray]:
+    found, seen = {}, set()
     while stack:
         name = stack.pop()
         if name in seen:

@@ -178,6 +178,9 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     kp = (kk + 1) // 2
     if cfg.mr * kp * 4 > MAX_PACK_BYTES:
         return False
+    if cfg.quad:
+        _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant)
+        return True
     b = k.b
     L, nr = cfg.lanes, cfg.nr
     rows = a.size // kk
@@ -248,6 +251,99 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     if rows % cfg.mr:
         row_block(k.index(rows // cfg.mr * cfg.mr), rows % cfg.mr)
     return True
+
+
+def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
+    """_fast_matmul with VNNI (qgemm.quad_kernel): rows of A packed as uint8 (int8 with the top bit
+    flipped), B packed at build time as int8 k-quads; zero points through per-column terms:
+    acc = sum u*s + zu * (K * zs[n] - colsum_s[n]) - zs[n] * rowsum_u[r]."""
+    out = k.outputs[0]
+    b = k.b
+    m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
+    L, nr = cfg.lanes, cfg.nr
+    rows = a.size // kk
+    kq = (kk + 3) // 4
+    bv = np.asarray(b_op.value).reshape(kk, n).astype(np.int32)
+    zb = np.zeros(n, np.int32) if b_zp is None else np.broadcast_to(np.asarray(b_zp.value).reshape(-1).astype(np.int32), (n,))
+    bs, zs = qgemm.signed_operand(bv, zb, b_op.dtype.kind == "u")
+    nblocks, ntail = n // nr, n % nr
+    npad = (nblocks + (1 if ntail else 0)) * nr
+    t = np.zeros(npad, np.int64)
+    t[:n] = kk * zs.astype(np.int64) - bs.astype(np.int64).sum(axis=0)
+    zs_pad = np.zeros(npad, np.int32)
+    zs_pad[:n] = zs
+    with_rowsum = bool(zs.any())
+    a_off = 128 if a.dtype.kind != "u" else 0
+    const_zu = None
+    if a_zp is None:
+        const_zu = a_off
+    elif a_zp.size == 1 and a_zp.value is not None:
+        const_zu = int(np.asarray(a_zp.value).reshape(-1)[0]) + a_off
+    if const_zu is not None:
+        corr_ptr = k.constant_array((t * const_zu).astype(np.int32))  # wraps like the int32 sums
+        t_ptr = None
+    else:
+        corr_ptr, t_ptr = None, k.constant_array(t.astype(np.int32))
+    zs_ptr = k.constant_array(zs_pad) if with_rowsum else None
+    bpack = k.constant_array(qgemm.pack_b_quads(bs, cfg))
+    if quant is not None:
+        a_s, b_s, y_s, y_zp = quant
+        mult = _multipliers(k, [a_s, b_s, y_s], n, npad, 1)
+        y_zero = _y_zero(k, y_zp, L)
+    with b.goto_entry_block():
+        apack = b.alloca(ir.IntType(32), size=ir.Constant(ir.IntType(32), cfg.mr * kq))
+        sums = b.alloca(ir.IntType(32), size=ir.Constant(ir.IntType(32), cfg.mr))
+        zus = b.alloca(ir.IntType(32), size=ir.Constant(ir.IntType(32), cfg.mr))
+    apack8 = b.bitcast(apack, ir.IntType(8).as_pointer())
+
+    def zero_u(ri):
+        idx = k.index(0) if a_zp.size == 1 else b.urem(ri, k.index(m))
+        v = k.load_ptr(a_zp.ptr, a_zp.dtype, idx)
+        v = b.zext(v, ir.IntType(32)) if a_zp.dtype.kind == "u" else b.sext(v, ir.IntType(32))
+        return b.add(v, ir.Constant(ir.IntType(32), a_off))
+
+    def row_block(r0, mr):
+        for r in range(mr):
+            ri = b.add(r0, k.index(r)) if r else r0
+            total = qgemm.pack_row_u8(k, a.ptr, a.dtype, b.mul(ri, k.index(kk)), kk, b.gep(apack8, [k.index(4 * kq * r)]), 4 * L)
+            if with_rowsum:
+                b.store(total, b.gep(sums, [k.index(r)]))
+            if const_zu is None:
+                b.store(zero_u(ri), b.gep(zus, [k.index(r)]))
+
+        def col_block(nb_idx, count):
+            n0 = b.mul(nb_idx, k.index(nr))
+            bp = b.gep(bpack, [b.mul(nb_idx, k.index(kq * 4 * nr))], inbounds=True)
+            accs = qgemm.quad_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kq)]), bp, kq, True)
+            for r in range(mr):
+                ri = b.add(r0, k.index(r)) if r else r0
+                row_sum = k.splat(b.load(b.gep(sums, [k.index(r)])), L) if with_rowsum else None
+                zu = k.splat(b.load(b.gep(zus, [k.index(r)])), L) if const_zu is None else None
+                for v in range(cfg.nv):
+                    c = count - v * L
+                    if c <= 0:
+                        continue
+                    col = b.add(n0, k.index(v * L)) if v else n0
+                    acc = accs[r][v]
+                    if corr_ptr is not None:
+                        acc = b.add(acc, k.vload(corr_ptr, np.int32, col, L))
+                    else:
+                        acc = b.add(acc, b.mul(zu, k.vload(t_ptr, np.int32, col, L)))
+                    if row_sum is not None:
+                        acc = b.sub(acc, b.mul(k.vload(zs_ptr, np.int32, col, L), row_sum))
+                    if quant is not None:
+                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype)
+                    qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
+        if nblocks:
+            with k.for_range(nblocks) as j:
+                col_block(j, nr)
+        if ntail:
+            col_block(k.index(nblocks), ntail)
+    if rows // cfg.mr:
+        with k.for_range(rows // cfg.mr) as i:
+            row_block(b.mul(i, k.index(cfg.mr)), cfg.mr)
+    if rows % cfg.mr:
+        row_block(k.index(rows // cfg.mr * cfg.mr), rows % cfg.mr)
 
 
 def _scalar_or_indexed(k, op, idx, ndom, dim, extent, what):

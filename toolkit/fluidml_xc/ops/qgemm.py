@@ -38,6 +38,7 @@ class Config:
     lanes: int  # int32 lanes of one accumulator vector
     mr: int  # rows per register block
     nv: int  # accumulator vectors per row (columns per block = nv * lanes)
+    quad: bool = False  # x86 VNNI: vpdpbusd, uint8 x int8 in k-quads (see the quad functions below)
 
     @property
     def nr(self) -> int:
@@ -50,8 +51,8 @@ def config(k) -> Config:
         flags = _host_flags()  # x86 boards build for the host cpu ("native")
         if "+avx2" in flags and k.vector_bits >= 256:
             if "+avx512bw" in flags and k.vector_bits >= 512:
-                return Config(True, 16, 6, 2)
-            return Config(True, 8, 4, 2)
+                return Config(True, 16, 6, 2, "+avx512vnni" in flags)
+            return Config(True, 8, 4, 2, "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags)
         return Config(True, 4, 4, 2)
     lanes = max(1, k.vector_bits // 32)
     if triple.startswith("aarch64"):
@@ -221,4 +222,83 @@ def pack_row(k, src_ptr, src_dtype, src_index, kk: int, dst16, zero16, with_sum:
         b.store(ir.Constant(I16, 0), b.gep(dst16, [k.index(kk)], inbounds=True))
     if with_sum and total is None:
         total = ir.Constant(I32, 0)
+    return total
+
+
+# -- VNNI (x86 vpdpbusd): k-quads of uint8 x int8 -----------------------------------------------------------
+# The unsigned operand u = v + o_u (o_u = 128 for int8: the byte with its top bit flipped), the signed one
+# s = v - o_s (o_s = 128 for uint8, or its zero point when v - zp fits int8). With zu = zp_u + o_u, zs = zp_s - o_s:
+#   sum (u - zu)(s - zs) = sum u*s - zu * sum s - zs * sum u + K * zu * zs
+# (every sum over the K real elements; the kernels fold the terms that are constants at build time).
+
+def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: bool) -> list[list[ir.Value]]:
+    """accs[r][v] (<L x i32>) = sum over kq k-quads of rows a_row(r) (i32*: 4 bytes per k-quad, broadcast)
+    x B pack b_ptr (i8*: [KQ][NR][4] bytes); rows_unsigned: the rows hold the uint8 operand."""
+    b = k.b
+    L, nv = cfg.lanes, cfg.nv
+    vt = ir.VectorType(I32, L)
+    fn = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
+    zero = ir.Constant(vt, None)
+    slots = [[k.local(vt, zero) for _ in range(nv)] for _ in range(mr)]
+    rows = [a_row(r) for r in range(mr)]
+    with k.for_range(kq) as p:
+        base = b.mul(p, k.index(4 * cfg.nr), flags=("nsw",))
+        bvecs = []
+        for v in range(nv):
+            at = b.add(base, k.index(4 * L * v), flags=("nsw",)) if v else base
+            bvecs.append(b.load(b.bitcast(b.gep(b_ptr, [at], inbounds=True), vt.as_pointer()), align=1))
+        for r in range(mr):
+            av = _splat(k, b.load(b.gep(rows[r], [p], inbounds=True)), L)
+            for v in range(nv):
+                slot = slots[r][v]
+                u, sg = (av, bvecs[v]) if rows_unsigned else (bvecs[v], av)
+                b.store(b.call(fn, [b.load(slot), u, sg]), slot)
+    return [[b.load(slots[r][v]) for v in range(nv)] for r in range(mr)]
+
+
+def pack_b_quads(values: np.ndarray, cfg: Config) -> np.ndarray:
+    """B (K x N int8) -> [N / NR blocks][KQ][NR][4] int8 (zero padded)."""
+    kk, n = values.shape
+    kq = (kk + 3) // 4
+    nblocks = -(-n // cfg.nr)
+    padded = np.zeros((4 * kq, nblocks * cfg.nr), np.int8)
+    padded[:kk, :n] = values
+    return np.ascontiguousarray(padded.reshape(kq, 4, nblocks, cfg.nr).transpose(2, 0, 3, 1))
+
+
+def signed_operand(values: np.ndarray, zero: np.ndarray, unsigned_dtype: bool):
+    """(int8 values s, per-column zs) with values - zero = s - zs (zs = 0 when values - zero fits int8)."""
+    diff = values - zero
+    if diff.min() >= -128 and diff.max() <= 127:
+        return diff.astype(np.int8), np.zeros(zero.shape[-1], np.int32)
+    off = 128 if unsigned_dtype else 0
+    return (values - off).astype(np.int8), (zero - off).astype(np.int32)
+
+
+def pack_row_u8(k, src_ptr, src_dtype, src_index, kk: int, dst8, width: int):
+    """dst8[0:KK] = src as uint8 (int8: top bit flipped), zero up to the next multiple of 4; returns sum (i32)."""
+    b = k.b
+    flip = np.dtype(src_dtype).kind != "u"
+    vt8 = ir.VectorType(I8, width)
+    vt32 = ir.VectorType(I32, width)
+    nchunks = kk // width
+    total = None
+    if nchunks:
+        acc = k.local(vt32, ir.Constant(vt32, None))
+        with k.for_range(nchunks) as c:
+            at = b.mul(c, k.index(width), flags=("nsw",))
+            v = b.load(b.bitcast(b.gep(src_ptr, [b.add(src_index, at, flags=("nsw",))], inbounds=True), vt8.as_pointer()), align=1)
+            if flip:
+                v = b.xor(v, ir.Constant(vt8, [ir.Constant(I8, 0x80)] * width))
+            b.store(v, b.bitcast(b.gep(dst8, [at], inbounds=True), vt8.as_pointer()), align=1)
+            b.store(b.add(b.load(acc), b.zext(v, vt32)), acc)
+        total = hsum(k, b.load(acc))
+    for i in range(nchunks * width, kk):
+        v = b.load(b.gep(src_ptr, [b.add(src_index, k.index(i), flags=("nsw",))], inbounds=True))
+        if flip:
+            v = b.xor(v, ir.Constant(I8, 0x80))
+        b.store(v, b.gep(dst8, [k.index(i)], inbounds=True))
+        total = b.zext(v, I32) if total is None else b.add(total, b.zext(v, I32))
+    for i in range(kk, -(-kk // 4) * 4):
+        b.store(ir.Constant(I8, 0), b.gep(dst8, [k.index(i)], inbounds=True))
     return total

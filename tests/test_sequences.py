@@ -354,3 +354,16 @@ def test_build_and_run_artifact_under_qemu_aarch64(tmp_path):
         np.testing.assert_allclose(got[f"ys.{k}"], want[0][k], rtol=1e-6)
     for k in range(3):
         np.testing.assert_allclose(np.asarray(got[f"parts.{k}"]).reshape(3), want[1][k], rtol=1e-6)
+
+
+@on_x86
+def test_loop_without_iterations_passes_the_sequence_through():
+    a = floats(2)
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("SequenceInsert", ["s_in", "a"], ["s_out"])], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), seq_info("s_in")],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), seq_info("s_out")])
+    m = make_model([const("n", np.int64(0)), const("go", np.array(True)), helper.make_node("SequenceConstruct", ["a"], ["s0"]),
+                    helper.make_node("Loop", ["n", "go", "s0"], ["s"], body=body)], [tensor_info("a", a)], [seq_info("s")])
+    check(m, {"a": a})

@@ -404,6 +404,20 @@ def expand(node: onnx.NodeProto, node_name: str, tensors: dict, structs: dict, u
         return bld.nodes
     if op == "Loop":
         expanded = expand_loop(node, node_name, tensors, opset)
+        body = _attr(node, "body")
+        carried = ins[2:]
+        trip = tensors.get(ins[0]) if ins and ins[0] else None
+        go = tensors.get(ins[1]) if len(ins) > 1 and ins[1] else None
+        if (expanded is None and trip is not None and trip.is_const and (go is None or go.is_const)
+                and (int(np.ravel(trip.value)[0]) <= 0 or (go is not None and not bool(np.ravel(go.value)[0])))
+                and len(body.output) == 1 + len(carried)):  # no iteration: the outputs are the initial values
+            for src, o in zip(carried, outs):
+                v = value(src)
+                if o and isinstance(v, str):
+                    bld.add("Identity", [v], [o])
+                elif o:
+                    structs[o] = v
+            return bld.nodes
         if expanded is None:
             raise _unresolved(outs[0], node_name, "Loop", "it carries sequences/optionals, so its trip count and "
                               "condition must be known at build time")

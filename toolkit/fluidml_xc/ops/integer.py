@@ -557,12 +557,14 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
 
 def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
     """2-D ConvInteger/QLinearConv as the blocked int8 GEMM (qgemm.py) per output row: output channels
-    are the GEMM rows (constant weights minus their zero points, packed at build time as int16 k-pairs,
-    a k-pair being two input channels at one kernel tap), a block of NR output columns the GEMM columns,
-    packed per row (im2col of NR pixels, minus x's zero point, 0 for padding) into an int16 stack
-    buffer and reused by every channel block. Blocks whose taps all read inside the row load vectors
-    (a run loop); the edge blocks are emitted one by one with the valid lanes known at build time.
-    quant = (x_s, w_s, y_s, y_zp) for QLinearConv. Returns False when the shapes do not fit."""
+    are the GEMM rows (constant weights packed at build time), a block of NR output columns the GEMM
+    columns, packed per row (im2col of NR pixels) into a stack buffer reused by every channel block.
+    A k-group is G input channels at one kernel tap: G = 2 (int16 k-pairs: x - x_zp, 0 for padding;
+    weights - w_zp) or, with VNNI, G = 4 (uint8 k-quads: x with int8's top bit flipped, x_zp for
+    padding; int8 weights - w_zp, then acc - zu * sum(weights) per channel). Blocks whose taps all
+    read inside the row load vectors (a run loop); the edge blocks are emitted one by one with their
+    valid lanes known at build time. quant = (x_s, w_s, y_s, y_zp) for QLinearConv. Returns False when
+    the shapes do not fit."""
     out = k.outputs[0]
     if x.rank != 4 or w.value is None or not (qgemm.row_major(x) and qgemm.row_major(out)):
         return False
@@ -582,36 +584,65 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
             return False
     cfg = qgemm.config(k)
     if cfg.x86 and cfg.lanes == 16 and ow_n <= 16:
-        cfg = qgemm.Config(True, 16, 8, 1)
-    cp = (cg + 1) // 2
-    kp = taps * cp
+        cfg = qgemm.Config(True, 16, 8, 1, cfg.quad)
+    wv = np.asarray(w.value).astype(np.int32).reshape(m_out, cg, taps)
+    wz = np.zeros(m_out, np.int32) if w_zp is None else np.broadcast_to(np.asarray(w_zp.value).reshape(-1).astype(np.int32), (m_out,))
+    wv = wv - wz[:, None, None]
+    quad = cfg.quad and wv.min() >= -128 and wv.max() <= 127
+    if cfg.quad and not quad:
+        cfg = qgemm.Config(cfg.x86, cfg.lanes, cfg.mr, cfg.nv, False)
+    G = 4 if quad else 2
+    cgr = -(-cg // G)
+    kgroups = taps * cgr
     L, nr = cfg.lanes, cfg.nr
-    if kp * nr * 4 > MAX_PACK_BYTES:
+    if kgroups * nr * 2 * G > MAX_PACK_BYTES:
         return False
     b = k.b
     ih_n, iw_n = x.shape[2], x.shape[3]
     (s_h, s_w), (d_h, d_w), (p_h, p_w) = strides, dilations, begins
-    # weights: [M][KP] int32 k-pairs, k-pair (tap t, channel pair j) at t * cp + j
-    wv = np.asarray(w.value).astype(np.int32).reshape(m_out, cg, taps)
-    if w_zp is not None:
-        wv = wv - np.broadcast_to(np.asarray(w_zp.value).reshape(-1).astype(np.int32), (m_out,))[:, None, None]
-    wpad = np.zeros((m_out, 2 * cp, taps), np.int32)
+    # weights: [M][k-groups][G], k-group (tap t, channel group j) at t * cgr + j
+    wpad = np.zeros((m_out, G * cgr, taps), np.int32)
     wpad[:, :cg] = wv
-    wk = wpad.reshape(m_out, cp, 2, taps).transpose(0, 3, 1, 2).reshape(m_out, 2 * kp).astype(np.int16)
-    wpack = k.constant_array(qgemm.pack_a_rows(wk, cfg))
+    wk = wpad.reshape(m_out, cgr, G, taps).transpose(0, 3, 1, 2).reshape(m_out, G * kgroups)
+    if quad:
+        wpack = k.constant_array(np.ascontiguousarray(wk.astype(np.int8)).view(np.int32))
+        wsum_ptr = k.constant_array(wv.sum(axis=(1, 2)).astype(np.int32))
+    else:
+        wpack = k.constant_array(qgemm.pack_a_rows(wk.astype(np.int16), cfg))
     if quant is not None:
         mult = _multipliers(k, [x_s, w_s, y_s], m_out, m_out, 1)
         y_zero = _y_zero(k, y_zp, L)
     bias_acc = _param_access(k, bias, "B", 1, 0, m_out) if bias is not None else None
+    elem = ir.IntType(8 if quad else 16)
     with b.goto_entry_block():
-        xpack = b.alloca(ir.IntType(16), size=ir.Constant(ir.IntType(32), kp * 2 * nr))
-    x_zero = None
+        xpack = b.alloca(elem, size=ir.Constant(ir.IntType(32), kgroups * G * nr))
+    flip = quad and x.dtype.kind != "u"
     if x_zp is not None:
-        x_zero = qgemm.ext16(k, k.load(x_zp.identity_access(), [k.index(0)] * x_zp.rank), x_zp.dtype)
-    i16v = ir.VectorType(ir.IntType(16), nr)
-    zero_v = ir.Constant(i16v, None)
-    x_zero_v = k.splat(x_zero, nr) if x_zero is not None else None
-    interleave = ir.Constant(ir.VectorType(ir.IntType(32), 2 * nr), [i // 2 + (nr if i % 2 else 0) for i in range(2 * nr)])
+        zraw = k.load(x_zp.identity_access(), [k.index(0)] * x_zp.rank)
+        x_zero = b.xor(zraw, ir.Constant(ir.IntType(8), 0x80)) if flip else (zraw if quad else qgemm.ext16(k, zraw, x_zp.dtype))
+    else:
+        x_zero = ir.Constant(ir.IntType(8), 0x80 if flip else 0) if quad else None
+    vec_t = ir.VectorType(elem, nr)
+    zero_v = ir.Constant(vec_t, None)
+    pad_v = k.splat(x_zero, nr) if quad else zero_v  # what padding packs as
+    x_zero_v = k.splat(x_zero, nr) if (x_zero is not None and not quad) else None
+    flip_v = ir.Constant(vec_t, [ir.Constant(ir.IntType(8), 0x80)] * nr) if flip else None
+    if quad:
+        zu32 = b.zext(x_zero, ir.IntType(32))
+
+    def pairs(u, v):
+        """Two vectors of n lanes -> u0 v0 u1 v1 ..."""
+        n = u.type.count
+        mask = [i // 2 + (n if i % 2 else 0) for i in range(2 * n)]
+        return b.shuffle_vector(u, v, ir.Constant(ir.VectorType(ir.IntType(32), 2 * n), mask))
+
+    def interleave(vs):
+        """G vectors of nr lanes -> one of G * nr: lane 0 of every vector, then lane 1, ..."""
+        if len(vs) == 2:
+            return pairs(vs[0], vs[1])
+        w16 = ir.VectorType(ir.IntType(16), nr)
+        both = pairs(b.bitcast(pairs(vs[0], vs[1]), w16), b.bitcast(pairs(vs[2], vs[3]), w16))
+        return b.bitcast(both, ir.VectorType(ir.IntType(8), 4 * nr))
 
     def col_range(kw):
         """Output columns whose tap kw reads inside the row: [lo, hi)."""
@@ -627,11 +658,21 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
     j_lo, j_hi = (interior[0], interior[-1] + 1) if interior else (0, 0)
     edges = [j for j in range(blocks) if not j_lo <= j < j_hi]
 
+    def value(raw):
+        """Loaded int8/uint8 lanes -> packed element lanes."""
+        if quad:
+            return b.xor(raw, flip_v if isinstance(raw.type, ir.VectorType) else ir.Constant(ir.IntType(8), 0x80)) if flip else raw
+        v = qgemm.ext16(k, raw, x.dtype)
+        if x_zero is not None:
+            v = b.sub(v, x_zero_v if isinstance(raw.type, ir.VectorType) else x_zero)
+        return v
+
     def pack(ni, g, oh, ow0, static_ow0):
-        """xpack[kp][nr][2] for output row oh, columns ow0..ow0+nr-1."""
-        with k.for_range(cp) as j:
-            c0 = b.add(b.mul(g, k.index(cg)), b.mul(j, k.index(2)))
-            has_c1 = b.icmp_signed("<", b.add(b.mul(j, k.index(2)), k.index(1)), k.index(cg)) if cg % 2 else None
+        """xpack[k-group][nr][G] for output row oh, columns ow0..ow0+nr-1."""
+        with k.for_range(cgr) as j:
+            c0 = b.add(b.mul(g, k.index(cg)), b.mul(j, k.index(G)))
+            has = [None] + [b.icmp_signed("<", b.add(b.mul(j, k.index(G)), k.index(i)), k.index(cg)) if cg % G else None
+                            for i in range(1, G)]
             for kh in range(kh_n):
                 ih = b.add(b.mul(oh, k.index(s_h)), k.index(kh * d_h - p_h))
                 row_ok = b.and_(b.icmp_signed(">=", ih, k.index(0)), b.icmp_signed("<", ih, k.index(ih_n)))
@@ -639,47 +680,51 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                 base0 = b.add(b.mul(b.add(b.mul(ni, k.index(x.shape[1])), c0), k.index(ih_n * iw_n)), b.mul(ih_c, k.index(iw_n)))
                 for kw, (off, lo, hi) in enumerate(cols):
                     vecs = []
-                    for ch in range(2):
+                    for ch in range(G):
                         base = b.add(base0, k.index(ch * ih_n * iw_n)) if ch else base0
-                        if ch and has_c1 is not None:  # the last pair of an odd channel count: clamp, masked below
-                            base = b.select(has_c1, base, base0)
+                        if has[ch] is not None:  # past the last channel: clamp, masked below
+                            base = b.select(has[ch], base, base0)
                         if static_ow0 is None:  # interior: every lane inside the row
                             start = b.add(base, b.add(b.mul(ow0, k.index(s_w)), k.index(off)))
                             if s_w == 1:
                                 v = k.vload(x.ptr, x.dtype, start, nr)
                             else:
-                                span = s_w * (nr - 1) + 1
-                                raw = k.vload(x.ptr, x.dtype, start, span)
+                                raw = k.vload(x.ptr, x.dtype, start, s_w * (nr - 1) + 1)
                                 v = b.shuffle_vector(raw, raw, ir.Constant(ir.VectorType(ir.IntType(32), nr), [s_w * i for i in range(nr)]))
-                            v = qgemm.ext16(k, v, x.dtype)
-                            if x_zero_v is not None:
-                                v = b.sub(v, x_zero_v)
+                            v = value(v)
                         else:
-                            v = zero_v
+                            v = pad_v
                             for lane in range(nr):
                                 ow = static_ow0 + lane
-                                if not lo <= ow < hi:
-                                    continue
-                                e = qgemm.ext16(k, k.load_ptr(x.ptr, x.dtype, b.add(base, k.index(ow * s_w + off))), x.dtype)
-                                if x_zero is not None:
-                                    e = b.sub(e, x_zero)
-                                v = b.insert_element(v, e, ir.Constant(ir.IntType(32), lane))
-                        if ch and has_c1 is not None:
-                            v = b.select(has_c1, v, zero_v)
+                                if lo <= ow < hi:
+                                    e = value(k.load_ptr(x.ptr, x.dtype, b.add(base, k.index(ow * s_w + off))))
+                                    v = b.insert_element(v, e, ir.Constant(ir.IntType(32), lane))
+                        if has[ch] is not None:
+                            v = b.select(has[ch], v, zero_v)
                         vecs.append(v)
-                    pair = b.select(row_ok, b.shuffle_vector(vecs[0], vecs[1], interleave), ir.Constant(ir.VectorType(ir.IntType(16), 2 * nr), None))
-                    at = b.add(b.mul(k.index(kh * kw_n + kw), k.index(cp)), j)
-                    dst = b.gep(xpack, [b.mul(at, k.index(2 * nr))], inbounds=True)
-                    b.store(pair, b.bitcast(dst, pair.type.as_pointer()), align=2)
+                    packed = interleave(vecs)
+                    fill = k.splat(x_zero, G * nr) if quad else ir.Constant(packed.type, None)  # a padding row
+                    packed = b.select(row_ok, packed, fill)
+                    at = b.add(b.mul(k.index(kh * kw_n + kw), k.index(cgr)), j)
+                    dst = b.gep(xpack, [b.mul(at, k.index(G * nr))], inbounds=True)
+                    b.store(packed, b.bitcast(dst, packed.type.as_pointer()), align=1)
 
     def channels(ni, g, oh, ow0, count):
         def block(m0, mr):
-            accs = qgemm.micro_kernel(k, cfg, mr, lambda r: b.gep(wpack, [b.mul(b.add(m0, k.index(r)), k.index(kp))], inbounds=True),
-                                      xpack, ir.IntType(16), kp)
+            row = lambda r: b.gep(wpack, [b.mul(b.add(m0, k.index(r)), k.index(kgroups))], inbounds=True)  # noqa: E731
+            if quad:
+                accs = qgemm.quad_kernel(k, cfg, mr, row, xpack, kgroups, False)
+            else:
+                accs = qgemm.micro_kernel(k, cfg, mr, row, xpack, ir.IntType(16), kgroups)
             for r in range(mr):
                 mi = b.add(m0, k.index(r)) if r else m0
-                extra = k.splat(k.load(bias_acc, [mi]), L) if bias_acc is not None and bias.size > 1 else \
-                    (k.splat(k.load(bias_acc, [k.index(0)]), L) if bias_acc is not None else None)
+                extra = None
+                if bias_acc is not None:
+                    extra = k.load(bias_acc, [mi if bias.size > 1 else k.index(0)])
+                if quad:
+                    corr = b.neg(b.mul(zu32, k.load_ptr(wsum_ptr, np.int32, mi)))
+                    extra = corr if extra is None else b.add(extra, corr)
+                extra = k.splat(extra, L) if extra is not None else None
                 mul_v = k.splat(k.load_ptr(mult, np.float64, mi), L) if quant is not None else None
                 row_at = b.mul(b.add(b.mul(ni, k.index(m_out)), mi), k.index(oh_n * ow_n))
                 row_at = b.add(row_at, b.mul(oh, k.index(ow_n)))

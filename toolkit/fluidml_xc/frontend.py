@@ -6,6 +6,7 @@ implementation of every ONNX op.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import re
 import warnings
@@ -517,7 +518,23 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
                 raise InputError(folder.unresolved[element])
             flat_nodes.append(helper.make_node("Identity", [element], [flat], name=f"{vi.name}/{k}"))
             outputs.append(flat)
+    # an element computed by a node for this output alone is renamed (its node writes the output buffer);
+    # the others (graph inputs, constants, tensors used twice or also plain outputs) are copied by an Identity
+    producers = {o: n for n in nodes for o in n.outputs if o}
+    uses = collections.Counter(n.input[0] for n in flat_nodes)
     for onnx_node in flat_nodes:
+        element, flat = onnx_node.input[0], onnx_node.output[0]
+        producer = producers.get(element)
+        if (producer is not None and uses[element] == 1 and element not in outputs and element in tensors
+                and not tensors[element].is_const):
+            producer.outputs = [flat if o == element else o for o in producer.outputs]
+            for node in nodes:
+                node.inputs = [flat if i == element else i for i in node.inputs]
+            t = tensors[element]
+            tensors[flat] = Tensor(flat, t.dtype, t.shape)
+            if element in folder.dynamic:
+                folder.dynamic[flat] = folder.dynamic[element]
+            continue
         if not folder.visit(onnx_node, {}):
             nodes.append(Node("Identity", onnx_node.name, list(onnx_node.input), list(onnx_node.output), {}, ""))
     for out in outputs:

@@ -31,6 +31,21 @@ def q(dtype, shape):
     return rng.integers(info.min, info.max + 1, shape).astype(dtype)
 
 
+ISAS = {"host": None, "avx2": {"+avx2", "+avx"}, "sse2": {"+sse2"}}
+
+
+@pytest.fixture(params=list(ISAS))
+def isa(request, monkeypatch):
+    """The x86 kernel variants on this host: as the host has it (VNNI where present), pmaddwd on AVX2, SSE2."""
+    from fluidml_xc.ops import qgemm
+    if ISAS[request.param] is not None:
+        host = qgemm._host_flags()
+        if not ISAS[request.param] <= host:
+            pytest.skip(f"host lacks {request.param}")
+        monkeypatch.setattr(qgemm, "_host_flags", lambda: frozenset(ISAS[request.param]))
+    return request.param
+
+
 def jit_run(m, feeds):
     from fluidml_xc.backend import compile_model
     fn = compile_model(m, "x86_64")
@@ -86,14 +101,14 @@ def matmul_model(case):
 
 @on_x86
 @pytest.mark.parametrize("case", range(len(MATMUL_CASES)))
-def test_matmul_blocked(case):
+def test_matmul_blocked(case, isa):
     for m, feeds, want in matmul_model(MATMUL_CASES[case]):
         check(jit_run(m, feeds), want)
 
 
 @on_x86
 @pytest.mark.parametrize("scale_dtype", [np.float32, np.float16])
-def test_qlinear_matmul_runtime_scales(scale_dtype):
+def test_qlinear_matmul_runtime_scales(scale_dtype, isa):
     a, bmat = q(np.uint8, (11, 19)), q(np.int8, (19, 37))
     feeds = {"a": a, "a_s": np.array([0.021], scale_dtype), "y_s": np.array([0.37], scale_dtype)}
     consts = {"b": bmat, "a_zp": np.array([131], np.uint8), "b_s": rng.uniform(0.01, 0.05, 37).astype(scale_dtype),
@@ -131,7 +146,7 @@ def conv_model(case, per_channel=True):
 
 @on_x86
 @pytest.mark.parametrize("case", range(len(CONV_CASES)))
-def test_conv_blocked(case):
+def test_conv_blocked(case, isa):
     m, feeds = conv_model(CONV_CASES[case])
     check(jit_run(m, feeds), reference(m, feeds))
 
@@ -156,7 +171,7 @@ def _qlinear_conv_oracle(x, xzp, w, wzp, bias, xs, ws, ys, yzp, pads):
 
 @on_x86
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])
-def test_qlinear_conv_per_channel_w_zero_point(xdt):
+def test_qlinear_conv_per_channel_w_zero_point(xdt, isa):
     x, w = q(xdt, (1, 7, 9, 37)), q(np.int8, (10, 7, 3, 3))
     wzp, xzp, yzp = q(np.int8, (10,)), q(xdt, ()), q(xdt, ())
     ws = rng.uniform(0.002, 0.02, 10).astype(np.float32)

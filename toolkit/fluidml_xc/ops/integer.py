@@ -658,6 +658,8 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
     j_lo, j_hi = (interior[0], interior[-1] + 1) if interior else (0, 0)
     edges = [j for j in range(blocks) if not j_lo <= j < j_hi]
 
+    x_pass = k.splat(zraw, 1) if x_zp is not None else ir.Constant(ir.IntType(8), 0)  # padding before value()
+
     def value(raw):
         """Loaded int8/uint8 lanes -> packed element lanes."""
         if quad:
@@ -692,13 +694,22 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                                 raw = k.vload(x.ptr, x.dtype, start, s_w * (nr - 1) + 1)
                                 v = b.shuffle_vector(raw, raw, ir.Constant(ir.VectorType(ir.IntType(32), nr), [s_w * i for i in range(nr)]))
                             v = value(v)
-                        else:
-                            v = pad_v
-                            for lane in range(nr):
-                                ow = static_ow0 + lane
-                                if lo <= ow < hi:
-                                    e = value(k.load_ptr(x.ptr, x.dtype, b.add(base, k.index(ow * s_w + off))))
-                                    v = b.insert_element(v, e, ir.Constant(ir.IntType(32), lane))
+                        else:  # an edge block: a masked load of the lanes inside the row (known now)
+                            valid = [lo <= static_ow0 + lane < hi for lane in range(nr)]
+                            if not any(valid):
+                                v = pad_v
+                            else:
+                                first = valid.index(True)
+                                span = s_w * (nr - 1) + 1
+                                mask = [False] * span
+                                for lane in range(nr):
+                                    mask[lane * s_w] = valid[lane]
+                                start = b.add(base, k.index((static_ow0 + first) * s_w + off))
+                                raw = _masked_load(k, x.ptr, start, -first * s_w, mask[first * s_w:] + [False] * (first * s_w),
+                                                   x_pass)
+                                if s_w != 1:
+                                    raw = b.shuffle_vector(raw, raw, ir.Constant(ir.VectorType(ir.IntType(32), nr), [s_w * i for i in range(nr)]))
+                                v = value(raw)
                         if has[ch] is not None:
                             v = b.select(has[ch], v, zero_v)
                         vecs.append(v)
@@ -755,6 +766,27 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
             pack(ni, g, oh, k.index(jb * nr), jb * nr)
             channels(ni, g, oh, k.index(jb * nr), min(nr, ow_n - jb * nr))
     return True
+
+
+def _masked_load(k, ptr, first_index, shift: int, mask: list, passthru_scalar):
+    """Lanes l (mask[l - shift] true, shifted so lane `shift`.. start at ptr[first_index]) of bytes, others passthru.
+
+    Only the bytes of true mask lanes are read (llvm.masked.load), counted from ptr[first_index] for
+    the first true lane; the vector returned has the lanes in their block positions (shift <= 0)."""
+    b = k.b
+    n = len(mask)
+    vt = ir.VectorType(ir.IntType(8), n)
+    name = f"llvm.masked.load.v{n}i8.p0v{n}i8"
+    fn = k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32), ir.VectorType(ir.IntType(1), n), vt]), name)
+    at = b.bitcast(b.gep(ptr, [first_index]), vt.as_pointer())
+    m = ir.Constant(ir.VectorType(ir.IntType(1), n), [ir.Constant(ir.IntType(1), int(x)) for x in mask])
+    loaded = b.call(fn, [at, ir.Constant(ir.IntType(32), 1), m, k.splat(passthru_scalar, n)])
+    if shift == 0:
+        return loaded
+    # lane j of the result = loaded[j + shift] (shift < 0: the first -shift lanes are passthru)
+    pad = k.splat(passthru_scalar, n)
+    idx = [j + shift if j + shift >= 0 else n + j for j in range(n)]
+    return b.shuffle_vector(loaded, pad, ir.Constant(ir.VectorType(ir.IntType(32), n), idx))
 
 
 def _conv_points(k, x, w, x_zp, w_zp, bias, epilogue):

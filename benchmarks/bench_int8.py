@@ -134,7 +134,7 @@ def hand_quantized_cnn():
         prev, cin = f"q{i + 1}", cout
     nodes += [helper.make_node("DequantizeLinear", [prev, "ys5", "yz5"], ["f"]), helper.make_node("GlobalAveragePool", ["f"], ["y"])]
     x = rng.uniform(0, 1, (1, 3, 64, 64)).astype(np.float32)
-    return make(nodes, {"x": x}, ["y"], consts), {"x": x}
+    return make(nodes, {"x": x}, ["y"], consts, opset=21), {"x": x}
 
 
 CASES = {
@@ -201,7 +201,10 @@ def main():
             sess.run(None, feeds)
         ours()
         want = sess.run(None, feeds)
-        ref = ReferenceEvaluator(model).run(None, feeds)
+        try:
+            ref = ReferenceEvaluator(model).run(None, feeds)
+        except RuntimeError:  # onnx.reference lacks an old opset's kernel: ORT's outputs instead
+            ref = want
         if all(np.array_equal(o, r) for o, r in zip(outs, ref)):
             check = "exact"
         elif all(o.dtype.kind == "f" for o in outs):  # a float tail (GlobalAveragePool): summation order

@@ -9,12 +9,18 @@ Table: latency ratio (ours / ORT, median after warm-up) per mode, planned arena 
 bound, the live peak and the no-reuse size, runner peak RSS against ORT's process RSS growth
 (VmHWM/VmRSS after creating the session and one run, minus the same after importing onnxruntime, in a
 fresh subprocess). A model argument that names an example (e.g. tiny_transformer) builds that example.
+
+--rounds R (for a loaded machine): every mode is built first, then R rounds each time ONNX Runtime and
+every mode's runner (`--runs` runs each, order rotating per round); a ratio is the median over
+rounds of that round's ratio, so load that changes between rounds cancels. Built artifacts are
+deleted after each model.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,32 +127,61 @@ def main() -> int:
     ap.add_argument("--board", default=None)
     ap.add_argument("--costs", default="analytic", choices=("analytic", "measure"))
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds of ORT and every mode (median of per-round ratios)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     rows = []
     work = Path(tempfile.mkdtemp(prefix="fxc-bench-build-"))
     for name, path, feeds in model_cases(args.models, args.light):
         row = {"model": name}
+        session = None
         try:
             session = ort_session(path)
-            row["ort_ms"] = median_latency_ms(session, feeds, args.runs, args.warmup)
-            del session
             row["ort_rss_growth"] = ort_rss_growth(path, feeds)
         except Exception as exc:  # noqa: BLE001
             row["ort_error"] = str(exc).splitlines()[0][:80]
+        built = {}
         for mode in modes:
             try:
                 res = build_model(path, BuildOptions(board=args.board, out_dir=work / f"{name}-{mode}", opt=mode, costs=args.costs,
                                                      profile_runner=False, record_last=False))
-                bench = runner_bench(res.artifact, feeds, args.runs, args.warmup)
+                built[mode] = res
                 mem = res.manifest["memory"]
-                row[mode] = {"ms": bench["median_ms"], "rss": bench["peak_rss_bytes"], "arena": mem["arena_bytes"],
+                row[mode] = {"arena": mem["arena_bytes"],
                              "lb": mem["lower_bound_bytes"], "peak": mem["live_peak_bytes"], "naive": mem["naive_bytes"],
                              "strategy": mem["strategy"], "build_s": res.seconds,
                              "optimizer_s": res.manifest.get("optimizer", {}).get("seconds", 0.0),
-                             "non_row_major": len(res.manifest.get("optimizer", {}).get("non_row_major", {}))}
+                             "non_row_major": len(res.manifest.get("optimizer", {}).get("non_row_major", {})), "rounds_ms": []}
             except Exception as exc:  # noqa: BLE001
                 row[mode] = {"error": str(exc).splitlines()[0][:100]}
+        ort_rounds = []
+        players = (["ort"] if session is not None else []) + list(built)
+        for r in range(max(1, args.rounds)):
+            for who in players[r % len(players):] + players[:r % len(players)] if players else []:
+                try:
+                    if who == "ort":
+                        ort_rounds.append(median_latency_ms(session, feeds, args.runs, args.warmup))
+                    else:
+                        bench = runner_bench(built[who].artifact, feeds, args.runs, args.warmup)
+                        row[who]["rounds_ms"].append(bench["median_ms"])
+                        row[who]["rss"] = bench["peak_rss_bytes"]
+                except Exception as exc:  # noqa: BLE001
+                    if who == "ort":
+                        row["ort_error"], session = str(exc).splitlines()[0][:80], None
+                        players.remove("ort")
+                    else:
+                        row[who] = {"error": str(exc).splitlines()[0][:100]}
+                        built.pop(who)
+                        players.remove(who)
+        del session
+        if ort_rounds:
+            row["ort_ms"] = float(np.median(ort_rounds))
+        for mode in built:
+            ms = row[mode]["rounds_ms"]
+            row[mode]["ms"] = float(np.median(ms))
+            if len(ort_rounds) == len(ms):
+                row[mode]["ratio"] = float(np.median(np.array(ms) / np.array(ort_rounds)))
+        shutil.rmtree(work, ignore_errors=True)
         rows.append(row)
         print_row(row, modes, header=len(rows) == 1)
     if args.json:
@@ -164,7 +199,7 @@ def print_row(row: dict, modes: list[str], header: bool) -> None:
     cells = [row["model"], f"{ort:.3f}" if ort else row.get("ort_error", "-")]
     for m in modes:
         r = row.get(m, {})
-        cells.append(f"{r['ms'] / ort:.2f}" if "ms" in r and ort else r.get("error", "-")[:40])
+        cells.append(f"{r.get('ratio', r['ms'] / ort):.2f}" if "ms" in r and ort else r.get("error", "-")[:40])
     best = row.get("fluid") or row.get(modes[-1], {})
     if "ms" in best:
         cells += [f"{best['ms']:.3f}", f"{best['arena'] / 1024:.1f}", f"{best['arena'] / max(best['lb'], 1):.3f}",

@@ -191,6 +191,6 @@ def test_blocked_int8_cross(board, tmp_path):
     for case in (1, 2):
         for j, (mm, mfeeds, want) in enumerate(matmul_model(MATMUL_CASES[case])):
             check(compile_and_run(mm, mfeeds, tmp_path / f"mm{case}{j}", board, profile_runner=False), want)
-    for i in (1, 2):
+    for i in (1, 2, 5):  # row blocks (interior + edges), a strided grouped conv, pixel blocks across rows
         cm, cfeeds = conv_model(CONV_CASES[i])
         check(compile_and_run(cm, cfeeds, tmp_path / f"c{i}", board, profile_runner=False), reference(cm, cfeeds))

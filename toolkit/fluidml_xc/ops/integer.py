@@ -152,7 +152,11 @@ def _y_zero(k, y_zp, lanes):
     return k.splat(v, lanes)
 
 
-MAX_PACK_BYTES = 1 << 19
+MAX_FLAT_BLOCKS = 16
+"""Outputs narrower than a column block pack blocks of pixels across rows, each emitted on its own,
+up to this many blocks per plane (else row by row)."""
+
+MAX_PACK_BYTES = 1 << 18
 """Largest run-time pack (stack) of the blocked int8 kernels; bigger operands take the plain loops."""
 
 
@@ -720,7 +724,56 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                     dst = b.gep(xpack, [b.mul(at, k.index(G * nr))], inbounds=True)
                     b.store(packed, b.bitcast(dst, packed.type.as_pointer()), align=1)
 
-    def channels(ni, g, oh, ow0, count):
+    def pack_lanes(ni, g, positions):
+        """xpack[k-group][nr][G] for the pixels positions[lane] = (oh, ow) (None: past the plane), all
+        known at build time: per tap, one masked load per run of lanes in one output row."""
+        segments = {}
+        for lane, pos in enumerate(positions):
+            if pos is not None:
+                segments.setdefault(pos[0], []).append((lane, pos[1]))
+        with k.for_range(cgr) as j:
+            c0 = b.add(b.mul(g, k.index(cg)), b.mul(j, k.index(G)))
+            has = [None] + [b.icmp_signed("<", b.add(b.mul(j, k.index(G)), k.index(i)), k.index(cg)) if cg % G else None
+                            for i in range(1, G)]
+            plane0 = b.mul(b.add(b.mul(ni, k.index(x.shape[1])), c0), k.index(ih_n * iw_n))
+            for kh in range(kh_n):
+                for kw, (off, _, _) in enumerate(cols):
+                    vecs = []
+                    for ch in range(G):
+                        base = b.add(plane0, k.index(ch * ih_n * iw_n)) if ch else plane0
+                        if has[ch] is not None:
+                            base = b.select(has[ch], base, plane0)
+                        v = pad_v
+                        for oh, lanes in segments.items():
+                            ih = oh * s_h + kh * d_h - p_h
+                            if not 0 <= ih < ih_n:
+                                continue
+                            inside = [(lane, ow * s_w + off) for lane, ow in lanes if 0 <= ow * s_w + off < iw_n]
+                            if not inside:
+                                continue
+                            first = inside[0][1]
+                            span = max(nr, inside[-1][1] - first + 1)
+                            mask = [False] * span
+                            for _, iw in inside:
+                                mask[iw - first] = True
+                            raw = _masked_load(k, x.ptr, b.add(base, k.index(ih * iw_n + first)), 0, mask, x_pass)
+                            sel = [0] * nr
+                            for lane, iw in inside:
+                                sel[lane] = iw - first
+                            moved = b.shuffle_vector(raw, raw, ir.Constant(ir.VectorType(ir.IntType(32), nr), sel))
+                            lane_set = {lane for lane, _ in inside}
+                            keep = ir.Constant(ir.VectorType(ir.IntType(1), nr), [ir.Constant(ir.IntType(1), int(l in lane_set)) for l in range(nr)])
+                            v = b.select(keep, value(moved), v)
+                        if has[ch] is not None:
+                            v = b.select(has[ch], v, zero_v)
+                        vecs.append(v)
+                    packed = interleave(vecs)
+                    at = b.add(b.mul(k.index(kh * kw_n + kw), k.index(cgr)), j)
+                    dst = b.gep(xpack, [b.mul(at, k.index(G * nr))], inbounds=True)
+                    b.store(packed, b.bitcast(dst, packed.type.as_pointer()), align=1)
+
+    def channels(ni, g, pix0, count):
+        """The GEMM of every channel block of group g against xpack; pixels pix0.. of each output plane."""
         def block(m0, mr):
             row = lambda r: b.gep(wpack, [b.mul(b.add(m0, k.index(r)), k.index(kgroups))], inbounds=True)  # noqa: E731
             if quad:
@@ -737,8 +790,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                     extra = corr if extra is None else b.add(extra, corr)
                 extra = k.splat(extra, L) if extra is not None else None
                 mul_v = k.splat(k.load_ptr(mult, np.float64, mi), L) if quant is not None else None
-                row_at = b.mul(b.add(b.mul(ni, k.index(m_out)), mi), k.index(oh_n * ow_n))
-                row_at = b.add(row_at, b.mul(oh, k.index(ow_n)))
+                row_at = b.add(b.mul(b.add(b.mul(ni, k.index(m_out)), mi), k.index(oh_n * ow_n)), pix0)
                 for v in range(cfg.nv):
                     c = count - v * L
                     if c <= 0:
@@ -748,7 +800,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                         acc = b.add(acc, extra)
                     if quant is not None:
                         acc = qgemm.requantize_vec(k, acc, mul_v, y_zero, out.dtype)
-                    qgemm.store_lanes(k, acc, out.ptr, b.add(row_at, b.add(ow0, k.index(v * L))), min(c, L), out.dtype)
+                    qgemm.store_lanes(k, acc, out.ptr, b.add(row_at, k.index(v * L)), min(c, L), out.dtype)
         g0 = b.mul(g, k.index(mg))
         if mg // cfg.mr:
             with k.for_range(mg // cfg.mr) as i:
@@ -756,15 +808,22 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         if mg % cfg.mr:
             block(b.add(g0, k.index(mg // cfg.mr * cfg.mr)), mg % cfg.mr)
 
+    if ow_n < nr and -(-oh_n * ow_n // nr) <= MAX_FLAT_BLOCKS:  # narrow rows: blocks of nr pixels across rows
+        plane = oh_n * ow_n
+        with k.for_range(n_batch) as ni, k.for_range(group) as g:
+            for p0 in range(0, plane, nr):
+                pack_lanes(ni, g, [divmod(p, ow_n) if p < plane else None for p in range(p0, p0 + nr)])
+                channels(ni, g, k.index(p0), min(nr, plane - p0))
+        return True
     with k.for_range(n_batch) as ni, k.for_range(group) as g, k.for_range(oh_n) as oh:
         if j_hi > j_lo:
             with k.for_range(j_hi, j_lo) as jb:
                 ow0 = b.mul(jb, k.index(nr))
                 pack(ni, g, oh, ow0, None)
-                channels(ni, g, oh, ow0, nr)
+                channels(ni, g, b.add(b.mul(oh, k.index(ow_n)), ow0), nr)
         for jb in edges:
             pack(ni, g, oh, k.index(jb * nr), jb * nr)
-            channels(ni, g, oh, k.index(jb * nr), min(nr, ow_n - jb * nr))
+            channels(ni, g, b.add(b.mul(oh, k.index(ow_n)), k.index(jb * nr)), min(nr, ow_n - jb * nr))
     return True
 
 

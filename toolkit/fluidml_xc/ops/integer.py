@@ -587,8 +587,8 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         if not (_size1(x_s) and _size1(y_s) and _size1(y_zp) and _per(w_s, m_out)):
             return False
     cfg = qgemm.config(k)
-    if cfg.x86 and cfg.lanes == 16 and ow_n <= 16:
-        cfg = qgemm.Config(True, 16, 8, 1, cfg.quad)
+    if cfg.x86 and cfg.lanes == 16:  # AVX-512: 8-lane vectors (32 registers: 8 x 2 accumulators), finer column
+        cfg = qgemm.Config(True, 8, 8, 2, cfg.quad)  # blocks (rows of 56 = 3 x 16 + 8) for the same multiply-adds per cycle
     wv = np.asarray(w.value).astype(np.int32).reshape(m_out, cg, taps)
     wz = np.zeros(m_out, np.int32) if w_zp is None else np.broadcast_to(np.asarray(w_zp.value).reshape(-1).astype(np.int32), (m_out,))
     wv = wv - wz[:, None, None]
@@ -776,10 +776,11 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         """The GEMM of every channel block of group g against xpack; pixels pix0.. of each output plane."""
         def block(m0, mr):
             row = lambda r: b.gep(wpack, [b.mul(b.add(m0, k.index(r)), k.index(kgroups))], inbounds=True)  # noqa: E731
+            nv = -(-count // L)  # a tail block computes only the vectors it stores
             if quad:
-                accs = qgemm.quad_kernel(k, cfg, mr, row, xpack, kgroups, False)
+                accs = qgemm.quad_kernel(k, cfg, mr, row, xpack, kgroups, False, nv)
             else:
-                accs = qgemm.micro_kernel(k, cfg, mr, row, xpack, ir.IntType(16), kgroups)
+                accs = qgemm.micro_kernel(k, cfg, mr, row, xpack, ir.IntType(16), kgroups, nv)
             for r in range(mr):
                 mi = b.add(m0, k.index(r)) if r else m0
                 extra = None
@@ -791,10 +792,8 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                 extra = k.splat(extra, L) if extra is not None else None
                 mul_v = k.splat(k.load_ptr(mult, np.float64, mi), L) if quant is not None else None
                 row_at = b.add(b.mul(b.add(b.mul(ni, k.index(m_out)), mi), k.index(oh_n * ow_n)), pix0)
-                for v in range(cfg.nv):
+                for v in range(nv):
                     c = count - v * L
-                    if c <= 0:
-                        continue
                     acc = accs[r][v]
                     if extra is not None:
                         acc = b.add(acc, extra)

@@ -71,12 +71,13 @@ def _splat(k, value, lanes):
     return k.splat(value, lanes)
 
 
-def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: int) -> list[list[ir.Value]]:
+def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: int, nv: int | None = None) -> list[list[ir.Value]]:
     """accs[r][v] (<L x i32>) = sum over kp k-pairs of A pack rows a_row(r, kp_index) (i32*) x B pack b_ptr.
 
-    a_row(r) returns the i32* of row r's k-pairs; b_ptr points at the block's [KP][NR * 2] elements."""
+    a_row(r) returns the i32* of row r's k-pairs; b_ptr points at the block's [KP][NR * 2] elements;
+    nv < cfg.nv computes only the first nv vectors of the block (a tail block)."""
     b = k.b
-    L, nv = cfg.lanes, cfg.nv
+    L, nv = cfg.lanes, nv or cfg.nv
     wide = ir.VectorType(I16, 2 * L)
     if cfg.x86:
         acc_t = ir.VectorType(I32, L)
@@ -231,11 +232,11 @@ def pack_row(k, src_ptr, src_dtype, src_index, kk: int, dst16, zero16, with_sum:
 #   sum (u - zu)(s - zs) = sum u*s - zu * sum s - zs * sum u + K * zu * zs
 # (every sum over the K real elements; the kernels fold the terms that are constants at build time).
 
-def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: bool) -> list[list[ir.Value]]:
+def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: bool, nv: int | None = None) -> list[list[ir.Value]]:
     """accs[r][v] (<L x i32>) = sum over kq k-quads of rows a_row(r) (i32*: 4 bytes per k-quad, broadcast)
-    x B pack b_ptr (i8*: [KQ][NR][4] bytes); rows_unsigned: the rows hold the uint8 operand."""
+    x B pack b_ptr (i8*: [KQ][NR][4] bytes); rows_unsigned: the rows hold the uint8 operand; nv as micro_kernel."""
     b = k.b
-    L, nv = cfg.lanes, cfg.nv
+    L, nv = cfg.lanes, nv or cfg.nv
     vt = ir.VectorType(I32, L)
     fn = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
     zero = ir.Constant(vt, None)

@@ -229,14 +229,13 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
         def col_block(nb_idx, count):
             n0 = b.mul(nb_idx, k.index(nr))
             bp = b.gep(bpack, [b.mul(nb_idx, k.index(kp * 2 * nr))], inbounds=True)
-            accs = qgemm.micro_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kp)]), bp, ir.IntType(8), kp)
+            nv = -(-count // L)
+            accs = qgemm.micro_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kp)]), bp, ir.IntType(8), kp, nv)
             for r in range(mr):
                 ri = b.add(r0, k.index(r)) if r else r0
                 row_sum = k.splat(b.load(b.gep(sums, [k.index(r)])), L) if coef is not None else None
-                for v in range(cfg.nv):
+                for v in range(nv):
                     c = count - v * L
-                    if c <= 0:
-                        continue
                     col = b.add(n0, k.index(v * L)) if v else n0
                     acc = accs[r][v]
                     if row_sum is not None:
@@ -318,15 +317,14 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
         def col_block(nb_idx, count):
             n0 = b.mul(nb_idx, k.index(nr))
             bp = b.gep(bpack, [b.mul(nb_idx, k.index(kq * 4 * nr))], inbounds=True)
-            accs = qgemm.quad_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kq)]), bp, kq, True)
+            nv = -(-count // L)
+            accs = qgemm.quad_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kq)]), bp, kq, True, nv)
             for r in range(mr):
                 ri = b.add(r0, k.index(r)) if r else r0
                 row_sum = k.splat(b.load(b.gep(sums, [k.index(r)])), L) if with_rowsum else None
                 zu = k.splat(b.load(b.gep(zus, [k.index(r)])), L) if const_zu is None else None
-                for v in range(cfg.nv):
+                for v in range(nv):
                     c = count - v * L
-                    if c <= 0:
-                        continue
                     col = b.add(n0, k.index(v * L)) if v else n0
                     acc = accs[r][v]
                     if corr_ptr is not None:

@@ -42,7 +42,7 @@ def isa(request, monkeypatch):
         host = qgemm._host_flags()
         if not ISAS[request.param] <= host:
             pytest.skip(f"host lacks {request.param}")
-        monkeypatch.setattr(qgemm, "_host_flags", lambda: frozenset(ISAS[request.param]))
+        monkeypatch.setattr(qgemm, "target_flags", lambda k: frozenset(ISAS[request.param]))
     return request.param
 
 
@@ -194,3 +194,15 @@ def test_blocked_int8_cross(board, tmp_path):
     for i in (1, 2, 5):  # row blocks (interior + edges), a strided grouped conv, pixel blocks across rows
         cm, cfeeds = conv_model(CONV_CASES[i])
         check(compile_and_run(cm, cfeeds, tmp_path / f"c{i}", board, profile_runner=False), reference(cm, cfeeds))
+
+
+def test_sdot_cross(tmp_path):
+    """aarch64 with +dotprod (rpi5: sdot k-quads), run under qemu-aarch64 (its default cpu has dotprod)."""
+    if not has_emulator("rpi5"):
+        pytest.skip("needs qemu-aarch64")
+    for case in (1, 2):
+        for j, (mm, mfeeds, want) in enumerate(matmul_model(MATMUL_CASES[case])):
+            check(compile_and_run(mm, mfeeds, tmp_path / f"mm{case}{j}", "rpi5", profile_runner=False), want)
+    for i in (0, 1, 2, 3):
+        cm, cfeeds = conv_model(CONV_CASES[i])
+        check(compile_and_run(cm, cfeeds, tmp_path / f"c{i}", "rpi5", profile_runner=False), reference(cm, cfeeds))

@@ -276,7 +276,7 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
     zs_pad = np.zeros(npad, np.int32)
     zs_pad[:n] = zs
     with_rowsum = bool(zs.any())
-    a_off = 128 if a.dtype.kind != "u" else 0
+    a_off = cfg.offset if cfg.flips(a.dtype) else 0
     const_zu = None
     if a_zp is None:
         const_zu = a_off
@@ -308,7 +308,7 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
     def row_block(r0, mr):
         for r in range(mr):
             ri = b.add(r0, k.index(r)) if r else r0
-            total = qgemm.pack_row_u8(k, a.ptr, a.dtype, b.mul(ri, k.index(kk)), kk, b.gep(apack8, [k.index(4 * kq * r)]), 4 * L)
+            total = qgemm.pack_row_u8(k, cfg, a.ptr, a.dtype, b.mul(ri, k.index(kk)), kk, b.gep(apack8, [k.index(4 * kq * r)]), 4 * L)
             if with_rowsum:
                 b.store(total, b.gep(sums, [k.index(r)]))
             if const_zu is None:
@@ -618,7 +618,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
     elem = ir.IntType(8 if quad else 16)
     with b.goto_entry_block():
         xpack = b.alloca(elem, size=ir.Constant(ir.IntType(32), kgroups * G * nr))
-    flip = quad and x.dtype.kind != "u"
+    flip = quad and cfg.flips(x.dtype)
     if x_zp is not None:
         zraw = k.load(x_zp.identity_access(), [k.index(0)] * x_zp.rank)
         x_zero = b.xor(zraw, ir.Constant(ir.IntType(8), 0x80)) if flip else (zraw if quad else qgemm.ext16(k, zraw, x_zp.dtype))
@@ -630,7 +630,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
     x_zero_v = k.splat(x_zero, nr) if (x_zero is not None and not quad) else None
     flip_v = ir.Constant(vec_t, [ir.Constant(ir.IntType(8), 0x80)] * nr) if flip else None
     if quad:
-        zu32 = b.zext(x_zero, ir.IntType(32))
+        zu32 = cfg.widen_flipped(k, x_zero, ir.IntType(32))
 
     def pairs(u, v):
         """Two vectors of n lanes -> u0 v0 u1 v1 ..."""

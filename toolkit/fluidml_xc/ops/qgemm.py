@@ -32,23 +32,49 @@ def _host_flags() -> frozenset:
     return frozenset(llvm.get_host_cpu_features().flatten().split(","))
 
 
+def target_flags(k) -> frozenset:
+    """The target's LLVM feature flags ("+avx2", "+dotprod", ...): the machine spec of the module
+    emitter whose constants the kernel writes (k.constant_data is its bound method); without one, the
+    host's on x86 (x86 boards build for "native") and none elsewhere."""
+    spec = getattr(getattr(k.constant_data, "__self__", None), "spec", None)
+    features = getattr(spec, "features", None)
+    if features is None:
+        return _host_flags() if str(k.module.triple).startswith(("x86_64", "i686", "i386")) else frozenset()
+    return frozenset(f.strip() for f in str(features).split(",") if f.strip())
+
+
 @dataclass(frozen=True)
 class Config:
     x86: bool
     lanes: int  # int32 lanes of one accumulator vector
     mr: int  # rows per register block
     nv: int  # accumulator vectors per row (columns per block = nv * lanes)
-    quad: bool = False  # x86 VNNI: vpdpbusd, uint8 x int8 in k-quads (see the quad functions below)
+    quad: bool = False  # k-quads of bytes: x86 VNNI (vpdpbusd, uint8 x int8) or aarch64 sdot (int8 x int8)
+    sdot: bool = False
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
+    def flips(self, dtype) -> bool:
+        """Whether a quad operand of `dtype` is stored with its top bit flipped (int8 -> uint8 for VNNI's
+        unsigned operand, uint8 -> int8 for sdot)."""
+        return (np.dtype(dtype).kind == "u") == self.sdot
+
+    @property
+    def offset(self) -> int:
+        """What flipping adds to a value: +128 (int8 -> uint8) or -128 (uint8 -> int8)."""
+        return -128 if self.sdot else 128
+
+    def widen_flipped(self, k, value, ty):
+        """A stored (flipped or not) byte as the int32 it stands for in the dot products."""
+        return k.b.sext(value, ty) if self.sdot else k.b.zext(value, ty)
+
 
 def config(k) -> Config:
     triple = str(k.module.triple)
+    flags = target_flags(k)
     if triple.startswith(("x86_64", "i686", "i386")):
-        flags = _host_flags()  # x86 boards build for the host cpu ("native")
         if "+avx2" in flags and k.vector_bits >= 256:
             if "+avx512bw" in flags and k.vector_bits >= 512:
                 return Config(True, 16, 6, 2, "+avx512vnni" in flags)
@@ -56,6 +82,8 @@ def config(k) -> Config:
         return Config(True, 4, 4, 2)
     lanes = max(1, k.vector_bits // 32)
     if triple.startswith("aarch64"):
+        if "+dotprod" in flags and lanes == 4:
+            return Config(False, 4, 4, 4, True, True)
         return Config(False, lanes, 4, 2)
     return Config(False, lanes, 2, 2)  # armv7: 16 q registers
 
@@ -226,8 +254,9 @@ def pack_row(k, src_ptr, src_dtype, src_index, kk: int, dst16, zero16, with_sum:
     return total
 
 
-# -- VNNI (x86 vpdpbusd): k-quads of uint8 x int8 -----------------------------------------------------------
-# The unsigned operand u = v + o_u (o_u = 128 for int8: the byte with its top bit flipped), the signed one
+# -- k-quads: x86 VNNI (vpdpbusd, uint8 x int8), aarch64 sdot (int8 x int8) ----------------------------------
+# The row operand u = v + o_u (VNNI: o_u = 128 for int8, sdot: -128 for uint8: the byte with its top bit
+# flipped; else 0), the signed one
 # s = v - o_s (o_s = 128 for uint8, or its zero point when v - zp fits int8). With zu = zp_u + o_u, zs = zp_s - o_s:
 #   sum (u - zu)(s - zs) = sum u*s - zu * sum s - zs * sum u + K * zu * zs
 # (every sum over the K real elements; the kernels fold the terms that are constants at build time).
@@ -238,7 +267,12 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
     b = k.b
     L, nv = cfg.lanes, nv or cfg.nv
     vt = ir.VectorType(I32, L)
-    fn = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
+    if cfg.sdot:
+        bytes_t = ir.VectorType(I8, 4 * L)
+        sdot = _fn(k, f"llvm.aarch64.neon.sdot.v{L}i32.v{4 * L}i8", vt, [vt, bytes_t, bytes_t])
+        fn = None
+    else:
+        fn = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
     zero = ir.Constant(vt, None)
     slots = [[k.local(vt, zero) for _ in range(nv)] for _ in range(mr)]
     rows = [a_row(r) for r in range(mr)]
@@ -253,7 +287,10 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
             for v in range(nv):
                 slot = slots[r][v]
                 u, sg = (av, bvecs[v]) if rows_unsigned else (bvecs[v], av)
-                b.store(b.call(fn, [b.load(slot), u, sg]), slot)
+                if cfg.sdot:
+                    b.store(b.call(sdot, [b.load(slot), b.bitcast(u, bytes_t), b.bitcast(sg, bytes_t)]), slot)
+                else:
+                    b.store(b.call(fn, [b.load(slot), u, sg]), slot)
     return [[b.load(slots[r][v]) for v in range(nv)] for r in range(mr)]
 
 
@@ -276,10 +313,11 @@ def signed_operand(values: np.ndarray, zero: np.ndarray, unsigned_dtype: bool):
     return (values - off).astype(np.int8), (zero - off).astype(np.int32)
 
 
-def pack_row_u8(k, src_ptr, src_dtype, src_index, kk: int, dst8, width: int):
-    """dst8[0:KK] = src as uint8 (int8: top bit flipped), zero up to the next multiple of 4; returns sum (i32)."""
+def pack_row_u8(k, cfg: Config, src_ptr, src_dtype, src_index, kk: int, dst8, width: int):
+    """dst8[0:KK] = src as the quad operand (cfg.flips: top bit flipped), zero up to the next multiple of 4;
+    returns the sum (i32) of the values the bytes stand for."""
     b = k.b
-    flip = np.dtype(src_dtype).kind != "u"
+    flip = cfg.flips(src_dtype)
     vt8 = ir.VectorType(I8, width)
     vt32 = ir.VectorType(I32, width)
     nchunks = kk // width
@@ -292,14 +330,14 @@ def pack_row_u8(k, src_ptr, src_dtype, src_index, kk: int, dst8, width: int):
             if flip:
                 v = b.xor(v, ir.Constant(vt8, [ir.Constant(I8, 0x80)] * width))
             b.store(v, b.bitcast(b.gep(dst8, [at], inbounds=True), vt8.as_pointer()), align=1)
-            b.store(b.add(b.load(acc), b.zext(v, vt32)), acc)
+            b.store(b.add(b.load(acc), cfg.widen_flipped(k, v, vt32)), acc)
         total = hsum(k, b.load(acc))
     for i in range(nchunks * width, kk):
         v = b.load(b.gep(src_ptr, [b.add(src_index, k.index(i), flags=("nsw",))], inbounds=True))
         if flip:
             v = b.xor(v, ir.Constant(I8, 0x80))
         b.store(v, b.gep(dst8, [k.index(i)], inbounds=True))
-        total = b.zext(v, I32) if total is None else b.add(total, b.zext(v, I32))
+        total = cfg.widen_flipped(k, v, I32) if total is None else b.add(total, cfg.widen_flipped(k, v, I32))
     for i in range(kk, -(-kk // 4) * 4):
         b.store(ir.Constant(I8, 0), b.gep(dst8, [k.index(i)], inbounds=True))
     return total

@@ -152,9 +152,9 @@ def _y_zero(k, y_zp, lanes):
     return k.splat(v, lanes)
 
 
-MAX_FLAT_BLOCKS = 16
-"""Outputs narrower than a column block pack blocks of pixels across rows, each emitted on its own,
-up to this many blocks per plane (else row by row)."""
+MAX_FLAT_BLOCK_TAPS = 160
+"""Outputs narrower than a column block pack blocks of pixels across rows, each block's packing emitted
+on its own, while blocks per plane x kernel taps stays within this (build time); else row by row."""
 
 MAX_PACK_BYTES = 1 << 18
 """Largest run-time pack (stack) of the blocked int8 kernels; bigger operands take the plain loops."""
@@ -805,7 +805,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         if mg % cfg.mr:
             block(b.add(g0, k.index(mg // cfg.mr * cfg.mr)), mg % cfg.mr)
 
-    if ow_n < nr and -(-oh_n * ow_n // nr) <= MAX_FLAT_BLOCKS:  # narrow rows: blocks of nr pixels across rows
+    if ow_n < nr and -(-oh_n * ow_n // nr) * taps <= MAX_FLAT_BLOCK_TAPS:  # narrow rows: blocks of nr pixels across rows
         plane = oh_n * ow_n
         with k.for_range(n_batch) as ni, k.for_range(group) as g:
             for p0 in range(0, plane, nr):

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..codegen.kernel import layout_strides
 from ..ir import Graph, Node
-from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, domain_order, outer_tile
+from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 
 LINE = 64
 CACHE_BYTES = 512 * 1024
@@ -178,12 +178,12 @@ class AnalyticModel:
 
     def matmul(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str]:
         geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts))
-        best = (math.inf, "ikj")
-        for order in MATMUL_ORDERS:
-            c = self.matmul_order_cost(geo, order)
-            if c < best[0]:
-                best = (c, order)
-        return best
+        costs = {order: self.matmul_order_cost(geo, order) for order in MATMUL_ORDERS}
+        best = min(costs, key=costs.get)
+        default = default_order(geo.a, geo.b, geo.c, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
+        if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
+            best = default  # within the model's error: the kernel's own order (greedy's)
+        return costs[best], best
 
     def matmul_order_cost(self, geo: "MatmulGeometry", order: str) -> float:
         kind = blocked_kind(order, geo.a, geo.b, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)

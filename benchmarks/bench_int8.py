@@ -60,6 +60,15 @@ def matmul_integer(m, k, n, adt=np.uint8, bdt=np.int8):
     return make([node], {"a": a}, ["y"], consts), {"a": a}
 
 
+def qlinear_matmul_runtime(batch, m, k, n):
+    """Both operands at run time (attention scores: [heads, seq, dim] x [heads, dim, seq])."""
+    a, b = q(np.uint8, (batch, m, k)), q(np.uint8, (batch, k, n))
+    consts = {"a_s": np.array(0.02, np.float32), "a_zp": np.array(128, np.uint8), "b_s": np.array(0.03, np.float32),
+              "b_zp": np.array(120, np.uint8), "y_s": np.array(0.5, np.float32), "y_zp": np.array(3, np.uint8)}
+    node = helper.make_node("QLinearMatMul", ["a", "a_s", "a_zp", "b", "b_s", "b_zp", "y_s", "y_zp"], ["y"])
+    return make([node], {"a": a, "b": b}, ["y"], consts), {"a": a, "b": b}
+
+
 def qlinear_conv(c, m, h, w, kh=3, stride=1, pad=1, group=1, xdt=np.uint8, per_channel=True):
     x = q(xdt, (1, c, h, w))
     consts = {"x_s": np.array(0.02, np.float32), "x_zp": np.array(100 if xdt == np.uint8 else -5, xdt),
@@ -142,6 +151,7 @@ CASES = {
     "qlinear_matmul 128x768x768 u8*s8": lambda: qlinear_matmul(128, 768, 768),
     "qlinear_matmul 33x100x70 s8*s8 per-col": lambda: qlinear_matmul(33, 100, 70, np.int8, np.int8, per_col=True),
     "matmul_integer 128x512x512 u8*u8": lambda: matmul_integer(128, 512, 512, np.uint8, np.uint8),
+    "qlinear_matmul runtime B 8x(128x64x128)": lambda: qlinear_matmul_runtime(8, 128, 64, 128),
     "qlinear_conv 64x64x3x3 56x56": lambda: qlinear_conv(64, 64, 56, 56),
     "qlinear_conv 32x64x3x3 s2 28x28": lambda: qlinear_conv(32, 64, 28, 28, stride=2),
     "qlinear_conv 128x128x1x1 14x14": lambda: qlinear_conv(128, 128, 14, 14, kh=1, pad=0),

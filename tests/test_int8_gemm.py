@@ -117,6 +117,30 @@ def test_qlinear_matmul_runtime_scales(scale_dtype, isa):
     check(jit_run(m, feeds), reference(m, feeds))
 
 
+# (a shape, b shape, a dtype, b dtype, b zero point per column?)
+RUNTIME_B_CASES = [
+    ((2, 3, 5, 17), (2, 3, 17, 19), np.uint8, np.uint8, False),   # attention-like batches, odd K
+    ((4, 9), (3, 9, 40), np.int8, np.int8, True),                  # A broadcast over B's batch
+    ((2, 1, 13, 64), (1, 3, 64, 8), np.uint8, np.int8, False),    # both broadcast
+    ((1, 1), (1, 1), np.int8, np.uint8, True),
+]
+
+
+@on_x86
+@pytest.mark.parametrize("case", range(len(RUNTIME_B_CASES)))
+def test_matmul_runtime_b(case, isa):
+    ashape, bshape, adt, bdt, per_col = RUNTIME_B_CASES[case]
+    a, bm = q(adt, ashape), q(bdt, bshape)
+    n = bshape[-1]
+    feeds = {"a": a, "b": bm, "azp": q(adt, ()), "bzp": q(bdt, (n,)) if per_col else q(bdt, ())}
+    mi = model([helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["y"])], feeds, ["y"], opset=10)
+    check(jit_run(mi, feeds), reference(mi, feeds))
+    feeds.update({"a_s": np.array(0.03, np.float32), "b_s": rng.uniform(0.01, 0.05, n).astype(np.float32) if per_col
+                  else np.array(0.02, np.float32), "y_s": np.array(0.7, np.float32), "y_zp": q(adt, ())})
+    mq = model([helper.make_node("QLinearMatMul", ["a", "a_s", "azp", "b", "b_s", "bzp", "y_s", "y_zp"], ["yq"])], feeds, ["yq"], opset=21)
+    check(jit_run(mq, feeds), reference(mq, feeds))
+
+
 # (x shape, w shape, attrs, x dtype, w dtype)
 CONV_CASES = [
     ((1, 3, 9, 11), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1]), np.uint8, np.int8),                     # odd channels, edge blocks only
@@ -191,6 +215,10 @@ def test_blocked_int8_cross(board, tmp_path):
     for case in (1, 2):
         for j, (mm, mfeeds, want) in enumerate(matmul_model(MATMUL_CASES[case])):
             check(compile_and_run(mm, mfeeds, tmp_path / f"mm{case}{j}", board, profile_runner=False), want)
+    ashape, bshape, adt, bdt, _ = RUNTIME_B_CASES[1]
+    feeds = {"a": q(adt, ashape), "b": q(bdt, bshape), "bzp": q(bdt, (bshape[-1],))}
+    mi = model([helper.make_node("MatMulInteger", ["a", "b", "", "bzp"], ["y"])], feeds, ["y"], opset=10)
+    check(compile_and_run(mi, feeds, tmp_path / "rt", board, profile_runner=False), reference(mi, feeds))
     for i in (1, 2, 5):  # row blocks (interior + edges), a strided grouped conv, pixel blocks across rows
         cm, cfeeds = conv_model(CONV_CASES[i])
         check(compile_and_run(cm, cfeeds, tmp_path / f"c{i}", board, profile_runner=False), reference(cm, cfeeds))

@@ -167,6 +167,8 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     (sum_k a'(b - zb) = sum_k a'(b - o) - (zb - o) * sum_k a', o = 128 for uint8 B).
     quant = (a_s, b_s, y_s, y_zp) for QLinearMatMul. Returns False when the shapes do not fit."""
     out = k.outputs[0]
+    if b_op.value is None and a.rank >= 2 and b_op.rank >= 2:
+        return _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant)
     if b_op.value is None or a.rank < 2 or b_op.rank < 2 or any(d != 1 for d in b_op.shape[:-2]):
         return False
     m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
@@ -253,6 +255,139 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
             row_block(b.mul(i, k.index(cfg.mr)), cfg.mr)
     if rows % cfg.mr:
         row_block(k.index(rows // cfg.mr * cfg.mr), rows % cfg.mr)
+    return True
+
+
+def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
+    """Both operands computed at run time (attention-like batched products): per batch matrix, B is
+    packed whole into a stack buffer as int16 k-pairs minus its zero point (no corrections), A's rows
+    MR at a time as in _fast_matmul, then the pmaddwd / widening micro-kernel (k-pairs on every target)."""
+    out = k.outputs[0]
+    m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
+    if not (qgemm.row_major(a) and qgemm.row_major(b_op) and qgemm.row_major(out)) or not kk or not out.size:
+        return False
+    if not _per(a_zp, m) or not _size1(a_zp) and a_zp.rank != 1 or not _per(b_zp, n) or not _size1(b_zp) and b_zp.rank != 1:
+        return False
+    if quant is not None:
+        a_s, b_s, y_s, y_zp = quant
+        if not (_size1(a_s) and _size1(y_s) and _size1(y_zp) and _per(b_s, n)):
+            return False
+    cfg = qgemm.config(k)
+    if cfg.quad:
+        cfg = qgemm.Config(cfg.x86, cfg.lanes, cfg.mr, 2 if cfg.sdot else cfg.nv)
+    L, nr = cfg.lanes, cfg.nr
+    kp = (kk + 1) // 2
+    nbt = -(-n // nr)
+    if nbt * kp * nr * 4 + cfg.mr * kp * 4 > MAX_PACK_BYTES:
+        return False
+    b = k.b
+    batch = out.shape[:-2]
+    i32, i16 = ir.IntType(32), ir.IntType(16)
+    with b.goto_entry_block():
+        apack = b.alloca(i32, size=ir.Constant(i32, cfg.mr * kp))
+        bpack = b.alloca(i16, size=ir.Constant(i32, nbt * kp * nr * 2))
+    apack16 = b.bitcast(apack, i16.as_pointer())
+    if quant is not None:
+        mult = _multipliers(k, [a_s, b_s, y_s], n, nbt * nr, 1)
+        y_zero = _y_zero(k, y_zp, L)
+    a_zero = None
+    if a_zp is not None and a_zp.size == 1:
+        a_zero = qgemm.ext16(k, k.load(a_zp.identity_access(), [k.index(0)] * a_zp.rank), a_zp.dtype)
+    b_zero = None
+    if b_zp is not None and b_zp.size == 1:
+        b_zero = k.splat(qgemm.ext16(k, k.load(b_zp.identity_access(), [k.index(0)] * b_zp.rank), b_zp.dtype), nr)
+    vt8 = ir.VectorType(ir.IntType(8), nr)
+    pair_mask = ir.Constant(ir.VectorType(i32, 2 * nr), [i // 2 + (nr if i % 2 else 0) for i in range(2 * nr)])
+
+    def batch_offset(op, bi):
+        """Element offset of batch matrix bi (flattened over the output's batch dims) in op (broadcast)."""
+        lead = op.rank - 2
+        total, inner = k.index(0), 1
+        for d in range(len(batch) - 1, -1, -1):
+            od = d - (len(batch) - lead)
+            if od >= 0 and op.shape[od] != 1:
+                i = b.urem(b.udiv(bi, k.index(inner)), k.index(batch[d]))
+                total = b.add(total, b.mul(i, k.index(op.strides[od])))
+            inner *= batch[d]
+        return total
+
+    def load_row(base, count):
+        """nr int16 values of a row of B from base (count valid lanes, the rest 0 - zero point)."""
+        if count == nr:
+            raw = k.vload(b_op.ptr, b_op.dtype, base, nr)
+        else:
+            raw = _masked_load(k, b_op.ptr, base, 0, [i < count for i in range(nr)], ir.Constant(ir.IntType(8), 0))
+        return qgemm.ext16(k, raw, b_op.dtype)
+
+    def pack_b(b0):
+        def block(nb, count):
+            n0 = b.mul(nb, k.index(nr))
+            zero = b_zero
+            if b_zp is not None and b_zp.size > 1:
+                zraw = k.vload(b_zp.ptr, b_zp.dtype, n0, nr) if count == nr else \
+                    _masked_load(k, b_zp.ptr, n0, 0, [i < count for i in range(nr)], ir.Constant(ir.IntType(8), 0))
+                zero = qgemm.ext16(k, zraw, b_zp.dtype)
+            dst0 = b.mul(nb, k.index(kp * 2 * nr))
+
+            def pair(p, second: bool):
+                r0 = b.add(b0, b.add(b.mul(p, k.index(2 * n)), n0))
+                v0 = load_row(r0, count)
+                v1 = load_row(b.add(r0, k.index(n)), count) if second else ir.Constant(v0.type, None)
+                if zero is not None:
+                    v0 = b.sub(v0, zero)
+                    if second:
+                        v1 = b.sub(v1, zero)
+                packed = b.shuffle_vector(v0, v1, pair_mask)
+                dst = b.gep(bpack, [b.add(dst0, b.mul(p, k.index(2 * nr)))], inbounds=True)
+                b.store(packed, b.bitcast(dst, packed.type.as_pointer()), align=2)
+            if kk // 2:
+                with k.for_range(kk // 2) as p:
+                    pair(p, True)
+            if kk % 2:
+                pair(k.index(kk // 2), False)
+        if n // nr:
+            with k.for_range(n // nr) as nb:
+                block(nb, nr)
+        if n % nr:
+            block(k.index(n // nr), n % nr)
+
+    def row_block(a0, o0, r0, mr):
+        for r in range(mr):
+            ri = b.add(r0, k.index(r)) if r else r0
+            zero = a_zero
+            if a_zp is not None and a_zp.size > 1:
+                zero = qgemm.ext16(k, k.load_ptr(a_zp.ptr, a_zp.dtype, ri), a_zp.dtype)
+            qgemm.pack_row(k, a.ptr, a.dtype, b.add(a0, b.mul(ri, k.index(kk))), kk, b.gep(apack16, [k.index(2 * kp * r)]),
+                           zero, False, 2 * L)
+
+        def col_block(nb_idx, count):
+            n0 = b.mul(nb_idx, k.index(nr))
+            bp = b.gep(bpack, [b.mul(nb_idx, k.index(kp * 2 * nr))], inbounds=True)
+            nv = -(-count // L)
+            accs = qgemm.micro_kernel(k, cfg, mr, lambda r: b.gep(apack, [k.index(r * kp)]), bp, i16, kp, nv)
+            for r in range(mr):
+                ri = b.add(r0, k.index(r)) if r else r0
+                for v in range(nv):
+                    col = b.add(n0, k.index(v * L)) if v else n0
+                    acc = accs[r][v]
+                    if quant is not None:
+                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype)
+                    qgemm.store_lanes(k, acc, out.ptr, b.add(o0, b.add(b.mul(ri, k.index(n)), col)), min(count - v * L, L), out.dtype)
+        if n // nr:
+            with k.for_range(n // nr) as j:
+                col_block(j, nr)
+        if n % nr:
+            col_block(k.index(n // nr), n % nr)
+
+    with k.for_range(int(np.prod(batch, dtype=np.int64))) as bi:
+        pack_b(batch_offset(b_op, bi))
+        a0 = batch_offset(a, bi)
+        o0 = b.mul(bi, k.index(m * n))
+        if m // cfg.mr:
+            with k.for_range(m // cfg.mr) as i:
+                row_block(a0, o0, b.mul(i, k.index(cfg.mr)), cfg.mr)
+        if m % cfg.mr:
+            row_block(a0, o0, k.index(m // cfg.mr * cfg.mr), m % cfg.mr)
     return True
 
 

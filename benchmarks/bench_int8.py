@@ -213,8 +213,12 @@ def main():
         want = sess.run(None, feeds)
         try:
             ref = ReferenceEvaluator(model).run(None, feeds)
-        except RuntimeError:  # onnx.reference lacks an old opset's kernel: ORT's outputs instead
-            ref = want
+        except RuntimeError:  # onnx.reference lacks an old opset's kernel: the model converted to opset 21
+            try:
+                from onnx import version_converter
+                ref = ReferenceEvaluator(version_converter.convert_version(model, 21)).run(None, feeds)
+            except Exception:  # noqa: BLE001 - then ORT's outputs (its requantization rounds differently)
+                ref = want
         if all(np.array_equal(o, r) for o, r in zip(outs, ref)):
             check = "exact"
         elif all(o.dtype.kind == "f" for o in outs):  # a float tail (GlobalAveragePool): summation order

@@ -127,3 +127,19 @@ def test_user_c_program_links_libmodel_for_aarch64(cnn_artifacts, tmp_path):
     onnx.save(EXAMPLES["tiny_cnn"](), str(model_path))
     ref = reference_outputs(model_path, {"input": x})["probs"].reshape(-1)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_builds_leave_no_weights_in_zigs_cache(tmp_path):
+    """zig caches what it assembles; the weights blob must not pile up in its global cache build after build."""
+    import os
+    from pathlib import Path
+    from onnx import TensorProto, helper, numpy_helper
+    zig_cache = Path(os.environ.get("ZIG_GLOBAL_CACHE_DIR") or Path.home() / ".cache" / "zig")
+    before = set(zig_cache.rglob("*")) if zig_cache.exists() else set()
+    w = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 64))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 64))], [numpy_helper.from_array(w, "w")])
+    build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path)
+    new = [p for p in set(zig_cache.rglob("*")) - before if p.is_file() and p.stat().st_size >= w.nbytes]
+    assert new == []

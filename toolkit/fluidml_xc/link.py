@@ -58,9 +58,13 @@ def _first_error(stderr: str) -> str:
     return lines[0] if lines else "no diagnostic"
 
 
-def _zig(tool: str, args: Sequence[str | os.PathLike], what: str) -> None:
+def _zig(tool: str, args: Sequence[str | os.PathLike], what: str, private_cache: Path | None = None) -> None:
+    """Run a zig tool; with private_cache, zig caches into that directory instead of ~/.cache/zig."""
     cmd = [sys.executable, "-m", "ziglang", tool, *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = None
+    if private_cache is not None:
+        env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(private_cache), "ZIG_LOCAL_CACHE_DIR": str(private_cache)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         if "No module named ziglang" in proc.stderr:
             raise ToolchainError("ziglang is not installed: pip install ziglang")
@@ -81,7 +85,8 @@ def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, sym
     """One relocatable object = the model code + the weights blob as `symbol` in .rodata (hidden).
 
     The blob is assembled from a .incbin by zig cc and merged with a relocatable link (ld.lld -r),
-    so the weights never pass through LLVM IR text.
+    so the weights never pass through LLVM IR text. zig caches that assembly in a private directory
+    removed afterwards: in its global cache every build would leave a copy of its weights behind.
     """
     work = Path(tempfile.mkdtemp(prefix=".weights-", dir=out_obj.parent))
     try:
@@ -91,7 +96,7 @@ def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, sym
         asm.write_text(f'.section .rodata.{symbol},"a"\n.p2align {max(alignment.bit_length() - 1, 0)}\n'
                        f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "{blob.resolve()}"\n')
         blob_obj = work / "weights.o"
-        _zig("cc", [*_base_args(target, cpu), "-c", asm, "-o", blob_obj], "assembling the weights")
+        _zig("cc", [*_base_args(target, cpu), "-c", asm, "-o", blob_obj], "assembling the weights", private_cache=work / "zig-cache")
         merged = work / "merged.o"
         _zig("ld.lld", ["-r", code_obj, blob_obj, "-o", merged], "merging code and weights")
         os.replace(merged, out_obj)

@@ -234,3 +234,34 @@ def test_sdot_cross(tmp_path):
     for i in (0, 1, 2, 3):
         cm, cfeeds = conv_model(CONV_CASES[i])
         check(compile_and_run(cm, cfeeds, tmp_path / f"c{i}", "rpi5", profile_runner=False), reference(cm, cfeeds))
+
+
+@on_x86
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+def test_qdq_relu_folded(same, xdt):
+    """QLinearConv / QLinearMatMul -> DequantizeLinear -> Relu -> QuantizeLinear (ORT's QOperator models)
+    folds into the QLinear node (passes/qlinear_relu.py): a floor when the Q/DQ parameters match, else a
+    256-entry table; exact either way."""
+    from fluidml_xc.backend import import_graph
+    from fluidml_xc.passes import run_passes
+
+    x = q(xdt, (1, 6, 9, 20))
+    zp = np.array(12 if xdt == np.uint8 else -7, xdt)
+    consts = {"x_s": np.array(0.04, np.float32), "xzp": q(xdt, ()), "w": q(np.int8, (8, 6, 3, 3)),
+              "w_s": rng.uniform(0.002, 0.02, 8).astype(np.float32), "wzp": np.zeros(8, np.int8),
+              "y_s": np.array(0.5, np.float32), "y_zp": zp, "q_s": np.array(0.5 if same else 0.25, np.float32), "q_zp": zp,
+              "b": q(np.int8, (20, 5)), "b_s": np.array(0.01, np.float32), "bzp": np.array(0, np.int8)}
+    nodes = [helper.make_node("QLinearConv", ["x", "x_s", "xzp", "w", "w_s", "wzp", "y_s", "y_zp"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("DequantizeLinear", ["c", "y_s", "y_zp"], ["cf"]), helper.make_node("Relu", ["cf"], ["cr"]),
+             helper.make_node("QuantizeLinear", ["cr", "q_s", "q_zp"], ["cq"]),
+             helper.make_node("QLinearMatMul", ["cq", "q_s", "q_zp", "b", "b_s", "bzp", "y_s", "y_zp"], ["m"]),
+             helper.make_node("DequantizeLinear", ["m", "y_s", "y_zp"], ["mf"]), helper.make_node("Relu", ["mf"], ["mr"]),
+             helper.make_node("QuantizeLinear", ["mr", "y_s", "y_zp"], ["y"])]
+    m = model(nodes, {"x": x}, ["y"], consts, opset=21)
+    graph = import_graph(m, None)
+    run_passes(graph)
+    assert sum(n.op_type == "Relu" for n in graph.nodes) == 0
+    assert [n.op_type for n in graph.nodes] == ["QLinearConv", "QLinearMatMul"]
+    assert ("_relu_floor" in graph.nodes[0].attrs) == same and ("_lut" in graph.nodes[0].attrs) != same
+    check(jit_run(m, {"x": x}), reference(m, {"x": x}))

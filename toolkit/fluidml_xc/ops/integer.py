@@ -42,7 +42,8 @@ def _widen(k, dt, v):
 
 
 def _requantize(k, acc, scales: list, y_zp, out_dt):
-    """round(acc * (s0 * s1 / s2) + y_zp) saturated to out_dt; scales = [(dtype, value)] x3."""
+    """round(acc * (s0 * s1 / s2) + y_zp) saturated to out_dt (and at least the node's `_relu_floor`,
+    passes/qlinear_relu.py); scales = [(dtype, value)] x3."""
     b = k.b
     (d0, s0), (d1, s1), (d2, s2) = scales
     sdt = np.dtype(d0)
@@ -55,8 +56,13 @@ def _requantize(k, acc, scales: list, y_zp, out_dt):
         value = b.fadd(value, k.s.cast(y_zp[0], F64, y_zp[1]))
     value = k.s.intrinsic("llvm.roundeven", value)
     info = np.iinfo(out_dt)
-    value = k.s.min(F64, k.s.max(F64, value, const(F64, info.min)), const(F64, info.max))
-    return k.s.cast(I32, out_dt, k.b.fptosi(value, ir.IntType(32)))
+    floor = k.attr("_relu_floor")
+    value = k.s.min(F64, k.s.max(F64, value, const(F64, info.min if floor is None else max(info.min, floor))), const(F64, info.max))
+    value = k.b.fptosi(value, ir.IntType(32))
+    if k.attr("_lut") is not None:  # a folded DequantizeLinear -> Relu -> QuantizeLinear (passes/qlinear_relu.py)
+        table = qgemm.lut_table(k, out_dt, k.attr("_lut"))
+        return k.load_ptr(table, out_dt, qgemm.lut_index(k, value, int(info.min)))
+    return k.s.cast(I32, out_dt, value)
 
 
 # -- MatMul ---------------------------------------------------------------------------------------
@@ -243,7 +249,7 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
                     if row_sum is not None:
                         acc = b.sub(acc, b.mul(k.vload(coef_ptr, np.int32, col, L), row_sum))
                     if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype)
+                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
         if nblocks:
             with k.for_range(nblocks) as j:
@@ -371,7 +377,7 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
                     col = b.add(n0, k.index(v * L)) if v else n0
                     acc = accs[r][v]
                     if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype)
+                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(o0, b.add(b.mul(ri, k.index(n)), col)), min(count - v * L, L), out.dtype)
         if n // nr:
             with k.for_range(n // nr) as j:
@@ -469,7 +475,7 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
                     if row_sum is not None:
                         acc = b.sub(acc, b.mul(k.vload(zs_ptr, np.int32, col, L), row_sum))
                     if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype)
+                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
         if nblocks:
             with k.for_range(nblocks) as j:
@@ -931,7 +937,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                     if extra is not None:
                         acc = b.add(acc, extra)
                     if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, mul_v, y_zero, out.dtype)
+                        acc = qgemm.requantize_vec(k, acc, mul_v, y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(row_at, k.index(v * L)), min(c, L), out.dtype)
         g0 = b.mul(g, k.index(mg))
         if mg // cfg.mr:

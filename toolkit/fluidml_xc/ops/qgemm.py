@@ -172,8 +172,9 @@ def pack_a_rows(values: np.ndarray, cfg: Config) -> np.ndarray:
 
 
 # -- requantization (vectors) ---------------------------------------------------------------------------
-def requantize_vec(k, acc, mult, y_zero, out_dtype):
-    """round_half_even(double(acc) * mult + y_zero) saturated to out_dtype, as <L x i32> (mult: <L x double>)."""
+def requantize_vec(k, acc, mult, y_zero, out_dtype, floor: int | None = None):
+    """round_half_even(double(acc) * mult + y_zero) saturated to out_dtype (and >= floor: a folded Relu),
+    as <L x i32> (mult: <L x double>)."""
     b = k.b
     L = acc.type.count
     dvt = ir.VectorType(F64, L)
@@ -182,11 +183,37 @@ def requantize_vec(k, acc, mult, y_zero, out_dtype):
         value = b.fadd(value, y_zero)
     value = b.call(_fn(k, f"llvm.roundeven.v{L}f64", dvt, [dvt]), [value])
     info = np.iinfo(out_dtype)
-    lo = ir.Constant(dvt, [ir.Constant(F64, float(info.min))] * L)
+    lo = ir.Constant(dvt, [ir.Constant(F64, float(info.min if floor is None else max(info.min, floor)))] * L)
     hi = ir.Constant(dvt, [ir.Constant(F64, float(info.max))] * L)
     value = b.select(b.fcmp_ordered("<", value, lo), lo, value)
     value = b.select(b.fcmp_ordered(">", value, hi), hi, value)
-    return b.fptosi(value, ir.VectorType(I32, L))
+    value = b.fptosi(value, ir.VectorType(I32, L))
+    lut = k.attr("_lut")
+    if lut is not None:  # a folded DequantizeLinear -> Relu -> QuantizeLinear (passes/qlinear_relu.py)
+        table = lut_table(k, out_dtype, lut)
+        mapped = ir.Constant(ir.VectorType(I32, L), None)
+        for lane in range(L):
+            i = b.extract_element(value, ir.Constant(I32, lane))
+            e = k.load_ptr(table, out_dtype, lut_index(k, i, int(info.min)))
+            mapped = b.insert_element(mapped, k.s.cast(out_dtype, np.int32, e), ir.Constant(I32, lane))
+        value = mapped
+    return value
+
+
+def lut_table(k, out_dtype, lut):
+    """The node's `_lut` (256 values, index q - min) as a constant array, one per kernel."""
+    cached = getattr(k, "_qgemm_lut", None)
+    if cached is None:
+        with k.b.goto_entry_block():
+            cached = k.constant_array(np.asarray(lut, dtype=out_dtype))
+        k._qgemm_lut = cached
+    return cached
+
+
+def lut_index(k, value, lowest: int):
+    """An int32 in [lowest, lowest + 255] as the index of its table entry."""
+    i = k.b.sub(value, ir.Constant(I32, lowest))
+    return i if k.idx_t.width == 32 else k.b.sext(i, k.idx_t)
 
 
 def store_lanes(k, value, ptr, index, count: int, out_dtype):

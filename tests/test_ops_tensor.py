@@ -266,3 +266,17 @@ def test_exp_sigmoid_erf_keep_nan_and_infinities(tmp_path, board):
     m = model([node("Exp", ["x"], ["e"]), node("Sigmoid", ["x"], ["s"]), node("Erf", ["x"], ["r"]),
                node("Tanh", ["x"], ["t"])], {"x": x}, ["e", "s", "r", "t"])
     check(tmp_path, m, {"x": x}, board=board, rtol=1e-5, atol=1e-6)
+
+
+def test_float16_matmul_and_softmax_round_like_numpy(tmp_path):
+    """float16 MatMul sums in float32 and rounds once, Softmax sums in float32 and divides: exactly numpy's
+    results (summing in float16 drifts by several ulps at K=512)."""
+    r = np.random.default_rng(7)
+    a = r.random((4, 512)).astype(np.float16)
+    b = r.random((512, 6)).astype(np.float16)
+    x = (r.standard_normal((3, 40)) * 3).astype(np.float16)
+    m = model([node("MatMul", ["a", "b"], ["y"]), node("Softmax", ["x"], ["s"], axis=-1)], {"a": a, "b": b, "x": x}, ["y", "s"])
+    got = compile_and_run(m, {"a": a, "b": b, "x": x}, tmp_path, profile_runner=False)
+    np.testing.assert_array_equal(got["y"], a @ b)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_array_equal(got["s"], e / e.sum(axis=-1, keepdims=True))

@@ -58,6 +58,9 @@ def matmul_accumulate(k, a: Access, b: Access, c: Access, batch: tuple[int, ...]
     nb = len(batch)
     domain = (*batch, m, kk, n)
     loops = domain_order(order, nb)
+    if np.dtype(dtype) == np.float16:
+        _dot_in_float32(k, a, b, c, domain, nb, loops, scale)
+        return
     if order == "ijk":  # dot products: accumulate in a register, add to C once
         def dot(values, idx):
             return [k.s.mul(dtype, values[0], values[1])]
@@ -74,6 +77,27 @@ def matmul_accumulate(k, a: Access, b: Access, c: Access, batch: tuple[int, ...]
             prod = k.s.mul(dtype, prod, scale)
         return [k.s.add(dtype, values[0], prod)]
     k.generic(domain, [c], [c, a, b], body, order=loops)
+
+
+def _dot_in_float32(k, a: Access, b: Access, c: Access, domain: tuple[int, ...], nb: int, loops: list[int], scale) -> None:
+    """float16: each dot product summed in float32 and rounded once into C, as numpy and ONNX Runtime do
+    (summing in float16 loses about one bit per doubling of K)."""
+    f16, f32, s = np.float16, np.float32, k.s
+    red = nb + 1
+
+    def point(ix):
+        acc = k.local(llvm_type(f32), const(f32, 0))
+
+        def step(ix2):
+            prod = s.mul(f32, s.cast(f16, f32, k.load(a, ix2)), s.cast(f16, f32, k.load(b, ix2)))
+            k.b.store(s.add(f32, k.b.load(acc), prod), acc)
+        k.loops(domain, [red], ix, step)
+        ix[red] = k.index(0)
+        total = k.b.load(acc)
+        if scale is not None:
+            total = s.mul(f32, total, s.cast(f16, f32, scale))
+        k.store(c, ix, s.cast(f32, f16, s.add(f32, s.cast(f16, f32, k.load(c, ix)), total)))
+    k.loops(domain, [d for d in loops if d != red], [None] * len(domain), point)
 
 
 # -- the blocked kernels ------------------------------------------------------------------------------

@@ -245,6 +245,8 @@ def _softmax_dims(k, rank: int) -> list[int]:
 def _softmax(k, log: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     dt = x.dtype
+    half = np.dtype(dt) == np.float16
+    acc_t = np.float32 if half else dt  # float16: the sum in float32, rounded once, then divided (as numpy)
     x_acc, out_acc = x.identity_access(), out.identity_access()
 
     def row(ix, inner):
@@ -255,10 +257,13 @@ def _softmax(k, log: bool) -> None:
             if not log:
                 k.store(out_acc, i, e)
             return e
-        total = _fold(k, x.shape, inner, ix, dt, const(dt, 0), lambda a, i: k.s.add(dt, a, exp_term(i)))
+        total = _fold(k, x.shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
+        total = k.s.cast(acc_t, dt, total)
         if log:
             shift = k.s.add(dt, top, k.s.intrinsic("llvm.log", total))
             _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.sub(dt, k.load(x_acc, i), shift)))
+        elif half:
+            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
         else:
             inv = k.b.fdiv(const(dt, 1), total)
             _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))

@@ -544,7 +544,7 @@ MAX_UNROLLED_TAPS = 32
 """Kernel widths up to this unroll their taps along the last spatial dim (bounds known at build time)."""
 
 
-def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
+def _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue=None):
     """out[n, m, o...] = epilogue(sum over c, kernel of (x - x_zp) * (w[m] - w_zp[m]) (+ bias[m]), m).
 
     Output rows (the last spatial dim) one at a time. Every kernel tap along the row reads inside the
@@ -693,6 +693,13 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue):
                 over_taps(idx, vector_taps)
                 for acc, mi in zip(accs, channels):
                     total = b.load(acc)
+                    if vec_epilogue is not None and out.strides[-1] == 1:  # the whole block at once, one store
+                        if bias_acc is not None:
+                            total = b.add(total, k.splat(_widen(k, bias.dtype, k.load(bias_acc, [mi])), lanes))
+                        oidx = list(idx)
+                        oidx[1], oidx[2 + spatial - 1] = mi, ow0
+                        qgemm.store_lanes(k, vec_epilogue(total, mi), out.ptr, k.linear(o_acc, oidx), lanes, out.dtype)
+                        continue
                     for lane in range(lanes):
                         finish(idx, mi, b.add(ow0, k.index(lane)), b.extract_element(total, ir.Constant(ir.IntType(32), lane)))
         k.loops(out.shape, list(range(2, 1 + spatial)), out_idx, out_row)
@@ -1042,7 +1049,7 @@ def _conv_points(k, x, w, x_zp, w_zp, bias, epilogue):
 def lower_conv_integer(k):
     if _fast_conv(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), None):
         return
-    _conv(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), None, lambda acc, m: acc)
+    _conv(k, k.inputs[0], k.inputs[1], _opt(k, 2), _opt(k, 3), None, lambda acc, m: acc, lambda acc, m: acc)
 
 
 @register("QLinearConv", dtypes=("uint8", "int8"))
@@ -1062,4 +1069,17 @@ def lower_qlinear_conv(k):
         zp = k.load(_param_access(k, y_zp, "y_zero_point", 1, None, None), zero) if y_zp is not None else None
         return _requantize(k, acc, [(x_s.dtype, s0), (w_s.dtype, s1), (y_s.dtype, s2)],
                            None if zp is None else (y_zp.dtype, zp), out.dtype)
-    _conv(k, x, w, x_zp, w_zp, bias, epilogue)
+
+    def vec_epilogue(acc, mi):
+        """_requantize on a vector of one channel: the same multiplier and zero point, lane-wise doubles."""
+        lanes = acc.type.count
+        s0 = k.load(_param_access(k, x_s, "x_scale", 1, None, None), zero)
+        s1 = k.load(_param_access(k, w_s, "w_scale", 1, 0, m_out), [mi])
+        s2 = k.load(_param_access(k, y_s, "y_scale", 1, None, None), zero)
+        sdt = np.dtype(x_s.dtype)
+        mult = k.s.cast(sdt, F64, k.b.fdiv(k.b.fmul(s0, k.s.cast(w_s.dtype, sdt, s1)), k.s.cast(y_s.dtype, sdt, s2)))
+        yz = None
+        if y_zp is not None:
+            yz = k.splat(k.s.cast(y_zp.dtype, F64, k.load(_param_access(k, y_zp, "y_zero_point", 1, None, None), zero)), lanes)
+        return qgemm.requantize_vec(k, acc, k.splat(mult, lanes), yz, out.dtype, k.attr("_relu_floor"))
+    _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue)

@@ -265,3 +265,19 @@ def test_qdq_relu_folded(same, xdt):
     assert [n.op_type for n in graph.nodes] == ["QLinearConv", "QLinearMatMul"]
     assert ("_relu_floor" in graph.nodes[0].attrs) == same and ("_lut" in graph.nodes[0].attrs) != same
     check(jit_run(m, {"x": x}), reference(m, {"x": x}))
+
+
+@on_x86
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise(xdt, stride, isa):
+    """Depthwise (one input channel per group: the plain vector-block path, blocks of 16, 8 and 4 lanes)."""
+    x, w = q(xdt, (1, 4, 7, 45)), q(np.int8, (4, 1, 3, 3))
+    consts = {"w": w, "xzp": q(xdt, ()), "wzp0": np.zeros(4, np.int8), "x_s": np.array(0.04, np.float32),
+              "w_s": rng.uniform(0.002, 0.02, 4).astype(np.float32), "y_s": np.array(0.3, np.float32), "y_zp": q(xdt, ()),
+              "bias": rng.integers(-500, 500, 4).astype(np.int32)}
+    attrs = dict(pads=[1, 1, 1, 1], group=4, strides=[stride, stride])
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xzp"], ["y"], **attrs),
+             helper.make_node("QLinearConv", ["x", "x_s", "xzp", "w", "w_s", "wzp0", "y_s", "y_zp", "bias"], ["yq"], **attrs)]
+    m = model(nodes, {"x": x}, ["y", "yq"], consts, opset=10)
+    check(jit_run(m, {"x": x}), reference(m, {"x": x}))

@@ -586,12 +586,20 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue=None):
         return off, lo, max(lo, min(ow_n, hi))
     taps_w = [valid(kw) for kw in range(kernel[-1])]
     c_lo, c_hi = max(t[1] for t in taps_w), min(t[2] for t in taps_w)
-    lanes = k.lanes(np.int32)
-    blocks = max(0, c_hi - c_lo) // lanes if lanes > 1 else 0
-    vec_end = c_lo + blocks * lanes
+    # vector blocks over [c_lo, c_hi): full-width ones, then (stride 1) at most one of each halved width (>= 4 lanes)
+    segments, vec_end = [], c_lo
+    width = k.lanes(np.int32)
+    while width > 1:
+        count = max(0, c_hi - vec_end) // width
+        if count:
+            segments.append((vec_end, count, width))
+            vec_end += count * width
+        if width <= 4 or s_w != 1:  # (strided columns are gathered lane by lane: the scalar loop does as well)
+            break
+        width //= 2
+    blocks = sum(seg[1] for seg in segments)
     scalar_ranges = [(0, ow_n)] if not blocks else [(0, c_lo), (vec_end, ow_n)]
     x_col = x.strides[-1] * s_w
-    vt = ir.VectorType(i32, lanes)
 
     def cell(ow):
         return b.gep(row, [ow], inbounds=True)
@@ -671,11 +679,16 @@ def _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue=None):
                     edges(idx, b.add(m0, r))
             if not blocks:
                 return
-            x_zero_v = k.splat(x_zero, lanes) if x_zero is not None else None
             channels = [b.add(m0, k.index(r)) if r else m0 for r in range(mr)]
             zeros = [w_zero(mi) for mi in channels]
-            with k.for_range(blocks) as blk:
-                ow0 = b.add(k.index(c_lo), b.mul(blk, k.index(lanes)))
+            for start, count, lanes in segments:
+                vector_blocks(idx, channels, zeros, start, count, lanes)
+
+        def vector_blocks(idx, channels, zeros, start, count, lanes):
+            vt = ir.VectorType(i32, lanes)
+            x_zero_v = k.splat(x_zero, lanes) if x_zero is not None else None
+            with k.for_range(count) as blk:
+                ow0 = b.add(k.index(start), b.mul(blk, k.index(lanes)))
                 accs = [k.local(vt, k.vzero(np.int32, lanes)) for _ in range(mr)]
 
                 def vector_taps(kidx, pos):

@@ -156,6 +156,7 @@ CASES = {
     "qlinear_conv 32x64x3x3 s2 28x28": lambda: qlinear_conv(32, 64, 28, 28, stride=2),
     "qlinear_conv 128x128x1x1 14x14": lambda: qlinear_conv(128, 128, 14, 14, kh=1, pad=0),
     "qlinear_conv 64x64x3x3 g4 s8 28x28": lambda: qlinear_conv(64, 64, 28, 28, group=4, xdt=np.int8),
+    "qlinear_conv depthwise 144x3x3 28x28": lambda: qlinear_conv(144, 144, 28, 28, group=144),
     "int8 cnn 3x64x64 (by hand, QLinearConv only)": hand_quantized_cnn,
     "quantized cnn 3x64x64 (quantize_static)": quantized_cnn,
 }

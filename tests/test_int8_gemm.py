@@ -222,6 +222,10 @@ def test_blocked_int8_cross(board, tmp_path):
     for i in (1, 2, 5):  # row blocks (interior + edges), a strided grouped conv, pixel blocks across rows
         cm, cfeeds = conv_model(CONV_CASES[i])
         check(compile_and_run(cm, cfeeds, tmp_path / f"c{i}", board, profile_runner=False), reference(cm, cfeeds))
+    x = q(np.uint8, (1, 3, 5, 23))  # depthwise: the plain vector-block path
+    dw = model([helper.make_node("ConvInteger", ["x", "w", "xzp"], ["y"], pads=[1, 1, 1, 1], group=3)], {"x": x}, ["y"],
+               {"w": q(np.uint8, (3, 1, 3, 3)), "xzp": q(np.uint8, ())}, opset=10)
+    check(compile_and_run(dw, {"x": x}, tmp_path / "dw", board, profile_runner=False), reference(dw, {"x": x}))
 
 
 def test_sdot_cross(tmp_path):

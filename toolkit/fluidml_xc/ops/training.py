@@ -7,7 +7,6 @@ operator specs / onnx.reference).
 """
 from __future__ import annotations
 
-import numpy as np
 
 from ..codegen.scalar import const
 from .registry import register

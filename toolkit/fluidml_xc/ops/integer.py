@@ -221,7 +221,6 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     a_zero = None
     if a_zp is not None and a_zp.size == 1:
         a_zero = qgemm.ext16(k, k.load(a_zp.identity_access(), [k.index(0)] * a_zp.rank), a_zp.dtype)
-    vt_d = ir.VectorType(ir.DoubleType(), L)
 
     def row_block(r0, mr):
         for r in range(mr):
@@ -302,7 +301,6 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
     b_zero = None
     if b_zp is not None and b_zp.size == 1:
         b_zero = k.splat(qgemm.ext16(k, k.load(b_zp.identity_access(), [k.index(0)] * b_zp.rank), b_zp.dtype), nr)
-    vt8 = ir.VectorType(ir.IntType(8), nr)
     pair_mask = ir.Constant(ir.VectorType(i32, 2 * nr), [i // 2 + (nr if i % 2 else 0) for i in range(2 * nr)])
 
     def batch_offset(op, bi):

@@ -247,9 +247,8 @@ def test_cast_to_e8m0_round_modes_jit(mode, saturate):
 @pytest.mark.parametrize("to", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32])
 def test_cast_lowp_to_wide_jit(src, to):
     codes = _codes(src)
-    if to == TensorProto.INT32:
-        if src not in INTS:
-            pytest.skip("float -> int of NaN/inf is undefined")
+    if to == TensorProto.INT32 and src not in INTS:
+        codes = codes[np.isfinite(codes.astype(np.float32))]  # float -> int of NaN/inf is undefined
     node = helper.make_node("Cast", ["x"], ["y"], to=to)
     model = _model([node], [helper.make_tensor_value_info("x", CODES[src], [codes.size])],
                    [helper.make_tensor_value_info("y", to, [codes.size])])

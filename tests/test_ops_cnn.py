@@ -235,3 +235,18 @@ def test_lp_normalization_zero_slice_gives_zero(tmp_path):
     net.node("LpNormalization", ["x"], axis=1, p=2)
     got = net.check(tmp_path, opset=17)
     assert not np.isnan(got[net.outputs[0]]).any()
+
+
+@pytest.mark.parametrize("opt", ["plain", "greedy", "fluid"])
+def test_wide_padded_kernels_stay_inside_each_pixels_taps(tmp_path, opt):
+    """Kernels wider than the unrolled limit (KW > 16) with padding: the edge pixels of a block have
+    different tap ranges, and none may read outside the row."""
+    x = rand(1, 8, 4, 40)
+    net = Net(x=x)
+    net.node("Conv", ["x", net.const("w17", rand(16, 8, 1, 17, seed=1))], pads=[0, 8, 0, 8])
+    net.node("Conv", ["x", net.const("wdw", rand(8, 1, 1, 17, seed=2))], pads=[0, 8, 0, 8], group=8)
+    net.node("Conv", ["x", net.const("w33", rand(4, 8, 1, 33, seed=3))], pads=[0, 16, 0, 16])
+    model = net.model()
+    got = compile_and_run(model, net.feeds, tmp_path, opt=opt)
+    for name, want in reference(model, net.feeds).items():
+        np.testing.assert_allclose(got[name], want, rtol=RTOL, atol=1e-4, err_msg=name)

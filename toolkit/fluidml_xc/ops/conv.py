@@ -418,7 +418,7 @@ class Conv2D:
                     xv = splat(k, b.load(element(k, self.xp, offset(k, xp_off, (xbase, 1)))), V)
                     for v in range(nv):
                         b.store(s.add(dt, b.load(slots[v][p]), s.mul(dt, xv, wv[v])), slots[v][p])
-            self.each((kw_lo, kw_hi), tap, self.KW <= 16)
+            self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
 
         self.each((0, self.Cig), lambda ci: self.each(kh_range, lambda kh: row_taps(ci, kh), self.unroll), False)
         os_ = self.os
@@ -478,7 +478,7 @@ class Conv2D:
                         continue
                     xv = load_lanes(k, self.xp, offset(k, p * self.sw * xs[3], (xbase, 1)), lanes, xs[1], False)
                     b.store(s.add(dt, b.load(slots[p]), s.mul(dt, xv, wv)), slots[p])
-            self.each((kw_lo, kw_hi), tap, self.KW <= 16)
+            self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
         self.each(kh_range, row_taps, self.unroll)
         for p in range(len(pixels)):
             off = offset(k, p * os_[3], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))

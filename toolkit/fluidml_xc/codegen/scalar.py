@@ -105,12 +105,26 @@ class Scalar:
     def div(self, dtype, x, y):
         if is_float(dtype):
             return self.b.fdiv(x, y)
-        return self.b.sdiv(x, y) if is_signed(dtype) else self.b.udiv(x, y)
+        return self._int_divide(dtype, x, y, remainder=False)
 
     def rem(self, dtype, x, y):
         if is_float(dtype):
             return self.b.frem(x, y)
-        return self.b.srem(x, y) if is_signed(dtype) else self.b.urem(x, y)
+        return self._int_divide(dtype, x, y, remainder=True)
+
+    def _int_divide(self, dtype, x, y, remainder: bool):
+        """Integer x / y or x % y that never traps (the hardware faults on y == 0 and on MIN / -1, which
+        a branch computed but not taken may hold): y == 0 divides by 1; y == -1 gives -x (remainder 0)."""
+        b = self.b
+        zero, one = ir.Constant(y.type, 0), ir.Constant(y.type, 1)
+        bad = b.icmp_unsigned("==", y, zero)
+        if is_signed(dtype):
+            minus_one = b.icmp_signed("==", y, ir.Constant(y.type, -1))
+            safe = b.select(b.or_(bad, minus_one), one, y)
+            result = b.srem(x, safe) if remainder else b.sdiv(x, safe)
+            return b.select(minus_one, zero if remainder else b.sub(zero, x), result)
+        safe = b.select(bad, one, y)
+        return b.urem(x, safe) if remainder else b.udiv(x, safe)
 
     def cmp(self, dtype, op: str, x, y) -> ir.Value:
         """Comparison giving i1; op is one of < <= > >= == !=."""

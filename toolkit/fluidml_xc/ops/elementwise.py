@@ -153,6 +153,10 @@ def _pow(k, dt, x, y, ydt):
     return k.s.cast(np.float64, dt, k.s.intrinsic_binary("llvm.pow", xf, yf))
 
 
+def _div(k, dt, x, y):
+    return k.s.div(dt, x, y)
+
+
 def _mod(k, dt, x, y):
     r = k.s.rem(dt, x, y)
     if k.attr("fmod", 0) or np.dtype(dt).kind == "u":
@@ -170,10 +174,6 @@ def _mod(k, dt, x, y):
     return k.b.select(adjust, k.b.add(r, y), r)
 
 
-def _int_div(k, dt, x, y):
-    if is_float(dt) or np.dtype(dt).kind == "u":
-        return k.s.div(dt, x, y)
-    return k.b.sdiv(x, y)
 
 
 def _add(k, dt, x, y):
@@ -190,7 +190,7 @@ def _mul(k, dt, x, y):
 
 
 BINARY = {
-    "Add": _add, "Sub": _sub, "Mul": _mul, "Div": _int_div, "Mod": _mod,
+    "Add": _add, "Sub": _sub, "Mul": _mul, "Div": _div, "Mod": _mod,
     "BitwiseAnd": lambda k, dt, x, y: k.b.and_(x, y), "BitwiseOr": lambda k, dt, x, y: k.b.or_(x, y),
     "BitwiseXor": lambda k, dt, x, y: k.b.xor(x, y),
     "And": lambda k, dt, x, y: k.b.and_(x, y), "Or": lambda k, dt, x, y: k.b.or_(x, y), "Xor": lambda k, dt, x, y: k.b.xor(x, y),

@@ -285,3 +285,9 @@ def test_depthwise(xdt, stride, isa):
              helper.make_node("QLinearConv", ["x", "x_s", "xzp", "w", "w_s", "wzp0", "y_s", "y_zp", "bias"], ["yq"], **attrs)]
     m = model(nodes, {"x": x}, ["y", "yq"], consts, opset=10)
     check(jit_run(m, {"x": x}), reference(m, {"x": x}))
+
+
+def test_relu_table_saturates_instead_of_wrapping():
+    from fluidml_xc.passes.qlinear_relu import relu_table
+    table = relu_table(np.int8, 1.0, 0, 1e-30, 0)
+    assert table[-1] == 127 and table[0] == 0

@@ -52,3 +52,17 @@ def test_adam_under_qemu_armv7(tmp_path):
     got = compile_and_run(model, feeds, tmp_path, board="rpi3")
     for name, want in reference(model, feeds).items():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("op", ["Adagrad", "Adam"])
+def test_default_epsilon_keeps_zero_state_finite(tmp_path, op):
+    """Without an epsilon attribute the schema's 1e-6 applies: zero gradients and state stay finite."""
+    state, attrs = OPTIMIZERS[op]
+    attrs = {k: v for k, v in attrs.items() if k != "epsilon"}
+    model, feeds = optimizer_model(op, state, attrs, tensors=1, shape=(4,))
+    feeds = {n: (np.zeros_like(v) if n[0] != "x" else v) for n, v in feeds.items()}
+    feeds.update(r=np.array(0.1, np.float32), t=np.array(1, np.int64))
+    got = compile_and_run(model, feeds, tmp_path)
+    for name, want in reference(model, feeds).items():
+        assert np.isfinite(got[name]).all(), name
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)

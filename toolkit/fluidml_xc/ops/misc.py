@@ -17,6 +17,8 @@ from ..errors import InputError
 from .registry import register
 
 I64 = np.dtype(np.int64)
+DET_STACK_BYTES = 128 * 1024
+"""Det eliminates on a stack copy of one matrix in double precision: n <= 128."""
 
 
 def _index_dtype(k):
@@ -85,6 +87,9 @@ def lower_det(k):
     n = x.shape[-1]
     if not out.size:
         return
+    if n * n * 8 > DET_STACK_BYTES:
+        raise InputError(f"node {k.node.name!r} (Det): {n}x{n} matrices need {n * n * 8} bytes of stack for the "
+                         f"elimination; at most {DET_STACK_BYTES} (n <= 128) are supported")
     b = k.b
     f64 = np.dtype(np.float64)
     d_t = llvm_type(f64)

@@ -50,7 +50,7 @@ def _regularized(k, dt, x, g):
 @register("Adagrad", domain=DOMAIN, dtypes=FLOATS)
 def lower_adagrad(k):
     s = k.s
-    decay, eps = float(k.attr("decay_factor", 0.0)), float(k.attr("epsilon", 0.0))
+    decay, eps = float(k.attr("decay_factor", 0.0)), float(k.attr("epsilon", 1e-6))
 
     def step(dt, r, t, x, g, h):
         rate = k.b.fdiv(r, s.add(dt, const(dt, 1.0), s.mul(dt, t, const(dt, decay))))
@@ -81,7 +81,7 @@ def lower_momentum(k):
 def lower_adam(k):
     s = k.s
     alpha, beta = float(k.attr("alpha", 0.9)), float(k.attr("beta", 0.999))
-    eps, post = float(k.attr("epsilon", 0.0)), float(k.attr("norm_coefficient_post", 0.0))
+    eps, post = float(k.attr("epsilon", 1e-6)), float(k.attr("norm_coefficient_post", 0.0))
 
     def step(dt, r, t, x, g, v, h):
         gr = _regularized(k, dt, x, g)

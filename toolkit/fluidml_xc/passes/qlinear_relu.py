@@ -35,7 +35,7 @@ def relu_table(dtype, s1, z1, s2, z2) -> np.ndarray:
     with np.errstate(all="ignore"):
         y = (q.astype(np.float32) - np.asarray(z1, dtype).astype(np.float32)) * np.float32(s1)
         y = np.maximum(y, np.float32(0))
-        xi = np.rint(y / np.float32(s2)).astype(np.int32) + np.int32(z2)
+        xi = np.rint(y / np.float32(s2)).astype(np.float64) + float(z2)  # clip before any integer cast
     return np.clip(xi, info.min, info.max).astype(dtype)
 
 

@@ -105,7 +105,7 @@ def split_conv_over_kept_concat(graph: Graph) -> None:
             continue
         x = graph.tensors[concat.outputs[0]]
         rank = len(x.shape)
-        if rank < 3 or int(concat.attrs.get("axis", 0)) % rank != 1 or np.dtype(x.dtype).kind != "f":
+        if rank < 3 or int(concat.attrs.get("axis", 0)) % rank != 1 or np.dtype(x.dtype) not in (np.float32, np.float64):
             continue
         users = consumers.get(x.name, [])
         if not any(u.op_type == "Concat" for u in users) or len(users) != 2:

@@ -149,6 +149,13 @@ def test_singular_det_is_zero():
     np.testing.assert_allclose(jit_run(m, feeds)["d"], [0.0, -2.0], atol=1e-6)
 
 
+def test_det_of_a_large_matrix_is_a_one_line_error():
+    from fluidml_xc.errors import InputError
+    m = model([helper.make_node("Det", ["m"], ["d"])], {"m": np.zeros((200, 200), np.float32)}, ["d"], opset=22)
+    with pytest.raises(InputError, match=r"Det.*200x200.*n <= 128"):
+        jit_run(m, {"m": np.eye(200, dtype=np.float32)})
+
+
 def test_ml_binarizer_array_feature_extractor():
     feeds = {"x": rng.standard_normal((3, 4, 5)).astype(np.float32), "i": np.array([4, 0, 2], np.int64),
              "v": rng.integers(-5, 5, (2, 6)).astype(np.int32)}

@@ -250,16 +250,8 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
                     if quant is not None:
                         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
-        if nblocks:
-            with k.for_range(nblocks) as j:
-                col_block(j, nr)
-        if ntail:
-            col_block(k.index(nblocks), ntail)
-    if rows // cfg.mr:
-        with k.for_range(rows // cfg.mr) as i:
-            row_block(b.mul(i, k.index(cfg.mr)), cfg.mr)
-    if rows % cfg.mr:
-        row_block(k.index(rows // cfg.mr * cfg.mr), rows % cfg.mr)
+        qgemm.blocks(k, n, nr, col_block)
+    qgemm.blocks(k, rows, cfg.mr, lambda i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
     return True
 
 
@@ -344,16 +336,8 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
                 packed = b.shuffle_vector(v0, v1, pair_mask)
                 dst = b.gep(bpack, [b.add(dst0, b.mul(p, k.index(2 * nr)))], inbounds=True)
                 b.store(packed, b.bitcast(dst, packed.type.as_pointer()), align=2)
-            if kk // 2:
-                with k.for_range(kk // 2) as p:
-                    pair(p, True)
-            if kk % 2:
-                pair(k.index(kk // 2), False)
-        if n // nr:
-            with k.for_range(n // nr) as nb:
-                block(nb, nr)
-        if n % nr:
-            block(k.index(n // nr), n % nr)
+            qgemm.blocks(k, kk, 2, lambda p, width: pair(p, width == 2))
+        qgemm.blocks(k, n, nr, block)
 
     def row_block(a0, o0, r0, mr):
         for r in range(mr):
@@ -377,21 +361,13 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
                     if quant is not None:
                         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(o0, b.add(b.mul(ri, k.index(n)), col)), min(count - v * L, L), out.dtype)
-        if n // nr:
-            with k.for_range(n // nr) as j:
-                col_block(j, nr)
-        if n % nr:
-            col_block(k.index(n // nr), n % nr)
+        qgemm.blocks(k, n, nr, col_block)
 
     with k.for_range(int(np.prod(batch, dtype=np.int64))) as bi:
         pack_b(batch_offset(b_op, bi))
         a0 = batch_offset(a, bi)
         o0 = b.mul(bi, k.index(m * n))
-        if m // cfg.mr:
-            with k.for_range(m // cfg.mr) as i:
-                row_block(a0, o0, b.mul(i, k.index(cfg.mr)), cfg.mr)
-        if m % cfg.mr:
-            row_block(a0, o0, k.index(m // cfg.mr * cfg.mr), m % cfg.mr)
+        qgemm.blocks(k, m, cfg.mr, lambda i, mr: row_block(a0, o0, b.mul(i, k.index(cfg.mr)), mr))
     return True
 
 
@@ -475,16 +451,8 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
                     if quant is not None:
                         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
-        if nblocks:
-            with k.for_range(nblocks) as j:
-                col_block(j, nr)
-        if ntail:
-            col_block(k.index(nblocks), ntail)
-    if rows // cfg.mr:
-        with k.for_range(rows // cfg.mr) as i:
-            row_block(b.mul(i, k.index(cfg.mr)), cfg.mr)
-    if rows % cfg.mr:
-        row_block(k.index(rows // cfg.mr * cfg.mr), rows % cfg.mr)
+        qgemm.blocks(k, n, nr, col_block)
+    qgemm.blocks(k, rows, cfg.mr, lambda i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
 
 
 def _scalar_or_indexed(k, op, idx, ndom, dim, extent, what):
@@ -958,11 +926,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
                         acc = qgemm.requantize_vec(k, acc, mul_v, y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(row_at, k.index(v * L)), min(c, L), out.dtype)
         g0 = b.mul(g, k.index(mg))
-        if mg // cfg.mr:
-            with k.for_range(mg // cfg.mr) as i:
-                block(b.add(g0, b.mul(i, k.index(cfg.mr))), cfg.mr)
-        if mg % cfg.mr:
-            block(b.add(g0, k.index(mg // cfg.mr * cfg.mr)), mg % cfg.mr)
+        qgemm.blocks(k, mg, cfg.mr, lambda i, mr: block(b.add(g0, b.mul(i, k.index(cfg.mr))), mr))
 
     if ow_n < nr and -(-oh_n * ow_n // nr) * taps <= MAX_FLAT_BLOCK_TAPS:  # narrow rows: blocks of nr pixels across rows
         plane = oh_n * ow_n

@@ -99,6 +99,16 @@ def _splat(k, value, lanes):
     return k.splat(value, lanes)
 
 
+def blocks(k, total: int, size: int, fn) -> None:
+    """fn(i, width) over [0, total) in blocks of `size`: a run-time loop over the full blocks (i is the
+    block's index value, width == size), then the tail block (width total % size), if any."""
+    if total // size:
+        with k.for_range(total // size) as i:
+            fn(i, size)
+    if total % size:
+        fn(k.index(total // size), total % size)
+
+
 def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: int, nv: int | None = None) -> list[list[ir.Value]]:
     """accs[r][v] (<L x i32>) = sum over kp k-pairs of A pack rows a_row(r, kp_index) (i32*) x B pack b_ptr.
 

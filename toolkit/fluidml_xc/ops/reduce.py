@@ -1,4 +1,4 @@
-"""Reductions and row-wise normalizations: ReduceX, ArgMax/ArgMin, CumSum, Softmax/LogSoftmax/Hardmax,
+"""Reductions and row-wise normalizations: ReduceX, ArgMax/ArgMin, CumSum/CumProd, Softmax/LogSoftmax/Hardmax,
 LayerNormalization.
 
 ReduceX are `generic` reductions (reduce loops innermost, fast-math so LLVM vectorizes them). The
@@ -200,35 +200,46 @@ def lower_argmin(k):
     _arg(k, False)
 
 
-# -- CumSum --------------------------------------------------------------------------------------
+# -- CumSum, CumProd -----------------------------------------------------------------------------
 @register("CumSum")
 def lower_cumsum(k):
-    """Running sum along the axis; a run-time axis selects one of the per-axis loops."""
+    _running(k, 0, k.s.add)
+
+
+@register("CumProd")
+def lower_cumprod(k):
+    _running(k, 1, k.s.mul)
+
+
+def _running(k, identity, combine) -> None:
+    """Running sum/product along the axis (exclusive, reverse); a run-time axis selects one of the
+    per-axis loops."""
     x = k.inputs[0]
     value = k.input_value(1)
     if value is not None:
-        _cumsum(k, _axis(int(np.ravel(value)[0]), x.rank))
+        _running_along(k, _axis(int(np.ravel(value)[0]), x.rank), identity, combine)
         return
     axis_op = k.inputs[1]
+    i64 = ir.IntType(64)
     axis = k.s.cast(axis_op.dtype, np.int64, k.b.load(axis_op.ptr))
-    axis = k.b.select(k.b.icmp_signed("<", axis, ir.Constant(ir.IntType(64), 0)), k.b.add(axis, ir.Constant(ir.IntType(64), x.rank)), axis)
+    axis = k.b.select(k.b.icmp_signed("<", axis, ir.Constant(i64, 0)), k.b.add(axis, ir.Constant(i64, x.rank)), axis)
     for a in range(x.rank):
-        with k.b.if_then(k.b.icmp_signed("==", axis, ir.Constant(ir.IntType(64), a))):
-            _cumsum(k, a)
+        with k.b.if_then(k.b.icmp_signed("==", axis, ir.Constant(i64, a))):
+            _running_along(k, a, identity, combine)
 
 
-def _cumsum(k, axis: int) -> None:
+def _running_along(k, axis: int, identity, combine) -> None:
     x, out = k.inputs[0], k.outputs[0]
     dt, n = x.dtype, x.shape[axis]
     exclusive, reverse = int(k.attr("exclusive", 0)), int(k.attr("reverse", 0))
     x_acc, out_acc = x.identity_access(), out.identity_access()
 
     def row(ix, inner):
-        acc = k.local(llvm_type(dt), const(dt, 0))
+        acc = k.local(llvm_type(dt), const(dt, identity))
         with k.for_range(n) as j:
             ix[axis] = k.b.sub(k.index(n - 1), j) if reverse else j
             before = k.b.load(acc)
-            after = k.s.add(dt, before, k.load(x_acc, ix))
+            after = combine(dt, before, k.load(x_acc, ix))
             k.store(out_acc, ix, before if exclusive else after)
             k.b.store(after, acc)
     _rows(k, x.shape, x.strides, [axis], row)

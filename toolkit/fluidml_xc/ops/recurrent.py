@@ -243,13 +243,18 @@ class _Recurrent:
                             if self.y is not None:
                                 with k.for_range(H) as j:
                                     self.store(self.y, self.y_index(s, d, bi, j), self.c(0))
-            with k.for_range(self.batch) as bi:
-                with k.for_range(H) as j:
-                    at = b.add(b.mul(bi, k.index(H)), j)
-                    if self.y_h is not None:
-                        self.store(self.y_h, self.state_index(d, bi, j), b.load(self.cell(h_state, at)))
-                    if self.y_c is not None:
-                        self.store(self.y_c, self.state_index(d, bi, j), b.load(self.cell(c_state, at)))
+            self.store_final_states(d, self.batch, h_state, c_state)
+
+    def store_final_states(self, d, batch: int, h_state, c_state) -> None:
+        """Y_h and Y_c (when asked for) of direction d from the state buffers."""
+        k, b, H = self.k, self.b, self.hidden
+        with k.for_range(batch) as bi:
+            with k.for_range(H) as j:
+                at = b.add(b.mul(bi, k.index(H)), j)
+                if self.y_h is not None:
+                    self.store(self.y_h, self.state_index(d, bi, j), b.load(self.cell(h_state, at)))
+                if self.y_c is not None:
+                    self.store(self.y_c, self.state_index(d, bi, j), b.load(self.cell(c_state, at)))
 
     def preactivations(self, d, t, bi, base, h_state, gates, rows):
         """gates[g] = X[t, bi] . W[d, g] + H[bi] . R[d, g] + Wb[g] + Rb[g] for g in [0, rows)."""
@@ -374,13 +379,7 @@ class _Recurrent:
                     t = b.sub(k.index(self.seq - 1), s) if reverse else s
                     gates = b.gep(xw, [b.mul(sl, k.index(row))], inbounds=True)
                     getattr(self, "blocked_" + self.op.lower())(d, t, gates, h_state, c_state, tmp)
-            with k.for_range(nb) as bi:
-                with k.for_range(H) as j:
-                    at = b.add(b.mul(bi, k.index(H)), j)
-                    if self.y_h is not None:
-                        self.store(self.y_h, self.state_index(d, bi, j), b.load(self.cell(h_state, at)))
-                    if self.y_c is not None:
-                        self.store(self.y_c, self.state_index(d, bi, j), b.load(self.cell(c_state, at)))
+            self.store_final_states(d, nb, h_state, c_state)
 
     def bias_value(self, d, g, which: str):
         """Wb[g] ("w"), Rb[g] ("r") or their sum ("wr") of direction d; g an index value."""

@@ -52,6 +52,14 @@ class Graph:
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
 
+    def unique_name(self, base: str) -> str:
+        """`base`, or `base` with the first numeric suffix no tensor of the graph uses."""
+        name, n = base, 0
+        while name in self.tensors:
+            n += 1
+            name = f"{base}{n}"
+        return name
+
     def producers(self) -> dict[str, Node]:
         return {out: node for node in self.nodes for out in node.outputs if out}
 

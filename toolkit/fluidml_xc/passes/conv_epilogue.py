@@ -107,8 +107,8 @@ def fold_channel_affine(graph: Graph) -> None:
                     bias = bias * c
                 else:
                     bias = bias + c
-                w_name = graph_unique(graph, f"{conv.name}.affine_weight")
-                b_name = graph_unique(graph, f"{conv.name}.affine_bias")
+                w_name = graph.unique_name(f"{conv.name}.affine_weight")
+                b_name = graph.unique_name(f"{conv.name}.affine_bias")
                 graph.tensors[w_name] = Tensor(w_name, weight.dtype, weight.shape, weight)
                 b_value = bias.astype(weight.dtype)
                 graph.tensors[b_name] = Tensor(b_name, b_value.dtype, b_value.shape, b_value)
@@ -121,14 +121,6 @@ def fold_channel_affine(graph: Graph) -> None:
                 break
             if changed:
                 break
-
-
-def graph_unique(graph: Graph, name: str) -> str:
-    base, i = name, 0
-    while name in graph.tensors:
-        i += 1
-        name = f"{base}{i}"
-    return name
 
 
 def fuse_norm_activation(graph: Graph) -> None:

@@ -37,14 +37,6 @@ NATIVE = frozenset({
 })
 
 
-def _unique(graph: Graph, base: str) -> str:
-    name, n = base, 0
-    while name in graph.tensors:
-        n += 1
-        name = f"{base}_{n}"
-    return name
-
-
 def _cast(name: str, src: str, dst: str, to: np.dtype) -> Node:
     return Node("Cast", name, [src], [dst], {"to": int(helper.np_dtype_to_tensor_dtype(np.dtype(to))), "_astype": 1})
 
@@ -63,7 +55,7 @@ def widen_lowp_operands(graph: Graph) -> None:
                 continue
             if name not in converted:
                 t = graph.tensors[name]
-                wide = _unique(graph, f"{name}/wide")
+                wide = graph.unique_name(f"{name}/wide")
                 cdt = compute_dtype(t.dtype)
                 value = None if t.value is None else np.asarray(t.value).astype(cdt)
                 graph.tensors[wide] = Tensor(wide, cdt, t.shape, value)
@@ -76,7 +68,7 @@ def widen_lowp_operands(graph: Graph) -> None:
             if not name or not is_lowp(graph.tensors[name].dtype):
                 continue
             t = graph.tensors[name]
-            wide = _unique(graph, f"{name}/wide")
+            wide = graph.unique_name(f"{name}/wide")
             graph.tensors[wide] = Tensor(wide, compute_dtype(t.dtype), t.shape)
             node.outputs[i] = wide
             after.append(_cast(f"{node.name}/narrow{i}", wide, name, t.dtype))

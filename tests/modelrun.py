@@ -13,6 +13,20 @@ import onnx
 from fluidml_xc.build import BuildOptions, build_model
 
 
+def graph_model(nodes, feeds: dict[str, np.ndarray], outputs, consts: dict | None = None, opset: int = 17,
+                ir_version: int = 8, extra_opsets=(), infer: bool = False) -> onnx.ModelProto:
+    """A one-graph model: graph inputs `feeds` (name -> array), initializers `consts`, outputs by name;
+    `infer` runs ONNX's strict shape inference over it."""
+    from onnx import helper, numpy_helper
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(n) for n in outputs], inits)
+    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, v) for d, v in extra_opsets)]
+    m = helper.make_model(graph, opset_imports=opsets)
+    m.ir_version = ir_version
+    return onnx.shape_inference.infer_shapes(m, strict_mode=True) if infer else m
+
+
 def has_emulator(board: str) -> bool:
     from fluidml_xc.boards import get_board
     emulator = get_board(board).target.emulator

@@ -9,21 +9,16 @@ import platform
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from modelrun import compile_and_run, has_emulator, reference
+from modelrun import graph_model, compile_and_run, has_emulator, reference
 
 rng = np.random.default_rng(23)
 on_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
 
 
 def model(nodes, feeds, outputs, consts=None, opset=13):
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(n) for n in outputs], inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+    return graph_model(nodes, feeds, outputs, consts, opset, ir_version=8)
 
 
 def q(dtype, shape):

@@ -9,9 +9,9 @@ import platform
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from modelrun import compile_and_run, has_emulator, reference
+from modelrun import graph_model, compile_and_run, has_emulator, reference
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
 
@@ -19,13 +19,7 @@ rng = np.random.default_rng(11)
 
 
 def model(nodes, feeds, outputs, consts=None, opset=21, extra_opsets=()):
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()]
-    outs = [helper.make_empty_tensor_value_info(n) for n in outputs]
-    graph = helper.make_graph(nodes, "g", inputs, outs, inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *[helper.make_opsetid(d, v) for d, v in extra_opsets]])
-    m.ir_version = 10
-    return m
+    return graph_model(nodes, feeds, outputs, consts, opset, ir_version=10, extra_opsets=extra_opsets)
 
 
 def jit_run(m, feeds):

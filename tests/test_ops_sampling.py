@@ -7,29 +7,21 @@ import platform
 import shutil
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from modelrun import compile_and_run, reference
+from modelrun import graph_model, compile_and_run, reference
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="native builds for x86_64")
 
 rng = np.random.default_rng(11)
 
 
-def node(op, ins, outs, **attrs):
-    return helper.make_node(op, ins, outs, **attrs)
+node = helper.make_node
 
 
 def model(nodes, feeds, outputs, consts=None, opset=22):
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()]
-    outs = [helper.make_empty_tensor_value_info(n) for n in outputs]
-    graph = helper.make_graph(nodes, "g", inputs, outs, inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    return onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    return graph_model(nodes, feeds, outputs, consts, opset, ir_version=10, infer=True)
 
 
 def check(tmp_path, m, feeds, board="x86_64", rtol=1e-4, atol=1e-5):

@@ -108,6 +108,23 @@ def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str 
     return Lowered(spec, decisions, plan, emitter, emitter.emit())
 
 
+_FUSION_ATTRS = ("_epilogue", "_bias", "_residual", "_activation", "_fused_nodes")
+
+
+def _fused_facts(node) -> dict:
+    """{"fused": True} for a kernel that does the work of several ONNX nodes (epilogues, elementwise fusion)."""
+    return {"fused": True} if node.op_type == "FusedElementwise" or any(a in node.attrs for a in _FUSION_ATTRS) else {}
+
+
+def _plan_facts(graph: Graph, plan) -> dict:
+    """Per arena buffer: live steps [first, last] in the execution order, arena offset and aligned size
+    (what `inspect` and `report` draw as the memory map)."""
+    align = plan.alignment
+    return {"intervals": {r: list(iv) for r, iv in plan.intervals.items()},
+            "offsets": {r: plan.offsets[r] for r in plan.intervals},
+            "sizes": {r: -(-graph.tensors[r].nbytes // align) * align for r in plan.intervals}}
+
+
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
     """Lower `graph` and write model.o (code + weights) into workdir; returns the manifest facts."""
     from .link import attach_weights
@@ -124,10 +141,10 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
         code_obj.unlink()
     else:
         (workdir / "model.o").write_bytes(code)
-    ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type} for i in plan.order]
+    ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
     return {
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
-        "memory": {**plan.manifest_facts(), "alignment": spec.alignment,
+        "memory": {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
                    **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})},
         "tail": emitter.tail,
     }

@@ -188,6 +188,67 @@ def elf_footprint(path: Path) -> dict[str, int]:
     return sizes
 
 
+def _foreign_entry(directory: Path) -> str | None:
+    """Why `directory` is not provably an artifact of ours, or None: its entries must be exactly manifest.json
+    and the regular files its `files` lists, each with the sha256 recorded there."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        if not isinstance(files, dict):
+            return "its manifest.json is not a fluidml-xc manifest"
+        entries = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return "it has no manifest.json"
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return f"its manifest.json cannot be read ({type(exc).__name__})"
+    for name in entries:
+        path = directory / name
+        if name == "manifest.json" and path.is_file() and not path.is_symlink():
+            continue
+        if name not in files or path.is_symlink() or not path.is_file():
+            return f"it holds {name!r}, which its manifest does not list"
+        if sha256_file(path) != files[name]:
+            return f"{name!r} was changed after the build"
+    missing = sorted(set(files) - set(entries))
+    if missing:
+        return f"{missing[0]!r}, listed in its manifest, is missing"
+    return None
+
+
+def replaceable_target(out_dir: Path) -> Path:
+    """The path the artifact will be renamed to (a symlink's target), refusing anything a build must not replace."""
+    out_dir = Path(out_dir)
+    target = out_dir
+    if out_dir.is_symlink():
+        if not out_dir.exists():
+            raise InputError(f"output {str(out_dir)!r} is a symbolic link to nothing: remove it or choose another -o DIR")
+        target = out_dir.resolve()
+    if target.exists() or target.is_symlink():
+        if not target.is_dir():
+            raise InputError(f"output {str(out_dir)!r} exists and is not a directory: choose another -o DIR")
+        reason = _foreign_entry(target)
+        if reason:
+            raise InputError(f"output directory {str(out_dir)!r} exists and is not a fluidml-xc artifact ({reason}): "
+                             "move your files away or choose another -o DIR")
+    return target
+
+
+def _replace_artifact(workdir: Path, out_dir: Path) -> None:
+    """Rename the finished workdir to out_dir (through a symlink: to its target), replacing only an artifact of ours."""
+    target = replaceable_target(out_dir)
+    if not target.exists():
+        workdir.rename(target)
+        return
+    backup = target.with_name(f".{target.name}.old-{os.getpid()}")
+    target.rename(backup)
+    try:
+        workdir.rename(target)
+    except BaseException:
+        backup.rename(target)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+
+
 def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) -> BuildResult:
     """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
     started = time.perf_counter()
@@ -199,10 +260,12 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     run_passes(graph)
     check_supported(graph)
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
-    if out_dir.exists() and not (out_dir / "manifest.json").is_file():
-        raise InputError(f"output directory {str(out_dir)!r} exists and is not a fluidml-xc artifact: choose another -o DIR")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    target = replaceable_target(out_dir)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as exc:
+        raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
     try:
         facts = compile_graph(graph, board, options, workdir)
         spec = facts["spec"]
@@ -225,17 +288,14 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         }
         manifest["files"] = {p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()}
         (workdir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if out_dir.exists():
-            backup = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            out_dir.rename(backup)
-            workdir.rename(out_dir)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            workdir.rename(out_dir)
+        _replace_artifact(workdir, out_dir)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     if options.record_last:
-        LAST_BUILD.parent.mkdir(parents=True, exist_ok=True)
-        LAST_BUILD.write_text(str(out_dir.resolve()) + "\n")
+        try:
+            LAST_BUILD.parent.mkdir(parents=True, exist_ok=True)
+            LAST_BUILD.write_text(str(out_dir.resolve()) + "\n")
+        except OSError as exc:
+            print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     return BuildResult(out_dir, manifest, time.perf_counter() - started)

@@ -1,0 +1,93 @@
+"""Issue 11 regressions for `build`: users' files are never lost, -o paths that cannot hold an artifact
+get one line, nothing of ours is left behind."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from test_cli_errors import cli, one_line_error
+
+
+def _relu_model(path: Path) -> Path:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _build(model: Path, out: Path | str, cwd: Path):
+    return cli("build", str(model), "-o", str(out), "--no-profile-runner", cwd=cwd)
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    return _relu_model(tmp_path / "m.onnx")
+
+
+def test_build_keeps_a_directory_with_files_its_manifest_does_not_list(tmp_path, model):
+    proj = tmp_path / "proj"
+    (proj / "src").mkdir(parents=True)
+    (proj / "manifest.json").write_text("{}")
+    (proj / "index.html").write_text("hi")
+    line = one_line_error(_build(model, proj, tmp_path))
+    assert "not a fluidml-xc artifact" in line
+    assert (proj / "index.html").read_text() == "hi" and (proj / "src").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "proj"]
+
+
+def test_build_replaces_its_own_artifact_but_not_one_with_a_foreign_or_edited_file(tmp_path, model):
+    proj = tmp_path / "proj"
+    assert _build(model, proj, tmp_path).returncode == 0
+    assert _build(model, proj, tmp_path).returncode == 0, "an unchanged artifact of ours is replaced"
+    (proj / "notes.txt").write_text("mine")
+    line = one_line_error(_build(model, proj, tmp_path))
+    assert "'notes.txt'" in line and "manifest does not list" in line
+    assert (proj / "notes.txt").read_text() == "mine"
+    (proj / "notes.txt").unlink()
+    (proj / "model.h").write_text("/* edited by hand */\n")
+    assert "'model.h' was changed" in one_line_error(_build(model, proj, tmp_path))
+    assert (proj / "model.h").read_text() == "/* edited by hand */\n"
+    (proj / "model.h").unlink()
+    (proj / "model.h").mkdir()
+    (proj / "model.h" / "x").write_text("mine")
+    assert "'model.h'" in one_line_error(_build(model, proj, tmp_path))
+    assert (proj / "model.h" / "x").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "m.onnx", "proj"]
+
+
+def test_build_through_a_symlink_replaces_the_target_and_leaves_nothing_behind(tmp_path, model):
+    real = tmp_path / "real"
+    link = tmp_path / "link"
+    assert _build(model, real, tmp_path).returncode == 0
+    link.symlink_to("real")
+    for _ in range(2):
+        proc = _build(model, link, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "real"
+    assert (link / "manifest.json").is_file() and (real / "runner").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "link", "m.onnx", "real"]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to("nowhere")
+    assert "symbolic link to nothing" in one_line_error(_build(model, dangling, tmp_path))
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("out", ["file/sub", "/proc/self/x", "afile"])
+def test_build_into_an_impossible_output_is_one_line(tmp_path, model, out):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "afile").write_text("x")
+    line = one_line_error(_build(model, out, tmp_path))
+    assert repr(out) in line and "-o DIR" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "file", "m.onnx"]
+
+
+def test_build_with_a_file_named_build_in_the_working_directory(tmp_path, model):
+    (tmp_path / "build").write_text("not a directory")
+    line = one_line_error(cli("build", str(model), "--no-profile-runner", cwd=tmp_path))
+    assert "build/m-x86_64" in line
+    assert (tmp_path / "build").read_text() == "not a directory"

@@ -1,0 +1,50 @@
+"""`fluidml-xc quantize MODEL.onnx --calibration DATA -o MODEL.int8.onnx`: int8 with ONNX Runtime's quantizer, checked on a board."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..build import OPT_MODES
+
+NAME = "quantize"
+HELP = "post-training int8 quantization (onnxruntime.quantization), then float and int8 builds compared: accuracy, latency, memory"
+ORDER = 15
+
+
+def add_arguments(parser) -> None:
+    from ..quantize import FORMATS, METHODS, QTYPES
+
+    parser.add_argument("model", type=Path, help="the float .onnx model")
+    parser.add_argument("--calibration", "-c", type=Path, required=True, metavar="DATA",
+                        help="a directory of .npz feeds (one per sample, keys = input names) or one .npz with a leading sample axis")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="MODEL.int8.onnx", help="where to write the int8 model")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing -o file")
+    parser.add_argument("--format", choices=FORMATS, default="qdq", help="QDQ (Quantize/DequantizeLinear pairs, the default) or QOperator (QLinearConv, ...)")
+    parser.add_argument("--method", choices=METHODS, default="minmax", help="calibration method (default minmax)")
+    parser.add_argument("--per-channel", action="store_true", help="per-channel weight scales")
+    parser.add_argument("--activation-type", choices=QTYPES, help="default: int8 for qdq, uint8 for qoperator")
+    parser.add_argument("--weight-type", choices=QTYPES, default="int8")
+    parser.add_argument("--exclude", nargs="+", default=[], metavar="NODE_OR_TYPE", help="node names or op types to leave in float")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="dynamic quantization (quantize_dynamic): int8 weights, activations quantized at run time; no calibration")
+    parser.add_argument("--eval", type=Path, metavar="DATA", help="held-out samples for the report (default: part of --calibration)")
+    parser.add_argument("--board", "-b", help="board to build and run both models for (default: this machine; foreign boards under qemu)")
+    parser.add_argument("--build-dir", type=Path, default=Path("build"), metavar="DIR", help="where the two artifacts go (default build/)")
+    parser.add_argument("--opt", choices=OPT_MODES, default="fluid")
+    parser.add_argument("--no-build", action="store_true", help="only quantize and compare under ONNX Runtime")
+    parser.add_argument("--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)")
+    parser.add_argument("--warmup", type=int, default=5, metavar="W")
+    parser.add_argument("--explain", type=int, nargs="?", const=15, default=0, metavar="N",
+                        help="list the N nodes (default 15) that add the most error against the float model")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def main(args) -> int:
+    from ..quantize import QuantConfig, QuantizeOptions, run_quantize
+
+    config = QuantConfig(format=args.format, method=args.method, per_channel=args.per_channel, dynamic=args.dynamic,
+                         activation_type=args.activation_type, weight_type=args.weight_type, exclude=tuple(args.exclude))
+    report = run_quantize(QuantizeOptions(model=args.model, calibration=args.calibration, output=args.output, config=config,
+                                          eval=args.eval, board=args.board, build=not args.no_build, build_dir=args.build_dir,
+                                          runs=args.runs, warmup=args.warmup, explain=args.explain, force=args.force, opt=args.opt))
+    print(report.json() if args.json else report.table())
+    return 0

@@ -1,0 +1,151 @@
+"""ONNX Runtime's post-training quantization (onnxruntime.quantization): pre-processing, a calibration
+reader over our samples, quantize_static (QDQ / QOperator) or quantize_dynamic."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from ..errors import InputError
+from .data import Samples
+
+FORMATS = ("qdq", "qoperator")
+METHODS = ("minmax", "entropy", "percentile")
+QTYPES = ("int8", "uint8")
+
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+                           "QGemm", "QAttention", "DynamicQuantizeMatMul", "MatMulNBits", "MatMulIntegerToFloat"})
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """What onnxruntime.quantization is asked to do."""
+
+    format: str = "qdq"
+    method: str = "minmax"
+    per_channel: bool = False
+    dynamic: bool = False
+    activation_type: str | None = None
+    """int8 or uint8; None: int8 for QDQ (ORT's recommendation), uint8 for QOperator (u8s8 on x86)."""
+    weight_type: str = "int8"
+    exclude: tuple[str, ...] = ()
+    """node names or op types left in float"""
+    extra_options: dict = field(default_factory=dict)
+
+
+def check_not_quantized(model: onnx.ModelProto, path: str) -> None:
+    found = sorted({n.op_type for n in model.graph.node if n.op_type in QUANTIZED_OPS or n.op_type.startswith("QLinear")})
+    if found:
+        raise InputError(f"{path} is already quantized (it has {', '.join(found)}); pass the float model it was made from")
+
+
+def _exclusions(model: onnx.ModelProto, exclude: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(node names, op types) from --exclude values: a node's name first, else an op type of the model."""
+    names = {n.name for n in model.graph.node if n.name}
+    types = {n.op_type for n in model.graph.node}
+    nodes, op_types = [], []
+    for item in exclude:
+        if item in names:
+            nodes.append(item)
+        elif item in types:
+            op_types.append(item)
+        else:
+            sample = ", ".join(sorted(types))
+            raise InputError(f"--exclude {item!r}: no node or op type of that name in the model (op types: {sample}); "
+                             "`--explain` lists node names")
+    return nodes, op_types
+
+
+def _op_types(dynamic: bool, excluded: list[str]) -> list[str] | None:
+    """Every op type ORT's quantizer handles in this mode, minus the excluded types (None: ORT's default)."""
+    if not excluded:
+        return None
+    from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry, QLinearOpsRegistry
+
+    registry = IntegerOpsRegistry if dynamic else {**QLinearOpsRegistry, **QDQRegistry}
+    return sorted(t for t in registry if t not in excluded)
+
+
+class _Reader:
+    """A CalibrationDataReader over the samples; a progress line on stderr when it is a terminal."""
+
+    def __init__(self, samples: Samples, label: str, progress: bool | None = None):
+        self.samples, self.label, self.index = samples, label, 0
+        self.progress = sys.stderr.isatty() if progress is None else progress
+
+    def get_next(self):
+        if self.index >= len(self.samples):
+            if self.progress and self.index:
+                sys.stderr.write("\n")
+                sys.stderr.flush()
+                self.progress = False
+            return None
+        feed = self.samples.feeds[self.index]
+        self.index += 1
+        if self.progress:
+            sys.stderr.write(f"\r{self.label}: sample {self.index}/{len(self.samples)}")
+            sys.stderr.flush()
+        return feed
+
+    def rewind(self):
+        self.index = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self.get_next()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def __len__(self):
+        return len(self.samples)
+
+
+def _ort_error(stage: str, exc: Exception) -> InputError:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return InputError(f"onnxruntime.quantization {stage} failed: {lines[-1] if lines else type(exc).__name__}")
+
+
+def preprocess(src: Path, dst: Path) -> None:
+    """quant_pre_process: ORT's graph optimizations + ONNX shape inference (shapes are static by then)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+    except Exception as exc:  # ORT raises plain exceptions of many kinds for models it cannot process
+        raise _ort_error("pre-processing", exc) from None
+
+
+def quantize(src: Path, dst: Path, config: QuantConfig, calibration: Samples,
+             progress: bool | None = None) -> None:
+    """Quantize `src` (pre-processed by `preprocess`) into `dst` (static with the calibration samples, or dynamic)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    if config.format not in FORMATS or config.method not in METHODS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)} and --method one of {', '.join(METHODS)}")
+    model = onnx.load(str(src), load_external_data=False)
+    nodes, op_types = _exclusions(model, config.exclude)
+    qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
+    try:
+        if config.dynamic:
+            quantize_dynamic(str(src), str(dst), op_types_to_quantize=_op_types(True, op_types), per_channel=config.per_channel,
+                             weight_type=qtype[config.weight_type], nodes_to_exclude=nodes or None,
+                             extra_options=dict(config.extra_options) or None)
+            return
+        activation = config.activation_type or ("int8" if config.format == "qdq" else "uint8")
+        method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                  "percentile": CalibrationMethod.Percentile}[config.method]
+        fmt = QuantFormat.QDQ if config.format == "qdq" else QuantFormat.QOperator
+        reader = _Reader(calibration, f"calibrating ({config.method})", progress)
+        quantize_static(str(src), str(dst), reader, quant_format=fmt, op_types_to_quantize=_op_types(False, op_types),
+                        per_channel=config.per_channel, activation_type=qtype[activation], weight_type=qtype[config.weight_type],
+                        nodes_to_exclude=nodes or None, calibrate_method=method,
+                        extra_options=dict(config.extra_options) or None)
+    except InputError:
+        raise
+    except Exception as exc:
+        raise _ort_error("quantize_dynamic" if config.dynamic else "quantize_static", exc) from None

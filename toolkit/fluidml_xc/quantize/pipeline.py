@@ -1,0 +1,218 @@
+"""`fluidml-xc quantize`: float model + samples -> int8 model (ONNX Runtime's quantizer) -> float and int8
+builds for a board -> accuracy, latency and memory of both, side by side with ONNX Runtime."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import InputError
+from .accuracy import OutputAccuracy, accuracy
+from .data import Samples, load_samples, model_inputs, split_samples
+from .explain import NodeError, explain
+from .ortq import QuantConfig, check_not_quantized, preprocess, quantize
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    model: Path
+    calibration: Path
+    output: Path
+    config: QuantConfig = QuantConfig()
+    eval: Path | None = None
+    board: str | None = None
+    build: bool = True
+    build_dir: Path = Path("build")
+    runs: int = 50
+    warmup: int = 5
+    explain: int = 0
+    """rows of the per-node error table (0: not computed)"""
+    force: bool = False
+    progress: bool | None = None
+    """progress lines on stderr; None: when stderr is a terminal"""
+    opt: str = "fluid"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Latency and memory of one model: our build (median over runs) and ONNX Runtime (one thread, this machine)."""
+
+    artifact: str
+    median_ms: float
+    arena_bytes: int
+    weights_bytes: int
+    peak_rss_bytes: int
+    ort_median_ms: float | None
+
+
+@dataclass
+class QuantizeReport:
+    model: str
+    output: str
+    board: str
+    emulated: bool
+    config: dict
+    calibration_samples: int
+    eval_samples: int
+    eval_from: str
+    accuracy: list[OutputAccuracy] = field(default_factory=list)
+    """int8 build against float build"""
+    ort_accuracy: list[OutputAccuracy] = field(default_factory=list)
+    """ONNX Runtime: int8 model against float model, same samples"""
+    vs_ort_int8: dict[str, float] = field(default_factory=dict)
+    """per output: max abs difference between our int8 build and ONNX Runtime on the same int8 model"""
+    float_figures: Figures | None = None
+    int8_figures: Figures | None = None
+    explain: list[NodeError] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("accuracy", "ort_accuracy", "explain")}
+        out["accuracy"] = [a.as_dict() for a in self.accuracy]
+        out["ort_accuracy"] = [a.as_dict() for a in self.ort_accuracy]
+        out["explain"] = [e.as_dict() for e in self.explain]
+        if self.float_figures and self.int8_figures:
+            out["latency_ratio_int8_over_float"] = self.int8_figures.median_ms / self.float_figures.median_ms
+            if self.float_figures.ort_median_ms and self.int8_figures.ort_median_ms:
+                out["ort_latency_ratio_int8_over_float"] = self.int8_figures.ort_median_ms / self.float_figures.ort_median_ms
+        return out
+
+    def json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, allow_nan=False, default=_json_default)
+
+    def table(self) -> str:
+        from .report import render
+        return render(self)
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(type(value).__name__)
+
+
+def _static_model(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> tuple[onnx.ModelProto, dict]:
+    """The model with dynamic input dims fixed to the samples' shapes; (model, {input: shape} of the inputs changed)."""
+    fixed = {}
+    for spec in model_inputs(model):
+        if any(d is None for d in spec.dims):
+            fixed[spec.name] = shapes[spec.name]
+    if not fixed:
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        if vi.name in fixed:
+            for dim, value in zip(vi.type.tensor_type.shape.dim, fixed[vi.name]):
+                dim.Clear()
+                dim.dim_value = int(value)
+    return out, fixed
+
+
+def _load(path: Path) -> onnx.ModelProto:
+    if not path.is_file():
+        raise InputError(f"{path}: no such model file")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:
+        raise InputError(f"{path} is not a readable ONNX model ({type(exc).__name__}); check the file") from None
+
+
+def _ort_outputs(model_path: Path, samples: Samples) -> tuple[list[dict[str, np.ndarray]], object]:
+    from ..reference import ort_session
+    try:
+        session = ort_session(model_path)
+    except Exception as exc:
+        raise InputError(f"ONNX Runtime cannot load {model_path.name}: {str(exc).splitlines()[0]}") from None
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(names, feed))) for feed in samples.feeds], session
+
+
+def _write_atomic(src: Path, dst: Path, force: bool) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and not force:
+        raise InputError(f"{dst} already exists; pass --force to overwrite it")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _figures(artifact: Path, manifest: dict, feeds: dict, options: QuantizeOptions, session) -> Figures:
+    from ..execute import run_artifact
+    from ..reference import median_latency_ms
+
+    bench = run_artifact(artifact, feeds, bench=options.runs, warmup=options.warmup).bench
+    ort_ms = median_latency_ms(session, feeds, runs=options.runs, warmup=options.warmup) if session is not None else None
+    return Figures(str(artifact), float(bench["median_ms"]), int(manifest["memory"]["arena_bytes"]),
+                   int(manifest["weights_bytes"]), int(bench.get("peak_rss_bytes", 0)), ort_ms)
+
+
+def run_quantize(options: QuantizeOptions) -> QuantizeReport:
+    from ..boards import get_board
+
+    model_path, output = Path(options.model), Path(options.output)
+    if output.exists() and not options.force:
+        raise InputError(f"{output} already exists; pass --force to overwrite it")
+    if output.resolve() == model_path.resolve():
+        raise InputError(f"-o {output} is the float model itself; write the int8 model to another file")
+    if options.runs < 1 or options.warmup < 0 or options.explain < 0:
+        raise InputError("--runs must be >= 1, --warmup >= 0 and --explain >= 0")
+    from ..link import is_host_target
+
+    board = get_board(options.board)
+    model = _load(model_path)
+    check_not_quantized(model, str(model_path))
+    samples = load_samples(options.calibration, model, "--calibration")
+    held = load_samples(options.eval, model, "--eval") if options.eval else None
+    if held is not None and held.shapes != samples.shapes:
+        raise InputError(f"--eval samples have shapes {held.shapes}, the calibration samples {samples.shapes}; use the same shapes")
+    calibration, evaluation, how = split_samples(samples, held)
+    static, fixed = _static_model(model, samples.shapes)
+    report = QuantizeReport(str(model_path), str(output), board.name, not is_host_target(board.target), asdict(options.config),
+                            len(calibration), len(evaluation), how)
+    with tempfile.TemporaryDirectory(prefix="fxc-quantize-") as tmp:
+        work = Path(tmp)
+        float_path = model_path
+        if fixed:
+            float_path = work / "float.onnx"
+            onnx.save(static, str(float_path))
+        pre, quantized = work / "preprocessed.onnx", work / "int8.onnx"
+        preprocess(float_path, pre)
+        quantize(pre, quantized, options.config, calibration, options.progress)
+        ort_float, float_session = _ort_outputs(float_path, evaluation)
+        ort_int8, int8_session = _ort_outputs(quantized, evaluation)
+        report.ort_accuracy = accuracy(ort_float, ort_int8)
+        if options.explain:
+            report.explain = explain(pre, quantized, calibration, options.progress)[: options.explain]
+        _write_atomic(quantized, output, options.force)
+    if not options.build:
+        return report
+    from ..build import BuildOptions, build_model, default_out_dir
+    from ..execute import run_artifact
+
+    results = {}
+    for kind, path, shapes in (("float", model_path, fixed), ("int8", output, {})):
+        out_dir = Path(options.build_dir) / default_out_dir(path, board).name
+        results[kind] = build_model(path, BuildOptions(board=board.name, out_dir=out_dir, input_shapes=shapes, opt=options.opt,
+                                                       profile_runner=False, record_last=False))
+    outs = {kind: [run_artifact(r.artifact, feed).outputs for feed in evaluation.feeds] for kind, r in results.items()}
+    report.accuracy = accuracy(outs["float"], outs["int8"])
+    report.vs_ort_int8 = {name: float(max(np.max(np.abs(o[name].astype(np.float64) - r[name].astype(np.float64)), initial=0.0)
+                                          for o, r in zip(outs["int8"], ort_int8)))
+                          for name in ort_int8[0]}
+    host = not report.emulated
+    feed = evaluation.feeds[0]
+    report.float_figures = _figures(results["float"].artifact, results["float"].manifest, feed, options, float_session if host else None)
+    report.int8_figures = _figures(results["int8"].artifact, results["int8"].manifest, feed, options, int8_session if host else None)
+    return report

@@ -150,6 +150,8 @@ class _Folder:
     def evaluate(self, node: onnx.NodeProto, stand_ins: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
+        from .cast_rules import REFERENCE_OPS
+
         stand_ins = stand_ins or {}
         inputs = [n for n in node.input if n]
         graph = helper.make_graph(
@@ -159,7 +161,7 @@ class _Folder:
         model = helper.make_model(graph, opset_imports=self.opset_imports, ir_version=self.model.ir_version)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            results = ReferenceEvaluator(model).run(None, {n: stand_ins[n] if n in stand_ins else self.tensors[n].value for n in inputs})
+            results = ReferenceEvaluator(model, new_ops=REFERENCE_OPS).run(None, {n: stand_ins[n] if n in stand_ins else self.tensors[n].value for n in inputs})
         return [np.asarray(r) for r in results]
 
     def infer_dynamic(self, node: onnx.NodeProto, attrs: dict) -> dict[str, Tensor]:

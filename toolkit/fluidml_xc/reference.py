@@ -25,9 +25,11 @@ def reference_outputs(model_path: str | Path, feeds: dict[str, np.ndarray]) -> d
         import onnx
         from onnx.reference import ReferenceEvaluator
 
+        from .cast_rules import REFERENCE_OPS
+
         model = onnx.load(str(model_path))
         names = [o.name for o in model.graph.output]
-        return dict(zip(names, ReferenceEvaluator(model).run(None, feeds)))
+        return dict(zip(names, ReferenceEvaluator(model, new_ops=REFERENCE_OPS).run(None, feeds)))
 
 
 def compare(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:

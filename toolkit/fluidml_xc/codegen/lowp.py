@@ -8,14 +8,15 @@ uint8 for the small integers) and a store converts back, so every op lowering wr
 float32/int8 works on them unchanged. Conversions are integer bit manipulation in LLVM IR (no
 `bfloat` type, no libcalls, no float rounding modes), so x86_64, aarch64 and armv7 agree bit for bit.
 
-Rounding (the ground truth is ml_dtypes / onnx.reference, checked over every bit pattern in
-tests/test_lowp_dtypes.py):
+Rounding (the ground truth is ml_dtypes / onnx.reference where ONNX defines the result, and our
+rules in cast_rules.py where it does not; checked over every bit pattern in tests/test_lowp_dtypes.py):
 
 - `encode(dtype, v, saturate=False)`: ml_dtypes' `astype` (round to nearest even; overflow gives
   inf/NaN as the format has them; float4 saturates); with `saturate=True` the float8 formats clamp
   to +-max first (ONNX Cast/QuantizeLinear `saturate=1`, `onnx.numpy_helper.saturate_cast`).
 - `e8m0_cast(v, saturate, round_mode)`: onnx.numpy_helper.to_float8e8m0 (ONNX Cast to FLOAT8E8M0).
-- float -> int4/uint4/int2/uint2 (Cast): truncation toward zero, then wrap to the low bits (ml_dtypes).
+- float -> int4/uint4/int2/uint2 (Cast): NaN -> 0, truncation toward zero, saturated to the range (our
+  rule for what ONNX leaves undefined, the same as every float -> integer Cast; cast_rules.py in numpy).
 """
 from __future__ import annotations
 
@@ -285,13 +286,21 @@ def round_to(b: ir.IRBuilder, dtype, value: ir.Value, saturate: bool = False) ->
     return decode(b, dtype, encode(b, dtype, value, saturate))
 
 
-def float_to_small_int(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    """A float (compute value) -> int8 holding the truncated value's low bits (ml_dtypes' float -> int4 wraps)."""
-    if not isinstance(value.type, ir.FloatType):
-        value = b.fpext(value, F32) if isinstance(value.type, ir.HalfType) else value
-    module = b.module
-    name = f"llvm.fptosi.sat.i64.{'f64' if isinstance(value.type, ir.DoubleType) else 'f32'}"
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(I64, [value.type]), name)
-    return b.trunc(b.call(fn, [value]), I8)
+def float_to_int_sat(b: ir.IRBuilder, value: ir.Value, ty: ir.IntType, signed: bool) -> ir.Value:
+    """Float -> integer by the rule for what ONNX leaves undefined (docs/INTERNALS.md, Conversions): NaN
+    -> 0, truncation toward zero, out of range -> the type's min/max (LLVM's fpto[su]i.sat), on every target."""
+    if isinstance(value.type, ir.HalfType):
+        value = b.fpext(value, F32)
+    fn = b.module.declare_intrinsic("llvm.fptosi.sat" if signed else "llvm.fptoui.sat", [ty, value.type],
+                                    ir.FunctionType(ty, [value.type]))
+    return b.call(fn, [value])
+
+
+def float_to_small_int(b: ir.IRBuilder, value: ir.Value, dtype) -> ir.Value:
+    """A float (compute value) -> int8 holding its int4/uint4/int2/uint2 value: NaN -> 0, truncation
+    toward zero, saturated to the format's range (the same rule as every float -> integer Cast)."""
+    lo, hi = int_info(dtype)
+    v = float_to_int_sat(b, value, I32, True)
+    v = _sel(b, b.icmp_signed("<", v, _c(I32, lo)), _c(I32, lo), v)
+    v = _sel(b, b.icmp_signed(">", v, _c(I32, hi)), _c(I32, hi), v)
+    return b.trunc(v, I8)

@@ -170,7 +170,7 @@ class Scalar:
     def cast(self, src, dst, x, saturate: bool = True, round_mode: str = "up"):
         """ONNX Cast of a computed value. For a storage-only `dst` the result is the value the stored
         element holds: float8 targets honour `saturate`, FLOAT8E8M0 `saturate` and `round_mode`, and
-        int4/uint4/int2/uint2 wrap (as ml_dtypes does)."""
+        float -> any integer type is NaN -> 0, truncation, saturation (cast_rules.py)."""
         src, dst = np.dtype(src), np.dtype(dst)
         if src == dst:
             return x
@@ -178,7 +178,7 @@ class Scalar:
             b = self.b
             csrc = compute_dtype(src)
             if dst.name in lowp.INT_FORMATS:
-                v = lowp.float_to_small_int(b, x) if is_float(csrc) else self.cast(csrc, np.int64, x)
+                v = lowp.float_to_small_int(b, x, dst) if is_float(csrc) else self.cast(csrc, np.int64, x)
                 v = v if v.type == ir.IntType(8) else b.trunc(v, ir.IntType(8))
                 return lowp.decode(b, dst, lowp.encode(b, dst, v))
             v = self.cast(csrc, np.float32, x)
@@ -194,7 +194,7 @@ class Scalar:
         if is_float(src) and is_float(dst):
             return self.b.fpext(x, dt) if src.itemsize < dst.itemsize else self.b.fptrunc(x, dt)
         if is_float(src):
-            return self.b.fptosi(x, dt) if dst.kind == "i" else self.b.fptoui(x, dt)
+            return lowp.float_to_int_sat(self.b, x, dt, dst.kind == "i")
         if is_float(dst):
             return self.b.sitofp(x, dt) if src.kind == "i" else self.b.uitofp(x, dt)
         if st.width == dt.width:

@@ -20,6 +20,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--runs", type=int, default=100, metavar="N", help="timed runs (default 100)")
     parser.add_argument("--warmup", type=int, default=10, metavar="W", help="warm-up runs (default 10)")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE (- for stdout only)")
+    parser.add_argument("--html", metavar="FILE", help="also write an HTML report of the artifact and this profile "
+                                                      "(needs fluidml-xc[report])")
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
                         help=f"seconds the runner may take (default {DEFAULT_RUN_TIMEOUT:g})")
     add_ssh_arguments(parser)
@@ -30,6 +32,10 @@ def main(args) -> int:
         raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
     if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
         raise InputError("--runs must be >= 1, --warmup >= 0 and --timeout positive")
+    if args.html:
+        from ..extras import require
+
+        require("matplotlib", "report", "--html")
     artifact = artifact_from_args(args)
     options = ProfileOptions(args.runs, args.warmup, args.timeout)
     if args.local:
@@ -38,6 +44,10 @@ def main(args) -> int:
         with connect_for(args, artifact) as conn:
             deployment = ensure_deployed(conn, artifact, args, switch_current=False)
             report = profile_remote(conn, deployment, artifact, options)
+    if args.html:
+        from ..report.adapters import write_profile_html
+
+        write_profile_html(artifact.path, report.to_dict(), args.html)
     if args.json == "-":
         print(report.json())
         return 0

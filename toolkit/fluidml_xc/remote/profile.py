@@ -41,6 +41,8 @@ class ProfileReport:
     ops: list[dict] = field(default_factory=list)
     telemetry_before: Telemetry = field(default_factory=Telemetry)
     telemetry_after: Telemetry = field(default_factory=Telemetry)
+    artifact: dict = field(default_factory=dict)
+    """Which build was profiled: its directory, content digest and --opt (so `report` pairs them)."""
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +51,7 @@ class ProfileReport:
             "peak_rss_bytes": self.peak_rss_bytes, "arena_bytes": self.arena_bytes,
             "lower_bound_bytes": self.lower_bound_bytes, "weights_bytes": self.weights_bytes, "ops": self.ops,
             "telemetry": {"before": self.telemetry_before.to_dict(), "after": self.telemetry_after.to_dict()},
+            "artifact": self.artifact,
         }
 
     def table(self) -> str:
@@ -123,7 +126,8 @@ def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
         runs=int(bench.get("runs", 0)), warmup=int(bench.get("warmup", 0)), latency_ms=latency,
         peak_rss_bytes=bench.get("peak_rss_bytes"), arena_bytes=bench.get("arena_bytes", memory.get("arena_bytes")),
         lower_bound_bytes=memory.get("lower_bound_bytes"), weights_bytes=artifact.manifest.get("weights_bytes"),
-        ops=ops, telemetry_before=before, telemetry_after=after)
+        ops=ops, telemetry_before=before, telemetry_after=after,
+        artifact={"dir": str(artifact.path.resolve()), "digest": artifact.digest, "opt": artifact.manifest.get("opt")})
 
 
 def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,

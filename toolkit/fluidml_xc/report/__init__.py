@@ -1,0 +1,48 @@
+"""`fluidml-xc report`: one self-contained HTML page (matplotlib plots as inline SVG) for artifacts and profiles.
+
+Modules: `data` (what the page shows, read from manifest.json and `profile --json` files), `plots`
+(matplotlib figures -> SVG), `page` (the HTML). Needs the `report` extra (matplotlib).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+from .data import ArtifactFacts, ProfileFacts, label_all, load_artifact, load_profile, profile_from_dict
+
+__all__ = ["ArtifactFacts", "ProfileFacts", "load_artifact", "load_profile", "profile_from_dict", "render_report",
+           "write_report"]
+
+
+def render_report(artifacts: list[ArtifactFacts], profiles: list[ProfileFacts], title: str = "") -> str:
+    from ..extras import require
+
+    require("matplotlib", "report", "`fluidml-xc report`")
+    from .page import render
+
+    if not artifacts and not profiles:
+        raise InputError("nothing to report: pass artifact directories and/or --profile FILE.json")
+    arts, profs = label_all(artifacts, profiles)
+    return render(arts, profs, title)
+
+
+def write_report(path: str | Path, text: str) -> Path:
+    """Write the page atomically (a temporary file renamed over PATH, so a failure leaves PATH as it was)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"-o {str(path)!r} is a directory: name the HTML file to write")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    except OSError as exc:
+        raise InputError(f"cannot write {str(path)!r} ({exc.strerror or exc}): choose another -o FILE") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -10,7 +10,6 @@ nodes that add the most are what to `--exclude`."""
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .data import Samples
+from .progress import progress_bar
 
 DEQ_SUFFIX = "_DequantizeLinear_Output"
 QUANT_SUFFIX = "_quantized"
@@ -95,11 +95,9 @@ def explain(float_path: Path, quant_path: Path, samples: Samples, progress: bool
     signal = dict.fromkeys(float_names, 0.0)
     noise = dict.fromkeys(float_names, 0.0)
     worst = dict.fromkeys(float_names, 0.0)
-    progress = sys.stderr.isatty() if progress is None else progress
-    for k, feed in enumerate(samples.feeds):
-        if progress:
-            sys.stderr.write(f"\rexplain: sample {k + 1}/{len(samples)}")
-            sys.stderr.flush()
+    bar = progress_bar(len(samples), "explain", progress)
+    for feed in samples.feeds:
+        bar.update(1)
         f_vals = dict(zip(f_out, fs.run(f_out, feed)))
         q_vals = dict(zip(q_out, qs.run(q_out, feed)))
         for name in float_names:
@@ -115,8 +113,7 @@ def explain(float_path: Path, quant_path: Path, samples: Samples, progress: bool
             signal[name] += float(np.sum(np.square(f, dtype=np.float64)))
             noise[name] += float(np.sum(np.square(d)))
             worst[name] = max(worst[name], float(np.max(np.abs(d))) if d.size else 0.0)
-    if progress:
-        sys.stderr.write("\n")
+    bar.close()
 
     def rel(name: str) -> float | None:
         """sqrt(sum (q - f)^2 / sum f^2): 0 exact, 1 as large as the signal."""

@@ -2,7 +2,6 @@
 reader over our samples, quantize_static (QDQ / QOperator) or quantize_dynamic."""
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import onnx
 
 from ..errors import InputError
 from .data import Samples
+from .progress import progress_bar
 
 FORMATS = ("qdq", "qoperator")
 METHODS = ("minmax", "entropy", "percentile")
@@ -69,28 +69,27 @@ def _op_types(dynamic: bool, excluded: list[str]) -> list[str] | None:
 
 
 class _Reader:
-    """A CalibrationDataReader over the samples; a progress line on stderr when it is a terminal."""
+    """A CalibrationDataReader over the samples, with a progress bar (progress.py)."""
 
     def __init__(self, samples: Samples, label: str, progress: bool | None = None):
-        self.samples, self.label, self.index = samples, label, 0
-        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.samples, self.label, self.progress, self.index, self.bar = samples, label, progress, 0, None
 
     def get_next(self):
+        if self.bar is None:
+            self.bar = progress_bar(len(self.samples), self.label, self.progress)
         if self.index >= len(self.samples):
-            if self.progress and self.index:
-                sys.stderr.write("\n")
-                sys.stderr.flush()
-                self.progress = False
+            self.bar.close()
             return None
         feed = self.samples.feeds[self.index]
         self.index += 1
-        if self.progress:
-            sys.stderr.write(f"\r{self.label}: sample {self.index}/{len(self.samples)}")
-            sys.stderr.flush()
+        self.bar.update(1)
         return feed
 
     def rewind(self):
         self.index = 0
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def __iter__(self):
         return self

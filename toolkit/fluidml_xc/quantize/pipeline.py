@@ -154,7 +154,7 @@ def _figures(artifact: Path, manifest: dict, feeds: dict, options: QuantizeOptio
 
     bench = run_artifact(artifact, feeds, bench=options.runs, warmup=options.warmup).bench
     ort_ms = median_latency_ms(session, feeds, runs=options.runs, warmup=options.warmup) if session is not None else None
-    return Figures(str(artifact), float(bench["median_ms"]), int(manifest["memory"]["arena_bytes"]),
+    return Figures(str(Path(artifact).resolve()), float(bench["median_ms"]), int(manifest["memory"]["arena_bytes"]),
                    int(manifest["weights_bytes"]), int(bench.get("peak_rss_bytes", 0)), ort_ms)
 
 

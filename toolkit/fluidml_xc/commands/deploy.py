@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import posixpath
 
+from ..fleet.command import add_fleet_arguments, run_command
 from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.session import artifact_from_args, connect_for, ensure_deployed
 from ..remote.shell import quote_argv
@@ -15,9 +16,12 @@ ORDER = 30
 def add_arguments(parser) -> None:
     add_artifact_argument(parser)
     add_ssh_arguments(parser)
+    add_fleet_arguments(parser)
 
 
 def main(args) -> int:
+    if args.inventory:
+        return run_command(args, NAME)
     artifact = artifact_from_args(args)
     with connect_for(args, artifact) as conn:
         deployment = ensure_deployed(conn, artifact, args, switch_current=True, quiet_if_present=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from ..fleet.command import add_fleet_arguments, run_command
 from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.profile import ProfileOptions, profile_local, profile_remote
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
@@ -25,9 +26,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
                         help=f"seconds the runner may take (default {DEFAULT_RUN_TIMEOUT:g})")
     add_ssh_arguments(parser)
+    add_fleet_arguments(parser)
 
 
 def main(args) -> int:
+    if args.inventory:
+        return run_command(args, NAME)
     if args.local == bool(args.host):
         raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
     if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:

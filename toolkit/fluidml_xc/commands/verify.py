@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError, VerifyError
+from ..fleet.command import add_fleet_arguments, run_command
 from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import artifact_from_args, connect_for, ensure_deployed
@@ -26,9 +27,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
                         help=f"seconds the runner may take (default {DEFAULT_RUN_TIMEOUT:g})")
     add_ssh_arguments(parser)
+    add_fleet_arguments(parser)
 
 
 def main(args) -> int:
+    if args.inventory:
+        return run_command(args, NAME)
     if args.rtol < 0 or args.atol < 0 or args.timeout <= 0:
         raise InputError("--rtol and --atol must be >= 0 and --timeout positive")
     artifact = artifact_from_args(args)

@@ -35,6 +35,23 @@ const char *fxc_strerror(int code);
 const int64_t *fxc_output_shape(const void *arena, int32_t i);
 int fxc_output_is_dynamic(int32_t i);
 
+/* pool.c: the thread pool behind fxc_parallel_for (the generated code's only call into the runtime). */
+#define FXC_MAX_THREADS 64
+#ifndef FXC_PARALLEL_FOR_DEFINED
+#define FXC_PARALLEL_FOR_DEFINED
+typedef void (*fxc_task_fn)(void *ctx, int64_t begin, int64_t end);
+typedef void (*fxc_parallel_for_fn)(void *user, fxc_task_fn task, void *ctx, int64_t n_tiles);
+#endif
+void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n);
+int fxc_pool_start(int threads);          /* threads - 1 workers; 0 on success */
+int fxc_pool_threads(void);               /* threads running the model (0: an application's parallel-for) */
+int fxc_pool_configured(void);
+void fxc_pool_set_parallel_for(fxc_parallel_for_fn pfor, void *user);
+/* Defined by the glue: the thread count built in (manifest `threads`). */
+extern const int32_t fxc_default_threads;
+int fxc_set_threads(int threads);
+int fxc_get_threads(void);
+
 /* npy.c: .npy I/O; errors are written into err (NUL-terminated) and return -1. */
 size_t fxc_dtype_size(int32_t dtype);
 const char *fxc_dtype_name(int32_t dtype);
@@ -44,6 +61,7 @@ void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int
 
 /* timer.c */
 int64_t fxc_now_ns(void);
+int64_t fxc_cpu_ns(void);  /* CPU time of the whole process (all threads) */
 
 /* rss.c */
 int64_t fxc_peak_rss_bytes(void);

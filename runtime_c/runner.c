@@ -1,4 +1,4 @@
-/* The model runner: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile] */
+/* The model runner: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile] [--threads T] */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -13,12 +13,13 @@
 #define BUFFER_ALIGN 64
 
 static const char USAGE[] =
-    "usage: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile]\n"
+    "usage: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile] [--threads T]\n"
     "  -i FILE      input .npy, in model input order (missing inputs get a deterministic random fill)\n"
     "  -o FILE      write an output .npy, in model output order\n"
     "  --bench N    time N runs and print one JSON object\n"
     "  --warmup W   untimed runs before timing (default 5)\n"
-    "  --profile    per-op median times (profiling runner only)\n";
+    "  --profile    per-op median times (profiling runner only)\n"
+    "  --threads T  run on T threads, 1 to the count built in (default: that count)\n";
 
 static void die(const char *fmt, const char *arg)
 {
@@ -34,7 +35,7 @@ static int32_t parse_count(const char *text, const char *option, int32_t minimum
     errno = 0;
     long long value = strtoll(text, &end, 10);
     if (errno || end == text || *end || value < minimum || value > 100000000)
-        die("bad value for %s (expected a non-negative integer, at least 1 for --bench)", option);
+        die("bad value for %s (expected a non-negative integer, at least 1 for --bench and --threads)", option);
     return (int32_t)value;
 }
 
@@ -95,7 +96,7 @@ static void run_once(void *arena, const void **inputs, void **outputs, int profi
         die("fxc_run failed: %s", fxc_strerror(rc));
 }
 
-static void print_report(double *times, int32_t runs, int32_t warmup, int64_t *samples, int profile)
+static void print_report(double *times, int32_t runs, int32_t warmup, int64_t *samples, int profile, double cpu_ms)
 {
     double sum = 0.0;
     for (int32_t r = 0; r < runs; r++)
@@ -106,6 +107,9 @@ static void print_report(double *times, int32_t runs, int32_t warmup, int64_t *s
            "\"peak_rss_bytes\": %" PRId64 ", \"arena_bytes\": %zu",
            runs, warmup, median(times, runs), percentile(times, runs, 90), percentile(times, runs, 99), times[0],
            times[runs - 1], sum / runs, fxc_peak_rss_bytes(), fxc_arena_bytes);
+    /* CPU time of all threads over wall time of the timed runs (workers' spinning counts as CPU time) */
+    printf(", \"threads\": %d, \"cpu_ms\": %.6f, \"cpu_over_wall\": %.3f", fxc_get_threads(), cpu_ms / runs,
+           sum > 0 ? cpu_ms / sum : 0.0);
     if (profile) {
         fputs(", \"ops\": [", stdout);
         for (int32_t op = 0; op < fxc_num_ops; op++) {
@@ -128,7 +132,7 @@ int main(int argc, char **argv)
 {
     const char **in_paths = calloc((size_t)argc, sizeof *in_paths);
     const char **out_paths = calloc((size_t)argc, sizeof *out_paths);
-    int32_t n_in = 0, n_out = 0, runs = 0, warmup = DEFAULT_WARMUP;
+    int32_t n_in = 0, n_out = 0, runs = 0, warmup = DEFAULT_WARMUP, threads = 0;
     int profile = 0;
     char err[1024];
     if (!in_paths || !out_paths)
@@ -142,7 +146,7 @@ int main(int argc, char **argv)
         } else if (strcmp(arg, "--profile") == 0) {
             profile = 1;
         } else if (strcmp(arg, "-i") == 0 || strcmp(arg, "-o") == 0 || strcmp(arg, "--bench") == 0 ||
-                   strcmp(arg, "--warmup") == 0) {
+                   strcmp(arg, "--warmup") == 0 || strcmp(arg, "--threads") == 0) {
             if (!has_value)
                 die("%s needs a value", arg);
             const char *value = argv[++i];
@@ -152,6 +156,8 @@ int main(int argc, char **argv)
                 out_paths[n_out++] = value;
             else if (arg[2] == 'b')
                 runs = parse_count(value, arg, 1);
+            else if (arg[2] == 't')
+                threads = parse_count(value, arg, 1);
             else
                 warmup = parse_count(value, arg, 0);
         } else {
@@ -172,6 +178,13 @@ int main(int argc, char **argv)
     if (profile && runs == 0)
         runs = 1;
 
+    if (threads > fxc_default_threads) {
+        snprintf(err, sizeof err, "--threads %d is more than the %d threads this runner was built for (build --threads N)",
+                 (int)threads, (int)fxc_default_threads);
+        die("%s", err);
+    }
+    if (threads > 0 && fxc_set_threads(threads) != 0)
+        die("--threads: %s", fxc_strerror(-4));
     void *arena = aligned_buffer(fxc_arena_bytes, fxc_arena_align);
     int rc = fxc_init(arena, fxc_arena_bytes);
     if (rc != 0)
@@ -195,6 +208,7 @@ int main(int argc, char **argv)
     for (int32_t i = 0; i < fxc_num_outputs; i++)
         outputs[i] = aligned_buffer(fxc_output_specs[i].nbytes, BUFFER_ALIGN);
 
+    double cpu_ms = 0.0;
     if (runs == 0) {
         run_once(arena, inputs, outputs, profile);
     } else {
@@ -208,9 +222,11 @@ int main(int argc, char **argv)
         for (int32_t r = 0; r < runs; r++) {
             if (profile)
                 fxc_prof_begin_run(r);
+            int64_t cpu_start = fxc_cpu_ns();
             int64_t start = fxc_now_ns();
             run_once(arena, inputs, outputs, profile);
             times[r] = (double)(fxc_now_ns() - start) / 1e6;
+            cpu_ms += (double)(fxc_cpu_ns() - cpu_start) / 1e6;
         }
     }
     for (int32_t i = 0; i < n_out; i++) {
@@ -230,7 +246,7 @@ int main(int argc, char **argv)
             die("%s", err);
     }
     if (runs > 0)
-        print_report(times, runs, warmup, samples, profile);
+        print_report(times, runs, warmup, samples, profile, cpu_ms);
     if (fflush(stdout) != 0)
         die("%s", "cannot write to stdout");
 

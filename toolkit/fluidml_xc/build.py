@@ -23,7 +23,9 @@ from .errors import InputError
 from .frontend import FrontendOptions, import_model, load_model
 from .ir import Graph
 from .passes import run_passes
+from .validate import Limits, default_max_memory
 from .remote.artifact import sha256_file
+from .threads import resolve_threads
 
 OPT_MODES = ("plain", "greedy", "fluid")
 LAST_BUILD = Path("build") / ".last"
@@ -41,6 +43,10 @@ class BuildOptions:
     record_last: bool = True
     structures: dict = field(default_factory=dict)
     """Sequence/optional inputs -> ABI descriptor (sequences.py); element shapes are `NAME.K` input_shapes."""
+    max_memory: int | None = None
+    """Bytes one tensor, the constants, and arena + weights may take (default: validate.default_max_memory(board))."""
+    threads: int | None = None
+    """Threads the model runs on by default and at most (FXC_THREADS); None: the board's cores (threads.py)."""
 
 
 @dataclass
@@ -48,6 +54,10 @@ class BuildResult:
     artifact: Path
     manifest: dict
     seconds: float
+
+
+def build_limits(board: Board, options: BuildOptions) -> Limits:
+    return Limits(max_bytes=options.max_memory or default_max_memory(board), pointer_bits=board.target.pointer_bits)
 
 
 def default_out_dir(model_path: Path, board: Board) -> Path:
@@ -90,7 +100,7 @@ class Lowered:
 
 
 def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic",
-                weights_symbol: str | None = None) -> Lowered:
+                weights_symbol: str | None = None, parallel: bool = True) -> Lowered:
     """The compiler middle and back end up to LLVM IR; shared by `build` and the ONNX backend."""
     from .optimize import optimize
     from .planner import PlanOptions, plan_memory, verify_plan
@@ -104,7 +114,7 @@ def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str 
                        layouts=decisions.layouts)
     verify_plan(graph, plan)
     emitter = ModuleEmitter(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
-                                                            weights_symbol=weights_symbol))
+                                                            weights_symbol=weights_symbol, parallel=parallel))
     return Lowered(spec, decisions, plan, emitter, emitter.emit())
 
 
@@ -131,8 +141,11 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
 
     spec = machine_spec(board)
     symbol = f"fxc_weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
-    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol)
+    threads = resolve_threads(board, options.threads)
+    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol, parallel=threads > 1)
     emitter, plan, decisions = lowered.emitter, lowered.plan, lowered.decisions
+    build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
+                                       emitter.tail.arena_bytes + len(emitter.blob))
     code = compile_module(lowered.ir_text, spec)
     if emitter.blob:
         code_obj = workdir / "model_code.o"
@@ -146,7 +159,8 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
         "memory": {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
                    **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})},
-        "tail": emitter.tail,
+        "tail": emitter.tail, "threads": threads,
+        "parallel_ops": {name: list(split) for name, split in emitter.parallel.items()},
     }
 
 
@@ -161,7 +175,7 @@ def _link(board: Board, spec, graph: Graph, facts: dict, workdir: Path, profile:
         outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot)
                  for n, slot in zip(graph.outputs, tail.output_slots)],
         arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
-        ops=[(op["name"], op["type"]) for op in facts["ops"]])
+        ops=[(op["name"], op["type"]) for op in facts["ops"]], threads=facts["threads"])
     render_sources(model_spec, workdir)
     link_artifact(board.target, spec.cpu, workdir / "model.o", workdir / "model.o" if profile else None,
                   workdir / "model_glue.c", workdir, workdir)
@@ -255,8 +269,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     model_path = Path(model_path)
     board = get_board(options.board)
     model = load_model(model_path)
-    graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes), structures=dict(options.structures)),
-                         name=model_path.stem)
+    graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes), structures=dict(options.structures),
+                                                limits=build_limits(board, options)), name=model_path.stem)
     run_passes(graph)
     check_supported(graph)
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
@@ -283,6 +297,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             **({"structures": graph.structures} if graph.structures else {}),
             "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
             "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
+            "threads": facts["threads"], "parallel_ops": facts["parallel_ops"],
             "optimizer": facts["decisions"].summary(),
             "footprint": elf_footprint(workdir / "runner"),
         }

@@ -19,7 +19,7 @@ from .errors import ToolchainError
 from .resources import data_dir
 
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror")
-LIBRARY_SOURCES = ("npy.c", "timer.c", "rss.c")
+LIBRARY_SOURCES = ("npy.c", "timer.c", "rss.c", "pool.c")
 RUNNER_SOURCES = ("runner.c", "prof.c", "noprof.c")
 
 

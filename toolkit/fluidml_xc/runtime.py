@@ -56,6 +56,8 @@ class ModelSpec:
     arena_bytes: int
     arena_align: int = 64
     ops: list[tuple[str, str]] = field(default_factory=list)
+    threads: int = 1
+    """FXC_THREADS: the pool's thread count by default and the most fxc_set_threads accepts."""
 
 
 def c_string(text: str) -> str:
@@ -96,7 +98,7 @@ def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
     if align <= 0 or align & (align - 1):
         raise InputError(f"arena alignment must be a power of two, got {align}")
     context = dict(name=spec.name, inputs=spec.inputs, outputs=spec.outputs, arena_bytes=int(spec.arena_bytes),
-                   arena_align=align, ops=[(str(n), str(t)) for n, t in spec.ops],
+                   arena_align=align, threads=max(1, int(spec.threads)), ops=[(str(n), str(t)) for n, t in spec.ops],
                    dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

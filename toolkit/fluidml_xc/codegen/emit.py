@@ -14,6 +14,41 @@ from .machine import MachineSpec, data_layout
 from .scalar import storage_type
 
 I8P = ir.IntType(8).as_pointer()
+I64 = ir.IntType(64)
+TASK_T = ir.FunctionType(ir.VoidType(), [I8P, I64, I64])
+PARALLEL_FOR = "fxc_parallel_for"
+
+
+def parallel_safe(fn: ir.Function, region: set) -> bool:
+    """True when every store or memory intrinsic outside the parallel region writes the function's own
+    stack: then running the function once per tile range has the effect of running it once."""
+    def on_stack(ptr) -> bool:
+        while isinstance(ptr, (ir.GEPInstr, ir.CastInstr)):
+            ptr = ptr.operands[0]
+        return isinstance(ptr, ir.AllocaInstr)
+
+    for blk in fn.blocks:
+        if blk in region:
+            continue
+        for ins in blk.instructions:
+            if isinstance(ins, ir.StoreInstr) and not on_stack(ins.operands[1]):
+                return False
+            if isinstance(ins, ir.CallInstr):
+                name = getattr(ins.callee, "name", "")
+                if name.startswith(("llvm.memcpy", "llvm.memset", "llvm.memmove")) and not on_stack(ins.args[0]):
+                    return False
+                if not name.startswith("llvm.") and name not in PURE_CALLS:
+                    return False
+            if isinstance(ins, (ir.instructions.AtomicRMW, ir.instructions.CmpXchg)):
+                return False
+    return True
+
+
+PURE_CALLS = frozenset(("expf", "exp", "logf", "log", "tanhf", "tanh", "erff", "erf", "powf", "pow", "sinf", "sin", "cosf",
+                        "cos", "tanf", "tan", "asinf", "asin", "acosf", "acos", "atanf", "atan", "sinhf", "sinh", "coshf",
+                        "cosh", "asinhf", "asinh", "acoshf", "acosh", "atanhf", "atanh", "fmodf", "fmod", "roundf",
+                        "round", "nearbyintf", "nearbyint", "rintf", "rint", "expm1f", "expm1", "log1pf", "log1p",
+                        "atan2f", "atan2", "cbrtf", "cbrt", "lgammaf", "lgamma", "tgammaf", "tgamma"))
 
 
 @dataclass
@@ -25,6 +60,9 @@ class EmitOptions:
     """When set, constants of INLINE_LIMIT bytes or more are not IR initializers but offsets into one
     external blob `weights_symbol` (see `ModuleEmitter.blob`), which link.attach_weights puts into
     the object. LLVM then never parses or prints the weights, which keeps big models fast to build."""
+    parallel: bool = True
+    """Emit heavy ops as tiles handed to `fxc_parallel_for` (runtime_c/pool.c; a serial weak definition
+    in the module serves the JIT). False (a build for one thread) emits every op as one plain function."""
 
 
 INLINE_LIMIT = 256
@@ -63,6 +101,9 @@ class ModuleEmitter:
         self.blob = bytearray()
         self.blob_var: ir.GlobalVariable | None = None
         self._tail = None
+        self.parallel: dict[str, tuple[int, ...]] = {}
+        """node name -> its tiles per split dimension, for the ops handed to fxc_parallel_for."""
+        self._pfor: ir.Function | None = None
 
     @property
     def tail(self):
@@ -224,13 +265,17 @@ class ModuleEmitter:
         dims_outputs = self._dims_outputs(node)
         extra = self._extra_offsets(node)
         types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(extra) - len(dims_outputs))
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}")
+        idx_t = ir.IntType(self.spec.pointer_bits)
+        tiled = self.options.parallel
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types + [idx_t, idx_t] * tiled), f"op{step}")
         fn.linkage = "internal"
-        for arg in fn.args:
+        for arg in fn.args[:len(types)]:
             arg.add_attribute("noalias")
         if node.name in self.options.loop_orders:
             node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
         kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
+        if tiled:
+            kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
         kernel.scratch = fn.args[-1] if len(extra) > len(dims_outputs) else None
@@ -252,7 +297,74 @@ class ModuleEmitter:
         kernel.outputs = [operand(n) for n in node.outputs]
         spec.lower(kernel)
         kernel.b.ret_void()
-        return fn
+        if not tiled:
+            return fn
+        if not kernel.tiles:  # one plain function: drop the unused (begin, end)
+            fn.args = fn.args[:len(types)]
+            fn.ftype = ir.FunctionType(ir.VoidType(), types)
+            fn.type = fn.ftype.as_pointer()
+            return fn
+        return self._tiled_entry(fn, types, kernel, node, step)
+
+    def _parallel_for(self) -> ir.Function:
+        """`fxc_parallel_for`, defined weak and serial (tile by tile) for the JIT; runtime_c/pool.c's wins at link."""
+        if self._pfor is None:
+            existing = self.module.globals.get(PARALLEL_FOR)
+            if existing is not None:
+                self._pfor = existing
+                return existing
+            pfor = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [TASK_T.as_pointer(), I8P, I64]), PARALLEL_FOR)
+            pfor.linkage = "weak"
+            task, ctx, n = pfor.args
+            entry, loop, done = pfor.append_basic_block("entry"), pfor.append_basic_block("loop"), pfor.append_basic_block("done")
+            b = ir.IRBuilder(entry)
+            b.cbranch(b.icmp_signed(">", n, I64(0)), loop, done)
+            b.position_at_end(loop)
+            i = b.phi(I64)
+            i.add_incoming(I64(0), entry)
+            nxt = b.add(i, I64(1))
+            b.call(task, [ctx, i, nxt])
+            i.add_incoming(nxt, loop)
+            b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
+            b.position_at_end(done)
+            b.ret_void()
+            self._pfor = pfor
+        return self._pfor
+
+    def _tiled_entry(self, body: ir.Function, types: list, kernel: Kernel, node: Node, step: int) -> ir.Function:
+        """The node function for a body with a parallel region: its arguments go into a context struct on
+        the stack and `op<step>.tile(ctx, begin, end)` runs the body over tiles [begin, end) through
+        fxc_parallel_for; a body with stores outside the region runs whole on the calling thread."""
+        idx_t = body.args[-1].type
+        entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}.run")
+        entry.linkage = "internal"
+        for arg in entry.args:
+            arg.add_attribute("noalias")
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        if not parallel_safe(body, kernel.region_blocks):
+            b.call(body, [*entry.args, ir.Constant(idx_t, 0), ir.Constant(idx_t, kernel.tiles)])
+            b.ret_void()
+            body.attributes.add("alwaysinline")
+            return entry
+        ctx_t = ir.LiteralStructType(types)
+        tile = ir.Function(self.module, TASK_T, f"op{step}.tile")
+        tile.linkage = "internal"
+        tb = ir.IRBuilder(tile.append_basic_block("entry"))
+        ctx = tb.bitcast(tile.args[0], ctx_t.as_pointer())
+        zero = ir.Constant(ir.IntType(32), 0)
+        fields = [tb.load(tb.gep(ctx, [zero, ir.Constant(ir.IntType(32), i)], inbounds=True)) for i in range(len(types))]
+        lo, hi = tile.args[1], tile.args[2]
+        if idx_t.width < 64:
+            lo, hi = tb.trunc(lo, idx_t), tb.trunc(hi, idx_t)
+        tb.call(body, [*fields, lo, hi])
+        tb.ret_void()
+        slot = b.alloca(ctx_t)
+        for i, arg in enumerate(entry.args):
+            b.store(arg, b.gep(slot, [zero, ir.Constant(ir.IntType(32), i)], inbounds=True))
+        b.call(self._parallel_for(), [tile, b.bitcast(slot, I8P), I64(kernel.tiles)])
+        b.ret_void()
+        self.parallel[node.name] = kernel.tile_split
+        return entry
 
 
 def emit_module(graph: Graph, plan, spec: MachineSpec, options: EmitOptions = EmitOptions()) -> str:

@@ -7,7 +7,7 @@ chosen order; innermost unit-stride loops are left for LLVM to vectorize.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -17,6 +17,22 @@ from llvmlite import ir
 from ..ir import Graph, Node
 from . import lowp
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
+
+
+PARALLEL_MIN_WORK = 200_000
+"""Estimated scalar operations (multiply-adds, element ops) below which an op stays on the calling thread:
+waking workers costs microseconds, so a small op is faster alone (docs/THREADS.md)."""
+TARGET_TILES = 12
+"""Tiles an op is split into when its work allows (divisible by 2, 3, 4 and 6 threads; the pool hands
+tiles out one at a time, so more tiles than threads also even out unequal tiles)."""
+
+
+def chunk_count(extent: int, work: float, target: int = TARGET_TILES) -> int:
+    """Chunks to split `extent` independent units of total `work` into: up to `target`, each worth at
+    least a quarter of PARALLEL_MIN_WORK."""
+    if extent <= 1 or work < PARALLEL_MIN_WORK:
+        return 1
+    return int(max(1, min(extent, target, work // (PARALLEL_MIN_WORK // 4))))
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -120,6 +136,13 @@ class Kernel:
         """Output index -> int64* slot for the actual dims of a data-dependent output (dynamic.py)."""
         self.scratch: ir.Value | None = None
         """i8* scratch memory of a data-dependent op (ops/dynamic.py scratch_bytes), else None."""
+        self.tile_range: tuple[ir.Value, ir.Value] | None = None
+        """(begin, end) arguments when this function may run as tiles on several threads (codegen/emit.py)."""
+        self.tiles = 0
+        """Tiles of the parallel region (parallel_tiles), 0 when the op runs whole on one thread."""
+        self.tile_split: tuple[int, ...] = ()
+        self.region_blocks: set = set()
+        self._in_region = False
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -168,6 +191,61 @@ class Kernel:
         i.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(done)
+
+    @contextmanager
+    def parallel_tiles(self, extents: Sequence[int], work: float):
+        """Index values over `extents` (outermost first), one per tile of a region whose tiles write
+        disjoint outputs and never share a reduction. In a tile-capable function (codegen/emit.py) with
+        enough `work` the flattened index runs over [begin, end) and the emitter hands the tiles to
+        fxc_parallel_for; otherwise plain nested loops. Code outside the region runs once per call of
+        the function (per tile range): it may compute and fill stack buffers, but a store to memory
+        outside the stack there makes the emitter run the whole op on one thread (emit.parallel_safe)."""
+        extents = [int(e) for e in extents]
+        total = int(np.prod(extents, dtype=np.int64)) if extents else 1
+        if self.tile_range is None or self.tiles or self._in_region or total < 2 or work < PARALLEL_MIN_WORK:
+            with ExitStack() as stack:
+                idx = [stack.enter_context(self.for_range(e)) if e > 1 else self.index(0) for e in extents]
+                self._in_region, outer = True, self._in_region
+                try:
+                    yield idx
+                finally:
+                    self._in_region = outer
+            return
+        begin, end = self.tile_range
+        first = len(self.fn.blocks)
+        self._in_region = True
+        with self.for_range(end, begin) as t:
+            idx, rest = [], t
+            for j, e in enumerate(extents):
+                inner = int(np.prod(extents[j + 1:], dtype=np.int64)) if j + 1 < len(extents) else 1
+                if e == 1:
+                    idx.append(self.index(0))
+                    continue
+                q = rest if inner == 1 else self.b.udiv(rest, self.index(inner))
+                idx.append(q)
+                if inner > 1:
+                    rest = self.b.urem(rest, self.index(inner))
+            yield idx
+        self._in_region = False
+        done = self.b.block
+        self.region_blocks = {blk for blk in self.fn.blocks[first:] if blk is not done}
+        self.tiles = total
+        self.tile_split = tuple(extents)
+
+    def chunk(self, c: ir.Value, chunks: int, extent: int) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent)."""
+        if chunks == 1:
+            return self.index(0), self.index(extent)
+
+        def at(v):
+            return self.b.udiv(self.b.mul(v, self.index(extent), flags=("nuw",)), self.index(chunks))
+        return at(c), at(self.b.add(c, self.index(1), flags=("nuw",)))
+
+    def imin(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def imax(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed(">", x, y), x, y)
 
     def loops(self, extents: Sequence[int], dims: Sequence[int], idx: list, body: Callable[[list], None]) -> None:
         """Nest loops over `dims` (outermost first) of a domain, filling idx[d]; call body at the innermost."""

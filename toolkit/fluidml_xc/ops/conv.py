@@ -41,6 +41,7 @@ from contextlib import contextmanager
 import numpy as np
 from llvmlite import ir
 
+from ..codegen.kernel import PARALLEL_MIN_WORK, chunk_count
 from ..codegen.scalar import const, is_float, llvm_type
 from .registry import register
 
@@ -238,6 +239,8 @@ class Conv2D:
         self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
         self.margin = self.sw - 1 if self.wide else 0
         self.unroll = self.KH * self.KW <= 49
+        # parallel tiles (emit_tiled): run-time [lo, hi) of channel blocks, output rows, or row tiles (flat)
+        self.cb_rng = self.row_rng = self.px_rng = None
 
     # columns / rows whose windows are entirely inside the input
     def interior(self, n_out, stride, dil, pad, taps, size, margin):
@@ -322,9 +325,41 @@ class Conv2D:
 
     def channel_blocks(self, fn):
         full, rest = divmod(self.Cog, self.R)
+        if self.cb_rng is not None:
+            k, (lo, hi) = self.k, self.cb_rng
+            with loop(k, k.imin(hi, k.index(full)), lo) as cb:
+                fn(cb, self.R)
+            if rest:
+                with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+                    fn(full, rest)
+            return
         self.span(0, full, lambda cb: fn(cb, self.R))
         if rest:
             fn(full, rest)
+
+    def when(self, cond):
+        """`if cond:` at run time (cond None: always)."""
+        from contextlib import nullcontext
+        return nullcontext() if cond is None else self.k.b.if_then(cond)
+
+    def px_parts(self, tiles: int):
+        """Under px_rng: (first, last, (t0, t1)) = conditions for the fixed blocks before / after the
+        tile loop and its range; else (None, None, None)."""
+        if self.px_rng is None:
+            return None, None, None
+        k, (t0, t1) = self.k, self.px_rng
+        return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, k.index(tiles)), (t0, t1))
+
+    def px_tiles(self) -> int:
+        """Interior tiles of the (single, flat) output row: the units px_rng splits."""
+        if self.by_channel:
+            lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, 0)
+            hi = max(hi, lo)
+            if self.OW <= 4 * self.P or hi - lo < self.P:
+                return 0
+            return (hi - lo) // self.P
+        lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
+        return (max(hi, lo) - lo) // (self.U * self.V)
 
     def span(self, lo: int, hi: int, fn):
         """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""
@@ -339,23 +374,29 @@ class Conv2D:
         k, V, T = self.k, self.V, self.U * self.V
         lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
         hi = max(hi, lo)
-        self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
         width, full = hi - lo, (0, self.KW)
         tiles = width // T
-        if tiles == 1:
+        first, last, trange = self.px_parts(tiles)
+        with self.when(first):
+            self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
+        if trange is not None:
+            with loop(k, trange[1], trange[0]) as t:
+                emit(offset(k, lo, (t, T)), self.U, full)
+        elif tiles == 1:
             emit(lo, self.U, full)
         elif tiles:
             with loop(k, tiles) as t:
                 emit(offset(k, lo, (t, T)), self.U, full)
-        pos, rest = lo + tiles * T, width - tiles * T
-        if rest >= V:
-            emit(pos, rest // V, full)
-            pos, rest = pos + rest // V * V, rest % V
-        if rest and width >= V:
-            emit(hi - V, 1, full)
-        elif rest:
-            self.span(pos, hi, lambda ow: emit(ow, 0, full))
-        self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
+        with self.when(last):
+            pos, rest = lo + tiles * T, width - tiles * T
+            if rest >= V:
+                emit(pos, rest // V, full)
+                pos, rest = pos + rest // V * V, rest % V
+            if rest and width >= V:
+                emit(hi - V, 1, full)
+            elif rest:
+                self.span(pos, hi, lambda ow: emit(ow, 0, full))
+            self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
 
     def row_c(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
@@ -372,15 +413,21 @@ class Conv2D:
         def fixed(a, b):
             for c in range(a, b, P):
                 emit(c, [tap_range(o, self.sw, self.dw, self.pw, self.KW, self.W) for o in range(c, min(b, c + P))])
-        fixed(0, lo)
         tiles, rest = divmod(hi - lo, P)
-        if tiles == 1:
+        first, last, trange = self.px_parts(tiles)
+        with self.when(first):
+            fixed(0, lo)
+        if trange is not None:
+            with loop(k, trange[1], trange[0]) as t:
+                emit(offset(k, lo, (t, P)), [(0, self.KW)] * P)
+        elif tiles == 1:
             emit(lo, [(0, self.KW)] * P)
         elif tiles:
             with loop(k, tiles) as t:
                 emit(offset(k, lo, (t, P)), [(0, self.KW)] * P)
-        fixed(lo + tiles * P, hi)
-        fixed(hi, OW)
+        with self.when(last):
+            fixed(lo + tiles * P, hi)
+            fixed(hi, OW)
 
     def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
         """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow.
@@ -499,6 +546,24 @@ class Conv2D:
         """Interior rows with the full constant tap range; border rows with table ranges."""
         lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
         hi = max(hi, lo)
+        if self.row_rng is not None:
+            k, (r0, r1) = self.k, self.row_rng
+
+            def border(a, b):
+                if b - a > 4:  # many border rows: a loop with their tap ranges from the tables
+                    with loop(k, k.imin(r1, k.index(b)), k.imax(r0, k.index(a))) as oh:
+                        emit_row(oh, self.border_taps(0, oh))
+                    return
+                for oh in range(a, b):  # a few: each with its constant tap range, when in range
+                    inside = k.b.and_(k.b.icmp_signed("<=", r0, k.index(oh)), k.b.icmp_signed(">", r1, k.index(oh)))
+                    with k.b.if_then(inside):
+                        emit_row(oh, self.border_taps(0, oh))
+            border(0, lo)
+            if hi > lo:
+                with loop(k, k.imin(r1, k.index(hi)), k.imax(r0, k.index(lo))) as oh:
+                    emit_row(oh, (0, self.KH))
+            border(hi, self.OH)
+            return
         self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
         self.span(lo, hi, lambda oh: emit_row(oh, (0, self.KH)))
         self.span(hi, self.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
@@ -529,6 +594,44 @@ class Conv2D:
             wv = np.concatenate([wv, np.zeros((self.G, pad, self.Cig, self.KH, self.KW), wv.dtype)], axis=1)
         return np.ascontiguousarray(wv.reshape(self.G, self.NB, self.R, self.Cig, self.KH, self.KW).transpose(0, 1, 3, 4, 5, 2))
 
+    def split(self):
+        """Parallel split: (chunks of channel blocks, chunks of rows or row tiles, which of the two
+        `rows` / `px` the second is), outer loop of the order first, about TARGET_TILES tiles in all."""
+        work = float(self.N) * self.OC * self.OH * self.OW * self.Cig * self.KH * self.KW
+        if self.k.tile_range is None or work < PARALLEL_MIN_WORK:
+            return None
+        want = -(-chunk_count(1 << 30, work) // (self.N * self.groups_tiled()))
+        if self.depthwise_c:
+            return work, 1, chunk_count(self.OH, work, want), "rows"
+        if self.pointwise_tiles():
+            return work, chunk_count(self.NB, work, want), 1, "rows"
+        kind, units = ("px", self.px_tiles()) if self.flat else ("rows", self.OH)
+        if self.blocks_outer() if self.by_channel else not self.flat:
+            cbc = chunk_count(self.NB, work, want)
+            return work, cbc, chunk_count(units, work, -(-want // cbc)), kind
+        uc = chunk_count(units, work, want)
+        return work, chunk_count(self.NB, work, -(-want // uc)), uc, kind
+
+    def groups_tiled(self) -> int:
+        """Groups as separate tiles (the channels-last depthwise kernel does every group in one pass)."""
+        return 1 if self.depthwise_c else self.G
+
+    def emit_tiled(self, per_image) -> bool:
+        split = self.split()
+        if split is None or self.N * self.groups_tiled() * split[1] * split[2] < 2:
+            return False
+        work, cbc, uc, kind = split
+        k = self.k
+        units = self.OH if kind == "rows" else self.px_tiles()
+        with k.parallel_tiles([self.N, self.groups_tiled(), cbc, uc], work) as (n, g, c, u):
+            if cbc > 1:
+                self.cb_rng = k.chunk(c, cbc, self.NB)
+            if uc > 1:
+                setattr(self, "row_rng" if kind == "rows" else "px_rng", k.chunk(u, uc, units))
+            per_image(n, g)
+        self.cb_rng = self.row_rng = self.px_rng = None
+        return True
+
     def emit(self):
         k = self.k
         if self.wvalue is not None:
@@ -539,6 +642,8 @@ class Conv2D:
             def image(n):
                 self.rows(lambda oh, khr: self.row_c(oh, khr, lambda ow, pixels: self.channels_dw(
                     lambda c0, lanes: self.block_dw(n, c0, lanes, oh, ow, pixels, khr))))
+            if self.emit_tiled(lambda n, g: image(n)):
+                return
             if self.N == 1:
                 image(0)
             else:
@@ -576,7 +681,8 @@ class Conv2D:
             else:
                 with loop(k, extent) as i:
                     fn(i)
-        over(self.N, lambda n: over(self.G, lambda g: per_image(n, g)))
+        if not self.emit_tiled(per_image):
+            over(self.N, lambda n: over(self.G, lambda g: per_image(n, g)))
 
 
 def _as_2d(op):

@@ -8,6 +8,8 @@ B (MatMul) and per output channel of W (Conv), as the spec allows.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 from llvmlite import ir
 
@@ -251,7 +253,7 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
                         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
         qgemm.blocks(k, n, nr, col_block)
-    qgemm.blocks(k, rows, cfg.mr, lambda i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
+    qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
     return True
 
 
@@ -363,7 +365,16 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
                     qgemm.store_lanes(k, acc, out.ptr, b.add(o0, b.add(b.mul(ri, k.index(n)), col)), min(count - v * L, L), out.dtype)
         qgemm.blocks(k, n, nr, col_block)
 
-    with k.for_range(int(np.prod(batch, dtype=np.int64))) as bi:
+    nbatch = int(np.prod(batch, dtype=np.int64))
+    work = float(nbatch) * m * n * kk
+    from ..codegen.kernel import PARALLEL_MIN_WORK
+    if k.tile_range is not None and work >= PARALLEL_MIN_WORK and nbatch >= 2:  # one tile per batch matrix (B packed once)
+        with k.parallel_tiles([nbatch], work) as (bi,):
+            pack_b(batch_offset(b_op, bi))
+            a0, o0 = batch_offset(a, bi), b.mul(bi, k.index(m * n))
+            qgemm.blocks(k, m, cfg.mr, lambda i, mr: row_block(a0, o0, b.mul(i, k.index(cfg.mr)), mr))
+        return True
+    with k.for_range(nbatch) as bi:
         pack_b(batch_offset(b_op, bi))
         a0 = batch_offset(a, bi)
         o0 = b.mul(bi, k.index(m * n))
@@ -452,7 +463,7 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
                         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
                     qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
         qgemm.blocks(k, n, nr, col_block)
-    qgemm.blocks(k, rows, cfg.mr, lambda i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
+    qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
 
 
 def _scalar_or_indexed(k, op, idx, ndom, dim, extent, what):
@@ -928,14 +939,21 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         g0 = b.mul(g, k.index(mg))
         qgemm.blocks(k, mg, cfg.mr, lambda i, mr: block(b.add(g0, b.mul(i, k.index(cfg.mr))), mr))
 
+    from ..codegen.kernel import PARALLEL_MIN_WORK, chunk_count
+    work = float(n_batch) * m_out * oh_n * ow_n * cg * taps
     if ow_n < nr and -(-oh_n * ow_n // nr) * taps <= MAX_FLAT_BLOCK_TAPS:  # narrow rows: blocks of nr pixels across rows
         plane = oh_n * ow_n
-        with k.for_range(n_batch) as ni, k.for_range(group) as g:
-            for p0 in range(0, plane, nr):
-                pack_lanes(ni, g, [divmod(p, ow_n) if p < plane else None for p in range(p0, p0 + nr)])
-                channels(ni, g, k.index(p0), min(nr, plane - p0))
+        starts = list(range(0, plane, nr))
+        chunks = chunk_count(len(starts), work, -(-chunk_count(1 << 30, work) // (n_batch * group)))
+        with k.parallel_tiles([n_batch, group, chunks], work) as (ni, g, c):
+            lo, hi = k.chunk(c, chunks, len(starts))
+            for j, p0 in enumerate(starts):
+                inside = b.and_(b.icmp_signed("<=", lo, k.index(j)), b.icmp_signed(">", hi, k.index(j)))
+                with (b.if_then(inside) if chunks > 1 else nullcontext()):
+                    pack_lanes(ni, g, [divmod(p, ow_n) if p < plane else None for p in range(p0, p0 + nr)])
+                    channels(ni, g, k.index(p0), min(nr, plane - p0))
         return True
-    with k.for_range(n_batch) as ni, k.for_range(group) as g, k.for_range(oh_n) as oh:
+    def conv_row(ni, g, oh):
         if j_hi > j_lo:
             with k.for_range(j_hi, j_lo) as jb:
                 ow0 = b.mul(jb, k.index(nr))
@@ -944,6 +962,16 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         for jb in edges:
             pack(ni, g, oh, k.index(jb * nr), jb * nr)
             channels(ni, g, b.add(b.mul(oh, k.index(ow_n)), k.index(jb * nr)), min(nr, ow_n - jb * nr))
+
+    chunks = chunk_count(oh_n, work, -(-chunk_count(1 << 30, work) // (n_batch * group)))
+    with k.parallel_tiles([n_batch, group, chunks], work) as (ni, g, c):
+        if chunks == 1:
+            with k.for_range(oh_n) as oh:
+                conv_row(ni, g, oh)
+        else:
+            rlo, rhi = k.chunk(c, chunks, oh_n)
+            with k.for_range(rhi, rlo) as oh:
+                conv_row(ni, g, oh)
     return True
 
 

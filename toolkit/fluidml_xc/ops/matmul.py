@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..codegen.kernel import Access, Operand, row_major_strides
+from ..codegen.kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, row_major_strides
 from ..codegen.scalar import FAST, const, llvm_type
 from llvmlite import ir
 from ..fluid.loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
@@ -189,6 +189,41 @@ def _emit_batched(k, P: Problem, body, mats=None) -> None:
     k.loops(P.batch, list(range(nb)), [None] * nb, point)
 
 
+def _split(batch: tuple[int, ...], work: float, *extents: int) -> list[int]:
+    """Chunks per extent (outermost split first) so batch points x chunks make about TARGET_TILES tiles."""
+    nbp = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    chunks, have = [], nbp
+    for e in extents:
+        c = chunk_count(e, work, -(-chunk_count(1 << 30, work) // have))
+        chunks.append(c)
+        have *= c
+    return chunks
+
+
+def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body_ranged) -> bool:
+    """Batch points x chunks of `extents` as parallel tiles: body_ranged(bases, [(lo, hi) per extent]).
+    False (nothing emitted) when the op is too small to split."""
+    chunks = _split(P.batch, work, *extents)
+    nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    if k.tile_range is None or work < PARALLEL_MIN_WORK or nbp * int(np.prod(chunks)) < 2:
+        return False
+    nb = len(P.batch)
+    with k.parallel_tiles([*P.batch, *chunks], work) as idx:
+        bases = [k.linear(Access(None, None, m.bstrides, 0), idx[:nb]) for m in mats]
+        body_ranged(bases, [k.chunk(i, c, e) for i, c, e in zip(idx[nb:], chunks, extents)])
+    return True
+
+
+def _ranged(k, rng, full: int, has_rest: bool, each, rest) -> None:
+    """each(i) for full units i in [lo, min(hi, full)), then rest() when the range reaches the partial unit."""
+    lo, hi = rng
+    with k.for_range(k.imin(hi, k.index(full)), lo) as i:
+        each(i)
+    if has_rest:
+        with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+            rest()
+
+
 def _add(k, x, y):
     if isinstance(y, int):
         if y == 0:
@@ -314,8 +349,12 @@ def _emit_outer(k, P: Problem) -> None:
                 k.vscatter(acc, c.ptr, dt, at, c.cs, count)
                 off += w
 
-    def rows(bases, col0, pidx, widths, valid):
+    def rows(bases, col0, pidx, widths, valid, rng=None):
         full_r = M // mr_main
+        if rng is not None:
+            _ranged(k, rng, full_r, M % mr_main > 0, lambda ib: tile(bases, _mul(k, ib, mr_main), mr_main, col0, pidx, widths, valid),
+                    lambda: tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid))
+            return
         if full_r == 1:
             tile(bases, 0, mr_main, col0, pidx, widths, valid)
         elif full_r:
@@ -324,11 +363,19 @@ def _emit_outer(k, P: Problem) -> None:
         if M % mr_main:
             tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid)
 
-    def panel(bases, col0, pidx, widths, valid):
+    def panel(bases, col0, pidx, widths, valid, rng=None):
         if stack is not None:
             gather_panel(bases[1], col0, valid)
             bases, pidx = (bases[0], k.index(0), bases[2]), 0
-        rows(bases, col0, pidx, widths, valid)
+        rows(bases, col0, pidx, widths, valid, rng)
+
+    def rem_widths():
+        return [V] * (-(-rem // V)) if b.panel else [V] * (rem // V) + [1] * (rem % V)
+
+    def ranged(bases, rngs):
+        prng, rrng = rngs
+        _ranged(k, prng, full_p, rem > 0, lambda p: panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr, rrng),
+                lambda: panel(bases, full_p * nr, full_p, rem_widths(), rem, rrng))
 
     def body(*bases):
         if full_p == 1:
@@ -337,9 +384,12 @@ def _emit_outer(k, P: Problem) -> None:
             with k.for_range(full_p) as p:
                 panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr)
         if rem:
-            widths = [V] * (-(-rem // V)) if b.panel else [V] * (rem // V) + [1] * (rem % V)
-            panel(bases, full_p * nr, full_p, widths, rem)
-    _emit_batched(k, P, body, (P.a, stack[0] if stack else P.b, P.c))
+            panel(bases, full_p * nr, full_p, rem_widths(), rem)
+    mats = (P.a, stack[0] if stack else P.b, P.c)
+    nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    extents = (full_p + (rem > 0), M // mr_main + (M % mr_main > 0))
+    if not _emit_tiled(k, P, mats, float(nbp) * M * N * K, extents, ranged):
+        _emit_batched(k, P, body, mats)
 
 
 def _emit_dot(k, P: Problem) -> None:
@@ -415,7 +465,14 @@ def _emit_dot(k, P: Problem) -> None:
                 cols(bases, _mul(k, ib, mr_main), mr_main)
         if M % mr_main:
             cols(bases, full_r * mr_main, M % mr_main)
-    _emit_batched(k, P, body)
+
+    def ranged(bases, rngs):
+        full_r = M // mr_main
+        _ranged(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, _mul(k, ib, mr_main), mr_main),
+                lambda: cols(bases, full_r * mr_main, M % mr_main))
+    nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    if not _emit_tiled(k, P, (P.a, P.b, P.c), float(nbp) * M * N * K, (M // mr_main + (M % mr_main > 0),), ranged):
+        _emit_batched(k, P, body)
 
 
 def emit_blocked(k, P: Problem, kind: str) -> None:

@@ -16,6 +16,8 @@ Layouts:
 """
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -107,6 +109,37 @@ def blocks(k, total: int, size: int, fn) -> None:
             fn(i, size)
     if total % size:
         fn(k.index(total // size), total % size)
+
+
+def blocks_in(k, total: int, size: int, fn, rng) -> None:
+    """blocks() over the block indices [lo, hi) of rng (run time), or all of them when rng is None."""
+    if rng is None:
+        blocks(k, total, size, fn)
+        return
+    lo, hi = rng
+    full = total // size
+    if full:
+        with k.for_range(k.imin(hi, k.index(full)), lo) as i:
+            fn(i, size)
+    if total % size:
+        with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+            fn(k.index(full), total % size)
+
+
+def tiled_blocks(k, outer: list[int], total: int, size: int, work: float, fn) -> None:
+    """fn(outer index values, i, width) over `outer` extents x blocks() of [0, total), as parallel tiles
+    (outer points x chunks of blocks) when the op is big enough, else plain loops."""
+    from ..codegen.kernel import PARALLEL_MIN_WORK, chunk_count
+    nblk = -(-total // size)
+    npts = int(np.prod(outer, dtype=np.int64)) if outer else 1
+    chunks = chunk_count(nblk, work, -(-chunk_count(1 << 30, work) // npts))
+    if k.tile_range is not None and work >= PARALLEL_MIN_WORK and npts * chunks >= 2:
+        with k.parallel_tiles([*outer, chunks], work) as idx:
+            blocks_in(k, total, size, lambda i, w: fn(idx[:-1], i, w), k.chunk(idx[-1], chunks, nblk))
+        return
+    with ExitStack() as stack:
+        idx = [stack.enter_context(k.for_range(e)) if e > 1 else k.index(0) for e in outer]
+        blocks(k, total, size, lambda i, w: fn(idx, i, w))
 
 
 def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: int, nv: int | None = None) -> list[list[ir.Value]]:

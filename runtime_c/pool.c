@@ -1,0 +1,202 @@
+/* The thread pool behind fxc_parallel_for: persistent workers started by fxc_init / fxc_set_threads.
+ *
+ * The generated code calls fxc_parallel_for(task, ctx, n) for a heavy op whose outputs split into n
+ * independent tiles; task(ctx, begin, end) computes tiles [begin, end). Every tile computes its outputs
+ * completely (no reduction is split), so results do not depend on which thread ran a tile or on the
+ * thread count. Nothing here allocates after the pool started.
+ *
+ * Tiles are claimed one at a time with a compare-and-swap on `state` = generation << IDX_BITS | next
+ * tile, so the caller never waits for a worker that did not take part (asleep, descheduled); the job's
+ * fields are read after the claim succeeded, when the job cannot have finished (its tile is not done).
+ * Idle workers spin for SPIN_NS, then sleep on a condition variable until the next job.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "fxc_runtime.h"
+
+#define IDX_BITS 20u
+#define IDX_MASK ((1u << IDX_BITS) - 1u)
+#define MAX_TILES (IDX_MASK - 1u)
+#define SPIN_NS 300000
+#define WORKER_STACK_BYTES ((size_t)1 << 20) /* kernels keep packing buffers up to 256 KiB on the stack */
+
+static struct {
+    int threads;    /* including the calling thread */
+    int workers;    /* worker threads running */
+    pthread_t tid[FXC_MAX_THREADS];
+    _Atomic uint32_t state;
+    _Atomic(fxc_task_fn) task;
+    _Atomic(void *) ctx;
+    _Atomic uint32_t n;
+    _Atomic uint32_t done;
+    _Atomic int sleepers;
+    _Atomic int stop;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    fxc_parallel_for_fn user_pfor;
+    void *user;
+    int configured; /* fxc_pool_start or fxc_pool_set_parallel_for was called */
+} pool = {1, 0, {0}, 0, NULL, NULL, 0, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || (defined(__arm__) && __ARM_ARCH >= 7)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
+/* Claim and run tiles of the current job until none is left; returns the number run. */
+static uint32_t run_tiles(void)
+{
+    uint32_t ran = 0;
+    uint32_t s = atomic_load_explicit(&pool.state, memory_order_acquire);
+    for (;;) {
+        uint32_t idx = s & IDX_MASK;
+        if (idx >= atomic_load_explicit(&pool.n, memory_order_relaxed))
+            return ran;
+        if (!atomic_compare_exchange_weak_explicit(&pool.state, &s, s + 1u, memory_order_acq_rel, memory_order_acquire))
+            continue;
+        /* the claimed tile's job is current until the tile is done: its fields are consistent now */
+        if (idx < atomic_load_explicit(&pool.n, memory_order_relaxed)) {
+            fxc_task_fn task = atomic_load_explicit(&pool.task, memory_order_relaxed);
+            void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
+            task(ctx, (int64_t)idx, (int64_t)idx + 1);
+            atomic_fetch_add_explicit(&pool.done, 1u, memory_order_release);
+            ran++;
+        }
+        s = atomic_load_explicit(&pool.state, memory_order_acquire);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    (void)arg;
+    uint32_t seen = atomic_load_explicit(&pool.state, memory_order_acquire);
+    while (!atomic_load_explicit(&pool.stop, memory_order_acquire)) {
+        run_tiles();
+        int64_t spin_start = now_ns();
+        uint32_t spins = 0;
+        uint32_t s;
+        while ((s = atomic_load_explicit(&pool.state, memory_order_acquire)) == seen &&
+               !atomic_load_explicit(&pool.stop, memory_order_relaxed)) {
+            cpu_relax();
+            if (++spins % 256 == 0 && now_ns() - spin_start > SPIN_NS) {
+                pthread_mutex_lock(&pool.lock);
+                atomic_fetch_add(&pool.sleepers, 1);
+                while (atomic_load(&pool.state) == seen && !atomic_load(&pool.stop))
+                    pthread_cond_wait(&pool.wake, &pool.lock);
+                atomic_fetch_sub(&pool.sleepers, 1);
+                pthread_mutex_unlock(&pool.lock);
+            }
+        }
+        seen = s;
+    }
+    return NULL;
+}
+
+static void wake_sleepers(void)
+{
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+}
+
+void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n)
+{
+    if (n <= 0)
+        return;
+    if (pool.user_pfor) {
+        pool.user_pfor(pool.user, task, ctx, n);
+        return;
+    }
+    if (pool.workers == 0 || n == 1 || n > (int64_t)MAX_TILES) {
+        task(ctx, 0, n);
+        return;
+    }
+    atomic_store_explicit(&pool.task, task, memory_order_relaxed);
+    atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&pool.n, (uint32_t)n, memory_order_relaxed);
+    atomic_store_explicit(&pool.done, 0u, memory_order_relaxed);
+    uint32_t gen = (atomic_load_explicit(&pool.state, memory_order_relaxed) >> IDX_BITS) + 1u;
+    atomic_store(&pool.state, gen << IDX_BITS); /* seq_cst: pairs with the sleepers count */
+    wake_sleepers();
+    run_tiles();
+    uint32_t spins = 0;
+    while (atomic_load_explicit(&pool.done, memory_order_acquire) < (uint32_t)n) {
+        cpu_relax();
+        if (++spins % 1024 == 0)
+            sched_yield(); /* a worker holding a tile may be waiting for this core */
+    }
+}
+
+static void stop_workers(void)
+{
+    if (pool.workers == 0)
+        return;
+    pthread_mutex_lock(&pool.lock);
+    atomic_store(&pool.stop, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 0; i < pool.workers; i++)
+        pthread_join(pool.tid[i], NULL);
+    pool.workers = 0;
+    atomic_store(&pool.stop, 0);
+}
+
+int fxc_pool_start(int threads)
+{
+    if (threads < 1 || threads > FXC_MAX_THREADS)
+        return -1;
+    stop_workers();
+    pool.user_pfor = NULL;
+    pool.user = NULL;
+    pool.configured = 1;
+    pool.threads = 1;
+    pthread_attr_t attr;
+    if (threads > 1 && pthread_attr_init(&attr) == 0) {
+        int ok = pthread_attr_setstacksize(&attr, WORKER_STACK_BYTES) == 0;
+        for (int i = 0; ok && i < threads - 1; i++) {
+            if (pthread_create(&pool.tid[i], &attr, worker_main, NULL) != 0)
+                break;
+            pool.workers++;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pool.threads = pool.workers + 1;
+    return pool.threads == threads ? 0 : -1;
+}
+
+int fxc_pool_threads(void)
+{
+    return pool.user_pfor ? 0 : pool.threads;
+}
+
+int fxc_pool_configured(void)
+{
+    return pool.configured;
+}
+
+void fxc_pool_set_parallel_for(fxc_parallel_for_fn pfor, void *user)
+{
+    stop_workers();
+    pool.threads = 1;
+    pool.configured = 1;
+    pool.user_pfor = pfor;
+    pool.user = pfor ? user : NULL;
+}

@@ -1,0 +1,219 @@
+"""Multi-core execution (runtime_c/pool.c, codegen/emit.py tiles): outputs bit-identical at 1, 2, 3 and 4
+threads for a CNN, a transformer block and an int8 graph, natively and under qemu-user (aarch64, armv7),
+and equal to ONNX's reference; the C API's thread calls from an application thread and with the
+application's own parallel-for."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from modelrun import build, has_emulator, reference
+
+C_DIR = Path(__file__).resolve().parent / "c"
+BOARDS = ["x86_64", "qemu-aarch64", "qemu-armv7"]
+
+
+def _w(rng, shape, scale=0.2):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def cnn() -> tuple[onnx.ModelProto, dict]:
+    """3x3 (padded, strided), depthwise, 1x1 and grouped convs with fused epilogues, pools, Gemm, Softmax."""
+    rng = np.random.default_rng(1)
+    consts = {"w1": _w(rng, (24, 3, 3, 3)), "b1": _w(rng, (24,)), "w2": _w(rng, (24, 1, 3, 3)), "w3": _w(rng, (40, 24, 1, 1)),
+              "b3": _w(rng, (40,)), "w4": _w(rng, (40, 10, 3, 3), 0.1), "w5": _w(rng, (64, 40, 3, 3), 0.05),
+              "fc": _w(rng, (10, 64)), "fcb": _w(rng, (10,)), "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=24),
+        helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
+        helper.make_node("Conv", ["c3", "w4"], ["c4"], pads=[1, 1, 1, 1], group=4),
+        helper.make_node("Add", ["c4", "c3"], ["a4"]),
+        helper.make_node("MaxPool", ["a4"], ["p4"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p4", "w5"], ["c5"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c5"], ["r5"]),
+        helper.make_node("GlobalAveragePool", ["r5"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["l"], transB=1),
+        helper.make_node("Softmax", ["l"], ["y"], axis=-1),
+    ]
+    x = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
+    return _model(nodes, {"x": x}, ["y", "c3"], consts), {"x": x}
+
+
+def transformer() -> tuple[onnx.ModelProto, dict]:
+    """One encoder block: LayerNorm, Q/K/V projections, 4 heads of batched attention, Softmax, GELU MLP."""
+    rng = np.random.default_rng(2)
+    seq, hidden, heads, ff = 48, 64, 4, 192
+    hd = hidden // heads
+    consts = {"wq": _w(rng, (hidden, hidden)), "wk": _w(rng, (hidden, hidden)), "wv": _w(rng, (hidden, hidden)),
+              "wo": _w(rng, (hidden, hidden)), "w1": _w(rng, (hidden, ff)), "b1": _w(rng, (ff,)), "w2": _w(rng, (ff, hidden)),
+              "g": np.ones(hidden, np.float32), "bt": np.zeros(hidden, np.float32),
+              "shape": np.array([1, seq, heads, hd], np.int64), "back": np.array([1, seq, hidden], np.int64),
+              "scale": np.array(1.0 / np.sqrt(hd), np.float32), "half": np.array(0.5, np.float32),
+              "one": np.array(1.0, np.float32), "rs2": np.array(1 / np.sqrt(2), np.float32)}
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "bt"], ["xn"], axis=-1)]
+    for n in "qkv":
+        nodes += [helper.make_node("MatMul", ["xn", f"w{n}"], [f"{n}0"]),
+                  helper.make_node("Reshape", [f"{n}0", "shape"], [f"{n}1"]),
+                  helper.make_node("Transpose", [f"{n}1"], [f"{n}h"], perm=[0, 2, 3, 1] if n == "k" else [0, 2, 1, 3])]
+    nodes += [
+        helper.make_node("MatMul", ["qh", "kh"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "vh"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ot", "back"], ["oc"]),
+        helper.make_node("MatMul", ["oc", "wo"], ["proj"]),
+        helper.make_node("Add", ["x", "proj"], ["h"]),
+        helper.make_node("LayerNormalization", ["h", "g", "bt"], ["hn"], axis=-1),
+        helper.make_node("MatMul", ["hn", "w1"], ["m0"]),
+        helper.make_node("Add", ["m0", "b1"], ["m1"]),
+        helper.make_node("Mul", ["m1", "rs2"], ["e0"]),
+        helper.make_node("Erf", ["e0"], ["e1"]),
+        helper.make_node("Add", ["e1", "one"], ["e2"]),
+        helper.make_node("Mul", ["m1", "e2"], ["e3"]),
+        helper.make_node("Mul", ["e3", "half"], ["gl"]),
+        helper.make_node("MatMul", ["gl", "w2"], ["m2"]),
+        helper.make_node("Add", ["h", "m2"], ["y"]),
+    ]
+    x = rng.standard_normal((1, seq, hidden)).astype(np.float32)
+    return _model(nodes, {"x": x}, ["y"], consts), {"x": x}
+
+
+def int8_graph() -> tuple[onnx.ModelProto, dict]:
+    """QuantizeLinear -> QLinearConv (3x3, then 1x1) -> QLinearMatMul (constant B) and MatMulInteger
+    (run-time B, batched) -> DequantizeLinear."""
+    rng = np.random.default_rng(3)
+    q = lambda shape, dt: rng.integers(np.iinfo(dt).min, np.iinfo(dt).max + 1, shape).astype(dt)  # noqa: E731
+    f = lambda v: np.array(v, np.float32)  # noqa: E731
+    consts = {"xs": f(0.05), "xz": np.array(128, np.uint8), "w1": q((32, 16, 3, 3), np.int8), "ws1": f(0.01),
+              "wz1": np.array(0, np.int8), "ys1": f(0.4), "yz1": np.array(120, np.uint8),
+              "w2": q((24, 32, 1, 1), np.int8), "ws2": f(0.02), "wz2": np.array(0, np.int8), "ys2": f(0.5),
+              "yz2": np.array(130, np.uint8), "shape": np.array([24, 16, 36], np.int64),
+              "bm": q((36, 48), np.int8), "bs": f(0.03), "bz": np.array(1, np.int8), "ms": f(0.6), "mz": np.array(125, np.uint8),
+              "mt": np.array([0, 2, 1], np.int64)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "w1", "ws1", "wz1", "ys1", "yz1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("QLinearConv", ["c1", "ys1", "yz1", "w2", "ws2", "wz2", "ys2", "yz2"], ["c2"]),
+        helper.make_node("Reshape", ["c2", "shape"], ["r"]),
+        helper.make_node("QLinearMatMul", ["r", "ys2", "yz2", "bm", "bs", "bz", "ms", "mz"], ["m"]),
+        helper.make_node("Transpose", ["r"], ["rt"], perm=[0, 2, 1]),
+        helper.make_node("MatMulInteger", ["r", "rt", "yz2", "yz2"], ["mi"]),
+        helper.make_node("DequantizeLinear", ["m", "ms", "mz"], ["y"]),
+    ]
+    x = rng.uniform(-3, 3, (1, 16, 24, 24)).astype(np.float32)
+    return _model(nodes, {"x": x}, ["y", "mi"], consts, opset=19), {"x": x}
+
+
+def _model(nodes, feeds, outputs, consts, opset=17):
+    from onnx import numpy_helper
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(n) for n in outputs],
+                              [numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+MODELS = {"cnn": cnn, "transformer": transformer, "int8": int8_graph}
+HEAVY = {"cnn": {"Conv"}, "transformer": {"MatMul"}, "int8": {"QLinearConv", "QLinearMatMul", "MatMulInteger"}}
+
+
+def _run(artifact: Path, feeds: dict, tmp: Path, threads: int) -> list[np.ndarray]:
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    args = []
+    for k, spec in enumerate(manifest["inputs"]):
+        np.save(tmp / f"in{k}.npy", feeds[spec["name"]])
+        args += ["-i", str(tmp / f"in{k}.npy")]
+    outs = [tmp / f"out{k}-{threads}.npy" for k in range(len(manifest["outputs"]))]
+    for path in outs:
+        args += ["-o", str(path)]
+    emulator = [manifest["emulator"]] if manifest["emulator"] else []
+    subprocess.run(emulator + [str(artifact / "runner"), *args, "--threads", str(threads)], check=True, timeout=600,
+                   capture_output=True)
+    return [np.load(p) for p in outs]
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bit_identical_across_threads(name, board, tmp_path):
+    if not has_emulator(board):
+        pytest.skip(f"needs the emulator of {board}")
+    model, feeds = MODELS[name]()
+    artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["threads"] == 4
+    types = {n.name: n.op_type for n in model.graph.node}
+    split = {op["type"] for op in manifest["ops"] if op["name"] in manifest["parallel_ops"]}
+    assert HEAVY[name] <= split, f"heavy ops not split over threads: {HEAVY[name] - split} (split: {split}, {types})"
+    results = {t: _run(artifact, feeds, tmp_path, t) for t in (1, 2, 3, 4)}
+    for t in (2, 3, 4):
+        for one, other in zip(results[1], results[t]):
+            assert one.dtype == other.dtype and one.shape == other.shape
+            assert one.tobytes() == other.tobytes(), f"{t} threads differ from 1 thread"
+    expected = reference(model, feeds)
+    for (out_name, want), got in zip(expected.items(), results[1]):
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=out_name)
+        else:
+            assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1, out_name
+
+
+def test_threads_out_of_range(tmp_path):
+    model, feeds = MODELS["cnn"]()
+    artifact = build(model, tmp_path, "x86_64", threads=2, profile_runner=False)
+    proc = subprocess.run([str(artifact / "runner"), "--threads", "3"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "built for" in proc.stderr
+    out = json.loads(subprocess.run([str(artifact / "runner"), "--bench", "3", "--threads", "1"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert out["threads"] == 1 and out["cpu_ms"] > 0
+
+
+def test_one_thread_build_has_no_tiles(tmp_path):
+    model, _ = MODELS["cnn"]()
+    artifact = build(model, tmp_path, "x86_64", threads=1, profile_runner=False)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["threads"] == 1 and manifest["parallel_ops"] == {}
+    assert "#define FXC_THREADS 1" in (artifact / "model.h").read_text()
+
+
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64"])
+@pytest.mark.parametrize("program", ["app_thread", "app_pfor"])
+def test_c_api_threads(program, board, tmp_path):
+    """An application calling fxc_run from its own thread, and one running the tiles on its own threads:
+    outputs equal the runner's byte for byte."""
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.link import compile_c_program
+
+    if not has_emulator(board):
+        pytest.skip(f"needs the emulator of {board}")
+    model, feeds = MODELS["transformer"]()
+    artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
+    expected = _run(artifact, feeds, tmp_path, 4)
+    target = get_board(board).target
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    exe = compile_c_program(target, manifest["cpu"], [C_DIR / f"{program}.c"], [artifact, C_DIR],
+                            [artifact / "libmodel.a", "-lpthread"], tmp_path / program)
+    raw_in = tmp_path / "x.bin"
+    raw_in.write_bytes(np.ascontiguousarray(feeds["x"]).tobytes())
+    raw_out = tmp_path / "y.bin"
+    emulator = [manifest["emulator"]] if manifest["emulator"] else []
+    proc = subprocess.run(emulator + [str(exe), "3", str(raw_in), str(raw_out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert raw_out.read_bytes() == expected[0].tobytes()
+    if program == "app_thread":
+        assert proc.stdout.split() == ["threads", "3"]
+    else:
+        words = proc.stdout.split()
+        calls, tiles = int(words[1]), int(words[3])
+        assert calls == len(manifest["parallel_ops"]) and tiles >= 2 * calls and words[5] == "0"

@@ -278,7 +278,7 @@ class ModuleEmitter:
             kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
-        kernel.scratch = fn.args[-1] if len(extra) > len(dims_outputs) else None
+        kernel.scratch = fn.args[len(types) - 1] if len(extra) > len(dims_outputs) else None
         by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}
 
         def operand(name: str) -> Operand | None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark fluidml-xc against ONNX Runtime (single thread) side by side, per --opt mode.
+"""Benchmark fluidml-xc against ONNX Runtime side by side at the same thread count, per --opt mode.
 
     python benchmarks/bench.py                          # the example models
     python benchmarks/bench.py ../shared/models/*.onnx  # with <name>.inputs.npz beside each model
@@ -9,6 +9,11 @@ Table: latency ratio (ours / ORT, median after warm-up) per mode, planned arena 
 bound, the live peak and the no-reuse size, runner peak RSS against ORT's process RSS growth
 (VmHWM/VmRSS after creating the session and one run, minus the same after importing onnxruntime, in a
 fresh subprocess). A model argument that names an example (e.g. tiny_transformer) builds that example.
+
+--threads 1,2: each model is built for the largest count (build --threads) and run at every count given
+(runner --threads T) against ONNX Runtime with intra_op_num_threads=T; the table has one ratio column per
+mode and count, and the scaling of the best mode from the smallest count to each larger one
+(ms at the smallest / ms at T). Default 1 (one thread, as before multi-core execution).
 
 --rounds R (for a loaded machine): every mode is built first, then R rounds each time ONNX Runtime and
 every mode's runner (`--runs` runs each, order rotating per round); a ratio is the median over
@@ -91,7 +96,7 @@ def model_cases(paths: list[str], light: bool) -> list[tuple[str, Path, dict]]:
     return cases
 
 
-def runner_bench(artifact: Path, feeds: dict, runs: int, warmup: int) -> dict:
+def runner_bench(artifact: Path, feeds: dict, runs: int, warmup: int, threads: int | None = None) -> dict:
     manifest = json.loads((artifact / "manifest.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         args = []
@@ -99,7 +104,8 @@ def runner_bench(artifact: Path, feeds: dict, runs: int, warmup: int) -> dict:
             f = f"{tmp}/in{k}.npy"
             np.save(f, np.asarray(feeds[spec["name"]]).astype(spec["dtype"]).reshape(spec["shape"]))
             args += ["-i", f]
-        out = subprocess.run([str(artifact / "runner"), *args, "--bench", str(runs), "--warmup", str(warmup)],
+        extra = ["--threads", str(threads)] if threads else []
+        out = subprocess.run([str(artifact / "runner"), *args, "--bench", str(runs), "--warmup", str(warmup), *extra],
                              check=True, capture_output=True, text=True, timeout=1800)
     return json.loads(out.stdout)
 
@@ -128,15 +134,17 @@ def main() -> int:
     ap.add_argument("--costs", default="analytic", choices=("analytic", "measure"))
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds of ORT and every mode (median of per-round ratios)")
+    ap.add_argument("--threads", default="1", help="thread counts, comma-separated (e.g. 1,2): ours and ORT's intra_op_num_threads")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
+    counts = sorted({int(t) for t in args.threads.split(",") if t.strip()})
     rows = []
     work = Path(tempfile.mkdtemp(prefix="fxc-bench-build-"))
     for name, path, feeds in model_cases(args.models, args.light):
-        row = {"model": name}
-        session = None
+        row = {"model": name, "threads": counts}
+        sessions = {}
         try:
-            session = ort_session(path)
+            sessions = {t: ort_session(path, t) for t in counts}
             row["ort_rss_growth"] = ort_rss_growth(path, feeds)
         except Exception as exc:  # noqa: BLE001
             row["ort_error"] = str(exc).splitlines()[0][:80]
@@ -144,67 +152,103 @@ def main() -> int:
         for mode in modes:
             try:
                 res = build_model(path, BuildOptions(board=args.board, out_dir=work / f"{name}-{mode}", opt=mode, costs=args.costs,
-                                                     profile_runner=False, record_last=False))
+                                                     profile_runner=False, record_last=False, threads=max(counts)))
                 built[mode] = res
                 mem = res.manifest["memory"]
                 row[mode] = {"arena": mem["arena_bytes"],
                              "lb": mem["lower_bound_bytes"], "peak": mem["live_peak_bytes"], "naive": mem["naive_bytes"],
                              "strategy": mem["strategy"], "build_s": res.seconds,
                              "optimizer_s": res.manifest.get("optimizer", {}).get("seconds", 0.0),
-                             "non_row_major": len(res.manifest.get("optimizer", {}).get("non_row_major", {})), "rounds_ms": []}
+                             "non_row_major": len(res.manifest.get("optimizer", {}).get("non_row_major", {})),
+                             "parallel_ops": len(res.manifest.get("parallel_ops", {})), "rounds_ms": {t: [] for t in counts}}
             except Exception as exc:  # noqa: BLE001
                 row[mode] = {"error": str(exc).splitlines()[0][:100]}
-        ort_rounds = []
-        players = (["ort"] if session is not None else []) + list(built)
+        ort_rounds = {t: [] for t in counts}
+        players = [("ort", t) for t in sessions] + [(mode, t) for mode in built for t in counts]
         for r in range(max(1, args.rounds)):
-            for who in players[r % len(players):] + players[:r % len(players)] if players else []:
+            for who, t in players[r % len(players):] + players[:r % len(players)] if players else []:
                 try:
                     if who == "ort":
-                        ort_rounds.append(median_latency_ms(session, feeds, args.runs, args.warmup))
-                    else:
-                        bench = runner_bench(built[who].artifact, feeds, args.runs, args.warmup)
-                        row[who]["rounds_ms"].append(bench["median_ms"])
+                        ort_rounds[t].append(median_latency_ms(sessions[t], feeds, args.runs, args.warmup))
+                    elif who in built:
+                        bench = runner_bench(built[who].artifact, feeds, args.runs, args.warmup, t)
+                        row[who]["rounds_ms"][t].append(bench["median_ms"])
                         row[who]["rss"] = bench["peak_rss_bytes"]
                 except Exception as exc:  # noqa: BLE001
                     if who == "ort":
-                        row["ort_error"], session = str(exc).splitlines()[0][:80], None
-                        players.remove("ort")
+                        row["ort_error"], sessions = str(exc).splitlines()[0][:80], {}
+                        players = [p for p in players if p[0] != "ort"]
                     else:
                         row[who] = {"error": str(exc).splitlines()[0][:100]}
                         built.pop(who)
-                        players.remove(who)
-        del session
-        if ort_rounds:
-            row["ort_ms"] = float(np.median(ort_rounds))
+                        players = [p for p in players if p[0] != who]
+        del sessions
+        if all(ort_rounds[t] for t in counts):
+            row["ort_ms_at"] = {t: float(np.median(ort_rounds[t])) for t in counts}
+            row["ort_ms"] = row["ort_ms_at"][counts[0]]
         for mode in built:
-            ms = row[mode]["rounds_ms"]
-            row[mode]["ms"] = float(np.median(ms))
-            if len(ort_rounds) == len(ms):
-                row[mode]["ratio"] = float(np.median(np.array(ms) / np.array(ort_rounds)))
+            rounds = row[mode]["rounds_ms"]
+            row[mode]["ms_at"] = {t: float(np.median(rounds[t])) for t in counts}
+            row[mode]["ms"] = row[mode]["ms_at"][counts[0]]
+            row[mode]["ratio_at"] = {t: float(np.median(np.array(rounds[t]) / np.array(ort_rounds[t])))
+                                     for t in counts if len(ort_rounds[t]) == len(rounds[t])}
+            if counts[0] in row[mode]["ratio_at"]:
+                row[mode]["ratio"] = row[mode]["ratio_at"][counts[0]]
+            row[mode]["scaling_at"] = {t: row[mode]["ms_at"][counts[0]] / row[mode]["ms_at"][t] for t in counts[1:]}
         shutil.rmtree(work, ignore_errors=True)
         rows.append(row)
-        print_row(row, modes, header=len(rows) == 1)
+        print_row(row, modes, counts, header=len(rows) == 1)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    print_summary(rows, modes, counts)
     return 0
 
 
-def print_row(row: dict, modes: list[str], header: bool) -> None:
+def print_summary(rows: list[dict], modes: list[str], counts: list[int]) -> None:
+    """Geo-mean ratio against ORT per mode and thread count, and of the scaling, over the models that ran."""
+    cells = []
+    for m in modes:
+        for t in counts:
+            ratios = [r[m]["ratio_at"][t] for r in rows if t in r.get(m, {}).get("ratio_at", {})]
+            if ratios:
+                cells.append(f"{m}/ORT@{t} {float(np.exp(np.mean(np.log(ratios)))):.3f} ({len(ratios)} models)")
+        for t in counts[1:]:
+            sc = [r[m]["scaling_at"][t] for r in rows if t in r.get(m, {}).get("scaling_at", {})]
+            if sc:
+                cells.append(f"{m} scaling {counts[0]}->{t} geo-mean {float(np.exp(np.mean(np.log(sc)))):.3f}, min {min(sc):.3f}")
+    print("geo-mean: " + "; ".join(cells), flush=True)
+
+
+def print_row(row: dict, modes: list[str], counts: list[int], header: bool) -> None:
+    multi = len(counts) > 1
     if header:
-        cols = ["model", "ORT ms"] + [f"{m}/ORT" for m in modes] + ["fluid ms", "arena KiB", "/lb", "/peak", "naive KiB",
-                                                                   "strategy", "RSS KiB", "ORT dRSS KiB", "NRM"]
+        cols = ["model"]
+        for t in counts:
+            cols += [f"ORT ms@{t}" if multi else "ORT ms"] + [f"{m}/ORT@{t}" if multi else f"{m}/ORT" for m in modes]
+        cols += [f"fluid ms@{t}" for t in counts] if multi else ["fluid ms"]
+        cols += [f"scale {counts[0]}->{t}" for t in counts[1:]]
+        cols += ["arena KiB", "/lb", "/peak", "naive KiB", "strategy", "RSS KiB", "ORT dRSS KiB", "NRM"] + (["split ops"] if multi else [])
         print(" | ".join(cols))
         print(" | ".join("---" for _ in cols))
-    ort = row.get("ort_ms")
-    cells = [row["model"], f"{ort:.3f}" if ort else row.get("ort_error", "-")]
-    for m in modes:
-        r = row.get(m, {})
-        cells.append(f"{r.get('ratio', r['ms'] / ort):.2f}" if "ms" in r and ort else r.get("error", "-")[:40])
     best = row.get("fluid") or row.get(modes[-1], {})
+    cells = [row["model"]]
+    for t in counts:
+        ort = row.get("ort_ms_at", {}).get(t)
+        cells.append(f"{ort:.3f}" if ort else row.get("ort_error", "-"))
+        for m in modes:
+            r = row.get(m, {})
+            ratio = r.get("ratio_at", {}).get(t)
+            cells.append(f"{ratio:.2f}" if ratio is not None else (f"{r['ms_at'][t] / ort:.2f}" if "ms_at" in r and ort else r.get("error", "-")[:40]))
     if "ms" in best:
-        cells += [f"{best['ms']:.3f}", f"{best['arena'] / 1024:.1f}", f"{best['arena'] / max(best['lb'], 1):.3f}",
+        cells += [f"{best['ms_at'][t]:.3f}" for t in counts] if multi else []
+        cells += [f"{best['scaling_at'][t]:.2f}" for t in counts[1:]]
+    else:
+        cells += ["-"] * ((len(counts) if multi else 0) + len(counts) - 1)
+    if "ms" in best:
+        cells += ([] if multi else [f"{best['ms']:.3f}"]) + [f"{best['arena'] / 1024:.1f}", f"{best['arena'] / max(best['lb'], 1):.3f}",
                   f"{best['arena'] / max(best['peak'], 1):.3f}", f"{best['naive'] / 1024:.1f}", best["strategy"],
                   f"{best['rss'] / 1024:.0f}", f"{row.get('ort_rss_growth', 0) / 1024:.0f}", str(best["non_row_major"])]
+        cells += [str(best["parallel_ops"])] if multi else []
     print(" | ".join(cells), flush=True)
 
 

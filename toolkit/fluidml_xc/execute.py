@@ -107,32 +107,24 @@ def random_feeds(manifest: Mapping, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _load_array(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
+    from .npyio import load_npy
+
+    return load_npy(path)
 
 
 def load_feeds(source: str | Path | Sequence[str]) -> dict[str, np.ndarray]:
-    """Feeds from an .npz file (keys = input names) or from a list of "NAME=FILE.npy" strings."""
+    """Feeds from an .npz file (keys = input names) or from a list of "NAME=FILE.npy" strings (npyio: checked headers)."""
+    from .npyio import load_npz
+
     if isinstance(source, (str, Path)):
-        path = Path(source)
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                if not isinstance(npz, np.lib.npyio.NpzFile):
-                    raise InputError(f"{path}: expected an .npz archive of named inputs")
-                return {name: npz[name] for name in npz.files}
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            raise InputError(f"{path}: not a valid .npz file ({exc})") from None
+        return load_npz(Path(source))
     feeds = {}
     for item in source:
         name, sep, file = item.partition("=")
         if not sep or not name or not file:
             raise InputError(f"bad input {item!r}: expected NAME=FILE.npy")
+        if name in feeds:
+            raise InputError(f"input {name!r} is given twice: pass each --input once")
         feeds[name] = _load_array(Path(file))
     return feeds
 
@@ -212,10 +204,14 @@ def _check_exit(proc: subprocess.CompletedProcess, runner: str) -> None:
 
 
 def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = None, bench: int | None = None,
-                 warmup: int = 5, profile: bool = False, timeout: float | None = None) -> RunResult:
-    """Run the artifact's runner (runner_prof with profile) and return its outputs and bench JSON."""
+                 warmup: int = 5, profile: bool = False, timeout: float | None = None, threads: int | None = None) -> RunResult:
+    """Run the artifact's runner (runner_prof with profile) and return its outputs and bench JSON;
+    `threads`: the runner's --threads (None: the count built in)."""
+    from .threads import check_run_threads
+
     artifact_dir = Path(artifact_dir)
     manifest = read_manifest(artifact_dir)
+    check_run_threads(manifest, threads)
     arrays = check_feeds(manifest, feeds) if feeds is not None else []
     runner = artifact_dir / ("runner_prof" if profile else "runner")
     if not runner.is_file():
@@ -235,6 +231,8 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
             command += ["--warmup", str(warmup)]
         if profile:
             command.append("--profile")
+        if threads is not None:
+            command += ["--threads", str(threads)]
         try:
             proc = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -20,12 +20,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads the model runs on (default: the board's cores; "
+                        "this machine's for x86_64); 1 starts no thread; the runner's --threads may lower it")
+    parser.add_argument("--max-memory", metavar="SIZE", help="largest tensor, constants, and arena + weights (e.g. 2G; "
+                        "default: half the board's RAM from its board file, or half of this machine's)")
 
 
 def main(args) -> int:
+    from ..validate import parse_size
+
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    max_memory = parse_size(args.max_memory) if args.max_memory else None
     result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
-                                                  costs=args.costs, profile_runner=not args.no_profile_runner))
+                                                  costs=args.costs, profile_runner=not args.no_profile_runner,
+                                                  max_memory=max_memory, threads=args.threads))
     m = result.manifest
     mem, fp = m["memory"], m["footprint"]
     print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")

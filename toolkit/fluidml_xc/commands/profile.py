@@ -9,6 +9,7 @@ from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.profile import ProfileOptions, profile_local, profile_remote
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+from ..threads import check_run_threads
 
 NAME = "profile"
 HELP = "profile an artifact on a board over SSH (or --local): latency percentiles, per-op times, peak memory"
@@ -18,6 +19,7 @@ ORDER = 40
 def add_arguments(parser) -> None:
     add_artifact_argument(parser)
     parser.add_argument("--local", action="store_true", help="profile on this machine (qemu-user for foreign targets)")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads the runner uses (default: the count built in)")
     parser.add_argument("--runs", type=int, default=100, metavar="N", help="timed runs (default 100)")
     parser.add_argument("--warmup", type=int, default=10, metavar="W", help="warm-up runs (default 10)")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE (- for stdout only)")
@@ -41,7 +43,8 @@ def main(args) -> int:
 
         require("matplotlib", "report", "--html")
     artifact = artifact_from_args(args)
-    options = ProfileOptions(args.runs, args.warmup, args.timeout)
+    check_run_threads(artifact.manifest, args.threads)
+    options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
     if args.local:
         report = profile_local(artifact, options)
     else:

@@ -26,6 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs before timing (default 5)")
     parser.add_argument("--profile", action="store_true", help="per-op times from the profiling runner")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the runner after this long")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads to run on, 1 to the count built in (default: that count)")
 
 
 def _summary(name: str, value: np.ndarray) -> str:
@@ -35,15 +36,35 @@ def _summary(name: str, value: np.ndarray) -> str:
     return f"{name}: shape {list(value.shape)} {value.dtype} {head}{more}"
 
 
+MAX_RUNS = 10_000_000
+"""--bench and --warmup above this are typing mistakes (the runner takes int32 counts)."""
+
+
+def check_run_arguments(args) -> None:
+    """--bench, --warmup, --timeout and --outputs, checked before anything runs (exit 2, one line)."""
+    import math
+
+    if args.bench is not None and not 1 <= args.bench <= MAX_RUNS:
+        raise InputError(f"--bench {args.bench}: give between 1 and {MAX_RUNS:,} runs")
+    if not 0 <= args.warmup <= MAX_RUNS:
+        raise InputError(f"--warmup {args.warmup}: give between 0 and {MAX_RUNS:,} runs")
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise InputError(f"--timeout {timeout}: give a positive number of seconds")
+    out = getattr(args, "outputs", None)
+    if out:
+        if out.is_dir():
+            raise InputError(f"--outputs {out} is a directory: give a file name such as {out / 'out.npz'}")
+        if not out.parent.is_dir() if str(out.parent) else False:
+            raise InputError(f"--outputs {out}: the directory {out.parent} does not exist: create it first")
+        if out.exists() and not args.force:
+            raise InputError(f"{out} already exists; pass --force to overwrite it")
+
+
 def main(args) -> int:
     from ..execute import load_feeds, run_artifact, save_npz
 
-    if args.bench is not None and args.bench < 1:
-        raise InputError("--bench needs at least 1 run")
-    if args.warmup < 0:
-        raise InputError("--warmup cannot be negative")
-    if args.outputs and args.outputs.exists() and not args.force:
-        raise InputError(f"{args.outputs} already exists; pass --force to overwrite it")
+    check_run_arguments(args)
     artifact = resolve_artifact_dir(args.dir)
     feeds = None
     if args.inputs:
@@ -51,7 +72,7 @@ def main(args) -> int:
     elif args.input:
         feeds = load_feeds(args.input)
     result = run_artifact(artifact, feeds, bench=args.bench, warmup=args.warmup, profile=args.profile,
-                          timeout=args.timeout)
+                          timeout=args.timeout, threads=args.threads)
     if result.bench is not None:
         print(json.dumps(result.bench))
     else:

@@ -8,6 +8,7 @@ from ..fleet.command import add_fleet_arguments, run_command
 from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+from ..threads import check_run_threads
 from ..remote.verify import Tolerance, VerifyReport, compare, make_feeds, model_path, reference_outputs, run_local, \
     run_remote
 
@@ -22,6 +23,7 @@ def add_arguments(parser) -> None:
                         help="inputs by name (default: the runner's deterministic pseudo-random inputs)")
     parser.add_argument("--model", type=Path, metavar="MODEL.onnx",
                         help="the ONNX model (default: the path recorded in manifest.json, sha256-checked)")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads the runner uses (default: the count built in)")
     parser.add_argument("--rtol", type=float, default=Tolerance.rtol, help=f"relative tolerance (default {Tolerance.rtol:g})")
     parser.add_argument("--atol", type=float, default=Tolerance.atol, help=f"absolute tolerance (default {Tolerance.atol:g})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
@@ -36,15 +38,16 @@ def main(args) -> int:
     if args.rtol < 0 or args.atol < 0 or args.timeout <= 0:
         raise InputError("--rtol and --atol must be >= 0 and --timeout positive")
     artifact = artifact_from_args(args)
+    check_run_threads(artifact.manifest, args.threads)
     feeds = make_feeds(artifact, args.inputs)
     reference = reference_outputs(model_path(artifact, args.model), feeds)
     if args.host:
         with connect_for(args, artifact) as conn:
             deployment = ensure_deployed(conn, artifact, args, switch_current=False)
-            outputs = run_remote(conn, deployment, artifact, feeds, args.timeout)
+            outputs = run_remote(conn, deployment, artifact, feeds, args.timeout, args.threads)
             where = conn.label
     else:
-        outputs, where = run_local(artifact, feeds, args.timeout), "localhost"
+        outputs, where = run_local(artifact, feeds, args.timeout, args.threads), "localhost"
     tolerance = Tolerance(args.rtol, args.atol)
     report = VerifyReport(where, tolerance, tuple(compare(outputs, reference, tolerance)))
     print(report.table())

@@ -21,6 +21,8 @@ class ProfileOptions:
     runs: int = 100
     warmup: int = 10
     timeout: float = DEFAULT_RUN_TIMEOUT
+    threads: int | None = None
+    """The runner's --threads (None: the count the artifact was built for)."""
 
 
 @dataclass
@@ -43,6 +45,9 @@ class ProfileReport:
     telemetry_after: Telemetry = field(default_factory=Telemetry)
     artifact: dict = field(default_factory=dict)
     """Which build was profiled: its directory, content digest and --opt (so `report` pairs them)."""
+    threads: int | None = None
+    """Threads the model ran on, and CPU time of all threads / wall time over the timed runs."""
+    cpu_over_wall: float | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -51,7 +56,7 @@ class ProfileReport:
             "peak_rss_bytes": self.peak_rss_bytes, "arena_bytes": self.arena_bytes,
             "lower_bound_bytes": self.lower_bound_bytes, "weights_bytes": self.weights_bytes, "ops": self.ops,
             "telemetry": {"before": self.telemetry_before.to_dict(), "after": self.telemetry_after.to_dict()},
-            "artifact": self.artifact,
+            "artifact": self.artifact, "threads": self.threads, "cpu_over_wall": self.cpu_over_wall,
         }
 
     def table(self) -> str:
@@ -66,6 +71,9 @@ class ProfileReport:
             + f"  weights {_bytes(self.weights_bytes)}",
             "cpu       " + _telemetry_line(self.telemetry_before, self.telemetry_after),
         ]
+        if self.threads is not None:
+            lines.append(f"threads   {self.threads}" + (f"  CPU time / wall time {self.cpu_over_wall:.2f} (per-op times: wall clock)"
+                                                       if self.cpu_over_wall is not None else ""))
         if self.ops:
             total = sum(op["ms"] for op in self.ops) or 1.0
             width = max(12, *(len(op["name"]) for op in self.ops))
@@ -127,7 +135,8 @@ def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
         peak_rss_bytes=bench.get("peak_rss_bytes"), arena_bytes=bench.get("arena_bytes", memory.get("arena_bytes")),
         lower_bound_bytes=memory.get("lower_bound_bytes"), weights_bytes=artifact.manifest.get("weights_bytes"),
         ops=ops, telemetry_before=before, telemetry_after=after,
-        artifact={"dir": str(artifact.path.resolve()), "digest": artifact.digest, "opt": artifact.manifest.get("opt")})
+        artifact={"dir": str(artifact.path.resolve()), "digest": artifact.digest, "opt": artifact.manifest.get("opt")},
+        threads=bench.get("threads"), cpu_over_wall=bench.get("cpu_over_wall"))
 
 
 def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
@@ -137,6 +146,8 @@ def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
     args = ["--bench", str(options.runs), "--warmup", str(options.warmup)]
     if artifact.runner(profiling=True) == "runner_prof":
         args.append("--profile")
+    if options.threads is not None:
+        args += ["--threads", str(options.threads)]
     result = run_runner(conn, deployment, artifact, args, profiling=True, timeout=options.timeout)
     after = snapshot(conn)
     bench = parse_bench(result.out, artifact.runner(True))
@@ -150,7 +161,7 @@ def profile_local(artifact: Artifact, options: ProfileOptions = ProfileOptions()
     local = LocalShell()
     before = snapshot(local)
     result = run_artifact(artifact.path, bench=options.runs, warmup=options.warmup, profile=True,
-                          timeout=options.timeout)
+                          timeout=options.timeout, threads=options.threads)
     after = snapshot(local)
     emulator = " ".join(emulator_command(artifact.manifest))
     return make_report(artifact, result.bench or {}, "localhost", emulator.rsplit("/", 1)[-1], before, after)

@@ -129,7 +129,7 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
 
 
 def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, feeds: Mapping[str, np.ndarray],
-               timeout: float = DEFAULT_RUN_TIMEOUT) -> dict[str, np.ndarray]:
+               timeout: float = DEFAULT_RUN_TIMEOUT, threads: int | None = None) -> dict[str, np.ndarray]:
     """Upload feeds, run the runner on the board, download its outputs; the scratch directory is removed."""
     scratch = posixpath.join(deployment.base_dir, f".run-{secrets.token_hex(4)}")
     specs = artifact.manifest["inputs"], artifact.manifest["outputs"]
@@ -145,6 +145,8 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
             args += ["-i", path]
         for i in range(len(specs[1])):
             args += ["-o", posixpath.join(scratch, f"out{i}.npy")]
+        if threads is not None:
+            args += ["--threads", str(threads)]
         run_runner(conn, deployment, artifact, args, timeout=timeout)
         outputs = {}
         for i, spec in enumerate(specs[1]):
@@ -165,7 +167,8 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
                 pass
 
 
-def run_local(artifact: Artifact, feeds: Mapping[str, np.ndarray], timeout: float = DEFAULT_RUN_TIMEOUT) -> dict:
+def run_local(artifact: Artifact, feeds: Mapping[str, np.ndarray], timeout: float = DEFAULT_RUN_TIMEOUT,
+              threads: int | None = None) -> dict:
     from ..execute import run_artifact
 
-    return run_artifact(artifact.path, feeds=feeds, timeout=timeout).outputs
+    return run_artifact(artifact.path, feeds=feeds, timeout=timeout, threads=threads).outputs

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
+import signal
 import sys
+import threading
 
 from . import __version__, commands
-from .errors import FxcError
+from .errors import FxcError, Terminated, describe_unexpected
 
 
 def _command_modules():
@@ -27,22 +30,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return 2
+def _on_terminate(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away (`fluidml-xc inspect | head`): send the rest nowhere, as Unix tools do."""
     try:
-        return int(args.handler(args) or 0)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), _on_terminate)
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return 2
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()
+        return code
     except FxcError as exc:
-        if args.debug:
+        if debug:
             raise
         print(f"fluidml-xc: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("fluidml-xc: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"fluidml-xc: terminated by signal {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if debug:
+            raise
+        line, code = describe_unexpected(exc)
+        print(f"fluidml-xc: error: {line}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

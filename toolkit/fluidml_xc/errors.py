@@ -36,3 +36,28 @@ class VerifyError(FxcError):
     """Outputs differ from the reference beyond tolerance."""
 
     exit_code = 6
+
+
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) arrived: unwinds like KeyboardInterrupt so every `finally` removes its temporaries."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+INTERNAL_EXIT = 70
+"""An exception that is none of the above: a bug; one line, and --debug shows the traceback."""
+
+
+def describe_unexpected(exc: BaseException) -> tuple[str, int]:
+    """The one line and exit code for an exception that is not an FxcError."""
+    if isinstance(exc, MemoryError):
+        return ("ran out of memory on this machine: lower --max-memory so the build refuses early, "
+                "or build on a machine with more memory"), 1
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}", 1
+    text = " ".join(str(exc).split())[:300]
+    return (f"internal error ({type(exc).__name__}{': ' + text if text else ''}); rerun with --debug for the "
+            "traceback and report it"), INTERNAL_EXIT

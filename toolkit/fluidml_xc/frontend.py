@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from .errors import InputError
 from .ir import Graph, Node, Tensor
+from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_input_shape, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
@@ -37,6 +38,8 @@ class FrontendOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fold_constants: bool = True
     structures: dict[str, object] = field(default_factory=dict)
+    limits: Limits = Limits()
+    """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
     """Sequence/optional graph inputs -> ABI descriptor (sequences.py); the element shapes are the
     `NAME.K` entries of input_shapes. Without one, a sequence's length is the number of such entries."""
 
@@ -54,9 +57,15 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     if not path.is_file():
         raise InputError(f"model file {str(path)!r} not found: pass the path of an .onnx file")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises several types for corrupt data
         raise InputError(f"{str(path)!r} is not a readable ONNX model ({type(exc).__name__}): re-export it or check the download") from None
+    check_external_data(model, path.parent)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except Exception as exc:
+        raise InputError(f"{str(path)!r}: its external data cannot be read ({type(exc).__name__}: {str(exc)[:200]}): "
+                         "keep the data files beside the model") from None
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{str(path)!r} is not a readable ONNX model (empty graph): re-export it or check the download")
     return model
@@ -118,6 +127,7 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
             raise InputError(f"input {vi.name!r} is not a tensor (sequence/map/optional inputs are not supported)")
         if vi.name in options.input_shapes:
             shape = options.input_shapes[vi.name]
+            check_input_shape(vi.name, tuple(shape), ttype)
         else:
             dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in ttype.shape.dim]
             if not ttype.HasField("shape") or None in dims:
@@ -134,8 +144,8 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
 class _Folder:
     """Walks nodes in order, folding constants and inferring static shapes."""
 
-    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool):
-        self.model, self.tensors, self.fold = model, tensors, fold
+    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits = Limits()):
+        self.model, self.tensors, self.fold, self.limits = model, tensors, fold, limits
         self.opset = _opset(model)
         self.opset_imports = list(model.opset_import)
         self.unresolved: dict[str, str] = {}
@@ -145,6 +155,7 @@ class _Folder:
 
     def const(self, name: str, value: np.ndarray) -> None:
         value = np.asarray(value)
+        self.limits.check_tensor(f"constant {name!r}", value.shape, value.dtype)
         self.tensors[name] = Tensor(name, value.dtype, tuple(value.shape), value)
 
     def evaluate(self, node: onnx.NodeProto, stand_ins: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
@@ -255,6 +266,10 @@ class _Folder:
             return {}
         return {n: Tensor(n, dtype, shape) for n, (dtype, shape) in zip([o for o in node.output if o], shapes[0])}
 
+    def check_sizes(self, node: onnx.NodeProto, tensors: dict[str, Tensor]) -> None:
+        for name, t in tensors.items():
+            self.limits.check_tensor(f"tensor {name!r} (output of {node.op_type} node {node.name or node.op_type!r})", t.shape, t.dtype)
+
     def visit(self, node: onnx.NodeProto, attrs: dict) -> bool:
         """Returns True when the node was folded away."""
         inputs = [n for n in node.input if n]
@@ -282,7 +297,15 @@ class _Folder:
                 self.const(node.output[0], shape[start:end])
             return True
         type_only = {node.input[i] for i in TYPE_ONLY_INPUTS.get(node.op_type, ()) if i < len(node.input) and node.input[i]}
+        check = SHAPE_CHECKS.get(node.op_type)
+        if check is not None and node.domain in ("", "ai.onnx"):
+            check(node.op_type, node.name or node.op_type, attrs, [self.tensors[n].shape if n else None for n in node.input])
         if can_fold and all(self.tensors[n].is_const or n in type_only for n in inputs) and node.domain in ("", "ai.onnx"):
+            try:
+                planned = self.infer(node)
+            except InputError:
+                planned = {}
+            self.check_sizes(node, planned)
             stand_ins = {n: np.zeros(self.tensors[n].shape, self.tensors[n].dtype) for n in type_only if not self.tensors[n].is_const}
             try:
                 values = self.evaluate(node, stand_ins)
@@ -299,6 +322,11 @@ class _Folder:
             inferred = self.infer(node)
             if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
                 self.dynamic[node.output[0]] = self.dynamic[dynamic_in[0]]
+        self.check_sizes(node, inferred)
+        check = OUTPUT_CHECKS.get(node.op_type)
+        if check is not None and node.domain in ("", "ai.onnx"):
+            check(node.op_type, node.name or node.op_type, attrs, [self.tensors[n].shape if n else None for n in node.input],
+                  [inferred[n].shape if n in inferred else None for n in node.output])
         for name in node.output:
             if not name:
                 continue
@@ -460,14 +488,18 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
 
     from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
 
+    check_opsets(model)
     _check_known_ops(model)
+    validate_model(model, options.limits, _unique_names(model))
     structs: dict = {}
     """sequence/optional values -> their build-time structure (sequences.py)"""
     tensors = _graph_inputs(model, options, structs)
+    for t in tensors.values():
+        options.limits.check_tensor(f"input {t.name!r}", t.shape, t.dtype)
     for init in model.graph.initializer:
         value = numpy_helper.to_array(init)
         tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
-    folder = _Folder(model, tensors, options.fold_constants)
+    folder = _Folder(model, tensors, options.fold_constants, options.limits)
     opset = _opset(model)
     opsets = {entry.domain or "": entry.version for entry in model.opset_import}
     nodes = []

@@ -2,6 +2,8 @@
 reader over our samples, quantize_static (QDQ / QOperator) or quantize_dynamic."""
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +106,18 @@ class _Reader:
         return len(self.samples)
 
 
+@contextmanager
+def _quiet_logging():
+    """onnxruntime.quantization warns through the root logger about its own internal choices (per-channel
+    axes of 1-D weights, format advice): not the user's problem, so not printed."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
 def _ort_error(stage: str, exc: Exception) -> InputError:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return InputError(f"onnxruntime.quantization {stage} failed: {lines[-1] if lines else type(exc).__name__}")
@@ -114,7 +128,8 @@ def preprocess(src: Path, dst: Path) -> None:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+        with _quiet_logging():
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
     except Exception as exc:  # ORT raises plain exceptions of many kinds for models it cannot process
         raise _ort_error("pre-processing", exc) from None
 
@@ -122,29 +137,35 @@ def preprocess(src: Path, dst: Path) -> None:
 def quantize(src: Path, dst: Path, config: QuantConfig, calibration: Samples,
              progress: bool | None = None) -> None:
     """Quantize `src` (pre-processed by `preprocess`) into `dst` (static with the calibration samples, or dynamic)."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
-
     if config.format not in FORMATS or config.method not in METHODS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)} and --method one of {', '.join(METHODS)}")
     model = onnx.load(str(src), load_external_data=False)
     nodes, op_types = _exclusions(model, config.exclude)
-    qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
     try:
-        if config.dynamic:
-            quantize_dynamic(str(src), str(dst), op_types_to_quantize=_op_types(True, op_types), per_channel=config.per_channel,
-                             weight_type=qtype[config.weight_type], nodes_to_exclude=nodes or None,
-                             extra_options=dict(config.extra_options) or None)
-            return
-        activation = config.activation_type or ("int8" if config.format == "qdq" else "uint8")
-        method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-                  "percentile": CalibrationMethod.Percentile}[config.method]
-        fmt = QuantFormat.QDQ if config.format == "qdq" else QuantFormat.QOperator
-        reader = _Reader(calibration, f"calibrating ({config.method})", progress)
-        quantize_static(str(src), str(dst), reader, quant_format=fmt, op_types_to_quantize=_op_types(False, op_types),
-                        per_channel=config.per_channel, activation_type=qtype[activation], weight_type=qtype[config.weight_type],
-                        nodes_to_exclude=nodes or None, calibrate_method=method,
-                        extra_options=dict(config.extra_options) or None)
+        with _quiet_logging():
+            _run(src, dst, config, calibration, progress, nodes, op_types)
     except InputError:
         raise
     except Exception as exc:
         raise _ort_error("quantize_dynamic" if config.dynamic else "quantize_static", exc) from None
+
+
+def _run(src: Path, dst: Path, config: QuantConfig, calibration: Samples, progress: bool | None,
+         nodes: list[str], op_types: list[str]) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
+    if config.dynamic:
+        quantize_dynamic(str(src), str(dst), op_types_to_quantize=_op_types(True, op_types), per_channel=config.per_channel,
+                         weight_type=qtype[config.weight_type], nodes_to_exclude=nodes or None,
+                         extra_options=dict(config.extra_options) or None)
+        return
+    activation = config.activation_type or ("int8" if config.format == "qdq" else "uint8")
+    method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+              "percentile": CalibrationMethod.Percentile}[config.method]
+    fmt = QuantFormat.QDQ if config.format == "qdq" else QuantFormat.QOperator
+    reader = _Reader(calibration, f"calibrating ({config.method})", progress)
+    quantize_static(str(src), str(dst), reader, quant_format=fmt, op_types_to_quantize=_op_types(False, op_types),
+                    per_channel=config.per_channel, activation_type=qtype[activation], weight_type=qtype[config.weight_type],
+                    nodes_to_exclude=nodes or None, calibrate_method=method,
+                    extra_options=dict(config.extra_options) or None)

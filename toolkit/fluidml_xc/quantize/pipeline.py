@@ -7,7 +7,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,8 @@ class QuantizeOptions:
     progress: bool | None = None
     """progress lines on stderr; None: when stderr is a terminal"""
     opt: str = "fluid"
+    threads: int = 1
+    """threads of both builds and of ONNX Runtime (the latency comparison is at one thread by default)"""
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,15 @@ class QuantizeReport:
     """ONNX Runtime: int8 model against float model, same samples"""
     vs_ort_int8: dict[str, float] = field(default_factory=dict)
     """per output: max abs difference between our int8 build and ONNX Runtime on the same int8 model"""
+    vs_ort_int8_unfused: dict[str, float] = field(default_factory=dict)
+    """the same against ONNX Runtime without graph optimizations (the model's QDQ arithmetic as written,
+    no fused QLinear* kernels with their own rounding)"""
+    ort_fused_vs_unfused: dict[str, float] = field(default_factory=dict)
+    """how far ONNX Runtime's fused kernels are from its own unfused run of the same model"""
     float_figures: Figures | None = None
     int8_figures: Figures | None = None
     explain: list[NodeError] = field(default_factory=list)
+    threads: int = 1
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k not in ("accuracy", "ort_accuracy", "explain")}
@@ -124,14 +132,27 @@ def _load(path: Path) -> onnx.ModelProto:
         raise InputError(f"{path} is not a readable ONNX model ({type(exc).__name__}); check the file") from None
 
 
-def _ort_outputs(model_path: Path, samples: Samples) -> tuple[list[dict[str, np.ndarray]], object]:
+def _ort_outputs(model_path: Path, samples: Samples, threads: int, fused: bool = True) -> tuple[list[dict[str, np.ndarray]], object]:
+    import onnxruntime as ort
+
     from ..reference import ort_session
     try:
-        session = ort_session(model_path)
+        if fused:
+            session = ort_session(model_path, threads)
+        else:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.graph_optimization_level = threads, ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise InputError(f"ONNX Runtime cannot load {model_path.name}: {str(exc).splitlines()[0]}") from None
     names = [o.name for o in session.get_outputs()]
     return [dict(zip(names, session.run(names, feed))) for feed in samples.feeds], session
+
+
+def _max_diff(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Per output: the largest absolute difference over all samples."""
+    return {name: float(max(np.max(np.abs(x[name].astype(np.float64) - y[name].astype(np.float64)), initial=0.0)
+                            for x, y in zip(a, b))) for name in b[0]}
 
 
 def _write_atomic(src: Path, dst: Path, force: bool) -> None:
@@ -166,8 +187,8 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
         raise InputError(f"{output} already exists; pass --force to overwrite it")
     if output.resolve() == model_path.resolve():
         raise InputError(f"-o {output} is the float model itself; write the int8 model to another file")
-    if options.runs < 1 or options.warmup < 0 or options.explain < 0:
-        raise InputError("--runs must be >= 1, --warmup >= 0 and --explain >= 0")
+    if options.runs < 1 or options.warmup < 0 or options.explain < 0 or options.threads < 1:
+        raise InputError("--runs and --threads must be >= 1, --warmup and --explain >= 0")
     from ..link import is_host_target
 
     board = get_board(options.board)
@@ -180,7 +201,7 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     calibration, evaluation, how = split_samples(samples, held)
     static, fixed = _static_model(model, samples.shapes)
     report = QuantizeReport(str(model_path), str(output), board.name, not is_host_target(board.target), asdict(options.config),
-                            len(calibration), len(evaluation), how)
+                            len(calibration), len(evaluation), how, threads=options.threads)
     with tempfile.TemporaryDirectory(prefix="fxc-quantize-") as tmp:
         work = Path(tmp)
         float_path = model_path
@@ -190,8 +211,10 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
         pre, quantized = work / "preprocessed.onnx", work / "int8.onnx"
         preprocess(float_path, pre)
         quantize(pre, quantized, options.config, calibration, options.progress)
-        ort_float, float_session = _ort_outputs(float_path, evaluation)
-        ort_int8, int8_session = _ort_outputs(quantized, evaluation)
+        ort_float, float_session = _ort_outputs(float_path, evaluation, options.threads)
+        ort_int8, int8_session = _ort_outputs(quantized, evaluation, options.threads)
+        ort_int8_unfused, _ = _ort_outputs(quantized, evaluation, options.threads, fused=False)
+        report.ort_fused_vs_unfused = _max_diff(ort_int8, ort_int8_unfused)
         report.ort_accuracy = accuracy(ort_float, ort_int8)
         if options.explain:
             report.explain = explain(pre, quantized, calibration, options.progress)[: options.explain]
@@ -201,16 +224,16 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     from ..build import BuildOptions, build_model, default_out_dir
     from ..execute import run_artifact
 
+    threads = {"threads": options.threads} if "threads" in {f.name for f in fields(BuildOptions)} else {}
     results = {}
     for kind, path, shapes in (("float", model_path, fixed), ("int8", output, {})):
         out_dir = Path(options.build_dir) / default_out_dir(path, board).name
         results[kind] = build_model(path, BuildOptions(board=board.name, out_dir=out_dir, input_shapes=shapes, opt=options.opt,
-                                                       profile_runner=False, record_last=False))
+                                                       profile_runner=False, record_last=False, **threads))
     outs = {kind: [run_artifact(r.artifact, feed).outputs for feed in evaluation.feeds] for kind, r in results.items()}
     report.accuracy = accuracy(outs["float"], outs["int8"])
-    report.vs_ort_int8 = {name: float(max(np.max(np.abs(o[name].astype(np.float64) - r[name].astype(np.float64)), initial=0.0)
-                                          for o, r in zip(outs["int8"], ort_int8)))
-                          for name in ort_int8[0]}
+    report.vs_ort_int8 = _max_diff(outs["int8"], ort_int8)
+    report.vs_ort_int8_unfused = _max_diff(outs["int8"], ort_int8_unfused)
     host = not report.emulated
     feed = evaluation.feeds[0]
     report.float_figures = _figures(results["float"].artifact, results["float"].manifest, feed, options, float_session if host else None)

@@ -33,11 +33,15 @@ def render(report) -> str:
         lines += ["", *_accuracy_rows(f"accuracy on {report.board}: int8 build against float build", report.accuracy)]
     lines += ["", *_accuracy_rows("ONNX Runtime on the same models: int8 against float", report.ort_accuracy)]
     if report.vs_ort_int8:
-        diffs = ", ".join(f"{name} {value:.4g}" for name, value in report.vs_ort_int8.items())
-        lines.append(f"  int8 build vs ONNX Runtime on the int8 model, max abs difference: {diffs}")
+        lines.append("  int8 build vs ONNX Runtime on the int8 model, max abs difference per output:")
+        for name, value in report.vs_ort_int8.items():
+            lines.append(f"    {name[-28:]:<28} {value:.4g} against ORT; {report.vs_ort_int8_unfused[name]:.4g} against ORT without graph "
+                         f"optimizations (the model's arithmetic as written), from which ORT's fused kernels differ by "
+                         f"{report.ort_fused_vs_unfused[name]:.4g}")
     f, q = report.float_figures, report.int8_figures
     if f and q:
-        where = "under qemu-user: correctness only, these times are not board times" if report.emulated else "this machine, one thread"
+        where = "under qemu-user: correctness only, these times are not board times" if report.emulated else \
+            f"this machine, {report.threads} thread{'s' if report.threads > 1 else ''}"
         lines += ["", f"latency and memory on {report.board} ({where}):",
                   f"  {'':<6} {'median ms':>10} {'ORT ms':>9} {'arena':>11} {'weights':>11} {'runner RSS':>11}"]
         for name, fig in (("float", f), ("int8", q)):

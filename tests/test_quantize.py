@@ -340,3 +340,68 @@ def _quantized(cnn_dir: Path) -> str:
     run_quantize(QuantizeOptions(model=cnn_dir / "cnn.onnx", calibration=cnn_dir / "calib.npz", output=cnn_dir / "q.onnx",
                                  build=False, progress=False))
     return "q.onnx"
+
+
+# ---- passes/qdq_fusion.py on hand-written QDQ graphs ----
+
+def _qdq_conv_model(bias_scale_factor: float = 1.0, depthwise: bool = False, extra_reader: bool = False) -> onnx.ModelProto:
+    c, m = (4, 4) if depthwise else (3, 5)
+    group = 4 if depthwise else 1
+    gen = np.random.default_rng(7)
+    w_s = gen.uniform(0.01, 0.03, m).astype(np.float32)
+    consts = {"x_s": np.array(0.05, np.float32), "x_z": np.array(3, np.int8),
+              "w_q": gen.integers(-127, 128, (m, c // group, 3, 3)).astype(np.int8), "w_s": w_s, "w_z": np.zeros(m, np.int8),
+              "b_q": gen.integers(-500, 500, m).astype(np.int32), "b_s": (np.float32(0.05) * w_s * np.float32(bias_scale_factor)),
+              "b_z": np.zeros(m, np.int32), "y_s": np.array(0.2, np.float32), "y_z": np.array(-4, np.int8),
+              "mw_q": gen.integers(-127, 128, (8, 6)).astype(np.int8), "mw_s": np.array(0.02, np.float32), "mw_z": np.array(0, np.int8),
+              "o_s": np.array(0.3, np.float32), "o_z": np.array(1, np.int8)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wf"], axis=0),
+        helper.make_node("DequantizeLinear", ["b_q", "b_s", "b_z"], ["bf"], axis=0),
+        helper.make_node("Conv", ["xf", "wf", "bf"], ["y"], name="conv", pads=[1, 1, 1, 1], group=group),
+        helper.make_node("QuantizeLinear", ["y", "y_s", "y_z"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "y_s", "y_z"], ["yf"]),
+        helper.make_node("Reshape", ["yf", "shape"], ["flat"]),
+        helper.make_node("QuantizeLinear", ["flat", "y_s", "y_z"], ["fq"]),
+        helper.make_node("DequantizeLinear", ["fq", "y_s", "y_z"], ["ff"]),
+        helper.make_node("DequantizeLinear", ["mw_q", "mw_s", "mw_z"], ["mwf"]),
+        helper.make_node("MatMul", ["ff", "mwf"], ["o"], name="matmul"),
+        helper.make_node("QuantizeLinear", ["o", "o_s", "o_z"], ["oq"]),
+        helper.make_node("DequantizeLinear", ["oq", "o_s", "o_z"], ["out"]),
+    ]
+    outputs = ["out"] + (["y"] if extra_reader else [])
+    consts["shape"] = np.array([-1, 8], np.int64)
+    return graph_model(nodes, {"x": np.zeros((1, c, 4, 4), np.float32)}, outputs, consts, opset=17, infer=True)
+
+
+def _fused_ops(model: onnx.ModelProto) -> dict[str, int]:
+    from collections import Counter
+    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.passes import run_passes
+    graph = import_model(model, FrontendOptions(), name="m")
+    run_passes(graph)
+    return dict(Counter(n.op_type for n in graph.nodes))
+
+
+def test_qdq_fusion_matches_ort_running_the_model_as_written(tmp_path):
+    from modelrun import compile_and_run
+    model = _qdq_conv_model()
+    ops = _fused_ops(model)
+    assert ops.get("QLinearConv") == 1 and ops.get("QLinearMatMul") == 1 and "Conv" not in ops and "MatMul" not in ops, ops
+    onnx.save(model, str(tmp_path / "qdq.onnx"))
+    feeds = [{"x": np.random.default_rng(k).standard_normal((1, 3, 4, 4)).astype(np.float32) * 2} for k in range(3)]
+    want = ort_run(tmp_path / "qdq.onnx", feeds, fused=False)
+    for k, feed in enumerate(feeds):
+        got = compile_and_run(model, feed, tmp_path / f"b{k}")
+        np.testing.assert_array_equal(got["out"], want[k]["out"])
+
+
+@pytest.mark.parametrize(("why", "kwargs"), [("bias scale is not x_scale * w_scale", {"bias_scale_factor": 1.5}),
+                                             ("depthwise: the int8 kernel's plain loops", {"depthwise": True}),
+                                             ("the float result has another reader", {"extra_reader": True})])
+def test_qdq_fusion_leaves_conv_float(why, kwargs):
+    ops = _fused_ops(_qdq_conv_model(**kwargs))
+    assert "Conv" in ops and "QLinearConv" not in ops, (why, ops)
+    assert ops.get("QLinearMatMul") == 1

@@ -24,7 +24,8 @@ def _w(rng, shape, scale=0.2):
 
 
 def cnn() -> tuple[onnx.ModelProto, dict]:
-    """3x3 (padded, strided), depthwise, 1x1 and grouped convs with fused epilogues, pools, Gemm, Softmax."""
+    """3x3 (padded, strided), depthwise, 1x1 and grouped convs with fused epilogues, a fused elementwise
+    chain, pools, Gemm, Softmax."""
     rng = np.random.default_rng(1)
     consts = {"w1": _w(rng, (24, 3, 3, 3)), "b1": _w(rng, (24,)), "w2": _w(rng, (24, 1, 3, 3)), "w3": _w(rng, (40, 24, 1, 1)),
               "b3": _w(rng, (40,)), "w4": _w(rng, (40, 10, 3, 3), 0.1), "w5": _w(rng, (64, 40, 3, 3), 0.05),
@@ -37,7 +38,9 @@ def cnn() -> tuple[onnx.ModelProto, dict]:
         helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
         helper.make_node("Conv", ["c3", "w4"], ["c4"], pads=[1, 1, 1, 1], group=4),
         helper.make_node("Add", ["c4", "c3"], ["a4"]),
-        helper.make_node("MaxPool", ["a4"], ["p4"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Tanh", ["a4"], ["s4"]),
+        helper.make_node("Mul", ["s4", "hi"], ["e4"]),
+        helper.make_node("MaxPool", ["e4"], ["p4"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["p4", "w5"], ["c5"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c5"], ["r5"]),
         helper.make_node("GlobalAveragePool", ["r5"], ["g"]),
@@ -126,7 +129,7 @@ def _model(nodes, feeds, outputs, consts, opset=17):
 
 
 MODELS = {"cnn": cnn, "transformer": transformer, "int8": int8_graph}
-HEAVY = {"cnn": {"Conv"}, "transformer": {"MatMul"}, "int8": {"QLinearConv", "QLinearMatMul", "MatMulInteger"}}
+HEAVY = {"cnn": {"Conv", "MaxPool", "FusedElementwise"}, "transformer": {"MatMul"}, "int8": {"QLinearConv", "QLinearMatMul", "MatMulInteger"}}
 
 
 def _run(artifact: Path, feeds: dict, tmp: Path, threads: int) -> list[np.ndarray]:

@@ -7,7 +7,7 @@ chosen order; innermost unit-stride loops are left for LLVM to vectorize.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -143,6 +143,8 @@ class Kernel:
         self.tile_split: tuple[int, ...] = ()
         self.region_blocks: set = set()
         self._in_region = False
+        self.outer_chunk: tuple[ir.Value, int] | None = None
+        """(chunk, chunks) set by a kernel that opened the region itself: loops_tiled runs that chunk."""
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -261,6 +263,45 @@ class Kernel:
             idx[d] = i
             self.loops(extents, rest, idx, body)
 
+    @staticmethod
+    def split_plan(extents: Sequence[int], dims: Sequence[int], work: float) -> tuple[list[int], int, int] | None:
+        """How loops_tiled splits: (leading dims, their iterations together, chunks), None for no split."""
+        live = [d for d in dims if extents[d] > 1]
+        if work < PARALLEL_MIN_WORK or not live:
+            return None
+        lead, units = [], 1
+        for d in (live[:-1] if len(live) > 1 else live):
+            lead.append(d)
+            units *= extents[d]
+            if units >= TARGET_TILES:
+                break
+        chunks = chunk_count(units, work)
+        return (lead, units, chunks) if chunks >= 2 else None
+
+    def loops_tiled(self, extents: Sequence[int], dims: Sequence[int], idx: list, body: Callable[[list], None],
+                    work: float) -> None:
+        """loops(), with the leading loops (up to TARGET_TILES iterations together) split into parallel
+        tiles when the work is worth it and this function has no parallel region yet; every point still
+        runs exactly its own body, so results do not depend on the split."""
+        plan = self.split_plan(extents, dims, work)
+        inside = self.outer_chunk is not None and plan is not None and plan[2] == self.outer_chunk[1] and self._in_region
+        if not inside and (self.tile_range is None or self.tiles or self._in_region or plan is None):
+            self.loops(extents, dims, idx, body)
+            return
+        lead, units, chunks = plan
+        for d in dims:
+            if extents[d] == 1:
+                idx[d] = self.index(0)
+        rest = [d for d in dims if d not in lead and extents[d] > 1]
+        with (nullcontext([self.outer_chunk[0]]) if inside else self.parallel_tiles([chunks], work)) as (c,):
+            lo, hi = self.chunk(c, chunks, units)
+            with self.for_range(hi, lo) as u:
+                for j, d in enumerate(lead):
+                    inner = int(np.prod([extents[e] for e in lead[j + 1:]], dtype=np.int64)) if j + 1 < len(lead) else 1
+                    q = u if inner == 1 else self.b.udiv(u, self.index(inner))
+                    idx[d] = q if j == 0 else self.b.urem(q, self.index(extents[d]))
+                self.loops(extents, rest, idx, body)
+
     def local(self, ty: ir.Type, init: ir.Value | None = None) -> ir.Value:
         """A stack slot in the entry block (promoted to registers by LLVM)."""
         with self.b.goto_entry_block():
@@ -322,7 +363,7 @@ class Kernel:
                 values = body([self.load(a, ix) for a in ins], ix)
                 for a, v in zip(outs, values):
                     self.store(a, ix, v)
-            self.loops(domain, order, idx, point)
+            self.loops_tiled(domain, order, idx, point, float(np.prod(domain, dtype=np.float64)) * (1 + len(ins)))
             return
         outer = [d for d in order if d not in reduce_set]
         inner = [d for d in order if d in reduce_set]
@@ -345,7 +386,7 @@ class Kernel:
                 results = finalize(results, ix)
             for a, v in zip(outs, results):
                 self.store(a, ix, v)
-        self.loops(domain, outer, idx, reduce_point)
+        self.loops_tiled(domain, outer, idx, reduce_point, float(np.prod(domain, dtype=np.float64)) * (1 + len(ins)))
 
     def elementwise(self, fn: Callable[[list], ir.Value], out: Operand | None = None, ins: Sequence[Operand] | None = None) -> None:
         """out = fn(inputs) with numpy broadcasting, iterating the output's shape."""

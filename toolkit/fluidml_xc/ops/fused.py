@@ -17,6 +17,8 @@ let the output overwrite it (it checks shapes, item sizes and layouts).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 from llvmlite import ir
 
@@ -153,11 +155,19 @@ def lower_fused(k):
     # when they are equal, run a copy of the loop that reads input 0 through the output's pointer, which
     # LLVM's dependence analysis proves element-wise (same address read, then written) and vectorizes.
     i64 = ir.IntType(64)
-    same = k.b.icmp_unsigned("==", k.b.ptrtoint(first.ptr, i64), k.b.ptrtoint(out.ptr, i64))
-    with k.b.if_else(same) as (aliased, separate):
-        with aliased:
-            through_out = Operand(first.name, first.dtype, first.shape, first.strides,
-                                  k.b.bitcast(out.ptr, first.ptr.type), None)
-            emit([through_out] + ins[1:])
-        with separate:
-            emit(ins)
+    # both copies run the same chunk of the same parallel split (Kernel.outer_chunk)
+    order = sorted(range(len(domain)), key=lambda d: -abs(out.identity_access().strides[d]))
+    plan = k.split_plan(domain, order, float(np.prod(domain, dtype=np.float64)) * (1 + len(ins)))
+    with (k.parallel_tiles([plan[2]], float(np.prod(domain, dtype=np.float64)) * (1 + len(ins))) if plan and k.tile_range is not None
+          else nullcontext(None)) as chunk:
+        if chunk is not None and k._in_region:
+            k.outer_chunk = (chunk[0], plan[2])
+        same = k.b.icmp_unsigned("==", k.b.ptrtoint(first.ptr, i64), k.b.ptrtoint(out.ptr, i64))
+        with k.b.if_else(same) as (aliased, separate):
+            with aliased:
+                through_out = Operand(first.name, first.dtype, first.shape, first.strides,
+                                      k.b.bitcast(out.ptr, first.ptr.type), None)
+                emit([through_out] + ins[1:])
+            with separate:
+                emit(ins)
+        k.outer_chunk = None

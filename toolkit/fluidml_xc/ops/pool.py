@@ -124,13 +124,6 @@ def vector_pool(k, kind: str) -> bool:
         with loop(k, hi, lo) as kh:
             fn(kh)
 
-    def runtime(extent, fn):
-        if extent == 1:
-            fn(k.index(0))
-        else:
-            with loop(k, extent) as i:
-                fn(i)
-
     if xs[1] == 1 and os_[1] == 1 and C >= V:
         # channels innermost: vectors of channels, every tap range from the tables
         vt = ir.VectorType(scalar_t, V)
@@ -153,7 +146,8 @@ def vector_pool(k, kind: str) -> bool:
                 cw = b.load(element(k, counts[1], ow)) if counts else None
                 value = finish(b.load(acc), oh, cw)
                 store_lanes(k, out.ptr, offset(k, c0, (n, os_[0]), (oh, os_[2]), (ow, os_[3])), value, V, 1)
-        runtime(N, lambda n: runtime(OH, lambda oh: runtime(OW, lambda ow: pixel(n, oh, ow))))
+        work = float(N) * C * OH * OW * KH * KW
+        k.loops_tiled((N, OH, OW), [0, 1, 2], [None] * 3, lambda ix: pixel(*ix), work)  # output pixels as tiles
         return True
 
     # output columns in vectors
@@ -219,7 +213,7 @@ def vector_pool(k, kind: str) -> bool:
         if hi > pos and width >= V:
             vector_cols(n, c, oh, hi - V, 1)
         span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
-    runtime(N, lambda n: runtime(C, lambda c: runtime(OH, lambda oh: out_row(n, c, oh))))
+    k.loops_tiled((N, C, OH), [0, 1, 2], [None] * 3, lambda ix: out_row(*ix), float(N) * C * OH * OW * KH * KW)
     return True
 
 

@@ -147,7 +147,8 @@ def _rows(k, shape, strides, row_dims, row) -> None:
     outer = [d for d in order if d not in row_dims]
     inner = [d for d in order if d in row_dims]
     idx: list = [None] * len(shape)
-    k.loops(shape, outer, idx, lambda ix: row(ix, inner))
+    # rows are independent: parallel tiles of whole rows (a row's reduction never splits)
+    k.loops_tiled(shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
 
 
 def _over(k, shape, inner, ix, fn) -> None:

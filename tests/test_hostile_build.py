@@ -91,3 +91,57 @@ def test_build_with_a_file_named_build_in_the_working_directory(tmp_path, model)
     line = one_line_error(cli("build", str(model), "--no-profile-runner", cwd=tmp_path))
     assert "build/m-x86_64" in line
     assert (tmp_path / "build").read_text() == "not a directory"
+
+
+def _matmul_model(path: Path) -> Path:
+    import numpy as np
+    from onnx import numpy_helper
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(8, 8) / 7, "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_two_builds_in_different_directories_are_byte_identical(tmp_path):
+    """Same model, board and options: every artifact file is the same bytes, and no directory of this
+    machine (build dirs, temporary names, caches, the Python installation) is inside any of them."""
+    import sys
+    from fluidml_xc.build import BuildOptions, build_model
+    from fluidml_xc.link import cache_dir
+
+    artifacts = []
+    for where in ("first", "second/deeper"):
+        work = tmp_path / where
+        work.mkdir(parents=True)
+        model = _matmul_model(work / "mm.onnx")
+        artifacts.append(build_model(model, BuildOptions(out_dir=work / "art", record_last=False)).artifact)
+    a, b = artifacts
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    assert {"model.o", "libmodel.a", "runner", "runner_prof", "manifest.json"} <= set(names)
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs between the two builds"
+    forbidden = [str(tmp_path), ".tmp-", ".weights-", "fxc-link-", str(cache_dir()), sys.prefix, str(Path.cwd()), str(Path.home())]
+    for name in names:
+        data = (a / name).read_bytes()
+        for text in forbidden:
+            assert text.encode() not in data, f"{text!r} is inside {name}"
+    assert oct((a).stat().st_mode & 0o777) != "0o700", "the artifact directory gets the umask's mode"
+
+
+def test_quotes_and_newlines_in_paths_reach_no_generated_source(tmp_path):
+    """A newline in the model's file name, quotes and a backslash in -o: the build works and runs."""
+    import numpy as np
+    from modelrun import run
+    from fluidml_xc.build import BuildOptions, build_model
+
+    weird = tmp_path / 'we"ird \\dir\n'
+    weird.mkdir()
+    model = _matmul_model(weird / 'mo"del\nname.onnx')
+    art = build_model(model, BuildOptions(out_dir=weird / 'out "x"', record_last=False, profile_runner=False)).artifact
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    w = np.arange(64, dtype=np.float32).reshape(8, 8) / 7
+    np.testing.assert_allclose(run(art, {"x": x})["y"], x @ w, rtol=1e-5)
+    assert sorted(p.name for p in weird.iterdir()) == sorted([model.name, 'out "x"'])

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.errors import RemoteError, RunError
-from fluidml_xc.remote.artifact import load_artifact, sha256_file
+from fluidml_xc.remote.artifact import load_artifact, recorded_model_path, sha256_file
 from fluidml_xc.remote.deploy import DeployOptions, deploy
 from fluidml_xc.remote.profile import ProfileOptions, profile_remote
 from fluidml_xc.remote.shell import sh
@@ -236,7 +236,7 @@ def test_remote_base_path_with_spaces_and_quotes(server, builds, empty_config, t
     assert deployment.remote_dir == f"{base}/{posixpath.basename(deployment.remote_dir)}"
     assert (base / "current" / "manifest.json").is_file()
     assert report.latency_ms["median"] > 0 and [op["name"] for op in report.ops] == [op["name"] for op in artifact.manifest["ops"]]
-    reference = reference_outputs(Path(artifact.manifest["model"]["path"]), feeds)
+    reference = reference_outputs(recorded_model_path(artifact.manifest, artifact.path), feeds)
     assert all(check.ok for check in compare(outputs, reference, Tolerance()))
     assert not (tmp_path / "base dir with spaces" / "it's").exists() and not Path("true").exists()
 

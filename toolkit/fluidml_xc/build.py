@@ -23,6 +23,7 @@ from .errors import InputError
 from .frontend import FrontendOptions, import_model, load_model
 from .ir import Graph
 from .passes import run_passes
+from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .validate import Limits, default_max_memory
 from .remote.artifact import sha256_file
 from .threads import resolve_threads
@@ -249,6 +250,9 @@ def replaceable_target(out_dir: Path) -> Path:
 
 def _replace_artifact(workdir: Path, out_dir: Path) -> None:
     """Rename the finished workdir to out_dir (through a symlink: to its target), replacing only an artifact of ours."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(workdir, 0o777 & ~umask)  # mkdtemp made it 0700
     target = replaceable_target(out_dir)
     if not target.exists():
         workdir.rename(target)
@@ -275,9 +279,12 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     check_supported(graph)
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
     target = replaceable_target(out_dir)
+    sweep_build(target)
+    sweep_system_tmp()
+    target = replaceable_target(out_dir)  # a swept backup may have come back
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        workdir = Path(tempfile.mkdtemp(prefix=build_prefix(target.name), dir=target.parent))
     except OSError as exc:
         raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
     try:
@@ -288,7 +295,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
         manifest = {
             "format": 1,
-            "model": {"path": str(model_path.resolve()), "name": model_path.stem, "sha256": sha256_file(model_path)},
+            "model": {"path": os.path.relpath(model_path.resolve(), target.resolve()), "name": model_path.stem,
+                      "sha256": sha256_file(model_path)},
             "board": board.name, "target": board.target.name, "triple": spec.triple, "cpu": spec.cpu,
             "features": spec.features, "emulator": board.target.emulator, "opt": options.opt,
             "tools": _tool_versions(),
@@ -298,7 +306,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
             "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
             "threads": facts["threads"], "parallel_ops": facts["parallel_ops"],
-            "optimizer": facts["decisions"].summary(),
+            "optimizer": {k: v for k, v in facts["decisions"].summary().items() if k != "seconds"},
             "footprint": elf_footprint(workdir / "runner"),
         }
         manifest["files"] = {p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()}

@@ -217,7 +217,9 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
     if not runner.is_file():
         raise InputError(f"{runner} is missing; rebuild the artifact with `fluidml-xc build`")
     command = [*emulator_command(manifest), str(runner)]
-    with tempfile.TemporaryDirectory(prefix="fxc-run-") as tmp:
+    from .tempfiles import prefix
+
+    with tempfile.TemporaryDirectory(prefix=prefix("run")) as tmp:
         for i, arr in enumerate(arrays):
             path = os.path.join(tmp, f"in{i}.npy")
             np.save(path, arr.view(bits_dtype(arr.dtype)) if is_storage_only(arr.dtype) else arr, allow_pickle=False)

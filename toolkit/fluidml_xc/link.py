@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import platform
 import shutil
 import subprocess
@@ -14,11 +15,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
+from . import tempfiles
 from .boards import Target
 from .errors import ToolchainError
 from .resources import data_dir
 
-C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror")
+C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
+"""-fdebug-compilation-dir and the -ffile-prefix-map of _prefix_maps keep directories out of the objects' debug
+info: the same model, board and options give byte-identical artifacts wherever they are built."""
 LIBRARY_SOURCES = ("npy.c", "timer.c", "rss.c", "pool.c")
 RUNNER_SOURCES = ("runner.c", "prof.c", "noprof.c")
 
@@ -58,13 +62,14 @@ def _first_error(stderr: str) -> str:
     return lines[0] if lines else "no diagnostic"
 
 
-def _zig(tool: str, args: Sequence[str | os.PathLike], what: str, private_cache: Path | None = None) -> None:
+def _zig(tool: str, args: Sequence[str | os.PathLike], what: str, private_cache: Path | None = None,
+         cwd: Path | None = None) -> None:
     """Run a zig tool; with private_cache, zig caches into that directory instead of ~/.cache/zig."""
     cmd = [sys.executable, "-m", "ziglang", tool, *map(str, args)]
     env = None
     if private_cache is not None:
         env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(private_cache), "ZIG_LOCAL_CACHE_DIR": str(private_cache)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, cwd=cwd)
     if proc.returncode != 0:
         if "No module named ziglang" in proc.stderr:
             raise ToolchainError("ziglang is not installed: pip install ziglang")
@@ -75,9 +80,27 @@ def _base_args(target: Target, cpu: str) -> list[str]:
     return ["-target", target.zig_target, *cpu_flags(target, cpu)]
 
 
+def _ziglang_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("ziglang")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]).resolve() if locations else None
+
+
+def _prefix_maps() -> list[str]:
+    """zig's own headers are `zig` in debug info (sources are compiled by relative name, see _compile)."""
+    zig = _ziglang_dir()
+    return [f"-ffile-prefix-map={zig}=zig"] if zig is not None and "=" not in str(zig) else []
+
+
 def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path], out: Path) -> Path:
-    includes = [f"-I{d}" for d in include_dirs]
-    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *includes, "-c", source, "-o", out], f"compiling {source.name}")
+    """Compile from the source's directory by relative name: no directory reaches the object's debug info, and
+    none reaches zig's dependency files (which cannot hold quotes)."""
+    source = Path(source).resolve()
+    includes = ["-I." if Path(d).resolve() == source.parent else f"-I{Path(d).resolve()}" for d in include_dirs]
+    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *_prefix_maps(), *includes, "-c", source.name, "-o", Path(out).resolve()],
+         f"compiling {source.name}", cwd=source.parent)
     return out
 
 
@@ -93,10 +116,14 @@ def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, sym
         blob = work / "weights.bin"
         blob.write_bytes(weights)
         asm = work / "weights.S"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", symbol):
+            raise ValueError(f"weights symbol {symbol!r} is not an identifier")
+        # names relative to `work`: no directory (a user's -o path, a random temporary name) reaches the object
         asm.write_text(f'.section .rodata.{symbol},"a"\n.p2align {max(alignment.bit_length() - 1, 0)}\n'
-                       f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "{blob.resolve()}"\n')
+                       f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "weights.bin"\n')
         blob_obj = work / "weights.o"
-        _zig("cc", [*_base_args(target, cpu), "-c", asm, "-o", blob_obj], "assembling the weights", private_cache=work / "zig-cache")
+        _zig("cc", [*_base_args(target, cpu), "-g0", "-fdebug-compilation-dir=.", "-c", "weights.S", "-o", "weights.o"],
+             "assembling the weights", private_cache=work / "zig-cache", cwd=work)
         merged = work / "merged.o"
         _zig("ld.lld", ["-r", code_obj, blob_obj, "-o", merged], "merging code and weights")
         os.replace(merged, out_obj)
@@ -107,7 +134,7 @@ def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, sym
 
 def _runtime_key(target: Target, cpu: str) -> str:
     digest = hashlib.sha256()
-    flags = [target.zig_target, *cpu_flags(target, cpu), *C_FLAGS, metadata.version("ziglang")]
+    flags = [target.zig_target, *cpu_flags(target, cpu), *C_FLAGS, metadata.version("ziglang"), "prefix-maps-2"]
     if "-mcpu=native" in flags:
         import llvmlite.binding as llvm
         flags.append(llvm.get_host_cpu_name())
@@ -145,7 +172,8 @@ def runtime_objects(target: Target, cpu: str) -> dict[str, Path]:
 
 
 def _link(target: Target, cpu: str, inputs: Sequence[Path | str], out: Path, what: str) -> Path:
-    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *inputs, "-lm", "-o", out], what)
+    # --strip-debug: zig's cached musl objects carry the directories they were first built in
+    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *inputs, "-lm", "-Wl,--strip-debug", "-o", out], what)
     return out
 
 
@@ -156,7 +184,7 @@ def link_artifact(target: Target, cpu: str, model_obj: Path, prof_obj: Path | No
     out_dir.mkdir(parents=True, exist_ok=True)
     rt = runtime_objects(target, cpu)
     library_objs = [rt[name] for name in LIBRARY_SOURCES]
-    with tempfile.TemporaryDirectory(prefix="fxc-link-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp:
         glue_o = _compile(target, cpu, Path(glue_c), [Path(include_dir)], Path(tmp) / "model_glue.o")
         library = out_dir / "libmodel.a"
         library.unlink(missing_ok=True)

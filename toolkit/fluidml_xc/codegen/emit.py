@@ -1,6 +1,7 @@
 """Graph + memory plan -> one LLVM module: a function per node and `fxc_model_run` calling them in order."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,7 +95,7 @@ def check_supported(graph: Graph) -> None:
 class ModuleEmitter:
     def __init__(self, graph: Graph, plan, spec: MachineSpec, options: EmitOptions):
         self.graph, self.plan, self.spec, self.options = graph, plan, spec, options
-        self.module = ir.Module(name=graph.name)
+        self.module = ir.Module(name=re.sub(r"[^A-Za-z0-9_.-]", "_", graph.name))  # no newline or quote in the IR header
         self.module.triple = spec.triple
         self.module.data_layout = data_layout(spec)
         self.globals: dict[str, ir.Value] = {}

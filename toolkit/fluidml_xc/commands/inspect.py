@@ -65,7 +65,7 @@ def main(args) -> int:
         print(json.dumps({"optimizer": opt, "memory": mem}, indent=2))
         return 0
     print(f"{manifest['model']['name']} for {manifest['board']} ({manifest['triple']}), --opt {manifest.get('opt')}, "
-          f"costs {opt.get('costs', 'analytic')}, optimizer {opt.get('seconds', 0) * 1e3:.0f} ms")
+          f"costs {opt.get('costs', 'analytic')}" + (f", optimizer {opt['seconds'] * 1e3:.0f} ms" if 'seconds' in opt else ""))
     segments = opt.get("segments", [])
     print(f"\nsegments: {len(segments)} (longest cost-weighted sequence first)")
     for k, seg in enumerate(segments[: args.segments]):
@@ -112,7 +112,7 @@ def main(args) -> int:
         for name, size in sorted(mem.get("strategies", {}).items(), key=lambda kv: kv[1]):
             mark = "  <- winner" if name == mem["strategy"] else ""
             print(f"    {name:<20} {size:>12,} B{mark}")
-        plan = mem.get("plan") or _replan(manifest)
+        plan = mem.get("plan") or _replan(manifest, Path(directory))
         print("\nmemory map (rows: execution steps, columns: arena bytes):")
         if plan:
             steps = max((e for _, e in plan["intervals"].values()), default=-1) + 1
@@ -124,14 +124,18 @@ def main(args) -> int:
     return 0
 
 
-def _replan(manifest: dict) -> dict | None:
+def _replan(manifest: dict, directory: Path) -> dict | None:
     """Per-buffer offsets and intervals, re-planned from the model exactly as the build did (deterministic)."""
     try:
         from ..frontend import FrontendOptions, import_model, load_model
         from ..passes import run_passes
         from ..planner import PlanOptions, plan_memory
 
-        path = Path(manifest["model"]["path"])
+        from ..remote.artifact import recorded_model_path
+
+        path = recorded_model_path(manifest, directory)
+        if path is None:
+            raise KeyError("model.path")
         shapes = {k: tuple(v) for k, v in manifest.get("input_shapes", {}).items()}
         graph = import_model(load_model(path), FrontendOptions(input_shapes=shapes), name=path.stem)
         run_passes(graph)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..boards import get_board
 from ..errors import InputError
-from ..remote.artifact import Artifact, load_artifact, resolve_artifact_dir
+from ..remote.artifact import Artifact, load_artifact, recorded_model_path, resolve_artifact_dir
 from .inventory import FleetHost
 
 REBUILD_KEYS = ("opt", "input_shapes")
@@ -48,7 +48,7 @@ def artifacts_for(hosts: list[FleetHost], source: str | None,
         model = Path(source)
     else:
         given = load_artifact(resolve_artifact_dir(source))
-        model = Path((given.manifest.get("model") or {}).get("path", ""))
+        model = recorded_model_path(given.manifest, given.path) or Path("")
         options = _options_from(given.manifest)
     out_root = out_root or (given.path.parent if given else Path("build"))
     boards = list(dict.fromkeys(_board_of(h, given.board.name if given else None) for h in hosts))

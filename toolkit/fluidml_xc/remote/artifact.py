@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -97,6 +98,16 @@ class Artifact:
         if "runner" not in names:
             raise InputError(f"{self.path} has no runner executable: rebuild the artifact")
         return "runner"
+
+
+def recorded_model_path(manifest: dict, artifact_dir: Path) -> Path | None:
+    """The model an artifact was built from: manifest `model.path`, relative to the artifact directory (older
+    manifests: absolute). None when not recorded."""
+    recorded = (manifest.get("model") or {}).get("path") if isinstance(manifest, dict) else None
+    if not recorded or not isinstance(recorded, str):
+        return None
+    path = Path(recorded)
+    return path if path.is_absolute() else Path(os.path.normpath(Path(artifact_dir).resolve() / path))
 
 
 def load_artifact(path: Path) -> Artifact:

@@ -74,10 +74,12 @@ def model_path(artifact: Artifact, override: Path | None = None) -> Path:
         if not override.is_file():
             raise InputError(f"--model {override}: no such file")
         return override
+    from .artifact import recorded_model_path
+
     recorded = artifact.manifest.get("model") or {}
-    path = Path(recorded.get("path") or "")
-    if not recorded.get("path") or not path.is_file():
-        raise InputError(f"the model the artifact was built from ({recorded.get('path') or 'not recorded'}) is not "
+    path = recorded_model_path(artifact.manifest, artifact.path)
+    if path is None or not path.is_file():
+        raise InputError(f"the model the artifact was built from ({path or 'not recorded'}) is not "
                          f"here: pass --model MODEL.onnx")
     expected = recorded.get("sha256")
     if expected and sha256_file(path) != expected:

@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,8 @@ class BuildOptions:
     profile_runner: bool = True
     force: bool = False
     record_last: bool = True
+    progress: Callable[[str], None] | None = None
+    """Called with each BUILD_STAGES name as the stage starts (commands/build.py: a bar on a terminal)."""
     structures: dict = field(default_factory=dict)
     """Sequence/optional inputs -> ABI descriptor (sequences.py); element shapes are `NAME.K` input_shapes."""
     max_memory: int | None = None
@@ -267,14 +270,21 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
     shutil.rmtree(backup, ignore_errors=True)
 
 
+BUILD_STAGES = ("import", "passes", "optimize, plan, compile", "link", "manifest")
+"""What BuildOptions.progress is called with, in order."""
+
+
 def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) -> BuildResult:
     """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
     started = time.perf_counter()
+    stage = options.progress or (lambda name: None)
     model_path = Path(model_path)
     board = get_board(options.board)
+    stage(BUILD_STAGES[0])
     model = load_model(model_path)
     graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes), structures=dict(options.structures),
                                                 limits=build_limits(board, options)), name=model_path.stem)
+    stage(BUILD_STAGES[1])
     run_passes(graph)
     check_supported(graph)
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
@@ -288,9 +298,12 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     except OSError as exc:
         raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
     try:
+        stage(BUILD_STAGES[2])
         facts = compile_graph(graph, board, options, workdir)
         spec = facts["spec"]
+        stage(BUILD_STAGES[3])
         _link(board, spec, graph, facts, workdir, options.profile_runner)
+        stage(BUILD_STAGES[4])
         used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
         manifest = {

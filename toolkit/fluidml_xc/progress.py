@@ -20,4 +20,29 @@ def progress_bar(total: int | float | None, desc: str, unit: str = "it", unit_sc
 
     on = enabled() if show is None else show
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, unit_divisor=1024 if unit == "B" else 1000,
-                file=sys.stderr, disable=not on, leave=leave, dynamic_ncols=True)
+                file=sys.stderr, disable=not on, leave=leave)
+
+
+class Stages:
+    """A bar over a job's named stages: call it with each stage's name as it starts; use as a context
+    manager so the bar is cleared before any error message."""
+
+    def __init__(self, desc: str, names: tuple[str, ...], show: bool | None = None):
+        self.names = names
+        self._bar = progress_bar(total=len(names), desc=desc, unit="stage", show=show)
+        self._started = 0
+
+    def __call__(self, name: str) -> None:
+        if self._started:
+            self._bar.update(1)
+        self._started += 1
+        self._bar.set_postfix_str(name)
+
+    def close(self) -> None:
+        self._bar.close()
+
+    def __enter__(self) -> "Stages":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

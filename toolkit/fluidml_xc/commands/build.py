@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..build import OPT_MODES, BuildOptions, build_model
+from ..build import BUILD_STAGES, OPT_MODES, BuildOptions, build_model
 from ..frontend import parse_input_shape
+from ..progress import Stages
 
 NAME = "build"
 HELP = "compile an ONNX model into a runner, a C library and a manifest for a board"
@@ -31,9 +32,10 @@ def main(args) -> int:
 
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
-    result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
-                                                  costs=args.costs, profile_runner=not args.no_profile_runner,
-                                                  max_memory=max_memory, threads=args.threads))
+    with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
+        result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
+                                                      costs=args.costs, profile_runner=not args.no_profile_runner,
+                                                      max_memory=max_memory, threads=args.threads, progress=stages))
     m = result.manifest
     mem, fp = m["memory"], m["footprint"]
     print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import TextIO
 
 
@@ -15,25 +14,27 @@ def human_bytes(n: float) -> str:
 
 
 class ProgressBar:
-    """Callable as progress(done_bytes, total_bytes, file_name)."""
+    """Callable as progress(done_bytes, total_bytes, file_name): a tqdm bar in bytes, only on a terminal."""
 
     def __init__(self, stream: TextIO = sys.stderr, width: int = 30):
         self.stream = stream
         self.width = width
         self.tty = stream.isatty()
-        self.start = time.monotonic()
-        self._last = 0.0
+        self._bar = None
+        self._done = 0
 
     def __call__(self, done: int, total: int, name: str) -> None:
-        now = time.monotonic()
-        if not self.tty or (now - self._last < 0.1 and done < total):
+        if not self.tty:
             return
-        self._last = now
-        frac = done / total if total else 1.0
-        bar = "#" * int(frac * self.width)
-        rate = done / max(now - self.start, 1e-6)
-        self.stream.write(f"\r  [{bar:<{self.width}}] {frac:4.0%} {human_bytes(done)}/{human_bytes(total)} "
-                          f"{human_bytes(rate)}/s {name[:24]:<24}")
+        from tqdm import tqdm
+
+        if self._bar is None:
+            self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=self.stream,
+                             desc="  upload", leave=False)
+        self._bar.set_postfix_str(name[:24], refresh=False)
+        self._bar.update(max(0, done - self._done))
+        self._done = done
         if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()
+            self._bar.close()
+            self._bar = None
+            self._done = 0

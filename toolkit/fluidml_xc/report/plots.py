@@ -147,7 +147,7 @@ def compare_memory(arts: list[ArtifactFacts], key: str) -> str:
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.set_title("memory side by side", loc="left")
-    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     return to_svg(fig, key)
 
 

@@ -660,18 +660,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         expectations = load_expectations() if EXPECTATIONS_PATH.is_file() else {}
         names = first_case_per_op(names, prefer={n for n in names if expected_failure(n, "x86_64", expectations) is None})
 
+    from .progress import progress_bar
+
+    bar = progress_bar(total=len(names), desc=f"conformance {board.name}", unit="case")
+
     def progress(result: CaseResult, done: int, total: int) -> None:
+        bar.update(1)
         if args.verbose or not result.passed:
             detail = "" if result.passed else f" [{result.kind}] {result.message[:200]}"
-            print(f"{done:5d}/{total} {result.status:8s} {result.name} ({result.seconds:.2f}s){detail}", flush=True)
+            bar.write(f"{done:5d}/{total} {result.status:8s} {result.name} ({result.seconds:.2f}s){detail}", file=sys.stdout)
+            sys.stdout.flush()
 
     started = time.perf_counter()
     if args.from_json:
+        bar.close()
         results = [CaseResult(**r) for r in json.loads(args.from_json.read_text())]
         results = [r for r in results if r.name in set(names)]
         seconds = sum(r.seconds for r in results) / max(args.jobs, 1)
     else:
-        results = run_cases(names, args.board, args.jobs, args.timeout, args.opt, progress)
+        with bar:
+            results = run_cases(names, args.board, args.jobs, args.timeout, args.opt, progress)
         seconds = time.perf_counter() - started
     print(summarize(results))
     print(f"{board.target.name}: {sum(r.passed for r in results)}/{len(results)} passed in {seconds:.1f} s")

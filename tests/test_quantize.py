@@ -131,13 +131,15 @@ def numpy_figures(reference: list[np.ndarray], test: list[np.ndarray]) -> dict:
 
 
 def quantize_and_check(tmp_path: Path, model: onnx.ModelProto, input_name: str, shape, board: str, extra: list[str],
-                       steps_tolerance: float | None, runs: str = "3") -> dict:
+                       steps_tolerance: float = 1.0, abs_tolerance: float = 1e-5, runs: str = "3") -> dict:
+    """Quantize, build and run through the CLI; outputs a DequantizeLinear produces must be within
+    `steps_tolerance` quantization steps of ONNX Runtime, float outputs within `abs_tolerance`."""
     model_path = tmp_path / "model.onnx"
     onnx.save(model, str(model_path))
     calib = write_samples(tmp_path / "calib", input_name, shape, 6, seed=1)
     held = write_samples(tmp_path / "held", input_name, shape, 3, seed=2)
     proc = cli("quantize", str(model_path), "--calibration", str(calib), "--eval", str(held), "-o", "model.int8.onnx", "--board", board,
-               "--runs", runs, "--warmup", "1", "--json", *extra, cwd=tmp_path)
+               "--runs", runs, "--rounds", "1", "--warmup", "1", "--json", *extra, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert proc.stderr.strip() == ""  # no progress bar when stderr is not a terminal
@@ -156,7 +158,7 @@ def quantize_and_check(tmp_path: Path, model: onnx.ModelProto, input_name: str, 
     steps = output_steps(int8)
     for name in names:
         got, fused, plain = (np.stack([o[name] for o in outs]).astype(np.float64) for outs in (ours_int8, ort_int8, ort_plain))
-        tol = steps_tolerance * steps[name] if name in steps else steps_tolerance
+        tol = steps_tolerance * steps[name] if name in steps else abs_tolerance
         # ORT's own fused kernels round differently from its unfused run (QLinearSoftmax tables, QLinearAdd in float):
         # we must be within one step of the unfused run, and no farther from the fused one than ORT is from itself
         ort_self = float(np.max(np.abs(fused - plain)))
@@ -189,7 +191,7 @@ def quantize_and_check(tmp_path: Path, model: onnx.ModelProto, input_name: str, 
 
 
 def test_cnn_static_qdq_x86_64(tmp_path):
-    report = quantize_and_check(tmp_path, small_cnn(), "image", (1, 3, 12, 12), "x86_64", ["--per-channel"], steps_tolerance=1.0)
+    report = quantize_and_check(tmp_path, small_cnn(), "image", (1, 3, 12, 12), "x86_64", ["--per-channel"])
     logits = report["accuracy"][0]
     assert logits["top1_agreement"] is not None and logits["top5_agreement"] is not None
     assert logits["cosine"] > 0.99
@@ -201,15 +203,26 @@ def test_cnn_static_qdq_x86_64(tmp_path):
     assert report["vs_ort_int8"]["logits"] <= output_steps(onnx.load(str(tmp_path / "model.int8.onnx")))["logits"]
 
 
+def test_cnn_static_qoperator_x86_64(tmp_path):
+    """QOperator: QLinearConv (standard ONNX) quantized; Add, GlobalAveragePool, Gemm (contrib QLinear* ops in ORT) stay float."""
+    report = quantize_and_check(tmp_path, small_cnn(), "image", (1, 3, 12, 12), "x86_64", ["--format", "qoperator"])
+    assert "logits" not in output_steps(onnx.load(str(tmp_path / "model.int8.onnx")))  # float Gemm: within abs_tolerance
+    model = onnx.load(str(tmp_path / "model.int8.onnx"))
+    assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}
+    assert sum(n.op_type == "QLinearConv" for n in model.graph.node) == 2
+    ops = json.loads((Path(report["int8_figures"]["artifact"]) / "manifest.json").read_text())["op_counts"]
+    assert ops.get("QLinearConv") == 2, ops
+
+
 def test_encoder_static_qdq_x86_64(tmp_path):
-    report = quantize_and_check(tmp_path, small_encoder(), "x", (1, 8, 16), "x86_64", ["--per-channel"], steps_tolerance=1.0)
+    report = quantize_and_check(tmp_path, small_encoder(), "x", (1, 8, 16), "x86_64", ["--per-channel"])
     ops = json.loads((Path(report["int8_figures"]["artifact"]) / "manifest.json").read_text())["op_counts"]
     assert ops.get("QLinearMatMul", 0) >= 4, ops  # query, key, value, attn_out, ffn_in, ffn_out with constant weights
 
 
 def test_encoder_dynamic_x86_64(tmp_path):
     # the integer MatMuls match; the float ops after them (Softmax, LayerNorm) may round differently from ORT's
-    report = quantize_and_check(tmp_path, small_encoder(), "x", (1, 8, 16), "x86_64", ["--dynamic"], steps_tolerance=1e-5)
+    report = quantize_and_check(tmp_path, small_encoder(), "x", (1, 8, 16), "x86_64", ["--dynamic"])
     int8 = onnx.load(str(tmp_path / "model.int8.onnx"))
     ops = {n.op_type for n in int8.graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
@@ -222,7 +235,7 @@ def test_encoder_dynamic_x86_64(tmp_path):
 def test_cnn_static_rpi4_under_qemu(tmp_path):
     if not has_emulator("rpi4"):
         pytest.skip("qemu-aarch64-static missing (apt-get install qemu-user-static)")
-    report = quantize_and_check(tmp_path, small_cnn(), "image", (1, 3, 12, 12), "rpi4", [], steps_tolerance=1.0, runs="1")
+    report = quantize_and_check(tmp_path, small_cnn(), "image", (1, 3, 12, 12), "rpi4", [], runs="1")
     assert report["emulated"] is True
     assert report["float_figures"]["ort_median_ms"] is None  # no ORT timing beside an emulated board
 

@@ -32,7 +32,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid")
     parser.add_argument("--no-build", action="store_true", help="only quantize and compare under ONNX Runtime")
     parser.add_argument("--threads", type=int, default=1, metavar="N", help="threads of both builds and of ONNX Runtime (default 1)")
-    parser.add_argument("--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)")
+    parser.add_argument("--runs", type=int, default=50, metavar="N", help="timed runs per model and round (default 50)")
+    parser.add_argument("--rounds", type=int, default=3, metavar="R",
+                        help="interleaved timing rounds, float and int8 alternating (default 3); latency = median of the rounds")
     parser.add_argument("--warmup", type=int, default=5, metavar="W")
     parser.add_argument("--explain", type=int, nargs="?", const=15, default=0, metavar="N",
                         help="list the N nodes (default 15) that add the most error against the float model")
@@ -46,7 +48,8 @@ def main(args) -> int:
                          activation_type=args.activation_type, weight_type=args.weight_type, exclude=tuple(args.exclude))
     report = run_quantize(QuantizeOptions(model=args.model, calibration=args.calibration, output=args.output, config=config,
                                           eval=args.eval, board=args.board, build=not args.no_build, build_dir=args.build_dir,
-                                          runs=args.runs, warmup=args.warmup, explain=args.explain, force=args.force, opt=args.opt,
+                                          runs=args.runs, rounds=args.rounds, warmup=args.warmup, explain=args.explain,
+                                          force=args.force, opt=args.opt,
                                           threads=args.threads))
     print(report.json() if args.json else report.table())
     return 0

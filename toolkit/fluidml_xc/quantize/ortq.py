@@ -60,14 +60,26 @@ def _exclusions(model: onnx.ModelProto, exclude: tuple[str, ...]) -> tuple[list[
     return nodes, op_types
 
 
-def _op_types(dynamic: bool, excluded: list[str]) -> list[str] | None:
-    """Every op type ORT's quantizer handles in this mode, minus the excluded types (None: ORT's default)."""
-    if not excluded:
-        return None
+QOPERATOR_CONTRIB = frozenset({"Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat", "Gemm", "LeakyRelu", "Sigmoid",
+                               "Softmax", "Where", "EmbedLayerNormalization"})
+"""Op types whose QOperator form is an ONNX Runtime contrib op (com.microsoft QLinearAdd, QGemm, ...): not
+standard ONNX, so fluidml-xc cannot build them; in --format qoperator they stay float between
+QuantizeLinear/DequantizeLinear (QLinearConv, QLinearMatMul and the int8 data-movement ops are standard)."""
+
+
+def _op_types(config: QuantConfig, excluded: list[str]) -> list[str] | None:
+    """The op types ORT's quantizer may quantize in this mode, minus the excluded types (None: ORT's default)."""
     from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry, QLinearOpsRegistry
 
-    registry = IntegerOpsRegistry if dynamic else {**QLinearOpsRegistry, **QDQRegistry}
-    return sorted(t for t in registry if t not in excluded)
+    if config.dynamic:
+        registry, drop = IntegerOpsRegistry, set()
+    elif config.format == "qoperator":
+        registry, drop = QLinearOpsRegistry, set(QOPERATOR_CONTRIB)
+    else:
+        registry, drop = QDQRegistry, set()
+    if not excluded and not drop:
+        return None
+    return sorted(t for t in registry if t not in excluded and t not in drop)
 
 
 class _Reader:
@@ -156,7 +168,7 @@ def _run(src: Path, dst: Path, config: QuantConfig, calibration: Samples, progre
 
     qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
     if config.dynamic:
-        quantize_dynamic(str(src), str(dst), op_types_to_quantize=_op_types(True, op_types), per_channel=config.per_channel,
+        quantize_dynamic(str(src), str(dst), op_types_to_quantize=_op_types(config, op_types), per_channel=config.per_channel,
                          weight_type=qtype[config.weight_type], nodes_to_exclude=nodes or None,
                          extra_options=dict(config.extra_options) or None)
         return
@@ -165,7 +177,7 @@ def _run(src: Path, dst: Path, config: QuantConfig, calibration: Samples, progre
               "percentile": CalibrationMethod.Percentile}[config.method]
     fmt = QuantFormat.QDQ if config.format == "qdq" else QuantFormat.QOperator
     reader = _Reader(calibration, f"calibrating ({config.method})", progress)
-    quantize_static(str(src), str(dst), reader, quant_format=fmt, op_types_to_quantize=_op_types(False, op_types),
+    quantize_static(str(src), str(dst), reader, quant_format=fmt, op_types_to_quantize=_op_types(config, op_types),
                     per_channel=config.per_channel, activation_type=qtype[activation], weight_type=qtype[config.weight_type],
                     nodes_to_exclude=nodes or None, calibrate_method=method,
                     extra_options=dict(config.extra_options) or None)

@@ -31,6 +31,9 @@ class QuantizeOptions:
     build: bool = True
     build_dir: Path = Path("build")
     runs: int = 50
+    """timed runs per round"""
+    rounds: int = 3
+    """interleaved timing rounds (float, int8, float, ...); the latency is the median of the rounds' medians"""
     warmup: int = 5
     explain: int = 0
     """rows of the per-node error table (0: not computed)"""
@@ -169,14 +172,25 @@ def _write_atomic(src: Path, dst: Path, force: bool) -> None:
         raise
 
 
-def _figures(artifact: Path, manifest: dict, feeds: dict, options: QuantizeOptions, session) -> Figures:
+def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dict | None) -> dict[str, Figures]:
+    """Latency of every build (and ONNX Runtime beside it): `rounds` interleaved rounds of `runs` timed runs
+    each, float and int8 alternating, the median over the rounds' medians (a busy machine slows both alike)."""
     from ..execute import run_artifact
     from ..reference import median_latency_ms
 
-    bench = run_artifact(artifact, feeds, bench=options.runs, warmup=options.warmup).bench
-    ort_ms = median_latency_ms(session, feeds, runs=options.runs, warmup=options.warmup) if session is not None else None
-    return Figures(str(Path(artifact).resolve()), float(bench["median_ms"]), int(manifest["memory"]["arena_bytes"]),
-                   int(manifest["weights_bytes"]), int(bench.get("peak_rss_bytes", 0)), ort_ms)
+    ours: dict[str, list[float]] = {k: [] for k in results}
+    ort: dict[str, list[float]] = {k: [] for k in results}
+    rss: dict[str, int] = dict.fromkeys(results, 0)
+    for _ in range(options.rounds):
+        for kind, result in results.items():
+            bench = run_artifact(result.artifact, feeds, bench=options.runs, warmup=options.warmup).bench
+            ours[kind].append(float(bench["median_ms"]))
+            rss[kind] = max(rss[kind], int(bench.get("peak_rss_bytes", 0)))
+            if sessions is not None:
+                ort[kind].append(median_latency_ms(sessions[kind], feeds, runs=options.runs, warmup=options.warmup))
+    return {kind: Figures(str(Path(r.artifact).resolve()), float(np.median(ours[kind])), int(r.manifest["memory"]["arena_bytes"]),
+                          int(r.manifest["weights_bytes"]), rss[kind], float(np.median(ort[kind])) if ort[kind] else None)
+            for kind, r in results.items()}
 
 
 def run_quantize(options: QuantizeOptions) -> QuantizeReport:
@@ -187,8 +201,8 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
         raise InputError(f"{output} already exists; pass --force to overwrite it")
     if output.resolve() == model_path.resolve():
         raise InputError(f"-o {output} is the float model itself; write the int8 model to another file")
-    if options.runs < 1 or options.warmup < 0 or options.explain < 0 or options.threads < 1:
-        raise InputError("--runs and --threads must be >= 1, --warmup and --explain >= 0")
+    if min(options.runs, options.rounds, options.threads) < 1 or options.warmup < 0 or options.explain < 0:
+        raise InputError("--runs, --rounds and --threads must be >= 1, --warmup and --explain >= 0")
     from ..link import is_host_target
 
     board = get_board(options.board)
@@ -234,8 +248,7 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     report.accuracy = accuracy(outs["float"], outs["int8"])
     report.vs_ort_int8 = _max_diff(outs["int8"], ort_int8)
     report.vs_ort_int8_unfused = _max_diff(outs["int8"], ort_int8_unfused)
-    host = not report.emulated
-    feed = evaluation.feeds[0]
-    report.float_figures = _figures(results["float"].artifact, results["float"].manifest, feed, options, float_session if host else None)
-    report.int8_figures = _figures(results["int8"].artifact, results["int8"].manifest, feed, options, int8_session if host else None)
+    sessions = None if report.emulated else {"float": float_session, "int8": int8_session}
+    figures = _figures(results, evaluation.feeds[0], options, sessions)
+    report.float_figures, report.int8_figures = figures["float"], figures["int8"]
     return report

@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT / "toolkit"))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
+from fluidml_xc.progress import track  # noqa: E402
+
 MODES = ("plain", "greedy", "fluid")
 
 _ORT_RSS = r"""
@@ -140,7 +142,7 @@ def main() -> int:
     counts = sorted({int(t) for t in args.threads.split(",") if t.strip()})
     rows = []
     work = Path(tempfile.mkdtemp(prefix="fxc-bench-build-"))
-    for name, path, feeds in model_cases(args.models, args.light):
+    for name, path, feeds in track(model_cases(args.models, args.light), "bench", unit="model"):
         row = {"model": name, "threads": counts}
         sessions = {}
         try:

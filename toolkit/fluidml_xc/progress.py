@@ -46,3 +46,11 @@ class Stages:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def track(iterable, desc: str, unit: str = "it", total: int | None = None, show: bool | None = None):
+    """Iterate with a bar on stderr (terminal only), like tqdm(iterable)."""
+    from tqdm import tqdm
+
+    on = enabled() if show is None else show
+    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, disable=not on, leave=False)

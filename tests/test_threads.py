@@ -220,3 +220,72 @@ def test_c_api_threads(program, board, tmp_path):
         words = proc.stdout.split()
         calls, tiles = int(words[1]), int(words[3])
         assert calls == len(manifest["parallel_ops"]) and tiles >= 2 * calls and words[5] == "0"
+
+
+def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
+    """The model's runner with every function of the model and the runtime instrumented by ThreadSanitizer:
+    the module for x86-64 with SSE2 (accesses of at most 16 bytes, which TSan checks; wider AVX vectors it
+    skips), its IR re-read by llvmlite's LLVM (opaque pointers) and compiled by zig cc -fsanitize=thread
+    for x86_64-linux-gnu (TSan needs glibc and a dynamic link; musl has no TSan runtime)."""
+    import re
+    import sys
+
+    import llvmlite.binding as llvm
+
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.build import lower_graph
+    from fluidml_xc.codegen.machine import MachineSpec
+    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.passes import run_passes
+    from fluidml_xc.resources import data_dir
+    from fluidml_xc.runtime import ModelSpec, TensorSpec, render_sources
+
+    model, _ = MODELS[name]()
+    graph = import_model(model, FrontendOptions(), name=name)
+    run_passes(graph)
+    target = get_board("x86_64").target
+    spec = MachineSpec(target.triple, "x86-64", "+sse2", target.pointer_bits, 128, target.alignment)
+    lowered = lower_graph(graph, spec, "fluid")
+    assert lowered.emitter.parallel, "nothing was split into tiles"
+    llvm.initialize_native_target()
+    text = str(llvm.parse_assembly(lowered.ir_text))
+    text = re.sub(r"^(define [^\n]*?)\{$", lambda m: m.group(1) + " sanitize_thread {", text, flags=re.M)
+    (tmp / "model.ll").write_text(text)
+    tail = lowered.emitter.tail
+    render_sources(ModelSpec(name, [TensorSpec(n, graph.tensors[n].shape, np.dtype(graph.tensors[n].dtype).name) for n in graph.inputs],
+                             [TensorSpec(n, graph.tensors[n].shape, np.dtype(graph.tensors[n].dtype).name, s)
+                              for n, s in zip(graph.outputs, tail.output_slots)],
+                             tail.arena_bytes, spec.alignment, [(graph.nodes[i].name, graph.nodes[i].op_type) for i in lowered.plan.order],
+                             threads=threads), tmp)
+    rt = data_dir("runtime_c")
+    sources = [rt / f for f in ("runner.c", "noprof.c", "npy.c", "timer.c", "rss.c", "pool.c")] + [tmp / "model_glue.c"]
+    exe = tmp / "runner_tsan"
+    cmd = [sys.executable, "-m", "ziglang", "cc", "-target", "x86_64-linux-gnu", "-fsanitize=thread", "-g", "-O1", "-std=c99",
+           f"-I{rt}", f"-I{tmp}", *map(str, sources), str(tmp / "model.ll"), "-lm", "-lpthread", "-o", str(exe)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return exe
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_thread_sanitizer(name, tmp_path):
+    """No data race in the pool or the tiled kernels (ThreadSanitizer halts on the first report), and the
+    instrumented runner's outputs agree across 1-4 threads."""
+    import os
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("ThreadSanitizer build for x86_64-linux-gnu")
+    exe = _tsan_runner(name, tmp_path)
+    _, feeds = MODELS[name]()
+    np.save(tmp_path / "x.npy", feeds["x"])
+    env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1 exitcode=66 report_signal_unsafe=0"}
+    outs = []
+    for t in (1, 2, 3, 4):
+        out = tmp_path / f"y{t}.npy"
+        proc = subprocess.run([str(exe), "-i", str(tmp_path / "x.npy"), "-o", str(out), "--threads", str(t), "--bench", "3",
+                               "--warmup", "1"], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0 and "ThreadSanitizer" not in proc.stderr, proc.stderr[-3000:]
+        outs.append(np.load(out))
+    assert all(o.tobytes() == outs[0].tobytes() for o in outs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..errors import InputError
@@ -94,6 +95,11 @@ def main(args) -> int:
     under = opt.get("kernel_layouts", {})
     for name, order in orders.items():
         print(f"  {name}: {order} ({kinds.get(order, '')})" + (f"  under {under[name]}" if name in under else ""))
+    split = manifest.get("parallel_ops", {})
+    print(f"\nthreads: {manifest.get('threads', 1)}; {len(split)} ops split into tiles (tiles per split dimension; "
+          "the rest run on the calling thread)")
+    for name, dims in split.items():
+        print(f"  {name}: {' x '.join(str(d) for d in dims)} = {math.prod(dims)} tiles")
     print("\nmemory plan:")
     if mem:
         print(f"  arena       {_kb(mem['arena_bytes'])}  strategy {mem['strategy']} (winner)")

@@ -1,14 +1,20 @@
 """Selection ops: TopK (values and int64 indices of the K best elements along an axis), Shrink.
 
-TopK picks the K elements of each row one after another: pass j scans the row for the best element
-that comes strictly after pass j-1's pick in the total order (value first, then lower index first),
-so ties are broken by the lower index as ONNX requires and the output is sorted. O(n * K) per row,
-no scratch memory; K must be a build-time constant (an attribute before opset 10, an input after).
+TopK with K <= PARTIAL_MAX keeps a sorted buffer of the K best so far on the stack and scans each row
+once: an element enters only when it beats the buffer's last entry, then sinks to its place by
+insertion. Elements arrive in index order and only a strictly better value passes another, so ties
+keep the lower index first as ONNX requires; NaN ranks below every number. O(n) compares per row plus
+the insertions (about K log(n / K) of them on unordered data). A larger K picks the elements one
+pass at a time: pass j scans the row for the best element strictly after pass j-1's pick in the same
+order (NaN last, ties by index), O(n * K), no scratch memory. K must be a build-time constant (an attribute before opset 10,
+an input after).
 """
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
+from ..codegen import lowp
 from ..codegen.scalar import const, is_float, llvm_type
 from ..errors import InputError
 from .reduce import _axis, _rows
@@ -29,13 +35,18 @@ def lower_topk(k):
         count = int(np.ravel(value)[0])
     largest = int(k.attr("largest", 1))
     n = x.shape[axis]
+    if count < 0 or count > n:
+        raise InputError(f"node {k.node.name!r} (TopK): K = {count} is outside [0, {n}] (the axis' length)")
     if count == 0 or x.size == 0:
+        return
+    if count <= PARTIAL_MAX:
+        _topk_partial(k, x, values, indices, axis, count, largest)
         return
     x_acc = x.identity_access()
     v_acc = values.identity_access() if values is not None else None
     i_acc = indices.identity_access() if indices is not None else None
     idx_dt = np.dtype(f"int{k.idx_t.width}")
-    better_op, worse_op = (">", "<") if largest else ("<", ">")
+    op = ">" if largest else "<"
     b = k.b
 
     def row(ix, inner):
@@ -50,18 +61,13 @@ def lower_topk(k):
             with k.for_range(n) as i:
                 ix[axis] = i
                 v = k.load(x_acc, ix)
-                # strictly after the previous pick: worse value, or equal value at a higher index
-                after = b.or_(k.s.cmp(dt, worse_op, v, pv), b.and_(k.s.cmp(dt, "==", v, pv), b.icmp_signed(">", i, pi)))
+                # strictly after the previous pick: worse value, or the same value at a higher index
+                after = b.or_(_better(k, dt, op, pv, v), b.and_(_same(k, dt, v, pv), b.icmp_signed(">", i, pi)))
                 bi = b.load(best_i)
-                take = b.and_(b.or_(first, after),
-                              b.or_(b.icmp_signed("<", bi, k.index(0)), k.s.cmp(dt, better_op, v, b.load(best_v))))
+                take = b.and_(b.or_(first, after), b.or_(b.icmp_signed("<", bi, k.index(0)), _better(k, dt, op, v, b.load(best_v))))
                 b.store(b.select(take, v, b.load(best_v)), best_v)
                 b.store(b.select(take, i, bi), best_i)
-            # a row with NaNs may leave no candidate: fall back to the first index not taken
             bi = b.load(best_i)
-            none = b.icmp_signed("<", bi, k.index(0))
-            bi = b.select(none, b.select(first, k.index(0), b.add(pi, k.index(1))), bi)
-            bi = b.select(b.icmp_signed(">=", bi, k.index(n)), k.index(n - 1), bi)
             ix[axis] = bi
             bv = k.load(x_acc, ix)
             b.store(bv, prev_v)
@@ -71,6 +77,107 @@ def lower_topk(k):
                 k.store(v_acc, ix, bv)
             if i_acc is not None:
                 k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, bi))
+        ix[axis] = k.index(0)
+    _rows(k, x.shape, x.strides, [axis], row)
+
+
+def _better(k, dt, op: str, v, w):
+    """v ranks before w: `op` on numbers, and any number before NaN."""
+    b = k.b
+    if not is_float(dt):
+        return k.s.cmp(dt, op, v, w)
+    return b.or_(b.fcmp_ordered(op, v, w), b.and_(b.fcmp_unordered("uno", w, w), b.fcmp_ordered("ord", v, v)))
+
+
+def _same(k, dt, v, w):
+    if not is_float(dt):
+        return k.s.cmp(dt, "==", v, w)
+    b = k.b
+    return b.or_(b.fcmp_ordered("==", v, w), b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", w, w)))
+
+
+PARTIAL_MAX = 256
+"""The largest K kept in a stack buffer (K * (element + index) bytes per row)."""
+
+
+def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) -> None:
+    dt, b = x.dtype, k.b
+    n = x.shape[axis]
+    x_acc = x.identity_access()
+    v_acc = values.identity_access() if values is not None else None
+    i_acc = indices.identity_access() if indices is not None else None
+    idx_dt = np.dtype(f"int{k.idx_t.width}")
+    op = ">" if largest else "<"
+    lanes = k.lanes(dt)
+    vectorized = x.strides[axis] == 1 and not lowp.is_lowp(dt) and lanes > 1 and n - count >= lanes
+
+    def row(ix, inner):
+        with b.goto_entry_block():
+            buf_v = b.alloca(llvm_type(dt), size=count)
+            buf_i = b.alloca(k.idx_t, size=count)
+        last = k.index(count - 1)
+
+        def sink(v, i, start):
+            """Insert (v, i) at its place in buf[0..start], shifting the worse entries down by one."""
+            pre = b.block
+            head = b.append_basic_block("topk.sink")
+            body = b.append_basic_block("topk.shift")
+            done = b.append_basic_block("topk.place")
+            b.branch(head)
+            b.position_at_end(head)
+            q = b.phi(k.idx_t)
+            q.add_incoming(start, pre)
+            above = b.select(b.icmp_signed(">", q, k.index(0)), b.sub(q, k.index(1)), k.index(0))
+            b.cbranch(b.and_(b.icmp_signed(">", q, k.index(0)), _better(k, dt, op, v, b.load(b.gep(buf_v, [above])))), body, done)
+            b.position_at_end(body)
+            b.store(b.load(b.gep(buf_v, [above])), b.gep(buf_v, [q]))
+            b.store(b.load(b.gep(buf_i, [above])), b.gep(buf_i, [q]))
+            q.add_incoming(above, body)
+            b.branch(head)
+            b.position_at_end(done)
+            b.store(v, b.gep(buf_v, [q]))
+            b.store(i, b.gep(buf_i, [q]))
+
+        def element(i):
+            ix[axis] = i
+            return k.load(x_acc, ix)
+
+        with k.for_range(count) as i:  # the first K elements, sorted
+            sink(element(i), i, i)
+
+        def step(i):
+            v = element(i)
+            with b.if_then(_better(k, dt, op, v, b.load(b.gep(buf_v, [last])))):
+                sink(v, i, last)
+
+        tail_from = count
+        if vectorized:
+            # a vector compare against the K-th best so far skips the blocks where nothing enters
+            # (unordered compares let NaN through to the exact scalar test)
+            ix[axis] = k.index(0)
+            base = k.address(x_acc, ix)
+            blocks = (n - count) // lanes
+            with k.for_range(blocks) as blk:
+                i0 = b.add(k.index(count), b.mul(blk, k.index(lanes)))
+                vec = k.vload(base, dt, i0, lanes)
+                threshold = k.splat(b.load(b.gep(buf_v, [last])), lanes)
+                if is_float(dt):
+                    hit = b.fcmp_unordered(op, vec, threshold)
+                else:
+                    hit = k.s.cmp(dt, op, vec, threshold)
+                any_hit = b.icmp_unsigned("!=", b.bitcast(hit, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0))
+                with b.if_then(any_hit, likely=False):
+                    with k.for_range(lanes) as t:
+                        step(b.add(i0, t))
+            tail_from = count + blocks * lanes
+        with k.for_range(n, start=tail_from) as i:
+            step(i)
+        with k.for_range(count) as j:
+            ix[axis] = j
+            if v_acc is not None:
+                k.store(v_acc, ix, b.load(b.gep(buf_v, [j])))
+            if i_acc is not None:
+                k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, b.load(b.gep(buf_i, [j]))))
         ix[axis] = k.index(0)
     _rows(k, x.shape, x.strides, [axis], row)
 

@@ -8,7 +8,8 @@
  * Tiles are claimed one at a time with a compare-and-swap on `state` = generation << IDX_BITS | next
  * tile, so the caller never waits for a worker that did not take part (asleep, descheduled); the job's
  * fields are read after the claim succeeded, when the job cannot have finished (its tile is not done).
- * Idle workers spin for SPIN_NS, then sleep on a condition variable until the next job.
+ * Idle workers spin (YIELD_NS, then yielding the core between checks) up to SPIN_NS, then sleep on a
+ * condition variable until the next job.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -22,7 +23,8 @@
 #define IDX_BITS 20u
 #define IDX_MASK ((1u << IDX_BITS) - 1u)
 #define MAX_TILES (IDX_MASK - 1u)
-#define SPIN_NS 300000
+#define SPIN_NS 300000 /* idle workers poll this long for the next job, then sleep */
+#define YIELD_NS 20000 /* after this long, polling yields the core between checks */
 #define WORKER_STACK_BYTES ((size_t)1 << 20) /* kernels keep packing buffers up to 256 KiB on the stack */
 
 static struct {
@@ -94,7 +96,12 @@ static void *worker_main(void *arg)
         while ((s = atomic_load_explicit(&pool.state, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&pool.stop, memory_order_relaxed)) {
             cpu_relax();
-            if (++spins % 256 == 0 && now_ns() - spin_start > SPIN_NS) {
+            if (++spins % 256 != 0)
+                continue;
+            int64_t idle = now_ns() - spin_start;
+            if (idle > YIELD_NS)
+                sched_yield(); /* an oversubscribed core: let the thread that will publish the next job run */
+            if (idle > SPIN_NS) {
                 pthread_mutex_lock(&pool.lock);
                 atomic_fetch_add(&pool.sleepers, 1);
                 while (atomic_load(&pool.state) == seen && !atomic_load(&pool.stop))

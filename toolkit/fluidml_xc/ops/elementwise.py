@@ -8,7 +8,7 @@ from llvmlite import ir
 
 from ..codegen import lowp
 from ..codegen.lowp import compute_dtype
-from ..codegen.scalar import const, is_float
+from ..codegen.scalar import const, is_float, llvm_type
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -29,7 +29,7 @@ def _libm(name):
 
 
 def _relu(k, dt, x):
-    return k.s.max(dt, x, const(dt, 0)) if is_float(dt) else k.b.select(k.s.cmp(dt, ">", x, const(dt, 0)), x, const(dt, 0))
+    return k.s.clamp(dt, x, const(dt, 0), None) if is_float(dt) else k.b.select(k.s.cmp(dt, ">", x, const(dt, 0)), x, const(dt, 0))
 
 
 def _sigmoid(k, dt, x):
@@ -57,12 +57,12 @@ def _selu(k, dt, x):
 def _hard_sigmoid(k, dt, x):
     alpha, beta = const(dt, k.attr("alpha", 0.2)), const(dt, k.attr("beta", 0.5))
     y = k.b.fadd(k.b.fmul(alpha, x), beta)
-    return k.s.min(dt, k.s.max(dt, y, const(dt, 0)), const(dt, 1))
+    return k.s.clamp(dt, y, const(dt, 0), const(dt, 1))
 
 
 def _hard_swish(k, dt, x):
     y = k.b.fadd(k.b.fmul(const(dt, 1 / 6), x), const(dt, 0.5))
-    return k.b.fmul(x, k.s.min(dt, k.s.max(dt, y, const(dt, 0)), const(dt, 1)))
+    return k.b.fmul(x, k.s.clamp(dt, y, const(dt, 0), const(dt, 1)))
 
 
 def _softplus(k, dt, x):
@@ -86,7 +86,8 @@ def _sign(k, dt, x):
     pos = k.b.select(k.s.cmp(dt, ">", x, zero), one, zero)
     if np.dtype(dt).kind == "u":
         return pos
-    return k.b.select(k.s.cmp(dt, "<", x, zero), const(dt, -1), pos)
+    sign = k.b.select(k.s.cmp(dt, "<", x, zero), const(dt, -1), pos)
+    return k.b.select(k.b.fcmp_unordered("uno", x, x), x, sign) if is_float(dt) else sign  # Sign(NaN) = NaN
 
 
 def _reciprocal(k, dt, x):
@@ -268,8 +269,8 @@ def _variadic(name, combine, finish=None):
 
 
 _variadic("Sum", _add)
-_variadic("Max", lambda k, dt, a, b: k.s.max(dt, a, b))
-_variadic("Min", lambda k, dt, a, b: k.s.min(dt, a, b))
+_variadic("Max", lambda k, dt, a, b: k.s.maximum(dt, a, b))
+_variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
 _variadic("Mean", _add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
@@ -307,7 +308,7 @@ def lower_clip(k):
                 bounds.append(k.load_ptr(k.inputs[i].ptr, k.inputs[i].dtype))
             else:
                 bounds.append(const(dt, value.reshape(-1)[0] if value is not None else default))
-    k.elementwise(lambda v: k.s.min(dt, k.s.max(dt, v[0], bounds[0]), bounds[1]), ins=[k.inputs[0]])
+    k.elementwise(lambda v: k.s.clamp(dt, v[0], bounds[0], bounds[1]), ins=[k.inputs[0]])
 
 
 @register("PRelu", inplace=True)
@@ -332,7 +333,7 @@ def lower_celu(k):
     def fn(v):
         x = v[0]
         neg = k.b.fmul(alpha, k.b.fsub(k.s.intrinsic("llvm.exp", k.b.fdiv(x, alpha)), const(dt, 1)))
-        return k.b.fadd(k.s.max(dt, x, const(dt, 0)), k.s.min(dt, neg, const(dt, 0)))
+        return k.b.fadd(k.s.clamp(dt, x, const(dt, 0), None), k.s.clamp(dt, neg, None, const(dt, 0)))
     k.elementwise(fn, ins=[k.inputs[0]])
 
 
@@ -474,5 +475,9 @@ def lower_quantize(k):
         if zp is not None:
             v = k.b.fadd(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
         v = k.s.min(work, k.s.max(work, v, lo), hi)
+        if name is None and odt.itemsize <= 2:  # rounded, clamped to a range float32 holds exactly, NaN dropped by maxnum:
+            # a plain conversion is exact, and vectorizes (the saturating one does not on x86)
+            conv = k.b.fptosi if odt.kind == "i" else k.b.fptoui
+            return [conv(v, llvm_type(odt))]
         return [k.s.cast(work, out.dtype, v)]
     k.generic(out.shape, [out.identity_access()], [x.identity_access()], body)

@@ -147,6 +147,34 @@ class Scalar:
             return self.intrinsic_binary("llvm.minnum", x, y)
         return self.b.select(self.cmp(dtype, "<", x, y), x, y)
 
+    # max/min above are llvm.maxnum/minnum: a NaN operand is dropped. ONNX's Max, Min, Clip, Relu and the
+    # activations built on them propagate NaN (as onnx.reference and ONNX Runtime do): these keep it, with
+    # compares and selects only (no nnan flag anywhere), which every target vectorizes.
+    def maximum(self, dtype, x, y):
+        """max(x, y), NaN when either is NaN."""
+        if not is_float(dtype):
+            return self.max(dtype, x, y)
+        r = self.b.select(self.b.fcmp_ordered("<", x, y), y, x)  # NaN x: x
+        return self.b.select(self.b.fcmp_unordered("uno", y, y), y, r)
+
+    def minimum(self, dtype, x, y):
+        """min(x, y), NaN when either is NaN."""
+        if not is_float(dtype):
+            return self.min(dtype, x, y)
+        r = self.b.select(self.b.fcmp_ordered(">", x, y), y, x)
+        return self.b.select(self.b.fcmp_unordered("uno", y, y), y, r)
+
+    def clamp(self, dtype, x, lo, hi):
+        """Clip: lo <= x <= hi, a NaN x stays NaN (lo or hi None: no bound on that side)."""
+        if not is_float(dtype):
+            x = x if lo is None else self.max(dtype, x, lo)
+            return x if hi is None else self.min(dtype, x, hi)
+        if lo is not None:
+            x = self.b.select(self.b.fcmp_ordered("<", x, lo), lo, x)
+        if hi is not None:
+            x = self.b.select(self.b.fcmp_ordered(">", x, hi), hi, x)
+        return x
+
     def intrinsic_binary(self, name: str, x, y):
         fn = self.module.declare_intrinsic(name, [x.type], ir.FunctionType(x.type, [x.type, x.type]))
         return self.b.call(fn, [x, y])

@@ -54,8 +54,8 @@ def _combine(op: str):
     if op in ("Sum", "Mean"):
         return _add
     if op == "Max":
-        return lambda k, dt, a, b: k.s.max(dt, a, b)
-    return lambda k, dt, a, b: k.s.min(dt, a, b)
+        return lambda k, dt, a, b: k.s.maximum(dt, a, b)
+    return lambda k, dt, a, b: k.s.minimum(dt, a, b)
 
 
 def eval_step(k, step: dict, args: list, dts: list):
@@ -88,11 +88,9 @@ def _eval_step(k, step: dict, args: list, dts: list):
         return k.s.cast(dt, out_dt, args[0], bool(sk.attr("saturate", 1)), mode.decode() if isinstance(mode, bytes) else mode)
     if op == "Clip":  # args: x, then the bounds present (attrs say which)
         x, rest = args[0], list(args[1:])
-        if step["attrs"].get("has_min"):
-            x = k.s.max(dt, x, rest.pop(0))
-        if step["attrs"].get("has_max"):
-            x = k.s.min(dt, x, rest.pop(0))
-        return x
+        lo = rest.pop(0) if step["attrs"].get("has_min") else None
+        hi = rest.pop(0) if step["attrs"].get("has_max") else None
+        return k.s.clamp(dt, x, lo, hi)
     if op == "Pow":
         exponent = step.get("attrs", {}).get("exponent")
         if is_float(dt) and exponent in (2.0, 1.0, 0.5):

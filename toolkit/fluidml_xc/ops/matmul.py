@@ -505,7 +505,7 @@ def _finish_pass(k, out: Operand, residual: Operand | None, relu: bool) -> None:
 
     def body(v, i):
         x = k.s.add(dt, v[0], v[1]) if residual is not None else v[0]
-        return [k.s.max(dt, x, const(dt, 0)) if relu else x]
+        return [k.s.clamp(dt, x, const(dt, 0), None) if relu else x]  # NaN stays NaN
     k.generic(out.shape, [out.identity_access()], ins, body)
 
 

@@ -307,7 +307,7 @@ def global_pool(k, kind: str) -> None:
     out_acc = out.access(list(range(x.rank)), x.rank)
     if kind == "max":
         k.generic(x.shape, [out_acc], [x.identity_access()], lambda v, i: [v[0]], reduce_dims=spatial,
-                  init=[lowest(dt)], combine=lambda accs, vals: [s.max(dt, accs[0], vals[0])])
+                  init=[lowest(dt)], combine=lambda accs, vals: [s.maximum(dt, accs[0], vals[0])])
     elif kind == "avg":
         k.generic(x.shape, [out_acc], [x.identity_access()], lambda v, i: [v[0]], reduce_dims=spatial,
                   init=[const(dt, 0)], finalize=lambda r, i: [s.mul(dt, r[0], const(dt, 1.0 / count))])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import FAST, const, is_float, llvm_type
+from ..codegen.scalar import const, is_float, llvm_type
 from ..errors import InputError
 from .registry import register
 
@@ -39,10 +39,8 @@ def _highest(dt) -> ir.Constant:
 
 
 def _fmax(k, dt, a, b):
-    """max that LLVM can vectorize as a reduction (fast-math compare + select)."""
-    if not is_float(dt):
-        return k.s.max(dt, a, b)
-    return k.b.select(k.b.fcmp_ordered(">", a, b, flags=FAST), a, b)
+    """max, NaN when either is NaN (ONNX Runtime and onnx.reference propagate NaN through ReduceMax)."""
+    return k.s.maximum(dt, a, b)
 
 
 def _exp(k, dt, x):
@@ -91,7 +89,7 @@ REDUCERS = {
     "ReduceLogSum": (lambda dt: const(dt, 0), None, None, lambda k, dt, acc, n: k.s.intrinsic("llvm.log", acc)),
     "ReduceProd": (lambda dt: const(dt, 1), None, lambda k, dt, a, x: k.s.mul(dt, a, x), None),
     "ReduceMax": (_lowest, None, _fmax, None),
-    "ReduceMin": (_highest, None, lambda k, dt, a, x: k.s.min(dt, a, x), None),
+    "ReduceMin": (_highest, None, lambda k, dt, a, x: k.s.minimum(dt, a, x), None),
 }
 FLOAT_ONLY = {"ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}
 

@@ -32,6 +32,7 @@ def zero_fill(k, out) -> None:
 
 
 @register("Col2Im", since=18)
+@register("Col2Im", domain="fluidml", notes="ConvTranspose's scatter-add at any opset (passes/conv_transpose.py)")
 def lower_col2im(k):
     x, out = k.inputs[0], k.outputs[0]
     b = k.b

@@ -121,10 +121,7 @@ def test_inventory_deploy_then_profile_two_live_one_dead(fleet):
 
 def test_inventory_yaml_limit_verify_all_ok(fleet):
     work = fleet["work"]
-    artifact = work / "build" / "tiny-qemu-aarch64"
-    if not artifact.is_dir():
-        pytest.skip("needs the build of test_inventory_deploy_then_profile_two_live_one_dead")
-    proc = cli("verify", str(artifact), "--inventory", str(work / "hosts.yml"), "--limit", "boards", "--forks", "2",
+    proc = cli("verify", str(fleet["model"]), "--inventory", str(work / "hosts.yml"), "--limit", "boards", "--forks", "2",
                cwd=work)
     assert proc.returncode == 0, proc.stderr
     for name in LIVE:

@@ -1,16 +1,21 @@
-"""Progress bars on stderr (tqdm), drawn only when stderr is a terminal: never in pipes, logs or JSON on stdout."""
+"""Progress bars on stderr (tqdm), drawn only when stderr and stdout are both terminals: never in pipes, logs,
+or beside output (JSON, tables) that goes to a file or another program."""
 from __future__ import annotations
 
 import sys
 from typing import TextIO
 
 
-def enabled(stream: TextIO | None = None) -> bool:
-    stream = stream or sys.stderr
+def _tty(stream: TextIO | None) -> bool:
     try:
-        return stream.isatty()
+        return bool(stream is not None and stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+def enabled(stream: TextIO | None = None) -> bool:
+    """Whether to draw: the bar's stream (default stderr) and stdout are terminals."""
+    return _tty(stream or sys.stderr) and _tty(sys.stdout)
 
 
 def progress_bar(total: int | float | None, desc: str, unit: str = "it", unit_scale: bool = False,

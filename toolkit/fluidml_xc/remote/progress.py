@@ -1,4 +1,4 @@
-"""A one-line upload progress bar on stderr (only when stderr is a terminal)."""
+"""The upload progress bar on stderr (only when stderr and stdout are terminals)."""
 from __future__ import annotations
 
 import sys
@@ -14,12 +14,15 @@ def human_bytes(n: float) -> str:
 
 
 class ProgressBar:
-    """Callable as progress(done_bytes, total_bytes, file_name): a tqdm bar in bytes, only on a terminal."""
+    """Callable as progress(done_bytes, total_bytes, file_name): a tqdm bar in bytes, only on a terminal
+    (the stream and stdout both)."""
 
     def __init__(self, stream: TextIO = sys.stderr, width: int = 30):
         self.stream = stream
         self.width = width
-        self.tty = stream.isatty()
+        from ..progress import enabled
+
+        self.tty = enabled(stream)
         self._bar = None
         self._done = 0
 

@@ -119,6 +119,7 @@ def with_runner(src: Path, dest: Path, c_source: str) -> Path:
     shutil.copy(dest / "runner", dest / "runner_prof")
     manifest = json.loads((dest / "manifest.json").read_text())
     manifest["files"] = {name: sha256_file(dest / name) for name in manifest["files"]}
+    manifest["model"]["path"] = str(recorded_model_path(manifest, src))  # relative to the artifact: the copy is elsewhere
     (dest / "manifest.json").write_text(json.dumps(manifest))
     return dest
 

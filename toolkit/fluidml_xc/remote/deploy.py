@@ -13,7 +13,7 @@ from ..errors import RemoteError
 from .artifact import Artifact
 from .fit import BoardFacts, RunPlan, check_space, plan_run, probe
 from .progress import human_bytes
-from .shell import sh
+from .shell import ascii_int, sh
 from .ssh import Connection
 
 DEFAULT_BASE_DIR = "~/.fluidml-xc"
@@ -165,8 +165,8 @@ def _upload(conn: Connection, artifact: Artifact, tmp: str, base: str, progress:
 
 def _disk_full(conn: Connection, base: str, still_needed: int, state: str) -> RemoteError | None:
     """A 'disk full' error when the filesystem of base has (almost) no room left, else None."""
-    free = conn.run(sh(_FREE, base)).out.strip()
-    if free.isdigit() and int(free) * 1024 < still_needed + 64 * 1024:
+    free = ascii_int(conn.run(sh(_FREE, base)).out)
+    if free is not None and free * 1024 < still_needed + 64 * 1024:
         return RemoteError(f"the disk on {conn.label} is full ({free} KB free in {base}) {state}; the previous "
                            f"deploy is untouched: free some space or pass --base-dir on another filesystem")
     return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..boards import Board, boards
 from ..resources import data_dir
-from .shell import Shell, sh
+from .shell import Shell, ascii_int, sh, shown
 
 _PROBE = r'''
 echo "@uname"; uname -s -r -m
@@ -64,10 +64,10 @@ def parse_probe(text: str) -> BoardInfo:
         cpu = f"{part} ({cpu})" if cpu else part
     mem = first("meminfo").split()
     bits = first("long_bit")
-    return BoardInfo(kernel=" ".join(uname[:2]), machine=uname[2] if len(uname) > 2 else "unknown",
-                     long_bit=int(bits) if bits.isdigit() else None, model=first("model"),
-                     tegra_release=first("tegra"), cpu=cpu or fields.get("model") or "unknown", cores=cores,
-                     memory_kb=int(mem[1]) if len(mem) > 1 and mem[1].isdigit() else None)
+    return BoardInfo(kernel=shown(" ".join(uname[:2]), 120), machine=shown(uname[2], 80) if len(uname) > 2 else "unknown",
+                     long_bit=ascii_int(bits), model=shown(first("model"), 120),
+                     tegra_release=shown(first("tegra"), 120), cpu=shown(cpu or fields.get("model") or "unknown", 120),
+                     cores=cores, memory_kb=ascii_int(mem[1]) if len(mem) > 1 else None)
 
 
 def _matches(board: Board, info: BoardInfo) -> bool:

@@ -7,7 +7,7 @@ from typing import Sequence
 from ..errors import RemoteError
 from .artifact import Artifact
 from .progress import human_bytes
-from .shell import Shell, check, sh
+from .shell import Shell, ascii_int, check, sh, shown
 
 _PROBE = r'''
 base=$1; emulator=$2
@@ -56,11 +56,9 @@ def probe(shell: Shell, base_dir: str, emulator: str = "") -> BoardFacts:
         if key == "tool":
             tools.add(value)
         else:
-            values[key] = value.strip()
-    free = values.get("free_kb", "")
-    bits = values.get("long_bit", "")
-    return BoardFacts(values.get("machine", "unknown"), int(bits) if bits.isdigit() else None,
-                      int(free) * 1024 if free.isdigit() else None, frozenset(tools))
+            values[key] = shown(value.strip(), 80)
+    free, bits = ascii_int(values.get("free_kb")), ascii_int(values.get("long_bit"))
+    return BoardFacts(values.get("machine", "unknown"), bits, free * 1024 if free is not None else None, frozenset(tools))
 
 
 def plan_run(artifact: Artifact, facts: BoardFacts, where: str) -> RunPlan:

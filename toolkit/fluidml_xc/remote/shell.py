@@ -15,6 +15,30 @@ from ..errors import RemoteError
 _IN_DIR = 'cd -- "$1" || exit 125; shift; "$@"; exit $?'
 
 
+MAX_STDOUT = 16 << 20
+MAX_STDERR = 1 << 20
+"""What a command may print before the rest is dropped (a broken or hostile board printing without end)."""
+
+
+def shown(text: str | bytes, limit: int = 200) -> str:
+    """Remote text made safe for one line on the user's terminal: control characters, escape sequences and
+    anything outside printable ASCII escaped, at most `limit` characters."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    out = []
+    for ch in text[:limit]:
+        code = ord(ch)
+        out.append(ch if 0x20 <= code < 0x7F else (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"))
+    rest = len(text) - limit
+    return "".join(out) + (f"... ({rest:,} more characters)" if rest > 0 else "")
+
+
+def ascii_int(text: str | None) -> int | None:
+    """An unsigned decimal of ASCII digits only (str.isdigit also takes other scripts' digits), else None."""
+    text = (text or "").strip()
+    return int(text) if text and len(text) < 40 and text.isascii() and text.isdigit() else None
+
+
 def sh(script: str, *args: str) -> list[str]:
     """argv running a constant sh script with positional arguments (never interpolated into the script)."""
     return ["sh", "-c", script, "sh", *args]
@@ -70,7 +94,7 @@ class CommandResult:
         what = (f"was killed by signal {sig} ({signal_name(sig)}, exit status {self.status})" if sig
                 else f"exited with status {self.status}")
         lines = [line.strip() for line in self.err.splitlines() if line.strip()]
-        return what + (f": {lines[-1]}" if lines else "")
+        return what + (f": {shown(lines[-1])}" if lines else "")
 
 
 class Shell(Protocol):

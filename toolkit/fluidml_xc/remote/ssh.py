@@ -19,7 +19,7 @@ from typing import Sequence
 import paramiko
 
 from ..errors import InputError, RemoteError
-from .shell import CommandResult, quote_argv, sh
+from .shell import MAX_STDERR, MAX_STDOUT, CommandResult, quote_argv, sh, shown
 
 # paramiko's transport thread logs handshake failures with tracebacks; the CLI reports them as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -92,10 +92,14 @@ def resolve(options: SshOptions) -> Endpoint:
     else:
         keys = tuple(p for p in (os.path.expanduser(k) for k in entry.get("identityfile", [])) if os.path.isfile(p))
     known_hosts = options.known_hosts or (entry.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
+    port_text = str(options.port or entry.get("port") or options.default_port or 22)
+    if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise InputError(f"bad SSH port {shown(port_text, 40)!r} for {options.host} (from --port or ~/.ssh/config): "
+                         "give a number from 1 to 65535")
     return Endpoint(
         alias=options.host,
         hostname=entry.get("hostname", options.host),
-        port=int(options.port or entry.get("port") or options.default_port or 22),
+        port=int(port_text),
         user=options.user or entry.get("user") or options.default_user or getpass.getuser(),
         key_files=keys,
         known_hosts=Path(os.path.expanduser(known_hosts)),
@@ -128,14 +132,17 @@ def connect(options: SshOptions) -> "Connection":
     """Open an SSH connection or raise RemoteError with one line that says what went wrong."""
     ep = resolve(options)
     client = paramiko.SSHClient()
-    for extra in ep.extra_known_hosts:
-        if extra.is_file():
-            client.load_system_host_keys(str(extra))
-    if ep.known_hosts.is_file():
+    for path in [*ep.extra_known_hosts, ep.known_hosts]:
+        if not path.is_file():
+            continue
         try:
-            client.get_host_keys().load(str(ep.known_hosts))
-        except (OSError, paramiko.SSHException) as exc:
-            raise InputError(f"cannot read known_hosts file {ep.known_hosts}: {exc}") from None
+            if path == ep.known_hosts:
+                client.get_host_keys().load(str(path))
+            else:
+                client.load_system_host_keys(str(path))
+        except (OSError, paramiko.SSHException, UnicodeDecodeError, ValueError, TypeError, IndexError) as exc:
+            raise InputError(f"cannot read known_hosts file {path} ({type(exc).__name__}: {shown(str(exc), 120)}): "
+                             "fix or move the file (ssh-keygen -R HOST rewrites it)") from None
     client.set_missing_host_key_policy(_HostKeyPolicy(ep, options.accept_new_host_key))
     timeout = options.connect_timeout
     try:
@@ -211,6 +218,20 @@ def _track_exit_signals(transport: paramiko.Transport) -> None:
     transport._channel_handler_table = table
 
 
+_PID_MARK = "\\036fxc-pid "
+_PID_MARK_BYTES = b"\x1efxc-pid "
+
+
+def _remote_pid(err: bytes | bytearray) -> int | None:
+    """The pid the remote shell printed first on stderr (None if it did not: a shell without printf)."""
+    at = err.find(_PID_MARK_BYTES)
+    end = err.find(b"\n", at) if at >= 0 else -1
+    if end < 0:
+        return None
+    digits = bytes(err[at + len(_PID_MARK_BYTES):end])
+    return int(digits) if digits.isdigit() and len(digits) < 12 else None
+
+
 class Connection:
     """An open SSH connection: run commands (with timeouts) and transfer files (SFTP)."""
 
@@ -236,10 +257,27 @@ class Connection:
     def lost(self, doing: str) -> RemoteError:
         return RemoteError(f"connection to {self.label} lost while {doing}")
 
+    def _kill_remote(self, pid: int | None) -> None:
+        """After a timeout: kill the command's process group on the board (sshd made the command's shell a
+        session leader, so its pid is the group of everything it started)."""
+        if not pid:
+            return
+        try:
+            chan = self.client.get_transport().open_session(timeout=5)
+            chan.exec_command(f"kill -KILL -- -{pid} {pid} 2>/dev/null; exit 0")
+            deadline = time.monotonic() + 5
+            while not chan.exit_status_ready() and time.monotonic() < deadline:
+                select.select([chan], [], [], 0.1)
+            chan.close()
+        except (paramiko.SSHException, EOFError, OSError, AttributeError):
+            pass
+
     def run(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
-        """Run argv (each argument quoted) and wait for it, at most `timeout` seconds."""
+        """Run argv (each argument quoted) and wait for it, at most `timeout` seconds; on timeout the command and
+        every process it started are killed on the board. Output past MAX_STDOUT/MAX_STDERR is dropped."""
         limit = timeout or self.command_timeout
-        command = quote_argv(argv)
+        # the remote shell writes its pid (then execs the command, keeping it): what to kill on a timeout
+        command = f"printf '{_PID_MARK}%s\\n' $$ >&2; exec {quote_argv(argv)}"
         short = quote_argv((list(argv[4:]) or ["sh"]) if list(argv[:2]) == ["sh", "-c"] else argv)[:80]
         start = time.monotonic()
         try:
@@ -251,17 +289,21 @@ class Connection:
             out, err = bytearray(), bytearray()
             while True:
                 while chan.recv_ready():
-                    out += chan.recv(65536)
+                    chunk = chan.recv(65536)
+                    out += chunk[:max(0, MAX_STDOUT - len(out))]
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
+                    chunk = chan.recv_stderr(65536)
+                    err += chunk[:max(0, MAX_STDERR - len(err))]
+                if (chan.exit_status_ready() and (chan.eof_received or chan.closed or time.monotonic() - start > limit)
+                        and not chan.recv_ready() and not chan.recv_stderr_ready()):
+                    break  # the exit status may come before the last data: wait for the board's EOF
                 if chan.closed or not self.alive:
                     raise self.lost(f"running `{short}`")
                 if time.monotonic() - start > limit:
                     chan.close()
-                    raise RemoteError(f"command `{short}` timed out after {limit:g}s on {self.label} "
-                                      f"(--timeout raises the limit)")
+                    self._kill_remote(_remote_pid(err))
+                    raise RemoteError(f"command `{short}` timed out after {limit:g}s on {self.label}; it was killed "
+                                      f"there (--timeout raises the limit)")
                 select.select([chan], [], [], 0.1)
             status = chan.recv_exit_status()
             chan.close()
@@ -269,6 +311,9 @@ class Connection:
             raise self.lost(f"running `{short}`") from None
         if status < 0:
             raise self.lost(f"running `{short}`")
+        if _remote_pid(err) is not None:  # drop the pid line (a login shell may have printed before it)
+            at = err.index(_PID_MARK_BYTES)
+            err = err[:at] + err[err.index(b"\n", at) + 1:]
         return CommandResult(tuple(argv), status, bytes(out), bytes(err), time.monotonic() - start)
 
     def sftp(self) -> paramiko.SFTPClient:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .shell import Shell, sh
+from .shell import Shell, ascii_int, sh
 
 _SNAPSHOT = r'''
 cpu=/sys/devices/system/cpu/cpu0/cpufreq
@@ -81,7 +81,8 @@ def snapshot(shell: Shell) -> Telemetry:
 
 
 def _mhz(khz: str | None) -> float | None:
-    return round(int(khz) / 1000.0, 1) if khz and khz.isdigit() else None
+    value = ascii_int(khz)
+    return round(value / 1000.0, 1) if value is not None else None
 
 
 def _unique(existing: dict, name: str) -> str:

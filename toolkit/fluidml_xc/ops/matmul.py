@@ -189,21 +189,21 @@ def _emit_batched(k, P: Problem, body, mats=None) -> None:
     k.loops(P.batch, list(range(nb)), [None] * nb, point)
 
 
-def _split(batch: tuple[int, ...], work: float, *extents: int) -> list[int]:
+def _split(batch: tuple[int, ...], work: float, extents: tuple[int, ...], splittable: tuple[bool, ...]) -> list[int]:
     """Chunks per extent (outermost split first) so batch points x chunks make about TARGET_TILES tiles."""
     nbp = int(np.prod(batch, dtype=np.int64)) if batch else 1
     chunks, have = [], nbp
-    for e in extents:
-        c = chunk_count(e, work, -(-chunk_count(1 << 30, work) // have))
+    for e, ok in zip(extents, splittable):
+        c = chunk_count(e, work, -(-chunk_count(1 << 30, work) // have)) if ok else 1
         chunks.append(c)
         have *= c
     return chunks
 
 
-def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body_ranged) -> bool:
+def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body_ranged, splittable=None) -> bool:
     """Batch points x chunks of `extents` as parallel tiles: body_ranged(bases, [(lo, hi) per extent]).
     False (nothing emitted) when the op is too small to split."""
-    chunks = _split(P.batch, work, *extents)
+    chunks = _split(P.batch, work, extents, splittable or (True,) * len(extents))
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
     if k.tile_range is None or work < PARALLEL_MIN_WORK or nbp * int(np.prod(chunks)) < 2:
         return False
@@ -387,8 +387,9 @@ def _emit_outer(k, P: Problem) -> None:
             panel(bases, full_p * nr, full_p, rem_widths(), rem)
     mats = (P.a, stack[0] if stack else P.b, P.c)
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    # a gathered B panel is reused by every row: then tiles take whole panels (rows are not split)
     extents = (full_p + (rem > 0), M // mr_main + (M % mr_main > 0))
-    if not _emit_tiled(k, P, mats, float(nbp) * M * N * K, extents, ranged):
+    if not _emit_tiled(k, P, mats, float(nbp) * M * N * K, extents, ranged, (True, stack is None)):
         _emit_batched(k, P, body, mats)
 
 

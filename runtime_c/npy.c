@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fxc_runtime.h"
 
@@ -227,15 +228,27 @@ int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *dat
     size_t header_len = padded - 10;
     unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                                 (unsigned char)(header_len & 0xff), (unsigned char)(header_len >> 8)};
-    FILE *fh = fopen(path, "wb");
-    if (!fh)
+    /* Written under a temporary name beside it and renamed when complete: never a half-written file. */
+    size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    if (!tmp)
+        return fail(err, err_len, "%s: out of memory", path);
+    snprintf(tmp, tmp_len, "%s.tmp-%ld", path, (long)getpid());
+    FILE *fh = fopen(tmp, "wb");
+    if (!fh) {
+        free(tmp);
         return fail(err, err_len, "%s: cannot create", path);
+    }
     int ok = fwrite(prefix, 1, 10, fh) == 10 && fwrite(dict, 1, (size_t)dict_len, fh) == (size_t)dict_len;
     for (size_t i = (size_t)dict_len; ok && i + 1 < header_len; i++)
         ok = fputc(' ', fh) != EOF;
     ok = ok && fputc('\n', fh) != EOF;
     ok = ok && fwrite(data, 1, spec->nbytes, fh) == spec->nbytes;
     ok = (fclose(fh) == 0) && ok;
+    ok = ok && rename(tmp, path) == 0;
+    if (!ok)
+        remove(tmp);
+    free(tmp);
     return ok ? 0 : fail(err, err_len, "%s: write failed", path);
 }
 

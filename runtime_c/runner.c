@@ -15,7 +15,8 @@
 static const char USAGE[] =
     "usage: runner [-i IN.npy]... [-o OUT.npy]... [--bench N] [--warmup W] [--profile] [--threads T]\n"
     "  -i FILE      input .npy, in model input order (missing inputs get a deterministic random fill)\n"
-    "  -o FILE      write an output .npy, in model output order\n"
+    "  -o FILE      write an output .npy, in model output order (an existing FILE only with --force)\n"
+    "  --force      overwrite existing -o files\n"
     "  --bench N    time N runs and print one JSON object\n"
     "  --warmup W   untimed runs before timing (default 5)\n"
     "  --profile    per-op median times (profiling runner only)\n"
@@ -133,7 +134,7 @@ int main(int argc, char **argv)
     const char **in_paths = calloc((size_t)argc, sizeof *in_paths);
     const char **out_paths = calloc((size_t)argc, sizeof *out_paths);
     int32_t n_in = 0, n_out = 0, runs = 0, warmup = DEFAULT_WARMUP, threads = 0;
-    int profile = 0;
+    int profile = 0, force = 0;
     char err[1024];
     if (!in_paths || !out_paths)
         die("out of memory allocating %s", "arguments");
@@ -145,6 +146,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (strcmp(arg, "--profile") == 0) {
             profile = 1;
+        } else if (strcmp(arg, "--force") == 0) {
+            force = 1;
         } else if (strcmp(arg, "-i") == 0 || strcmp(arg, "-o") == 0 || strcmp(arg, "--bench") == 0 ||
                    strcmp(arg, "--warmup") == 0 || strcmp(arg, "--threads") == 0) {
             if (!has_value)
@@ -172,6 +175,13 @@ int main(int argc, char **argv)
     if (n_out > fxc_num_outputs) {
         snprintf(err, sizeof err, "%d -o files given but the model has %d outputs", (int)n_out, (int)fxc_num_outputs);
         die("%s", err);
+    }
+    for (int32_t i = 0; i < n_out && !force; i++) {
+        FILE *existing = fopen(out_paths[i], "rb");
+        if (existing) {
+            fclose(existing);
+            die("%s already exists; pass --force to overwrite it", out_paths[i]);
+        }
     }
     if (profile && !fxc_prof_available())
         die("%s: this runner has no profiling hooks; use runner_prof", "--profile");

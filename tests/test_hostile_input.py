@@ -232,3 +232,21 @@ def test_inspect_into_a_closed_pipe_exits_quietly(relu_artifact, tmp_path):
     proc.wait(timeout=120)
     assert stderr.strip() == "", stderr
     assert proc.returncode == 141
+
+
+def test_runner_o_refuses_an_existing_file_like_run_outputs(relu_artifact, tmp_path):
+    import subprocess
+    out = tmp_path / "y.npy"
+    out.write_bytes(b"mine")
+    runner = str(relu_artifact / "runner")
+    proc = subprocess.run([runner, "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "already exists; pass --force" in proc.stderr
+    assert out.read_bytes() == b"mine"
+    proc = subprocess.run([runner, "-o", str(out), "--force"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert np.load(out).shape == (4,)
+    fresh = tmp_path / "z.npy"
+    assert subprocess.run([runner, "-o", str(fresh)], capture_output=True, timeout=60).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["y.npy", "z.npy"], "no temporary left beside the outputs"
+    proc = subprocess.run([runner, "-o", str(tmp_path / "nodir" / "y.npy")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "cannot create" in proc.stderr

@@ -1,8 +1,8 @@
 """The fleet: `deploy|profile|verify --inventory` and the shipped Ansible modules under ansible-playbook.
 
-Three hosts on 127.0.0.1: two real sshd (separate ports, host and client keys, base directories) playing
-emulated aarch64 boards (their runners run through qemu-aarch64-static, as in test_remote.py), and one
-port nobody listens on (connection refused) that claims to be an rpi4, so the fleet needs two builds.
+Three sshd on 127.0.0.1 (separate ports, host and client keys, base directories): two playing emulated
+aarch64 boards (their runners run through qemu-aarch64-static, as in test_remote.py), and a
+third sshd, stopped, whose port refuses connections; it claims to be an rpi4, so the fleet needs two builds.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sshd import SshServer, free_port, sshd_available
+from sshd import SshServer, sshd_available
 
 pytestmark = [pytest.mark.ssh, pytest.mark.skipif(not sshd_available(), reason="needs /usr/sbin/sshd"),
               pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="needs qemu-user-static")]
@@ -58,7 +58,9 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 def fleet(tmp_path_factory):
     work = tmp_path_factory.mktemp("fleet")
     servers = {name: SshServer.start(work / f"sshd-{name}") for name in LIVE}
-    dead_port = free_port()  # nothing listens here: connection refused
+    dead = SshServer.start(work / "sshd-dead")  # a third sshd, stopped: its port refuses connections
+    dead.stop()
+    dead_port = dead.port
     model = work / "tiny.onnx"
     onnx.save(tiny_model(), str(model))
     user = getpass.getuser()
@@ -68,7 +70,7 @@ def fleet(tmp_path_factory):
                      f"fluidml_known_hosts={srv.known_hosts} fluidml_base_dir={work / ('base-' + name)}")
     lines += ["", "[boards:vars]", "fluidml_board=qemu-aarch64", "", "[lab]",
               f"{DEAD} ansible_host=127.0.0.1 ansible_port={dead_port} fluidml_board=rpi4 "
-              f"ansible_ssh_private_key_file={servers['pi-a'].client_key}", "", "[all:vars]", f"ansible_user={user}", ""]
+              f"ansible_ssh_private_key_file={dead.client_key} fluidml_known_hosts={dead.known_hosts}", "", "[all:vars]", f"ansible_user={user}", ""]
     (work / "hosts.ini").write_text("\n".join(lines))
     yaml_hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": srv.port,
                          "ansible_ssh_private_key_file": str(srv.client_key), "fluidml_known_hosts": str(srv.known_hosts),
@@ -117,6 +119,10 @@ def test_inventory_deploy_then_profile_two_live_one_dead(fleet):
     assert not data["hosts"][DEAD]["ok"] and "refused" in data["hosts"][DEAD]["error"]
     text = page.read_text()
     assert text.count('class="plot top-ops"') == 2 and 'id="compare-latency"' in text
+    (work / "fleet.json").write_text(proc.stdout)
+    proc = cli("report", str(artifact), "--profile", str(work / "fleet.json"), "-o", str(work / "again.html"), cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "again.html").read_text().count('class="plot top-ops"') == 2
 
 
 def test_inventory_yaml_limit_verify_all_ok(fleet):

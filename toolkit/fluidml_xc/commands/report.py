@@ -13,7 +13,7 @@ ORDER = 65
 def add_arguments(parser) -> None:
     parser.add_argument("dirs", nargs="*", metavar="DIR", help="artifact directories (several: side by side)")
     parser.add_argument("--profile", action="append", default=[], metavar="P.json",
-                        help="a `fluidml-xc profile --json` result (repeatable)")
+                        help="a `fluidml-xc profile --json` result, also of --inventory runs (repeatable)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")
     parser.add_argument("--title", default="", help="page title (default: the models' names)")
 
@@ -24,7 +24,7 @@ def main(args) -> int:
     if not args.dirs and not args.profile:
         raise InputError("`report` needs artifact directories and/or --profile FILE.json")
     artifacts = [load_artifact(d) for d in args.dirs]
-    profiles = [load_profile(p) for p in args.profile]
+    profiles = [prof for p in args.profile for prof in load_profile(p)]
     path = write_report(args.output, render_report(artifacts, profiles, args.title))
     print(f"wrote {path} ({len(artifacts)} artifact(s), {len(profiles)} profile(s))", file=sys.stderr)
     return 0

@@ -158,7 +158,8 @@ def profile_from_dict(data: dict, source: str) -> ProfileFacts:
                          f"write it with `fluidml-xc profile ... --json FILE`") from None
 
 
-def load_profile(path: str | Path) -> ProfileFacts:
+def load_profile(path: str | Path) -> list[ProfileFacts]:
+    """The profiles in a `profile --json` file: one, or one per host that succeeded for `--inventory` runs."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -168,7 +169,13 @@ def load_profile(path: str | Path) -> ProfileFacts:
                          f"`fluidml-xc profile ... --json FILE` wrote") from None
     if not isinstance(data, dict):
         raise InputError(f"profile {str(path)!r} is not a `fluidml-xc profile --json` result")
-    return profile_from_dict(data, str(path))
+    if isinstance(data.get("hosts"), dict):  # profile --inventory --json
+        found = [profile_from_dict(h["profile"], f"{path} ({name})") for name, h in data["hosts"].items()
+                 if isinstance(h, dict) and isinstance(h.get("profile"), dict)]
+        if not found:
+            raise InputError(f"profile {str(path)!r} holds no successful host profile")
+        return found
+    return [profile_from_dict(data, str(path))]
 
 
 def _distinct_labels(items: list, base) -> list[str]:

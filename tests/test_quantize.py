@@ -418,3 +418,15 @@ def test_qdq_fusion_leaves_conv_float(why, kwargs):
     ops = _fused_ops(_qdq_conv_model(**kwargs))
     assert "Conv" in ops and "QLinearConv" not in ops, (why, ops)
     assert ops.get("QLinearMatMul") == 1
+
+
+def test_dynamic_evaluates_every_sample(tmp_path):
+    from fluidml_xc.quantize import QuantConfig, QuantizeOptions, run_quantize
+
+    model_path = tmp_path / "enc.onnx"
+    onnx.save(small_encoder(), str(model_path))
+    data = write_samples(tmp_path / "data", "x", (1, 8, 16), 9, seed=5)
+    report = run_quantize(QuantizeOptions(model=model_path, calibration=data, output=tmp_path / "d.onnx", build=False,
+                                          progress=False, config=QuantConfig(dynamic=True)))
+    assert report.eval_samples == 9 and "dynamic quantization calibrates nothing" in report.eval_from
+    assert report.ort_accuracy[0].cosine > 0.99

@@ -7,7 +7,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +212,10 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     held = load_samples(options.eval, model, "--eval") if options.eval else None
     if held is not None and held.shapes != samples.shapes:
         raise InputError(f"--eval samples have shapes {held.shapes}, the calibration samples {samples.shapes}; use the same shapes")
-    calibration, evaluation, how = split_samples(samples, held)
+    if options.config.dynamic and held is None:  # nothing to calibrate: every sample evaluates
+        calibration, evaluation, how = samples, samples, f"all {len(samples)} samples (dynamic quantization calibrates nothing)"
+    else:
+        calibration, evaluation, how = split_samples(samples, held)
     static, fixed = _static_model(model, samples.shapes)
     report = QuantizeReport(str(model_path), str(output), board.name, not is_host_target(board.target), asdict(options.config),
                             len(calibration), len(evaluation), how, threads=options.threads)
@@ -238,12 +241,11 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     from ..build import BuildOptions, build_model, default_out_dir
     from ..execute import run_artifact
 
-    threads = {"threads": options.threads} if "threads" in {f.name for f in fields(BuildOptions)} else {}
     results = {}
     for kind, path, shapes in (("float", model_path, fixed), ("int8", output, {})):
         out_dir = Path(options.build_dir) / default_out_dir(path, board).name
         results[kind] = build_model(path, BuildOptions(board=board.name, out_dir=out_dir, input_shapes=shapes, opt=options.opt,
-                                                       profile_runner=False, record_last=False, **threads))
+                                                       profile_runner=False, record_last=False, threads=options.threads))
     outs = {kind: [run_artifact(r.artifact, feed).outputs for feed in evaluation.feeds] for kind, r in results.items()}
     report.accuracy = accuracy(outs["float"], outs["int8"])
     report.vs_ort_int8 = _max_diff(outs["int8"], ort_int8)

@@ -26,7 +26,8 @@ def render(report) -> str:
     mode = "dynamic (weights int8, activations quantized at run time)" if cfg["dynamic"] else \
         f"static {cfg['format']}, {cfg['method']} calibration, {'per-channel' if cfg['per_channel'] else 'per-tensor'} weights"
     lines = [f"quantized {report.model} -> {report.output}: {mode}",
-             f"calibration: {report.calibration_samples} samples; evaluation: {report.eval_samples} samples ({report.eval_from})"]
+             (f"evaluation: {report.eval_samples} samples ({report.eval_from})" if cfg["dynamic"] else
+              f"calibration: {report.calibration_samples} samples; evaluation: {report.eval_samples} samples ({report.eval_from})")]
     if cfg["exclude"]:
         lines.append(f"left in float: {', '.join(cfg['exclude'])}")
     if report.accuracy:

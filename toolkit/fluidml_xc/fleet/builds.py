@@ -38,9 +38,10 @@ def _options_from(manifest: dict) -> dict:
 
 def artifacts_for(hosts: list[FleetHost], source: str | None,
                   out_root: Path | None = None) -> tuple[dict[str, Artifact], str | None]:
-    """Board name -> the artifact its hosts get, and the board of hosts without fluidml_board. SOURCE is an artifact directory (reused for its own board,
-    its model rebuilt with the same options for the others), an ONNX model (built once per board) or None
-    (the most recent build). Rebuilds go to OUT_ROOT (default: beside the given artifact, or build/)."""
+    """Board name -> the artifact its hosts get, and the board of hosts without fluidml_board. SOURCE is an
+    artifact directory (reused for its own board, its model rebuilt with the same options for the others), an
+    ONNX model (built once per board) or None (the most recent build). Rebuilds go to OUT_ROOT (default:
+    beside the given artifact, or build/)."""
     given: Artifact | None = None
     model: Path | None = None
     options: dict = {}

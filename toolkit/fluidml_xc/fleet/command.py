@@ -29,7 +29,8 @@ def _reach(args: argparse.Namespace) -> Reach:
     timeout = getattr(args, "connect_timeout", None) or DEFAULT_CONNECT_TIMEOUT
     if timeout <= 0:
         raise InputError("--connect-timeout must be positive")
-    return Reach(known_hosts=getattr(args, "known_hosts", None), accept_new_host_key=bool(getattr(args, "accept_new_host_key", False)),
+    return Reach(known_hosts=getattr(args, "known_hosts", None),
+                 accept_new_host_key=bool(getattr(args, "accept_new_host_key", False)),
                  ssh_config=getattr(args, "ssh_config", None), connect_timeout=timeout,
                  base_dir=getattr(args, "base_dir", None) or DEFAULT_BASE_DIR, user=getattr(args, "user", None),
                  identity=getattr(args, "identity", None))

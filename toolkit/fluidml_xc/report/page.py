@@ -175,7 +175,8 @@ def _profile_tables(prof: ProfileFacts, fused: set[str]) -> Table:
 
 def _latency_rows(profiles: list[ProfileFacts]) -> list[dict]:
     first = profiles[0].latency_ms.get("median") or 0
-    return [{"label": p.label, "where": p.where + (f" via {p.emulator} (emulated)" if p.emulator else ""), "median": ms(p.latency_ms.get("median")), "p90": ms(p.latency_ms.get("p90")),
+    return [{"label": p.label, "where": p.where + (f" via {p.emulator} (emulated)" if p.emulator else ""),
+             "median": ms(p.latency_ms.get("median")), "p90": ms(p.latency_ms.get("p90")),
              "p99": ms(p.latency_ms.get("p99")), "min": ms(p.latency_ms.get("min")), "rss": kib(p.peak_rss_bytes),
              "ratio": f"{p.latency_ms.get('median', 0) / first:.2f}x" if first else "-"} for p in profiles]
 

@@ -430,3 +430,26 @@ def test_dynamic_evaluates_every_sample(tmp_path):
                                           progress=False, config=QuantConfig(dynamic=True)))
     assert report.eval_samples == 9 and "dynamic quantization calibrates nothing" in report.eval_from
     assert report.ort_accuracy[0].cosine > 0.99
+
+
+def test_qdq_gather_dequantizes_only_the_rows_it_reads(tmp_path):
+    from modelrun import compile_and_run
+    gen = np.random.default_rng(11)
+    consts = {"table_q": gen.integers(-128, 128, (500, 16)).astype(np.int8), "t_s": np.array(0.01, np.float32),
+              "t_z": np.array(5, np.int8)}
+    nodes = [helper.make_node("DequantizeLinear", ["table_q", "t_s", "t_z"], ["table"]),
+             helper.make_node("Gather", ["table", "ids"], ["emb"], name="embed", axis=0),
+             helper.make_node("Relu", ["emb"], ["out"])]
+    ids = np.array([[0, 499, 7, 7, 250]], np.int64)
+    model = graph_model(nodes, {"ids": ids}, ["out"], consts, opset=17, infer=True)
+    ops = _fused_ops(model)
+    assert ops.get("Gather") == 1 and ops.get("DequantizeLinear") == 1, ops
+    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.passes import run_passes
+    graph = import_model(model, FrontendOptions(), name="m")
+    run_passes(graph)
+    gather = next(n for n in graph.nodes if n.op_type == "Gather")
+    assert graph.tensors[gather.inputs[0]].dtype == np.int8 and graph.tensors[gather.outputs[0]].shape == (1, 5, 16)
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    want = ort_run(tmp_path / "g.onnx", [{"ids": ids}], fused=False)[0]["out"]
+    np.testing.assert_array_equal(compile_and_run(model, {"ids": ids}, tmp_path / "b")["out"], want)

@@ -9,14 +9,17 @@ scalars (int8/uint8); the weights are a build-time int8/uint8 tensor with per-te
 bias (Conv) is a build-time int32 tensor dequantized with scale x_scale * w_scale (float32) and zero
 point 0, as the quantizer writes it; the float result has the QuantizeLinear as its only consumer and
 is not a graph output; the output scale and zero point are build-time scalars. Depthwise-style convs
-(one input channel per group) stay in float: the int8 kernels run those as plain loops. Dequantized
-tensors nobody reads any more are removed.
+(one input channel per group) stay in float: the int8 kernels run those as plain loops.
+
+A Gather from a dequantized build-time table (quantized embeddings, per-tensor scale and zero point)
+gathers the int8 rows first and dequantizes only those: otherwise the whole table (BERT's 30522 x 128)
+would be dequantized into the arena on every run. Dequantized tensors nobody reads any more are removed.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Tensor
 from . import graph_pass
 
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -122,6 +125,30 @@ def _matmul(graph: Graph, node: Node, producers: dict) -> list[str] | None:
 FUSIONS = {"Conv": ("QLinearConv", _conv), "MatMul": ("QLinearMatMul", _matmul)}
 
 
+def _gather_first(graph: Graph) -> bool:
+    """Gather(DequantizeLinear(table), indices) -> DequantizeLinear(Gather(table, indices)); True if any changed."""
+    producers = graph.producers()
+    changed = False
+    for k, node in enumerate(list(graph.nodes)):
+        if not _is(node, "Gather") or len(node.outputs) != 1:
+            continue
+        dq = producers.get(node.inputs[0])
+        if not _is(dq, "DequantizeLinear") or len(dq.inputs) < 3 or not dq.inputs[2]:
+            continue
+        table, scale, zp = (_const(graph, n) for n in dq.inputs[:3])
+        if table is None or scale is None or zp is None or np.dtype(table.dtype) not in QTYPES or scale.size != 1 or zp.size != 1:
+            continue
+        out = graph.tensors[node.outputs[0]]
+        rows = graph.unique_name(f"{node.outputs[0]}_quantized_rows")
+        graph.tensors[rows] = Tensor(rows, table.dtype, out.shape)
+        at = graph.nodes.index(node)
+        graph.nodes[at] = Node("Gather", node.name, [dq.inputs[0], node.inputs[1]], [rows], dict(node.attrs), node.domain)
+        graph.nodes.insert(at + 1, Node("DequantizeLinear", f"{node.name}/dequantize", [rows, dq.inputs[1], dq.inputs[2]],
+                                        [node.outputs[0]], {}, ""))
+        changed = True
+    return changed
+
+
 def _drop_dead(graph: Graph) -> None:
     """Remove nodes none of whose outputs is read or a graph output (the dequantized weights left behind)."""
     outputs = set(graph.outputs)
@@ -140,6 +167,7 @@ def _drop_dead(graph: Graph) -> None:
 
 @graph_pass(order=8)
 def fuse_qdq(graph: Graph) -> None:
+    gathered = _gather_first(graph)
     producers, consumers, outputs = graph.producers(), graph.consumers(), set(graph.outputs)
     replaced: dict[int, Node] = {}
     drop: set[int] = set()
@@ -159,7 +187,7 @@ def fuse_qdq(graph: Graph) -> None:
                                   {**attrs, "_fused_nodes": [node.name, q.name]}, "")
         graph.tensors.pop(node.outputs[0], None)
         drop.add(id(q))
-    if not replaced:
-        return
-    graph.nodes = [replaced.get(id(n), n) for n in graph.nodes if id(n) not in drop]
-    _drop_dead(graph)
+    if replaced:
+        graph.nodes = [replaced.get(id(n), n) for n in graph.nodes if id(n) not in drop]
+    if replaced or gathered:
+        _drop_dead(graph)

@@ -48,14 +48,14 @@ def cnn() -> tuple[onnx.ModelProto, dict]:
         helper.make_node("Gemm", ["f", "fc", "fcb"], ["l"], transB=1),
         helper.make_node("Softmax", ["l"], ["y"], axis=-1),
     ]
-    x = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 64, 64)).astype(np.float32)
     return _model(nodes, {"x": x}, ["y", "c3"], consts), {"x": x}
 
 
 def transformer() -> tuple[onnx.ModelProto, dict]:
     """One encoder block: LayerNorm, Q/K/V projections, 4 heads of batched attention, Softmax, GELU MLP."""
     rng = np.random.default_rng(2)
-    seq, hidden, heads, ff = 48, 64, 4, 192
+    seq, hidden, heads, ff = 64, 128, 4, 256
     hd = hidden // heads
     consts = {"wq": _w(rng, (hidden, hidden)), "wk": _w(rng, (hidden, hidden)), "wv": _w(rng, (hidden, hidden)),
               "wo": _w(rng, (hidden, hidden)), "w1": _w(rng, (hidden, ff)), "b1": _w(rng, (ff,)), "w2": _w(rng, (ff, hidden)),
@@ -101,8 +101,8 @@ def int8_graph() -> tuple[onnx.ModelProto, dict]:
     consts = {"xs": f(0.05), "xz": np.array(128, np.uint8), "w1": q((32, 16, 3, 3), np.int8), "ws1": f(0.01),
               "wz1": np.array(0, np.int8), "ys1": f(0.4), "yz1": np.array(120, np.uint8),
               "w2": q((24, 32, 1, 1), np.int8), "ws2": f(0.02), "wz2": np.array(0, np.int8), "ys2": f(0.5),
-              "yz2": np.array(130, np.uint8), "shape": np.array([24, 16, 36], np.int64),
-              "bm": q((36, 48), np.int8), "bs": f(0.03), "bz": np.array(1, np.int8), "ms": f(0.6), "mz": np.array(125, np.uint8),
+              "yz2": np.array(130, np.uint8), "shape": np.array([24, 32, 32], np.int64),
+              "bm": q((32, 48), np.int8), "bs": f(0.03), "bz": np.array(1, np.int8), "ms": f(0.6), "mz": np.array(125, np.uint8),
               "mt": np.array([0, 2, 1], np.int64)}
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
@@ -114,7 +114,7 @@ def int8_graph() -> tuple[onnx.ModelProto, dict]:
         helper.make_node("MatMulInteger", ["r", "rt", "yz2", "yz2"], ["mi"]),
         helper.make_node("DequantizeLinear", ["m", "ms", "mz"], ["y"]),
     ]
-    x = rng.uniform(-3, 3, (1, 16, 24, 24)).astype(np.float32)
+    x = rng.uniform(-3, 3, (1, 16, 32, 32)).astype(np.float32)
     return _model(nodes, {"x": x}, ["y", "mi"], consts, opset=19), {"x": x}
 
 

@@ -19,7 +19,7 @@ from . import lowp
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
 
 
-PARALLEL_MIN_WORK = 200_000
+PARALLEL_MIN_WORK = 500_000
 """Estimated scalar operations (multiply-adds, element ops) below which an op stays on the calling thread:
 waking workers costs microseconds, so a small op is faster alone (docs/THREADS.md)."""
 TARGET_TILES = 12

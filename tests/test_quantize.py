@@ -5,7 +5,6 @@ against numpy on the same outputs, and the bad-input errors."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -178,16 +178,19 @@ def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dic
     from ..execute import run_artifact
     from ..reference import median_latency_ms
 
+    rounds, runs, warmup = options.rounds, options.runs, options.warmup
+    if sessions is None:  # emulated: the times are qemu's, so one short round (the outputs were checked already)
+        rounds, runs, warmup = 1, min(runs, 3), min(warmup, 1)
     ours: dict[str, list[float]] = {k: [] for k in results}
     ort: dict[str, list[float]] = {k: [] for k in results}
     rss: dict[str, int] = dict.fromkeys(results, 0)
-    for _ in range(options.rounds):
+    for _ in range(rounds):
         for kind, result in results.items():
-            bench = run_artifact(result.artifact, feeds, bench=options.runs, warmup=options.warmup).bench
+            bench = run_artifact(result.artifact, feeds, bench=runs, warmup=warmup).bench
             ours[kind].append(float(bench["median_ms"]))
             rss[kind] = max(rss[kind], int(bench.get("peak_rss_bytes", 0)))
             if sessions is not None:
-                ort[kind].append(median_latency_ms(sessions[kind], feeds, runs=options.runs, warmup=options.warmup))
+                ort[kind].append(median_latency_ms(sessions[kind], feeds, runs=runs, warmup=warmup))
     return {kind: Figures(str(Path(r.artifact).resolve()), float(np.median(ours[kind])), int(r.manifest["memory"]["arena_bytes"]),
                           int(r.manifest["weights_bytes"]), rss[kind], float(np.median(ort[kind])) if ort[kind] else None)
             for kind, r in results.items()}
@@ -195,6 +198,7 @@ def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dic
 
 def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     from ..boards import get_board
+    from ..link import is_host_target
 
     model_path, output = Path(options.model), Path(options.output)
     if output.exists() and not options.force:
@@ -203,7 +207,6 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
         raise InputError(f"-o {output} is the float model itself; write the int8 model to another file")
     if min(options.runs, options.rounds, options.threads) < 1 or options.warmup < 0 or options.explain < 0:
         raise InputError("--runs, --rounds and --threads must be >= 1, --warmup and --explain >= 0")
-    from ..link import is_host_target
 
     board = get_board(options.board)
     model = _load(model_path)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
 
 from fluidml_xc.build import BuildOptions, build_model  # noqa: E402
 from fluidml_xc.execute import run_artifact  # noqa: E402
+from fluidml_xc.progress import progress_bar  # noqa: E402
 from fluidml_xc.reference import compare  # noqa: E402
 
 
@@ -31,11 +32,13 @@ def main() -> int:
     args = parser.parse_args()
     failures = 0
     print(f"{'model':<14} {'board':<8} {'max rel err':>12} {'build s':>8} {'run s':>7}  status")
-    with tempfile.TemporaryDirectory() as tmp:
+    boards = args.boards.split(",")
+    with tempfile.TemporaryDirectory() as tmp, progress_bar(len(args.models) * len(boards), "check", unit="build") as bar:
         for model in args.models:
             feeds = dict(np.load(model.with_suffix(".inputs.npz")))
             ref = dict(np.load(model.with_suffix(".ref.npz")))
-            for board in args.boards.split(","):
+            for board in boards:
+                bar.set_postfix_str(f"{model.stem} {board}")
                 started = time.perf_counter()
                 result = build_model(model, BuildOptions(board=board, out_dir=Path(tmp) / f"{model.stem}-{board}", opt=args.opt, record_last=False))
                 built = time.perf_counter()
@@ -44,7 +47,10 @@ def main() -> int:
                 rel = max(err[1] for err in compare(outputs, ref).values())
                 ok = rel <= args.tolerance
                 failures += not ok
-                print(f"{model.stem:<14} {board:<8} {rel:>12.2e} {built - started:>8.1f} {ran - built:>7.1f}  {'ok' if ok else 'FAIL'}", flush=True)
+                bar.write(f"{model.stem:<14} {board:<8} {rel:>12.2e} {built - started:>8.1f} {ran - built:>7.1f}  "
+                          f"{'ok' if ok else 'FAIL'}", file=sys.stdout)
+                sys.stdout.flush()
+                bar.update(1)
     return 1 if failures else 0
 
 

@@ -2,6 +2,7 @@
 or beside output (JSON, tables) that goes to a file or another program."""
 from __future__ import annotations
 
+import shutil
 import sys
 from typing import TextIO
 
@@ -11,6 +12,13 @@ def _tty(stream: TextIO | None) -> bool:
         return bool(stream is not None and stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+def screen() -> dict[str, int]:
+    """tqdm's ncols/nrows: the terminal's size, or 80x24 when it reports 0x0 (a pty nobody sized), where
+    tqdm would otherwise draw nothing."""
+    size = shutil.get_terminal_size((80, 24))
+    return {"ncols": size.columns or 80, "nrows": size.lines or 24}
 
 
 def enabled(stream: TextIO | None = None) -> bool:
@@ -25,7 +33,7 @@ def progress_bar(total: int | float | None, desc: str, unit: str = "it", unit_sc
 
     on = enabled() if show is None else show
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, unit_divisor=1024 if unit == "B" else 1000,
-                file=sys.stderr, disable=not on, leave=leave)
+                file=sys.stderr, disable=not on, leave=leave, **screen())
 
 
 class Stages:
@@ -58,4 +66,5 @@ def track(iterable, desc: str, unit: str = "it", total: int | None = None, show:
     from tqdm import tqdm
 
     on = enabled() if show is None else show
-    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, disable=not on, leave=False)
+    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, disable=not on, leave=False,
+                **screen())

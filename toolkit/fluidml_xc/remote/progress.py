@@ -31,9 +31,11 @@ class ProgressBar:
             return
         from tqdm import tqdm
 
+        from ..progress import screen
+
         if self._bar is None:
             self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=self.stream,
-                             desc="  upload", leave=False)
+                             desc="  upload", leave=False, **screen())
         self._bar.set_postfix_str(name[:24], refresh=False)
         self._bar.update(max(0, done - self._done))
         self._done = done

@@ -47,6 +47,7 @@ int fxc_pool_start(int threads);          /* threads - 1 workers; 0 on success *
 int fxc_pool_threads(void);               /* threads running the model (0: an application's parallel-for) */
 int fxc_pool_configured(void);
 void fxc_pool_set_parallel_for(fxc_parallel_for_fn pfor, void *user);
+int64_t fxc_pool_worker_cpu_ns(void);     /* CPU time of the pool's workers so far */
 /* Defined by the glue: the thread count built in (manifest `threads`). */
 extern const int32_t fxc_default_threads;
 int fxc_set_threads(int threads);
@@ -61,7 +62,7 @@ void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int
 
 /* timer.c */
 int64_t fxc_now_ns(void);
-int64_t fxc_cpu_ns(void);  /* CPU time of the whole process (all threads) */
+int64_t fxc_cpu_ns(void);  /* CPU time of the calling thread and the pool's workers */
 
 /* rss.c */
 int64_t fxc_peak_rss_bytes(void);

@@ -207,3 +207,15 @@ void fxc_pool_set_parallel_for(fxc_parallel_for_fn pfor, void *user)
     pool.user_pfor = pfor;
     pool.user = pfor ? user : NULL;
 }
+
+int64_t fxc_pool_worker_cpu_ns(void)
+{
+    int64_t total = 0;
+    for (int i = 0; i < pool.workers; i++) {
+        clockid_t clock;
+        struct timespec ts;
+        if (pthread_getcpuclockid(pool.tid[i], &clock) == 0 && clock_gettime(clock, &ts) == 0)
+            total += (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+    }
+    return total;
+}

@@ -68,72 +68,151 @@ static void format_shape(char *buf, size_t len, int32_t rank, const int64_t *sha
         snprintf(buf + used, len - used, rank == 1 ? ",)" : ")");
 }
 
-/* Finds `key` (quoted) in the header dict and returns the text after its ':' with spaces skipped. */
-static const char *dict_value(const char *header, const char *key)
+/* Header text for a message: printable ASCII as is, every other byte as \xNN (a file may hold anything). */
+static void printable(char *dst, size_t len, const char *src, size_t n)
 {
-    size_t key_len = strlen(key);
-    for (const char *p = strstr(header, key); p; p = strstr(p + 1, key)) {
-        if (p == header || (p[-1] != '\'' && p[-1] != '"') || p[key_len] != p[-1])
-            continue;
-        p += key_len + 1;
-        while (*p == ' ')
-            p++;
-        if (*p != ':')
-            continue;
-        p++;
-        while (*p == ' ')
-            p++;
-        return p;
+    static const char HEX[] = "0123456789abcdef";
+    size_t used = 0;
+    for (size_t i = 0; i < n && used + 5 < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            dst[used++] = (char)c;
+        } else {
+            dst[used++] = '\\';
+            dst[used++] = 'x';
+            dst[used++] = HEX[c >> 4];
+            dst[used++] = HEX[c & 15];
+        }
     }
-    return NULL;
+    dst[used] = '\0';
 }
 
-static int parse_header(const char *header, const char *path, const dtype_info **dtype, int *fortran,
-                        int32_t *rank, int64_t *shape, char *err, size_t err_len)
+static const char *skip_spaces(const char *p)
 {
-    const char *descr = dict_value(header, "descr");
-    if (!descr || (*descr != '\'' && *descr != '"'))
-        return fail(err, err_len, "%s: .npy header has no simple 'descr' (structured dtypes are not supported)", path);
-    char quote = *descr++;
-    const char *end = strchr(descr, quote);
-    if (!end || end - descr < 3 || end - descr > 4)
-        return fail(err, err_len, "%s: unsupported .npy dtype in header: %s", path, header);
+    while (*p == ' ')
+        p++;
+    return p;
+}
+
+/* The dtype of a descr such as '<f4' / '|u1' (byte order checked), or -1 with the message in err. */
+static int parse_descr(const char *descr, size_t n, const char *path, const dtype_info **dtype, char *err, size_t err_len)
+{
+    char shown[64];
+    printable(shown, sizeof shown, descr, n);
+    if (n < 3 || n > 4 || descr[2] < '1' || descr[2] > '8' || (n == 4 && (descr[3] < '0' || descr[3] > '9')))
+        return fail(err, err_len, "%s: unsupported .npy dtype '%s'", path, shown);
     char order = descr[0], kind = descr[1];
-    int32_t size = (int32_t)strtol(descr + 2, NULL, 10);
+    int32_t size = descr[2] - '0';
+    if (n == 4)
+        size = size * 10 + (descr[3] - '0');
     *dtype = NULL;
     for (int i = 0; i < NUM_DTYPES && !*dtype; i++)
         if (DTYPES[i].kind == kind && DTYPES[i].size == size)
             *dtype = &DTYPES[i];
     if (!*dtype)
-        return fail(err, err_len, "%s: unsupported .npy dtype '%.*s'", path, (int)(end - descr), descr);
+        return fail(err, err_len, "%s: unsupported .npy dtype '%s'", path, shown);
     if (order == '>' && size > 1)
         return fail(err, err_len, "%s: big-endian .npy data is not supported; save it with arr.astype(arr.dtype.newbyteorder('<'))", path);
     if (order != '<' && order != '|' && order != '=' && order != '>')
-        return fail(err, err_len, "%s: bad byte order in .npy dtype '%.*s'", path, (int)(end - descr), descr);
-
-    const char *fo = dict_value(header, "fortran_order");
-    if (!fo || (strncmp(fo, "True", 4) != 0 && strncmp(fo, "False", 5) != 0))
-        return fail(err, err_len, "%s: .npy header has no fortran_order", path);
-    *fortran = fo[0] == 'T';
-
-    const char *sh = dict_value(header, "shape");
-    if (!sh || *sh != '(')
-        return fail(err, err_len, "%s: .npy header has no shape", path);
-    sh++;
-    *rank = 0;
-    for (;;) {
-        while (*sh == ' ' || *sh == ',')
-            sh++;
-        if (*sh == ')')
-            break;
-        char *next;
-        long long dim = strtoll(sh, &next, 10);
-        if (next == sh || dim < 0 || *rank >= FXC_MAX_RANK)
-            return fail(err, err_len, "%s: bad shape in .npy header", path);
-        shape[(*rank)++] = (int64_t)dim;
-        sh = next;
-    }
+        return fail(err, err_len, "%s: bad byte order in .npy dtype '%s'", path, shown);
     return 0;
+}
+
+/* The header dict, exactly as numpy writes and reads it: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+   in any key order, each key once, then spaces and a newline. Anything else is refused (numpy refuses it too). */
+static int parse_header(const char *header, const char *path, const dtype_info **dtype, int *fortran,
+                        int32_t *rank, int64_t *shape, char *err, size_t err_len)
+{
+    int seen_descr = 0, seen_fortran = 0, seen_shape = 0;
+    const char *p = skip_spaces(header);
+    if (*p++ != '{')
+        goto bad;
+    for (;;) {
+        p = skip_spaces(p);
+        if (*p == '}')
+            break;
+        char quote = *p++;
+        if (quote != '\'' && quote != '"')
+            goto bad;
+        const char *key = p, *key_end = strchr(p, quote);
+        if (!key_end)
+            goto bad;
+        size_t key_len = (size_t)(key_end - key);
+        p = skip_spaces(key_end + 1);
+        if (*p++ != ':')
+            goto bad;
+        p = skip_spaces(p);
+        if (key_len == 5 && memcmp(key, "descr", 5) == 0 && !seen_descr) {
+            char q = *p++;
+            const char *value_end = (q == '\'' || q == '"') ? strchr(p, q) : NULL;
+            if (!value_end)
+                return fail(err, err_len, "%s: .npy header has no simple 'descr' (structured dtypes are not supported)", path);
+            if (parse_descr(p, (size_t)(value_end - p), path, dtype, err, err_len) != 0)
+                return -1;
+            p = value_end + 1;
+            seen_descr = 1;
+        } else if (key_len == 13 && memcmp(key, "fortran_order", 13) == 0 && !seen_fortran) {
+            if (strncmp(p, "True", 4) == 0) {
+                *fortran = 1;
+                p += 4;
+            } else if (strncmp(p, "False", 5) == 0) {
+                *fortran = 0;
+                p += 5;
+            } else {
+                goto bad;
+            }
+            seen_fortran = 1;
+        } else if (key_len == 5 && memcmp(key, "shape", 5) == 0 && !seen_shape) {
+            if (*p++ != '(')
+                goto bad;
+            *rank = 0;
+            for (;;) {
+                p = skip_spaces(p);
+                if (*p == ')')
+                    break;
+                if (*p < '0' || *p > '9' || *rank >= FXC_MAX_RANK)
+                    return fail(err, err_len, "%s: bad shape in .npy header", path);
+                int64_t dim = 0;
+                while (*p >= '0' && *p <= '9') {
+                    if (dim > (INT64_MAX - 9) / 10)
+                        return fail(err, err_len, "%s: bad shape in .npy header", path);
+                    dim = dim * 10 + (*p++ - '0');
+                }
+                shape[(*rank)++] = dim;
+                p = skip_spaces(p);
+                if (*p == ',')
+                    p++;
+                else if (*p != ')')
+                    return fail(err, err_len, "%s: bad shape in .npy header", path);
+            }
+            p++;
+            seen_shape = 1;
+        } else {
+            goto bad;
+        }
+        p = skip_spaces(p);
+        if (*p == ',')
+            p++;
+        else if (*p != '}')
+            goto bad;
+    }
+    p = skip_spaces(p + 1);
+    if (*p == '\n')
+        p++;
+    if (*p != '\0')
+        goto bad;
+    if (!seen_descr)
+        return fail(err, err_len, "%s: .npy header has no simple 'descr' (structured dtypes are not supported)", path);
+    if (!seen_fortran)
+        return fail(err, err_len, "%s: .npy header has no fortran_order", path);
+    if (!seen_shape)
+        return fail(err, err_len, "%s: .npy header has no shape", path);
+    return 0;
+bad: {
+        char shown[128];
+        printable(shown, sizeof shown, header, strlen(header));
+        return fail(err, err_len, "%s: malformed .npy header: %s", path, shown);
+    }
 }
 
 static int read_exact(FILE *fh, void *buf, size_t n) { return fread(buf, 1, n, fh) == n ? 0 : -1; }

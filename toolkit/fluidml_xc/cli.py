@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """A message as one line of printable text: newlines, escape sequences and other control characters escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
 def _on_terminate(signum, frame) -> None:
     raise Terminated(signum)
 
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     except FxcError as exc:
         if debug:
             raise
-        print(f"fluidml-xc: error: {exc}", file=sys.stderr)
+        print(f"fluidml-xc: error: {_one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("fluidml-xc: interrupted", file=sys.stderr)
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         line, code = describe_unexpected(exc)
-        print(f"fluidml-xc: error: {line}", file=sys.stderr)
+        print(f"fluidml-xc: error: {_one_line(line)}", file=sys.stderr)
         return code
 
 

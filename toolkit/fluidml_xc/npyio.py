@@ -30,8 +30,8 @@ def read_npy(fh, available: int, what: str, max_bytes: int | None = None) -> np.
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_HEADER)
         else:
             raise ValueError(f"unsupported .npy format version {version}")
-    except (ValueError, EOFError, OSError, SyntaxError, TypeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{what}: not a valid .npy file ({' '.join(str(exc).split())[:200]})") from None
+    except Exception as exc:  # numpy's header parser raises ValueError, SyntaxError, tokenize.TokenError, ...
+        raise InputError(f"{what}: not a valid .npy file ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
     if dtype.hasobject or dtype.names is not None or dtype.subdtype is not None:
         raise InputError(f"{what}: .npy dtype {dtype} is not a plain numeric type: save a numeric array")
     if len(shape) > MAX_RANK or any(not isinstance(d, int) or d < 0 for d in shape):

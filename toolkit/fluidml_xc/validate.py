@@ -262,6 +262,8 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None, node_na
         check = ATTRIBUTE_CHECKS.get(node.op_type)
         if check is not None and node.domain in ("", "ai.onnx"):
             check(node, name)
+        if node.domain in ("", "ai.onnx"):
+            _check_flags(node, name)
 
 
 def _attr(node: onnx.NodeProto, key: str, default=None):
@@ -269,6 +271,20 @@ def _attr(node: onnx.NodeProto, key: str, default=None):
         if attr.name == key:
             return helper.get_attribute_value(attr)
     return default
+
+
+FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "exclusive", "reverse", "ceil_mode",
+         "count_include_pad", "transA", "transB", "upper", "largest", "sorted", "center_point_box", "fmod",
+         "detect_negative", "detect_positive", "saturate", "layout", "input_forget", "linear_before_reset",
+         "storage_order", "allowzero", "training_mode", "onesided", "inverse", "normalized",
+         "periodic", "align_corners", "new_axis", "ignore_nan", "interleaved"}
+"""Integer attributes that are booleans in the schema: 0 or 1, nothing else (implementations disagree on 2^31)."""
+
+
+def _check_flags(node: onnx.NodeProto, name: str) -> None:
+    for attr in node.attribute:
+        if attr.name in FLAGS and attr.type == onnx.AttributeProto.INT and attr.i not in (0, 1):
+            raise InputError(f"{node.op_type} node {name!r}: attribute {attr.name} is {attr.i}; it is a flag: 0 or 1")
 
 
 _AUTO_PAD = {b"NOTSET", b"SAME_UPPER", b"SAME_LOWER", b"VALID"}
@@ -323,7 +339,34 @@ def _reshape_count(op: str, name: str, attrs: dict, shapes: list, outputs: list)
                          f"{list(outputs[0])} ({n_out} elements): fix the shape input")
 
 
-SHAPE_CHECKS = {op: _conv_groups for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv")}
+AXIS_OPS = {"Softmax", "LogSoftmax", "Hardmax", "Concat", "Gather", "GatherElements", "ScatterElements", "Split",
+            "ArgMax", "ArgMin", "TopK", "Compress", "LayerNormalization", "Flatten", "CumSum", "LpNormalization"}
+"""Ops whose `axis` attribute indexes the dims of input 0 (Flatten: also the rank itself)."""
+
+
+def _axis_in_range(op: str, name: str, attrs: dict, shapes: list) -> None:
+    if not shapes or shapes[0] is None:
+        return
+    rank = len(shapes[0])
+    top = rank if op == "Flatten" else rank - 1
+    axis = attrs.get("axis")
+    if isinstance(axis, (int, np.integer)) and not -rank <= int(axis) <= top:
+        raise InputError(f"{op} node {name!r}: axis {int(axis)} is outside [{-rank}, {top}] for an input of rank {rank}")
+    axes = attrs.get("axes")
+    if isinstance(axes, (list, tuple)) and any(not -rank <= int(a) < rank for a in axes):
+        raise InputError(f"{op} node {name!r}: axes {list(axes)} are outside [{-rank}, {rank - 1}] for an input of rank {rank}")
+
+
+def _shape_checks(op: str, name: str, attrs: dict, shapes: list) -> None:
+    if op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
+        _conv_groups(op, name, attrs, shapes)
+    if op in AXIS_OPS or (op.startswith("Reduce") and "axes" in attrs):
+        _axis_in_range(op, name, attrs, shapes)
+
+
+SHAPE_CHECKS = {op: _shape_checks for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", *AXIS_OPS,
+                                             "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                                             "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
 """op -> check(op, node name, attrs, input shapes) run before the node's shapes are inferred."""
 OUTPUT_CHECKS = {"Reshape": _reshape_count}
 """op -> check(op, node name, attrs, input shapes, output shapes) run after inference."""

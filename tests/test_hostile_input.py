@@ -250,3 +250,14 @@ def test_runner_o_refuses_an_existing_file_like_run_outputs(relu_artifact, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["y.npy", "z.npy"], "no temporary left beside the outputs"
     proc = subprocess.run([runner, "-o", str(tmp_path / "nodir" / "y.npy")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "cannot create" in proc.stderr
+
+
+def test_profile_and_verify_arguments_are_one_line_exit_2(relu_artifact, tmp_path):
+    art = str(relu_artifact)
+    cases = [("profile", art, "--local", "--timeout", "nan"), ("profile", art, "--local", "--runs", "99999999999"),
+             ("profile", art, "--local", "--warmup", "-1"), ("verify", art, "--timeout", "inf"),
+             ("verify", art, "--rtol", "nan"), ("deploy", art, "--host", "127.0.0.1", "--connect-timeout", "nan")]
+    for args in cases:
+        result = xc(*args, cwd=tmp_path)
+        assert result.code == 2, (args, result.stderr)
+        result.error_line()

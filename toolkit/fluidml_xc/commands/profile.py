@@ -36,8 +36,10 @@ def main(args) -> int:
         return run_command(args, NAME)
     if args.local == bool(args.host):
         raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
-    if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
-        raise InputError("--runs must be >= 1, --warmup >= 0 and --timeout positive")
+    from ..remote.cliargs import MAX_RUNS, finite_positive, runs_in_range
+
+    if not runs_in_range(args.runs, args.warmup) or not finite_positive(args.timeout):
+        raise InputError(f"--runs must be 1 to {MAX_RUNS:,}, --warmup 0 to {MAX_RUNS:,} and --timeout a positive number of seconds")
     if args.html:
         from ..extras import require
 

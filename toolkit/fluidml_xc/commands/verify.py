@@ -35,8 +35,10 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     if args.inventory:
         return run_command(args, NAME)
-    if args.rtol < 0 or args.atol < 0 or args.timeout <= 0:
-        raise InputError("--rtol and --atol must be >= 0 and --timeout positive")
+    from ..remote.cliargs import finite_positive
+
+    if not (args.rtol >= 0 and args.atol >= 0) or not finite_positive(args.timeout):  # nan fails every comparison
+        raise InputError("--rtol and --atol must be >= 0 and --timeout a positive number of seconds")
     artifact = artifact_from_args(args)
     check_run_threads(artifact.manifest, args.threads)
     feeds = make_feeds(artifact, args.inputs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..boards import Board
 from ..errors import InputError
@@ -31,6 +32,18 @@ def add_ssh_arguments(parser: argparse.ArgumentParser, base_dir: bool = True) ->
                            help=f"install directory on the board (default {DEFAULT_BASE_DIR})")
 
 
+MAX_RUNS = 10_000_000
+
+
+def finite_positive(value: float | None) -> bool:
+    """A timeout is a finite number of seconds above 0 (nan and inf are not)."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def runs_in_range(runs: int, warmup: int) -> bool:
+    return 1 <= runs <= MAX_RUNS and 0 <= warmup <= MAX_RUNS
+
+
 def ssh_options(args: argparse.Namespace, board: Board | None = None) -> SshOptions:
     """SshOptions from parsed arguments (tolerates parsers that define only some of the options)."""
     host = getattr(args, "host", None)
@@ -40,8 +53,8 @@ def ssh_options(args: argparse.Namespace, board: Board | None = None) -> SshOpti
     if getattr(args, "port", None) is not None and not 0 < args.port < 65536:
         raise InputError(f"--port {args.port} is not a valid TCP port")
     timeout = getattr(args, "connect_timeout", None) or DEFAULT_CONNECT_TIMEOUT
-    if timeout <= 0:
-        raise InputError("--connect-timeout must be positive")
+    if not finite_positive(timeout):
+        raise InputError(f"--connect-timeout {timeout}: give a positive number of seconds")
     return SshOptions(
         host=host, user=getattr(args, "user", None), port=getattr(args, "port", None),
         identity=getattr(args, "identity", None), known_hosts=getattr(args, "known_hosts", None),

@@ -161,13 +161,13 @@ def io_bytes(inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
     return sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs)
 
 
-def timed(fn, runs: int) -> float:
+def timed(fn, runs: int, clock=time.perf_counter) -> float:
     fn()
     times = []
     for _ in range(runs):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return float(np.median(times))
 
 
@@ -178,6 +178,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time with the calling thread's CPU clock, not the wall clock (steadier on a busy machine; "
+                         "--threads 1 only, where ORT also computes on the calling thread)")
     args = ap.parse_args()
     import onnxruntime as ort
 
@@ -223,7 +226,8 @@ def main() -> int:
         check = "ok" if max(errors) < 1e-3 else f"ERR {max(errors):.2g}"
         if case.op == "TopK" and check != "ok":  # ties may order indices differently: compare the values only
             check = "ok" if np.allclose(outs[0], want[0], rtol=1e-5, atol=1e-6) else check
-        rounds = [(timed(ours, args.runs), timed(theirs, args.runs)) for _ in range(args.rounds)]
+        clock = time.thread_time if args.cpu_time and args.threads == 1 else time.perf_counter
+        rounds = [(timed(ours, args.runs, clock), timed(theirs, args.runs, clock)) for _ in range(args.rounds)]
         a, b = float(np.median([r[0] for r in rounds])), float(np.median([r[1] for r in rounds]))
         ratio = float(np.median([r[0] / r[1] for r in rounds]))
         ratios.append(ratio)

@@ -240,11 +240,13 @@ class Scalar:
         """expf without a libm call, so loops around it vectorize (Cephes range reduction + degree-6 polynomial, < 1e-7 rel)."""
         b, f32, i32 = self.b, ir.FloatType(), ir.IntType(32)
         given = x
-        x = self.intrinsic_binary("llvm.minnum", self.intrinsic_binary("llvm.maxnum", x, ir.Constant(f32, -88.3762626647949)),
-                                  ir.Constant(f32, 88.3762626647949))
-        fx = self.intrinsic("llvm.floor", b.fadd(b.fmul(x, ir.Constant(f32, 1.44269504088896341)), ir.Constant(f32, 0.5)))
-        r = b.fsub(b.fsub(x, b.fmul(fx, ir.Constant(f32, 0.693359375))), b.fmul(fx, ir.Constant(f32, -2.12194440e-4)))
-        y = b.fadd(b.fadd(b.fmul(_poly(b, r, _EXP_POLY), b.fmul(r, r)), r), ir.Constant(f32, 1.0))
+        lo, hi = ir.Constant(f32, -88.3762626647949), ir.Constant(f32, 88.3762626647949)
+        x = b.select(b.fcmp_ordered("<", x, lo), lo, b.select(b.fcmp_ordered(">", x, hi), hi, x))  # min/max instructions
+        c = ("contract",)
+        fx = self.intrinsic("llvm.floor", b.fadd(b.fmul(x, ir.Constant(f32, 1.44269504088896341), flags=c), ir.Constant(f32, 0.5), flags=c))
+        r = b.fsub(b.fsub(x, b.fmul(fx, ir.Constant(f32, 0.693359375), flags=c), flags=c),
+                   b.fmul(fx, ir.Constant(f32, -2.12194440e-4), flags=c), flags=c)
+        y = b.fadd(b.fadd(b.fmul(_poly(b, r, _EXP_POLY), b.fmul(r, r), flags=c), r, flags=c), ir.Constant(f32, 1.0), flags=c)
         scale = b.bitcast(b.shl(b.add(b.fptosi(fx, i32), ir.Constant(i32, 127)), ir.Constant(i32, 23)), f32)
         result = b.select(b.fcmp_ordered(">", given, ir.Constant(f32, 88.72283935546875)), ir.Constant(f32, float("inf")),
                           b.fmul(y, scale))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import const, llvm_type
+from ..codegen.scalar import const, is_float, llvm_type
 from .conv import _fill, auto_pad_mode, element, load_lanes, loop, nest, offset, store_lanes, table_nest, tap_range, tap_tables
 from .registry import register
 
@@ -298,6 +298,11 @@ def lower_lp_pool(k):
     window_pool(k, "lp")
 
 
+def _nan_max(s, dt, a, b):
+    """max propagating NaN; floats through llvm.maximum, which the loop vectorizer reduces in vectors."""
+    return s.intrinsic_binary("llvm.maximum", a, b) if is_float(dt) else s.maximum(dt, a, b)
+
+
 def global_pool(k, kind: str) -> None:
     x, out = k.inputs[0], k.outputs[0]
     dt, s = out.dtype, k.s
@@ -307,7 +312,7 @@ def global_pool(k, kind: str) -> None:
     out_acc = out.access(list(range(x.rank)), x.rank)
     if kind == "max":
         k.generic(x.shape, [out_acc], [x.identity_access()], lambda v, i: [v[0]], reduce_dims=spatial,
-                  init=[lowest(dt)], combine=lambda accs, vals: [s.maximum(dt, accs[0], vals[0])])
+                  init=[lowest(dt)], combine=lambda accs, vals: [_nan_max(s, dt, accs[0], vals[0])])
     elif kind == "avg":
         k.generic(x.shape, [out_acc], [x.identity_access()], lambda v, i: [v[0]], reduce_dims=spatial,
                   init=[const(dt, 0)], finalize=lambda r, i: [s.mul(dt, r[0], const(dt, 1.0 / count))])

@@ -39,8 +39,13 @@ def _highest(dt) -> ir.Constant:
 
 
 def _fmax(k, dt, a, b):
-    """max, NaN when either is NaN (ONNX Runtime and onnx.reference propagate NaN through ReduceMax)."""
-    return k.s.maximum(dt, a, b)
+    """max, NaN when either is NaN (ONNX Runtime and onnx.reference propagate NaN through ReduceMax);
+    floats through llvm.maximum, which the loop vectorizer turns into a vector reduction."""
+    return k.s.intrinsic_binary("llvm.maximum", a, b) if is_float(dt) else k.s.maximum(dt, a, b)
+
+
+def _fmin(k, dt, a, b):
+    return k.s.intrinsic_binary("llvm.minimum", a, b) if is_float(dt) else k.s.minimum(dt, a, b)
 
 
 def _exp(k, dt, x):
@@ -89,7 +94,7 @@ REDUCERS = {
     "ReduceLogSum": (lambda dt: const(dt, 0), None, None, lambda k, dt, acc, n: k.s.intrinsic("llvm.log", acc)),
     "ReduceProd": (lambda dt: const(dt, 1), None, lambda k, dt, a, x: k.s.mul(dt, a, x), None),
     "ReduceMax": (_lowest, None, _fmax, None),
-    "ReduceMin": (_highest, None, lambda k, dt, a, x: k.s.minimum(dt, a, x), None),
+    "ReduceMin": (_highest, None, _fmin, None),
 }
 FLOAT_ONLY = {"ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}
 
@@ -260,7 +265,8 @@ def _softmax(k, log: bool) -> None:
     x_acc, out_acc = x.identity_access(), out.identity_access()
 
     def row(ix, inner):
-        top = _fold(k, x.shape, inner, ix, dt, _lowest(dt), lambda a, i: _fmax(k, dt, a, k.load(x_acc, i)))
+        # maxnum skips a NaN here, but the NaN still reaches the sum, so the whole row is NaN as in ORT
+        top = _fold(k, x.shape, inner, ix, dt, _lowest(dt), lambda a, i: k.s.max(dt, a, k.load(x_acc, i)))
 
         def exp_term(i):
             e = _exp(k, dt, k.s.sub(dt, k.load(x_acc, i), top))

@@ -537,8 +537,17 @@ class Conv2D:
             store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[p]), residual), lanes, os_[1])
 
     def channels_dw(self, fn):
-        """fn(c0, lanes): full channel vectors in a loop, the remaining channels one by one."""
+        """fn(c0, lanes): full channel vectors in a loop, the remaining channels one by one (under
+        cb_rng: the vectors [lo, hi) of them, the remaining channels with the last chunk)."""
         full = self.G // self.V
+        if self.cb_rng is not None:
+            k, (lo, hi) = self.k, self.cb_rng
+            with loop(k, k.imin(hi, k.index(full)), lo) as cb:
+                fn(offset(k, 0, (cb, self.V)), self.V)
+            if self.G % self.V:
+                with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+                    self.span(full * self.V, self.G, lambda c: fn(c, 1))
+            return
         self.span(0, full, lambda cb: fn(offset(self.k, 0, (cb, self.V)), self.V))
         self.span(full * self.V, self.G, lambda c: fn(c, 1))
 
@@ -601,8 +610,9 @@ class Conv2D:
         if self.k.tile_range is None or work < PARALLEL_MIN_WORK:
             return None
         want = -(-chunk_count(1 << 30, work) // (self.N * self.groups_tiled()))
-        if self.depthwise_c:
-            return work, 1, chunk_count(self.OH, work, want), "rows"
+        if self.depthwise_c:  # rows, then channel vectors when the rows are few
+            rc = chunk_count(self.OH, work, want)
+            return work, chunk_count(self.dw_units(), work, -(-want // rc)), rc, "rows"
         if self.pointwise_tiles():
             return work, chunk_count(self.NB, work, want), 1, "rows"
         kind, units = ("px", self.px_tiles()) if self.flat else ("rows", self.OH)
@@ -616,6 +626,10 @@ class Conv2D:
         """Groups as separate tiles (the channels-last depthwise kernel does every group in one pass)."""
         return 1 if self.depthwise_c else self.G
 
+    def dw_units(self) -> int:
+        """Channel units of the channels-last depthwise kernel: full vectors, plus one for the rest."""
+        return self.G // self.V + (1 if self.G % self.V else 0)
+
     def emit_tiled(self, per_image) -> bool:
         split = self.split()
         if split is None or self.N * self.groups_tiled() * split[1] * split[2] < 2:
@@ -625,7 +639,7 @@ class Conv2D:
         units = self.OH if kind == "rows" else self.px_tiles()
         with k.parallel_tiles([self.N, self.groups_tiled(), cbc, uc], work) as (n, g, c, u):
             if cbc > 1:
-                self.cb_rng = k.chunk(c, cbc, self.NB)
+                self.cb_rng = k.chunk(c, cbc, self.dw_units() if self.depthwise_c else self.NB)
             if uc > 1:
                 setattr(self, "row_rng" if kind == "rows" else "px_rng", k.chunk(u, uc, units))
             per_image(n, g)

@@ -241,7 +241,7 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
     uint32_t header_len = (uint32_t)len_bytes[0] | (uint32_t)len_bytes[1] << 8;
     if (len_size == 4)
         header_len |= (uint32_t)len_bytes[2] << 16 | (uint32_t)len_bytes[3] << 24;
-    if (header_len > (1u << 24) || !(header = malloc((size_t)header_len + 1))) {
+    if (header_len > (1u << 16) || !(header = malloc((size_t)header_len + 1))) {
         fail(err, err_len, "%s: .npy header too large", path);
         goto done;
     }

@@ -23,9 +23,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--per-channel", action="store_true", help="per-channel weight scales")
     parser.add_argument("--activation-type", choices=QTYPES, help="default: int8 for qdq, uint8 for qoperator")
     parser.add_argument("--weight-type", choices=QTYPES, default="int8")
-    parser.add_argument("--exclude", nargs="+", default=[], metavar="NODE_OR_TYPE", help="node names or op types to leave in float")
+    parser.add_argument("--exclude", action="append", default=[], metavar="NODE_OR_TYPE",
+                        help="a node name or op type to leave in float (repeatable)")
     parser.add_argument("--dynamic", action="store_true",
-                        help="dynamic quantization (quantize_dynamic): int8 weights, activations quantized at run time; no calibration")
+                        help="dynamic quantization (quantize_dynamic): int8 weights, activations quantized at run time; the samples only evaluate")
     parser.add_argument("--eval", type=Path, metavar="DATA", help="held-out samples for the report (default: part of --calibration)")
     parser.add_argument("--board", "-b", help="board to build and run both models for (default: this machine; foreign boards under qemu)")
     parser.add_argument("--build-dir", type=Path, default=Path("build"), metavar="DIR", help="where the two artifacts go (default build/)")

@@ -216,7 +216,7 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     if held is not None and held.shapes != samples.shapes:
         raise InputError(f"--eval samples have shapes {held.shapes}, the calibration samples {samples.shapes}; use the same shapes")
     if options.config.dynamic and held is None:  # nothing to calibrate: every sample evaluates
-        calibration, evaluation, how = samples, samples, f"all {len(samples)} samples (dynamic quantization calibrates nothing)"
+        calibration, evaluation, how = samples, samples, "every sample: dynamic quantization calibrates nothing"
     else:
         calibration, evaluation, how = split_samples(samples, held)
     static, fixed = _static_model(model, samples.shapes)

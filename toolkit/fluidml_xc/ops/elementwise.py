@@ -210,14 +210,33 @@ for _name, _fn in BINARY.items():
     _register_binary(_name, _fn)
 
 
+CONSTANT_POWERS = {
+    0.0: lambda k, dt, x: const(dt, 1.0),
+    1.0: lambda k, dt, x: x,
+    2.0: lambda k, dt, x: k.b.fmul(x, x),
+    3.0: lambda k, dt, x: k.b.fmul(k.b.fmul(x, x), x),
+    4.0: lambda k, dt, x: (lambda sq: k.b.fmul(sq, sq))(k.b.fmul(x, x)),
+    -1.0: lambda k, dt, x: k.b.fdiv(const(dt, 1.0), x),
+    -2.0: lambda k, dt, x: k.b.fdiv(const(dt, 1.0), k.b.fmul(x, x)),
+    0.5: lambda k, dt, x: k.s.intrinsic("llvm.sqrt", x),
+}
+"""x ** e for a constant scalar exponent: multiplications, a division or sqrt instead of a pow call
+(within an ulp or two of pow; ONNX Runtime takes the same shortcuts for 2, 3 and 0.5)."""
+
+
+def constant_power(k, dt, x, exponent) -> ir.Value | None:
+    if not is_float(dt) or exponent is None or np.size(exponent) != 1:
+        return None
+    fn = CONSTANT_POWERS.get(float(np.ravel(exponent)[0]))
+    return None if fn is None else fn(k, dt, x)
+
+
 @register("Pow", inplace=True)
 def lower_pow(k):
     dt, ydt = k.inputs[0].dtype, k.inputs[1].dtype
     exponent = k.input_value(1)
-    if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) in (2.0, 1.0, 0.5) and is_float(dt):
-        e = float(exponent.reshape(-1)[0])
-        fns = {2.0: lambda x: k.b.fmul(x, x), 1.0: lambda x: x, 0.5: lambda x: k.s.intrinsic("llvm.sqrt", x)}
-        k.elementwise(lambda v: fns[e](v[0]), ins=[k.inputs[0]])
+    if constant_power(k, dt, const(dt, 1.0), exponent) is not None:
+        k.elementwise(lambda v: constant_power(k, dt, v[0], exponent), ins=[k.inputs[0]])
         return
     k.elementwise(lambda v: _pow(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
 

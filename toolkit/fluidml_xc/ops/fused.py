@@ -25,7 +25,7 @@ from llvmlite import ir
 from ..codegen import lowp
 from ..codegen.kernel import Operand
 from ..codegen.scalar import const, is_float
-from .elementwise import BINARY, COMPARE, UNARY, _add, _pow
+from .elementwise import BINARY, COMPARE, UNARY, _add, _pow, constant_power
 from .registry import register
 
 DOMAIN = "fluidml"
@@ -93,10 +93,8 @@ def _eval_step(k, step: dict, args: list, dts: list):
         return k.s.clamp(dt, x, lo, hi)
     if op == "Pow":
         exponent = step.get("attrs", {}).get("exponent")
-        if is_float(dt) and exponent in (2.0, 1.0, 0.5):
-            x = args[0]
-            return {2.0: lambda: k.b.fmul(x, x), 1.0: lambda: x, 0.5: lambda: k.s.intrinsic("llvm.sqrt", x)}[exponent]()
-        return _pow(k, dt, args[0], args[1], dts[1])
+        powered = constant_power(k, dt, args[0], exponent) if exponent is not None else None
+        return powered if powered is not None else _pow(k, dt, args[0], args[1], dts[1])
     if op in VARIADIC:
         combine = _combine(op)
         acc = args[0]

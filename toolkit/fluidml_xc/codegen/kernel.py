@@ -143,6 +143,9 @@ class Kernel:
         self.tile_split: tuple[int, ...] = ()
         self.region_blocks: set = set()
         self._in_region = False
+        self.loop_depth = 0
+        """Run-time loops (for_range) open around the current position: a region opens only at depth 0,
+        since a loop around it could carry results of one iteration's tiles into the next."""
         self.outer_chunk: tuple[ir.Value, int] | None = None
         """(chunk, chunks) set by a kernel that opened the region itself: loops_tiled runs that chunk."""
 
@@ -188,7 +191,11 @@ class Kernel:
         i.add_incoming(start_v, pre)
         b.cbranch(b.icmp_signed("<", i, stop_v), body, done)
         b.position_at_end(body)
-        yield i
+        self.loop_depth += 1
+        try:
+            yield i
+        finally:
+            self.loop_depth -= 1
         nxt = b.add(i, self.index(step), flags=("nsw",))
         i.add_incoming(nxt, b.block)
         b.branch(header)
@@ -204,7 +211,8 @@ class Kernel:
         outside the stack there makes the emitter run the whole op on one thread (emit.parallel_safe)."""
         extents = [int(e) for e in extents]
         total = int(np.prod(extents, dtype=np.int64)) if extents else 1
-        if self.tile_range is None or self.tiles or self._in_region or total < 2 or work < PARALLEL_MIN_WORK:
+        if (self.tile_range is None or self.tiles or self._in_region or self.loop_depth or total < 2
+                or work < PARALLEL_MIN_WORK):
             with ExitStack() as stack:
                 idx = [stack.enter_context(self.for_range(e)) if e > 1 else self.index(0) for e in extents]
                 self._in_region, outer = True, self._in_region
@@ -285,7 +293,7 @@ class Kernel:
         runs exactly its own body, so results do not depend on the split."""
         plan = self.split_plan(extents, dims, work)
         inside = self.outer_chunk is not None and plan is not None and plan[2] == self.outer_chunk[1] and self._in_region
-        if not inside and (self.tile_range is None or self.tiles or self._in_region or plan is None):
+        if not inside and (self.tile_range is None or self.tiles or self._in_region or self.loop_depth or plan is None):
             self.loops(extents, dims, idx, body)
             return
         lead, units, chunks = plan

@@ -284,10 +284,13 @@ def test_qoperator_and_methods_quantize(tmp_path):
     for k, (fmt, method) in enumerate([("qoperator", "minmax"), ("qdq", "entropy"), ("qdq", "percentile")]):
         out = tmp_path / f"m{k}.onnx"
         report = run_quantize(QuantizeOptions(model=model_path, calibration=calib, output=out, build=False, progress=False,
-                                              config=QuantConfig(format=fmt, method=method)))
+                                              config=QuantConfig(format=fmt, method=method), explain=20))
         ops = {n.op_type for n in onnx.load(str(out)).graph.node}
         assert ("QLinearConv" in ops) == (fmt == "qoperator") and ("QuantizeLinear" in ops)
         assert report.ort_accuracy[0].cosine > 0.9
+        # a Relu folded into QLinearConv: its quantized output is matched with the Relu's output, not the Conv's
+        rows = {r.node: r for r in report.explain}
+        assert rows["conv1"].op_type == "Conv+Relu" and rows["conv1"].rel_err < 0.1, (fmt, report.explain)
 
 
 # ---- bad input: one line, exit code 2, nothing written ----

@@ -78,6 +78,20 @@ def _matches(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> dict
                 found[name] = (name + QUANT_SUFFIX, float(scale.reshape(())), zp.reshape(()))
         elif name in produced:
             found[name] = (name, None, None)
+    # a Relu/Clip the quantizer folded into the op before it (its range is the quantized tensor's): that
+    # quantized tensor holds the activation's output, not the op's, so it is matched with the activation's
+    readers: dict[str, int] = {}
+    for node in float_model.graph.node:
+        for i in node.input:
+            readers[i] = readers.get(i, 0) + 1
+    for node in float_model.graph.node:
+        if node.op_type not in ("Relu", "Clip") or not node.input or not node.output or node.input[0] not in found \
+                or readers.get(node.input[0]) != 1:
+            continue
+        if node.output[0] not in found:
+            found[node.output[0]] = found.pop(node.input[0])
+        elif found[node.input[0]][1] is not None:  # QOperator: the activation's output is its dequantized copy
+            found.pop(node.input[0])
     return found
 
 

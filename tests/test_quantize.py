@@ -455,3 +455,21 @@ def test_qdq_gather_dequantizes_only_the_rows_it_reads(tmp_path):
     onnx.save(model, str(tmp_path / "g.onnx"))
     want = ort_run(tmp_path / "g.onnx", [{"ids": ids}], fused=False)[0]["out"]
     np.testing.assert_array_equal(compile_and_run(model, {"ids": ids}, tmp_path / "b")["out"], want)
+
+
+def test_dynamic_dims_fixed_to_the_samples(tmp_path):
+    from fluidml_xc.quantize import QuantizeOptions, run_quantize
+
+    model = small_cnn()
+    for vi in (model.graph.input[0], model.graph.output[0]):
+        dim = vi.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_param = "N"
+    del model.graph.value_info[:]
+    onnx.save(model, str(tmp_path / "dyn.onnx"))
+    np.savez(tmp_path / "s.npz", image=np.random.default_rng(0).standard_normal((3, 2, 3, 12, 12)).astype(np.float32))
+    report = run_quantize(QuantizeOptions(model=tmp_path / "dyn.onnx", calibration=tmp_path / "s.npz", output=tmp_path / "q.onnx",
+                                          build=False, progress=False))
+    dims = [d.dim_value for d in onnx.load(str(tmp_path / "q.onnx")).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [2, 3, 12, 12]
+    assert report.ort_accuracy[0].shape == (2, 10) and report.ort_accuracy[0].top1 is not None

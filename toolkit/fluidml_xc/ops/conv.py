@@ -735,6 +735,14 @@ def lower_conv(k):
     rs = _as_2d(residual)[1] if residual is not None else None
     if x.rank == 3:
         strides, dils, pads = [1, *strides], [1, *dils], [0, *pads]
+    if W == 1 and oshape[3] == 1 and wshape[3] == 1 and pads[1] == 0 and H > 1:
+        # a 1-D conv written as 2-D with a k x 1 kernel (tf2onnx and others): run it along the row, where
+        # the kernel blocks pixels, instead of down a column of one-pixel rows
+        (N, C, H, W), xs = (N, C, 1, H), (xs[0], xs[1], 0, xs[2])
+        oshape, os_ = (*oshape[:2], 1, oshape[2]), (os_[0], os_[1], 0, os_[2])
+        wshape, ws = (*wshape[:2], 1, wshape[2]), (ws[0], ws[1], 0, ws[2])
+        rs = None if rs is None else (rs[0], rs[1], 0, rs[2])
+        strides, dils, pads = [1, strides[0]], [1, dils[0]], [0, pads[0]]
     flat = (wshape[2:] == (1, 1) and strides == [1, 1] and pads == [0, 0] and oshape[2:] == (H, W)
             and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (rs is None or rs[2] == W * rs[3]))
     if flat:

@@ -473,3 +473,15 @@ def test_dynamic_dims_fixed_to_the_samples(tmp_path):
     dims = [d.dim_value for d in onnx.load(str(tmp_path / "q.onnx")).graph.input[0].type.tensor_type.shape.dim]
     assert dims == [2, 3, 12, 12]
     assert report.ort_accuracy[0].shape == (2, 10) and report.ort_accuracy[0].top1 is not None
+
+
+def test_progress_bar_over_calibration_samples_when_asked(tmp_path, capsys):
+    from fluidml_xc.quantize import QuantizeOptions, run_quantize
+
+    onnx.save(small_cnn(), str(tmp_path / "cnn.onnx"))
+    calib = write_samples(tmp_path / "calib", "image", (1, 3, 12, 12), 3, seed=6)
+    run_quantize(QuantizeOptions(model=tmp_path / "cnn.onnx", calibration=calib, output=tmp_path / "q.onnx", build=False, progress=True))
+    err = capsys.readouterr().err
+    assert "calibrating (minmax)" in err and "/3 [" in err
+    run_quantize(QuantizeOptions(model=tmp_path / "cnn.onnx", calibration=calib, output=tmp_path / "q2.onnx", build=False, progress=False))
+    assert capsys.readouterr().err == ""

@@ -231,10 +231,13 @@ def test_encoder_dynamic_x86_64(tmp_path):
 
 
 @pytest.mark.qemu
-def test_cnn_static_rpi4_under_qemu(tmp_path):
+@pytest.mark.parametrize("case", ["cnn-qdq", "encoder-dynamic"])
+def test_rpi4_under_qemu(case, tmp_path):
     if not has_emulator("rpi4"):
         pytest.skip("qemu-aarch64-static missing (apt-get install qemu-user-static)")
-    report = quantize_and_check(tmp_path, small_cnn(), "image", (1, 3, 12, 12), "rpi4", [], runs="1")
+    model, name, shape, extra = {"cnn-qdq": (small_cnn(), "image", (1, 3, 12, 12), ["--per-channel"]),
+                                 "encoder-dynamic": (small_encoder(), "x", (1, 8, 16), ["--dynamic"])}[case]
+    report = quantize_and_check(tmp_path, model, name, shape, "rpi4", extra, runs="1")
     assert report["emulated"] is True
     assert report["float_figures"]["ort_median_ms"] is None  # no ORT timing beside an emulated board
 

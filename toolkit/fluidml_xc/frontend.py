@@ -525,7 +525,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
         if (depth < MAX_INLINE_DEPTH and onnx_node.op_type in SUBGRAPH_OPS
                 and all(n in tensors and n not in folder.unresolved for n in inputs)):
             from .subgraphs import expand_subgraph
-            expanded = expand_subgraph(onnx_node, node_name, tensors, opset)
+            expanded = expand_subgraph(onnx_node, node_name, tensors, opset, folder)
             if expanded is not None:
                 work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
                 continue

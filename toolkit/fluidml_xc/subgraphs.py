@@ -6,10 +6,12 @@
   (Unsqueezed along its axis, in its direction).
 - Loop with a trip count and condition known at build time, whose body keeps the condition true,
   is unrolled the same way.
-- If with a condition known at build time becomes the nodes of the branch taken. With a run-time
-  condition, when both branches declare outputs of the same static shape and type and neither
-  addresses memory with run-time indices (INDEXING_OPS), both branches are computed and each output
-  is Where(cond, then, else).
+- If with a condition known at build time (a constant, or a graph input frozen with --bind) becomes
+  the nodes of the branch taken. With a run-time condition both branches are computed and each output
+  is Where(cond, then, else), when the branches' shapes, inferred inside them with the static shapes
+  of the outer graph (a dry run of the frontend's folder: `probe`), are the same and no kept node
+  addresses memory with indices known only at run time (INDEX_INPUTS); otherwise a one-line error
+  names the reason and the graph inputs to --bind.
 
 Expansion returns the replacement ONNX nodes (the frontend then imports them like the model's own),
 or None when the node is left as it is (and reported unsupported).
@@ -272,7 +274,78 @@ def _static_outputs(graph: onnx.GraphProto) -> list[tuple[int, tuple[int, ...]]]
     return result
 
 
-def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+INDEX_INPUTS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "Scatter": (1,), "ScatterElements": (1,),
+                "ScatterND": (1,), "TensorScatter": (2,), "ArrayFeatureExtractor": (1,), "OneHot": (0,)}
+"""INDEXING_OPS -> their index inputs: with these known at build time the op is safe in a branch not taken."""
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+def _inputs_behind(model: onnx.ModelProto | None, name: str, tensors: dict) -> list[str]:
+    """The graph inputs (fed at run time) a top-level tensor is computed from."""
+    if model is None:
+        return []
+    producers = {o: n for n in model.graph.node for o in n.output if o}
+    graph_inputs = {vi.name for vi in model.graph.input} - {i.name for i in model.graph.initializer}
+    found, seen, todo = [], set(), [name]
+    while todo:
+        n = todo.pop()
+        if n in seen or not n:
+            continue
+        seen.add(n)
+        if n in graph_inputs:
+            found.append(n)
+        elif n in producers:
+            todo.extend(producers[n].input)
+    return sorted(found)
+
+
+def _bind_hint(folder, cond: str, tensors: dict) -> str:
+    names = _inputs_behind(getattr(folder, "model", None), cond, tensors)
+    if names:
+        return "freeze " + " and ".join(repr(n) for n in names) + " at build time with " + " ".join(f"--bind {n}=VALUE" for n in names)
+    return "freeze the input it is computed from with --bind NAME=VALUE"
+
+
+def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[onnx.NodeProto], dict[str, str]]:
+    """Static shapes of `nodes` run through a copy of the frontend's folder (constants folded, nested
+    control flow expanded) without touching the real one: (tensors, nodes kept, data-dependent tensors).
+    Raises the InputError the real import would raise."""
+    from .frontend import _attrs
+
+    dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits)
+    dry.unresolved, dry.dynamic = dict(folder.unresolved), dict(folder.dynamic)
+    work, kept = list(reversed(nodes)), []
+    while work:
+        node = work.pop()
+        if node.op_type in EXPANDERS and node.domain in ("", "ai.onnx"):
+            expanded = expand_subgraph(node, node.name, dry.tensors, opset, dry)
+            if expanded is not None:
+                work.extend(reversed(expanded))
+                continue
+        if not dry.visit(node, _attrs(node)):
+            kept.append(node)
+    for name, message in dry.unresolved.items():
+        if name not in folder.unresolved:
+            from .errors import InputError
+            raise InputError(message)
+    return dry.tensors, kept, dry.dynamic
+
+
+def _run_time_index(kept: list[onnx.NodeProto], tensors: dict) -> onnx.NodeProto | None:
+    """A kept node that addresses memory with indices known only at run time."""
+    for node in kept:
+        if node.op_type in ("Loop", "Scan", "If"):
+            return node
+        for i in INDEX_INPUTS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i] and not tensors[node.input[i]].is_const:
+                return node
+    return None
+
+
+def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, folder=None) -> list[onnx.NodeProto] | None:
     cond = tensors[node.input[0]]
     then_g, else_g = _attr(node, "then_branch"), _attr(node, "else_branch")
     bld = _Builder(node_name, opset)
@@ -283,6 +356,41 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -
             if out:
                 bld.add("Identity", [src], [out])
         return bld.nodes
+    if folder is None:
+        return _expand_if_declared(node, bld, cond, then_g, else_g, opset)
+    from .errors import InputError
+
+    where = f"If node {node_name!r}: its condition {node.input[0]!r} is computed at run time"
+    hint = _bind_hint(folder, node.input[0], tensors)
+    if opset < 9 or cond.size != 1:
+        raise InputError(f"{where} and holds {cond.size} values (one is needed): {hint}")
+    then_outs = bld.instantiate(then_g, "then", {})
+    else_outs = bld.instantiate(else_g, "else", {})
+    try:
+        shapes, kept, dynamic = probe(folder, bld.nodes, opset)
+    except InputError as exc:
+        raise InputError(f"{where}, so both branches are computed, and one of them fails: {exc}") from None
+    risky = _run_time_index(kept, shapes)
+    if risky is not None:
+        raise InputError(f"{where} and a branch indexes memory with run-time values ({risky.op_type} node "
+                         f"{risky.name!r}), so the branch not taken cannot be computed safely: {hint}")
+    for a, b, out in zip(then_outs, else_outs, node.output):
+        if not out:
+            continue
+        ta, tb = shapes[a], shapes[b]
+        if a in dynamic or b in dynamic:
+            raise InputError(f"{where} and output {out!r} has a data-dependent shape ({dynamic.get(a) or dynamic.get(b)}): {hint}")
+        if (np.dtype(ta.dtype), tuple(ta.shape)) != (np.dtype(tb.dtype), tuple(tb.shape)):
+            raise InputError(f"{where} and its branches give output {out!r} different shapes (then {_shape_text(ta.shape)} "
+                             f"{np.dtype(ta.dtype).name}, else {_shape_text(tb.shape)} {np.dtype(tb.dtype).name}): {hint}")
+        if len(ta.shape) < len(cond.shape):
+            raise InputError(f"{where} and output {out!r} has a lower rank than the condition: {hint}")
+        bld.add("Where", [node.input[0], a, b], [out])
+    return bld.nodes
+
+
+def _expand_if_declared(node, bld: _Builder, cond, then_g, else_g, opset: int) -> list[onnx.NodeProto] | None:
+    """Run-time condition without the frontend's folder: the branches' declared output types decide."""
     then_t, else_t = _static_outputs(then_g), _static_outputs(else_g)
     if opset < 9 or then_t is None or then_t != else_t or cond.size != 1:
         return None
@@ -356,8 +464,11 @@ def expand_loop(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
 EXPANDERS = {"Scan": expand_scan, "If": expand_if, "Loop": expand_loop}
 
 
-def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, folder=None) -> list[onnx.NodeProto] | None:
+    """`folder`: the frontend's _Folder, with which an If on a run-time condition infers its branches' shapes."""
     fn = EXPANDERS.get(node.op_type)
     if fn is None or node.domain not in ("", "ai.onnx"):
         return None
+    if fn is expand_if:
+        return fn(node, node_name, tensors, opset, folder)
     return fn(node, node_name, tensors, opset)

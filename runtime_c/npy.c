@@ -229,7 +229,7 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
         fail(err, err_len, "%s: not a .npy file (bad magic)", path);
         goto done;
     }
-    if (magic[6] < 1 || magic[6] > 3) {
+    if (magic[6] < 1 || magic[6] > 3 || magic[7] != 0) {
         fail(err, err_len, "%s: unsupported .npy format version %d", path, magic[6]);
         goto done;
     }

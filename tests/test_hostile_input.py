@@ -75,6 +75,17 @@ def _case_models(tmp: Path) -> dict[str, tuple[object, str]]:
                                                   [vi("x", [1])], [vi("y", None)], [big]), "'c'")
     cases["dimension 2^62"] = (model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [1 << 62])], [vi("y", [1 << 62])]),
                                "address")
+    long_typed = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    long_typed.float_data.append(5.0)
+    cases["float_data long (fuzz)"] = (add_const_model(long_typed), "5 values in float_data")
+    cases["a tensor written twice (fuzz)"] = (model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["y"], ["y"])],
+                                                    [vi("x", [4])], [vi("y", [4])]), "one producer")
+    cases["Clip min not a scalar (fuzz)"] = (model([helper.make_node("Clip", ["x", "x"], ["y"])], [vi("x", [3, 4])], [vi("y", None)]),
+                                             "must be a scalar")
+    cases["keepdims 2^31 (fuzz)"] = (model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=2 ** 31)],
+                                           [vi("x", [3, 4])], [vi("y", None)]), "0 or 1")
+    cases["Softmax axis -2^62 (fuzz)"] = (model([helper.make_node("Softmax", ["x"], ["y"], axis=-(2 ** 62))],
+                                                [vi("x", [3, 4])], [vi("y", None)]), "outside")
     named = model([helper.make_node("Relu", ["xQQ"], ["y"], name="NAMEX")], [vi("xQQ", [4])], [vi("y", [4])])
     cases["names not UTF-8"] = (named.SerializeToString().replace(b"xQQ", b"x\xc3("), "not valid UTF-8")
     cases["truncated file"] = (named.SerializeToString()[:-5], "not a readable ONNX model")

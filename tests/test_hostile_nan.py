@@ -123,3 +123,22 @@ def test_nan_propagates_on_every_target(board, tmp_path):
     for out, ref in zip(["r", "c", "mx", "mn", "hs", "rm", "sg"], want):
         assert np.array_equal(np.isnan(got[out]), np.isnan(ref)), (board, out, got[out], ref)
         np.testing.assert_allclose(got[out], ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape,kernel", [((1, 2, 4, 4), [2, 2]), ((1, 1, 8), [2]), ((1, 16, 4, 4), [2, 2])])
+def test_maxpool_windows_with_nan_as_onnxruntime(shape, kernel):
+    """ORT's MaxPool: 2-D (MLAS) gives NaN when a window's last value is NaN, 1-D skips NaN and gives the lowest
+    float for a window of NaN only (a NaN bias before a MaxPool, found by the fuzz test)."""
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) / 7 - 1
+    x.reshape(-1)[::3] = np.nan
+    x[0, 0] = np.nan  # channel 0: every window NaN
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    want = _ort(model, {"x": x})
+    got = np.asarray(compile_model(model)({"x": x})[0])
+    assert np.isnan(want).any() == (len(shape) == 4), "ORT: NaN out of 2-D windows only"
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
+    np.testing.assert_allclose(got, want, equal_nan=True)

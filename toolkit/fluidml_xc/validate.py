@@ -152,6 +152,16 @@ def _check_initializer(tensor: onnx.TensorProto, ctx, limits: Limits) -> None:
         if len(tensor.raw_data) != need:
             raise InputError(f"{what} holds {len(tensor.raw_data)} bytes of raw_data for shape {list(tensor.dims)} "
                              f"{dtype.name} ({need} bytes): re-export the model")
+    elif tensor.data_location != onnx.TensorProto.EXTERNAL and tensor.data_type != onnx.TensorProto.STRING:
+        field = helper.tensor_dtype_to_field(tensor.data_type)
+        held = len(getattr(tensor, field))
+        per_value = {onnx.TensorProto.COMPLEX64: 0.5, onnx.TensorProto.COMPLEX128: 0.5}.get(tensor.data_type, 1)
+        packed = {onnx.TensorProto.INT4: 2, onnx.TensorProto.UINT4: 2, onnx.TensorProto.FLOAT4E2M1: 2,
+                  getattr(onnx.TensorProto, "INT2", -1): 4, getattr(onnx.TensorProto, "UINT2", -1): 4}.get(tensor.data_type, 1)
+        need = -(-n // packed) / per_value
+        if held != need:
+            raise InputError(f"{what} holds {held} values in {field} for shape {list(tensor.dims)} {dtype.name} "
+                             f"({int(need)} needed): re-export the model")
 
 
 MAX_RANK = 32
@@ -247,6 +257,14 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None, node_na
         total += int(np.prod(tensor.dims, dtype=object) if tensor.dims else 1) * tensor_dtype(tensor.data_type, "").itemsize
     limits.check("the initializers together", total)
     names = node_names or [n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node)]
+    produced = {vi.name: "a graph input" for vi in model.graph.input} | {t.name: "an initializer" for t in model.graph.initializer}
+    for node, name in zip(model.graph.node, names):
+        for out in node.output:
+            if out and out in produced:
+                raise InputError(f"node {name!r} ({node.op_type}) writes {out!r}, which is already {produced[out]}: "
+                                 "every tensor must have one producer")
+            if out:
+                produced[out] = f"written by node {name!r}"
     for node, name in zip(model.graph.node, names):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             _check_constant(node, name)
@@ -357,14 +375,22 @@ def _axis_in_range(op: str, name: str, attrs: dict, shapes: list) -> None:
         raise InputError(f"{op} node {name!r}: axes {list(axes)} are outside [{-rank}, {rank - 1}] for an input of rank {rank}")
 
 
+def _clip_bounds(op: str, name: str, attrs: dict, shapes: list) -> None:
+    for i, which in ((1, "min"), (2, "max")):
+        if i < len(shapes) and shapes[i] is not None and int(np.prod(shapes[i], dtype=object)) != 1:
+            raise InputError(f"Clip node {name!r}: {which} has shape {list(shapes[i])}; it must be a scalar")
+
+
 def _shape_checks(op: str, name: str, attrs: dict, shapes: list) -> None:
+    if op == "Clip":
+        _clip_bounds(op, name, attrs, shapes)
     if op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
         _conv_groups(op, name, attrs, shapes)
     if op in AXIS_OPS or (op.startswith("Reduce") and "axes" in attrs):
         _axis_in_range(op, name, attrs, shapes)
 
 
-SHAPE_CHECKS = {op: _shape_checks for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", *AXIS_OPS,
+SHAPE_CHECKS = {op: _shape_checks for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Clip", *AXIS_OPS,
                                              "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
                                              "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
 """op -> check(op, node name, attrs, input shapes) run before the node's shapes are inferred."""

@@ -21,6 +21,25 @@ FLOATS = ("float32", "float64", "float16")
 MAX_TYPES = FLOATS + ("int8", "uint8", "int32", "int64")
 
 
+def max_step(b, acc, v, spatial: int):
+    """One step of a float max pool window as ONNX Runtime takes it (onnx.reference would give NaN for any NaN;
+    ORT is the oracle). 2-D and up (MLAS): the new value unless the running max is larger, so a NaN replaces the
+    running max and the next number replaces the NaN - the window is NaN exactly when its last value (row by
+    row) is. 1-D: NaN is skipped; a window of NaN only gives the lowest finite value (max_start)."""
+    return b.select(max_takes(b, acc, v, spatial), v, acc)
+
+
+def max_takes(b, acc, v, spatial: int):
+    """Whether max_step replaces the running max by v."""
+    if spatial == 1:
+        return b.fcmp_ordered(">", v, acc)
+    return b.fcmp_unordered(">", v, acc)
+
+
+def max_start(spatial: int, dtype) -> float:
+    return float(np.finfo(dtype).min) if spatial == 1 else float("-inf")
+
+
 def lowest(dtype):
     return const(dtype, float("-inf")) if np.dtype(dtype).kind == "f" else const(dtype, np.iinfo(dtype).min)
 
@@ -102,11 +121,11 @@ def vector_pool(k, kind: str) -> bool:
 
     def combine(acc, v):
         if kind == "max":
-            return b.select(b.fcmp_ordered(">", v, acc), v, acc)
+            return max_step(b, acc, v, sp)
         return b.fadd(acc, v)
 
     def start(ty):
-        return _fill(ty, float("-inf") if kind == "max" else 0.0)
+        return _fill(ty, max_start(sp, dt) if kind == "max" else 0.0)
 
     def finish(acc, oh, ow_count):
         """avg: divide by the window size (rows from the table; columns ow_count: a constant or loaded)."""
@@ -242,7 +261,8 @@ def window_pool(k, kind: str) -> None:
 
     def point(ix):
         n, c, pos = ix[0], ix[1], ix[2:]
-        acc = k.local(llvm_type(dt), lowest(dt) if kind == "max" else const(dt, 0))
+        first = const(dt, max_start(sp, dt)) if np.dtype(dt).kind == "f" else lowest(dt)
+        acc = k.local(llvm_type(dt), first if kind == "max" else const(dt, 0))
         arg = k.local(llvm_type(indices.dtype), const(indices.dtype, 0)) if indices is not None else None
 
         def tap(ts):
@@ -251,7 +271,7 @@ def window_pool(k, kind: str) -> None:
             old = b.load(acc)
             if kind == "max":
                 if arg is not None:
-                    better = s.cmp(dt, ">", v, old)
+                    better = max_takes(b, old, v, sp) if np.dtype(dt).kind == "f" else s.cmp(dt, ">", v, old)
                     flat = offset(k, 0, (n, x.shape[1] * int(np.prod(in_dims))), (c, int(np.prod(in_dims))),
                                   *((xi[d], spatial_mult[d]) for d in range(sp)))
                     flat = k.index(flat) if isinstance(flat, int) else flat
@@ -259,7 +279,7 @@ def window_pool(k, kind: str) -> None:
                     b.store(b.select(better, flat, b.load(arg)), arg)
                     b.store(b.select(better, v, old), acc)
                 else:
-                    b.store(s.max(dt, old, v), acc)
+                    b.store(max_step(b, old, v, sp) if np.dtype(dt).kind == "f" else s.max(dt, old, v), acc)
             elif kind == "lp":
                 term = s.mul(dt, v, v) if p == 2 else (s.intrinsic("llvm.fabs", v) if p == 1 else
                                                         s.intrinsic_binary("llvm.pow", s.intrinsic("llvm.fabs", v), const(dt, p)))

@@ -26,6 +26,7 @@ from .ir import Graph
 from .passes import run_passes
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .validate import Limits, default_max_memory
+from .binding import manifest_entry
 from .remote.artifact import sha256_file
 from .threads import resolve_threads
 
@@ -51,6 +52,8 @@ class BuildOptions:
     """Bytes one tensor, the constants, and arena + weights may take (default: validate.default_max_memory(board))."""
     threads: int | None = None
     """Threads the model runs on by default and at most (FXC_THREADS); None: the board's cores (threads.py)."""
+    bind: dict[str, object] = field(default_factory=dict)
+    """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (binding.py)."""
 
 
 @dataclass
@@ -270,6 +273,19 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
     shutil.rmtree(backup, ignore_errors=True)
 
 
+def _bind(model: onnx.ModelProto, options: BuildOptions) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
+    """--bind values typed by the model's inputs, and the --input-shape entries of the inputs left."""
+    from .binding import resolve
+
+    bound = resolve(model, options.bind) if options.bind else {}
+    for name, value in bound.items():
+        shape = options.input_shapes.get(name)
+        if shape is not None and tuple(shape) != value.shape:
+            raise InputError(f"--input-shape {name}={'x'.join(map(str, shape))} disagrees with the shape of its --bind value "
+                             f"({'x'.join(map(str, value.shape)) or 'scalar'}): drop the --input-shape")
+    return bound, {k: v for k, v in options.input_shapes.items() if k not in bound}
+
+
 BUILD_STAGES = ("import", "passes", "optimize, plan, compile", "link", "manifest")
 """What BuildOptions.progress is called with, in order."""
 
@@ -282,7 +298,11 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     board = get_board(options.board)
     stage(BUILD_STAGES[0])
     model = load_model(model_path)
-    graph = import_model(model, FrontendOptions(input_shapes=dict(options.input_shapes), structures=dict(options.structures),
+    bound, input_shapes = _bind(model, options)
+    if bound:
+        from .backend import bind_inputs
+        model = bind_inputs(model, bound)
+    graph = import_model(model, FrontendOptions(input_shapes=input_shapes, structures=dict(options.structures),
                                                 limits=build_limits(board, options)), name=model_path.stem)
     stage(BUILD_STAGES[1])
     run_passes(graph)
@@ -316,6 +336,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs, facts["tail"].output_dims),
             "input_shapes": {k: list(v) for k, v in options.input_shapes.items()},
             **({"structures": graph.structures} if graph.structures else {}),
+            **({"bound": manifest_entry(bound, options.bind, target)} if bound else {}),
             "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
             "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
             "threads": facts["threads"], "parallel_ops": facts["parallel_ops"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..build import BUILD_STAGES, OPT_MODES, BuildOptions, build_model
+from ..binding import parse_binds
 from ..frontend import parse_input_shape
 from ..progress import Stages
 
@@ -18,6 +19,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("-o", "--output", type=Path, help="artifact directory (default build/<model>-<board>)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                         help="static shape for an input with dynamic dimensions (repeatable)")
+    parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE",
+                        help="freeze an input to a build-time constant: a scalar or comma list typed by the input's dtype, "
+                             "or NAME=FILE.npy; it leaves the C API (repeatable)")
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
@@ -31,11 +35,12 @@ def main(args) -> int:
     from ..validate import parse_size
 
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    bind = parse_binds(args.bind)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
-                                                      max_memory=max_memory, threads=args.threads, progress=stages))
+                                                      max_memory=max_memory, threads=args.threads, bind=bind, progress=stages))
     m = result.manifest
     mem, fp = m["memory"], m["footprint"]
     print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")

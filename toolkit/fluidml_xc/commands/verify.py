@@ -9,7 +9,7 @@ from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import artifact_from_args, connect_for, ensure_deployed
 from ..threads import check_run_threads
-from ..remote.verify import Tolerance, VerifyReport, compare, make_feeds, model_path, reference_outputs, run_local, \
+from ..remote.verify import Tolerance, VerifyReport, compare, make_feeds, model_path, reference_outputs, run_local, with_bound, \
     run_remote
 
 NAME = "verify"
@@ -42,7 +42,7 @@ def main(args) -> int:
     artifact = artifact_from_args(args)
     check_run_threads(artifact.manifest, args.threads)
     feeds = make_feeds(artifact, args.inputs)
-    reference = reference_outputs(model_path(artifact, args.model), feeds)
+    reference = reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds))
     if args.host:
         with connect_for(args, artifact) as conn:
             deployment = ensure_deployed(conn, artifact, args, switch_current=False)

@@ -82,7 +82,7 @@ def _profile(args, hosts, artifacts, default, reach) -> list[HostResult]:
 
 def _verify(args, hosts, artifacts, default, reach) -> list[HostResult]:
     from ..errors import VerifyError
-    from ..remote.verify import Tolerance, make_feeds, model_path, reference_outputs
+    from ..remote.verify import Tolerance, make_feeds, model_path, reference_outputs, with_bound
     from .tasks import verify_host
 
     if args.rtol < 0 or args.atol < 0 or args.timeout <= 0:
@@ -91,7 +91,7 @@ def _verify(args, hosts, artifacts, default, reach) -> list[HostResult]:
     checks = {}
     for board, artifact in artifacts.items():  # one reference per build, computed here once
         feeds = make_feeds(artifact, args.inputs)
-        checks[board] = feeds, reference_outputs(model_path(artifact, args.model), feeds)
+        checks[board] = feeds, reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds))
 
     def work(host, artifact):
         feeds, reference = checks[artifact.board.name]

@@ -68,6 +68,13 @@ def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]
     return {spec["name"]: arr for spec, arr in zip(manifest["inputs"], arrays)}
 
 
+def with_bound(artifact: Artifact, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`feeds` plus the inputs bound at build time (--bind), as the original model needs them."""
+    from ..binding import recorded_values
+
+    return {**feeds, **recorded_values(artifact.manifest, artifact.path)}
+
+
 def model_path(artifact: Artifact, override: Path | None = None) -> Path:
     """The ONNX model to compare with: `override` as given, else the recorded path, checked by sha256."""
     if override:

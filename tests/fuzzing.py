@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import random
 import select
 import signal
@@ -408,8 +407,3 @@ def oracle(model_bytes: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]
 def our_temporaries(pid: int) -> list[Path]:
     import tempfile
     return sorted(Path(tempfile.gettempdir()).glob(f"fxc-*-{pid}-*"))
-
-
-def kill_quietly(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGKILL)

@@ -8,7 +8,6 @@ the counts are printed (-s) and summarized in docs/GUARANTEES.md."""
 from __future__ import annotations
 
 import collections
-import json
 import random
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fuzzing import (Worker, base_models, kill_quietly, mutate_model, mutate_npy, mutate_npz, npy_bytes,
+from fuzzing import (Worker, base_models, mutate_model, mutate_npy, mutate_npz, npy_bytes,
                      one_error_line, oracle, our_temporaries)
 
 FUZZ_MODELS = 240

@@ -38,10 +38,10 @@ class FrontendOptions:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     fold_constants: bool = True
     structures: dict[str, object] = field(default_factory=dict)
-    limits: Limits = Limits()
-    """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
     """Sequence/optional graph inputs -> ABI descriptor (sequences.py); the element shapes are the
     `NAME.K` entries of input_shapes. Without one, a sequence's length is the number of such entries."""
+    limits: Limits = field(default_factory=Limits)
+    """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -144,8 +144,8 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
 class _Folder:
     """Walks nodes in order, folding constants and inferring static shapes."""
 
-    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits = Limits()):
-        self.model, self.tensors, self.fold, self.limits = model, tensors, fold, limits
+    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits | None = None):
+        self.model, self.tensors, self.fold, self.limits = model, tensors, fold, limits or Limits()
         self.opset = _opset(model)
         self.opset_imports = list(model.opset_import)
         self.unresolved: dict[str, str] = {}

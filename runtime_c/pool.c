@@ -8,8 +8,8 @@
  * Tiles are claimed one at a time with a compare-and-swap on `state` = generation << IDX_BITS | next
  * tile, so the caller never waits for a worker that did not take part (asleep, descheduled); the job's
  * fields are read after the claim succeeded, when the job cannot have finished (its tile is not done).
- * Idle workers spin (YIELD_NS, then yielding the core between checks) up to SPIN_NS, then sleep on a
- * condition variable until the next job.
+ * Workers sleep until the first job; after a job they spin (YIELD_NS, then yielding the core between
+ * checks) up to SPIN_NS, then sleep on a condition variable until the next job.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -84,10 +84,21 @@ static uint32_t run_tiles(void)
     }
 }
 
+static void sleep_until_changed(uint32_t seen)
+{
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add(&pool.sleepers, 1);
+    while (atomic_load(&pool.state) == seen && !atomic_load(&pool.stop))
+        pthread_cond_wait(&pool.wake, &pool.lock);
+    atomic_fetch_sub(&pool.sleepers, 1);
+    pthread_mutex_unlock(&pool.lock);
+}
+
 static void *worker_main(void *arg)
 {
     (void)arg;
     uint32_t seen = atomic_load_explicit(&pool.state, memory_order_acquire);
+    sleep_until_changed(seen); /* no job yet: a model with no split op never wakes its workers */
     while (!atomic_load_explicit(&pool.stop, memory_order_acquire)) {
         run_tiles();
         int64_t spin_start = now_ns();
@@ -101,14 +112,8 @@ static void *worker_main(void *arg)
             int64_t idle = now_ns() - spin_start;
             if (idle > YIELD_NS)
                 sched_yield(); /* an oversubscribed core: let the thread that will publish the next job run */
-            if (idle > SPIN_NS) {
-                pthread_mutex_lock(&pool.lock);
-                atomic_fetch_add(&pool.sleepers, 1);
-                while (atomic_load(&pool.state) == seen && !atomic_load(&pool.stop))
-                    pthread_cond_wait(&pool.wake, &pool.lock);
-                atomic_fetch_sub(&pool.sleepers, 1);
-                pthread_mutex_unlock(&pool.lock);
-            }
+            if (idle > SPIN_NS)
+                sleep_until_changed(seen);
         }
         seen = s;
     }

@@ -35,7 +35,7 @@ static int32_t parse_count(const char *text, const char *option, int32_t minimum
     char *end;
     errno = 0;
     long long value = strtoll(text, &end, 10);
-    if (errno || end == text || *end || value < minimum || value > 100000000)
+    if (errno || end == text || *end || value < minimum || value > 10000000)
         die("bad value for %s (expected a non-negative integer, at least 1 for --bench and --threads)", option);
     return (int32_t)value;
 }
@@ -202,7 +202,10 @@ int main(int argc, char **argv)
     const void **inputs = calloc((size_t)fxc_num_inputs + 1, sizeof *inputs);
     void **outputs = calloc((size_t)fxc_num_outputs + 1, sizeof *outputs);
     double *times = calloc((size_t)runs + 1, sizeof *times);
-    int64_t *samples = calloc((size_t)fxc_num_ops * (size_t)runs + 1, sizeof *samples);
+    /* per-op samples only when profiling; the product must fit size_t (32 bits on armv7) */
+    if (profile && fxc_num_ops > 0 && (size_t)runs > (SIZE_MAX / sizeof(int64_t) - 1) / (size_t)fxc_num_ops)
+        die("%s: too many runs to keep every op's time; use fewer", "--bench");
+    int64_t *samples = calloc(profile ? (size_t)fxc_num_ops * (size_t)runs + 1 : 1, sizeof *samples);
     if (!inputs || !outputs || !times || !samples)
         die("out of memory allocating %s", "buffers");
     for (int32_t i = 0; i < fxc_num_inputs; i++) {

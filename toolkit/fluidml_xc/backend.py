@@ -265,7 +265,8 @@ def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
     return result
 
 
-_UNRESOLVED = re.compile(r"cannot infer a static shape for '(.+?)' \(node ")
+_UNRESOLVED = re.compile(r"(?:cannot infer a static shape for|the shape of) '(.+?)' \(")
+"""An unresolved shape (frontend: unsupported.unresolved_shape, sequences._unresolved): the tensor's name."""
 MAX_BOUND_ELEMENTS = 64
 
 

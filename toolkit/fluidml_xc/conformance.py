@@ -156,7 +156,8 @@ def classify_exception(exc: BaseException, case) -> tuple[str, str]:
         return "sequence-optional", text
     if "has no llvm lowering" in low or "unsupported dtype" in low or "dtype" in low and "not supported" in low:
         return "unsupported-dtype", text
-    if "cannot infer a static shape" in low or "dynamic input shape" in low or "build-time constant" in low:
+    if ("cannot infer a static shape" in low or "dynamic input shape" in low or "build-time constant" in low
+            or low.startswith("the shape of")):
         return "dynamic-shape", text
     from .errors import InputError
     if isinstance(exc, InputError) and ("not supported" in low or "unsupported" in low):

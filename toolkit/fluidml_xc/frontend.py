@@ -331,9 +331,8 @@ class _Folder:
             if not name:
                 continue
             if name not in inferred:
-                self.unresolved[name] = (
-                    f"cannot infer a static shape for {name!r} (node {node.name or node.op_type!r}, {node.op_type}): "
-                    "pass static input shapes with --input-shape NAME=1x3x224x224")
+                from .unsupported import unresolved_shape
+                self.unresolved[name] = unresolved_shape(self, node, name)
                 continue
             self.tensors[name] = inferred[name]
         return False
@@ -489,6 +488,8 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
 
     check_opsets(model)
+    from .unsupported import check_strings, check_training
+    check_training(model, _opset(model))
     _check_known_ops(model)
     validate_model(model, options.limits, _unique_names(model))
     structs: dict = {}
@@ -589,4 +590,5 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     if structures["inputs"] or structures["outputs"]:
         graph.structures = structures
     _remove_dead(graph)
+    check_strings(graph)
     return graph

@@ -1,0 +1,146 @@
+"""What the compiler does not support, each named with its own one-line message and fix (InputError, exit 2).
+
+- string tensors (graph inputs, outputs, constants or intermediates of dtype string): `check_strings`
+- training-only ops (Gradient, other ai.onnx.preview.training ops than the optimizers we lower, ORT
+  training graphs' *Grad ops): `check_training`
+- ops we lack: codegen.emit.unsupported_message (every op type with its nodes)
+- shapes that depend on run-time values (a Reshape target, a Range limit, Tile repeats, ... computed
+  from an input or from data): `unresolved_shape`, which names the op and the input whose value
+  decides, and suggests --bind for graph inputs a deployment can freeze.
+
+The frontend calls these; nothing here changes the graph.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from .errors import InputError
+
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
+                    "PassThrough", "SGDOptimizer", "AdamOptimizer", "AdamWOptimizer", "LambOptimizer", "SGDOptimizerV2"}
+"""com.microsoft ops that only ORT training graphs hold (besides the *Grad ops)."""
+
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,), "Pad": (1, 3),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "CenterCropPad": (1, 2), "ReduceSum": (1,), "ReduceMean": (1,),
+    "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "STFT": (2, 3), "DFT": (1, 2),
+    "MaxUnpool": (2,), "Loop": (0, 1), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1),
+}
+"""op -> inputs whose values (not only shapes) decide its output shape."""
+
+BINDABLE_MAX = 4096
+"""A graph input that is a scalar, or integer/bool with at most this many elements, may be a deployment
+constant worth --bind (a length, a sample rate, a shape, a flag); other inputs are the data itself."""
+
+
+def _bindable(t) -> bool:
+    return t.size == 1 or (np.dtype(t.dtype).kind in "biu" and t.size <= BINDABLE_MAX)
+
+
+def _is_string(dtype) -> bool:
+    return np.dtype(dtype).kind in "OSU"
+
+
+def check_strings(graph) -> None:
+    """After import: a string tensor left in the graph (one folded away at build time is fine)."""
+    fix = ("keep text processing (tokenizers, label lookups) in the application and compile the numeric part "
+           "(onnx.utils.extract_model cuts the model at numeric tensors)")
+    for name in graph.inputs:
+        if _is_string(graph.tensors[name].dtype):
+            raise InputError(f"input {name!r} is a string tensor, which fluidml-xc does not compile: feed numbers, {fix}")
+    for name in graph.outputs:
+        if _is_string(graph.tensors[name].dtype):
+            raise InputError(f"output {name!r} is a string tensor, which fluidml-xc does not compile: return the numeric "
+                             "result (e.g. a class index; skl2onnx: zipmap=False with integer labels) and map it to text in "
+                             f"the application, or {fix}")
+    for node in graph.nodes:
+        for name in (*node.inputs, *node.outputs):
+            t = graph.tensors.get(name) if name else None
+            if t is not None and _is_string(t.dtype):
+                what = "constant" if t.is_const else "tensor"
+                raise InputError(f"{what} {name!r} ({node.op_type} node {node.name!r}) is a string tensor, which "
+                                 f"fluidml-xc does not compile: {fix}")
+
+
+def _training_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str]]:
+    from .ops.registry import lookup
+
+    found = []
+    for i, node in enumerate(model.graph.node):
+        label = node.name or f"{node.op_type}_{i}"
+        if node.domain == TRAINING_DOMAIN and lookup(node.op_type, opset, node.domain) is None:
+            found.append((f"{node.domain}.{node.op_type}", label))
+        elif node.domain == "com.microsoft" and (node.op_type.endswith("Grad") or node.op_type in ORT_TRAINING_OPS):
+            found.append((f"{node.domain}.{node.op_type}", label))
+    return found
+
+
+def check_training(model: onnx.ModelProto, opset: int) -> None:
+    """Before import: ops that exist only in training graphs (the optimizers Adagrad/Adam/Momentum are lowered)."""
+    found = _training_ops(model, opset)
+    if found:
+        listed = ", ".join(f"{op} (node {name!r})" for op, name in found[:4]) + (", ..." if len(found) > 4 else "")
+        raise InputError(f"training-only ops: {listed}: fluidml-xc compiles inference graphs; export the model for "
+                         "inference (eval mode, no gradient graph, e.g. torch.onnx.export(..., "
+                         "training=torch.onnx.TrainingMode.EVAL)) or cut the inference part out with onnx.utils.extract_model")
+
+
+def _top_node(model: onnx.ModelProto, label: str) -> onnx.NodeProto | None:
+    """The model's own node an expanded node (named `TOP/...` by inlining or unrolling) came from."""
+    top = label.split("/")[0]
+    for i, node in enumerate(model.graph.node):
+        if (node.name or f"{node.op_type}_{i}") == top:
+            return node
+    return None
+
+
+def _graph_inputs_behind(model: onnx.ModelProto, name: str, label: str) -> list[str]:
+    from .subgraphs import _inputs_behind
+
+    found = _inputs_behind(model, name, {})
+    top = _top_node(model, label) if not found and "/" in label else None
+    if top is not None:
+        found = sorted({s for n in top.input for s in _inputs_behind(model, n, {})})
+    return found
+
+
+def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
+    """The message for an output of `node` whose shape stays unknown with every input shape static; it starts
+    with "the shape of 'NAME' (" (backend.FxcBackendRep reads NAME to bind the inputs it needs)."""
+    from .codegen.emit import unsupported_message
+    from .ops.registry import lookup
+
+    label = node.name or node.op_type
+    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    if lookup(node.op_type, folder.opset, node.domain) is None and node.op_type not in SHAPE_INPUTS:
+        return f"the shape of {output!r} ({op} node {label!r}) is unknown: {unsupported_message([(op, label)])}"
+    positions = SHAPE_INPUTS.get(node.op_type, tuple(range(len(node.input))))
+    deciding = [node.input[i] for i in positions if i < len(node.input) and node.input[i]
+                and node.input[i] in folder.tensors and not folder.tensors[node.input[i]].is_const]
+    where = f"the shape of {output!r} ({op} node {label!r})"
+    top = _top_node(folder.model, label) if "/" in label else None
+    if top is not None and top.op_type != node.op_type:
+        where = f"the shape of {output!r} ({op} node {label!r}, from {top.op_type} node {label.split('/')[0]!r})"
+    if not deciding:
+        return (f"{where} cannot be inferred although every input shape is static: the op's output shape is not "
+                "defined for these inputs; check the node's attributes or re-export")
+    value = deciding[0]
+    from_dynamic = folder.dynamic.get(value)
+    if from_dynamic:
+        return (f"{where} depends on the values of {value!r}, whose own shape depends on the data ({from_dynamic}): "
+                "a data-dependent shape is supported only on graph outputs; bound the size in the model (e.g. a fixed "
+                "maximum with Slice/Pad)")
+    sources = _graph_inputs_behind(folder.model, value, label)
+    small = [s for s in sources if s in folder.tensors and _bindable(folder.tensors[s])]
+    if sources and len(small) == len(sources):
+        binds = " ".join(f"--bind {s}=VALUE" for s in sources)
+        return (f"{where} depends on the run-time value of {value!r}, computed from input "
+                f"{', '.join(repr(s) for s in sources)}: freeze it at build time with {binds}")
+    data = ", ".join(repr(s) for s in sources) if sources else "the model's data"
+    return (f"{where} depends on the run-time value of {value!r}, computed from {data}: a data-dependent shape; "
+            "make that size a constant in the model (a fixed maximum with Slice/Pad)"
+            + (f", or freeze the small inputs with {' '.join(f'--bind {s}=VALUE' for s in small)}" if small else ""))

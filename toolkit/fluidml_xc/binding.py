@@ -57,7 +57,7 @@ def _declared(vi: onnx.ValueInfoProto) -> tuple[np.dtype, list[int | None] | Non
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
     if not tt.HasField("shape"):
         return dtype, None
-    return dtype, [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return dtype, [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
 
 
 def _shape_text(dims) -> str:

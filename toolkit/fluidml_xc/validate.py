@@ -196,7 +196,7 @@ def _check_value_info(vi: onnx.ValueInfoProto, what: str, limits: Limits) -> Non
     if tt.elem_type or what.startswith("input"):
         tensor_dtype(tt.elem_type, f"{what} {vi.name!r}")
     for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value < 0:
+        if d.HasField("dim_value") and d.dim_value < -1:  # -1: a size left open (paddle2onnx writes them so; ORT reads them so)
             raise InputError(f"{what} {vi.name!r} has a negative dimension {d.dim_value}: the model is malformed")
 
 

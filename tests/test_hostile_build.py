@@ -123,7 +123,7 @@ def test_two_builds_in_different_directories_are_byte_identical(tmp_path):
     assert {"model.o", "libmodel.a", "runner", "runner_prof", "manifest.json"} <= set(names)
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs between the two builds"
-    forbidden = [str(tmp_path), ".tmp-", ".weights-", "fxc-link-", str(cache_dir()), sys.prefix, str(Path.cwd()), str(Path.home())]
+    forbidden = [str(tmp_path), ".art.tmp-", ".weights-", "fxc-link-", str(cache_dir()), sys.prefix, str(Path.cwd()), str(Path.home())]
     for name in names:
         data = (a / name).read_bytes()
         for text in forbidden:

@@ -195,6 +195,39 @@ def test_skl2onnx_ml_ops_pipeline(tmp_path):
     _check(skl2onnx_pipeline(), {"X": x}, tmp_path, input_shapes={"X": (7, 5)})
 
 
+def skl2onnx_linear(post_transform: str, classes: int) -> onnx.ModelProto:
+    """StandardScaler + LogisticRegression as skl2onnx converts them: ai.onnx.ml Scaler, then LinearClassifier
+    (binary: coefficients [-w, w], intercepts [-b, b]) giving the label and the probabilities (zipmap=False),
+    beside a LinearRegressor on int64 features cast to float (ONNX Runtime's LinearRegressor takes float only)."""
+    coef = _w(1 if classes == 2 else classes, 4, scale=1.0)
+    bias = _w(coef.shape[0], scale=0.5)
+    if classes == 2:
+        coef, bias = np.vstack([-coef, coef]), np.concatenate([-bias, bias])
+    nodes = [helper.make_node("Scaler", ["X"], ["scaled"], domain="ai.onnx.ml", offset=_w(4, scale=1.0).tolist(),
+                              scale=(np.abs(_w(4)) + 0.5).tolist()),
+             helper.make_node("LinearClassifier", ["scaled"], ["label", "probabilities"], domain="ai.onnx.ml",
+                              coefficients=coef.ravel().tolist(), intercepts=bias.tolist(), multi_class=int(classes > 2),
+                              classlabels_ints=[10 * k + 3 for k in range(classes)], post_transform=post_transform),
+             helper.make_node("Cast", ["counts"], ["counts_f"], to=TP.FLOAT),
+             helper.make_node("LinearRegressor", ["counts_f"], ["prediction"], domain="ai.onnx.ml",
+                              coefficients=_w(2, 3, scale=1.0).ravel().tolist(), intercepts=[0.5, -1.0], targets=2)]
+    return _model(nodes, [helper.make_tensor_value_info("X", TP.FLOAT, [None, 4]),
+                          helper.make_tensor_value_info("counts", TP.INT64, [None, 3])],
+                  [helper.make_tensor_value_info("label", TP.INT64, [None]),
+                   helper.make_tensor_value_info("probabilities", TP.FLOAT, [None, classes]),
+                   helper.make_tensor_value_info("prediction", TP.FLOAT, [None, 2])],
+                  [], opsets=(("", 15), ("ai.onnx.ml", 1)), ir_version=8)
+
+
+@pytest.mark.parametrize("post_transform, classes", [("LOGISTIC", 2), ("SOFTMAX", 3), ("NONE", 4)])
+def test_skl2onnx_scaler_linear_classifier_regressor(tmp_path, post_transform, classes):
+    feeds = {"X": RNG.standard_normal((9, 4)).astype(np.float32), "counts": RNG.integers(-5, 20, (9, 3)).astype(np.int64)}
+    artifact = _check(skl2onnx_linear(post_transform, classes), feeds, tmp_path, input_shapes={"X": (9, 4), "counts": (9, 3)})
+    import json
+    ops = json.loads((artifact / "manifest.json").read_text())["op_counts"]
+    assert not any(op in ops for op in ("Scaler", "LinearClassifier", "LinearRegressor"))  # expanded to standard ops
+
+
 # ------------------------------------------------------------------------------------------------ onnxscript
 def onnxscript_model() -> onnx.ModelProto:
     """A tiny encoder block written with onnxscript: LayerNormalization, a tanh GELU, a residual, and

@@ -523,7 +523,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
                 expanded = _inline(onnx_node, body, prefix, opset, opsets)
                 work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
                 continue
-        if (depth < MAX_INLINE_DEPTH and onnx_node.op_type in SUBGRAPH_OPS
+        if (depth < MAX_INLINE_DEPTH and (onnx_node.op_type in SUBGRAPH_OPS or onnx_node.domain == "ai.onnx.ml")
                 and all(n in tensors and n not in folder.unresolved for n in inputs)):
             from .subgraphs import expand_subgraph
             expanded = expand_subgraph(onnx_node, node_name, tensors, opset, folder)

@@ -465,7 +465,11 @@ EXPANDERS = {"Scan": expand_scan, "If": expand_if, "Loop": expand_loop}
 
 
 def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, folder=None) -> list[onnx.NodeProto] | None:
-    """`folder`: the frontend's _Folder, with which an If on a run-time condition infers its branches' shapes."""
+    """`folder`: the frontend's _Folder, with which an If on a run-time condition infers its branches' shapes.
+    ai.onnx.ml nodes go to ml_ops.expand_ml (linear models as standard ops)."""
+    if node.domain == "ai.onnx.ml":
+        from .ml_ops import expand_ml
+        return expand_ml(node, node_name, tensors, opset)
     fn = EXPANDERS.get(node.op_type)
     if fn is None or node.domain not in ("", "ai.onnx"):
         return None

@@ -1,8 +1,8 @@
 """Selection ops: TopK (values and int64 indices of the K best elements along an axis), Shrink.
 
 TopK with K <= PARTIAL_MAX keeps a sorted buffer of the K best so far on the stack and scans each row
-once: an element enters only when it beats the buffer's last entry, then sinks to its place by
-insertion. Elements arrive in index order and only a strictly better value passes another, so ties
+once: an element enters only when it beats the buffer's last entry, finds its place by binary search
+and the worse entries move down one slot (memmove). Elements arrive in index order and only a strictly better value passes another, so ties
 keep the lower index first as ONNX requires; NaN ranks below every number. O(n) compares per row plus
 the insertions (about K log(n / K) of them on unordered data). A larger K picks the elements one
 pass at a time: pass j scans the row for the best element strictly after pass j-1's pick in the same
@@ -117,26 +117,35 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) ->
             buf_i = b.alloca(k.idx_t, size=count)
         last = k.index(count - 1)
 
+        i8p = ir.IntType(8).as_pointer()
+        memmove = k.module.declare_intrinsic("llvm.memmove", [i8p, i8p, ir.IntType(64)])
+        v_bytes, i_bytes = np.dtype(dt).itemsize, k.idx_t.width // 8
+
         def sink(v, i, start):
-            """Insert (v, i) at its place in buf[0..start], shifting the worse entries down by one."""
-            pre = b.block
-            head = b.append_basic_block("topk.sink")
-            body = b.append_basic_block("topk.shift")
+            """Insert (v, i) at its place in buf[0..start]: a binary search for the first entry v beats
+            (equal values keep their earlier place), then the entries from there move down one slot."""
+            lo, hi = k.local(k.idx_t, k.index(0)), k.local(k.idx_t, start)
+            head = b.append_basic_block("topk.search")
+            body = b.append_basic_block("topk.halve")
             done = b.append_basic_block("topk.place")
             b.branch(head)
             b.position_at_end(head)
-            q = b.phi(k.idx_t)
-            q.add_incoming(start, pre)
-            above = b.select(b.icmp_signed(">", q, k.index(0)), b.sub(q, k.index(1)), k.index(0))
-            b.cbranch(b.and_(b.icmp_signed(">", q, k.index(0)), _better(k, dt, op, v, b.load(b.gep(buf_v, [above])))), body, done)
+            b.cbranch(b.icmp_signed("<", b.load(lo), b.load(hi)), body, done)
             b.position_at_end(body)
-            b.store(b.load(b.gep(buf_v, [above])), b.gep(buf_v, [q]))
-            b.store(b.load(b.gep(buf_i, [above])), b.gep(buf_i, [q]))
-            q.add_incoming(above, body)
+            mid = b.ashr(b.add(b.load(lo), b.load(hi)), k.index(1))
+            beats = _better(k, dt, op, v, b.load(b.gep(buf_v, [mid])))
+            b.store(b.select(beats, b.load(lo), b.add(mid, k.index(1))), lo)
+            b.store(b.select(beats, mid, b.load(hi)), hi)
             b.branch(head)
             b.position_at_end(done)
-            b.store(v, b.gep(buf_v, [q]))
-            b.store(i, b.gep(buf_i, [q]))
+            pos = b.load(lo)
+            count = b.zext(b.sub(start, pos), ir.IntType(64)) if k.idx_t.width < 64 else b.sub(start, pos)
+            for buf, size in ((buf_v, v_bytes), (buf_i, i_bytes)):
+                src = b.bitcast(b.gep(buf, [pos]), i8p)
+                dst = b.bitcast(b.gep(buf, [b.add(pos, k.index(1))]), i8p)
+                b.call(memmove, [dst, src, b.mul(count, ir.Constant(ir.IntType(64), size)), ir.Constant(ir.IntType(1), 0)])
+            b.store(v, b.gep(buf_v, [pos]))
+            b.store(i, b.gep(buf_i, [pos]))
 
         def element(i):
             ix[axis] = i

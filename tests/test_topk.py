@@ -1,5 +1,5 @@
 """TopK: the stack-buffer partial selection (K <= 256) and the K-pass scan, against a stable numpy sort
-(ties: lower index first; NaN ranks below every number), on every axis, both directions, int and float."""
+(ties: lower index first; NaN ranks above every number, as ONNX Runtime orders it), on every axis, both directions, int and float."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +17,7 @@ def _reference(x: np.ndarray, count: int, axis: int, largest: bool) -> tuple[np.
     for row in flat:
         nan = np.isnan(row) if row.dtype.kind == "f" else np.zeros(row.shape, bool)
         key = np.where(nan, 0, -row if largest else row)
-        order = np.lexsort((np.arange(row.size), key, nan))[:count]
+        order = np.lexsort((np.arange(row.size), key, ~nan if largest else nan))[:count]
         vals.append(row[order])
         idxs.append(order)
     shape = moved.shape[:-1] + (count,)
@@ -68,3 +68,23 @@ def test_topk_contiguous_rows_vector_filter(count, largest):
     want_v, want_i = _reference(x, count, 1, bool(largest))
     np.testing.assert_array_equal(got_i, want_i)
     np.testing.assert_array_equal(got_v, want_v)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["x86_64", "rpi4", "rpi3"])
+def test_topk_matches_ort_with_nan_on_every_target(board, tmp_path):
+    import onnxruntime as ort
+
+    from modelrun import compile_and_run, graph_model, has_emulator
+    if not has_emulator(board):
+        pytest.skip("qemu-user-static missing")
+    x = np.random.default_rng(0).integers(-30, 30, (3, 700)).astype(np.float32)
+    x[1, [5, 600]] = np.nan
+    for largest in (1, 0):
+        for count in (7, 300):
+            model = graph_model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)], {"x": x}, ["v", "i"],
+                                {"k": np.array([count], np.int64)}, opset=18, infer=True)
+            want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+            got = compile_and_run(model, {"x": x}, tmp_path / f"{largest}-{count}", board)
+            np.testing.assert_array_equal(got["i"], want[1])
+            np.testing.assert_array_equal(got["v"], want[0])

@@ -3,10 +3,10 @@
 TopK with K <= PARTIAL_MAX keeps a sorted buffer of the K best so far on the stack and scans each row
 once: an element enters only when it beats the buffer's last entry, finds its place by binary search
 and the worse entries move down one slot (memmove). Elements arrive in index order and only a strictly better value passes another, so ties
-keep the lower index first as ONNX requires; NaN ranks below every number. O(n) compares per row plus
+keep the lower index first as ONNX requires; NaN ranks above every number, as in ONNX Runtime. O(n) compares per row plus
 the insertions (about K log(n / K) of them on unordered data). A larger K picks the elements one
 pass at a time: pass j scans the row for the best element strictly after pass j-1's pick in the same
-order (NaN last, ties by index), O(n * K), no scratch memory. K must be a build-time constant (an attribute before opset 10,
+order (NaN above numbers, ties by index), O(n * K), no scratch memory. K must be a build-time constant (an attribute before opset 10,
 an input after).
 """
 from __future__ import annotations
@@ -82,11 +82,15 @@ def lower_topk(k):
 
 
 def _better(k, dt, op: str, v, w):
-    """v ranks before w: `op` on numbers, and any number before NaN."""
+    """v ranks before w: `op` on numbers, NaN above every number (first for largest, last for smallest),
+    as ONNX Runtime orders them."""
     b = k.b
     if not is_float(dt):
         return k.s.cmp(dt, op, v, w)
-    return b.or_(b.fcmp_ordered(op, v, w), b.and_(b.fcmp_unordered("uno", w, w), b.fcmp_ordered("ord", v, v)))
+    nan_v, nan_w = b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", w, w)
+    if op == ">":
+        return b.or_(b.fcmp_ordered(">", v, w), b.and_(nan_v, b.not_(nan_w)))
+    return b.or_(b.fcmp_ordered("<", v, w), b.and_(nan_w, b.not_(nan_v)))
 
 
 def _same(k, dt, v, w):

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Static throughput of our hot loops on every board's core: llvm-mca over each kernel's innermost loop.
+
+    python benchmarks/mca.py [--boards rpi3,rpi4,...] [--only SUBSTR] [--mca llvm-mca-19] [--markdown]
+
+Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
+compiled to model.o; `llvm-objdump -d` disassembles it; the hot loop is the innermost backward branch
+(no other backward branch inside it) with the most multiply-accumulate instructions (FMA/MLA/SDOT...);
+that loop body goes to `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
+
+Columns: mac = multiply-accumulate instructions in the loop, lanes = MACs they do per iteration,
+stack = instructions touching the stack inside the loop (spills/reloads; on armv7 also `add rN, sp, #imm`
+that address spilled q-registers for vldmia/vstmia), cyc = mca cycles per iteration, rthr = mca's
+resource bound per iteration (Block RThroughput), FLOP/c (2 per fp MAC) or MAC/c (int8), % of the
+core's peak (PEAKS below, with sources), and the bottleneck: "deps" when cyc > 1.15 x rthr (a latency
+chain), else the busiest resource in mca's pressure table.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "toolkit"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+rng = np.random.default_rng(3)
+
+# Peak per core and cycle: (fp32 FLOP, int8 MAC), the mca cpu model used, and where the figure comes from.
+# FLOP counts a fused multiply-add as 2. int8 MAC peak counts the widest MAC instruction the core has
+# for 8-bit operands accumulated in 32 bits.
+PEAKS = {
+    "cortex-a53": (8, 4, "cortex-a57",
+                   "A53 (no public Arm optimization guide): LLVM's CortexA53 model (AArch64SchedA53.td) issues one "
+                   "128-bit fmla per cycle = 8 FLOP and one smlal .4s = 4 MAC. LLVM's ARM backend has no A53 model, "
+                   "so the armv7 loop runs through its A57 model (ARMScheduleA57.td, out-of-order): the resource "
+                   "estimate, optimistic for the in-order A53."),
+    "cortex-a57": (8, 4, "cortex-a57",
+                   "Cortex-A57 Software Optimization Guide: ASIMD FP multiply-accumulate Q-form throughput 1/cycle "
+                   "(the two FP pipes are 64-bit) = 4 FMA = 8 FLOP; smlal/smlal2 .4s 1/cycle = 4 MAC"),
+    "cortex-a72": (8, 4, "cortex-a72",
+                   "Cortex-A72 Software Optimization Guide (same FP/ASIMD pipes as A57): FMLA Q-form 1/cycle = 8 FLOP; "
+                   "smlal/smlal2 .4s (int16->int32) 1/cycle = 4 MAC; LLVM uses its A57 model"),
+    "cortex-a76": (16, 32, "neoverse-n1",
+                   "Cortex-A76 Software Optimization Guide: FMLA Q-form throughput 2 (pipes V0/V1) = 16 FLOP; "
+                   "sdot .4s/.16b throughput 2 = 32 MAC; LLVM 19's neoverse-n1 model (same core) stands in"),
+    "cortex-a78ae": (16, 32, "neoverse-n1",
+                     "Cortex-A78 Software Optimization Guide: FMLA Q-form throughput 2 = 16 FLOP; sdot 2/cycle = 32 MAC; "
+                     "LLVM 19 gives cortex-a78 the A57 model (1 FMLA/cycle), so neoverse-n1's (same FP/ASIMD pipes) is used"),
+}
+MCA_TRIPLE = {"aarch64": "aarch64-unknown-linux-gnu", "armv7": "armv7-unknown-linux-gnueabihf", "x86_64": "x86_64-unknown-linux-gnu"}
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str  # "fp" or "int8"
+    model: onnx.ModelProto
+
+
+def _model(nodes, inputs: dict, consts: dict, outputs=("y",), opset=13) -> onnx.ModelProto:
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()]
+    graph = helper.make_graph(nodes, "mca", ins, [helper.make_empty_tensor_value_info(o) for o in outputs], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def f32(*shape):
+    return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+
+def cases() -> list[Case]:
+    from bench_int8 import qlinear_conv, qlinear_matmul
+
+    out = []
+    out.append(Case("fp32 MatMul 64x256x256", "fp", _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                                                           {"a": f32(64, 256)}, {"b": f32(256, 256)})))
+    out.append(Case("fp32 Conv 3x3 32->32 28x28 +Relu", "fp", _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])],
+        {"x": f32(1, 32, 28, 28)}, {"w": f32(32, 32, 3, 3), "bias": f32(32)})))
+    out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28 +Clip6", "fp", _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, group=64),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
+                                    "hi": np.array(6, np.float32)})))
+    # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise)
+    out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _model(
+        [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+         helper.make_node("Conv", ["e6", "wd"], ["d"], pads=[1] * 4, group=96),
+         helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
+        {"x": f32(1, 16, 28, 28)}, {"w1": f32(96, 16, 1, 1), "wd": f32(96, 1, 3, 3), "w2": f32(24, 96, 1, 1),
+                                    "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}), ))
+    out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0]))
+    out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0]))
+    return out
+
+
+def model_object(model: onnx.ModelProto, board) -> bytes:
+    from fluidml_xc.backend import import_graph
+    from fluidml_xc.build import lower_graph
+    from fluidml_xc.codegen.machine import compile_module, machine_spec
+
+    spec = machine_spec(board)
+    lowered = lower_graph(import_graph(model), spec, "fluid", parallel=False)
+    return compile_module(lowered.ir_text, spec), spec
+
+
+_INSN = re.compile(r"^\s*([0-9a-f]+):\s+(?:[0-9a-f]{2,8} )+\s*(.*)$")
+_FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
+_MAC = {
+    "aarch64": re.compile(r"^(fmla|fmadd|mla|smlal2?|umlal2?|sdot|udot|usdot)\b"),
+    "armv7": re.compile(r"^(vfma|vmla|vmlal|vsdot|vudot)\b"),
+    "x86_64": re.compile(r"^(vfmadd\d+|vfnmadd\d+|vpdpbusds?|vpdpwssds?|vpmaddwd|vpmaddubsw)"),
+}
+_BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.compile(r"^(b\w*)\s"),
+           "x86_64": re.compile(r"^(j\w+)\s")}
+
+
+def disassemble(obj: bytes, objdump: str) -> list[tuple[int, str]]:
+    with tempfile.NamedTemporaryFile(suffix=".o") as fh:
+        fh.write(obj)
+        fh.flush()
+        text = subprocess.run([objdump, "-d", "--no-show-raw-insn", fh.name], capture_output=True, text=True, check=True).stdout
+    insns = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+        if m and m.group(2).strip():
+            insns.append((int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))
+    return insns
+
+
+def clean(insn: str, arch: str) -> str:
+    """One instruction without objdump's trailing comment."""
+    insn = re.sub(r"\s+", " ", insn.strip())
+    marker = {"aarch64": "//", "armv7": "@", "x86_64": " #"}[arch]
+    return insn.split(marker)[0].strip()
+
+
+def mac_lanes(insn: str, arch: str) -> int:
+    """Multiply-accumulates one MAC instruction does."""
+    op = insn.split()[0]
+    if arch == "aarch64":
+        if op in ("sdot", "udot", "usdot"):
+            m = re.search(r"v\d+\.(\d+)s", insn)
+            return int(m.group(1)) * 4 if m else 4
+        m = re.search(r"v\d+\.(\d+)[bhsd]", insn)
+        return int(m.group(1)) if m else 1
+    if arch == "armv7":
+        if op.startswith("vmlal"):
+            return 4 if re.search(r"\bq\d+", insn) else 2
+        first = insn.split()[1].rstrip(",")
+        return 4 if first.startswith("q") else 2 if first.startswith("d") else 1
+    width = 16 if "zmm" in insn else 8 if "ymm" in insn else 4 if "xmm" in insn else 1
+    if op.endswith(("ss", "sd")) and not op.startswith("vp"):
+        return 1
+    if op.startswith("vpdpbusd"):
+        return width * 4
+    if op in ("vpmaddwd", "vpdpwssd", "vpdpwssds"):
+        return width * 2
+    if op == "vpmaddubsw":
+        return width * 4
+    return width
+
+
+def is_stack(insn: str, arch: str) -> bool:
+    if arch == "x86_64":
+        return "(%rsp)" in insn or "(%rbp)" in insn
+    if arch == "armv7" and re.match(r"^add\w* \w+, sp, #", insn):
+        return True
+    return "[sp" in insn
+
+
+@dataclass
+class Loop:
+    body: list[str]
+    macs: int
+    lanes: int
+    stack: int
+
+
+def hot_loop(insns: list[tuple[int, str]], arch: str) -> Loop | None:
+    addr_index = {a: i for i, (a, _) in enumerate(insns)}
+    loops = []
+    for i, (addr, insn) in enumerate(insns):
+        if not _BRANCH[arch].match(insn + " "):
+            continue
+        m = re.search(r"(?:^|\s)(?:0x)?([0-9a-f]+)(?:\s*<|$)", insn.split(None, 1)[1] if " " in insn else "")
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        if target <= addr and target in addr_index:
+            loops.append((addr_index[target], i))
+    best = None
+    for lo, hi in loops:
+        if any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in loops):
+            continue  # not innermost
+        body = [clean(s, arch) for _, s in insns[lo:hi + 1]]
+        macs = [s for s in body if _MAC[arch].match(s)]
+        loop = Loop(body, len(macs), sum(mac_lanes(s, arch) for s in macs), sum(is_stack(s, arch) for s in body))
+        if best is None or (loop.macs, -len(body)) > (best.macs, -len(best.body)):
+            best = loop
+    return best
+
+
+def mca_input(body: list[str], arch: str) -> str:
+    lines = [".Lhot:"]
+    for s in body:
+        if _BRANCH[arch].match(s + " "):
+            parts = s.split(" ", 1)
+            ops = [o.strip() for o in parts[1].split(",")] if len(parts) > 1 else []
+            ops = [re.sub(r"^(0x)?[0-9a-f]+( <.*>)?$", ".Lhot", o) for o in ops]
+            s = parts[0] + " " + ", ".join(ops)
+        lines.append(re.sub(r"\s*<[^>]*>", "", s))
+    return "\n".join(lines) + "\n"
+
+
+def run_mca(asm: str, mca: str, triple: str, cpu: str, attrs: str) -> tuple[float, float, str]:
+    cmd = [mca, f"-mtriple={triple}", f"-mcpu={cpu}", "-iterations=200"] + ([f"-mattr={attrs}"] if attrs else [])
+    r = subprocess.run(cmd, input=asm, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip().splitlines()[0] if r.stderr else "llvm-mca failed")
+    out = r.stdout
+    cycles = int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / 200
+    rthr = float(re.search(r"Block RThroughput:\s+([\d.]+)", out).group(1))
+    # busiest resource from "Resource pressure per iteration:" (header line of names, then values)
+    m = re.search(r"Resource pressure per iteration:\n(.*)\n(.*)\n", out)
+    busiest = "?"
+    if m:
+        names = re.findall(r"\[([\w.]+)\]", m.group(1))
+        vals = [0.0 if v == "-" else float(v) for v in m.group(2).split()]
+        # names map to the resource list above the table
+        res = dict(re.findall(r"\[([\w.]+)\]\s+-\s+(\w+)", out))
+        if vals:
+            k = max(range(len(vals)), key=lambda i: vals[i])
+            busiest = res.get(names[k], names[k]) if k < len(names) else "?"
+    return cycles, rthr, busiest
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--boards", default="rpi3,rpi4,rpi5,jetson-nano,jetson-orin-nano,x86_64")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--mca", default="llvm-mca-19" if Path("/usr/bin/llvm-mca-19").exists() else "llvm-mca")
+    ap.add_argument("--objdump", default="llvm-objdump-19" if Path("/usr/bin/llvm-objdump-19").exists() else "llvm-objdump")
+    ap.add_argument("--asm-dir", type=Path, help="write each hot loop's assembly here")
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table (docs/ARM_KERNELS.md)")
+    args = ap.parse_args()
+
+    from fluidml_xc.boards import get_board
+    if args.markdown:
+        print("| case | board | cpu (mca model) | insn | mac | lanes | stack | cyc | rthr | per c | peak | % | bottleneck |\n"
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    else:
+        print(f"{'case':52} {'board':17} {'cpu (mca model)':26} {'insn':>5} {'mac':>4} {'lanes':>5} {'stack':>5} "
+              f"{'cyc':>6} {'rthr':>6} {'per c':>6} {'peak':>5} {'%':>5} bottleneck")
+    for case in cases():
+        if args.only and args.only.lower() not in case.name.lower():
+            continue
+        for bname in args.boards.split(","):
+            board = get_board(bname)
+            arch = board.target.name
+            try:
+                obj, spec = model_object(case.model, board)
+            except Exception as exc:  # a case this board cannot build is reported, not fatal
+                print(f"{case.name:52} {bname:17} build failed: {exc}")
+                continue
+            loop = hot_loop(disassemble(obj, args.objdump), arch)
+            if loop is None or not loop.macs:
+                print(f"{case.name:52} {bname:17} no MAC loop found")
+                continue
+            if arch == "x86_64":
+                model_cpu, peak = spec.cpu, None
+            else:
+                fp_peak, i8_peak, model_cpu, _src = PEAKS[spec.cpu]
+                peak = fp_peak if case.kind == "fp" else i8_peak
+            asm = mca_input(loop.body, arch)
+            if args.asm_dir:
+                args.asm_dir.mkdir(parents=True, exist_ok=True)
+                (args.asm_dir / f"{bname}-{re.sub(r'[^a-z0-9]+', '_', case.name.lower())}.s").write_text(asm)
+            attrs = spec.features if arch != "x86_64" else ""
+            try:
+                cycles, rthr, busiest = run_mca(asm, args.mca, MCA_TRIPLE[arch], model_cpu, attrs)
+            except RuntimeError as exc:
+                print(f"{case.name:52} {bname:17} llvm-mca: {exc}")
+                continue
+            if peak is None:  # x86_64: the model's own FMA port throughput (2 x 512-bit FMA or 1)
+                peak = x86_peak(args.mca, model_cpu, case.kind)
+            per_cycle = loop.lanes * (2 if case.kind == "fp" else 1) / cycles
+            neck = "deps" if cycles > 1.15 * rthr else busiest
+            if args.markdown:
+                print(f"| {case.name} | {bname} | {spec.cpu} ({model_cpu}) | {len(loop.body)} | {loop.macs} | {loop.lanes} | "
+                      f"{loop.stack} | {cycles:.2f} | {rthr:.2f} | {per_cycle:.1f} | {peak:.0f} | "
+                      f"{100 * per_cycle / peak:.0f}% | {neck} |", flush=True)
+                continue
+            print(f"{case.name:52} {bname:17} {spec.cpu + ' (' + model_cpu + ')':26} {len(loop.body):5} {loop.macs:4} "
+                  f"{loop.lanes:5} {loop.stack:5} {cycles:6.2f} {rthr:6.2f} {per_cycle:6.1f} {peak:5.0f} "
+                  f"{100 * per_cycle / peak:4.0f}% {neck}", flush=True)
+    return 0
+
+
+def x86_peak(mca: str, cpu: str, kind: str) -> float:
+    """FLOP (fp) or MAC (int8: vpdpbusd) per cycle of 8 independent zmm FMAs under the same mca model."""
+    insn = "vfmadd231ps %zmm{a}, %zmm{a}, %zmm{d}" if kind == "fp" else "vpdpbusd %zmm{a}, %zmm{a}, %zmm{d}"
+    asm = "\n".join(insn.format(a=20, d=i) for i in range(8)) + "\n"
+    cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["x86_64"], cpu, "")
+    return 8 * (32 if kind == "fp" else 64) / cycles
+
+
+if __name__ == "__main__":
+    sys.exit(main())

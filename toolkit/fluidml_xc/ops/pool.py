@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import const, is_float, llvm_type
+from ..codegen.scalar import const, llvm_type
 from .conv import _fill, auto_pad_mode, element, load_lanes, loop, nest, offset, store_lanes, table_nest, tap_range, tap_tables
 from .registry import register
 
@@ -320,7 +320,8 @@ def lower_lp_pool(k):
 
 def _nan_max(s, dt, a, b):
     """max propagating NaN; floats through llvm.maximum, which the loop vectorizer reduces in vectors."""
-    return s.intrinsic_binary("llvm.maximum", a, b) if is_float(dt) else s.maximum(dt, a, b)
+    # float32 only: llvm.maximum on double trips an LLVM assertion when legalizing for armv7
+    return s.intrinsic_binary("llvm.maximum", a, b) if np.dtype(dt) == np.float32 else s.maximum(dt, a, b)
 
 
 def global_pool(k, kind: str) -> None:

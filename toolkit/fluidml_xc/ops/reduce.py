@@ -41,11 +41,12 @@ def _highest(dt) -> ir.Constant:
 def _fmax(k, dt, a, b):
     """max, NaN when either is NaN (ONNX Runtime and onnx.reference propagate NaN through ReduceMax);
     floats through llvm.maximum, which the loop vectorizer turns into a vector reduction."""
-    return k.s.intrinsic_binary("llvm.maximum", a, b) if is_float(dt) else k.s.maximum(dt, a, b)
+    # float32 only: llvm.maximum on double trips an LLVM assertion when legalizing for armv7 (NEON has no f64 lanes)
+    return k.s.intrinsic_binary("llvm.maximum", a, b) if np.dtype(dt) == np.float32 else k.s.maximum(dt, a, b)
 
 
 def _fmin(k, dt, a, b):
-    return k.s.intrinsic_binary("llvm.minimum", a, b) if is_float(dt) else k.s.minimum(dt, a, b)
+    return k.s.intrinsic_binary("llvm.minimum", a, b) if np.dtype(dt) == np.float32 else k.s.minimum(dt, a, b)
 
 
 def _exp(k, dt, x):

@@ -24,6 +24,10 @@ class Target:
     elf_class: int
     uname_machines: tuple[str, ...]
     emulator: str
+    accumulators: int = 12
+    """Vector registers the float GEMM register tile keeps accumulators in (targets/*.toml)."""
+    conv_accumulators: int = 12
+    """The same for the Conv and depthwise tiles (their taps are unrolled: more operands live at once)."""
 
     @property
     def pointer_bits(self) -> int:

@@ -275,6 +275,7 @@ class ModuleEmitter:
         if node.name in self.options.loop_orders:
             node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
         kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
+        kernel.accumulators, kernel.conv_accumulators = self.spec.accumulators, self.spec.conv_accumulators
         if tiled:
             kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data

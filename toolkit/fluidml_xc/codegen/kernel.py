@@ -129,6 +129,8 @@ class Kernel:
         self.inputs, self.outputs = inputs, outputs
         self.idx_t = ir.IntType(index_bits)
         self.vector_bits = vector_bits
+        self.accumulators = self.conv_accumulators = 12
+        """Vector registers a GEMM / Conv register tile may keep accumulators in (MachineSpec)."""
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.constant_data: Callable[[np.ndarray], ir.Value] = self._inline_constant
         self.s = Scalar(self.b, module)

@@ -19,6 +19,10 @@ class MachineSpec:
     pointer_bits: int
     vector_bits: int
     alignment: int
+    accumulators: int = 12
+    """Vector registers the float GEMM register tile keeps accumulators in (the target file's `accumulators`)."""
+    conv_accumulators: int = 12
+    """The same for the Conv tiles (`conv_accumulators`)."""
 
 
 @cache
@@ -38,7 +42,8 @@ def machine_spec(board: Board) -> MachineSpec:
     if target.name == "x86_64":
         flags = set(features.split(","))
         vector_bits = 512 if "+avx512f" in flags else 256 if flags & {"+avx2", "+avx"} else 128
-    return MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment)
+    return MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment,
+                       target.accumulators, target.conv_accumulators)
 
 
 @cache

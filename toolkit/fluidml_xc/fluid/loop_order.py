@@ -34,10 +34,11 @@ MR_DOT, NC_DOT = 3, 4
 """Dot-product tiles: rows x columns of C (12 vector accumulators)."""
 
 
-def outer_tile(m: int, n: int, lanes: int) -> tuple[int, int]:
-    """(MR, NR) of the outer-product kernel for an m x n result."""
-    mr = max(1, min(MR_OUTER, m))
-    nv = max(1, min(4, ACC_BUDGET // mr, -(-n // lanes)))
+def outer_tile(m: int, n: int, lanes: int, accumulators: int = ACC_BUDGET) -> tuple[int, int]:
+    """(MR, NR) of the outer-product kernel for an m x n result, about `accumulators` vector accumulators
+    (the target's register budget: 12 on aarch64/x86_64 gives 6 x 2 vectors, 8 on armv7 4 x 2)."""
+    mr = max(1, min(MR_OUTER, accumulators // 2, m))
+    nv = max(1, min(4, accumulators // mr, -(-n // lanes)))
     return mr, nv * lanes
 
 

@@ -178,13 +178,27 @@ def activate(k, epi, value):
         scaled = b.fmul(value, _fill(value.type, float(epi.get("alpha", 0.01))))
         return b.select(b.fcmp_ordered("<", value, zero), scaled, value)
     if act == "clip":
+        # ARM: llvm.maximum/minimum are one NaN-propagating fmax/fmin (vmax/vmin) each, where the
+        # compare + select pair is two; x86 has no NaN-propagating max, so it keeps the select
+        arm = str(getattr(k.module, "triple", "")).startswith(("aarch64", "arm"))
         if epi.get("min") is not None:
             lo = _fill(value.type, float(epi["min"]))
-            value = b.select(b.fcmp_ordered("<", value, lo), lo, value)
+            value = (_intrinsic(k, "llvm.maximum", value, lo) if arm
+                     else b.select(b.fcmp_ordered("<", value, lo), lo, value))
         if epi.get("max") is not None:
             hi = _fill(value.type, float(epi["max"]))
-            value = b.select(b.fcmp_ordered(">", value, hi), hi, value)
+            value = (_intrinsic(k, "llvm.minimum", value, hi) if arm
+                     else b.select(b.fcmp_ordered(">", value, hi), hi, value))
     return value
+
+
+def _intrinsic(k, name: str, x, y):
+    """llvm.maximum / llvm.minimum of two floats or float vectors (.f32, .v4f32 ...)."""
+    ty = x.type
+    suffix = f"v{ty.count}{ty.element.intrinsic_name}" if isinstance(ty, ir.VectorType) else ty.intrinsic_name
+    full = f"{name}.{suffix}"
+    fn = k.module.globals.get(full) or ir.Function(k.module, ir.FunctionType(ty, [ty, ty]), full)
+    return k.b.call(fn, [x, y])
 
 
 def epilogue(k, epi, value, residual=None):
@@ -226,13 +240,13 @@ class Conv2D:
                             and self.xs[1] == 1 and self.os[1] == 1)
         if self.depthwise_c:
             self.by_channel = False
-            self.R, self.P = 1, self.DW_PIXELS
+            self.R, self.P = 1, min(self.DW_PIXELS, k.conv_accumulators)
         elif self.by_channel:
             self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
-            self.P = 6 if self.R > self.V else 12
+            self.P = max(1, k.conv_accumulators // (self.R // self.V))  # 6 or 12 pixels at 12 accumulators
         else:
             self.R = min(4, self.Cog)
-            self.U = 4 if self.R <= 2 else 2
+            self.U = min(4 if self.R <= 2 else 2, max(1, k.conv_accumulators // 2))
         self.NB = -(-self.Cog // self.R)
         self.wvalue, self.packed, self.tables = wvalue, None, None
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row

@@ -289,7 +289,7 @@ def _i32(v: int):
 def _emit_outer(k, P: Problem) -> None:
     dt, V = P.dtype, k.lanes(P.dtype)
     M, N, K = P.m, P.n, P.kk
-    mr_main, nr = outer_tile(M, N, V)
+    mr_main, nr = outer_tile(M, N, V, k.accumulators)
     if P.b.value is not None:
         P = replace(P, b=_pack_panels(k, P.b, len(P.batch), nr, dt))
     stack = None

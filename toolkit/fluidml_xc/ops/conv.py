@@ -178,9 +178,11 @@ def activate(k, epi, value):
         scaled = b.fmul(value, _fill(value.type, float(epi.get("alpha", 0.01))))
         return b.select(b.fcmp_ordered("<", value, zero), scaled, value)
     if act == "clip":
-        # ARM: llvm.maximum/minimum are one NaN-propagating fmax/fmin (vmax/vmin) each, where the
-        # compare + select pair is two; x86 has no NaN-propagating max, so it keeps the select
-        arm = str(getattr(k.module, "triple", "")).startswith(("aarch64", "arm"))
+        # ARM float32: llvm.maximum/minimum are one NaN-propagating fmax/fmin (vmax/vmin) each, where the
+        # compare + select pair is two; x86 has no NaN-propagating max, so it keeps the select (so do
+        # other float types: double trips an LLVM assertion legalizing llvm.maximum for armv7)
+        elem = value.type.element if isinstance(value.type, ir.VectorType) else value.type
+        arm = isinstance(elem, ir.FloatType) and str(getattr(k.module, "triple", "")).startswith(("aarch64", "arm"))
         if epi.get("min") is not None:
             lo = _fill(value.type, float(epi["min"]))
             value = (_intrinsic(k, "llvm.maximum", value, lo) if arm

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run the slow model/cross-target tests")
     parser.addoption("--fuzz-cases", default=None, metavar="N", help="cases per fuzz test in tests/test_fuzz.py (a long run)")
+    parser.addoption("--fuzz-seed", default=None, metavar="S", help="seed of tests/test_fuzz.py's mutators (default 11)")
 
 
 def pytest_collection_modifyitems(config, items):

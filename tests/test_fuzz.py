@@ -3,7 +3,7 @@ reader (also built with AddressSanitizer + UndefinedBehaviorSanitizer). Every ca
 outputs matching ONNX Runtime / onnx.reference (where one of them accepts the model), or exit 2 with exactly
 one error line; never a traceback, a signal or a hang; no file outside -o, nothing half-written.
 
-Default: a few hundred cases (FUZZ_* below). A long run: `pytest tests/test_fuzz.py --fuzz-cases 3000`;
+Default: a few hundred cases (FUZZ_* below). A long run: `pytest tests/test_fuzz.py --fuzz-cases 3000 [--fuzz-seed S]`;
 the counts are printed (-s) and summarized in docs/GUARANTEES.md."""
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def _cases(request, default: int) -> int:
     return int(given) if given else default
 
 
+def _seed(request) -> int:
+    given = request.config.getoption("--fuzz-seed")
+    return int(given) if given else SEED
+
+
 def _close(got: np.ndarray, want: np.ndarray) -> bool:
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -49,7 +54,7 @@ def test_fuzz_build(request, tmp_path):
     from fluidml_xc.execute import random_feeds, read_manifest, run_artifact
 
     n = _cases(request, FUZZ_MODELS)
-    rng = random.Random(SEED)
+    rng = random.Random(_seed(request))
     bases = base_models()
     worker = Worker()
     counts: collections.Counter = collections.Counter()
@@ -118,7 +123,7 @@ def test_fuzz_run_inputs(request, tmp_path, add_relu_artifact):
 
     art, bias = add_relu_artifact
     n = _cases(request, FUZZ_FEEDS)
-    rng = random.Random(SEED + 1)
+    rng = random.Random(_seed(request) + 1)
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     worker = Worker()
     counts: collections.Counter = collections.Counter()
@@ -151,8 +156,8 @@ def test_fuzz_run_inputs(request, tmp_path, add_relu_artifact):
     _report(f"run-inputs fuzz, {n} cases", counts, failures)
 
 
-def _npy_cases(n: int, tmp_path: Path) -> list[tuple[Path, str]]:
-    rng = random.Random(SEED + 2)
+def _npy_cases(n: int, tmp_path: Path, seed: int = SEED) -> list[tuple[Path, str]]:
+    rng = random.Random(seed + 2)
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     bases = [npy_bytes(x), npy_bytes(np.asfortranarray(x)), npy_bytes(x.astype(np.float64))]
     cases = []
@@ -189,7 +194,7 @@ def test_fuzz_runner_npy_reader(request, tmp_path, add_relu_artifact):
     n = _cases(request, FUZZ_NPY)
     counts: collections.Counter = collections.Counter()
     failures = []
-    for path, what in _npy_cases(n, tmp_path):
+    for path, what in _npy_cases(n, tmp_path, _seed(request)):
         out = path.with_suffix(".out.npy")
         proc = subprocess.run([str(art / "runner"), "-i", str(path), "-o", str(out)], capture_output=True, text=True,
                               errors="replace", timeout=60)
@@ -259,7 +264,7 @@ def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_
     subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
                     str(src / "npy.c"), *runtime, str(art / "model_glue.c"), str(art / "model.o"), "-lm", "-lpthread",
                     "-o", str(runner)], check=True, capture_output=True, timeout=300)
-    cases = _npy_cases(_cases(request, FUZZ_NPY), tmp_path)
+    cases = _npy_cases(_cases(request, FUZZ_NPY), tmp_path, _seed(request))
     proc = subprocess.run([str(reader), *[str(p) for p, _ in cases]], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr[-3000:]
     total, refused = map(int, proc.stdout.split())

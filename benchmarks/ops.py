@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "toolkit"))
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 rng = np.random.default_rng(7)
 
@@ -72,11 +72,10 @@ def cases() -> list[Case]:
     # ConvTranspose: the text-detection 2x2/s2, 3x3/s1, 4x4/s2, 1-D and grouped
     for (cin, h, cout, k, s, p, op_, g) in [(64, 80, 32, 2, 2, 0, 0, 1), (64, 56, 64, 3, 1, 1, 0, 1), (64, 40, 32, 4, 2, 1, 0, 1),
                                            (32, 28, 32, 3, 2, 1, 1, 1), (64, 28, 64, 3, 2, 1, 1, 4)]:
-        out = (h - 1) * s - 2 * p + k + op_
         c.append(Case(f"ConvTranspose 1x{cin}x{h}x{h} -> {cout} {k}x{k} s{s} p{p} op{op_} g{g}", "ConvTranspose",
                       {"x": f32(1, cin, h, h)}, {"w": f32(cin, cout // g, k, k, scale=0.1)},
                       {"strides": [s, s], "pads": [p, p, p, p], "output_padding": [op_, op_], "group": g},
-                      flops=conv_flops(1, cin, cout, (h, h), (k, k), g) * 1.0))
+                      flops=conv_flops(1, cin, cout, (h, h), (k, k), g)))  # per input pixel and tap
     c.append(Case("ConvTranspose1d 1x64x512 -> 32 k4 s2 p1", "ConvTranspose", {"x": f32(1, 64, 512)}, {"w": f32(64, 32, 4, scale=0.1)},
                   {"strides": [2], "pads": [1, 1]}, flops=2.0 * 64 * 32 * 512 * 4))
     # Conv shapes exporters write: 1-D as k x 1, Conv1d, Conv3d

@@ -60,6 +60,13 @@ class Graph:
             name = f"{base}{n}"
         return name
 
+    def add_tensor(self, base: str, dtype, shape, value: np.ndarray | None = None) -> str:
+        """A new tensor named `base` (or `base` with a numeric suffix); a constant when `value` is given."""
+        name = self.unique_name(base)
+        dtype = np.dtype(dtype if value is None else value.dtype)
+        self.tensors[name] = Tensor(name, dtype, tuple(int(d) for d in shape), value)
+        return name
+
     def producers(self) -> dict[str, Node]:
         return {out: node for node in self.nodes for out in node.outputs if out}
 

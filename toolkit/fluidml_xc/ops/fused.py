@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from ..codegen import lowp
 from ..codegen.kernel import Operand
-from ..codegen.scalar import const, is_float
+from ..codegen.scalar import const
 from .elementwise import BINARY, COMPARE, UNARY, _add, _pow, constant_power
 from .registry import register
 

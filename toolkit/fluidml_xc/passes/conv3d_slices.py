@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node
 from . import graph_pass
 
 
@@ -54,10 +54,7 @@ def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
     base = node.name or "Conv3d"
 
     def tensor(suffix: str, shape, value=None) -> str:
-        name = graph.unique_name(f"{base}.{suffix}")
-        graph.tensors[name] = Tensor(name, np.dtype(np.float32) if value is None else value.dtype,
-                                     tuple(int(s) for s in shape), value)
-        return name
+        return graph.add_tensor(f"{base}.{suffix}", np.float32, shape, value)
 
     weights: dict[tuple[int, ...], str] = {}
     nodes, planes = [], []

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node
 from . import graph_pass
 
 DOMAIN = "fluidml"
@@ -51,15 +51,11 @@ def _pads(node: Node, in_sp, k_sp, out_sp, strides, dils) -> list[int] | None:
 
 
 def _const(graph: Graph, base: str, value: np.ndarray) -> str:
-    name = graph.unique_name(base)
-    graph.tensors[name] = Tensor(name, value.dtype, value.shape, value)
-    return name
+    return graph.add_tensor(base, value.dtype, value.shape, value)
 
 
 def _activation(graph: Graph, base: str, dtype, shape) -> str:
-    name = graph.unique_name(base)
-    graph.tensors[name] = Tensor(name, np.dtype(dtype), tuple(int(d) for d in shape))
-    return name
+    return graph.add_tensor(base, dtype, shape)
 
 
 def _rewrite(graph: Graph, node: Node) -> list[Node] | None:

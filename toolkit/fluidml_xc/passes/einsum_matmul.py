@@ -26,14 +26,10 @@ class _Names:
         self.graph, self.base = graph, base
 
     def const(self, suffix: str, value: np.ndarray) -> str:
-        name = self.graph.unique_name(f"{self.base}.{suffix}")
-        self.graph.tensors[name] = Tensor(name, value.dtype, value.shape, value)
-        return name
+        return self.graph.add_tensor(f"{self.base}.{suffix}", value.dtype, value.shape, value)
 
     def activation(self, suffix: str, dtype, shape) -> str:
-        name = self.graph.unique_name(f"{self.base}.{suffix}")
-        self.graph.tensors[name] = Tensor(name, np.dtype(dtype), tuple(int(d) for d in shape))
-        return name
+        return self.graph.add_tensor(f"{self.base}.{suffix}", dtype, shape)
 
 
 def _arrange(names: _Names, nodes: list[Node], src: Tensor, perm: list[int], shape: tuple[int, ...], tag: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node
 from . import graph_pass
 
 
@@ -30,9 +30,7 @@ def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
     reduced = tuple(1 if d == axis else s for d, s in enumerate(x.shape))
 
     def tensor(suffix: str, shape, value=None) -> str:
-        name = graph.unique_name(f"{base}.{suffix}")
-        graph.tensors[name] = Tensor(name, np.dtype(np.float32) if value is None else value.dtype, tuple(shape), value)
-        return name
+        return graph.add_tensor(f"{base}.{suffix}", np.float32, shape, value)
 
     def reduce(op: str, src: str, suffix: str) -> Node:
         out = tensor(suffix, reduced)

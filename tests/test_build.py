@@ -141,5 +141,6 @@ def test_builds_leave_no_weights_in_zigs_cache(tmp_path):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 64))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 64))], [numpy_helper.from_array(w, "w")])
     build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path)
+    # only this build's weights count: builds on other test workers add their own objects meanwhile
     new = [p for p in set(zig_cache.rglob("*")) - before if p.is_file() and p.stat().st_size >= w.nbytes]
-    assert new == []
+    assert [p for p in new if w.tobytes() in p.read_bytes()] == []

@@ -5,9 +5,9 @@ import collections
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -258,7 +258,7 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
     """Rename the finished workdir to out_dir (through a symlink: to its target), replacing only an artifact of ours."""
     umask = os.umask(0o022)
     os.umask(umask)
-    os.chmod(workdir, 0o777 & ~umask)  # mkdtemp made it 0700
+    os.chmod(workdir, 0o777 & ~umask)  # it was made 0700
     target = replaceable_target(out_dir)
     if not target.exists():
         workdir.rename(target)
@@ -312,12 +312,14 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     sweep_build(target)
     sweep_system_tmp()
     target = replaceable_target(out_dir)  # a swept backup may have come back
+    # named before it exists, so a signal arriving while it is made still finds it to remove
+    workdir = target.parent / f"{build_prefix(target.name)}{secrets.token_hex(6)}"
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=build_prefix(target.name), dir=target.parent))
-    except OSError as exc:
-        raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
-    try:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            workdir.mkdir(mode=0o700)
+        except OSError as exc:
+            raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
         stage(BUILD_STAGES[2])
         facts = compile_graph(graph, board, options, workdir)
         spec = facts["spec"]

@@ -48,6 +48,20 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _end_interrupted(code: int, argv: list[str] | None) -> int:
+    """After a signal our own cleanup has run (the build's handlers removed its temporaries). The signal may
+    have landed inside llvmlite while it made native objects; their finalizers at interpreter exit can then
+    crash or print tracebacks, so a program run (argv from the command line) ends here, skipping them."""
+    if argv is None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for name in ("SIGTERM", "SIGHUP"):
@@ -70,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("fluidml-xc: interrupted", file=sys.stderr)
-        return 130
+        return _end_interrupted(130, argv)
     except Terminated as exc:
         print(f"fluidml-xc: terminated by signal {signal.Signals(exc.signum).name}", file=sys.stderr)
-        return 128 + exc.signum
+        return _end_interrupted(128 + exc.signum, argv)
     except BrokenPipeError:
         _quiet_stdout()
         return 128 + signal.SIGPIPE

@@ -300,8 +300,10 @@ class Connection:
                 if chan.closed or not self.alive:
                     raise self.lost(f"running `{short}`")
                 if time.monotonic() - start > limit:
+                    running = not chan.exit_status_ready()
                     chan.close()
-                    self._kill_remote(_remote_pid(err))
+                    if running:  # once the command has exited its pid may belong to another process
+                        self._kill_remote(_remote_pid(err))
                     raise RemoteError(f"command `{short}` timed out after {limit:g}s on {self.label}; it was killed "
                                       f"there (--timeout raises the limit)")
                 select.select([chan], [], [], 0.1)

@@ -14,6 +14,9 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # the tests that run sshd on 127.0.0.1 run on one xdist worker (`--dist loadgroup`)
+        if "ssh" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("ssh"))
     if config.getoption("--runslow"):
         return
     skip_slow = pytest.mark.skip(reason="slow: run with --runslow")

@@ -298,6 +298,8 @@ class Connection:
                         and not chan.recv_ready() and not chan.recv_stderr_ready()):
                     break  # the exit status may come before the last data: wait for the board's EOF
                 if chan.closed or not self.alive:
+                    if chan.closed and chan.exit_status_ready():
+                        continue  # the exit status, EOF and close came in since the check above: drain, then done
                     raise self.lost(f"running `{short}`")
                 if time.monotonic() - start > limit:
                     running = not chan.exit_status_ready()

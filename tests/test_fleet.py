@@ -137,6 +137,25 @@ def test_inventory_yaml_limit_verify_all_ok(fleet):
     assert DEAD not in proc.stdout and proc.stdout.count("  ok") >= 2
 
 
+def test_inventory_threads(fleet):
+    """--threads reaches every host's runner (profile JSON, verify), and a count past a build's is one line
+    before any host is touched."""
+    work = fleet["work"]
+    artifact = work / "tiny-t2"
+    proc = cli("build", str(fleet["model"]), "--board", "qemu-aarch64", "--threads", "2", "-o", str(artifact), cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    hosts = ["--inventory", str(work / "hosts.ini"), "--limit", "boards", "--connect-timeout", "60"]
+    proc = cli("profile", str(artifact), *hosts, "--threads", "2", "--runs", "3", "--warmup", "0", "--json", "-", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {name: data["hosts"][name]["profile"]["threads"] for name in LIVE} == {name: 2 for name in LIVE}
+    proc = cli("verify", str(artifact), *hosts, "--threads", "1", cwd=work)
+    assert proc.returncode == 0 and proc.stdout.count("  ok") >= 2, proc.stderr
+    proc = cli("profile", str(artifact), *hosts, "--threads", "3", cwd=work)
+    err = error_line(proc)
+    assert "--threads 3: the qemu-aarch64 build" in err and "runs 1 to 2 threads" in err and "== pi-a" not in proc.stdout
+
+
 def test_inventory_errors_are_one_line(fleet, tmp_path):
     work = fleet["work"]
     bad = tmp_path / "bad.yml"
@@ -165,6 +184,7 @@ PLAYBOOK = """
         build_dir: "{{ build_dir }}"
         runs: 5
         warmup: 1
+        threads: 1
 - hosts: localhost
   gather_facts: false
   tasks:
@@ -215,6 +235,7 @@ def test_ansible_playbook_with_the_shipped_modules(fleet):
     assert profiles[DEAD] is None
     for name in LIVE:
         assert profiles[name]["board"] == "qemu-aarch64" and profiles[name]["latency_ms"]["median"] > 0
+        assert profiles[name]["threads"] == 1
         assert profiles[name]["where"].endswith(f":{fleet['servers'][name].port}")
     builds = sorted(p.name for p in (work / "ansible-build").iterdir() if not p.name.startswith("."))
     assert builds == ["tiny-qemu-aarch64", "tiny-rpi4"]

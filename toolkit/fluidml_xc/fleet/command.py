@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
+from ..remote.artifact import Artifact
 from .run import DEFAULT_WORKERS, HostResult, print_results, raise_for_failures, run_hosts
 from .tasks import Reach
 
@@ -61,7 +62,7 @@ def _profile(args, hosts, artifacts, default, reach) -> list[HostResult]:
         from ..extras import require
 
         require("matplotlib", "report", "--html")
-    options = ProfileOptions(args.runs, args.warmup, args.timeout)
+    options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
     results = run_hosts(hosts, artifacts, default, lambda h, a: profile_host(h, a, reach, options), args.forks, "profiling")
     data = {"hosts": {r.host.name: {"board": r.board, "ok": r.ok, "error": r.error or None,
                                     "profile": r.outcome.profile.to_dict() if r.ok else None} for r in results}}
@@ -95,7 +96,7 @@ def _verify(args, hosts, artifacts, default, reach) -> list[HostResult]:
 
     def work(host, artifact):
         feeds, reference = checks[artifact.board.name]
-        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, args.timeout)
+        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, args.timeout, args.threads)
         if not outcome.verify.ok:
             bad = [o.name for o in outcome.verify.outputs if not o.ok]
             raise VerifyError(f"outputs {', '.join(bad)} differ from ONNX Runtime beyond tolerance")
@@ -103,6 +104,18 @@ def _verify(args, hosts, artifacts, default, reach) -> list[HostResult]:
     results = run_hosts(hosts, artifacts, default, work, args.forks, "verifying")
     print_results(results, lambda o: o.verify.table())
     return results
+
+
+def check_fleet_threads(threads: int | None, artifacts: dict[str, Artifact]) -> None:
+    """A --threads every build of the fleet accepts (1..its built count), before any host is touched."""
+    if threads is None:
+        return
+    for board, artifact in artifacts.items():
+        built = int(artifact.manifest.get("threads", 1))
+        if not 1 <= threads <= built:
+            most = min(int(a.manifest.get("threads", 1)) for a in artifacts.values())
+            raise InputError(f"--threads {threads}: the {board} build ({artifact.path}) runs 1 to {built} threads; "
+                             f"give 1..{most} for this fleet, or rebuild with `fluidml-xc build --threads N`")
 
 
 ACTIONS: dict[str, Callable] = {"deploy": _deploy, "profile": _profile, "verify": _verify}
@@ -123,6 +136,7 @@ def run_command(args: argparse.Namespace, action: str) -> int:
     artifacts, default = artifacts_for(hosts, getattr(args, "dir", None))
     print(f"{action}: {len(hosts)} hosts, {len(artifacts)} build(s): "
           + ", ".join(f"{b} ({a.path})" for b, a in artifacts.items()), file=sys.stderr)
+    check_fleet_threads(getattr(args, "threads", None), artifacts)
     results = ACTIONS[action](args, hosts, artifacts, default, _reach(args))
     raise_for_failures(results, action)
     return 0

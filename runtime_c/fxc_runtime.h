@@ -16,7 +16,30 @@ typedef struct {
 } fxc_tensor_spec;
 #endif
 
-/* Defined by the generated model_glue.c. */
+/* Defined by the generated glue (model_glue.c, or NAME_glue.c of a build --name NAME, whose symbols carry
+ * NAME_ instead of fxc_: a runner for it is compiled with -DFXC_PREFIX=NAME_, which maps these names). */
+#ifdef FXC_PREFIX
+#define FXC_CAT_(a, b) a##b
+#define FXC_CAT(a, b) FXC_CAT_(a, b)
+#define fxc_num_inputs FXC_CAT(FXC_PREFIX, num_inputs)
+#define fxc_num_outputs FXC_CAT(FXC_PREFIX, num_outputs)
+#define fxc_num_ops FXC_CAT(FXC_PREFIX, num_ops)
+#define fxc_arena_bytes FXC_CAT(FXC_PREFIX, arena_bytes)
+#define fxc_arena_align FXC_CAT(FXC_PREFIX, arena_align)
+#define fxc_input_specs FXC_CAT(FXC_PREFIX, input_specs)
+#define fxc_output_specs FXC_CAT(FXC_PREFIX, output_specs)
+#define fxc_op_names FXC_CAT(FXC_PREFIX, op_names)
+#define fxc_op_types FXC_CAT(FXC_PREFIX, op_types)
+#define fxc_init FXC_CAT(FXC_PREFIX, init)
+#define fxc_run FXC_CAT(FXC_PREFIX, run)
+#define fxc_run_profiled FXC_CAT(FXC_PREFIX, run_profiled)
+#define fxc_strerror FXC_CAT(FXC_PREFIX, strerror)
+#define fxc_output_shape FXC_CAT(FXC_PREFIX, output_shape)
+#define fxc_output_is_dynamic FXC_CAT(FXC_PREFIX, output_is_dynamic)
+#define fxc_default_threads FXC_CAT(FXC_PREFIX, default_threads)
+#define fxc_set_threads FXC_CAT(FXC_PREFIX, set_threads)
+#define fxc_get_threads FXC_CAT(FXC_PREFIX, get_threads)
+#endif
 extern const int32_t fxc_num_inputs;
 extern const int32_t fxc_num_outputs;
 extern const int32_t fxc_num_ops;
@@ -43,9 +66,9 @@ typedef void (*fxc_task_fn)(void *ctx, int64_t begin, int64_t end);
 typedef void (*fxc_parallel_for_fn)(void *user, fxc_task_fn task, void *ctx, int64_t n_tiles);
 #endif
 void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n);
-int fxc_pool_start(int threads);          /* threads - 1 workers; 0 on success */
+int fxc_pool_start(int threads);          /* threads - 1 workers, the application's choice; 0 on success */
+int fxc_pool_ensure(int threads);         /* a model's init: start the pool, or grow one a model started */
 int fxc_pool_threads(void);               /* threads running the model (0: an application's parallel-for) */
-int fxc_pool_configured(void);
 void fxc_pool_set_parallel_for(fxc_parallel_for_fn pfor, void *user);
 int64_t fxc_pool_worker_cpu_ns(void);     /* CPU time of the pool's workers so far */
 /* Defined by the glue: the thread count built in (manifest `threads`). */

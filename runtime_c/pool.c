@@ -5,11 +5,15 @@
  * completely (no reduction is split), so results do not depend on which thread ran a tile or on the
  * thread count. Nothing here allocates after the pool started.
  *
- * Tiles are claimed one at a time with a compare-and-swap on `state` = generation << IDX_BITS | next
- * tile, so the caller never waits for a worker that did not take part (asleep, descheduled); the job's
- * fields are read after the claim succeeded, when the job cannot have finished (its tile is not done).
- * Workers sleep until the first job; after a job they spin (YIELD_NS, then yielding the core between
- * checks) up to SPIN_NS, then sleep on a condition variable until the next job.
+ * One pool per process, shared by every model linked into it (each model's glue starts or grows it).
+ * Tiles are claimed one at a time with a compare-and-swap on the 64-bit `state` = generation << 40 |
+ * tile count << 20 | next tile, so a claim checks the job it belongs to and its bound in one atomic step,
+ * and the caller never waits for a worker that did not take part (asleep, descheduled); the job's task
+ * and ctx are read after the claim succeeded, when the job cannot have finished (its tile is not done).
+ * One job at a time: a caller that finds the pool busy (another thread runs a model meanwhile) runs its
+ * tiles itself. Workers sleep until the first job; after a job they spin (YIELD_NS, then yielding the
+ * core between checks) up to SPIN_NS, then sleep on a condition variable until the next job.
+ * Configuration (start, ensure, set_parallel_for) is serialized by config_lock and must not overlap a run.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -21,29 +25,34 @@
 #include "fxc_runtime.h"
 
 #define IDX_BITS 20u
-#define IDX_MASK ((1u << IDX_BITS) - 1u)
+#define IDX_MASK ((UINT64_C(1) << IDX_BITS) - 1u)
+#define GEN_SHIFT (2u * IDX_BITS)
 #define MAX_TILES (IDX_MASK - 1u)
 #define SPIN_NS 300000 /* idle workers poll this long for the next job, then sleep */
 #define YIELD_NS 20000 /* after this long, polling yields the core between checks */
 #define WORKER_STACK_BYTES ((size_t)1 << 20) /* kernels keep packing buffers up to 256 KiB on the stack */
 
+enum { UNSET, BY_MODEL, BY_APPLICATION }; /* who chose the pool's threads: nobody yet, a model's init, the application */
+
 static struct {
     int threads;    /* including the calling thread */
     int workers;    /* worker threads running */
     pthread_t tid[FXC_MAX_THREADS];
-    _Atomic uint32_t state;
+    _Atomic uint64_t state;
     _Atomic(fxc_task_fn) task;
     _Atomic(void *) ctx;
-    _Atomic uint32_t n;
     _Atomic uint32_t done;
+    _Atomic int busy;
     _Atomic int sleepers;
     _Atomic int stop;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     fxc_parallel_for_fn user_pfor;
     void *user;
-    int configured; /* fxc_pool_start or fxc_pool_set_parallel_for was called */
-} pool = {1, 0, {0}, 0, NULL, NULL, 0, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+    int chosen;
+} pool = {1, 0, {0}, 0, NULL, NULL, 0, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, UNSET};
+
+static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void cpu_relax(void)
 {
@@ -65,26 +74,24 @@ static int64_t now_ns(void)
 static uint32_t run_tiles(void)
 {
     uint32_t ran = 0;
-    uint32_t s = atomic_load_explicit(&pool.state, memory_order_acquire);
+    uint64_t s = atomic_load_explicit(&pool.state, memory_order_acquire);
     for (;;) {
-        uint32_t idx = s & IDX_MASK;
-        if (idx >= atomic_load_explicit(&pool.n, memory_order_relaxed))
+        uint64_t idx = s & IDX_MASK;
+        if (idx >= ((s >> IDX_BITS) & IDX_MASK))
             return ran;
         if (!atomic_compare_exchange_weak_explicit(&pool.state, &s, s + 1u, memory_order_acq_rel, memory_order_acquire))
             continue;
-        /* the claimed tile's job is current until the tile is done: its fields are consistent now */
-        if (idx < atomic_load_explicit(&pool.n, memory_order_relaxed)) {
-            fxc_task_fn task = atomic_load_explicit(&pool.task, memory_order_relaxed);
-            void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
-            task(ctx, (int64_t)idx, (int64_t)idx + 1);
-            atomic_fetch_add_explicit(&pool.done, 1u, memory_order_release);
-            ran++;
-        }
+        /* the claimed tile's job is current until the tile is done: its task and ctx are this job's */
+        fxc_task_fn task = atomic_load_explicit(&pool.task, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
+        task(ctx, (int64_t)idx, (int64_t)idx + 1);
+        atomic_fetch_add_explicit(&pool.done, 1u, memory_order_release);
+        ran++;
         s = atomic_load_explicit(&pool.state, memory_order_acquire);
     }
 }
 
-static void sleep_until_changed(uint32_t seen)
+static void sleep_until_changed(uint64_t seen)
 {
     pthread_mutex_lock(&pool.lock);
     atomic_fetch_add(&pool.sleepers, 1);
@@ -97,13 +104,13 @@ static void sleep_until_changed(uint32_t seen)
 static void *worker_main(void *arg)
 {
     (void)arg;
-    uint32_t seen = atomic_load_explicit(&pool.state, memory_order_acquire);
+    uint64_t seen = atomic_load_explicit(&pool.state, memory_order_acquire);
     sleep_until_changed(seen); /* no job yet: a model with no split op never wakes its workers */
     while (!atomic_load_explicit(&pool.stop, memory_order_acquire)) {
         run_tiles();
         int64_t spin_start = now_ns();
         uint32_t spins = 0;
-        uint32_t s;
+        uint64_t s;
         while ((s = atomic_load_explicit(&pool.state, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&pool.stop, memory_order_relaxed)) {
             cpu_relax();
@@ -137,16 +144,16 @@ void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n)
         pool.user_pfor(pool.user, task, ctx, n);
         return;
     }
-    if (pool.workers == 0 || n == 1 || n > (int64_t)MAX_TILES) {
+    if (pool.workers == 0 || n == 1 || n > (int64_t)MAX_TILES ||
+        atomic_exchange_explicit(&pool.busy, 1, memory_order_acquire)) {
         task(ctx, 0, n);
         return;
     }
     atomic_store_explicit(&pool.task, task, memory_order_relaxed);
     atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&pool.n, (uint32_t)n, memory_order_relaxed);
     atomic_store_explicit(&pool.done, 0u, memory_order_relaxed);
-    uint32_t gen = (atomic_load_explicit(&pool.state, memory_order_relaxed) >> IDX_BITS) + 1u;
-    atomic_store(&pool.state, gen << IDX_BITS); /* seq_cst: pairs with the sleepers count */
+    uint64_t gen = (atomic_load_explicit(&pool.state, memory_order_relaxed) >> GEN_SHIFT) + 1u;
+    atomic_store(&pool.state, gen << GEN_SHIFT | (uint64_t)n << IDX_BITS); /* seq_cst: pairs with the sleepers count */
     wake_sleepers();
     run_tiles();
     uint32_t spins = 0;
@@ -155,6 +162,7 @@ void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n)
         if (++spins % 1024 == 0)
             sched_yield(); /* a worker holding a tile may be waiting for this core */
     }
+    atomic_store_explicit(&pool.busy, 0, memory_order_release);
 }
 
 static void stop_workers(void)
@@ -171,14 +179,14 @@ static void stop_workers(void)
     atomic_store(&pool.stop, 0);
 }
 
-int fxc_pool_start(int threads)
+static int start_locked(int threads, int chosen)
 {
     if (threads < 1 || threads > FXC_MAX_THREADS)
         return -1;
     stop_workers();
     pool.user_pfor = NULL;
     pool.user = NULL;
-    pool.configured = 1;
+    pool.chosen = chosen;
     pool.threads = 1;
     pthread_attr_t attr;
     if (threads > 1 && pthread_attr_init(&attr) == 0) {
@@ -194,23 +202,38 @@ int fxc_pool_start(int threads)
     return pool.threads == threads ? 0 : -1;
 }
 
+int fxc_pool_start(int threads)
+{
+    pthread_mutex_lock(&config_lock);
+    int rc = start_locked(threads, BY_APPLICATION);
+    pthread_mutex_unlock(&config_lock);
+    return rc;
+}
+
+int fxc_pool_ensure(int threads)
+{
+    pthread_mutex_lock(&config_lock);
+    int rc = 0;
+    if (pool.chosen == UNSET || (pool.chosen == BY_MODEL && pool.threads < threads))
+        rc = start_locked(threads, BY_MODEL);
+    pthread_mutex_unlock(&config_lock);
+    return rc;
+}
+
 int fxc_pool_threads(void)
 {
     return pool.user_pfor ? 0 : pool.threads;
 }
 
-int fxc_pool_configured(void)
-{
-    return pool.configured;
-}
-
 void fxc_pool_set_parallel_for(fxc_parallel_for_fn pfor, void *user)
 {
+    pthread_mutex_lock(&config_lock);
     stop_workers();
     pool.threads = 1;
-    pool.configured = 1;
+    pool.chosen = BY_APPLICATION;
     pool.user_pfor = pfor;
     pool.user = pfor ? user : NULL;
+    pthread_mutex_unlock(&config_lock);
 }
 
 int64_t fxc_pool_worker_cpu_ns(void)

@@ -54,6 +54,8 @@ class BuildOptions:
     """Threads the model runs on by default and at most (FXC_THREADS); None: the board's cores (threads.py)."""
     bind: dict[str, object] = field(default_factory=dict)
     """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (binding.py)."""
+    name: str | None = None
+    """--name: the C API's name (NAME_init, NAME_ARENA_BYTES, NAME.h, libNAME.a + libfxc_runtime.a); None: model.h, fxc_*."""
 
 
 @dataclass
@@ -107,7 +109,7 @@ class Lowered:
 
 
 def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic",
-                weights_symbol: str | None = None, parallel: bool = True) -> Lowered:
+                weights_symbol: str | None = None, parallel: bool = True, symbol_prefix: str = "fxc_") -> Lowered:
     """The compiler middle and back end up to LLVM IR; shared by `build` and the ONNX backend."""
     from .optimize import optimize
     from .planner import PlanOptions, plan_memory, verify_plan
@@ -121,7 +123,8 @@ def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str 
                        layouts=decisions.layouts)
     verify_plan(graph, plan)
     emitter = ModuleEmitter(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
-                                                            weights_symbol=weights_symbol, parallel=parallel))
+                                                            weights_symbol=weights_symbol, parallel=parallel,
+                                                            symbol_prefix=symbol_prefix))
     return Lowered(spec, decisions, plan, emitter, emitter.emit())
 
 
@@ -143,13 +146,15 @@ def _plan_facts(graph: Graph, plan) -> dict:
 
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
-    """Lower `graph` and write model.o (code + weights) into workdir; returns the manifest facts."""
+    """Lower `graph` and write model.o (NAME.o; code + weights) into workdir; returns the manifest facts."""
     from .link import attach_weights
+    from .runtime import CApi
 
+    api = CApi(options.name)
     spec = machine_spec(board)
-    symbol = f"fxc_weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
+    symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol, parallel=threads > 1)
+    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol, parallel=threads > 1, symbol_prefix=api.prefix)
     emitter, plan, decisions = lowered.emitter, lowered.plan, lowered.decisions
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))
@@ -157,16 +162,16 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     if emitter.blob:
         code_obj = workdir / "model_code.o"
         code_obj.write_bytes(code)
-        attach_weights(board.target, spec.cpu, code_obj, bytes(emitter.blob), symbol, workdir / "model.o", spec.alignment)
+        attach_weights(board.target, spec.cpu, code_obj, bytes(emitter.blob), symbol, workdir / api.object, spec.alignment)
         code_obj.unlink()
     else:
-        (workdir / "model.o").write_bytes(code)
+        (workdir / api.object).write_bytes(code)
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
     return {
         "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
         "memory": {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
                    **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})},
-        "tail": emitter.tail, "threads": threads,
+        "tail": emitter.tail, "threads": threads, "api": api,
         "parallel_ops": {name: list(split) for name, split in emitter.parallel.items()},
     }
 
@@ -175,17 +180,17 @@ def _link(board: Board, spec, graph: Graph, facts: dict, workdir: Path, profile:
     from .link import link_artifact
     from .runtime import ModelSpec, TensorSpec, render_sources
 
-    tail = facts["tail"]
+    tail, api = facts["tail"], facts["api"]
     model_spec = ModelSpec(
         name=graph.name,
         inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.inputs],
         outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot)
                  for n, slot in zip(graph.outputs, tail.output_slots)],
         arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
-        ops=[(op["name"], op["type"]) for op in facts["ops"]], threads=facts["threads"])
+        ops=[(op["name"], op["type"]) for op in facts["ops"]], threads=facts["threads"], api=api)
     render_sources(model_spec, workdir)
-    link_artifact(board.target, spec.cpu, workdir / "model.o", workdir / "model.o" if profile else None,
-                  workdir / "model_glue.c", workdir, workdir)
+    link_artifact(board.target, spec.cpu, workdir / api.object, workdir / api.object if profile else None,
+                  workdir / api.glue, workdir, workdir, api)
 
 
 def elf_footprint(path: Path) -> dict[str, int]:
@@ -292,8 +297,11 @@ BUILD_STAGES = ("import", "passes", "optimize, plan, compile", "link", "manifest
 
 def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) -> BuildResult:
     """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
+    from .runtime import CApi
+
     started = time.perf_counter()
     stage = options.progress or (lambda name: None)
+    api = CApi(options.name)
     model_path = Path(model_path)
     board = get_board(options.board)
     stage(BUILD_STAGES[0])
@@ -341,7 +349,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             **({"bound": manifest_entry(bound, options.bind, target)} if bound else {}),
             "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
             "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
-            "threads": facts["threads"], "parallel_ops": facts["parallel_ops"],
+            "threads": facts["threads"], "parallel_ops": facts["parallel_ops"], "c_api": api.manifest(),
             "optimizer": {k: v for k, v in facts["decisions"].summary().items() if k != "seconds"},
             "footprint": elf_footprint(workdir / "runner"),
         }

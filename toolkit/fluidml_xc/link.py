@@ -1,4 +1,7 @@
-"""Compile the C runtime and link runners and libmodel.a with `python -m ziglang cc` (static musl)."""
+"""Compile the C runtime and link runners and libmodel.a with `python -m ziglang cc` (static musl).
+
+A build --name NAME links libNAME.a (model + glue) and ships the runtime beside it as libfxc_runtime.a, the
+same bytes for every model of a board: an application links each model's library and one runtime."""
 from __future__ import annotations
 
 import hashlib
@@ -19,6 +22,7 @@ from . import tempfiles
 from .boards import Target
 from .errors import ToolchainError
 from .resources import data_dir
+from .runtime import CApi
 
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
 """-fdebug-compilation-dir and the -ffile-prefix-map of _prefix_maps keep directories out of the objects' debug
@@ -32,6 +36,8 @@ class LinkResult:
     runner: Path
     runner_prof: Path | None
     library: Path
+    runtime_library: Path | None = None
+    """libfxc_runtime.a beside a named library (None: the runtime is inside libmodel.a)."""
 
 
 def cache_dir() -> Path:
@@ -94,13 +100,14 @@ def _prefix_maps() -> list[str]:
     return [f"-ffile-prefix-map={zig}=zig"] if zig is not None and "=" not in str(zig) else []
 
 
-def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path], out: Path) -> Path:
+def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path], out: Path,
+             defines: Sequence[str] = ()) -> Path:
     """Compile from the source's directory by relative name: no directory reaches the object's debug info, and
     none reaches zig's dependency files (which cannot hold quotes)."""
     source = Path(source).resolve()
     includes = ["-I." if Path(d).resolve() == source.parent else f"-I{Path(d).resolve()}" for d in include_dirs]
-    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *_prefix_maps(), *includes, "-c", source.name, "-o", Path(out).resolve()],
-         f"compiling {source.name}", cwd=source.parent)
+    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *_prefix_maps(), *(f"-D{d}" for d in defines), *includes, "-c",
+                source.name, "-o", Path(out).resolve()], f"compiling {source.name}", cwd=source.parent)
     return out
 
 
@@ -178,27 +185,38 @@ def _link(target: Target, cpu: str, inputs: Sequence[Path | str], out: Path, wha
 
 
 def link_artifact(target: Target, cpu: str, model_obj: Path, prof_obj: Path | None, glue_c: Path,
-                  include_dir: Path, out_dir: Path) -> LinkResult:
-    """Link `runner`, `runner_prof` (when prof_obj is given) and `libmodel.a` into out_dir."""
+                  include_dir: Path, out_dir: Path, api: CApi = CApi()) -> LinkResult:
+    """Link `runner`, `runner_prof` (when prof_obj is given) and the library into out_dir: libmodel.a with the
+    runtime inside, or for a named API libNAME.a (model + glue) and libfxc_runtime.a (the runtime, shared)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rt = runtime_objects(target, cpu)
     library_objs = [rt[name] for name in LIBRARY_SOURCES]
     with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp:
-        glue_o = _compile(target, cpu, Path(glue_c), [Path(include_dir)], Path(tmp) / "model_glue.o")
-        library = out_dir / "libmodel.a"
+        glue_o = _compile(target, cpu, Path(glue_c), [Path(include_dir)], Path(tmp) / (Path(glue_c).stem + ".o"))
+        runner_o = rt["runner.c"]
+        if api.name:  # the runner calls the glue by its fxc_ names: map them to this API's (fxc_runtime.h)
+            src = data_dir("runtime_c")
+            runner_o = _compile(target, cpu, src / "runner.c", [src], Path(tmp) / "runner.o", [f"FXC_PREFIX={api.prefix}"])
+        library = out_dir / api.library
         library.unlink(missing_ok=True)
-        jobs = [(_link, [rt["runner.c"], rt["noprof.c"], glue_o, model_obj, *library_objs], out_dir / "runner", "linking runner")]
+        archives = [(library, [model_obj, glue_o, *library_objs])]
+        runtime_library = None
+        if api.runtime_library:
+            runtime_library = out_dir / api.runtime_library
+            runtime_library.unlink(missing_ok=True)
+            archives = [(library, [model_obj, glue_o]), (runtime_library, library_objs)]
+        jobs = [(_link, [runner_o, rt["noprof.c"], glue_o, model_obj, *library_objs], out_dir / "runner", "linking runner")]
         if prof_obj is not None:
-            jobs.append((_link, [rt["runner.c"], rt["prof.c"], glue_o, prof_obj, *library_objs],
+            jobs.append((_link, [runner_o, rt["prof.c"], glue_o, prof_obj, *library_objs],
                          out_dir / "runner_prof", "linking runner_prof"))
-        with ThreadPoolExecutor(max_workers=len(jobs) + 1) as pool:
+        with ThreadPoolExecutor(max_workers=len(jobs) + len(archives)) as pool:
             futures = [pool.submit(fn, target, cpu, inputs, out, what) for fn, inputs, out, what in jobs]
-            futures.append(pool.submit(_zig, "ar", ["rcs", library, model_obj, glue_o, *library_objs], "creating libmodel.a"))
+            futures += [pool.submit(_zig, "ar", ["rcs", archive, *members], f"creating {archive.name}") for archive, members in archives]
             for future in futures:
                 future.result()
     return LinkResult(runner=out_dir / "runner", runner_prof=out_dir / "runner_prof" if prof_obj is not None else None,
-                      library=library)
+                      library=library, runtime_library=runtime_library)
 
 
 def compile_c_program(target: Target, cpu: str, sources: Sequence[Path], include_dirs: Sequence[Path],

@@ -1,8 +1,9 @@
-"""Render the per-model C sources (model.h, model_glue.c) from templates/."""
+"""Render the per-model C sources (model.h, model_glue.c, or NAME.h, NAME_glue.c) from templates/."""
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -48,6 +49,85 @@ class TensorSpec:
         return math.prod(self.shape) * np.dtype(STORAGE_ONLY.get(self.dtype, self.dtype)).itemsize
 
 
+RUNTIME_PREFIX = "fxc"
+"""The shared runtime's own prefix (runtime_c/: fxc_pool_*, fxc_npy_*, FXC_MAX_THREADS, ...)."""
+RUNTIME_LIBRARY = "libfxc_runtime.a"
+MAX_NAME_LENGTH = 64
+C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if inline int long
+    register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+    alignas alignof bool constexpr false nullptr static_assert thread_local true typeof typeof_unqual
+""".split())
+"""C99 to C23 keywords (the underscore-capital ones, _Bool, _Atomic, ..., are refused as reserved)."""
+
+
+def check_c_name(name: str) -> str:
+    """`name` if it can prefix a C API (`NAME_init`, `NAME_ARENA_BYTES`), else an InputError naming the rule."""
+    fix = "pick a name like detector or kws_v2"
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise InputError(f"--name {name!r} is not a C identifier (letters, digits and '_', not starting with a digit): {fix}")
+    if name in C_KEYWORDS:
+        raise InputError(f"--name {name!r} is a C keyword: {fix}")
+    if name.startswith("_") or name.endswith("_") or "__" in name:
+        raise InputError(f"--name {name!r} would make reserved identifiers (a leading '_', or '__' in NAME_init): {fix}")
+    if name.lower() == RUNTIME_PREFIX or name.lower().startswith(RUNTIME_PREFIX + "_"):
+        raise InputError(f"--name {name!r} collides with the shared runtime's own {RUNTIME_PREFIX}_ / "
+                         f"{RUNTIME_PREFIX.upper()}_ names: {fix}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InputError(f"--name is {len(name)} characters long, more than {MAX_NAME_LENGTH}: choose a shorter name")
+    return name
+
+
+@dataclass(frozen=True)
+class CApi:
+    """The names of one artifact's C API: `name` None is the default (model.h, fxc_*, FXC_*, libmodel.a with the
+    runtime inside); a name prefixes every function, type and macro and ships the runtime as libfxc_runtime.a."""
+
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None:
+            check_c_name(self.name)
+
+    @property
+    def prefix(self) -> str:
+        return (self.name or RUNTIME_PREFIX) + "_"
+
+    @property
+    def macro_prefix(self) -> str:
+        return self.prefix.upper()
+
+    @property
+    def stem(self) -> str:
+        """Base name of the header, glue source and model object."""
+        return self.name or "model"
+
+    @property
+    def header(self) -> str:
+        return f"{self.stem}.h"
+
+    @property
+    def glue(self) -> str:
+        return f"{self.stem}_glue.c"
+
+    @property
+    def object(self) -> str:
+        return f"{self.stem}.o"
+
+    @property
+    def library(self) -> str:
+        return f"lib{self.stem}.a"
+
+    @property
+    def runtime_library(self) -> str | None:
+        """The runtime's own archive beside a named library (None: it is inside libmodel.a)."""
+        return RUNTIME_LIBRARY if self.name else None
+
+    def manifest(self) -> dict:
+        return {"name": self.name, "prefix": self.prefix, "macro_prefix": self.macro_prefix, "header": self.header,
+                "library": self.library, "runtime_library": self.runtime_library}
+
+
 @dataclass
 class ModelSpec:
     name: str
@@ -58,6 +138,7 @@ class ModelSpec:
     ops: list[tuple[str, str]] = field(default_factory=list)
     threads: int = 1
     """FXC_THREADS: the pool's thread count by default and the most fxc_set_threads accepts."""
+    api: CApi = field(default_factory=CApi)
 
 
 def c_string(text: str) -> str:
@@ -93,17 +174,19 @@ def _environment() -> jinja2.Environment:
 
 
 def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
-    """Write model.h and model_glue.c for `spec` into out_dir; returns their paths."""
+    """Write the header and the glue (model.h and model_glue.c, or NAME.h and NAME_glue.c) into out_dir; returns
+    their paths."""
     align = spec.arena_align
     if align <= 0 or align & (align - 1):
         raise InputError(f"arena alignment must be a power of two, got {align}")
     context = dict(name=spec.name, inputs=spec.inputs, outputs=spec.outputs, arena_bytes=int(spec.arena_bytes),
                    arena_align=align, threads=max(1, int(spec.threads)), ops=[(str(n), str(t)) for n, t in spec.ops],
-                   dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]))
+                   dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]), api=spec.api,
+                   p=spec.api.prefix, P=spec.api.macro_prefix)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for template, filename in (("model.h.j2", "model.h"), ("model_glue.c.j2", "model_glue.c")):
+    for template, filename in (("model.h.j2", spec.api.header), ("model_glue.c.j2", spec.api.glue)):
         path = out_dir / filename
         path.write_text(_environment().get_template(template).render(context), encoding="utf-8")
         written.append(path)

@@ -64,6 +64,10 @@ class EmitOptions:
     parallel: bool = True
     """Emit heavy ops as tiles handed to `fxc_parallel_for` (runtime_c/pool.c; a serial weak definition
     in the module serves the JIT). False (a build for one thread) emits every op as one plain function."""
+    symbol_prefix: str = "fxc_"
+    """Prefix of the module's two exported entries (`<prefix>model_run`, `<prefix>model_run_profiled`): a build
+    --name NAME uses `NAME_`, so several models link into one program (the weights blob is named by the build; the
+    rest is internal but the weak serial `fxc_parallel_for`, which the shared runtime's replaces)."""
 
 
 INLINE_LIMIT = 256
@@ -163,8 +167,8 @@ class ModuleEmitter:
                 fn.attributes.add("noinline")
                 steps.append((step, node, fn))
         hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)]).as_pointer()
-        self._entry("fxc_model_run", steps, None)
-        self._entry("fxc_model_run_profiled", steps, hook)
+        self._entry(f"{self.options.symbol_prefix}model_run", steps, None)
+        self._entry(f"{self.options.symbol_prefix}model_run_profiled", steps, hook)
         return str(self.module)
 
     def _entry(self, symbol: str, steps, hook: ir.Type | None) -> None:

@@ -27,25 +27,36 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
     parser.add_argument("--threads", type=int, metavar="N", help="threads the model runs on (default: the board's cores; "
                         "this machine's for x86_64); 1 starts no thread; the runner's --threads may lower it")
+    parser.add_argument("--name", metavar="NAME", help="name the C API for several models in one program: NAME_init, "
+                        "NAME_run, NAME_ARENA_BYTES, ... in NAME.h, libNAME.a plus the shared runtime libfxc_runtime.a "
+                        "(default: fxc_* in model.h, libmodel.a with the runtime inside)")
     parser.add_argument("--max-memory", metavar="SIZE", help="largest tensor, constants, and arena + weights (e.g. 2G; "
                         "default: half the board's RAM from its board file, or half of this machine's)")
 
 
 def main(args) -> int:
+    from ..runtime import check_c_name
     from ..validate import parse_size
 
+    if args.name is not None:
+        check_c_name(args.name)
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
     bind = parse_binds(args.bind)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
-                                                      max_memory=max_memory, threads=args.threads, bind=bind, progress=stages))
+                                                      max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
+                                                      progress=stages))
     m = result.manifest
     mem, fp = m["memory"], m["footprint"]
     print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")
     print(f"  ops {sum(m['op_counts'].values())}, weights {m['weights_bytes']:,} B, arena {mem['arena_bytes']:,} B "
           f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})"
           + (f" + {mem['dynamic_tail_bytes']:,} B dims/scratch of data-dependent outputs" if mem.get("dynamic_tail_bytes") else ""))
+    api = m["c_api"]
+    if api["name"]:
+        print(f"  C API {api['prefix']}* / {api['macro_prefix']}* in {api['header']}; link {api['library']} and, once per "
+              f"program, {api['runtime_library']}")
     print(f"  runner footprint: text {fp['text']:,} B, rodata {fp['rodata']:,} B, data {fp['data']:,} B, bss {fp['bss']:,} B")
     return 0

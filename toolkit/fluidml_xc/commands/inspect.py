@@ -62,11 +62,15 @@ def main(args) -> int:
         raise InputError(f"{str(directory)!r} is not a fluidml-xc artifact (no readable manifest.json); run `fluidml-xc build` first") from None
     opt = manifest.get("optimizer", {})
     mem = manifest.get("memory", {})
+    api = manifest.get("c_api") or {"name": None, "prefix": "fxc_", "macro_prefix": "FXC_", "header": "model.h",
+                                    "library": "libmodel.a", "runtime_library": None}
     if args.json:
-        print(json.dumps({"optimizer": opt, "memory": mem}, indent=2))
+        print(json.dumps({"c_api": api, "optimizer": opt, "memory": mem}, indent=2))
         return 0
     print(f"{manifest['model']['name']} for {manifest['board']} ({manifest['triple']}), --opt {manifest.get('opt')}, "
           f"costs {opt.get('costs', 'analytic')}" + (f", optimizer {opt['seconds'] * 1e3:.0f} ms" if 'seconds' in opt else ""))
+    print(f"C API: name {api['name'] or '(none)'}, {api['prefix']}* / {api['macro_prefix']}* in {api['header']}, "
+          f"{api['library']}" + (f" + the shared runtime {api['runtime_library']}" if api["runtime_library"] else " (runtime inside)"))
     segments = opt.get("segments", [])
     print(f"\nsegments: {len(segments)} (longest cost-weighted sequence first)")
     for k, seg in enumerate(segments[: args.segments]):

@@ -45,11 +45,34 @@ def const(dtype, value) -> ir.Constant:
     return ir.Constant(llvm_type(dtype), int(value))
 
 
+def splat_const(ty: ir.Type, value) -> ir.Constant:
+    """A constant of `ty`, a scalar or every lane of a vector."""
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+    return ir.Constant(ty, value)
+
+
+def _same_shape(ty: ir.Type, element: ir.Type) -> ir.Type:
+    """`element`, or a vector of it with as many lanes as `ty` has."""
+    return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
+
+
+def _overload_suffix(ty: ir.Type) -> str:
+    """The type suffix of an overloaded intrinsic's name (llvmlite spells vectors as "<8 x float>")."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{ty.element.intrinsic_name}"
+    return ty.intrinsic_name
+
+
+def _is_f32(ty: ir.Type) -> bool:
+    return isinstance(ty.element if isinstance(ty, ir.VectorType) else ty, ir.FloatType)
+
+
 def _poly(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
     """Horner evaluation, highest degree first."""
-    acc = ir.Constant(x.type, coefficients[0])
+    acc = splat_const(x.type, coefficients[0])
     for c in coefficients[1:]:
-        acc = b.fadd(b.fmul(acc, x, flags=FAST), ir.Constant(x.type, c), flags=FAST)
+        acc = b.fadd(b.fmul(acc, x, flags=FAST), splat_const(x.type, c), flags=FAST)
     return acc
 
 
@@ -74,9 +97,10 @@ class Scalar:
         self.b, self.module = builder, module
 
     def intrinsic(self, name: str, value: ir.Value, *more: ir.Value) -> ir.Value:
-        if name == "llvm.exp" and isinstance(value.type, ir.FloatType):
+        if name == "llvm.exp" and _is_f32(value.type):
             return self.exp_f32(value)
-        fn = self.module.declare_intrinsic(name, [value.type], ir.FunctionType(value.type, [value.type] * (1 + len(more))))
+        fn = self.module.declare_intrinsic(f"{name}.{_overload_suffix(value.type)}", (),
+                                           ir.FunctionType(value.type, [value.type] * (1 + len(more))))
         return self.b.call(fn, [value, *more])
 
     def libm(self, name: str, dtype, *args: ir.Value) -> ir.Value:
@@ -176,7 +200,7 @@ class Scalar:
         return x
 
     def intrinsic_binary(self, name: str, x, y):
-        fn = self.module.declare_intrinsic(name, [x.type], ir.FunctionType(x.type, [x.type, x.type]))
+        fn = self.module.declare_intrinsic(f"{name}.{_overload_suffix(x.type)}", (), ir.FunctionType(x.type, [x.type, x.type]))
         return self.b.call(fn, [x, y])
 
     def neg(self, dtype, x):
@@ -236,36 +260,49 @@ class Scalar:
             return self.b.trunc(x, dt)
         return self.b.sext(x, dt) if src.kind == "i" else self.b.zext(x, dt)
 
-    def exp_f32(self, x: ir.Value) -> ir.Value:
-        """expf without a libm call, so loops around it vectorize (Cephes range reduction + degree-6 polynomial, < 1e-7 rel)."""
-        b, f32, i32 = self.b, ir.FloatType(), ir.IntType(32)
+    def exp_f32(self, x: ir.Value, nonpositive: bool = False) -> ir.Value:
+        """expf without a libm call, so loops around it vectorize (Cephes range reduction + degree-6 polynomial, < 1e-7 rel);
+        `x` a float32 scalar or vector. `nonpositive`: x <= 0 or NaN (Softmax's x - max), no upper bound to check.
+        NaN stays NaN through every step (ordered compares keep it, no float -> int conversion that would be poison)."""
+        b, f32 = self.b, x.type
+        i32 = _same_shape(f32, ir.IntType(32))
+
+        def k(value):
+            return splat_const(f32, value)
         given = x
-        lo, hi = ir.Constant(f32, -88.3762626647949), ir.Constant(f32, 88.3762626647949)
-        x = b.select(b.fcmp_ordered("<", x, lo), lo, b.select(b.fcmp_ordered(">", x, hi), hi, x))  # min/max instructions
+        lo, hi = k(-88.3762626647949), k(88.3762626647949)
+        x = b.select(b.fcmp_ordered("<", x, lo), lo, x)  # maxps / minps
+        if not nonpositive:
+            x = b.select(b.fcmp_ordered(">", x, hi), hi, x)
         c = ("contract",)
-        fx = self.intrinsic("llvm.floor", b.fadd(b.fmul(x, ir.Constant(f32, 1.44269504088896341), flags=c), ir.Constant(f32, 0.5), flags=c))
-        r = b.fsub(b.fsub(x, b.fmul(fx, ir.Constant(f32, 0.693359375), flags=c), flags=c),
-                   b.fmul(fx, ir.Constant(f32, -2.12194440e-4), flags=c), flags=c)
-        y = b.fadd(b.fadd(b.fmul(_poly(b, r, _EXP_POLY), b.fmul(r, r), flags=c), r, flags=c), ir.Constant(f32, 1.0), flags=c)
-        scale = b.bitcast(b.shl(b.add(b.fptosi(fx, i32), ir.Constant(i32, 127)), ir.Constant(i32, 23)), f32)
-        result = b.select(b.fcmp_ordered(">", given, ir.Constant(f32, 88.72283935546875)), ir.Constant(f32, float("inf")),
-                          b.fmul(y, scale))
-        return _keep_nan(b, given, result)
+        fx = self.intrinsic("llvm.floor", b.fadd(b.fmul(x, k(1.44269504088896341), flags=c), k(0.5), flags=c))
+        r = b.fsub(b.fsub(x, b.fmul(fx, k(0.693359375), flags=c), flags=c), b.fmul(fx, k(-2.12194440e-4), flags=c), flags=c)
+        y = b.fadd(b.fadd(b.fmul(_poly(b, r, _EXP_POLY), b.fmul(r, r), flags=c), r, flags=c), k(1.0), flags=c)
+        # 2^fx: fx + 1.5 * 2^23 holds fx as an integer in its low bits; shifted into the exponent field its own
+        # exponent bits leave the word, so this is (fx + 127) << 23
+        n = b.bitcast(b.fadd(fx, k(12582912.0)), i32)
+        scale = b.bitcast(b.shl(b.add(n, splat_const(i32, 127)), splat_const(i32, 23)), f32)
+        result = b.fmul(y, scale)
+        if nonpositive:
+            return result
+        return b.select(b.fcmp_ordered(">", given, k(88.72283935546875)), k(float("inf")), result)
 
     def tanh_f32(self, x: ir.Value) -> ir.Value:
-        """tanhf as a rational approximation on [-7.9, 7.9] (Eigen's, as ORT's MLAS), vectorizable, < 5 ulps;
-        |x| < 4e-4 gives x and |x| >= 9 gives +-1 (tanh's float32 value there), NaN stays NaN."""
-        b, f32 = self.b, ir.FloatType()
-        given = x
-        lo, hi = ir.Constant(f32, -7.90531110763549805), ir.Constant(f32, 7.90531110763549805)
-        x = b.select(b.fcmp_ordered("<", x, lo), lo, b.select(b.fcmp_ordered(">", x, hi), hi, x))
-        x2 = b.fmul(x, x)
-        ratio = b.fdiv(b.fmul(x, _poly(b, x2, _TANH_NUM)), _poly(b, x2, _TANH_DEN))
-        magnitude = self.intrinsic("llvm.fabs", given)
-        one = self.intrinsic_binary("llvm.copysign", ir.Constant(f32, 1.0), given)
-        ratio = b.select(b.fcmp_ordered(">=", magnitude, ir.Constant(f32, 9.0)), one, ratio)
-        tiny = b.fcmp_ordered("<", magnitude, ir.Constant(f32, 0.0004))
-        return b.select(tiny, given, _keep_nan(b, given, ratio))
+        """tanhf as Eigen's rational approximation (as ORT's MLAS), vectorizable, < 5 ulps. Its argument is clamped
+        to +-9.5, where it exceeds 1, and its result to [-1, 1], so large |x| give +-1 exactly (tanh's float32 value
+        there to within 5 ulps); |x| < 4e-4 gives x; NaN stays NaN (ordered compares keep it through both clamps).
+        `x` a float32 scalar or vector."""
+        b, f32 = self.b, x.type
+
+        def clamp(v, bound):
+            lo, hi = splat_const(f32, -bound), splat_const(f32, bound)
+            v = b.select(b.fcmp_ordered("<", v, lo), lo, v)  # maxps / minps
+            return b.select(b.fcmp_ordered(">", v, hi), hi, v)
+        clamped = clamp(x, 9.5)
+        x2 = b.fmul(clamped, clamped, flags=FAST)
+        ratio = clamp(b.fdiv(b.fmul(clamped, _poly(b, x2, _TANH_NUM), flags=FAST), _poly(b, x2, _TANH_DEN)), 1.0)
+        tiny = b.fcmp_ordered("<", self.intrinsic("llvm.fabs", x), splat_const(f32, 0.0004))
+        return b.select(tiny, x, ratio)
 
     def erf_f32(self, x: ir.Value) -> ir.Value:
         """erff as a rational approximation on [-4, 4] (the one Eigen and XLA use), vectorizable, < 5e-7 abs."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import const, is_float, llvm_type
+from ..codegen.scalar import FAST, const, is_float, llvm_type, splat_const
 from ..errors import InputError
 from .registry import register
 
@@ -125,11 +125,42 @@ def _reduce(k, name: str) -> None:
         k.generic(x.shape, [out_acc], [x_acc, out_acc], lambda v, i: [_exp(k, dt, k.s.sub(dt, v[0], v[1]))], axes,
                   [const(dt, 0)], finalize=finalize, order=order)
         return
+    if name in ("ReduceMax", "ReduceMin") and np.dtype(dt) == np.float32 and x.size and _span(x, axes) and k.lanes(dt) > 1:
+        _extreme_rows(k, x, out_acc, axes, name == "ReduceMax")
+        return
     init, value, combine, finish = REDUCERS[name]
     body = (lambda v, i: [value(k, dt, v[0])]) if value else (lambda v, i: [v[0]])
     comb = (lambda a, v: [combine(k, dt, a[0], v[0])]) if combine else None
     fin = (lambda a, i: [finish(k, dt, a[0], count)]) if finish else None
     k.generic(x.shape, [out_acc], [x_acc], body, axes, [init(dt)], comb, fin, order=order)
+
+
+def _extreme_rows(k, x, out_acc, axes, largest: bool) -> None:
+    """ReduceMax/Min over a contiguous run of float32 in vectors: UNROLL max/min accumulators and a NaN mask;
+    a NaN anywhere in the run gives NaN (as onnx.reference)."""
+    b, n, V = k.b, _span(x, axes), k.lanes(np.float32)
+    vt = k.vector_type(np.float32, V)
+    better = _greater(k, largest)
+
+    def row(ix, inner):
+        ptr = _row_ptr(k, x, ix, inner)
+        best = _Accumulators(k, vt, -np.inf if largest else np.inf)
+        nan_v = k.local(ir.VectorType(ir.IntType(1), V), ir.Constant(ir.VectorType(ir.IntType(1), V), [0] * V))
+        nan_s = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
+
+        def vec(u, at):
+            v = k.vload(ptr, np.float32, at, V)
+            best.update(u, lambda a: better(a, v))
+            b.store(b.or_(b.load(nan_v), b.fcmp_unordered("uno", v, v)), nan_v)
+
+        def tail(at):
+            v = b.load(b.gep(ptr, [at], inbounds=True))
+            best.update(None, lambda a: better(a, v))
+            b.store(b.or_(b.load(nan_s), b.fcmp_unordered("uno", v, v)), nan_s)
+        _walk(k, n, V, vec, tail)
+        seen_nan = b.or_(b.icmp_unsigned("!=", b.bitcast(b.load(nan_v), ir.IntType(V)), ir.Constant(ir.IntType(V), 0)), b.load(nan_s))
+        k.store(out_acc, ix, b.select(seen_nan, const(np.float32, np.nan), best.result(better)))
+    _rows(k, x.shape, x.strides, axes, row)
 
 
 def _register_reduce(name: str) -> None:
@@ -167,6 +198,90 @@ def _fold(k, shape, inner, ix, dt, init, fn) -> ir.Value:
     slot = k.local(llvm_type(dt), init)
     _over(k, shape, inner, ix, lambda i: k.b.store(fn(k.b.load(slot), i), slot))
     return k.b.load(slot)
+
+
+# -- contiguous rows in explicit vectors ----------------------------------------------------------
+UNROLL = 4
+"""Vectors in flight per step of a row loop (independent accumulators, so a max or sum is no serial chain)."""
+
+
+def _span(op, dims) -> int | None:
+    """Elements of the block `dims` covers when it is one contiguous run in `op`'s storage, else None."""
+    run = 1
+    for d in sorted((d for d in dims if op.shape[d] > 1), key=lambda d: op.strides[d]):
+        if op.strides[d] != run:
+            return None
+        run *= op.shape[d]
+    return run
+
+
+def _row_ptr(k, op, ix, inner) -> ir.Value:
+    """Pointer to the first element of the row at ix (row dims at 0)."""
+    for d in inner:
+        ix[d] = k.index(0)
+    return k.b.gep(op.ptr, [k.linear(op.identity_access(), ix)], inbounds=True)
+
+
+def _walk(k, n: int, lanes: int, vec, tail, unroll: int = UNROLL) -> None:
+    """Visit a run of n elements: vec(slot, offset) for each whole vector, `unroll` per loop step (slot = 0..unroll-1),
+    the whole vectors left after the loop unrolled, then tail(offset) for each of the last n % lanes elements."""
+    group = lanes * unroll
+    steps, rest = divmod(n, group)
+    if steps:
+        with k.for_range(steps) as g:
+            at = k.b.mul(g, k.index(group), flags=("nsw",))
+            for u in range(unroll):
+                vec(u, k.b.add(at, k.index(u * lanes), flags=("nsw",)) if u else at)
+    start = steps * group
+    for u in range(rest // lanes):
+        vec(u, k.index(start + u * lanes))
+    for t in range(start + rest // lanes * lanes, n):
+        tail(k.index(t))
+
+
+def _horizontal(k, value: ir.Value, combine) -> ir.Value:
+    """Combine the lanes of a vector pairwise (halves, then quarters, ...) into one scalar."""
+    width = value.type.count
+    while width > 1:
+        half = width // 2
+
+        def part(lo):
+            return k.b.shuffle_vector(value, value, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(lo, lo + half))))
+        value, width = combine(part(0), part(half)), half
+    return k.b.extract_element(value, ir.Constant(ir.IntType(32), 0))
+
+
+class _Accumulators:
+    """UNROLL vector accumulators and one scalar one (for the tail) of a row fold, all starting at `init`."""
+
+    def __init__(self, k, vt: ir.VectorType, init: float):
+        self.k = k
+        self.vectors = [k.local(vt, splat_const(vt, init)) for _ in range(UNROLL)]
+        self.scalar = k.local(vt.element, splat_const(vt.element, init))
+
+    def update(self, slot: int | None, fn) -> None:
+        """acc = fn(acc) for vector `slot`, or the scalar one (slot None)."""
+        at = self.scalar if slot is None else self.vectors[slot]
+        self.k.b.store(fn(self.k.b.load(at)), at)
+
+    def result(self, combine) -> ir.Value:
+        vecs = [self.k.b.load(v) for v in self.vectors]
+        while len(vecs) > 1:
+            vecs = [combine(vecs[i], vecs[i + 1]) for i in range(0, len(vecs), 2)]
+        return combine(_horizontal(self.k, vecs[0], combine), self.k.b.load(self.scalar))
+
+
+def _greater(k, largest: bool):
+    """x if it beats y, else y: a compare and select that x86 does in one maxps/minps (a NaN x loses)."""
+    return lambda y, x: k.b.select(k.b.fcmp_ordered(">" if largest else "<", x, y), x, y)
+
+
+def _vector_rows(k, x, dims) -> int | None:
+    """Run length when every row over `dims` is contiguous float32 in x (and in the output, same strides), else None."""
+    out = k.outputs[0]
+    if np.dtype(x.dtype) != np.float32 or x.strides != out.strides or k.lanes(np.float32) < 2 or not x.size:
+        return None
+    return _span(x, dims)
 
 
 # -- ArgMax / ArgMin -----------------------------------------------------------------------------
@@ -261,6 +376,10 @@ def _softmax_dims(k, rank: int) -> list[int]:
 def _softmax(k, log: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     dt = x.dtype
+    dims = _softmax_dims(k, x.rank)
+    if _vector_rows(k, x, dims):
+        _softmax_vector_rows(k, dims, log)
+        return
     half = np.dtype(dt) == np.float16
     acc_t = np.float32 if half else dt  # float16: the sum in float32, rounded once, then divided (as numpy)
     x_acc, out_acc = x.identity_access(), out.identity_access()
@@ -285,6 +404,48 @@ def _softmax(k, log: bool) -> None:
             inv = k.b.fdiv(const(dt, 1), total)
             _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))
     _rows(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+
+
+def _softmax_vector_rows(k, dims, log: bool) -> None:
+    """Softmax/LogSoftmax of contiguous float32 rows in explicit vectors: the max with UNROLL accumulators,
+    exp and its sum fused in one pass (storing exp for Softmax), then one pass scaling by 1/sum (x - max -
+    log(sum) for LogSoftmax). A NaN is skipped by the max but reaches the sum, so its row is NaN as in ORT."""
+    x, out = k.inputs[0], k.outputs[0]
+    b, s, f32, n, V = k.b, k.s, np.float32, _span(x, dims), k.lanes(np.float32)
+    vt = k.vector_type(f32, V)
+    larger = _greater(k, True)
+
+    def add(p, q):
+        return b.fadd(p, q, flags=FAST)
+
+    def row(ix, inner):
+        src, dst = _row_ptr(k, x, ix, inner), _row_ptr(k, out, ix, inner)
+
+        def at(ptr, off, lanes):
+            return k.vload(ptr, f32, off, lanes) if lanes > 1 else b.load(b.gep(ptr, [off], inbounds=True))
+
+        def each(fn, unroll=UNROLL):
+            _walk(k, n, V, lambda u, off: fn(u, off, V), lambda off: fn(None, off, 1), unroll)
+
+        top = _Accumulators(k, vt, -np.inf)
+        each(lambda u, off, lanes: top.update(u, lambda a: larger(a, at(src, off, lanes))))
+        top = top.result(larger)
+        total = _Accumulators(k, vt, 0.0)
+
+        def exp_sum(u, off, lanes):
+            e = s.exp_f32(b.fsub(at(src, off, lanes), k.splat(top, lanes), flags=FAST), nonpositive=True)
+            if not log:
+                k.vstore(e, dst, f32, off)
+            total.update(u, lambda a: add(a, e))
+        each(exp_sum, 2)  # exp needs many registers: two vectors in flight, no spills
+        total = total.result(add)
+        if log:
+            shift = b.fadd(top, s.intrinsic("llvm.log", total), flags=FAST)
+            each(lambda u, off, lanes: k.vstore(b.fsub(at(src, off, lanes), k.splat(shift, lanes), flags=FAST), dst, f32, off))
+        else:
+            inv = b.fdiv(const(f32, 1), total)
+            each(lambda u, off, lanes: k.vstore(b.fmul(at(dst, off, lanes), k.splat(inv, lanes), flags=FAST), dst, f32, off))
+    _rows(k, x.shape, x.strides, dims, row)
 
 
 @register("Softmax", dtypes=FLOATS)

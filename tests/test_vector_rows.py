@@ -1,0 +1,81 @@
+"""Softmax/LogSoftmax and ReduceMax/ReduceMin over contiguous float32 rows in explicit vectors (ops/reduce.py):
+rows long enough for the unrolled loop, the whole vectors after it and a scalar tail, with NaN and infinities
+in each part. Softmax against ONNX Runtime, ReduceMax/Min against onnx.reference (NaN propagates); every target."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from fluidml_xc.backend import compile_model
+from modelrun import build, graph_model, has_emulator, run
+
+ROW = 77  # 2 x 32 in the loop (8 lanes x 4), one whole vector, 5 in the tail; 4 lanes: 4 x 16, 3 vectors, 1 in the tail
+
+
+def _rows(shape=(6, ROW)) -> np.ndarray:
+    x = (np.random.default_rng(3).standard_normal(shape) * 4).astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    flat[1, 3] = np.nan         # inside the unrolled loop
+    flat[2, 70] = np.nan        # the whole vector after it
+    flat[3, ROW - 1] = np.nan   # the tail
+    flat[4, 40] = np.inf
+    flat[4, 41] = -np.inf
+    flat[5, :] = -np.inf
+    flat[5, ROW - 2] = 1.0      # the tail holds the maximum
+    return x
+
+
+def _check(got, want):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset,axis,shape", [(18, -1, (6, ROW)), (11, 1, (6, 1, ROW)), (18, -1, (2, 3, 5))])
+def test_softmax_rows_match_ort(op, opset, axis, shape):
+    x = _rows(shape) if shape[-1] == ROW else np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    model = graph_model([helper.make_node(op, ["x"], ["y"], axis=axis)], {"x": x}, ["y"], opset=opset, infer=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    _check(compile_model(model)({"x": x})[0], want)
+
+
+def _reduce_model(op: str, x: np.ndarray, axes, keepdims: int):
+    consts = {"axes": np.array(axes, np.int64)}
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    return graph_model([node], {"x": x}, ["y"], consts=consts, opset=18, infer=True)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes,keepdims", [([-1], 1), ([-1], 0), ([1, 2], 0)])
+def test_reduce_extreme_rows_propagate_nan(op, axes, keepdims):
+    x = _rows((6, ROW)).reshape(6, 7, 11) if axes == [1, 2] else _rows((2, 3, ROW))
+    model = _reduce_model(op, x, axes, keepdims)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])
+    got = np.asarray(compile_model(model)({"x": x})[0])
+    assert np.isnan(want).any() and got.shape == want.shape
+    _check(got, want)
+
+
+@pytest.mark.parametrize("board", ["rpi4", "rpi3"])
+def test_vector_rows_on_arm(board, tmp_path):
+    if not has_emulator(board):
+        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    x = _rows()
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("LogSoftmax", ["x"], ["l"], axis=-1),
+             helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=0), helper.make_node("ReduceMin", ["x", "axes"], ["mn"], keepdims=0)]
+    model = graph_model(nodes, {"x": x}, ["s", "l", "mx", "mn"], consts={"axes": np.array([-1], np.int64)}, opset=18, infer=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = dict(zip(["s", "l", "mx", "mn"], ReferenceEvaluator(model).run(None, {"x": x})))
+    got = run(build(model, tmp_path, board, profile_runner=False), {"x": x})
+    for name, ref in want.items():
+        _check(got[name], np.asarray(ref))

@@ -27,6 +27,18 @@ TARGET_TILES = 12
 tiles out one at a time, so more tiles than threads also even out unequal tiles)."""
 
 
+ELEMENT_WORK = {"Exp": 10, "Log": 10, "Erf": 10, "Tanh": 10, "Sigmoid": 10, "Softplus": 12, "Softsign": 4, "Sin": 10,
+                "Cos": 10, "Tan": 12, "Asin": 12, "Acos": 12, "Atan": 12, "Sinh": 12, "Cosh": 12, "Asinh": 14, "Acosh": 14,
+                "Atanh": 14, "Pow": 20, "Mish": 24, "Gelu": 14, "HardSwish": 3, "Div": 4, "Sqrt": 4, "Reciprocal": 4, "Mod": 6}
+"""Scalar operations one element of an elementwise op costs, beyond the load and the store (1 when not listed):
+transcendental functions are calls or long polynomials, so a chain of them is worth splitting much earlier."""
+
+
+def element_work(op_types) -> float:
+    """Work per element of a chain of elementwise ops (the parallel split's estimate, not a timing)."""
+    return float(sum(ELEMENT_WORK.get(op, 1) for op in op_types))
+
+
 def chunk_count(extent: int, work: float, target: int = TARGET_TILES) -> int:
     """Chunks to split `extent` independent units of total `work` into: up to `target`, each worth at
     least a quarter of PARALLEL_MIN_WORK."""
@@ -150,6 +162,8 @@ class Kernel:
         since a loop around it could carry results of one iteration's tiles into the next."""
         self.outer_chunk: tuple[ir.Value, int] | None = None
         """(chunk, chunks) set by a kernel that opened the region itself: loops_tiled runs that chunk."""
+        self.point_work = 0.0
+        """Operations per domain point of k.generic beyond its loads and stores (a fused chain's element_work)."""
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -312,6 +326,10 @@ class Kernel:
                     idx[d] = q if j == 0 else self.b.urem(q, self.index(extents[d]))
                 self.loops(extents, rest, idx, body)
 
+    def generic_work(self, domain: Sequence[int], n_inputs: int) -> float:
+        """k.generic's work estimate for the parallel split: per point a load per input, the store, point_work."""
+        return float(np.prod(domain, dtype=np.float64)) * (1 + n_inputs + self.point_work)
+
     def local(self, ty: ir.Type, init: ir.Value | None = None) -> ir.Value:
         """A stack slot in the entry block (promoted to registers by LLVM)."""
         with self.b.goto_entry_block():
@@ -373,7 +391,7 @@ class Kernel:
                 values = body([self.load(a, ix) for a in ins], ix)
                 for a, v in zip(outs, values):
                     self.store(a, ix, v)
-            self.loops_tiled(domain, order, idx, point, float(np.prod(domain, dtype=np.float64)) * (1 + len(ins)))
+            self.loops_tiled(domain, order, idx, point, self.generic_work(domain, len(ins)))
             return
         outer = [d for d in order if d not in reduce_set]
         inner = [d for d in order if d in reduce_set]
@@ -396,7 +414,7 @@ class Kernel:
                 results = finalize(results, ix)
             for a, v in zip(outs, results):
                 self.store(a, ix, v)
-        self.loops_tiled(domain, outer, idx, reduce_point, float(np.prod(domain, dtype=np.float64)) * (1 + len(ins)))
+        self.loops_tiled(domain, outer, idx, reduce_point, self.generic_work(domain, len(ins)))
 
     def elementwise(self, fn: Callable[[list], ir.Value], out: Operand | None = None, ins: Sequence[Operand] | None = None) -> None:
         """out = fn(inputs) with numpy broadcasting, iterating the output's shape."""

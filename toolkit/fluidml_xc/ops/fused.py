@@ -23,7 +23,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..codegen import lowp
-from ..codegen.kernel import Operand
+from ..codegen.kernel import Operand, element_work
 from ..codegen.scalar import const
 from .elementwise import BINARY, COMPARE, UNARY, _add, _pow, constant_power
 from .registry import register
@@ -140,6 +140,7 @@ def lower_fused(k):
         return [results[-1]]
     def emit(operands):
         k.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in operands], body)
+    k.point_work = element_work(step["op"] for step in program)
 
     first = ins[0] if ins else None
     if (first is None or first.value is not None or first.shape != out.shape or first.strides != out.strides
@@ -153,8 +154,8 @@ def lower_fused(k):
     i64 = ir.IntType(64)
     # both copies run the same chunk of the same parallel split (Kernel.outer_chunk)
     order = sorted(range(len(domain)), key=lambda d: -abs(out.identity_access().strides[d]))
-    plan = k.split_plan(domain, order, float(np.prod(domain, dtype=np.float64)) * (1 + len(ins)))
-    with (k.parallel_tiles([plan[2]], float(np.prod(domain, dtype=np.float64)) * (1 + len(ins))) if plan and k.tile_range is not None
+    plan = k.split_plan(domain, order, k.generic_work(domain, len(ins)))
+    with (k.parallel_tiles([plan[2]], k.generic_work(domain, len(ins))) if plan and k.tile_range is not None
           else nullcontext(None)) as chunk:
         if chunk is not None and k._in_region:
             k.outer_chunk = (chunk[0], plan[2])

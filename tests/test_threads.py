@@ -222,6 +222,55 @@ def test_c_api_threads(program, board, tmp_path):
         assert calls == len(manifest["parallel_ops"]) and tiles >= 2 * calls and words[5] == "0"
 
 
+def scores() -> tuple[onnx.ModelProto, dict]:
+    """S = X Y^T (512 x 16, K = 64) where Y^T is a Transpose of the input Y."""
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((512, 64)).astype(np.float32), "y": rng.standard_normal((16, 64)).astype(np.float32)}
+    nodes = [helper.make_node("Transpose", ["y"], ["yt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "yt"], ["s"])]
+    return _model(nodes, feeds, ["s"], {}), feeds
+
+
+def test_cost_model_knows_threads(tmp_path):
+    """The FluidML cost model splits kernels as the emitter does and costs the busiest thread. With Y^T
+    kept as a view of Y (K-contiguous B) the outer-product kernel gathers B panels and keeps the rows of
+    its one 16-column panel together (one tile), the dot-product kernel splits its rows (4 tiles): one
+    thread prefers the outer product, four the dot product. Over the whole graph one thread keeps the
+    view (no copy), two and four threads copy Y^T row-major so the outer product splits its rows too.
+    Builds at --threads 1 and 4 follow their decisions, split as costed, and compute S."""
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.fluid.costs import AnalyticModel, matmul_geometry
+    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.optimize import optimize
+    from fluidml_xc.passes import run_passes
+
+    model, feeds = scores()
+    spec = machine_spec(get_board("x86_64"))
+    under_view, chosen, tiles = {}, {}, {}
+    for t in (1, 2, 4):
+        graph = import_model(model, FrontendOptions(), name="scores")
+        run_passes(graph)
+        mm = next(n for n in graph.nodes if n.op_type == "MatMul")
+        analytic = AnalyticModel(graph, spec.vector_bits, t)
+        view = matmul_geometry(graph, mm, lambda n: analytic.strides(n, {"yt": (1, 0)}))
+        assert (analytic.matmul_tiles(view, "ikj"), analytic.matmul_tiles(view, "ijk")) == (1, 4)
+        under_view[t] = analytic.cost_and_order(mm, {"yt": (1, 0)})[1]
+        decisions = optimize(graph, spec, "fluid", threads=t)
+        chosen[t] = (decisions.layouts.get("yt"), decisions.loop_orders[mm.name], decisions.threads)
+        tiles[t] = analytic.matmul_tiles(matmul_geometry(graph, mm, lambda n: analytic.strides(n, decisions.layouts)),
+                                         decisions.loop_orders[mm.name])
+    assert under_view == {1: "ikj", 2: "ijk", 4: "ijk"}
+    assert chosen == {1: ((1, 0), "ikj", 1), 2: (None, "ikj", 2), 4: (None, "ikj", 4)}
+    for t in (1, 4):
+        artifact = build(model, tmp_path / f"t{t}", "x86_64", threads=t, profile_runner=False)
+        manifest = json.loads((artifact / "manifest.json").read_text())
+        assert manifest["optimizer"]["threads"] == t and ("yt" in manifest["optimizer"]["non_row_major"]) == (t == 1)
+        assert int(np.prod(manifest["parallel_ops"].get(mm.name, [1]))) == (tiles[t] if t > 1 else 1)
+        outs = [_run(artifact, feeds, artifact.parent, n)[0] for n in range(1, t + 1)]
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+        np.testing.assert_allclose(outs[0], feeds["x"] @ feeds["y"].T, rtol=1e-4, atol=1e-4)
+
+
 def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
     """The model's runner with every function of the model and the runtime instrumented by ThreadSanitizer:
     the module for x86-64 with SSE2 (accesses of at most 16 bytes, which TSan checks; wider AVX vectors it

@@ -109,7 +109,7 @@ class Lowered:
 
 
 def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic",
-                weights_symbol: str | None = None, parallel: bool = True, symbol_prefix: str = "fxc_") -> Lowered:
+                weights_symbol: str | None = None, parallel: bool = True, threads: int = 1, symbol_prefix: str = "fxc_") -> Lowered:
     """The compiler middle and back end up to LLVM IR; shared by `build` and the ONNX backend."""
     from .optimize import optimize
     from .planner import PlanOptions, plan_memory, verify_plan
@@ -117,7 +117,7 @@ def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str 
     if opt not in OPT_MODES:
         raise InputError(f"unknown --opt {opt!r}; choose one of {', '.join(OPT_MODES)}")
     check_supported(graph)
-    decisions = optimize(graph, spec, opt, costs)
+    decisions = optimize(graph, spec, opt, costs, threads if parallel else 1)
     plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=opt != "plain",
                                           inplace=opt != "plain", reorder=opt != "plain"),
                        layouts=decisions.layouts)
@@ -154,7 +154,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     spec = machine_spec(board)
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol, parallel=threads > 1, symbol_prefix=api.prefix)
+    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol, parallel=threads > 1, threads=threads, symbol_prefix=api.prefix)
     emitter, plan, decisions = lowered.emitter, lowered.plan, lowered.decisions
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))

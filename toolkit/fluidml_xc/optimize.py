@@ -75,11 +75,13 @@ class Decisions:
     views: list[str] = field(default_factory=list)
     """Transposes turned into views (their layouts make them byte copies)."""
     costs: str = "analytic"
+    threads: int = 1
+    """Threads the cost model split heavy kernels over (the build's --threads)."""
     pinned: int = 0
     variable: int = 0
 
     def summary(self) -> dict:
-        return {"mode": self.mode, "costs": self.costs, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
+        return {"mode": self.mode, "costs": self.costs, "threads": self.threads, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
                 "gains_ns": {k: round(v, 1) for k, v in self.gains.items()},
                 "loop_orders": dict(self.loop_orders), "kernel_layouts": dict(self.kernel_layouts), "views": list(self.views), "segments": list(self.segments), "votes": list(self.votes),
                 "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
@@ -158,13 +160,13 @@ def build_problem(graph: Graph, costs: Costs):
     return problem, pinned, touched
 
 
-def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic") -> Decisions:
-    """Row-major for plain/greedy; the FluidML search for fluid."""
+def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic", threads: int = 1) -> Decisions:
+    """Row-major for plain/greedy; the FluidML search for fluid, costing each kernel on `threads` threads."""
     started = time.perf_counter()
-    decisions = Decisions(mode, costs=costs)
+    decisions = Decisions(mode, costs=costs, threads=threads)
     if mode != "fluid" or not graph.nodes:
         return decisions
-    model = Costs(graph, spec, costs)
+    model = Costs(graph, spec, costs, threads=threads)
     problem, pinned, touched = build_problem(graph, model)
     producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
     edges = []

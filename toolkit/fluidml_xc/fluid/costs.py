@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.kernel import layout_strides
+from ..codegen.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from ..ir import Graph, Node
 from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 
@@ -57,8 +57,37 @@ SCATTER_NS = 0.4
 GATHER_NS = 0.3
 """Gathering one element of a strided B into the outer-product kernel's stack panel."""
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+PARALLEL_FOR_NS = 2000.0
+"""Handing an op's tiles to the pool (runtime_c/pool.c): publishing the job, the workers picking tiles up,
+waiting for the last tile."""
+PARALLEL_EFFICIENCY = 0.87
+"""Per-core efficiency of split tiles (a 512^3 and a 128^3 MatMul scale 1.70x / 1.78x on 2 threads, docs/THREADS.md)."""
 
 Perm = tuple[int, ...]
+
+
+def parallel_time(ns: float, tiles: int, threads: int) -> float:
+    """ns of an op whose one-thread time is `ns`, split into `tiles` tiles on `threads` threads: the busiest
+    thread runs ceil(tiles / threads) of them (the pool deals tiles out whole)."""
+    if threads <= 1 or tiles <= 1:
+        return ns
+    return ns * math.ceil(tiles / threads) / tiles / PARALLEL_EFFICIENCY + PARALLEL_FOR_NS
+
+
+def generic_tiles(extents: Sequence[int], order: Sequence[int], work: float) -> int:
+    """Tiles Kernel.loops_tiled splits a loop nest (k.generic, pools, fused chains) into."""
+    plan = Kernel.split_plan(extents, order, work)
+    return plan[2] if plan else 1
+
+
+def split_tiles(batch_points: int, work: float, extents: Sequence[int], splittable: Sequence[bool]) -> int:
+    """Tiles of ops/matmul.py's _split: batch points x chunks per extent (outermost split first)."""
+    if work < PARALLEL_MIN_WORK:
+        return 1
+    have = batch_points
+    for e, ok in zip(extents, splittable):
+        have *= chunk_count(e, work, -(-chunk_count(1 << 30, work) // have)) if ok else 1
+    return have if have >= 2 else 1
 
 
 # -- analytic ------------------------------------------------------------------------------------
@@ -116,9 +145,14 @@ def _dom_strides(shape: Sequence[int], strides: Sequence[int], dims: Sequence[in
 class AnalyticModel:
     """cost(node, layouts) in estimated nanoseconds; layouts map activation tensors to permutations."""
 
-    def __init__(self, graph: Graph, vector_bits: int = 256):
+    def __init__(self, graph: Graph, vector_bits: int = 256, threads: int = 1):
         self.graph = graph
         self.vector_bits = vector_bits
+        self.threads = max(1, int(threads))
+        """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
+
+    def threaded(self, ns: float, tiles: int) -> float:
+        return parallel_time(ns, tiles, self.threads)
 
     def strides(self, name: str, layouts: Mapping[str, Perm]) -> tuple[int, ...]:
         t = self.graph.tensors[name]
@@ -157,7 +191,9 @@ class AnalyticModel:
             uses.append(Use(_dom_strides(t.shape, self.strides(name, layouts), [k + shift for k in range(len(t.shape))], n),
                             np.dtype(t.dtype).itemsize))
         order = sorted(range(n), key=lambda d: -abs(uses[0].strides[d]))  # Kernel.generic: the output's storage order
-        return nest_cost(shape, order, uses, ops, self.lanes(out)), None
+        chain = element_work(s["op"] for s in node.attrs.get("program", ())) if node.op_type == "FusedElementwise" else 0.0
+        tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * (len(uses) + chain))
+        return self.threaded(nest_cost(shape, order, uses, ops, self.lanes(out)), tiles), None
 
     def transpose(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
@@ -174,16 +210,34 @@ class AnalyticModel:
         in_strides = _dom_strides(g.tensors[x].shape, self.strides(x, layouts), dims, n)
         order = sorted(range(n), key=lambda d: -abs(out_strides[d]))
         item = np.dtype(g.tensors[out].dtype).itemsize
-        return nest_cost(shape, order, [Use(out_strides, item), Use(in_strides, item)], 0.0, self.lanes(out)), None
+        tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * 2)
+        return self.threaded(nest_cost(shape, order, [Use(out_strides, item), Use(in_strides, item)], 0.0, self.lanes(out)), tiles), None
 
     def matmul(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str]:
         geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts))
-        costs = {order: self.matmul_order_cost(geo, order) for order in MATMUL_ORDERS}
+        costs = {order: self.threaded(self.matmul_order_cost(geo, order), self.matmul_tiles(geo, order)) for order in MATMUL_ORDERS}
         best = min(costs, key=costs.get)
         default = default_order(geo.a, geo.b, geo.c, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
         if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
             best = default  # within the model's error: the kernel's own order (greedy's)
         return costs[best], best
+
+    def matmul_tiles(self, geo: "MatmulGeometry", order: str) -> int:
+        """Tiles ops/matmul.py splits `order`'s kernel into: outer products by NR-column panels x MR-row
+        blocks (a B gathered into a stack panel keeps its rows together), dot products by row blocks,
+        scalar nests by their leading loops."""
+        work = float(geo.batch_points) * geo.m * geo.n * geo.k
+        kind = blocked_kind(order, geo.a, geo.b, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
+        if kind is None:  # k.generic over (batch, m, k, n), the reduction innermost
+            outer = [0] + [1 + d for d in domain_order(order, 0) if d != 1]
+            return generic_tiles((geo.batch_points, geo.m, geo.k, geo.n), outer, work * 3)
+        if kind == "dot":
+            return split_tiles(geo.batch_points, work, (-(-geo.m // max(1, min(MR_DOT, geo.m))),), (True,))
+        lanes = max(1, self.vector_bits // (8 * geo.itemsize))
+        m, n = (geo.n, geo.m) if kind == "outer_t" else (geo.m, geo.n)
+        mr, nr = outer_tile(m, n, lanes)
+        gathered = kind == "outer" and not geo.b_const and geo.b[1] != 1 and n > 1
+        return split_tiles(geo.batch_points, work, (-(-n // nr), -(-m // mr)), (True, not gathered))
 
     def matmul_order_cost(self, geo: "MatmulGeometry", order: str) -> float:
         kind = blocked_kind(order, geo.a, geo.b, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
@@ -237,12 +291,43 @@ class AnalyticModel:
         geo = conv_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.vector_bits)
         if geo is None:
             return self.opaque(node), None
-        costs = {order: self.conv_order_cost(geo, order) for order in geo.orders()}
+        costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
         best = min(costs, key=costs.get)
         default = geo.default_order()
         if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
             best = default  # within the model's error: keep the kernel's own choice (greedy's)
         return costs[best], best
+
+    def conv_tiles(self, geo: "ConvGeometry", order: str) -> int:
+        """Tiles ops/conv.py's Conv2D.split makes: images x groups x chunks of channel blocks x chunks of
+        output rows (pixel tiles when flat), the outer loop of the order split first."""
+        work = float(geo.N) * geo.OC * geo.OH * geo.OW * geo.Cig * geo.KH * geo.KW
+        if work < PARALLEL_MIN_WORK:
+            return 1
+        kind, V = geo.kind, geo.V
+        groups = 1 if kind == "depthwise_c" else geo.G
+        want = -(-chunk_count(1 << 30, work) // (geo.N * groups))
+        nb = -(-geo.Cog // geo.R)
+        if kind == "depthwise_c":
+            rows = chunk_count(geo.OH, work, want)
+            chunks = rows * chunk_count(geo.G // V + (1 if geo.G % V else 0), work, -(-want // rows))
+        elif kind == "channels" and geo.pointwise and geo.OH > 1 and geo.OW % geo.P and geo.OH * geo.OW <= 64:
+            chunks = chunk_count(nb, work, want)
+        else:
+            if not geo.flat:
+                units = geo.OH
+            elif kind == "channels":
+                units = 0 if geo.OW <= 4 * geo.P else geo.OW // geo.P
+            else:
+                units = geo.OW // (geo.U * V)
+            if (order == "co>px") if kind == "channels" else not geo.flat:
+                blocks = chunk_count(nb, work, want)
+                chunks = blocks * chunk_count(units, work, -(-want // blocks))
+            else:
+                split = chunk_count(units, work, want)
+                chunks = split * chunk_count(nb, work, -(-want // split))
+        tiles = geo.N * groups * chunks
+        return tiles if tiles >= 2 else 1
 
     def conv_order_cost(self, geo: "ConvGeometry", order: str) -> float:
         """ns of ops/conv.py's kernel for this geometry: vector FMAs (slowed when too few accumulators
@@ -307,7 +392,9 @@ class AnalyticModel:
         else:
             lanes = 1
         work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
-        return CALL_NS + work + (tx.nbytes + to.nbytes) / LINE * LINE_NS, None
+        n, c, oh, ow = to.shape
+        tiles = generic_tiles((n, oh, ow) if xs[1] == 1 and os_[1] == 1 else (n, c, oh), [0, 1, 2], float(to.size) * taps)
+        return self.threaded(CALL_NS + work + (tx.nbytes + to.nbytes) / LINE * LINE_NS, tiles), None
 
     def global_pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
@@ -329,7 +416,8 @@ class AnalyticModel:
         so = _dom_strides(shape, self.strides(out, layouts), range(n), n)
         uses = [Use(so, item), Use(_dom_strides(shape, self.strides(x, layouts), range(n), n), item)]
         order = sorted(range(n), key=lambda d: -abs(so[d]))
-        return nest_cost(shape, order, uses, 2.0, self.lanes(out)), None
+        tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * (1 + sum(1 for i in node.inputs if i)))
+        return self.threaded(nest_cost(shape, order, uses, 2.0, self.lanes(out)), tiles), None
 
     def concat(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
@@ -383,6 +471,8 @@ class ConvGeometry:
     flat: bool
     V: int
     itemsize: int
+    pointwise: bool = False
+    """An unpadded 1x1 conv that is not flat (strided, or not flattenable)."""
 
     @property
     def Cig(self) -> int:
@@ -409,6 +499,11 @@ class ConvGeometry:
         if kind == "channels":
             return 2 * self.V if self.Cog >= 2 * self.V else self.V
         return 1 if kind == "depthwise_c" else min(4, self.Cog)
+
+    @property
+    def U(self) -> int:
+        """Vectors along the row per row-vector block (Conv2D.U at 12 accumulators)."""
+        return 4 if self.R <= 2 else 2
 
     @property
     def P(self) -> int:
@@ -461,8 +556,10 @@ def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int) -> Con
         if residual is not None:
             residual = (residual[0], residual[1], 0, residual[3])
     item = np.dtype(out.dtype).itemsize
+    pointwise = (KH, KW) == (1, 1) and all(int(p) == 0 for p in pads) and not flat and node.attrs.get("auto_pad", "NOTSET") in (
+        "NOTSET", b"NOTSET", "VALID", b"VALID")
     return ConvGeometry(N, C, H, W, OC, OH, OW, KH, KW, int(node.attrs.get("group", 1)), sw, xs, os_, residual, w.is_const, flat,
-                        max(1, vector_bits // (8 * item)), item)
+                        max(1, vector_bits // (8 * item)), item, pointwise)
 
 
 @dataclass
@@ -742,11 +839,12 @@ class Measurer:
 class Costs:
     """The optimizer's cost source: analytic, or measured (host JIT / board entries) through the cache."""
 
-    def __init__(self, graph: Graph, spec, mode: str = "analytic", cache: CostCache | None = None):
+    def __init__(self, graph: Graph, spec, mode: str = "analytic", cache: CostCache | None = None, threads: int = 1):
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
-        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256))
+        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads)
+        self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256)) if threads > 1 else self.model
         self.cache = cache
         self.measurer = None
         if mode == "measure":
@@ -777,9 +875,24 @@ class Costs:
                     self.cache.put(sig, key, ms, self.measurer.runs, f"host:{platform.node()}")
             if ms is None:
                 return est, order
-            if ms * 1e6 < best[0]:
-                best = (ms * 1e6, o)
+            ns = self.threaded(node, layouts, o, ms * 1e6)
+            if ns < best[0]:
+                best = (ns, o)
         return best
+
+    def threaded(self, node: Node, layouts: Mapping[str, Perm], order: str | None, ns: float) -> float:
+        """A one-thread measurement (the JIT runs tiles serially) on the build's threads: the kernel's own
+        split for a loop order, else the analytic model's threaded / one-thread ratio."""
+        if self.model.threads == 1:
+            return ns
+        if order is not None and node.op_type in ("Conv", "MatMul", "Gemm"):
+            strides = lambda n: self.model.strides(n, layouts)  # noqa: E731
+            if node.op_type == "Conv":
+                geo = conv_geometry(self.graph, node, strides, self.model.vector_bits)
+                return ns if geo is None else self.model.threaded(ns, self.model.conv_tiles(geo, order))
+            return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides), order))
+        serial = self.serial.cost_and_order(node, layouts)[0]
+        return ns * self.model.cost_and_order(node, layouts)[0] / serial if serial > 0 else ns
 
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if node.op_type == "Conv":

@@ -13,10 +13,14 @@ blockings, both accumulating in registers over every input channel and tap:
   tiles outermost so a tile of input stays in cache across the channel blocks.
 
 - depthwise channels-last (constant weights, input and output storing channels innermost, at least
-  one vector of channels, as --opt fluid's NHWC layout gives): vectors over channels x P = 8 pixels,
-  weights repacked to [kh][kw][G rounded up to vectors]; the last G % V channels run one by one.
-  (Row vectors would gather along a strided row; channel vectors also replace them for flat 1x1
-  convs whose pixels are strided.)
+  one vector of channels, as --opt fluid's NHWC layout gives): vectors over channels x P = 8 pixels
+  (aarch64: 2 adjacent vectors x 6 pixels, one st1 of both per pixel), weights repacked to [kh][kw][G
+  rounded up to vectors]; the last G % V channels run one by one. (Row vectors would gather along a
+  strided row; channel vectors also replace them for flat 1x1 convs whose pixels are strided.)
+
+ARM forms (docs/ARM_KERNELS.md): float32 multiply-adds are llvm.fma on armv7 (vfma.f32); armv7
+depthwise rows take each tap as a lane of the channel's weight vectors (vmla.f32 q, q, d[x]); aarch64
+row vectors at stride 1 run a row's first and last vector with zeros shifted in for the padding.
 
 Loop order: node.attrs["_loop_order"] from the optimizer ("co>px" channel blocks outermost, "px>co"
 pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.py), else channel
@@ -42,7 +46,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..codegen.kernel import PARALLEL_MIN_WORK, chunk_count
-from ..codegen.scalar import const, is_float, llvm_type
+from ..codegen.scalar import FAST, const, is_float, llvm_type
 from .registry import register
 
 
@@ -122,6 +126,30 @@ def splat(k, value, lanes: int):
     vt = ir.VectorType(value.type, lanes)
     v = k.b.insert_element(ir.Constant(vt, None), value, ir.Constant(ir.IntType(32), 0))
     return k.b.shuffle_vector(v, ir.Constant(vt, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def fused_f32(k) -> bool:
+    """armv7 with VFPv4 (the module emitter's machine spec): float32 multiply-adds as llvm.fma."""
+    spec = getattr(getattr(k.constant_data, "__self__", None), "spec", None)
+    return (str(k.module.triple).startswith(("arm", "thumb")) and spec is not None
+            and "+vfp4" in str(getattr(spec, "features", "")).split(","))
+
+
+def fma(k, acc, x, y):
+    """acc + x * y for floats, as k.fma; float32 on armv7 with VFPv4 an explicit llvm.fma (vfma.f32):
+    LLVM's ARM backend never fuses a NEON fmul + fadd and emits the unfused vmla.f32 (two roundings,
+    unlike aarch64's fmla)."""
+    elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+    if elem != ir.FloatType() or not fused_f32(k):
+        return k.fma(acc, x, y)
+    name = f"llvm.fma.v{x.type.count}f32" if isinstance(x.type, ir.VectorType) else "llvm.fma.f32"
+    fn = k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(x.type, [x.type] * 3), name)
+    return k.b.call(fn, [x, y, acc])
+
+
+def mac(k, dt, acc, x, y):
+    """acc + x * y: fma for floats, multiply + add for integers."""
+    return fma(k, acc, x, y) if is_float(dt) else k.s.add(dt, acc, k.s.mul(dt, x, y))
 
 
 def load_lanes(k, ptr, off, lanes: int, step: int, wide: bool):
@@ -240,9 +268,11 @@ class Conv2D:
         # depthwise with channels innermost in input and output: vectors over channels (groups)
         self.depthwise_c = (wvalue is not None and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V
                             and self.xs[1] == 1 and self.os[1] == 1)
+        # channels-last depthwise: channel vectors per pixel; two on aarch64 (their loads and stores pair: ldp/stp q)
+        self.dw_vec = 2 if self.depthwise_c and str(k.module.triple).startswith("aarch64") else 1
         if self.depthwise_c:
             self.by_channel = False
-            self.R, self.P = 1, min(self.DW_PIXELS, k.conv_accumulators)
+            self.R, self.P = 1, min(self.DW_PIXELS, k.conv_accumulators // self.dw_vec)
         elif self.by_channel:
             self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
             self.P = max(1, k.conv_accumulators // (self.R // self.V))  # 6 or 12 pixels at 12 accumulators
@@ -250,6 +280,18 @@ class Conv2D:
             self.R = min(4, self.Cog)
             self.U = min(4 if self.R <= 2 else 2, max(1, k.conv_accumulators // 2))
         self.NB = -(-self.Cog // self.R)
+        # armv7 depthwise rows: each tap a lane of the channel's weight vectors (vmla.f32 q, q, d[x]),
+        # where 9 splatted weights, the bias, two clip bounds and the accumulators overflow its 16 q registers
+        taps = self.Cig * self.KH * self.KW
+        self.by_lane = (wvalue is not None and not self.by_channel and not self.depthwise_c and self.Cog == 1
+                        and self.V == 4 and np.dtype(dtype) == np.float32 and taps <= 4 * self.V
+                        and str(k.module.triple).startswith(("arm", "thumb")))
+        # aarch64 row vectors at stride 1: the first and last vector of a row are vector blocks whose taps read
+        # zeros for the columns outside the input (a shifted load), not pixels one by one (constant, finite
+        # weights: 0 * w adds nothing)
+        self.edges = (wvalue is not None and not self.by_channel and not self.depthwise_c and not flat and self.V > 1
+                      and self.sw == 1 and self.rows_unit and self.W >= self.V and bool(np.isfinite(wvalue).all())
+                      and str(k.module.triple).startswith("aarch64"))
         self.wvalue, self.packed, self.tables = wvalue, None, None
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
         self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
@@ -297,7 +339,7 @@ class Conv2D:
 
     def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range):
         """R output channels x (nvec vectors | one pixel when nvec == 0) at row oh, columns from ow."""
-        k, b, s, dt = self.k, self.k.b, self.k.s, self.dtype
+        k, b, dt = self.k, self.k.b, self.dtype
         lanes = self.V if nvec else 1
         count = max(nvec, 1)
         ty = ir.VectorType(llvm_type(dt), lanes) if nvec else llvm_type(dt)
@@ -311,6 +353,7 @@ class Conv2D:
             init = splat(k, bv, lanes) if nvec else bv
             slots.append([k.local(ty, init) for _ in range(count)])
         xs, sx = self.xs, self.sw * self.xs[3]
+        lane_w = self.lane_weights(g, cb) if self.by_lane and nvec else None
 
         def row_taps(ci, kh):
             ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
@@ -318,13 +361,19 @@ class Conv2D:
 
             def tap(kw):
                 base = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
-                xv = [load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
+                xv = [self.edge_load(base, ow, kw, u) if nvec and self.edges and isinstance(ow, int) and isinstance(kw, int)
+                      else load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
                 for r in range(R):
-                    wv = self.weight(g, cb, r, ci, kh, kw)
-                    if nvec:
-                        wv = splat(k, wv, lanes)
+                    if lane_w is not None and all(isinstance(i, int) for i in (ci, kh, kw)):
+                        t = (ci * self.KH + kh) * self.KW + kw
+                        wv = b.shuffle_vector(lane_w[t // lanes], ir.Constant(ty, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [t % lanes] * lanes))
+                    else:
+                        wv = self.weight(g, cb, r, ci, kh, kw)
+                        if nvec:
+                            wv = splat(k, wv, lanes)
                     for u in range(count):
-                        b.store(s.add(dt, b.load(slots[r][u]), s.mul(dt, wv, xv[u])), slots[r][u])
+                        acc = b.load(slots[r][u])
+                        b.store(k.b.fadd(acc, k.b.fmul(wv, xv[u], flags=FAST), flags=FAST) if self.by_lane else mac(k, dt, acc, wv, xv[u]), slots[r][u])
             self.each(kw_range, tap, self.KW <= 16)
 
         self.each((0, self.Cig), lambda ci: self.each(kh_range, lambda kh: row_taps(ci, kh), self.unroll), False)
@@ -338,6 +387,18 @@ class Conv2D:
                     roff = offset(k, r * rs[1] + u * lanes * rs[3], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
                     residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[3], False)
                 store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[r][u]), residual), lanes, os_[3])
+
+    def lane_weights(self, g, cb):
+        """The block's taps as vectors (packed [g][taps] with V spare zeros at the end), loaded through an
+        empty asm statement's copy of their address: LLVM cannot hoist them, or the lane splats, out of the
+        tile loop, so instruction selection sees each splat beside its multiply and folds it (vmla q, q, d[x])."""
+        k, V = self.k, self.V
+        per_ci = self.KH * self.KW * self.R
+        ptr = element(k, self.packed, offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci)))
+        ptr = k.b.call(ir.InlineAsm(ir.FunctionType(ptr.type, [ptr.type]), "", "=r,0"), [ptr])
+        vt = ir.VectorType(ptr.type.pointee, V)
+        return [k.b.load(k.b.bitcast(element(k, ptr, j * V), vt.as_pointer()), align=4)
+                for j in range(-(-self.Cig * self.KH * self.KW // V))]
 
     def channel_blocks(self, fn):
         full, rest = divmod(self.Cog, self.R)
@@ -385,16 +446,41 @@ class Conv2D:
             with loop(self.k, hi, lo) as i:
                 fn(i)
 
+    def edge_load(self, base, ow: int, kw: int, u: int):
+        """Vector u of tap kw at column ow (base: its first column), zeros for the columns outside the row."""
+        k, V = self.k, self.V
+        s = ow - self.pw + kw * self.dw + u * V
+        if 0 <= s and s + V <= self.W:
+            return load_lanes(k, self.xp, offset(k, u * V, (base, 1)), V, 1, False)
+        c0 = max(s, 0) if s < 0 else self.W - V  # W >= V: only one side is outside
+        v = load_lanes(k, self.xp, offset(k, c0 - s + u * V, (base, 1)), V, 1, False)
+        zero = ir.Constant(v.type, [ir.Constant(v.type.element, 0.0)] * V)
+        # one ext: lanes consecutive in (zero, v) on the left, in (v, zero) on the right
+        pair, first = ((zero, v), V + s) if s < 0 else ((v, zero), s - c0)
+        return k.b.shuffle_vector(*pair, ir.Constant(ir.VectorType(ir.IntType(32), V), [first + i for i in range(V)]))
+
+    def edge_span(self):
+        """(V, OW - V) when the row's first and last V columns run as edge blocks (self.edges), else None."""
+        V = self.V
+        lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
+        if not self.edges or self.OW < 2 * V or lo > V or hi < self.OW - V:
+            return None
+        return V, self.OW - V
+
     def row(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, nvec, kw_range) per block; border columns at run time."""
         k, V, T = self.k, self.V, self.U * self.V
-        lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
+        edge = self.edge_span()
+        lo, hi = edge or self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
         hi = max(hi, lo)
         width, full = hi - lo, (0, self.KW)
         tiles = width // T
         first, last, trange = self.px_parts(tiles)
         with self.when(first):
-            self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
+            if edge:
+                emit(0, 1, full)
+            else:
+                self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
         if trange is not None:
             with loop(k, trange[1], trange[0]) as t:
                 emit(offset(k, lo, (t, T)), self.U, full)
@@ -412,7 +498,10 @@ class Conv2D:
                 emit(hi - V, 1, full)
             elif rest:
                 self.span(pos, hi, lambda ow: emit(ow, 0, full))
-            self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
+            if edge:
+                emit(self.OW - V, 1, full)
+            else:
+                self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
 
     def row_c(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
@@ -449,7 +538,7 @@ class Conv2D:
         """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow.
 
         spots: per pixel its constant (oh, ow) offset from (oh, ow) instead of (0, p) (1x1 tiles across rows)."""
-        k, b, s, dt, V = self.k, self.k.b, self.k.s, self.dtype, self.V
+        k, b, dt, V = self.k, self.k.b, self.dtype, self.V
         nv, npix = self.R // V, len(pixels)
         vt = ir.VectorType(llvm_type(dt), V)
         slots = []
@@ -480,7 +569,7 @@ class Conv2D:
                     xp_off = p * self.sw * xs[3] if spots is None else spots[p][0] * self.sh * xs[2] + spots[p][1] * self.sw * xs[3]
                     xv = splat(k, b.load(element(k, self.xp, offset(k, xp_off, (xbase, 1)))), V)
                     for v in range(nv):
-                        b.store(s.add(dt, b.load(slots[v][p]), s.mul(dt, xv, wv[v])), slots[v][p])
+                        b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
 
         self.each((0, self.Cig), lambda ci: self.each(kh_range, lambda kh: row_taps(ci, kh), self.unroll), False)
@@ -515,16 +604,18 @@ class Conv2D:
         wv[:, :, :self.G] = value.reshape(self.G, self.KH, self.KW).transpose(1, 2, 0)
         return wv
 
-    def block_dw(self, n, c0, lanes: int, oh, ow, pixels, kh_range):
-        """Channels [c0, c0 + lanes) x pixels (their kw ranges) of row oh from column ow, depthwise."""
-        k, b, s, dt = self.k, self.k.b, self.k.s, self.dtype
+    def block_dw(self, n, c0, lanes: int, nvec: int, oh, ow, pixels, kh_range):
+        """Channels [c0, c0 + nvec * lanes) (nvec vectors) x pixels (their kw ranges) of row oh from column ow, depthwise."""
+        k, b, dt = self.k, self.k.b, self.dtype
         ty = ir.VectorType(llvm_type(dt), lanes) if lanes > 1 else llvm_type(dt)
-        if self.bias is not None:
-            bs = self.bias.strides[0]
-            init = load_lanes(k, self.bias.ptr, offset(k, 0, (c0, bs)), lanes, bs, False)
-        else:
-            init = _fill(ty, 0.0)
-        slots = [k.local(ty, init) for _ in pixels]
+        slots = []
+        for v in range(nvec):
+            if self.bias is not None:
+                bs = self.bias.strides[0]
+                init = load_lanes(k, self.bias.ptr, offset(k, v * lanes * bs, (c0, bs)), lanes, bs, False)
+            else:
+                init = _fill(ty, 0.0)
+            slots.append([k.local(ty, init) for _ in pixels])
         xs, os_, gp = self.xs, self.os, -(-self.G // self.V) * self.V
         kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
 
@@ -534,38 +625,55 @@ class Conv2D:
             wrow = offset(k, 0, (kh, self.KW * gp), (c0, 1))
 
             def tap(kw):
-                wv = load_lanes(k, self.packed, offset(k, 0, (wrow, 1), (kw, gp)), lanes, 1, False)
+                wv = [load_lanes(k, self.packed, offset(k, v * lanes, (wrow, 1), (kw, gp)), lanes, 1, False) for v in range(nvec)]
                 xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
                 for p, (plo, phi) in enumerate(pixels):
                     if isinstance(kw, int) and not plo <= kw < phi:
                         continue
-                    xv = load_lanes(k, self.xp, offset(k, p * self.sw * xs[3], (xbase, 1)), lanes, xs[1], False)
-                    b.store(s.add(dt, b.load(slots[p]), s.mul(dt, xv, wv)), slots[p])
+                    for v in range(nvec):
+                        xv = load_lanes(k, self.xp, offset(k, p * self.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
+                        b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
         self.each(kh_range, row_taps, self.unroll)
+        if nvec == 2 and self.res is None and os_[1] == 1 and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType() and ty.count == 4:
+            # one st1 {v.4s, v.4s} per pixel, whatever the pixel stride (LLVM's Neoverse-N1 model charges
+            # each str q at an immediate offset both V pipes, one st1 of two vectors one each)
+            st = k.module.globals.get("llvm.aarch64.neon.st1x2.v4f32.p0") or ir.Function(
+                k.module, ir.FunctionType(ir.VoidType(), [ty, ty, ty.element.as_pointer()]), "llvm.aarch64.neon.st1x2.v4f32.p0")
+            for p in range(len(pixels)):
+                off = offset(k, p * os_[3], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+                b.call(st, [epilogue(k, self.epi, b.load(slots[v][p])) for v in range(2)] + [element(k, self.op, off)])
+            return
         for p in range(len(pixels)):
-            off = offset(k, p * os_[3], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
-            residual = None
-            if self.res is not None:
-                rs, rp = self.res
-                roff = offset(k, p * rs[3], (n, rs[0]), (c0, rs[1]), (oh, rs[2]), (ow, rs[3]))
-                residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
-            store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[p]), residual), lanes, os_[1])
+            for v in range(nvec):
+                off = offset(k, p * os_[3] + v * lanes * os_[1], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+                residual = None
+                if self.res is not None:
+                    rs, rp = self.res
+                    roff = offset(k, p * rs[3] + v * lanes * rs[1], (n, rs[0]), (c0, rs[1]), (oh, rs[2]), (ow, rs[3]))
+                    residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
+                store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[v][p]), residual), lanes, os_[1])
 
     def channels_dw(self, fn):
-        """fn(c0, lanes): full channel vectors in a loop, the remaining channels one by one (under
-        cb_rng: the vectors [lo, hi) of them, the remaining channels with the last chunk)."""
-        full = self.G // self.V
+        """fn(c0, lanes, nvec): units of dw_vec channel vectors in a loop, then the remaining vectors
+        one by one, then the remaining channels one by one (under cb_rng: the units [lo, hi) of them,
+        the rest with the last chunk)."""
+        k, V, unit = self.k, self.V, self.dw_vec * self.V
+        full = self.G // unit
+
+        def rest():
+            self.span(0, (self.G - full * unit) // V, lambda j: fn(offset(k, full * unit, (j, V)), V, 1))
+            self.span(self.G // V * V, self.G, lambda c: fn(c, 1, 1))
         if self.cb_rng is not None:
-            k, (lo, hi) = self.k, self.cb_rng
+            lo, hi = self.cb_rng
             with loop(k, k.imin(hi, k.index(full)), lo) as cb:
-                fn(offset(k, 0, (cb, self.V)), self.V)
-            if self.G % self.V:
+                fn(offset(k, 0, (cb, unit)), V, self.dw_vec)
+            if self.G % unit:
                 with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
-                    self.span(full * self.V, self.G, lambda c: fn(c, 1))
+                    rest()
             return
-        self.span(0, full, lambda cb: fn(offset(self.k, 0, (cb, self.V)), self.V))
-        self.span(full * self.V, self.G, lambda c: fn(c, 1))
+        self.span(0, full, lambda cb: fn(offset(k, 0, (cb, unit)), V, self.dw_vec))
+        rest()
 
     def rows(self, emit_row):
         """Interior rows with the full constant tap range; border rows with table ranges."""
@@ -643,8 +751,9 @@ class Conv2D:
         return 1 if self.depthwise_c else self.G
 
     def dw_units(self) -> int:
-        """Channel units of the channels-last depthwise kernel: full vectors, plus one for the rest."""
-        return self.G // self.V + (1 if self.G % self.V else 0)
+        """Channel units of the channels-last depthwise kernel: full units of dw_vec vectors, plus one for the rest."""
+        unit = self.dw_vec * self.V
+        return self.G // unit + (1 if self.G % unit else 0)
 
     def emit_tiled(self, per_image) -> bool:
         split = self.split()
@@ -665,13 +774,16 @@ class Conv2D:
     def emit(self):
         k = self.k
         if self.wvalue is not None:
-            self.packed = k.constant_array(self.pack_depthwise(self.wvalue) if self.depthwise_c else self.pack(self.wvalue))
+            packed = self.pack_depthwise(self.wvalue) if self.depthwise_c else self.pack(self.wvalue)
+            if self.by_lane:
+                packed = np.concatenate([packed.ravel(), np.zeros(self.V, packed.dtype)])
+            self.packed = k.constant_array(packed)
         self.tables = tap_tables(k, (self.OH, self.OW), (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw),
                                  (self.KH, self.KW), (self.H, self.W))
         if self.depthwise_c:
             def image(n):
                 self.rows(lambda oh, khr: self.row_c(oh, khr, lambda ow, pixels: self.channels_dw(
-                    lambda c0, lanes: self.block_dw(n, c0, lanes, oh, ow, pixels, khr))))
+                    lambda c0, lanes, nvec: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, khr))))
             if self.emit_tiled(lambda n, g: image(n)):
                 return
             if self.N == 1:

@@ -28,6 +28,7 @@ from ..codegen.kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, ro
 from ..codegen.scalar import FAST, const, llvm_type
 from llvmlite import ir
 from ..fluid.loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
+from .conv import fma
 from .registry import register
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -333,7 +334,7 @@ def _emit_outer(k, P: Problem) -> None:
                 for g, w in enumerate(widths):
                     if w not in splats:
                         splats[w] = k.splat(av, w)
-                    k.b.store(k.fma(k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+                    k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
         for r in range(mr):
             row = _add(k, i0, r)
             crow = _add(k, cb, _mul(k, row, c.rs))
@@ -419,7 +420,7 @@ def _emit_dot(k, P: Problem) -> None:
                 for q in range(nc):
                     bv = k.vload(b.ptr, dt, _add(k, bcols[q], kv), V)
                     for r in range(mr):
-                        k.b.store(k.fma(k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
+                        k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
         for r in range(mr):
             sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])
             if kmain < K:
@@ -429,7 +430,7 @@ def _emit_dot(k, P: Problem) -> None:
                     for kv in range(kmain, K):
                         x = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], kv)], inbounds=True))
                         y = k.b.load(k.b.gep(b.ptr, [_add(k, bcols[q], kv)], inbounds=True))
-                        t = k.fma(t, x, y)
+                        t = fma(k, t, x, y)
                     tails.append(t)
                 if nc == 1:
                     sums = k.b.fadd(sums, tails[0], flags=FAST)

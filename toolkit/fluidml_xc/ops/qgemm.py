@@ -346,21 +346,42 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
     zero = ir.Constant(vt, None)
     slots = [[k.local(vt, zero) for _ in range(nv)] for _ in range(mr)]
     rows = [a_row(r) for r in range(mr)]
-    with k.for_range(kq) as p:
+
+    def step(p, row_quad):
+        """k-quad p: B's vectors times row_quad(r), the row's quad in every lane."""
         base = b.mul(p, k.index(4 * cfg.nr), flags=("nsw",))
         bvecs = []
         for v in range(nv):
             at = b.add(base, k.index(4 * L * v), flags=("nsw",)) if v else base
             bvecs.append(b.load(b.bitcast(b.gep(b_ptr, [at], inbounds=True), vt.as_pointer()), align=1))
         for r in range(mr):
-            av = _splat(k, b.load(b.gep(rows[r], [p], inbounds=True)), L)
+            av = row_quad(r)
             for v in range(nv):
                 slot = slots[r][v]
-                u, sg = (av, bvecs[v]) if rows_unsigned else (bvecs[v], av)
-                if cfg.sdot:
-                    b.store(b.call(sdot, [b.load(slot), b.bitcast(u, bytes_t), b.bitcast(sg, bytes_t)]), slot)
+                if cfg.sdot:  # int8 x int8 is symmetric: the row's lane goes last, where the indexed form takes it
+                    b.store(b.call(sdot, [b.load(slot), b.bitcast(bvecs[v], bytes_t), b.bitcast(av, bytes_t)]), slot)
                 else:
+                    u, sg = (av, bvecs[v]) if rows_unsigned else (bvecs[v], av)
                     b.store(b.call(fn, [b.load(slot), u, sg]), slot)
+
+    def broadcast(p):
+        return lambda r: _splat(k, b.load(b.gep(rows[r], [p], inbounds=True)), L)
+
+    done = 0
+    if cfg.sdot and kq >= L:
+        # indexed sdot (sdot v.4s, v.16b, v.4b[i]): one 16-byte load of L k-quads per row, a lane of it per
+        # k-quad, where broadcasting each k-quad (ld1r) takes a vector slot beside the sdots
+        done = kq // L * L
+        with k.for_range(kq // L) as pl:
+            p0 = b.mul(pl, k.index(L), flags=("nsw",))
+            quads = [b.load(b.bitcast(b.gep(rows[r], [p0], inbounds=True), vt.as_pointer()), align=1) for r in range(mr)]
+            for i in range(L):
+                lane = ir.Constant(ir.VectorType(I32, L), [i] * L)
+                step(b.add(p0, k.index(i), flags=("nsw",)) if i else p0,
+                     lambda r, i=i, lane=lane: b.shuffle_vector(quads[r], ir.Constant(vt, None), lane))
+    if done < kq:
+        with k.for_range(kq, done) as p:
+            step(p, broadcast(p))
     return [[b.load(slots[r][v]) for v in range(nv)] for r in range(mr)]
 
 

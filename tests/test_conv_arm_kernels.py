@@ -1,0 +1,91 @@
+"""ARM-only float conv kernel forms (docs/ARM_KERNELS.md), run under qemu-user against onnx.reference:
+aarch64 row vectors whose first and last vector of a row read zeros shifted in for the padding (edge
+blocks), aarch64 channels-last depthwise over pairs of channel vectors (st1 of two vectors per pixel)
+with the odd vector and single channels after them, armv7 depthwise rows with each tap a lane of the
+channel's weight vectors (vmla.f32 q, q, d[x]) and vfma for the other float multiply-adds."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from modelrun import compile_and_run, has_emulator, reference
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+def model(nodes, inits, inputs, outputs):
+    graph = helper.make_graph(
+        nodes, "arm_kernels",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def row_convs():
+    """NCHW convs on row vectors: padded, dilated, 5x5, grouped with 2 channels per group, rows of 8-13."""
+    N = helper.make_node
+    lo, hi = np.array(0.0, np.float32), np.array(0.6, np.float32)
+    inits = {"w1": rand(12, 1, 3, 3, seed=1), "b1": rand(12, seed=2), "w2": rand(12, 1, 3, 3, seed=3),
+             "w3": rand(12, 1, 5, 5, seed=4), "w4": rand(12, 3, 3, 3, seed=5), "b4": rand(12, seed=6),
+             "w5": rand(12, 1, 3, 3, seed=7), "lo": lo, "hi": hi}
+    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], group=12, pads=[1, 1, 1, 1]),
+             N("Clip", ["c1", "lo", "hi"], ["y1"]),
+             N("Conv", ["x", "w2"], ["y2"], group=12, pads=[2, 2, 2, 2], dilations=[2, 2]),
+             N("Conv", ["x", "w3"], ["y3"], group=12, pads=[2, 2, 2, 2]),
+             N("Conv", ["x", "w4", "b4"], ["y4"], group=4, pads=[1, 1, 1, 1]),
+             N("Conv", ["x", "w5"], ["y5"], group=12, pads=[0, 2, 1, 0])]
+    return model(nodes, inits, {"x": rand(1, 12, 7, 13, seed=8)}, ["y1", "y2", "y3", "y4", "y5"])
+
+
+def mobilenet_block(channels: int):
+    """1x1 expand, Clip6, depthwise 3x3, Clip6, 1x1 project: --opt fluid runs the depthwise channels-last."""
+    N = helper.make_node
+    six = (np.array(0.0, np.float32), np.array(6.0, np.float32))
+    inits = {"w1": rand(channels, 8, 1, 1, seed=11), "wd": rand(channels, 1, 3, 3, seed=12), "bd": rand(channels, seed=13),
+             "w2": rand(8, channels, 1, 1, seed=14), "lo": six[0], "hi": six[1]}
+    nodes = [N("Conv", ["x", "w1"], ["e"]), N("Clip", ["e", "lo", "hi"], ["e6"]),
+             N("Conv", ["e6", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], group=channels),
+             N("Clip", ["d", "lo", "hi"], ["d6"]), N("Conv", ["d6", "w2"], ["y"])]
+    return model(nodes, inits, {"x": rand(1, 8, 14, 14, seed=15)}, ["y"])
+
+
+def ir_text(m, board: str) -> str:
+    from fluidml_xc.backend import import_graph
+    from fluidml_xc.boards import get_board
+    from fluidml_xc.build import lower_graph
+    from fluidml_xc.codegen.machine import machine_spec
+    return lower_graph(import_graph(m), machine_spec(get_board(board)), "fluid", parallel=False).ir_text
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_row_vector_convs(board, tmp_path):
+    if not has_emulator(board):
+        pytest.skip(f"needs the {board} emulator")
+    m = row_convs()
+    if board == "qemu-armv7":  # the depthwise rows take their taps as lanes of weight vectors
+        text = ir_text(m, board)
+        assert re.search(r'asm\s+"", "=r,0"', text) and "llvm.fma.v4f32" in text
+    feeds = {"x": rand(1, 12, 7, 13, seed=8)}
+    got, want = compile_and_run(m, feeds, tmp_path, board), reference(m, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+@pytest.mark.parametrize("channels", [44, 46])
+def test_channels_last_depthwise_pairs(channels, tmp_path):
+    """44 channels: 5 pairs of vectors and one vector; 46: and two single channels."""
+    if not has_emulator("qemu-aarch64"):
+        pytest.skip("needs qemu-aarch64")
+    m = mobilenet_block(channels)
+    assert "llvm.aarch64.neon.st1x2.v4f32" in ir_text(m, "qemu-aarch64")
+    feeds = {"x": rand(1, 8, 14, 14, seed=15)}
+    got = compile_and_run(m, feeds, tmp_path, "qemu-aarch64", opt="fluid")
+    np.testing.assert_allclose(got["y"], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)

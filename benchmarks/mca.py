@@ -9,10 +9,12 @@ compiled to model.o; `llvm-objdump -d` disassembles it; the hot loop is the inne
 that loop body goes to `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
 
 Columns: mac = multiply-accumulate instructions in the loop, lanes = MACs they do per iteration,
+mul = lanes of plain float multiplies (fmul: a conv tap starting its accumulator at zero, 1 FLOP each),
 stack = instructions touching the stack inside the loop (spills/reloads; on armv7 also `add rN, sp, #imm`
 that address spilled q-registers for vldmia/vstmia), cyc = mca cycles per iteration, rthr = mca's
 resource bound per iteration (Block RThroughput), FLOP/c (2 per fp MAC) or MAC/c (int8), % of the
-core's peak (PEAKS below, with sources), and the bottleneck: "deps" when cyc > 1.15 x rthr (a latency
+core's peak (PEAKS below, with sources) at cyc cycles, %rthr the same at the resource bound (the figure
+for the in-order A53, whose loops run through the out-of-order A57 model), and the bottleneck: "deps" when cyc > 1.15 x rthr (a latency
 chain), else the busiest resource in mca's pressure table.
 """
 from __future__ import annotations
@@ -123,6 +125,7 @@ _MAC = {
     "armv7": re.compile(r"^(vfma|vmla|vmlal|vsdot|vudot)\b"),
     "x86_64": re.compile(r"^(vfmadd\d+|vfnmadd\d+|vpdpbusds?|vpdpwssds?|vpmaddwd|vpmaddubsw)"),
 }
+_FMUL = {"aarch64": re.compile(r"^fmul\b"), "armv7": re.compile(r"^vmul\.f32\b"), "x86_64": re.compile(r"^vmulp[sd]\b")}
 _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.compile(r"^(b\w*)\s"),
            "x86_64": re.compile(r"^(j\w+)\s")}
 
@@ -187,6 +190,8 @@ class Loop:
     macs: int
     lanes: int
     stack: int
+    mul_lanes: int = 0
+    """lanes of float multiplies (not fused): a first tap starting its accumulator at zero"""
 
 
 def hot_loop(insns: list[tuple[int, str]], arch: str) -> Loop | None:
@@ -207,7 +212,8 @@ def hot_loop(insns: list[tuple[int, str]], arch: str) -> Loop | None:
             continue  # not innermost
         body = [clean(s, arch) for _, s in insns[lo:hi + 1]]
         macs = [s for s in body if _MAC[arch].match(s)]
-        loop = Loop(body, len(macs), sum(mac_lanes(s, arch) for s in macs), sum(is_stack(s, arch) for s in body))
+        loop = Loop(body, len(macs), sum(mac_lanes(s, arch) for s in macs), sum(is_stack(s, arch) for s in body),
+                    sum(mac_lanes(s, arch) for s in body if _FMUL[arch].match(s)))
         if best is None or (loop.macs, -len(body)) > (best.macs, -len(best.body)):
             best = loop
     return best
@@ -259,11 +265,11 @@ def main() -> int:
 
     from fluidml_xc.boards import get_board
     if args.markdown:
-        print("| case | board | cpu (mca model) | insn | mac | lanes | stack | cyc | rthr | per c | peak | % | bottleneck |\n"
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("| case | board | cpu (mca model) | insn | mac | lanes | mul | stack | cyc | rthr | per c | peak | % | %rthr | bottleneck |\n"
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     else:
-        print(f"{'case':52} {'board':17} {'cpu (mca model)':26} {'insn':>5} {'mac':>4} {'lanes':>5} {'stack':>5} "
-              f"{'cyc':>6} {'rthr':>6} {'per c':>6} {'peak':>5} {'%':>5} bottleneck")
+        print(f"{'case':52} {'board':17} {'cpu (mca model)':26} {'insn':>5} {'mac':>4} {'lanes':>5} {'mul':>4} {'stack':>5} "
+              f"{'cyc':>6} {'rthr':>6} {'per c':>6} {'peak':>5} {'%':>5} {'%rthr':>5} bottleneck")
     for case in cases():
         if args.only and args.only.lower() not in case.name.lower():
             continue
@@ -294,27 +300,31 @@ def main() -> int:
             except RuntimeError as exc:
                 print(f"{case.name:52} {bname:17} llvm-mca: {exc}")
                 continue
-            if peak is None:  # x86_64: the model's own FMA port throughput (2 x 512-bit FMA or 1)
-                peak = x86_peak(args.mca, model_cpu, case.kind)
-            per_cycle = loop.lanes * (2 if case.kind == "fp" else 1) / cycles
+            if peak is None:  # x86_64: the same model's throughput of independent FMAs (x86_peak)
+                peak = x86_peak(args.mca, model_cpu, case.kind, spec.vector_bits, spec.features)
+            work = 2 * loop.lanes + loop.mul_lanes if case.kind == "fp" else loop.lanes
+            per_cycle, bound = work / cycles, 100 * work / rthr / peak
             neck = "deps" if cycles > 1.15 * rthr else busiest
             if args.markdown:
-                print(f"| {case.name} | {bname} | {spec.cpu} ({model_cpu}) | {len(loop.body)} | {loop.macs} | {loop.lanes} | "
+                print(f"| {case.name} | {bname} | {spec.cpu} ({model_cpu}) | {len(loop.body)} | {loop.macs} | {loop.lanes} | {loop.mul_lanes} | "
                       f"{loop.stack} | {cycles:.2f} | {rthr:.2f} | {per_cycle:.1f} | {peak:.0f} | "
-                      f"{100 * per_cycle / peak:.0f}% | {neck} |", flush=True)
+                      f"{100 * per_cycle / peak:.0f}% | {bound:.0f}% | {neck} |", flush=True)
                 continue
             print(f"{case.name:52} {bname:17} {spec.cpu + ' (' + model_cpu + ')':26} {len(loop.body):5} {loop.macs:4} "
-                  f"{loop.lanes:5} {loop.stack:5} {cycles:6.2f} {rthr:6.2f} {per_cycle:6.1f} {peak:5.0f} "
-                  f"{100 * per_cycle / peak:4.0f}% {neck}", flush=True)
+                  f"{loop.lanes:5} {loop.mul_lanes:4} {loop.stack:5} {cycles:6.2f} {rthr:6.2f} {per_cycle:6.1f} {peak:5.0f} "
+                  f"{100 * per_cycle / peak:4.0f}% {bound:4.0f}% {neck}", flush=True)
     return 0
 
 
-def x86_peak(mca: str, cpu: str, kind: str) -> float:
-    """FLOP (fp) or MAC (int8: vpdpbusd) per cycle of 8 independent zmm FMAs under the same mca model."""
-    insn = "vfmadd231ps %zmm{a}, %zmm{a}, %zmm{d}" if kind == "fp" else "vpdpbusd %zmm{a}, %zmm{a}, %zmm{d}"
-    asm = "\n".join(insn.format(a=20, d=i) for i in range(8)) + "\n"
+def x86_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:
+    """FLOP (fp: vfmadd231ps) or MAC (int8: vpdpbusd with VNNI, else vpmaddubsw) per cycle of 8 independent
+    instructions on the machine's widest vectors under the same mca model."""
+    reg = {512: "zmm", 256: "ymm"}.get(bits, "xmm")
+    vnni = {"+avx512vnni", "+avxvnni"} & set(features.split(","))
+    op = "vfmadd231ps" if kind == "fp" else "vpdpbusd" if vnni else "vpmaddubsw"
+    asm = "\n".join(f"{op} %{reg}20, %{reg}20, %{reg}{d}" for d in range(8)) + "\n"
     cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["x86_64"], cpu, "")
-    return 8 * (32 if kind == "fp" else 64) / cycles
+    return 8 * (bits // 16 if kind == "fp" else bits // 8) / cycles
 
 
 if __name__ == "__main__":

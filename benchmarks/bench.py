@@ -13,7 +13,10 @@ fresh subprocess). A model argument that names an example (e.g. tiny_transformer
 --threads 1,2: each model is built for the largest count (build --threads) and run at every count given
 (runner --threads T) against ONNX Runtime with intra_op_num_threads=T; the table has one ratio column per
 mode and count, and the scaling of the best mode from the smallest count to each larger one
-(ms at the smallest / ms at T). Default 1 (one thread, as before multi-core execution).
+(ms at the smallest / ms at T), ORT's scaling beside it. Default 1 (one thread, as before multi-core
+execution). --single-build (with --threads 1,N): also a --threads 1 build (no tiles: the code before
+multi-core execution) of the best mode, timed in the same rounds; the column `@1 / 1-thread build` is the
+N-thread build run on one thread over it (median of per-round ratios).
 
 --rounds R (for a loaded machine): every mode is built first, then R rounds each time ONNX Runtime and
 every mode's runner (`--runs` runs each, order rotating per round); a ratio is the median over
@@ -157,6 +160,9 @@ def main() -> int:
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="per round: the median of the runs, or their minimum (a machine shared with other work)")
     ap.add_argument("--threads", default="1", help="thread counts, comma-separated (e.g. 1,2): ours and ORT's intra_op_num_threads")
+    ap.add_argument("--single-build", action="store_true",
+                    help="with --threads 1,N: also time a --threads 1 build of the best mode (the code before multi-core "
+                         "execution) against the N-thread build run on 1 thread")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     counts = sorted({int(t) for t in args.threads.split(",") if t.strip()})
@@ -186,12 +192,24 @@ def main() -> int:
             except Exception as exc:  # noqa: BLE001
                 row[mode] = {"error": str(exc).splitlines()[0][:100]}
         ort_rounds = {t: [] for t in counts}
-        players = [("ort", t) for t in sessions] + [(mode, t) for mode in built for t in counts]
+        single = None
+        if args.single_build and counts[0] == 1 and len(counts) > 1 and built:
+            best_mode = "fluid" if "fluid" in built else list(built)[-1]
+            try:
+                single = build_model(path, BuildOptions(board=args.board, out_dir=work / f"{name}-single", opt=best_mode,
+                                                        costs=args.costs, profile_runner=False, record_last=False, threads=1))
+                row["single_build"] = {"mode": best_mode, "rounds_ms": []}
+            except Exception as exc:  # noqa: BLE001
+                row["single_build"] = {"error": str(exc).splitlines()[0][:100]}
+        players = [("ort", t) for t in sessions] + [(mode, t) for mode in built for t in counts] + ([("single", 1)] if single else [])
         for r in range(max(1, args.rounds)):
             for who, t in players[r % len(players):] + players[:r % len(players)] if players else []:
                 try:
                     if who == "ort":
                         ort_rounds[t].append(ort_latency_ms(sessions[t], feeds, args.runs, args.warmup, args.stat))
+                    elif who == "single":
+                        bench = runner_bench(single.artifact, feeds, args.runs, args.warmup)
+                        row["single_build"]["rounds_ms"].append(bench["median_ms" if args.stat == "median" else "min_ms"])
                     elif who in built:
                         bench = runner_bench(built[who].artifact, feeds, args.runs, args.warmup, t)
                         row[who]["rounds_ms"][t].append(bench["median_ms" if args.stat == "median" else "min_ms"])
@@ -217,6 +235,10 @@ def main() -> int:
             if counts[0] in row[mode]["ratio_at"]:
                 row[mode]["ratio"] = row[mode]["ratio_at"][counts[0]]
             row[mode]["scaling_at"] = {t: row[mode]["ms_at"][counts[0]] / row[mode]["ms_at"][t] for t in counts[1:]}
+        one = row.get("single_build", {})
+        if one.get("rounds_ms") and one["mode"] in built and len(one["rounds_ms"]) == len(row[one["mode"]]["rounds_ms"][1]):
+            one["ms"] = float(np.median(one["rounds_ms"]))
+            one["ratio"] = float(np.median(np.array(row[one["mode"]]["rounds_ms"][1]) / np.array(one["rounds_ms"])))
         shutil.rmtree(work, ignore_errors=True)
         rows.append(row)
         print_row(row, modes, counts, header=len(rows) == 1)
@@ -238,6 +260,9 @@ def print_summary(rows: list[dict], modes: list[str], counts: list[int]) -> None
             sc = [r[m]["scaling_at"][t] for r in rows if t in r.get(m, {}).get("scaling_at", {})]
             if sc:
                 cells.append(f"{m} scaling {counts[0]}->{t} geo-mean {float(np.exp(np.mean(np.log(sc)))):.3f}, min {min(sc):.3f}")
+    single = [r["single_build"]["ratio"] for r in rows if "ratio" in r.get("single_build", {})]
+    if single:
+        cells.append(f"{counts[0]} thread / 1-thread build geo-mean {float(np.exp(np.mean(np.log(single)))):.3f}, max {max(single):.3f}")
     print("geo-mean: " + "; ".join(cells), flush=True)
 
 
@@ -248,8 +273,9 @@ def print_row(row: dict, modes: list[str], counts: list[int], header: bool) -> N
         for t in counts:
             cols += [f"ORT ms@{t}" if multi else "ORT ms"] + [f"{m}/ORT@{t}" if multi else f"{m}/ORT" for m in modes]
         cols += [f"fluid ms@{t}" for t in counts] if multi else ["fluid ms"]
-        cols += [f"scale {counts[0]}->{t}" for t in counts[1:]]
-        cols += ["arena KiB", "/lb", "/peak", "naive KiB", "strategy", "RSS KiB", "ORT dRSS KiB", "NRM"] + (["split ops"] if multi else [])
+        cols += [f"scale {counts[0]}->{t}" for t in counts[1:]] + [f"ORT scale {counts[0]}->{t}" for t in counts[1:]]
+        cols += ["arena KiB", "/lb", "/peak", "naive KiB", "strategy", "RSS KiB", "ORT dRSS KiB", "NRM"]
+        cols += ["split ops", f"@{counts[0]} / 1-thread build"] if multi else []
         print(" | ".join(cols))
         print(" | ".join("---" for _ in cols))
     best = row.get("fluid") or row.get(modes[-1], {})
@@ -266,11 +292,14 @@ def print_row(row: dict, modes: list[str], counts: list[int], header: bool) -> N
         cells += [f"{best['scaling_at'][t]:.2f}" for t in counts[1:]]
     else:
         cells += ["-"] * ((len(counts) if multi else 0) + len(counts) - 1)
+    ort_at = row.get("ort_ms_at", {})
+    cells += [f"{ort_at[counts[0]] / ort_at[t]:.2f}" if t in ort_at else "-" for t in counts[1:]]
     if "ms" in best:
         cells += ([] if multi else [f"{best['ms']:.3f}"]) + [f"{best['arena'] / 1024:.1f}", f"{best['arena'] / max(best['lb'], 1):.3f}",
                   f"{best['arena'] / max(best['peak'], 1):.3f}", f"{best['naive'] / 1024:.1f}", best["strategy"],
                   f"{best['rss'] / 1024:.0f}", f"{row.get('ort_rss_growth', 0) / 1024:.0f}", str(best["non_row_major"])]
-        cells += [str(best["parallel_ops"])] if multi else []
+        one = row.get("single_build", {})
+        cells += [str(best["parallel_ops"]), f"{one['ratio']:.3f}" if "ratio" in one else one.get("error", "-")[:40]] if multi else []
     print(" | ".join(cells), flush=True)
 
 

@@ -40,11 +40,18 @@ def element_work(op_types) -> float:
 
 
 def chunk_count(extent: int, work: float, target: int = TARGET_TILES) -> int:
-    """Chunks to split `extent` independent units of total `work` into: up to `target`, each worth at
-    least a quarter of PARALLEL_MIN_WORK."""
+    """Chunks to split `extent` independent units of total `work` into, each worth at least a quarter of
+    PARALLEL_MIN_WORK: up to `target`; past it (up to 2 * `target`) only for equal chunks, every unit its
+    own chunk or a count that divides the units when `target` does not (`target` chunks of 16 channel
+    blocks would hold 1 or 2 blocks each and leave 2 threads 8/9 efficient)."""
     if extent <= 1 or work < PARALLEL_MIN_WORK:
         return 1
-    return int(max(1, min(extent, target, work // (PARALLEL_MIN_WORK // 4))))
+    most = int(max(1, min(extent, 2 * target, work // (PARALLEL_MIN_WORK // 4))))
+    if most <= target:
+        return most
+    if extent <= most:
+        return extent
+    return most if extent % most == 0 and extent % target != 0 else target
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:

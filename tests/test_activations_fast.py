@@ -38,3 +38,14 @@ def test_tanh_family_accuracy(op, ref, ulps):
     else:
         finite = np.isfinite(want[~nan])
         np.testing.assert_allclose(got[~nan][finite], want[~nan][finite], rtol=1e-5, atol=1e-6)  # 1 + tanh cancels for x << 0, as in float32 everywhere
+
+
+def test_log_accuracy_and_special_values():
+    x = np.concatenate([np.geomspace(1e-45, 3e38, 100_001), np.linspace(0.5, 2, 100_001),
+                        [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 1.0]]).astype(np.float32)  # subnormals included
+    got = _unary("Log", x)
+    with np.errstate(all="ignore"):
+        want = np.log(x.astype(np.float64))
+    finite = np.isfinite(want)
+    assert (np.abs(got[finite] - want[finite]) <= 1.5 * np.spacing(np.abs(want[finite]).astype(np.float32))).all()
+    np.testing.assert_array_equal(got[~finite], want[~finite].astype(np.float32))  # -inf at +-0, inf at inf, NaN below 0

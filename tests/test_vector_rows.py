@@ -1,6 +1,7 @@
-"""Softmax/LogSoftmax and ReduceMax/ReduceMin over contiguous float32 rows in explicit vectors (ops/reduce.py):
-rows long enough for the unrolled loop, the whole vectors after it and a scalar tail, with NaN and infinities
-in each part. Softmax against ONNX Runtime, ReduceMax/Min against onnx.reference (NaN propagates); every target."""
+"""Softmax/LogSoftmax, ReduceMax/ReduceMin and the sum family (ReduceSum, Mean, SumSquare, L1, L2, LogSum, Prod)
+over contiguous float32 rows in explicit vectors (ops/reduce.py): rows long enough for the unrolled loop, the
+whole vectors after it and a scalar tail, with NaN and infinities in each part. Softmax against ONNX Runtime,
+reductions against onnx.reference (NaN propagates); every target."""
 from __future__ import annotations
 
 import warnings
@@ -65,17 +66,28 @@ def test_reduce_extreme_rows_propagate_nan(op, axes, keepdims):
     _check(got, want)
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceProd"])
+@pytest.mark.parametrize("axes", [[-1], [1, 2]])
+def test_reduce_sum_family_rows(op, axes):
+    x = np.random.default_rng(4).uniform(0.5, 1.5, (2, 7, 11) if axes == [1, 2] else (2, 3, ROW)).astype(np.float32)
+    model = _reduce_model(op, x, axes, 1)
+    want = np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])
+    np.testing.assert_allclose(compile_model(model)({"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])
 def test_vector_rows_on_arm(board, tmp_path):
     if not has_emulator(board):
         pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
     x = _rows()
     nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("LogSoftmax", ["x"], ["l"], axis=-1),
-             helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=0), helper.make_node("ReduceMin", ["x", "axes"], ["mn"], keepdims=0)]
-    model = graph_model(nodes, {"x": x}, ["s", "l", "mx", "mn"], consts={"axes": np.array([-1], np.int64)}, opset=18, infer=True)
+             helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=0), helper.make_node("ReduceMin", ["x", "axes"], ["mn"], keepdims=0),
+             helper.make_node("ReduceSumSquare", ["x", "axes"], ["sq"], keepdims=0)]
+    outs = ["s", "l", "mx", "mn", "sq"]
+    model = graph_model(nodes, {"x": x}, outs, consts={"axes": np.array([-1], np.int64)}, opset=18, infer=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        want = dict(zip(["s", "l", "mx", "mn"], ReferenceEvaluator(model).run(None, {"x": x})))
+        want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x})))
     got = run(build(model, tmp_path, board, profile_runner=False), {"x": x})
     for name, ref in want.items():
         _check(got[name], np.asarray(ref))

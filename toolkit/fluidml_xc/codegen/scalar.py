@@ -79,6 +79,8 @@ def _poly(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.V
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 _ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
             -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+             2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
 _TANH_NUM = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
              1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
 _TANH_DEN = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
@@ -99,6 +101,8 @@ class Scalar:
     def intrinsic(self, name: str, value: ir.Value, *more: ir.Value) -> ir.Value:
         if name == "llvm.exp" and _is_f32(value.type):
             return self.exp_f32(value)
+        if name == "llvm.log" and _is_f32(value.type):
+            return self.log_f32(value)
         fn = self.module.declare_intrinsic(f"{name}.{_overload_suffix(value.type)}", (),
                                            ir.FunctionType(value.type, [value.type] * (1 + len(more))))
         return self.b.call(fn, [value, *more])
@@ -286,6 +290,35 @@ class Scalar:
         if nonpositive:
             return result
         return b.select(b.fcmp_ordered(">", given, k(88.72283935546875)), k(float("inf")), result)
+
+    def log_f32(self, x: ir.Value) -> ir.Value:
+        """logf without a libm call, so loops around it vectorize (Cephes: mantissa and exponent from the bits,
+        subnormals scaled by 2^23 first, degree-8 polynomial); 0 -> -inf, inf -> inf, negative or NaN -> NaN.
+        `x` a float32 scalar or vector."""
+        b, f32 = self.b, x.type
+        i32 = _same_shape(f32, ir.IntType(32))
+
+        def k(value):
+            return splat_const(f32, value)
+
+        def n(value):
+            return splat_const(i32, value)
+        subnormal = b.fcmp_ordered("<", x, k(1.17549435e-38))
+        scaled = b.select(subnormal, b.fmul(x, k(8388608.0)), x)
+        bits = b.bitcast(scaled, i32)
+        exponent = b.sub(b.and_(b.lshr(bits, n(23)), n(0xFF)), b.select(subnormal, n(126 + 23), n(126)))
+        m = b.bitcast(b.or_(b.and_(bits, n(0x007FFFFF)), n(0x3F000000)), f32)  # x = m * 2^exponent, m in [0.5, 1)
+        low = b.fcmp_ordered("<", m, k(0.707106781186547524))
+        e = b.sitofp(b.sub(exponent, b.zext(low, i32)), f32)
+        f = b.fsub(b.select(low, b.fadd(m, m), m), k(1.0))
+        c = ("contract",)  # the small terms are summed in Cephes' order
+        z = b.fmul(f, f, flags=c)
+        y = b.fmul(b.fmul(f, z, flags=c), _poly(b, f, _LOG_POLY), flags=c)
+        y = b.fsub(b.fadd(y, b.fmul(e, k(-2.12194440e-4), flags=c), flags=c), b.fmul(z, k(0.5), flags=c), flags=c)
+        r = b.fadd(b.fadd(f, y, flags=c), b.fmul(e, k(0.693359375), flags=c), flags=c)
+        r = b.select(b.fcmp_ordered("==", x, k(float("inf"))), x, r)
+        r = b.select(b.fcmp_ordered("==", x, k(0.0)), k(float("-inf")), r)
+        return b.select(b.fcmp_unordered("<", x, k(0.0)), k(float("nan")), r)
 
     def tanh_f32(self, x: ir.Value) -> ir.Value:
         """tanhf as Eigen's rational approximation (as ORT's MLAS), vectorizable, < 5 ulps. Its argument is clamped

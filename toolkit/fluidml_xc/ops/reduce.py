@@ -125,8 +125,8 @@ def _reduce(k, name: str) -> None:
         k.generic(x.shape, [out_acc], [x_acc, out_acc], lambda v, i: [_exp(k, dt, k.s.sub(dt, v[0], v[1]))], axes,
                   [const(dt, 0)], finalize=finalize, order=order)
         return
-    if name in ("ReduceMax", "ReduceMin") and np.dtype(dt) == np.float32 and x.size and _span(x, axes) and k.lanes(dt) > 1:
-        _extreme_rows(k, x, out_acc, axes, name == "ReduceMax")
+    if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and x.size and _span(x, axes) and k.lanes(dt) > 1:
+        _vector_reduce(k, x, out_acc, axes, name, count)
         return
     init, value, combine, finish = REDUCERS[name]
     body = (lambda v, i: [value(k, dt, v[0])]) if value else (lambda v, i: [v[0]])
@@ -135,31 +135,45 @@ def _reduce(k, name: str) -> None:
     k.generic(x.shape, [out_acc], [x_acc], body, axes, [init(dt)], comb, fin, order=order)
 
 
-def _extreme_rows(k, x, out_acc, axes, largest: bool) -> None:
-    """ReduceMax/Min over a contiguous run of float32 in vectors: UNROLL max/min accumulators and a NaN mask;
-    a NaN anywhere in the run gives NaN (as onnx.reference)."""
-    b, n, V = k.b, _span(x, axes), k.lanes(np.float32)
-    vt = k.vector_type(np.float32, V)
-    better = _greater(k, largest)
+VECTOR_REDUCERS = {"ReduceSum": 0.0, "ReduceMean": 0.0, "ReduceSumSquare": 0.0, "ReduceL1": 0.0, "ReduceL2": 0.0,
+                   "ReduceLogSum": 0.0, "ReduceProd": 1.0, "ReduceMax": -np.inf, "ReduceMin": np.inf}
+"""Reductions `_vector_reduce` runs over contiguous float32 runs, with the accumulators' start value."""
+
+
+def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
+    """A reduction over a contiguous run of float32 in vectors, UNROLL accumulators (LLVM would unroll a short
+    run whole and vectorize across rows with gathers). ReduceMax/Min: maxps/minps and a NaN mask, so a NaN
+    anywhere in the run gives NaN (as onnx.reference); the sums carry NaN themselves."""
+    b, n, V, f32 = k.b, _span(x, axes), k.lanes(np.float32), np.float32
+    vt = k.vector_type(f32, V)
+    _, value, _, finish = REDUCERS[name]
+    extreme = name in ("ReduceMax", "ReduceMin")
+    if extreme:
+        combine = _greater(k, name == "ReduceMax")
+    elif name == "ReduceProd":
+        combine = lambda a, v: b.fmul(a, v, flags=FAST)  # noqa: E731
+    else:
+        combine = lambda a, v: b.fadd(a, v, flags=FAST)  # noqa: E731
 
     def row(ix, inner):
         ptr = _row_ptr(k, x, ix, inner)
-        best = _Accumulators(k, vt, -np.inf if largest else np.inf)
+        acc = _Accumulators(k, vt, VECTOR_REDUCERS[name])
         nan_v = k.local(ir.VectorType(ir.IntType(1), V), ir.Constant(ir.VectorType(ir.IntType(1), V), [0] * V))
         nan_s = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
 
-        def vec(u, at):
-            v = k.vload(ptr, np.float32, at, V)
-            best.update(u, lambda a: better(a, v))
-            b.store(b.or_(b.load(nan_v), b.fcmp_unordered("uno", v, v)), nan_v)
-
-        def tail(at):
-            v = b.load(b.gep(ptr, [at], inbounds=True))
-            best.update(None, lambda a: better(a, v))
-            b.store(b.or_(b.load(nan_s), b.fcmp_unordered("uno", v, v)), nan_s)
-        _walk(k, n, V, vec, tail)
-        seen_nan = b.or_(b.icmp_unsigned("!=", b.bitcast(b.load(nan_v), ir.IntType(V)), ir.Constant(ir.IntType(V), 0)), b.load(nan_s))
-        k.store(out_acc, ix, b.select(seen_nan, const(np.float32, np.nan), best.result(better)))
+        def step(slot, v, nan):
+            acc.update(slot, lambda a: combine(a, value(k, f32, v) if value else v))
+            if extreme:
+                b.store(b.or_(b.load(nan), b.fcmp_unordered("uno", v, v)), nan)
+        _walk(k, n, V, lambda u, at: step(u, k.vload(ptr, f32, at, V), nan_v),
+              lambda at: step(None, b.load(b.gep(ptr, [at], inbounds=True)), nan_s))
+        result = acc.result(combine)
+        if extreme:
+            seen = b.or_(b.icmp_unsigned("!=", b.bitcast(b.load(nan_v), ir.IntType(V)), ir.Constant(ir.IntType(V), 0)), b.load(nan_s))
+            result = b.select(seen, const(f32, np.nan), result)
+        elif finish:
+            result = finish(k, f32, result, count)
+        k.store(out_acc, ix, result)
     _rows(k, x.shape, x.strides, axes, row)
 
 

@@ -5,8 +5,9 @@
 
 Each case is checked against ORT first (max abs error against the output's magnitude), then timed:
 ours = the JIT-compiled model called through ctypes into caller-owned buffers; ORT = InferenceSession.run
-with intra_op_num_threads = --threads and all graph optimizations. `rounds` interleaved rounds of
-`runs` calls each; a ratio is the median of the rounds' ratios (ours / ORT: below 1 is faster).
+with intra_op_num_threads = --threads and all graph optimizations. `rounds` rounds of `runs` calls of each,
+ours and ORT alternating call by call (so a load change on a shared machine hits both); a ratio is the
+median of the rounds' ratios of median times (ours / ORT: below 1 is faster).
 Throughput is GFLOP/s for compute-bound ops, GB/s (bytes read + written once) for the rest.
 """
 from __future__ import annotations
@@ -98,6 +99,7 @@ def cases() -> list[Case]:
     c.append(Case("Add broadcast 4x256x56x56 + 256x1x1", "Add", {"x": f32(4, 256, 56, 56)}, {"b": f32(256, 1, 1)}))
     # normalisation, softmax, pooling
     c.append(Case("Softmax 4x12x128x128 last axis", "Softmax", {"x": f32(4, 12, 128, 128)}, attrs={"axis": -1}))
+    c.append(Case("LogSoftmax 4x12x128x128 last axis", "LogSoftmax", {"x": f32(4, 12, 128, 128)}, attrs={"axis": -1}))
     c.append(Case("Softmax 4x12x128x128 axis 2", "Softmax", {"x": f32(4, 12, 128, 128)}, attrs={"axis": 2}))
     c.append(Case("LayerNormalization 8x128x768", "LayerNormalization", {"x": f32(8, 128, 768)}, {"g": f32(768), "b": f32(768)},
                   {"axis": -1}))
@@ -116,6 +118,7 @@ def cases() -> list[Case]:
         c.append(Case(f"ReduceSum 8x64x56x56 axes {axes}", "ReduceSum", {"x": f32(8, 64, 56, 56)}, {"axes": np.array(axes, np.int64)},
                       {"keepdims": 1}))
     c.append(Case("ReduceMax 8x64x56x56 axes [3]", "ReduceMax", {"x": f32(8, 64, 56, 56)}, {"axes": np.array([3], np.int64)}, opset=18))
+    c.append(Case("ReduceMax 8x128x768 axes [-1]", "ReduceMax", {"x": f32(8, 128, 768)}, {"axes": np.array([-1], np.int64)}))
     c.append(Case("ReduceMean 8x128x768 axes [-1]", "ReduceMean", {"x": f32(8, 128, 768)}, {"axes": np.array([-1], np.int64)}))
     c.append(Case("ArgMax 16x30000 axis 1", "ArgMax", {"x": f32(16, 30000)}, attrs={"axis": 1}))
     c.append(Case("TopK k=10 of 16x30000", "TopK", {"x": f32(16, 30000)}, {"k": np.array([10], np.int64)}, n_out=2))
@@ -160,14 +163,16 @@ def io_bytes(inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
     return sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs)
 
 
-def timed(fn, runs: int, clock=time.perf_counter) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t = clock()
-        fn()
-        times.append(clock() - t)
-    return float(np.median(times))
+def timed_pair(ours, theirs, runs: int, clock=time.perf_counter) -> tuple[float, float]:
+    """Median times of `runs` calls of each, alternating which goes first."""
+    ours(), theirs()
+    times: dict = {ours: [], theirs: []}
+    for i in range(runs):
+        for fn in (ours, theirs) if i % 2 == 0 else (theirs, ours):
+            t = clock()
+            fn()
+            times[fn].append(clock() - t)
+    return float(np.median(times[ours])), float(np.median(times[theirs]))
 
 
 def main() -> int:
@@ -226,7 +231,7 @@ def main() -> int:
         if case.op == "TopK" and check != "ok":  # ties may order indices differently: compare the values only
             check = "ok" if np.allclose(outs[0], want[0], rtol=1e-5, atol=1e-6) else check
         clock = time.thread_time if args.cpu_time and args.threads == 1 else time.perf_counter
-        rounds = [(timed(ours, args.runs, clock), timed(theirs, args.runs, clock)) for _ in range(args.rounds)]
+        rounds = [timed_pair(ours, theirs, args.runs, clock) for _ in range(args.rounds)]
         a, b = float(np.median([r[0] for r in rounds])), float(np.median([r[1] for r in rounds]))
         ratio = float(np.median([r[0] / r[1] for r in rounds]))
         ratios.append(ratio)

@@ -939,7 +939,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         g0 = b.mul(g, k.index(mg))
         qgemm.blocks(k, mg, cfg.mr, lambda i, mr: block(b.add(g0, b.mul(i, k.index(cfg.mr))), mr))
 
-    from ..codegen.kernel import PARALLEL_MIN_WORK, chunk_count
+    from ..codegen.kernel import chunk_count
     work = float(n_batch) * m_out * oh_n * ow_n * cg * taps
     if ow_n < nr and -(-oh_n * ow_n // nr) * taps <= MAX_FLAT_BLOCK_TAPS:  # narrow rows: blocks of nr pixels across rows
         plane = oh_n * ow_n

@@ -129,7 +129,8 @@ def lower_instance_norm(k):
 def _instance_norm_vector_rows(k, eps, sa, ba) -> None:
     """InstanceNormalization over contiguous float32 spatial runs in explicit vectors: the sum with UNROLL
     accumulators, the sum of (x - mean)^2 the same way, then one pass y = (x - mean) * a + bias with
-    a = scale / sqrt(var + eps). (LLVM keeps a scalar sum's order, so the plain loops ran as one serial add chain.)"""
+    a = scale / sqrt(var + eps). (The plain loops: LLVM unrolled the 56-long inner run whole and vectorized across
+    rows with vinsertps gathers, as in ops/reduce.py.)"""
     x, out = k.inputs[0], k.outputs[0]
     b, f32, V = k.b, np.float32, k.lanes(np.float32)
     dims = list(range(2, x.rank))

@@ -223,13 +223,17 @@ def _pad_params(k, rank: int):
     return begin, end, value
 
 
-def _pad_source(k, mode: str, i: ir.Value, pad: int, n: int) -> ir.Value:
-    """Input index read by output index i along one dim for reflect / edge / wrap padding."""
+def _pad_source(k, mode: str, i: ir.Value, pad: int, n: int, end: int) -> ir.Value:
+    """Input index read by output index i along one dim for reflect / edge / wrap padding (pad, end: the dim's
+    begin and end pads)."""
     b, zero, last = k.b, k.index(0), k.index(n - 1)
     src = b.sub(i, k.index(pad))
     if mode == "edge":
         src = b.select(b.icmp_signed("<", src, zero), zero, src)
         return b.select(b.icmp_signed(">", src, last), last, src)
+    if mode == "wrap" and pad <= n and end <= n:  # src in [-n, 2n): one add or subtract of n, no srem per element
+        src = b.select(b.icmp_signed("<", src, zero), b.add(src, k.index(n)), src)
+        return b.select(b.icmp_signed(">", src, last), b.sub(src, k.index(n)), src)
     if mode == "wrap":
         r = b.srem(src, k.index(n))
         return b.select(b.icmp_signed("<", r, zero), b.add(r, k.index(n)), r)
@@ -262,7 +266,7 @@ def lower_pad(k):
     out_acc = out.identity_access()
 
     def body(ix):
-        src = {d: _pad_source(k, mode, ix[d], begin[d], x.shape[d]) for d in range(x.rank) if x.shape[d] != 1}
+        src = {d: _pad_source(k, mode, ix[d], begin[d], x.shape[d], end[d]) for d in range(x.rank) if x.shape[d] != 1}
         k.store(out_acc, ix, k.load_at(x, _linear(k, x, src)))
     _each(k, out.shape, body)
 

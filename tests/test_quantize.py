@@ -129,10 +129,24 @@ def numpy_figures(reference: list[np.ndarray], test: list[np.ndarray]) -> dict:
     return figures
 
 
+def reference_run(path: Path, feeds: list[dict]) -> list[dict[str, np.ndarray]]:
+    import onnx.version_converter
+    from onnx.reference import ReferenceEvaluator
+
+    from fluidml_xc.cast_rules import REFERENCE_OPS
+    model = onnx.load(str(path))
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < 19:  # onnx.reference implements QuantizeLinear/DequantizeLinear from opset 19 on
+        model = onnx.version_converter.convert_version(model, 19)
+    evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
+    names = [o.name for o in model.graph.output]
+    return [dict(zip(names, evaluator.run(None, feed))) for feed in feeds]
+
+
 def quantize_and_check(tmp_path: Path, model: onnx.ModelProto, input_name: str, shape, board: str, extra: list[str],
                        steps_tolerance: float = 1.0, abs_tolerance: float = 1e-5, runs: str = "3") -> dict:
     """Quantize, build and run through the CLI; outputs a DequantizeLinear produces must be within
-    `steps_tolerance` quantization steps of ONNX Runtime, float outputs within `abs_tolerance`."""
+    `steps_tolerance` quantization steps of onnx.reference, float outputs within `abs_tolerance`."""
     model_path = tmp_path / "model.onnx"
     onnx.save(model, str(model_path))
     calib = write_samples(tmp_path / "calib", input_name, shape, 6, seed=1)
@@ -152,17 +166,21 @@ def quantize_and_check(tmp_path: Path, model: onnx.ModelProto, input_name: str, 
     ours_int8 = [run_artifact(report["int8_figures"]["artifact"], f).outputs for f in feeds]
     ort_int8 = ort_run(int8_path, feeds)  # ORT's fused QLinear* kernels (all graph optimizations)
     ort_plain = ort_run(int8_path, feeds, fused=False)  # ORT running the model's QDQ arithmetic as written
+    exact = reference_run(int8_path, feeds)  # the model's integer arithmetic as the ONNX spec defines it
     ort_float = ort_run(model_path, feeds)
     names = [o.name for o in model.graph.output]
     steps = output_steps(int8)
     for name in names:
-        got, fused, plain = (np.stack([o[name] for o in outs]).astype(np.float64) for outs in (ours_int8, ort_int8, ort_plain))
+        got, fused, plain, want = (np.stack([o[name] for o in outs]).astype(np.float64)
+                                   for outs in (ours_int8, ort_int8, ort_plain, exact))
         tol = steps_tolerance * steps[name] if name in steps else abs_tolerance
-        # ORT's own fused kernels round differently from its unfused run (QLinearSoftmax tables, QLinearAdd in float):
-        # we must be within one step of the unfused run, and no farther from the fused one than ORT is from itself
+        # The oracle is onnx.reference, not ORT: on x86-64 without VNNI, ORT's u8s8 integer kernels (fused or not)
+        # saturate 16-bit pair sums, tenths off on these models. We must be within one step of the spec's arithmetic,
+        # and no farther from ORT's fused kernels than they are from it.
         ort_self = float(np.max(np.abs(fused - plain)))
-        assert np.max(np.abs(got - plain)) <= tol * (1 + 1e-6), (name, np.max(np.abs(got - plain)), tol)
-        assert np.max(np.abs(got - fused)) <= (ort_self + tol) * (1 + 1e-6), (name, np.max(np.abs(got - fused)), ort_self, tol)
+        ort_off = float(np.max(np.abs(fused - want)))
+        assert np.max(np.abs(got - want)) <= tol * (1 + 1e-6), (name, np.max(np.abs(got - want)), tol)
+        assert np.max(np.abs(got - fused)) <= (ort_off + tol) * (1 + 1e-6), (name, np.max(np.abs(got - fused)), ort_off, tol)
         assert report["vs_ort_int8"][name] == pytest.approx(np.max(np.abs(got - fused)), abs=1e-12)
         assert report["vs_ort_int8_unfused"][name] == pytest.approx(np.max(np.abs(got - plain)), abs=1e-12)
         assert report["ort_fused_vs_unfused"][name] == pytest.approx(ort_self, abs=1e-12)
@@ -199,7 +217,6 @@ def test_cnn_static_qdq_x86_64(tmp_path):
     # passes/qdq_fusion.py: DequantizeLinear -> Conv -> QuantizeLinear ran as QLinearConv (int8 kernels)
     ops = json.loads((Path(report["int8_figures"]["artifact"]) / "manifest.json").read_text())["op_counts"]
     assert ops.get("QLinearConv") == 2 and "Conv" not in ops, ops
-    assert report["vs_ort_int8"]["logits"] <= output_steps(onnx.load(str(tmp_path / "model.int8.onnx")))["logits"]
 
 
 def test_cnn_static_qoperator_x86_64(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 from ..codegen.kernel import Operand, row_major_strides
 from ..codegen.scalar import FAST, const, llvm_type
 from .conv import activate, element, offset
-from .reduce import _Accumulators, _row_ptr, _rows, _vector_rows, _walk
+from .reduce import _Accumulators, _each, _fast_add, _row_ptr, _rows, _vector_rows
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -136,16 +136,13 @@ def _instance_norm_vector_rows(k, eps, sa, ba) -> None:
     dims = list(range(2, x.rank))
     n = int(np.prod([x.shape[d] for d in dims]))
     vt = k.vector_type(f32, V)
-    count = const(f32, n)
-
-    def add(p, q):
-        return b.fadd(p, q, flags=FAST)
+    count, add = const(f32, n), _fast_add(k)
 
     def row(ix, inner):
         src, dst = _row_ptr(k, x, ix, inner), _row_ptr(k, out, ix, inner)
 
         def each(fn):
-            _walk(k, n, V, lambda u, off: fn(u, off, V), lambda off: fn(None, off, 1))
+            _each(k, n, V, fn)
 
         def fold(term):
             acc = _Accumulators(k, vt, 0.0)

@@ -153,7 +153,7 @@ def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
     elif name == "ReduceProd":
         combine = lambda a, v: b.fmul(a, v, flags=FAST)  # noqa: E731
     else:
-        combine = lambda a, v: b.fadd(a, v, flags=FAST)  # noqa: E731
+        combine = _fast_add(k)
 
     def row(ix, inner):
         ptr = _row_ptr(k, x, ix, inner)
@@ -251,6 +251,16 @@ def _walk(k, n: int, lanes: int, vec, tail, unroll: int = UNROLL) -> None:
         vec(u, k.index(start + u * lanes))
     for t in range(start + rest // lanes * lanes, n):
         tail(k.index(t))
+
+
+def _each(k, n: int, lanes: int, fn, unroll: int = UNROLL) -> None:
+    """_walk with one visitor: fn(slot, offset, lanes) for each whole vector, fn(None, offset, 1) for each tail element."""
+    _walk(k, n, lanes, lambda u, off: fn(u, off, lanes), lambda off: fn(None, off, 1), unroll)
+
+
+def _fast_add(k):
+    """(a, b) -> a + b with the fast-math flags the row loops reassociate under."""
+    return lambda p, q: k.b.fadd(p, q, flags=FAST)
 
 
 def _horizontal(k, value: ir.Value, combine) -> ir.Value:
@@ -427,10 +437,7 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     b, s, f32, n, V = k.b, k.s, np.float32, _span(x, dims), k.lanes(np.float32)
     vt = k.vector_type(f32, V)
-    larger = _greater(k, True)
-
-    def add(p, q):
-        return b.fadd(p, q, flags=FAST)
+    larger, add = _greater(k, True), _fast_add(k)
 
     def row(ix, inner):
         src, dst = _row_ptr(k, x, ix, inner), _row_ptr(k, out, ix, inner)
@@ -439,7 +446,7 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
             return k.vload(ptr, f32, off, lanes) if lanes > 1 else b.load(b.gep(ptr, [off], inbounds=True))
 
         def each(fn, unroll=UNROLL):
-            _walk(k, n, V, lambda u, off: fn(u, off, V), lambda off: fn(None, off, 1), unroll)
+            _each(k, n, V, fn, unroll)
 
         top = _Accumulators(k, vt, -np.inf)
         each(lambda u, off, lanes: top.update(u, lambda a: larger(a, at(src, off, lanes))))

@@ -1,4 +1,5 @@
-"""`fluidml-xc verify [DIR] [--host HOST]`: compare the runner's outputs with ONNX Runtime on this machine."""
+"""`fluidml-xc verify [DIR] [--host HOST]`: compare the runner's outputs with ONNX Runtime (float models) or
+onnx.reference (quantized models) on this machine."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,11 +10,11 @@ from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import artifact_from_args, connect_for, ensure_deployed
 from ..threads import check_run_threads
-from ..remote.verify import Tolerance, VerifyReport, compare, make_feeds, model_path, reference_outputs, run_local, with_bound, \
-    run_remote
+from ..remote.verify import ORACLE_LABELS, Tolerance, VerifyReport, make_feeds, model_path, reference_outputs, run_local, \
+    run_remote, with_bound
 
 NAME = "verify"
-HELP = "run an artifact on a board (--host) or here and compare its outputs with ONNX Runtime"
+HELP = "run an artifact on a board (--host) or here and compare its outputs with ONNX Runtime / the ONNX spec"
 ORDER = 45
 
 
@@ -26,10 +27,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, metavar="N", help="threads the runner uses (default: the count built in)")
     parser.add_argument("--rtol", type=float, default=Tolerance.rtol, help=f"relative tolerance (default {Tolerance.rtol:g})")
     parser.add_argument("--atol", type=float, default=Tolerance.atol, help=f"absolute tolerance (default {Tolerance.atol:g})")
+    add_oracle_arguments(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
                         help=f"seconds the runner may take (default {DEFAULT_RUN_TIMEOUT:g})")
     add_ssh_arguments(parser)
     add_fleet_arguments(parser)
+
+
+def add_oracle_arguments(parser) -> None:
+    parser.add_argument("--oracle", choices=("auto", *ORACLE_LABELS), default="auto",
+                        help="what to compare with: ort (ONNX Runtime), spec (onnx.reference, the ONNX spec's "
+                             "arithmetic); auto (default): spec for models with quantized ops, where ONNX Runtime's "
+                             "fused int8 kernels round and saturate differently, else ort")
+    parser.add_argument("--quant-steps", type=float, default=1.0, metavar="N",
+                        help="quantization steps an output written by QuantizeLinear/DequantizeLinear may differ by "
+                             "(rounding of the requantization; default 1, 0 for exact)")
 
 
 def main(args) -> int:
@@ -37,12 +49,13 @@ def main(args) -> int:
         return run_command(args, NAME)
     from ..remote.cliargs import finite_positive
 
-    if not (args.rtol >= 0 and args.atol >= 0) or not finite_positive(args.timeout):  # nan fails every comparison
-        raise InputError("--rtol and --atol must be >= 0 and --timeout a positive number of seconds")
+    if not (args.rtol >= 0 and args.atol >= 0 and args.quant_steps >= 0) or not finite_positive(args.timeout):
+        raise InputError("--rtol, --atol and --quant-steps must be >= 0 and --timeout a positive number of seconds")
     artifact = artifact_from_args(args)
     check_run_threads(artifact.manifest, args.threads)
     feeds = make_feeds(artifact, args.inputs)
-    reference = reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds))
+    reference = reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds), args.oracle,
+                                  args.quant_steps)
     if args.host:
         with connect_for(args, artifact) as conn:
             deployment = ensure_deployed(conn, artifact, args, switch_current=False)
@@ -51,11 +64,8 @@ def main(args) -> int:
     else:
         outputs, where = run_local(artifact, feeds, args.timeout, args.threads), "localhost"
     tolerance = Tolerance(args.rtol, args.atol)
-    report = VerifyReport(where, tolerance, tuple(compare(outputs, reference, tolerance)))
+    report = VerifyReport.of(where, tolerance, outputs, reference, args.quant_steps)
     print(report.table())
     if not report.ok:
-        failed = [o for o in report.outputs if not o.ok]
-        worst = max(failed, key=lambda o: o.max_abs)
-        raise VerifyError(f"{len(failed)} of {len(report.outputs)} outputs differ from ONNX Runtime beyond tolerance "
-                          f"(worst: {worst.name!r}, max abs err {worst.max_abs:.3e}, max rel err {worst.max_rel:.3e})")
+        raise VerifyError(report.failure())
     return 0

@@ -86,20 +86,22 @@ def _verify(args, hosts, artifacts, default, reach) -> list[HostResult]:
     from ..remote.verify import Tolerance, make_feeds, model_path, reference_outputs, with_bound
     from .tasks import verify_host
 
-    if args.rtol < 0 or args.atol < 0 or args.timeout <= 0:
-        raise InputError("--rtol and --atol must be >= 0 and --timeout positive")
+    if args.rtol < 0 or args.atol < 0 or args.quant_steps < 0 or args.timeout <= 0:
+        raise InputError("--rtol, --atol and --quant-steps must be >= 0 and --timeout positive")
     tolerance = Tolerance(args.rtol, args.atol)
     checks = {}
     for board, artifact in artifacts.items():  # one reference per build, computed here once
         feeds = make_feeds(artifact, args.inputs)
-        checks[board] = feeds, reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds))
+        checks[board] = feeds, reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds),
+                                                 args.oracle, args.quant_steps)
 
     def work(host, artifact):
         feeds, reference = checks[artifact.board.name]
-        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, args.timeout, args.threads)
+        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, args.timeout, args.threads,
+                              args.quant_steps)
         if not outcome.verify.ok:
             bad = [o.name for o in outcome.verify.outputs if not o.ok]
-            raise VerifyError(f"outputs {', '.join(bad)} differ from ONNX Runtime beyond tolerance")
+            raise VerifyError(f"outputs {', '.join(bad)} differ from {reference.label} beyond tolerance")
         return outcome
     results = run_hosts(hosts, artifacts, default, work, args.forks, "verifying")
     print_results(results, lambda o: o.verify.table())

@@ -12,7 +12,7 @@ from ..remote.artifact import Artifact
 from ..remote.deploy import DEFAULT_BASE_DIR, Deployment, DeployOptions, deploy, remote_hashes
 from ..remote.profile import ProfileOptions, ProfileReport, profile_remote
 from ..remote.ssh import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, SshOptions, connect
-from ..remote.verify import Tolerance, VerifyReport, compare, run_remote
+from ..remote.verify import Reference, Tolerance, VerifyReport, run_remote
 from .inventory import FleetHost
 
 
@@ -81,12 +81,12 @@ def profile_host(host: FleetHost, artifact: Artifact, reach: Reach, options: Pro
 
 
 def verify_host(host: FleetHost, artifact: Artifact, reach: Reach, feeds: Mapping[str, np.ndarray],
-                reference: Mapping[str, np.ndarray], tolerance: Tolerance, timeout: float,
-                threads: int | None = None) -> HostOutcome:
+                reference: Reference, tolerance: Tolerance, timeout: float, threads: int | None = None,
+                quant_steps: float = 0.0) -> HostOutcome:
     with _connect(host, artifact, reach) as conn:
         d = deploy(conn, artifact, DeployOptions(host.base_dir or reach.base_dir, False, None))
         outputs = run_remote(conn, d, artifact, feeds, timeout, threads)
-        report = VerifyReport(conn.label, tolerance, tuple(compare(outputs, reference, tolerance)))
+        report = VerifyReport.of(conn.label, tolerance, outputs, reference, quant_steps)
         return HostOutcome(host.name, artifact.board.name, conn.label, _deployed_facts(d), verify=report)
 
 

@@ -53,7 +53,10 @@ class Case:
         graph = helper.make_graph([node], self.name, ins, [helper.make_empty_tensor_value_info(o) for o in outs], inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         model.ir_version = 9
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        try:
+            return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        except onnx.shape_inference.InferenceError:  # onnx 1.23 cannot infer MeanVarianceNormalization's function body
+            return model
 
 
 def f32(*shape, scale=1.0):
@@ -108,6 +111,11 @@ def cases() -> list[Case]:
                   {"g": f32(64), "b": f32(64), "m": f32(64), "v": np.abs(f32(64)) + 0.5}))
     c.append(Case("GroupNormalization 8x64x56x56 g8", "GroupNormalization", {"x": f32(8, 64, 56, 56)}, {"g": f32(64), "b": f32(64)},
                   {"num_groups": 8}, opset=21))
+    c.append(Case("MeanVarianceNormalization 8x64x56x56", "MeanVarianceNormalization", {"x": f32(8, 64, 56, 56)}))
+    c.append(Case("MeanVarianceNormalization 8x64x56x56 axes [2, 3]", "MeanVarianceNormalization", {"x": f32(8, 64, 56, 56)},
+                  attrs={"axes": [2, 3]}))
+    c.append(Case("LpNormalization p2 8x128x768 axis -1", "LpNormalization", {"x": f32(8, 128, 768)}, attrs={"axis": -1, "p": 2}))
+    c.append(Case("LRN size 5 1x64x56x56", "LRN", {"x": f32(1, 64, 56, 56)}, attrs={"size": 5, "alpha": 1e-4, "beta": 0.75}))
     c.append(Case("GlobalAveragePool 2x256x56x56", "GlobalAveragePool", {"x": f32(2, 256, 56, 56)}))
     c.append(Case("GlobalMaxPool 2x256x56x56", "GlobalMaxPool", {"x": f32(2, 256, 56, 56)}))
     c.append(Case("MaxPool 3x3 s2 1x64x112x112", "MaxPool", {"x": f32(1, 64, 112, 112)}, attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}))

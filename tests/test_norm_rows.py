@@ -54,3 +54,13 @@ def test_instance_norm_rows_on_arm(board, tmp_path):
         pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
     model, x = _model_and_feeds()
     _check(run(build(model, tmp_path, board, profile_runner=False), {"x": x})["y"], _ort(model, x))
+
+
+@pytest.mark.parametrize("axes", [None, [2, 3], [1]])
+def test_mean_variance_norm_over_a_million_elements_builds(axes):
+    """onnx cannot infer MeanVarianceNormalization's function body and the input is too big to evaluate at build
+    time: its output takes the input's shape (frontend SHAPE_OF_INPUT_0) instead of a data-dependent-shape error."""
+    x = np.random.default_rng(6).standard_normal((4, 16, 130, 130)).astype(np.float32)
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], **({} if axes is None else {"axes": axes}))
+    model = graph_model([node], {"x": x}, ["y"], opset=17)
+    np.testing.assert_allclose(compile_model(model, "x86_64")({"x": x})[0], _ort(model, x), rtol=1e-4, atol=1e-4)

@@ -25,12 +25,15 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 FOLDABLE_ONLY = {"Constant", "Shape", "Size", "ConstantOfShape"}
 TYPE_ONLY_INPUTS = {"CastLike": {1}}
+"""Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
 INFERENCE_DEFAULTS = {"STFT": ("onesided",)}
 """Attributes ONNX's per-node inference (infer_node_outputs) reads as 0 when absent although the schema
 default differs (STFT's onesided defaults to 1): filled in from the schema before inferring."""
 SHAPE_FROM_INPUT = {"MaxUnpool": 2}
 """op -> input whose build-time value is output 0's shape (dtype of input 0), where ONNX's inference leaves it open."""
-"""Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
+SHAPE_OF_INPUT_0 = {"MeanVarianceNormalization"}
+"""Ops whose output 0 has input 0's dtype and shape, where ONNX's inference leaves it open (onnx 1.23 cannot infer
+MeanVarianceNormalization's function body when `axes` is given) and the model is too big to evaluate."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,9 @@ class _Folder:
             if source.is_const:
                 dims = tuple(int(v) for v in np.ravel(source.value))
                 result[node.output[0]] = Tensor(node.output[0], self.tensors[node.input[0]].dtype, dims)
+        if node.op_type in SHAPE_OF_INPUT_0 and node.output[0]:
+            source = self.tensors[node.input[0]]
+            result[node.output[0]] = Tensor(node.output[0], source.dtype, source.shape)
         for name, tp in out_types.items():
             tt = tp.tensor_type
             if not tp.HasField("tensor_type") or not tt.HasField("shape"):

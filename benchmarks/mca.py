@@ -67,6 +67,8 @@ class Case:
     name: str
     kind: str  # "fp" or "int8"
     model: onnx.ModelProto
+    work: float = 0.0
+    """FLOP (fp) or MAC (int8) of the whole op, for --measure; 0: not a single op."""
 
 
 def _model(nodes, inputs: dict, consts: dict, outputs=("y",), opset=13) -> onnx.ModelProto:
@@ -87,15 +89,15 @@ def cases() -> list[Case]:
 
     out = []
     out.append(Case("fp32 MatMul 64x256x256", "fp", _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                                                           {"a": f32(64, 256)}, {"b": f32(256, 256)})))
+                                                           {"a": f32(64, 256)}, {"b": f32(256, 256)}), 2.0 * 64 * 256 * 256))
     out.append(Case("fp32 Conv 3x3 32->32 28x28 +Relu", "fp", _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])],
-        {"x": f32(1, 32, 28, 28)}, {"w": f32(32, 32, 3, 3), "bias": f32(32)})))
+        {"x": f32(1, 32, 28, 28)}, {"w": f32(32, 32, 3, 3), "bias": f32(32)}), 2.0 * 32 * 32 * 9 * 28 * 28))
     out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28 +Clip6", "fp", _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, group=64),
          helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
-                                    "hi": np.array(6, np.float32)})))
+                                    "hi": np.array(6, np.float32)}), 2.0 * 64 * 9 * 28 * 28))
     # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise)
     out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _model(
         [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
@@ -103,8 +105,8 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
         {"x": f32(1, 16, 28, 28)}, {"w1": f32(96, 16, 1, 1), "wd": f32(96, 1, 3, 3), "w2": f32(24, 96, 1, 1),
                                     "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}), ))
-    out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0]))
-    out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0]))
+    out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0], 64.0 * 256 * 256))
+    out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0], 32.0 * 32 * 9 * 28 * 28))
     return out
 
 
@@ -184,6 +186,22 @@ def is_stack(insn: str, arch: str) -> bool:
     return "[sp" in insn
 
 
+def stack_count(body: list[str], arch: str) -> int:
+    """Instructions of the loop that touch the stack: is_stack, and on armv7 the vldmia/vstmia through a
+    register the loop set to an address on the stack (`add rN, sp, #imm`)."""
+    on_stack, count = set(), 0
+    for insn in body:
+        if is_stack(insn, arch):
+            count += 1
+        m = re.match(r"^(v(?:ld|st)m\w*|vld1\.\d+|vst1\.\d+) (r\d+|lr|ip)\b", insn) if arch == "armv7" else None
+        if m and m.group(2) in on_stack:
+            count += 1
+        dest = re.match(r"^(?:add|sub|mov|ldr)\w* (r\d+|lr|ip),", insn) if arch == "armv7" else None
+        if dest:
+            (on_stack.add if re.match(r"^add\w* \w+, sp, #", insn) else on_stack.discard)(dest.group(1))
+    return count
+
+
 @dataclass
 class Loop:
     body: list[str]
@@ -212,7 +230,7 @@ def hot_loop(insns: list[tuple[int, str]], arch: str) -> Loop | None:
             continue  # not innermost
         body = [clean(s, arch) for _, s in insns[lo:hi + 1]]
         macs = [s for s in body if _MAC[arch].match(s)]
-        loop = Loop(body, len(macs), sum(mac_lanes(s, arch) for s in macs), sum(is_stack(s, arch) for s in body),
+        loop = Loop(body, len(macs), sum(mac_lanes(s, arch) for s in macs), stack_count(body, arch),
                     sum(mac_lanes(s, arch) for s in body if _FMUL[arch].match(s)))
         if best is None or (loop.macs, -len(body)) > (best.macs, -len(best.body)):
             best = loop
@@ -261,7 +279,12 @@ def main() -> int:
     ap.add_argument("--objdump", default="llvm-objdump-19" if Path("/usr/bin/llvm-objdump-19").exists() else "llvm-objdump")
     ap.add_argument("--asm-dir", type=Path, help="write each hot loop's assembly here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table (docs/ARM_KERNELS.md)")
+    ap.add_argument("--measure", action="store_true",
+                    help="also time the single-op x86_64 cases on this host (JIT, one thread, best of --runs calls "
+                         "of the thread's CPU time) and print the clock at which the estimate would match the measurement")
+    ap.add_argument("--runs", type=int, default=200)
     args = ap.parse_args()
+    checks = []
 
     from fluidml_xc.boards import get_board
     if args.markdown:
@@ -305,6 +328,8 @@ def main() -> int:
             work = 2 * loop.lanes + loop.mul_lanes if case.kind == "fp" else loop.lanes
             per_cycle, bound = work / cycles, 100 * work / rthr / peak
             neck = "deps" if cycles > 1.15 * rthr else busiest
+            if args.measure and arch == "x86_64" and case.work:
+                checks.append((case.name, spec.cpu, per_cycle, case.work / measure(case.model, args.runs) / 1e9, case.kind))
             if args.markdown:
                 print(f"| {case.name} | {bname} | {spec.cpu} ({model_cpu}) | {len(loop.body)} | {loop.macs} | {loop.lanes} | {loop.mul_lanes} | "
                       f"{loop.stack} | {cycles:.2f} | {rthr:.2f} | {per_cycle:.1f} | {peak:.0f} | "
@@ -313,7 +338,80 @@ def main() -> int:
             print(f"{case.name:52} {bname:17} {spec.cpu + ' (' + model_cpu + ')':26} {len(loop.body):5} {loop.macs:4} "
                   f"{loop.lanes:5} {loop.mul_lanes:4} {loop.stack:5} {cycles:6.2f} {rthr:6.2f} {per_cycle:6.1f} {peak:5.0f} "
                   f"{100 * per_cycle / peak:4.0f}% {bound:4.0f}% {neck}", flush=True)
+    if checks:
+        ghz = host_ghz()
+        print(f"\nx86_64 estimates against a measurement on this host, one thread: the whole op's best rate, the hot "
+              f"loop's mca rate per cycle x the core's clock ({ghz:.2f} GHz, timed on a chain of dependent adds), their ratio")
+        print("| case | cpu | measured | estimated | measured / estimated |\n|---|---|---:|---:|---:|")
+        for name, cpu, per_cycle, rate, kind in checks:
+            unit = "GFLOP/s" if kind == "fp" else "GMAC/s"
+            print(f"| {name} | {cpu} | {rate:.1f} {unit} | {per_cycle * ghz:.1f} {unit} | {rate / (per_cycle * ghz):.2f} |")
     return 0
+
+
+def measure(model: onnx.ModelProto, runs: int) -> float:
+    """Seconds of the best of `runs` calls of the JIT-compiled model (one thread, the thread's CPU time)."""
+    import ctypes
+    import time
+
+    from fluidml_xc.backend import compile_model
+    jit = compile_model(model, "x86_64")
+    gen = np.random.default_rng(0)
+    arrays = [np.ascontiguousarray(gen.integers(0, 100, shape) if np.dtype(dt).kind in "iu" else gen.standard_normal(shape),
+                                   dtype=dt) for _, dt, shape in jit.input_specs]
+    outs = [np.zeros(shape, dtype=dt) for _, dt, shape in jit.output_specs]
+    ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+    outp = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+    _raw, arena = jit._arena()
+    arena = ctypes.c_void_p(arena)
+    best = float("inf")
+    for _ in range(runs):
+        t = time.thread_time_ns()
+        jit._fn(ins, outp, arena)
+        best = min(best, time.thread_time_ns() - t)
+    return best / 1e9
+
+
+def host_ghz(runs: int = 20) -> float:
+    """This core's clock now: a JIT-compiled chain of 1000 dependent integer adds (1 cycle each on x86-64)
+    per iteration, the best of `runs` timings of 20000 iterations."""
+    import ctypes
+    import time
+
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    mod = ir.Module("clock")
+    i64 = ir.IntType(64)
+    fn = ir.Function(mod, ir.FunctionType(i64, [i64]), "chain")
+    b = ir.IRBuilder(fn.append_basic_block())
+    loop, done = fn.append_basic_block(), fn.append_basic_block()
+    entry = b.block
+    b.branch(loop)
+    b.position_at_end(loop)
+    i, x = b.phi(i64), b.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    x.add_incoming(fn.args[0], entry)
+    y = b.call(ir.InlineAsm(ir.FunctionType(i64, [i64]), "addq $$1, $0\n" * 1000, "=r,0", side_effect=True), [x])
+    nxt = b.add(i, ir.Constant(i64, 1))
+    i.add_incoming(nxt, loop)
+    x.add_incoming(y, loop)
+    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(i64, 20000)), loop, done)
+    b.position_at_end(done)
+    b.ret(y)
+    tm = llvm.Target.from_default_triple().create_target_machine()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(mod)), tm)
+    engine.finalize_object()
+    chain = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(engine.get_function_address("chain"))
+    best = float("inf")
+    for _ in range(runs):
+        t = time.thread_time_ns()
+        chain(0)
+        best = min(best, time.thread_time_ns() - t)
+    chain._engine = engine
+    return 20000 * 1000 / best
 
 
 def x86_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:

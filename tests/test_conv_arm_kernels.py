@@ -1,6 +1,7 @@
 """ARM-only float conv kernel forms (docs/ARM_KERNELS.md), run under qemu-user against onnx.reference:
 aarch64 row vectors whose first and last vector of a row read zeros shifted in for the padding (edge
-blocks), aarch64 channels-last depthwise over pairs of channel vectors (st1 of two vectors per pixel)
+blocks), aarch64 depthwise rows in pairs (output rows sharing input rows, accumulators starting from a loaded
+bias, bit-identical across threads), aarch64 channels-last depthwise over pairs of channel vectors (st1 of two vectors per pixel)
 with the odd vector and single channels after them, armv7 depthwise rows with each tap a lane of the
 channel's weight vectors (vmla.f32 q, q, d[x]) and vfma for the other float multiply-adds."""
 from __future__ import annotations
@@ -89,3 +90,84 @@ def test_channels_last_depthwise_pairs(channels, tmp_path):
     feeds = {"x": rand(1, 8, 14, 14, seed=15)}
     got = compile_and_run(m, feeds, tmp_path, "qemu-aarch64", opt="fluid")
     np.testing.assert_allclose(got["y"], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)
+
+
+def depthwise_rows():
+    """NCHW depthwise with bias: 3x3 +Clip6 (28 interior rows), 5x5 (pairs without lane weights), strided
+    (single rows), and 2 channels of 321 rows (rows split over threads: chunks of odd length)."""
+    N = helper.make_node
+    six = (np.array(0.0, np.float32), np.array(6.0, np.float32))
+    inits = {"w1": rand(64, 1, 3, 3, seed=21), "b1": rand(64, seed=22), "w2": rand(64, 1, 5, 5, seed=23),
+             "b2": rand(64, seed=24), "w3": rand(64, 1, 3, 3, seed=25), "b3": rand(64, seed=26), "lo": six[0], "hi": six[1]}
+    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], group=64, pads=[1, 1, 1, 1]), N("Clip", ["c1", "lo", "hi"], ["y1"]),
+             N("Conv", ["x", "w2", "b2"], ["y2"], group=64, pads=[2, 2, 2, 2]),
+             N("Conv", ["x", "w3", "b3"], ["y3"], group=64, pads=[1, 1, 1, 1], strides=[2, 2]),
+             N("Conv", ["x4", "w4", "b4"], ["y4"], group=2, pads=[1, 1, 1, 1])]
+    inits.update({"w4": rand(2, 1, 3, 3, seed=28), "b4": rand(2, seed=29)})
+    return model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4"])
+
+
+def test_depthwise_row_pairs_across_threads(tmp_path):
+    """The pairs (a fence asm between tiles, bias splats loaded per accumulator) match onnx.reference, and
+    1 and 3 threads (rows split at run time, so a pair or a single row may take any row) agree bit for bit."""
+    import json
+    import subprocess
+
+    from modelrun import build
+    if not has_emulator("qemu-aarch64"):
+        pytest.skip("needs qemu-aarch64")
+    m = depthwise_rows()
+    text = ir_text(m, "qemu-aarch64")
+    assert re.search(r'asm sideeffect\s+"", ""', text) and re.search(r'asm\s+"", "=r,0"', text)
+    feeds = {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}
+    artifact = build(m, tmp_path, "qemu-aarch64", threads=3, profile_runner=False)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert "Conv" in {op["type"] for op in manifest["ops"] if op["name"] in manifest["parallel_ops"]}
+    ins = []
+    for spec in manifest["inputs"]:
+        np.save(tmp_path / f"{spec['name']}.npy", feeds[spec["name"]])
+        ins += ["-i", str(tmp_path / f"{spec['name']}.npy")]
+    results = {}
+    for threads in (1, 3):
+        outs = [tmp_path / f"y{i}-{threads}.npy" for i in range(4)]
+        subprocess.run([manifest["emulator"], str(artifact / "runner"), *ins,
+                        *[a for o in outs for a in ("-o", str(o))], "--threads", str(threads)],
+                       check=True, timeout=600, capture_output=True)
+        results[threads] = [np.load(o) for o in outs]
+    want = reference(m, feeds)
+    for i, name in enumerate(want):
+        assert results[1][i].tobytes() == results[3][i].tobytes(), name
+        np.testing.assert_allclose(results[1][i], want[name], rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
+def test_cost_model_sees_the_kernels_forms(board, monkeypatch):
+    """fluid/costs.py's ConvGeometry, built from the graph node and the strides the kernel got, predicts the
+    tiles and forms Conv2D picks on each target (one TargetForms answers both): the blocking, U, P, row
+    pairs, lanes of weight vectors, and the channels-last depthwise units."""
+    from fluidml_xc.fluid.costs import TargetForms, conv_geometry
+    from fluidml_xc.ops import conv
+
+    seen = []
+    init = conv.Conv2D.__init__
+
+    def record(self, k, *args, **kwargs):
+        init(self, k, *args, **kwargs)
+        seen.append((self, k))
+    monkeypatch.setattr(conv.Conv2D, "__init__", record)
+    ir_text(row_convs(), board)
+    ir_text(mobilenet_block(44), board)
+    kinds = set()
+    for c, k in seen:
+        strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
+        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
+        kind = "depthwise_c" if c.depthwise_c else "channels" if c.by_channel else "rows"
+        assert geo.kind == kind, k.node.name
+        kinds.add(kind)
+        if kind == "rows":
+            assert (geo.U, geo.pairs, geo.lane_taps) == (c.U, c.row_pairs, c.lane_taps), k.node.name
+        if kind == "depthwise_c":
+            assert geo.P == c.P and geo.forms.dw_vectors() == c.dw_vec, k.node.name
+    assert {"rows", "depthwise_c"} <= kinds
+    pairs = [c.row_pairs for c, _ in seen]
+    assert any(pairs) == (board == "qemu-aarch64")

@@ -8,7 +8,9 @@ allow and the best of the loop orders in loop_order.py otherwise. Conv mirrors o
 of blocking under the operands' strides (channel vectors, row vectors, depthwise channels-last):
 vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
 gathered), stores and the residual read (vector, or scattered per element when channels are not
-innermost), and the bytes each Conv loop order moves. Pools, Concat and inference
+innermost), and the bytes each Conv loop order moves; the target's tiles and forms (row pairs, taps as
+lanes of weight vectors, channel vectors per depthwise block) come from ops/conv.py's TargetForms, the
+answers Conv2D itself uses. Pools, Concat and inference
 BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
 channels are innermost).
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from ..codegen.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from ..ir import Graph, Node
+from ..ops.conv import TargetForms
 from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 
 LINE = 64
@@ -145,11 +148,13 @@ def _dom_strides(shape: Sequence[int], strides: Sequence[int], dims: Sequence[in
 class AnalyticModel:
     """cost(node, layouts) in estimated nanoseconds; layouts map activation tensors to permutations."""
 
-    def __init__(self, graph: Graph, vector_bits: int = 256, threads: int = 1):
+    def __init__(self, graph: Graph, vector_bits: int = 256, threads: int = 1, forms: TargetForms | None = None):
         self.graph = graph
         self.vector_bits = vector_bits
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
+        self.forms = forms or TargetForms("")
+        """The target's Conv kernel forms (ops/conv.py), the same answers Conv2D gets."""
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)
@@ -288,7 +293,7 @@ class AnalyticModel:
 
     # -- convolution and its neighbours (ops/conv.py, ops/pool.py, Concat) -------------------------
     def conv(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
-        geo = conv_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.vector_bits)
+        geo = conv_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.vector_bits, self.forms)
         if geo is None:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
@@ -310,7 +315,8 @@ class AnalyticModel:
         nb = -(-geo.Cog // geo.R)
         if kind == "depthwise_c":
             rows = chunk_count(geo.OH, work, want)
-            chunks = rows * chunk_count(geo.G // V + (1 if geo.G % V else 0), work, -(-want // rows))
+            unit = geo.forms.dw_vectors() * V  # Conv2D.dw_units
+            chunks = rows * chunk_count(geo.G // unit + (1 if geo.G % unit else 0), work, -(-want // rows))
         elif kind == "channels" and geo.pointwise and geo.OH > 1 and geo.OW % geo.P and geo.OH * geo.OW <= 64:
             chunks = chunk_count(nb, work, want)
         else:
@@ -350,14 +356,16 @@ class AnalyticModel:
             if geo.residual is not None:
                 res = pts * geo.G * nb * nv * VLOAD_NS if geo.residual[1] == 1 else out_elems * CONV_SCATTER_NS
         else:  # row vectors (or scalar when V == 1)
-            R = min(4, geo.Cog)
-            U = 4 if R <= 2 else 2
-            slow = max(1.0, FMA_IN_FLIGHT / (R * U))
+            R, U, pairs = geo.R, geo.U, geo.pairs
+            slow = max(1.0, FMA_IN_FLIGHT / (R * U * (2 if pairs else 1)))
             nb = -(-geo.Cog // R)
             vecs = geo.N * geo.G * geo.OH * -(-geo.OW // V)
             x_unit = geo.xs[3] == 1
             load = VLOAD_NS * (1 if geo.sw == 1 else 2) if x_unit else V * GATHER_NS
-            work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * BCAST_NS / max(U, 1))
+            if pairs:  # two output rows read KH + 1 input rows
+                load *= (geo.KH + 1) / (2 * geo.KH)
+            weight = VLOAD_NS / V if geo.lane_taps else BCAST_NS  # a lane of a loaded weight vector, or a splat
+            work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
             unit = geo.os[3] == 1
             stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS
             res = 0.0
@@ -473,6 +481,10 @@ class ConvGeometry:
     itemsize: int
     pointwise: bool = False
     """An unpadded 1x1 conv that is not flat (strided, or not flattenable)."""
+    sh: int = 1
+    dh: int = 1
+    forms: TargetForms = TargetForms("")
+    """The target's forms (ops/conv.py TargetForms): tiles and instructions beyond the vector width."""
 
     @property
     def Cig(self) -> int:
@@ -501,13 +513,30 @@ class ConvGeometry:
         return 1 if kind == "depthwise_c" else min(4, self.Cog)
 
     @property
+    def pairs(self) -> bool:
+        """Conv2D.row_pairs (weights assumed finite)."""
+        edges = (self.kind == "rows" and self.w_const and not self.flat
+                 and self.forms.edges(self.V, self.sw, self.xs[3] == 1 and self.os[3] == 1, self.W))
+        return self.forms.row_pairs(edges, self.Cog, self.sh, self.dh, self.KH, self.KW)
+
+    @property
+    def lane_taps(self) -> bool:
+        """Conv2D.lane_taps: the taps as lanes of loaded weight vectors instead of splats."""
+        if self.kind != "rows" or not self.w_const:
+            return False
+        f32, taps = self.itemsize == 4, self.Cig * self.KH * self.KW
+        return self.forms.lane_taps(self.forms.by_lane(f32, self.V, self.Cog, taps), self.pairs, f32, self.V, taps)
+
+    @property
     def U(self) -> int:
-        """Vectors along the row per row-vector block (Conv2D.U at 12 accumulators)."""
-        return 4 if self.R <= 2 else 2
+        """Vectors along the row per row-vector block (Conv2D.U)."""
+        return self.forms.row_vectors(self.R, self.pairs)
 
     @property
     def P(self) -> int:
-        return 8 if self.kind == "depthwise_c" else (6 if self.R > self.V else 12) if self.kind == "channels" else 4 * self.V
+        if self.kind == "depthwise_c":
+            return self.forms.dw_pixels()
+        return (6 if self.R > self.V else 12) if self.kind == "channels" else 4 * self.V
 
     def default_order(self) -> str:
         """Conv2D.blocks_outer's choice when the optimizer gives none."""
@@ -529,7 +558,7 @@ FLAT_ROW_MIN_PIXELS = 512
 """ops/conv.py Conv2D.FLAT_ROW_MIN_PIXELS."""
 
 
-def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int) -> ConvGeometry | None:
+def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int, forms: TargetForms | None = None) -> ConvGeometry | None:
     x, w, out = (graph.tensors[n] for n in (node.inputs[0], node.inputs[1], node.outputs[0]))
     if len(x.shape) not in (3, 4) or np.dtype(out.dtype).kind != "f" or out.size == 0:
         return None
@@ -548,6 +577,9 @@ def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int) -> Con
     strides = list(node.attrs.get("strides") or [1] * sp)
     pads = list(node.attrs.get("pads") or [0] * (2 * sp))
     sw = int(strides[-1])
+    sh = int(strides[0]) if sp == 2 else 1
+    dils = list(node.attrs.get("dilations") or [1] * sp)
+    dh = int(dils[0]) if sp == 2 else 1
     flat = ((KH, KW) == (1, 1) and all(int(v) == 1 for v in strides) and all(int(p) == 0 for p in pads) and (OH, OW) == (H, W)
             and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (residual is None or residual[2] == W * residual[3]))
     if flat:
@@ -559,7 +591,7 @@ def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int) -> Con
     pointwise = (KH, KW) == (1, 1) and all(int(p) == 0 for p in pads) and not flat and node.attrs.get("auto_pad", "NOTSET") in (
         "NOTSET", b"NOTSET", "VALID", b"VALID")
     return ConvGeometry(N, C, H, W, OC, OH, OW, KH, KW, int(node.attrs.get("group", 1)), sw, xs, os_, residual, w.is_const, flat,
-                        max(1, vector_bits // (8 * item)), item, pointwise)
+                        max(1, vector_bits // (8 * item)), item, pointwise, sh, dh, forms or TargetForms(""))
 
 
 @dataclass
@@ -843,8 +875,9 @@ class Costs:
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
-        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads)
-        self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256)) if threads > 1 else self.model
+        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12))
+        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms)
+        self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms) if threads > 1 else self.model
         self.cache = cache
         self.measurer = None
         if mode == "measure":
@@ -888,7 +921,7 @@ class Costs:
         if order is not None and node.op_type in ("Conv", "MatMul", "Gemm"):
             strides = lambda n: self.model.strides(n, layouts)  # noqa: E731
             if node.op_type == "Conv":
-                geo = conv_geometry(self.graph, node, strides, self.model.vector_bits)
+                geo = conv_geometry(self.graph, node, strides, self.model.vector_bits, self.model.forms)
                 return ns if geo is None else self.model.threaded(ns, self.model.conv_tiles(geo, order))
             return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides), order))
         serial = self.serial.cost_and_order(node, layouts)[0]
@@ -896,7 +929,7 @@ class Costs:
 
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if node.op_type == "Conv":
-            geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits)
+            geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
             return list(geo.orders()) if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts))
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)

@@ -18,9 +18,12 @@ blockings, both accumulating in registers over every input channel and tap:
   rounded up to vectors]; the last G % V channels run one by one. (Row vectors would gather along a
   strided row; channel vectors also replace them for flat 1x1 convs whose pixels are strided.)
 
-ARM forms (docs/ARM_KERNELS.md): float32 multiply-adds are llvm.fma on armv7 (vfma.f32); armv7
-depthwise rows take each tap as a lane of the channel's weight vectors (vmla.f32 q, q, d[x]); aarch64
-row vectors at stride 1 run a row's first and last vector with zeros shifted in for the padding.
+ARM forms (docs/ARM_KERNELS.md; TargetForms, which fluid/costs.py reads too): float32 multiply-adds are
+llvm.fma on armv7 (vfma.f32); armv7 depthwise rows take each tap as a lane of the channel's weight
+vectors (vmla.f32 q, q, d[x]); armv7 channels-last depthwise blocks finish one kernel row before the
+next one's loads; aarch64 row vectors at stride 1 run a row's first and last vector with zeros
+shifted in for the padding, and depthwise rows run in pairs sharing their input rows, taps as lanes
+of weight vectors, accumulators starting from a loaded bias vector.
 
 Loop order: node.attrs["_loop_order"] from the optimizer ("co>px" channel blocks outermost, "px>co"
 pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.py), else channel
@@ -41,6 +44,7 @@ per-position tap ranges from build-time tables.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
@@ -238,6 +242,64 @@ def epilogue(k, epi, value, residual=None):
     return activate(k, epi, value)
 
 
+# -- target forms (shared with the optimizer's cost model) ---------------------------------------
+DW_PIXELS = 8
+"""Most pixels per channels-last depthwise block (one accumulator per channel vector each)."""
+
+
+@dataclass(frozen=True)
+class TargetForms:
+    """The target-dependent tiles and instruction forms of Conv2D's row-vector and channels-last depthwise
+    kernels, from the triple and the register budget. fluid/costs.py reads the same answers, so the
+    optimizer's estimate follows the kernel (docs/ARM_KERNELS.md)."""
+
+    triple: str
+    conv_accumulators: int = 12
+
+    @property
+    def aarch64(self) -> bool:
+        return self.triple.startswith("aarch64")
+
+    @property
+    def arm32(self) -> bool:
+        return self.triple.startswith(("arm", "thumb"))
+
+    def dw_vectors(self) -> int:
+        """Channel vectors per channels-last depthwise block: two on aarch64 (their loads and stores pair)."""
+        return 2 if self.aarch64 else 1
+
+    def dw_pixels(self) -> int:
+        return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())
+
+    def by_lane(self, f32: bool, V: int, Cog: int, taps: int) -> bool:
+        """armv7 depthwise rows: each tap a lane of the channel's weight vectors (vmla.f32 q, q, d[x]), where
+        9 splatted weights, the bias, two clip bounds and the accumulators overflow its 16 q registers."""
+        return self.arm32 and f32 and V == 4 and Cog == 1 and taps <= 4 * V
+
+    def edges(self, V: int, sw: int, rows_unit: bool, W: int) -> bool:
+        """aarch64 row vectors at stride 1 (constant finite weights, not flat): the first and last vector of a
+        row are vector blocks whose taps read zeros for the columns outside the input (one ext), not pixels."""
+        return self.aarch64 and V > 1 and sw == 1 and rows_unit and W >= V
+
+    @staticmethod
+    def row_pairs(edges: bool, Cog: int, sh: int, dh: int, KH: int, KW: int) -> bool:
+        """aarch64 depthwise edge-block rows: pairs of output rows share their input rows' loads and edge shifts."""
+        return edges and Cog == 1 and sh == 1 and dh == 1 and KH * KW <= 49
+
+    def row_vectors(self, R: int, pairs: bool) -> int:
+        """U, vectors along the row per row-vector block (per row of a pair: a quarter of the budget, 3 of 3-6
+        measured best by benchmarks/mca.py on the A76)."""
+        if pairs:
+            return max(1, self.conv_accumulators // 4)
+        return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))
+
+    @staticmethod
+    def lane_taps(by_lane: bool, pairs: bool, f32: bool, V: int, taps: int) -> bool:
+        """The taps as lanes of weight vectors (by-element multiply-adds): armv7 by-lane rows, and aarch64 row
+        pairs (fmla v, v, w.s[x]: 3 registers for 9 taps, not 9)."""
+        return by_lane or (pairs and f32 and V == 4 and taps <= 4 * V)
+
+
 # -- direct 2D kernel --------------------------------------------------------------------------
 class Conv2D:
     """Emits out = conv(x, w) + bias for (N, C, H, W) views given as (shape, strides, ptr)."""
@@ -268,30 +330,31 @@ class Conv2D:
         # depthwise with channels innermost in input and output: vectors over channels (groups)
         self.depthwise_c = (wvalue is not None and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V
                             and self.xs[1] == 1 and self.os[1] == 1)
-        # channels-last depthwise: channel vectors per pixel; two on aarch64 (their loads and stores pair: ldp/stp q)
-        self.dw_vec = 2 if self.depthwise_c and str(k.module.triple).startswith("aarch64") else 1
+        forms = self.forms = TargetForms(str(k.module.triple), k.conv_accumulators)
+        self.dw_vec = forms.dw_vectors() if self.depthwise_c else 1
         if self.depthwise_c:
             self.by_channel = False
-            self.R, self.P = 1, min(self.DW_PIXELS, k.conv_accumulators // self.dw_vec)
+            self.R, self.P = 1, forms.dw_pixels()
         elif self.by_channel:
             self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
             self.P = max(1, k.conv_accumulators // (self.R // self.V))  # 6 or 12 pixels at 12 accumulators
         else:
             self.R = min(4, self.Cog)
-            self.U = min(4 if self.R <= 2 else 2, max(1, k.conv_accumulators // 2))
         self.NB = -(-self.Cog // self.R)
-        # armv7 depthwise rows: each tap a lane of the channel's weight vectors (vmla.f32 q, q, d[x]),
-        # where 9 splatted weights, the bias, two clip bounds and the accumulators overflow its 16 q registers
-        taps = self.Cig * self.KH * self.KW
-        self.by_lane = (wvalue is not None and not self.by_channel and not self.depthwise_c and self.Cog == 1
-                        and self.V == 4 and np.dtype(dtype) == np.float32 and taps <= 4 * self.V
-                        and str(k.module.triple).startswith(("arm", "thumb")))
-        # aarch64 row vectors at stride 1: the first and last vector of a row are vector blocks whose taps read
-        # zeros for the columns outside the input (a shifted load), not pixels one by one (constant, finite
-        # weights: 0 * w adds nothing)
-        self.edges = (wvalue is not None and not self.by_channel and not self.depthwise_c and not flat and self.V > 1
-                      and self.sw == 1 and self.rows_unit and self.W >= self.V and bool(np.isfinite(wvalue).all())
-                      and str(k.module.triple).startswith("aarch64"))
+        taps, f32 = self.Cig * self.KH * self.KW, np.dtype(dtype) == np.float32
+        rows = wvalue is not None and not self.by_channel and not self.depthwise_c
+        self.by_lane = rows and forms.by_lane(f32, self.V, self.Cog, taps)
+        self.edges = (rows and not flat and forms.edges(self.V, self.sw, self.rows_unit, self.W)
+                      and bool(np.isfinite(wvalue).all()))  # 0 * w adds nothing
+        self.row_pairs = forms.row_pairs(self.edges, self.Cog, self.sh, self.dh, self.KH, self.KW)
+        if not self.by_channel and not self.depthwise_c:
+            self.U = forms.row_vectors(self.R, self.row_pairs)
+        self.lane_taps = forms.lane_taps(self.by_lane, self.row_pairs, f32, self.V, taps)
+        # row pairs: accumulators start from a load of the channel's bias splatted in read-only data (a load
+        # pipe) instead of a register copy of it (a vector pipe: fmla overwrites its accumulator)
+        bvalue = None if bias is None else getattr(bias, "value", None)
+        self.bias_rows = np.asarray(bvalue).reshape(-1) if self.row_pairs and bvalue is not None else None
+        self.bias_splat = None
         self.wvalue, self.packed, self.tables = wvalue, None, None
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
         self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
@@ -337,56 +400,96 @@ class Conv2D:
         off = offset(k, r * s[0], (g, self.Cog * s[0]), (cb, self.R * s[0]), (ci, s[1]), (kh, s[2]), (kw, s[3]))
         return k.b.load(element(k, self.w_operand.ptr, off))
 
-    def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range):
-        """R output channels x (nvec vectors | one pixel when nvec == 0) at row oh, columns from ow."""
+    def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range, rows: int = 1):
+        """R output channels x (nvec vectors | one pixel when nvec == 0) at row oh, columns from ow.
+        rows > 1 (self.row_pairs: stride and dilation 1 down the column, full kh_range): output rows oh ..
+        oh + rows - 1, which share each input row's loads (and edge shifts); every accumulator takes its
+        taps in the same order as in a block of one row."""
         k, b, dt = self.k, self.k.b, self.dtype
         lanes = self.V if nvec else 1
         count = max(nvec, 1)
         ty = ir.VectorType(llvm_type(dt), lanes) if nvec else llvm_type(dt)
-        slots = []
+        slots = [[] for _ in range(rows)]
         for r in range(R):
+            if nvec and self.bias_splat is not None:
+                # one load per accumulator through an opaque address: LLVM neither hoists nor merges them, so
+                # each fmla starts from a loaded register instead of a register copy of the bias
+                ch = offset(k, r, (g, self.Cog), (cb, self.R))
+                for j in range(rows):
+                    slots[j].append([k.local(ty, load_lanes(k, self.opaque(element(k, self.bias_splat, offset(k, 0, (ch, lanes)))),
+                                                            0, lanes, 1, False)) for _ in range(count)])
+                continue
             if self.bias is not None:
                 bs = self.bias.strides[0]
                 bv = b.load(element(k, self.bias.ptr, offset(k, r * bs, (g, self.Cog * bs), (cb, self.R * bs))))
             else:
                 bv = const(dt, 0)
             init = splat(k, bv, lanes) if nvec else bv
-            slots.append([k.local(ty, init) for _ in range(count)])
+            for j in range(rows):
+                slots[j].append([k.local(ty, init) for _ in range(count)])
         xs, sx = self.xs, self.sw * self.xs[3]
-        lane_w = self.lane_weights(g, cb) if self.by_lane and nvec else None
+        lane_w = self.lane_weights(g, cb) if self.lane_taps and nvec else None
 
-        def row_taps(ci, kh):
-            ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
+        def row_taps(ci, d):
+            # input row d of the block: tap kh = d - j of output row j
+            ih = offset(k, -self.ph, (oh, self.sh), (d, self.dh))
             row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, sx))
 
             def tap(kw):
                 base = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
                 xv = [self.edge_load(base, ow, kw, u) if nvec and self.edges and isinstance(ow, int) and isinstance(kw, int)
                       else load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
-                for r in range(R):
-                    if lane_w is not None and all(isinstance(i, int) for i in (ci, kh, kw)):
-                        t = (ci * self.KH + kh) * self.KW + kw
-                        wv = b.shuffle_vector(lane_w[t // lanes], ir.Constant(ty, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [t % lanes] * lanes))
-                    else:
-                        wv = self.weight(g, cb, r, ci, kh, kw)
-                        if nvec:
-                            wv = splat(k, wv, lanes)
-                    for u in range(count):
-                        acc = b.load(slots[r][u])
-                        b.store(k.b.fadd(acc, k.b.fmul(wv, xv[u], flags=FAST), flags=FAST) if self.by_lane else mac(k, dt, acc, wv, xv[u]), slots[r][u])
+                for j in range(rows):
+                    kh = d if rows == 1 else d - j
+                    if rows > 1 and not 0 <= kh < self.KH:
+                        continue
+                    for r in range(R):
+                        if lane_w is not None and all(isinstance(i, int) for i in (ci, kh, kw)):
+                            t = (ci * self.KH + kh) * self.KW + kw
+                            wv = b.shuffle_vector(lane_w[t // lanes], ir.Constant(ty, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [t % lanes] * lanes))
+                        else:
+                            wv = self.weight(g, cb, r, ci, kh, kw)
+                            if nvec:
+                                wv = splat(k, wv, lanes)
+                        for u in range(count):
+                            acc = b.load(slots[j][r][u])
+                            b.store(k.b.fadd(acc, k.b.fmul(wv, xv[u], flags=FAST), flags=FAST) if self.by_lane else mac(k, dt, acc, wv, xv[u]), slots[j][r][u])
             self.each(kw_range, tap, self.KW <= 16)
 
-        self.each((0, self.Cig), lambda ci: self.each(kh_range, lambda kh: row_taps(ci, kh), self.unroll), False)
+        d_range = kh_range if rows == 1 else (0, self.KH + rows - 1)
+        self.each((0, self.Cig), lambda ci: self.each(d_range, lambda d: row_taps(ci, d), self.unroll), False)
         os_ = self.os
-        for r in range(R):
-            for u in range(count):
-                off = offset(k, r * os_[1] + u * lanes * os_[3], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
-                residual = None
-                if self.res is not None:
-                    rs, rp = self.res
-                    roff = offset(k, r * rs[1] + u * lanes * rs[3], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
-                    residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[3], False)
-                store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[r][u]), residual), lanes, os_[3])
+        for j in range(rows):
+            for r in range(R):
+                for u in range(count):
+                    off = offset(k, r * os_[1] + u * lanes * os_[3] + j * os_[2], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                    residual = None
+                    if self.res is not None:
+                        rs, rp = self.res
+                        roff = offset(k, r * rs[1] + u * lanes * rs[3] + j * rs[2], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                        residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[3], False)
+                    store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[j][r][u]), residual), lanes, os_[3])
+        if rows > 1 and count >= self.U:
+            # after each full tile: the next blocks' loads stay after its stores (all of a row pair's blocks
+            # interleaved hold more vectors than the 32 registers and spill)
+            self.fence()
+
+    def fence(self):
+        """An empty asm statement with side effects: the machine scheduler moves no load or store across it."""
+        self.k.b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "", side_effect=True), [])
+
+    def settle(self, slots):
+        """Each accumulator through an empty asm statement with side effects: the multiply-adds before it
+        complete first, and the loads after it (the next kernel row's) stay after it."""
+        b = self.k.b
+        for row in slots:
+            for slot in row:
+                v = b.load(slot)
+                b.store(b.call(ir.InlineAsm(ir.FunctionType(v.type, [v.type]), "", "=w,0", side_effect=True), [v]), slot)
+
+    def opaque(self, ptr):
+        """ptr through an empty asm statement: a value LLVM cannot see through, so loads from it stay where they are."""
+        return self.k.b.call(ir.InlineAsm(ir.FunctionType(ptr.type, [ptr.type]), "", "=r,0"), [ptr])
 
     def lane_weights(self, g, cb):
         """The block's taps as vectors (packed [g][taps] with V spare zeros at the end), loaded through an
@@ -395,7 +498,7 @@ class Conv2D:
         k, V = self.k, self.V
         per_ci = self.KH * self.KW * self.R
         ptr = element(k, self.packed, offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci)))
-        ptr = k.b.call(ir.InlineAsm(ir.FunctionType(ptr.type, [ptr.type]), "", "=r,0"), [ptr])
+        ptr = self.opaque(ptr)
         vt = ir.VectorType(ptr.type.pointee, V)
         return [k.b.load(k.b.bitcast(element(k, ptr, j * V), vt.as_pointer()), align=4)
                 for j in range(-(-self.Cig * self.KH * self.KW // V))]
@@ -594,9 +697,6 @@ class Conv2D:
                         b.store(epilogue(k, self.epi, x, residual), element(k, self.op, offset(k, lane * os_[1], (off, 1))))
 
     # -- depthwise, channels innermost ---------------------------------------------------------
-    DW_PIXELS = 8
-    """Pixels per depthwise block (one accumulator vector each)."""
-
     def pack_depthwise(self, value: np.ndarray) -> np.ndarray:
         """[kh][kw][G rounded up to vectors], zero-filled."""
         gp = -(-self.G // self.V) * self.V
@@ -634,6 +734,9 @@ class Conv2D:
                         xv = load_lanes(k, self.xp, offset(k, p * self.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
+            if self.forms.arm32 and lanes > 1:
+                # armv7: one kernel row at a time, or the scheduler hoists the next rows' loads and spills
+                self.settle(slots)
         self.each(kh_range, row_taps, self.unroll)
         if nvec == 2 and self.res is None and os_[1] == 1 and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType() and ty.count == 4:
             # one st1 {v.4s, v.4s} per pixel, whatever the pixel stride (LLVM's Neoverse-N1 model charges
@@ -675,12 +778,25 @@ class Conv2D:
         self.span(0, full, lambda cb: fn(offset(k, 0, (cb, unit)), V, self.dw_vec))
         rest()
 
-    def rows(self, emit_row):
-        """Interior rows with the full constant tap range; border rows with table ranges."""
+    def rows(self, emit_row, emit_pair=None):
+        """Interior rows with the full constant tap range (emit_pair(oh): rows oh and oh + 1 at once, then
+        the odd one); border rows with table ranges."""
         lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
         hi = max(hi, lo)
+        k, full = self.k, (0, self.KH)
+
+        def interior(a, b):
+            if emit_pair is None:
+                with loop(k, b, a) as oh:
+                    emit_row(oh, full)
+                return
+            pairs = k.b.sdiv(k.b.sub(b, a), k.index(2))
+            with loop(k, pairs) as p:
+                emit_pair(k.b.add(a, k.b.mul(p, k.index(2), flags=("nsw",)), flags=("nsw",)))
+            with k.b.if_then(k.b.icmp_signed("<", k.b.add(a, k.b.mul(pairs, k.index(2))), b)):
+                emit_row(k.b.sub(b, k.index(1)), full)
         if self.row_rng is not None:
-            k, (r0, r1) = self.k, self.row_rng
+            r0, r1 = self.row_rng
 
             def border(a, b):
                 if b - a > 4:  # many border rows: a loop with their tap ranges from the tables
@@ -693,12 +809,17 @@ class Conv2D:
                         emit_row(oh, self.border_taps(0, oh))
             border(0, lo)
             if hi > lo:
-                with loop(k, k.imin(r1, k.index(hi)), k.imax(r0, k.index(lo))) as oh:
-                    emit_row(oh, (0, self.KH))
+                stop = k.imin(r1, k.index(hi))
+                interior(k.imax(r0, k.index(lo)), stop)
             border(hi, self.OH)
             return
         self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
-        self.span(lo, hi, lambda oh: emit_row(oh, (0, self.KH)))
+        if emit_pair is not None and hi - lo >= 2:
+            self.span(0, (hi - lo) // 2, lambda p: emit_pair(offset(k, lo, (p, 2))))
+            if (hi - lo) % 2:
+                emit_row(hi - 1, full)
+        else:
+            self.span(lo, hi, lambda oh: emit_row(oh, full))
         self.span(hi, self.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
 
     def pointwise_tiles(self) -> bool:
@@ -775,9 +896,11 @@ class Conv2D:
         k = self.k
         if self.wvalue is not None:
             packed = self.pack_depthwise(self.wvalue) if self.depthwise_c else self.pack(self.wvalue)
-            if self.by_lane:
+            if self.lane_taps:
                 packed = np.concatenate([packed.ravel(), np.zeros(self.V, packed.dtype)])
             self.packed = k.constant_array(packed)
+        if self.bias_rows is not None:
+            self.bias_splat = k.constant_array(np.repeat(self.bias_rows.astype(self.dtype), self.V))
         self.tables = tap_tables(k, (self.OH, self.OW), (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw),
                                  (self.KH, self.KW), (self.H, self.W))
         if self.depthwise_c:
@@ -814,8 +937,10 @@ class Conv2D:
                 self.row(0, (0, 1), lambda ow, nvec, kw: self.channel_blocks(
                     lambda cb, R: self.block(n, g, cb, R, 0, ow, nvec, (0, 1), kw)))
             else:
+                pair = (lambda cb, R: lambda oh: self.row(oh, (0, self.KH), lambda ow, nvec, kw: self.block(
+                    n, g, cb, R, oh, ow, nvec, (0, self.KH), kw, rows=2))) if self.row_pairs else None
                 self.channel_blocks(lambda cb, R: self.rows(lambda oh, khr: self.row(
-                    oh, khr, lambda ow, nvec, kw: self.block(n, g, cb, R, oh, ow, nvec, khr, kw))))
+                    oh, khr, lambda ow, nvec, kw: self.block(n, g, cb, R, oh, ow, nvec, khr, kw)), pair and pair(cb, R)))
 
         def over(extent, fn):
             if extent == 1:

@@ -1,9 +1,11 @@
 """ARM-only float conv kernel forms (docs/ARM_KERNELS.md), run under qemu-user against onnx.reference:
 aarch64 row vectors whose first and last vector of a row read zeros shifted in for the padding (edge
-blocks), aarch64 depthwise rows in pairs (output rows sharing input rows, accumulators starting from a loaded
-bias, bit-identical across threads), aarch64 channels-last depthwise over pairs of channel vectors (st1 of two vectors per pixel)
-with the odd vector and single channels after them, armv7 depthwise rows with each tap a lane of the
-channel's weight vectors (vmla.f32 q, q, d[x]) and vfma for the other float multiply-adds."""
+blocks); aarch64 depthwise rows in pairs (output rows sharing input rows, accumulators starting from a
+loaded bias, bit-identical across threads); aarch64 channels-last depthwise over pairs of channel vectors
+(st1 of two vectors per pixel) with the odd vector and single channels after them; armv7 channels-last
+depthwise one kernel row at a time; armv7 depthwise rows with each tap a lane of the channel's weight
+vectors (vmla.f32 q, q, d[x]) and vfma for the other float multiply-adds; and the cost model's view of
+these forms (fluid/costs.py through ops/conv.py's TargetForms)."""
 from __future__ import annotations
 
 import re
@@ -89,6 +91,18 @@ def test_channels_last_depthwise_pairs(channels, tmp_path):
     assert "llvm.aarch64.neon.st1x2.v4f32" in ir_text(m, "qemu-aarch64")
     feeds = {"x": rand(1, 8, 14, 14, seed=15)}
     got = compile_and_run(m, feeds, tmp_path, "qemu-aarch64", opt="fluid")
+    np.testing.assert_allclose(got["y"], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)
+
+
+def test_channels_last_depthwise_armv7_rows(tmp_path):
+    """armv7 channels-last depthwise: the accumulators pass through an empty asm after each kernel row (no
+    spill); 46 channels: 11 vectors and two single channels, against onnx.reference under qemu-armv7."""
+    if not has_emulator("qemu-armv7"):
+        pytest.skip("needs qemu-armv7")
+    m = mobilenet_block(46)
+    assert re.search(r'asm sideeffect\s+"", "=w,0"', ir_text(m, "qemu-armv7"))
+    feeds = {"x": rand(1, 8, 14, 14, seed=15)}
+    got = compile_and_run(m, feeds, tmp_path, "qemu-armv7", opt="fluid")
     np.testing.assert_allclose(got["y"], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)
 
 

@@ -734,7 +734,7 @@ class Conv2D:
                         xv = load_lanes(k, self.xp, offset(k, p * self.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
-            if self.forms.arm32 and lanes > 1:
+            if self.forms.arm32 and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType():
                 # armv7: one kernel row at a time, or the scheduler hoists the next rows' loads and spills
                 self.settle(slots)
         self.each(kh_range, row_taps, self.unroll)

@@ -355,6 +355,9 @@ class Conv2D:
         bvalue = None if bias is None else getattr(bias, "value", None)
         self.bias_rows = np.asarray(bvalue).reshape(-1) if self.row_pairs and bvalue is not None else None
         self.bias_splat = None
+        # x86 (16 ymm): each tap broadcasts its own input values; merged across the taps of a row (the same
+        # column feeds pixel p at tap kw and pixel p + 1 at kw + 1) they stay live beside the 12 accumulators and spill
+        self.fresh_broadcasts = self.by_channel and str(k.module.triple).startswith("x86_64")
         self.wvalue, self.packed, self.tables = wvalue, None, None
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
         self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
@@ -656,6 +659,7 @@ class Conv2D:
         xs = self.xs
         per_ci = self.KH * self.KW * self.R
         kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
+        fresh = self.fresh_broadcasts and kw_hi - kw_lo > 1 and npix > 1
 
         def row_taps(ci, kh):
             ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
@@ -666,11 +670,12 @@ class Conv2D:
                 wbase = offset(k, 0, (wrow, 1), (kw, self.R))
                 wv = [load_lanes(k, self.packed, offset(k, v * V, (wbase, 1)), V, 1, False) for v in range(nv)]
                 xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
+                xptr, xbase = (self.opaque(element(k, self.xp, xbase)), 0) if fresh else (self.xp, xbase)
                 for p, (plo, phi) in enumerate(pixels):
                     if isinstance(kw, int) and not plo <= kw < phi:
                         continue
                     xp_off = p * self.sw * xs[3] if spots is None else spots[p][0] * self.sh * xs[2] + spots[p][1] * self.sw * xs[3]
-                    xv = splat(k, b.load(element(k, self.xp, offset(k, xp_off, (xbase, 1)))), V)
+                    xv = splat(k, b.load(element(k, xptr, offset(k, xp_off, (xbase, 1)))), V)
                     for v in range(nv):
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.each((kw_lo, kw_hi), tap, self.KW <= 16 or len(set(pixels)) > 1)  # per-pixel ranges need constant kw

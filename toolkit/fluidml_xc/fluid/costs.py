@@ -510,7 +510,7 @@ class ConvGeometry:
         kind = self.kind
         if kind == "channels":
             return 2 * self.V if self.Cog >= 2 * self.V else self.V
-        return 1 if kind == "depthwise_c" else min(4, self.Cog)
+        return 1 if kind == "depthwise_c" else self.forms.row_channels(self.Cog, self.flat and self.w_const)
 
     @property
     def pairs(self) -> bool:
@@ -530,7 +530,7 @@ class ConvGeometry:
     @property
     def U(self) -> int:
         """Vectors along the row per row-vector block (Conv2D.U)."""
-        return self.forms.row_vectors(self.R, self.pairs)
+        return self.forms.row_vectors(self.R, self.pairs, self.flat and self.w_const)
 
     @property
     def P(self) -> int:

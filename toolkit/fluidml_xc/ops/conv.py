@@ -286,9 +286,18 @@ class TargetForms:
         """aarch64 depthwise edge-block rows: pairs of output rows share their input rows' loads and edge shifts."""
         return edges and Cog == 1 and sh == 1 and dh == 1 and KH * KW <= 49
 
-    def row_vectors(self, R: int, pairs: bool) -> int:
+    def row_channels(self, Cog: int, flat_packed: bool) -> int:
+        """R, output channels per row-vector block: up to 4; x86 flat 1x1 convs with constant weights run the
+        GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels."""
+        if flat_packed and self.triple.startswith("x86_64"):
+            return min(max(1, self.conv_accumulators // 2), Cog)
+        return min(4, Cog)
+
+    def row_vectors(self, R: int, pairs: bool, flat_packed: bool = False) -> int:
         """U, vectors along the row per row-vector block (per row of a pair: a quarter of the budget, 3 of 3-6
-        measured best by benchmarks/mca.py on the A76)."""
+        measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels)."""
+        if flat_packed and self.triple.startswith("x86_64"):
+            return 2
         if pairs:
             return max(1, self.conv_accumulators // 4)
         return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))
@@ -339,7 +348,7 @@ class Conv2D:
             self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
             self.P = max(1, k.conv_accumulators // (self.R // self.V))  # 6 or 12 pixels at 12 accumulators
         else:
-            self.R = min(4, self.Cog)
+            self.R = forms.row_channels(self.Cog, flat and wvalue is not None)
         self.NB = -(-self.Cog // self.R)
         taps, f32 = self.Cig * self.KH * self.KW, np.dtype(dtype) == np.float32
         rows = wvalue is not None and not self.by_channel and not self.depthwise_c
@@ -348,7 +357,7 @@ class Conv2D:
                       and bool(np.isfinite(wvalue).all()))  # 0 * w adds nothing
         self.row_pairs = forms.row_pairs(self.edges, self.Cog, self.sh, self.dh, self.KH, self.KW)
         if not self.by_channel and not self.depthwise_c:
-            self.U = forms.row_vectors(self.R, self.row_pairs)
+            self.U = forms.row_vectors(self.R, self.row_pairs, flat and wvalue is not None)
         self.lane_taps = forms.lane_taps(self.by_lane, self.row_pairs, f32, self.V, taps)
         # row pairs: accumulators start from a load of the channel's bias splatted in read-only data (a load
         # pipe) instead of a register copy of it (a vector pipe: fmla overwrites its accumulator)
@@ -536,11 +545,7 @@ class Conv2D:
     def px_tiles(self) -> int:
         """Interior tiles of the (single, flat) output row: the units px_rng splits."""
         if self.by_channel:
-            lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, 0)
-            hi = max(hi, lo)
-            if self.OW <= 4 * self.P or hi - lo < self.P:
-                return 0
-            return (hi - lo) // self.P
+            return self.col_plan()[1]
         lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
         return (max(hi, lo) - lo) // (self.U * self.V)
 
@@ -616,15 +621,14 @@ class Conv2D:
         whose pixels each have their own constant tap range; the interior runs in a loop of tiles.
         """
         k, P, OW = self.k, self.P, self.OW
-        lo, hi = self.interior(OW, self.sw, self.dw, self.pw, self.KW, self.W, 0)
-        hi = max(hi, lo)
-        if OW <= 4 * P or hi - lo < P:
-            lo = hi = OW
+        lo, tiles = self.col_plan()
+        balanced = self.by_channel
 
         def fixed(a, b):
-            for c in range(a, b, P):
-                emit(c, [tap_range(o, self.sw, self.dw, self.pw, self.KW, self.W) for o in range(c, min(b, c + P))])
-        tiles, rest = divmod(hi - lo, P)
+            count = -(-(b - a) // P)
+            for i in range(count):  # balanced: 7 columns as 4 + 3, not 6 + 1 (a pixel's few accumulators wait on the FMA latency)
+                c, d = (a + (b - a) * i // count, a + (b - a) * (i + 1) // count) if balanced else (a + i * P, min(b, a + (i + 1) * P))
+                emit(c, [tap_range(o, self.sw, self.dw, self.pw, self.KW, self.W) for o in range(c, d)])
         first, last, trange = self.px_parts(tiles)
         with self.when(first):
             fixed(0, lo)
@@ -637,8 +641,25 @@ class Conv2D:
             with loop(k, tiles) as t:
                 emit(offset(k, lo, (t, P)), [(0, self.KW)] * P)
         with self.when(last):
-            fixed(lo + tiles * P, hi)
-            fixed(hi, OW)
+            if balanced:
+                fixed(lo + tiles * P, OW)
+            else:
+                hi = max(lo, self.interior(OW, self.sw, self.dw, self.pw, self.KW, self.W, 0)[1])
+                fixed(lo + tiles * P, hi)
+                fixed(hi, OW)
+
+    def col_plan(self) -> tuple[int, int]:
+        """(lo, tiles) of row_c: fixed blocks over [0, lo), `tiles` interior tiles of P from lo, fixed blocks after.
+        Channel vectors: the border columns share a block with interior ones (lo rounded up to a multiple of P)
+        and the columns after the tiles go in one run of balanced blocks."""
+        P, OW = self.P, self.OW
+        lo, hi = self.interior(OW, self.sw, self.dw, self.pw, self.KW, self.W, 0)
+        hi = max(hi, lo)
+        if OW <= 4 * P or hi - lo < P:
+            return OW, 0
+        if self.by_channel:
+            lo = min(-(-lo // P) * P, hi)
+        return lo, (hi - lo) // P
 
     def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
         """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow.

@@ -6,8 +6,9 @@ blockings, both accumulating in registers over every input channel and tap:
 
 - channel vectors (constant weights, at least one vector of output channels): R = 1-2 vectors of
   output channels x P pixels; each input value is broadcast once and feeds R multiply-adds. Used for
-  every non-depthwise conv except 1x1 stride-1 convs over wide images.
-- row vectors: R (<= 4) output channels x U vectors along the output row (strided rows read with one
+  every non-depthwise conv except 1x1 stride-1 convs over wide images. On x86 each tap broadcasts its own
+  input values (16 ymm: shared across taps they spill); border columns share a block with interior ones.
+- row vectors: R (<= 4; 6 x 2 vectors for flat 1x1 convs on x86) output channels x U vectors along the output row (strided rows read with one
   load + shuffle); each input vector feeds R multiply-adds. Used for depthwise convs (R = 1, U = 4),
   runtime weights, and 1x1 stride-1 convs, which run as a matmul over the flattened image with pixel
   tiles outermost so a tile of input stays in cache across the channel blocks.

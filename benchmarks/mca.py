@@ -179,8 +179,8 @@ def mac_lanes(insn: str, arch: str) -> int:
 
 
 def is_stack(insn: str, arch: str) -> bool:
-    if arch == "x86_64":
-        return "(%rsp)" in insn or "(%rbp)" in insn
+    if arch == "x86_64":  # spills address the stack pointer; our code keeps no frame pointer, so rbp is a plain base register
+        return "(%rsp)" in insn
     if arch == "armv7" and re.match(r"^add\w* \w+, sp, #", insn):
         return True
     return "[sp" in insn

@@ -7,7 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model, import_graph
+from fluidml_xc.backend import compile_model
+from fluidml_xc.pipeline import import_graph
 
 CASES = [  # x shape, Cout, kernel, attrs
     ((1, 4, 6, 8, 8), 6, (3, 3, 3), {"pads": [1] * 6}),

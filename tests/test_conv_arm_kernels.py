@@ -61,7 +61,7 @@ def mobilenet_block(channels: int):
 
 
 def ir_text(m, board: str) -> str:
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
     from fluidml_xc.boards import get_board
     from fluidml_xc.build import lower_graph
     from fluidml_xc.codegen.machine import machine_spec

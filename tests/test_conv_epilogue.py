@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import import_graph
+from fluidml_xc.pipeline import import_graph
 from modelrun import compile_and_run, reference
 
 RTOL, ATOL = 1e-4, 1e-5

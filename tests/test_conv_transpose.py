@@ -8,7 +8,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model, import_graph
+from fluidml_xc.backend import compile_model
+from fluidml_xc.pipeline import import_graph
 
 CASES = [  # (x shape, Cout, kernel, attrs)
     ((1, 64, 20, 20), 32, (2, 2), {"strides": [2, 2]}),

@@ -194,7 +194,7 @@ def test_identity_and_cast_consumers_keep_the_actual_shape():
 
 @pytest.mark.parametrize("op", ["Transpose", "Shape", "Add"])
 def test_consumer_needing_the_real_shape_is_a_one_line_error(op):
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
 
     x = rng.standard_normal((3, 4)).astype(np.float32)
     second = {"Transpose": helper.make_node("Transpose", ["nz"], ["out"]),

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model, import_graph
+from fluidml_xc.backend import compile_model
+from fluidml_xc.pipeline import import_graph
 
 CASES = [  # equation, shapes, constant operand index or None, rewritten
     ("bij,bjk->bik", [(3, 5, 4), (3, 4, 6)], None, True),

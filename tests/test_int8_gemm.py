@@ -242,7 +242,7 @@ def test_qdq_relu_folded(same, xdt):
     """QLinearConv / QLinearMatMul -> DequantizeLinear -> Relu -> QuantizeLinear (ORT's QOperator models)
     folds into the QLinear node (passes/qlinear_relu.py): a floor when the Q/DQ parameters match, else a
     256-entry table; exact either way."""
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
     from fluidml_xc.passes import run_passes
 
     x = q(xdt, (1, 6, 9, 20))

@@ -479,7 +479,7 @@ def test_runner_filler_matches_random_feeds_for_every_dtype(tmp_path):
 
 def test_fused_chain_rounds_every_lowp_step():
     """Cast chains through storage-only dtypes inside one FusedElementwise kernel round at every step."""
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
 
     c = numpy_helper.from_array(np.array(0.3, ml_dtypes.bfloat16), "c")
     nodes = [helper.make_node("Cast", ["x"], ["a"], to=TensorProto.FLOAT8E4M3FN, saturate=0),

@@ -240,7 +240,7 @@ def test_if_with_sequence_outputs_runtime_condition(cond):
 
 @on_x86
 def test_if_with_different_structures_binds_the_condition():
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
 
     a = floats(3)
     then_g = helper.make_graph([helper.make_node("SequenceConstruct", ["a", "a"], ["s"])], "then", [], [seq_info("s")])
@@ -275,7 +275,7 @@ def test_loop_carrying_a_sequence():
 # ---------------------------------------------------------------------------------------------- ABI, errors
 @on_x86
 def test_graph_abi_names_elements():
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
 
     m = make_model([helper.make_node("SequenceInsert", ["xs", "t"], ["ys"]), helper.make_node("Optional", ["t"], ["o"])],
                    [seq_info("xs"), helper.make_tensor_value_info("t", F, [2])], [seq_info("ys"), opt_info("o", F, [2])])
@@ -288,7 +288,7 @@ def test_graph_abi_names_elements():
 
 
 def test_sequence_input_without_element_shapes_is_a_one_line_error():
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
 
     m = make_model([helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0)], [seq_info("xs")], ["y"])
     with pytest.raises(InputError) as err:
@@ -298,7 +298,7 @@ def test_sequence_input_without_element_shapes_is_a_one_line_error():
 
 
 def test_other_op_reading_a_sequence_is_a_one_line_error():
-    from fluidml_xc.backend import import_graph
+    from fluidml_xc.pipeline import import_graph
 
     m = make_model([helper.make_node("Relu", ["xs"], ["y"])], [seq_info("xs")], ["y"])
     with pytest.raises(InputError) as err:

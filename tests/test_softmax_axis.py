@@ -6,7 +6,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from fluidml_xc.backend import compile_model, import_graph
+from fluidml_xc.backend import compile_model
+from fluidml_xc.pipeline import import_graph
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])

@@ -243,6 +243,7 @@ def test_cost_model_knows_threads(tmp_path):
     from fluidml_xc.frontend import FrontendOptions, import_model
     from fluidml_xc.optimize import optimize
     from fluidml_xc.passes import run_passes
+    from fluidml_xc.pipeline import LowerOptions, lower
 
     model, feeds = scores()
     spec = machine_spec(get_board("x86_64"))
@@ -282,10 +283,10 @@ def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
     import llvmlite.binding as llvm
 
     from fluidml_xc.boards import get_board
-    from fluidml_xc.build import lower_graph
     from fluidml_xc.codegen.machine import MachineSpec
     from fluidml_xc.frontend import FrontendOptions, import_model
     from fluidml_xc.passes import run_passes
+    from fluidml_xc.pipeline import LowerOptions, lower
     from fluidml_xc.resources import data_dir
     from fluidml_xc.runtime import ModelSpec, TensorSpec, render_sources
 
@@ -294,7 +295,7 @@ def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
     run_passes(graph)
     target = get_board("x86_64").target
     spec = MachineSpec(target.triple, "x86-64", "+sse2", target.pointer_bits, 128, target.alignment)
-    lowered = lower_graph(graph, spec, "fluid")
+    lowered = lower(graph, spec, LowerOptions(opt="fluid"))
     assert lowered.emitter.parallel, "nothing was split into tiles"
     llvm.initialize_native_target()
     text = str(llvm.parse_assembly(lowered.ir_text))

@@ -17,7 +17,6 @@ import ctypes.util
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,61 +28,9 @@ from onnx.backend.base import Backend, BackendRep
 
 from .boards import Board, get_board
 from .errors import InputError
-from .ir import Graph
+from .pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
 
 DEFAULT_OPT = "fluid"
-
-
-# --------------------------------------------------------------------------------------------------
-# front half: ONNX -> graph -> plan -> LLVM IR (the same steps as build.compile_graph, minus objects)
-# --------------------------------------------------------------------------------------------------
-def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of `model` whose graph inputs in `values` are initializers (build-time constants)."""
-    from onnx import numpy_helper
-
-    if not values:
-        return model
-    bound = onnx.ModelProto()
-    bound.CopyFrom(model)
-    keep = [vi for vi in bound.graph.input if vi.name not in values]
-    del bound.graph.input[:]
-    bound.graph.input.extend(keep)
-    for name, value in values.items():
-        bound.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
-    return bound
-
-
-def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
-                 bind: dict[str, np.ndarray] | None = None, structures: dict | None = None) -> Graph:
-    from .frontend import FrontendOptions, import_model
-    from .passes import run_passes
-    from .codegen.emit import check_supported
-
-    shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
-    graph = import_model(bind_inputs(model, bind or {}), FrontendOptions(input_shapes=shapes, structures=dict(structures or {})),
-                         name=name)
-    run_passes(graph)
-    check_supported(graph)
-    return graph
-
-
-@dataclass
-class Lowered:
-    graph: Graph
-    spec: Any
-    plan: Any
-    ir_text: str
-    tail: Any = None
-    """dynamic.TailLayout: the whole arena's size and where dynamic outputs' actual dims are."""
-
-
-def lower_graph(graph: Graph, board: Board, opt: str = DEFAULT_OPT) -> Lowered:
-    """Optimize, plan (and verify the plan) and emit the LLVM module of `graph` for `board`."""
-    from .build import lower_graph as lower
-    from .codegen.machine import machine_spec
-
-    lowered = lower(graph, machine_spec(board), opt)
-    return Lowered(graph, lowered.spec, lowered.plan, lowered.ir_text, lowered.emitter.tail)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,8 +91,8 @@ class JitModel:
             raise InputError("JIT: fxc_model_run was not emitted")
         self._fn = _RUN_FN(address)
         self.alignment = spec.alignment
-        self.arena_bytes = int(lowered.tail.arena_bytes if lowered.tail is not None else lowered.plan.arena_bytes)
-        self.output_slots = list(lowered.tail.output_slots) if lowered.tail is not None else [-1] * len(self.graph.outputs)
+        self.arena_bytes = int(lowered.tail.arena_bytes)
+        self.output_slots = list(lowered.tail.output_slots)
         self.input_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.inputs]
         self.output_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.outputs]
         self.structures = self.graph.structures
@@ -244,7 +191,10 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
     and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
-        return JitModel(lower_graph(import_graph(model, input_shapes, bind=bind, structures=structures), board, opt))
+        from .codegen.machine import machine_spec
+
+        graph = import_graph(model, input_shapes, bind=bind, structures=structures)
+        return JitModel(lower(graph, machine_spec(board), LowerOptions(opt=opt)))
     return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind, structures)
 
 

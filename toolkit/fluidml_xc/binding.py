@@ -1,7 +1,7 @@
 """`--bind NAME=VALUE`: graph inputs frozen to build-time constants.
 
 A deployment that never changes an input (a sample rate, a sequence length, a mode flag) binds it:
-the value becomes an initializer (backend.bind_inputs), so it folds like any constant, shapes that
+the value becomes an initializer (pipeline.bind_inputs), so it folds like any constant, shapes that
 depend on it become static, an `If` on it keeps one branch, and the input leaves the C API. VALUE is
 a scalar or a comma list typed by the input's dtype (`sr=16000`, `shape=1,-1,64`, `flag=true`),
 filling the input's declared shape, or the path of an .npy file (`mask=mask.npy`) whose dtype and

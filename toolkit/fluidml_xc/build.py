@@ -18,19 +18,18 @@ import onnx
 
 from . import __version__
 from .boards import Board, get_board
-from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
 from .codegen.machine import MachineSpec, compile_module, llvm_version, machine_spec
 from .errors import InputError
-from .frontend import FrontendOptions, import_model, load_model
+from .frontend import load_model
 from .ir import Graph
-from .passes import run_passes
+from .pipeline import Lowered, LowerOptions, import_graph, lower
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .validate import Limits, default_max_memory
 from .binding import manifest_entry
 from .remote.artifact import sha256_file
+from .runtime import CApi
 from .threads import resolve_threads
 
-OPT_MODES = ("plain", "greedy", "fluid")
 LAST_BUILD = Path("build") / ".last"
 
 
@@ -97,37 +96,6 @@ def _tool_versions() -> dict[str, str]:
     return versions
 
 
-@dataclass
-class Lowered:
-    """A graph optimized, planned (plan verified) and emitted as one LLVM module."""
-
-    spec: MachineSpec
-    decisions: object
-    plan: object
-    emitter: ModuleEmitter
-    ir_text: str
-
-
-def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic",
-                weights_symbol: str | None = None, parallel: bool = True, threads: int = 1, symbol_prefix: str = "fxc_") -> Lowered:
-    """The compiler middle and back end up to LLVM IR; shared by `build` and the ONNX backend."""
-    from .optimize import optimize
-    from .planner import PlanOptions, plan_memory, verify_plan
-
-    if opt not in OPT_MODES:
-        raise InputError(f"unknown --opt {opt!r}; choose one of {', '.join(OPT_MODES)}")
-    check_supported(graph)
-    decisions = optimize(graph, spec, opt, costs, threads if parallel else 1)
-    plan = plan_memory(graph, PlanOptions(alignment=spec.alignment, reuse=opt != "plain",
-                                          inplace=opt != "plain", reorder=opt != "plain"),
-                       layouts=decisions.layouts)
-    verify_plan(graph, plan)
-    emitter = ModuleEmitter(graph, plan, spec, EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
-                                                            weights_symbol=weights_symbol, parallel=parallel,
-                                                            symbol_prefix=symbol_prefix))
-    return Lowered(spec, decisions, plan, emitter, emitter.emit())
-
-
 _FUSION_ATTRS = ("_epilogue", "_bias", "_residual", "_activation", "_fused_nodes")
 
 
@@ -145,17 +113,39 @@ def _plan_facts(graph: Graph, plan) -> dict:
             "sizes": {r: -(-graph.tensors[r].nbytes // align) * align for r in plan.intervals}}
 
 
-def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> dict:
-    """Lower `graph` and write model.o (NAME.o; code + weights) into workdir; returns the manifest facts."""
+@dataclass(frozen=True)
+class Compiled:
+    """What compile_graph leaves for linking and the manifest besides NAME.o in the workdir."""
+
+    lowered: Lowered
+    ops: list[dict]
+    """Per kernel in execution order: name, type and `fused` (the manifest's `ops`)."""
+    memory: dict
+    """The manifest's `memory`: the plan's facts, alignment, per-buffer map, dynamic tail bytes."""
+    threads: int
+    api: CApi
+    parallel_ops: dict[str, list[int]]
+
+    @property
+    def spec(self) -> MachineSpec:
+        return self.lowered.spec
+
+    @property
+    def tail(self):
+        return self.lowered.tail
+
+
+def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> Compiled:
+    """Lower `graph` and write model.o (NAME.o; code + weights) into workdir."""
     from .link import attach_weights
-    from .runtime import CApi
 
     api = CApi(options.name)
     spec = machine_spec(board)
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    lowered = lower_graph(graph, spec, options.opt, options.costs, symbol, parallel=threads > 1, threads=threads, symbol_prefix=api.prefix)
-    emitter, plan, decisions = lowered.emitter, lowered.plan, lowered.decisions
+    lowered = lower(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads, parallel=threads > 1,
+                                              weights_symbol=symbol, symbol_prefix=api.prefix))
+    emitter, plan = lowered.emitter, lowered.plan
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))
     code = compile_module(lowered.ir_text, spec)
@@ -167,27 +157,23 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     else:
         (workdir / api.object).write_bytes(code)
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
-    return {
-        "spec": spec, "plan": plan, "ops": ops, "decisions": decisions,
-        "memory": {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
-                   **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})},
-        "tail": emitter.tail, "threads": threads, "api": api,
-        "parallel_ops": {name: list(split) for name, split in emitter.parallel.items()},
-    }
+    memory = {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
+              **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})}
+    return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()})
 
 
-def _link(board: Board, spec, graph: Graph, facts: dict, workdir: Path, profile: bool) -> None:
+def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool) -> None:
     from .link import link_artifact
     from .runtime import ModelSpec, TensorSpec, render_sources
 
-    tail, api = facts["tail"], facts["api"]
+    tail, api, spec = compiled.tail, compiled.api, compiled.spec
     model_spec = ModelSpec(
         name=graph.name,
         inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.inputs],
         outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot)
                  for n, slot in zip(graph.outputs, tail.output_slots)],
         arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
-        ops=[(op["name"], op["type"]) for op in facts["ops"]], threads=facts["threads"], api=api)
+        ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api)
     render_sources(model_spec, workdir)
     link_artifact(board.target, spec.cpu, workdir / api.object, workdir / api.object if profile else None,
                   workdir / api.glue, workdir, workdir, api)
@@ -297,8 +283,6 @@ BUILD_STAGES = ("import", "passes", "optimize, plan, compile", "link", "manifest
 
 def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) -> BuildResult:
     """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
-    from .runtime import CApi
-
     started = time.perf_counter()
     stage = options.progress or (lambda name: None)
     api = CApi(options.name)
@@ -307,14 +291,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     stage(BUILD_STAGES[0])
     model = load_model(model_path)
     bound, input_shapes = _bind(model, options)
-    if bound:
-        from .backend import bind_inputs
-        model = bind_inputs(model, bound)
-    graph = import_model(model, FrontendOptions(input_shapes=input_shapes, structures=dict(options.structures),
-                                                limits=build_limits(board, options)), name=model_path.stem)
-    stage(BUILD_STAGES[1])
-    run_passes(graph)
-    check_supported(graph)
+    graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
+                         on_imported=lambda: stage(BUILD_STAGES[1]))
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
     target = replaceable_target(out_dir)
     sweep_build(target)
@@ -329,10 +307,10 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         except OSError as exc:
             raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
         stage(BUILD_STAGES[2])
-        facts = compile_graph(graph, board, options, workdir)
-        spec = facts["spec"]
+        compiled = compile_graph(graph, board, options, workdir)
+        spec = compiled.spec
         stage(BUILD_STAGES[3])
-        _link(board, spec, graph, facts, workdir, options.profile_runner)
+        _link(board, graph, compiled, workdir, options.profile_runner)
         stage(BUILD_STAGES[4])
         used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
@@ -343,14 +321,14 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             "board": board.name, "target": board.target.name, "triple": spec.triple, "cpu": spec.cpu,
             "features": spec.features, "emulator": board.target.emulator, "opt": options.opt,
             "tools": _tool_versions(),
-            "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs, facts["tail"].output_dims),
+            "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
             "input_shapes": {k: list(v) for k, v in options.input_shapes.items()},
             **({"structures": graph.structures} if graph.structures else {}),
             **({"bound": manifest_entry(bound, options.bind, target)} if bound else {}),
-            "op_counts": dict(collections.Counter(op["type"] for op in facts["ops"])),
-            "ops": facts["ops"], "memory": facts["memory"], "weights_bytes": int(weights),
-            "threads": facts["threads"], "parallel_ops": facts["parallel_ops"], "c_api": api.manifest(),
-            "optimizer": {k: v for k, v in facts["decisions"].summary().items() if k != "seconds"},
+            "op_counts": dict(collections.Counter(op["type"] for op in compiled.ops)),
+            "ops": compiled.ops, "memory": compiled.memory, "weights_bytes": int(weights),
+            "threads": compiled.threads, "parallel_ops": compiled.parallel_ops, "c_api": api.manifest(),
+            "optimizer": {k: v for k, v in compiled.lowered.decisions.summary().items() if k != "seconds"},
             "footprint": elf_footprint(workdir / "runner"),
         }
         manifest["files"] = {p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()}

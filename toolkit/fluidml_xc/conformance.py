@@ -237,7 +237,8 @@ def diagnose(case, board: str | None = None, opt: str = "fluid") -> str:
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
-    from .backend import FxcBackend, import_graph
+    from .backend import FxcBackend
+    from .pipeline import import_graph
 
     model = onnx.ModelProto()
     model.CopyFrom(case.model)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..build import BUILD_STAGES, OPT_MODES, BuildOptions, build_model
+from ..build import BUILD_STAGES, BuildOptions, build_model
+from ..pipeline import OPT_MODES
 from ..binding import parse_binds
 from ..frontend import parse_input_shape
 from ..progress import Stages

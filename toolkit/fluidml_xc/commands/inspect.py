@@ -135,27 +135,30 @@ def main(args) -> int:
 
 
 def _replan(manifest: dict, directory: Path) -> dict | None:
-    """Per-buffer offsets and intervals, re-planned from the model exactly as the build did (deterministic)."""
+    """Per-buffer offsets and intervals of a manifest without them (older builds), re-planned from the model
+    through the build's own pipeline (optimizer included; deterministic)."""
     try:
-        from ..frontend import FrontendOptions, import_model, load_model
-        from ..passes import run_passes
-        from ..planner import PlanOptions, plan_memory
-
+        from ..boards import get_board
+        from ..codegen.machine import machine_spec
+        from ..frontend import load_model
+        from ..pipeline import LowerOptions, import_graph, plan
         from ..remote.artifact import recorded_model_path
 
         path = recorded_model_path(manifest, directory)
         if path is None:
             raise KeyError("model.path")
         shapes = {k: tuple(v) for k, v in manifest.get("input_shapes", {}).items()}
-        graph = import_model(load_model(path), FrontendOptions(input_shapes=shapes), name=path.stem)
-        run_passes(graph)
-        opt = manifest.get("opt", "fluid")
-        align = manifest["memory"].get("alignment", 64)
-        plan = plan_memory(graph, PlanOptions(alignment=align, reuse=opt != "plain", inplace=opt != "plain", reorder=opt != "plain"))
-        if plan.arena_bytes != manifest["memory"]["arena_bytes"]:
+        graph = import_graph(load_model(path), shapes, name=path.stem, structures=manifest.get("structures"))
+        spec = machine_spec(get_board(manifest["board"]))
+        options = LowerOptions(opt=manifest.get("opt", "fluid"), costs=manifest.get("optimizer", {}).get("costs", "analytic"),
+                               threads=int(manifest.get("threads", 1)))
+        memory_plan = plan(graph, spec, options).plan
+        if memory_plan.arena_bytes != manifest["memory"]["arena_bytes"]:
             return None
-        sizes = {r: -(-graph.tensors[r].nbytes // align) * align for r in plan.intervals}
-        return {"intervals": plan.intervals, "offsets": {r: plan.offsets[r] for r in plan.intervals}, "sizes": sizes}
+        align = memory_plan.alignment
+        sizes = {r: -(-graph.tensors[r].nbytes // align) * align for r in memory_plan.intervals}
+        return {"intervals": memory_plan.intervals, "offsets": {r: memory_plan.offsets[r] for r in memory_plan.intervals},
+                "sizes": sizes}
     except Exception:
         return None
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..build import OPT_MODES
+from ..pipeline import OPT_MODES
 
 NAME = "quantize"
 HELP = "post-training int8 quantization (onnxruntime.quantization), then float and int8 builds compared: accuracy, latency, memory"

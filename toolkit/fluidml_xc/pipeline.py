@@ -1,0 +1,123 @@
+"""The one compiler pipeline, shared by `build`, the ONNX backend and `inspect`.
+
+    model -> import_graph (frontend, passes, support check) -> plan (optimizer decisions, verified memory plan)
+          -> lower (one LLVM module)
+
+`build` then compiles and links the module, the backend JIT-compiles it, `inspect` redraws the plan.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
+from .codegen.machine import MachineSpec
+from .errors import InputError
+from .frontend import FrontendOptions, import_model
+from .ir import Graph
+from .optimize import Decisions, optimize
+from .passes import run_passes
+from .planner import MemoryPlan, PlanOptions, plan_memory, verify_plan
+from .validate import Limits
+
+OPT_MODES = ("plain", "greedy", "fluid")
+
+
+def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of `model` whose graph inputs in `values` are initializers (build-time constants)."""
+    from onnx import numpy_helper
+
+    if not values:
+        return model
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model)
+    keep = [vi for vi in bound.graph.input if vi.name not in values]
+    del bound.graph.input[:]
+    bound.graph.input.extend(keep)
+    for name, value in values.items():
+        bound.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return bound
+
+
+def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
+                 bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
+                 limits: Limits | None = None, on_imported: Callable[[], None] | None = None) -> Graph:
+    """The graph the optimizer sees: imported (inputs in `bind` frozen to constants), passes run, every op supported.
+    `on_imported` is called between import and passes (build's progress stages)."""
+    shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
+    options = FrontendOptions(input_shapes=shapes, structures=dict(structures or {}), **({"limits": limits} if limits else {}))
+    graph = import_model(bind_inputs(model, bind or {}), options, name=name)
+    if on_imported:
+        on_imported()
+    run_passes(graph)
+    check_supported(graph)
+    return graph
+
+
+def plan_options(opt: str, alignment: int) -> PlanOptions:
+    """The memory planner's options for an --opt mode: plain keeps every buffer apart in the model's order."""
+    if opt not in OPT_MODES:
+        raise InputError(f"unknown --opt {opt!r}; choose one of {', '.join(OPT_MODES)}")
+    planned = opt != "plain"
+    return PlanOptions(alignment=alignment, reuse=planned, inplace=planned, reorder=planned)
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    opt: str = "fluid"
+    costs: str = "analytic"
+    threads: int = 1
+    """Threads the optimizer costs kernels on (the build's thread count)."""
+    parallel: bool = True
+    """Emit heavy ops as tiles for the runtime's thread pool (EmitOptions.parallel)."""
+    weights_symbol: str | None = None
+    symbol_prefix: str = "fxc_"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The optimizer's decisions and the memory plan (verified) for one graph."""
+
+    decisions: Decisions
+    plan: MemoryPlan
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A graph optimized, planned (plan verified) and emitted as one LLVM module."""
+
+    graph: Graph
+    spec: MachineSpec
+    decisions: Decisions
+    plan: MemoryPlan
+    emitter: ModuleEmitter
+    ir_text: str
+
+    @property
+    def tail(self):
+        """dynamic.TailLayout: the whole arena's size and where dynamic outputs' actual dims are."""
+        return self.emitter.tail
+
+
+def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()) -> Planned:
+    """Layouts and loop orders for `graph` (--opt), then its verified memory plan under those layouts."""
+    memory = plan_options(options.opt, spec.alignment)
+    check_supported(graph)
+    decisions = optimize(graph, spec, options.opt, options.costs, options.threads)
+    memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
+    verify_plan(graph, memory_plan)
+    return Planned(decisions, memory_plan)
+
+
+def lower(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()) -> Lowered:
+    """The compiler middle and back end up to LLVM IR."""
+    planned = plan(graph, spec, options)
+    decisions = planned.decisions
+    emitter = ModuleEmitter(graph, planned.plan, spec,
+                            EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
+                                        weights_symbol=options.weights_symbol, parallel=options.parallel,
+                                        symbol_prefix=options.symbol_prefix))
+    return Lowered(graph, spec, decisions, planned.plan, emitter, emitter.emit())

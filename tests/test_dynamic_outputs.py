@@ -1,5 +1,5 @@
 """Outputs whose shape depends on the data (NonZero, Compress, Unique, NonMaxSuppression): bounded
-buffers plus the actual dims written at run time (dynamic.py, ops/dynamic.py).
+buffers plus the actual dims written at run time (frontend/shapes.py, ops/dynamic.py).
 
 Each op against onnx.reference on small graphs (JIT on x86_64, several attribute combinations, random
 data, empty results), one build + run through the runner under qemu-aarch64 (and a C program using

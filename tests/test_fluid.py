@@ -128,7 +128,7 @@ def _matmul_model(a_shape, b_shape, b_const=False, perm=None):
 
 
 def _graph(model):
-    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.passes import run_passes
     g = import_model(model, FrontendOptions(), name="t")
     run_passes(g)

@@ -1,5 +1,5 @@
 """Quantized integer ops (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv) and the assorted ops
-of ops/misc.py and subgraphs.py (ReverseSequence, TensorScatter, Det, Binarizer, ArrayFeatureExtractor,
+of ops/misc.py and frontend/subgraphs.py (ReverseSequence, TensorScatter, Det, Binarizer, ArrayFeatureExtractor,
 TfIdfVectorizer, Scan, If) against onnx.reference, JIT-compiled on x86_64; integer results must
 match exactly. One quantized model also runs under qemu-aarch64."""
 from __future__ import annotations

@@ -413,7 +413,7 @@ def _qdq_conv_model(bias_scale_factor: float = 1.0, depthwise: bool = False, ext
 
 def _fused_ops(model: onnx.ModelProto) -> dict[str, int]:
     from collections import Counter
-    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.passes import run_passes
     graph = import_model(model, FrontendOptions(), name="m")
     run_passes(graph)
@@ -466,7 +466,7 @@ def test_qdq_gather_dequantizes_only_the_rows_it_reads(tmp_path):
     model = graph_model(nodes, {"ids": ids}, ["out"], consts, opset=17, infer=True)
     ops = _fused_ops(model)
     assert ops.get("Gather") == 1 and ops.get("DequantizeLinear") == 1, ops
-    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.passes import run_passes
     graph = import_model(model, FrontendOptions(), name="m")
     run_passes(graph)

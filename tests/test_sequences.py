@@ -1,4 +1,4 @@
-"""Sequence and optional values with a structure known at build time (sequences.py).
+"""Sequence and optional values with a structure known at build time (frontend/sequences.py).
 
 Sequence/optional ops against onnx.reference on small graphs (JIT on x86_64 through FxcBackend, which
 feeds sequences as lists and optionals as None / a value), specialization on the run-time structure,

@@ -240,7 +240,7 @@ def test_cost_model_knows_threads(tmp_path):
     from fluidml_xc.boards import get_board
     from fluidml_xc.codegen.machine import machine_spec
     from fluidml_xc.fluid.costs import AnalyticModel, matmul_geometry
-    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.optimize import optimize
     from fluidml_xc.passes import run_passes
     from fluidml_xc.pipeline import LowerOptions, lower
@@ -284,7 +284,7 @@ def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
 
     from fluidml_xc.boards import get_board
     from fluidml_xc.codegen.machine import MachineSpec
-    from fluidml_xc.frontend import FrontendOptions, import_model
+    from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.passes import run_passes
     from fluidml_xc.pipeline import LowerOptions, lower
     from fluidml_xc.resources import data_dir

@@ -187,7 +187,7 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
     """A callable `f({input name: array}) -> list of output arrays` for `board` (JIT on x86_64 hosts).
 
     `bind`: graph inputs compiled as constants with these values (they are then not fed).
-    `structures`: sequence/optional inputs -> ABI descriptor (sequences.py); the compiled model's inputs
+    `structures`: sequence/optional inputs -> ABI descriptor (frontend/sequences.py); the compiled model's inputs
     and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
@@ -200,8 +200,8 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
 
 def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
     """The model's outputs from a compiled model's flat outputs: a sequence output becomes a list of
-    arrays, an optional one None or its value (sequences.py)."""
-    from .sequences import flat_names, regroup
+    arrays, an optional one None or its value (frontend/sequences.py)."""
+    from .frontend.sequences import flat_names, regroup
 
     described = (getattr(compiled, "structures", None) or {}).get("outputs", {})
     if not described:
@@ -225,7 +225,7 @@ _NEEDS_CONSTANT = re.compile(r"node '(.+?)' \(\w+\): .*must be a build-time cons
 
 def _node_needing_values(model: onnx.ModelProto, message: str):
     """The ONNX node whose output shape (or lowering) needs input values at build time, from an InputError."""
-    from .frontend import _unique_names
+    from .frontend.importer import _unique_names
 
     match = _UNRESOLVED.search(message)
     if match:
@@ -251,7 +251,7 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
         stack = [n for n in node.input if n]
     if node.op_type == "Loop":  # the trip count and the condition decide the output shapes, not the carried values
         stack = [n for n in node.input[:2] if n]
-    from .sequences import VALUE_INPUTS, _structured_if
+    from .frontend.sequences import VALUE_INPUTS, _structured_if
     if (node.op_type in VALUE_INPUTS and node.domain in ("", "ai.onnx")
             and (node.op_type != "If" or _structured_if(node))):  # positions, split sizes, the condition of an If giving sequences
         values = _shape_inputs_from(producers, [node.input[i] for i in VALUE_INPUTS[node.op_type]
@@ -260,7 +260,7 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
             return values
     for attr in node.attribute:  # If/Scan/Loop bodies read enclosing tensors by name
         if attr.type == onnx.AttributeProto.GRAPH:
-            from .subgraphs import outer_references
+            from .frontend.subgraphs import outer_references
             stack.extend(sorted(outer_references(attr.g)))
     return _shape_inputs_from(producers, stack, arrays, bound)
 
@@ -365,12 +365,12 @@ class FxcBackendRep(BackendRep):
             values = [inputs]
         if len(values) != len(self.input_names):
             raise InputError(f"expected {len(self.input_names)} inputs ({', '.join(self.input_names)}), got {len(values)}")
-        from .sequences import describe_value, flat_names, type_kind
+        from .frontend.sequences import describe_value, flat_names, type_kind
 
         kinds = {vi.name: type_kind(vi.type) for vi in self.model.graph.input}
         arrays, structures = {}, {}
         for n, v in zip(self.input_names, values):
-            if kinds.get(n) in ("seq", "opt"):  # one tensor per element (sequences.py)
+            if kinds.get(n) in ("seq", "opt"):  # one tensor per element (frontend/sequences.py)
                 desc, items = describe_value(kinds[n], v, n)
                 structures[n] = desc
                 arrays.update(zip(flat_names(n, desc), items))

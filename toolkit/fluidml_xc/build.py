@@ -20,11 +20,11 @@ from . import __version__
 from .boards import Board, get_board
 from .codegen.machine import MachineSpec, compile_module, llvm_version, machine_spec
 from .errors import InputError
-from .frontend import load_model
+from .frontend.importer import load_model
 from .ir import Graph
 from .pipeline import Lowered, LowerOptions, import_graph, lower
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
-from .validate import Limits, default_max_memory
+from .frontend.validate import Limits, default_max_memory
 from .binding import manifest_entry
 from .remote.artifact import sha256_file
 from .runtime import CApi
@@ -46,7 +46,7 @@ class BuildOptions:
     progress: Callable[[str], None] | None = None
     """Called with each BUILD_STAGES name as the stage starts (commands/build.py: a bar on a terminal)."""
     structures: dict = field(default_factory=dict)
-    """Sequence/optional inputs -> ABI descriptor (sequences.py); element shapes are `NAME.K` input_shapes."""
+    """Sequence/optional inputs -> ABI descriptor (frontend/sequences.py); element shapes are `NAME.K` input_shapes."""
     max_memory: int | None = None
     """Bytes one tensor, the constants, and arena + weights may take (default: validate.default_max_memory(board))."""
     threads: int | None = None

@@ -47,7 +47,7 @@ class Graph:
     opset: int
     structures: dict = field(default_factory=dict)
     """Sequence/optional graph inputs and outputs: {"inputs": {name: descriptor}, "outputs": {...}}
-    (sequences.py); `inputs`/`outputs` list their element tensors (`name.0`, ...)."""
+    (frontend/sequences.py); `inputs`/`outputs` list their element tensors (`name.0`, ...)."""
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .validate import MAX_RANK, format_bytes, host_memory_bytes
+from .frontend.validate import MAX_RANK, format_bytes, host_memory_bytes
 
 MAX_HEADER = 1 << 16
 

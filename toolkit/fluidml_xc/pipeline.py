@@ -16,12 +16,12 @@ import onnx
 from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
 from .codegen.machine import MachineSpec
 from .errors import InputError
-from .frontend import FrontendOptions, import_model
+from .frontend.importer import FrontendOptions, import_model
 from .ir import Graph
 from .optimize import Decisions, optimize
 from .passes import run_passes
 from .planner import MemoryPlan, PlanOptions, plan_memory, verify_plan
-from .validate import Limits
+from .frontend.validate import Limits
 
 OPT_MODES = ("plain", "greedy", "fluid")
 

@@ -8,6 +8,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
+from ..frontend.unsupported import unsupported_message
 from ..ir import Graph, Node
 from ..ops.registry import lookup
 from .kernel import Kernel, Operand, layout_strides
@@ -77,18 +78,8 @@ def unsupported_ops(graph: Graph) -> list[Node]:
     return [n for n in graph.nodes if lookup(n.op_type, graph.opset, n.domain) is None]
 
 
-def unsupported_message(missing: list[tuple[str, str]]) -> str:
-    """One line naming every unsupported op type with its nodes, from (op type, node name) pairs."""
-    by_type: dict[str, list[str]] = {}
-    for op, node in missing:
-        by_type.setdefault(op, []).append(node)
-    listed = "; ".join(f"{op} (node {', '.join(repr(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})"
-                       for op, names in sorted(by_type.items()))
-    return f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md, or replace them before export"
-
-
 def check_supported(graph: Graph) -> None:
-    from ..dynamic import check as check_dynamic
+    from ..frontend.shapes import check as check_dynamic
 
     check_dynamic(graph)
     missing = unsupported_ops(graph)
@@ -115,7 +106,7 @@ class ModuleEmitter:
         """dynamic.TailLayout: dims slots of data-dependent outputs and their kernels' scratch, after the
         planned arena (a plan without `arena_bytes`, as the cost model's, counts as an empty arena)."""
         if self._tail is None:
-            from ..dynamic import tail_layout
+            from ..frontend.shapes import tail_layout
             from ..ops.dynamic import scratch_bytes
 
             self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment,
@@ -232,12 +223,12 @@ class ModuleEmitter:
 
     def _dims_outputs(self, node: Node) -> list[int]:
         """Indices of `node`'s outputs that are dynamic roots (their kernels get a dims slot pointer)."""
-        from ..dynamic import node_marks
+        from ..frontend.shapes import node_marks
         return [i for i in sorted(node_marks(node)) if i < len(node.outputs) and node.outputs[i] in self.tail.slots]
 
     def _extra_offsets(self, node: Node) -> list[int]:
         """Arena offsets passed after the tensors: one dims slot per dynamic output, then the scratch."""
-        from ..dynamic import node_marks
+        from ..frontend.shapes import node_marks
         if not node_marks(node):
             return []
         return [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]

@@ -6,7 +6,7 @@ from pathlib import Path
 from ..build import BUILD_STAGES, BuildOptions, build_model
 from ..pipeline import OPT_MODES
 from ..binding import parse_binds
-from ..frontend import parse_input_shape
+from ..frontend.importer import parse_input_shape
 from ..progress import Stages
 
 NAME = "build"
@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from ..runtime import check_c_name
-    from ..validate import parse_size
+    from ..frontend.validate import parse_size
 
     if args.name is not None:
         check_c_name(args.name)

@@ -140,7 +140,7 @@ def _replan(manifest: dict, directory: Path) -> dict | None:
     try:
         from ..boards import get_board
         from ..codegen.machine import machine_spec
-        from ..frontend import load_model
+        from ..frontend.importer import load_model
         from ..pipeline import LowerOptions, import_graph, plan
         from ..remote.artifact import recorded_model_path
 

@@ -2,7 +2,7 @@
 
 Each gets a static upper bound for its outputs (`bound_outputs`, called by the frontend) and writes,
 at run time, its outputs row-major and contiguous from the start of their (bound-sized) buffers plus
-their actual dims into the dims slots the emitter passes (`Kernel.dims_out`); see dynamic.py for the
+their actual dims into the dims slots the emitter passes (`Kernel.dims_out`); see frontend/shapes.py for the
 contract and the arena tail. Kernels that sort get scratch memory (`scratch_bytes`, `Kernel.scratch`).
 
 - NonZero: bound (rank, numel); two passes (count, then write with the actual row stride).

@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from .errors import InputError
-from .ir import Graph, Node, Tensor
+from ..errors import InputError
+from ..ir import Graph, Node, Tensor
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_input_shape, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -164,7 +164,7 @@ class _Folder:
     def evaluate(self, node: onnx.NodeProto, stand_ins: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
-        from .cast_rules import REFERENCE_OPS
+        from ..cast_rules import REFERENCE_OPS
 
         stand_ins = stand_ins or {}
         inputs = [n for n in node.input if n]
@@ -180,9 +180,9 @@ class _Folder:
 
     def infer_dynamic(self, node: onnx.NodeProto, attrs: dict) -> dict[str, Tensor]:
         """Ops whose output shapes depend on input data: static upper bounds (ops/dynamic.py); the data-
-        dependent dims are recorded in the node's `_dynamic_dims` attribute (see dynamic.py)."""
-        from .dynamic import ATTR
-        from .ops.dynamic import bound_outputs
+        dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
+        from .shapes import ATTR
+        from ..ops.dynamic import bound_outputs
 
         inputs = [self.tensors[n] if n else None for n in node.input]
         bounds = bound_outputs(node.op_type, attrs, inputs, self.opset, node.name or node.op_type)
@@ -321,7 +321,7 @@ class _Folder:
                 for name, value in zip([n for n in node.output if n], values):
                     self.const(name, value)
                 return True
-        from .ops.dynamic import DYNAMIC_OPS
+        from ..ops.dynamic import DYNAMIC_OPS
         if node.op_type in DYNAMIC_OPS and node.domain in ("", "ai.onnx"):
             inferred = self.infer_dynamic(node, attrs)
         else:
@@ -370,8 +370,8 @@ def _remove_dead(graph: Graph) -> None:
 
 def _check_known_ops(model: onnx.ModelProto) -> None:
     """Ops without an ONNX schema cannot even be shape-inferred: report them, with every other op we cannot lower."""
-    from .codegen.emit import unsupported_message
-    from .ops.registry import lookup
+    from .unsupported import unsupported_message
+    from ..ops.registry import lookup
 
     opset = _opset(model)
     opsets = {entry.domain or "": entry.version for entry in model.opset_import}
@@ -489,7 +489,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
 
     An op without a lowering whose ONNX schema defines it as a function (Attention, RMSNormalization,
     SoftmaxCrossEntropyLoss, Swish, ...) is replaced by its function body."""
-    from .ops.registry import lookup
+    from ..ops.registry import lookup
 
     from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
 

@@ -313,7 +313,7 @@ def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[o
     """Static shapes of `nodes` run through a copy of the frontend's folder (constants folded, nested
     control flow expanded) without touching the real one: (tensors, nodes kept, data-dependent tensors).
     Raises the InputError the real import would raise."""
-    from .frontend import _attrs
+    from .importer import _attrs
 
     dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits)
     dry.unresolved, dry.dynamic = dict(folder.unresolved), dict(folder.dynamic)
@@ -329,7 +329,7 @@ def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[o
             kept.append(node)
     for name, message in dry.unresolved.items():
         if name not in folder.unresolved:
-            from .errors import InputError
+            from ..errors import InputError
             raise InputError(message)
     return dry.tensors, kept, dry.dynamic
 
@@ -358,7 +358,7 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
         return bld.nodes
     if folder is None:
         return _expand_if_declared(node, bld, cond, then_g, else_g, opset)
-    from .errors import InputError
+    from ..errors import InputError
 
     where = f"If node {node_name!r}: its condition {node.input[0]!r} is computed at run time"
     hint = _bind_hint(folder, node.input[0], tensors)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .errors import InputError
+from ..errors import InputError
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import InputError
-from .ir import Graph, Node
+from ..errors import InputError
+from ..ir import Graph, Node
 
 ATTR = "_dynamic_dims"
 PASS_THROUGH = frozenset({"Identity", "Cast", "CastLike"})

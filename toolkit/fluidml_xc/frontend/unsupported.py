@@ -3,7 +3,7 @@
 - string tensors (graph inputs, outputs, constants or intermediates of dtype string): `check_strings`
 - training-only ops (Gradient, other ai.onnx.preview.training ops than the optimizers we lower, ORT
   training graphs' *Grad ops): `check_training`
-- ops we lack: codegen.emit.unsupported_message (every op type with its nodes)
+- ops we lack: `unsupported_message` (every op type with its nodes)
 - shapes that depend on run-time values (a Reshape target, a Range limit, Tile repeats, ... computed
   from an input or from data): `unresolved_shape`, which names the op and the input whose value
   decides, and suggests --bind for graph inputs a deployment can freeze.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .errors import InputError
+from ..errors import InputError
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
@@ -67,7 +67,7 @@ def check_strings(graph) -> None:
 
 
 def _training_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str]]:
-    from .ops.registry import lookup
+    from ..ops.registry import lookup
 
     found = []
     for i, node in enumerate(model.graph.node):
@@ -108,11 +108,20 @@ def _graph_inputs_behind(model: onnx.ModelProto, name: str, label: str) -> list[
     return found
 
 
+def unsupported_message(missing: list[tuple[str, str]]) -> str:
+    """One line naming every unsupported op type with its nodes, from (op type, node name) pairs."""
+    by_type: dict[str, list[str]] = {}
+    for op, node in missing:
+        by_type.setdefault(op, []).append(node)
+    listed = "; ".join(f"{op} (node {', '.join(repr(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})"
+                       for op, names in sorted(by_type.items()))
+    return f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md, or replace them before export"
+
+
 def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
     """The message for an output of `node` whose shape stays unknown with every input shape static; it starts
     with "the shape of 'NAME' (" (backend.FxcBackendRep reads NAME to bind the inputs it needs)."""
-    from .codegen.emit import unsupported_message
-    from .ops.registry import lookup
+    from ..ops.registry import lookup
 
     label = node.name or node.op_type
     op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"

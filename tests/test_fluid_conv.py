@@ -122,7 +122,7 @@ def test_fluid_picks_channels_last_for_conv_chains():
     from fluidml_xc.boards import get_board
     from fluidml_xc.codegen.machine import machine_spec
     from fluidml_xc.fluid.costs import Costs
-    from fluidml_xc.optimize import build_problem, optimize
+    from fluidml_xc.fluid.optimize import build_problem, optimize
 
     model, _ = cnn()
     graph = import_graph(model)
@@ -148,7 +148,7 @@ def test_fluid_keeps_row_major_without_predicted_gain():
     """One tiny 1x1 conv between graph input and output: no layout can win, fluid = greedy."""
     from fluidml_xc.boards import get_board
     from fluidml_xc.codegen.machine import machine_spec
-    from fluidml_xc.optimize import optimize
+    from fluidml_xc.fluid.optimize import optimize
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
     model = make_model(nodes, {"w": rand(4, 4, 1, 1), "b": rand(4)}, {"x": np.zeros((1, 4, 5, 5), np.float32)}, ["y"])

@@ -234,15 +234,15 @@ def layout_model():
 
 def test_non_row_major_layouts(tmp_path, monkeypatch):
     """Every intermediate stored with its dimensions reversed: kernels must address through strides."""
-    import fluidml_xc.optimize as optimize_module
-    real = optimize_module.optimize
+    import fluidml_xc.pipeline as pipeline
+    real = pipeline.optimize
 
     def reversed_layouts(graph, spec, mode, costs, threads=1):
         decisions = real(graph, spec, "plain", costs, threads)
         decisions.layouts = {name: tuple(reversed(range(len(graph.tensors[name].shape)))) for name in graph.activations()
                              if name not in graph.outputs and len(graph.tensors[name].shape) > 1}
         return decisions
-    monkeypatch.setattr(optimize_module, "optimize", reversed_layouts)
+    monkeypatch.setattr(pipeline, "optimize", reversed_layouts)
     m, feeds = layout_model()
     got = compile_and_run(m, feeds, tmp_path, opt="plain", profile_runner=False)
     for name, expected in reference(m, feeds).items():

@@ -337,7 +337,7 @@ def test_input_cone_is_recomputed_for_a_far_consumer():
 
 def test_rematerialization_shrinks_the_transformer_arena_to_the_op_bound():
     from fluidml_xc.examples import tiny_transformer
-    from fluidml_xc.planner import PlanOptions, plan_memory, verify_plan
+    from fluidml_xc.planning import PlanOptions, plan_memory, verify_plan
 
     graph = import_graph(tiny_transformer())
     attend = next(n for n in graph.nodes if n.name == "attend")
@@ -395,7 +395,7 @@ def dense_block_model():
 
 def test_conv_over_a_kept_concat_splits_per_input_and_shrinks_the_arena():
     from fluidml_xc import passes
-    from fluidml_xc.planner import PlanOptions, plan_memory, verify_plan
+    from fluidml_xc.planning import PlanOptions, plan_memory, verify_plan
 
     model = dense_block_model()
     graph = import_graph(model)

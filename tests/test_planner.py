@@ -11,7 +11,7 @@ import pytest
 
 from fluidml_xc.ir import Graph, Node, Tensor
 from fluidml_xc.ops.registry import OpSpec
-from fluidml_xc.planner import MemoryPlan, PlanError, PlanOptions, is_alias_view, plan_memory, verify_plan
+from fluidml_xc.planning import MemoryPlan, PlanError, PlanOptions, is_alias_view, plan_memory, verify_plan
 from fluidml_xc.planning.orders import ORDERS, OrderFacts, min_peak_order
 from fluidml_xc.planning.strategies import STRATEGIES, Buffers, exact, place
 
@@ -362,7 +362,7 @@ def _topological_orders(deps: list[tuple[int, ...]]):
 
 @pytest.mark.parametrize("seed", range(24))
 def test_exact_order_search_matches_brute_force(seed: int) -> None:
-    from fluidml_xc.planner import _Facts, _schedule
+    from fluidml_xc.planning.planner import _Facts, _schedule
 
     graph = random_dag(8, seed)
     facts = _Facts(graph, PlanOptions(), specs, {})
@@ -392,7 +392,7 @@ def test_exact_order_defers_a_small_long_lived_branch() -> None:
 
 
 def test_exact_order_search_gives_up_on_its_budget() -> None:
-    from fluidml_xc.planner import _Facts
+    from fluidml_xc.planning.planner import _Facts
 
     facts = _Facts(random_dag(60, seed=3), PlanOptions(), specs, {})
     found = min_peak_order(OrderFacts(facts.deps, facts.reads, facts.creates, facts.size, facts.inplace_pair),

@@ -241,7 +241,7 @@ def test_cost_model_knows_threads(tmp_path):
     from fluidml_xc.codegen.machine import machine_spec
     from fluidml_xc.fluid.costs import AnalyticModel, matmul_geometry
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
-    from fluidml_xc.optimize import optimize
+    from fluidml_xc.fluid.optimize import optimize
     from fluidml_xc.passes import run_passes
     from fluidml_xc.pipeline import LowerOptions, lower
 

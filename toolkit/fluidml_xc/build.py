@@ -145,7 +145,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     threads = resolve_threads(board, options.threads)
     lowered = lower(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads, parallel=threads > 1,
                                               weights_symbol=symbol, symbol_prefix=api.prefix))
-    emitter, plan = lowered.emitter, lowered.plan
+    emitter, plan, graph = lowered.emitter, lowered.plan, lowered.graph
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))
     code = compile_module(lowered.ir_text, spec)
@@ -310,7 +310,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         compiled = compile_graph(graph, board, options, workdir)
         spec = compiled.spec
         stage(BUILD_STAGES[3])
-        _link(board, graph, compiled, workdir, options.profile_runner)
+        _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner)
         stage(BUILD_STAGES[4])
         used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)

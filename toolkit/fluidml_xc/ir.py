@@ -6,6 +6,14 @@ from typing import Any
 
 import numpy as np
 
+ONNX_DOMAINS = ("", "ai.onnx")
+"""The default ONNX operator set's two spellings."""
+
+
+def is_onnx_domain(domain: str) -> bool:
+    """True for the default ONNX domain ("" or "ai.onnx"), False for ai.onnx.ml, com.microsoft, ours, ..."""
+    return domain in ONNX_DOMAINS
+
 
 @dataclass
 class Tensor:

@@ -18,9 +18,9 @@ from .codegen.machine import MachineSpec
 from .errors import InputError
 from .frontend.importer import FrontendOptions, import_model
 from .ir import Graph
-from .optimize import Decisions, optimize
+from .fluid.optimize import Decisions, apply_views, optimize
 from .passes import run_passes
-from .planner import MemoryPlan, PlanOptions, plan_memory, verify_plan
+from .planning import MemoryPlan, PlanOptions, plan_memory, verify_plan
 from .frontend.validate import Limits
 
 OPT_MODES = ("plain", "greedy", "fluid")
@@ -79,8 +79,9 @@ class LowerOptions:
 
 @dataclass(frozen=True)
 class Planned:
-    """The optimizer's decisions and the memory plan (verified) for one graph."""
+    """The graph as the optimizer leaves it (Transposes that became views), its decisions and verified memory plan."""
 
+    graph: Graph
     decisions: Decisions
     plan: MemoryPlan
 
@@ -107,15 +108,16 @@ def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()
     memory = plan_options(options.opt, spec.alignment)
     check_supported(graph)
     decisions = optimize(graph, spec, options.opt, options.costs, options.threads)
+    graph = apply_views(graph, decisions.views)
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)
-    return Planned(decisions, memory_plan)
+    return Planned(graph, decisions, memory_plan)
 
 
 def lower(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()) -> Lowered:
-    """The compiler middle and back end up to LLVM IR."""
+    """The compiler middle and back end up to LLVM IR (Lowered.graph: `graph` with the optimizer's views)."""
     planned = plan(graph, spec, options)
-    decisions = planned.decisions
+    graph, decisions = planned.graph, planned.decisions
     emitter = ModuleEmitter(graph, planned.plan, spec,
                             EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
                                         weights_symbol=options.weights_symbol, parallel=options.parallel,

@@ -250,7 +250,7 @@ class ModuleEmitter:
         return name
 
     def node_function(self, node: Node, step: int) -> ir.Function | None:
-        from ..planner import is_alias_view
+        from ..planning import is_alias_view
 
         graph = self.graph
         spec = lookup(node.op_type, graph.opset, node.domain)

@@ -14,13 +14,14 @@ Conv's residual epilogue (passes/conv_epilogue.py). Applied only when the Concat
 inputs on axis 1, its output also feeds something else (so it stays live anyway), each op of the
 chain has a single consumer, and the layer would otherwise need more bytes at its Conv (the Concat
 output, its normalized copy and the Conv output) than the graph's order-independent op bound
-(planner.py): elsewhere the split would cost time (two smaller Convs) and save no arena bytes.
+(planning.op_lower_bound): elsewhere the split would cost time (two smaller Convs) and save no arena bytes.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node, Tensor, is_onnx_domain
+from ..planning import op_lower_bound
 from . import graph_pass
 
 UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus",
@@ -60,7 +61,7 @@ def _chain(graph: Graph, start: str, consumers: dict[str, list[Node]], outputs: 
         if len(users) != 1 or (chain and current in outputs):
             return None
         node = users[0]
-        if node.domain not in ("", "ai.onnx") or not node.outputs or len([o for o in node.outputs if o]) != 1:
+        if not is_onnx_domain(node.domain) or not node.outputs or len([o for o in node.outputs if o]) != 1:
             return None
         if node.op_type == "Conv":
             if node.inputs[0] != current or int(node.attrs.get("group", 1)) != 1 or len(node.inputs) < 2:
@@ -87,19 +88,12 @@ def _chain(graph: Graph, start: str, consumers: dict[str, list[Node]], outputs: 
         current = node.outputs[0]
 
 
-def _op_bound(graph: Graph) -> int:
-    from ..ops import registry
-    from ..planner import PlanOptions, _Facts
-
-    return _Facts(graph, PlanOptions(), registry.lookup, {}).lower_bound
-
-
 @graph_pass(order=5)
 def split_conv_over_kept_concat(graph: Graph) -> None:
     outputs = set(graph.outputs)
     done = 0
     bound = None
-    for concat in [n for n in graph.nodes if n.op_type == "Concat" and n.domain in ("", "ai.onnx")]:
+    for concat in [n for n in graph.nodes if n.op_type == "Concat" and is_onnx_domain(n.domain)]:
         consumers = graph.consumers()
         if len(concat.inputs) != 2 or len(concat.outputs) != 1 or concat.outputs[0] in outputs:
             continue
@@ -115,7 +109,7 @@ def split_conv_over_kept_concat(graph: Graph) -> None:
             continue
         chain, conv = found
         if bound is None:
-            bound = _op_bound(graph)
+            bound = op_lower_bound(graph)
         if x.nbytes + graph.tensors[chain[-1].outputs[0]].nbytes + graph.tensors[conv.outputs[0]].nbytes <= bound:
             continue
         parts, lo = [], 0

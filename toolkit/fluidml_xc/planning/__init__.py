@@ -1,1 +1,5 @@
-"""Building blocks of the static memory planner; the API is `fluidml_xc.planner`."""
+"""Stage 4, the static memory planner (DESIGN.md 1.7): `plan_memory`, `verify_plan`, `op_lower_bound`;
+planner.py drives the execution orders (orders.py) and placement strategies (strategies.py)."""
+from .planner import MemoryPlan, PlanError, PlanOptions, is_alias_view, op_lower_bound, plan_memory, verify_plan
+
+__all__ = ["MemoryPlan", "PlanError", "PlanOptions", "is_alias_view", "op_lower_bound", "plan_memory", "verify_plan"]

@@ -12,17 +12,17 @@ row-major (greedy's kernels).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .codegen.machine import MachineSpec
-from .fluid.costs import Costs, register_elementwise, transpose_is_view
-from .fluid.layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
+from ..codegen.machine import MachineSpec
+from .costs import Costs, register_elementwise, transpose_is_view
+from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 
-from .fluid.loop_order import LOOP_ORDER_OPS
-from .fluid.segmentation import segment_graph
-from .fluid.voting import vote_layouts
-from .ir import Graph
-from .ops import registry
+from .loop_order import LOOP_ORDER_OPS
+from .segmentation import segment_graph
+from .voting import vote_layouts
+from ..ir import Graph, Node
+from ..ops import registry
 
 LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
                              "GlobalMaxPool", "Concat"})
@@ -160,8 +160,21 @@ def build_problem(graph: Graph, costs: Costs):
     return problem, pinned, touched
 
 
+def apply_views(graph: Graph, views: list[str]) -> Graph:
+    """`graph` with the Transposes named in `views` (Decisions.views) replaced by VIEW_OP nodes; the others shared."""
+    if not views:
+        return graph
+    named = set(views)
+
+    def viewed(node: Node) -> Node:
+        perm = node.attrs.get("perm") or list(range(len(graph.tensors[node.outputs[0]].shape)))[::-1]
+        return replace(node, op_type=VIEW_OP, attrs={"_transpose_perm": list(perm)})
+    return replace(graph, nodes=[viewed(n) if n.name in named else n for n in graph.nodes])
+
+
 def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic", threads: int = 1) -> Decisions:
-    """Row-major for plain/greedy; the FluidML search for fluid, costing each kernel on `threads` threads."""
+    """Row-major for plain/greedy; the FluidML search for fluid, costing each kernel on `threads` threads. The graph
+    is not changed: the Transposes the layouts make byte copies are listed in `views` (see apply_views)."""
     started = time.perf_counter()
     decisions = Decisions(mode, costs=costs, threads=threads)
     if mode != "fluid" or not graph.nodes:
@@ -195,11 +208,8 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
         before = sum(problem.cost(i, trial) for i in users.get(t, ()))
         after = sum(problem.cost(i, final) for i in users.get(t, ()))
         decisions.gains[t] = before - after if before != float("inf") else float("nan")
-    for node in graph.nodes:
-        if node.op_type == "Transpose" and transpose_is_view(graph, node, decisions.layouts):
-            perm = node.attrs.get("perm") or list(range(len(graph.tensors[node.outputs[0]].shape)))[::-1]
-            node.op_type, node.attrs = VIEW_OP, {"_transpose_perm": list(perm)}
-            decisions.views.append(node.name)
+    decisions.views = [n.name for n in graph.nodes if n.op_type == "Transpose" and transpose_is_view(graph, n, decisions.layouts)]
+    graph = apply_views(graph, decisions.views)
     for node in graph.nodes:
         if node.op_type in LOOP_ORDER_OPS:
             order = model.cost_and_order(node, decisions.layouts, varies=True)[1]

@@ -13,11 +13,11 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from .ir import Graph, Node
-from .ops import registry
-from .ops.registry import OpSpec
-from .planning.orders import ORDERS, OrderFacts, min_peak_order
-from .planning.strategies import SEARCHES, STRATEGIES, Buffers
+from ..ir import Graph, Node
+from ..ops import registry
+from ..ops.registry import OpSpec
+from .orders import ORDERS, OrderFacts, min_peak_order
+from .strategies import SEARCHES, STRATEGIES, Buffers
 
 SpecLookup = Callable[[str, int, str], "OpSpec | None"]
 Layouts = Mapping[str, tuple[int, ...]]
@@ -178,6 +178,12 @@ class _Facts:
             if self.inplace_pair[i] is not None:
                 total -= self.size[self.inplace_pair[i][1]]
             self.lower_bound = max(self.lower_bound, total)
+
+
+def op_lower_bound(graph: Graph, spec_lookup: SpecLookup | None = None) -> int:
+    """The largest number of bytes one op reads and writes in the arena (in place where it may): a bound no
+    execution order or placement goes below (passes compare a rewrite against it before planning)."""
+    return _Facts(graph, PlanOptions(), spec_lookup or registry.lookup, {}).lower_bound
 
 
 def _same_storage_shape(graph: Graph, layouts: Layouts, a: str, b: str) -> bool:

@@ -29,6 +29,7 @@ from onnx.backend.base import Backend, BackendRep
 from .boards import Board, get_board
 from .errors import InputError
 from .pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
+from .ir import is_onnx_domain
 
 DEFAULT_OPT = "fluid"
 
@@ -252,7 +253,7 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
     if node.op_type == "Loop":  # the trip count and the condition decide the output shapes, not the carried values
         stack = [n for n in node.input[:2] if n]
     from .frontend.sequences import VALUE_INPUTS, _structured_if
-    if (node.op_type in VALUE_INPUTS and node.domain in ("", "ai.onnx")
+    if (node.op_type in VALUE_INPUTS and is_onnx_domain(node.domain)
             and (node.op_type != "If" or _structured_if(node))):  # positions, split sizes, the condition of an If giving sequences
         values = _shape_inputs_from(producers, [node.input[i] for i in VALUE_INPUTS[node.op_type]
                                                 if i < len(node.input) and node.input[i]], arrays, bound)

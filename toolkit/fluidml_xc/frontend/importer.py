@@ -18,7 +18,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ..errors import InputError
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node, Tensor, is_onnx_domain
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_input_shape, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -76,7 +76,7 @@ def load_model(path: str | Path) -> onnx.ModelProto:
 
 def _opset(model: onnx.ModelProto) -> int:
     for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
+        if is_onnx_domain(entry.domain):
             return entry.version
     return 1
 
@@ -284,7 +284,7 @@ class _Folder:
                 raise InputError(self.unresolved[name])
             if name not in self.tensors:
                 raise InputError(f"node {node.name or node.op_type!r} reads {name!r}, which nothing produces: the model is malformed")
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Constant" and is_onnx_domain(node.domain):
             self.const(node.output[0], self.evaluate(node)[0])
             return True
         can_fold = self.fold and node.op_type not in NONDETERMINISTIC and node.op_type not in SUBGRAPH_OPS
@@ -304,9 +304,9 @@ class _Folder:
             return True
         type_only = {node.input[i] for i in TYPE_ONLY_INPUTS.get(node.op_type, ()) if i < len(node.input) and node.input[i]}
         check = SHAPE_CHECKS.get(node.op_type)
-        if check is not None and node.domain in ("", "ai.onnx"):
+        if check is not None and is_onnx_domain(node.domain):
             check(node.op_type, node.name or node.op_type, attrs, [self.tensors[n].shape if n else None for n in node.input])
-        if can_fold and all(self.tensors[n].is_const or n in type_only for n in inputs) and node.domain in ("", "ai.onnx"):
+        if can_fold and all(self.tensors[n].is_const or n in type_only for n in inputs) and is_onnx_domain(node.domain):
             try:
                 planned = self.infer(node)
             except InputError:
@@ -322,7 +322,7 @@ class _Folder:
                     self.const(name, value)
                 return True
         from ..ops.dynamic import DYNAMIC_OPS
-        if node.op_type in DYNAMIC_OPS and node.domain in ("", "ai.onnx"):
+        if node.op_type in DYNAMIC_OPS and is_onnx_domain(node.domain):
             inferred = self.infer_dynamic(node, attrs)
         else:
             inferred = self.infer(node)
@@ -330,7 +330,7 @@ class _Folder:
                 self.dynamic[node.output[0]] = self.dynamic[dynamic_in[0]]
         self.check_sizes(node, inferred)
         check = OUTPUT_CHECKS.get(node.op_type)
-        if check is not None and node.domain in ("", "ai.onnx"):
+        if check is not None and is_onnx_domain(node.domain):
             check(node.op_type, node.name or node.op_type, attrs, [self.tensors[n].shape if n else None for n in node.input],
                   [inferred[n].shape if n in inferred else None for n in node.output])
         for name in node.output:
@@ -386,7 +386,7 @@ def _check_known_ops(model: onnx.ModelProto) -> None:
         else:
             if node.op_type in FOLDABLE_ONLY:
                 continue
-        missing.append((node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}", name))
+        missing.append((node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}", name))
     if unknown:
         raise InputError(unsupported_message(missing))
 

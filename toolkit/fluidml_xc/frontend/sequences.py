@@ -32,6 +32,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import InputError
+from ..ir import is_onnx_domain
 
 SEQ_DOMAIN = "fluidml_xc.structure"
 
@@ -189,7 +190,7 @@ def _structured_if(node: onnx.NodeProto) -> bool:
 def handles(node: onnx.NodeProto, structs: dict) -> bool:
     if node.domain == SEQ_DOMAIN:
         return True
-    if node.domain not in ("", "ai.onnx"):
+    if not is_onnx_domain(node.domain):
         return False
     if node.op_type in SEQUENCE_OPS or any(n in structs for n in node.input if n):
         return True

@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+from ..ir import is_onnx_domain
 
 MAX_UNROLLED_NODES = 4096
 """Unrolling a Scan into more nodes than this is not worth it: the node stays unsupported."""
@@ -320,7 +321,7 @@ def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[o
     work, kept = list(reversed(nodes)), []
     while work:
         node = work.pop()
-        if node.op_type in EXPANDERS and node.domain in ("", "ai.onnx"):
+        if node.op_type in EXPANDERS and is_onnx_domain(node.domain):
             expanded = expand_subgraph(node, node.name, dry.tensors, opset, dry)
             if expanded is not None:
                 work.extend(reversed(expanded))
@@ -471,7 +472,7 @@ def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: 
         from .ml_ops import expand_ml
         return expand_ml(node, node_name, tensors, opset)
     fn = EXPANDERS.get(node.op_type)
-    if fn is None or node.domain not in ("", "ai.onnx"):
+    if fn is None or not is_onnx_domain(node.domain):
         return None
     if fn is expand_if:
         return fn(node, node_name, tensors, opset, folder)

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from ..errors import InputError
+from ..ir import is_onnx_domain
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
@@ -124,7 +125,7 @@ def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
     from ..ops.registry import lookup
 
     label = node.name or node.op_type
-    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    op = node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
     if lookup(node.op_type, folder.opset, node.domain) is None and node.op_type not in SHAPE_INPUTS:
         return f"the shape of {output!r} ({op} node {label!r}) is unknown: {unsupported_message([(op, label)])}"
     positions = SHAPE_INPUTS.get(node.op_type, tuple(range(len(node.input))))

@@ -13,6 +13,7 @@ import onnx
 from onnx import helper
 
 from ..errors import InputError
+from ..ir import is_onnx_domain
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -232,7 +233,7 @@ def check_opsets(model: onnx.ModelProto) -> None:
             raise InputError(f"opset domain {entry.domain!r} is not valid UTF-8: fix the model's opset_import")
     newest = onnx.defs.onnx_opset_version()
     for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx") and not 1 <= entry.version <= newest:
+        if is_onnx_domain(entry.domain) and not 1 <= entry.version <= newest:
             raise InputError(f"the model imports ONNX opset {entry.version}; this onnx {onnx.__version__} knows opsets 1 to "
                              f"{newest}: re-export it with a supported opset")
 
@@ -266,7 +267,7 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None, node_na
             if out:
                 produced[out] = f"written by node {name!r}"
     for node, name in zip(model.graph.node, names):
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Constant" and is_onnx_domain(node.domain):
             _check_constant(node, name)
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue  # subgraphs read outer names: checked when expanded
@@ -278,9 +279,9 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None, node_na
             if attr.type == onnx.AttributeProto.TENSOR:
                 _check_initializer(attr.t, ctx, limits)
         check = ATTRIBUTE_CHECKS.get(node.op_type)
-        if check is not None and node.domain in ("", "ai.onnx"):
+        if check is not None and is_onnx_domain(node.domain):
             check(node, name)
-        if node.domain in ("", "ai.onnx"):
+        if is_onnx_domain(node.domain):
             _check_flags(node, name)
 
 

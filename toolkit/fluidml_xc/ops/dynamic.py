@@ -29,6 +29,7 @@ from ..codegen.kernel import row_major_strides
 from ..codegen.scalar import const, is_float
 from ..errors import InputError
 from .registry import register
+from ..ir import is_onnx_domain
 
 DYNAMIC_OPS = frozenset({"NonZero", "Compress", "Unique", "NonMaxSuppression"})
 I64 = ir.IntType(64)
@@ -88,7 +89,7 @@ def bound_outputs(op_type: str, attrs: dict, inputs: list, opset: int, where: st
 
 def scratch_bytes(graph, node) -> int:
     """Scratch memory the kernel of `node` needs (0 for most ops)."""
-    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Unique", "NonMaxSuppression"):
+    if not is_onnx_domain(node.domain) or node.op_type not in ("Unique", "NonMaxSuppression"):
         return 0
     x = graph.tensors[node.inputs[0]]
     if node.op_type == "NonMaxSuppression":

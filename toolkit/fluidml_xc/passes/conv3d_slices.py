@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_onnx_domain
 from . import graph_pass
 
 
@@ -33,7 +33,7 @@ def _pads(node: Node, size: list[int], kernel: list[int], strides: list[int], di
 
 
 def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
-    if node.domain not in ("", "ai.onnx") or len(node.inputs) < 2 or len(node.outputs) != 1:
+    if not is_onnx_domain(node.domain) or len(node.inputs) < 2 or len(node.outputs) != 1:
         return None
     x, w = graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]]
     bias = graph.tensors[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None

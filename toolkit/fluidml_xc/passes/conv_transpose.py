@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_onnx_domain
 from . import graph_pass
 
 DOMAIN = "fluidml"
@@ -59,7 +59,7 @@ def _activation(graph: Graph, base: str, dtype, shape) -> str:
 
 
 def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
-    if node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+    if not is_onnx_domain(node.domain) or len(node.inputs) < 2:
         return None
     x, w = graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]]
     bias = graph.tensors[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..ops.einsum import _parse
 from . import graph_pass
 
@@ -49,7 +49,7 @@ def _arrange(names: _Names, nodes: list[Node], src: Tensor, perm: list[int], sha
 
 
 def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
-    if node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or not all(node.inputs):
+    if not is_onnx_domain(node.domain) or len(node.inputs) != 2 or not all(node.inputs):
         return None
     a, b = graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]]
     out = graph.tensors[node.outputs[0]]

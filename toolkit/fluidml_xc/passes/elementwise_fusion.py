@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_onnx_domain
 from ..ops import registry
 from ..ops.fused import DOMAIN, FUSABLE_OPS, OP_TYPE
 from . import graph_pass
@@ -40,7 +40,7 @@ def _imm(value, dtype) -> list:
 
 def fusable(graph: Graph, node: Node) -> bool:
     """A single-output elementwise node the fused kernel can evaluate."""
-    if node.domain not in ("", "ai.onnx") or node.op_type not in FUSABLE_OPS:
+    if not is_onnx_domain(node.domain) or node.op_type not in FUSABLE_OPS:
         return False
     outs = [o for o in node.outputs if o]
     if len(node.outputs) != 1 or len(outs) != 1 or not node.inputs or not node.inputs[0]:

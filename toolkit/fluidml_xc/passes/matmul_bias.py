@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, is_onnx_domain
 from . import graph_pass
 
 
@@ -35,12 +35,12 @@ def fuse_matmul_bias(graph: Graph) -> None:
     outputs = set(graph.outputs)
     drop = set()
     for node in graph.nodes:
-        if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or len(node.outputs) != 1:
+        if node.op_type != "Add" or not is_onnx_domain(node.domain) or len(node.inputs) != 2 or len(node.outputs) != 1:
             continue
         for side in (0, 1):
             mm_out, bias = node.inputs[side], node.inputs[1 - side]
             mm = producers.get(mm_out)
-            if mm is None or mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.inputs) != 2:
+            if mm is None or mm.op_type != "MatMul" or not is_onnx_domain(mm.domain) or len(mm.inputs) != 2:
                 continue
             if mm_out in outputs or len({id(u) for u in consumers.get(mm_out, [])}) != 1 or mm_out == bias:
                 continue
@@ -72,12 +72,12 @@ def fuse_matmul_residual(graph: Graph) -> None:
     outputs = set(graph.outputs)
     moved: dict[int, object] = {}
     for node in graph.nodes:
-        if node.op_type != "Add" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or len(node.outputs) != 1:
+        if node.op_type != "Add" or not is_onnx_domain(node.domain) or len(node.inputs) != 2 or len(node.outputs) != 1:
             continue
         for side in (0, 1):
             mm_out, res = node.inputs[side], node.inputs[1 - side]
             mm = producers.get(mm_out)
-            if mm is None or mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.inputs) > 3 or id(mm) in moved:
+            if mm is None or mm.op_type != "MatMul" or not is_onnx_domain(mm.domain) or len(mm.inputs) > 3 or id(mm) in moved:
                 continue
             if mm_out in outputs or len({id(u) for u in consumers.get(mm_out, [])}) != 1 or mm_out == res:
                 continue
@@ -108,11 +108,11 @@ def fuse_matmul_relu(graph: Graph) -> None:
     outputs = set(graph.outputs)
     drop = set()
     for node in graph.nodes:
-        if node.op_type != "Relu" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 1 or len(node.outputs) != 1:
+        if node.op_type != "Relu" or not is_onnx_domain(node.domain) or len(node.inputs) != 1 or len(node.outputs) != 1:
             continue
         src = node.inputs[0]
         mm = producers.get(src)
-        if mm is None or mm.op_type not in ("MatMul", "Gemm") or mm.domain not in ("", "ai.onnx") or "_activation" in mm.attrs:
+        if mm is None or mm.op_type not in ("MatMul", "Gemm") or not is_onnx_domain(mm.domain) or "_activation" in mm.attrs:
             continue
         if src in outputs or len({id(u) for u in consumers.get(src, [])}) != 1 or len(mm.outputs) != 1:
             continue

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node, Tensor, is_onnx_domain
 from . import graph_pass
 
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 
 
 def _is(node: Node | None, op_type: str) -> bool:
-    return node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx")
+    return node is not None and node.op_type == op_type and is_onnx_domain(node.domain)
 
 
 def _const(graph: Graph, name: str) -> np.ndarray | None:
@@ -172,7 +172,7 @@ def fuse_qdq(graph: Graph) -> None:
     replaced: dict[int, Node] = {}
     drop: set[int] = set()
     for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in FUSIONS or len(node.outputs) != 1:
+        if not is_onnx_domain(node.domain) or node.op_type not in FUSIONS or len(node.outputs) != 1:
             continue
         op_type, match = FUSIONS[node.op_type]
         inputs = match(graph, node, producers)

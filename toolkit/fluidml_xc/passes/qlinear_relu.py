@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, is_onnx_domain
 from . import graph_pass
 
 PRODUCERS = ("QLinearConv", "QLinearMatMul")
@@ -51,17 +51,17 @@ def fold_qdq_relu(graph: Graph) -> None:
 
     drop = set()
     for q in graph.nodes:
-        if q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx") or len(q.inputs) < 3 or len(q.outputs) != 1:
+        if q.op_type != "QuantizeLinear" or not is_onnx_domain(q.domain) or len(q.inputs) < 3 or len(q.outputs) != 1:
             continue
         relu = producers.get(q.inputs[0])
-        if relu is None or relu.op_type != "Relu" or relu.domain not in ("", "ai.onnx") or not single(q.inputs[0], q):
+        if relu is None or relu.op_type != "Relu" or not is_onnx_domain(relu.domain) or not single(q.inputs[0], q):
             continue
         dq = producers.get(relu.inputs[0])
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or len(dq.inputs) < 3 \
+        if dq is None or dq.op_type != "DequantizeLinear" or not is_onnx_domain(dq.domain) or len(dq.inputs) < 3 \
                 or not single(relu.inputs[0], relu):
             continue
         node = producers.get(dq.inputs[0])
-        if node is None or node.op_type not in PRODUCERS or node.domain not in ("", "ai.onnx") or "_relu_floor" in node.attrs or "_lut" in node.attrs \
+        if node is None or node.op_type not in PRODUCERS or not is_onnx_domain(node.domain) or "_relu_floor" in node.attrs or "_lut" in node.attrs \
                 or not single(dq.inputs[0], dq):
             continue
         qt = graph.tensors[dq.inputs[0]]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_onnx_domain
 from . import graph_pass
 
 REMAT_MIN_GAP = 3
@@ -40,7 +40,7 @@ HEAVY_OPS = frozenset({
 
 
 def _cheap(node: Node) -> bool:
-    if node.domain not in ("", "ai.onnx"):
+    if not is_onnx_domain(node.domain):
         return node.op_type == "FusedElementwise"
     return node.op_type not in HEAVY_OPS and not node.op_type.startswith("Random")
 

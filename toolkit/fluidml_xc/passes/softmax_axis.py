@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, is_onnx_domain
 from . import graph_pass
 
 
 def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
-    if node.domain not in ("", "ai.onnx") or graph.opset < 13 or len(node.outputs) != 1:
+    if not is_onnx_domain(node.domain) or graph.opset < 13 or len(node.outputs) != 1:
         return None
     x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
     rank = len(x.shape)

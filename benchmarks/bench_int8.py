@@ -163,7 +163,7 @@ CASES = {
 
 
 def our_runner(model):
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
     jit = compile_model(model, "x86_64")
     return jit
 

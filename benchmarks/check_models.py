@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
 
 from fluidml_xc.build import BuildOptions, build_model  # noqa: E402
-from fluidml_xc.execute import run_artifact  # noqa: E402
+from fluidml_xc.run.execute import run_artifact  # noqa: E402
 from fluidml_xc.progress import progress_bar  # noqa: E402
 from fluidml_xc.reference import compare  # noqa: E402
 

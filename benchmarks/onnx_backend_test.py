@@ -11,7 +11,7 @@ import os
 
 import onnx.backend.test
 
-from fluidml_xc.backend import FxcBackend
+from fluidml_xc.run.backend import FxcBackend
 
 
 class _Backend(FxcBackend):

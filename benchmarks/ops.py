@@ -202,7 +202,7 @@ def main() -> int:
     args = ap.parse_args()
     import onnxruntime as ort
 
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
 
     header = ("case", "ours ms", "ORT ms", "ours", "ORT", "ratio", "check")
     if args.markdown:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "toolkit"))
 def main() -> int:
     from fluidml_xc.boards import get_board
     from fluidml_xc.build import BuildOptions, build_model
-    from fluidml_xc.execute import run_artifact
+    from fluidml_xc.run.execute import run_artifact
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", type=Path)

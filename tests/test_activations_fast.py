@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 
 SPECIALS = [0.0, -0.0, 1e-30, -1e-30, 1e-5, -3e-4, 4e-4, 7.9, -8.5, 9.0, 100.0, np.inf, -np.inf, np.nan]
 

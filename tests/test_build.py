@@ -87,7 +87,7 @@ def test_artifact_files_manifest_and_elf(board, cnn_artifacts):
 
 @pytest.mark.parametrize("board", BOARDS)
 def test_bench_and_profile_json(board, cnn_artifacts):
-    from fluidml_xc.execute import run_artifact
+    from fluidml_xc.run.execute import run_artifact
     result = run_artifact(cnn_artifacts[board], bench=3, warmup=1, profile=True)
     bench = result.bench
     for key in ("runs", "median_ms", "p90_ms", "min_ms", "peak_rss_bytes"):

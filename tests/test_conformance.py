@@ -1,6 +1,6 @@
 """ONNX backend node tests (1,884 cases, onnx.backend.test.loader) compiled and run by fluidml-xc.
 
-- x86_64: every case, in-process JIT (fluidml_xc.backend), in an isolated worker process per xdist
+- x86_64: every case, in-process JIT (fluidml_xc.run.backend), in an isolated worker process per xdist
   worker (a crash or a hang of one case fails that case only).
 - aarch64 and armv7: the first case of every op type, built into a runner and run under qemu-user
   (all cases with FXC_CONFORMANCE_ALL_TARGETS=1).

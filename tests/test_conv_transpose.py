@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
 
 CASES = [  # (x shape, Cout, kernel, attrs)

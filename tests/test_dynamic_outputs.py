@@ -34,7 +34,7 @@ def reference(m, feeds):
 
 
 def jit_run(m, feeds):
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
 
     fn = compile_model(m, None)
     return dict(zip([o.name for o in m.graph.output], fn(feeds)))
@@ -172,7 +172,7 @@ def test_nms_runtime_max_output_and_thresholds():
     feeds = {"boxes": boxes, "scores": scores, "m": np.array([4], np.int64), "iou": np.array([0.4], np.float32),
              "th": np.array([0.2], np.float32)}
     m = make_model([helper.make_node("NonMaxSuppression", ["boxes", "scores", "m", "iou", "th"], ["sel"])], feeds, ["sel"])
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
 
     fn = compile_model(m, None)
     for mv, thv in ((4, 0.2), (100, 0.0), (1, 0.9), (0, 0.1)):
@@ -238,7 +238,7 @@ def aarch64():
 
 def test_build_and_run_under_qemu_aarch64(aarch64, tmp_path):
     from fluidml_xc.build import BuildOptions, build_model
-    from fluidml_xc.execute import run_artifact
+    from fluidml_xc.run.execute import run_artifact
 
     b, c, n = 1, 2, 12
     boxes, scores = _boxes(b, n, 0), rng.random((b, c, n)).astype(np.float32)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
 
 CASES = [  # equation, shapes, constant operand index or None, rewritten

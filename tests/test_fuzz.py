@@ -51,7 +51,7 @@ def _report(name: str, counts: collections.Counter, failures: list[str]) -> None
 
 
 def test_fuzz_build(request, tmp_path):
-    from fluidml_xc.execute import random_feeds, read_manifest, run_artifact
+    from fluidml_xc.run.execute import random_feeds, read_manifest, run_artifact
 
     n = _cases(request, FUZZ_MODELS)
     rng = random.Random(_seed(request))

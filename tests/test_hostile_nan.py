@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from modelrun import build, has_emulator, run
 
 X = np.array([np.nan, -1.0, 2.0, np.inf, -np.inf, 0.5, -0.0, np.nan], np.float32)

@@ -42,7 +42,7 @@ def isa(request, monkeypatch):
 
 
 def jit_run(m, feeds):
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
     fn = compile_model(m, "x86_64")
     return dict(zip([o.name for o in m.graph.output], fn(feeds)))
 

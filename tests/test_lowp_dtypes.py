@@ -87,7 +87,7 @@ def _jit_map(build, in_ty, out_ty, values: np.ndarray, out_dtype) -> np.ndarray:
     import llvmlite.binding as llvm
     from llvmlite import ir
 
-    from fluidml_xc.backend import _jit_setup
+    from fluidml_xc.run.backend import _jit_setup
 
     _jit_setup()
     module = ir.Module()
@@ -264,7 +264,7 @@ def _cast_model(dst: str, src: int = TensorProto.FLOAT, saturate=None, n: int = 
 
 
 def _jit(model, feeds):
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
     return compile_model(model)(feeds)
 
 
@@ -374,7 +374,7 @@ def _cross_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 def test_conversions_bit_exact_under_qemu(board, emulator, tmp_path):
     if not shutil.which(emulator):
         pytest.skip(f"{emulator} missing (apt-get install qemu-user-static)")
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
 
     model, feeds = _cross_model()
     want = _reference(model, feeds)
@@ -412,7 +412,7 @@ def test_bfloat16_model_cli_build_and_run(tmp_path):
         y = npz["y"].view(ml_dtypes.bfloat16)
     np.testing.assert_allclose(y.astype(np.float32), _bf16_expected(x).astype(np.float32), rtol=1e-2, atol=1e-2)
     # the runner's own filler for a bfloat16 input is mirrored by execute.random_feeds
-    from fluidml_xc.execute import random_feeds, run_artifact
+    from fluidml_xc.run.execute import random_feeds, run_artifact
     feeds = random_feeds(manifest)
     assert feeds["x"].dtype == ml_dtypes.bfloat16
     mine = run_artifact(out, feeds).outputs["y"]
@@ -450,7 +450,7 @@ def test_bitcast_keeps_the_stored_bits():
 def test_runner_filler_matches_random_feeds_for_every_dtype(tmp_path):
     """Inputs given no -i file: the runner's filler (runtime_c/npy.c) and execute.random_feeds agree bit for bit."""
     from fluidml_xc.build import BuildOptions, build_model
-    from fluidml_xc.execute import random_feeds
+    from fluidml_xc.run.execute import random_feeds
 
     names = list(CODES)
     nodes = [helper.make_node("Cast", [f"x_{n}"], [f"y_{n}"], to=TensorProto.FLOAT) for n in names]

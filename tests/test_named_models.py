@@ -167,7 +167,7 @@ def test_two_models_one_program_share_arena_runtime_and_pool(named, tmp_path):
 def test_named_runners_run_profile_and_inspect(named, tmp_path):
     """The runner and runner_prof of a named build (runner.c compiled against its names) behind `run` and
     `profile`; inspect prints the name."""
-    from fluidml_xc.execute import run_artifact
+    from fluidml_xc.run.execute import run_artifact
 
     artifact, model, feeds = named["classifier"]
     (want,) = reference(model, feeds).values()

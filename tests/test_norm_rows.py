@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from modelrun import build, graph_model, has_emulator, run
 
 SPATIAL = (7, 11)  # 77: 2 x 32 in the loop (8 lanes x 4), one whole vector, 5 in the tail

@@ -23,7 +23,7 @@ def model(nodes, feeds, outputs, consts=None, opset=21, extra_opsets=()):
 
 
 def jit_run(m, feeds):
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
     fn = compile_model(m, "x86_64")
     return dict(zip([o.name for o in m.graph.output], fn(feeds)))
 

@@ -157,7 +157,7 @@ def make_case(op, seq=5, batch=3, inp=4, hidden=6, direction="forward", layout=0
 
 
 def jit_run(model, feeds):
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
     fn = compile_model(model, "x86_64")
     names = [o.name for o in model.graph.output]
     return dict(zip(names, fn(feeds)))

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from modelrun import build, graph_model, has_emulator, run
 
 PADS = {"within": [1, 4, 2, 3, 4, 5], "beyond": [4, 0, 7, 5, 9, 11]}

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto as T, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
 from fluidml_xc.ops.fused import DOMAIN, OP_TYPE
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
 from fluidml_xc.ops.elementwise import CONSTANT_POWERS
 

@@ -160,7 +160,7 @@ def quantize_and_check(tmp_path: Path, model: onnx.ModelProto, input_name: str, 
     int8 = onnx.load(str(int8_path))
     assert report["board"] == board and report["calibration_samples"] == 6 and report["eval_samples"] == 3
 
-    from fluidml_xc.execute import run_artifact
+    from fluidml_xc.run.execute import run_artifact
     feeds = load_dir(held)
     ours_float = [run_artifact(report["float_figures"]["artifact"], f).outputs for f in feeds]
     ours_int8 = [run_artifact(report["int8_figures"]["artifact"], f).outputs for f in feeds]

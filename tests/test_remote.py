@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.errors import RemoteError, RunError
-from fluidml_xc.remote.artifact import load_artifact, recorded_model_path, sha256_file
+from fluidml_xc.artifact import sha256_file
+from fluidml_xc.remote.artifact import load_artifact, recorded_model_path
 from fluidml_xc.remote.deploy import DeployOptions, deploy
 from fluidml_xc.remote.profile import ProfileOptions, profile_remote
 from fluidml_xc.remote.shell import sh

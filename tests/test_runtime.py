@@ -14,7 +14,7 @@ from elftools.elf.elffile import ELFFile
 from fluidml_xc import cli
 from fluidml_xc.boards import Target, get_target
 from fluidml_xc.errors import InputError, RunError, ToolchainError
-from fluidml_xc.execute import (check_feeds, emulator_command, load_feeds, random_feeds, read_manifest,
+from fluidml_xc.run.execute import (check_feeds, emulator_command, load_feeds, random_feeds, read_manifest,
                                 run_artifact, save_npz)
 from fluidml_xc.link import compile_c_program, is_host_target, link_artifact, runtime_objects
 from fluidml_xc.runtime import ModelSpec, TensorSpec, c_string, render_sources

@@ -63,7 +63,7 @@ def assert_same(got, want, where="output"):
 
 
 def check(m, feeds, board=None, override=None):
-    from fluidml_xc.backend import FxcBackend
+    from fluidml_xc.run.backend import FxcBackend
 
     want = ReferenceEvaluator(m).run(None, feeds)
     rep = FxcBackend.prepare(m, board=board)
@@ -160,7 +160,7 @@ def test_sequence_map_with_tensor_and_shape():
 
 @on_x86
 def test_sequence_input_respecializes_on_length_and_shapes():
-    from fluidml_xc.backend import FxcBackend
+    from fluidml_xc.run.backend import FxcBackend
 
     m = make_model([helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0)], [seq_info("xs")], ["y"])
     rep = FxcBackend.prepare(m)
@@ -337,7 +337,7 @@ def test_backend_under_qemu(board, emulator):
 
 def test_build_and_run_artifact_under_qemu_aarch64(tmp_path):
     from fluidml_xc.build import BuildOptions, build_model
-    from fluidml_xc.execute import run_artifact
+    from fluidml_xc.run.execute import run_artifact
 
     if not shutil.which("qemu-aarch64-static"):
         pytest.fail("qemu-aarch64-static missing: apt-get install qemu-user-static")

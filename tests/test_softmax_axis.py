@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
 
 

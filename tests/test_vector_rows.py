@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from fluidml_xc.backend import compile_model
+from fluidml_xc.run.backend import compile_model
 from modelrun import build, graph_model, has_emulator, run
 
 ROW = 77  # 2 x 32 in the loop (8 lanes x 4), one whole vector, 5 in the tail; 4 lanes: 4 x 16, 3 vectors, 1 in the tail

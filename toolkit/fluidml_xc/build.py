@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from . import __version__
+from .artifact import LAST_BUILD, sha256_file
 from .boards import Board, get_board
 from .codegen.machine import MachineSpec, compile_module, llvm_version, machine_spec
 from .errors import InputError
@@ -25,13 +26,9 @@ from .ir import Graph
 from .pipeline import Lowered, LowerOptions, import_graph, lower
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
-from .binding import manifest_entry
-from .remote.artifact import sha256_file
+from .run.binding import manifest_entry
 from .runtime import CApi
 from .threads import resolve_threads
-
-LAST_BUILD = Path("build") / ".last"
-
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -52,7 +49,7 @@ class BuildOptions:
     threads: int | None = None
     """Threads the model runs on by default and at most (FXC_THREADS); None: the board's cores (threads.py)."""
     bind: dict[str, object] = field(default_factory=dict)
-    """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (binding.py)."""
+    """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (run/binding.py)."""
     name: str | None = None
     """--name: the C API's name (NAME_init, NAME_ARENA_BYTES, NAME.h, libNAME.a + libfxc_runtime.a); None: model.h, fxc_*."""
 
@@ -266,7 +263,7 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
 
 def _bind(model: onnx.ModelProto, options: BuildOptions) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
     """--bind values typed by the model's inputs, and the --input-shape entries of the inputs left."""
-    from .binding import resolve
+    from .run.binding import resolve
 
     bound = resolve(model, options.bind) if options.bind else {}
     for name, value in bound.items():
@@ -344,3 +341,10 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         except OSError as exc:
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     return BuildResult(out_dir, manifest, time.perf_counter() - started)
+
+
+def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic", weights_symbol: str | None = None,
+                parallel: bool = True, threads: int = 1, symbol_prefix: str = "fxc_") -> Lowered:
+    """Phase B: benchmarks/mca.py (edited by another helper now) still calls this; everything else uses pipeline.lower."""
+    return lower(graph, spec, LowerOptions(opt=opt, costs=costs, threads=threads if parallel else 1, parallel=parallel,
+                                           weights_symbol=weights_symbol, symbol_prefix=symbol_prefix))

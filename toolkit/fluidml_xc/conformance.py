@@ -1,6 +1,6 @@
 """ONNX backend node tests (onnx.backend.test.loader.load_model_tests(kind="node")) against fluidml-xc.
 
-Each case is compiled with fluidml-xc (fluidml_xc.backend: in-process JIT on x86_64 hosts, a linked
+Each case is compiled with fluidml-xc (fluidml_xc.run.backend: in-process JIT on x86_64 hosts, a linked
 runner under qemu-user for aarch64/armv7), run on every data set it carries, and compared with the
 case's own expected outputs and rtol/atol exactly as onnx.backend.test.runner does. The expected
 outputs are the oracle.
@@ -193,7 +193,7 @@ def run_case(case, board: str | None = None, opt: str = "fluid") -> CaseResult:
     """Compile and run one case on `board` (None: this host); never raises for compiler failures."""
     from onnx.backend.test.runner import Runner
 
-    from .backend import FxcBackend
+    from .run.backend import FxcBackend
 
     op = case_ops().get(case.name, "?")
     started = time.perf_counter()
@@ -237,7 +237,7 @@ def diagnose(case, board: str | None = None, opt: str = "fluid") -> str:
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
-    from .backend import FxcBackend
+    from .run.backend import FxcBackend
     from .pipeline import import_graph
 
     model = onnx.ModelProto()
@@ -591,7 +591,7 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
         "",
         "*Specialized*: an output shape depends on the value of an input (Reshape's shape, a Reduce's axes,",
         "Resize's sizes, TopK's K, ...); fluidml-xc compiles for static shapes, so the backend compiles such",
-        "inputs as build-time constants with the case's values (`fluidml_xc.backend`, reused only for equal",
+        "inputs as build-time constants with the case's values (`fluidml_xc.run.backend`, reused only for equal",
         "values). A case whose every output is then computed at build time (Range, ConstantOfShape, the window",
         "functions) counts as passed, as ONNX's own BackendTest harness counts it (`benchmarks/onnx_backend_test.py`",
         "gives the same figure); the table shows how many. Ops without a lowering that ONNX defines as functions (Attention,",

@@ -9,9 +9,9 @@ from functools import cache
 from pathlib import Path
 
 import jinja2
-import ml_dtypes
 import numpy as np
 
+from .dtypes import STORAGE_ONLY
 from .errors import InputError
 from .resources import data_dir
 
@@ -23,8 +23,6 @@ DTYPE_CODES: dict[str, int] = {
     "bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20,
     "uint4": 21, "int4": 22, "float4_e2m1fn": 23, "float8_e8m0fnu": 24, "uint2": 25, "int2": 26,
 }
-STORAGE_ONLY = {name: np.dtype(getattr(ml_dtypes, name)) for name, code in DTYPE_CODES.items() if code >= 16}
-"""The ml_dtypes dtypes (bfloat16, float8_*, int4, ...) by name."""
 
 
 @dataclass(frozen=True)

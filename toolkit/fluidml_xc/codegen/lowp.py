@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from ..dtypes import is_storage_only
+
 try:  # ml_dtypes comes with onnx
     import ml_dtypes
 except ImportError:  # pragma: no cover
@@ -66,21 +68,15 @@ INT_FORMATS: dict[str, IntFormat] = {
     "int4": IntFormat(4, True), "uint4": IntFormat(4, False), "int2": IntFormat(2, True), "uint2": IntFormat(2, False),
 }
 FLOATLIKE = frozenset(FLOAT_FORMATS) | {"bfloat16", "float8_e8m0fnu"}
-NAMES = FLOATLIKE | frozenset(INT_FORMATS)
 SATURATING = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
 """The formats ONNX's `saturate` attribute applies to."""
 
 
 def _name(dtype) -> str | None:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        return None
-    return dt.name if dt.name in NAMES and dt.type.__module__.startswith("ml_dtypes") else None
+    return np.dtype(dtype).name if is_storage_only(dtype) else None
 
 
-def is_lowp(dtype) -> bool:
-    return _name(dtype) is not None
+is_lowp = is_storage_only
 
 
 def compute_dtype(dtype) -> np.dtype:

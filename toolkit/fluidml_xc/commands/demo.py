@@ -9,7 +9,7 @@ import onnx
 from ..boards import default_board_name, get_board
 from ..build import BuildOptions, build_model
 from ..examples import EXAMPLES, example_feeds
-from ..execute import run_artifact
+from ..run.execute import run_artifact
 from ..reference import compare, median_latency_ms, ort_session, reference_outputs
 
 NAME = "demo"

@@ -62,7 +62,7 @@ def check_run_arguments(args) -> None:
 
 
 def main(args) -> int:
-    from ..execute import load_feeds, run_artifact, save_npz
+    from ..run.execute import load_feeds, run_artifact, save_npz
 
     check_run_arguments(args)
     artifact = resolve_artifact_dir(args.dir)

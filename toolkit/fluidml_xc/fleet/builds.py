@@ -69,7 +69,7 @@ def artifacts_for(hosts: list[FleetHost], source: str | None,
 def _up_to_date(out_dir: Path, model: Path, board: str, options: dict) -> Artifact | None:
     """The artifact already in OUT_DIR when it is this model (sha256), board, options and fluidml-xc version."""
     from .. import __version__
-    from ..remote.artifact import sha256_file
+    from ..artifact import sha256_file
 
     try:
         artifact = load_artifact(out_dir)

@@ -175,7 +175,7 @@ def _write_atomic(src: Path, dst: Path, force: bool) -> None:
 def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dict | None) -> dict[str, Figures]:
     """Latency of every build (and ONNX Runtime beside it): `rounds` interleaved rounds of `runs` timed runs
     each, float and int8 alternating, the median over the rounds' medians (a busy machine slows both alike)."""
-    from ..execute import run_artifact
+    from ..run.execute import run_artifact
     from ..reference import median_latency_ms
 
     rounds, runs, warmup = options.rounds, options.runs, options.warmup
@@ -242,7 +242,7 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     if not options.build:
         return report
     from ..build import BuildOptions, build_model, default_out_dir
-    from ..execute import run_artifact
+    from ..run.execute import run_artifact
 
     results = {}
     for kind, path, shapes in (("float", model_path, fixed), ("int8", output, {})):

@@ -10,9 +10,9 @@ from functools import cached_property
 from pathlib import Path
 
 from ..boards import Board, Target, get_board, get_target
+from ..artifact import LAST_BUILD, sha256_file
 from ..errors import InputError
 
-LAST_BUILD = Path("build") / ".last"
 DEPLOYED = frozenset({"manifest.json", "runner", "runner_prof"})
 """What the board needs; model.o, libmodel.a and the C sources stay on the host for linking into apps."""
 NO_BUILD = "no build found: run `fluidml-xc build MODEL.onnx` first or pass the artifact directory"
@@ -32,14 +32,6 @@ def resolve_artifact_dir(arg: str | None) -> Path:
         raise InputError(f"the most recent build ({path}, from {LAST_BUILD}) no longer exists: rebuild it or pass "
                          f"the artifact directory")
     return path
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
 
 def profile_local(artifact: Artifact, options: ProfileOptions = ProfileOptions()) -> ProfileReport:
     """Profile on this machine (natively, or under qemu-user for a foreign target)."""
-    from ..execute import emulator_command, run_artifact
+    from ..run.execute import emulator_command, run_artifact
 
     local = LocalShell()
     before = snapshot(local)

@@ -15,7 +15,8 @@ import onnx.numpy_helper
 import paramiko
 
 from ..errors import InputError, RemoteError, RunError
-from .artifact import Artifact, sha256_file
+from ..artifact import sha256_file
+from .artifact import Artifact
 from .deploy import Deployment
 from .runner import DEFAULT_RUN_TIMEOUT, run_runner
 from .ssh import Connection
@@ -78,7 +79,7 @@ class VerifyReport:
 
 def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]:
     """Feeds from an .npz (checked against the model's inputs) or the runner's deterministic inputs."""
-    from ..execute import check_feeds, load_feeds, random_feeds
+    from ..run.execute import check_feeds, load_feeds, random_feeds
 
     manifest = artifact.manifest
     feeds = load_feeds(inputs) if inputs else random_feeds(manifest)
@@ -88,7 +89,7 @@ def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]
 
 def with_bound(artifact: Artifact, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`feeds` plus the inputs bound at build time (--bind), as the original model needs them."""
-    from ..binding import recorded_values
+    from ..run.binding import recorded_values
 
     return {**feeds, **recorded_values(artifact.manifest, artifact.path)}
 
@@ -281,6 +282,6 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
 
 def run_local(artifact: Artifact, feeds: Mapping[str, np.ndarray], timeout: float = DEFAULT_RUN_TIMEOUT,
               threads: int | None = None) -> dict:
-    from ..execute import run_artifact
+    from ..run.execute import run_artifact
 
     return run_artifact(artifact.path, feeds=feeds, timeout=timeout, threads=threads).outputs

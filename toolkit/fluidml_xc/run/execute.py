@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import ml_dtypes
 import numpy as np
 
-from .boards import get_target
-from .errors import InputError, RunError, ToolchainError
-from .link import is_host_target
+from ..boards import get_target
+from ..dtypes import is_storage_only
+from ..errors import InputError, RunError, ToolchainError
+from ..link import is_host_target
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
@@ -64,16 +64,6 @@ def _random_tensor(shape: Sequence[int], dtype: np.dtype, seed: int, index: int)
     return values.reshape(tuple(shape))
 
 
-_STORAGE_ONLY = {ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
-                 ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu, ml_dtypes.int4,
-                 ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2}
-
-
-def is_storage_only(dtype) -> bool:
-    """bfloat16, float8_*, float4_e2m1fn, int4/uint4/int2/uint2 (ml_dtypes): runner .npy files hold their bits."""
-    return np.dtype(dtype).type in _STORAGE_ONLY
-
-
 def bits_dtype(dtype) -> np.dtype:
     """The unsigned integer dtype a storage-only dtype's .npy file (runner input/output) is written as."""
     return np.dtype(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint8)
@@ -107,14 +97,14 @@ def random_feeds(manifest: Mapping, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _load_array(path: Path) -> np.ndarray:
-    from .npyio import load_npy
+    from ..npyio import load_npy
 
     return load_npy(path)
 
 
 def load_feeds(source: str | Path | Sequence[str]) -> dict[str, np.ndarray]:
     """Feeds from an .npz file (keys = input names) or from a list of "NAME=FILE.npy" strings (npyio: checked headers)."""
-    from .npyio import load_npz
+    from ..npyio import load_npz
 
     if isinstance(source, (str, Path)):
         return load_npz(Path(source))
@@ -207,7 +197,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
                  warmup: int = 5, profile: bool = False, timeout: float | None = None, threads: int | None = None) -> RunResult:
     """Run the artifact's runner (runner_prof with profile) and return its outputs and bench JSON;
     `threads`: the runner's --threads (None: the count built in)."""
-    from .threads import check_run_threads
+    from ..threads import check_run_threads
 
     artifact_dir = Path(artifact_dir)
     manifest = read_manifest(artifact_dir)
@@ -217,7 +207,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
     if not runner.is_file():
         raise InputError(f"{runner} is missing; rebuild the artifact with `fluidml-xc build`")
     command = [*emulator_command(manifest), str(runner)]
-    from .tempfiles import prefix
+    from ..tempfiles import prefix
 
     with tempfile.TemporaryDirectory(prefix=prefix("run")) as tmp:
         for i, arr in enumerate(arrays):

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .errors import InputError
+from ..errors import InputError
 
 INLINE_MAX = 64
 """Bound values with at most this many elements are written into the manifest."""
@@ -123,7 +123,7 @@ def _check_file_value(name: str, path: str, value: np.ndarray, dtype: np.dtype, 
 def resolve(model: onnx.ModelProto, bind: Mapping[str, object], base: Path | None = None) -> dict[str, np.ndarray]:
     """Bound values typed and shaped by the model's inputs: NAME -> a text value (scalar, comma list
     or .npy path) or an array. One-line InputErrors for an unknown name, a wrong dtype or shape, a missing file."""
-    from .npyio import load_npy
+    from ..npyio import load_npy
 
     inputs = _runtime_inputs(model)
     values = {}
@@ -171,7 +171,7 @@ def manifest_entry(values: Mapping[str, np.ndarray], sources: Mapping[str, objec
 
 def recorded_values(manifest: Mapping, artifact: Path) -> dict[str, np.ndarray]:
     """The bound values of an artifact (to feed a reference run of the original model)."""
-    from .npyio import load_npy
+    from ..npyio import load_npy
 
     values = {}
     for name, entry in (manifest.get("bound") or {}).items():

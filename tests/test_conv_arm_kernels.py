@@ -61,11 +61,10 @@ def mobilenet_block(channels: int):
 
 
 def ir_text(m, board: str) -> str:
-    from fluidml_xc.pipeline import import_graph
     from fluidml_xc.boards import get_board
-    from fluidml_xc.build import lower_graph
     from fluidml_xc.codegen.machine import machine_spec
-    return lower_graph(import_graph(m), machine_spec(get_board(board)), "fluid", parallel=False).ir_text
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    return lower(import_graph(m), machine_spec(get_board(board)), LowerOptions(opt="fluid", parallel=False)).ir_text
 
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])

@@ -1,2 +1,4 @@
-"""Phase B: benchmarks/mca.py (edited by another helper now) imports import_graph from here; it lives in pipeline.py."""
+"""Phase B: benchmarks/mca.py (edited by another helper now) imports these from here; they live in pipeline.py and
+run/backend.py."""
 from .pipeline import import_graph  # noqa: F401
+from .run.backend import compile_model  # noqa: F401

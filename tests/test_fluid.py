@@ -307,7 +307,7 @@ def test_fluid_keeps_transposed_k_in_place():
     d = optimize(g, _spec(), "fluid")
     assert d.layouts.get("kt") == (0, 2, 1) and d.views == ["k_t"]
     assert next(n for n in g.nodes if n.name == "k_t").op_type == "Transpose"
-    assert next(n for n in apply_views(g, d.views).nodes if n.name == "k_t").op_type == "Identity"
+    assert next(n for n in apply_views(g, d.layouts).nodes if n.name == "k_t").op_type == "Identity"
     assert d.predicted_ns < d.row_major_ns
     greedy = _graph(EXAMPLES["tiny_transformer"]())
     assert not optimize(greedy, _spec(), "greedy").views and any(n.op_type == "Transpose" for n in greedy.nodes)

@@ -160,16 +160,22 @@ def build_problem(graph: Graph, costs: Costs):
     return problem, pinned, touched
 
 
-def apply_views(graph: Graph, views: list[str]) -> Graph:
-    """`graph` with the Transposes named in `views` (Decisions.views) replaced by VIEW_OP nodes; the others shared."""
+def view_transposes(graph: Graph, layouts) -> list[int]:
+    """Indices of the Transposes that `layouts` make byte copies (node names need not be unique: function
+    expansions repeat them)."""
+    return [i for i, n in enumerate(graph.nodes) if n.op_type == "Transpose" and transpose_is_view(graph, n, layouts)]
+
+
+def apply_views(graph: Graph, layouts) -> Graph:
+    """`graph` with the Transposes that `layouts` make byte copies replaced by VIEW_OP nodes; the others shared."""
+    views = set(view_transposes(graph, layouts))
     if not views:
         return graph
-    named = set(views)
 
     def viewed(node: Node) -> Node:
         perm = node.attrs.get("perm") or list(range(len(graph.tensors[node.outputs[0]].shape)))[::-1]
         return replace(node, op_type=VIEW_OP, attrs={"_transpose_perm": list(perm)})
-    return replace(graph, nodes=[viewed(n) if n.name in named else n for n in graph.nodes])
+    return replace(graph, nodes=[viewed(n) if i in views else n for i, n in enumerate(graph.nodes)])
 
 
 def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic", threads: int = 1) -> Decisions:
@@ -208,8 +214,8 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
         before = sum(problem.cost(i, trial) for i in users.get(t, ()))
         after = sum(problem.cost(i, final) for i in users.get(t, ()))
         decisions.gains[t] = before - after if before != float("inf") else float("nan")
-    decisions.views = [n.name for n in graph.nodes if n.op_type == "Transpose" and transpose_is_view(graph, n, decisions.layouts)]
-    graph = apply_views(graph, decisions.views)
+    decisions.views = [graph.nodes[i].name for i in view_transposes(graph, decisions.layouts)]
+    graph = apply_views(graph, decisions.layouts)
     for node in graph.nodes:
         if node.op_type in LOOP_ORDER_OPS:
             order = model.cost_and_order(node, decisions.layouts, varies=True)[1]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import posixpath
 
-from ..fleet.command import add_fleet_arguments, run_command
-from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
-from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+from ..fleet.command import run_fleet
+from ..remote.session import connect_for, ensure_deployed, open_artifact
 from ..remote.shell import quote_argv
+from .remote_args import add_artifact_argument, add_fleet_arguments, add_ssh_arguments, fleet_request, ssh_options
 
 NAME = "deploy"
 HELP = "upload an artifact to a board over SSH (content-addressed, sha256-checked, atomic `current` switch)"
@@ -21,10 +21,10 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     if args.inventory:
-        return run_command(args, NAME)
-    artifact = artifact_from_args(args)
-    with connect_for(args, artifact) as conn:
-        deployment = ensure_deployed(conn, artifact, args, switch_current=True, quiet_if_present=False)
+        return run_fleet(fleet_request(args), NAME)
+    artifact = open_artifact(args.dir)
+    with connect_for(ssh_options(args), artifact) as conn:
+        deployment = ensure_deployed(conn, artifact, args.base_dir, switch_current=True, quiet_if_present=False)
     current = posixpath.join(deployment.base_dir, "current")
     runner = deployment.plan.argv(posixpath.join(current, "runner"), ["--bench", "100"])
     print(f"deployed  {artifact.model_name} for {artifact.board.name} on {conn.label}")

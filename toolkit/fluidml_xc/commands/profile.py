@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
-from ..fleet.command import add_fleet_arguments, run_command
-from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
+from ..fleet.command import FleetProfile, run_fleet
 from ..remote.profile import ProfileOptions, profile_local, profile_remote
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
-from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+from ..remote.session import connect_for, ensure_deployed, open_artifact
 from ..threads import check_run_threads
+from .remote_args import MAX_RUNS, add_artifact_argument, add_fleet_arguments, add_ssh_arguments, fleet_request, \
+    finite_positive, runs_in_range, ssh_options
 
 NAME = "profile"
 HELP = "profile an artifact on a board over SSH (or --local): latency percentiles, per-op times, peak memory"
@@ -33,25 +34,23 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     if args.inventory:
-        return run_command(args, NAME)
+        return run_fleet(fleet_request(args), NAME, FleetProfile(args.runs, args.warmup, args.timeout, args.json, args.html))
     if args.local == bool(args.host):
         raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
-    from ..remote.cliargs import MAX_RUNS, finite_positive, runs_in_range
-
     if not runs_in_range(args.runs, args.warmup) or not finite_positive(args.timeout):
         raise InputError(f"--runs must be 1 to {MAX_RUNS:,}, --warmup 0 to {MAX_RUNS:,} and --timeout a positive number of seconds")
     if args.html:
         from ..extras import require
 
         require("matplotlib", "report", "--html")
-    artifact = artifact_from_args(args)
+    artifact = open_artifact(args.dir)
     check_run_threads(artifact.manifest, args.threads)
     options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
     if args.local:
         report = profile_local(artifact, options)
     else:
-        with connect_for(args, artifact) as conn:
-            deployment = ensure_deployed(conn, artifact, args, switch_current=False)
+        with connect_for(ssh_options(args), artifact) as conn:
+            deployment = ensure_deployed(conn, artifact, args.base_dir, switch_current=False)
             report = profile_remote(conn, deployment, artifact, options)
     if args.html:
         from ..report.adapters import write_profile_html

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError, VerifyError
-from ..fleet.command import add_fleet_arguments, run_command
-from ..remote.cliargs import add_artifact_argument, add_ssh_arguments
+from ..fleet.command import FleetVerify, run_fleet
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
-from ..remote.session import artifact_from_args, connect_for, ensure_deployed
+from ..remote.session import connect_for, ensure_deployed, open_artifact
 from ..threads import check_run_threads
 from ..remote.verify import ORACLE_LABELS, Tolerance, VerifyReport, make_feeds, model_path, reference_outputs, run_local, \
     run_remote, with_bound
+from .remote_args import add_artifact_argument, add_fleet_arguments, add_ssh_arguments, finite_positive, fleet_request, \
+    ssh_options
 
 NAME = "verify"
 HELP = "run an artifact on a board (--host) or here and compare its outputs with ONNX Runtime / the ONNX spec"
@@ -46,19 +47,18 @@ def add_oracle_arguments(parser) -> None:
 
 def main(args) -> int:
     if args.inventory:
-        return run_command(args, NAME)
-    from ..remote.cliargs import finite_positive
-
+        return run_fleet(fleet_request(args), NAME, FleetVerify(args.rtol, args.atol, args.timeout, args.inputs, args.model,
+                                                                args.oracle, args.quant_steps))
     if not (args.rtol >= 0 and args.atol >= 0 and args.quant_steps >= 0) or not finite_positive(args.timeout):
         raise InputError("--rtol, --atol and --quant-steps must be >= 0 and --timeout a positive number of seconds")
-    artifact = artifact_from_args(args)
+    artifact = open_artifact(args.dir)
     check_run_threads(artifact.manifest, args.threads)
     feeds = make_feeds(artifact, args.inputs)
     reference = reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds), args.oracle,
                                   args.quant_steps)
     if args.host:
-        with connect_for(args, artifact) as conn:
-            deployment = ensure_deployed(conn, artifact, args, switch_current=False)
+        with connect_for(ssh_options(args), artifact) as conn:
+            deployment = ensure_deployed(conn, artifact, args.base_dir, switch_current=False)
             outputs = run_remote(conn, deployment, artifact, feeds, args.timeout, args.threads)
             where = conn.label
     else:

@@ -1,10 +1,10 @@
 """`deploy|profile|verify --inventory FILE [--limit PATTERN]`: the fleet versions of the one-host commands."""
 from __future__ import annotations
 
-import argparse
 import json
 import posixpath
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -14,33 +14,56 @@ from .run import DEFAULT_WORKERS, HostResult, print_results, raise_for_failures,
 from .tasks import Reach
 
 
-def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("fleet (Ansible inventory; needs fluidml-xc[fleet])")
-    group.add_argument("--inventory", metavar="FILE",
-                       help="an Ansible inventory (INI or YAML): every host, built once per fluidml_board, in parallel")
-    group.add_argument("--limit", metavar="PATTERN", help="only the inventory hosts matching this Ansible pattern")
-    group.add_argument("--forks", type=int, default=DEFAULT_WORKERS, metavar="N",
-                       help=f"hosts worked on at once (default {DEFAULT_WORKERS})")
+@dataclass(frozen=True)
+class FleetRequest:
+    """Which hosts and builds a fleet command works on. SOURCE: an artifact directory, an ONNX model or None (the
+    most recent build); HOST and LOCAL are the one-host options, refused beside an inventory."""
+
+    inventory: str
+    limit: str | None = None
+    forks: int = DEFAULT_WORKERS
+    source: str | None = None
+    reach: Reach = Reach()
+    host: str | None = None
+    local: bool = False
+    threads: int | None = None
 
 
-def _reach(args: argparse.Namespace) -> Reach:
-    from ..remote.deploy import DEFAULT_BASE_DIR
-    from ..remote.ssh import DEFAULT_CONNECT_TIMEOUT
+@dataclass(frozen=True)
+class FleetProfile:
+    """`profile --inventory`: runs, warm-up and time limit per host, and where the results go (JSON, HTML)."""
 
-    timeout = getattr(args, "connect_timeout", None) or DEFAULT_CONNECT_TIMEOUT
-    if timeout <= 0:
+    runs: int
+    warmup: int
+    timeout: float
+    json: str | None = None
+    html: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetVerify:
+    """`verify --inventory`: tolerances, time limit per host, the inputs (.npz), the ONNX model, the oracle
+    (auto, ort, spec) and the quantization steps a Q/DQ-written output may differ by."""
+
+    rtol: float
+    atol: float
+    timeout: float
+    inputs: Path | None = None
+    model: Path | None = None
+    oracle: str = "auto"
+    quant_steps: float = 1.0
+
+
+def _check_reach(reach: Reach) -> Reach:
+    if reach.connect_timeout <= 0:
         raise InputError("--connect-timeout must be positive")
-    return Reach(known_hosts=getattr(args, "known_hosts", None),
-                 accept_new_host_key=bool(getattr(args, "accept_new_host_key", False)),
-                 ssh_config=getattr(args, "ssh_config", None), connect_timeout=timeout,
-                 base_dir=getattr(args, "base_dir", None) or DEFAULT_BASE_DIR, user=getattr(args, "user", None),
-                 identity=getattr(args, "identity", None))
+    return reach
 
 
-def _deploy(args, hosts, artifacts, default, reach) -> list[HostResult]:
+def _deploy(request: FleetRequest, job: None, hosts, artifacts, default, reach) -> list[HostResult]:
     from .tasks import deploy_host
 
-    results = run_hosts(hosts, artifacts, default, lambda h, a: deploy_host(h, a, reach), args.forks, "deploying")
+    results = run_hosts(hosts, artifacts, default, lambda h, a: deploy_host(h, a, reach), request.forks, "deploying")
 
     def body(o) -> str:
         d = o.deployed
@@ -52,58 +75,59 @@ def _deploy(args, hosts, artifacts, default, reach) -> list[HostResult]:
     return results
 
 
-def _profile(args, hosts, artifacts, default, reach) -> list[HostResult]:
+def _profile(request: FleetRequest, job: FleetProfile, hosts, artifacts, default, reach) -> list[HostResult]:
     from ..remote.profile import ProfileOptions
     from .tasks import profile_host
 
-    if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
+    if job.runs < 1 or job.warmup < 0 or job.timeout <= 0:
         raise InputError("--runs must be >= 1, --warmup >= 0 and --timeout positive")
-    if args.html:
+    if job.html:
         from ..extras import require
 
         require("matplotlib", "report", "--html")
-    options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
-    results = run_hosts(hosts, artifacts, default, lambda h, a: profile_host(h, a, reach, options), args.forks, "profiling")
+    options = ProfileOptions(job.runs, job.warmup, job.timeout, request.threads)
+    results = run_hosts(hosts, artifacts, default, lambda h, a: profile_host(h, a, reach, options), request.forks,
+                        "profiling")
     data = {"hosts": {r.host.name: {"board": r.board, "ok": r.ok, "error": r.error or None,
                                     "profile": r.outcome.profile.to_dict() if r.ok else None} for r in results}}
-    if args.html:
+    if job.html:
         from ..report.adapters import write_fleet_html
 
         ok = [r for r in results if r.ok]
         write_fleet_html([artifacts[r.board].path for r in ok] or [a.path for a in artifacts.values()],
-                         [(r.host.name, r.outcome.profile.to_dict()) for r in ok], args.html)
-    if args.json == "-":
+                         [(r.host.name, r.outcome.profile.to_dict()) for r in ok], job.html)
+    if job.json == "-":
         print(json.dumps(data, indent=2))
         return results
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if job.json:
+        Path(job.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     print_results(results, lambda o: o.profile.table())
     return results
 
 
-def _verify(args, hosts, artifacts, default, reach) -> list[HostResult]:
+def _verify(request: FleetRequest, job: FleetVerify, hosts, artifacts, default, reach) -> list[HostResult]:
     from ..errors import VerifyError
     from ..remote.verify import Tolerance, make_feeds, model_path, reference_outputs, with_bound
     from .tasks import verify_host
 
-    if args.rtol < 0 or args.atol < 0 or args.quant_steps < 0 or args.timeout <= 0:
+    if job.rtol < 0 or job.atol < 0 or job.quant_steps < 0 or job.timeout <= 0:
         raise InputError("--rtol, --atol and --quant-steps must be >= 0 and --timeout positive")
-    tolerance = Tolerance(args.rtol, args.atol)
+    tolerance = Tolerance(job.rtol, job.atol)
     checks = {}
     for board, artifact in artifacts.items():  # one reference per build, computed here once
-        feeds = make_feeds(artifact, args.inputs)
-        checks[board] = feeds, reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds),
-                                                 args.oracle, args.quant_steps)
+        feeds = make_feeds(artifact, job.inputs)
+        checks[board] = feeds, reference_outputs(model_path(artifact, job.model), with_bound(artifact, feeds),
+                                                 job.oracle, job.quant_steps)
 
     def work(host, artifact):
         feeds, reference = checks[artifact.board.name]
-        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, args.timeout, args.threads,
-                              args.quant_steps)
+        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, job.timeout, request.threads,
+                              job.quant_steps)
         if not outcome.verify.ok:
             bad = [o.name for o in outcome.verify.outputs if not o.ok]
             raise VerifyError(f"outputs {', '.join(bad)} differ from {reference.label} beyond tolerance")
         return outcome
-    results = run_hosts(hosts, artifacts, default, work, args.forks, "verifying")
+    results = run_hosts(hosts, artifacts, default, work, request.forks, "verifying")
     print_results(results, lambda o: o.verify.table())
     return results
 
@@ -123,22 +147,22 @@ def check_fleet_threads(threads: int | None, artifacts: dict[str, Artifact]) -> 
 ACTIONS: dict[str, Callable] = {"deploy": _deploy, "profile": _profile, "verify": _verify}
 
 
-def run_command(args: argparse.Namespace, action: str) -> int:
-    """Entry point from commands/{deploy,profile,verify}.py when --inventory is given."""
+def run_fleet(request: FleetRequest, action: str, options: FleetProfile | FleetVerify | None = None) -> int:
+    """ACTION (deploy, profile with FleetProfile, verify with FleetVerify) on every host of the inventory."""
     from .builds import artifacts_for
     from .inventory import load_inventory
 
-    if getattr(args, "host", None):
+    if request.host:
         raise InputError("pass either --host HOST or --inventory FILE, not both")
-    if getattr(args, "local", False):
+    if request.local:
         raise InputError("--local profiles this machine; --inventory profiles the inventory's hosts: pass one")
-    if args.forks < 1:
+    if request.forks < 1:
         raise InputError("--forks must be >= 1")
-    hosts = load_inventory(args.inventory, args.limit)
-    artifacts, default = artifacts_for(hosts, getattr(args, "dir", None))
+    hosts = load_inventory(request.inventory, request.limit)
+    artifacts, default = artifacts_for(hosts, request.source)
     print(f"{action}: {len(hosts)} hosts, {len(artifacts)} build(s): "
           + ", ".join(f"{b} ({a.path})" for b, a in artifacts.items()), file=sys.stderr)
-    check_fleet_threads(getattr(args, "threads", None), artifacts)
-    results = ACTIONS[action](args, hosts, artifacts, default, _reach(args))
+    check_fleet_threads(request.threads, artifacts)
+    results = ACTIONS[action](request, options, hosts, artifacts, default, _check_reach(request.reach))
     raise_for_failures(results, action)
     return 0

@@ -2,5 +2,6 @@
 
 Modules: `shell` (commands and results, local and remote alike), `ssh` (connections, host keys),
 `artifact` (the local artifact directory), `fit` (does the board fit the artifact),
-`deploy`, `detect`, `telemetry`, `profile`, `verify`, `cliargs` (shared command-line options).
+`deploy`, `detect`, `telemetry`, `profile`, `verify`, `session` (load, connect, deploy for the commands).
+Typed options only (SshOptions, DeployOptions, ...): the command-line mapping is commands/remote_args.py.
 """

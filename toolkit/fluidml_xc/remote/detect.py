@@ -1,12 +1,12 @@
 """`fluidml-xc boards detect --host H`: probe a board over SSH and name the matching board file."""
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from ..boards import Board, boards
 from ..resources import data_dir
 from .shell import Shell, ascii_int, sh, shown
+from .ssh import SshOptions, connect
 
 _PROBE = r'''
 echo "@uname"; uname -s -r -m
@@ -121,11 +121,8 @@ def describe(where: str, info: BoardInfo, matches: list[Board]) -> str:
     return "\n".join(lines)
 
 
-def detect_command(args: argparse.Namespace) -> int:
-    from .cliargs import ssh_options
-    from .ssh import connect
-
-    with connect(ssh_options(args)) as conn:
+def detect_host(options: SshOptions) -> str:
+    """Connect with OPTIONS, probe the board and describe it (with the matching board file, if any)."""
+    with connect(options) as conn:
         info, matches = detect(conn)
-    print(describe(conn.label, info, matches))
-    return 0
+    return describe(conn.label, info, matches)

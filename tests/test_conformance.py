@@ -13,31 +13,31 @@ import platform
 
 import pytest
 
-from fluidml_xc import conformance as conf
+from fluidml_xc.conformance import cases, expectations, pool, runner
 from modelrun import has_emulator
 
-CASES = list(conf.load_cases())
-EXPECTATIONS = conf.load_expectations()
-TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_TIMEOUT", conf.DEFAULT_TIMEOUT))
+CASES = list(cases.load_cases())
+EXPECTATIONS = expectations.load_expectations()
+TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_TIMEOUT", cases.DEFAULT_TIMEOUT))
 CROSS_TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_CROSS_TIMEOUT", 180))
 CROSS_BOARDS = {"aarch64": "qemu-aarch64", "armv7": "qemu-armv7"}
 
 
 def _params(names, target):
     for name in names:
-        entry = conf.expected_failure(name, target, EXPECTATIONS)
+        entry = expectations.expected_failure(name, target, EXPECTATIONS)
         marks = [pytest.mark.xfail(strict=True, reason=f"{entry['category']}: {entry['reason']}")] if entry else []
         yield pytest.param(name, marks=marks, id=name)
 
 
-def _check(result: conf.CaseResult) -> None:
+def _check(result: runner.CaseResult) -> None:
     if not result.passed:
         pytest.fail(f"{result.name} ({result.op}) {result.status} [{result.kind}]: {result.message}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
 def host_worker():
-    worker = conf.CaseWorker(None)
+    worker = pool.CaseWorker(None)
     yield worker
     worker.close()
 
@@ -51,8 +51,8 @@ def test_node_x86_64(name, host_worker):
 def _cross_cases() -> list[str]:
     if os.environ.get("FXC_CONFORMANCE_ALL_TARGETS") == "1":
         return CASES
-    passing_here = {n for n in CASES if conf.expected_failure(n, "x86_64", EXPECTATIONS) is None}
-    return conf.first_case_per_op(CASES, prefer=passing_here)
+    passing_here = {n for n in CASES if expectations.expected_failure(n, "x86_64", EXPECTATIONS) is None}
+    return cases.first_case_per_op(CASES, prefer=passing_here)
 
 
 CROSS = _cross_cases()
@@ -60,7 +60,7 @@ CROSS = _cross_cases()
 
 @pytest.fixture(scope="module")
 def cross_workers():
-    workers: dict[str, conf.CaseWorker] = {}
+    workers: dict[str, pool.CaseWorker] = {}
     yield workers
     for worker in workers.values():
         worker.close()
@@ -78,7 +78,7 @@ def test_node_cross(target, name, cross_workers):
     board = CROSS_BOARDS[target]
     if not has_emulator(board):
         pytest.skip(f"{board}: emulator not installed (apt-get install qemu-user-static)")
-    worker = cross_workers.setdefault(target, conf.CaseWorker(board))
+    worker = cross_workers.setdefault(target, pool.CaseWorker(board))
     _check(worker.run(name, CROSS_TIMEOUT))
 
 
@@ -89,18 +89,18 @@ def test_expectations_name_real_cases():
 
 def test_expectations_are_well_formed():
     for name, entry in EXPECTATIONS.items():
-        assert entry["category"] in conf.CATEGORIES, name
+        assert entry["category"] in expectations.CATEGORIES, name
         assert entry["reason"].strip(), name
         assert set(entry) <= {"category", "reason", "targets"}, name
         for target in entry.get("targets", []):
-            assert target in conf.ALL_TARGETS, (name, target)
+            assert target in cases.ALL_TARGETS, (name, target)
 
 
 def test_case_ops_cover_every_case():
-    ops = conf.case_ops()
+    ops = cases.case_ops()
     assert set(ops) == set(CASES)
     assert "?" not in ops.values()
-    assert len(conf.first_case_per_op(CASES)) == len(set(ops.values()))
+    assert len(cases.first_case_per_op(CASES)) == len(set(ops.values()))
 
 
 def test_compile_errors_are_classified_not_raised():
@@ -108,19 +108,19 @@ def test_compile_errors_are_classified_not_raised():
     import onnx
     from onnx import TensorProto, helper
 
-    case = conf.load_cases()["test_abs"]
+    case = cases.load_cases()["test_abs"]
     broken = type(case)(**{**case.__dict__, "name": "broken", "model": helper.make_model(
         helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]))})
-    result = conf.run_case(broken)
+    result = runner.run_case(broken)
     assert result.status == "error" and result.kind == "unsupported-op", result
     assert isinstance(onnx.ModelProto(), onnx.ModelProto)
 
 
 def test_worker_survives_timeout_and_crash(monkeypatch):
     """A hanging or crashing case fails alone; the next case runs on a fresh worker."""
-    worker = conf.CaseWorker(None)
+    worker = pool.CaseWorker(None)
     try:
         import time
 
@@ -130,8 +130,8 @@ def test_worker_survives_timeout_and_crash(monkeypatch):
             if case.name == "test_acos":
                 os.kill(os.getpid(), 11)
             return real(case, board, opt)
-        real = conf.run_case
-        monkeypatch.setattr(conf, "run_case", slow)
+        real = runner.run_case
+        monkeypatch.setattr(runner, "run_case", slow)
         assert worker.run("test_abs", timeout=1.0).status == "timeout"
         crashed = worker.run("test_acos", timeout=30)
         assert crashed.status == "crash" and "SIGSEGV" in crashed.message

@@ -1,0 +1,97 @@
+"""`python -m fluidml_xc.conformance`: run the node cases, summarize, record, rewrite expectations and docs."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from . import __doc__ as PACKAGE_DOC
+from .cases import DEFAULT_TIMEOUT, first_case_per_op, load_cases
+from .docs import DOCS_PATH, save_results, summarize, write_docs
+from .expectations import EXPECTATIONS_PATH, expected_failure, load_expectations, update_expectations
+from .pool import run_cases
+from .runner import CaseResult, diagnose
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fluidml_xc.conformance", description=PACKAGE_DOC.split("\n\n")[0])
+    parser.add_argument("--board", default=None, help="board to run on (default: this host, in-process JIT)")
+    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per case")
+    parser.add_argument("-k", dest="pattern", default=None, help="only cases whose name matches this regex")
+    parser.add_argument("--first-per-op", action="store_true", help="only the first case of every op type")
+    parser.add_argument("--opt", default="fluid")
+    parser.add_argument("--save", action="store_true", help="record the run in docs/conformance/results.json")
+    parser.add_argument("--write-docs", action="store_true", help="regenerate docs/SUPPORTED_OPS.md (after the run, if any)")
+    parser.add_argument("--docs-only", action="store_true", help="only regenerate docs/SUPPORTED_OPS.md from the last runs")
+    parser.add_argument("--json", type=Path, help="write every result to this JSON file")
+    parser.add_argument("--from-json", type=Path, help="do not run: take the results of an earlier --json run")
+    parser.add_argument("--update-expectations", action="store_true",
+                        help="rewrite tests/conformance_expectations.toml from this run (drop fixed cases, add new failures)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    parser.add_argument("--diagnose", metavar="CASE", help="find the first node of CASE whose output is wrong")
+    args = parser.parse_args(argv)
+
+    if args.diagnose:
+        print(diagnose(load_cases()[args.diagnose], args.board, args.opt))
+        return 0
+    if args.docs_only:
+        write_docs()
+        print(f"wrote {DOCS_PATH}")
+        return 0
+    from ..boards import get_board
+
+    board = get_board(args.board)
+    names = list(load_cases())
+    if args.pattern:
+        names = [n for n in names if re.search(args.pattern, n)]
+    if args.first_per_op:
+        expectations = load_expectations() if EXPECTATIONS_PATH.is_file() else {}
+        names = first_case_per_op(names, prefer={n for n in names if expected_failure(n, "x86_64", expectations) is None})
+
+    from ..progress import progress_bar
+
+    bar = progress_bar(total=len(names), desc=f"conformance {board.name}", unit="case")
+
+    def progress(result: CaseResult, done: int, total: int) -> None:
+        bar.update(1)
+        if args.verbose or not result.passed:
+            detail = "" if result.passed else f" [{result.kind}] {result.message[:200]}"
+            bar.write(f"{done:5d}/{total} {result.status:8s} {result.name} ({result.seconds:.2f}s){detail}", file=sys.stdout)
+            sys.stdout.flush()
+
+    started = time.perf_counter()
+    if args.from_json:
+        bar.close()
+        results = [CaseResult(**r) for r in json.loads(args.from_json.read_text())]
+        results = [r for r in results if r.name in set(names)]
+        seconds = sum(r.seconds for r in results) / max(args.jobs, 1)
+    else:
+        with bar:
+            results = run_cases(names, args.board, args.jobs, args.timeout, args.opt, progress)
+        seconds = time.perf_counter() - started
+    print(summarize(results))
+    print(f"{board.target.name}: {sum(r.passed for r in results)}/{len(results)} passed in {seconds:.1f} s")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    if args.save or args.write_docs:
+        scope = "first case per op" if args.first_per_op else ("subset" if args.pattern else "all")
+        if not (args.pattern and not args.first_per_op):
+            save_results(board.target.name, results, seconds, scope=scope)
+    if args.update_expectations:
+        added, removed = update_expectations(board.target.name, results)
+        print(f"expectations: {added} added, {removed} removed ({EXPECTATIONS_PATH})")
+    if args.write_docs:
+        write_docs()
+        print(f"wrote {DOCS_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The ONNX backend node cases, built in memory by onnx, and the op type each one tests."""
+from __future__ import annotations
+
+import re
+import warnings
+from functools import cache
+from typing import Iterable
+
+import numpy as np
+
+from ..ir import is_onnx_domain
+
+DEFAULT_TIMEOUT = 60.0
+TRAINING_DOMAINS = ("ai.onnx.preview.training",)
+ALL_TARGETS = ("x86_64", "aarch64", "armv7")
+
+
+@cache
+def load_cases() -> dict:
+    """name -> onnx TestCase, in the loader's order (built in memory by onnx, ~8 s)."""
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = load_model_tests(kind="node")
+    return {case.name: case for case in cases}
+
+
+def _op_name(node) -> str:
+    return node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
+
+
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+@cache
+def case_ops() -> dict[str, str]:
+    """case name -> the op type the case tests.
+
+    A single-node case tests its node's op; an `..._expanded` case tests the function body of the
+    op of its base case; other multi-node cases the op producing the first graph output."""
+    cases = load_cases()
+    ops: dict[str, str] = {}
+    for name, case in cases.items():
+        nodes = list(case.model.graph.node)
+        if len(nodes) == 1:
+            ops[name] = _op_name(nodes[0])
+    for name, case in cases.items():
+        if name in ops:
+            continue
+        base = _EXPANDED.sub("", name)
+        if base != name and base in ops:
+            ops[name] = ops[base]
+            continue
+        nodes = list(case.model.graph.node)
+        first_out = case.model.graph.output[0].name if case.model.graph.output else None
+        producer = next((n for n in reversed(nodes) if first_out in n.output), nodes[-1] if nodes else None)
+        ops[name] = _op_name(producer) if producer is not None else "?"
+    return ops
+
+
+def first_case_per_op(names: Iterable[str] | None = None, prefer: set[str] | None = None) -> list[str]:
+    """The first case of every op type (the first one in `prefer`, when the op has one there)."""
+    ops = case_ops()
+    names = list(names if names is not None else load_cases())
+    chosen: dict[str, str] = {}
+    for name in names:
+        op = ops[name]
+        if op not in chosen or (prefer is not None and chosen[op] not in prefer and name in prefer):
+            chosen[op] = name
+    return sorted(chosen.values(), key=names.index)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "toolkit"))
 
 
 def main() -> int:
-    from fluidml_xc.boards import get_board
+    from fluidml_xc.target.boards import get_board
     from fluidml_xc.build import BuildOptions, build_model
     from fluidml_xc.run.execute import run_artifact
 

@@ -28,7 +28,7 @@ def graph_model(nodes, feeds: dict[str, np.ndarray], outputs, consts: dict | Non
 
 
 def has_emulator(board: str) -> bool:
-    from fluidml_xc.boards import get_board
+    from fluidml_xc.target.boards import get_board
     emulator = get_board(board).target.emulator
     return not emulator or shutil.which(emulator) is not None
 

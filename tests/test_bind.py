@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from fluidml_xc.boards import get_board
+from fluidml_xc.target.boards import get_board
 from modelrun import has_emulator, run
 from test_cli_errors import cli, one_line_error
 

@@ -61,8 +61,8 @@ def mobilenet_block(channels: int):
 
 
 def ir_text(m, board: str) -> str:
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.pipeline import LowerOptions, import_graph, lower
     return lower(import_graph(m), machine_spec(get_board(board)), LowerOptions(opt="fluid", parallel=False)).ir_text
 

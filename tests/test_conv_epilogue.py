@@ -232,9 +232,9 @@ def test_epilogue_net_aarch64(tmp_path):
 def _jit_node(graph, node, layouts):
     import ctypes
 
-    from fluidml_xc.boards import get_board
+    from fluidml_xc.target.boards import get_board
     from fluidml_xc.codegen.emit import EmitOptions, ModuleEmitter
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.costs import jit_engine
 
     class NoPlan:

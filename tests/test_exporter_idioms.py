@@ -15,7 +15,7 @@ from onnx import TensorProto as TP, helper, numpy_helper
 from onnxscript import FLOAT, script
 from onnxscript import opset18 as op
 
-from fluidml_xc.boards import get_board
+from fluidml_xc.target.boards import get_board
 from modelrun import build, has_emulator, run
 
 RNG = np.random.default_rng(7)

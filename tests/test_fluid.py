@@ -136,8 +136,8 @@ def _graph(model):
 
 
 def _spec():
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
     return machine_spec(get_board(None))
 
 

@@ -30,9 +30,9 @@ def make_model(nodes, inits, inputs, outputs, opset=17):
 def _jit_node(graph, node, layouts):
     import ctypes
 
-    from fluidml_xc.boards import get_board
+    from fluidml_xc.target.boards import get_board
     from fluidml_xc.codegen.emit import EmitOptions, ModuleEmitter
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.costs import jit_engine
 
     class NoPlan:
@@ -119,8 +119,8 @@ def cnn(channels: int = 32):
 
 
 def test_fluid_picks_channels_last_for_conv_chains():
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.costs import Costs
     from fluidml_xc.fluid.optimize import build_problem, optimize
 
@@ -146,8 +146,8 @@ def test_fluid_picks_channels_last_for_conv_chains():
 
 def test_fluid_keeps_row_major_without_predicted_gain():
     """One tiny 1x1 conv between graph input and output: no layout can win, fluid = greedy."""
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.optimize import optimize
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]

@@ -120,7 +120,7 @@ def test_memory_limit_names_the_tensor_and_the_flag_raises_it(tmp_path):
 
 
 def test_default_memory_limit_follows_the_board_file():
-    from fluidml_xc.boards import get_board
+    from fluidml_xc.target.boards import get_board
     from fluidml_xc.frontend.validate import default_max_memory, host_memory_bytes
 
     assert default_max_memory(get_board("rpi3")) == min(512 << 20, host_memory_bytes() // 2)

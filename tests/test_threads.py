@@ -195,8 +195,8 @@ def test_one_thread_build_has_no_tiles(tmp_path):
 def test_c_api_threads(program, board, tmp_path):
     """An application calling fxc_run from its own thread, and one running the tiles on its own threads:
     outputs equal the runner's byte for byte."""
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.link import compile_c_program
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.link import compile_c_program
 
     if not has_emulator(board):
         pytest.skip(f"needs the emulator of {board}")
@@ -237,8 +237,8 @@ def test_cost_model_knows_threads(tmp_path):
     thread prefers the outer product, four the dot product. Over the whole graph one thread keeps the
     view (no copy), two and four threads copy Y^T row-major so the outer product splits its rows too.
     Builds at --threads 1 and 4 follow their decisions, split as costed, and compute S."""
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.codegen.machine import machine_spec
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.costs import AnalyticModel, matmul_geometry
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.fluid.optimize import optimize
@@ -282,8 +282,8 @@ def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
 
     import llvmlite.binding as llvm
 
-    from fluidml_xc.boards import get_board
-    from fluidml_xc.codegen.machine import MachineSpec
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import MachineSpec
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.passes import run_passes
     from fluidml_xc.pipeline import LowerOptions, lower

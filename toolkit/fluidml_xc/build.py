@@ -18,8 +18,8 @@ import onnx
 
 from . import __version__
 from .artifact import LAST_BUILD, sha256_file
-from .boards import Board, get_board
-from .codegen.machine import MachineSpec, compile_module, llvm_version, machine_spec
+from .target.boards import Board, get_board
+from .target.machine import MachineSpec, compile_module, llvm_version, machine_spec
 from .errors import InputError
 from .frontend.importer import load_model
 from .ir import Graph
@@ -134,7 +134,7 @@ class Compiled:
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> Compiled:
     """Lower `graph` and write model.o (NAME.o; code + weights) into workdir."""
-    from .link import attach_weights
+    from .target.link import attach_weights
 
     api = CApi(options.name)
     spec = machine_spec(board)
@@ -160,7 +160,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
 
 
 def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool) -> None:
-    from .link import link_artifact
+    from .target.link import link_artifact
     from .runtime import ModelSpec, TensorSpec, render_sources
 
     tail, api, spec = compiled.tail, compiled.api, compiled.spec

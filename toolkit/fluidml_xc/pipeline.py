@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
-from .codegen.machine import MachineSpec
+from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.importer import FrontendOptions, import_model
 from .ir import Graph

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .boards import Board
+from .target.boards import Board
 from .errors import InputError
 
 MAX_THREADS = 64

@@ -12,7 +12,7 @@ from ..frontend.unsupported import unsupported_message
 from ..ir import Graph, Node
 from ..ops.registry import lookup
 from .kernel import Kernel, Operand, layout_strides
-from .machine import MachineSpec, data_layout
+from ..target.machine import MachineSpec, data_layout
 from .scalar import storage_type
 
 I8P = ir.IntType(8).as_pointer()

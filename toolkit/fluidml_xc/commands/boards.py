@@ -1,7 +1,7 @@
 """`fluidml-xc boards`: list the boards."""
 from __future__ import annotations
 
-from ..boards import boards
+from ..target.boards import boards
 
 NAME = "boards"
 HELP = "list the boards (`boards detect --host H` probes a board over SSH)"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import onnx
 
-from ..boards import default_board_name, get_board
+from ..target.boards import default_board_name, get_board
 from ..build import BuildOptions, build_model
 from ..examples import EXAMPLES, example_feeds
 from ..run.execute import run_artifact

@@ -138,8 +138,8 @@ def _replan(manifest: dict, directory: Path) -> dict | None:
     """Per-buffer offsets and intervals of a manifest without them (older builds), re-planned from the model
     through the build's own pipeline (optimizer included; deterministic)."""
     try:
-        from ..boards import get_board
-        from ..codegen.machine import machine_spec
+        from ..target.boards import get_board
+        from ..target.machine import machine_spec
         from ..frontend.importer import load_model
         from ..pipeline import LowerOptions, import_graph, plan
         from ..remote.artifact import recorded_model_path

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_docs()
         print(f"wrote {DOCS_PATH}")
         return 0
-    from ..boards import get_board
+    from ..target.boards import get_board
 
     board = get_board(args.board)
     names = list(load_cases())

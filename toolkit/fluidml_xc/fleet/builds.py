@@ -6,7 +6,7 @@ import fcntl
 import sys
 from pathlib import Path
 
-from ..boards import get_board
+from ..target.boards import get_board
 from ..errors import InputError
 from ..remote.artifact import Artifact, load_artifact, recorded_model_path, resolve_artifact_dir
 from .inventory import FleetHost

@@ -24,7 +24,7 @@ class FleetHost:
 
     def board_name(self, default: str | None = None) -> str:
         """The board file this host is (fluidml_board, else `default`), by its canonical name."""
-        from ..boards import get_board
+        from ..target.boards import get_board
 
         return get_board(self.board or default).name
 

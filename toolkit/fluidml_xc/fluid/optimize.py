@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from ..codegen.machine import MachineSpec
+from ..target.machine import MachineSpec
 from .costs import Costs, register_elementwise, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 

@@ -197,8 +197,8 @@ def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dic
 
 
 def run_quantize(options: QuantizeOptions) -> QuantizeReport:
-    from ..boards import get_board
-    from ..link import is_host_target
+    from ..target.boards import get_board
+    from ..target.link import is_host_target
 
     model_path, output = Path(options.model), Path(options.output)
     if output.exists() and not options.force:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..boards import Board, Target, get_board, get_target
+from ..target.boards import Board, Target, get_board, get_target
 from ..artifact import LAST_BUILD, sha256_file
 from ..errors import InputError
 

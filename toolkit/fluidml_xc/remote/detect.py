@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..boards import Board, boards
+from ..target.boards import Board, boards
 from ..resources import data_dir
 from .shell import Shell, ascii_int, sh, shown
 from .ssh import SshOptions, connect

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
-from ..boards import Board, get_board
+from ..target.boards import Board, get_board
 from ..errors import InputError
 from ..pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
 from ..ir import is_onnx_domain
@@ -41,7 +41,7 @@ DEFAULT_OPT = "fluid"
 def _jit_setup() -> None:
     import llvmlite.binding as llvm
 
-    from ..codegen.machine import _initialize
+    from ..target.machine import _initialize
 
     _initialize()
     llvm.initialize_native_target()
@@ -65,7 +65,7 @@ def _jit_target_machine(triple: str, cpu: str, features: str):
 
 
 def jit_available(board: Board) -> bool:
-    from ..link import is_host_target
+    from ..target.link import is_host_target
     return board.target.name == "x86_64" and is_host_target(board.target)
 
 
@@ -78,7 +78,7 @@ class JitModel:
     def __init__(self, lowered: Lowered):
         import llvmlite.binding as llvm
 
-        from ..codegen.machine import optimized_module
+        from ..target.machine import optimized_module
 
         _jit_setup()
         spec = lowered.spec
@@ -192,7 +192,7 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
     and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
-        from ..codegen.machine import machine_spec
+        from ..target.machine import machine_spec
 
         graph = import_graph(model, input_shapes, bind=bind, structures=structures)
         return JitModel(lower(graph, machine_spec(board), LowerOptions(opt=opt)))

@@ -18,11 +18,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
-from . import tempfiles
+from .. import tempfiles
 from .boards import Target
-from .errors import ToolchainError
-from .resources import data_dir
-from .runtime import CApi
+from ..errors import ToolchainError
+from ..resources import data_dir
+from ..runtime import CApi
 
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
 """-fdebug-compilation-dir and the -ffile-prefix-map of _prefix_maps keep directories out of the objects' debug

@@ -233,7 +233,7 @@ def _jit_node(graph, node, layouts):
     import ctypes
 
     from fluidml_xc.target.boards import get_board
-    from fluidml_xc.codegen.emit import EmitOptions, ModuleEmitter
+    from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
     from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.costs import jit_engine
 

@@ -181,7 +181,7 @@ def test_measure_costs_are_cached(tmp_path, monkeypatch):
 # -- MatMul/Gemm kernels under every layout and loop order -----------------------------------------
 def _jit_node(g, node, layouts, order):
     """Run one node's kernel with llvmlite's MCJIT on buffers stored in `layouts`."""
-    from fluidml_xc.codegen.emit import EmitOptions, ModuleEmitter
+    from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
     from fluidml_xc.fluid.costs import jit_engine
 
     class NoPlan:

@@ -288,7 +288,7 @@ def _tsan_runner(name: str, tmp: Path, threads: int = 4) -> Path:
     from fluidml_xc.passes import run_passes
     from fluidml_xc.pipeline import LowerOptions, lower
     from fluidml_xc.resources import data_dir
-    from fluidml_xc.runtime import ModelSpec, TensorSpec, render_sources
+    from fluidml_xc.emit.capi import ModelSpec, TensorSpec, render_sources
 
     model, _ = MODELS[name]()
     graph = import_model(model, FrontendOptions(), name=name)

@@ -27,8 +27,8 @@ from .pipeline import Lowered, LowerOptions, import_graph, lower
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .run.binding import manifest_entry
-from .runtime import CApi
-from .threads import resolve_threads
+from .emit.capi import CApi
+from .emit.threads import resolve_threads
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -161,7 +161,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
 
 def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool) -> None:
     from .target.link import link_artifact
-    from .runtime import ModelSpec, TensorSpec, render_sources
+    from .emit.capi import ModelSpec, TensorSpec, render_sources
 
     tail, api, spec = compiled.tail, compiled.api, compiled.spec
     model_spec = ModelSpec(

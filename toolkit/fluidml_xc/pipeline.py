@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .codegen.emit import EmitOptions, ModuleEmitter, check_supported
+from .emit.emitter import EmitOptions, ModuleEmitter, check_supported
 from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.importer import FrontendOptions, import_model

@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from ..runtime import check_c_name
+    from ..emit.capi import check_c_name
     from ..frontend.validate import parse_size
 
     if args.name is not None:

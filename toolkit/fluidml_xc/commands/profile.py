@@ -8,7 +8,7 @@ from ..fleet.command import FleetProfile, run_fleet
 from ..remote.profile import ProfileOptions, profile_local, profile_remote
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import connect_for, ensure_deployed, open_artifact
-from ..threads import check_run_threads
+from ..emit.threads import check_run_threads
 from .remote_args import MAX_RUNS, add_artifact_argument, add_fleet_arguments, add_ssh_arguments, fleet_request, \
     finite_positive, runs_in_range, ssh_options
 

@@ -8,7 +8,7 @@ from ..errors import InputError, VerifyError
 from ..fleet.command import FleetVerify, run_fleet
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import connect_for, ensure_deployed, open_artifact
-from ..threads import check_run_threads
+from ..emit.threads import check_run_threads
 from ..remote.verify import ORACLE_LABELS, Tolerance, VerifyReport, make_feeds, model_path, reference_outputs, run_local, \
     run_remote, with_bound
 from .remote_args import add_artifact_argument, add_fleet_arguments, add_ssh_arguments, finite_positive, fleet_request, \

@@ -197,7 +197,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
                  warmup: int = 5, profile: bool = False, timeout: float | None = None, threads: int | None = None) -> RunResult:
     """Run the artifact's runner (runner_prof with profile) and return its outputs and bench JSON;
     `threads`: the runner's --threads (None: the count built in)."""
-    from ..threads import check_run_threads
+    from ..emit.threads import check_run_threads
 
     artifact_dir = Path(artifact_dir)
     manifest = read_manifest(artifact_dir)

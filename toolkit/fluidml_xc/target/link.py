@@ -22,7 +22,7 @@ from .. import tempfiles
 from .boards import Target
 from ..errors import ToolchainError
 from ..resources import data_dir
-from ..runtime import CApi
+from ..emit.capi import CApi
 
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
 """-fdebug-compilation-dir and the -ffile-prefix-map of _prefix_maps keep directories out of the objects' debug

@@ -14,7 +14,7 @@ from fluidml_xc.fleet.ansible_plugins.common import COMMON_ARGS, artifact_for_ho
 from fluidml_xc.fleet.tasks import profile_host
 from fluidml_xc.remote.profile import ProfileOptions
 from fluidml_xc.remote.runner import DEFAULT_RUN_TIMEOUT
-from fluidml_xc.threads import check_run_threads
+from fluidml_xc.emit.threads import check_run_threads
 
 
 class ActionModule(ActionBase):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from .target.boards import Board
-from .errors import InputError
+from ..errors import InputError
+from ..target.boards import Board
 
 MAX_THREADS = 64
 """FXC_MAX_THREADS in runtime_c/fxc_runtime.h."""

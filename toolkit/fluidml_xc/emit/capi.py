@@ -11,9 +11,9 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from .dtypes import STORAGE_ONLY
-from .errors import InputError
-from .resources import data_dir
+from ..dtypes import STORAGE_ONLY
+from ..errors import InputError
+from ..resources import data_dir
 
 # numpy dtype name -> ONNX TensorProto data type code (the runtime's dtype enum).
 DTYPE_CODES: dict[str, int] = {

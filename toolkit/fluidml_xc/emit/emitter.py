@@ -1,0 +1,370 @@
+"""Graph + memory plan -> one LLVM module: a function per node and `fxc_model_run` calling them in order."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from ..codegen.kernel import Kernel, Operand, layout_strides
+from ..codegen.scalar import storage_type
+from ..errors import InputError
+from ..frontend.unsupported import unsupported_message
+from ..ir import Graph, Node
+from ..ops.registry import lookup
+from ..target.machine import MachineSpec, data_layout
+
+I8P = ir.IntType(8).as_pointer()
+I64 = ir.IntType(64)
+TASK_T = ir.FunctionType(ir.VoidType(), [I8P, I64, I64])
+PARALLEL_FOR = "fxc_parallel_for"
+
+
+def parallel_safe(fn: ir.Function, region: set) -> bool:
+    """True when every store or memory intrinsic outside the parallel region writes the function's own
+    stack: then running the function once per tile range has the effect of running it once."""
+    def on_stack(ptr) -> bool:
+        while isinstance(ptr, (ir.GEPInstr, ir.CastInstr)):
+            ptr = ptr.operands[0]
+        return isinstance(ptr, ir.AllocaInstr)
+
+    for blk in fn.blocks:
+        if blk in region:
+            continue
+        for ins in blk.instructions:
+            if isinstance(ins, ir.StoreInstr) and not on_stack(ins.operands[1]):
+                return False
+            if isinstance(ins, ir.CallInstr):
+                name = getattr(ins.callee, "name", "")
+                if name.startswith(("llvm.memcpy", "llvm.memset", "llvm.memmove")) and not on_stack(ins.args[0]):
+                    return False
+                if not name.startswith("llvm.") and name not in PURE_CALLS:
+                    return False
+            if isinstance(ins, (ir.instructions.AtomicRMW, ir.instructions.CmpXchg)):
+                return False
+    return True
+
+
+PURE_CALLS = frozenset(("expf", "exp", "logf", "log", "tanhf", "tanh", "erff", "erf", "powf", "pow", "sinf", "sin", "cosf",
+                        "cos", "tanf", "tan", "asinf", "asin", "acosf", "acos", "atanf", "atan", "sinhf", "sinh", "coshf",
+                        "cosh", "asinhf", "asinh", "acoshf", "acosh", "atanhf", "atanh", "fmodf", "fmod", "roundf",
+                        "round", "nearbyintf", "nearbyint", "rintf", "rint", "expm1f", "expm1", "log1pf", "log1p",
+                        "atan2f", "atan2", "cbrtf", "cbrt", "lgammaf", "lgamma", "tgammaf", "tgamma"))
+
+
+@dataclass
+class EmitOptions:
+    layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    loop_orders: dict[str, str] = field(default_factory=dict)
+    """node name -> loop order chosen by the optimizer (kernels read it through Kernel.node.attrs)."""
+    weights_symbol: str | None = None
+    """When set, constants of INLINE_LIMIT bytes or more are not IR initializers but offsets into one
+    external blob `weights_symbol` (see `ModuleEmitter.blob`), which link.attach_weights puts into
+    the object. LLVM then never parses or prints the weights, which keeps big models fast to build."""
+    parallel: bool = True
+    """Emit heavy ops as tiles handed to `fxc_parallel_for` (runtime_c/pool.c; a serial weak definition
+    in the module serves the JIT). False (a build for one thread) emits every op as one plain function."""
+    symbol_prefix: str = "fxc_"
+    """Prefix of the module's two exported entries (`<prefix>model_run`, `<prefix>model_run_profiled`): a build
+    --name NAME uses `NAME_`, so several models link into one program (the weights blob is named by the build; the
+    rest is internal but the weak serial `fxc_parallel_for`, which the shared runtime's replaces)."""
+
+
+INLINE_LIMIT = 256
+
+
+def unsupported_ops(graph: Graph) -> list[Node]:
+    return [n for n in graph.nodes if lookup(n.op_type, graph.opset, n.domain) is None]
+
+
+def check_supported(graph: Graph) -> None:
+    from ..frontend.shapes import check as check_dynamic
+
+    check_dynamic(graph)
+    missing = unsupported_ops(graph)
+    if missing:
+        raise InputError(unsupported_message([(n.op_type if not n.domain else f"{n.domain}.{n.op_type}", n.name) for n in missing]))
+
+
+class ModuleEmitter:
+    def __init__(self, graph: Graph, plan, spec: MachineSpec, options: EmitOptions):
+        self.graph, self.plan, self.spec, self.options = graph, plan, spec, options
+        self.module = ir.Module(name=re.sub(r"[^A-Za-z0-9_.-]", "_", graph.name))  # no newline or quote in the IR header
+        self.module.triple = spec.triple
+        self.module.data_layout = data_layout(spec)
+        self.globals: dict[str, ir.Value] = {}
+        self.blob = bytearray()
+        self.blob_var: ir.GlobalVariable | None = None
+        self._tail = None
+        self.parallel: dict[str, tuple[int, ...]] = {}
+        """node name -> its tiles per split dimension, for the ops handed to fxc_parallel_for."""
+        self._pfor: ir.Function | None = None
+
+    @property
+    def tail(self):
+        """dynamic.TailLayout: dims slots of data-dependent outputs and their kernels' scratch, after the
+        planned arena (a plan without `arena_bytes`, as the cost model's, counts as an empty arena)."""
+        if self._tail is None:
+            from ..frontend.shapes import tail_layout
+            from ..ops.dynamic import scratch_bytes
+
+            self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment,
+                                     {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes})
+        return self._tail
+
+    @property
+    def arena_bytes(self) -> int:
+        """The arena the model needs: the plan's plus the dims table and scratch of dynamic outputs."""
+        return self.tail.arena_bytes
+
+    def constant_data(self, value: np.ndarray) -> ir.Value:
+        """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
+        value = np.ascontiguousarray(value)
+        data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
+        if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
+            offset = -len(self.blob) % self.spec.alignment + len(self.blob)
+            self.blob.extend(b"\0" * (offset - len(self.blob)))
+            self.blob.extend(data)
+            if self.blob_var is None:
+                self.blob_var = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), self.options.weights_symbol)
+                self.blob_var.global_constant = True
+                self.blob_var.visibility = "hidden"
+            return self.blob_var.gep([ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(64), offset)])
+        ty = ir.ArrayType(ir.IntType(8), len(data))
+        var = ir.GlobalVariable(self.module, ty, self.module.get_unique_name("w"))
+        var.global_constant = True
+        var.linkage = "internal"
+        var.unnamed_addr = True
+        var.align = self.spec.alignment
+        var.initializer = ir.Constant(ty, bytearray(data))
+        return var.bitcast(I8P)
+
+    def constant_global(self, name: str) -> ir.Value:
+        if name not in self.globals:
+            self.globals[name] = self.constant_data(self.graph.tensors[name].value)
+        return self.globals[name]
+
+    def layout(self, name: str) -> tuple[int, ...] | None:
+        return self.options.layouts.get(name)
+
+    def emit(self) -> str:
+        """Node functions, then `fxc_model_run` and `fxc_model_run_profiled` (hooks passed as pointers) calling them."""
+        steps = []
+        for step, node_index in enumerate(self.plan.order):
+            node = self.graph.nodes[node_index]
+            fn = self.node_function(node, step)
+            if fn is not None:
+                fn.attributes.add("noinline")
+                steps.append((step, node, fn))
+        hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)]).as_pointer()
+        self._entry(f"{self.options.symbol_prefix}model_run", steps, None)
+        self._entry(f"{self.options.symbol_prefix}model_run_profiled", steps, hook)
+        return str(self.module)
+
+    def _entry(self, symbol: str, steps, hook: ir.Type | None) -> None:
+        graph = self.graph
+        params = [I8P.as_pointer(), I8P.as_pointer(), I8P] + ([hook, hook] if hook else [])
+        run = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), symbol)
+        b = ir.IRBuilder(run.append_basic_block("entry"))
+        inputs_arg, outputs_arg, arena = run.args[:3]
+        pointers: dict[str, ir.Value] = {}
+        for k, name in enumerate(graph.inputs):
+            pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
+        for k, name in enumerate(graph.outputs):
+            if not graph.tensors[name].is_const:
+                pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
+
+        def pointer(name: str) -> ir.Value:
+            if name in pointers:
+                return pointers[name]
+            tensor = graph.tensors[name]
+            if tensor.is_const:
+                return self.constant_global(name)
+            return b.gep(arena, [ir.Constant(ir.IntType(64), self.plan.offsets[name])], inbounds=True)
+
+        for step, node, fn in steps:
+            names = self._arg_names(node)
+            args = [b.bitcast(pointer(n), a.type) for n, a in zip(names, fn.args)]
+            for offset, a in zip(self._extra_offsets(node), fn.args[len(names):]):
+                args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
+            if hook:
+                b.call(run.args[3], [ir.Constant(ir.IntType(32), step)])
+            b.call(fn, args)
+            if hook:
+                b.call(run.args[4], [ir.Constant(ir.IntType(32), step)])
+        self._copy_passthrough_outputs(b, pointer)
+        b.ret_void()
+
+    def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:
+        """Graph outputs that are constants or graph inputs are copied into the caller's buffer."""
+        produced = {o for n in self.graph.nodes for o in n.outputs}
+        memcpy = self.module.declare_intrinsic("llvm.memcpy", [I8P, I8P, ir.IntType(64)])
+        for k, name in enumerate(self.graph.outputs):
+            tensor = self.graph.tensors[name]
+            if name in produced and not tensor.is_const:
+                continue
+            dst = b.load(b.gep(b.function.args[1], [ir.Constant(ir.IntType(32), k)]))
+            src = self.constant_global(name) if tensor.is_const else pointer(name)
+            if src is dst:
+                continue
+            b.call(memcpy, [dst, src, ir.Constant(ir.IntType(64), max(tensor.nbytes, 0)), ir.Constant(ir.IntType(1), 0)])
+
+    def _arg_names(self, node: Node) -> list[str]:
+        """Tensors passed to a node's function, one per storage: an in-place output shares its input's
+        pointer (so LLVM sees one pointer and vectorizes); constants are read from read-only data directly."""
+        names, roots = [], set()
+        for n in [n for n in node.inputs if n and not self.graph.tensors[n].is_const] + [n for n in node.outputs if n]:
+            root = self._storage_root(n)
+            if root not in roots:
+                roots.add(root)
+                names.append(n)
+        return names
+
+    def _dims_outputs(self, node: Node) -> list[int]:
+        """Indices of `node`'s outputs that are dynamic roots (their kernels get a dims slot pointer)."""
+        from ..frontend.shapes import node_marks
+        return [i for i in sorted(node_marks(node)) if i < len(node.outputs) and node.outputs[i] in self.tail.slots]
+
+    def _extra_offsets(self, node: Node) -> list[int]:
+        """Arena offsets passed after the tensors: one dims slot per dynamic output, then the scratch."""
+        from ..frontend.shapes import node_marks
+        if not node_marks(node):
+            return []
+        return [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]
+
+    def _constant_pointer(self, name: str) -> ir.Value:
+        """A constant stored in its layout (permuted at build time), as a typed pointer constant expression."""
+        tensor = self.graph.tensors[name]
+        layout = self.layout(name)
+        key = f"{name}\0{layout}" if layout else name
+        if key not in self.globals:
+            value = np.transpose(tensor.value, layout) if layout else tensor.value
+            self.globals[key] = self.constant_data(value)
+        return self.globals[key].bitcast(storage_type(tensor.dtype).as_pointer())
+
+    def _storage_root(self, name: str) -> str:
+        alias = self.plan.alias_of
+        while name in alias:
+            name = alias[name]
+        return name
+
+    def node_function(self, node: Node, step: int) -> ir.Function | None:
+        from ..planning import is_alias_view
+
+        graph = self.graph
+        spec = lookup(node.op_type, graph.opset, node.domain)
+        if spec.view and is_alias_view(graph, node):
+            return None
+        names = self._arg_names(node)
+        types = [storage_type(graph.tensors[n].dtype).as_pointer() for n in names]
+        dims_outputs = self._dims_outputs(node)
+        extra = self._extra_offsets(node)
+        types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(extra) - len(dims_outputs))
+        idx_t = ir.IntType(self.spec.pointer_bits)
+        tiled = self.options.parallel
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types + [idx_t, idx_t] * tiled), f"op{step}")
+        fn.linkage = "internal"
+        for arg in fn.args[:len(types)]:
+            arg.add_attribute("noalias")
+        if node.name in self.options.loop_orders:
+            node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
+        kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
+        kernel.accumulators, kernel.conv_accumulators = self.spec.accumulators, self.spec.conv_accumulators
+        if tiled:
+            kernel.tile_range = (fn.args[-2], fn.args[-1])
+        kernel.constant_data = self.constant_data
+        kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
+        kernel.scratch = fn.args[len(types) - 1] if len(extra) > len(dims_outputs) else None
+        by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}
+
+        def operand(name: str) -> Operand | None:
+            if not name:
+                return None
+            t = graph.tensors[name]
+            if t.is_const:
+                storage = lambda: self._constant_pointer(name)  # noqa: E731
+            else:
+                arg = by_root[self._storage_root(name)]
+                ptr_type = storage_type(t.dtype).as_pointer()
+                storage = arg if arg.type == ptr_type else kernel.b.bitcast(arg, ptr_type)
+            return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value)
+
+        kernel.inputs = [operand(n) for n in node.inputs]
+        kernel.outputs = [operand(n) for n in node.outputs]
+        spec.lower(kernel)
+        kernel.b.ret_void()
+        if not tiled:
+            return fn
+        if not kernel.tiles:  # one plain function: drop the unused (begin, end)
+            fn.args = fn.args[:len(types)]
+            fn.ftype = ir.FunctionType(ir.VoidType(), types)
+            fn.type = fn.ftype.as_pointer()
+            return fn
+        return self._tiled_entry(fn, types, kernel, node, step)
+
+    def _parallel_for(self) -> ir.Function:
+        """`fxc_parallel_for`, defined weak and serial (tile by tile) for the JIT; runtime_c/pool.c's wins at link."""
+        if self._pfor is None:
+            existing = self.module.globals.get(PARALLEL_FOR)
+            if existing is not None:
+                self._pfor = existing
+                return existing
+            pfor = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [TASK_T.as_pointer(), I8P, I64]), PARALLEL_FOR)
+            pfor.linkage = "weak"
+            task, ctx, n = pfor.args
+            entry, loop, done = pfor.append_basic_block("entry"), pfor.append_basic_block("loop"), pfor.append_basic_block("done")
+            b = ir.IRBuilder(entry)
+            b.cbranch(b.icmp_signed(">", n, I64(0)), loop, done)
+            b.position_at_end(loop)
+            i = b.phi(I64)
+            i.add_incoming(I64(0), entry)
+            nxt = b.add(i, I64(1))
+            b.call(task, [ctx, i, nxt])
+            i.add_incoming(nxt, loop)
+            b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
+            b.position_at_end(done)
+            b.ret_void()
+            self._pfor = pfor
+        return self._pfor
+
+    def _tiled_entry(self, body: ir.Function, types: list, kernel: Kernel, node: Node, step: int) -> ir.Function:
+        """The node function for a body with a parallel region: its arguments go into a context struct on
+        the stack and `op<step>.tile(ctx, begin, end)` runs the body over tiles [begin, end) through
+        fxc_parallel_for; a body with stores outside the region runs whole on the calling thread."""
+        idx_t = body.args[-1].type
+        entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}.run")
+        entry.linkage = "internal"
+        for arg in entry.args:
+            arg.add_attribute("noalias")
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        if not parallel_safe(body, kernel.region_blocks):
+            b.call(body, [*entry.args, ir.Constant(idx_t, 0), ir.Constant(idx_t, kernel.tiles)])
+            b.ret_void()
+            body.attributes.add("alwaysinline")
+            return entry
+        ctx_t = ir.LiteralStructType(types)
+        tile = ir.Function(self.module, TASK_T, f"op{step}.tile")
+        tile.linkage = "internal"
+        tb = ir.IRBuilder(tile.append_basic_block("entry"))
+        ctx = tb.bitcast(tile.args[0], ctx_t.as_pointer())
+        zero = ir.Constant(ir.IntType(32), 0)
+        fields = [tb.load(tb.gep(ctx, [zero, ir.Constant(ir.IntType(32), i)], inbounds=True)) for i in range(len(types))]
+        lo, hi = tile.args[1], tile.args[2]
+        if idx_t.width < 64:
+            lo, hi = tb.trunc(lo, idx_t), tb.trunc(hi, idx_t)
+        tb.call(body, [*fields, lo, hi])
+        tb.ret_void()
+        slot = b.alloca(ctx_t)
+        for i, arg in enumerate(entry.args):
+            b.store(arg, b.gep(slot, [zero, ir.Constant(ir.IntType(32), i)], inbounds=True))
+        b.call(self._parallel_for(), [tile, b.bitcast(slot, I8P), I64(kernel.tiles)])
+        b.ret_void()
+        self.parallel[node.name] = kernel.tile_split
+        return entry
+
+
+def emit_module(graph: Graph, plan, spec: MachineSpec, options: EmitOptions = EmitOptions()) -> str:
+    """LLVM IR text of the whole model for `spec`'s target."""
+    check_supported(graph)
+    return ModuleEmitter(graph, plan, spec, options).emit()

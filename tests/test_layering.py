@@ -1,0 +1,243 @@
+"""The package's layering (issue #14, docs/INTERNALS.md "Layering"): stage folders in pipeline order, imports
+only downward, no module over 600 lines, no function over 120 lines.
+
+The import graph is read with `ast` from every module of toolkit/fluidml_xc: module-level and function-level
+imports, relative and absolute. Known exceptions are explicit allowlists below, each entry with its reason;
+an entry that no longer applies fails too, so the lists only shrink.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "fluidml_xc"
+SOURCE = Path(__file__).resolve().parent.parent / "toolkit" / PACKAGE
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 120
+
+STAGE_NAMES = ("base", "frontend", "passes", "fluid", "planning", "kernels", "ops", "emit", "target", "pipeline",
+               "run", "remote", "apps", "commands")
+"""Pipeline order: a module may import from its own stage and earlier ones (base modules import no stage)."""
+
+STAGES: dict[str, str] = {
+    # module or package (the longest prefix wins) -> stage
+    PACKAGE: "base", "ir": "base", "dtypes": "base", "errors": "base", "progress": "base", "tempfiles": "base",
+    "resources": "base", "npyio": "base", "cast_rules": "base", "extras": "base",
+    "frontend": "frontend",
+    "passes": "passes",
+    "fluid": "fluid",
+    "planning": "planning",
+    "codegen": "kernels",
+    "ops": "ops",
+    "emit": "emit", "codegen.emit": "emit",
+    "target": "target", "boards": "target", "codegen.machine": "target",
+    "pipeline": "pipeline", "artifact": "pipeline", "build": "pipeline",
+    "run": "run", "backend": "run", "reference": "run", "conformance": "run",
+    "remote": "remote",
+    "quantize": "apps", "report": "apps", "fleet": "apps", "examples": "apps",
+    "commands": "commands", "cli": "commands",
+}
+
+PHASE_B_SHIMS: dict[str, str] = {
+    # old path kept as a re-export because a file only phase B may edit imports it -> who
+    "codegen.machine": "fluid/costs.py, benchmarks/mca.py",
+    "codegen.emit": "fluid/costs.py",
+    "boards": "benchmarks/mca.py",
+    "backend": "benchmarks/mca.py (import_graph, compile_model)",
+}
+
+_OP_FACTS = "asks the op registry for op facts; phase B: op traits on OpSpec, the registry's place in the stages"
+_TARGET_DATA = ("MachineSpec/Board are data the optimizer and the emitter decide on, but target/ comes after emit/ "
+                "in layout.md: the lead places them (e.g. the specs as base data)")
+
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    # (importer, imported) -> why it is still there and who removes it
+    ("build", "run.binding"): "--bind values typed by binding.resolve (run/): the lead places binding before build",
+    ("frontend.importer", "ops.dynamic"): "data-dependent output bounds live with the dynamic ops; " + _OP_FACTS,
+    ("frontend.importer", "ops.registry"): _OP_FACTS,
+    ("frontend.unsupported", "ops.registry"): _OP_FACTS,
+    ("fluid.optimize", "ops.registry"): _OP_FACTS,
+    ("planning.planner", "ops.registry"): _OP_FACTS,
+    ("passes.concat_split", "planning"): "a pass asks planning.op_lower_bound whether a split pays; the lead "
+                                         "decides (pass order vs the planner's bound as op data)",
+    ("passes.einsum_matmul", "ops.einsum"): "reuses the Einsum lowering's equation parser; " + _OP_FACTS,
+    ("passes.elementwise_fusion", "ops.fused"): "the fused program's step table lives with its lowering; " + _OP_FACTS,
+    ("passes.elementwise_fusion", "ops.registry"): _OP_FACTS,
+    ("passes.elementwise_fusion", "codegen.scalar"): "which scalar steps have a lowering; phase B: kernels/ traits",
+    ("passes.lowp_compute", "codegen.lowp"): "compute_dtype/is_lowp of the kernels' lowp rules; phase B: kernels/",
+    ("fluid.optimize", "target.machine"): _TARGET_DATA,
+    ("emit.emitter", "target.machine"): _TARGET_DATA,
+    ("emit.threads", "target.boards"): _TARGET_DATA,
+    ("fluid.costs", "codegen.kernel"): "phase B: the cost model's geometry shared with ops/conv.py in kernels/",
+    ("fluid.costs", "ops.conv"): "phase B: the conv geometry shared by the cost model and ops/conv.py (kernels/)",
+    ("fluid.costs", "codegen.emit"): "phase B: the JIT measurer builds a ModuleEmitter (costs split: measure)",
+    ("fluid.costs", "codegen.machine"): "phase B: the JIT measurer's target machine (costs split: measure)",
+    ("npyio", "frontend.validate"): "MAX_RANK, format_bytes, host_memory_bytes: the lead moves them to a base module",
+}
+
+_PHASE_B = "phase B (these files are being edited by the kernel helpers)"
+
+LONG_MODULES: dict[str, str] = {
+    # module over MAX_MODULE_LINES -> who splits it
+    "ops.conv": _PHASE_B + ": its loop/vector helpers go to kernels/",
+    "ops.integer": _PHASE_B + ": ops/integer.py split",
+    "ops.matmul": _PHASE_B,
+    "fluid.costs": _PHASE_B + ": cost model, geometry, disk cache and JIT measurer apart",
+}
+
+LONG_FUNCTIONS: dict[str, str] = {
+    # "module:qualified.name" over MAX_FUNCTION_LINES -> who splits it
+    "ops.integer:_fast_conv": _PHASE_B,
+    "ops.integer:_conv": _PHASE_B,
+    "ops.integer:_runtime_b_matmul": _PHASE_B,
+    "ops.pool:vector_pool": "phase B: long functions in ops/",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(SOURCE.rglob("*.py"))}
+
+
+MODULES = _modules()
+TEXTS = {module: path.read_text(encoding="utf-8") for module, path in MODULES.items()}
+TREES = {module: ast.parse(text, str(MODULES[module])) for module, text in TEXTS.items()}
+
+
+def _short(module: str) -> str:
+    return module[len(PACKAGE) + 1:] if module.startswith(PACKAGE + ".") else module
+
+
+def _imports(module: str) -> list[Import]:
+    """Every import of a package module in MODULE, at any depth; `from A import b` counts as A.b when that is a
+    module, else as A."""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target == PACKAGE or target.startswith(PACKAGE + "."):
+                while target not in MODULES:  # `import fluidml_xc.x.name`-style references to attributes
+                    target = target.rpartition(".")[0]
+                found.append(Import(module, target, node.lineno))
+    return found
+
+
+IMPORTS = [imp for module in MODULES for imp in _imports(module)]
+
+
+def stage_of(module: str) -> str:
+    name = _short(module) if module != PACKAGE else PACKAGE
+    while name:
+        if name in STAGES:
+            return STAGES[name]
+        name = name.rpartition(".")[0]
+    raise KeyError(module)
+
+
+def _is_upward(imp: Import) -> bool:
+    here, there = stage_of(imp.importer), stage_of(imp.imported)
+    if here == "base":
+        return there != "base"
+    return STAGE_NAMES.index(there) > STAGE_NAMES.index(here)
+
+
+def _where(module: str) -> str:
+    return str(MODULES[module].relative_to(SOURCE.parent.parent))
+
+
+def test_every_module_has_a_stage():
+    unplaced = [_where(m) for m in MODULES if not _has_stage(m)]
+    assert not unplaced, f"modules without a stage (add them to STAGES in tests/test_layering.py): {unplaced}"
+
+
+def _has_stage(module: str) -> bool:
+    try:
+        stage_of(module)
+    except KeyError:
+        return False
+    return True
+
+
+def test_stage_entries_name_modules():
+    stale = [name for name in STAGES if name != PACKAGE
+             and not any(m == f"{PACKAGE}.{name}" or m.startswith(f"{PACKAGE}.{name}.") for m in MODULES)]
+    assert not stale, f"STAGES entries naming no module or package: remove them from tests/test_layering.py: {stale}"
+
+
+def test_imports_point_downward():
+    upward = [imp for imp in IMPORTS if _is_upward(imp)]
+    bad = [f"{_where(i.importer)}:{i.line}: {_short(i.importer)} ({stage_of(i.importer)}) imports {_short(i.imported)} "
+           f"({stage_of(i.imported)})" for i in upward if (_short(i.importer), _short(i.imported)) not in UPWARD_ALLOWED]
+    assert not bad, "imports pointing to a later stage:\n" + "\n".join(bad)
+
+
+def test_upward_allowlist_only_shrinks():
+    present = {(_short(i.importer), _short(i.imported)) for i in IMPORTS if _is_upward(i)}
+    stale = sorted(set(UPWARD_ALLOWED) - present)
+    assert not stale, f"UPWARD_ALLOWED entries that no longer occur: remove them from tests/test_layering.py: {stale}"
+
+
+def test_phase_b_shims_only_re_export_and_are_still_needed():
+    for old, users in PHASE_B_SHIMS.items():
+        module = f"{PACKAGE}.{old}"
+        assert module in MODULES, f"{old}: the shim is gone; remove it from PHASE_B_SHIMS"
+        body = [n for n in TREES[module].body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        assert body and all(isinstance(n, ast.ImportFrom) for n in body), f"{old} must only re-export (phase B: {users})"
+        benchmarks = SOURCE.parent.parent / "benchmarks"
+        needed = any(imp.imported == module for imp in IMPORTS) or any(
+            f"{module} import" in path.read_text(encoding="utf-8") for path in benchmarks.glob("*.py"))
+        assert needed, f"nothing imports {old} any more: delete the shim and its PHASE_B_SHIMS entry"
+
+
+def _function_lengths(tree: ast.Module) -> dict[str, int]:
+    lengths = {}
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lengths[name] = child.end_lineno - child.lineno + 1
+                visit(child, name + ".")
+    visit(tree, "")
+    return lengths
+
+
+def test_modules_are_short():
+    long = {_short(m): n for m, text in TEXTS.items() if (n := len(text.splitlines())) > MAX_MODULE_LINES}
+    bad = [f"{_where(PACKAGE + '.' + m)}: {n} lines" for m, n in long.items() if m not in LONG_MODULES]
+    assert not bad, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(bad)
+    stale = sorted(set(LONG_MODULES) - set(long))
+    assert not stale, f"LONG_MODULES entries now short enough (or gone): remove them: {stale}"
+
+
+def test_functions_are_short():
+    long = {f"{_short(m)}:{name}": n for m, tree in TREES.items() for name, n in _function_lengths(tree).items()
+            if n > MAX_FUNCTION_LINES}
+    bad = [f"{k}: {n} lines" for k, n in long.items() if k not in LONG_FUNCTIONS]
+    assert not bad, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(bad)
+    stale = sorted(set(LONG_FUNCTIONS) - set(long))
+    assert not stale, f"LONG_FUNCTIONS entries now short enough (or gone): remove them: {stale}"

@@ -111,12 +111,11 @@ def cases() -> list[Case]:
 
 
 def model_object(model: onnx.ModelProto, board) -> bytes:
-    from fluidml_xc.backend import import_graph
-    from fluidml_xc.build import lower_graph
-    from fluidml_xc.codegen.machine import compile_module, machine_spec
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.target.machine import compile_module, machine_spec
 
     spec = machine_spec(board)
-    lowered = lower_graph(import_graph(model), spec, "fluid", parallel=False)
+    lowered = lower(import_graph(model), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
     return compile_module(lowered.ir_text, spec), spec
 
 
@@ -286,7 +285,7 @@ def main() -> int:
     args = ap.parse_args()
     checks = []
 
-    from fluidml_xc.boards import get_board
+    from fluidml_xc.target.boards import get_board
     if args.markdown:
         print("| case | board | cpu (mca model) | insn | mac | lanes | mul | stack | cyc | rthr | per c | peak | % | %rthr | bottleneck |\n"
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -354,7 +353,7 @@ def measure(model: onnx.ModelProto, runs: int) -> float:
     import ctypes
     import time
 
-    from fluidml_xc.backend import compile_model
+    from fluidml_xc.run.backend import compile_model
     jit = compile_model(model, "x86_64")
     gen = np.random.default_rng(0)
     arrays = [np.ascontiguousarray(gen.integers(0, 100, shape) if np.dtype(dt).kind in "iu" else gen.standard_normal(shape),

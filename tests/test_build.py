@@ -11,7 +11,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from fluidml_xc.examples import EXAMPLES, example_feeds
-from fluidml_xc.target.link import compile_c_program
+from fluidml_xc.emit.link import compile_c_program
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.reference import reference_outputs
 from modelrun import build, has_emulator, run

@@ -263,7 +263,7 @@ def test_build_and_run_under_qemu_aarch64(aarch64, tmp_path):
 def test_user_program_reads_actual_shape_under_qemu_aarch64(aarch64, tmp_path):
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.build import BuildOptions, build_model
-    from fluidml_xc.target.link import compile_c_program
+    from fluidml_xc.emit.link import compile_c_program
 
     x = np.zeros((3, 5), np.float32)
     m = make_model([helper.make_node("NonZero", ["x"], ["nz"])], {"x": x}, ["nz"])

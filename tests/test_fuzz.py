@@ -236,7 +236,7 @@ def sanitizer_compiler(tmp_path: Path) -> list[str] | None:
 def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_artifact):
     """The reader's fuzz cases through npy.c and through a whole runner, both built with ASan + UBSan."""
     import platform
-    from fluidml_xc.target.link import LIBRARY_SOURCES
+    from fluidml_xc.emit.link import LIBRARY_SOURCES
     from fluidml_xc.resources import data_dir
 
     if platform.machine() not in ("x86_64", "AMD64"):

@@ -109,7 +109,7 @@ def test_two_builds_in_different_directories_are_byte_identical(tmp_path):
     machine (build dirs, temporary names, caches, the Python installation) is inside any of them."""
     import sys
     from fluidml_xc.build import BuildOptions, build_model
-    from fluidml_xc.target.link import cache_dir
+    from fluidml_xc.emit.link import cache_dir
 
     artifacts = []
     for where in ("first", "second/deeper"):

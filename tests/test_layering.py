@@ -16,7 +16,7 @@ SOURCE = Path(__file__).resolve().parent.parent / "toolkit" / PACKAGE
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 120
 
-STAGE_NAMES = ("base", "frontend", "passes", "fluid", "planning", "kernels", "ops", "emit", "target", "pipeline",
+STAGE_NAMES = ("base", "target", "frontend", "passes", "fluid", "planning", "kernels", "ops", "emit", "pipeline",
                "run", "remote", "apps", "commands")
 """Pipeline order: a module may import from its own stage and earlier ones (base modules import no stage)."""
 
@@ -30,26 +30,16 @@ STAGES: dict[str, str] = {
     "planning": "planning",
     "codegen": "kernels",
     "ops": "ops",
-    "emit": "emit", "codegen.emit": "emit",
-    "target": "target", "boards": "target", "codegen.machine": "target",
+    "emit": "emit",
+    "target": "target",
     "pipeline": "pipeline", "artifact": "pipeline", "build": "pipeline",
-    "run": "run", "backend": "run", "reference": "run", "conformance": "run",
+    "run": "run", "reference": "run", "conformance": "run",
     "remote": "remote",
     "quantize": "apps", "report": "apps", "fleet": "apps", "examples": "apps",
     "commands": "commands", "cli": "commands",
 }
 
-PHASE_B_SHIMS: dict[str, str] = {
-    # old path kept as a re-export because a file only phase B may edit imports it -> who
-    "codegen.machine": "fluid/costs.py, benchmarks/mca.py",
-    "codegen.emit": "fluid/costs.py",
-    "boards": "benchmarks/mca.py",
-    "backend": "benchmarks/mca.py (import_graph, compile_model)",
-}
-
 _OP_FACTS = "asks the op registry for op facts; phase B: op traits on OpSpec, the registry's place in the stages"
-_TARGET_DATA = ("MachineSpec/Board are data the optimizer and the emitter decide on, but target/ comes after emit/ "
-                "in layout.md: the lead places them (e.g. the specs as base data)")
 
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # (importer, imported) -> why it is still there and who removes it
@@ -66,13 +56,9 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("passes.elementwise_fusion", "ops.registry"): _OP_FACTS,
     ("passes.elementwise_fusion", "codegen.scalar"): "which scalar steps have a lowering; phase B: kernels/ traits",
     ("passes.lowp_compute", "codegen.lowp"): "compute_dtype/is_lowp of the kernels' lowp rules; phase B: kernels/",
-    ("fluid.optimize", "target.machine"): _TARGET_DATA,
-    ("emit.emitter", "target.machine"): _TARGET_DATA,
-    ("emit.threads", "target.boards"): _TARGET_DATA,
     ("fluid.costs", "codegen.kernel"): "phase B: the cost model's geometry shared with ops/conv.py in kernels/",
     ("fluid.costs", "ops.conv"): "phase B: the conv geometry shared by the cost model and ops/conv.py (kernels/)",
-    ("fluid.costs", "codegen.emit"): "phase B: the JIT measurer builds a ModuleEmitter (costs split: measure)",
-    ("fluid.costs", "codegen.machine"): "phase B: the JIT measurer's target machine (costs split: measure)",
+    ("fluid.costs", "emit.emitter"): "phase B: the JIT measurer builds a ModuleEmitter (costs split: measure)",
     ("npyio", "frontend.validate"): "MAX_RANK, format_bytes, host_memory_bytes: the lead moves them to a base module",
 }
 
@@ -198,18 +184,6 @@ def test_upward_allowlist_only_shrinks():
     present = {(_short(i.importer), _short(i.imported)) for i in IMPORTS if _is_upward(i)}
     stale = sorted(set(UPWARD_ALLOWED) - present)
     assert not stale, f"UPWARD_ALLOWED entries that no longer occur: remove them from tests/test_layering.py: {stale}"
-
-
-def test_phase_b_shims_only_re_export_and_are_still_needed():
-    for old, users in PHASE_B_SHIMS.items():
-        module = f"{PACKAGE}.{old}"
-        assert module in MODULES, f"{old}: the shim is gone; remove it from PHASE_B_SHIMS"
-        body = [n for n in TREES[module].body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
-        assert body and all(isinstance(n, ast.ImportFrom) for n in body), f"{old} must only re-export (phase B: {users})"
-        benchmarks = SOURCE.parent.parent / "benchmarks"
-        needed = any(imp.imported == module for imp in IMPORTS) or any(
-            f"{module} import" in path.read_text(encoding="utf-8") for path in benchmarks.glob("*.py"))
-        assert needed, f"nothing imports {old} any more: delete the shim and its PHASE_B_SHIMS entry"
 
 
 def _function_lengths(tree: ast.Module) -> dict[str, int]:

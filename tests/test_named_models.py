@@ -127,7 +127,7 @@ def test_libraries_export_disjoint_symbols(named):
 
 def _two_models_program(named, tmp_path: Path) -> tuple[Path, list[str]]:
     from fluidml_xc.target.boards import get_board
-    from fluidml_xc.target.link import compile_c_program
+    from fluidml_xc.emit.link import compile_c_program
 
     det, cls = named["detector"][0], named["classifier"][0]
     manifest = json.loads((det / "manifest.json").read_text())

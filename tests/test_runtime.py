@@ -16,7 +16,7 @@ from fluidml_xc.target.boards import Target, get_target
 from fluidml_xc.errors import InputError, RunError, ToolchainError
 from fluidml_xc.run.execute import (check_feeds, emulator_command, load_feeds, random_feeds, read_manifest,
                                 run_artifact, save_npz)
-from fluidml_xc.target.link import compile_c_program, is_host_target, link_artifact, runtime_objects
+from fluidml_xc.emit.link import compile_c_program, is_host_target, link_artifact, runtime_objects
 from fluidml_xc.emit.capi import ModelSpec, TensorSpec, c_string, render_sources
 
 X_NAME, T_NAME, Y_NAME, Z_NAME = "gpu_0/data_0", 'tok"en\\', "y/out", "z?\"'"

@@ -196,7 +196,7 @@ def test_c_api_threads(program, board, tmp_path):
     """An application calling fxc_run from its own thread, and one running the tiles on its own threads:
     outputs equal the runner's byte for byte."""
     from fluidml_xc.target.boards import get_board
-    from fluidml_xc.target.link import compile_c_program
+    from fluidml_xc.emit.link import compile_c_program
 
     if not has_emulator(board):
         pytest.skip(f"needs the emulator of {board}")

@@ -134,7 +134,7 @@ class Compiled:
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> Compiled:
     """Lower `graph` and write model.o (NAME.o; code + weights) into workdir."""
-    from .target.link import attach_weights
+    from .emit.link import attach_weights
 
     api = CApi(options.name)
     spec = machine_spec(board)
@@ -160,7 +160,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
 
 
 def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool) -> None:
-    from .target.link import link_artifact
+    from .emit.link import link_artifact
     from .emit.capi import ModelSpec, TensorSpec, render_sources
 
     tail, api, spec = compiled.tail, compiled.api, compiled.spec
@@ -342,9 +342,3 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     return BuildResult(out_dir, manifest, time.perf_counter() - started)
 
-
-def lower_graph(graph: Graph, spec: MachineSpec, opt: str = "fluid", costs: str = "analytic", weights_symbol: str | None = None,
-                parallel: bool = True, threads: int = 1, symbol_prefix: str = "fxc_") -> Lowered:
-    """Phase B: benchmarks/mca.py (edited by another helper now) still calls this; everything else uses pipeline.lower."""
-    return lower(graph, spec, LowerOptions(opt=opt, costs=costs, threads=threads if parallel else 1, parallel=parallel,
-                                           weights_symbol=weights_symbol, symbol_prefix=symbol_prefix))

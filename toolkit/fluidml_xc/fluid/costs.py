@@ -787,7 +787,7 @@ def jit_engine(llvm_ir: str, spec):
     """An MCJIT engine for this machine holding the optimized module (the caller keeps it alive)."""
     import llvmlite.binding as llvm
 
-    from ..codegen.machine import new_target_machine, optimized_module
+    from ..target.machine import new_target_machine, optimized_module
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -817,7 +817,7 @@ class Measurer:
     def measure(self, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> float | None:
         import ctypes
 
-        from ..codegen.emit import EmitOptions, ModuleEmitter
+        from ..emit.emitter import EmitOptions, ModuleEmitter
 
         class _NoPlan:
             alias_of: dict = {}

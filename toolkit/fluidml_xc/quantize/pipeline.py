@@ -198,7 +198,7 @@ def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dic
 
 def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     from ..target.boards import get_board
-    from ..target.link import is_host_target
+    from ..emit.link import is_host_target
 
     model_path, output = Path(options.model), Path(options.output)
     if output.exists() and not options.force:

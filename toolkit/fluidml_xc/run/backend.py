@@ -65,7 +65,7 @@ def _jit_target_machine(triple: str, cpu: str, features: str):
 
 
 def jit_available(board: Board) -> bool:
-    from ..target.link import is_host_target
+    from ..emit.link import is_host_target
     return board.target.name == "x86_64" and is_host_target(board.target)
 
 

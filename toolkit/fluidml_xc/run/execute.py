@@ -17,7 +17,7 @@ import numpy as np
 from ..target.boards import get_target
 from ..dtypes import is_storage_only
 from ..errors import InputError, RunError, ToolchainError
-from ..target.link import is_host_target
+from ..emit.link import is_host_target
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import tempfiles
-from .boards import Target
+from ..target.boards import Target
 from ..errors import ToolchainError
 from ..resources import data_dir
-from ..emit.capi import CApi
+from .capi import CApi
 
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
 """-fdebug-compilation-dir and the -ffile-prefix-map of _prefix_maps keep directories out of the objects' debug

@@ -243,7 +243,6 @@ def test_cost_model_knows_threads(tmp_path):
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.fluid.optimize import optimize
     from fluidml_xc.passes import run_passes
-    from fluidml_xc.pipeline import LowerOptions, lower
 
     model, feeds = scores()
     spec = machine_spec(get_board("x86_64"))

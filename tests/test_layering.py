@@ -23,7 +23,7 @@ STAGE_NAMES = ("base", "target", "frontend", "passes", "fluid", "planning", "ker
 STAGES: dict[str, str] = {
     # module or package (the longest prefix wins) -> stage
     PACKAGE: "base", "ir": "base", "dtypes": "base", "errors": "base", "progress": "base", "tempfiles": "base",
-    "resources": "base", "npyio": "base", "cast_rules": "base", "extras": "base",
+    "resources": "base", "sizes": "base", "npyio": "base", "cast_rules": "base", "extras": "base",
     "frontend": "frontend",
     "passes": "passes",
     "fluid": "fluid",
@@ -59,7 +59,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("fluid.costs", "codegen.kernel"): "phase B: the cost model's geometry shared with ops/conv.py in kernels/",
     ("fluid.costs", "ops.conv"): "phase B: the conv geometry shared by the cost model and ops/conv.py (kernels/)",
     ("fluid.costs", "emit.emitter"): "phase B: the JIT measurer builds a ModuleEmitter (costs split: measure)",
-    ("npyio", "frontend.validate"): "MAX_RANK, format_bytes, host_memory_bytes: the lead moves them to a base module",
 }
 
 _PHASE_B = "phase B (these files are being edited by the kernel helpers)"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .frontend.validate import MAX_RANK, format_bytes, host_memory_bytes
+from .sizes import MAX_RANK, format_bytes, host_memory_bytes
 
 MAX_HEADER = 1 << 16
 

@@ -14,6 +14,7 @@ from onnx import helper
 
 from ..errors import InputError
 from ..ir import is_onnx_domain
+from ..sizes import MAX_RANK, format_bytes, host_memory_bytes
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -28,20 +29,6 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise InputError(f"bad size {text!r}: it must be positive")
     return value
-
-
-def format_bytes(n: int) -> str:
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def host_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 8 << 30
 
 
 def default_max_memory(board) -> int:
@@ -163,10 +150,6 @@ def _check_initializer(tensor: onnx.TensorProto, ctx, limits: Limits) -> None:
         if held != need:
             raise InputError(f"{what} holds {held} values in {field} for shape {list(tensor.dims)} {dtype.name} "
                              f"({int(need)} needed): re-export the model")
-
-
-MAX_RANK = 32
-"""The runner's .npy reader (runtime_c/npy.c FXC_MAX_RANK) and the C specs take at most this many dims."""
 
 
 def check_input_shape(name: str, shape: tuple[int, ...], ttype) -> None:

@@ -43,7 +43,6 @@ _OP_FACTS = "asks the op registry for op facts; phase B: op traits on OpSpec, th
 
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # (importer, imported) -> why it is still there and who removes it
-    ("build", "run.binding"): "--bind values typed by binding.resolve (run/): the lead places binding before build",
     ("frontend.importer", "ops.dynamic"): "data-dependent output bounds live with the dynamic ops; " + _OP_FACTS,
     ("frontend.importer", "ops.registry"): _OP_FACTS,
     ("frontend.unsupported", "ops.registry"): _OP_FACTS,

@@ -26,7 +26,7 @@ from .ir import Graph
 from .pipeline import Lowered, LowerOptions, import_graph, lower
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
-from .run.binding import manifest_entry
+from .frontend.binding import manifest_entry
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
 
@@ -263,7 +263,7 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
 
 def _bind(model: onnx.ModelProto, options: BuildOptions) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
     """--bind values typed by the model's inputs, and the --input-shape entries of the inputs left."""
-    from .run.binding import resolve
+    from .frontend.binding import resolve
 
     bound = resolve(model, options.bind) if options.bind else {}
     for name, value in bound.items():

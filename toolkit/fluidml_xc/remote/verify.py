@@ -89,7 +89,7 @@ def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]
 
 def with_bound(artifact: Artifact, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`feeds` plus the inputs bound at build time (--bind), as the original model needs them."""
-    from ..run.binding import recorded_values
+    from ..frontend.binding import recorded_values
 
     return {**feeds, **recorded_values(artifact.manifest, artifact.path)}
 

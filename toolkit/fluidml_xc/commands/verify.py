@@ -64,7 +64,7 @@ def main(args) -> int:
     else:
         outputs, where = run_local(artifact, feeds, args.timeout, args.threads), "localhost"
     tolerance = Tolerance(args.rtol, args.atol)
-    report = VerifyReport.of(where, tolerance, outputs, reference, args.quant_steps)
+    report = VerifyReport.of(where, tolerance, outputs, reference)
     print(report.table())
     if not report.ok:
         raise VerifyError(report.failure())

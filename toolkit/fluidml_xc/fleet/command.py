@@ -121,8 +121,7 @@ def _verify(request: FleetRequest, job: FleetVerify, hosts, artifacts, default, 
 
     def work(host, artifact):
         feeds, reference = checks[artifact.board.name]
-        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, job.timeout, request.threads,
-                              job.quant_steps)
+        outcome = verify_host(host, artifact, reach, feeds, reference, tolerance, job.timeout, request.threads)
         if not outcome.verify.ok:
             bad = [o.name for o in outcome.verify.outputs if not o.ok]
             raise VerifyError(f"outputs {', '.join(bad)} differ from {reference.label} beyond tolerance")

@@ -81,12 +81,11 @@ def profile_host(host: FleetHost, artifact: Artifact, reach: Reach, options: Pro
 
 
 def verify_host(host: FleetHost, artifact: Artifact, reach: Reach, feeds: Mapping[str, np.ndarray],
-                reference: Reference, tolerance: Tolerance, timeout: float, threads: int | None = None,
-                quant_steps: float = 0.0) -> HostOutcome:
+                reference: Reference, tolerance: Tolerance, timeout: float, threads: int | None = None) -> HostOutcome:
     with _connect(host, artifact, reach) as conn:
         d = deploy(conn, artifact, DeployOptions(host.base_dir or reach.base_dir, False, None))
         outputs = run_remote(conn, d, artifact, feeds, timeout, threads)
-        report = VerifyReport.of(conn.label, tolerance, outputs, reference, quant_steps)
+        report = VerifyReport.of(conn.label, tolerance, outputs, reference)
         return HostOutcome(host.name, artifact.board.name, conn.label, _deployed_facts(d), verify=report)
 
 

@@ -15,6 +15,7 @@ import onnx.numpy_helper
 import paramiko
 
 from ..errors import InputError, RemoteError, RunError
+from ..ir import is_onnx_domain
 from ..artifact import sha256_file
 from .artifact import Artifact
 from .deploy import Deployment
@@ -65,10 +66,9 @@ class VerifyReport:
         return "\n".join(lines)
 
     @classmethod
-    def of(cls, where: str, tolerance: Tolerance, outputs: Mapping[str, np.ndarray], reference: Reference,
-           quant_steps: float = 0.0) -> "VerifyReport":
+    def of(cls, where: str, tolerance: Tolerance, outputs: Mapping[str, np.ndarray], reference: Reference) -> "VerifyReport":
         checks = tuple(compare(outputs, reference, tolerance))
-        return cls(where, tolerance, checks, reference.oracle, quant_steps if reference.steps else 0.0)
+        return cls(where, tolerance, checks, reference.oracle, reference.quant_steps if reference.steps else 0.0)
 
     def failure(self) -> str:
         failed = [o for o in self.outputs if not o.ok]
@@ -118,17 +118,18 @@ def model_path(artifact: Artifact, override: Path | None = None) -> Path:
 # u8 x s8 kernels saturate pair sums): their models are checked against the spec's arithmetic
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
                            "QLinearMatMul", "ConvInteger", "MatMulInteger"})
-ONNX_DOMAINS = ("", "ai.onnx")
 ORACLE_LABELS = {"ort": "ONNX Runtime", "spec": "onnx.reference (the ONNX spec's arithmetic)"}
 
 
 @dataclass(frozen=True)
 class Reference:
-    """The oracle's outputs, which oracle gave them, and per output the quantization step it may differ by."""
+    """The oracle's outputs, which oracle gave them, and per output the quantization step it may differ by
+    (`quant_steps` steps of that output's quantizer)."""
 
     outputs: dict[str, np.ndarray]
     oracle: str = "ort"
     steps: dict[str, float] = field(default_factory=dict)
+    quant_steps: float = 0.0
 
     @property
     def label(self) -> str:
@@ -139,7 +140,7 @@ def choose_oracle(model: onnx.ModelProto, requested: str = "auto") -> str:
     """`requested`, or for "auto": the spec's arithmetic for models with quantized ops, else ONNX Runtime."""
     if requested != "auto":
         return requested
-    return "spec" if any(n.op_type in QUANTIZED_OPS and n.domain in ONNX_DOMAINS for n in model.graph.node) else "ort"
+    return "spec" if any(n.op_type in QUANTIZED_OPS and is_onnx_domain(n.domain) for n in model.graph.node) else "ort"
 
 
 def quantization_steps(model: onnx.ModelProto, quant_steps: float) -> dict[str, float]:
@@ -154,7 +155,7 @@ def quantization_steps(model: onnx.ModelProto, quant_steps: float) -> dict[str, 
     steps = {}
     for out in model.graph.output:
         node = producers.get(out.name)
-        if node is None or node.domain not in ONNX_DOMAINS:
+        if node is None or not is_onnx_domain(node.domain):
             continue
         if node.op_type == "QuantizeLinear":
             steps[out.name] = quant_steps
@@ -186,7 +187,7 @@ def _spec_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.nda
     from ..cast_rules import REFERENCE_OPS
 
     try:
-        opset = next((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), 19)
+        opset = next((o.version for o in model.opset_import if is_onnx_domain(o.domain)), 19)
         if opset < 19:  # onnx.reference implements QuantizeLinear/DequantizeLinear from opset 19 on
             model = onnx.version_converter.convert_version(model, 19)
         evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
@@ -209,7 +210,7 @@ def reference_outputs(path: Path, feeds: Mapping[str, np.ndarray], oracle: str =
     except Exception as exc:
         raise InputError(f"{path} is not a readable ONNX model: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     chosen = choose_oracle(model, oracle)
-    return Reference(ORACLES[chosen](path, model, feeds), chosen, quantization_steps(model, quant_steps))
+    return Reference(ORACLES[chosen](path, model, feeds), chosen, quantization_steps(model, quant_steps), quant_steps)
 
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Reference, tol: Tolerance) -> list[OutputCheck]:

@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from ..errors import InputError
 from ..ir import Graph, Node, Tensor, is_onnx_domain
+from .names import rename_repeated, unique_names
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_input_shape, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -344,17 +345,6 @@ class _Folder:
         return False
 
 
-def _unique_names(model: onnx.ModelProto) -> list[str]:
-    seen, names = set(), []
-    for i, node in enumerate(model.graph.node):
-        name = node.name or f"{node.op_type}_{i}"
-        while name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        names.append(name)
-    return names
-
-
 def _remove_dead(graph: Graph) -> None:
     needed = set(graph.outputs)
     kept = []
@@ -376,7 +366,7 @@ def _check_known_ops(model: onnx.ModelProto) -> None:
     opset = _opset(model)
     opsets = {entry.domain or "": entry.version for entry in model.opset_import}
     unknown, missing = False, []
-    for node, name in zip(model.graph.node, _unique_names(model)):
+    for node, name in zip(model.graph.node, unique_names(model)):
         if lookup(node.op_type, opset, node.domain) is not None:
             continue
         try:
@@ -497,7 +487,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     from .unsupported import check_strings, check_training
     check_training(model, _opset(model))
     _check_known_ops(model)
-    validate_model(model, options.limits, _unique_names(model))
+    validate_model(model, options.limits, unique_names(model))
     structs: dict = {}
     """sequence/optional values -> their build-time structure (sequences.py)"""
     tensors = _graph_inputs(model, options, structs)
@@ -510,7 +500,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     opset = _opset(model)
     opsets = {entry.domain or "": entry.version for entry in model.opset_import}
     nodes = []
-    work = [(onnx_node, node_name, 0) for onnx_node, node_name in zip(model.graph.node, _unique_names(model))]
+    work = [(onnx_node, node_name, 0) for onnx_node, node_name in zip(model.graph.node, unique_names(model))]
     work.reverse()
     while work:
         onnx_node, node_name, depth = work.pop()
@@ -592,6 +582,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             inputs.extend(flat_names(vi.name, desc))
         elif vi.name in tensors and not tensors[vi.name].is_const:
             inputs.append(vi.name)
+    rename_repeated(nodes)
     graph = Graph(name, tensors, nodes, inputs, outputs, _opset(model))
     if structures["inputs"] or structures["outputs"]:
         graph.structures = structures

@@ -226,18 +226,18 @@ _NEEDS_CONSTANT = re.compile(r"node '(.+?)' \(\w+\): .*must be a build-time cons
 
 def _node_needing_values(model: onnx.ModelProto, message: str):
     """The ONNX node whose output shape (or lowering) needs input values at build time, from an InputError."""
-    from ..frontend.importer import _unique_names
+    from ..frontend.names import unique_names
 
     match = _UNRESOLVED.search(message)
     if match:
         name = match.group(1)
         node = next((n for n in model.graph.node if name in n.output), None)
         if node is None and "/" in name:  # a tensor inside a function body the frontend inlined: its calling node
-            node = dict(zip(_unique_names(model), model.graph.node)).get(name.split("/")[0])
+            node = dict(zip(unique_names(model), model.graph.node)).get(name.split("/")[0])
         return node
     match = _NEEDS_CONSTANT.search(message)
     if match:
-        return next((n for n, name in zip(model.graph.node, _unique_names(model)) if name == match.group(1)), None)
+        return next((n for n, name in zip(model.graph.node, unique_names(model)) if name == match.group(1)), None)
     return None
 
 

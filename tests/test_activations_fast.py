@@ -1,4 +1,4 @@
-"""Vectorized float32 approximations of libm functions (codegen/scalar.py): error bounds over a dense
+"""Vectorized float32 approximations of libm functions (kernels/scalar.py): error bounds over a dense
 range and the special values, against numpy in float64."""
 from __future__ import annotations
 

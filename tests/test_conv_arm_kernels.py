@@ -5,7 +5,7 @@ loaded bias, bit-identical across threads); aarch64 channels-last depthwise over
 (st1 of two vectors per pixel) with the odd vector and single channels after them; armv7 channels-last
 depthwise one kernel row at a time; armv7 depthwise rows with each tap a lane of the channel's weight
 vectors (vmla.f32 q, q, d[x]) and vfma for the other float multiply-adds; and the cost model's view of
-these forms (fluid/costs.py through ops/conv.py's TargetForms)."""
+these forms (fluid/costs.py through kernels/conv_geometry.py's TargetForms)."""
 from __future__ import annotations
 
 import re
@@ -155,10 +155,11 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
 
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
 def test_cost_model_sees_the_kernels_forms(board, monkeypatch):
-    """fluid/costs.py's ConvGeometry, built from the graph node and the strides the kernel got, predicts the
+    """fluid/geometry.py's ConvGeometry, built from the graph node and the strides the kernel got, predicts the
     tiles and forms Conv2D picks on each target (one TargetForms answers both): the blocking, U, P, row
     pairs, lanes of weight vectors, and the channels-last depthwise units."""
-    from fluidml_xc.fluid.costs import TargetForms, conv_geometry
+    from fluidml_xc.fluid.geometry import conv_geometry
+    from fluidml_xc.kernels.conv_geometry import TargetForms
     from fluidml_xc.ops import conv
 
     seen = []

@@ -12,7 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.fluid.costs import CostCache, Costs, entry_key, kernel_signature, layouts_key
+from fluidml_xc.fluid.cost_cache import CostCache, entry_key, kernel_signature, layouts_key
+from fluidml_xc.fluid.costs import Costs
 from fluidml_xc.fluid.layouts import LayoutProblem, brute_force_segment, candidate_layouts, solve_segment
 from fluidml_xc.fluid.segmentation import Segment, segment_graph
 from fluidml_xc.fluid.voting import vote_layouts
@@ -182,7 +183,7 @@ def test_measure_costs_are_cached(tmp_path, monkeypatch):
 def _jit_node(g, node, layouts, order):
     """Run one node's kernel with llvmlite's MCJIT on buffers stored in `layouts`."""
     from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
-    from fluidml_xc.fluid.costs import jit_engine
+    from fluidml_xc.fluid.measure import jit_engine
 
     class NoPlan:
         alias_of, offsets = {}, {}

@@ -33,7 +33,7 @@ def _jit_node(graph, node, layouts):
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
     from fluidml_xc.target.machine import machine_spec
-    from fluidml_xc.fluid.costs import jit_engine
+    from fluidml_xc.fluid.measure import jit_engine
 
     class NoPlan:
         alias_of, offsets = {}, {}

@@ -1,5 +1,5 @@
 """Storage-only dtypes (bfloat16, float8_*, float4_e2m1fn, float8_e8m0fnu, int4/uint4/int2/uint2): the
-conversions in codegen/lowp.py bit for bit against ml_dtypes and onnx.reference where ONNX defines the
+conversions in kernels/lowp.py bit for bit against ml_dtypes and onnx.reference where ONNX defines the
 result, and against our rules (cast_rules.py, fixed tables below) where it does not, in-process (JIT)
 and through artifacts under qemu-user (aarch64, armv7), and a bfloat16 model through `fluidml-xc build` / run."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc import cast_rules
-from fluidml_xc.codegen import lowp
+from fluidml_xc.kernels import lowp
 
 CODES = {
     "bfloat16": TensorProto.BFLOAT16, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,

@@ -1,4 +1,4 @@
-"""Multi-core execution (runtime_c/pool.c, codegen/emit.py tiles): outputs bit-identical at 1, 2, 3 and 4
+"""Multi-core execution (runtime_c/pool.c, emit/emitter.py tiles): outputs bit-identical at 1, 2, 3 and 4
 threads for a CNN, a transformer block and an int8 graph, natively and under qemu-user (aarch64, armv7),
 and equal to ONNX's reference; the C API's thread calls from an application thread and with the
 application's own parallel-for."""
@@ -239,7 +239,8 @@ def test_cost_model_knows_threads(tmp_path):
     Builds at --threads 1 and 4 follow their decisions, split as costed, and compute S."""
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.target.machine import machine_spec
-    from fluidml_xc.fluid.costs import AnalyticModel, matmul_geometry
+    from fluidml_xc.fluid.costs import AnalyticModel
+    from fluidml_xc.fluid.geometry import matmul_geometry
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.fluid.optimize import optimize
     from fluidml_xc.passes import run_passes

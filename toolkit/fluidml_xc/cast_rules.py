@@ -1,5 +1,5 @@
-"""Our results for the conversions ONNX leaves undefined, in numpy: what the kernels compute (codegen/
-lowp.py, codegen/scalar.py) is what constant folding and the tests compute here. The rules and why
+"""Our results for the conversions ONNX leaves undefined, in numpy: what the kernels compute (kernels/
+lowp.py, kernels/scalar.py) is what constant folding and the tests compute here. The rules and why
 they were chosen are in docs/INTERNALS.md (Conversions).
 
 - float -> any integer type (int64 ... int8, uint*, int4/uint4/int2/uint2): NaN -> 0, truncation

@@ -72,7 +72,7 @@ def _unsupported_dtypes(case) -> list[str]:
     """Names of tensor element types of the case's graph inputs/outputs that the compiler cannot store."""
     from onnx import helper
 
-    from ..codegen.scalar import llvm_type
+    from ..kernels.scalar import llvm_type
 
     bad = set()
     graph = case.model.graph

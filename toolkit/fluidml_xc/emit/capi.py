@@ -19,7 +19,7 @@ from ..resources import data_dir
 DTYPE_CODES: dict[str, int] = {
     "float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
     "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13,
-    # storage-only dtypes (codegen/lowp.py): bfloat16 is 16 bits, the others one byte per element
+    # storage-only dtypes (kernels/lowp.py): bfloat16 is 16 bits, the others one byte per element
     "bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20,
     "uint4": 21, "int4": 22, "float4_e2m1fn": 23, "float8_e8m0fnu": 24, "uint2": 25, "int2": 26,
 }

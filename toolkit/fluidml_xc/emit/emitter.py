@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.kernel import Kernel, Operand, layout_strides
-from ..codegen.scalar import storage_type
 from ..errors import InputError
 from ..frontend.unsupported import unsupported_message
 from ..ir import Graph, Node
+from ..kernels.kernel import Kernel, Operand, layout_strides
+from ..kernels.scalar import storage_type
 from ..ops.registry import lookup
 from ..target.machine import MachineSpec, data_layout
 

@@ -9,34 +9,33 @@ of blocking under the operands' strides (channel vectors, row vectors, depthwise
 vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
 gathered), stores and the residual read (vector, or scattered per element when channels are not
 innermost), and the bytes each Conv loop order moves; the target's tiles and forms (row pairs, taps as
-lanes of weight vectors, channel vectors per depthwise block) come from ops/conv.py's TargetForms, the
-answers Conv2D itself uses. Pools, Concat and inference
+lanes of weight vectors, channel vectors per depthwise block) come from kernels/conv_geometry.py's
+TargetForms, the answers Conv2D itself uses (the geometry: fluid/geometry.py). Pools, Concat and inference
 BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
 channels are innermost).
 
 Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
-several runs), keyed by target, kernel signature and layouts in a JSON cache under
-$FLUIDML_XC_CACHE (default ~/.cache/fluidml-xc/costs). Measurements taken on a board go in the same
+several runs; fluid/measure.py), keyed by target, kernel signature and layouts in a JSON cache under
+$FLUIDML_XC_CACHE (default ~/.cache/fluidml-xc/costs; fluid/cost_cache.py). Measurements taken on a board go in the same
 format (`source` names the board) and are preferred for that target.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 import platform
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from ..ir import Graph, Node
-from ..ops.conv import TargetForms
+from ..kernels.conv_geometry import TargetForms
+from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
+from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
+from .geometry import ConvGeometry, MatmulGeometry, conv_geometry, matmul_geometry
+from .layouts import Perm
 from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
+from .measure import Measurer, host_can_run
 
 LINE = 64
 CACHE_BYTES = 512 * 1024
@@ -59,14 +58,11 @@ STORE_NS = 0.03
 SCATTER_NS = 0.4
 GATHER_NS = 0.3
 """Gathering one element of a strided B into the outer-product kernel's stack panel."""
-BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 PARALLEL_FOR_NS = 2000.0
 """Handing an op's tiles to the pool (runtime_c/pool.c): publishing the job, the workers picking tiles up,
 waiting for the last tile."""
 PARALLEL_EFFICIENCY = 0.87
 """Per-core efficiency of split tiles (a 512^3 and a 128^3 MatMul scale 1.70x / 1.78x on 2 threads, docs/THREADS.md)."""
-
-Perm = tuple[int, ...]
 
 
 def parallel_time(ns: float, tiles: int, threads: int) -> float:
@@ -154,7 +150,7 @@ class AnalyticModel:
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
         self.forms = forms or TargetForms("")
-        """The target's Conv kernel forms (ops/conv.py), the same answers Conv2D gets."""
+        """The target's Conv kernel forms (kernels/conv_geometry.py), the same answers Conv2D gets."""
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)
@@ -227,7 +223,7 @@ class AnalyticModel:
             best = default  # within the model's error: the kernel's own order (greedy's)
         return costs[best], best
 
-    def matmul_tiles(self, geo: "MatmulGeometry", order: str) -> int:
+    def matmul_tiles(self, geo: MatmulGeometry, order: str) -> int:
         """Tiles ops/matmul.py splits `order`'s kernel into: outer products by NR-column panels x MR-row
         blocks (a B gathered into a stack panel keeps its rows together), dot products by row blocks,
         scalar nests by their leading loops."""
@@ -244,7 +240,7 @@ class AnalyticModel:
         gathered = kind == "outer" and not geo.b_const and geo.b[1] != 1 and n > 1
         return split_tiles(geo.batch_points, work, (-(-n // nr), -(-m // mr)), (True, not gathered))
 
-    def matmul_order_cost(self, geo: "MatmulGeometry", order: str) -> float:
+    def matmul_order_cost(self, geo: MatmulGeometry, order: str) -> float:
         kind = blocked_kind(order, geo.a, geo.b, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
         if kind is not None:
             return CALL_NS + geo.batch_points * self.blocked_cost(geo, kind) + self.matmul_lines(geo)
@@ -258,13 +254,13 @@ class AnalyticModel:
             lanes = 1
         return geo.batch_points * nest_cost(extents, dom, uses, 2.0, lanes) * 1.5
 
-    def matmul_lines(self, geo: "MatmulGeometry") -> float:
+    def matmul_lines(self, geo: MatmulGeometry) -> float:
         """Compulsory traffic of the blocked kernels: each operand once (they block for registers, not caches)."""
         item = geo.itemsize
         total = geo.batch_points * (geo.m * geo.k + geo.k * geo.n + geo.m * geo.n) * item
         return total / LINE * LINE_NS * 0.25
 
-    def blocked_cost(self, geo: "MatmulGeometry", kind: str) -> float:
+    def blocked_cost(self, geo: MatmulGeometry, kind: str) -> float:
         """One batch point of ops/matmul.py's register-blocked kernels (ns): vector FMAs, loads, edges, epilogue."""
         lanes = max(1, self.vector_bits // (8 * geo.itemsize))
         m, n, kk = geo.m, geo.n, geo.k
@@ -303,7 +299,7 @@ class AnalyticModel:
             best = default  # within the model's error: keep the kernel's own choice (greedy's)
         return costs[best], best
 
-    def conv_tiles(self, geo: "ConvGeometry", order: str) -> int:
+    def conv_tiles(self, geo: ConvGeometry, order: str) -> int:
         """Tiles ops/conv.py's Conv2D.split makes: images x groups x chunks of channel blocks x chunks of
         output rows (pixel tiles when flat), the outer loop of the order split first."""
         work = float(geo.N) * geo.OC * geo.OH * geo.OW * geo.Cig * geo.KH * geo.KW
@@ -335,7 +331,7 @@ class AnalyticModel:
         tiles = geo.N * groups * chunks
         return tiles if tiles >= 2 else 1
 
-    def conv_order_cost(self, geo: "ConvGeometry", order: str) -> float:
+    def conv_order_cost(self, geo: ConvGeometry, order: str) -> float:
         """ns of ops/conv.py's kernel for this geometry: vector FMAs (slowed when too few accumulators
         hide the FMA latency), input loads (broadcast / vector / gathered), stores (vector or scattered
         per element), the residual read like the store, and memory traffic under the loop order."""
@@ -451,196 +447,6 @@ ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
 FMA_IN_FLIGHT = 8
 """Independent vector accumulators needed to hide FMA latency (two FMA ports x ~4 cycles)."""
-CONV_ORDERS = ("co>px", "px>co")
-"""Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
-streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
-cached while every block's weights stream past)."""
-
-
-@dataclass
-class ConvGeometry:
-    """A float 1D/2D Conv as ops/conv.py's Conv2D sees it (rank 3 as one row), strides in elements."""
-
-    N: int
-    C: int
-    H: int
-    W: int
-    OC: int
-    OH: int
-    OW: int
-    KH: int
-    KW: int
-    G: int
-    sw: int
-    xs: tuple[int, ...]
-    os: tuple[int, ...]
-    residual: tuple[int, ...] | None
-    w_const: bool
-    flat: bool
-    V: int
-    itemsize: int
-    pointwise: bool = False
-    """An unpadded 1x1 conv that is not flat (strided, or not flattenable)."""
-    sh: int = 1
-    dh: int = 1
-    forms: TargetForms = TargetForms("")
-    """The target's forms (ops/conv.py TargetForms): tiles and instructions beyond the vector width."""
-
-    @property
-    def Cig(self) -> int:
-        return self.C // self.G
-
-    @property
-    def Cog(self) -> int:
-        return self.OC // self.G
-
-    @property
-    def kind(self) -> str:
-        """The blocking Conv2D picks (same tests, same order)."""
-        if self.w_const and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V and self.xs[1] == 1 and self.os[1] == 1:
-            return "depthwise_c"
-        rows_unit = self.xs[3] == 1 and self.os[3] == 1
-        if (self.w_const and self.Cog >= self.V and self.V > 1
-                and (not self.flat or self.W < FLAT_ROW_MIN_PIXELS or not rows_unit)):
-            return "channels"
-        return "rows"
-
-    @property
-    def R(self) -> int:
-        kind = self.kind
-        if kind == "channels":
-            return 2 * self.V if self.Cog >= 2 * self.V else self.V
-        return 1 if kind == "depthwise_c" else self.forms.row_channels(self.Cog, self.flat and self.w_const)
-
-    @property
-    def pairs(self) -> bool:
-        """Conv2D.row_pairs (weights assumed finite)."""
-        edges = (self.kind == "rows" and self.w_const and not self.flat
-                 and self.forms.edges(self.V, self.sw, self.xs[3] == 1 and self.os[3] == 1, self.W))
-        return self.forms.row_pairs(edges, self.Cog, self.sh, self.dh, self.KH, self.KW)
-
-    @property
-    def lane_taps(self) -> bool:
-        """Conv2D.lane_taps: the taps as lanes of loaded weight vectors instead of splats."""
-        if self.kind != "rows" or not self.w_const:
-            return False
-        f32, taps = self.itemsize == 4, self.Cig * self.KH * self.KW
-        return self.forms.lane_taps(self.forms.by_lane(f32, self.V, self.Cog, taps), self.pairs, f32, self.V, taps)
-
-    @property
-    def U(self) -> int:
-        """Vectors along the row per row-vector block (Conv2D.U)."""
-        return self.forms.row_vectors(self.R, self.pairs, self.flat and self.w_const)
-
-    @property
-    def P(self) -> int:
-        if self.kind == "depthwise_c":
-            return self.forms.dw_pixels()
-        return (6 if self.R > self.V else 12) if self.kind == "channels" else 4 * self.V
-
-    def default_order(self) -> str:
-        """Conv2D.blocks_outer's choice when the optimizer gives none."""
-        if self.kind != "channels":
-            return self.orders()[0]
-        in_bytes = self.Cig * self.H * self.W * self.itemsize
-        w_bytes = self.Cog * self.Cig * self.KH * self.KW * self.itemsize
-        units = -(-self.OW // self.P) if self.flat else self.OH
-        return "co>px" if in_bytes * -(-self.Cog // self.R) <= w_bytes * units else "px>co"
-
-    def orders(self) -> tuple[str, ...]:
-        """Loop orders the kernel implements for this blocking."""
-        if self.kind == "channels":
-            return CONV_ORDERS
-        return ("px>co",) if self.kind == "depthwise_c" or self.flat else ("co>px",)
-
-
-FLAT_ROW_MIN_PIXELS = 512
-"""ops/conv.py Conv2D.FLAT_ROW_MIN_PIXELS."""
-
-
-def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int, forms: TargetForms | None = None) -> ConvGeometry | None:
-    x, w, out = (graph.tensors[n] for n in (node.inputs[0], node.inputs[1], node.outputs[0]))
-    if len(x.shape) not in (3, 4) or np.dtype(out.dtype).kind != "f" or out.size == 0:
-        return None
-
-    def as2d(shape, strides):
-        return (tuple(shape), tuple(strides)) if len(shape) == 4 else ((*shape[:2], 1, shape[2]), (*strides[:2], 0, strides[2]))
-    (N, C, H, W), xs = as2d(x.shape, strides_of(node.inputs[0]))
-    (_, OC, OH, OW), os_ = as2d(out.shape, strides_of(node.outputs[0]))
-    wshape = as2d(w.shape, [0] * len(w.shape))[0]
-    KH, KW = wshape[2], wshape[3]
-    epi = node.attrs.get("_epilogue") or {}
-    residual = None
-    if epi.get("residual") and len(node.inputs) > 3 and node.inputs[3]:
-        residual = as2d(graph.tensors[node.inputs[3]].shape, strides_of(node.inputs[3]))[1]
-    sp = len(x.shape) - 2
-    strides = list(node.attrs.get("strides") or [1] * sp)
-    pads = list(node.attrs.get("pads") or [0] * (2 * sp))
-    sw = int(strides[-1])
-    sh = int(strides[0]) if sp == 2 else 1
-    dils = list(node.attrs.get("dilations") or [1] * sp)
-    dh = int(dils[0]) if sp == 2 else 1
-    flat = ((KH, KW) == (1, 1) and all(int(v) == 1 for v in strides) and all(int(p) == 0 for p in pads) and (OH, OW) == (H, W)
-            and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (residual is None or residual[2] == W * residual[3]))
-    if flat:
-        H, W, OH, OW = 1, H * W, 1, H * W
-        xs, os_ = (xs[0], xs[1], 0, xs[3]), (os_[0], os_[1], 0, os_[3])
-        if residual is not None:
-            residual = (residual[0], residual[1], 0, residual[3])
-    item = np.dtype(out.dtype).itemsize
-    pointwise = (KH, KW) == (1, 1) and all(int(p) == 0 for p in pads) and not flat and node.attrs.get("auto_pad", "NOTSET") in (
-        "NOTSET", b"NOTSET", "VALID", b"VALID")
-    return ConvGeometry(N, C, H, W, OC, OH, OW, KH, KW, int(node.attrs.get("group", 1)), sw, xs, os_, residual, w.is_const, flat,
-                        max(1, vector_bits // (8 * item)), item, pointwise, sh, dh, forms or TargetForms(""))
-
-
-@dataclass
-class MatmulGeometry:
-    m: int
-    n: int
-    k: int
-    batch_points: int
-    a: tuple[int, int]
-    """(m stride, k stride) of A in elements."""
-    b: tuple[int, int]
-    """(k stride, n stride) of B."""
-    c: tuple[int, int]
-    """(m stride, n stride) of C."""
-    a_const: bool
-    b_const: bool
-    itemsize: int
-    is_float: bool = True
-
-
-def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
-    ta, tb, tc = (graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]])
-    sa, sb, sc = strides_of(node.inputs[0]), strides_of(node.inputs[1]), strides_of(node.outputs[0])
-    if node.op_type == "Gemm":
-        trans_a, trans_b = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
-        a = (sa[1], sa[0]) if trans_a else (sa[0], sa[1])
-        b = (sb[1], sb[0]) if trans_b else (sb[0], sb[1])
-        m, kk = (ta.shape[1], ta.shape[0]) if trans_a else ta.shape
-        n = tb.shape[0] if trans_b else tb.shape[1]
-        return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
-                              np.dtype(tc.dtype) in BLOCKED_DTYPES)
-    a_shape, b_shape = ta.shape, tb.shape
-    a = (sa[-2], sa[-1]) if len(a_shape) >= 2 else (0, sa[-1])
-    b = (sb[-2], sb[-1]) if len(b_shape) >= 2 else (sb[-1], 0)
-    m = a_shape[-2] if len(a_shape) >= 2 else 1
-    kk = a_shape[-1]
-    n = b_shape[-1] if len(b_shape) >= 2 else 1
-    if len(a_shape) >= 2 and len(b_shape) >= 2:
-        c = (sc[-2], sc[-1])
-    elif len(a_shape) >= 2:
-        c = (sc[-1], 0)
-    elif len(b_shape) >= 2:
-        c = (0, sc[-1])
-    else:
-        c = (0, 0)
-    batch = int(np.prod(tc.shape[:-2], dtype=np.int64)) if len(a_shape) >= 2 and len(b_shape) >= 2 else \
-        int(np.prod(tc.shape[:-1], dtype=np.int64)) if len(tc.shape) >= 1 and (len(a_shape) >= 2) != (len(b_shape) >= 2) else 1
-    return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
-                          np.dtype(tc.dtype) in BLOCKED_DTYPES)
 
 
 def transpose_is_copy(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> bool:
@@ -686,186 +492,6 @@ _KINDS = {
 def register_elementwise(op_types) -> None:
     for op in op_types:
         _KINDS.setdefault(op, _elementwise)
-
-
-# -- signatures and the on-disk cache --------------------------------------------------------------
-def cache_dir() -> Path:
-    root = os.environ.get("FLUIDML_XC_CACHE")
-    return Path(root) / "costs" if root else Path.home() / ".cache" / "fluidml-xc" / "costs"
-
-
-def target_key(triple: str, cpu: str) -> str:
-    return f"{triple}--{cpu}".replace("/", "_")
-
-
-def kernel_signature(graph: Graph, node: Node) -> str:
-    """Op type, attributes, operand shapes/dtypes and which operands are constants (values not included)."""
-    attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sorted(node.attrs.items()) if not k.startswith("_")}
-
-    def desc(name: str) -> str:
-        if not name:
-            return "-"
-        t = graph.tensors[name]
-        return f"{np.dtype(t.dtype).name}{list(t.shape)}{'c' if t.is_const else ''}"
-    return f"{node.op_type}({','.join(desc(n) for n in node.inputs)})->({','.join(desc(n) for n in node.outputs)}) {json.dumps(attrs, sort_keys=True, default=str)}"
-
-
-def layouts_key(graph: Graph, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> str:
-    parts = []
-    for name in list(node.inputs) + list(node.outputs):
-        parts.append("-" if not name or name not in layouts else ".".join(map(str, layouts[name])))
-    return "/".join(parts) + (f"@{loop_order}" if loop_order else "")
-
-
-def entry_key(signature: str, layouts: str) -> str:
-    return hashlib.sha256(f"{signature}|{layouts}".encode()).hexdigest()[:32]
-
-
-class CostCache:
-    """JSON file per target: {"format": 1, "target": key, "entries": {key: {signature, layouts, ms, runs, source, time}}}."""
-
-    FORMAT = 1
-
-    def __init__(self, target: str, directory: Path | None = None):
-        self.target = target
-        self.path = (directory or cache_dir()) / f"{target}.json"
-        self.entries: dict[str, dict] = {}
-        self.dirty = False
-        self.hits = self.misses = 0
-        if self.path.is_file():
-            try:
-                data = json.loads(self.path.read_text())
-                if data.get("format") == self.FORMAT:
-                    self.entries = dict(data.get("entries", {}))
-            except (OSError, ValueError):
-                self.entries = {}
-
-    def get(self, signature: str, layouts: str) -> float | None:
-        entry = self.entries.get(entry_key(signature, layouts))
-        if entry is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        return float(entry["ms"])
-
-    def put(self, signature: str, layouts: str, ms: float, runs: int, source: str) -> None:
-        key = entry_key(signature, layouts)
-        old = self.entries.get(key)
-        if old is not None and old.get("source", "host").startswith("board") and not source.startswith("board"):
-            return  # a board's own measurement beats the host's
-        self.entries[key] = {"signature": signature, "layouts": layouts, "ms": float(ms), "runs": int(runs),
-                             "source": source, "time": int(time.time())}
-        self.dirty = True
-
-    def merge(self, data: dict | str | Path) -> int:
-        """Accept measurements from a board (same format, possibly listing entries without keys)."""
-        if not isinstance(data, dict):
-            data = json.loads(Path(data).read_text())
-        if data.get("format", self.FORMAT) != self.FORMAT:
-            raise ValueError(f"cost cache format {data.get('format')} is not {self.FORMAT}")
-        entries = data.get("entries", {})
-        items = entries.values() if isinstance(entries, dict) else entries
-        n = 0
-        for e in items:
-            source = e.get("source") or f"board:{data.get('board', 'unknown')}"
-            self.put(e["signature"], e["layouts"], float(e["ms"]), int(e.get("runs", 1)), source)
-            n += 1
-        return n
-
-    def save(self) -> None:
-        if not self.dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"format": self.FORMAT, "target": self.target, "entries": self.entries}, indent=1, sort_keys=True))
-        tmp.replace(self.path)
-        self.dirty = False
-
-
-# -- measuring on the host -------------------------------------------------------------------------
-def jit_engine(llvm_ir: str, spec):
-    """An MCJIT engine for this machine holding the optimized module (the caller keeps it alive)."""
-    import llvmlite.binding as llvm
-
-    from ..target.machine import new_target_machine, optimized_module
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    tm = new_target_machine(spec)
-    mod = optimized_module(llvm_ir, tm)
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
-    return engine
-
-
-def host_can_run(triple: str, cpu: str) -> bool:
-    import llvmlite.binding as llvm
-    arch = triple.split("-")[0]
-    host = platform.machine().lower()
-    same_arch = arch == host or (arch == "x86_64" and host in ("amd64", "x86_64")) or (arch == "aarch64" and host == "arm64")
-    return same_arch and cpu in (llvm.get_host_cpu_name(), "native", "generic")
-
-
-class Measurer:
-    """Times one node's kernel under given layouts with llvmlite's MCJIT (warm-up, median of runs)."""
-
-    def __init__(self, graph: Graph, spec, warmup: int = 3, runs: int = 7, min_batch_ms: float = 1.0):
-        self.graph, self.spec = graph, spec
-        self.warmup, self.runs, self.min_batch_ms = warmup, runs, min_batch_ms
-        self.measured = 0
-
-    def measure(self, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> float | None:
-        import ctypes
-
-        from ..emit.emitter import EmitOptions, ModuleEmitter
-
-        class _NoPlan:
-            alias_of: dict = {}
-            offsets: dict = {}
-
-        g = self.graph
-        emitter = ModuleEmitter(g, _NoPlan(), self.spec, EmitOptions(layouts=dict(layouts)))
-        saved = dict(node.attrs)
-        if loop_order:
-            node.attrs["_loop_order"] = loop_order
-        try:
-            fn = emitter.node_function(node, 0)
-        finally:
-            node.attrs.clear()
-            node.attrs.update(saved)
-        if fn is None:
-            return None
-        fn.linkage = "external"
-        names = emitter._arg_names(node)  # constants are read from the module's own data, not passed
-        buffers = []
-        for name in names:
-            t = g.tensors[name]
-            if t.is_const:
-                arr = np.ascontiguousarray(t.value)
-            else:
-                arr = np.zeros(max(t.size, 1), dtype=t.dtype)
-                if arr.dtype.kind == "f":
-                    arr[:] = np.random.default_rng(0).uniform(-1, 1, arr.size)
-            buffers.append(arr)
-        engine = jit_engine(str(emitter.module), self.spec)
-        addr = engine.get_function_address(fn.name)
-        cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)))(addr)
-        ptrs = [ctypes.c_void_p(b.ctypes.data) for b in buffers]
-        start = time.perf_counter()
-        cfn(*ptrs)
-        once = max(time.perf_counter() - start, 1e-7)
-        reps = max(1, int(self.min_batch_ms / 1e3 / once))
-        for _ in range(self.warmup):
-            cfn(*ptrs)
-        times = []
-        for _ in range(self.runs):
-            start = time.perf_counter()
-            for _ in range(reps):
-                cfn(*ptrs)
-            times.append((time.perf_counter() - start) * 1e3 / reps)
-        del engine
-        self.measured += 1
-        return float(np.median(times))
 
 
 class Costs:

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.kernel import row_major_strides
-from ..codegen.scalar import const, is_float
 from ..errors import InputError
+from ..kernels.kernel import row_major_strides
+from ..kernels.scalar import const, is_float
 from .registry import register
 from ..ir import is_onnx_domain
 

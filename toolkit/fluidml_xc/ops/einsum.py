@@ -8,8 +8,8 @@ mode (no '->') outputs the labels used exactly once, alphabetically, after any e
 """
 from __future__ import annotations
 
-from ..codegen.scalar import const
 from ..errors import InputError
+from ..kernels.scalar import const
 from .registry import register
 
 _ELLIPSIS_LABELS = "".join(chr(c) for c in range(0x100, 0x140))  # labels no equation spells

@@ -6,9 +6,9 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ..codegen import lowp
-from ..codegen.lowp import compute_dtype
-from ..codegen.scalar import const, is_float, llvm_type
+from ..kernels import lowp
+from ..kernels.lowp import compute_dtype
+from ..kernels.scalar import const, is_float, llvm_type
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -300,7 +300,7 @@ def lower_where(k):
 
 @register(("Cast", "CastLike"))
 def lower_cast(k):
-    """ONNX Cast; to the storage-only dtypes with `saturate` and `round_mode` (codegen/lowp.py). A Cast the
+    """ONNX Cast; to the storage-only dtypes with `saturate` and `round_mode` (kernels/lowp.py). A Cast the
     lowp_compute pass inserted (`_astype`) rounds as a kernel's store does (ml_dtypes' astype)."""
     src, dst = k.inputs[0].dtype, k.outputs[0].dtype
     if k.attr("_astype"):
@@ -381,14 +381,14 @@ def lower_isinf(k):
 @register("BitCast")
 def lower_bitcast(k):
     """Reinterpret each element's bits as the output dtype (same item size)."""
-    from ..codegen.scalar import llvm_type
+    from ..kernels.scalar import llvm_type
 
     src, dst = k.inputs[0].dtype, k.outputs[0].dtype
     if np.dtype(src).itemsize != np.dtype(dst).itemsize:
         from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (BitCast): {src} -> {dst} changes the item size, which is not supported")
     if lowp.is_lowp(src) or lowp.is_lowp(dst):  # storage-only dtypes: their stored bits, unconverted
-        from ..codegen.kernel import Access
+        from ..kernels.kernel import Access
 
         def raw(op):
             acc = op.identity_access()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.scalar import const
 from ..errors import InputError
-from .conv import element, nest, offset
+from ..kernels.loops import element, nest, offset
+from ..kernels.scalar import const
 from .registry import register
 
 

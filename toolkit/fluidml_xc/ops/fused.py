@@ -22,9 +22,9 @@ from contextlib import nullcontext
 import numpy as np
 from llvmlite import ir
 
-from ..codegen import lowp
-from ..codegen.kernel import Operand, element_work
-from ..codegen.scalar import const
+from ..kernels import lowp
+from ..kernels.kernel import Operand, element_work
+from ..kernels.scalar import const
 from .elementwise import BINARY, COMPARE, UNARY, _add, _pow, constant_power
 from .registry import register
 

@@ -13,8 +13,8 @@ from contextlib import nullcontext
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import const
 from ..errors import InputError
+from ..kernels.scalar import const
 from . import qgemm
 from .matmul import _repacked
 from .registry import register
@@ -367,7 +367,7 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
 
     nbatch = int(np.prod(batch, dtype=np.int64))
     work = float(nbatch) * m * n * kk
-    from ..codegen.kernel import PARALLEL_MIN_WORK
+    from ..kernels.kernel import PARALLEL_MIN_WORK
     if k.tile_range is not None and work >= PARALLEL_MIN_WORK and nbatch >= 2:  # one tile per batch matrix (B packed once)
         with k.parallel_tiles([nbatch], work) as (bi,):
             pack_b(batch_offset(b_op, bi))
@@ -939,7 +939,7 @@ def _fast_conv(k, x, w, x_zp, w_zp, bias, quant=None) -> bool:
         g0 = b.mul(g, k.index(mg))
         qgemm.blocks(k, mg, cfg.mr, lambda i, mr: block(b.add(g0, b.mul(i, k.index(cfg.mr))), mr))
 
-    from ..codegen.kernel import chunk_count
+    from ..kernels.kernel import chunk_count
     work = float(n_batch) * m_out * oh_n * ow_n * cg * taps
     if ow_n < nr and -(-oh_n * ow_n // nr) * taps <= MAX_FLAT_BLOCK_TAPS:  # narrow rows: blocks of nr pixels across rows
         plane = oh_n * ow_n

@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..codegen.kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, row_major_strides
-from ..codegen.scalar import FAST, const, llvm_type
+from ..kernels.kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, row_major_strides
+from ..kernels.scalar import FAST, const, llvm_type
+from ..kernels.vectors import fma
 from llvmlite import ir
 from ..fluid.loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
-from .conv import fma
 from .registry import register
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

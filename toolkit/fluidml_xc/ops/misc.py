@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.kernel import row_major_strides
-from ..codegen.scalar import const, is_float, llvm_type
 from ..errors import InputError
+from ..kernels.kernel import row_major_strides
+from ..kernels.scalar import const, is_float, llvm_type
 from .registry import register
 
 I64 = np.dtype(np.int64)

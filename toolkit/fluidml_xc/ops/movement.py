@@ -12,9 +12,9 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.kernel import Access, Operand
-from ..codegen.scalar import const, is_float, llvm_type
 from ..errors import InputError
+from ..kernels.kernel import Access, Operand
+from ..kernels.scalar import const, is_float, llvm_type
 from .registry import register
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.kernel import Operand, row_major_strides
-from ..codegen.scalar import FAST, const, llvm_type
-from .conv import activate, element, offset
+from ..kernels.epilogue import activate
+from ..kernels.kernel import Operand, row_major_strides
+from ..kernels.loops import element, offset
+from ..kernels.scalar import FAST, const, llvm_type
 from .reduce import _Accumulators, _each, _fast_add, _row_ptr, _rows, _vector_rows
 from .registry import register
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import const, llvm_type
-from .conv import _fill, auto_pad_mode, element, load_lanes, loop, nest, offset, store_lanes, table_nest, tap_range, tap_tables
+from ..kernels.conv_geometry import auto_pad_mode, tap_range, tap_tables
+from ..kernels.epilogue import fill
+from ..kernels.loops import element, loop, nest, offset, table_nest
+from ..kernels.scalar import const, llvm_type
+from ..kernels.vectors import load_lanes, store_lanes
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -125,7 +128,7 @@ def vector_pool(k, kind: str) -> bool:
         return b.fadd(acc, v)
 
     def start(ty):
-        return _fill(ty, max_start(sp, dt) if kind == "max" else 0.0)
+        return fill(ty, max_start(sp, dt) if kind == "max" else 0.0)
 
     def finish(acc, oh, ow_count):
         """avg: divide by the window size (rows from the table; columns ow_count: a constant or loaded)."""

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import FAST, const, llvm_type
 from ..errors import InputError
+from ..kernels.scalar import FAST, const, llvm_type
 from .matmul import Mat, Problem, emit_blocked
 from .registry import register
 

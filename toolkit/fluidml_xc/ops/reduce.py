@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import FAST, const, is_float, llvm_type, splat_const
 from ..errors import InputError
+from ..kernels.scalar import FAST, const, is_float, llvm_type, splat_const
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")

@@ -13,9 +13,9 @@ import itertools
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import const, llvm_type
 from ..errors import InputError
-from .conv import element, loop, nest, offset
+from ..kernels.loops import element, loop, nest, offset
+from ..kernels.scalar import const, llvm_type
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")

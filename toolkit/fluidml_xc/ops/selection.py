@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen import lowp
-from ..codegen.scalar import const, is_float, llvm_type
 from ..errors import InputError
+from ..kernels import lowp
+from ..kernels.scalar import const, is_float, llvm_type
 from .reduce import _axis, _rows
 from .registry import register
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.scalar import llvm_type
 from ..errors import InputError
-from .conv import element, loop, nest, offset
+from ..kernels.loops import element, loop, nest, offset
+from ..kernels.scalar import llvm_type
 from .registry import register
 
 FLOATS = ("float32", "float64", "float16")

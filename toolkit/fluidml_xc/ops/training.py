@@ -8,7 +8,7 @@ operator specs / onnx.reference).
 from __future__ import annotations
 
 
-from ..codegen.scalar import const
+from ..kernels.scalar import const
 from .registry import register
 
 DOMAIN = "ai.onnx.preview.training"

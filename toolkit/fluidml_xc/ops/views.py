@@ -1,7 +1,7 @@
 """Ops whose output is input 0's bytes with another shape. The planner aliases them; otherwise they copy."""
 from __future__ import annotations
 
-from ..codegen.scalar import const
+from ..kernels.scalar import const
 from .registry import register
 
 
@@ -13,7 +13,7 @@ def _flat_copy(k) -> None:
 
 
 def _flat(op):
-    from ..codegen.kernel import Access
+    from ..kernels.kernel import Access
     return Access(op.ptr, op.dtype, (1,), 0)
 
 

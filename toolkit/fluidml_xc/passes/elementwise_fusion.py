@@ -30,7 +30,7 @@ def _scalar_const(graph: Graph, name: str):
 
 def _imm(value, dtype) -> list:
     dtype = np.dtype(dtype)
-    from ..codegen.scalar import is_float
+    from ..kernels.scalar import is_float
     if is_float(dtype):
         return ["imm", float(value), dtype.name]
     if dtype == np.bool_:
@@ -49,7 +49,7 @@ def fusable(graph: Graph, node: Node) -> bool:
     if out is None or out.is_const:
         return False
     try:
-        from ..codegen.scalar import llvm_type
+        from ..kernels.scalar import llvm_type
         for name in [outs[0]] + [n for n in node.inputs if n]:
             llvm_type(graph.tensors[name].dtype)
     except (TypeError, KeyError):

@@ -3,7 +3,7 @@
 Kernels written with the kernel builder (`Kernel.load` / `store` / `generic`: the elementwise family,
 fused chains, Cast, Quantize/DequantizeLinear, data movement, Einsum, OneHot) read and write these
 dtypes directly: a load converts to the compute dtype (float32, int8/uint8) and a store rounds back
-(codegen/lowp.py). Every other op (hand-tuned MatMul/Conv/pooling, reductions, ...) gets its
+(kernels/lowp.py). Every other op (hand-tuned MatMul/Conv/pooling, reductions, ...) gets its
 storage-only inputs converted to the compute dtype first (constants at build time, activations by
 a Cast node) and computes its outputs in the compute dtype, followed by a Cast back (attribute
 `_astype`: ml_dtypes' rounding, as a kernel's store would do). Either way an op computes in float32
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from ..codegen.lowp import compute_dtype, is_lowp
 from ..ir import Graph, Node, Tensor
+from ..kernels.lowp import compute_dtype, is_lowp
 from . import graph_pass
 
 NATIVE = frozenset({

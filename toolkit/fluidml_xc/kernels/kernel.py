@@ -158,7 +158,7 @@ class Kernel:
         self.scratch: ir.Value | None = None
         """i8* scratch memory of a data-dependent op (ops/dynamic.py scratch_bytes), else None."""
         self.tile_range: tuple[ir.Value, ir.Value] | None = None
-        """(begin, end) arguments when this function may run as tiles on several threads (codegen/emit.py)."""
+        """(begin, end) arguments when this function may run as tiles on several threads (emit/emitter.py)."""
         self.tiles = 0
         """Tiles of the parallel region (parallel_tiles), 0 when the op runs whole on one thread."""
         self.tile_split: tuple[int, ...] = ()
@@ -227,7 +227,7 @@ class Kernel:
     @contextmanager
     def parallel_tiles(self, extents: Sequence[int], work: float):
         """Index values over `extents` (outermost first), one per tile of a region whose tiles write
-        disjoint outputs and never share a reduction. In a tile-capable function (codegen/emit.py) with
+        disjoint outputs and never share a reduction. In a tile-capable function (emit/emitter.py) with
         enough `work` the flattened index runs over [begin, end) and the emitter hands the tiles to
         fxc_parallel_for; otherwise plain nested loops. Code outside the region runs once per call of
         the function (per tile range): it may compute and fill stack buffers, but a store to memory
@@ -357,7 +357,7 @@ class Kernel:
     def address(self, access: Access, idx: Sequence) -> ir.Value:
         return self.b.gep(access.ptr, [self.linear(access, idx)], inbounds=True)
 
-    # Loads and stores convert storage-only dtypes (codegen/lowp.py) to and from their compute dtype.
+    # Loads and stores convert storage-only dtypes (kernels/lowp.py) to and from their compute dtype.
     def load(self, access: Access, idx: Sequence) -> ir.Value:
         return self.s.load_value(access.dtype, self.b.load(self.address(access, idx)))
 

@@ -26,7 +26,7 @@ def llvm_type(dtype) -> ir.Type:
 
 
 def storage_type(dtype) -> ir.Type:
-    """The LLVM type of one element in memory: `llvm_type`, except for the storage-only dtypes (codegen/lowp.py)."""
+    """The LLVM type of one element in memory: `llvm_type`, except for the storage-only dtypes (kernels/lowp.py)."""
     return lowp.storage_type(dtype) if lowp.is_lowp(dtype) else llvm_type(dtype)
 
 

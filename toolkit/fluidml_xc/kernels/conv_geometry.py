@@ -1,0 +1,116 @@
+"""Conv geometry shared by the Conv kernels (ops/conv*.py, ops/pool.py) and the optimizer's cost model
+(fluid/costs.py): padding and tap ranges, the target's tiles and instruction forms, blocking thresholds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+# -- padding and tap ranges ----------------------------------------------------------------------
+def auto_pad_mode(k) -> str:
+    mode = k.attr("auto_pad", "NOTSET")
+    return mode.decode() if isinstance(mode, bytes) else mode
+
+
+def begin_pads(k, in_sp, k_sp, strides, dils, out_sp) -> list[int]:
+    """Leading pad per spatial dim (the trailing pad is implied by the output shape)."""
+    mode, n = auto_pad_mode(k), len(in_sp)
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for i in range(n):
+            total = max(0, (out_sp[i] - 1) * strides[i] + (k_sp[i] - 1) * dils[i] + 1 - in_sp[i])
+            pads.append(total // 2 if mode == "SAME_UPPER" else total - total // 2)
+        return pads
+    if mode == "VALID":
+        return [0] * n
+    pads = k.attr("pads") or [0] * (2 * n)
+    return [int(p) for p in pads[:n]]
+
+
+def tap_range(o: int, stride: int, dil: int, pad: int, taps: int, size: int) -> tuple[int, int]:
+    """Taps t in [lo, hi) with 0 <= o*stride + t*dil - pad < size."""
+    base = o * stride - pad
+    lo = max(0, -(base // dil))
+    hi = min(taps, (size - 1 - base) // dil + 1)
+    return lo, max(lo, hi)
+
+
+def tap_tables(k, outs, strides, dils, pads, taps, sizes):
+    """Per spatial dim: constant arrays lo[o], hi[o] of tap ranges (index-typed)."""
+    int_t = np.int64 if k.idx_t.width == 64 else np.int32
+    tables = []
+    for d in range(len(outs)):
+        ranges = np.array([tap_range(o, strides[d], dils[d], pads[d], taps[d], sizes[d]) for o in range(outs[d])], dtype=int_t)
+        tables.append((k.constant_array(ranges[:, 0].copy()), k.constant_array(ranges[:, 1].copy())))
+    return tables
+
+
+# -- target forms and blocking -------------------------------------------------------------------
+FLAT_ROW_MIN_PIXELS = 512
+"""Flat 1x1 convs run row vectors (pixel vectors) from this many pixels on, channel vectors below
+(measured on AVX2: channel vectors win at 14x14 for every Cin, row vectors from 28x28)."""
+DW_PIXELS = 8
+"""Most pixels per channels-last depthwise block (one accumulator per channel vector each)."""
+
+
+@dataclass(frozen=True)
+class TargetForms:
+    """The target-dependent tiles and instruction forms of Conv2D's row-vector and channels-last depthwise
+    kernels, from the triple and the register budget. fluid/costs.py reads the same answers, so the
+    optimizer's estimate follows the kernel (docs/ARM_KERNELS.md)."""
+
+    triple: str
+    conv_accumulators: int = 12
+
+    @property
+    def aarch64(self) -> bool:
+        return self.triple.startswith("aarch64")
+
+    @property
+    def arm32(self) -> bool:
+        return self.triple.startswith(("arm", "thumb"))
+
+    def dw_vectors(self) -> int:
+        """Channel vectors per channels-last depthwise block: two on aarch64 (their loads and stores pair)."""
+        return 2 if self.aarch64 else 1
+
+    def dw_pixels(self) -> int:
+        return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())
+
+    def by_lane(self, f32: bool, V: int, Cog: int, taps: int) -> bool:
+        """armv7 depthwise rows: each tap a lane of the channel's weight vectors (vmla.f32 q, q, d[x]), where
+        9 splatted weights, the bias, two clip bounds and the accumulators overflow its 16 q registers."""
+        return self.arm32 and f32 and V == 4 and Cog == 1 and taps <= 4 * V
+
+    def edges(self, V: int, sw: int, rows_unit: bool, W: int) -> bool:
+        """aarch64 row vectors at stride 1 (constant finite weights, not flat): the first and last vector of a
+        row are vector blocks whose taps read zeros for the columns outside the input (one ext), not pixels."""
+        return self.aarch64 and V > 1 and sw == 1 and rows_unit and W >= V
+
+    @staticmethod
+    def row_pairs(edges: bool, Cog: int, sh: int, dh: int, KH: int, KW: int) -> bool:
+        """aarch64 depthwise edge-block rows: pairs of output rows share their input rows' loads and edge shifts."""
+        return edges and Cog == 1 and sh == 1 and dh == 1 and KH * KW <= 49
+
+    def row_channels(self, Cog: int, flat_packed: bool) -> int:
+        """R, output channels per row-vector block: up to 4; x86 flat 1x1 convs with constant weights run the
+        GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels."""
+        if flat_packed and self.triple.startswith("x86_64"):
+            return min(max(1, self.conv_accumulators // 2), Cog)
+        return min(4, Cog)
+
+    def row_vectors(self, R: int, pairs: bool, flat_packed: bool = False) -> int:
+        """U, vectors along the row per row-vector block (per row of a pair: a quarter of the budget, 3 of 3-6
+        measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels)."""
+        if flat_packed and self.triple.startswith("x86_64"):
+            return 2
+        if pairs:
+            return max(1, self.conv_accumulators // 4)
+        return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))
+
+    @staticmethod
+    def lane_taps(by_lane: bool, pairs: bool, f32: bool, V: int, taps: int) -> bool:
+        """The taps as lanes of weight vectors (by-element multiply-adds): armv7 by-lane rows, and aarch64 row
+        pairs (fmla v, v, w.s[x]: 3 registers for 9 taps, not 9)."""
+        return by_lane or (pairs and f32 and V == 4 and taps <= 4 * V)

@@ -1,0 +1,66 @@
+"""Vector helpers over a Kernel: multiply-adds (fused where the target needs it spelled out) and loads /
+stores of lanes at any element step."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .loops import element, offset
+from .scalar import is_float
+
+
+def fused_f32(k) -> bool:
+    """armv7 with VFPv4 (the module emitter's machine spec): float32 multiply-adds as llvm.fma."""
+    spec = getattr(getattr(k.constant_data, "__self__", None), "spec", None)
+    return (str(k.module.triple).startswith(("arm", "thumb")) and spec is not None
+            and "+vfp4" in str(getattr(spec, "features", "")).split(","))
+
+
+def fma(k, acc, x, y):
+    """acc + x * y for floats, as k.fma; float32 on armv7 with VFPv4 an explicit llvm.fma (vfma.f32):
+    LLVM's ARM backend never fuses a NEON fmul + fadd and emits the unfused vmla.f32 (two roundings,
+    unlike aarch64's fmla)."""
+    elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+    if elem != ir.FloatType() or not fused_f32(k):
+        return k.fma(acc, x, y)
+    name = f"llvm.fma.v{x.type.count}f32" if isinstance(x.type, ir.VectorType) else "llvm.fma.f32"
+    fn = k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(x.type, [x.type] * 3), name)
+    return k.b.call(fn, [x, y, acc])
+
+
+def mac(k, dt, acc, x, y):
+    """acc + x * y: fma for floats, multiply + add for integers."""
+    return fma(k, acc, x, y) if is_float(dt) else k.s.add(dt, acc, k.s.mul(dt, x, y))
+
+
+def load_lanes(k, ptr, off, lanes: int, step: int, wide: bool):
+    """`lanes` elements step apart from ptr[off]; wide: one contiguous load + shuffle (stays in bounds)."""
+    b, p = k.b, element(k, ptr, off)
+    ft = p.type.pointee
+    size = ft.width // 8 if isinstance(ft, ir.IntType) else {"float": 4, "double": 8, "half": 2}[str(ft)]
+    if lanes == 1:
+        return b.load(p)
+    if step == 1 or wide:
+        n = lanes * step if step > 1 else lanes
+        v = b.load(b.bitcast(p, ir.VectorType(ft, n).as_pointer()), align=size)
+        if step == 1:
+            return v
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [i * step for i in range(lanes)])
+        return b.shuffle_vector(v, v, mask)
+    v = ir.Constant(ir.VectorType(ft, lanes), None)
+    for i in range(lanes):
+        x = b.load(element(k, ptr, offset(k, i * step, (off, 1))))
+        v = b.insert_element(v, x, ir.Constant(ir.IntType(32), i))
+    return v
+
+
+def store_lanes(k, ptr, off, value, lanes: int, step: int):
+    b, p = k.b, element(k, ptr, off)
+    if lanes == 1:
+        b.store(value, p)
+    elif step == 1:
+        ft = p.type.pointee
+        size = {"float": 4, "double": 8, "half": 2}[str(ft)]
+        b.store(value, b.bitcast(p, ir.VectorType(ft, lanes).as_pointer()), align=size)
+    else:
+        for i in range(lanes):
+            b.store(b.extract_element(value, ir.Constant(ir.IntType(32), i)), element(k, ptr, offset(k, i * step, (off, 1))))

@@ -1,0 +1,168 @@
+"""Conv2D's row-vector blocks (ops/conv.py): R output channels x U vectors along an output row, each input
+vector feeding R multiply-adds; aarch64 edge blocks and row pairs, armv7 taps as lanes (docs/ARM_KERNELS.md)."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..kernels.epilogue import epilogue
+from ..kernels.loops import element, loop, offset
+from ..kernels.scalar import FAST, const, llvm_type
+from ..kernels.vectors import load_lanes, mac, store_lanes
+
+
+class RowVectors:
+    """The row-vector methods of Conv2D (a mixin: every attribute is Conv2D's)."""
+
+    def weight(self, g, cb, r, ci, kh, kw):
+        k = self.k
+        if self.packed is not None:
+            R = self.R
+            per_ci = self.KH * self.KW * R
+            off = offset(k, r, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * R), (kw, R))
+            return k.b.load(element(k, self.packed, off))
+        s = self.ws
+        off = offset(k, r * s[0], (g, self.Cog * s[0]), (cb, self.R * s[0]), (ci, s[1]), (kh, s[2]), (kw, s[3]))
+        return k.b.load(element(k, self.w_operand.ptr, off))
+
+    def block(self, n, g, cb, R, oh, ow, nvec, kh_range, kw_range, rows: int = 1):
+        """R output channels x (nvec vectors | one pixel when nvec == 0) at row oh, columns from ow.
+        rows > 1 (self.row_pairs: stride and dilation 1 down the column, full kh_range): output rows oh ..
+        oh + rows - 1, which share each input row's loads (and edge shifts); every accumulator takes its
+        taps in the same order as in a block of one row."""
+        k, b, dt = self.k, self.k.b, self.dtype
+        lanes = self.V if nvec else 1
+        count = max(nvec, 1)
+        ty = ir.VectorType(llvm_type(dt), lanes) if nvec else llvm_type(dt)
+        slots = [[] for _ in range(rows)]
+        for r in range(R):
+            if nvec and self.bias_splat is not None:
+                # one load per accumulator through an opaque address: LLVM neither hoists nor merges them, so
+                # each fmla starts from a loaded register instead of a register copy of the bias
+                ch = offset(k, r, (g, self.Cog), (cb, self.R))
+                for j in range(rows):
+                    slots[j].append([k.local(ty, load_lanes(k, self.opaque(element(k, self.bias_splat, offset(k, 0, (ch, lanes)))),
+                                                            0, lanes, 1, False)) for _ in range(count)])
+                continue
+            if self.bias is not None:
+                bs = self.bias.strides[0]
+                bv = b.load(element(k, self.bias.ptr, offset(k, r * bs, (g, self.Cog * bs), (cb, self.R * bs))))
+            else:
+                bv = const(dt, 0)
+            init = k.splat(bv, lanes) if nvec else bv
+            for j in range(rows):
+                slots[j].append([k.local(ty, init) for _ in range(count)])
+        xs, sx = self.xs, self.sw * self.xs[3]
+        lane_w = self.lane_weights(g, cb) if self.lane_taps and nvec else None
+
+        def row_taps(ci, d):
+            # input row d of the block: tap kh = d - j of output row j
+            ih = offset(k, -self.ph, (oh, self.sh), (d, self.dh))
+            row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, sx))
+
+            def tap(kw):
+                base = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
+                xv = [self.edge_load(base, ow, kw, u) if nvec and self.edges and isinstance(ow, int) and isinstance(kw, int)
+                      else load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
+                for j in range(rows):
+                    kh = d if rows == 1 else d - j
+                    if rows > 1 and not 0 <= kh < self.KH:
+                        continue
+                    for r in range(R):
+                        if lane_w is not None and all(isinstance(i, int) for i in (ci, kh, kw)):
+                            t = (ci * self.KH + kh) * self.KW + kw
+                            wv = b.shuffle_vector(lane_w[t // lanes], ir.Constant(ty, None), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [t % lanes] * lanes))
+                        else:
+                            wv = self.weight(g, cb, r, ci, kh, kw)
+                            if nvec:
+                                wv = k.splat(wv, lanes)
+                        for u in range(count):
+                            acc = b.load(slots[j][r][u])
+                            b.store(k.b.fadd(acc, k.b.fmul(wv, xv[u], flags=FAST), flags=FAST) if self.by_lane else mac(k, dt, acc, wv, xv[u]), slots[j][r][u])
+            self.each(kw_range, tap, self.KW <= 16)
+
+        d_range = kh_range if rows == 1 else (0, self.KH + rows - 1)
+        self.each((0, self.Cig), lambda ci: self.each(d_range, lambda d: row_taps(ci, d), self.unroll), False)
+        os_ = self.os
+        for j in range(rows):
+            for r in range(R):
+                for u in range(count):
+                    off = offset(k, r * os_[1] + u * lanes * os_[3] + j * os_[2], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                    residual = None
+                    if self.res is not None:
+                        rs, rp = self.res
+                        roff = offset(k, r * rs[1] + u * lanes * rs[3] + j * rs[2], (n, rs[0]), (g, self.Cog * rs[1]), (cb, self.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                        residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[3], False)
+                    store_lanes(k, self.op, off, epilogue(k, self.epi, b.load(slots[j][r][u]), residual), lanes, os_[3])
+        if rows > 1 and count >= self.U:
+            # after each full tile: the next blocks' loads stay after its stores (all of a row pair's blocks
+            # interleaved hold more vectors than the 32 registers and spill)
+            self.fence()
+
+    def lane_weights(self, g, cb):
+        """The block's taps as vectors (packed [g][taps] with V spare zeros at the end), loaded through an
+        empty asm statement's copy of their address: LLVM cannot hoist them, or the lane splats, out of the
+        tile loop, so instruction selection sees each splat beside its multiply and folds it (vmla q, q, d[x])."""
+        k, V = self.k, self.V
+        per_ci = self.KH * self.KW * self.R
+        ptr = element(k, self.packed, offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci)))
+        ptr = self.opaque(ptr)
+        vt = ir.VectorType(ptr.type.pointee, V)
+        return [k.b.load(k.b.bitcast(element(k, ptr, j * V), vt.as_pointer()), align=4)
+                for j in range(-(-self.Cig * self.KH * self.KW // V))]
+
+    def edge_load(self, base, ow: int, kw: int, u: int):
+        """Vector u of tap kw at column ow (base: its first column), zeros for the columns outside the row."""
+        k, V = self.k, self.V
+        s = ow - self.pw + kw * self.dw + u * V
+        if 0 <= s and s + V <= self.W:
+            return load_lanes(k, self.xp, offset(k, u * V, (base, 1)), V, 1, False)
+        c0 = max(s, 0) if s < 0 else self.W - V  # W >= V: only one side is outside
+        v = load_lanes(k, self.xp, offset(k, c0 - s + u * V, (base, 1)), V, 1, False)
+        zero = ir.Constant(v.type, [ir.Constant(v.type.element, 0.0)] * V)
+        # one ext: lanes consecutive in (zero, v) on the left, in (v, zero) on the right
+        pair, first = ((zero, v), V + s) if s < 0 else ((v, zero), s - c0)
+        return k.b.shuffle_vector(*pair, ir.Constant(ir.VectorType(ir.IntType(32), V), [first + i for i in range(V)]))
+
+    def edge_span(self):
+        """(V, OW - V) when the row's first and last V columns run as edge blocks (self.edges), else None."""
+        V = self.V
+        lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
+        if not self.edges or self.OW < 2 * V or lo > V or hi < self.OW - V:
+            return None
+        return V, self.OW - V
+
+    def row(self, oh, kh_range, emit):
+        """Every column of output row oh: emit(ow, nvec, kw_range) per block; border columns at run time."""
+        k, V, T = self.k, self.V, self.U * self.V
+        edge = self.edge_span()
+        lo, hi = edge or self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
+        hi = max(hi, lo)
+        width, full = hi - lo, (0, self.KW)
+        tiles = width // T
+        first, last, trange = self.px_parts(tiles)
+        with self.when(first):
+            if edge:
+                emit(0, 1, full)
+            else:
+                self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
+        if trange is not None:
+            with loop(k, trange[1], trange[0]) as t:
+                emit(offset(k, lo, (t, T)), self.U, full)
+        elif tiles == 1:
+            emit(lo, self.U, full)
+        elif tiles:
+            with loop(k, tiles) as t:
+                emit(offset(k, lo, (t, T)), self.U, full)
+        with self.when(last):
+            pos, rest = lo + tiles * T, width - tiles * T
+            if rest >= V:
+                emit(pos, rest // V, full)
+                pos, rest = pos + rest // V * V, rest % V
+            if rest and width >= V:
+                emit(hi - V, 1, full)
+            elif rest:
+                self.span(pos, hi, lambda ow: emit(ow, 0, full))
+            if edge:
+                emit(self.OW - V, 1, full)
+            else:
+                self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))

@@ -65,15 +65,11 @@ _PHASE_B = "phase B (these files are being edited by the kernel helpers)"
 
 LONG_MODULES: dict[str, str] = {
     # module over MAX_MODULE_LINES -> who splits it
-    "ops.integer": _PHASE_B + ": ops/integer.py split",
     "ops.matmul": _PHASE_B,
 }
 
 LONG_FUNCTIONS: dict[str, str] = {
     # "module:qualified.name" over MAX_FUNCTION_LINES -> who splits it
-    "ops.integer:_fast_conv": _PHASE_B,
-    "ops.integer:_conv": _PHASE_B,
-    "ops.integer:_runtime_b_matmul": _PHASE_B,
     "ops.pool:vector_pool": "phase B: long functions in ops/",
 }
 

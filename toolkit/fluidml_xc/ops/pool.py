@@ -85,70 +85,81 @@ def _as_2d(op):
     return (*op.shape[:2], 1, op.shape[2]), (*op.strides[:2], 0, op.strides[2])
 
 
-def vector_pool(k, kind: str) -> bool:
-    """Max/average pool of a rank-3/4 float tensor with explicit vectors; False when not applicable.
+class _VectorPool:
+    """vector_pool's steps: the window geometry and tap tables (__init__; self.ok False when not applicable),
+    then vectors over channels (channels_last) or over output columns (columns)."""
 
-    Lanes run over channels when both tensors store channels innermost (unit stride), else over
-    output columns: interior columns (whole window inside the input) in vectors of V with a
-    constant, unrolled kw range (strided reads as one wide load + shuffle when the row is
-    contiguous); border columns one at a time with their tap ranges from build-time tables.
-    """
-    x, out = k.inputs[0], k.outputs[0]
-    dt = out.dtype
-    if len(k.outputs) > 1 and k.outputs[1] is not None or x.rank not in (3, 4) or np.dtype(dt).kind != "f":
-        return False
-    V = k.lanes(dt)
-    if V < 2:
-        return False
-    b = k.b
-    sp = x.rank - 2
-    k_sp = list(k.attr("kernel_shape"))
-    strides = list(k.attr("strides") or [1] * sp)
-    dils = list(k.attr("dilations") or [1] * sp)
-    begin, end = pool_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
-    include_pad = bool(k.attr("count_include_pad", 0))
-    (N, C, H, W), xs = _as_2d(x)
-    (_, _, OH, OW), os_ = _as_2d(out)
-    if sp == 1:
-        k_sp, strides, dils, begin, end = [1, *k_sp], [1, *strides], [1, *dils], [0, *begin], [0, *end]
-    KH, KW = k_sp
-    (sh, sw), (dh, dw), (ph, pw) = strides, dils, begin
-    tables = tap_tables(k, (OH, OW), (sh, sw), (dh, dw), (ph, pw), (KH, KW), (H, W))
-    counts = None
-    if kind == "avg":
-        counts = []
-        for d, (o_n, s_, d_, t_, n_) in enumerate(((OH, sh, dh, KH, H), (OW, sw, dw, KW, W))):
-            c_ = [tap_range(o, s_, d_, 0, t_, n_ + begin[d] + end[d]) if include_pad else tap_range(o, s_, d_, begin[d], t_, n_) for o in range(o_n)]
-            counts.append(k.constant_array(np.array([hi - lo for lo, hi in c_], dtype=np.float64).astype(dt)))
-    scalar_t = llvm_type(dt)
+    def __init__(self, k, kind: str):
+        self.k, self.kind = k, kind
+        x, out = self.x, self.out = k.inputs[0], k.outputs[0]
+        dt = self.dt = out.dtype
+        self.ok = False
+        if len(k.outputs) > 1 and k.outputs[1] is not None or x.rank not in (3, 4) or np.dtype(dt).kind != "f":
+            return
+        V = self.V = k.lanes(dt)
+        if V < 2:
+            return
+        self.ok = True
+        sp = self.sp = x.rank - 2
+        k_sp = list(k.attr("kernel_shape"))
+        strides = list(k.attr("strides") or [1] * sp)
+        dils = list(k.attr("dilations") or [1] * sp)
+        begin, end = pool_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
+        include_pad = bool(k.attr("count_include_pad", 0))
+        (self.N, self.C, H, W), self.xs = _as_2d(x)
+        (_, _, OH, OW), self.os_ = _as_2d(out)
+        self.H, self.W, self.OH, self.OW = H, W, OH, OW
+        if sp == 1:
+            k_sp, strides, dils, begin, end = [1, *k_sp], [1, *strides], [1, *dils], [0, *begin], [0, *end]
+        KH, KW = self.KH, self.KW = k_sp
+        (sh, sw), (dh, dw), (ph, pw) = (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw) = strides, dils, begin
+        self.tables = tap_tables(k, (OH, OW), (sh, sw), (dh, dw), (ph, pw), (KH, KW), (H, W))
+        counts = self.counts = None
+        if kind == "avg":
+            counts = self.counts = []
+            for d, (o_n, s_, d_, t_, n_) in enumerate(((OH, sh, dh, KH, H), (OW, sw, dw, KW, W))):
+                c_ = [tap_range(o, s_, d_, 0, t_, n_ + begin[d] + end[d]) if include_pad else tap_range(o, s_, d_, begin[d], t_, n_) for o in range(o_n)]
+                counts.append(k.constant_array(np.array([hi - lo for lo, hi in c_], dtype=np.float64).astype(dt)))
+        self.scalar_t = llvm_type(dt)
 
-    def combine(acc, v):
-        if kind == "max":
-            return max_step(b, acc, v, sp)
-        return b.fadd(acc, v)
+    def combine(self, acc, v):
+        if self.kind == "max":
+            return max_step(self.k.b, acc, v, self.sp)
+        return self.k.b.fadd(acc, v)
 
-    def start(ty):
-        return fill(ty, max_start(sp, dt) if kind == "max" else 0.0)
+    def start(self, ty):
+        return fill(ty, max_start(self.sp, self.dt) if self.kind == "max" else 0.0)
 
-    def finish(acc, oh, ow_count):
+    def finish(self, acc, oh, ow_count):
         """avg: divide by the window size (rows from the table; columns ow_count: a constant or loaded)."""
-        if kind != "avg":
+        if self.kind != "avg":
             return acc
-        ch = b.load(element(k, counts[0], oh))
+        k, b = self.k, self.k.b
+        ch = b.load(element(k, self.counts[0], oh))
         cnt = b.fmul(ch, ow_count)
         if isinstance(acc.type, ir.VectorType):
             cnt = b.shuffle_vector(b.insert_element(ir.Constant(acc.type, None), cnt, ir.Constant(ir.IntType(32), 0)),
                                    ir.Constant(acc.type, None), ir.Constant(ir.VectorType(ir.IntType(32), acc.type.count), [0] * acc.type.count))
         return b.fdiv(acc, cnt)
 
-    def taps_h(oh, fn):
+    def taps_h(self, oh, fn):
+        k, b, tables = self.k, self.k.b, self.tables
         lo, hi = b.load(element(k, tables[0][0], oh)), b.load(element(k, tables[0][1], oh))
         with loop(k, hi, lo) as kh:
             fn(kh)
 
-    if xs[1] == 1 and os_[1] == 1 and C >= V:
-        # channels innermost: vectors of channels, every tap range from the tables
-        vt = ir.VectorType(scalar_t, V)
+    def emit(self):
+        if self.xs[1] == 1 and self.os_[1] == 1 and self.C >= self.V:
+            self.channels_last()
+        else:
+            self.columns()
+
+    def channels_last(self):
+        """Channels innermost: vectors of channels, every tap range from the tables; output pixels as tiles."""
+        k, b, x, out, V, C, xs, os_ = self.k, self.k.b, self.x, self.out, self.V, self.C, self.xs, self.os_
+        tables, counts, combine, start, finish = self.tables, self.counts, self.combine, self.start, self.finish
+        (sh, sw), (dh, dw), (ph, pw) = (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw)
+        vt = ir.VectorType(self.scalar_t, V)
         starts = list(range(0, C - V + 1, V))
         if C % V:
             starts.append(C - V)
@@ -164,78 +175,96 @@ def vector_pool(k, kind: str) -> bool:
                         iw = offset(k, -pw, (ow, sw), (kw, dw))
                         off = offset(k, c0, (n, xs[0]), (ih, xs[2]), (iw, xs[3]))
                         b.store(combine(b.load(acc), load_lanes(k, x.ptr, off, V, 1, False)), acc)
-                taps_h(oh, row)
+                self.taps_h(oh, row)
                 cw = b.load(element(k, counts[1], ow)) if counts else None
                 value = finish(b.load(acc), oh, cw)
                 store_lanes(k, out.ptr, offset(k, c0, (n, os_[0]), (oh, os_[2]), (ow, os_[3])), value, V, 1)
-        work = float(N) * C * OH * OW * KH * KW
-        k.loops_tiled((N, OH, OW), [0, 1, 2], [None] * 3, lambda ix: pixel(*ix), work)  # output pixels as tiles
-        return True
+        work = float(self.N) * C * self.OH * self.OW * self.KH * self.KW
+        k.loops_tiled((self.N, self.OH, self.OW), [0, 1, 2], [None] * 3, lambda ix: pixel(*ix), work)  # output pixels as tiles
 
-    # output columns in vectors
-    wide = xs[3] == 1 and 1 < sw <= 4
-    margin = sw - 1 if wide else 0
-    full = [o for o in range(OW) if tap_range(o, sw, dw, pw, KW, W) == (0, KW) and o * sw + (KW - 1) * dw - pw + margin <= W - 1]
-    lo, hi = (full[0], full[-1] + 1) if full else (0, 0)
-    if hi - lo < V:
-        lo = hi = 0
-    step = sw * xs[3]
+    def columns(self):
+        """Output columns in vectors: interior columns U x V at a time with constant kw taps, the rest scalar."""
+        k, b, x, out, V, xs, os_, W, OW, KW = self.k, self.k.b, self.x, self.out, self.V, self.xs, self.os_, self.W, self.OW, self.KW
+        tables, counts, combine, start, finish, scalar_t = self.tables, self.counts, self.combine, self.start, self.finish, self.scalar_t
+        (sh, sw), (dh, dw), (ph, pw) = (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw)
+        wide = xs[3] == 1 and 1 < sw <= 4
+        margin = sw - 1 if wide else 0
+        full = [o for o in range(OW) if tap_range(o, sw, dw, pw, KW, W) == (0, KW) and o * sw + (KW - 1) * dw - pw + margin <= W - 1]
+        lo, hi = (full[0], full[-1] + 1) if full else (0, 0)
+        if hi - lo < V:
+            lo = hi = 0
+        step = sw * xs[3]
 
-    def scalar_col(n, c, oh, ow):
-        acc = k.local(scalar_t, start(scalar_t))
-        lo_w, hi_w = b.load(element(k, tables[1][0], ow)), b.load(element(k, tables[1][1], ow))
+        def scalar_col(n, c, oh, ow):
+            acc = k.local(scalar_t, start(scalar_t))
+            lo_w, hi_w = b.load(element(k, tables[1][0], ow)), b.load(element(k, tables[1][1], ow))
 
-        def row(kh):
-            ih = offset(k, -ph, (oh, sh), (kh, dh))
-            with loop(k, hi_w, lo_w) as kw:
-                iw = offset(k, -pw, (ow, sw), (kw, dw))
-                v = b.load(element(k, x.ptr, offset(k, 0, (n, xs[0]), (c, xs[1]), (ih, xs[2]), (iw, xs[3]))))
-                b.store(combine(b.load(acc), v), acc)
-        taps_h(oh, row)
-        cw = b.load(element(k, counts[1], ow)) if counts else None
-        b.store(finish(b.load(acc), oh, cw), element(k, out.ptr, offset(k, 0, (n, os_[0]), (c, os_[1]), (oh, os_[2]), (ow, os_[3]))))
+            def row(kh):
+                ih = offset(k, -ph, (oh, sh), (kh, dh))
+                with loop(k, hi_w, lo_w) as kw:
+                    iw = offset(k, -pw, (ow, sw), (kw, dw))
+                    v = b.load(element(k, x.ptr, offset(k, 0, (n, xs[0]), (c, xs[1]), (ih, xs[2]), (iw, xs[3]))))
+                    b.store(combine(b.load(acc), v), acc)
+            self.taps_h(oh, row)
+            cw = b.load(element(k, counts[1], ow)) if counts else None
+            b.store(finish(b.load(acc), oh, cw), element(k, out.ptr, offset(k, 0, (n, os_[0]), (c, os_[1]), (oh, os_[2]), (ow, os_[3]))))
 
-    def vector_cols(n, c, oh, ow, U):
-        vt = ir.VectorType(scalar_t, V)
-        accs = [k.local(vt, start(vt)) for _ in range(U)]
+        def vector_cols(n, c, oh, ow, U):
+            vt = ir.VectorType(scalar_t, V)
+            accs = [k.local(vt, start(vt)) for _ in range(U)]
 
-        def row(kh):
-            ih = offset(k, -ph, (oh, sh), (kh, dh))
-            base = offset(k, -pw * xs[3], (n, xs[0]), (c, xs[1]), (ih, xs[2]), (ow, step))
-            for kw in range(KW):
-                for u in range(U):
-                    v = load_lanes(k, x.ptr, offset(k, kw * dw * xs[3] + u * V * step, (base, 1)), V, step, wide)
-                    b.store(combine(b.load(accs[u]), v), accs[u])
-        taps_h(oh, row)
-        for u in range(U):
-            value = finish(b.load(accs[u]), oh, ir.Constant(scalar_t, float(KW)))
-            store_lanes(k, out.ptr, offset(k, u * V * os_[3], (n, os_[0]), (c, os_[1]), (oh, os_[2]), (ow, os_[3])), value, V, os_[3])
+            def row(kh):
+                ih = offset(k, -ph, (oh, sh), (kh, dh))
+                base = offset(k, -pw * xs[3], (n, xs[0]), (c, xs[1]), (ih, xs[2]), (ow, step))
+                for kw in range(KW):
+                    for u in range(U):
+                        v = load_lanes(k, x.ptr, offset(k, kw * dw * xs[3] + u * V * step, (base, 1)), V, step, wide)
+                        b.store(combine(b.load(accs[u]), v), accs[u])
+            self.taps_h(oh, row)
+            for u in range(U):
+                value = finish(b.load(accs[u]), oh, ir.Constant(scalar_t, float(KW)))
+                store_lanes(k, out.ptr, offset(k, u * V * os_[3], (n, os_[0]), (c, os_[1]), (oh, os_[2]), (ow, os_[3])), value, V, os_[3])
 
-    def span(a, z, fn):
-        if z - a == 1:
-            fn(a)
-        elif z > a:
-            with loop(k, z, a) as i:
-                fn(i)
+        def span(a, z, fn):
+            if z - a == 1:
+                fn(a)
+            elif z > a:
+                with loop(k, z, a) as i:
+                    fn(i)
 
-    def out_row(n, c, oh):
-        span(0, lo, lambda ow: scalar_col(n, c, oh, ow))
-        width = hi - lo
-        U = 2 if width >= 2 * V else 1
-        tiles = width // (U * V)
-        if tiles == 1:
-            vector_cols(n, c, oh, lo, U)
-        elif tiles:
-            with loop(k, tiles) as t:
-                vector_cols(n, c, oh, offset(k, lo, (t, U * V)), U)
-        pos = lo + tiles * U * V
-        while hi - pos >= V:
-            vector_cols(n, c, oh, pos, 1)
-            pos += V
-        if hi > pos and width >= V:
-            vector_cols(n, c, oh, hi - V, 1)
-        span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
-    k.loops_tiled((N, C, OH), [0, 1, 2], [None] * 3, lambda ix: out_row(*ix), float(N) * C * OH * OW * KH * KW)
+        def out_row(n, c, oh):
+            span(0, lo, lambda ow: scalar_col(n, c, oh, ow))
+            width = hi - lo
+            U = 2 if width >= 2 * V else 1
+            tiles = width // (U * V)
+            if tiles == 1:
+                vector_cols(n, c, oh, lo, U)
+            elif tiles:
+                with loop(k, tiles) as t:
+                    vector_cols(n, c, oh, offset(k, lo, (t, U * V)), U)
+            pos = lo + tiles * U * V
+            while hi - pos >= V:
+                vector_cols(n, c, oh, pos, 1)
+                pos += V
+            if hi > pos and width >= V:
+                vector_cols(n, c, oh, hi - V, 1)
+            span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
+        k.loops_tiled((self.N, self.C, self.OH), [0, 1, 2], [None] * 3, lambda ix: out_row(*ix),
+                      float(self.N) * self.C * self.OH * OW * self.KH * KW)
+
+
+def vector_pool(k, kind: str) -> bool:
+    """Max/average pool of a rank-3/4 float tensor with explicit vectors; False when not applicable.
+
+    Lanes run over channels when both tensors store channels innermost (unit stride), else over
+    output columns: interior columns (whole window inside the input) in vectors of V with a
+    constant, unrolled kw range (strided reads as one wide load + shuffle when the row is
+    contiguous); border columns one at a time with their tap ranges from build-time tables.
+    """
+    pool = _VectorPool(k, kind)
+    if not pool.ok:
+        return False
+    pool.emit()
     return True
 
 

@@ -1,0 +1,398 @@
+"""The register-blocked float MatMul kernels (ops/matmul.py, and the LSTM/GRU gates in ops/recurrent.py): a
+Problem over Mat operands, run as outer-product tiles (outer / outer_t) or dot-product tiles (dot), split
+into parallel tiles over batch points and blocks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from llvmlite import ir
+
+from ..fluid.loop_order import MR_DOT, NC_DOT, outer_tile
+from ..kernels.kernel import PARALLEL_MIN_WORK, Access, chunk_count, row_major_strides
+from ..kernels.scalar import FAST, const, llvm_type
+from ..kernels.vectors import fma
+
+
+@dataclass
+class Mat:
+    """A matrix operand of the canonical problem: element (r, c) of batch point b at
+    ptr[sum(b * bstrides) + r * rs + c * cs], or, packed in panels of `panel` columns,
+    ptr[... + (c // panel) * rows * panel + r * panel + c % panel].
+    `storage` is the pointer or a function making it, called on first use (constants the kernel
+    repacks are then never stored as they came)."""
+
+    storage: object
+    bstrides: tuple[int, ...]
+    rs: int
+    cs: int
+    value: np.ndarray | None = None
+    """Logical (*lead, rows, cols) value of a constant."""
+    panel: int = 0
+
+    @property
+    def ptr(self):
+        if callable(self.storage):
+            self.storage = self.storage()
+        return self.storage
+
+    def t(self) -> "Mat":
+        return Mat(self.storage, self.bstrides, self.cs, self.rs, None if self.value is None else np.swapaxes(self.value, -1, -2))
+
+
+@dataclass
+class Problem:
+    """C = alpha * A @ B + beta * bias over batch dims, A m x k, B k x n, C m x n."""
+
+    dtype: np.dtype
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    kk: int
+    a: Mat
+    b: Mat
+    c: Mat
+    bias: Mat | None = None
+    alpha: float = 1.0
+    beta: float = 1.0
+    residual: Mat | None = None
+    """Added after the bias, element for element of C: stored with C's strides, so read at C's own offsets."""
+    relu: bool = False
+    """max(., 0) last (passes/matmul_bias.py fused a Relu)."""
+
+    def transposed(self) -> "Problem":
+        return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),
+                       bias=None if self.bias is None else self.bias.t())  # residual: same offsets as C
+
+
+def _lead_strides(nb: int, lead: tuple[int, ...], stored_strides: tuple[int, ...]) -> tuple[int, ...]:
+    out = [0] * nb
+    for j, e in enumerate(lead):
+        if e != 1:
+            out[nb - len(lead) + j] = stored_strides[j]
+    return tuple(out)
+
+
+def _pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
+    """Constant B (*lead, K, N) -> (*lead, ceil(N/nr), K, nr), zero-padded: each k step of a panel is nr contiguous values."""
+    v = mat.value
+    lead, kk, n = v.shape[:-2], v.shape[-2], v.shape[-1]
+    panels = -(-n // nr)
+    padded = np.zeros((*lead, kk, panels * nr), dtype=dtype)
+    padded[..., :n] = v
+    packed = np.ascontiguousarray(np.swapaxes(padded.reshape(*lead, kk, panels, nr), -2, -3))
+    strides = row_major_strides(packed.shape)
+    return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
+
+
+def _pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
+    """A constant (*lead, R, C) stored row-major: (pointer, batch strides, row stride)."""
+    v = np.ascontiguousarray(value.astype(dtype))
+    strides = row_major_strides(v.shape)
+    return k.constant_array(v), _lead_strides(nb, v.shape[:-2], strides[:-2]), v.shape[-1]
+
+
+def _emit_batched(k, P: Problem, body, mats=None) -> None:
+    """body(a_base, b_base, c_base) per batch point (index values)."""
+    mats = mats or (P.a, P.b, P.c)
+    nb = len(P.batch)
+
+    def point(ix):
+        body(*[k.linear(Access(None, None, m.bstrides, 0), ix) for m in mats])
+    k.loops(P.batch, list(range(nb)), [None] * nb, point)
+
+
+def _split(batch: tuple[int, ...], work: float, extents: tuple[int, ...], splittable: tuple[bool, ...]) -> list[int]:
+    """Chunks per extent (outermost split first) so batch points x chunks make about TARGET_TILES tiles."""
+    nbp = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    chunks, have = [], nbp
+    for e, ok in zip(extents, splittable):
+        c = chunk_count(e, work, -(-chunk_count(1 << 30, work) // have)) if ok else 1
+        chunks.append(c)
+        have *= c
+    return chunks
+
+
+def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body_ranged, splittable=None) -> bool:
+    """Batch points x chunks of `extents` as parallel tiles: body_ranged(bases, [(lo, hi) per extent]).
+    False (nothing emitted) when the op is too small to split."""
+    chunks = _split(P.batch, work, extents, splittable or (True,) * len(extents))
+    nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    if k.tile_range is None or work < PARALLEL_MIN_WORK or nbp * int(np.prod(chunks)) < 2:
+        return False
+    nb = len(P.batch)
+    with k.parallel_tiles([*P.batch, *chunks], work) as idx:
+        bases = [k.linear(Access(None, None, m.bstrides, 0), idx[:nb]) for m in mats]
+        body_ranged(bases, [k.chunk(i, c, e) for i, c, e in zip(idx[nb:], chunks, extents)])
+    return True
+
+
+def _ranged(k, rng, full: int, has_rest: bool, each, rest) -> None:
+    """each(i) for full units i in [lo, min(hi, full)), then rest() when the range reaches the partial unit."""
+    lo, hi = rng
+    with k.for_range(k.imin(hi, k.index(full)), lo) as i:
+        each(i)
+    if has_rest:
+        with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+            rest()
+
+
+def _add(k, x, y):
+    if isinstance(y, int):
+        if y == 0:
+            return x
+        y = k.index(y)
+    if isinstance(x, int):
+        x = k.index(x)
+    return k.b.add(x, y, flags=("nsw",))
+
+
+def _mul(k, x, c: int):
+    if c == 0:
+        return k.index(0)
+    if isinstance(x, int):
+        return k.index(x * c)
+    return x if c == 1 else k.b.mul(x, k.index(c), flags=("nsw",))
+
+
+def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
+    """alpha * acc + beta * bias[row, col : col + count] (lanes past count are left as they are)."""
+    dt = P.dtype
+    if P.alpha != 1.0:
+        acc = k.b.fmul(acc, k.splat(const(dt, P.alpha), width), flags=FAST)
+    if P.bias is not None:
+        bias = P.bias
+        at = _add(k, _mul(k, row, bias.rs), _mul(k, col, bias.cs))
+        if count == width or bias.cs == 0:
+            vec = k.vgather(bias.ptr, dt, at, bias.cs, width)
+        else:
+            vec = k.vzero(dt, width)
+            for l in range(count):
+                x = k.b.load(k.b.gep(bias.ptr, [_add(k, at, l * bias.cs)], inbounds=True))
+                vec = k.b.insert_element(vec, x, _i32(l))
+        if P.beta != 1.0:
+            vec = k.b.fmul(vec, k.splat(const(dt, P.beta), width), flags=FAST)
+        acc = k.b.fadd(acc, vec, flags=FAST)
+    return acc
+
+
+def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
+    """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them), then the Relu."""
+    if P.relu:  # select(x > 0, x, 0): NaN -> 0 like the Relu kernel's maxnum
+        x = _add_residual(k, replace(P, relu=False), acc, at, cs, width, count)
+        zero = k.vzero(P.dtype, width)
+        return k.b.select(k.b.fcmp_ordered(">", x, zero), x, zero)
+    if P.residual is None:
+        return acc
+    dt, ptr = P.dtype, P.residual.ptr
+    if count == width or cs == 0:
+        vec = k.vgather(ptr, dt, at, cs, width)
+    else:
+        vec = k.vzero(dt, width)
+        for l in range(count):
+            vec = k.b.insert_element(vec, k.b.load(k.b.gep(ptr, [_add(k, at, l * cs)], inbounds=True)), _i32(l))
+    return k.b.fadd(acc, vec, flags=FAST)
+
+
+def _i32(v: int):
+    from llvmlite import ir
+    return ir.Constant(ir.IntType(32), v)
+
+
+def _emit_outer(k, P: Problem) -> None:
+    dt, V = P.dtype, k.lanes(P.dtype)
+    M, N, K = P.m, P.n, P.kk
+    mr_main, nr = outer_tile(M, N, V, k.accumulators)
+    if P.b.value is not None:
+        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), nr, dt))
+    stack = None
+    if P.b.value is None and not P.b.panel and P.b.cs != 1 and N > 1:
+        # B strided along n (e.g. K-contiguous): gather each K x NR panel into a stack buffer first
+        src = P.b
+        with k.b.goto_entry_block():
+            buf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), max(1, K * nr)))
+        stack = (src, buf)
+        P = replace(P, b=Mat(buf, tuple(0 for _ in P.batch), nr, 1, None, nr))
+    a, b, c = P.a, P.b, P.c
+    full_p, rem = N // nr, N % nr
+
+    def gather_panel(bb, col0, valid):
+        src, buf = stack
+        with k.for_range(valid) as q:
+            base = _add(k, bb, _mul(k, _add(k, col0, q), src.cs))
+            with k.for_range(K) as kv:
+                x = k.b.load(k.b.gep(src.ptr, [_add(k, base, _mul(k, kv, src.rs))], inbounds=True))
+                k.b.store(x, k.b.gep(buf, [_add(k, _mul(k, kv, nr), q)], inbounds=True))
+        if valid < nr:
+            with k.for_range(K) as kv:
+                for q in range(valid, nr):
+                    k.b.store(const(dt, 0), k.b.gep(buf, [_add(k, _mul(k, kv, nr), q)], inbounds=True))
+
+    def tile(bases, i0, mr, col0, pidx, widths, valid):
+        ab, bb, cb = bases
+        slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
+        if b.panel:
+            bcol, kstride, offs = _add(k, bb, _mul(k, pidx, K * nr)), nr, [sum(widths[:g]) for g in range(len(widths))]
+        else:
+            bcol, kstride, offs = _add(k, bb, _mul(k, col0, b.cs)), b.rs, [sum(widths[:g]) * b.cs for g in range(len(widths))]
+        arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
+        with k.for_range(K) as kv:
+            bk = _add(k, bcol, _mul(k, kv, kstride))
+            bvals = [k.vgather(b.ptr, dt, _add(k, bk, off), 1 if b.panel else b.cs, w) for off, w in zip(offs, widths)]
+            ak = _mul(k, kv, a.cs)
+            for r in range(mr):
+                av = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], ak)], inbounds=True))
+                splats = {}
+                for g, w in enumerate(widths):
+                    if w not in splats:
+                        splats[w] = k.splat(av, w)
+                    k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+        for r in range(mr):
+            row = _add(k, i0, r)
+            crow = _add(k, cb, _mul(k, row, c.rs))
+            off = 0
+            for g, w in enumerate(widths):
+                count = min(w, valid - off)
+                if count <= 0:
+                    break
+                col = _add(k, col0, off)
+                acc = _epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
+                at = _add(k, crow, _mul(k, col, c.cs))
+                acc = _add_residual(k, P, acc, at, c.cs, w, count)
+                k.vscatter(acc, c.ptr, dt, at, c.cs, count)
+                off += w
+
+    def rows(bases, col0, pidx, widths, valid, rng=None):
+        full_r = M // mr_main
+        if rng is not None:
+            _ranged(k, rng, full_r, M % mr_main > 0, lambda ib: tile(bases, _mul(k, ib, mr_main), mr_main, col0, pidx, widths, valid),
+                    lambda: tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid))
+            return
+        if full_r == 1:
+            tile(bases, 0, mr_main, col0, pidx, widths, valid)
+        elif full_r:
+            with k.for_range(full_r) as ib:
+                tile(bases, _mul(k, ib, mr_main), mr_main, col0, pidx, widths, valid)
+        if M % mr_main:
+            tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid)
+
+    def panel(bases, col0, pidx, widths, valid, rng=None):
+        if stack is not None:
+            gather_panel(bases[1], col0, valid)
+            bases, pidx = (bases[0], k.index(0), bases[2]), 0
+        rows(bases, col0, pidx, widths, valid, rng)
+
+    def rem_widths():
+        return [V] * (-(-rem // V)) if b.panel else [V] * (rem // V) + [1] * (rem % V)
+
+    def ranged(bases, rngs):
+        prng, rrng = rngs
+        _ranged(k, prng, full_p, rem > 0, lambda p: panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr, rrng),
+                lambda: panel(bases, full_p * nr, full_p, rem_widths(), rem, rrng))
+
+    def body(*bases):
+        if full_p == 1:
+            panel(bases, 0, 0, [V] * (nr // V), nr)
+        elif full_p:
+            with k.for_range(full_p) as p:
+                panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr)
+        if rem:
+            panel(bases, full_p * nr, full_p, rem_widths(), rem)
+    mats = (P.a, stack[0] if stack else P.b, P.c)
+    nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    # a gathered B panel is reused by every row: then tiles take whole panels (rows are not split)
+    extents = (full_p + (rem > 0), M // mr_main + (M % mr_main > 0))
+    if not _emit_tiled(k, P, mats, float(nbp) * M * N * K, extents, ranged, (True, stack is None)):
+        _emit_batched(k, P, body, mats)
+
+
+def _emit_dot(k, P: Problem) -> None:
+    dt, V = P.dtype, k.lanes(P.dtype)
+    M, N, K = P.m, P.n, P.kk
+    nb = len(P.batch)
+    if P.a.value is not None:
+        ptr, bs, rs = _pack_rows(k, P.a.value, nb, dt)
+        P = replace(P, a=Mat(ptr, bs, rs, 1))
+    if P.b.value is not None:
+        ptr, bs, rs = _pack_rows(k, np.swapaxes(P.b.value, -1, -2), nb, dt)
+        P = replace(P, b=Mat(ptr, bs, 1, rs))
+    a, b, c = P.a, P.b, P.c
+    mr_main = max(1, min(MR_DOT, M))
+    nc_main = min(NC_DOT, V, 16 // np.dtype(dt).itemsize, 1 << (max(N, 1).bit_length() - 1))
+    kmain = K // V * V
+
+    def tile(bases, i0, mr, j0, nc):
+        ab, bb, cb = bases
+        slots = [[k.local(k.vector_type(dt, V), k.vzero(dt, V)) for _ in range(nc)] for _ in range(mr)]
+        arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
+        bcols = [_add(k, bb, _mul(k, _add(k, j0, q), b.cs)) for q in range(nc)]
+        if kmain:
+            with k.for_range(kmain, 0, V) as kv:
+                avs = [k.vload(a.ptr, dt, _add(k, arows[r], kv), V) for r in range(mr)]
+                for q in range(nc):
+                    bv = k.vload(b.ptr, dt, _add(k, bcols[q], kv), V)
+                    for r in range(mr):
+                        k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
+        for r in range(mr):
+            sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])
+            if kmain < K:
+                tails = []
+                for q in range(nc):
+                    t = const(dt, 0)
+                    for kv in range(kmain, K):
+                        x = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], kv)], inbounds=True))
+                        y = k.b.load(k.b.gep(b.ptr, [_add(k, bcols[q], kv)], inbounds=True))
+                        t = fma(k, t, x, y)
+                    tails.append(t)
+                if nc == 1:
+                    sums = k.b.fadd(sums, tails[0], flags=FAST)
+                else:
+                    vec = k.vzero(dt, nc)
+                    for q, t in enumerate(tails):
+                        vec = k.b.insert_element(vec, t, _i32(q))
+                    sums = k.b.fadd(sums, vec, flags=FAST)
+            row = _add(k, i0, r)
+            acc = _epilogue(k, P, sums, row, j0, nc, nc)
+            at = _add(k, _add(k, cb, _mul(k, row, c.rs)), _mul(k, j0, c.cs))
+            acc = _add_residual(k, P, acc, at, c.cs, nc, nc)
+            k.vscatter(acc, c.ptr, dt, at, c.cs)
+
+    def cols(bases, i0, mr):
+        full_c = N // nc_main
+        if full_c == 1:
+            tile(bases, i0, mr, 0, nc_main)
+        elif full_c:
+            with k.for_range(full_c) as jb:
+                tile(bases, i0, mr, _mul(k, jb, nc_main), nc_main)
+        j0, rem = full_c * nc_main, N % nc_main
+        while rem:
+            nc = 1 << (rem.bit_length() - 1)
+            tile(bases, i0, mr, j0, nc)
+            j0, rem = j0 + nc, rem - nc
+
+    def body(*bases):
+        full_r = M // mr_main
+        if full_r == 1:
+            cols(bases, 0, mr_main)
+        elif full_r:
+            with k.for_range(full_r) as ib:
+                cols(bases, _mul(k, ib, mr_main), mr_main)
+        if M % mr_main:
+            cols(bases, full_r * mr_main, M % mr_main)
+
+    def ranged(bases, rngs):
+        full_r = M // mr_main
+        _ranged(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, _mul(k, ib, mr_main), mr_main),
+                lambda: cols(bases, full_r * mr_main, M % mr_main))
+    nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
+    if not _emit_tiled(k, P, (P.a, P.b, P.c), float(nbp) * M * N * K, (M // mr_main + (M % mr_main > 0),), ranged):
+        _emit_batched(k, P, body)
+
+
+def emit_blocked(k, P: Problem, kind: str) -> None:
+    if kind == "outer_t":
+        P, kind = P.transposed(), "outer"
+    if kind == "outer":
+        _emit_outer(k, P)
+    else:
+        _emit_dot(k, P)

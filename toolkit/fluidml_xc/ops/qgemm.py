@@ -97,10 +97,6 @@ def _fn(k, name: str, ret, args):
     return fn
 
 
-def _splat(k, value, lanes):
-    return k.splat(value, lanes)
-
-
 def blocks(k, total: int, size: int, fn) -> None:
     """fn(i, width) over [0, total) in blocks of `size`: a run-time loop over the full blocks (i is the
     block's index value, width == size), then the tail block (width total % size), if any."""
@@ -170,7 +166,7 @@ def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: 
             bvecs.append(bv if cfg.x86 else b.sext(bv, acc_t))
         for r in range(mr):
             a32 = b.load(b.gep(rows[r], [p], inbounds=True))
-            av = b.bitcast(_splat(k, a32, L), wide)
+            av = b.bitcast(k.splat(a32, L), wide)
             if not cfg.x86:
                 av = b.sext(av, acc_t)
             for v in range(nv):
@@ -296,7 +292,7 @@ def pack_row(k, src_ptr, src_dtype, src_index, kk: int, dst16, zero16, with_sum:
     vt32 = ir.VectorType(I32, width)
     total = None
     if nchunks:
-        zero_v = _splat(k, zero16, width) if zero16 is not None else None
+        zero_v = k.splat(zero16, width) if zero16 is not None else None
         acc = k.local(vt32, ir.Constant(vt32, None)) if with_sum else None
         with k.for_range(nchunks) as c:
             at = b.mul(c, k.index(width), flags=("nsw",))
@@ -365,7 +361,7 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
                     b.store(b.call(fn, [b.load(slot), u, sg]), slot)
 
     def broadcast(p):
-        return lambda r: _splat(k, b.load(b.gep(rows[r], [p], inbounds=True)), L)
+        return lambda r: k.splat(b.load(b.gep(rows[r], [p], inbounds=True)), L)
 
     done = 0
     if cfg.sdot and kq >= L:

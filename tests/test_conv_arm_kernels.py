@@ -107,7 +107,8 @@ def test_channels_last_depthwise_armv7_rows(tmp_path):
 
 def depthwise_rows():
     """NCHW depthwise with bias: 3x3 +Clip6 (28 interior rows), 5x5 (pairs without lane weights), strided
-    (single rows), and 2 channels of 321 rows (rows split over threads: chunks of odd length)."""
+    (single rows), 2 channels of 321 rows (rows split over threads: chunks of odd length), and 3x3 dilated
+    along the row (two columns of edge vectors carried from pair to pair)."""
     N = helper.make_node
     six = (np.array(0.0, np.float32), np.array(6.0, np.float32))
     inits = {"w1": rand(64, 1, 3, 3, seed=21), "b1": rand(64, seed=22), "w2": rand(64, 1, 5, 5, seed=23),
@@ -115,14 +116,16 @@ def depthwise_rows():
     nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], group=64, pads=[1, 1, 1, 1]), N("Clip", ["c1", "lo", "hi"], ["y1"]),
              N("Conv", ["x", "w2", "b2"], ["y2"], group=64, pads=[2, 2, 2, 2]),
              N("Conv", ["x", "w3", "b3"], ["y3"], group=64, pads=[1, 1, 1, 1], strides=[2, 2]),
-             N("Conv", ["x4", "w4", "b4"], ["y4"], group=2, pads=[1, 1, 1, 1])]
-    inits.update({"w4": rand(2, 1, 3, 3, seed=28), "b4": rand(2, seed=29)})
-    return model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4"])
+             N("Conv", ["x4", "w4", "b4"], ["y4"], group=2, pads=[1, 1, 1, 1]),
+             N("Conv", ["x", "w5", "b5"], ["y5"], group=64, pads=[1, 2, 1, 2], dilations=[1, 2])]
+    inits.update({"w4": rand(2, 1, 3, 3, seed=28), "b4": rand(2, seed=29), "w5": rand(64, 1, 3, 3, seed=31), "b5": rand(64, seed=32)})
+    return model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4", "y5"])
 
 
 def test_depthwise_row_pairs_across_threads(tmp_path):
-    """The pairs (a fence asm between tiles, bias splats loaded per accumulator) match onnx.reference, and
-    1 and 3 threads (rows split at run time, so a pair or a single row may take any row) agree bit for bit."""
+    """The pairs (a fence asm between tiles, bias splats loaded per accumulator, edge vectors carried from pair
+    to pair, taps as llvm.fma, rows stored by st1 of 3 and 4 vectors) match onnx.reference, and 1 and 3 threads
+    (rows split at run time, so a pair or a single row may take any row) agree bit for bit."""
     import json
     import subprocess
 
@@ -132,6 +135,7 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
     m = depthwise_rows()
     text = ir_text(m, "qemu-aarch64")
     assert re.search(r'asm sideeffect\s+"", ""', text) and re.search(r'asm\s+"", "=r,0"', text)
+    assert all(f in text for f in ("llvm.fma.v4f32", "llvm.aarch64.neon.st1x3.v4f32.p0", "llvm.aarch64.neon.st1x4.v4f32.p0"))
     feeds = {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}
     artifact = build(m, tmp_path, "qemu-aarch64", threads=3, profile_runner=False)
     manifest = json.loads((artifact / "manifest.json").read_text())
@@ -142,7 +146,7 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
         ins += ["-i", str(tmp_path / f"{spec['name']}.npy")]
     results = {}
     for threads in (1, 3):
-        outs = [tmp_path / f"y{i}-{threads}.npy" for i in range(4)]
+        outs = [tmp_path / f"y{i}-{threads}.npy" for i in range(5)]
         subprocess.run([manifest["emulator"], str(artifact / "runner"), *ins,
                         *[a for o in outs for a in ("-o", str(o))], "--threads", str(threads)],
                        check=True, timeout=600, capture_output=True)

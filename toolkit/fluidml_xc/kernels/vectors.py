@@ -22,8 +22,16 @@ def fma(k, acc, x, y):
     elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
     if elem != ir.FloatType() or not fused_f32(k):
         return k.fma(acc, x, y)
-    name = f"llvm.fma.v{x.type.count}f32" if isinstance(x.type, ir.VectorType) else "llvm.fma.f32"
-    fn = k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(x.type, [x.type] * 3), name)
+    return fused(k, acc, x, y)
+
+
+def fused(k, acc, x, y):
+    """acc + x * y as a call of llvm.fma (float scalar or vector): rounded once, and never reassociated (LLVM
+    reorders a chain of fast fadds, e.g. to put values from outside a loop's body first)."""
+    ty = x.type
+    suffix = f"v{ty.count}{ty.element.intrinsic_name}" if isinstance(ty, ir.VectorType) else ty.intrinsic_name
+    name = f"llvm.fma.{suffix}"
+    fn = k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(ty, [ty] * 3), name)
     return k.b.call(fn, [x, y, acc])
 
 

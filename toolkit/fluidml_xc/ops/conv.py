@@ -112,6 +112,8 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         bvalue = None if bias is None else getattr(bias, "value", None)
         self.bias_rows = np.asarray(bvalue).reshape(-1) if self.row_pairs and bvalue is not None else None
         self.bias_splat = None
+        # floats per channel in bias_splat: a vector for each accumulator of a block (2 rows x U + 1 vectors), one float apart
+        self.bias_run = self.V + 2 * (self.U + 1) - 1 if self.bias_rows is not None else 0
         # x86 (16 ymm): each tap broadcasts its own input values; merged across the taps of a row (the same
         # column feeds pixel p at tap kw and pixel p + 1 at kw + 1) they stay live beside the 12 accumulators and spill
         self.fresh_broadcasts = self.by_channel and str(k.module.triple).startswith("x86_64")
@@ -122,6 +124,9 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         self.unroll = self.KH * self.KW <= 49
         # parallel tiles (emit_tiled): run-time [lo, hi) of channel blocks, output rows, or row tiles (flat)
         self.cb_rng = self.row_rng = self.px_rng = None
+        # row pair loops carrying edge vectors (RowVectors.carries): (slots, this pair's vectors) while a pair is emitted
+        self.carry_rows = self.carries()
+        self.carry = None
 
     # columns / rows whose windows are entirely inside the input
     def interior(self, n_out, stride, dil, pad, taps, size, margin):
@@ -208,9 +213,10 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
             with loop(self.k, hi, lo) as i:
                 fn(i)
 
-    def rows(self, emit_row, emit_pair=None):
+    def rows(self, emit_row, emit_pair=None, carry=None):
         """Interior rows with the full constant tap range (emit_pair(oh): rows oh and oh + 1 at once, then
-        the odd one); border rows with table ranges."""
+        the odd one; carry(a, count): count pairs from row a in a loop that carries edge vectors); border
+        rows with table ranges."""
         lo, hi = self.interior(self.OH, self.sh, self.dh, self.ph, self.KH, self.H, 0)
         hi = max(hi, lo)
         k, full = self.k, (0, self.KH)
@@ -221,8 +227,11 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
                     emit_row(oh, full)
                 return
             pairs = k.b.sdiv(k.b.sub(b, a), k.index(2))
-            with loop(k, pairs) as p:
-                emit_pair(k.b.add(a, k.b.mul(p, k.index(2), flags=("nsw",)), flags=("nsw",)))
+            if carry is not None:
+                carry(a, pairs)
+            else:
+                with loop(k, pairs) as p:
+                    emit_pair(k.b.add(a, k.b.mul(p, k.index(2), flags=("nsw",)), flags=("nsw",)))
             with k.b.if_then(k.b.icmp_signed("<", k.b.add(a, k.b.mul(pairs, k.index(2))), b)):
                 emit_row(k.b.sub(b, k.index(1)), full)
         if self.row_rng is not None:
@@ -244,7 +253,11 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
             border(hi, self.OH)
             return
         self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
-        if emit_pair is not None and hi - lo >= 2:
+        if carry is not None and hi - lo >= 4:
+            carry(k.index(lo), (hi - lo) // 2)
+            if (hi - lo) % 2:
+                emit_row(hi - 1, full)
+        elif emit_pair is not None and hi - lo >= 2:
             self.span(0, (hi - lo) // 2, lambda p: emit_pair(offset(k, lo, (p, 2))))
             if (hi - lo) % 2:
                 emit_row(hi - 1, full)
@@ -319,7 +332,7 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
                 packed = np.concatenate([packed.ravel(), np.zeros(self.V, packed.dtype)])
             self.packed = k.constant_array(packed)
         if self.bias_rows is not None:
-            self.bias_splat = k.constant_array(np.repeat(self.bias_rows.astype(self.dtype), self.V))
+            self.bias_splat = k.constant_array(np.repeat(self.bias_rows.astype(self.dtype), self.bias_run))
         self.tables = tap_tables(k, (self.OH, self.OW), (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw),
                                  (self.KH, self.KW), (self.H, self.W))
         if self.depthwise_c:
@@ -358,8 +371,10 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
             else:
                 pair = (lambda cb, R: lambda oh: self.row(oh, (0, self.KH), lambda ow, nvec, kw: self.block(
                     n, g, cb, R, oh, ow, nvec, (0, self.KH), kw, rows=2))) if self.row_pairs else None
+                carry = ((lambda cb, R: lambda a, count: self.carried_pairs(n, g, a, count, pair(cb, R)))
+                         if self.carry_rows else lambda cb, R: None)
                 self.channel_blocks(lambda cb, R: self.rows(lambda oh, khr: self.row(
-                    oh, khr, lambda ow, nvec, kw: self.block(n, g, cb, R, oh, ow, nvec, khr, kw)), pair and pair(cb, R)))
+                    oh, khr, lambda ow, nvec, kw: self.block(n, g, cb, R, oh, ow, nvec, khr, kw)), pair and pair(cb, R), carry(cb, R)))
 
         def over(extent, fn):
             if extent == 1:

@@ -7,7 +7,7 @@ from llvmlite import ir
 from ..kernels.epilogue import epilogue
 from ..kernels.loops import element, loop, offset
 from ..kernels.scalar import FAST, const, llvm_type
-from ..kernels.vectors import load_lanes, mac, store_lanes
+from ..kernels.vectors import fused, load_lanes, mac, store_lanes
 
 
 class RowVectors:
@@ -36,12 +36,13 @@ class RowVectors:
         slots = [[] for _ in range(rows)]
         for r in range(R):
             if nvec and self.bias_splat is not None:
-                # one load per accumulator through an opaque address: LLVM neither hoists nor merges them, so
-                # each fmla starts from a loaded register instead of a register copy of the bias
+                # the channel's bias repeated: accumulator i loads V of them from element i of one opaque address,
+                # so LLVM neither hoists nor merges the loads and each fmla starts from a loaded register instead
+                # of a register copy of the bias
                 ch = offset(k, r, (g, self.Cog), (cb, self.R))
+                run = self.opaque(element(k, self.bias_splat, offset(k, 0, (ch, self.bias_run))))
                 for j in range(rows):
-                    slots[j].append([k.local(ty, load_lanes(k, self.opaque(element(k, self.bias_splat, offset(k, 0, (ch, lanes)))),
-                                                            0, lanes, 1, False)) for _ in range(count)])
+                    slots[j].append([k.local(ty, load_lanes(k, run, j * count + u, lanes, 1, False)) for u in range(count)])
                 continue
             if self.bias is not None:
                 bs = self.bias.strides[0]
@@ -58,11 +59,14 @@ class RowVectors:
             # input row d of the block: tap kh = d - j of output row j
             ih = offset(k, -self.ph, (oh, self.sh), (d, self.dh))
             row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, sx))
+            # row pairs: each input row from its own opaque base, so every tap's offset fits ldur (no add per load)
+            xp, row = (self.opaque(element(k, self.xp, row)), 0) if rows > 1 else (self.xp, row)
 
             def tap(kw):
                 base = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
-                xv = [self.edge_load(base, ow, kw, u) if nvec and self.edges and isinstance(ow, int) and isinstance(kw, int)
-                      else load_lanes(k, self.xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
+                xv = [self.edge_load(xp, base, ow, kw, u, d if rows > 1 and isinstance(ci, int) else None)
+                      if nvec and self.edges and isinstance(ow, int) and isinstance(kw, int)
+                      else load_lanes(k, xp, offset(k, u * lanes * sx, (base, 1)), lanes, sx, self.wide) for u in range(count)]
                 for j in range(rows):
                     kh = d if rows == 1 else d - j
                     if rows > 1 and not 0 <= kh < self.KH:
@@ -77,15 +81,20 @@ class RowVectors:
                                 wv = k.splat(wv, lanes)
                         for u in range(count):
                             acc = b.load(slots[j][r][u])
-                            b.store(k.b.fadd(acc, k.b.fmul(wv, xv[u], flags=FAST), flags=FAST) if self.by_lane else mac(k, dt, acc, wv, xv[u]), slots[j][r][u])
+                            b.store(k.b.fadd(acc, k.b.fmul(wv, xv[u], flags=FAST), flags=FAST) if self.by_lane
+                                    else fused(k, acc, wv, xv[u]) if self.carry_rows else mac(k, dt, acc, wv, xv[u]), slots[j][r][u])
             self.each(kw_range, tap, self.KW <= 16)
 
         d_range = kh_range if rows == 1 else (0, self.KH + rows - 1)
         self.each((0, self.Cig), lambda ci: self.each(d_range, lambda d: row_taps(ci, d), self.unroll), False)
         os_ = self.os
+        runs = self.store_runs(ty, count)
         for j in range(rows):
             for r in range(R):
-                for u in range(count):
+                for u0, m in runs:
+                    off = offset(k, r * os_[1] + u0 * lanes + j * os_[2], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, 1))
+                    b.call(self.st1(ty, m), [epilogue(k, self.epi, b.load(slots[j][r][u])) for u in range(u0, u0 + m)] + [element(k, self.op, off)])
+                for u in range(0 if runs else count):
                     off = offset(k, r * os_[1] + u * lanes * os_[3] + j * os_[2], (n, os_[0]), (g, self.Cog * os_[1]), (cb, self.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
                     residual = None
                     if self.res is not None:
@@ -97,6 +106,23 @@ class RowVectors:
             # after each full tile: the next blocks' loads stay after its stores (all of a row pair's blocks
             # interleaved hold more vectors than the 32 registers and spill)
             self.fence()
+
+    def store_runs(self, ty, count: int) -> list[tuple[int, int]]:
+        """Row-pair convs' float32 rows of 2 or more vectors: (first vector, count) of the st1 {v.4s x 2-4} that store
+        them. LLVM's Neoverse-N1 model charges st1 one V slot and 2 micro-ops per vector, where a lone str q takes
+        two V slots and stp q 3 micro-ops per vector (docs/ARM_KERNELS.md)."""
+        if not (self.row_pairs and count >= 2 and self.res is None and self.os[3] == 1
+                and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType() and ty.count == 4):
+            return []
+        sizes = [4] * (count // 4) + ([count % 4] if count % 4 else [])
+        if sizes[-1] == 1:
+            sizes[-2:] = [3, 2]
+        return [(sum(sizes[:i]), m) for i, m in enumerate(sizes)]
+
+    def st1(self, ty, m: int):
+        """llvm.aarch64.neon.st1x<m>: m vectors to consecutive addresses."""
+        k, name = self.k, f"llvm.aarch64.neon.st1x{m}.v4f32.p0"
+        return k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(ir.VoidType(), [ty] * m + [ty.element.as_pointer()]), name)
 
     def lane_weights(self, g, cb):
         """The block's taps as vectors (packed [g][taps] with V spare zeros at the end), loaded through an
@@ -110,14 +136,25 @@ class RowVectors:
         return [k.b.load(k.b.bitcast(element(k, ptr, j * V), vt.as_pointer()), align=4)
                 for j in range(-(-self.Cig * self.KH * self.KW // V))]
 
-    def edge_load(self, base, ow: int, kw: int, u: int):
-        """Vector u of tap kw at column ow (base: its first column), zeros for the columns outside the row."""
+    def edge_load(self, xp, base, ow: int, kw: int, u: int, d=None):
+        """Vector u of tap kw at column ow (xp[base]: its first column), zeros for the columns outside the row.
+        d: the pair block's input row, whose shifted vectors a row pair loop carries (self.carry)."""
         k, V = self.k, self.V
         s = ow - self.pw + kw * self.dw + u * V
         if 0 <= s and s + V <= self.W:
-            return load_lanes(k, self.xp, offset(k, u * V, (base, 1)), V, 1, False)
+            return load_lanes(k, xp, offset(k, u * V, (base, 1)), V, 1, False)
+        if self.carry is not None and d is not None:
+            slots, now = self.carry
+            if (d, s) not in now:
+                now[(d, s)] = k.b.load(slots[(d, s)]) if (d, s) in slots else self.shifted(xp, offset(k, u * V, (base, 1)), s)
+            return now[(d, s)]
+        return self.shifted(xp, offset(k, u * V, (base, 1)), s)
+
+    def shifted(self, xp, base, s: int):
+        """The V input columns from s (xp[base]: column s), zeros for those outside the row."""
+        k, V = self.k, self.V
         c0 = max(s, 0) if s < 0 else self.W - V  # W >= V: only one side is outside
-        v = load_lanes(k, self.xp, offset(k, c0 - s + u * V, (base, 1)), V, 1, False)
+        v = load_lanes(k, xp, offset(k, c0 - s, (base, 1)), V, 1, False)
         zero = ir.Constant(v.type, [ir.Constant(v.type.element, 0.0)] * V)
         # one ext: lanes consecutive in (zero, v) on the left, in (v, zero) on the right
         pair, first = ((zero, v), V + s) if s < 0 else ((v, zero), s - c0)
@@ -141,7 +178,10 @@ class RowVectors:
         tiles = width // T
         first, last, trange = self.px_parts(tiles)
         with self.when(first):
-            if edge:
+            if edge and tiles and trange is None:  # the left edge vector joins the first tile
+                emit(0, self.U + 1, full)
+                lo, tiles = lo + T, tiles - 1
+            elif edge:
                 emit(0, 1, full)
             else:
                 self.span(0, lo, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
@@ -154,7 +194,11 @@ class RowVectors:
             with loop(k, tiles) as t:
                 emit(offset(k, lo, (t, T)), self.U, full)
         with self.when(last):
-            pos, rest = lo + tiles * T, width - tiles * T
+            pos = lo + tiles * T
+            rest = hi - pos
+            if edge and rest % V == 0:  # the vectors after the tiles join the right edge vector
+                emit(pos, rest // V + 1, full)
+                return
             if rest >= V:
                 emit(pos, rest // V, full)
                 pos, rest = pos + rest // V * V, rest % V
@@ -166,3 +210,34 @@ class RowVectors:
                 emit(self.OW - V, 1, full)
             else:
                 self.span(hi, self.OW, lambda ow: emit(ow, 0, self.border_taps(1, ow)))
+
+    def edge_columns(self) -> list[int]:
+        """First columns s of the shifted edge vectors of a row of edge blocks (partly outside the input)."""
+        V = self.V
+        cols = [kw * self.dw - self.pw for kw in range(self.KW)] + [self.OW - V - self.pw + kw * self.dw for kw in range(self.KW)]
+        return sorted({c for c in cols if c < 0 or c + V > self.W})
+
+    def carries(self) -> bool:
+        """Row pairs with taps as lanes carry the shifted edge vectors of their last KH - 1 input rows to the next
+        pair, whose first rows they are, when these take at most 4 registers: one ext per input row and edge
+        column instead of KH + 1 per pair."""
+        return (self.row_pairs and self.lane_taps and self.Cig == 1 and self.edge_span() is not None
+                and 0 < (self.KH - 1) * len(self.edge_columns()) <= 4)
+
+    def carried_pairs(self, n, g, a, count, emit_pair):
+        """count row pairs from output row a (run time): each pair passes the shifted edge vectors of its input rows
+        2 .. KH to the next in registers; a prologue shifts the first pair's input rows 0 .. KH - 2."""
+        k, xs = self.k, self.xs
+        slots = {}
+        for d in range(self.KH - 1):
+            ih = offset(k, d - self.ph, (a, 1))
+            for s in self.edge_columns():
+                base = offset(k, s * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ih, xs[2]))
+                slots[(d, s)] = k.local(ir.VectorType(llvm_type(self.dtype), self.V), self.shifted(self.xp, base, s))
+        with loop(k, count) as p:
+            self.carry = (slots, {})
+            emit_pair(offset(k, 0, (a, 1), (p, 2)))
+            now = self.carry[1]
+            for (d, s), slot in slots.items():
+                k.b.store(now[(d + 2, s)], slot)
+            self.carry = None

@@ -24,7 +24,8 @@ float32 multiply-adds are llvm.fma on armv7 (vfma.f32); armv7 depthwise rows tak
 vectors (vmla.f32 q, q, d[x]); armv7 channels-last depthwise blocks finish one kernel row before the
 next one's loads; aarch64 row vectors at stride 1 run a row's first and last vector with zeros
 shifted in for the padding, and depthwise rows run in pairs sharing their input rows, taps as lanes
-of weight vectors, accumulators starting from a loaded bias vector.
+of weight vectors, accumulators starting from a loaded bias vector, the shifted edge vectors of the input
+rows two pairs share carried from one to the next, each row's vectors stored by one st1.
 
 Loop order: node.attrs["_loop_order"] from the optimizer ("co>px" channel blocks outermost, "px>co"
 pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.py), else channel

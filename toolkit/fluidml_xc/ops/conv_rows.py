@@ -226,18 +226,18 @@ class RowVectors:
 
     def carried_pairs(self, n, g, a, count, emit_pair):
         """count row pairs from output row a (run time): each pair passes the shifted edge vectors of its input rows
-        2 .. KH to the next in registers; a prologue shifts the first pair's input rows 0 .. KH - 2."""
+        2 .. KH to the next in registers; a prologue shifts the first pair's input rows 0 .. KH - 2 (only when
+        there is a pair: a thread's rows may hold none, and the rows after them may be outside the input)."""
         k, xs = self.k, self.xs
-        slots = {}
-        for d in range(self.KH - 1):
-            ih = offset(k, d - self.ph, (a, 1))
-            for s in self.edge_columns():
-                base = offset(k, s * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ih, xs[2]))
-                slots[(d, s)] = k.local(ir.VectorType(llvm_type(self.dtype), self.V), self.shifted(self.xp, base, s))
-        with loop(k, count) as p:
-            self.carry = (slots, {})
-            emit_pair(offset(k, 0, (a, 1), (p, 2)))
-            now = self.carry[1]
+        slots = {(d, s): k.local(ir.VectorType(llvm_type(self.dtype), self.V)) for d in range(self.KH - 1) for s in self.edge_columns()}
+        with self.when(None if isinstance(count, int) else k.b.icmp_signed(">", count, k.index(0))):
             for (d, s), slot in slots.items():
-                k.b.store(now[(d + 2, s)], slot)
-            self.carry = None
+                ih = offset(k, d - self.ph, (a, 1))
+                k.b.store(self.shifted(self.xp, offset(k, s * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ih, xs[2])), s), slot)
+            with loop(k, count) as p:
+                self.carry = (slots, {})
+                emit_pair(offset(k, 0, (a, 1), (p, 2)))
+                now = self.carry[1]
+                for (d, s), slot in slots.items():
+                    k.b.store(now[(d + 2, s)], slot)
+                self.carry = None

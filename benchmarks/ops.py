@@ -91,8 +91,8 @@ def cases() -> list[Case]:
                   {"pads": [1] * 6}, flops=conv_flops(1, 16, 32, (16, 32, 32), (3, 3, 3))))
     c.append(Case("Conv 3x3 1x64x56x56 -> 64", "Conv", {"x": f32(1, 64, 56, 56)}, {"w": f32(64, 64, 3, 3, scale=0.1)},
                   {"pads": [1] * 4}, flops=conv_flops(1, 64, 64, (56, 56), (3, 3))))
-    # 1x1 Convs (ResNet bottlenecks: reduce, expand; the 7x7 stage) and a 3x3 on a small image
-    for cin, cout, h in ((256, 64, 56), (64, 256, 56), (512, 2048, 7)):
+    # 1x1 Convs (ResNet bottlenecks: reduce, expand at 56x56, 14x14 and 7x7) and a 3x3 on a small image
+    for cin, cout, h in ((256, 64, 56), (64, 256, 56), (512, 2048, 7), (256, 1024, 14), (1024, 256, 14), (2048, 512, 7)):
         c.append(Case(f"Conv 1x1 1x{cin}x{h}x{h} -> {cout}", "Conv", {"x": f32(1, cin, h, h)}, {"w": f32(cout, cin, 1, 1, scale=0.1)},
                       flops=conv_flops(1, cin, cout, (h, h), (1, 1))))
     c.append(Case("Conv 3x3 1x256x14x14 -> 256", "Conv", {"x": f32(1, 256, 14, 14)}, {"w": f32(256, 256, 3, 3, scale=0.05)},

@@ -1,7 +1,8 @@
 """Channel-vector and flat 1x1 Conv tiles at the widths where their blocking changes (ops/conv.py): rows whose
 border columns join interior blocks and whose last columns split into balanced blocks (widths 13 and 57),
-channel counts that leave a partial block, and a wide flat 1x1 on the 6-channel row-vector tile; against
-ONNX Runtime, and bit-identical at 1 and 2 threads."""
+channel counts that leave a partial block, and a wide flat 1x1 on the 6-channel row-vector tile; flat 1x1 convs
+over small NCHW images with their input packed on the stack, in one group or several (x86_64, aarch64, armv7);
+against ONNX Runtime, and bit-identical across thread counts."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,3 +37,53 @@ def test_conv_tiles_match_ort_at_any_thread_count(tmp_path, opt, width):
     for name, expected in zip(("c2", "y"), want):
         np.testing.assert_allclose(runs[0][name], expected, rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(runs[0][name], runs[1][name])
+
+
+def _pointwise_model():
+    """Flat 1x1 convs over small NCHW images (TargetForms.packs_input): two images at 7x7 with a partial channel
+    block, a fused residual and Relu; a grouped 14x14 one."""
+    rng = np.random.default_rng(11)
+    w = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Add", ["c1", "r"], ["s1"]),
+        helper.make_node("Relu", ["s1"], ["y1"]),
+        helper.make_node("Conv", ["x2", "w2", "b2"], ["y2"], group=2),
+    ]
+    consts = {"w1": w(72, 80, 1, 1), "b1": w(72), "w2": w(64, 48, 1, 1), "b2": w(64)}
+    feeds = {"x": rng.standard_normal((2, 80, 7, 7)).astype(np.float32), "r": rng.standard_normal((2, 72, 7, 7)).astype(np.float32),
+             "x2": rng.standard_normal((1, 96, 14, 14)).astype(np.float32)}
+    return graph_model(nodes, feeds, ["y1", "y2"], consts, opset=13), feeds
+
+
+@pytest.mark.parametrize("board,pack_bytes", [("x86_64", None), ("x86_64", 16384), ("qemu-aarch64", 16384), ("qemu-armv7", None)])
+def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypatch, board, pack_bytes):
+    """The packed input, in one group (before the parallel region) or several (pack_bytes: a stack budget of 16 KiB,
+    so each group is a parallel tile packing its own pixels); the cost model sees the same groups."""
+    from fluidml_xc.fluid.geometry import conv_geometry
+    from fluidml_xc.kernels import conv_geometry as forms
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+    from fluidml_xc.ops import conv
+    from modelrun import has_emulator
+    if not has_emulator(board):
+        pytest.skip(f"needs the emulator of {board}")
+    if pack_bytes is not None:
+        monkeypatch.setattr(forms, "PACK_MAX_BYTES", pack_bytes)
+    seen = []
+    init = conv.Conv2D.__init__
+
+    def record(self, k, *args, **kwargs):
+        init(self, k, *args, **kwargs)
+        strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
+        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
+        seen.append((self.pack_groups, geo.pack_groups))
+    monkeypatch.setattr(conv.Conv2D, "__init__", record)
+    model, feeds = _pointwise_model()
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{threads}", board, threads=threads) for threads in ((1, 2, 4) if board == "x86_64" else (1, 2))]
+    for name, expected in zip(("y1", "y2"), want):
+        np.testing.assert_allclose(runs[0][name], expected, rtol=1e-4, atol=1e-4)
+        for other in runs[1:]:
+            np.testing.assert_array_equal(runs[0][name], other[name])
+    assert seen and all(ours == model_sees for ours, model_sees in seen)
+    assert {ours for ours, _ in seen} == ({1} if pack_bytes is None else {3, 5})

@@ -315,6 +315,10 @@ class AnalyticModel:
             chunks = rows * chunk_count(geo.G // unit + (1 if geo.G % unit else 0), work, -(-want // rows))
         elif kind == "channels" and geo.pointwise and geo.OH > 1 and geo.OW % geo.P and geo.OH * geo.OW <= 64:
             chunks = chunk_count(nb, work, want)
+        elif geo.pack_groups > 1:  # the groups of packed pixel blocks
+            return geo.pack_groups
+        elif geo.pack_groups:
+            chunks = chunk_count(nb, work, want)
         else:
             if not geo.flat:
                 units = geo.OH
@@ -375,6 +379,8 @@ class AnalyticModel:
             traffic = in_bytes * (nb if in_bytes > CACHE_BYTES else 1) + w_bytes
         else:
             traffic = w_bytes * (units if w_bytes > CACHE_BYTES else 1) + in_bytes
+        if geo.pack_groups:  # the input read once into the stack, which stays cached; all weights once per group
+            traffic = 2 * in_bytes + w_bytes * (units if order == "px>co" and w_bytes > CACHE_BYTES else geo.pack_groups)
         traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)
         return CALL_NS + work + stores + res + traffic / LINE * LINE_NS * 0.25
 

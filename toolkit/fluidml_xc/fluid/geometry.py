@@ -93,6 +93,15 @@ class ConvGeometry:
         return self.forms.row_vectors(self.R, self.pairs, self.flat and self.w_const)
 
     @property
+    def pack_groups(self) -> int:
+        """Conv2D.pack_groups: 0 unless the input is packed into pixel blocks (flat, small, NCHW; packs_input),
+        else the groups of blocks packed at once."""
+        block_bytes = self.N * self.C * self.P * self.itemsize
+        if not self.forms.packs_input(self.kind == "channels", self.flat, self.xs[3] == 1, self.W, block_bytes):
+            return 0
+        return self.forms.pack_groups(-(-self.OW // self.P), block_bytes)
+
+    @property
     def P(self) -> int:
         if self.kind == "depthwise_c":
             return self.forms.dw_pixels()

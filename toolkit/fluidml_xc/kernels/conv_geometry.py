@@ -52,6 +52,34 @@ FLAT_ROW_MIN_PIXELS = 512
 (measured on AVX2: channel vectors win at 14x14 for every Cin, row vectors from 28x28)."""
 DW_PIXELS = 8
 """Most pixels per channels-last depthwise block (one accumulator per channel vector each)."""
+PACK_MAX_PIXELS = 256
+"""Flat 1x1 convs pack their input (TargetForms.packs_input) up to this many pixels (14x14 measured on AVX2)."""
+PACK_MAX_BYTES = 256 * 1024
+"""Largest packed input on the stack (templates/model.h.j2: packing buffers up to 256 KiB)."""
+
+
+def pixel_runs(start: int, sizes: list[int]) -> list[tuple[int, int, int]]:
+    """Consecutive blocks of the given sizes from column start as runs (first column, size, blocks) of equal size."""
+    runs = []
+    for size in sizes:
+        if runs and runs[-1][1] == size:
+            runs[-1] = (runs[-1][0], size, runs[-1][2] + 1)
+        else:
+            runs.append((start, size, 1))
+        start += size
+    return runs
+
+
+def pixel_groups(width: int, most: int, groups: int) -> list[list[tuple[int, int, int]]]:
+    """The pixel blocks of packs_input: ceil(width / most) near-equal blocks, the larger first (49 pixels at most 6
+    each: 4 x 6 + 5 x 5, no lone pixel waiting on the FMA latency), split into `groups` near-equal runs of
+    blocks; each group as its runs."""
+    count = -(-width // most)
+    base, extra = divmod(width, count)
+    sizes = [base + 1] * extra + [base] * (count - extra)
+    bounds = [count * g // groups for g in range(groups + 1)]
+    return [pixel_runs(sum(sizes[:a]), sizes[a:b]) for a, b in zip(bounds, bounds[1:])]
+
 
 
 @dataclass(frozen=True)
@@ -108,6 +136,21 @@ class TargetForms:
         if pairs:
             return max(1, self.conv_accumulators // 4)
         return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))
+
+    @staticmethod
+    def packs_input(channels: bool, flat: bool, pixels_unit: bool, pixels: int, block_bytes: int) -> bool:
+        """Flat 1x1 channel-vector convs over small images with pixels innermost (NCHW, e.g. ResNet's 7x7 stage):
+        the input is packed into [pixel block][channel][the block's pixels] on the stack, so a block's
+        broadcasts read one contiguous run instead of a few bytes of every channel plane (a cache line per
+        channel and block). block_bytes: one block of P pixels, every image and channel."""
+        return channels and flat and pixels_unit and pixels <= PACK_MAX_PIXELS and block_bytes <= PACK_MAX_BYTES
+
+    @staticmethod
+    def pack_groups(blocks: int, block_bytes: int) -> int:
+        """Pixel-block groups of packs_input, each packed whole within PACK_MAX_BYTES (the stack budget model.h
+        promises): one (packed once per call, before the parallel region), or several, each packed by the
+        parallel tile that runs it (channel blocks outermost inside it, all weights read once per group)."""
+        return -(-blocks // max(1, PACK_MAX_BYTES // block_bytes))
 
     @staticmethod
     def lane_taps(by_lane: bool, pairs: bool, f32: bool, V: int, taps: int) -> bool:

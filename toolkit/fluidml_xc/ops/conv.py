@@ -32,7 +32,11 @@ pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.
 blocks outermost unless re-reading all weights once per output row (pixel tile when flat) moves
 fewer bytes than re-reading the input once per channel block. Flat 1x1 convs use
 channel vectors below FLAT_ROW_MIN_PIXELS pixels; unpadded 1x1 convs with tiny outputs (e.g. 7x7
-after a stride-2 1x1) tile pixels across row ends so narrow rows leave no ragged tiles.
+after a stride-2 1x1) tile pixels across row ends so narrow rows leave no ragged tiles. Flat 1x1 channel-vector
+convs over small NCHW images (TargetForms.packs_input: ResNet's 14x14 and 7x7 stages) first pack their input on
+the stack into [pixel block][channel][the block's pixels], so each block's broadcasts read one contiguous run
+instead of a few bytes of every channel plane; an input over the stack budget is packed in groups of pixel
+blocks, each group a parallel tile that packs its own pixels.
 
 Fused epilogue (passes/conv_epilogue.py, node.attrs["_epilogue"]): every store path (both
 blockings, vector and scalar, and the generic nest) adds the residual input (input 3, read through
@@ -119,6 +123,11 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         # column feeds pixel p at tap kw and pixel p + 1 at kw + 1) they stay live beside the 12 accumulators and spill
         self.fresh_broadcasts = self.by_channel and str(k.module.triple).startswith("x86_64")
         self.wvalue, self.packed, self.tables = wvalue, None, None
+        block_bytes = self.N * self.C * self.P * np.dtype(dtype).itemsize if self.by_channel else 0
+        self.packs_input = forms.packs_input(self.by_channel, flat, self.xs[3] == 1, self.W, block_bytes)
+        self.pack_groups = forms.pack_groups(-(-self.W // self.P), block_bytes) if self.packs_input else 0
+        self.px_runs = None  # under packs_input: the pixel runs (first column, size, blocks) of the group being emitted
+        self.xpack, self.pack_origin, self.pack_width = None, 0, 0  # the packed input (stack), its group's columns
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
         self.wide = self.xs[3] == 1 and 1 < self.sw <= 4
         self.margin = self.sw - 1 if self.wide else 0
@@ -200,7 +209,9 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, k.index(tiles)), (t0, t1))
 
     def px_tiles(self) -> int:
-        """Interior tiles of the (single, flat) output row: the units px_rng splits."""
+        """Interior tiles of the (single, flat) output row: the units px_rng splits (none under packs_input)."""
+        if self.packs_input:
+            return 0
         if self.by_channel:
             return self.col_plan()[1]
         lo, hi = self.interior(self.OW, self.sw, self.dw, self.pw, self.KW, self.W, self.margin)
@@ -336,6 +347,9 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
             self.bias_splat = k.constant_array(np.repeat(self.bias_rows.astype(self.dtype), self.bias_run))
         self.tables = tap_tables(k, (self.OH, self.OW), (self.sh, self.sw), (self.dh, self.dw), (self.ph, self.pw),
                                  (self.KH, self.KW), (self.H, self.W))
+        if self.packs_input:
+            self.emit_packed()
+            return
         if self.depthwise_c:
             def image(n):
                 self.rows(lambda oh, khr: self.row_c(oh, khr, lambda ow, pixels: self.channels_dw(

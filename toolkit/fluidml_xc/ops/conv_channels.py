@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..kernels.conv_geometry import tap_range
+from ..kernels.conv_geometry import pixel_groups, tap_range
 from ..kernels.epilogue import epilogue
 from ..kernels.loops import element, loop, offset
 from ..kernels.scalar import llvm_type
@@ -29,6 +29,10 @@ class ChannelVectors:
             for i in range(count):  # balanced: 7 columns as 4 + 3, not 6 + 1 (a pixel's few accumulators wait on the FMA latency)
                 c, d = (a + (b - a) * i // count, a + (b - a) * (i + 1) // count) if balanced else (a + i * P, min(b, a + (i + 1) * P))
                 emit(c, [tap_range(o, self.sw, self.dw, self.pw, self.KW, self.W) for o in range(c, d)])
+        if self.px_runs is not None:
+            for c, size, count in self.px_runs:
+                self.span(0, count, lambda t: emit(offset(k, c, (t, size)), [(0, 1)] * size))
+            return
         first, last, trange = self.px_parts(tiles)
         with self.when(first):
             fixed(0, lo)
@@ -85,17 +89,25 @@ class ChannelVectors:
         def row_taps(ci, kh):
             ih = offset(k, -self.ph, (oh, self.sh), (kh, self.dh))
             row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, self.sw * xs[3]))
+            if self.xpack is not None:  # pack_input's [block][channel][pixel]: the block at column ow starts at ow * C
+                row = offset(k, -self.pack_origin * self.C, (n, self.C * self.pack_width), (ow, self.C), (g, self.Cig * npix), (ci, npix))
             wrow = offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * self.R))
 
             def tap(kw):
                 wbase = offset(k, 0, (wrow, 1), (kw, self.R))
                 wv = [load_lanes(k, self.packed, offset(k, v * V, (wbase, 1)), V, 1, False) for v in range(nv)]
                 xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
-                xptr, xbase = (self.opaque(element(k, self.xp, xbase)), 0) if fresh else (self.xp, xbase)
+                src = self.xp if self.xpack is None else self.xpack
+                xptr, xbase = (self.opaque(element(k, src, xbase)), 0) if fresh else (src, xbase)
                 for p, (plo, phi) in enumerate(pixels):
                     if isinstance(kw, int) and not plo <= kw < phi:
                         continue
-                    xp_off = p * self.sw * xs[3] if spots is None else spots[p][0] * self.sh * xs[2] + spots[p][1] * self.sw * xs[3]
+                    if self.xpack is not None:
+                        xp_off = p
+                    elif spots is None:
+                        xp_off = p * self.sw * xs[3]
+                    else:
+                        xp_off = spots[p][0] * self.sh * xs[2] + spots[p][1] * self.sw * xs[3]
                     xv = k.splat(b.load(element(k, xptr, offset(k, xp_off, (xbase, 1)))), V)
                     for v in range(nv):
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
@@ -121,6 +133,69 @@ class ChannelVectors:
                         x = b.extract_element(value, ir.Constant(ir.IntType(32), lane))
                         residual = None if rp is None else (lambda lane=lane: b.load(element(k, rp, offset(k, lane * rs[1], (roff, 1)))))
                         b.store(epilogue(k, self.epi, x, residual), element(k, self.op, offset(k, lane * os_[1], (off, 1))))
+
+    def pack_input(self, runs, chunk: int = 8):
+        """Copy the (flat) input's pixel blocks `runs` (one group of pixel_groups) into the stack buffer as
+        [n][block][channel][pixels of the block]: with c0 the group's first column and w its width, the block
+        at column c of image n starts at n * C * w + (c - c0) * C. `chunk` channels at a time, each block's
+        run of them in turn: reads stream through the channel planes and writes go to a few runs (one per
+        block for every channel would thrash L1's sets: runs 4 KiB apart)."""
+        k, b, xs = self.k, self.k.b, self.xs
+        origin = runs[0][0]
+        width = runs[-1][0] + runs[-1][1] * runs[-1][2] - origin
+        self.pack_origin, self.pack_width = origin, width
+
+        def channels(n, c_lo, count):
+            for c0, size, blocks in runs:
+                def block(t):
+                    col = offset(k, c0, (t, size))
+
+                    def one(j):
+                        c = offset(k, 0, (c_lo, 1), (j, 1))
+                        src = offset(k, 0, (n, xs[0]), (c, xs[1]), (col, xs[3]))
+                        dst = offset(k, -origin * self.C, (n, self.C * width), (col, self.C), (c, size))
+                        for p in range(size):
+                            b.store(b.load(element(k, self.xp, offset(k, p * xs[3], (src, 1)))), element(k, self.xpack, offset(k, p, (dst, 1))))
+                    self.span(0, count, one)
+                self.span(0, blocks, block)
+
+        def image(n):
+            full = self.C // chunk
+            self.span(0, full, lambda q: channels(n, offset(k, 0, (q, chunk)), chunk))
+            if self.C % chunk:
+                channels(n, full * chunk, self.C % chunk)
+        self.span(0, self.N, image)
+
+    def emit_packed(self):
+        """packs_input: one group packed before the parallel region (once per call, into this call's stack), then
+        the usual tiles; or the groups as the parallel tiles, each packing its own pixels, its channel blocks
+        in the order's loop nest."""
+        k = self.k
+        groups = pixel_groups(self.W, self.P, self.pack_groups)
+        width = max(g[-1][0] + g[-1][1] * g[-1][2] - g[0][0] for g in groups)
+        with k.b.goto_entry_block():
+            self.xpack = k.b.alloca(llvm_type(self.dtype), size=ir.Constant(ir.IntType(32), self.N * self.C * width))
+
+        def per_image(n, g):
+            if self.blocks_outer():
+                self.channel_blocks(lambda cb, R: self.row_c(0, (0, 1), lambda ow, pixels: self.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
+            else:
+                self.row_c(0, (0, 1), lambda ow, pixels: self.channel_blocks(lambda cb, R: self.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
+
+        def run(group):
+            self.px_runs = group
+            self.pack_input(group)
+        if len(groups) == 1:
+            run(groups[0])
+            if not self.emit_tiled(per_image):
+                self.span(0, self.N, lambda n: self.span(0, self.G, lambda g: per_image(n, g)))
+            return
+        split = self.split()
+        with k.parallel_tiles([len(groups)], split[0] if split else 0.0) as (gi,):
+            for i, group in enumerate(groups):
+                with k.b.if_then(k.b.icmp_signed("==", gi, k.index(i))):
+                    run(group)
+                    self.span(0, self.N, lambda n: self.span(0, self.G, lambda g: per_image(n, g)))
 
     def pointwise_tiles(self) -> bool:
         """Unpadded 1x1 convs with small outputs (strided, or not flattenable): pixel tiles of P run

@@ -70,3 +70,12 @@ def reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str,
     from onnx.reference import ReferenceEvaluator
     names = [o.name for o in model.graph.output]
     return dict(zip(names, ReferenceEvaluator(model).run(None, feeds)))
+
+
+def lrn_numpy(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """LRN as the ONNX spec defines it (onnx.reference's fills only the first batch-size channels)."""
+    sq = np.zeros_like(x)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    for c in range(x.shape[1]):
+        sq[:, c] = (x[:, max(0, c - before):c + after + 1] ** 2).sum(axis=1)
+    return x / (bias + alpha / size * sq) ** beta

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import compile_and_run, reference
+from modelrun import compile_and_run, lrn_numpy, reference
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -149,14 +149,6 @@ def test_pools_wide_rows(tmp_path):
     net.check(tmp_path, opset=18, expected=dict(zip(net.outputs, session.run(None, net.feeds))))
 
 
-def lrn_numpy(x, size, alpha=1e-4, beta=0.75, bias=1.0):
-    sq = np.zeros_like(x)
-    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
-    for c in range(x.shape[1]):
-        sq[:, c] = (x[:, max(0, c - before):c + after + 1] ** 2).sum(axis=1)
-    return x / (bias + alpha / size * sq) ** beta
-
-
 def test_normalizations(tmp_path):
     x = rand(2, 6, 5, 7)
     scale, bias, mean, var = rand(6, seed=1), rand(6, seed=2), rand(6, seed=3), np.abs(rand(6, seed=4)) + 0.5
@@ -169,11 +161,13 @@ def test_normalizations(tmp_path):
     net.node("LRN", ["x"], size=4)
     net.node("LpNormalization", ["x"], axis=1, p=2)
     net.node("LpNormalization", ["x"], axis=-1, p=1)
+    net.node("LRN", ["x"], size=5, alpha=1e-2, beta=0.6, bias=1.5)
     model = net.model(17)
     want = {k: v for k, v in reference(model, net.feeds).items() if not k.startswith(("lrn", "lpnormalization6"))}
-    lrn_a, lrn_b, lp1 = net.outputs[3], net.outputs[4], net.outputs[6]
+    lrn_a, lrn_b, lp1, lrn_c = net.outputs[3], net.outputs[4], net.outputs[6], net.outputs[7]
     want[lrn_a] = lrn_numpy(x, 3, 1e-2, 0.75, 2.0)
     want[lrn_b] = lrn_numpy(x, 4)
+    want[lrn_c] = lrn_numpy(x, 5, 1e-2, 0.6, 1.5)
     want[lp1] = x / np.abs(x).sum(axis=-1, keepdims=True)
     net.check(tmp_path, opset=17, expected=want)
 

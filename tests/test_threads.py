@@ -1,5 +1,5 @@
 """Multi-core execution (runtime_c/pool.c, emit/emitter.py tiles): outputs bit-identical at 1, 2, 3 and 4
-threads for a CNN, a transformer block and an int8 graph, natively and under qemu-user (aarch64, armv7),
+threads for a CNN, a transformer block, an int8 graph and LRN, natively and under qemu-user (aarch64, armv7),
 and equal to ONNX's reference; the C API's thread calls from an application thread and with the
 application's own parallel-for."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from modelrun import build, has_emulator, reference
+from modelrun import build, has_emulator, lrn_numpy, reference
 
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64", "qemu-armv7"]
@@ -128,8 +128,23 @@ def _model(nodes, feeds, outputs, consts, opset=17):
     return model
 
 
-MODELS = {"cnn": cnn, "transformer": transformer, "int8": int8_graph}
-HEAVY = {"cnn": {"Conv", "MaxPool", "FusedElementwise"}, "transformer": {"MatMul"}, "int8": {"QLinearConv", "QLinearMatMul", "MatMulInteger"}}
+def lrn() -> tuple[onnx.ModelProto, dict]:
+    """LRN (AlexNet's, GoogLeNet's, ZFNet's: beta 0.75, and a beta that takes the pow call) over 2 images."""
+    x = np.random.default_rng(5).standard_normal((2, 48, 20, 20)).astype(np.float32)
+    nodes = [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-2),
+             helper.make_node("LRN", ["x"], ["z"], size=4, alpha=1e-2, beta=0.6, bias=1.5)]
+    return _model(nodes, {"x": x}, ["y", "z"], {}), {"x": x}
+
+
+def lrn_reference(model: onnx.ModelProto, feeds: dict) -> dict:
+    x = feeds["x"]
+    return {"y": lrn_numpy(x, 5, 1e-2), "z": lrn_numpy(x, 4, 1e-2, 0.6, 1.5)}
+
+
+MODELS = {"cnn": cnn, "transformer": transformer, "int8": int8_graph, "lrn": lrn}
+HEAVY = {"cnn": {"Conv", "MaxPool", "FusedElementwise"}, "transformer": {"MatMul"}, "int8": {"QLinearConv", "QLinearMatMul", "MatMulInteger"},
+         "lrn": {"LRN"}}
+REFERENCES = {"lrn": lrn_reference}
 
 
 def _run(artifact: Path, feeds: dict, tmp: Path, threads: int) -> list[np.ndarray]:
@@ -164,7 +179,7 @@ def test_bit_identical_across_threads(name, board, tmp_path):
         for one, other in zip(results[1], results[t]):
             assert one.dtype == other.dtype and one.shape == other.shape
             assert one.tobytes() == other.tobytes(), f"{t} threads differ from 1 thread"
-    expected = reference(model, feeds)
+    expected = REFERENCES.get(name, reference)(model, feeds)
     for (out_name, want), got in zip(expected.items(), results[1]):
         if want.dtype.kind == "f":
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=out_name)

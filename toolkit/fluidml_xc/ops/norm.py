@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.epilogue import activate
-from ..kernels.kernel import Operand, row_major_strides
+from ..kernels.kernel import ELEMENT_WORK, Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
 from ..kernels.scalar import FAST, const, llvm_type
 from .reduce import _Accumulators, _each, _fast_add, _row_ptr, _rows, _vector_rows
@@ -194,9 +194,26 @@ def lower_lp_norm(k):
         k.loops(x.shape, kept, [None] * x.rank, group)
 
 
+_INVERSE_ROOTS = {
+    0.5: lambda k, x: k.s.intrinsic("llvm.sqrt", x),
+    0.75: lambda k, x: (lambda r: k.b.fmul(r, k.s.intrinsic("llvm.sqrt", r)))(k.s.intrinsic("llvm.sqrt", x)),
+    1.0: lambda k, x: x,
+}
+"""base ** beta for LRN's usual betas: x / these instead of x * pow(base, -beta), sqrt and a division
+vectorize where a pow call does not (within 2 ulps of pow for base > 0, which LRN's base is for bias > 0)."""
+
+
+def _divide_by_power(k, dt, x, base, beta: float):
+    root = _INVERSE_ROOTS.get(beta)
+    if root is None:
+        return k.s.mul(dt, x, k.s.intrinsic_binary("llvm.pow", base, const(dt, -beta)))
+    return k.b.fdiv(x, root(k, base))
+
+
 @register("LRN", dtypes=FLOATS)
 def lower_lrn(k):
-    """y = x / (bias + alpha/size * sum of x^2 over the channel window)^beta; the sum builds up in y."""
+    """y = x / (bias + alpha/size * sum of x^2 over the channel window)^beta; the sum builds up in y.
+    Tiles: chunks of (image, channel) planes, each computed whole (its window sum in the same order)."""
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b
     if out.size == 0:
@@ -223,6 +240,12 @@ def lower_lrn(k):
 
         def scale(ix):
             base = s.add(dt, const(dt, bias), s.mul(dt, k.load(oa, ix), const(dt, alpha / size)))
-            k.store(oa, ix, s.mul(dt, k.load(xa, ix), s.intrinsic_binary("llvm.pow", base, const(dt, -beta))))
+            k.store(oa, ix, _divide_by_power(k, dt, k.load(xa, ix), base, beta))
         k.loops(out.shape, spatial, idx, scale)
-    k.loops(out.shape, [0, 1], [None] * x.rank, channel)
+    work = float(out.size) * (2 * size + 3 + ELEMENT_WORK["Div" if beta in _INVERSE_ROOTS else "Pow"])
+    planes = x.shape[0] * C
+    chunks = chunk_count(planes, work)
+    with k.parallel_tiles([chunks], work) as (t,):
+        lo_plane, hi_plane = k.chunk(t, chunks, planes)
+        with k.for_range(hi_plane, lo_plane) as u:
+            channel([b.udiv(u, k.index(C)), b.urem(u, k.index(C))] + [None] * len(spatial))

@@ -403,7 +403,9 @@ class AnalyticModel:
             lanes = 1
         work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
         n, c, oh, ow = to.shape
-        tiles = generic_tiles((n, oh, ow) if xs[1] == 1 and os_[1] == 1 else (n, c, oh), [0, 1, 2], float(to.size) * taps)
+        scalar_rows = not (xs[1] == 1 and os_[1] == 1 and c >= V) and ow < V  # ops/pool.py: V times the work per tap
+        tiles = generic_tiles((n, oh, ow) if xs[1] == 1 and os_[1] == 1 else (n, c, oh), [0, 1, 2],
+                              float(to.size) * taps * (V if scalar_rows else 1))
         return self.threaded(CALL_NS + work + (tx.nbytes + to.nbytes) / LINE * LINE_NS, tiles), None
 
     def global_pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:

@@ -249,8 +249,9 @@ class _VectorPool:
             if hi > pos and width >= V:
                 vector_cols(n, c, oh, hi - V, 1)
             span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
-        k.loops_tiled((self.N, self.C, self.OH), [0, 1, 2], [None] * 3, lambda ix: out_row(*ix),
-                      float(self.N) * self.C * self.OH * OW * self.KH * KW)
+        # rows narrower than a vector take the scalar taps: each costs about what a vector of V taps does
+        work = float(self.N) * self.C * self.OH * OW * self.KH * KW * (V if OW < V else 1)
+        k.loops_tiled((self.N, self.C, self.OH), [0, 1, 2], [None] * 3, lambda ix: out_row(*ix), work)
 
 
 def vector_pool(k, kind: str) -> bool:

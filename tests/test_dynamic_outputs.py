@@ -251,9 +251,9 @@ def test_build_and_run_under_qemu_aarch64(aarch64, tmp_path):
     path = tmp_path / "dyn.onnx"
     onnx.save(m, str(path))
     result = build_model(path, BuildOptions(board=aarch64, out_dir=tmp_path / "art", profile_runner=False, record_last=False))
-    outs = {o["name"]: o for o in result.manifest["outputs"]}
-    assert outs["sel"]["shape"] == [b * c * 3, 3] and outs["sel"]["dynamic_dims"] == [0]
-    assert outs["y"]["shape"] == [9] and outs["y"]["dynamic_dims"] == [0] and "dynamic_dims" not in outs["inv"]
+    outs = {o.name: o for o in result.manifest.outputs}
+    assert outs["sel"].shape == (b * c * 3, 3) and outs["sel"].dynamic_dims == (0,)
+    assert outs["y"].shape == (9,) and outs["y"].dynamic_dims == (0,) and outs["inv"].dynamic_dims == ()
     got = run_artifact(result.artifact, feeds, timeout=300).outputs
     for name, expected in reference(m, feeds).items():
         assert got[name].shape == expected.shape, name

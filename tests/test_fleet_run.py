@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fluidml_xc.artifact import Manifest
 from fluidml_xc.errors import RemoteError
 from fluidml_xc.fleet.inventory import FleetHost
 from fluidml_xc.fleet.run import raise_for_failures, run_hosts, summary
@@ -14,7 +15,7 @@ from fluidml_xc.remote.artifact import Artifact
 
 
 def artifacts() -> dict[str, Artifact]:
-    return {"rpi4": Artifact(Path("/nonexistent"), {"board": "rpi4"}, ())}
+    return {"rpi4": Artifact(Path("/nonexistent"), Manifest(board="rpi4", inputs=(), outputs=()), ())}
 
 
 HOSTS = [FleetHost(f"h{i}", "127.0.0.1", board="rpi4") for i in range(3)]

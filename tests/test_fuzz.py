@@ -51,7 +51,8 @@ def _report(name: str, counts: collections.Counter, failures: list[str]) -> None
 
 
 def test_fuzz_build(request, tmp_path):
-    from fluidml_xc.run.execute import random_feeds, read_manifest, run_artifact
+    from fluidml_xc.artifact import read_manifest
+    from fluidml_xc.run.execute import random_feeds, run_artifact
 
     n = _cases(request, FUZZ_MODELS)
     rng = random.Random(_seed(request))
@@ -89,7 +90,7 @@ def test_fuzz_build(request, tmp_path):
                     counts["built, no oracle accepts it"] += 1
                     continue
                 got = run_artifact(case / "out", feeds, timeout=120).outputs
-                names = [o["name"] for o in manifest["outputs"]]
+                names = [o.name for o in manifest.outputs]
                 if len(want) != len(names) or not all(_close(got[nm], w) for nm, w in zip(names, want)):
                     failures.append(f"{tag}: outputs differ from the oracle")
                 counts["built, outputs match the oracle"] += 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fluidml_xc.artifact import Manifest
 from fluidml_xc.errors import InputError, RemoteError
 from fluidml_xc.remote.shell import MAX_STDOUT, LocalShell, sh
 from sshd import SshServer, sshd_available
@@ -35,7 +36,7 @@ def test_a_board_printing_megabytes_and_escapes_gives_a_short_clean_line(tmp_pat
                 getconf="printf '\\331\\244\\331\\245'", df_avail="\u0663\u0664")
     facts = probe(LocalShell(), str(tmp_path / "base"))
     assert facts.long_bit is None and facts.free_bytes is None, "Arabic-Indic digits are not numbers here"
-    artifact = Artifact(tmp_path, {"board": "rpi4", "target": "aarch64"}, ())
+    artifact = Artifact(tmp_path, Manifest(board="rpi4", target="aarch64", inputs=(), outputs=()), ())
     with pytest.raises(RemoteError) as info:
         plan_run(artifact, facts, "board")
     line = str(info.value)

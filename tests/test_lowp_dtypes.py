@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc import cast_rules
+from fluidml_xc.artifact import read_manifest
 from fluidml_xc.kernels import lowp
 
 CODES = {
@@ -413,7 +414,7 @@ def test_bfloat16_model_cli_build_and_run(tmp_path):
     np.testing.assert_allclose(y.astype(np.float32), _bf16_expected(x).astype(np.float32), rtol=1e-2, atol=1e-2)
     # the runner's own filler for a bfloat16 input is mirrored by execute.random_feeds
     from fluidml_xc.run.execute import random_feeds, run_artifact
-    feeds = random_feeds(manifest)
+    feeds = random_feeds(read_manifest(out))
     assert feeds["x"].dtype == ml_dtypes.bfloat16
     mine = run_artifact(out, feeds).outputs["y"]
     filled = subprocess.run([str(out / "runner"), "-o", str(tmp_path / "filled.npy")], check=True, capture_output=True)
@@ -461,15 +462,15 @@ def test_runner_filler_matches_random_feeds_for_every_dtype(tmp_path):
     path = tmp_path / "fill.onnx"
     onnx.save(model, str(path))
     art = build_model(path, BuildOptions(board="x86_64", out_dir=tmp_path / "a", profile_runner=False, record_last=False)).artifact
-    manifest = json.loads((art / "manifest.json").read_text())
-    outs = [tmp_path / f"o{i}.npy" for i in range(len(manifest["outputs"]))]
+    manifest = read_manifest(art)
+    outs = [tmp_path / f"o{i}.npy" for i in range(len(manifest.outputs))]
     subprocess.run([str(art / "runner"), *[a for o in outs for a in ("-o", str(o))]], check=True, capture_output=True)
     feeds = random_feeds(manifest)
     want = _reference(model, feeds)
-    for spec, out, w in zip(manifest["outputs"], outs, want):
+    for spec, out, w in zip(manifest.outputs, outs, want):
         got = np.load(out)
-        if spec["dtype"] != "float32":
-            got = got.view(np.dtype(spec["dtype"]))
+        if spec.dtype != "float32":
+            got = got.view(np.dtype(spec.dtype))
         _same(got, w)
     for n in names:  # the filler holds no NaN and keeps the 4-/2-bit types' high bits zero
         assert not np.isnan(feeds[f"x_{n}"].astype(np.float32)).any()

@@ -5,6 +5,7 @@ qemu-aarch64-static on the sshd host, exactly as on a board without hardware.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import posixpath
@@ -21,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.errors import RemoteError, RunError
-from fluidml_xc.artifact import sha256_file
-from fluidml_xc.remote.artifact import load_artifact, recorded_model_path
+from fluidml_xc.artifact import read_manifest, sha256_file
+from fluidml_xc.remote.artifact import load_artifact
 from fluidml_xc.remote.deploy import DeployOptions, deploy
 from fluidml_xc.remote.profile import ProfileOptions, profile_remote
 from fluidml_xc.remote.shell import sh
@@ -118,10 +119,11 @@ def with_runner(src: Path, dest: Path, c_source: str) -> Path:
                     str(dest / "runner"), str(dest / "bad.c")], check=True, capture_output=True, timeout=300)
     (dest / "bad.c").unlink()
     shutil.copy(dest / "runner", dest / "runner_prof")
-    manifest = json.loads((dest / "manifest.json").read_text())
-    manifest["files"] = {name: sha256_file(dest / name) for name in manifest["files"]}
-    manifest["model"]["path"] = str(recorded_model_path(manifest, src))  # relative to the artifact: the copy is elsewhere
-    (dest / "manifest.json").write_text(json.dumps(manifest))
+    manifest = read_manifest(dest)
+    manifest = dataclasses.replace(manifest, files={name: sha256_file(dest / name) for name in manifest.files},
+                                   # relative to the artifact: the copy is elsewhere
+                                   model=dataclasses.replace(manifest.model, path=str(manifest.model_path(src))))
+    (dest / "manifest.json").write_text(manifest.to_json())
     return dest
 
 
@@ -237,8 +239,8 @@ def test_remote_base_path_with_spaces_and_quotes(server, builds, empty_config, t
         outputs = run_remote(conn, deployment, artifact, feeds)
     assert deployment.remote_dir == f"{base}/{posixpath.basename(deployment.remote_dir)}"
     assert (base / "current" / "manifest.json").is_file()
-    assert report.latency_ms["median"] > 0 and [op["name"] for op in report.ops] == [op["name"] for op in artifact.manifest["ops"]]
-    reference = reference_outputs(recorded_model_path(artifact.manifest, artifact.path), feeds)
+    assert report.latency_ms["median"] > 0 and [op["name"] for op in report.ops] == [op["name"] for op in artifact.manifest.ops]
+    reference = reference_outputs(artifact.manifest.model_path(artifact.path), feeds)
     assert all(check.ok for check in compare(outputs, reference, Tolerance()))
     assert not (tmp_path / "base dir with spaces" / "it's").exists() and not Path("true").exists()
 

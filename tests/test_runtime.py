@@ -14,8 +14,8 @@ from elftools.elf.elffile import ELFFile
 from fluidml_xc import cli
 from fluidml_xc.target.boards import Target, get_target
 from fluidml_xc.errors import InputError, RunError, ToolchainError
-from fluidml_xc.run.execute import (check_feeds, emulator_command, load_feeds, random_feeds, read_manifest,
-                                run_artifact, save_npz)
+from fluidml_xc.artifact import Manifest, read_manifest
+from fluidml_xc.run.execute import check_feeds, emulator_command, load_feeds, random_feeds, run_artifact, save_npz
 from fluidml_xc.emit.link import compile_c_program, is_host_target, link_artifact, runtime_objects
 from fluidml_xc.emit.capi import ModelSpec, TensorSpec, c_string, render_sources
 
@@ -216,9 +216,9 @@ def test_elf_header(affine):
     for runner in ("runner", "runner_prof"):
         with open(affine / runner, "rb") as fh:
             elf = ELFFile(fh)
-            assert elf["e_machine"] == ELF_MACHINES[manifest["target"]]
+            assert elf["e_machine"] == ELF_MACHINES[manifest.target]
             assert elf["e_type"] == "ET_EXEC" and not elf.get_section_by_name(".interp")
-            if manifest["target"] == "armv7":
+            if manifest.target == "armv7":
                 assert elf.elfclass == 32 and elf["e_flags"] & 0x400, "not hard-float EABI"
                 assert elf["e_flags"] & 0xFF000000 == 0x05000000
 
@@ -354,7 +354,7 @@ def test_missing_emulator_message(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolchainError, match=r"qemu-aarch64-static not found: install the Debian package "
                                              r"qemu-user-static \(apt-get install qemu-user-static\)"):
-        emulator_command({"target": "aarch64", "emulator": "qemu-aarch64-static"})
+        emulator_command(Manifest(target="aarch64", emulator="qemu-aarch64-static", inputs=(), outputs=()))
 
 
 def test_compiler_error_is_one_line(tmp_path):

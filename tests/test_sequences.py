@@ -345,8 +345,8 @@ def test_build_and_run_artifact_under_qemu_aarch64(tmp_path):
     onnx.save(_cross_model(), str(path))
     result = build_model(path, BuildOptions(board="qemu-aarch64", out_dir=tmp_path / "art", profile_runner=False, record_last=False,
                                             input_shapes={"xs.0": (1, 3), "xs.1": (2, 3), "t": (3,)}))
-    assert [i["name"] for i in result.manifest["inputs"]] == ["xs.0", "xs.1", "t"]
-    assert result.manifest["structures"]["outputs"] == {"ys": ["seq", 2], "parts": ["seq", 3]}
+    assert [i.name for i in result.manifest.inputs] == ["xs.0", "xs.1", "t"]
+    assert result.manifest.structures["outputs"] == {"ys": ["seq", 2], "parts": ["seq", 3]}
     feeds = {"xs.0": floats(1, 3), "xs.1": floats(2, 3), "t": floats(3)}
     got = run_artifact(result.artifact, feeds, timeout=300).outputs
     want = ReferenceEvaluator(_cross_model()).run(None, {"xs": [feeds["xs.0"], feeds["xs.1"]], "t": feeds["t"]})

@@ -1,11 +1,22 @@
-"""What `build` leaves behind and later commands find: the artifact directory's file digests and build/.last."""
+"""What `build` leaves behind and later commands find: the manifest (manifest.json, read and written only here),
+the artifact directory's file digests and build/.last."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from .errors import InputError
 
 LAST_BUILD = Path("build") / ".last"
 """The most recent build's artifact directory (one line), read when a command is given no DIR."""
+
+MANIFEST = "manifest.json"
+FORMAT = 1
 
 
 def sha256_file(path: Path) -> str:
@@ -14,3 +25,202 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class ManifestError(InputError):
+    """manifest.json is missing, unreadable or has a missing/bad field (exit code: InputError's)."""
+
+    def __init__(self, path: Path, reason: str, fix: str = "rebuild the artifact"):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path} {reason}: {fix}")
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """A model input or output; an output whose shape depends on the data has `shape` = its upper bound and
+    `dynamic_dims` = the dims known only at run time (the runner writes .npy files with the actual shape)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    dynamic_dims: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        entry = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return {**entry, "dynamic_dims": list(self.dynamic_dims)} if self.dynamic_dims else entry
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """The model built: `path` relative to the artifact directory (older manifests: absolute), name, sha256."""
+
+    path: str | None = None
+    name: str | None = None
+    sha256: str | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+_OPTIONAL_KEYS = ("structures", "bound")
+"""Written only when not empty."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """An artifact's manifest.json. Fields are in file order; defaults stand for keys older builds did not write."""
+
+    format: int = FORMAT
+    model: ModelRecord = ModelRecord()
+    board: str | None = None
+    target: str | None = None
+    triple: str = ""
+    cpu: str = ""
+    features: str = ""
+    emulator: str = ""
+    """The emulator the runner needs off its target ("" runs natively)."""
+    opt: str = "fluid"
+    tools: Mapping[str, str] = field(default_factory=dict)
+    inputs: tuple[TensorEntry, ...]
+    outputs: tuple[TensorEntry, ...]
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    structures: Mapping = field(default_factory=dict)
+    """Sequence/optional inputs and outputs -> ABI descriptor (frontend/sequences.py)."""
+    bound: Mapping[str, Mapping] = field(default_factory=dict)
+    """--bind values (frontend/binding.manifest_entry)."""
+    op_counts: Mapping[str, int] = field(default_factory=dict)
+    ops: tuple[Mapping, ...] = ()
+    """Per kernel in execution order: name, type and `fused`."""
+    memory: Mapping | None = None
+    """The plan's facts, alignment, per-buffer map, dynamic tail bytes (build.compile_graph)."""
+    weights_bytes: int = 0
+    threads: int = 1
+    """The threads the runner starts by default and at most."""
+    parallel_ops: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    c_api: Mapping | None = None
+    optimizer: Mapping = field(default_factory=dict)
+    footprint: Mapping[str, int] = field(default_factory=dict)
+    files: Mapping[str, str] | None = None
+    """File name -> sha256 of every file but manifest.json (None: not recorded, not provably ours)."""
+
+    def to_json(self) -> str:
+        """manifest.json's text."""
+        data = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _OPTIONAL_KEYS and not value:
+                continue
+            if isinstance(value, (ModelRecord, TensorEntry)):
+                value = value.to_json()
+            elif f.name in ("inputs", "outputs"):
+                value = [entry.to_json() for entry in value]
+            data[f.name] = value
+        return json.dumps(data, indent=2) + "\n"
+
+    @classmethod
+    def from_file(cls, path: Path) -> Manifest:
+        """Read and check PATH (a manifest.json); ManifestError naming the file and the missing or bad field."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ManifestError(path.parent, f"is not a fluidml-xc artifact (no {MANIFEST})",
+                                "pass the directory `fluidml-xc build` wrote, or run `fluidml-xc build` first") from None
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(path, f"cannot be read ({type(exc).__name__})") from None
+        if not isinstance(data, dict):
+            raise ManifestError(path, "is not a JSON object")
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ManifestError(path, f"has no field {f.name!r}")
+                continue
+            try:
+                values[f.name] = _READERS[f.name](data[f.name])
+            except (TypeError, ValueError, KeyError, AttributeError):
+                raise ManifestError(path, f"has a malformed field {f.name!r} ({_preview(data[f.name])})") from None
+        return cls(**values)
+
+    def model_path(self, artifact_dir: Path) -> Path | None:
+        """The model the artifact was built from (its recorded path resolved against ARTIFACT_DIR); None when
+        not recorded."""
+        if not self.model.path:
+            return None
+        path = Path(self.model.path)
+        return path if path.is_absolute() else Path(os.path.normpath(Path(artifact_dir).resolve() / path))
+
+
+def read_manifest(artifact_dir: Path) -> Manifest:
+    """ARTIFACT_DIR/manifest.json (ManifestError when it is not a readable artifact)."""
+    return Manifest.from_file(Path(artifact_dir) / MANIFEST)
+
+
+def _preview(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+def _opt_str(value) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _int(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(value)
+    return value
+
+
+def _dims(value) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise TypeError(value)
+    return tuple(_int(d) for d in value)
+
+
+def _object(value) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(value)
+    return value
+
+
+def _opt_object(value) -> dict | None:
+    return None if value is None else _object(value)
+
+
+def _tensors(value) -> tuple[TensorEntry, ...]:
+    if not isinstance(value, list):
+        raise TypeError(value)
+    return tuple(TensorEntry(_str(e["name"]), _dims(e["shape"]), _str(e["dtype"]), _dims(e.get("dynamic_dims", [])))
+                 for e in value)
+
+
+def _model(value) -> ModelRecord:
+    value = _object(value)
+    return ModelRecord(_opt_str(value.get("path")), _opt_str(value.get("name")), _opt_str(value.get("sha256")))
+
+
+def _ops(value) -> tuple[dict, ...]:
+    if not isinstance(value, list):
+        raise TypeError(value)
+    return tuple(_object(op) for op in value)
+
+
+def _dims_by_name(value) -> dict[str, tuple[int, ...]]:
+    return {_str(k): _dims(v) for k, v in _object(value).items()}
+
+
+_READERS: dict[str, Callable] = {
+    "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
+    "features": _str, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
+    "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "structures": _object, "bound": _object,
+    "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,
+    "parallel_ops": _dims_by_name, "c_api": _opt_object, "optimizer": _object, "footprint": _object,
+    "files": _opt_object,
+}
+"""Per Manifest field: JSON value -> field value (TypeError/ValueError/KeyError when malformed)."""

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import sys
 import time
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from . import __version__
-from .artifact import LAST_BUILD, sha256_file
+from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
 from .target.boards import Board, get_board
 from .target.machine import MachineSpec, compile_module, llvm_version, machine_spec
 from .errors import InputError
@@ -57,7 +57,7 @@ class BuildOptions:
 @dataclass
 class BuildResult:
     artifact: Path
-    manifest: dict
+    manifest: Manifest
     seconds: float
 
 
@@ -69,14 +69,10 @@ def default_out_dir(model_path: Path, board: Board) -> Path:
     return Path("build") / f"{model_path.stem}-{board.name}"
 
 
-def _tensor_entries(graph: Graph, names: list[str], dynamic_dims: list[tuple[int, ...]] | None = None) -> list[dict]:
-    """Manifest entries; an output whose shape depends on the data has `shape` = its upper bound and
-    `dynamic_dims` = the dims known only at run time (the runner writes .npy files with the actual shape)."""
-    entries = [{"name": n, "shape": list(graph.tensors[n].shape), "dtype": np.dtype(graph.tensors[n].dtype).name} for n in names]
-    for entry, dims in zip(entries, dynamic_dims or []):
-        if dims:
-            entry["dynamic_dims"] = list(dims)
-    return entries
+def _tensor_entries(graph: Graph, names: list[str], dynamic_dims: list[tuple[int, ...]] | None = None) -> tuple[TensorEntry, ...]:
+    dims = list(dynamic_dims or []) + [()] * len(names)
+    return tuple(TensorEntry(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, tuple(d or ()))
+                 for n, d in zip(names, dims))
 
 
 def _tool_versions() -> dict[str, str]:
@@ -200,16 +196,17 @@ def elf_footprint(path: Path) -> dict[str, int]:
 def _foreign_entry(directory: Path) -> str | None:
     """Why `directory` is not provably an artifact of ours, or None: its entries must be exactly manifest.json
     and the regular files its `files` lists, each with the sha256 recorded there."""
-    try:
-        manifest = json.loads((directory / "manifest.json").read_text())
-        files = manifest.get("files") if isinstance(manifest, dict) else None
-        if not isinstance(files, dict):
-            return "its manifest.json is not a fluidml-xc manifest"
-        entries = sorted(os.listdir(directory))
-    except FileNotFoundError:
+    if not (directory / MANIFEST).exists():
         return "it has no manifest.json"
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    try:
+        files = Manifest.from_file(directory / MANIFEST).files
+        entries = sorted(os.listdir(directory))
+    except ManifestError as exc:
+        return f"its manifest.json {exc.reason}"
+    except OSError as exc:
         return f"its manifest.json cannot be read ({type(exc).__name__})"
+    if files is None:
+        return "its manifest.json has no field 'files'"
     for name in entries:
         path = directory / name
         if name == "manifest.json" and path.is_file() and not path.is_symlink():
@@ -311,25 +308,20 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         stage(BUILD_STAGES[4])
         used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
-        manifest = {
-            "format": 1,
-            "model": {"path": os.path.relpath(model_path.resolve(), target.resolve()), "name": model_path.stem,
-                      "sha256": sha256_file(model_path)},
-            "board": board.name, "target": board.target.name, "triple": spec.triple, "cpu": spec.cpu,
-            "features": spec.features, "emulator": board.target.emulator, "opt": options.opt,
-            "tools": _tool_versions(),
-            "inputs": _tensor_entries(graph, graph.inputs), "outputs": _tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
-            "input_shapes": {k: list(v) for k, v in options.input_shapes.items()},
-            **({"structures": graph.structures} if graph.structures else {}),
-            **({"bound": manifest_entry(bound, options.bind, target)} if bound else {}),
-            "op_counts": dict(collections.Counter(op["type"] for op in compiled.ops)),
-            "ops": compiled.ops, "memory": compiled.memory, "weights_bytes": int(weights),
-            "threads": compiled.threads, "parallel_ops": compiled.parallel_ops, "c_api": api.manifest(),
-            "optimizer": {k: v for k, v in compiled.lowered.decisions.summary().items() if k != "seconds"},
-            "footprint": elf_footprint(workdir / "runner"),
-        }
-        manifest["files"] = {p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()}
-        (workdir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        manifest = Manifest(
+            model=ModelRecord(os.path.relpath(model_path.resolve(), target.resolve()), model_path.stem, sha256_file(model_path)),
+            board=board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
+            emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
+            inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
+            input_shapes={k: tuple(v) for k, v in options.input_shapes.items()}, structures=graph.structures or {},
+            bound=manifest_entry(bound, options.bind, target) if bound else {},
+            op_counts=dict(collections.Counter(op["type"] for op in compiled.ops)), ops=tuple(compiled.ops),
+            memory=compiled.memory, weights_bytes=int(weights), threads=compiled.threads,
+            parallel_ops=compiled.parallel_ops, c_api=api.manifest(),
+            optimizer={k: v for k, v in compiled.lowered.decisions.summary().items() if k != "seconds"},
+            footprint=elf_footprint(workdir / "runner"))
+        manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
+        (workdir / MANIFEST).write_text(manifest.to_json())
         _replace_artifact(workdir, out_dir)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -50,12 +50,12 @@ def main(args) -> int:
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       progress=stages))
     m = result.manifest
-    mem, fp = m["memory"], m["footprint"]
-    print(f"built {result.artifact}/ for {m['board']} ({m['triple']}, {m['cpu']}) in {result.seconds:.1f} s")
-    print(f"  ops {sum(m['op_counts'].values())}, weights {m['weights_bytes']:,} B, arena {mem['arena_bytes']:,} B "
+    mem, fp = m.memory, m.footprint
+    print(f"built {result.artifact}/ for {m.board} ({m.triple}, {m.cpu}) in {result.seconds:.1f} s")
+    print(f"  ops {sum(m.op_counts.values())}, weights {m.weights_bytes:,} B, arena {mem['arena_bytes']:,} B "
           f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})"
           + (f" + {mem['dynamic_tail_bytes']:,} B dims/scratch of data-dependent outputs" if mem.get("dynamic_tail_bytes") else ""))
-    api = m["c_api"]
+    api = m.c_api
     if api["name"]:
         print(f"  C API {api['prefix']}* / {api['macro_prefix']}* in {api['header']}; link {api['library']} and, once per "
               f"program, {api['runtime_library']}")

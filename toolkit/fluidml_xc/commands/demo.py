@@ -50,10 +50,10 @@ def main(args) -> int:
         worst = max(worst, rel_err)
         bench = run_artifact(result.artifact, feeds, bench=args.runs).bench
         m = result.manifest
-        emulated = bool(m["emulator"])
+        emulated = bool(m.emulator)
         ratio = "qemu" if emulated else f"{bench['median_ms'] / ort_ms:.2f}x"
         print(f"{board:<14} {abs_err:>12.2e} {rel_err:>12.2e} {bench['median_ms']:>10.3f} {ratio:>8} "
-              f"{m['memory']['arena_bytes']:>9,} {m['footprint']['text']:>9,} {m['footprint']['rodata']:>10,}")
+              f"{m.memory['arena_bytes']:>9,} {m.footprint['text']:>9,} {m.footprint['rodata']:>10,}")
     print(f"{'onnxruntime':<14} {'(oracle)':>12} {'':>12} {ort_ms:>10.3f} {'1.00x':>8}   single thread, same inputs")
     print("emulated boards run under qemu-user: their outputs are checked, their times are not board times.")
     if worst > 1e-4:

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import InputError
+from ..artifact import Manifest, read_manifest
 
 NAME = "inspect"
 HELP = "show an artifact's plan: segments, layouts, loop orders, memory plan and map"
@@ -55,19 +56,15 @@ def main(args) -> int:
     from ..remote.artifact import resolve_artifact_dir
 
     directory = resolve_artifact_dir(str(args.dir) if args.dir else None)
-    path = Path(directory) / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise InputError(f"{str(directory)!r} is not a fluidml-xc artifact (no readable manifest.json); run `fluidml-xc build` first") from None
-    opt = manifest.get("optimizer", {})
-    mem = manifest.get("memory", {})
-    api = manifest.get("c_api") or {"name": None, "prefix": "fxc_", "macro_prefix": "FXC_", "header": "model.h",
+    manifest = read_manifest(directory)
+    opt = manifest.optimizer
+    mem = manifest.memory or {}
+    api = manifest.c_api or {"name": None, "prefix": "fxc_", "macro_prefix": "FXC_", "header": "model.h",
                                     "library": "libmodel.a", "runtime_library": None}
     if args.json:
         print(json.dumps({"c_api": api, "optimizer": opt, "memory": mem}, indent=2))
         return 0
-    print(f"{manifest['model']['name']} for {manifest['board']} ({manifest['triple']}), --opt {manifest.get('opt')}, "
+    print(f"{manifest.model.name} for {manifest.board} ({manifest.triple}), --opt {manifest.opt}, "
           f"costs {opt.get('costs', 'analytic')}" + (f", optimizer {opt['seconds'] * 1e3:.0f} ms" if 'seconds' in opt else ""))
     print(f"C API: name {api['name'] or '(none)'}, {api['prefix']}* / {api['macro_prefix']}* in {api['header']}, "
           f"{api['library']}" + (f" + the shared runtime {api['runtime_library']}" if api["runtime_library"] else " (runtime inside)"))
@@ -99,8 +96,8 @@ def main(args) -> int:
     under = opt.get("kernel_layouts", {})
     for name, order in orders.items():
         print(f"  {name}: {order} ({kinds.get(order, '')})" + (f"  under {under[name]}" if name in under else ""))
-    split = manifest.get("parallel_ops", {})
-    print(f"\nthreads: {manifest.get('threads', 1)}; {len(split)} ops split into tiles (tiles per split dimension; "
+    split = manifest.parallel_ops
+    print(f"\nthreads: {manifest.threads}; {len(split)} ops split into tiles (tiles per split dimension; "
           "the rest run on the calling thread)")
     for name, dims in split.items():
         print(f"  {name}: {' x '.join(str(d) for d in dims)} = {math.prod(dims)} tiles")
@@ -130,11 +127,11 @@ def main(args) -> int:
                                    mem["arena_bytes"], steps):
                 print(line)
         else:
-            print("  " + _fallback_map(manifest, mem))
+            print("  " + _fallback_map(mem))
     return 0
 
 
-def _replan(manifest: dict, directory: Path) -> dict | None:
+def _replan(manifest: Manifest, directory: Path) -> dict | None:
     """Per-buffer offsets and intervals of a manifest without them (older builds), re-planned from the model
     through the build's own pipeline (optimizer included; deterministic)."""
     try:
@@ -142,18 +139,15 @@ def _replan(manifest: dict, directory: Path) -> dict | None:
         from ..target.machine import machine_spec
         from ..frontend.importer import load_model
         from ..pipeline import LowerOptions, import_graph, plan
-        from ..remote.artifact import recorded_model_path
-
-        path = recorded_model_path(manifest, directory)
+        path = manifest.model_path(directory)
         if path is None:
             raise KeyError("model.path")
-        shapes = {k: tuple(v) for k, v in manifest.get("input_shapes", {}).items()}
-        graph = import_graph(load_model(path), shapes, name=path.stem, structures=manifest.get("structures"))
-        spec = machine_spec(get_board(manifest["board"]))
-        options = LowerOptions(opt=manifest.get("opt", "fluid"), costs=manifest.get("optimizer", {}).get("costs", "analytic"),
-                               threads=int(manifest.get("threads", 1)))
+        graph = import_graph(load_model(path), dict(manifest.input_shapes), name=path.stem,
+                             structures=dict(manifest.structures) or None)
+        spec = machine_spec(get_board(manifest.board))
+        options = LowerOptions(opt=manifest.opt, costs=manifest.optimizer.get("costs", "analytic"), threads=manifest.threads)
         memory_plan = plan(graph, spec, options).plan
-        if memory_plan.arena_bytes != manifest["memory"]["arena_bytes"]:
+        if memory_plan.arena_bytes != manifest.memory["arena_bytes"]:
             return None
         align = memory_plan.alignment
         sizes = {r: -(-graph.tensors[r].nbytes // align) * align for r in memory_plan.intervals}
@@ -163,7 +157,7 @@ def _replan(manifest: dict, directory: Path) -> dict | None:
         return None
 
 
-def _fallback_map(manifest: dict, mem: dict) -> str:
+def _fallback_map(mem: Mapping) -> str:
     """Without per-buffer facts in the manifest: a bar of the arena against the bounds."""
     arena = max(mem.get("arena_bytes", 0), 1)
     scale = max(arena, mem.get("naive_bytes", 0), 1)

@@ -44,7 +44,7 @@ def main(args) -> int:
 
         require("matplotlib", "report", "--html")
     artifact = open_artifact(args.dir)
-    check_run_threads(artifact.manifest, args.threads)
+    check_run_threads(artifact.manifest.threads, args.threads)
     options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
     if args.local:
         report = profile_local(artifact, options)

@@ -52,7 +52,7 @@ def main(args) -> int:
     if not (args.rtol >= 0 and args.atol >= 0 and args.quant_steps >= 0) or not finite_positive(args.timeout):
         raise InputError("--rtol, --atol and --quant-steps must be >= 0 and --timeout a positive number of seconds")
     artifact = open_artifact(args.dir)
-    check_run_threads(artifact.manifest, args.threads)
+    check_run_threads(artifact.manifest.threads, args.threads)
     feeds = make_feeds(artifact, args.inputs)
     reference = reference_outputs(model_path(artifact, args.model), with_bound(artifact, feeds), args.oracle,
                                   args.quant_steps)

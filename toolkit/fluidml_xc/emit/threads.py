@@ -18,11 +18,10 @@ def host_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def check_run_threads(manifest: dict, threads: int | None) -> None:
-    """A run-time --threads must lie in 1..the count the artifact was built for (one line otherwise)."""
+def check_run_threads(built: int, threads: int | None) -> None:
+    """A run-time --threads must lie in 1..BUILT, the count the artifact was built for (one line otherwise)."""
     if threads is None:
         return
-    built = int(manifest.get("threads", 1))
     if not 1 <= threads <= built:
         raise InputError(f"--threads {threads}: this artifact was built for 1 to {built} threads; "
                          f"give 1..{built} or rebuild with `fluidml-xc build --threads N`")

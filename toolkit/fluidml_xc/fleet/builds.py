@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..target.boards import get_board
 from ..errors import InputError
-from ..remote.artifact import Artifact, load_artifact, recorded_model_path, resolve_artifact_dir
+from ..artifact import Manifest
+from ..remote.artifact import Artifact, load_artifact, resolve_artifact_dir
 from .inventory import FleetHost
 
 REBUILD_KEYS = ("opt", "input_shapes")
@@ -24,15 +25,15 @@ def _board_of(host: FleetHost, default: str | None) -> str:
     return get_board(name).name
 
 
-def _options_from(manifest: dict) -> dict:
+def _options_from(manifest: Manifest) -> dict:
     from ..build import BuildOptions
 
     fields = {f.name for f in dataclasses.fields(BuildOptions)}
     out = {}
     for key in REBUILD_KEYS:
-        if key in fields and manifest.get(key) not in (None, {}, []):
-            value = manifest[key]
-            out[key] = {k: tuple(v) for k, v in value.items()} if key == "input_shapes" else value
+        value = getattr(manifest, key)
+        if key in fields and value:
+            out[key] = dict(value) if key == "input_shapes" else value
     return out
 
 
@@ -49,7 +50,7 @@ def artifacts_for(hosts: list[FleetHost], source: str | None,
         model = Path(source)
     else:
         given = load_artifact(resolve_artifact_dir(source))
-        model = recorded_model_path(given.manifest, given.path) or Path("")
+        model = given.manifest.model_path(given.path) or Path("")
         options = _options_from(given.manifest)
     out_root = out_root or (given.path.parent if given else Path("build"))
     boards = list(dict.fromkeys(_board_of(h, given.board.name if given else None) for h in hosts))
@@ -76,10 +77,9 @@ def _up_to_date(out_dir: Path, model: Path, board: str, options: dict) -> Artifa
     except InputError:
         return None
     m = artifact.manifest
-    same = (m.get("board") == board and (m.get("model") or {}).get("sha256") == sha256_file(model)
-            and (m.get("tools") or {}).get("fluidml-xc") == __version__
-            and m.get("opt", "fluid") == options.get("opt", "fluid")
-            and (m.get("input_shapes") or {}) == {k: list(v) for k, v in (options.get("input_shapes") or {}).items()})
+    same = (m.board == board and m.model.sha256 == sha256_file(model) and m.tools.get("fluidml-xc") == __version__
+            and m.opt == options.get("opt", "fluid")
+            and dict(m.input_shapes) == {k: tuple(v) for k, v in (options.get("input_shapes") or {}).items()})
     return artifact if same else None
 
 

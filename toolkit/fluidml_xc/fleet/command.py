@@ -136,9 +136,9 @@ def check_fleet_threads(threads: int | None, artifacts: dict[str, Artifact]) -> 
     if threads is None:
         return
     for board, artifact in artifacts.items():
-        built = int(artifact.manifest.get("threads", 1))
+        built = artifact.manifest.threads
         if not 1 <= threads <= built:
-            most = min(int(a.manifest.get("threads", 1)) for a in artifacts.values())
+            most = min(a.manifest.threads for a in artifacts.values())
             raise InputError(f"--threads {threads}: the {board} build ({artifact.path}) runs 1 to {built} threads; "
                              f"give 1..{most} for this fleet, or rebuild with `fluidml-xc build --threads N`")
 

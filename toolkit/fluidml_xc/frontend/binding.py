@@ -169,12 +169,12 @@ def manifest_entry(values: Mapping[str, np.ndarray], sources: Mapping[str, objec
     return entries
 
 
-def recorded_values(manifest: Mapping, artifact: Path) -> dict[str, np.ndarray]:
-    """The bound values of an artifact (to feed a reference run of the original model)."""
+def recorded_values(bound: Mapping[str, Mapping], artifact: Path) -> dict[str, np.ndarray]:
+    """The bound values of an artifact from its manifest's `bound` (to feed a reference run of the original model)."""
     from ..npyio import load_npy
 
     values = {}
-    for name, entry in (manifest.get("bound") or {}).items():
+    for name, entry in bound.items():
         dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
         if "value" in entry:
             values[name] = np.array(entry["value"], dtype=dtype).reshape(shape)

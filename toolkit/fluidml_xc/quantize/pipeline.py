@@ -191,8 +191,8 @@ def _figures(results: dict, feeds: dict, options: QuantizeOptions, sessions: dic
             rss[kind] = max(rss[kind], int(bench.get("peak_rss_bytes", 0)))
             if sessions is not None:
                 ort[kind].append(median_latency_ms(sessions[kind], feeds, runs=runs, warmup=warmup))
-    return {kind: Figures(str(Path(r.artifact).resolve()), float(np.median(ours[kind])), int(r.manifest["memory"]["arena_bytes"]),
-                          int(r.manifest["weights_bytes"]), rss[kind], float(np.median(ort[kind])) if ort[kind] else None)
+    return {kind: Figures(str(Path(r.artifact).resolve()), float(np.median(ours[kind])), int(r.manifest.memory["arena_bytes"]),
+                          r.manifest.weights_bytes, rss[kind], float(np.median(ort[kind])) if ort[kind] else None)
             for kind, r in results.items()}
 
 

@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from ..target.boards import Board, Target, get_board, get_target
-from ..artifact import LAST_BUILD, sha256_file
+from ..artifact import LAST_BUILD, MANIFEST, Manifest, read_manifest, sha256_file
 from ..errors import InputError
 
 DEPLOYED = frozenset({"manifest.json", "runner", "runner_prof"})
@@ -47,24 +45,24 @@ class Artifact:
     """A built artifact: its directory, parsed manifest and the files a deploy uploads (DEPLOYED)."""
 
     path: Path
-    manifest: dict
+    manifest: Manifest
     files: tuple[ArtifactFile, ...]
 
     @cached_property
     def board(self) -> Board:
-        return get_board(self.manifest.get("board"))
+        return get_board(self.manifest.board)
 
     @cached_property
     def target(self) -> Target:
-        return get_target(self.manifest.get("target") or self.board.target.name)
+        return get_target(self.manifest.target or self.board.target.name)
 
     @property
     def emulator(self) -> str:
-        return self.manifest.get("emulator") or self.target.emulator
+        return self.manifest.emulator or self.target.emulator
 
     @property
     def model_name(self) -> str:
-        return (self.manifest.get("model") or {}).get("name") or self.path.name
+        return self.manifest.model.name or self.path.name
 
     @property
     def name(self) -> str:
@@ -92,33 +90,16 @@ class Artifact:
         return "runner"
 
 
-def recorded_model_path(manifest: dict, artifact_dir: Path) -> Path | None:
-    """The model an artifact was built from: manifest `model.path`, relative to the artifact directory (older
-    manifests: absolute). None when not recorded."""
-    recorded = (manifest.get("model") or {}).get("path") if isinstance(manifest, dict) else None
-    if not recorded or not isinstance(recorded, str):
-        return None
-    path = Path(recorded)
-    return path if path.is_absolute() else Path(os.path.normpath(Path(artifact_dir).resolve() / path))
-
-
 def load_artifact(path: Path) -> Artifact:
     """Read DIR/manifest.json, check each listed file against its recorded sha256, keep the DEPLOYED ones."""
-    manifest_path = path / "manifest.json"
     if not path.is_dir():
         raise InputError(f"artifact directory {path} does not exist")
-    if not manifest_path.is_file():
-        raise InputError(f"{path} is not a fluidml-xc artifact (no manifest.json): pass the directory "
-                         f"`fluidml-xc build` wrote")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{manifest_path} is not valid JSON ({exc}): rebuild the artifact") from None
-    recorded: dict = manifest.get("files") or {
+    manifest = read_manifest(path)
+    recorded = manifest.files or {
         p.name: None for p in sorted(path.iterdir()) if p.is_file() and not p.name.startswith(".")
     }
     files = []
-    for name in sorted(set(recorded) | {"manifest.json"}):
+    for name in sorted(set(recorded) | {MANIFEST}):
         file_path = path / name
         if "/" in name or name.startswith(".") or not file_path.is_file():
             raise InputError(f"{path} is incomplete: {name!r} listed in manifest.json is missing; rebuild it")

@@ -123,7 +123,7 @@ def parse_bench(stdout: str, runner: str) -> dict:
 
 def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
                 before: Telemetry, after: Telemetry) -> ProfileReport:
-    memory = artifact.manifest.get("memory") or {}
+    memory = artifact.manifest.memory or {}
     try:
         latency = {key: float(bench[f"{key}_ms"]) for key in LATENCY_KEYS}
     except (KeyError, TypeError, ValueError):
@@ -133,9 +133,9 @@ def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
         model=artifact.model_name, board=artifact.board.name, where=where, emulator=emulator,
         runs=int(bench.get("runs", 0)), warmup=int(bench.get("warmup", 0)), latency_ms=latency,
         peak_rss_bytes=bench.get("peak_rss_bytes"), arena_bytes=bench.get("arena_bytes", memory.get("arena_bytes")),
-        lower_bound_bytes=memory.get("lower_bound_bytes"), weights_bytes=artifact.manifest.get("weights_bytes"),
+        lower_bound_bytes=memory.get("lower_bound_bytes"), weights_bytes=artifact.manifest.weights_bytes,
         ops=ops, telemetry_before=before, telemetry_after=after,
-        artifact={"dir": str(artifact.path.resolve()), "digest": artifact.digest, "opt": artifact.manifest.get("opt")},
+        artifact={"dir": str(artifact.path.resolve()), "digest": artifact.digest, "opt": artifact.manifest.opt},
         threads=bench.get("threads"), cpu_over_wall=bench.get("cpu_over_wall"))
 
 

@@ -84,14 +84,14 @@ def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]
     manifest = artifact.manifest
     feeds = load_feeds(inputs) if inputs else random_feeds(manifest)
     arrays = check_feeds(manifest, feeds)
-    return {spec["name"]: arr for spec, arr in zip(manifest["inputs"], arrays)}
+    return {spec.name: arr for spec, arr in zip(manifest.inputs, arrays)}
 
 
 def with_bound(artifact: Artifact, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`feeds` plus the inputs bound at build time (--bind), as the original model needs them."""
     from ..frontend.binding import recorded_values
 
-    return {**feeds, **recorded_values(artifact.manifest, artifact.path)}
+    return {**feeds, **recorded_values(artifact.manifest.bound, artifact.path)}
 
 
 def model_path(artifact: Artifact, override: Path | None = None) -> Path:
@@ -100,14 +100,11 @@ def model_path(artifact: Artifact, override: Path | None = None) -> Path:
         if not override.is_file():
             raise InputError(f"--model {override}: no such file")
         return override
-    from .artifact import recorded_model_path
-
-    recorded = artifact.manifest.get("model") or {}
-    path = recorded_model_path(artifact.manifest, artifact.path)
+    path = artifact.manifest.model_path(artifact.path)
     if path is None or not path.is_file():
         raise InputError(f"the model the artifact was built from ({path or 'not recorded'}) is not "
                          f"here: pass --model MODEL.onnx")
-    expected = recorded.get("sha256")
+    expected = artifact.manifest.model.sha256
     if expected and sha256_file(path) != expected:
         raise InputError(f"{path} changed since the artifact was built (sha256 differs): rebuild, or pass --model "
                          f"to compare with it anyway")
@@ -246,7 +243,7 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
                timeout: float = DEFAULT_RUN_TIMEOUT, threads: int | None = None) -> dict[str, np.ndarray]:
     """Upload feeds, run the runner on the board, download its outputs; the scratch directory is removed."""
     scratch = posixpath.join(deployment.base_dir, f".run-{secrets.token_hex(4)}")
-    specs = artifact.manifest["inputs"], artifact.manifest["outputs"]
+    specs = artifact.manifest.inputs, artifact.manifest.outputs
     args: list[str] = []
     try:
         conn.run(["mkdir", "-p", "--", scratch])
@@ -254,7 +251,7 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
         for i, spec in enumerate(specs[0]):
             path = posixpath.join(scratch, f"in{i}.npy")
             buffer = io.BytesIO()
-            np.save(buffer, feeds[spec["name"]], allow_pickle=False)
+            np.save(buffer, feeds[spec.name], allow_pickle=False)
             sftp.putfo(io.BytesIO(buffer.getvalue()), path)
             args += ["-i", path]
         for i in range(len(specs[1])):
@@ -267,7 +264,7 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
             buffer = io.BytesIO()
             sftp.getfo(posixpath.join(scratch, f"out{i}.npy"), buffer)
             buffer.seek(0)
-            outputs[spec["name"]] = np.load(buffer, allow_pickle=False)
+            outputs[spec.name] = np.load(buffer, allow_pickle=False)
         return outputs
     except (OSError, EOFError, paramiko.SSHException, ValueError) as exc:
         if not conn.alive:

@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..artifact import MANIFEST, ManifestError, read_manifest
 from ..errors import InputError
 
 
@@ -118,28 +119,17 @@ def _plan(memory: dict) -> MemoryPlan | None:
 def load_artifact(directory: str | Path) -> ArtifactFacts:
     """The facts in DIR/manifest.json (one-line InputError when it is not an artifact)."""
     path = Path(directory)
-    manifest_path = path / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{str(path)!r} is not a fluidml-xc artifact (no manifest.json): pass a directory "
-                         f"`fluidml-xc build` wrote") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{manifest_path} cannot be read ({type(exc).__name__}): rebuild the artifact") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("memory"), dict):
-        raise InputError(f"{manifest_path} is not a fluidml-xc manifest (no memory plan): rebuild the artifact")
-    memory = manifest["memory"]
-    model = manifest.get("model") or {}
+    m = read_manifest(path)
+    if m.memory is None:
+        raise ManifestError(path / MANIFEST, "has no memory plan")
+    memory = m.memory
     return ArtifactFacts(
-        path=path, model=model.get("name") or path.name, board=str(manifest.get("board", "?")),
-        triple=str(manifest.get("triple", "?")), cpu=str(manifest.get("cpu", "?")),
-        threads=_int(manifest.get("threads"), 1) or 1, opt=str(manifest.get("opt", "fluid")),
-        weights_bytes=_int(manifest.get("weights_bytes")), arena_bytes=_int(memory.get("arena_bytes")),
+        path=path, model=m.model.name or path.name, board=m.board or "?", triple=m.triple or "?", cpu=m.cpu or "?",
+        threads=m.threads or 1, opt=m.opt, weights_bytes=m.weights_bytes, arena_bytes=_int(memory.get("arena_bytes")),
         lower_bound_bytes=_int(memory.get("lower_bound_bytes")), live_peak_bytes=_int(memory.get("live_peak_bytes")),
         order_bound_bytes=_int(memory.get("order_bound_bytes")), naive_bytes=_int(memory.get("naive_bytes")),
         strategy=str(memory.get("strategy", "")), strategies=dict(memory.get("strategies") or {}),
-        footprint=dict(manifest.get("footprint") or {}), tools=dict(manifest.get("tools") or {}),
-        ops=list(manifest.get("ops") or []), optimizer=dict(manifest.get("optimizer") or {}), plan=_plan(memory))
+        footprint=dict(m.footprint), tools=dict(m.tools), ops=list(m.ops), optimizer=dict(m.optimizer), plan=_plan(memory))
 
 
 def profile_from_dict(data: dict, source: str) -> ProfileFacts:

@@ -159,18 +159,17 @@ class ArtifactModel:
                                                 opt=opt, profile_runner=False, record_last=False,
                                                 structures=dict(structures or {})))
         self.artifact, self.manifest, self.timeout = result.artifact, result.manifest, timeout
-        self.structures = self.manifest.get("structures", {})
+        self.structures = self.manifest.structures
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         from .execute import run_artifact
 
-        specs = self.manifest["inputs"]
-        feeds = {s["name"]: _coerce_input(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]), feeds[s["name"]]) for s in specs}
+        feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
-        for s in self.manifest["outputs"]:
-            value = np.asarray(result.outputs[s["name"]], dtype=np.dtype(s["dtype"]))
-            outs.append(value if s.get("dynamic_dims") else value.reshape(tuple(s["shape"])))
+        for s in self.manifest.outputs:
+            value = np.asarray(result.outputs[s.name], dtype=np.dtype(s.dtype))
+            outs.append(value if s.dynamic_dims else value.reshape(s.shape))
         return outs
 
     def close(self) -> None:
@@ -385,13 +384,13 @@ class FxcBackendRep(BackendRep):
 def compiled_shapes(compiled) -> dict[str, tuple[int, ...]]:
     if isinstance(compiled, JitModel):
         return {n: shape for n, _, shape in compiled.input_specs}
-    return {s["name"]: tuple(s["shape"]) for s in compiled.manifest["inputs"]}
+    return {s.name: s.shape for s in compiled.manifest.inputs}
 
 
 def compiled_op_count(compiled) -> int:
     if isinstance(compiled, JitModel):
         return len(compiled.graph.nodes)
-    return len(compiled.manifest["ops"])
+    return len(compiled.manifest.ops)
 
 
 _DEVICES = {"CPU"}

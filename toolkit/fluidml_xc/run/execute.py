@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..artifact import Manifest, TensorEntry, read_manifest
 from ..target.boards import get_target
 from ..dtypes import is_storage_only
 from ..errors import InputError, RunError, ToolchainError
@@ -27,16 +28,6 @@ _MASK = (1 << 64) - 1
 class RunResult:
     outputs: dict[str, np.ndarray]
     bench: dict | None
-
-
-def read_manifest(artifact_dir: Path) -> dict:
-    path = Path(artifact_dir) / "manifest.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{artifact_dir} is not a fluidml-xc artifact (no manifest.json); run `fluidml-xc build` first") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path} is unreadable or corrupt ({exc}); rebuild the artifact") from None
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -88,12 +79,11 @@ def _lowp_fill(dtype: np.dtype, v: np.ndarray) -> np.ndarray:
     return ((small - 5) / 4).astype(np.float32).astype(dtype)
 
 
-def random_feeds(manifest: Mapping, seed: int = 0) -> dict[str, np.ndarray]:
+def random_feeds(manifest: Manifest, seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic inputs: floats in [-1, 1), integers in [0, 10), bools.
 
     With seed 0 these are exactly the values the runner fills in for inputs given no -i file."""
-    return {spec["name"]: _random_tensor(spec["shape"], np.dtype(spec["dtype"]), seed, i)
-            for i, spec in enumerate(manifest["inputs"])}
+    return {spec.name: _random_tensor(spec.shape, np.dtype(spec.dtype), seed, i) for i, spec in enumerate(manifest.inputs)}
 
 
 def _load_array(path: Path) -> np.ndarray:
@@ -119,8 +109,8 @@ def load_feeds(source: str | Path | Sequence[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _coerce(spec: Mapping, value: np.ndarray) -> np.ndarray:
-    name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(spec["shape"])
+def _coerce(spec: TensorEntry, value: np.ndarray) -> np.ndarray:
+    name, dtype, shape = spec.name, np.dtype(spec.dtype), spec.shape
     arr = np.asarray(value)
     if arr.shape != shape:
         raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
@@ -144,9 +134,9 @@ def _coerce(spec: Mapping, value: np.ndarray) -> np.ndarray:
     return np.require(arr, dtype=dtype.newbyteorder("<"), requirements="C")
 
 
-def check_feeds(manifest: Mapping, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def check_feeds(manifest: Manifest, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Feeds in manifest input order, cast to the model's dtypes; InputError on wrong names, shapes or dtypes."""
-    expected = [spec["name"] for spec in manifest["inputs"]]
+    expected = [spec.name for spec in manifest.inputs]
     unknown = [name for name in feeds if name not in expected]
     missing = [name for name in expected if name not in feeds]
     if unknown or missing:
@@ -154,18 +144,18 @@ def check_feeds(manifest: Mapping, feeds: Mapping[str, np.ndarray]) -> list[np.n
                    ([f"missing {', '.join(map(repr, missing))}"] if missing else [])
         raise InputError(f"feeds do not match the model's inputs ({'; '.join(problems)}); "
                          f"expected names: {', '.join(map(repr, expected))}")
-    return [_coerce(spec, feeds[spec["name"]]) for spec in manifest["inputs"]]
+    return [_coerce(spec, feeds[spec.name]) for spec in manifest.inputs]
 
 
-def emulator_command(manifest: Mapping) -> list[str]:
+def emulator_command(manifest: Manifest) -> list[str]:
     """The emulator prefix for the artifact's runner ([] when it runs natively here)."""
-    name = manifest.get("emulator") or ""
+    name = manifest.emulator
     if not name:
         return []
     try:
-        if is_host_target(get_target(manifest["target"])):
+        if manifest.target and is_host_target(get_target(manifest.target)):
             return []
-    except (KeyError, InputError):
+    except InputError:
         pass
     path = shutil.which(name)
     if path:
@@ -201,7 +191,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
 
     artifact_dir = Path(artifact_dir)
     manifest = read_manifest(artifact_dir)
-    check_run_threads(manifest, threads)
+    check_run_threads(manifest.threads, threads)
     arrays = check_feeds(manifest, feeds) if feeds is not None else []
     runner = artifact_dir / ("runner_prof" if profile else "runner")
     if not runner.is_file():
@@ -214,7 +204,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
             path = os.path.join(tmp, f"in{i}.npy")
             np.save(path, arr.view(bits_dtype(arr.dtype)) if is_storage_only(arr.dtype) else arr, allow_pickle=False)
             command += ["-i", path]
-        out_paths = [os.path.join(tmp, f"out{i}.npy") for i in range(len(manifest["outputs"]))]
+        out_paths = [os.path.join(tmp, f"out{i}.npy") for i in range(len(manifest.outputs))]
         for path in out_paths:
             command += ["-o", path]
         if bench is not None:
@@ -232,7 +222,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
         except OSError as exc:
             raise RunError(f"cannot start {runner.name}: {exc}") from None
         _check_exit(proc, runner.name)
-        outputs = {spec["name"]: _load_output(path, spec) for spec, path in zip(manifest["outputs"], out_paths)}
+        outputs = {spec.name: _load_output(path, spec) for spec, path in zip(manifest.outputs, out_paths)}
     report = None
     if bench is not None or profile:
         json_lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -242,10 +232,10 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
     return RunResult(outputs=outputs, bench=report)
 
 
-def _load_output(path: str, spec: Mapping) -> np.ndarray:
+def _load_output(path: str, spec: TensorEntry) -> np.ndarray:
     """A runner output; storage-only dtypes come as their bits (uint8/uint16) and are viewed as the dtype."""
     arr = np.load(path, allow_pickle=False)
-    dtype = np.dtype(spec["dtype"])
+    dtype = np.dtype(spec.dtype)
     if is_storage_only(dtype) and arr.dtype == bits_dtype(dtype):
         arr = arr.view(dtype)
     return arr

@@ -32,7 +32,7 @@ class ActionModule(ActionBase):
             host = host_from_vars(task_vars.get("inventory_hostname"), task_vars or {}, self._templar, args.get("board"))
             artifact = artifact_for_host(args, host)
             threads = int(args["threads"]) if args.get("threads") is not None else None
-            check_run_threads(artifact.manifest, threads)
+            check_run_threads(artifact.manifest.threads, threads)
             options = ProfileOptions(int(args.get("runs", 100)), int(args.get("warmup", 10)),
                                      float(args.get("timeout", DEFAULT_RUN_TIMEOUT)), threads)
             outcome = profile_host(host, artifact, reach_from_args(args), options)

@@ -27,6 +27,7 @@ STAGES: dict[str, str] = {
     # module or package (the longest prefix wins) -> stage
     PACKAGE: "base", "ir": "base", "dtypes": "base", "errors": "base", "progress": "base", "tempfiles": "base",
     "resources": "base", "sizes": "base", "npyio": "base", "cast_rules": "base", "extras": "base",
+    "opspec": "base", "einsum_equation": "base",
     "frontend": "frontend",
     "passes": "passes",
     "fluid": "fluid",
@@ -42,20 +43,11 @@ STAGES: dict[str, str] = {
     "commands": "commands", "cli": "commands",
 }
 
-_OP_FACTS = "asks the op registry for op facts; phase B: op traits on OpSpec, the registry's place in the stages"
-
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # (importer, imported) -> why it is still there and who removes it
-    ("frontend.importer", "ops.dynamic"): "data-dependent output bounds live with the dynamic ops; " + _OP_FACTS,
-    ("frontend.importer", "ops.registry"): _OP_FACTS,
-    ("frontend.unsupported", "ops.registry"): _OP_FACTS,
-    ("fluid.optimize", "ops.registry"): _OP_FACTS,
-    ("planning.planner", "ops.registry"): _OP_FACTS,
-    ("passes.concat_split", "planning"): "a pass asks planning.op_lower_bound whether a split pays; the lead "
-                                         "decides (pass order vs the planner's bound as op data)",
-    ("passes.einsum_matmul", "ops.einsum"): "reuses the Einsum lowering's equation parser; " + _OP_FACTS,
-    ("passes.elementwise_fusion", "ops.fused"): "the fused program's step table lives with its lowering; " + _OP_FACTS,
-    ("passes.elementwise_fusion", "ops.registry"): _OP_FACTS,
+    ("passes.concat_split", "planning"): "the split pays only where its op sets the arena's lower bound, which is the "
+                                         "planner's own arithmetic (in-place and view rules): the pass asks "
+                                         "planning.op_lower_bound instead of a second copy of those rules",
     ("fluid.measure", "emit.emitter"): "--costs measure times a node's kernel as the emitter lowers it (a ModuleEmitter "
                                        "around a stub plan, its private _arg_names); removing it needs a node-kernel "
                                        "entry point below fluid/ (issue #14: one JIT setup with run/backend.py)",

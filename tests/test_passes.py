@@ -12,7 +12,7 @@ from onnx import TensorProto as T, helper, numpy_helper
 
 from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
-from fluidml_xc.ops.fused import DOMAIN, OP_TYPE
+from fluidml_xc.opspec import FUSED_OP, OUR_DOMAIN
 
 F32 = T.FLOAT
 
@@ -31,7 +31,7 @@ def _c(name, value, dtype=np.float32):
 
 
 def _fused(graph):
-    return [n for n in graph.nodes if n.op_type == OP_TYPE]
+    return [n for n in graph.nodes if n.op_type == FUSED_OP]
 
 
 def _reference(model, feeds):
@@ -108,9 +108,9 @@ def dtype_model(shape=(3, 7, 9)):
 def test_gelu_and_residual_fuse_into_one_node():
     model = gelu_model()
     graph = import_graph(model)
-    assert [n.op_type for n in graph.nodes] == [OP_TYPE]
+    assert [n.op_type for n in graph.nodes] == [FUSED_OP]
     node = graph.nodes[0]
-    assert node.domain == DOMAIN and node.name == "Div+Erf+Add+Mul+Mul+Add@res"
+    assert node.domain == OUR_DOMAIN and node.name == "Div+Erf+Add+Mul+Mul+Add@res"
     assert node.attrs["_fused_nodes"] == ["div", "erf", "add1", "mul1", "mul2", "res"]
     assert node.inputs == ["x", "r"] and node.outputs == ["y"]
     assert set(graph.tensors) >= {"x", "r", "y"} and not {"a", "b", "c", "d", "e"} & set(graph.tensors)
@@ -127,7 +127,7 @@ def test_multiple_consumers_stop_fusion():
              helper.make_node("Mul", ["a", "b"], ["y"], name="mul")]
     model = _model(nodes, [("x", F32, shape)], [("y", F32, shape)], [_c("one", 1.0)])
     graph = import_graph(model)
-    assert [n.op_type for n in graph.nodes] == ["Exp", OP_TYPE]
+    assert [n.op_type for n in graph.nodes] == ["Exp", FUSED_OP]
     assert graph.nodes[1].attrs["_fused_ops"] == ["Add", "Mul"] and graph.nodes[1].inputs == ["a"]
     assert "a" in graph.tensors and "b" not in graph.tensors
     _check(model)
@@ -182,7 +182,7 @@ def test_intermediate_of_another_dtype_size_keeps_graph_output_dtype():
              helper.make_node("GreaterOrEqual", ["dk", "t"], ["y"])]
     model = _model(nodes, [("x", F32, shape)], [("y", T.BOOL, shape)], [_c("k", 3.0, np.float64), _c("t", 0.5, np.float64)])
     graph = import_graph(model)
-    assert [n.op_type for n in graph.nodes] == [OP_TYPE] and graph.tensors["y"].dtype == np.bool_
+    assert [n.op_type for n in graph.nodes] == [FUSED_OP] and graph.tensors["y"].dtype == np.bool_
     _check(model)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fluidml_xc.ir import Graph, Node, Tensor
-from fluidml_xc.ops.registry import OpSpec
+from fluidml_xc.opspec import OpSpec
 from fluidml_xc.planning import MemoryPlan, PlanError, PlanOptions, is_alias_view, plan_memory, verify_plan
 from fluidml_xc.planning.orders import ORDERS, OrderFacts, min_peak_order
 from fluidml_xc.planning.strategies import STRATEGIES, Buffers, exact, place

@@ -18,3 +18,23 @@ def is_storage_only(dtype) -> bool:
     except TypeError:
         return False
     return dt.name in STORAGE_ONLY and dt.type.__module__.startswith("ml_dtypes")
+
+
+SMALL_INTS = frozenset({"int4", "uint4", "int2", "uint2"})
+"""Storage-only integers: computed in int8/uint8; the float formats are computed in float32."""
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype a kernel computes a storage-only dtype in (the dtype itself for every other)."""
+    dt = np.dtype(dtype)
+    if not is_storage_only(dt):
+        return dt
+    if dt.name in SMALL_INTS:
+        return np.dtype(np.uint8 if dt.name.startswith("u") else np.int8)
+    return np.dtype(np.float32)
+
+
+def has_scalar_type(dtype) -> bool:
+    """Kernels compute in it (after compute_dtype): float16/32/64, bool and the integers have an LLVM type."""
+    dt = compute_dtype(dtype)
+    return dt.name in ("float16", "float32", "float64") or dt == np.bool_ or dt.kind in "iu"

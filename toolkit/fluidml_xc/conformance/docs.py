@@ -53,7 +53,7 @@ def summarize(results: Sequence[CaseResult]) -> str:
 
 
 def _registry_table() -> dict[str, dict]:
-    from ..ops.registry import all_specs
+    from ..opspec import all_specs
 
     table = {}
     for (domain, op), specs in all_specs().items():

@@ -12,7 +12,7 @@ from ..frontend.unsupported import unsupported_message
 from ..ir import Graph, Node
 from ..kernels.kernel import Kernel, Operand, layout_strides
 from ..kernels.scalar import storage_type
-from ..ops.registry import lookup
+from ..opspec import lookup
 from ..target.machine import MachineSpec, data_layout
 
 I8P = ir.IntType(8).as_pointer()

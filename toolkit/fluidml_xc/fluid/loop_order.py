@@ -24,9 +24,9 @@ from typing import Sequence
 MATMUL_ORDERS = ("ikj", "ijk", "jki", "kij")
 """ikj: C rows stream over B rows (unit stride in j); ijk: dot products (unit stride in k);
 jki: C columns stream over A columns (unit stride in i); kij: outer products."""
-LOOP_ORDER_OPS = ("MatMul", "Gemm", "Conv")
-"""Conv orders (fluid/costs.py CONV_ORDERS): "co>px" output-channel blocks outermost, "px>co" pixel
-rows (tiles when flat) outermost; ops/conv.py implements both for its channel-vector blocking."""
+"""Kernels with loop orders say so in their OpSpec (`loop_orders`: "matmul" for these, "conv" for Conv's
+(fluid/costs.py CONV_ORDERS): "co>px" output-channel blocks outermost, "px>co" pixel rows (tiles when flat)
+outermost; ops/conv.py implements both for its channel-vector blocking)."""
 
 MR_OUTER, ACC_BUDGET = 6, 12
 """Outer-product tiles: up to MR_OUTER rows of C, NR columns in vectors, about ACC_BUDGET accumulators."""

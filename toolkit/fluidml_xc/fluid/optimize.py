@@ -17,26 +17,15 @@ from dataclasses import dataclass, field, replace
 from ..target.machine import MachineSpec
 from .costs import Costs, register_elementwise, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
-
-from .loop_order import LOOP_ORDER_OPS
 from .segmentation import segment_graph
 from .voting import vote_layouts
 from ..ir import Graph, Node
-from ..ops import registry
+from .. import opspec
+from ..opspec import OpSpec
 
-LAYOUT_SAFE_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                             "GlobalMaxPool", "Concat"})
-"""Op types whose kernels read and write any layout through strides (besides the elementwise family)."""
-ANCHOR_OPS = frozenset({"MatMul", "Gemm", "Transpose", "Conv"})
-"""A connected group of variable tensors keeps its candidates only if one of these kernels touches it."""
-CONV_FAMILY = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat",
-                         "BatchNormalization"})
-"""Image ops: their rank-4 activations choose between row-major (NCHW) and channels-last (NHWC) only."""
 MIN_GAIN = 0.01
 """The DP's layouts are kept only if they are predicted this much (fraction) faster than row-major;
 otherwise fluid emits greedy's kernels."""
-LAYOUT_SAFE_MODULES = frozenset({"fluidml_xc.ops.elementwise", "fluidml_xc.ops.fused"})
-"""Every op registered by these modules goes through Kernel.elementwise, which honours strides."""
 VIEW_OP = "Identity"
 """A Transpose whose chosen layouts make it a byte copy is rewritten to this view op: the planner aliases
 its output to its input (no kernel), or codegen copies the bytes flat where it cannot."""
@@ -88,19 +77,20 @@ class Decisions:
                 "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4)}
 
 
-def _layout_safe(spec, node=None, graph: Graph | None = None) -> bool:
+def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> bool:
+    """The op's activations may take any layout (OpSpec traits; BatchNormalization: its inference form only)."""
     if spec is None or spec.view:
         return False
     if node is not None and node.op_type == "BatchNormalization":  # inference form: a strided per-channel affine
         return (not int(node.attrs.get("training_mode", 0)) and len([o for o in node.outputs if o]) == 1
                 and all(n and graph.tensors[n].is_const for n in node.inputs[1:5]) and len(node.inputs) >= 5)
-    return spec.op_type in LAYOUT_SAFE_OPS or spec.lower.__module__ in LAYOUT_SAFE_MODULES
+    return spec.layout_safe
 
 
 def build_problem(graph: Graph, costs: Costs):
     """The layout problem of a graph: candidates per activation tensor, pins, per-node cost."""
-    specs = [registry.lookup(n.op_type, graph.opset, n.domain) for n in graph.nodes]
-    register_elementwise(sorted({n.op_type for n, s in zip(graph.nodes, specs) if s is not None and s.lower.__module__ in LAYOUT_SAFE_MODULES}))
+    specs = [opspec.lookup(n.op_type, graph.opset, n.domain) for n in graph.nodes]
+    register_elementwise(sorted({n.op_type for n, s in zip(graph.nodes, specs) if s is not None and s.elementwise}))
     boundary = set(graph.inputs) | set(graph.outputs)
     pinned: set[str] = set(boundary)
     touched: dict[str, list[int]] = {}
@@ -121,9 +111,8 @@ def build_problem(graph: Graph, costs: Costs):
             if node.inputs[0] in touched:  # the input stored in the output's row-major order
                 hints.setdefault(node.inputs[0], []).append(tuple(perm))
     image_only = {name for name, users in touched.items()
-                  if any(graph.nodes[i].op_type in CONV_FAMILY for i in users)
-                  and all(graph.nodes[i].op_type in CONV_FAMILY or (specs[i] is not None and specs[i].lower.__module__ in LAYOUT_SAFE_MODULES)
-                         for i in users)}
+                  if any(specs[i] is not None and specs[i].image for i in users)
+                  and all(specs[i] is not None and (specs[i].image or specs[i].elementwise) for i in users)}
     candidates: dict[str, list] = {}
     for name in touched:
         shape = graph.tensors[name].shape
@@ -148,7 +137,7 @@ def build_problem(graph: Graph, costs: Costs):
     for ts in node_tensors:
         for t in ts[1:]:
             parent[find(t)] = find(ts[0])
-    useful = {find(ts[0]) for n, ts in zip(graph.nodes, node_tensors) if ts and n.op_type in ANCHOR_OPS}
+    useful = {find(ts[0]) for s, ts in zip(specs, node_tensors) if ts and s is not None and s.layout_anchor}
     candidates = {t: c for t, c in candidates.items() if find(t) in useful}
     node_tensors = [[t for t in ts if t in candidates] for ts in node_tensors]
     # in-place elementwise ops may change layout: the planner aliases input and output only when their
@@ -217,11 +206,13 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
     decisions.views = [graph.nodes[i].name for i in view_transposes(graph, decisions.layouts)]
     graph = apply_views(graph, decisions.layouts)
     for node in graph.nodes:
-        if node.op_type in LOOP_ORDER_OPS:
+        spec = opspec.lookup(node.op_type, graph.opset, node.domain)
+        if spec is not None and spec.loop_orders:
             order = model.cost_and_order(node, decisions.layouts, varies=True)[1]
             if order:
                 decisions.loop_orders[node.name] = order
-                names = [t for t in (*node.inputs[:1 if node.op_type == "Conv" else 2], node.outputs[0]) if t]
+                activations = 1 if spec.loop_orders == "conv" else 2
+                names = [t for t in (*node.inputs[:activations], node.outputs[0]) if t]
                 decisions.kernel_layouts[node.name] = " -> ".join(
                     [", ".join(layout_name(graph.tensors[t].shape, decisions.layouts.get(t)) for t in names[:-1]),
                      layout_name(graph.tensors[names[-1]].shape, decisions.layouts.get(names[-1]))])

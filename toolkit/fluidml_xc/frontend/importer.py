@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from ..errors import InputError
 from ..ir import Graph, Node, Tensor, is_onnx_domain
+from ..opspec import BoundFn, lookup
 from .names import rename_repeated, unique_names
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_input_shape, check_opsets, validate_model
 
@@ -179,14 +180,13 @@ class _Folder:
             results = ReferenceEvaluator(model, new_ops=REFERENCE_OPS).run(None, {n: stand_ins[n] if n in stand_ins else self.tensors[n].value for n in inputs})
         return [np.asarray(r) for r in results]
 
-    def infer_dynamic(self, node: onnx.NodeProto, attrs: dict) -> dict[str, Tensor]:
-        """Ops whose output shapes depend on input data: static upper bounds (ops/dynamic.py); the data-
-        dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
+    def infer_dynamic(self, node: onnx.NodeProto, attrs: dict, bound: BoundFn) -> dict[str, Tensor]:
+        """Ops whose output shapes depend on input data: static upper bounds (the op's OpSpec.output_bound); the
+        data-dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
         from .shapes import ATTR
-        from ..ops.dynamic import bound_outputs
 
         inputs = [self.tensors[n] if n else None for n in node.input]
-        bounds = bound_outputs(node.op_type, attrs, inputs, self.opset, node.name or node.op_type)
+        bounds = bound(node.op_type, attrs, inputs, self.opset, node.name or node.op_type)
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:
@@ -322,9 +322,9 @@ class _Folder:
                 for name, value in zip([n for n in node.output if n], values):
                     self.const(name, value)
                 return True
-        from ..ops.dynamic import DYNAMIC_OPS
-        if node.op_type in DYNAMIC_OPS and is_onnx_domain(node.domain):
-            inferred = self.infer_dynamic(node, attrs)
+        spec = lookup(node.op_type, self.opset, node.domain)
+        if spec is not None and spec.output_bound is not None:
+            inferred = self.infer_dynamic(node, attrs, spec.output_bound)
         else:
             inferred = self.infer(node)
             if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
@@ -361,7 +361,6 @@ def _remove_dead(graph: Graph) -> None:
 def _check_known_ops(model: onnx.ModelProto) -> None:
     """Ops without an ONNX schema cannot even be shape-inferred: report them, with every other op we cannot lower."""
     from .unsupported import unsupported_message
-    from ..ops.registry import lookup
 
     opset = _opset(model)
     opsets = {entry.domain or "": entry.version for entry in model.opset_import}
@@ -479,7 +478,6 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
 
     An op without a lowering whose ONNX schema defines it as a function (Attention, RMSNormalization,
     SoftmaxCrossEntropyLoss, Swish, ...) is replaced by its function body."""
-    from ..ops.registry import lookup
 
     from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
 

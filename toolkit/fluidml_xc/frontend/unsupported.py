@@ -17,6 +17,7 @@ import onnx
 
 from ..errors import InputError
 from ..ir import is_onnx_domain
+from ..opspec import lookup
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
@@ -68,8 +69,6 @@ def check_strings(graph) -> None:
 
 
 def _training_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str]]:
-    from ..ops.registry import lookup
-
     found = []
     for i, node in enumerate(model.graph.node):
         label = node.name or f"{node.op_type}_{i}"
@@ -122,8 +121,6 @@ def unsupported_message(missing: list[tuple[str, str]]) -> str:
 def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
     """The message for an output of `node` whose shape stays unknown with every input shape static; it starts
     with "the shape of 'NAME' (" (backend.FxcBackendRep reads NAME to bind the inputs it needs)."""
-    from ..ops.registry import lookup
-
     label = node.name or node.op_type
     op = node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
     if lookup(node.op_type, folder.opset, node.domain) is None and node.op_type not in SHAPE_INPUTS:

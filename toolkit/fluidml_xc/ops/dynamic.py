@@ -28,10 +28,9 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.kernel import row_major_strides
 from ..kernels.scalar import const, is_float
-from .registry import register
+from ..opspec import register
 from ..ir import is_onnx_domain
 
-DYNAMIC_OPS = frozenset({"NonZero", "Compress", "Unique", "NonMaxSuppression"})
 I64 = ir.IntType(64)
 
 
@@ -208,7 +207,7 @@ def _flat_index(k, idx, shape) -> ir.Value:
 # --------------------------------------------------------------------------------------------------
 # NonZero
 # --------------------------------------------------------------------------------------------------
-@register("NonZero", since=9)
+@register("NonZero", since=9, heavy=True, output_bound=bound_outputs)
 def lower_nonzero(k):
     x, out = k.inputs[0], k.outputs[0]
     b = k.b
@@ -240,7 +239,7 @@ def lower_nonzero(k):
 # --------------------------------------------------------------------------------------------------
 # Compress
 # --------------------------------------------------------------------------------------------------
-@register("Compress", since=9)
+@register("Compress", since=9, output_bound=bound_outputs)
 def lower_compress(k):
     x, cond, out = k.inputs[0], k.inputs[1], k.outputs[0]
     b = k.b
@@ -305,7 +304,7 @@ def lower_compress(k):
 # --------------------------------------------------------------------------------------------------
 # Unique
 # --------------------------------------------------------------------------------------------------
-@register("Unique", since=11)
+@register("Unique", since=11, heavy=True, output_bound=bound_outputs)
 def lower_unique(k):
     x = k.inputs[0]
     y, indices, inverse, counts = (list(k.outputs) + [None] * 4)[:4]
@@ -408,7 +407,7 @@ def lower_unique(k):
 # --------------------------------------------------------------------------------------------------
 # NonMaxSuppression
 # --------------------------------------------------------------------------------------------------
-@register("NonMaxSuppression", since=10)
+@register("NonMaxSuppression", since=10, heavy=True, output_bound=bound_outputs)
 def lower_nms(k):
     boxes, scores = k.inputs[0], k.inputs[1]
     ins = list(k.inputs) + [None] * 3

@@ -8,49 +8,17 @@ mode (no '->') outputs the labels used exactly once, alphabetically, after any e
 """
 from __future__ import annotations
 
-from ..errors import InputError
 from ..kernels.scalar import const
-from .registry import register
-
-_ELLIPSIS_LABELS = "".join(chr(c) for c in range(0x100, 0x140))  # labels no equation spells
-
-
-def _parse(equation: str, ranks: list[int], name: str) -> tuple[list[str], str]:
-    eq = equation.replace(" ", "")
-    lhs, arrow, rhs = eq.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(ranks):
-        raise InputError(f"node {name!r} (Einsum): equation {equation!r} names {len(terms)} operands, got {len(ranks)}")
-    ell = 0
-    for t, r in zip(terms, ranks):
-        if "..." in t:
-            ell = max(ell, r - (len(t) - 3))
-    ell_labels = _ELLIPSIS_LABELS[:ell]
-    out_terms = []
-    for t, r in zip(terms, ranks):
-        if "..." in t:
-            n = r - (len(t) - 3)
-            t = t.replace("...", ell_labels[ell - n:] if n else "")
-        if len(t) != r:
-            raise InputError(f"node {name!r} (Einsum): term {t!r} does not match an operand of rank {r}")
-        out_terms.append(t)
-    if arrow:
-        out = rhs.replace("...", ell_labels)
-    else:
-        counts: dict[str, int] = {}
-        for t in out_terms:
-            for c in t:
-                counts[c] = counts.get(c, 0) + 1
-        out = ell_labels + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell_labels))
-    return out_terms, out
+from ..einsum_equation import parse_equation
+from ..opspec import register
 
 
-@register("Einsum")
+@register("Einsum", lowp_native=True, heavy=True)
 def lower_einsum(k):
     ins = [op for op in k.inputs if op is not None]
     out = k.outputs[0]
     dt = out.dtype
-    terms, out_labels = _parse(str(k.attr("equation")), [op.rank for op in ins], k.node.name)
+    terms, out_labels = parse_equation(str(k.attr("equation")), [op.rank for op in ins], k.node.name)
     if not out.size:
         return
     labels = list(out_labels)

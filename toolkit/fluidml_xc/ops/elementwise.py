@@ -9,7 +9,7 @@ from llvmlite import ir
 from ..kernels import lowp
 from ..kernels.lowp import compute_dtype
 from ..kernels.scalar import const, is_float, llvm_type
-from .registry import register
+from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
 NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -132,10 +132,14 @@ FLOAT_ONLY = {"Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan
               "HardSwish", "Softplus", "Softsign", "Gelu"}
 
 
+BITWISE = frozenset({"BitwiseNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "And", "Or", "Xor"})
+"""Bit and logic ops: storage-only operands are widened before them (passes/lowp_compute.py)."""
+
+
 def _register_unary(name, fn):
     dtypes = FLOATS if name in FLOAT_ONLY else (("bool",) if name == "Not" else None)
 
-    @register(name, inplace=True, dtypes=dtypes)
+    @register(name, inplace=True, dtypes=dtypes, elementwise=True, fusable=True, lowp_native=name not in BITWISE)
     def lower(k):
         _unary(k, fn)
 
@@ -200,7 +204,7 @@ COMPARE = {"Equal": "==", "Less": "<", "LessOrEqual": "<=", "Greater": ">", "Gre
 
 
 def _register_binary(name, fn):
-    @register(name, inplace=True)
+    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=name not in BITWISE)
     def lower(k):
         dt = k.inputs[0].dtype
         k.elementwise(lambda v: fn(k, dt, v[0], v[1]), ins=k.inputs[:2])
@@ -231,7 +235,7 @@ def constant_power(k, dt, x, exponent) -> ir.Value | None:
     return None if fn is None else fn(k, dt, x)
 
 
-@register("Pow", inplace=True)
+@register("Pow", inplace=True, elementwise=True, fusable=True, lowp_native=True)
 def lower_pow(k):
     dt, ydt = k.inputs[0].dtype, k.inputs[1].dtype
     exponent = k.input_value(1)
@@ -242,7 +246,7 @@ def lower_pow(k):
 
 
 def _register_compare(name, op):
-    @register(name)
+    @register(name, elementwise=True, fusable=True, lowp_native=True)
     def lower(k):
         dt = k.inputs[0].dtype
         k.elementwise(lambda v: k.s.to_bool(k.s.cmp(dt, op, v[0], v[1])), ins=k.inputs[:2])
@@ -252,7 +256,7 @@ for _name, _op in COMPARE.items():
     _register_compare(_name, _op)
 
 
-@register("BitShift")
+@register("BitShift", elementwise=True)
 def lower_bitshift(k):
     """numpy semantics: a shift by the bit width or more, or by a negative amount, shifts everything out
     (0, or -1 for an arithmetic right shift of a negative signed value) instead of C's undefined result."""
@@ -274,7 +278,7 @@ def lower_bitshift(k):
 
 
 def _variadic(name, combine, finish=None):
-    @register(name, inplace=True)
+    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=True)
     def lower(k):
         dt = k.outputs[0].dtype
         ins = [op for op in k.inputs if op is not None]
@@ -293,12 +297,12 @@ _variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
 _variadic("Mean", _add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
-@register("Where")
+@register("Where", elementwise=True, fusable=True, lowp_native=True)
 def lower_where(k):
     k.elementwise(lambda v: k.b.select(k.b.trunc(v[0], ir.IntType(1)), v[1], v[2]), ins=k.inputs[:3])
 
 
-@register(("Cast", "CastLike"))
+@register(("Cast", "CastLike"), elementwise=True, fusable=True, lowp_native=True)
 def lower_cast(k):
     """ONNX Cast; to the storage-only dtypes with `saturate` and `round_mode` (kernels/lowp.py). A Cast the
     lowp_compute pass inserted (`_astype`) rounds as a kernel's store does (ml_dtypes' astype)."""
@@ -311,7 +315,7 @@ def lower_cast(k):
     k.elementwise(lambda v: k.s.cast(src, dst, v[0], saturate, round_mode), ins=[k.inputs[0]])
 
 
-@register("Clip", inplace=True)
+@register("Clip", inplace=True, elementwise=True, fusable=True, lowp_native=True)
 def lower_clip(k):
     dt = k.inputs[0].dtype
     if k.graph.opset < 11:
@@ -330,21 +334,21 @@ def lower_clip(k):
     k.elementwise(lambda v: k.s.clamp(dt, v[0], bounds[0], bounds[1]), ins=[k.inputs[0]])
 
 
-@register("PRelu", inplace=True)
+@register("PRelu", inplace=True, elementwise=True, lowp_native=True)
 def lower_prelu(k):
     dt = k.inputs[0].dtype
     zero = const(dt, 0)
     k.elementwise(lambda v: k.b.select(k.s.cmp(dt, "<", v[0], zero), _mul(k, dt, v[0], v[1]), v[0]), ins=k.inputs[:2])
 
 
-@register("ThresholdedRelu", inplace=True)
+@register("ThresholdedRelu", inplace=True, elementwise=True, lowp_native=True)
 def lower_thresholded_relu(k):
     dt = k.inputs[0].dtype
     alpha = const(dt, k.attr("alpha", 1.0))
     k.elementwise(lambda v: k.b.select(k.s.cmp(dt, ">", v[0], alpha), v[0], const(dt, 0)), ins=[k.inputs[0]])
 
 
-@register("Celu", inplace=True)
+@register("Celu", inplace=True, elementwise=True, lowp_native=True)
 def lower_celu(k):
     dt = k.inputs[0].dtype
     alpha = const(dt, k.attr("alpha", 1.0))
@@ -356,12 +360,12 @@ def lower_celu(k):
     k.elementwise(fn, ins=[k.inputs[0]])
 
 
-@register("IsNaN")
+@register("IsNaN", elementwise=True, lowp_native=True)
 def lower_isnan(k):
     k.elementwise(lambda v: k.s.to_bool(k.b.fcmp_unordered("uno", v[0], v[0])), ins=[k.inputs[0]])
 
 
-@register("IsInf")
+@register("IsInf", elementwise=True, lowp_native=True)
 def lower_isinf(k):
     dt = k.inputs[0].dtype
     pos, neg = k.attr("detect_positive", 1), k.attr("detect_negative", 1)
@@ -378,7 +382,7 @@ def lower_isinf(k):
 
 
 
-@register("BitCast")
+@register("BitCast", elementwise=True, lowp_native=True)
 def lower_bitcast(k):
     """Reinterpret each element's bits as the output dtype (same item size)."""
     from ..kernels.scalar import llvm_type
@@ -402,7 +406,7 @@ def lower_bitcast(k):
     k.elementwise(lambda v: v[0] if v[0].type == target else k.b.bitcast(v[0], target), ins=[k.inputs[0]])
 
 
-@register("EyeLike")
+@register("EyeLike", elementwise=True, lowp_native=True)
 def lower_eyelike(k):
     """Ones on diagonal `k` (column - row == k) of a 2-D output, zeros elsewhere."""
     out = k.outputs[0]
@@ -441,7 +445,7 @@ def _quant_setup(k):
     return x, axis, int(k.attr("block_size", 0))
 
 
-@register("DequantizeLinear", since=10)
+@register("DequantizeLinear", since=10, elementwise=True, lowp_native=True)
 def lower_dequantize(k):
     """y = (x - zero_point) * scale, computed in float32 (float64 for a float64 scale)."""
     x, axis, block = _quant_setup(k)
@@ -459,7 +463,7 @@ def lower_dequantize(k):
     k.generic(out.shape, [out.identity_access()], [x.identity_access()], body)
 
 
-@register("QuantizeLinear", since=10)
+@register("QuantizeLinear", since=10, elementwise=True, lowp_native=True)
 def lower_quantize(k):
     """y = saturate(round_half_even(x / scale) + zero_point) to the output integer type; float8 outputs:
     cast(x / scale) honouring `saturate`; float4: cast(x / scale + zero_point) (onnx.reference's rules)."""

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..kernels.loops import element, nest, offset
 from ..kernels.scalar import const
-from .registry import register
+from ..opspec import register
 
 
 def _ints_input(k, i: int, what: str) -> list[int] | None:
@@ -31,7 +31,7 @@ def zero_fill(k, out) -> None:
         k.generic(out.shape, [out.identity_access()], [], lambda v, i: [const(out.dtype, 0)])
 
 
-@register("Col2Im", since=18)
+@register("Col2Im", since=18, heavy=True)
 @register("Col2Im", domain="fluidml", notes="ConvTranspose's scatter-add at any opset (passes/conv_transpose.py)")
 def lower_col2im(k):
     x, out = k.inputs[0], k.outputs[0]
@@ -90,7 +90,7 @@ def _block_range(start: int, stride: int, count: int, size: int) -> tuple[int, i
     return (valid[0], valid[-1] + 1) if valid else (0, 0)
 
 
-@register("MaxUnpool", since=9)
+@register("MaxUnpool", since=9, heavy=True)
 def lower_max_unpool(k):
     x, ind, out = k.inputs[0], k.inputs[1], k.outputs[0]
     b = k.b

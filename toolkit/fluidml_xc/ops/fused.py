@@ -26,15 +26,9 @@ from ..kernels import lowp
 from ..kernels.kernel import Operand, element_work
 from ..kernels.scalar import const
 from .elementwise import BINARY, COMPARE, UNARY, _add, _pow, constant_power
-from .registry import register
-
-DOMAIN = "fluidml"
-OP_TYPE = "FusedElementwise"
+from ..opspec import FUSED_OP, OUR_DOMAIN, register
 
 VARIADIC = ("Sum", "Max", "Min", "Mean")
-SPECIAL = ("Where", "Cast", "CastLike", "Clip", "Pow") + VARIADIC
-FUSABLE_OPS = frozenset(UNARY) | frozenset(BINARY) | frozenset(COMPARE) | frozenset(SPECIAL)
-"""ONNX op types a fused program can hold."""
 
 
 class _StepKernel:
@@ -115,7 +109,8 @@ def ref_dtype(ref, input_dtypes: list, step_dtypes: list) -> np.dtype:
     return np.dtype(ref[2])
 
 
-@register(OP_TYPE, domain=DOMAIN, inplace=True, notes="fused chain of elementwise ops (passes/elementwise_fusion.py)")
+@register(FUSED_OP, domain=OUR_DOMAIN, inplace=True, notes="fused chain of elementwise ops (passes/elementwise_fusion.py)",
+          elementwise=True, lowp_native=True, heavy=False)
 def lower_fused(k):
     program = k.attr("program")
     out = k.outputs[0]

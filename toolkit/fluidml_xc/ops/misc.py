@@ -14,7 +14,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.kernel import row_major_strides
 from ..kernels.scalar import const, is_float, llvm_type
-from .registry import register
+from ..opspec import register
 
 I64 = np.dtype(np.int64)
 DET_STACK_BYTES = 128 * 1024
@@ -172,7 +172,7 @@ def lower_array_feature_extractor(k):
     k.loops(shape, list(range(len(shape))), [None] * len(shape), point)
 
 
-@register("TfIdfVectorizer", dtypes=("int32", "int64"))
+@register("TfIdfVectorizer", dtypes=("int32", "int64"), heavy=True)
 def lower_tfidf(k):
     x, out = k.inputs[0], k.outputs[0]
     name = k.node.name

@@ -15,7 +15,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.kernel import Access, Operand
 from ..kernels.scalar import const, is_float, llvm_type
-from .registry import register
+from ..opspec import register
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def _store_at(k, op: Operand, linear: ir.Value, value: ir.Value) -> None:
 
 
 # -- affine copies -------------------------------------------------------------------------------
-@register("Transpose")
+@register("Transpose", strided=True, layout_anchor=True, lowp_native=True)
 def lower_transpose(k):
     x, out = k.inputs[0], k.outputs[0]
     perm = k.attr("perm") or list(range(x.rank))[::-1]
@@ -92,7 +92,7 @@ def lower_transpose(k):
     _copy(k, out.shape, out.identity_access(), x.access(dims, out.rank))
 
 
-@register("Concat")
+@register("Concat", strided=True, image=True, lowp_native=True)
 def lower_concat(k):
     out = k.outputs[0]
     axis = _axis(int(k.attr("axis")), out.rank)
@@ -128,13 +128,13 @@ def _offset_access(x: Operand, starts_steps) -> Access:
     return Access(x.ptr, x.dtype, strides, offset)
 
 
-@register("Slice")
+@register("Slice", lowp_native=True)
 def lower_slice(k):
     x, out = k.inputs[0], k.outputs[0]
     _copy(k, out.shape, out.identity_access(), _offset_access(x, _slice_params(k, x)))
 
 
-@register("Split")
+@register("Split", lowp_native=True)
 def lower_split(k):
     x = k.inputs[0]
     axis = _axis(int(k.attr("axis", 0)), x.rank)
@@ -151,13 +151,13 @@ def lower_split(k):
         start += size
 
 
-@register("Expand")
+@register("Expand", lowp_native=True)
 def lower_expand(k):
     x, out = k.inputs[0], k.outputs[0]
     _copy(k, out.shape, out.identity_access(), x.broadcast_access(out.shape))
 
 
-@register("Tile")
+@register("Tile", lowp_native=True)
 def lower_tile(k):
     """Domain (rep0, n0, rep1, n1, ...): out index rep*n + i reads input index i."""
     x, out = k.inputs[0], k.outputs[0]
@@ -189,12 +189,12 @@ def _blocks(k, space_to_depth: bool) -> None:
         _copy(k, domain, wide_acc, deep_acc)
 
 
-@register("DepthToSpace")
+@register("DepthToSpace", lowp_native=True)
 def lower_depth_to_space(k):
     _blocks(k, False)
 
 
-@register("SpaceToDepth")
+@register("SpaceToDepth", lowp_native=True)
 def lower_space_to_depth(k):
     _blocks(k, True)
 
@@ -272,7 +272,7 @@ def lower_pad(k):
 
 
 # -- gathers -------------------------------------------------------------------------------------
-@register("Gather")
+@register("Gather", lowp_native=True)
 def lower_gather(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = _axis(int(k.attr("axis", 0)), data.rank)
@@ -300,7 +300,7 @@ def lower_gather(k):
     _each(k, out.shape, body)
 
 
-@register("GatherElements")
+@register("GatherElements", lowp_native=True)
 def lower_gather_elements(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = _axis(int(k.attr("axis", 0)), data.rank)
@@ -324,7 +324,7 @@ def _nd_dims(k, data: Operand, indices: Operand, ix, batch: int, lead: int) -> d
     return dims
 
 
-@register("GatherND")
+@register("GatherND", lowp_native=True)
 def lower_gather_nd(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     batch = int(k.attr("batch_dims", 0))
@@ -409,7 +409,7 @@ def lower_trilu(k):
         k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=_order(out.strides))
 
 
-@register("OneHot")
+@register("OneHot", lowp_native=True)
 def lower_one_hot(k):
     indices, values, out = k.inputs[0], k.inputs[2], k.outputs[0]
     axis = _axis(int(k.attr("axis", -1)), out.rank)
@@ -520,7 +520,7 @@ def _resize_taps(k, mode, n_in, n_out, scale, roi):
     return taps
 
 
-@register(("Resize", "Upsample"))
+@register(("Resize", "Upsample"), heavy=True)
 def lower_resize(k):
     """Nearest, (multi)linear and cubic resize from per-dim tap tables (indices and weights) built at compile time."""
     x, out = k.inputs[0], k.outputs[0]

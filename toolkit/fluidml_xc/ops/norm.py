@@ -15,7 +15,7 @@ from ..kernels.kernel import ELEMENT_WORK, Operand, chunk_count, row_major_strid
 from ..kernels.loops import element, offset
 from ..kernels.scalar import FAST, const, llvm_type
 from .reduce import _Accumulators, _each, _fast_add, _row_ptr, _rows, _vector_rows
-from .registry import register
+from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
 
@@ -30,7 +30,7 @@ def _param_access(op: Operand, rank: int):
     return op.access(list(range(1, 1 + op.rank)), rank)
 
 
-@register("BatchNormalization", inplace=True, dtypes=FLOATS)
+@register("BatchNormalization", inplace=True, dtypes=FLOATS, image=True)
 def lower_batch_norm(k):
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b

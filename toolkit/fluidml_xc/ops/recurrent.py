@@ -21,7 +21,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.scalar import FAST, const, llvm_type
 from .matmul_blocked import Mat, Problem, emit_blocked
-from .registry import register
+from ..opspec import register
 
 CHUNK_BYTES = 32 * 1024
 """Stack bytes for the input projections of a chunk of time steps (X . W^T of several steps as one GEMM)."""
@@ -507,4 +507,4 @@ def _lower(op):
 
 
 for _op in ("RNN", "GRU", "LSTM"):
-    register(_op, dtypes=("float32", "float64", "float16"))(_lower(_op))
+    register(_op, dtypes=("float32", "float64", "float16"), heavy=True)(_lower(_op))

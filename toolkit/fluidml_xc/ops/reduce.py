@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..kernels.scalar import FAST, const, is_float, llvm_type, splat_const
-from .registry import register
+from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
 

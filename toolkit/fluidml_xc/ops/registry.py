@@ -1,70 +1,23 @@
-"""Op registry keyed by ONNX op type and opset version.
-
-Shape/type inference comes from ONNX's own per-node inference and the numpy reference (used by
-constant folding and tests) from onnx.reference; an op here contributes its LLVM lowering and the
-facts the planner needs. Register with the decorator, one module per op family.
-"""
+"""Transitional: ops/conv.py, integer.py, matmul.py and pool.py import `register` from here until helper `split`
+has cut them (#14); then their registrations carry these traits themselves and this module goes. The registry
+is opspec.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from ..opspec import register as _register
 
-LowerFn = Callable[..., None]
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    op_type: str
-    lower: LowerFn
-    since: int = 1
-    domain: str = ""
-    view: bool = False
-    """Output 0 holds exactly input 0's bytes (Reshape, Flatten, ...): it aliases input 0."""
-    inplace: bool = False
-    """Elementwise: output 0 may be written over input 0 when input 0 dies at this node."""
-    dtypes: frozenset[str] | None = None
-    """numpy dtype names the lowering accepts for input 0; None means any."""
-    notes: str = ""
+_MATMUL = dict(strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
+_POOL = dict(strided=True, image=True, heavy=True)
+PENDING_TRAITS: dict[str, dict] = {
+    "Conv": dict(strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True),
+    "ConvTranspose": dict(heavy=True),
+    "MatMul": _MATMUL, "Gemm": _MATMUL,
+    "MaxPool": _POOL, "AveragePool": _POOL, "GlobalAveragePool": dict(strided=True, image=True),
+    "GlobalMaxPool": dict(strided=True, image=True), "LpPool": dict(heavy=True), "GlobalLpPool": dict(heavy=True),
+    "MatMulInteger": dict(heavy=True), "QLinearMatMul": dict(heavy=True), "ConvInteger": dict(heavy=True),
+    "QLinearConv": dict(heavy=True),
+}
 
 
-_REGISTRY: dict[tuple[str, str], list[OpSpec]] = {}
-_LOADED = False
-
-
-def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", view: bool = False,
-             inplace: bool = False, dtypes: tuple[str, ...] | None = None, notes: str = "") -> Callable[[LowerFn], LowerFn]:
-    names = (op_types,) if isinstance(op_types, str) else op_types
-
-    def wrap(fn: LowerFn) -> LowerFn:
-        for name in names:
-            spec = OpSpec(name, fn, since, domain, view, inplace, frozenset(dtypes) if dtypes else None, notes)
-            versions = _REGISTRY.setdefault((domain, name), [])
-            versions.append(spec)
-            versions.sort(key=lambda s: s.since)
-        return fn
-
-    return wrap
-
-
-def _load_all() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from . import load_families
-        load_families()
-
-
-def lookup(op_type: str, opset: int, domain: str = "") -> OpSpec | None:
-    """The newest registered lowering whose `since` is at most the model's opset."""
-    _load_all()
-    domain = "" if domain == "ai.onnx" else domain
-    best = None
-    for spec in _REGISTRY.get((domain, op_type), []):
-        if spec.since <= opset:
-            best = spec
-    return best
-
-
-def all_specs() -> dict[tuple[str, str], list[OpSpec]]:
-    _load_all()
-    return dict(_REGISTRY)
+def register(op_types: str, **options):
+    """opspec.register with the op's traits from PENDING_TRAITS."""
+    return _register(op_types, **options, **PENDING_TRAITS[op_types])

@@ -16,7 +16,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import const, llvm_type
-from .registry import register
+from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
 
@@ -196,7 +196,7 @@ def lower_grid_sample(k):
     nest(k, [N, *out_sp], point)
 
 
-@register("RoiAlign", since=10, dtypes=FLOATS)
+@register("RoiAlign", since=10, dtypes=FLOATS, heavy=True)
 def lower_roi_align(k):
     """Per RoI and output bin: the sample points (a build-time or, with sampling_ratio 0, a run-time
     grid) give 4 addresses and weights each, computed once and applied to every channel."""
@@ -306,7 +306,7 @@ def lower_roi_align(k):
     nest(k, [R], lambda ix: roi(ix[0]))
 
 
-@register("DeformConv", since=19, dtypes=FLOATS)
+@register("DeformConv", since=19, dtypes=FLOATS, heavy=True)
 def lower_deform_conv(k):
     """2-D deformable convolution: per output pixel, offset group and kernel tap, the bilinear taps
     (zero outside the input, times the mask) are computed once; each input channel's sample is then

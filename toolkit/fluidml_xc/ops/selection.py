@@ -18,10 +18,10 @@ from ..errors import InputError
 from ..kernels import lowp
 from ..kernels.scalar import const, is_float, llvm_type
 from .reduce import _axis, _rows
-from .registry import register
+from ..opspec import register
 
 
-@register("TopK")
+@register("TopK", heavy=True)
 def lower_topk(k):
     x, values, indices = k.inputs[0], k.outputs[0], k.outputs[1]
     r, dt = x.rank, x.dtype

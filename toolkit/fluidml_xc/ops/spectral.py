@@ -19,7 +19,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import llvm_type
-from .registry import register
+from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
 F64 = np.dtype(np.float64)
@@ -267,7 +267,7 @@ def _loader(k, x, base, step: int, weight=None):
     return load
 
 
-@register("DFT", since=17, dtypes=FLOATS)
+@register("DFT", since=17, dtypes=FLOATS, heavy=True)
 def lower_dft(k):
     x, out = k.inputs[0], k.outputs[0]
     b = k.b
@@ -348,7 +348,7 @@ def lower_dft(k):
     nest(k, [x.shape[d] for d in rows], row)
 
 
-@register("STFT", since=17, dtypes=FLOATS)
+@register("STFT", since=17, dtypes=FLOATS, heavy=True)
 def lower_stft(k):
     x, out = k.inputs[0], k.outputs[0]
     b = k.b

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from ..kernels.scalar import const
-from .registry import register
+from ..opspec import register
 
 DOMAIN = "ai.onnx.preview.training"
 FLOATS = ("float32", "float64")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..kernels.scalar import const
-from .registry import register
+from ..opspec import register
 
 
 def _flat_copy(k) -> None:
@@ -17,12 +17,12 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False)
+@register(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True)
 def lower_view(k):
     _flat_copy(k)
 
 
-@register("Dropout", view=True)
+@register("Dropout", view=True, lowp_native=True, heavy=True)
 def lower_dropout(k):
     _flat_copy(k)
     mask = k.outputs[1] if len(k.outputs) > 1 else None

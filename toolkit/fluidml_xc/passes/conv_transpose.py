@@ -18,9 +18,9 @@ import math
 import numpy as np
 
 from ..ir import Graph, Node, is_onnx_domain
+from ..opspec import OUR_DOMAIN
 from . import graph_pass
 
-DOMAIN = "fluidml"
 
 
 def _pads(node: Node, in_sp, k_sp, out_sp, strides, dils) -> list[int] | None:
@@ -104,7 +104,7 @@ def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
     nodes.append(Node("Col2Im", f"{name}.col2im",
                       [cols, _const(graph, f"{name}.image_shape", np.array(out.shape[2:], np.int64)),
                        _const(graph, f"{name}.block_shape", np.array(k_sp, np.int64))],
-                      [image], {"strides": strides, "dilations": dils, "pads": pads}, DOMAIN))
+                      [image], {"strides": strides, "dilations": dils, "pads": pads}, OUR_DOMAIN))
     if bias is not None:
         b_name = _const(graph, f"{name}.bias", bias.value.reshape(cout, *([1] * sp)).astype(np.float32))
         nodes.append(Node("Add", f"{name}.bias_add", [image, b_name], [out.name]))

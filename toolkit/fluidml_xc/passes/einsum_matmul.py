@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, Node, Tensor, is_onnx_domain
-from ..ops.einsum import _parse
+from ..einsum_equation import parse_equation
 from . import graph_pass
 
 
@@ -56,7 +56,7 @@ def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
     if np.dtype(a.dtype).kind != "f" or a.dtype != b.dtype or out.size == 0:
         return None
     try:
-        (ta, tb), to = _parse(str(node.attrs.get("equation", "")), [len(a.shape), len(b.shape)], node.name)
+        (ta, tb), to = parse_equation(str(node.attrs.get("equation", "")), [len(a.shape), len(b.shape)], node.name)
     except InputError:
         return None
     if len(set(ta)) != len(ta) or len(set(tb)) != len(tb) or len(set(to)) != len(to):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, is_onnx_domain
-from ..ops import registry
-from ..ops.fused import DOMAIN, FUSABLE_OPS, OP_TYPE
+from ..dtypes import compute_dtype, has_scalar_type
+from ..ir import Graph, Node
+from ..opspec import FUSED_OP, OUR_DOMAIN, lookup
 from . import graph_pass
 
 _SKIP_INPUT = {"CastLike": (1,)}
@@ -30,8 +30,7 @@ def _scalar_const(graph: Graph, name: str):
 
 def _imm(value, dtype) -> list:
     dtype = np.dtype(dtype)
-    from ..kernels.scalar import is_float
-    if is_float(dtype):
+    if compute_dtype(dtype).kind == "f":
         return ["imm", float(value), dtype.name]
     if dtype == np.bool_:
         return ["imm", int(bool(value)), dtype.name]
@@ -40,7 +39,8 @@ def _imm(value, dtype) -> list:
 
 def fusable(graph: Graph, node: Node) -> bool:
     """A single-output elementwise node the fused kernel can evaluate."""
-    if not is_onnx_domain(node.domain) or node.op_type not in FUSABLE_OPS:
+    spec = lookup(node.op_type, graph.opset, node.domain)
+    if spec is None or not spec.fusable:
         return False
     outs = [o for o in node.outputs if o]
     if len(node.outputs) != 1 or len(outs) != 1 or not node.inputs or not node.inputs[0]:
@@ -48,14 +48,8 @@ def fusable(graph: Graph, node: Node) -> bool:
     out = graph.tensors.get(outs[0])
     if out is None or out.is_const:
         return False
-    try:
-        from ..kernels.scalar import llvm_type
-        for name in [outs[0]] + [n for n in node.inputs if n]:
-            llvm_type(graph.tensors[name].dtype)
-    except (TypeError, KeyError):
-        return False
-    spec = registry.lookup(node.op_type, graph.opset, node.domain)
-    if spec is None:
+    tensors = [graph.tensors.get(name) for name in [outs[0]] + [n for n in node.inputs if n]]
+    if any(t is None or not has_scalar_type(t.dtype) for t in tensors):
         return False
     if spec.dtypes is not None and np.dtype(graph.tensors[node.inputs[0]].dtype).name not in spec.dtypes:
         return False
@@ -177,9 +171,9 @@ def fuse_groups(graph: Graph) -> int:
         while name in names:
             name += "_"
         names.add(name)
-        fused = Node(OP_TYPE, name, inputs, [node.outputs[0]],
+        fused = Node(FUSED_OP, name, inputs, [node.outputs[0]],
                      {"program": steps, "_fused_nodes": [n.name for n in group], "_fused_ops": [n.op_type for n in group]},
-                     domain=DOMAIN)
+                     domain=OUR_DOMAIN)
         for member in group:
             replace[id(member)] = None
             if member is not node:

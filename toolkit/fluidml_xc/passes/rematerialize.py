@@ -12,14 +12,15 @@ For each such tensor, its consumers (in node order) are split into clusters wher
 private copy of the cone (nodes and tensors renamed `<name>#remat<k>`), inserted just before the
 cluster's first consumer. The memory planner's order search then schedules each copy where it
 costs least. Cones are bounded (`REMAT_MAX_NODES` nodes, `REMAT_MAX_WORK` times the tensor's bytes
-written in all) and use no heavy op (Conv, MatMul, Gemm, pooling, recurrent, ...) and nothing
-random, so the recomputation is cheap and bit-identical.
+written in all) and use only registered ops not marked `heavy` (OpSpec: Conv, MatMul, Gemm, pooling,
+recurrent, ... are), so nothing random, and the recomputation is cheap and bit-identical.
 """
 from __future__ import annotations
 
 import copy
 
-from ..ir import Graph, Node, is_onnx_domain
+from ..ir import Graph, Node
+from ..opspec import lookup
 from . import graph_pass
 
 REMAT_MIN_GAP = 3
@@ -30,19 +31,9 @@ REMAT_MAX_WORK = 8
 REMAT_MIN_BYTES = 1024
 """Smaller tensors are not worth a copy."""
 
-HEAVY_OPS = frozenset({
-    "Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm",
-    "Einsum", "MaxPool", "AveragePool", "LpPool", "GlobalLpPool", "MaxRoiPool", "RoiAlign", "MaxUnpool", "LSTM",
-    "GRU", "RNN", "Loop", "If", "Scan", "TopK", "NonMaxSuppression", "Resize", "Upsample", "DeformConv",
-    "Dropout", "Multinomial", "Bernoulli", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-    "StringNormalizer", "TfIdfVectorizer", "Unique", "NonZero", "Col2Im", "DFT", "STFT",
-})
-
-
-def _cheap(node: Node) -> bool:
-    if not is_onnx_domain(node.domain):
-        return node.op_type == "FusedElementwise"
-    return node.op_type not in HEAVY_OPS and not node.op_type.startswith("Random")
+def _cheap(graph: Graph, node: Node) -> bool:
+    spec = lookup(node.op_type, graph.opset, node.domain)
+    return spec is not None and not spec.heavy
 
 
 def _cone(graph: Graph, name: str, producers: dict[str, Node], sources: set[str]) -> list[Node] | None:
@@ -54,7 +45,7 @@ def _cone(graph: Graph, name: str, producers: dict[str, Node], sources: set[str]
         if t in sources or graph.tensors[t].is_const:
             continue
         node = producers.get(t)
-        if node is None or not _cheap(node):
+        if node is None or not _cheap(graph, node):
             return None
         if id(node) in nodes:
             continue

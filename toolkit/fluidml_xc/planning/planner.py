@@ -14,8 +14,8 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir import Graph, Node
-from ..ops import registry
-from ..ops.registry import OpSpec
+from .. import opspec
+from ..opspec import OpSpec
 from .orders import ORDERS, OrderFacts, min_peak_order
 from .strategies import SEARCHES, STRATEGIES, Buffers
 
@@ -90,7 +90,7 @@ def _round_up(n: int, align: int) -> int:
     return -(-n // align) * align
 
 
-def is_alias_view(graph: Graph, node: Node, spec_lookup: SpecLookup = registry.lookup) -> bool:
+def is_alias_view(graph: Graph, node: Node, spec_lookup: SpecLookup = opspec.lookup) -> bool:
     """True when `node` is a view whose output 0 shares input 0's arena storage.
 
     Not when the input is a graph input or constant, or either side is a graph output: the view then
@@ -183,7 +183,7 @@ class _Facts:
 def op_lower_bound(graph: Graph, spec_lookup: SpecLookup | None = None) -> int:
     """The largest number of bytes one op reads and writes in the arena (in place where it may): a bound no
     execution order or placement goes below (passes compare a rewrite against it before planning)."""
-    return _Facts(graph, PlanOptions(), spec_lookup or registry.lookup, {}).lower_bound
+    return _Facts(graph, PlanOptions(), spec_lookup or opspec.lookup, {}).lower_bound
 
 
 def _same_storage_shape(graph: Graph, layouts: Layouts, a: str, b: str) -> bool:
@@ -290,7 +290,7 @@ def plan_memory(graph: Graph, options: PlanOptions = PlanOptions(), spec_lookup:
     unknown = [name for name in names if name not in STRATEGIES]
     if unknown or not names:
         raise ValueError(f"unknown memory strategies {unknown}: choose from {sorted(STRATEGIES)}")
-    facts = _Facts(graph, options, spec_lookup or registry.lookup, layouts or {})
+    facts = _Facts(graph, options, spec_lookup or opspec.lookup, layouts or {})
     original = list(range(len(graph.nodes)))
 
     if not options.reuse:
@@ -351,7 +351,7 @@ def verify_plan(graph: Graph, plan: MemoryPlan, spec_lookup: SpecLookup | None =
     view of a member of its group while an in-place alias overwrites only members that are dead by
     then; and no two storage buffers that are live at a common step overlap.
     """
-    lookup = spec_lookup or registry.lookup
+    lookup = spec_lookup or opspec.lookup
     nodes = graph.nodes
     if sorted(plan.order) != list(range(len(nodes))):
         raise PlanError("order is not a permutation of the graph's nodes")

@@ -1,0 +1,120 @@
+"""The op registry: per ONNX op type, domain and opset version an OpSpec with the op's lowering and its traits.
+
+Shape/type inference comes from ONNX's own per-node inference and the numpy reference (constant folding, tests)
+from onnx.reference; an op contributes its LLVM lowering and the facts every stage asks about it: the frontend
+(is it supported, data-dependent output bounds), the passes (fusion, low-precision operands, rematerialization),
+fluid (layouts, loop orders) and planning (views, in place). Only the emitter calls `lower`.
+
+Each op family in ops/ registers its ops with `register`, traits included, so adding an op is one file. The
+families are loaded on the first lookup: OPS_PACKAGE's `load_families` imports every module of it (a plugin
+load by name, so this base module imports no stage).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from .ir import is_onnx_domain
+
+LowerFn = Callable[..., None]
+BoundFn = Callable[..., list]
+LoopOrders = Literal["matmul", "conv"]
+
+OPS_PACKAGE = f"{__package__}.ops"
+OUR_DOMAIN = "fluidml"
+"""The domain of the ops passes create (FusedElementwise, Col2Im at any opset, ...)."""
+FUSED_OP = "FusedElementwise"
+"""A chain of `fusable` ops in one pass over memory (passes/elementwise_fusion.py makes it, ops/fused.py lowers it)."""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op_type: str
+    lower: LowerFn
+    since: int = 1
+    domain: str = ""
+    view: bool = False
+    """Output 0 holds exactly input 0's bytes (Reshape, Flatten, ...): it aliases input 0."""
+    inplace: bool = False
+    """Elementwise: output 0 may be written over input 0 when input 0 dies at this node."""
+    dtypes: frozenset[str] | None = None
+    """numpy dtype names the lowering accepts for input 0; None means any."""
+    notes: str = ""
+    elementwise: bool = False
+    """The kernel is Kernel.elementwise (one scalar step per element through strides): any layout, and the cost
+    model's elementwise estimate (fluid/)."""
+    strided: bool = False
+    """The kernel reads and writes any layout through strides (besides `elementwise` ops): fluid may give its
+    activations non-row-major layouts."""
+    layout_anchor: bool = False
+    """A connected group of variable tensors keeps its layout candidates only if such a kernel touches it."""
+    image: bool = False
+    """Image op (Conv, pools, ...): its rank-3/4 activations choose between row-major and channels-last only."""
+    loop_orders: LoopOrders | None = None
+    """The loop-order family fluid chooses among for this kernel (fluid/loop_order.py); None: the kernel's default."""
+    fusable: bool = False
+    """A step a FusedElementwise program can hold (ops/fused.py, passes/elementwise_fusion.py)."""
+    lowp_native: bool = False
+    """Loads and stores storage-only dtypes itself (Kernel.load/store); otherwise passes/lowp_compute.py widens
+    its operands to the compute dtype and narrows its outputs back."""
+    heavy: bool = False
+    """Too costly to recompute for a later consumer (passes/rematerialize.py)."""
+    output_bound: BoundFn | None = None
+    """Ops whose output shapes depend on the data: (op_type, attrs, input tensors, opset, where) -> per output
+    (dtype, upper-bound shape, data-dependent dims), called by the frontend."""
+
+    @property
+    def layout_safe(self) -> bool:
+        """Its activations may take any layout the optimizer picks."""
+        return not self.view and (self.strided or self.elementwise)
+
+
+_REGISTRY: dict[tuple[str, str], list[OpSpec]] = {}
+_LOADED = False
+
+
+def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", view: bool = False,
+             inplace: bool = False, dtypes: tuple[str, ...] | None = None, notes: str = "", *,
+             elementwise: bool = False, strided: bool = False, layout_anchor: bool = False, image: bool = False,
+             loop_orders: LoopOrders | None = None, fusable: bool = False, lowp_native: bool = False,
+             heavy: bool | None = None, output_bound: BoundFn | None = None) -> Callable[[LowerFn], LowerFn]:
+    """Register the decorated lowering for OP_TYPES with these traits. `heavy` defaults to True outside the
+    ONNX domain (contrib and our ops are not recomputed unless they say so)."""
+    names = (op_types,) if isinstance(op_types, str) else op_types
+    heavy = not is_onnx_domain(domain) if heavy is None else heavy
+
+    def wrap(fn: LowerFn) -> LowerFn:
+        for name in names:
+            spec = OpSpec(name, fn, since, domain, view, inplace, frozenset(dtypes) if dtypes else None, notes,
+                          elementwise, strided, layout_anchor, image, loop_orders, fusable, lowp_native, heavy,
+                          output_bound)
+            versions = _REGISTRY.setdefault((domain, name), [])
+            versions.append(spec)
+            versions.sort(key=lambda s: s.since)
+        return fn
+
+    return wrap
+
+
+def _load_all() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        importlib.import_module(OPS_PACKAGE).load_families()
+
+
+def lookup(op_type: str, opset: int, domain: str = "") -> OpSpec | None:
+    """The newest registered lowering whose `since` is at most the model's opset."""
+    _load_all()
+    domain = "" if is_onnx_domain(domain) else domain
+    best = None
+    for spec in _REGISTRY.get((domain, op_type), []):
+        if spec.since <= opset:
+            best = spec
+    return best
+
+
+def all_specs() -> dict[tuple[str, str], list[OpSpec]]:
+    _load_all()
+    return dict(_REGISTRY)

@@ -1,5 +1,6 @@
 """The storage-only low-precision dtypes (ml_dtypes, as onnx uses them): kernels load and store their bits and
-compute in a wider dtype (kernels/lowp.py), runner .npy files hold their bits (run/execute.py)."""
+compute in a wider dtype (`compute_dtype`; the conversions are kernels/lowp.py), runner .npy files hold their bits
+(run/execute.py)."""
 from __future__ import annotations
 
 import ml_dtypes

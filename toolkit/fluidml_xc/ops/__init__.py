@@ -1,4 +1,4 @@
-"""Op families; each module registers its lowerings with ops.registry.register."""
+"""Op families; each module registers its lowerings and their traits with opspec.register (loaded by opspec.lookup)."""
 from __future__ import annotations
 
 import importlib

@@ -182,13 +182,13 @@ def main() -> int:
                 res = build_model(path, BuildOptions(board=args.board, out_dir=work / f"{name}-{mode}", opt=mode, costs=args.costs,
                                                      profile_runner=False, record_last=False, threads=max(counts)))
                 built[mode] = res
-                mem = res.manifest["memory"]
+                mem = res.manifest.memory
                 row[mode] = {"arena": mem["arena_bytes"],
                              "lb": mem["lower_bound_bytes"], "peak": mem["live_peak_bytes"], "naive": mem["naive_bytes"],
                              "strategy": mem["strategy"], "build_s": res.seconds,
-                             "optimizer_s": res.manifest.get("optimizer", {}).get("seconds", 0.0),
-                             "non_row_major": len(res.manifest.get("optimizer", {}).get("non_row_major", {})),
-                             "parallel_ops": len(res.manifest.get("parallel_ops", {})), "rounds_ms": {t: [] for t in counts}}
+                             "optimizer_s": res.manifest.optimizer.get("seconds", 0.0),
+                             "non_row_major": len(res.manifest.optimizer.get("non_row_major", {})),
+                             "parallel_ops": len(res.manifest.parallel_ops), "rounds_ms": {t: [] for t in counts}}
             except Exception as exc:  # noqa: BLE001
                 row[mode] = {"error": str(exc).splitlines()[0][:100]}
         ort_rounds = {t: [] for t in counts}

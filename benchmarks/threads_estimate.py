@@ -35,7 +35,7 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fxc-estimate-"))
     here = build_model(args.model, BuildOptions(out_dir=work / "x86_64", threads=2, record_last=False))
-    split_here = {k: math.prod(v) for k, v in here.manifest["parallel_ops"].items()}
+    split_here = {k: math.prod(v) for k, v in here.manifest.parallel_ops.items()}
     per_op: dict[int, dict[str, list[float]]] = {1: {}, 2: {}}
     wall: dict[int, list[float]] = {1: [], 2: []}
     for _ in range(args.rounds):
@@ -60,7 +60,7 @@ def main() -> int:
     for name in [b for b in args.boards.split(",") if b]:
         board = get_board(name)
         built = build_model(args.model, BuildOptions(board=name, out_dir=work / name, profile_runner=False, record_last=False))
-        split = {k: math.prod(v) for k, v in built.manifest["parallel_ops"].items()}
+        split = {k: math.prod(v) for k, v in built.manifest.parallel_ops.items()}
         ser = sum(ms for n, ms in t1.items() if n not in split)
         for n_threads in sorted({2, board.cores}):
             tiled = sum(t1[n] * math.ceil(split[n] / n_threads) / split[n] for n in split if n in t1)

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 from llvmlite import ir
 
+from ..dtypes import compute_dtype
 from ..ir import Graph, Node
 from . import lowp
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
@@ -438,7 +439,7 @@ class Kernel:
     # -- explicit vectors (hand-tuned kernels) ------------------------------------------------------
     def lanes(self, dtype) -> int:
         """Elements of `dtype` in one target vector register (k.vector_bits wide)."""
-        return max(1, self.vector_bits // (8 * lowp.compute_dtype(dtype).itemsize))
+        return max(1, self.vector_bits // (8 * compute_dtype(dtype).itemsize))
 
     @staticmethod
     def vector_type(dtype, lanes: int) -> ir.Type:

@@ -79,16 +79,6 @@ def _name(dtype) -> str | None:
 is_lowp = is_storage_only
 
 
-def compute_dtype(dtype) -> np.dtype:
-    """The dtype a kernel computes a storage-only dtype in (the dtype itself for every other)."""
-    name = _name(dtype)
-    if name is None:
-        return np.dtype(dtype)
-    if name in INT_FORMATS:
-        return np.dtype(np.int8 if INT_FORMATS[name].signed else np.uint8)
-    return np.dtype(np.float32)
-
-
 def storage_type(dtype) -> ir.Type:
     return I16 if np.dtype(dtype).itemsize == 2 else I8
 

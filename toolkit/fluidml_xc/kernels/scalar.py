@@ -5,7 +5,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import lowp
-from .lowp import compute_dtype
+from ..dtypes import compute_dtype
 
 FAST = ("reassoc", "contract", "nsz", "arcp", "afn")
 """Reassociation for vectorized reductions and FMA contraction; infinities and NaNs keep their meaning."""

@@ -64,7 +64,7 @@ from .conv_channels import ChannelVectors
 from .conv_depthwise import ChannelsLastDepthwise
 from .conv_generic import conv_generic
 from .conv_rows import RowVectors
-from .registry import register
+from ..opspec import register
 
 
 class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
@@ -417,7 +417,7 @@ def conv_params(k, x, w, out):
     return k_sp, strides, dils, pads
 
 
-@register("Conv")
+@register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True)
 def lower_conv(k):
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None

@@ -4,10 +4,10 @@ from __future__ import annotations
 from ..kernels.conv_geometry import auto_pad_mode, tap_tables
 from ..kernels.loops import element, nest, offset, table_nest
 from ..kernels.scalar import const
-from .registry import register
+from ..opspec import register
 
 
-@register("ConvTranspose")
+@register("ConvTranspose", heavy=True)
 def lower_conv_transpose(k):
     """Scatter form: every input pixel adds x * w into the output taps it reaches (tables per input position)."""
     x, w = k.inputs[0], k.inputs[1]

@@ -7,7 +7,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..kernels import lowp
-from ..kernels.lowp import compute_dtype
+from ..dtypes import compute_dtype
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
 

@@ -22,6 +22,7 @@ from contextlib import nullcontext
 import numpy as np
 from llvmlite import ir
 
+from ..dtypes import compute_dtype
 from ..kernels import lowp
 from ..kernels.kernel import Operand, element_work
 from ..kernels.scalar import const
@@ -77,7 +78,7 @@ def _eval_step(k, step: dict, args: list, dts: list):
         return k.b.select(k.b.trunc(args[0], ir.IntType(1)), args[1], args[2])
     if op in ("Cast", "CastLike"):
         if sk.attr("_astype"):
-            return lowp.round_to(k.b, out_dt, k.s.cast(dt, lowp.compute_dtype(out_dt), args[0]))
+            return lowp.round_to(k.b, out_dt, k.s.cast(dt, compute_dtype(out_dt), args[0]))
         mode = sk.attr("round_mode", "up")
         return k.s.cast(dt, out_dt, args[0], bool(sk.attr("saturate", 1)), mode.decode() if isinstance(mode, bytes) else mode)
     if op == "Clip":  # args: x, then the bounds present (attrs say which)

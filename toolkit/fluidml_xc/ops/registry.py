@@ -1,6 +1,6 @@
-"""Transitional: ops/conv.py, integer.py, matmul.py and pool.py import `register` from here until helper `split`
-has cut them (#14); then their registrations carry these traits themselves and this module goes. The registry
-is opspec.py."""
+"""Transitional: ops/integer.py, matmul.py and pool.py import `register` from here until helper `split` has cut
+them (#14); then their registrations carry these traits themselves and this module goes. The registry is
+opspec.py."""
 from __future__ import annotations
 
 from ..opspec import register as _register
@@ -8,8 +8,6 @@ from ..opspec import register as _register
 _MATMUL = dict(strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
 _POOL = dict(strided=True, image=True, heavy=True)
 PENDING_TRAITS: dict[str, dict] = {
-    "Conv": dict(strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True),
-    "ConvTranspose": dict(heavy=True),
     "MatMul": _MATMUL, "Gemm": _MATMUL,
     "MaxPool": _POOL, "AveragePool": _POOL, "GlobalAveragePool": dict(strided=True, image=True),
     "GlobalMaxPool": dict(strided=True, image=True), "LpPool": dict(heavy=True), "GlobalLpPool": dict(heavy=True),

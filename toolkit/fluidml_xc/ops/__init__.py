@@ -7,5 +7,4 @@ import pkgutil
 
 def load_families() -> None:
     for info in pkgutil.iter_modules(__path__):
-        if info.name != "registry":
-            importlib.import_module(f"{__name__}.{info.name}")
+        importlib.import_module(f"{__name__}.{info.name}")

@@ -9,7 +9,7 @@ from llvmlite import ir
 from . import qgemm
 from .integer import F64, conv_window, opt_input, param_access, requantize, tap_columns, widen
 from .integer_conv_gemm import fast_conv
-from .registry import register
+from ..opspec import register
 
 MAX_UNROLLED_TAPS = 32
 """Kernel widths up to this unroll their taps along the last spatial dim (bounds known at build time)."""
@@ -258,14 +258,14 @@ def _conv_points(k, x, w, x_zp, w_zp, bias, epilogue):
         k.loops(out.shape, list(range(2, 2 + spatial)), out_idx, out_point)
 
 
-@register("ConvInteger", dtypes=("uint8", "int8"))
+@register("ConvInteger", dtypes=("uint8", "int8"), heavy=True)
 def lower_conv_integer(k):
     if fast_conv(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3), None):
         return
     _conv(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3), None, lambda acc, m: acc, lambda acc, m: acc)
 
 
-@register("QLinearConv", dtypes=("uint8", "int8"))
+@register("QLinearConv", dtypes=("uint8", "int8"), heavy=True)
 def lower_qlinear_conv(k):
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = (list(k.inputs) + [None] * 8)[:8]
     bias = opt_input(k, 8)

@@ -11,7 +11,7 @@ from . import qgemm
 from .integer import (MAX_PACK_BYTES, masked_load, multipliers, opt_input, param_access, per_extent, requantize,
                       scalar_or_indexed, single_value, widen, y_zero_splat)
 from .matmul import _repacked
-from .registry import register
+from ..opspec import register
 
 
 def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
@@ -364,14 +364,14 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
     qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
 
 
-@register("MatMulInteger", dtypes=("uint8", "int8"))
+@register("MatMulInteger", dtypes=("uint8", "int8"), heavy=True)
 def lower_matmul_integer(k):
     if _fast_matmul(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3)):
         return
     _matmul(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3), lambda acc, idx: acc)
 
 
-@register("QLinearMatMul", dtypes=("uint8", "int8"))
+@register("QLinearMatMul", dtypes=("uint8", "int8"), heavy=True)
 def lower_qlinear_matmul(k):
     a, a_s, a_zp, b_op, b_s, b_zp, y_s, y_zp = (list(k.inputs) + [None] * 8)[:8]
     out = k.outputs[0]

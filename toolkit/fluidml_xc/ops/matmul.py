@@ -28,7 +28,7 @@ from ..fluid.loop_order import MATMUL_ORDERS, blocked_kind, default_order, domai
 from ..kernels.kernel import Access, Operand, row_major_strides
 from ..kernels.scalar import const, llvm_type
 from .matmul_blocked import Mat, Problem, emit_blocked
-from .registry import register
+from ..opspec import register
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -134,7 +134,7 @@ def _bias_mat(bias: Operand | None) -> Mat | None:
     return Mat(lambda op=bias: op.ptr, (), 0, 1 if bias.size > 1 else 0)
 
 
-@register("MatMul")
+@register("MatMul", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
 def lower_matmul(k):
     """C = A @ B, plus what passes/matmul_bias.py fused: input 2 a constant bias along the last dim (or ""),
     input 3 a residual activation of C's shape."""
@@ -198,7 +198,7 @@ def lower_matmul(k):
     _finish_pass(k, out, None, relu)
 
 
-@register("Gemm")
+@register("Gemm", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
 def lower_gemm(k):
     a, b = k.inputs[0], k.inputs[1]
     c = k.inputs[2] if len(k.inputs) > 2 else None

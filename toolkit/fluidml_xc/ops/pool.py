@@ -18,7 +18,7 @@ from ..kernels.epilogue import fill
 from ..kernels.loops import element, loop, nest, offset, table_nest
 from ..kernels.scalar import const, llvm_type
 from ..kernels.vectors import load_lanes, store_lanes
-from .registry import register
+from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
 MAX_TYPES = FLOATS + ("int8", "uint8", "int32", "int64")
@@ -336,17 +336,17 @@ def window_pool(k, kind: str) -> None:
     nest(k, list(out.shape), point)
 
 
-@register("MaxPool", dtypes=MAX_TYPES)
+@register("MaxPool", dtypes=MAX_TYPES, strided=True, image=True, heavy=True)
 def lower_max_pool(k):
     window_pool(k, "max")
 
 
-@register("AveragePool", dtypes=FLOATS)
+@register("AveragePool", dtypes=FLOATS, strided=True, image=True, heavy=True)
 def lower_average_pool(k):
     window_pool(k, "avg")
 
 
-@register("LpPool", dtypes=FLOATS)
+@register("LpPool", dtypes=FLOATS, heavy=True)
 def lower_lp_pool(k):
     window_pool(k, "lp")
 
@@ -379,16 +379,16 @@ def global_pool(k, kind: str) -> None:
         k.generic(x.shape, [out_acc], [x.identity_access()], term, reduce_dims=spatial, init=[const(dt, 0)], finalize=root)
 
 
-@register("GlobalAveragePool", dtypes=FLOATS)
+@register("GlobalAveragePool", dtypes=FLOATS, strided=True, image=True)
 def lower_global_average_pool(k):
     global_pool(k, "avg")
 
 
-@register("GlobalMaxPool", dtypes=MAX_TYPES)
+@register("GlobalMaxPool", dtypes=MAX_TYPES, strided=True, image=True)
 def lower_global_max_pool(k):
     global_pool(k, "max")
 
 
-@register("GlobalLpPool", dtypes=FLOATS)
+@register("GlobalLpPool", dtypes=FLOATS, heavy=True)
 def lower_global_lp_pool(k):
     global_pool(k, "lp")

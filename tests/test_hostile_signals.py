@@ -26,7 +26,10 @@ def _model(path: Path) -> Path:
 
 
 def _start(cwd: Path, *args: str) -> subprocess.Popen:
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())"
+    """The CLI as a foreground job of a shell: SIGINT at its default even if this worker inherited it ignored
+    (a child keeps an ignored SIGINT, as background jobs should, and then a Ctrl-C test would see a clean exit)."""
+    code = (f"import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            f"sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())")
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

@@ -137,12 +137,20 @@ def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
                     acc = accs[r][v]
                     if row_sum is not None:
                         acc = b.sub(acc, b.mul(k.vload(coef_ptr, np.int32, col, L), row_sum))
-                    if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
-                    qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
+                    _store_vec(k, out, acc, col, lambda: b.add(b.mul(ri, k.index(n)), col), min(c, L), (mult, y_zero) if quant is not None else None)
         qgemm.blocks(k, n, nr, col_block)
     qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
     return True
+
+
+def _store_vec(k, out, acc, col, at, lanes: int, requant) -> None:
+    """One accumulator vector of output columns `col..`: requantized when `requant` = (multipliers, y zero
+    splat) is given, stored at the element index `at()` (built after the requantizing instructions)."""
+    if requant:
+        mult, y_zero = requant
+        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, acc.type.count), y_zero, out.dtype,
+                                   k.attr("_relu_floor"))
+    qgemm.store_lanes(k, acc, out.ptr, at(), lanes, out.dtype)
 
 
 def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
@@ -206,9 +214,8 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
                 for v in range(nv):
                     col = b.add(n0, k.index(v * L)) if v else n0
                     acc = accs[r][v]
-                    if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
-                    qgemm.store_lanes(k, acc, out.ptr, b.add(o0, b.add(b.mul(ri, k.index(n)), col)), min(count - v * L, L), out.dtype)
+                    _store_vec(k, out, acc, col, lambda: b.add(o0, b.add(b.mul(ri, k.index(n)), col)), min(count - v * L, L),
+                               (mult, y_zero) if quant is not None else None)
         qgemm.blocks(k, n, nr, col_block)
 
     nbatch = int(np.prod(batch, dtype=np.int64))
@@ -357,9 +364,7 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
                         acc = b.add(acc, b.mul(zu, k.vload(t_ptr, np.int32, col, L)))
                     if row_sum is not None:
                         acc = b.sub(acc, b.mul(k.vload(zs_ptr, np.int32, col, L), row_sum))
-                    if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, L), y_zero, out.dtype, k.attr("_relu_floor"))
-                    qgemm.store_lanes(k, acc, out.ptr, b.add(b.mul(ri, k.index(n)), col), min(c, L), out.dtype)
+                    _store_vec(k, out, acc, col, lambda: b.add(b.mul(ri, k.index(n)), col), min(c, L), (mult, y_zero) if quant is not None else None)
         qgemm.blocks(k, n, nr, col_block)
     qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
 

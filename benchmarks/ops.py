@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Per-op sweep: single-op models at realistic sizes, ours against ONNX Runtime side by side.
 
-    python benchmarks/ops.py [--only SUBSTR] [--runs 30] [--rounds 3] [--threads 1] [--markdown]
+    python benchmarks/ops.py [--only SUBSTR] [--runs 30] [--rounds 3] [--threads 1] [--align 64] [--markdown]
 
 Each case is checked against ORT first (max abs error against the output's magnitude), then timed:
-ours = the JIT-compiled model called through ctypes into caller-owned buffers; ORT = InferenceSession.run
+ours = the JIT-compiled model called through ctypes into caller-owned buffers, aligned to --align bytes (64:
+as runtime_c/runner.c allocates them on the board; numpy's own buffers sit anywhere 16 bytes apart, and a
+vector load or store that straddles a cache line costs a second access); ORT = InferenceSession.run
 with intra_op_num_threads = --threads and all graph optimizations. `rounds` rounds of `runs` calls of each,
 ours and ORT alternating call by call (so a load change on a shared machine hits both); a ratio is the
 median of the rounds' ratios of median times (ours / ORT: below 1 is faster).
@@ -177,6 +179,16 @@ def io_bytes(inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
     return sum(a.nbytes for a in inputs) + sum(o.nbytes for o in outputs)
 
 
+def aligned(array: np.ndarray, align: int) -> np.ndarray:
+    """A copy of `array` whose data starts at a multiple of `align` bytes (of 16 plus 16 when align is 16,
+    to show numpy's worst placement)."""
+    raw = np.zeros(array.nbytes + 2 * max(align, 64), np.uint8)
+    start = -raw.ctypes.data % max(align, 64) + (align if align < 64 else 0)
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
 def timed_pair(ours, theirs, runs: int, clock=time.perf_counter) -> tuple[float, float]:
     """Median times of `runs` calls of each, alternating which goes first."""
     ours(), theirs()
@@ -195,6 +207,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--align", type=int, default=64, choices=(16, 32, 64),
+                    help="alignment of our input and output buffers (default 64, the runner's; 16 and 32: "
+                         "16 or 32 bytes past a 64-byte boundary)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time with the calling thread's CPU clock, not the wall clock (steadier on a busy machine; "
@@ -219,8 +234,8 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a case we cannot build is a row, not the end of the sweep
             print(f"{case.name:58s} build failed: {str(exc).splitlines()[0][:120]}", flush=True)
             continue
-        arrays = [np.ascontiguousarray(case.inputs[n], dtype=dt) for n, dt, _ in jit.input_specs]
-        outs = [np.zeros(shape, dtype=dt) for _, dt, shape in jit.output_specs]
+        arrays = [aligned(np.asarray(case.inputs[n], dtype=dt), args.align) for n, dt, _ in jit.input_specs]
+        outs = [aligned(np.zeros(shape, dtype=dt), args.align) for _, dt, shape in jit.output_specs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
         raw, arena = jit._arena()

@@ -160,7 +160,7 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
 def test_cost_model_sees_the_kernels_forms(board, monkeypatch):
     """fluid/geometry.py's ConvGeometry, built from the graph node and the strides the kernel got, predicts the
-    tiles and forms Conv2D picks on each target (one TargetForms answers both): the blocking, U, P, row
+    tiles and forms Conv2D picks on each target (one ConvBlocking answers both): the blocking, U, P, row
     pairs, lanes of weight vectors, and the channels-last depthwise units."""
     from fluidml_xc.fluid.geometry import conv_geometry
     from fluidml_xc.kernels.conv_geometry import TargetForms
@@ -182,10 +182,11 @@ def test_cost_model_sees_the_kernels_forms(board, monkeypatch):
         kind = "depthwise_c" if c.depthwise_c else "channels" if c.by_channel else "rows"
         assert geo.kind == kind, k.node.name
         kinds.add(kind)
+        assert geo.blocking == c.blocking, k.node.name
         if kind == "rows":
             assert (geo.U, geo.pairs, geo.lane_taps) == (c.U, c.row_pairs, c.lane_taps), k.node.name
-        if kind == "depthwise_c":
-            assert geo.P == c.P and geo.forms.dw_vectors() == c.dw_vec, k.node.name
+        else:
+            assert (geo.R, geo.P, geo.blocking.dw_vec) == (c.R, c.P, c.dw_vec), k.node.name
     assert {"rows", "depthwise_c"} <= kinds
     pairs = [c.row_pairs for c, _ in seen]
     assert any(pairs) == (board == "qemu-aarch64")

@@ -8,9 +8,9 @@ allow and the best of the loop orders in loop_order.py otherwise. Conv mirrors o
 of blocking under the operands' strides (channel vectors, row vectors, depthwise channels-last):
 vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
 gathered), stores and the residual read (vector, or scattered per element when channels are not
-innermost), and the bytes each Conv loop order moves; the target's tiles and forms (row pairs, taps as
+innermost), and the bytes each Conv loop order moves; the blocking, tiles and forms (row pairs, taps as
 lanes of weight vectors, channel vectors per depthwise block) come from kernels/conv_geometry.py's
-TargetForms, the answers Conv2D itself uses (the geometry: fluid/geometry.py). Pools, Concat and inference
+ConvBlocking, the choice Conv2D itself makes (the geometry: fluid/geometry.py). Pools, Concat and inference
 BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
 channels are innermost).
 
@@ -311,7 +311,7 @@ class AnalyticModel:
         nb = -(-geo.Cog // geo.R)
         if kind == "depthwise_c":
             rows = chunk_count(geo.OH, work, want)
-            unit = geo.forms.dw_vectors() * V  # Conv2D.dw_units
+            unit = geo.blocking.dw_vec * V  # Conv2D.dw_units
             chunks = rows * chunk_count(geo.G // unit + (1 if geo.G % unit else 0), work, -(-want // rows))
         elif kind == "channels" and geo.pointwise and geo.OH > 1 and geo.OW % geo.P and geo.OH * geo.OW <= 64:
             chunks = chunk_count(nb, work, want)

@@ -3,18 +3,15 @@ operands' strides: the shapes, strides and blocking choices the cost model (flui
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..ir import Graph, Node
-from ..kernels.conv_geometry import FLAT_ROW_MIN_PIXELS, TargetForms
+from ..kernels.conv_geometry import ConvBlocking, TargetForms
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 """Dtypes ops/matmul.py's register-blocked kernels handle."""
-CONV_ORDERS = ("co>px", "px>co")
-"""Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
-streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
-cached while every block's weights stream past)."""
 
 
 @dataclass
@@ -54,73 +51,47 @@ class ConvGeometry:
     def Cog(self) -> int:
         return self.OC // self.G
 
+    @cached_property
+    def blocking(self) -> ConvBlocking:
+        """Conv2D's blocking of this conv (weights assumed finite)."""
+        return ConvBlocking.choose(self.forms, N=self.N, C=self.C, H=self.H, W=self.W, OC=self.OC, OH=self.OH, OW=self.OW,
+                                   KH=self.KH, KW=self.KW, G=self.G, sh=self.sh, sw=self.sw, dh=self.dh, xs=self.xs, os=self.os,
+                                   flat=self.flat, w_const=self.w_const, finite=True, itemsize=self.itemsize, V=self.V)
+
     @property
     def kind(self) -> str:
-        """The blocking Conv2D picks (same tests, same order)."""
-        if self.w_const and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V and self.xs[1] == 1 and self.os[1] == 1:
-            return "depthwise_c"
-        rows_unit = self.xs[3] == 1 and self.os[3] == 1
-        if (self.w_const and self.Cog >= self.V and self.V > 1
-                and (not self.flat or self.W < FLAT_ROW_MIN_PIXELS or not rows_unit)):
-            return "channels"
-        return "rows"
+        return self.blocking.kind
 
     @property
     def R(self) -> int:
-        kind = self.kind
-        if kind == "channels":
-            return 2 * self.V if self.Cog >= 2 * self.V else self.V
-        return 1 if kind == "depthwise_c" else self.forms.row_channels(self.Cog, self.flat and self.w_const)
+        return self.blocking.R
 
     @property
     def pairs(self) -> bool:
-        """Conv2D.row_pairs (weights assumed finite)."""
-        edges = (self.kind == "rows" and self.w_const and not self.flat
-                 and self.forms.edges(self.V, self.sw, self.xs[3] == 1 and self.os[3] == 1, self.W))
-        return self.forms.row_pairs(edges, self.Cog, self.sh, self.dh, self.KH, self.KW)
+        return self.blocking.row_pairs
 
     @property
     def lane_taps(self) -> bool:
-        """Conv2D.lane_taps: the taps as lanes of loaded weight vectors instead of splats."""
-        if self.kind != "rows" or not self.w_const:
-            return False
-        f32, taps = self.itemsize == 4, self.Cig * self.KH * self.KW
-        return self.forms.lane_taps(self.forms.by_lane(f32, self.V, self.Cog, taps), self.pairs, f32, self.V, taps)
+        return self.blocking.lane_taps
 
     @property
     def U(self) -> int:
-        """Vectors along the row per row-vector block (Conv2D.U)."""
-        return self.forms.row_vectors(self.R, self.pairs, self.flat and self.w_const)
+        return self.blocking.U
 
     @property
     def pack_groups(self) -> int:
-        """Conv2D.pack_groups: 0 unless the input is packed into pixel blocks (flat, small, NCHW; packs_input),
-        else the groups of blocks packed at once."""
-        block_bytes = self.N * self.C * self.P * self.itemsize
-        if not self.forms.packs_input(self.kind == "channels", self.flat, self.xs[3] == 1, self.W, block_bytes):
-            return 0
-        return self.forms.pack_groups(-(-self.OW // self.P), block_bytes)
+        return self.blocking.pack_groups
 
     @property
     def P(self) -> int:
-        if self.kind == "depthwise_c":
-            return self.forms.dw_pixels()
-        return (6 if self.R > self.V else 12) if self.kind == "channels" else 4 * self.V
+        """Pixels per block; row vectors have no P, the traffic model counts 4 vectors as their unit."""
+        return 4 * self.V if self.kind == "rows" else self.blocking.P
 
     def default_order(self) -> str:
-        """Conv2D.blocks_outer's choice when the optimizer gives none."""
-        if self.kind != "channels":
-            return self.orders()[0]
-        in_bytes = self.Cig * self.H * self.W * self.itemsize
-        w_bytes = self.Cog * self.Cig * self.KH * self.KW * self.itemsize
-        units = -(-self.OW // self.P) if self.flat else self.OH
-        return "co>px" if in_bytes * -(-self.Cog // self.R) <= w_bytes * units else "px>co"
+        return self.blocking.default_order
 
     def orders(self) -> tuple[str, ...]:
-        """Loop orders the kernel implements for this blocking."""
-        if self.kind == "channels":
-            return CONV_ORDERS
-        return ("px>co",) if self.kind == "depthwise_c" or self.flat else ("co>px",)
+        return self.blocking.orders
 
 
 def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int, forms: TargetForms | None = None) -> ConvGeometry | None:

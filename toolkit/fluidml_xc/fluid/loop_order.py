@@ -25,7 +25,7 @@ MATMUL_ORDERS = ("ikj", "ijk", "jki", "kij")
 """ikj: C rows stream over B rows (unit stride in j); ijk: dot products (unit stride in k);
 jki: C columns stream over A columns (unit stride in i); kij: outer products."""
 """Kernels with loop orders say so in their OpSpec (`loop_orders`: "matmul" for these, "conv" for Conv's
-(fluid/costs.py CONV_ORDERS): "co>px" output-channel blocks outermost, "px>co" pixel rows (tiles when flat)
+(kernels/conv_geometry.py CONV_ORDERS): "co>px" output-channel blocks outermost, "px>co" pixel rows (tiles when flat)
 outermost; ops/conv.py implements both for its channel-vector blocking)."""
 
 MR_OUTER, ACC_BUDGET = 6, 12

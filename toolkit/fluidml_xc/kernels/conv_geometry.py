@@ -1,5 +1,5 @@
 """Conv geometry shared by the Conv kernels (ops/conv*.py, ops/pool.py) and the optimizer's cost model
-(fluid/costs.py): padding and tap ranges, the target's tiles and instruction forms, blocking thresholds."""
+(fluid/costs.py): padding and tap ranges, the target's tiles and instruction forms, the register blocking."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,6 +56,10 @@ PACK_MAX_PIXELS = 256
 """Flat 1x1 convs pack their input (TargetForms.packs_input) up to this many pixels (14x14 measured on AVX2)."""
 PACK_MAX_BYTES = 256 * 1024
 """Largest packed input on the stack (templates/model.h.j2: packing buffers up to 256 KiB)."""
+CONV_ORDERS = ("co>px", "px>co")
+"""Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
+streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
+cached while every block's weights stream past)."""
 
 
 def pixel_runs(start: int, sizes: list[int]) -> list[tuple[int, int, int]]:
@@ -157,3 +161,76 @@ class TargetForms:
         """The taps as lanes of weight vectors (by-element multiply-adds): armv7 by-lane rows, and aarch64 row
         pairs (fmla v, v, w.s[x]: 3 registers for 9 taps, not 9)."""
         return by_lane or (pairs and f32 and V == 4 and taps <= 4 * V)
+
+
+@dataclass(frozen=True)
+class ConvBlocking:
+    """Conv2D's register blocking (ops/conv.py), decided once from the facts of a float 1D/2D conv (rank 3
+    as one row, flat 1x1 convs as one row of H * W pixels); fluid/geometry.py's ConvGeometry prices the same
+    answers. by_lane, edges, row_pairs, lane_taps, packs_input: TargetForms' answers of those names."""
+
+    kind: str
+    """"depthwise_c": channels-last depthwise, vectors over channels x P pixels; "channels": R output channels
+    (1-2 vectors) x P pixels; "rows": R output channels x U vectors along the output row."""
+    R: int
+    """Output channels per block."""
+    P: int
+    """Pixels per depthwise or channel-vector block (0 for row vectors)."""
+    U: int
+    """Vectors along the row per row-vector block (0 for the others)."""
+    dw_vec: int
+    """Channel vectors per channels-last depthwise block (1 for the others)."""
+    by_lane: bool
+    edges: bool
+    row_pairs: bool
+    lane_taps: bool
+    packs_input: bool
+    pack_groups: int
+    """0 unless packs_input, else the groups of pixel blocks packed at once."""
+    orders: tuple[str, ...]
+    """Loop orders the kernel implements for this blocking (CONV_ORDERS)."""
+    default_order: str
+    """The order the kernel runs when the optimizer gives none: for channel vectors, channel blocks outermost
+    unless re-reading all weights once per output row (pixel tile when flat) moves fewer bytes than
+    re-reading the input once per channel block; the others have one order."""
+
+    @classmethod
+    def choose(cls, forms: TargetForms, *, N: int, C: int, H: int, W: int, OC: int, OH: int, OW: int, KH: int, KW: int,
+               G: int, sh: int, sw: int, dh: int, xs: tuple[int, ...], os: tuple[int, ...], flat: bool, w_const: bool,
+               finite: bool, itemsize: int, V: int) -> ConvBlocking:
+        """xs, os: element strides of input and output as (N, C, H, W); w_const: the weights are build-time
+        constants, finite: all of them finite (edge blocks multiply zeros by them); V: vector lanes."""
+        Cig, Cog = C // G, OC // G
+        taps, f32 = Cig * KH * KW, itemsize == 4
+        rows_unit = xs[3] == 1 and os[3] == 1
+        if w_const and Cig == 1 and Cog == 1 and V > 1 and G >= V and xs[1] == 1 and os[1] == 1:
+            kind = "depthwise_c"
+        elif w_const and Cog >= V and V > 1 and (not flat or W < FLAT_ROW_MIN_PIXELS or not rows_unit):
+            kind = "channels"  # needs packed weights and enough channels; suits narrow rows
+        else:
+            kind = "rows"
+        by_lane = edges = row_pairs = False
+        dw_vec, U = 1, 0
+        if kind == "depthwise_c":
+            R, P, dw_vec = 1, forms.dw_pixels(), forms.dw_vectors()
+        elif kind == "channels":
+            R = 2 * V if Cog >= 2 * V else V
+            P = max(1, forms.conv_accumulators // (R // V))  # 6 or 12 pixels at 12 accumulators
+        else:
+            R, P = forms.row_channels(Cog, flat and w_const), 0
+            by_lane = w_const and forms.by_lane(f32, V, Cog, taps)
+            edges = w_const and not flat and forms.edges(V, sw, rows_unit, W) and finite  # 0 * w adds nothing
+            row_pairs = forms.row_pairs(edges, Cog, sh, dh, KH, KW)
+            U = forms.row_vectors(R, row_pairs, flat and w_const)
+        block_bytes = N * C * P * itemsize if kind == "channels" else 0
+        packs_input = forms.packs_input(kind == "channels", flat, xs[3] == 1, W, block_bytes)
+        pack_groups = forms.pack_groups(-(-W // P), block_bytes) if packs_input else 0
+        if kind == "channels":
+            orders = CONV_ORDERS
+            units = -(-OW // P) if flat else OH
+            default = "co>px" if Cig * H * W * -(-Cog // R) <= Cog * taps * units else "px>co"
+        else:
+            orders = ("px>co",) if kind == "depthwise_c" or flat else ("co>px",)
+            default = orders[0]
+        return cls(kind, R, P, U, dw_vec, by_lane, edges, row_pairs, forms.lane_taps(by_lane, row_pairs, f32, V, taps),
+                   packs_input, pack_groups, orders, default)

@@ -19,7 +19,7 @@ blockings, both accumulating in registers over every input channel and tap:
   rounded up to vectors]; the last G % V channels run one by one. (Row vectors would gather along a
   strided row; channel vectors also replace them for flat 1x1 convs whose pixels are strided.)
 
-ARM forms (docs/ARM_KERNELS.md; TargetForms in kernels/conv_geometry.py, which fluid/costs.py reads too):
+ARM forms (docs/ARM_KERNELS.md; TargetForms and ConvBlocking in kernels/conv_geometry.py, which fluid/costs.py reads too):
 float32 multiply-adds are llvm.fma on armv7 (vfma.f32); armv7 depthwise rows take each tap as a lane of the channel's weight
 vectors (vmla.f32 q, q, d[x]); armv7 channels-last depthwise blocks finish one kernel row before the
 next one's loads; aarch64 row vectors at stride 1 run a row's first and last vector with zeros
@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..kernels.conv_geometry import FLAT_ROW_MIN_PIXELS, TargetForms, begin_pads, tap_range, tap_tables
+from ..kernels.conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, begin_pads, tap_range, tap_tables
 from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count
 from ..kernels.loops import element, loop, offset
 from ..kernels.scalar import is_float
@@ -72,7 +72,7 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
 
     def __init__(self, k, dtype, x, w, bias, out, strides, dils, pads, groups, flat: bool, epi=None, res=None, order=None):
         self.k, self.dtype = k, dtype
-        self.order = order  # "co>px" | "px>co" from the optimizer (fluid/costs.py CONV_ORDERS), else blocks_outer()
+        self.order = order  # one of CONV_ORDERS from the optimizer (fluid/costs.py), else the blocking's default_order
         self.epi = epi
         self.res = res  # (strides, ptr) of the fused residual input, viewed like the output
         (self.N, self.C, self.H, self.W), self.xs, self.xp = x
@@ -83,35 +83,15 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         self.G, self.flat = groups, flat
         self.Cig, self.Cog = self.C // groups, self.OC // groups
         self.V = max(1, k.vector_bits // (np.dtype(self.dtype).itemsize * 8))
-        # channel vectors (R = 1-2 vectors of output channels x P pixels) need packed weights and
-        # enough channels; they suit narrow rows. Otherwise vectors run along the output row.
-        # row vectors need pixels at unit stride (channels-last tensors store channels there instead)
-        self.rows_unit = self.xs[3] == 1 and self.os[3] == 1
-        self.by_channel = (wvalue is not None and self.Cog >= self.V and self.V > 1
-                           and (not flat or self.W < FLAT_ROW_MIN_PIXELS or not self.rows_unit))
-        # depthwise with channels innermost in input and output: vectors over channels (groups)
-        self.depthwise_c = (wvalue is not None and self.Cig == 1 and self.Cog == 1 and self.V > 1 and self.G >= self.V
-                            and self.xs[1] == 1 and self.os[1] == 1)
         forms = self.forms = TargetForms(str(k.module.triple), k.conv_accumulators)
-        self.dw_vec = forms.dw_vectors() if self.depthwise_c else 1
-        if self.depthwise_c:
-            self.by_channel = False
-            self.R, self.P = 1, forms.dw_pixels()
-        elif self.by_channel:
-            self.R = 2 * self.V if self.Cog >= 2 * self.V else self.V
-            self.P = max(1, k.conv_accumulators // (self.R // self.V))  # 6 or 12 pixels at 12 accumulators
-        else:
-            self.R = forms.row_channels(self.Cog, flat and wvalue is not None)
-        self.NB = -(-self.Cog // self.R)
-        taps, f32 = self.Cig * self.KH * self.KW, np.dtype(dtype) == np.float32
-        rows = wvalue is not None and not self.by_channel and not self.depthwise_c
-        self.by_lane = rows and forms.by_lane(f32, self.V, self.Cog, taps)
-        self.edges = (rows and not flat and forms.edges(self.V, self.sw, self.rows_unit, self.W)
-                      and bool(np.isfinite(wvalue).all()))  # 0 * w adds nothing
-        self.row_pairs = forms.row_pairs(self.edges, self.Cog, self.sh, self.dh, self.KH, self.KW)
-        if not self.by_channel and not self.depthwise_c:
-            self.U = forms.row_vectors(self.R, self.row_pairs, flat and wvalue is not None)
-        self.lane_taps = forms.lane_taps(self.by_lane, self.row_pairs, f32, self.V, taps)
+        b = self.blocking = ConvBlocking.choose(
+            forms, N=self.N, C=self.C, H=self.H, W=self.W, OC=self.OC, OH=self.OH, OW=self.OW, KH=self.KH, KW=self.KW, G=groups,
+            sh=self.sh, sw=self.sw, dh=self.dh, xs=self.xs, os=self.os, flat=flat, w_const=wvalue is not None,
+            finite=wvalue is not None and bool(np.isfinite(wvalue).all()), itemsize=np.dtype(dtype).itemsize, V=self.V)
+        self.by_channel, self.depthwise_c = b.kind == "channels", b.kind == "depthwise_c"
+        self.R, self.P, self.U, self.dw_vec, self.NB = b.R, b.P, b.U, b.dw_vec, -(-self.Cog // b.R)
+        self.by_lane, self.edges, self.row_pairs, self.lane_taps = b.by_lane, b.edges, b.row_pairs, b.lane_taps
+        self.packs_input, self.pack_groups = b.packs_input, b.pack_groups
         # row pairs: accumulators start from a load of the channel's bias splatted in read-only data (a load
         # pipe) instead of a register copy of it (a vector pipe: fmla overwrites its accumulator)
         bvalue = None if bias is None else getattr(bias, "value", None)
@@ -123,9 +103,6 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         # column feeds pixel p at tap kw and pixel p + 1 at kw + 1) they stay live beside the 12 accumulators and spill
         self.fresh_broadcasts = self.by_channel and str(k.module.triple).startswith("x86_64")
         self.wvalue, self.packed, self.tables = wvalue, None, None
-        block_bytes = self.N * self.C * self.P * np.dtype(dtype).itemsize if self.by_channel else 0
-        self.packs_input = forms.packs_input(self.by_channel, flat, self.xs[3] == 1, self.W, block_bytes)
-        self.pack_groups = forms.pack_groups(-(-self.W // self.P), block_bytes) if self.packs_input else 0
         self.px_runs = None  # under packs_input: the pixel runs (first column, size, blocks) of the group being emitted
         self.xpack, self.pack_origin, self.pack_width = None, 0, 0  # the packed input (stack), its group's columns
         # wide (load + shuffle) strided row reads need unit element stride and stay inside the row
@@ -278,16 +255,8 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         self.span(hi, self.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
 
     def blocks_outer(self) -> bool:
-        """Channel blocks outermost (each block's weights stay cached while the input streams past
-        once per block) unless re-reading all weights once per output row (pixel tile when flat)
-        moves fewer bytes than re-reading the input once per channel block. The optimizer's order wins."""
-        if self.order in ("co>px", "px>co"):
-            return self.order == "co>px"
-        item = np.dtype(self.dtype).itemsize
-        in_bytes = self.Cig * self.H * self.W * item
-        w_bytes = self.Cog * self.Cig * self.KH * self.KW * item
-        units = -(-self.OW // self.P) if self.flat else self.OH
-        return in_bytes * self.NB <= w_bytes * units
+        """Channel blocks outermost: the optimizer's order, else the blocking's (ConvBlocking.default_order)."""
+        return (self.order if self.order in CONV_ORDERS else self.blocking.default_order) == "co>px"
 
     def pack(self, value: np.ndarray) -> np.ndarray:
         """[G][block][Cin/G][kh][kw][R] with the last block zero-filled."""

@@ -89,9 +89,9 @@ def _jit_map(build, in_ty, out_ty, values: np.ndarray, out_dtype) -> np.ndarray:
     import llvmlite.binding as llvm
     from llvmlite import ir
 
-    from fluidml_xc.run.backend import _jit_setup
+    from fluidml_xc.target.jit import jit_setup
 
-    _jit_setup()
+    jit_setup()
     module = ir.Module()
     module.triple = llvm.get_process_triple()
     i64 = ir.IntType(64)

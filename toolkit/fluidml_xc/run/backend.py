@@ -1,9 +1,9 @@
 """fluidml-xc as an ONNX backend (onnx.backend.base.Backend): prepare compiles, run executes.
 
 On an x86_64 host the compiled model runs in-process: the emitted LLVM module is optimized with the
-same O3 pipeline as `compile_module`, JIT-compiled with llvmlite's MCJIT, and `fxc_model_run` is called
-through ctypes with numpy input/output buffers and a numpy arena (no linking, no subprocess; libm
-symbols resolve from this process). For any other board the model is built into an artifact (the
+same O3 pipeline as `compile_module`, JIT-compiled with llvmlite's MCJIT (target/jit.py), and
+`fxc_model_run` is called through ctypes with numpy input/output buffers and a numpy arena (no linking,
+no subprocess; libm symbols resolve from this process). For any other board the model is built into an artifact (the
 normal `fluidml-xc build` pipeline) and its runner executed through `execute.run_artifact` (qemu-user
 for foreign targets).
 
@@ -13,11 +13,9 @@ for foreign targets).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import re
 import shutil
 import tempfile
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -37,33 +35,6 @@ DEFAULT_OPT = "fluid"
 # --------------------------------------------------------------------------------------------------
 # in-process JIT (x86_64 hosts)
 # --------------------------------------------------------------------------------------------------
-@cache
-def _jit_setup() -> None:
-    import llvmlite.binding as llvm
-
-    from ..target.machine import _initialize
-
-    _initialize()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    # make every symbol of this process (libm: expf, erff, tanhf, fmodf, ...) visible to the JIT
-    for lib in ("m", "gcc_s"):
-        path = ctypes.util.find_library(lib)
-        if path:
-            try:
-                llvm.load_library_permanently(path)
-            except RuntimeError:
-                pass
-
-
-def _jit_target_machine(triple: str, cpu: str, features: str):
-    """A new target machine per engine: MCJIT takes ownership of (and frees) the one it is given."""
-    import llvmlite.binding as llvm
-
-    target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault", jit=True)
-
-
 def jit_available(board: Board) -> bool:
     from ..emit.link import is_host_target
     return board.target.name == "x86_64" and is_host_target(board.target)
@@ -76,17 +47,11 @@ class JitModel:
     """An emitted module compiled in-process; call() runs fxc_model_run on numpy buffers."""
 
     def __init__(self, lowered: Lowered):
-        import llvmlite.binding as llvm
+        from ..target.jit import jit_engine
 
-        from ..target.machine import optimized_module
-
-        _jit_setup()
         spec = lowered.spec
         self.graph, self.plan = lowered.graph, lowered.plan
-        tm = _jit_target_machine(spec.triple, spec.cpu, spec.features)
-        module = optimized_module(lowered.ir_text, tm)
-        self.engine = llvm.create_mcjit_compiler(module, tm)
-        self.engine.finalize_object()
+        self.engine = jit_engine(lowered.ir_text, spec)
         address = self.engine.get_function_address("fxc_model_run")
         if not address:
             raise InputError("JIT: fxc_model_run was not emitted")

@@ -1,0 +1,56 @@
+"""The one in-process JIT (llvmlite MCJIT) for this machine: the ONNX backend runs whole models with it
+(run/backend.py), the cost model's measurer single kernels (emit/measure.py)."""
+from __future__ import annotations
+
+import ctypes.util
+import platform
+from functools import cache
+
+import llvmlite.binding as llvm
+
+from .machine import MachineSpec, _initialize, optimized_module
+
+
+@cache
+def jit_setup() -> None:
+    """Native target and asm printer once; libm's and libgcc_s's symbols (expf, erff, tanhf, fmodf, ...)
+    made visible to every engine."""
+    _initialize()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    for lib in ("m", "gcc_s"):
+        path = ctypes.util.find_library(lib)
+        if path:
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError:
+                pass
+
+
+def jit_target_machine(spec: MachineSpec, like_object: bool = False):
+    """A new target machine per engine (MCJIT takes ownership of, and frees, the one it is given): the JIT code
+    model, or with `like_object` the settings the build's object is compiled with (pic, default code model),
+    so that a measured kernel is the code the build ships."""
+    jit_setup()
+    target = llvm.Target.from_triple(spec.triple)
+    if like_object:
+        return target.create_target_machine(cpu=spec.cpu, features=spec.features, opt=3, reloc="pic", codemodel="default")
+    return target.create_target_machine(cpu=spec.cpu, features=spec.features, opt=3, reloc="default",
+                                        codemodel="jitdefault", jit=True)
+
+
+def jit_engine(llvm_ir: str, spec: MachineSpec, like_object: bool = False) -> llvm.ExecutionEngine:
+    """A finalized MCJIT engine holding `llvm_ir` optimized at O3 (compile_module's pipeline) for `spec`; the
+    caller keeps it alive while it calls into it."""
+    tm = jit_target_machine(spec, like_object)
+    engine = llvm.create_mcjit_compiler(optimized_module(llvm_ir, tm), tm)
+    engine.finalize_object()
+    return engine
+
+
+def host_can_run(triple: str, cpu: str) -> bool:
+    """Code for `triple` and `cpu` runs on this machine (same architecture; this cpu, native or generic)."""
+    arch = triple.split("-")[0]
+    host = platform.machine().lower()
+    same_arch = arch == host or (arch == "x86_64" and host in ("amd64", "x86_64")) or (arch == "aarch64" and host == "arm64")
+    return same_arch and cpu in (llvm.get_host_cpu_name(), "native", "generic")

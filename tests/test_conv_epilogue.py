@@ -232,19 +232,12 @@ def test_epilogue_net_aarch64(tmp_path):
 def _jit_node(graph, node, layouts):
     import ctypes
 
+    from fluidml_xc.emit.measure import compile_node
     from fluidml_xc.target.boards import get_board
-    from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
     from fluidml_xc.target.machine import machine_spec
-    from fluidml_xc.fluid.measure import jit_engine
 
-    class NoPlan:
-        alias_of, offsets = {}, {}
-    spec = machine_spec(get_board(None))
-    emitter = ModuleEmitter(graph, NoPlan(), spec, EmitOptions(layouts=layouts))
-    fn = emitter.node_function(node, 0)
-    fn.linkage = "external"
-    engine = jit_engine(str(emitter.module), spec)
-    names = emitter._arg_names(node)
+    kernel = compile_node(graph, node, machine_spec(get_board(None)), layouts)
+    names = kernel.names
     rng = np.random.default_rng(5)
     logical, stored = {}, []
     for name in names:
@@ -253,8 +246,7 @@ def _jit_node(graph, node, layouts):
         logical[name] = value
         perm = layouts.get(name)
         stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
-    cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)))(engine.get_function_address(fn.name))
-    cfn(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
+    kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
     perm = layouts.get(names[-1])
     return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
 

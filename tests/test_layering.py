@@ -47,9 +47,6 @@ STAGES: dict[str, str] = {
 
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # (importer, imported) -> why it is still there and who removes it
-    ("fluid.measure", "emit.emitter"): "--costs measure times a node's kernel as the emitter lowers it (a ModuleEmitter "
-                                       "around a stub plan, its private _arg_names); removing it needs a node-kernel "
-                                       "entry point below fluid/ (issue #14: one JIT setup with run/backend.py)",
 }
 
 LONG_MODULES: dict[str, str] = {

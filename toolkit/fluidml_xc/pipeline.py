@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 
 from .emit.emitter import EmitOptions, ModuleEmitter, check_supported
+from .emit.measure import Measurer
+from .target.jit import host_can_run
 from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.importer import FrontendOptions, import_model
@@ -107,7 +109,8 @@ def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()
     """Layouts and loop orders for `graph` (--opt), then its verified memory plan under those layouts."""
     memory = plan_options(options.opt, spec.alignment)
     check_supported(graph)
-    decisions = optimize(graph, spec, options.opt, options.costs, options.threads)
+    timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
+    decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
     graph = apply_views(graph, decisions.layouts)
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)

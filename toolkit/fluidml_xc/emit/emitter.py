@@ -57,7 +57,7 @@ PURE_CALLS = frozenset(("expf", "exp", "logf", "log", "tanhf", "tanh", "erff", "
 class EmitOptions:
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     loop_orders: dict[str, str] = field(default_factory=dict)
-    """node name -> loop order chosen by the optimizer (kernels read it through Kernel.node.attrs)."""
+    """node name -> loop order chosen by the optimizer (its kernel reads Kernel.loop_order)."""
     weights_symbol: str | None = None
     """When set, constants of INLINE_LIMIT bytes or more are not IR initializers but offsets into one
     external blob `weights_symbol` (see `ModuleEmitter.blob`), which link.attach_weights puts into
@@ -184,7 +184,7 @@ class ModuleEmitter:
             return b.gep(arena, [ir.Constant(ir.IntType(64), self.plan.offsets[name])], inbounds=True)
 
         for step, node, fn in steps:
-            names = self._arg_names(node)
+            names = self.arg_names(node)
             args = [b.bitcast(pointer(n), a.type) for n, a in zip(names, fn.args)]
             for offset, a in zip(self._extra_offsets(node), fn.args[len(names):]):
                 args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
@@ -210,7 +210,7 @@ class ModuleEmitter:
                 continue
             b.call(memcpy, [dst, src, ir.Constant(ir.IntType(64), max(tensor.nbytes, 0)), ir.Constant(ir.IntType(1), 0)])
 
-    def _arg_names(self, node: Node) -> list[str]:
+    def arg_names(self, node: Node) -> list[str]:
         """Tensors passed to a node's function, one per storage: an in-place output shares its input's
         pointer (so LLVM sees one pointer and vectorizes); constants are read from read-only data directly."""
         names, roots = [], set()
@@ -256,7 +256,7 @@ class ModuleEmitter:
         spec = lookup(node.op_type, graph.opset, node.domain)
         if spec.view and is_alias_view(graph, node):
             return None
-        names = self._arg_names(node)
+        names = self.arg_names(node)
         types = [storage_type(graph.tensors[n].dtype).as_pointer() for n in names]
         dims_outputs = self._dims_outputs(node)
         extra = self._extra_offsets(node)
@@ -267,9 +267,8 @@ class ModuleEmitter:
         fn.linkage = "internal"
         for arg in fn.args[:len(types)]:
             arg.add_attribute("noalias")
-        if node.name in self.options.loop_orders:
-            node.attrs.setdefault("_loop_order", self.options.loop_orders[node.name])
         kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
+        kernel.loop_order = self.options.loop_orders.get(node.name)
         kernel.accumulators, kernel.conv_accumulators = self.spec.accumulators, self.spec.conv_accumulators
         if tiled:
             kernel.tile_range = (fn.args[-2], fn.args[-1])

@@ -15,7 +15,9 @@ BatchNormalization are costed in the layouts their kernels iterate (vectors over
 channels are innermost).
 
 Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
-several runs; fluid/measure.py), keyed by target, kernel signature and layouts in a JSON cache under
+several runs; a KernelTimer, emit/measure.py's Measurer, which the pipeline passes in when this machine can
+run the target's code; without one only cached measurements count), keyed by target, kernel signature and
+layouts in a JSON cache under
 $FLUIDML_XC_CACHE (default ~/.cache/fluidml-xc/costs; fluid/cost_cache.py). Measurements taken on a board go in the same
 format (`source` names the board) and are preferred for that target.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import platform
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -35,7 +37,6 @@ from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, MatmulGeometry, conv_geometry, matmul_geometry
 from .layouts import Perm
 from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
-from .measure import Measurer, host_can_run
 
 LINE = 64
 CACHE_BYTES = 512 * 1024
@@ -502,10 +503,21 @@ def register_elementwise(op_types) -> None:
         _KINDS.setdefault(op, _elementwise)
 
 
-class Costs:
-    """The optimizer's cost source: analytic, or measured (host JIT / board entries) through the cache."""
+class KernelTimer(Protocol):
+    """Times one node's kernel on this machine (emit/measure.py's Measurer)."""
 
-    def __init__(self, graph: Graph, spec, mode: str = "analytic", cache: CostCache | None = None, threads: int = 1):
+    runs: int
+    """Runs a measurement is the median of (recorded with it in the cache)."""
+
+    def measure(self, node: Node, layouts: Mapping[str, Perm], loop_order: str | None = None) -> float | None:
+        """Milliseconds per run of `node`'s kernel under `layouts` and `loop_order`, None when it has no kernel."""
+
+
+class Costs:
+    """The optimizer's cost source: analytic, or measured (`timer` on this machine / board entries) through the cache."""
+
+    def __init__(self, graph: Graph, spec, mode: str = "analytic", cache: CostCache | None = None, threads: int = 1,
+                 timer: KernelTimer | None = None):
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
@@ -516,8 +528,7 @@ class Costs:
         self.measurer = None
         if mode == "measure":
             self.cache = cache or CostCache(target_key(spec.triple, spec.cpu))
-            if host_can_run(spec.triple, spec.cpu):
-                self.measurer = Measurer(graph, spec)
+            self.measurer = timer
         self.signatures: dict[str, str] = {}
 
     def analytic(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:

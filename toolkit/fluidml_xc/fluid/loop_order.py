@@ -3,7 +3,8 @@
 The iteration space is (batch..., i = rows of C, j = columns of C, k = reduction). An order names the
 three matrix loops outermost first; batch loops are always outermost. The kernel (ops/matmul.py)
 implements each order; the optimizer picks, per node, the order the cost model (analytic or
-measured) finds fastest for the operands' real strides and passes it in node.attrs["_loop_order"].
+measured) finds fastest for the operands' real strides and passes it in Decisions.loop_orders
+(the emitter hands it to the kernel as Kernel.loop_order).
 
 For floats, three orders have register-blocked kernels with explicit target vectors when the
 operands' strides allow (`blocked_kind`); otherwise every order runs as scalar loops:

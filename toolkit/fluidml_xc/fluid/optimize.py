@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..target.machine import MachineSpec
-from .costs import Costs, register_elementwise, transpose_is_view
+from .costs import Costs, KernelTimer, register_elementwise, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 from .segmentation import segment_graph
 from .voting import vote_layouts
@@ -167,14 +167,16 @@ def apply_views(graph: Graph, layouts) -> Graph:
     return replace(graph, nodes=[viewed(n) if i in views else n for i, n in enumerate(graph.nodes)])
 
 
-def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic", threads: int = 1) -> Decisions:
-    """Row-major for plain/greedy; the FluidML search for fluid, costing each kernel on `threads` threads. The graph
-    is not changed: the Transposes the layouts make byte copies are listed in `views` (see apply_views)."""
+def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic", threads: int = 1,
+             timer: KernelTimer | None = None) -> Decisions:
+    """Row-major for plain/greedy; the FluidML search for fluid, costing each kernel on `threads` threads (with
+    costs="measure", kernels not in the cache are timed by `timer` when given). The graph is not changed: the
+    Transposes the layouts make byte copies are listed in `views` (see apply_views)."""
     started = time.perf_counter()
     decisions = Decisions(mode, costs=costs, threads=threads)
     if mode != "fluid" or not graph.nodes:
         return decisions
-    model = Costs(graph, spec, costs, threads=threads)
+    model = Costs(graph, spec, costs, threads=threads, timer=timer)
     problem, pinned, touched = build_problem(graph, model)
     producer = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
     edges = []

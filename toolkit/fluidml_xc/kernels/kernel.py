@@ -172,6 +172,8 @@ class Kernel:
         """(chunk, chunks) set by a kernel that opened the region itself: loops_tiled runs that chunk."""
         self.point_work = 0.0
         """Operations per domain point of k.generic beyond its loads and stores (a fused chain's element_work)."""
+        self.loop_order: str | None = None
+        """The optimizer's loop order for a MatMul/Gemm/Conv (EmitOptions.loop_orders), else the kernel's default."""
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):

@@ -27,7 +27,7 @@ shifted in for the padding, and depthwise rows run in pairs sharing their input 
 of weight vectors, accumulators starting from a loaded bias vector, the shifted edge vectors of the input
 rows two pairs share carried from one to the next, each row's vectors stored by one st1.
 
-Loop order: node.attrs["_loop_order"] from the optimizer ("co>px" channel blocks outermost, "px>co"
+Loop order: k.loop_order from the optimizer ("co>px" channel blocks outermost, "px>co"
 pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.py), else channel
 blocks outermost unless re-reading all weights once per output row (pixel tile when flat) moves
 fewer bytes than re-reading the input once per channel block. Flat 1x1 convs use
@@ -424,4 +424,4 @@ def lower_conv(k):
     value = None if w.value is None else w.value.reshape(wshape)
     res = None if residual is None else (rs, residual.ptr)
     Conv2D(k, out.dtype, ((N, C, H, W), xs, x.ptr), (wshape, ws, w, value), bias, (oshape, os_, out.ptr),
-           strides, dils, pads, groups, flat, epi, res, k.attr("_loop_order")).emit()
+           strides, dils, pads, groups, flat, epi, res, k.loop_order).emit()

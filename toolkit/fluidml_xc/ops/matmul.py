@@ -1,7 +1,7 @@
 """MatMul and Gemm under any operand layouts.
 
 Floats run register-blocked kernels (ops/matmul_blocked.py) with explicit target vectors (k.vector_bits:
-8 x f32 on AVX2, 4 x f32 on NEON) whenever the loop order the optimizer chose (node.attrs["_loop_order"],
+8 x f32 on AVX2, 4 x f32 on NEON) whenever the loop order the optimizer chose (k.loop_order,
 see fluid/loop_order.py) allows it under the operands' strides:
 
 - outer (ikj): an MR x NR tile of C accumulated in registers across the whole K loop, each step an
@@ -47,7 +47,7 @@ def _repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Op
 
 
 def _order(k, a_mk, b_kn, c_mn, m=2, n=2, a_const=False, b_const=False, dtype=np.float32) -> str:
-    order = k.attr("_loop_order")
+    order = k.loop_order
     return order if order in MATMUL_ORDERS else default_order(a_mk, b_kn, c_mn, m, n, a_const, b_const,
                                                              np.dtype(dtype) in BLOCKED_DTYPES)
 

@@ -60,13 +60,6 @@ def data_layout(spec: MachineSpec) -> str:
     return str(target_machine(spec).target_data)
 
 
-def new_target_machine(spec: MachineSpec):
-    """A target machine of its own (an MCJIT engine takes ownership of the one it is given)."""
-    _initialize()
-    return llvm.Target.from_triple(spec.triple).create_target_machine(
-        cpu=spec.cpu, features=spec.features, opt=3, reloc="pic", codemodel="default")
-
-
 def optimized_module(llvm_ir: str, tm):
     """Parse, verify and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
     module = llvm.parse_assembly(llvm_ir)

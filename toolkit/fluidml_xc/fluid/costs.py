@@ -17,9 +17,8 @@ channels are innermost).
 Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
 several runs; a KernelTimer, emit/measure.py's Measurer, which the pipeline passes in when this machine can
 run the target's code; without one only cached measurements count), keyed by target, kernel signature and
-layouts in a JSON cache under
-$FLUIDML_XC_CACHE (default ~/.cache/fluidml-xc/costs; fluid/cost_cache.py). Measurements taken on a board go in the same
-format (`source` names the board) and are preferred for that target.
+layouts in a JSON cache under $FLUIDML_XC_CACHE (default ~/.cache/fluidml-xc/costs; fluid/cost_cache.py).
+Measurements taken on a board go in the same format (`source` names the board) and are preferred for that target.
 """
 from __future__ import annotations
 

@@ -235,6 +235,7 @@ def main() -> int:
             print(f"{case.name:58s} build failed: {str(exc).splitlines()[0][:120]}", flush=True)
             continue
         arrays = [aligned(np.asarray(case.inputs[n], dtype=dt), args.align) for n, dt, _ in jit.input_specs]
+        feeds = {**case.inputs, **{n: a for (n, _, _), a in zip(jit.input_specs, arrays)}}  # ORT reads the same buffers
         outs = [aligned(np.zeros(shape, dtype=dt), args.align) for _, dt, shape in jit.output_specs]
         in_ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
@@ -250,10 +251,10 @@ def main() -> int:
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
         def theirs():
-            sess.run(None, case.inputs)
+            sess.run(None, feeds)
 
         ours()
-        want = sess.run(None, case.inputs)
+        want = sess.run(None, feeds)
         errors = [float(np.max(np.abs(o.astype(np.float64) - w.astype(np.float64))) / max(1.0, float(np.max(np.abs(w)))))
                   if o.size else 0.0 for o, w in zip(outs, want)]
         check = "ok" if max(errors) < 1e-3 else f"ERR {max(errors):.2g}"

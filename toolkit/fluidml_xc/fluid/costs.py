@@ -29,8 +29,10 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
+from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
+from ..opspec import OpSpec
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, MatmulGeometry, conv_geometry, matmul_geometry
@@ -165,11 +167,19 @@ class AnalyticModel:
     def cost(self, node: Node, layouts: Mapping[str, Perm]) -> float:
         return self.cost_and_order(node, layouts)[0]
 
+    def spec(self, node: Node) -> OpSpec | None:
+        return opspec.lookup(node.op_type, self.graph.opset, node.domain)
+
     def cost_and_order(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
+        """Estimated ns and the loop order (the ops whose OpSpec has loop_orders) for node under layouts: by
+        the op's cost kind, else as an elementwise op (OpSpec.elementwise), else opaque."""
         fn = _KINDS.get(node.op_type)
-        if fn is None:
-            return self.opaque(node), None
-        return fn(self, node, layouts)
+        if fn is not None:
+            return fn(self, node, layouts)
+        spec = self.spec(node)
+        if spec is not None and spec.elementwise:
+            return self.elementwise(node, layouts)
+        return self.opaque(node), None
 
     # -- kinds ---------------------------------------------------------------------------------
     def opaque(self, node: Node) -> float:
@@ -479,10 +489,6 @@ def transpose_is_view(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> 
     return transpose_is_copy(graph, node, layouts)
 
 
-def _elementwise(model: AnalyticModel, node: Node, layouts):
-    return model.elementwise(node, layouts)
-
-
 _KINDS = {
     "Conv": AnalyticModel.conv,
     "MaxPool": AnalyticModel.pool,
@@ -495,11 +501,6 @@ _KINDS = {
     "MatMul": AnalyticModel.matmul,
     "Gemm": AnalyticModel.matmul,
 }
-
-
-def register_elementwise(op_types) -> None:
-    for op in op_types:
-        _KINDS.setdefault(op, _elementwise)
 
 
 class KernelTimer(Protocol):
@@ -562,17 +563,22 @@ class Costs:
         split for a loop order, else the analytic model's threaded / one-thread ratio."""
         if self.model.threads == 1:
             return ns
-        if order is not None and node.op_type in ("Conv", "MatMul", "Gemm"):
+        kind = self._loop_orders(node)
+        if order is not None and kind is not None:
             strides = lambda n: self.model.strides(n, layouts)  # noqa: E731
-            if node.op_type == "Conv":
+            if kind == "conv":
                 geo = conv_geometry(self.graph, node, strides, self.model.vector_bits, self.model.forms)
                 return ns if geo is None else self.model.threaded(ns, self.model.conv_tiles(geo, order))
             return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides), order))
         serial = self.serial.cost_and_order(node, layouts)[0]
         return ns * self.model.cost_and_order(node, layouts)[0] / serial if serial > 0 else ns
 
+    def _loop_orders(self, node: Node) -> str | None:
+        spec = self.model.spec(node)
+        return None if spec is None else spec.loop_orders
+
     def _order_candidates(self, node: Node, layouts) -> list[str]:
-        if node.op_type == "Conv":
+        if self._loop_orders(node) == "conv":
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
             return list(geo.orders()) if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts))

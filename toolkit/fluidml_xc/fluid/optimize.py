@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..target.machine import MachineSpec
-from .costs import Costs, KernelTimer, register_elementwise, transpose_is_view
+from .costs import Costs, KernelTimer, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 from .segmentation import segment_graph
 from .voting import vote_layouts
@@ -90,7 +90,6 @@ def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> 
 def build_problem(graph: Graph, costs: Costs):
     """The layout problem of a graph: candidates per activation tensor, pins, per-node cost."""
     specs = [opspec.lookup(n.op_type, graph.opset, n.domain) for n in graph.nodes]
-    register_elementwise(sorted({n.op_type for n, s in zip(graph.nodes, specs) if s is not None and s.elementwise}))
     boundary = set(graph.inputs) | set(graph.outputs)
     pinned: set[str] = set(boundary)
     touched: dict[str, list[int]] = {}

@@ -1,3 +1,3 @@
-"""What a build is for and how it becomes an executable: `boards` (board and target TOML files), `machine`
-(llvmlite target machines, MachineSpec, object emission), `jit` (the in-process MCJIT: setup,
-engines, host_can_run), `link` (ziglang cc: runtime objects, runner, library)."""
+"""What a build is for and what runs its code: `boards` (board and target TOML files), `machine` (llvmlite
+target machines, MachineSpec, object emission), `jit` (the in-process MCJIT: setup, engines, host_can_run).
+Linking, which needs the C API's names, is emit/link.py."""

@@ -1,14 +1,19 @@
-"""ConvTranspose with constant weights -> MatMul (the blocked GEMM) + Col2Im (+ bias Add).
+"""ConvTranspose with constant weights -> Conv (stride 1) or a 1x1 Conv + Col2Im (+ bias Add).
 
-Every input pixel i of ConvTranspose adds x[ci, i] * w[ci, co, t] into output o = i * s - pad + t * d;
-that is the GEMM cols[(co, t), i] = sum_ci w[ci, co, t] * x[ci, i] followed by Col2Im, which adds
-column entry ((co, t), i) into image position i * s - pad + t * d with the same strides, dilations and
-pads. So the multiply-adds run in the register-blocked MatMul kernel and only the scatter-add is
-left to Col2Im (memory-bound). Groups become a batched MatMul ([G, Cog * K, Cig] @ [N, G, Cig, L]).
+At stride 1 a ConvTranspose is a Conv of the same input with the kernel flipped, input and output channels
+swapped per group and pads d * (k - 1) - pad (when no pad exceeds d * (k - 1)): it runs in the blocked Conv
+kernel with no column buffer.
+
+Otherwise every input pixel i adds x[ci, i] * w[ci, co, t] into output o = i * s - pad + t * d; that is the
+1x1 convolution cols[(co, t), i] = sum_ci w[ci, co, t] * x[ci, i] followed by Col2Im, which adds column entry
+((co, t), i) into image position i * s - pad + t * d with the same strides, dilations and pads. So the
+multiply-adds run in the blocked Conv kernel (a group-G 1x1 Conv for groups; a [G, Cog * K, Cig] batched
+MatMul for 3 spatial dims, whose Convs become slices in an earlier pass) and only the scatter-add is left to
+Col2Im (memory-bound).
 
 Rewritten when W is a float32 constant, 1 to 3 spatial dims, pads >= 0 and every output_padding is
 below its stride (then Col2Im's block count equals the input's extent); the node otherwise keeps the
-direct scatter lowering (ops/conv.py). Col2Im is emitted in the "fluidml" domain, so the rewrite
+direct scatter lowering (ops/conv_transpose.py). Col2Im is emitted in the "fluidml" domain, so the rewrite
 works at any opset.
 """
 from __future__ import annotations
@@ -83,23 +88,18 @@ def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
     if pads is None:
         return None
     cig, cog, taps, pixels = cin // groups, cout // groups, math.prod(k_sp), math.prod(x.shape[2:])
-    weights = w.value.reshape(groups, cig, cog * taps).transpose(0, 2, 1)  # [G, Cog * K, Cig]
     name = node.name or "ConvTranspose"
-    if groups == 1:
-        w_name = _const(graph, f"{name}.cols_weight", np.ascontiguousarray(weights[0]))
-        x_shape, cols_shape = (n, cin, pixels), (n, cog * taps, pixels)
-    else:
-        w_name = _const(graph, f"{name}.cols_weight", np.ascontiguousarray(weights))
-        x_shape, cols_shape = (n, groups, cig, pixels), (n, groups, cog * taps, pixels)
-    x_flat = _activation(graph, f"{name}.x_flat", x.dtype, x_shape)
-    cols = _activation(graph, f"{name}.cols", x.dtype, cols_shape)
-    nodes = [Node("Reshape", f"{name}.flatten", [x.name, _const(graph, f"{name}.x_shape", np.array(x_shape, np.int64))], [x_flat]),
-             Node("MatMul", f"{name}.gemm", [w_name, x_flat], [cols])]
-    if groups > 1:
-        merged = _activation(graph, f"{name}.cols_merged", x.dtype, (n, cout * taps, pixels))
-        nodes.append(Node("Reshape", f"{name}.merge_groups",
-                          [cols, _const(graph, f"{name}.cols_shape", np.array((n, cout * taps, pixels), np.int64))], [merged]))
-        cols = merged
+    conv_pads = [d * (k - 1) - p for d, k, p in zip(dils * 2, k_sp * 2, pads)]
+    if sp <= 2 and all(s == 1 for s in strides) and min(conv_pads) >= 0:
+        flipped = w.value.reshape(groups, cig, cog, *k_sp).swapaxes(1, 2)[(..., *[slice(None, None, -1)] * sp)]
+        inputs = [x.name, _const(graph, f"{name}.conv_weight", np.ascontiguousarray(flipped.reshape(cout, cig, *k_sp)))]
+        if bias is not None:
+            inputs.append(bias.name)
+        return [Node("Conv", f"{name}.conv", inputs, [out.name],
+                     {"kernel_shape": k_sp, "strides": strides, "dilations": dils, "pads": conv_pads, "group": groups})]
+    weights = w.value.reshape(groups, cig, cog * taps).transpose(0, 2, 1)  # [G, Cog * K, Cig]
+    cols_of = _cols_conv if sp <= 2 else _cols_matmul
+    nodes, cols = cols_of(graph, name, x, weights, (n, cout * taps, pixels))
     image = out.name if bias is None else _activation(graph, f"{name}.image", out.dtype, out.shape)
     nodes.append(Node("Col2Im", f"{name}.col2im",
                       [cols, _const(graph, f"{name}.image_shape", np.array(out.shape[2:], np.int64)),
@@ -109,6 +109,40 @@ def _rewrite(graph: Graph, node: Node) -> list[Node] | None:
         b_name = _const(graph, f"{name}.bias", bias.value.reshape(cout, *([1] * sp)).astype(np.float32))
         nodes.append(Node("Add", f"{name}.bias_add", [image, b_name], [out.name]))
     return nodes
+
+
+def _cols_conv(graph: Graph, name: str, x, weights: np.ndarray, cols_shape) -> tuple[list[Node], str]:
+    """The column buffer [N, C * K, L] as a group-G 1x1 Conv of x (weights [G, Cog * K, Cig]) viewed flat."""
+    sp, groups = len(x.shape) - 2, weights.shape[0]
+    rows = weights.shape[0] * weights.shape[1]
+    w_name = _const(graph, f"{name}.cols_weight", np.ascontiguousarray(weights.reshape(rows, weights.shape[2], *[1] * sp)))
+    image = _activation(graph, f"{name}.cols_image", x.dtype, (x.shape[0], rows, *x.shape[2:]))
+    cols = _activation(graph, f"{name}.cols", x.dtype, cols_shape)
+    return [Node("Conv", f"{name}.gemm", [x.name, w_name], [image], {"kernel_shape": [1] * sp, "group": groups}),
+            Node("Reshape", f"{name}.flatten", [image, _const(graph, f"{name}.cols_shape", np.array(cols_shape, np.int64))],
+                 [cols])], cols
+
+
+def _cols_matmul(graph: Graph, name: str, x, weights: np.ndarray, cols_shape) -> tuple[list[Node], str]:
+    """The column buffer [N, C * K, L] as a (batched, one batch per group) MatMul of weights [G, Cog * K, Cig]
+    and x viewed as [N, G, Cig, L]."""
+    n, groups, (rows, cig) = x.shape[0], weights.shape[0], weights.shape[1:]
+    pixels = cols_shape[2]
+    if groups == 1:
+        w_value, x_shape, shape = weights[0], (n, cig, pixels), cols_shape
+    else:
+        w_value, x_shape, shape = weights, (n, groups, cig, pixels), (n, groups, rows, pixels)
+    w_name = _const(graph, f"{name}.cols_weight", np.ascontiguousarray(w_value))
+    x_flat = _activation(graph, f"{name}.x_flat", x.dtype, x_shape)
+    cols = _activation(graph, f"{name}.cols", x.dtype, shape)
+    nodes = [Node("Reshape", f"{name}.flatten", [x.name, _const(graph, f"{name}.x_shape", np.array(x_shape, np.int64))], [x_flat]),
+             Node("MatMul", f"{name}.gemm", [w_name, x_flat], [cols])]
+    if groups > 1:
+        merged = _activation(graph, f"{name}.cols_merged", x.dtype, cols_shape)
+        nodes.append(Node("Reshape", f"{name}.merge_groups",
+                          [cols, _const(graph, f"{name}.cols_shape", np.array(cols_shape, np.int64))], [merged]))
+        cols = merged
+    return nodes, cols
 
 
 @graph_pass(order=12)

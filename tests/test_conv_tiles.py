@@ -2,7 +2,7 @@
 border columns join interior blocks and whose last columns split into balanced blocks (widths 13 and 57),
 channel counts that leave a partial block, and a wide flat 1x1 on the 6-channel row-vector tile; flat 1x1 convs
 over small NCHW images with their input packed on the stack, in one group or several (x86_64, aarch64, armv7);
-against ONNX Runtime, and bit-identical across thread counts."""
+against ONNX Runtime, and bit-identical across thread counts. Pointwise pixel tiles of 1x1 convs with end pads."""
 from __future__ import annotations
 
 import numpy as np
@@ -87,3 +87,18 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
             np.testing.assert_array_equal(runs[0][name], other[name])
     assert seen and all(ours == model_sees for ours, model_sees in seen)
     assert {ours for ours, _ in seen} == ({1} if pack_bytes is None else {3, 5})
+
+
+@pytest.mark.parametrize("pads,strides", [([0, 0, 1, 1], [1, 1]), ([0, 0, 2, 1], [2, 2]), ([0, 0, 0, 0], [2, 2])])
+def test_pointwise_tiles_with_end_pads_match_ort(pads, strides):
+    """Unpadded-at-the-start 1x1 convs over small outputs run pixel tiles across row ends; with end pads the last
+    row and column are bias-only pixels that read no input (they once read past the input)."""
+    from fluidml_xc.run.backend import compile_model
+
+    rng = np.random.default_rng(11)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, strides=strides)
+    consts = {"w": rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "b": rng.standard_normal(16).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((1, 16, 6, 6)).astype(np.float32)}
+    model = graph_model([node], feeds, ["y"], consts, opset=13)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(compile_model(model)(feeds)[0], want, rtol=1e-5, atol=1e-5)

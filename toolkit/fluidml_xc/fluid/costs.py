@@ -323,7 +323,7 @@ class AnalyticModel:
             rows = chunk_count(geo.OH, work, want)
             unit = geo.blocking.dw_vec * V  # Conv2D.dw_units
             chunks = rows * chunk_count(geo.G // unit + (1 if geo.G % unit else 0), work, -(-want // rows))
-        elif kind == "channels" and geo.pointwise and geo.OH > 1 and geo.OW % geo.P and geo.OH * geo.OW <= 64:
+        elif geo.blocking.pointwise_tiles:
             chunks = chunk_count(nb, work, want)
         elif geo.pack_groups > 1:  # the groups of packed pixel blocks
             return geo.pack_groups

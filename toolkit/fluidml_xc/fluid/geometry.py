@@ -36,8 +36,8 @@ class ConvGeometry:
     flat: bool
     V: int
     itemsize: int
-    pointwise: bool = False
-    """An unpadded 1x1 conv that is not flat (strided, or not flattenable)."""
+    unpadded: bool = False
+    """No begin pads and every output pixel reads an input pixel (ConvBlocking.choose)."""
     sh: int = 1
     dh: int = 1
     forms: TargetForms = TargetForms("")
@@ -56,7 +56,8 @@ class ConvGeometry:
         """Conv2D's blocking of this conv (weights assumed finite)."""
         return ConvBlocking.choose(self.forms, N=self.N, C=self.C, H=self.H, W=self.W, OC=self.OC, OH=self.OH, OW=self.OW,
                                    KH=self.KH, KW=self.KW, G=self.G, sh=self.sh, sw=self.sw, dh=self.dh, xs=self.xs, os=self.os,
-                                   flat=self.flat, w_const=self.w_const, finite=True, itemsize=self.itemsize, V=self.V)
+                                   flat=self.flat, w_const=self.w_const, finite=True, itemsize=self.itemsize, V=self.V,
+                                   unpadded=self.unpadded)
 
     @property
     def kind(self) -> str:
@@ -124,10 +125,9 @@ def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int, forms:
         if residual is not None:
             residual = (residual[0], residual[1], 0, residual[3])
     item = np.dtype(out.dtype).itemsize
-    pointwise = (KH, KW) == (1, 1) and all(int(p) == 0 for p in pads) and not flat and node.attrs.get("auto_pad", "NOTSET") in (
-        "NOTSET", b"NOTSET", "VALID", b"VALID")
+    unpadded = all(int(p) == 0 for p in pads[:sp]) and (OH - 1) * sh < H and (OW - 1) * sw < W
     return ConvGeometry(N, C, H, W, OC, OH, OW, KH, KW, int(node.attrs.get("group", 1)), sw, xs, os_, residual, w.is_const, flat,
-                        max(1, vector_bits // (8 * item)), item, pointwise, sh, dh, forms or TargetForms(""))
+                        max(1, vector_bits // (8 * item)), item, unpadded, sh, dh, forms or TargetForms(""))
 
 
 @dataclass

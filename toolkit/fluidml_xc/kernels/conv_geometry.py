@@ -187,6 +187,10 @@ class ConvBlocking:
     packs_input: bool
     pack_groups: int
     """0 unless packs_input, else the groups of pixel blocks packed at once."""
+    pointwise_tiles: bool
+    """Channel vectors of a 1x1 conv over a small output that is not flat (strided, or not flattenable) and reads
+    no padding: pixel tiles of P run across row ends (build-time offsets per pixel), so narrow rows leave no
+    ragged tiles."""
     orders: tuple[str, ...]
     """Loop orders the kernel implements for this blocking (CONV_ORDERS)."""
     default_order: str
@@ -197,9 +201,10 @@ class ConvBlocking:
     @classmethod
     def choose(cls, forms: TargetForms, *, N: int, C: int, H: int, W: int, OC: int, OH: int, OW: int, KH: int, KW: int,
                G: int, sh: int, sw: int, dh: int, xs: tuple[int, ...], os: tuple[int, ...], flat: bool, w_const: bool,
-               finite: bool, itemsize: int, V: int) -> ConvBlocking:
+               finite: bool, itemsize: int, V: int, unpadded: bool = False) -> ConvBlocking:
         """xs, os: element strides of input and output as (N, C, H, W); w_const: the weights are build-time
-        constants, finite: all of them finite (edge blocks multiply zeros by them); V: vector lanes."""
+        constants, finite: all of them finite (edge blocks multiply zeros by them); V: vector lanes; unpadded: no
+        begin pads and every output pixel reads an input pixel (end pads may only cut the input short)."""
         Cig, Cog = C // G, OC // G
         taps, f32 = Cig * KH * KW, itemsize == 4
         rows_unit = xs[3] == 1 and os[3] == 1
@@ -232,5 +237,7 @@ class ConvBlocking:
         else:
             orders = ("px>co",) if kind == "depthwise_c" or flat else ("co>px",)
             default = orders[0]
+        pointwise_tiles = (kind == "channels" and not flat and KH == 1 and KW == 1 and unpadded and OH > 1 and OW % P != 0
+                           and OH * OW <= 64)
         return cls(kind, R, P, U, dw_vec, by_lane, edges, row_pairs, forms.lane_taps(by_lane, row_pairs, f32, V, taps),
-                   packs_input, pack_groups, orders, default)
+                   packs_input, pack_groups, pointwise_tiles, orders, default)

@@ -87,7 +87,8 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         b = self.blocking = ConvBlocking.choose(
             forms, N=self.N, C=self.C, H=self.H, W=self.W, OC=self.OC, OH=self.OH, OW=self.OW, KH=self.KH, KW=self.KW, G=groups,
             sh=self.sh, sw=self.sw, dh=self.dh, xs=self.xs, os=self.os, flat=flat, w_const=wvalue is not None,
-            finite=wvalue is not None and bool(np.isfinite(wvalue).all()), itemsize=np.dtype(dtype).itemsize, V=self.V)
+            finite=wvalue is not None and bool(np.isfinite(wvalue).all()), itemsize=np.dtype(dtype).itemsize, V=self.V,
+            unpadded=self.ph == 0 and self.pw == 0 and (self.OH - 1) * self.sh < self.H and (self.OW - 1) * self.sw < self.W)
         self.by_channel, self.depthwise_c = b.kind == "channels", b.kind == "depthwise_c"
         self.R, self.P, self.U, self.dw_vec, self.NB = b.R, b.P, b.U, b.dw_vec, -(-self.Cog // b.R)
         self.by_lane, self.edges, self.row_pairs, self.lane_taps = b.by_lane, b.edges, b.row_pairs, b.lane_taps

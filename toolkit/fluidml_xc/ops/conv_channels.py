@@ -198,9 +198,5 @@ class ChannelVectors:
                     self.span(0, self.N, lambda n: self.span(0, self.G, lambda g: per_image(n, g)))
 
     def pointwise_tiles(self) -> bool:
-        """Unpadded 1x1 convs with small outputs (strided, or not flattenable): pixel tiles of P run
-        across row ends (build-time offsets per pixel), so narrow rows leave no ragged tiles. Every output
-        pixel must read an input pixel: end pads (bias-only border pixels) take the row path."""
-        return (self.by_channel and not self.flat and self.KH == 1 and self.KW == 1 and self.ph == 0 and self.pw == 0
-                and (self.OH - 1) * self.sh < self.H and (self.OW - 1) * self.sw < self.W
-                and self.OH > 1 and self.OW % self.P != 0 and self.OH * self.OW <= 64)
+        """ConvBlocking.pointwise_tiles (kernels/conv_geometry.py)."""
+        return self.blocking.pointwise_tiles

@@ -29,6 +29,8 @@ CASES = [  # (x shape, Cout, kernel, attrs)
     ((1, 6, 12), 4, (5,), {"pads": [1, 3]}),
     ((1, 4, 9, 9), 4, (3, 3), {"pads": [3, 0, 0, 0]}),
     ((1, 4, 4, 5, 5), 4, (3, 3, 3), {"pads": [1] * 6}),
+    ((2, 8, 6, 5), 4, (4, 4), {"strides": [4, 4]}),
+    ((1, 8, 6, 19), 6, (2, 1), {"strides": [2, 1], "group": 2}),
 ]
 
 
@@ -72,3 +74,16 @@ def test_conv_transpose_matches_ort(case, bias):
     got = compile_model(model)({"x": x})[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_exact_tiling_col2im_under_qemu(tmp_path, board):
+    """The pixel-shuffle Col2Im (blocks tiling the image: 2x2 stride 2, 4x4 stride 4) with the ARM vector widths."""
+    from modelrun import compile_and_run, has_emulator
+    if not has_emulator(board):
+        pytest.skip(f"no emulator for {board}")
+    for i, case in enumerate((CASES[0], ((2, 8, 6, 5), 4, (4, 4), {"strides": [4, 4]}))):
+        model, x = _model(*case, bias=True)
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = compile_and_run(model, {"x": x}, tmp_path / str(i), board)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -2,7 +2,10 @@
 
 Col2Im zeroes the output, then adds every column entry into the image pixel it came from; per
 spatial dim and kernel offset, the range of block positions that land inside the image is a
-build-time table, so there is no bounds test per element. MaxUnpool zeroes the output and writes
+build-time table, so there is no bounds test per element. When the blocks tile a 2-D image exactly
+(block = stride, no pads or dilation: ConvTranspose 2x2 stride 2, the usual upsampling layer) every output
+pixel takes exactly one entry, so each output row is written once, its column vectors interleaved
+(a pixel shuffle), with no zero fill. MaxUnpool zeroes the output and writes
 each input value at its (run-time) flat index, decomposed over the inferred unpooled shape as the
 ONNX reference does (an output_shape larger than that shape keeps the extra border at zero);
 indices outside the tensor are skipped.
@@ -11,9 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from llvmlite import ir
+
 from ..errors import InputError
-from ..kernels.loops import element, nest, offset
+from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import const
+from ..kernels.vectors import load_lanes, store_lanes
 from ..opspec import register
 
 
@@ -47,6 +53,9 @@ def lower_col2im(k):
     if x.rank != 3 or x.shape[1] % K or x.shape[2] != int(np.prod(counts)) or min(counts) < 1:
         raise InputError(f"node {k.node.name!r} (Col2Im): input {list(x.shape)} does not match image {image}, block {block}, "
                          f"strides {strides}, pads {pads}, dilations {dils} ({counts} blocks)")
+    if _tiles_exactly(x, out, image, block, strides, dils, pads) and x.size:
+        _pixel_shuffle(k, x, out, x.shape[1] // K, K, counts, strides)
+        return
     zero_fill(k, out)
     if out.size == 0 or x.size == 0:
         return
@@ -82,6 +91,42 @@ def lower_col2im(k):
             blocks(0, [])
         nest(k, block, taps)
     nest(k, [N, C], plane)
+
+
+def _tiles_exactly(x, out, image, block, strides, dils, pads) -> bool:
+    return (len(image) == 2 and block == strides and strides[1] in (1, 2, 4) and set(dils) == {1} and set(pads) == {0}
+            and all(i % s == 0 for i, s in zip(image, strides)) and np.dtype(out.dtype) in (np.float32, np.float64)
+            and x.strides[2] == 1 and out.strides[3] == 1)
+
+
+def _pixel_shuffle(k, x, out, C: int, K: int, counts, strides) -> None:
+    """out[n, c, i * sh + a, j * sw + b] = x[n, c * K + a * sw + b, i * cw + j]: per output row (n, c, i, a),
+    sw input rows of V columns interleaved into sw * V contiguous outputs; the last cw % V columns one by one."""
+    b = k.b
+    (sh, sw), cw = strides, counts[1]
+    V = k.lanes(out.dtype)
+    full = cw // V
+
+    def row(ix):
+        n, c, i, a = ix
+        xbase = [offset(k, t * x.strides[1], (n, x.strides[0]), (c, K * x.strides[1]), (a, sw * x.strides[1]),
+                        (i, cw * x.strides[2])) for t in range(sw)]
+        obase = offset(k, 0, (n, out.strides[0]), (c, out.strides[1]), (i, sh * out.strides[2]), (a, out.strides[2]))
+        if full:
+            with loop(k, full) as j:
+                vecs = [load_lanes(k, x.ptr, offset(k, 0, (base, 1), (j, V)), V, 1, False) for base in xbase]
+                while len(vecs) > 2:
+                    vecs = [b.shuffle_vector(vecs[q], vecs[q + 1], ir.Constant(ir.VectorType(ir.IntType(32), 2 * vecs[q].type.count),
+                                                                                 list(range(2 * vecs[q].type.count))))
+                            for q in range(0, len(vecs), 2)]
+                mask = ir.Constant(ir.VectorType(ir.IntType(32), sw * V), [(m % sw) * V + m // sw for m in range(sw * V)])
+                value = vecs[0] if sw == 1 else b.shuffle_vector(vecs[0], vecs[1], mask)
+                store_lanes(k, out.ptr, offset(k, 0, (obase, 1), (j, sw * V)), value, sw * V, 1)
+        for j in range(full * V, cw):
+            for t in range(sw):
+                v = b.load(element(k, x.ptr, offset(k, j, (xbase[t], 1))))
+                b.store(v, element(k, out.ptr, offset(k, j * sw + t, (obase, 1))))
+    nest(k, [x.shape[0], C, counts[0], sh], row)
 
 
 def _block_range(start: int, stride: int, count: int, size: int) -> tuple[int, int]:

@@ -237,8 +237,8 @@ def test_non_row_major_layouts(tmp_path, monkeypatch):
     import fluidml_xc.pipeline as pipeline
     real = pipeline.optimize
 
-    def reversed_layouts(graph, spec, mode, costs, threads=1):
-        decisions = real(graph, spec, "plain", costs, threads)
+    def reversed_layouts(graph, spec, mode, costs, threads=1, timer=None):
+        decisions = real(graph, spec, "plain", costs, threads, timer)
         decisions.layouts = {name: tuple(reversed(range(len(graph.tensors[name].shape)))) for name in graph.activations()
                              if name not in graph.outputs and len(graph.tensors[name].shape) > 1}
         return decisions

@@ -1,7 +1,8 @@
 """Softmax/LogSoftmax, ReduceMax/ReduceMin and the sum family (ReduceSum, Mean, SumSquare, L1, L2, LogSum, Prod)
 over contiguous float32 rows in explicit vectors (ops/reduce.py): rows long enough for the unrolled loop, the
-whole vectors after it and a scalar tail, with NaN and infinities in each part. Softmax against ONNX Runtime,
-reductions against onnx.reference (NaN propagates); every target."""
+whole vectors after it and a scalar tail, with NaN and infinities in each part; and reductions over one middle
+axis, accumulated as columns of the contiguous run after it. Softmax against ONNX Runtime, reductions against
+onnx.reference (NaN propagates); every target."""
 from __future__ import annotations
 
 import warnings
@@ -85,6 +86,41 @@ def test_vector_rows_on_arm(board, tmp_path):
              helper.make_node("ReduceSumSquare", ["x", "axes"], ["sq"], keepdims=0)]
     outs = ["s", "l", "mx", "mn", "sq"]
     model = graph_model(nodes, {"x": x}, outs, consts={"axes": np.array([-1], np.int64)}, opset=18, infer=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x})))
+    got = run(build(model, tmp_path, board, profile_runner=False), {"x": x})
+    for name, ref in want.items():
+        _check(got[name], np.asarray(ref))
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1"])
+@pytest.mark.parametrize("axis,keepdims", [(1, 1), (1, 0), (0, 1), (-2, 0)])
+def test_reduce_middle_axis_columns(op, axis, keepdims):
+    """One reduced axis before a contiguous inner run (ops/reduce.py _column_reduce): the run of 77 columns goes
+    through the unrolled vector blocks, whole vectors and scalar columns; NaN in each part for Max/Min."""
+    x = (np.random.default_rng(6).standard_normal((3, 5, ROW)) * 2).astype(np.float32)
+    if op in ("ReduceMax", "ReduceMin"):
+        x[0, 2, 3], x[1, 4, 70], x[2, 0, 76] = np.nan, np.nan, np.nan
+    model = _reduce_model(op, x, [axis], keepdims)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])
+    got = np.asarray(compile_model(model)({"x": x})[0])
+    assert got.shape == want.shape
+    _check(got, want)
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "rpi3"])
+def test_reduce_middle_axis_columns_on_arm(board, tmp_path):
+    if not has_emulator(board):
+        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    x = (np.random.default_rng(6).standard_normal((3, 5, ROW)) * 2).astype(np.float32)
+    x[1, 4, 70] = np.nan
+    nodes = [helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=1), helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0),
+             helper.make_node("Softmax", ["x"], ["sm"], axis=1)]
+    outs = ["mx", "s", "sm"]
+    model = graph_model(nodes, {"x": x}, outs, consts={"axes": np.array([1], np.int64)}, opset=18, infer=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x})))

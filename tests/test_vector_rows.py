@@ -76,6 +76,16 @@ def test_reduce_sum_family_rows(op, axes):
     np.testing.assert_allclose(compile_model(model)({"x": x})[0], want, rtol=1e-5, atol=1e-6)
 
 
+def _check_on_board(model, x, outs, board, tmp_path):
+    """The model's outputs built and run for `board` against onnx.reference."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x})))
+    got = run(build(model, tmp_path, board, profile_runner=False), {"x": x})
+    for name, ref in want.items():
+        _check(got[name], np.asarray(ref))
+
+
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])
 def test_vector_rows_on_arm(board, tmp_path):
     if not has_emulator(board):
@@ -86,18 +96,13 @@ def test_vector_rows_on_arm(board, tmp_path):
              helper.make_node("ReduceSumSquare", ["x", "axes"], ["sq"], keepdims=0)]
     outs = ["s", "l", "mx", "mn", "sq"]
     model = graph_model(nodes, {"x": x}, outs, consts={"axes": np.array([-1], np.int64)}, opset=18, infer=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x})))
-    got = run(build(model, tmp_path, board, profile_runner=False), {"x": x})
-    for name, ref in want.items():
-        _check(got[name], np.asarray(ref))
+    _check_on_board(model, x, outs, board, tmp_path)
 
 
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1"])
 @pytest.mark.parametrize("axis,keepdims", [(1, 1), (1, 0), (0, 1), (-2, 0)])
 def test_reduce_middle_axis_columns(op, axis, keepdims):
-    """One reduced axis before a contiguous inner run (ops/reduce.py _column_reduce): the run of 77 columns goes
+    """One reduced axis before a contiguous inner run (ops/reduce_columns.py): the run of 77 columns goes
     through the unrolled vector blocks, whole vectors and scalar columns; NaN in each part for Max/Min."""
     x = (np.random.default_rng(6).standard_normal((3, 5, ROW)) * 2).astype(np.float32)
     if op in ("ReduceMax", "ReduceMin"):
@@ -121,9 +126,4 @@ def test_reduce_middle_axis_columns_on_arm(board, tmp_path):
              helper.make_node("Softmax", ["x"], ["sm"], axis=1)]
     outs = ["mx", "s", "sm"]
     model = graph_model(nodes, {"x": x}, outs, consts={"axes": np.array([1], np.int64)}, opset=18, infer=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x})))
-    got = run(build(model, tmp_path, board, profile_runner=False), {"x": x})
-    for name, ref in want.items():
-        _check(got[name], np.asarray(ref))
+    _check_on_board(model, x, outs, board, tmp_path)

@@ -261,6 +261,7 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
 def _bind(model: onnx.ModelProto, options: BuildOptions) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
     """--bind values typed by the model's inputs, and the --input-shape entries of the inputs left."""
     from .frontend.binding import resolve
+    from .frontend.input_shapes import resolve_shapes
 
     bound = resolve(model, options.bind) if options.bind else {}
     for name, value in bound.items():
@@ -268,7 +269,9 @@ def _bind(model: onnx.ModelProto, options: BuildOptions) -> tuple[dict[str, np.n
         if shape is not None and tuple(shape) != value.shape:
             raise InputError(f"--input-shape {name}={'x'.join(map(str, shape))} disagrees with the shape of its --bind value "
                              f"({'x'.join(map(str, value.shape)) or 'scalar'}): drop the --input-shape")
-    return bound, {k: v for k, v in options.input_shapes.items() if k not in bound}
+    shapes = {**options.input_shapes, **resolve_shapes(model, {**options.input_shapes, **{k: v.shape for k, v in bound.items()}},
+                                                        flags={k: f"--bind {k}" for k in bound})}
+    return bound, {k: v for k, v in shapes.items() if k not in bound}
 
 
 BUILD_STAGES = ("import", "passes", "optimize, plan, compile", "link", "manifest")

@@ -6,7 +6,7 @@ from pathlib import Path
 from ..build import BUILD_STAGES, BuildOptions, build_model
 from ..pipeline import OPT_MODES
 from ..frontend.binding import parse_binds
-from ..frontend.importer import parse_input_shape
+from ..frontend.input_shapes import parse_input_shape
 from ..progress import Stages
 
 NAME = "build"

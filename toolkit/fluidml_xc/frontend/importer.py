@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,9 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup
+from .input_shapes import parse_input_shape, resolve_shapes, suggestions  # noqa: F401 (parse_input_shape: re-exported)
 from .names import rename_repeated, unique_names
-from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_input_shape, check_opsets, validate_model
+from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
@@ -47,14 +47,6 @@ class FrontendOptions:
     `NAME.K` entries of input_shapes. Without one, a sequence's length is the number of such entries."""
     limits: Limits = field(default_factory=Limits)
     """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
-
-
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """`name=1x3x224x224` -> ("name", (1, 3, 224, 224)); the name may itself contain '='."""
-    name, sep, dims = text.rpartition("=")
-    if not sep or not name or not re.fullmatch(r"\d+(x\d+)*|", dims):
-        raise InputError(f"bad --input-shape {text!r}: write NAME=1x3x224x224 (a scalar is NAME=)")
-    return name, tuple(int(d) for d in dims.split("x")) if dims else ()
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -105,7 +97,7 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
     from .sequences import input_structure, type_kind
 
     initializers = {init.name for init in model.graph.initializer}
-    tensors, missing = {}, []
+    tensors, missing, open_inputs = {}, [], []
     known = {vi.name for vi in model.graph.input}
     structured = {vi.name for vi in model.graph.input if type_kind(vi.type) in ("seq", "opt") and vi.name not in initializers}
     for name in options.input_shapes:
@@ -114,6 +106,7 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
         if name not in known or name in initializers:
             inputs = [vi.name for vi in model.graph.input if vi.name not in initializers]
             raise InputError(f"--input-shape names {name!r}, which is not an input of the model; inputs: {', '.join(inputs)}")
+    shapes = resolve_shapes(model, options.input_shapes, skip=structured)
     for vi in model.graph.input:
         if vi.name in initializers:
             continue
@@ -130,17 +123,16 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
             continue
         if not vi.type.HasField("tensor_type"):
             raise InputError(f"input {vi.name!r} is not a tensor (sequence/map/optional inputs are not supported)")
-        if vi.name in options.input_shapes:
-            shape = options.input_shapes[vi.name]
-            check_input_shape(vi.name, tuple(shape), ttype)
+        if vi.name in shapes:
+            shape = shapes[vi.name]
         else:
             dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in ttype.shape.dim]
             if not ttype.HasField("shape") or None in dims:
-                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "1" for d in ttype.shape.dim)
-                missing.append(f"{vi.name} (pass --input-shape {vi.name}={shown or '1'})")
+                open_inputs.append(vi.name)
                 continue
             shape = tuple(dims)
         tensors[vi.name] = Tensor(vi.name, _dtype(ttype.elem_type), tuple(shape))
+    missing += suggestions(model, open_inputs, shapes)
     if missing:
         raise InputError("dynamic input shape: " + "; ".join(missing))
     return tensors

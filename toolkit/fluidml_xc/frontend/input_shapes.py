@@ -1,0 +1,196 @@
+"""`--input-shape NAME=DIMS` against the shapes the model declares.
+
+The rules (build, quantize and everything that imports a model share them):
+
+- every declared fixed dimension must equal the given one (`x` declared [2, N] takes 2xK, not 3xK);
+- dimensions that share a symbol (dim_param) take one value across all inputs (X [1, B, 3] and
+  h0 [1, B, 4] take the same B);
+- an input not given whose open dimensions are all symbols fixed by the given inputs gets its shape from
+  them; any other input with an open dimension must be given.
+
+A conflict is one InputError naming the input, the dimension's index, its declared name and both values.
+A dimension given a range (16..1024) is not supported: the build is for one size.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import onnx
+
+from ..errors import InputError
+from .validate import check_input_shape
+
+BATCH_NAMES = re.compile(r"(?i)(.*batch.*|n|b|bs|bsz)")
+"""Symbols a suggested shape fills with 1 (other open dimensions are shown as <name>: the user picks)."""
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One declared dimension: a fixed size, a symbol, or neither (open and unnamed)."""
+
+    size: int | None = None
+    symbol: str | None = None
+
+    def text(self) -> str:
+        return str(self.size) if self.size is not None else self.symbol or "?"
+
+    def to_json(self) -> int | str | None:
+        return self.size if self.size is not None else self.symbol
+
+
+def declared(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
+    """The declared dims of a tensor input (None: no shape declared). Sizes <= 0 are open, as the importer reads them."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return tuple(Dim(size=d.dim_value) if d.HasField("dim_value") and d.dim_value > 0
+                 else Dim(symbol=d.dim_param or None) for d in vi.type.tensor_type.shape.dim)
+
+
+def shape_text(dims: tuple[Dim, ...] | None) -> str:
+    """[batch, sequence, 80]."""
+    return "(no shape declared)" if dims is None else "[" + ", ".join(d.text() for d in dims) + "]"
+
+
+def dims_text(shape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`name=1x3x224x224` -> ("name", (1, 3, 224, 224)); the name may itself contain '='; a scalar is `name=`."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise InputError(f"bad --input-shape {text!r}: write NAME=1x3x224x224 (a scalar is NAME=)")
+    if re.fullmatch(r"\d+(x\d+)*|", dims):
+        return name, tuple(int(d) for d in dims.split("x")) if dims else ()
+    ranged = re.search(r"(\d*)\.\.(\d*)", dims)
+    if ranged:
+        one = re.sub(r"\d*\.\.(\d*)", lambda m: m.group(1) or "1", dims, count=1)
+        raise InputError(f"bad --input-shape {text!r}: a dimension given a range ({ranged.group(0)}) is not supported, "
+                         f"a build is for one size of each dimension: pass one size, e.g. {name}={one}")
+    if re.fullmatch(r"\d+([,*X]\d+)*", dims):
+        raise InputError(f"bad --input-shape {text!r}: separate the sizes with 'x': {name}={re.sub(r'[,*X]', 'x', dims)}")
+    raise InputError(f"bad --input-shape {text!r}: every dimension must be a size (0, 1, 2, ...), separated by 'x': "
+                     "write NAME=1x3x224x224 (a scalar is NAME=)")
+
+
+def _tensor_inputs(model: onnx.ModelProto, skip=()) -> dict[str, onnx.ValueInfoProto]:
+    inits = {i.name for i in model.graph.initializer}
+    return {vi.name: vi for vi in model.graph.input
+            if vi.name not in inits and vi.name not in skip and vi.type.HasField("tensor_type")}
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a symbol got its value: the input, the dimension's index, the flag that gave it."""
+
+    input: str
+    index: int
+    flag: str
+
+
+def _check_fixed(name: str, dims: tuple[Dim, ...], shape: tuple[int, ...], flag: str) -> None:
+    for i, (dim, size) in enumerate(zip(dims, shape)):
+        if dim.size is not None and dim.size != size:
+            fixed = dims_text(d.size if d.size is not None else s for d, s in zip(dims, shape))
+            raise InputError(f"{flag} gives dimension {i} of input {name!r} size {size}, but the model declares it "
+                             f"{dim.size} (shape {shape_text(dims)}): pass {name}={fixed}")
+
+
+def _fix_symbols(given: Mapping[str, tuple[int, ...]], declared_dims: Mapping[str, tuple[Dim, ...]],
+                 flags: Mapping[str, str]) -> dict[str, tuple[int, _Source]]:
+    """Symbol -> (value, where it came from); InputError when two dimensions of one symbol differ."""
+    values: dict[str, tuple[int, _Source]] = {}
+    for name, shape in given.items():
+        for i, (dim, size) in enumerate(zip(declared_dims[name], shape)):
+            if dim.symbol is None:
+                continue
+            if dim.symbol not in values:
+                values[dim.symbol] = (size, _Source(name, i, flags[name]))
+                continue
+            first, src = values[dim.symbol]
+            if first != size:
+                fixed = dims_text(first if d.symbol == dim.symbol else s for d, s in zip(declared_dims[name], shape))
+                raise InputError(f"{flags[name]} gives dimension {i} of input {name!r} (declared {dim.symbol!r}) size "
+                                 f"{size}, but {src.flag} gives {dim.symbol!r} size {first} (dimension {src.index} of "
+                                 f"input {src.input!r}): dimensions that share a name take one size: pass {name}={fixed}")
+    return values
+
+
+def resolve_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]], skip=(),
+                   flags: Mapping[str, str] | None = None) -> dict[str, tuple[int, ...]]:
+    """`given` checked against the declared shapes, plus the inputs whose open dims its symbols fix.
+    `skip`: inputs handled elsewhere (sequences); `flags`: per input, how it was given (default `--input-shape NAME=DIMS`)."""
+    inputs = _tensor_inputs(model, skip)
+    given = {k: tuple(v) for k, v in given.items() if k in inputs}
+    flags = {k: (flags or {}).get(k) or f"--input-shape {k}={dims_text(v)}" for k, v in given.items()}
+    decl: dict[str, tuple[Dim, ...]] = {}
+    for name, shape in given.items():
+        vi = inputs[name]
+        check_input_shape(name, shape, vi.type.tensor_type)
+        decl[name] = declared(vi) or tuple(Dim() for _ in shape)
+        _check_fixed(name, decl[name], shape, flags[name])
+    symbols = _fix_symbols(given, decl, flags)
+    shapes = dict(given)
+    for name, vi in inputs.items():
+        dims = declared(vi)
+        if name in shapes or dims is None or all(d.size is not None for d in dims):
+            continue
+        if all(d.size is not None or d.symbol in symbols for d in dims):
+            shapes[name] = tuple(d.size if d.size is not None else symbols[d.symbol][0] for d in dims)
+    return shapes
+
+
+def _symbol_sizes(model: onnx.ModelProto, known: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    inputs, sizes = _tensor_inputs(model), {}
+    for name, shape in known.items():
+        for dim, size in zip((declared(inputs[name]) or ()) if name in inputs else (), shape):
+            if dim.symbol is not None:
+                sizes.setdefault(dim.symbol, size)
+    return sizes
+
+
+def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """Per input of `names` (open dims, not given): `input 'input' has shape [batch, sequence, 80]: pass
+    --input-shape input=1x<sequence>x80`. Batch-like symbols and an unnamed leading dim are 1, symbols the
+    `known` shapes fix take their size, the others are <name>; an input whose open dims all share symbols
+    with an input listed before it is not listed (its shape follows)."""
+    inputs, sizes = _tensor_inputs(model), _symbol_sizes(model, known)
+    listed: set[str] = set()
+    lines, follow = [], []
+    for name in names:
+        dims = declared(inputs[name]) if name in inputs else None
+        if dims is None:
+            lines.append(f"input {name!r} declares no shape: pass --input-shape {name}=DIMS (e.g. {name}=1x3x224x224)")
+            continue
+        open_symbols = {d.symbol for d in dims if d.size is None}
+        if None not in open_symbols and open_symbols <= listed | set(sizes):
+            follow.append(name)
+            continue
+        listed |= open_symbols - {None}
+
+        def size(i: int, d: Dim) -> str:
+            if d.size is not None:
+                return str(d.size)
+            if d.symbol in sizes:
+                return str(sizes[d.symbol])
+            if d.symbol is None:
+                return "1" if i == 0 else f"<dim{i}>"
+            return "1" if BATCH_NAMES.fullmatch(d.symbol) else f"<{d.symbol}>"
+        lines.append(f"input {name!r} has shape {shape_text(dims)}: pass --input-shape "
+                     f"{name}={'x'.join(size(i, d) for i, d in enumerate(dims)) or '1'}")
+    if follow and lines:
+        lines[-1] += f" ({', '.join(map(repr, follow))} then follow{'s' if len(follow) == 1 else ''}: shared dimension names)"
+    return lines
+
+
+def declared_shapes(model: onnx.ModelProto, names) -> dict[str, list[int | str | None]]:
+    """The manifest's `declared_shapes`: per input in `names` that the model declares, its dims (size, symbol or null)."""
+    inputs = _tensor_inputs(model)
+    out = {}
+    for name in names:
+        dims = declared(inputs[name]) if name in inputs else None
+        if dims is not None:
+            out[name] = [d.to_json() for d in dims]
+    return out

@@ -285,29 +285,27 @@ def _shape_text(shape: tuple[int, ...]) -> str:
 
 
 def _inputs_behind(model: onnx.ModelProto | None, name: str, tensors: dict) -> list[str]:
-    """The graph inputs (fed at run time) a top-level tensor is computed from."""
-    if model is None:
-        return []
-    producers = {o: n for n in model.graph.node for o in n.output if o}
-    graph_inputs = {vi.name for vi in model.graph.input} - {i.name for i in model.graph.initializer}
-    found, seen, todo = [], set(), [name]
-    while todo:
-        n = todo.pop()
-        if n in seen or not n:
-            continue
-        seen.add(n)
-        if n in graph_inputs:
-            found.append(n)
-        elif n in producers:
-            todo.extend(producers[n].input)
-    return sorted(found)
+    """The graph inputs (fed at run time) a top-level tensor is computed from (frontend/unsupported.py asks too)."""
+    from .bind_hints import inputs_behind
+    return inputs_behind(model, name)
 
 
-def _bind_hint(folder, cond: str, tensors: dict) -> str:
-    names = _inputs_behind(getattr(folder, "model", None), cond, tensors)
-    if names:
-        return "freeze " + " and ".join(repr(n) for n in names) + " at build time with " + " ".join(f"--bind {n}=VALUE" for n in names)
-    return "freeze the input it is computed from with --bind NAME=VALUE"
+def _bind_hint(folder, cond: str, tensors: dict, builds: dict[bool, bool] | None = None) -> str:
+    from .bind_hints import bind_hint
+    return bind_hint(getattr(folder, "model", None), cond, tensors, builds)
+
+
+def _branch_builds(folder, branch: onnx.GraphProto, tag: str, node_name: str, opset: int) -> bool:
+    """Whether one branch alone imports with the static shapes of the outer graph."""
+    from ..errors import InputError
+
+    bld = _Builder(node_name, opset)
+    bld.instantiate(branch, tag, {})
+    try:
+        probe(folder, bld.nodes, opset)
+    except InputError:
+        return False
+    return True
 
 
 def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[onnx.NodeProto], dict[str, str]]:
@@ -361,7 +359,11 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
         return _expand_if_declared(node, bld, cond, then_g, else_g, opset)
     from ..errors import InputError
 
-    where = f"If node {node_name!r}: its condition {node.input[0]!r} is computed at run time"
+    from .bind_hints import inputs_behind
+
+    behind = inputs_behind(getattr(folder, "model", None), node.input[0])
+    source = f" (from input {', '.join(map(repr, behind))})" if behind else ""
+    where = f"If node {node_name!r}: its condition {node.input[0]!r}{source} is computed at run time"
     hint = _bind_hint(folder, node.input[0], tensors)
     if opset < 9 or cond.size != 1:
         raise InputError(f"{where} and holds {cond.size} values (one is needed): {hint}")
@@ -370,7 +372,12 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
     try:
         shapes, kept, dynamic = probe(folder, bld.nodes, opset)
     except InputError as exc:
-        raise InputError(f"{where}, so both branches are computed, and one of them fails: {exc}") from None
+        builds = {True: _branch_builds(folder, then_g, "then", node_name, opset),
+                  False: _branch_builds(folder, else_g, "else", node_name, opset)}
+        which = "the then branch" if builds[False] and not builds[True] else \
+            "the else branch" if builds[True] and not builds[False] else "one of them"
+        raise InputError(f"{where}, so both branches are computed, and {which} fails: {exc}: "
+                         f"{_bind_hint(folder, node.input[0], tensors, builds)}") from None
     risky = _run_time_index(kept, shapes)
     if risky is not None:
         raise InputError(f"{where} and a branch indexes memory with run-time values ({risky.op_type} node "

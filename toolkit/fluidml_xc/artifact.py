@@ -62,7 +62,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("structures", "bound")
+_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound")
 """Written only when not empty."""
 
 
@@ -84,6 +84,9 @@ class Manifest:
     inputs: tuple[TensorEntry, ...]
     outputs: tuple[TensorEntry, ...]
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    declared_shapes: Mapping[str, tuple[int | str | None, ...]] = field(default_factory=dict)
+    """Per input, the shape the model declares: sizes, symbols (dim_param) and null for open unnamed dims
+    (frontend/input_shapes.declared_shapes)."""
     structures: Mapping = field(default_factory=dict)
     """Sequence/optional inputs and outputs -> ABI descriptor (frontend/sequences.py)."""
     bound: Mapping[str, Mapping] = field(default_factory=dict)
@@ -215,10 +218,23 @@ def _dims_by_name(value) -> dict[str, tuple[int, ...]]:
     return {_str(k): _dims(v) for k, v in _object(value).items()}
 
 
+def _declared_dim(value) -> int | str | None:
+    return value if value is None or isinstance(value, str) else _int(value)
+
+
+def _declared_by_name(value) -> dict[str, tuple[int | str | None, ...]]:
+    def dims(v) -> tuple:
+        if not isinstance(v, list):
+            raise TypeError(v)
+        return tuple(_declared_dim(d) for d in v)
+    return {_str(k): dims(v) for k, v in _object(value).items()}
+
+
 _READERS: dict[str, Callable] = {
     "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
     "features": _str, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
-    "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "structures": _object, "bound": _object,
+    "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "declared_shapes": _declared_by_name,
+    "structures": _object, "bound": _object,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,
     "parallel_ops": _dims_by_name, "c_api": _opt_object, "optimizer": _object, "footprint": _object,
     "files": _opt_object,

@@ -27,6 +27,7 @@ from .pipeline import Lowered, LowerOptions, import_graph, lower
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
+from .frontend.input_shapes import declared_shapes, resolve_shapes
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
 
@@ -261,7 +262,6 @@ def _replace_artifact(workdir: Path, out_dir: Path) -> None:
 def _bind(model: onnx.ModelProto, options: BuildOptions) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
     """--bind values typed by the model's inputs, and the --input-shape entries of the inputs left."""
     from .frontend.binding import resolve
-    from .frontend.input_shapes import resolve_shapes
 
     bound = resolve(model, options.bind) if options.bind else {}
     for name, value in bound.items():
@@ -316,7 +316,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             board=board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
             emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
             inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
-            input_shapes={k: tuple(v) for k, v in options.input_shapes.items()}, structures=graph.structures or {},
+            input_shapes={k: tuple(v) for k, v in options.input_shapes.items()},
+            declared_shapes=declared_shapes(model, graph.inputs), structures=graph.structures or {},
             bound=manifest_entry(bound, options.bind, target) if bound else {},
             op_counts=dict(collections.Counter(op["type"] for op in compiled.ops)), ops=tuple(compiled.ops),
             memory=compiled.memory, weights_bytes=int(weights), threads=compiled.threads,

@@ -68,6 +68,7 @@ def main(args) -> int:
           f"costs {opt.get('costs', 'analytic')}" + (f", optimizer {opt['seconds'] * 1e3:.0f} ms" if 'seconds' in opt else ""))
     print(f"C API: name {api['name'] or '(none)'}, {api['prefix']}* / {api['macro_prefix']}* in {api['header']}, "
           f"{api['library']}" + (f" + the shared runtime {api['runtime_library']}" if api["runtime_library"] else " (runtime inside)"))
+    _print_inputs(manifest)
     segments = opt.get("segments", [])
     print(f"\nsegments: {len(segments)} (longest cost-weighted sequence first)")
     for k, seg in enumerate(segments[: args.segments]):
@@ -129,6 +130,20 @@ def main(args) -> int:
         else:
             print("  " + _fallback_map(mem))
     return 0
+
+
+def _print_inputs(manifest: Manifest) -> None:
+    """Each input's declared shape (with the model's dimension names) beside the shape it was built for."""
+    print("\ninputs: declared by the model -> built")
+    width = max([len(e.name) for e in manifest.inputs] + [len(n) for n in manifest.bound])
+    for entry in manifest.inputs:
+        dims = manifest.declared_shapes.get(entry.name)
+        declared = "(not recorded)" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+        print(f"  {entry.name:<{width}}  {declared} -> {'x'.join(map(str, entry.shape)) or 'scalar'} {entry.dtype}")
+    for name, bound in manifest.bound.items():
+        value = bound.get("value")
+        shown = f"the file {bound.get('file')}" if value is None else value[0] if bound.get("shape") == [] else value
+        print(f"  {name:<{width}}  bound at build time (--bind) to {shown}")
 
 
 def _replan(manifest: Manifest, directory: Path) -> dict | None:

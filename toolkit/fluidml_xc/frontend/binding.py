@@ -156,7 +156,7 @@ def manifest_entry(values: Mapping[str, np.ndarray], sources: Mapping[str, objec
     """The manifest's `bound`: per name its dtype, shape, and the value (small) or its sha256 and file."""
     entries = {}
     for name, value in values.items():
-        value = np.ascontiguousarray(value)
+        value = np.asarray(value)  # not ascontiguousarray: it makes a scalar 1-d
         entry = {"dtype": value.dtype.name, "shape": list(value.shape)}
         if value.size <= INLINE_MAX:
             entry["value"] = value.ravel().tolist()

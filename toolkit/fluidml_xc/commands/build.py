@@ -5,8 +5,8 @@ from pathlib import Path
 
 from ..build import BUILD_STAGES, BuildOptions, build_model
 from ..pipeline import OPT_MODES
-from ..frontend.binding import parse_binds
-from ..frontend.input_shapes import parse_input_shape
+from ..frontend.binding import HELP as BIND_HELP, parse_binds
+from ..frontend.input_shapes import HELP as SHAPE_HELP, parse_input_shape
 from ..progress import Stages
 
 NAME = "build"
@@ -18,11 +18,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("model", help="the .onnx file")
     parser.add_argument("--board", "-b", help="board name or alias (default: this machine); see `fluidml-xc boards`")
     parser.add_argument("-o", "--output", type=Path, help="artifact directory (default build/<model>-<board>)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
-                        help="static shape for an input with dynamic dimensions (repeatable)")
-    parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE",
-                        help="freeze an input to a build-time constant: a scalar or comma list typed by the input's dtype, "
-                             "or NAME=FILE.npy; it leaves the C API (repeatable)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224", help=SHAPE_HELP)
+    parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help=BIND_HELP)
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")

@@ -11,6 +11,8 @@ ORDER = 15
 
 
 def add_arguments(parser) -> None:
+    from ..frontend.binding import HELP as BIND_HELP
+    from ..frontend.input_shapes import HELP as SHAPE_HELP
     from ..quantize import FORMATS, METHODS, QTYPES
 
     parser.add_argument("model", type=Path, help="the float .onnx model")
@@ -18,6 +20,10 @@ def add_arguments(parser) -> None:
                         help="a directory of .npz feeds (one per sample, keys = input names) or one .npz with a leading sample axis")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="MODEL.int8.onnx", help="where to write the int8 model")
     parser.add_argument("--force", action="store_true", help="overwrite an existing -o file")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                        help=SHAPE_HELP + "; the samples must have these shapes (default: the samples' shapes)")
+    parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE",
+                        help=BIND_HELP + "; the int8 model keeps the value and drops the input, the samples may leave it out")
     parser.add_argument("--format", choices=FORMATS, default="qdq", help="QDQ (Quantize/DequantizeLinear pairs, the default) or QOperator (QLinearConv, ...)")
     parser.add_argument("--method", choices=METHODS, default="minmax", help="calibration method (default minmax)")
     parser.add_argument("--per-channel", action="store_true", help="per-channel weight scales")
@@ -43,6 +49,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    from ..frontend.binding import parse_binds
+    from ..frontend.input_shapes import parse_input_shape
     from ..quantize import QuantConfig, QuantizeOptions, run_quantize
 
     config = QuantConfig(format=args.format, method=args.method, per_channel=args.per_channel, dynamic=args.dynamic,
@@ -50,7 +58,8 @@ def main(args) -> int:
     report = run_quantize(QuantizeOptions(model=args.model, calibration=args.calibration, output=args.output, config=config,
                                           eval=args.eval, board=args.board, build=not args.no_build, build_dir=args.build_dir,
                                           runs=args.runs, rounds=args.rounds, warmup=args.warmup, explain=args.explain,
-                                          force=args.force, opt=args.opt,
+                                          force=args.force, opt=args.opt, bind=parse_binds(args.bind),
+                                          input_shapes=dict(parse_input_shape(t) for t in args.input_shape),
                                           threads=args.threads))
     print(report.json() if args.json else report.table())
     return 0

@@ -78,6 +78,18 @@ def _condition(model: onnx.ModelProto, nodes: list[onnx.NodeProto], cond: str, f
         return None
 
 
+def constant_condition(model: onnx.ModelProto, cond: str) -> bool | None:
+    """The value of a top-level one-element condition computed from initializers and constants only (None: it
+    depends on a graph input, or cannot be evaluated)."""
+    nodes, behind = _cone(model, cond)
+    if behind:
+        return None
+    if not nodes:
+        value = _constants(model).get(cond)
+        return bool(np.ravel(value)[0]) if value is not None and value.size == 1 else None
+    return _condition(model, nodes, cond, {})
+
+
 def guess_value(model: onnx.ModelProto, cond: str, name: str, tensor, builds: dict[bool, bool]) -> str | None:
     """A value of input `name` (static Tensor `tensor`) for which `cond` keeps a branch that builds
     (`builds`: condition value -> its branch builds), as --bind text; None when none is found."""

@@ -25,6 +25,10 @@ from ..errors import InputError
 INLINE_MAX = 64
 """Bound values with at most this many elements are written into the manifest."""
 
+HELP = ("freeze an input to a build-time constant: a scalar or comma list typed by the input's dtype, or NAME=FILE.npy; "
+        "it leaves the C API (repeatable)")
+"""The --bind help of every command that takes it."""
+
 _TRUE, _FALSE = {"1", "true", "True"}, {"0", "false", "False"}
 
 

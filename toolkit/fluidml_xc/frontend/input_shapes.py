@@ -22,6 +22,12 @@ import onnx
 from ..errors import InputError
 from .validate import check_input_shape
 
+HELP = ("static shape of an input, NAME=1x3x224x224 (a scalar: NAME=), repeatable. Rules: a size the model declares "
+        "must be given as declared; dims that share a name (batch, sequence, ...) take one size across all inputs; "
+        "an input whose open dims are all named by given inputs follows from them; one size per dim (a range such "
+        "as 16..1024 is not supported)")
+"""The --input-shape help of every command that takes it."""
+
 BATCH_NAMES = re.compile(r"(?i)(.*batch.*|n|b|bs|bsz)")
 """Symbols a suggested shape fills with 1 (other open dimensions are shown as <name>: the user picks)."""
 

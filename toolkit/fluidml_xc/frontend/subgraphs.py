@@ -344,17 +344,22 @@ def _run_time_index(kept: list[onnx.NodeProto], tensors: dict) -> onnx.NodeProto
     return None
 
 
+def taken_branch(node: onnx.NodeProto, node_name: str, opset: int, taken: bool) -> list[onnx.NodeProto]:
+    """The nodes of an If's branch taken, its initializers first (as Constant nodes), its outputs the If's (Identity)."""
+    bld = _Builder(node_name, opset)
+    outs = bld.instantiate(_attr(node, "then_branch" if taken else "else_branch"), "then" if taken else "else", {})
+    for src, out in zip(outs, node.output):
+        if out:
+            bld.add("Identity", [src], [out])
+    return bld.nodes
+
+
 def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, folder=None) -> list[onnx.NodeProto] | None:
     cond = tensors[node.input[0]]
     then_g, else_g = _attr(node, "then_branch"), _attr(node, "else_branch")
-    bld = _Builder(node_name, opset)
     if cond.is_const:
-        branch = then_g if bool(np.ravel(cond.value)[0]) else else_g
-        outs = bld.instantiate(branch, "then" if branch is then_g else "else", {})
-        for src, out in zip(outs, node.output):
-            if out:
-                bld.add("Identity", [src], [out])
-        return bld.nodes
+        return taken_branch(node, node_name, opset, bool(np.ravel(cond.value)[0]))
+    bld = _Builder(node_name, opset)
     if folder is None:
         return _expand_if_declared(node, bld, cond, then_g, else_g, opset)
     from ..errors import InputError

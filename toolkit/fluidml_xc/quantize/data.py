@@ -64,6 +64,22 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: not a valid .npz file ({exc})") from None
 
 
+def _drop_bound(arrays: dict[str, np.ndarray], bound: dict[str, np.ndarray], where: str, stacked: bool = False) -> dict:
+    """The arrays without the inputs frozen by --bind, which a sample may carry if it holds the bound value."""
+    for name, value in bound.items():
+        if name not in arrays:
+            continue
+        given = np.asarray(arrays[name])
+        rows = list(given) if stacked and given.ndim == value.ndim + 1 else [given]
+        for row in rows:
+            if row.shape != value.shape or not np.array_equal(row, value):
+                shown = row.ravel()[0].item() if row.size == 1 else f"an array of shape {'x'.join(map(str, row.shape))}"
+                raise InputError(f"{where}: input {name!r} is {shown} but --bind {name} freezes it to "
+                                 f"{value.ravel()[0].item() if value.size == 1 else 'another value'}: "
+                                 "drop it from the samples or bind the value they hold")
+    return {k: v for k, v in arrays.items() if k not in bound}
+
+
 def _check_names(arrays: dict, specs: list[InputSpec], where: str) -> None:
     expected = [s.name for s in specs]
     unknown = [n for n in arrays if n not in expected]
@@ -87,22 +103,25 @@ def _check_sample(feed: dict[str, np.ndarray], specs: list[InputSpec], where: st
         if value.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, value.shape)):
             raise InputError(f"{where}: input {spec.name!r} has shape {'x'.join(map(str, value.shape)) or 'scalar'}, "
                              f"the model takes {wanted or 'scalar'}")
-        out[spec.name] = np.ascontiguousarray(value)
+        out[spec.name] = np.asarray(value, order="C")  # not ascontiguousarray: it makes a scalar 1-d
     return out
 
 
-def load_samples(source: str | Path, model: onnx.ModelProto, what: str = "--calibration") -> Samples:
+def load_samples(source: str | Path, model: onnx.ModelProto, what: str = "--calibration",
+                 bound: dict[str, np.ndarray] | None = None) -> Samples:
     """Samples from a directory of .npz files (sorted by name) or one .npz with a leading sample axis
-    (arrays of rank = input rank + 1; arrays of the input's own rank are one sample)."""
+    (arrays of rank = input rank + 1; arrays of the input's own rank are one sample). `model` has the
+    inputs in `bound` (--bind) frozen already; a sample may still carry them, holding the bound value."""
     path = Path(source)
     specs = model_inputs(model)
+    bound = bound or {}
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix == ".npz" and p.is_file())
         if not files:
             raise InputError(f"{what} {str(path)!r} holds no .npz files; save one np.savez(file, **feeds) per sample there")
-        feeds = [_check_sample(_read_npz(f), specs, str(f)) for f in files]
+        feeds = [_check_sample(_drop_bound(_read_npz(f), bound, str(f)), specs, str(f)) for f in files]
     elif path.exists():
-        arrays = _read_npz(path)
+        arrays = _drop_bound(_read_npz(path), bound, str(path), stacked=True)
         _check_names(arrays, specs, str(path))
         stacked = {s.name: arrays[s.name].ndim == len(s.dims) + 1 for s in specs}
         if all(stacked.values()):

@@ -130,20 +130,42 @@ def _quiet_logging():
         logging.disable(previous)
 
 
-def _ort_error(stage: str, exc: Exception) -> InputError:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return InputError(f"onnxruntime.quantization {stage} failed: {lines[-1] if lines else type(exc).__name__}")
+def _ort_error(stage: str, exc: Exception | str) -> InputError:
+    from .inputs import clean
+
+    return InputError(f"onnxruntime.quantization {stage} failed: {clean(str(exc)) or type(exc).__name__}")
+
+
+class _Collect(logging.Handler):
+    """The ERROR records onnxruntime.quantization logs (a failed step it then carries on past, with a traceback)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def preprocess(src: Path, dst: Path) -> None:
-    """quant_pre_process: ORT's graph optimizations + ONNX shape inference (shapes are static by then)."""
+    """quant_pre_process: ORT's graph optimizations + ONNX shape inference (shapes are static by then). Its
+    optimization step logs a failure and a traceback and goes on: that is an error here, one line of ours."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    logger = logging.getLogger("onnxruntime.quantization")
+    collect, propagate = _Collect(), logger.propagate
+    logger.addHandler(collect)
+    logger.propagate = False
     try:
         with _quiet_logging():
             quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
     except Exception as exc:  # ORT raises plain exceptions of many kinds for models it cannot process
         raise _ort_error("pre-processing", exc) from None
+    finally:
+        logger.removeHandler(collect)
+        logger.propagate = propagate
+    if collect.messages:
+        raise _ort_error("pre-processing", collect.messages[-1])
 
 
 def quantize(src: Path, dst: Path, config: QuantConfig, calibration: Samples,

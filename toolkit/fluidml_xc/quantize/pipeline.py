@@ -17,6 +17,7 @@ from ..errors import InputError
 from .accuracy import OutputAccuracy, accuracy
 from .data import Samples, load_samples, model_inputs, split_samples
 from .explain import NodeError, explain
+from .inputs import check_loads, clean, fix_to_samples, prepare
 from .ortq import QuantConfig, check_not_quantized, preprocess, quantize
 
 
@@ -43,6 +44,10 @@ class QuantizeOptions:
     opt: str = "fluid"
     threads: int = 1
     """threads of both builds and of ONNX Runtime (the latency comparison is at one thread by default)"""
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """--input-shape: as build's (the samples must have these shapes; without, the samples' shapes are used)"""
+    bind: dict[str, str] = field(default_factory=dict)
+    """--bind: as build's; the input leaves the int8 model, the samples may omit it"""
 
 
 @dataclass(frozen=True)
@@ -108,24 +113,6 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def _static_model(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> tuple[onnx.ModelProto, dict]:
-    """The model with dynamic input dims fixed to the samples' shapes; (model, {input: shape} of the inputs changed)."""
-    fixed = {}
-    for spec in model_inputs(model):
-        if any(d is None for d in spec.dims):
-            fixed[spec.name] = shapes[spec.name]
-    if not fixed:
-        return model, {}
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for vi in out.graph.input:
-        if vi.name in fixed:
-            for dim, value in zip(vi.type.tensor_type.shape.dim, fixed[vi.name]):
-                dim.Clear()
-                dim.dim_value = int(value)
-    return out, fixed
-
-
 def _load(path: Path) -> onnx.ModelProto:
     if not path.is_file():
         raise InputError(f"{path}: no such model file")
@@ -135,7 +122,8 @@ def _load(path: Path) -> onnx.ModelProto:
         raise InputError(f"{path} is not a readable ONNX model ({type(exc).__name__}); check the file") from None
 
 
-def _ort_outputs(model_path: Path, samples: Samples, threads: int, fused: bool = True) -> tuple[list[dict[str, np.ndarray]], object]:
+def _ort_outputs(model_path: Path, samples: Samples, threads: int, fused: bool = True,
+                 label: str = "the int8 model") -> tuple[list[dict[str, np.ndarray]], object]:
     import onnxruntime as ort
 
     from ..reference import ort_session
@@ -147,9 +135,22 @@ def _ort_outputs(model_path: Path, samples: Samples, threads: int, fused: bool =
             opts.intra_op_num_threads, opts.graph_optimization_level = threads, ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise InputError(f"ONNX Runtime cannot load {model_path.name}: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"ONNX Runtime cannot load {label}: {clean(str(exc))}") from None
     names = [o.name for o in session.get_outputs()]
     return [dict(zip(names, session.run(names, feed))) for feed in samples.feeds], session
+
+
+def _diagnose(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
+    """fluidml-xc's own error about a model ONNX Runtime cannot load at these shapes, if its frontend finds one
+    (an If whose branch not taken does not fit them names the input to --bind)."""
+    from ..frontend.importer import FrontendOptions, import_model
+
+    try:
+        import_model(model, FrontendOptions(input_shapes=dict(shapes)))
+    except InputError:
+        raise
+    except Exception:  # the frontend's own failure is no better diagnosis than ONNX Runtime's
+        return
 
 
 def _max_diff(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]]) -> dict[str, float]:
@@ -211,27 +212,30 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     board = get_board(options.board)
     model = _load(model_path)
     check_not_quantized(model, str(model_path))
-    samples = load_samples(options.calibration, model, "--calibration")
-    held = load_samples(options.eval, model, "--eval") if options.eval else None
+    prepared = prepare(model, options.input_shapes, options.bind)
+    samples = load_samples(options.calibration, prepared.model, "--calibration", prepared.bound)
+    held = load_samples(options.eval, prepared.model, "--eval", prepared.bound) if options.eval else None
     if held is not None and held.shapes != samples.shapes:
         raise InputError(f"--eval samples have shapes {held.shapes}, the calibration samples {samples.shapes}; use the same shapes")
     if options.config.dynamic and held is None:  # nothing to calibrate: every sample evaluates
         calibration, evaluation, how = samples, samples, "every sample: dynamic quantization calibrates nothing"
     else:
         calibration, evaluation, how = split_samples(samples, held)
-    static, fixed = _static_model(model, samples.shapes)
+    static, changed = fix_to_samples(model, prepared, samples.shapes)
     report = QuantizeReport(str(model_path), str(output), board.name, not is_host_target(board.target), asdict(options.config),
                             len(calibration), len(evaluation), how, threads=options.threads)
     with tempfile.TemporaryDirectory(prefix="fxc-quantize-") as tmp:
         work = Path(tmp)
         float_path = model_path
-        if fixed:
+        if changed:
             float_path = work / "float.onnx"
             onnx.save(static, str(float_path))
+        label = f"{model_path.name} with inputs " + ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in samples.shapes.items())
+        check_loads(float_path, label, lambda: _diagnose(static, samples.shapes))
         pre, quantized = work / "preprocessed.onnx", work / "int8.onnx"
         preprocess(float_path, pre)
         quantize(pre, quantized, options.config, calibration, options.progress)
-        ort_float, float_session = _ort_outputs(float_path, evaluation, options.threads)
+        ort_float, float_session = _ort_outputs(float_path, evaluation, options.threads, label=label)
         ort_int8, int8_session = _ort_outputs(quantized, evaluation, options.threads)
         ort_int8_unfused, _ = _ort_outputs(quantized, evaluation, options.threads, fused=False)
         report.ort_fused_vs_unfused = _max_diff(ort_int8, ort_int8_unfused)
@@ -245,10 +249,11 @@ def run_quantize(options: QuantizeOptions) -> QuantizeReport:
     from ..run.execute import run_artifact
 
     results = {}
-    for kind, path, shapes in (("float", model_path, fixed), ("int8", output, {})):
+    for kind, path, shapes, bind in (("float", model_path, samples.shapes, options.bind), ("int8", output, {}, {})):
         out_dir = Path(options.build_dir) / default_out_dir(path, board).name
         results[kind] = build_model(path, BuildOptions(board=board.name, out_dir=out_dir, input_shapes=shapes, opt=options.opt,
-                                                       profile_runner=False, record_last=False, threads=options.threads))
+                                                       profile_runner=False, record_last=False, threads=options.threads,
+                                                       bind=bind))
     outs = {kind: [run_artifact(r.artifact, feed).outputs for feed in evaluation.feeds] for kind, r in results.items()}
     report.accuracy = accuracy(outs["float"], outs["int8"])
     report.vs_ort_int8 = _max_diff(outs["int8"], ort_int8)

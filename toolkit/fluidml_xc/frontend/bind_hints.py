@@ -117,8 +117,14 @@ def bind_hint(model: onnx.ModelProto | None, cond: str, tensors: dict, builds: d
     if not names:
         return "freeze the input it is computed from with --bind NAME=VALUE"
     frozen = "freeze " + " and ".join(repr(n) for n in names) + " at build time"
-    if not builds or all(builds.values()) or not any(builds.values()):
+    if builds and not any(builds.values()):
         return frozen + " with " + " ".join(f"--bind {n}=VALUE" for n in names)
+    if not builds or all(builds.values()):
+        example = None
+        if len(names) == 1 and names[0] in tensors:
+            example = guess_value(model, cond, names[0], tensors[names[0]], {True: True, False: False})
+        return (frozen + " with " + " ".join(f"--bind {n}=VALUE" for n in names)
+                + (f" (e.g. {names[0]}={example}, which keeps the then branch)" if example is not None else ""))
     keep = "then" if builds.get(True) else "else"
     value = guess_value(model, cond, names[0], tensors[names[0]], builds) if len(names) == 1 and names[0] in tensors else None
     if value is not None:

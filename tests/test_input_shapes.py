@@ -53,7 +53,7 @@ def test_fixed_dimension_must_match_the_declared_size(tmp_path):
                    [helper.make_tensor_value_info("y", TP.FLOAT, [2, "N"])])
     path = _save(model, tmp_path / "relu.onnx")
     _refused(cli("build", path, "--input-shape", "x=3x4", "-o", "out", cwd=tmp_path), tmp_path, "out",
-             "dimension 0 of input 'x' size 3", "declares it 2 (shape [2, N])", "pass x=2x4")
+             "dimension 0 of input 'x' size 3", "declares it 2 (shape [2, N])", "pass --input-shape x=2x4")
     ok = cli("build", path, "--input-shape", "x=2x5", "-o", "out", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     x = rng.standard_normal((2, 5)).astype(np.float32)
@@ -77,7 +77,7 @@ def test_dimensions_sharing_a_name_take_one_size(tmp_path):
     path = _save(model, tmp_path / "lstm.onnx")
     _refused(cli("build", path, "--input-shape", "X=1x2x3", "--input-shape", "h0=1x1x4", "-o", "out", cwd=tmp_path),
              tmp_path, "out", "dimension 1 of input 'h0' (declared 'B') size 1", "--input-shape X=1x2x3 gives 'B' size 2",
-             "pass h0=1x2x4")
+             "pass --input-shape h0=1x2x4")
     # a --bind value takes part: h0 bound to a 1x3x4 array while X says B=2
     np.save(tmp_path / "h0.npy", np.zeros((1, 3, 4), np.float32))
     _refused(cli("build", path, "--input-shape", "X=1x2x3", "--bind", "h0=h0.npy", "-o", "out", cwd=tmp_path),

@@ -96,12 +96,17 @@ class _Source:
     flag: str
 
 
+def _fix(flag: str, name: str, shape) -> str:
+    return f"pass --input-shape {name}={dims_text(shape)}" if flag.startswith("--input-shape") else \
+        f"its shape must be {dims_text(shape)}"
+
+
 def _check_fixed(name: str, dims: tuple[Dim, ...], shape: tuple[int, ...], flag: str) -> None:
     for i, (dim, size) in enumerate(zip(dims, shape)):
         if dim.size is not None and dim.size != size:
-            fixed = dims_text(d.size if d.size is not None else s for d, s in zip(dims, shape))
+            fixed = [d.size if d.size is not None else s for d, s in zip(dims, shape)]
             raise InputError(f"{flag} gives dimension {i} of input {name!r} size {size}, but the model declares it "
-                             f"{dim.size} (shape {shape_text(dims)}): pass {name}={fixed}")
+                             f"{dim.size} (shape {shape_text(dims)}): {_fix(flag, name, fixed)}")
 
 
 def _fix_symbols(given: Mapping[str, tuple[int, ...]], declared_dims: Mapping[str, tuple[Dim, ...]],
@@ -117,10 +122,11 @@ def _fix_symbols(given: Mapping[str, tuple[int, ...]], declared_dims: Mapping[st
                 continue
             first, src = values[dim.symbol]
             if first != size:
-                fixed = dims_text(first if d.symbol == dim.symbol else s for d, s in zip(declared_dims[name], shape))
+                fixed = [first if d.symbol == dim.symbol else s for d, s in zip(declared_dims[name], shape)]
                 raise InputError(f"{flags[name]} gives dimension {i} of input {name!r} (declared {dim.symbol!r}) size "
                                  f"{size}, but {src.flag} gives {dim.symbol!r} size {first} (dimension {src.index} of "
-                                 f"input {src.input!r}): dimensions that share a name take one size: pass {name}={fixed}")
+                                 f"input {src.input!r}): dimensions that share a name take one size: "
+                                 f"{_fix(flags[name], name, fixed)}")
     return values
 
 
@@ -163,18 +169,20 @@ def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tu
     `known` shapes fix take their size, the others are <name>; an input whose open dims all share symbols
     with an input listed before it is not listed (its shape follows)."""
     inputs, sizes = _tensor_inputs(model), _symbol_sizes(model, known)
-    listed: set[str] = set()
-    lines, follow = [], []
+    listed: dict[str, int] = {}
+    lines: list[str] = []
+    follow: dict[int, list[str]] = {}
     for name in names:
         dims = declared(inputs[name]) if name in inputs else None
         if dims is None:
             lines.append(f"input {name!r} declares no shape: pass --input-shape {name}=DIMS (e.g. {name}=1x3x224x224)")
             continue
         open_symbols = {d.symbol for d in dims if d.size is None}
-        if None not in open_symbols and open_symbols <= listed | set(sizes):
-            follow.append(name)
+        if None not in open_symbols and open_symbols <= set(listed) | set(sizes):
+            if open_symbols & set(listed):
+                follow.setdefault(min(listed[sym] for sym in open_symbols if sym in listed), []).append(name)
             continue
-        listed |= open_symbols - {None}
+        listed.update({sym: len(lines) for sym in open_symbols - {None} if sym not in listed})
 
         def size(i: int, d: Dim) -> str:
             if d.size is not None:
@@ -186,8 +194,8 @@ def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tu
             return "1" if BATCH_NAMES.fullmatch(d.symbol) else f"<{d.symbol}>"
         lines.append(f"input {name!r} has shape {shape_text(dims)}: pass --input-shape "
                      f"{name}={'x'.join(size(i, d) for i, d in enumerate(dims)) or '1'}")
-    if follow and lines:
-        lines[-1] += f" ({', '.join(map(repr, follow))} then follow{'s' if len(follow) == 1 else ''}: shared dimension names)"
+    for k, names_after in follow.items():
+        lines[k] += f" ({', '.join(map(repr, names_after))} then follow{'s' if len(names_after) == 1 else ''}: shared dimension names)"
     return lines
 
 

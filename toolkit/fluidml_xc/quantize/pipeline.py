@@ -15,7 +15,7 @@ import onnx
 
 from ..errors import InputError
 from .accuracy import OutputAccuracy, accuracy
-from .data import Samples, load_samples, model_inputs, split_samples
+from .data import Samples, load_samples, split_samples
 from .explain import NodeError, explain
 from .inputs import check_loads, clean, fix_to_samples, prepare
 from .ortq import QuantConfig, check_not_quantized, preprocess, quantize

@@ -205,3 +205,14 @@ def test_quantize_takes_input_shape_and_bind_and_its_errors_are_one_line(tmp_pat
     np.testing.assert_allclose(_ort(q, {"audio": audio})[0], want, atol=0.05)
     assert max(report["vs_ort_int8"].values()) < 1e-4
     assert report["accuracy"][0]["cosine"] > 0.99
+
+
+def test_onnx_runtime_reasons_lose_status_prefix_temporary_names_and_traceback():
+    import tempfile
+
+    from fluidml_xc.quantize.inputs import clean
+    tmp = tempfile.gettempdir()
+    text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+            "onnxruntime.capi.onnxruntime_pybind11_state.Fail: [ONNXRuntimeError] : 1 : FAIL : Load model from "
+            f"{tmp}/fxc-quantize-ab12/float.onnx failed:Node (If_1) Op (If) [TypeInferenceError] bad; see {tmp}/ort.quant.x/augmented_model.onnx\n")
+    assert clean(text) == "Node (If_1) Op (If) [TypeInferenceError] bad; see (temporary file)"

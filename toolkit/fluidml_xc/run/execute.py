@@ -199,7 +199,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
     runner = artifact_dir / ("runner_prof" if profile else "runner")
     if not runner.is_file():
         raise InputError(f"{runner} is missing; rebuild the artifact with `fluidml-xc build`")
-    command = [*emulator_command(manifest), str(runner)]
+    command = [*emulator_command(manifest), os.path.abspath(runner)]  # absolute: qemu reads a leading '-' as an option
     from ..tempfiles import prefix
 
     with tempfile.TemporaryDirectory(prefix=prefix("run")) as tmp:

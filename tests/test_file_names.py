@@ -42,7 +42,8 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_cli_build_run_verify_with_a_nasty_model_name(tmp_path):
-    """`build -- NAME.onnx` (default output directory named after the model), `run`, `verify` and `run --profile`."""
+    """`build -- NAME.onnx` (default output directory named after the model), `run`, `verify`, `run --profile`, and a
+    C application of its library."""
     model = weighted_model()
     onnx.save(model, str(tmp_path / f"{NASTY}.onnx"))
     np.savez(tmp_path / "feeds.npz", x=X)
@@ -55,6 +56,18 @@ def test_cli_build_run_verify_with_a_nasty_model_name(tmp_path):
         proc = cli(*args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(tmp_path / "o.npz")["y"], ort_y(model), rtol=1e-6, atol=1e-6)
+    # an application of the library, compiled with the artifact as include directory and written into it
+    from fluidml_xc.emit.link import compile_c_program
+    from fluidml_xc.target.boards import get_target
+
+    c_dir = ROOT / "tests" / "c"
+    app = compile_c_program(get_target("x86_64"), "generic", [c_dir / "app_soak.c"], [artifact, c_dir],
+                            [artifact / "libmodel.a", "-lpthread"], artifact / f"app {NASTY}")
+    (artifact / "x.bin").write_bytes(X.tobytes())
+    proc = subprocess.run([str(app), "2", "1", str(artifact / "x.bin"), str(artifact / "y.bin")], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    y = np.frombuffer((artifact / "y.bin").read_bytes(), np.float32).reshape(2, 4)
+    np.testing.assert_allclose(y, ort_y(model), rtol=1e-6, atol=1e-6)
 
 
 @pytest.fixture(scope="module")

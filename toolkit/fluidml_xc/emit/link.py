@@ -238,7 +238,12 @@ def compile_c_program(target: Target, cpu: str, sources: Sequence[Path], include
     """Compile and statically link a C program (e.g. an application using model.h + libmodel.a).
 
     `libs` are archives/objects (paths) or linker flags such as "-lfoo"."""
-    includes = [f"-I{d}" for d in include_dirs]
-    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *includes, *sources, *libs, "-lm", "-o", out],
-         f"building {Path(out).name}")
+    with contextlib.ExitStack() as stack:  # every path through a plain-named alias (_plain_alias)
+        def plain(path: Path | str) -> Path:
+            return stack.enter_context(_plain_alias(Path(path).parent)) / Path(path).name
+
+        includes = [f"-I{stack.enter_context(_plain_alias(Path(d)))}" for d in include_dirs]
+        files = [*map(plain, sources), *(lib if isinstance(lib, str) else plain(lib) for lib in libs)]
+        _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *includes, *files, "-lm", "-o", plain(out)],
+             f"building {Path(out).name}")
     return Path(out)

@@ -84,6 +84,7 @@ def aarch64_artifact(tmp_path_factory) -> Path:
                                           record_last=False)).artifact
 
 
+@pytest.mark.qemu
 def test_named_aarch64_build_runs_under_qemu(aarch64_artifact, monkeypatch):
     """Also given as a relative path starting with '-', which qemu must not read as an option."""
     from fluidml_xc.run.execute import run_artifact
@@ -95,6 +96,7 @@ def test_named_aarch64_build_runs_under_qemu(aarch64_artifact, monkeypatch):
 
 
 @pytest.mark.ssh
+@pytest.mark.qemu
 def test_deploy_and_run_over_ssh_into_a_nasty_base_dir(aarch64_artifact, tmp_path):
     from sshd import SshServer, sshd_available
     from fluidml_xc.remote.artifact import load_artifact

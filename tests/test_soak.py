@@ -41,7 +41,7 @@ def test_soak_2000_runs_x86_64(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board, runs", [("x86_64", 100_000), ("qemu-aarch64", 10_000)])
+@pytest.mark.parametrize("board, runs", [("x86_64", 100_000), pytest.param("qemu-aarch64", 10_000, marks=pytest.mark.qemu)])
 def test_release_soak(board, runs, tmp_path):
     if not has_emulator(board):
         pytest.fail(f"the emulator of {board} is missing: install qemu-user-static")

@@ -227,10 +227,12 @@ def test_bench_and_profile(affine):
     result = run_artifact(affine, bench=3, warmup=1, profile=True, timeout=60)
     bench = result.bench
     keys = {"runs", "warmup", "median_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "mean_ms", "peak_rss_bytes",
-            "arena_bytes", "ops", "threads", "cpu_ms", "cpu_over_wall"}
+            "arena_bytes", "ops", "threads", "cpu_ms", "cpu_over_wall", "rss_start_bytes", "rss_end_bytes", "fds_start",
+            "fds_end"}
     assert set(bench) == keys and bench["runs"] == 3 and bench["warmup"] == 1 and bench["arena_bytes"] == 24
     assert bench["min_ms"] <= bench["median_ms"] <= bench["p90_ms"] <= bench["p99_ms"] <= bench["max_ms"]
     assert bench["peak_rss_bytes"] > 0 and bench["threads"] >= 1 and bench["cpu_ms"] >= 0
+    assert 0 < bench["rss_start_bytes"] <= bench["peak_rss_bytes"] and bench["fds_start"] == bench["fds_end"] >= 3
     assert [(op["name"], op["type"]) for op in bench["ops"]] == OPS
     assert all(op["ms"] >= 0 for op in bench["ops"])
 

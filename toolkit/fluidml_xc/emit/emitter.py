@@ -197,12 +197,13 @@ class ModuleEmitter:
         b.ret_void()
 
     def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:
-        """Graph outputs that are constants or graph inputs are copied into the caller's buffer."""
+        """Graph outputs that are constants or graph inputs, and every repeat of an output listed more than once
+        (its nodes write the first one's buffer), are copied into the caller's buffer."""
         produced = {o for n in self.graph.nodes for o in n.outputs}
         memcpy = self.module.declare_intrinsic("llvm.memcpy", [I8P, I8P, ir.IntType(64)])
         for k, name in enumerate(self.graph.outputs):
             tensor = self.graph.tensors[name]
-            if name in produced and not tensor.is_const:
+            if name in produced and not tensor.is_const and self.graph.outputs.index(name) == k:
                 continue
             dst = b.load(b.gep(b.function.args[1], [ir.Constant(ir.IntType(32), k)]))
             src = self.constant_global(name) if tensor.is_const else pointer(name)

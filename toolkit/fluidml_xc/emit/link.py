@@ -4,6 +4,7 @@ A build --name NAME links libNAME.a (model + glue) and ships the runtime beside 
 same bytes for every model of a board: an application links each model's library and one runtime."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -129,14 +130,25 @@ def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, sym
         asm.write_text(f'.section .rodata.{symbol},"a"\n.p2align {max(alignment.bit_length() - 1, 0)}\n'
                        f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "weights.bin"\n')
         blob_obj = work / "weights.o"
-        _zig("cc", [*_base_args(target, cpu), "-g0", "-fdebug-compilation-dir=.", "-c", "weights.S", "-o", "weights.o"],
-             "assembling the weights", private_cache=work / "zig-cache", cwd=work)
-        merged = work / "merged.o"
-        _zig("ld.lld", ["-r", code_obj, blob_obj, "-o", merged], "merging code and weights")
-        os.replace(merged, out_obj)
+        with _plain_alias(work) as plain:
+            _zig("cc", [*_base_args(target, cpu), "-g0", "-fdebug-compilation-dir=.", "-c", "weights.S", "-o", "weights.o"],
+                 "assembling the weights", private_cache=plain / "zig-cache", cwd=work)
+            _zig("ld.lld", ["-r", code_obj, blob_obj, "-o", plain / "merged.o"], "merging code and weights")
+        os.replace(work / "merged.o", out_obj)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out_obj
+
+
+@contextlib.contextmanager
+def _plain_alias(directory: Path):
+    """`directory` under a name of plain characters (a symbolic link in the system's temporary directory), for
+    the files zig and lld write: zig writes its cache's paths into Makefile-style dependency files, which cannot
+    hold a newline, and lld writes an output through a temporary file named by replacing every '%' of its path."""
+    with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp:
+        alias = Path(tmp) / "dir"
+        alias.symlink_to(Path(directory).resolve(), target_is_directory=True)
+        yield alias
 
 
 def _runtime_key(target: Target, cpu: str) -> str:
@@ -192,31 +204,33 @@ def link_artifact(target: Target, cpu: str, model_obj: Path, prof_obj: Path | No
     out_dir.mkdir(parents=True, exist_ok=True)
     rt = runtime_objects(target, cpu)
     library_objs = [rt[name] for name in LIBRARY_SOURCES]
-    with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp:
+    # outputs through a plain-named alias of out_dir (_plain_alias)
+    with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp, _plain_alias(out_dir) as plain:
         glue_o = _compile(target, cpu, Path(glue_c), [Path(include_dir)], Path(tmp) / (Path(glue_c).stem + ".o"))
         runner_o = rt["runner.c"]
         if api.name:  # the runner calls the glue by its fxc_ names: map them to this API's (fxc_runtime.h)
             src = data_dir("runtime_c")
             runner_o = _compile(target, cpu, src / "runner.c", [src], Path(tmp) / "runner.o", [f"FXC_PREFIX={api.prefix}"])
-        library = out_dir / api.library
+        library = plain / api.library
         library.unlink(missing_ok=True)
         archives = [(library, [model_obj, glue_o, *library_objs])]
         runtime_library = None
         if api.runtime_library:
-            runtime_library = out_dir / api.runtime_library
+            runtime_library = plain / api.runtime_library
             runtime_library.unlink(missing_ok=True)
             archives = [(library, [model_obj, glue_o]), (runtime_library, library_objs)]
-        jobs = [(_link, [runner_o, rt["noprof.c"], glue_o, model_obj, *library_objs], out_dir / "runner", "linking runner")]
+        jobs = [(_link, [runner_o, rt["noprof.c"], glue_o, model_obj, *library_objs], plain / "runner", "linking runner")]
         if prof_obj is not None:
             jobs.append((_link, [runner_o, rt["prof.c"], glue_o, prof_obj, *library_objs],
-                         out_dir / "runner_prof", "linking runner_prof"))
+                         plain / "runner_prof", "linking runner_prof"))
         with ThreadPoolExecutor(max_workers=len(jobs) + len(archives)) as pool:
             futures = [pool.submit(fn, target, cpu, inputs, out, what) for fn, inputs, out, what in jobs]
             futures += [pool.submit(_zig, "ar", ["rcs", archive, *members], f"creating {archive.name}") for archive, members in archives]
             for future in futures:
                 future.result()
     return LinkResult(runner=out_dir / "runner", runner_prof=out_dir / "runner_prof" if prof_obj is not None else None,
-                      library=library, runtime_library=runtime_library)
+                      library=out_dir / api.library,
+                      runtime_library=out_dir / api.runtime_library if api.runtime_library else None)
 
 
 def compile_c_program(target: Target, cpu: str, sources: Sequence[Path], include_dirs: Sequence[Path],
@@ -224,7 +238,12 @@ def compile_c_program(target: Target, cpu: str, sources: Sequence[Path], include
     """Compile and statically link a C program (e.g. an application using model.h + libmodel.a).
 
     `libs` are archives/objects (paths) or linker flags such as "-lfoo"."""
-    includes = [f"-I{d}" for d in include_dirs]
-    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *includes, *sources, *libs, "-lm", "-o", out],
-         f"building {Path(out).name}")
+    with contextlib.ExitStack() as stack:  # every path through a plain-named alias (_plain_alias)
+        def plain(path: Path | str) -> Path:
+            return stack.enter_context(_plain_alias(Path(path).parent)) / Path(path).name
+
+        includes = [f"-I{stack.enter_context(_plain_alias(Path(d)))}" for d in include_dirs]
+        files = [*map(plain, sources), *(lib if isinstance(lib, str) else plain(lib) for lib in libs)]
+        _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *includes, *files, "-lm", "-o", plain(out)],
+             f"building {Path(out).name}")
     return Path(out)

@@ -27,7 +27,10 @@ _MASK = (1 << 64) - 1
 @dataclass
 class RunResult:
     outputs: dict[str, np.ndarray]
+    """By name; an output the model lists more than once is one entry (every slot checked equal)."""
     bench: dict | None
+    slots: tuple[np.ndarray, ...] = ()
+    """Every output in manifest order, one per slot of the C API."""
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -196,7 +199,7 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
     runner = artifact_dir / ("runner_prof" if profile else "runner")
     if not runner.is_file():
         raise InputError(f"{runner} is missing; rebuild the artifact with `fluidml-xc build`")
-    command = [*emulator_command(manifest), str(runner)]
+    command = [*emulator_command(manifest), os.path.abspath(runner)]  # absolute: qemu reads a leading '-' as an option
     from ..tempfiles import prefix
 
     with tempfile.TemporaryDirectory(prefix=prefix("run")) as tmp:
@@ -222,14 +225,27 @@ def run_artifact(artifact_dir: Path, feeds: Mapping[str, np.ndarray] | None = No
         except OSError as exc:
             raise RunError(f"cannot start {runner.name}: {exc}") from None
         _check_exit(proc, runner.name)
-        outputs = {spec.name: _load_output(path, spec) for spec, path in zip(manifest.outputs, out_paths)}
+        slots = tuple(_load_output(path, spec) for spec, path in zip(manifest.outputs, out_paths))
+    outputs = _by_name(manifest.outputs, slots, runner.name)
     report = None
     if bench is not None or profile:
         json_lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if not json_lines:
             raise RunError(f"{runner.name} printed no benchmark JSON: {_last_line(proc.stdout + proc.stderr)}")
         report = json.loads(json_lines[-1])
-    return RunResult(outputs=outputs, bench=report)
+    return RunResult(outputs=outputs, bench=report, slots=slots)
+
+
+def _by_name(specs: Sequence[TensorEntry], slots: Sequence[np.ndarray], runner: str) -> dict[str, np.ndarray]:
+    """Outputs keyed by name; a name listed twice (ONNX allows it: both are the same tensor) must hold the same
+    bytes in every slot, else RunError."""
+    outputs: dict[str, np.ndarray] = {}
+    for k, (spec, arr) in enumerate(zip(specs, slots)):
+        first = outputs.setdefault(spec.name, arr)
+        if first is not arr and (first.shape != arr.shape or first.tobytes() != arr.tobytes()):
+            raise RunError(f"{runner} wrote different values into the slots of output {spec.name!r}, which the "
+                           f"model lists more than once (slot {k}): rebuild with this version of fluidml-xc")
+    return outputs
 
 
 def _load_output(path: str, spec: TensorEntry) -> np.ndarray:

@@ -107,7 +107,7 @@ def test_inventory_deploy_then_profile_two_live_one_dead(fleet):
     artifact = work / "build" / "tiny-qemu-aarch64"
     page = work / "fleet.html"
     proc = cli("profile", str(artifact), "--inventory", str(work / "hosts.ini"), "--connect-timeout", "60", "--runs", "5", "--warmup", "1",
-               "--json", "-", "--html", str(page), cwd=work)
+               "--json", "--html", str(page), cwd=work)
     err = error_line(proc)
     assert DEAD in err and "building" not in proc.stderr
     data = json.loads(proc.stdout)
@@ -145,7 +145,7 @@ def test_inventory_threads(fleet):
     proc = cli("build", str(fleet["model"]), "--board", "qemu-aarch64", "--threads", "2", "-o", str(artifact), cwd=work)
     assert proc.returncode == 0, proc.stderr
     hosts = ["--inventory", str(work / "hosts.ini"), "--limit", "boards", "--connect-timeout", "60"]
-    proc = cli("profile", str(artifact), *hosts, "--threads", "2", "--runs", "3", "--warmup", "0", "--json", "-", cwd=work)
+    proc = cli("profile", str(artifact), *hosts, "--threads", "2", "--runs", "3", "--warmup", "0", "--json", cwd=work)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert {name: data["hosts"][name]["profile"]["threads"] for name in LIVE} == {name: 2 for name in LIVE}

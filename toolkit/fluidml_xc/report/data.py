@@ -145,7 +145,7 @@ def profile_from_dict(data: dict, source: str) -> ProfileFacts:
                             opt=str((data.get("artifact") or {}).get("opt") or ""))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{source} is not a `fluidml-xc profile --json` result (bad or missing {exc}): "
-                         f"write it with `fluidml-xc profile ... --json FILE`") from None
+                         f"write it with `fluidml-xc profile ... --json-out FILE`") from None
 
 
 def load_profile(path: str | Path) -> list[ProfileFacts]:
@@ -153,10 +153,10 @@ def load_profile(path: str | Path) -> list[ProfileFacts]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"profile {str(path)!r} does not exist: write one with `fluidml-xc profile ... --json FILE`") from None
+        raise InputError(f"profile {str(path)!r} does not exist: write one with `fluidml-xc profile ... --json-out FILE`") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"profile {str(path)!r} cannot be read as JSON ({type(exc).__name__}): pass the file "
-                         f"`fluidml-xc profile ... --json FILE` wrote") from None
+                         f"`fluidml-xc profile ... --json-out FILE` wrote") from None
     if not isinstance(data, dict):
         raise InputError(f"profile {str(path)!r} is not a `fluidml-xc profile --json` result")
     if isinstance(data.get("hosts"), dict):  # profile --inventory --json

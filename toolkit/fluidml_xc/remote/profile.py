@@ -54,6 +54,7 @@ class ProfileReport:
     def to_dict(self) -> dict:
         return {
             "model": self.model, "board": self.board, "where": self.where, "emulator": self.emulator,
+            "emulated": bool(self.emulator),
             "runs": self.runs, "warmup": self.warmup, "latency_ms": self.latency_ms,
             "peak_rss_bytes": self.peak_rss_bytes, "arena_bytes": self.arena_bytes,
             "lower_bound_bytes": self.lower_bound_bytes, "weights_bytes": self.weights_bytes, "ops": self.ops,

@@ -2,7 +2,7 @@
 """Benchmark fluidml-xc against ONNX Runtime side by side at the same thread count, per --opt mode.
 
     python benchmarks/bench.py                          # the example models
-    python benchmarks/bench.py ../shared/models/*.onnx  # with <name>.inputs.npz beside each model
+    python benchmarks/bench.py M.onnx ...               # your models (<name>.inputs.npz beside one is its feed)
     python benchmarks/bench.py --light                  # + onnx's light model-zoo models (slow)
 
 Table: latency ratio (ours / ORT, median after warm-up) per mode, planned arena against the lower

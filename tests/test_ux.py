@@ -235,3 +235,30 @@ def test_missing_extra_names_both_install_commands():
         require("fxc_no_such_module", "report", "--html")
     text = str(info.value)
     assert "pip install 'fluidml-xc[report]'" in text and "pip install -c constraints.txt '.[report]'" in text
+
+
+# -- docs/MODELS.md's worked example stays true --------------------------------------------------------------------
+
+def test_models_doc_worked_example(tmp_path, capsys, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "make_vad.py"
+    spec = importlib.util.spec_from_file_location("make_vad", script)
+    make_vad = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_vad)
+    onnx.save(make_vad.vad(), str(tmp_path / "vad.onnx"))
+    shapes = ["--input-shape", "input=1x1024", "--input-shape", "state=2x1x16"]
+    line = error(capsys, monkeypatch, tmp_path, "build", "vad.onnx")
+    assert "--input-shape input=1x1" in line and "--input-shape state=2x1x16" in line
+    line = error(capsys, monkeypatch, tmp_path, "build", "vad.onnx", *shapes)
+    assert "If node '/If'" in line and "--bind sr=VALUE" in line
+    line = error(capsys, monkeypatch, tmp_path, "build", "vad.onnx", "--input-shape", "input=1x1000",
+                 "--input-shape", "state=2x1x16", "--bind", "sr=16000")
+    assert "'/Reshape'" in line
+    code, _, err = run(capsys, monkeypatch, tmp_path, "build", "vad.onnx", *shapes, "--bind", "sr=16000")
+    assert code == 0, err
+    api = json.loads((tmp_path / "build" / "vad-x86_64" / "manifest.json").read_text())["inputs"]
+    assert [i["name"] for i in api] == ["input", "state"], "the bound sample rate leaves the C API"
+    verified = _json_only(capsys, monkeypatch, tmp_path, "verify", "build/vad-x86_64")
+    assert verified["ok"] and [o["name"] for o in verified["outputs"]] == ["output", "stateN"]

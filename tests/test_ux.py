@@ -131,6 +131,9 @@ def test_deploy_json_over_ssh(work, tmp_path, capsys, monkeypatch):
         data = json.loads(out)
         assert data["board"] == "x86_64" and data["current"] == str(tmp_path / "board" / "current")
         assert data["run"][-2:] == ["--bench", "100"] and "uploaded" in err
+        code, out, err = run(capsys, monkeypatch, work, "boards", "detect", *ssh_args(server, config), "--json")
+        assert code == 0, err
+        assert json.loads(out)["machine"] == "x86_64" and "x86_64" in json.loads(out)["boards"]
     finally:
         server.stop()
 

@@ -153,6 +153,10 @@ def test_inventory_threads(fleet):
     assert {name: data["hosts"][name]["profile"]["threads"] for name in LIVE} == {name: 2 for name in LIVE}
     proc = cli("verify", str(artifact), *hosts, "--threads", "1", cwd=work)
     assert proc.returncode == 0 and proc.stdout.count("  ok") >= 2, proc.stderr
+    proc = cli("verify", str(artifact), *hosts, "--threads", "1", "--json", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    checks = json.loads(proc.stdout)["hosts"]
+    assert all(checks[name]["ok"] and checks[name]["verify"]["ok"] for name in LIVE)
     proc = cli("profile", str(artifact), *hosts, "--threads", "3", cwd=work)
     err = error_line(proc)
     assert "--threads 3: the qemu-aarch64 build" in err and "runs 1 to 2 threads" in err and "== pi-a" not in proc.stdout

@@ -37,15 +37,15 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    if args.top is not None and args.top < 1:
+        raise InputError(f"--top {args.top}: give a number of ops, 1 or more")
     if args.inventory:
         return run_fleet(fleet_request(args), NAME, FleetProfile(args.runs, args.warmup, args.timeout, args.json, args.html,
-                                                                 args.json_out))
+                                                                 args.json_out, args.top))
     if args.local == bool(args.host):
         raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
     if not runs_in_range(args.runs, args.warmup) or not finite_positive(args.timeout):
         raise InputError(f"--runs must be 1 to {MAX_RUNS:,}, --warmup 0 to {MAX_RUNS:,} and --timeout a positive number of seconds")
-    if args.top is not None and args.top < 1:
-        raise InputError(f"--top {args.top}: give a number of ops, 1 or more")
     if args.html:
         from ..extras import require
 

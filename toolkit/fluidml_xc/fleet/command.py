@@ -48,6 +48,8 @@ class FleetProfile:
     json: bool = False
     html: str | None = None
     json_out: str | None = None
+    top: int | None = None
+    """Per-op tables list the TOP slowest ops only (None: every op in execution order)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def _profile(request: FleetRequest, job: FleetProfile, hosts, artifacts, default
         ok = [r for r in results if r.ok]
         write_fleet_html([artifacts[r.board].path for r in ok] or [a.path for a in artifacts.values()],
                          [(r.host.name, r.outcome.profile.to_dict()) for r in ok], job.html)
-    _report(results, job, "profile", lambda o: o.profile.to_dict(), lambda o: o.profile.table())
+    _report(results, job, "profile", lambda o: o.profile.to_dict(), lambda o: o.profile.table(job.top))
     return results
 
 

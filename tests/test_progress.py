@@ -71,3 +71,7 @@ def test_build_progress_only_on_a_terminal_and_json_stays_clean(tmp_path):
                            tmp_path, stderr_tty=True)
     assert status == 0, err
     assert json.loads(out)["runs"] == 3 and err == ""
+    # build --json into a pipe, stderr a terminal: the JSON alone on stdout, no bar (stdout is not a terminal)
+    status, out, err = run(["build", str(path), "-o", str(tmp_path / "d"), "--json"], tmp_path, stderr_tty=True)
+    assert status == 0, err
+    assert json.loads(out)["artifact"] == str(tmp_path / "d") and err == ""

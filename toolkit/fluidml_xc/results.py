@@ -4,6 +4,7 @@ one JSON document on stdout and nothing else there (tables, progress, warnings a
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
@@ -21,6 +22,32 @@ _result_stream: TextIO | None = None
 """Where --json puts the JSON while the command's own prints are sent to stderr (None: sys.stdout)."""
 
 
+class _Aside(io.TextIOBase):
+    """What a --json command prints: written to stderr, while isatty() still answers for the real stdout (so
+    progress bars follow the README's rule: drawn only when stdout and stderr are both terminals)."""
+
+    def __init__(self, stdout: TextIO, stderr: TextIO):
+        self._stdout, self._stderr = stdout, stderr
+
+    def write(self, text: str) -> int:
+        return self._stderr.write(text)
+
+    def flush(self) -> None:
+        self._stderr.flush()
+
+    def isatty(self) -> bool:
+        try:
+            return self._stdout.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._stderr.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+
 @contextlib.contextmanager
 def json_stdout(enabled: bool) -> Iterator[None]:
     """While a --json command runs, print() goes to stderr; `emit` still writes the result to the real stdout."""
@@ -30,7 +57,7 @@ def json_stdout(enabled: bool) -> Iterator[None]:
         return
     previous, _result_stream = _result_stream, sys.stdout
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(_Aside(sys.stdout, sys.stderr)):
             yield
     finally:
         _result_stream = previous

@@ -58,6 +58,13 @@ def test_model_given_to_an_artifact_command(work, capsys, monkeypatch, argv):
     assert "build is a directory of builds, not an artifact" in line and BUILD in line
 
 
+def test_report_profile_argument_that_is_not_a_profile(work, capsys, monkeypatch):
+    line = error(capsys, monkeypatch, work, "report", "--profile", BUILD, "-o", "r.html")
+    assert f"--profile {BUILD} is an artifact, not a profile" in line and f"fluidml-xc profile {BUILD} --local --json-out" in line
+    line = error(capsys, monkeypatch, work, "report", "--profile", MODEL, "-o", "r.html")
+    assert f"--profile {MODEL} is a model, not a profile" in line
+
+
 @pytest.mark.parametrize("argv", [["build", BUILD], ["quantize", BUILD, "-c", "x.npz", "-o", "q.onnx"],
                                   ["verify", BUILD, "--model", BUILD]])
 def test_artifact_given_to_a_model_command(work, capsys, monkeypatch, argv):

@@ -102,3 +102,16 @@ def check_artifact_argument(value: str | Path | None, command: str, fleet_hint: 
             raise InputError(f"{path} is a directory of builds, not an artifact: pass one of them ({_listing(builds)})")
         raise InputError(f"{path} is not a fluidml-xc artifact (no {MANIFEST} in it): pass the directory `fluidml-xc build` "
                          f"wrote, or build one with `fluidml-xc build MODEL.onnx`")
+
+
+def check_profile_argument(value: str | Path) -> None:
+    """A `profile --json-out` file is wanted (report --profile): refuse an artifact, a directory or a model."""
+    path = Path(value)
+    if path.is_dir():
+        what = "an artifact" if _is_artifact(path) else "a directory"
+        raise InputError(f"--profile {path} is {what}, not a profile: write one with `fluidml-xc profile "
+                         f"{path if _is_artifact(path) else 'DIR'} --local --json-out P.json` (or --host HOST), "
+                         f"then pass --profile P.json")
+    if path.suffix.lower() == ".onnx" and path.is_file():
+        raise InputError(f"--profile {path} is a model, not a profile: build it, then `fluidml-xc profile DIR --local "
+                         f"--json-out P.json` and pass --profile P.json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
-from .paths import check_artifact_argument
+from .paths import check_artifact_argument, check_profile_argument
 
 NAME = "report"
 HELP = "write one self-contained HTML report (memory map, live bytes, per-op latency, decisions, side by side)"
@@ -26,6 +26,8 @@ def main(args) -> int:
         raise InputError("`report` needs artifact directories and/or --profile FILE.json")
     for d in args.dirs:
         check_artifact_argument(d, NAME)
+    for p in args.profile:
+        check_profile_argument(p)
     artifacts = [load_artifact(d) for d in args.dirs]
     profiles = [prof for p in args.profile for prof in load_profile(p)]
     path = write_report(args.output, render_report(artifacts, profiles, args.title))

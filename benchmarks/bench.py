@@ -2,13 +2,14 @@
 """Benchmark fluidml-xc against ONNX Runtime side by side at the same thread count, per --opt mode.
 
     python benchmarks/bench.py                          # the example models
-    python benchmarks/bench.py ../shared/models/*.onnx  # with <name>.inputs.npz beside each model
+    python benchmarks/bench.py M.onnx ...               # your models (<name>.inputs.npz beside one is its feed)
     python benchmarks/bench.py --light                  # + onnx's light model-zoo models (slow)
 
 Table: latency ratio (ours / ORT, median after warm-up) per mode, planned arena against the lower
 bound, the live peak and the no-reuse size, runner peak RSS against ORT's process RSS growth
 (VmHWM/VmRSS after creating the session and one run, minus the same after importing onnxruntime, in a
-fresh subprocess). A model argument that names an example (e.g. tiny_transformer) builds that example.
+fresh subprocess). A model argument that names an example (e.g. tiny_transformer) builds that example; one
+that names a model of onnx's light model zoo (e.g. light_resnet50) takes it from the onnx package.
 
 --threads 1,2: each model is built for the largest count (build --threads) and run at every count given
 (runner --threads T) against ONNX Runtime with intra_op_num_threads=T; the table has one ratio column per
@@ -94,6 +95,9 @@ def model_cases(paths: list[str], light: bool) -> list[tuple[str, Path, dict]]:
             continue
         for p in sorted(glob.glob(pattern)) or [pattern]:
             path = Path(p)
+            zoo = {m.stem: m for m in light_models()}
+            if not path.exists() and path.stem in zoo:  # a light model by name: light_resnet50[.onnx]
+                path = zoo[path.stem]
             npz = path.with_name(path.stem + ".inputs.npz")
             feeds = dict(np.load(npz)) if npz.is_file() else example_feeds(onnx.load(str(path), load_external_data=False))
             cases.append((path.stem, path, feeds))

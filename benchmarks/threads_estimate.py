@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """On-paper speedup of a model on a board with more cores than this machine (docs/THREADS.md).
 
-    python benchmarks/threads_estimate.py MODEL.onnx [--boards rpi4,jetson-orin-nano] [--runs 200] [--rounds 3]
+    python benchmarks/threads_estimate.py [MODEL.onnx | EXAMPLE] [--boards rpi4,jetson-orin-nano] [--runs 200] [--rounds 3]
 
 Measured here (x86_64, built for 2 threads, the profiling runner at 1 and 2 threads, interleaved rounds,
 per-op minimum over rounds of the per-op medians): per-op times t_i at 1 thread, which ops are split, the
@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "toolkit"))
 
+from example_models import model_file  # noqa: E402
+
 
 def main() -> int:
     from fluidml_xc.target.boards import get_board
@@ -28,7 +30,9 @@ def main() -> int:
     from fluidml_xc.run.execute import run_artifact
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", type=Path)
+    ap.add_argument("model", nargs="?", default="light_squeezenet", type=model_file,
+                    help="an ONNX file, an example model's name (fluidml_xc/examples.py) or a light model's "
+                         "(onnx's light model zoo; default light_squeezenet)")
     ap.add_argument("--boards", default="rpi4,jetson-orin-nano")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)

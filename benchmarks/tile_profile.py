@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How well a model's split fills N threads, from per-tile CPU times (docs/THREADS.md, "Tile profile").
 
-    python benchmarks/tile_profile.py MODEL.onnx [--threads 2] [--runs 8] [--rounds 3] [--top 15] [--artifact DIR]
+    python benchmarks/tile_profile.py [MODEL.onnx | EXAMPLE] [--threads 2] [--runs 8] [--rounds 3] [--top 15] [--artifact DIR]
 
 Builds the model for this machine with --threads N (or takes a built artifact), links benchmarks/c/tileprof.c
 against its libmodel.a and runs it in interleaved rounds on 1 and on N threads: every tile of every split op
@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "toolkit"))
+
+from example_models import model_file  # noqa: E402
 
 
 @dataclass
@@ -73,7 +75,9 @@ def main() -> int:
     from fluidml_xc.build import BuildOptions, build_model
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", type=Path)
+    ap.add_argument("model", nargs="?", default="light_squeezenet", type=model_file,
+                    help="an ONNX file, an example model's name (fluidml_xc/examples.py) or a light model's "
+                         "(onnx's light model zoo; default light_squeezenet)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=8, help="runs per round (minimum taken)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of 1 and N threads")

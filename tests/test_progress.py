@@ -66,8 +66,12 @@ def test_build_progress_only_on_a_terminal_and_json_stays_clean(tmp_path):
     # stderr to a pipe: none either
     status, out, err = run(["build", str(path), "-o", str(tmp_path / "c")], tmp_path, stderr_tty=False)
     assert status == 0 and err == "" and "\r" not in out
-    # --json - : stdout is exactly the JSON
-    status, out, err = run(["profile", str(tmp_path / "a"), "--local", "--runs", "3", "--warmup", "0", "--json", "-"],
+    # --json: stdout is exactly the JSON
+    status, out, err = run(["profile", str(tmp_path / "a"), "--local", "--runs", "3", "--warmup", "0", "--json"],
                            tmp_path, stderr_tty=True)
     assert status == 0, err
     assert json.loads(out)["runs"] == 3 and err == ""
+    # build --json into a pipe, stderr a terminal: the JSON alone on stdout, no bar (stdout is not a terminal)
+    status, out, err = run(["build", str(path), "-o", str(tmp_path / "d"), "--json"], tmp_path, stderr_tty=True)
+    assert status == 0, err
+    assert json.loads(out)["artifact"] == str(tmp_path / "d") and err == ""

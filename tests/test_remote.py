@@ -140,7 +140,7 @@ def test_deploy_profile_verify_end_to_end(server, builds, empty_config, tmp_path
     assert (installed / "runner").is_file() and os.access(installed / "runner", os.X_OK)
 
     report_path = tmp_path / "profile.json"
-    proc = cli("profile", str(builds["a"]), *common, "--runs", "20", "--warmup", "3", "--json", str(report_path))
+    proc = cli("profile", str(builds["a"]), *common, "--runs", "20", "--warmup", "3", "--json-out", str(report_path))
     assert proc.returncode == 0, proc.stderr
     assert "latency" in proc.stdout and "MatMul" in proc.stdout and "qemu-aarch64-static" in proc.stdout
     report = json.loads(report_path.read_text())
@@ -391,7 +391,7 @@ def test_boards_detect_names_the_board_file(server, tmp_path):
 
 
 def test_profile_local(builds, tmp_path):
-    proc = cli("profile", str(builds["a"]), "--local", "--runs", "5", "--warmup", "1", "--json", "-")
+    proc = cli("profile", str(builds["a"]), "--local", "--runs", "5", "--warmup", "1", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     manifest_ops = json.loads((builds["a"] / "manifest.json").read_text())["ops"]

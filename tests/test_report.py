@@ -59,7 +59,7 @@ def work(tmp_path_factory) -> dict[str, Path]:
     for opt in ("greedy", "fluid"):
         out[opt] = build(model, tmp / opt, opt=opt)
         out[f"{opt}.json"] = tmp / f"{opt}.json"
-        proc = cli("profile", str(out[opt]), "--local", "--runs", "5", "--warmup", "1", "--json", "-")
+        proc = cli("profile", str(out[opt]), "--local", "--runs", "5", "--warmup", "1", "--json")
         assert proc.returncode == 0, proc.stderr
         json.loads(proc.stdout)  # stdout is the JSON alone
         out[f"{opt}.json"].write_text(proc.stdout)
@@ -124,7 +124,7 @@ def test_report_side_by_side_in_headless_chromium(work, tmp_path):
 
 def test_profile_html_and_json_on_stdout(work, tmp_path):
     page = tmp_path / "p.html"
-    proc = cli("profile", str(work["fluid"]), "--local", "--runs", "3", "--warmup", "0", "--json", "-",
+    proc = cli("profile", str(work["fluid"]), "--local", "--runs", "3", "--warmup", "0", "--json",
                "--html", str(page))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -139,7 +139,7 @@ def test_report_errors_are_one_line_and_keep_the_output(work, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"model": "m"}')
     err = one_line_error(cli("report", str(work["fluid"]), "--profile", str(bad), "-o", str(page)))
-    assert "profile --json" in err
+    assert "profile ... --json-out FILE" in err
     err = one_line_error(cli("report", str(tmp_path), "-o", str(page)))
     assert "not a fluidml-xc artifact" in err
     assert page.read_text() == "mine"

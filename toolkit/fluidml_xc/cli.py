@@ -10,7 +10,9 @@ import sys
 import threading
 
 from . import __version__, commands
+from .commands.output import settle_json
 from .errors import FxcError, Terminated, describe_unexpected
+from .results import json_stdout
 
 
 def _command_modules():
@@ -74,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "handler", None):
             parser.print_help()
             return 2
-        code = int(args.handler(args) or 0)
+        if hasattr(args, "json_out"):
+            settle_json(args)
+        with json_stdout(bool(getattr(args, "json", False))):
+            code = int(args.handler(args) or 0)
         sys.stdout.flush()
         return code
     except FxcError as exc:

@@ -16,4 +16,5 @@ def require(module: str, extra: str, what: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         missing = (exc.name or module).split(".")[0]
-        raise InputError(f"{what} needs {missing}, which is not installed: pip install 'fluidml-xc[{extra}]'") from None
+        raise InputError(f"{what} needs {missing}, which is not installed: pip install 'fluidml-xc[{extra}]' "
+                         f"(from a checkout: pip install -c constraints.txt '.[{extra}]')") from None

@@ -12,17 +12,31 @@ def add_arguments(parser) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "detect"], default="list")
     from .remote_args import add_ssh_arguments
     add_ssh_arguments(parser, base_dir=False)
+    from .output import add_json_arguments
+    add_json_arguments(parser)
 
 
 def main(args) -> int:
+    from ..results import emit
+
     if args.action == "detect":
-        from ..remote.detect import detect_host
+        from dataclasses import asdict
+        from ..remote.detect import describe, detect
+        from ..remote.ssh import connect
         from .remote_args import ssh_options
-        print(detect_host(ssh_options(args)))
+        with connect(ssh_options(args)) as conn:
+            info, matches = detect(conn)
+        emit({"host": conn.label, **asdict(info), "boards": [b.name for b in matches]}, args.json, args.json_out,
+             lambda: describe(conn.label, info, matches))
         return 0
+    data = [{"board": b.name, "triple": b.target.triple, "cpu": b.cpu, "cores": b.cores, "memory_mb": b.memory_mb,
+             "emulated": b.emulated, "aliases": list(b.aliases), "description": b.description} for b in boards().values()]
+    emit(data, args.json, args.json_out, _table)
+    return 0
+
+
+def _table() -> str:
     rows = [(b.name, b.target.triple, b.cpu, str(b.cores or "-"), b.description) for b in boards().values()]
     header = ("board", "triple", "cpu", "cores", "description")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(4)]
-    for row in [header, *rows]:
-        print("  ".join(col.ljust(w) for col, w in zip(row, widths)) + "  " + row[4])
-    return 0
+    return "\n".join("  ".join(col.ljust(w) for col, w in zip(row, widths)) + "  " + row[4] for row in [header, *rows])

@@ -8,6 +8,9 @@ from ..pipeline import OPT_MODES
 from ..frontend.binding import HELP as BIND_HELP, parse_binds
 from ..frontend.input_shapes import HELP as SHAPE_HELP, parse_input_shape
 from ..progress import Stages
+from ..results import emit
+from .output import add_json_arguments
+from .paths import check_model_argument
 
 NAME = "build"
 HELP = "compile an ONNX model into a runner, a C library and a manifest for a board"
@@ -30,12 +33,14 @@ def add_arguments(parser) -> None:
                         "(default: fxc_* in model.h, libmodel.a with the runtime inside)")
     parser.add_argument("--max-memory", metavar="SIZE", help="largest tensor, constants, and arena + weights (e.g. 2G; "
                         "default: half the board's RAM from its board file, or half of this machine's)")
+    add_json_arguments(parser)
 
 
 def main(args) -> int:
     from ..emit.capi import check_c_name
     from ..frontend.validate import parse_size
 
+    check_model_argument(args.model, NAME)
     if args.name is not None:
         check_c_name(args.name)
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
@@ -46,15 +51,31 @@ def main(args) -> int:
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       progress=stages))
+    emit(_result(result), args.json, args.json_out, lambda: _table(result))
+    return 0
+
+
+def _result(result) -> dict:
+    """The build as data (build --json)."""
+    m = result.manifest
+    mem = m.memory
+    return {"artifact": str(result.artifact), "model": m.model.name, "board": m.board, "triple": m.triple, "cpu": m.cpu,
+            "seconds": round(result.seconds, 3), "ops": sum(m.op_counts.values()), "weights_bytes": m.weights_bytes,
+            "memory": {k: mem.get(k) for k in ("arena_bytes", "lower_bound_bytes", "naive_bytes", "strategy",
+                                               "dynamic_tail_bytes") if k in mem},
+            "c_api": dict(m.c_api), "footprint": dict(m.footprint)}
+
+
+def _table(result) -> str:
     m = result.manifest
     mem, fp = m.memory, m.footprint
-    print(f"built {result.artifact}/ for {m.board} ({m.triple}, {m.cpu}) in {result.seconds:.1f} s")
-    print(f"  ops {sum(m.op_counts.values())}, weights {m.weights_bytes:,} B, arena {mem['arena_bytes']:,} B "
-          f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})"
-          + (f" + {mem['dynamic_tail_bytes']:,} B dims/scratch of data-dependent outputs" if mem.get("dynamic_tail_bytes") else ""))
+    lines = [f"built {result.artifact}/ for {m.board} ({m.triple}, {m.cpu}) in {result.seconds:.1f} s",
+             f"  ops {sum(m.op_counts.values())}, weights {m.weights_bytes:,} B, arena {mem['arena_bytes']:,} B "
+             f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})"
+             + (f" + {mem['dynamic_tail_bytes']:,} B dims/scratch of data-dependent outputs" if mem.get("dynamic_tail_bytes") else "")]
     api = m.c_api
     if api["name"]:
-        print(f"  C API {api['prefix']}* / {api['macro_prefix']}* in {api['header']}; link {api['library']} and, once per "
-              f"program, {api['runtime_library']}")
-    print(f"  runner footprint: text {fp['text']:,} B, rodata {fp['rodata']:,} B, data {fp['data']:,} B, bss {fp['bss']:,} B")
-    return 0
+        lines.append(f"  C API {api['prefix']}* / {api['macro_prefix']}* in {api['header']}; link {api['library']} and, "
+                     f"once per program, {api['runtime_library']}")
+    lines.append(f"  runner footprint: text {fp['text']:,} B, rodata {fp['rodata']:,} B, data {fp['data']:,} B, bss {fp['bss']:,} B")
+    return "\n".join(lines)

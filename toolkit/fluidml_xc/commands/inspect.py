@@ -1,12 +1,15 @@
 """`fluidml-xc inspect DIR`: the optimizer's and the memory planner's decisions for a built artifact."""
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..artifact import Manifest, read_manifest
+from ..results import emit
+from ..shortnames import shorten_unique
+from .output import add_json_arguments
+from .paths import check_artifact_argument
 
 NAME = "inspect"
 HELP = "show an artifact's plan: segments, layouts, loop orders, memory plan and map"
@@ -14,11 +17,12 @@ ORDER = 60
 
 MAP_WIDTH = 64
 MAP_ROWS = 24
+LEGEND_WIDTH = 24
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("dir", nargs="?", type=Path, help="artifact directory (default: the last build)")
-    parser.add_argument("--json", action="store_true", help="print the manifest's optimizer and memory facts as JSON")
+    add_json_arguments(parser)
     parser.add_argument("--segments", type=int, default=12, metavar="N", help="segments to list (default 12)")
 
 
@@ -47,7 +51,8 @@ def memory_map(intervals: dict, offsets: dict, sizes: dict, arena: int, steps: i
             for c in range(a, min(b, width)):
                 cells[c] = letters[n]
         lines.append(f"  step {r:>4}-{min(r + per_row, steps) - 1:<4} |{''.join(cells)}|")
-    legend = ", ".join(f"{letters[n]}={n[-24:]}" for n in names[:12])
+    shown = shorten_unique(names[:12], LEGEND_WIDTH)
+    legend = ", ".join(f"{letters[n]}={shown[n]}" for n in names[:12])
     lines.append(f"  legend: {legend}{', ...' if len(names) > 12 else ''}")
     return lines
 
@@ -55,14 +60,15 @@ def memory_map(intervals: dict, offsets: dict, sizes: dict, arena: int, steps: i
 def main(args) -> int:
     from ..remote.artifact import resolve_artifact_dir
 
+    check_artifact_argument(args.dir, NAME)
     directory = resolve_artifact_dir(str(args.dir) if args.dir else None)
     manifest = read_manifest(directory)
     opt = manifest.optimizer
     mem = manifest.memory or {}
     api = manifest.c_api or {"name": None, "prefix": "fxc_", "macro_prefix": "FXC_", "header": "model.h",
                                     "library": "libmodel.a", "runtime_library": None}
+    emit({"c_api": api, "optimizer": opt, "memory": mem}, args.json, args.json_out)
     if args.json:
-        print(json.dumps({"c_api": api, "optimizer": opt, "memory": mem}, indent=2))
         return 0
     print(f"{manifest.model.name} for {manifest.board} ({manifest.triple}), --opt {manifest.opt}, "
           f"costs {opt.get('costs', 'analytic')}" + (f", optimizer {opt['seconds'] * 1e3:.0f} ms" if 'seconds' in opt else ""))

@@ -1,7 +1,6 @@
 """`fluidml-xc profile [DIR] --host HOST | --local`: latency, per-op times, memory and board telemetry."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from ..errors import InputError
 from ..fleet.command import FleetProfile, run_fleet
@@ -9,6 +8,9 @@ from ..remote.profile import ProfileOptions, profile_local, profile_remote
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import connect_for, ensure_deployed, open_artifact
 from ..emit.threads import check_run_threads
+from ..results import emit
+from .output import add_json_arguments
+from .paths import check_artifact_argument
 from .remote_args import MAX_RUNS, add_artifact_argument, add_fleet_arguments, add_ssh_arguments, fleet_request, \
     finite_positive, runs_in_range, ssh_options
 
@@ -23,7 +25,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, metavar="N", help="threads the runner uses (default: the count built in)")
     parser.add_argument("--runs", type=int, default=100, metavar="N", help="timed runs (default 100)")
     parser.add_argument("--warmup", type=int, default=10, metavar="W", help="warm-up runs (default 10)")
-    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE (- for stdout only)")
+    parser.add_argument("--top", type=int, metavar="N", help="list the N slowest ops, slowest first, instead of every op "
+                                                             "in execution order")
+    add_json_arguments(parser, legacy_file=True)
     parser.add_argument("--html", metavar="FILE", help="also write an HTML report of the artifact and this profile "
                                                       "(needs fluidml-xc[report])")
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
@@ -33,8 +37,11 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    if args.top is not None and args.top < 1:
+        raise InputError(f"--top {args.top}: give a number of ops, 1 or more")
     if args.inventory:
-        return run_fleet(fleet_request(args), NAME, FleetProfile(args.runs, args.warmup, args.timeout, args.json, args.html))
+        return run_fleet(fleet_request(args), NAME, FleetProfile(args.runs, args.warmup, args.timeout, args.json, args.html,
+                                                                 args.json_out, args.top))
     if args.local == bool(args.host):
         raise InputError("pass --host HOST to profile on a board, or --local to profile on this machine")
     if not runs_in_range(args.runs, args.warmup) or not finite_positive(args.timeout):
@@ -43,6 +50,7 @@ def main(args) -> int:
         from ..extras import require
 
         require("matplotlib", "report", "--html")
+    check_artifact_argument(args.dir, NAME, fleet_hint=True)
     artifact = open_artifact(args.dir)
     check_run_threads(artifact.manifest.threads, args.threads)
     options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
@@ -56,10 +64,5 @@ def main(args) -> int:
         from ..report.adapters import write_profile_html
 
         write_profile_html(artifact.path, report.to_dict(), args.html)
-    if args.json == "-":
-        print(report.json())
-        return 0
-    if args.json:
-        Path(args.json).write_text(report.json() + "\n", encoding="utf-8")
-    print(report.table())
+    emit(report.to_dict(), args.json, args.json_out, lambda: report.table(args.top))
     return 0

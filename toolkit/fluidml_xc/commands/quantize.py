@@ -1,6 +1,7 @@
 """`fluidml-xc quantize MODEL.onnx --calibration DATA -o MODEL.int8.onnx`: int8 with ONNX Runtime's quantizer, checked on a board."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..pipeline import OPT_MODES
@@ -45,13 +46,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=int, default=5, metavar="W")
     parser.add_argument("--explain", type=int, nargs="?", const=15, default=0, metavar="N",
                         help="list the N nodes (default 15) that add the most error against the float model")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    from .output import add_json_arguments
+
+    add_json_arguments(parser)
 
 
 def main(args) -> int:
     from ..frontend.binding import parse_binds
     from ..frontend.input_shapes import parse_input_shape
     from ..quantize import QuantConfig, QuantizeOptions, run_quantize
+    from ..results import emit
+    from .paths import check_model_argument
+
+    check_model_argument(args.model, NAME)
 
     config = QuantConfig(format=args.format, method=args.method, per_channel=args.per_channel, dynamic=args.dynamic,
                          activation_type=args.activation_type, weight_type=args.weight_type, exclude=tuple(args.exclude))
@@ -61,5 +68,5 @@ def main(args) -> int:
                                           force=args.force, opt=args.opt, bind=parse_binds(args.bind),
                                           input_shapes=dict(parse_input_shape(t) for t in args.input_shape),
                                           threads=args.threads))
-    print(report.json() if args.json else report.table())
+    emit(json.loads(report.json()), args.json, args.json_out, report.table)
     return 0

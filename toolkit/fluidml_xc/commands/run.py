@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from ..remote.artifact import resolve_artifact_dir
 from ..errors import InputError
+from ..results import emit
+from .output import add_json_arguments
+from .paths import check_artifact_argument
 
 NAME = "run"
 HELP = "run a built artifact here (foreign architectures under qemu-user)"
 ORDER = 20
-
 
 
 def add_arguments(parser) -> None:
@@ -27,12 +30,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--profile", action="store_true", help="per-op times from the profiling runner")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the runner after this long")
     parser.add_argument("--threads", type=int, metavar="N", help="threads to run on, 1 to the count built in (default: that count)")
+    add_json_arguments(parser)
+
+
+HEAD = 6
+"""Values of each output shown (text and --json)."""
 
 
 def _summary(name: str, value: np.ndarray) -> str:
     flat = value.reshape(-1)
-    head = "[" + ", ".join(f"{v:.6g}" if value.dtype.kind in "fc" else str(v) for v in flat[:6].tolist()) + "]"
-    more = f" ... ({flat.size} values)" if flat.size > 6 else ""
+    head = "[" + ", ".join(f"{v:.6g}" if value.dtype.kind in "fc" else str(v) for v in flat[:HEAD].tolist()) + "]"
+    more = f" ... ({flat.size} values)" if flat.size > HEAD else ""
     return f"{name}: shape {list(value.shape)} {value.dtype} {head}{more}"
 
 
@@ -65,6 +73,7 @@ def main(args) -> int:
     from ..run.execute import load_feeds, run_artifact, save_npz
 
     check_run_arguments(args)
+    check_artifact_argument(args.dir, NAME)
     artifact = resolve_artifact_dir(args.dir)
     feeds = None
     if args.inputs:
@@ -73,11 +82,25 @@ def main(args) -> int:
         feeds = load_feeds(args.input)
     result = run_artifact(artifact, feeds, bench=args.bench, warmup=args.warmup, profile=args.profile,
                           timeout=args.timeout, threads=args.threads)
-    if result.bench is not None:
-        print(json.dumps(result.bench))
-    else:
-        for name, value in result.outputs.items():
-            print(_summary(name, value))
     if args.outputs:
         save_npz(args.outputs, result.outputs, force=args.force)
+    data = {"artifact": str(artifact), "bench": result.bench,
+            "outputs": {name: _facts(value) for name, value in result.outputs.items()},
+            "outputs_file": str(args.outputs) if args.outputs else None}
+    emit(data, args.json, args.json_out, lambda: _text(result))
     return 0
+
+
+def _facts(value: np.ndarray) -> dict:
+    """One output as data: shape, dtype and its first values (all of them: --outputs FILE.npz)."""
+    flat = value.reshape(-1)
+    head = flat[:HEAD].tolist()
+    if value.dtype.kind in "fc":
+        head = [v if isinstance(v, (int, float)) and math.isfinite(v) else str(v) for v in head]
+    return {"shape": list(value.shape), "dtype": str(value.dtype), "size": int(flat.size), "first": head}
+
+
+def _text(result) -> str:
+    if result.bench is not None:
+        return json.dumps(result.bench)
+    return "\n".join(_summary(name, value) for name, value in result.outputs.items())

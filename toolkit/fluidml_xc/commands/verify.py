@@ -11,6 +11,9 @@ from ..remote.session import connect_for, ensure_deployed, open_artifact
 from ..emit.threads import check_run_threads
 from ..remote.verify import ORACLE_LABELS, Tolerance, VerifyReport, make_feeds, model_path, reference_outputs, run_local, \
     run_remote, with_bound
+from ..results import emit
+from .output import add_json_arguments
+from .paths import check_artifact_argument, check_model_argument
 from .remote_args import add_artifact_argument, add_fleet_arguments, add_ssh_arguments, finite_positive, fleet_request, \
     ssh_options
 
@@ -31,6 +34,7 @@ def add_arguments(parser) -> None:
     add_oracle_arguments(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_RUN_TIMEOUT, metavar="S",
                         help=f"seconds the runner may take (default {DEFAULT_RUN_TIMEOUT:g})")
+    add_json_arguments(parser)
     add_ssh_arguments(parser)
     add_fleet_arguments(parser)
 
@@ -48,9 +52,11 @@ def add_oracle_arguments(parser) -> None:
 def main(args) -> int:
     if args.inventory:
         return run_fleet(fleet_request(args), NAME, FleetVerify(args.rtol, args.atol, args.timeout, args.inputs, args.model,
-                                                                args.oracle, args.quant_steps))
+                                                                args.oracle, args.quant_steps, args.json, args.json_out))
     if not (args.rtol >= 0 and args.atol >= 0 and args.quant_steps >= 0) or not finite_positive(args.timeout):
         raise InputError("--rtol, --atol and --quant-steps must be >= 0 and --timeout a positive number of seconds")
+    check_artifact_argument(args.dir, NAME, fleet_hint=True)
+    check_model_argument(args.model, f"{NAME} --model")
     artifact = open_artifact(args.dir)
     check_run_threads(artifact.manifest.threads, args.threads)
     feeds = make_feeds(artifact, args.inputs)
@@ -65,7 +71,7 @@ def main(args) -> int:
         outputs, where = run_local(artifact, feeds, args.timeout, args.threads), "localhost"
     tolerance = Tolerance(args.rtol, args.atol)
     report = VerifyReport.of(where, tolerance, outputs, reference)
-    print(report.table())
+    emit(report.to_dict(), args.json, args.json_out, report.table)
     if not report.ok:
         raise VerifyError(report.failure())
     return 0

@@ -1,7 +1,6 @@
 """`deploy|profile|verify --inventory FILE [--limit PATTERN]`: the fleet versions of the one-host commands."""
 from __future__ import annotations
 
-import json
 import posixpath
 import sys
 from dataclasses import dataclass
@@ -9,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
+from ..results import emit
 from ..remote.artifact import Artifact
 from .run import DEFAULT_WORKERS, HostResult, print_results, raise_for_failures, run_hosts
 from .tasks import Reach
@@ -30,14 +30,26 @@ class FleetRequest:
 
 
 @dataclass(frozen=True)
+class FleetDeploy:
+    """`deploy --inventory`: where the results go (--json: stdout, --json-out FILE)."""
+
+    json: bool = False
+    json_out: str | None = None
+
+
+@dataclass(frozen=True)
 class FleetProfile:
-    """`profile --inventory`: runs, warm-up and time limit per host, and where the results go (JSON, HTML)."""
+    """`profile --inventory`: runs, warm-up and time limit per host, and where the results go (--json: stdout,
+    --json-out FILE, --html FILE)."""
 
     runs: int
     warmup: int
     timeout: float
-    json: str | None = None
+    json: bool = False
     html: str | None = None
+    json_out: str | None = None
+    top: int | None = None
+    """Per-op tables list the TOP slowest ops only (None: every op in execution order)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,8 @@ class FleetVerify:
     model: Path | None = None
     oracle: str = "auto"
     quant_steps: float = 1.0
+    json: bool = False
+    json_out: str | None = None
 
 
 def _check_reach(reach: Reach) -> Reach:
@@ -60,7 +74,21 @@ def _check_reach(reach: Reach) -> Reach:
     return reach
 
 
-def _deploy(request: FleetRequest, job: None, hosts, artifacts, default, reach) -> list[HostResult]:
+def _by_host(results: list[HostResult], key: str, facts: Callable) -> dict:
+    """The fleet's JSON result: by host, its board, whether it succeeded, the error, and KEY: FACTS(outcome)."""
+    return {"hosts": {r.host.name: {"board": r.board, "ok": r.ok, "error": r.error or None,
+                                    key: facts(r.outcome) if r.ok else None} for r in results}}
+
+
+def _report(results: list[HostResult], job, key: str, facts: Callable, body: Callable) -> None:
+    """Per-host tables and the summary, or with --json the fleet's JSON; --json-out FILE gets the JSON too."""
+    data = _by_host(results, key, facts)
+    emit(data, job.json, job.json_out, None)
+    if not job.json:
+        print_results(results, body)
+
+
+def _deploy(request: FleetRequest, job: FleetDeploy, hosts, artifacts, default, reach) -> list[HostResult]:
     from .tasks import deploy_host
 
     results = run_hosts(hosts, artifacts, default, lambda h, a: deploy_host(h, a, reach), request.forks, "deploying")
@@ -88,20 +116,13 @@ def _profile(request: FleetRequest, job: FleetProfile, hosts, artifacts, default
     options = ProfileOptions(job.runs, job.warmup, job.timeout, request.threads)
     results = run_hosts(hosts, artifacts, default, lambda h, a: profile_host(h, a, reach, options), request.forks,
                         "profiling")
-    data = {"hosts": {r.host.name: {"board": r.board, "ok": r.ok, "error": r.error or None,
-                                    "profile": r.outcome.profile.to_dict() if r.ok else None} for r in results}}
     if job.html:
         from ..report.adapters import write_fleet_html
 
         ok = [r for r in results if r.ok]
         write_fleet_html([artifacts[r.board].path for r in ok] or [a.path for a in artifacts.values()],
                          [(r.host.name, r.outcome.profile.to_dict()) for r in ok], job.html)
-    if job.json == "-":
-        print(json.dumps(data, indent=2))
-        return results
-    if job.json:
-        Path(job.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    print_results(results, lambda o: o.profile.table())
+    _report(results, job, "profile", lambda o: o.profile.to_dict(), lambda o: o.profile.table(job.top))
     return results
 
 
@@ -127,7 +148,7 @@ def _verify(request: FleetRequest, job: FleetVerify, hosts, artifacts, default, 
             raise VerifyError(f"outputs {', '.join(bad)} differ from {reference.label} beyond tolerance")
         return outcome
     results = run_hosts(hosts, artifacts, default, work, request.forks, "verifying")
-    print_results(results, lambda o: o.verify.table())
+    _report(results, job, "verify", lambda o: o.verify.to_dict(), lambda o: o.verify.table())
     return results
 
 
@@ -146,8 +167,9 @@ def check_fleet_threads(threads: int | None, artifacts: dict[str, Artifact]) -> 
 ACTIONS: dict[str, Callable] = {"deploy": _deploy, "profile": _profile, "verify": _verify}
 
 
-def run_fleet(request: FleetRequest, action: str, options: FleetProfile | FleetVerify | None = None) -> int:
-    """ACTION (deploy, profile with FleetProfile, verify with FleetVerify) on every host of the inventory."""
+def run_fleet(request: FleetRequest, action: str, options: FleetDeploy | FleetProfile | FleetVerify | None = None) -> int:
+    """ACTION (deploy with FleetDeploy, profile with FleetProfile, verify with FleetVerify) on every host of the
+    inventory."""
     from .builds import artifacts_for
     from .inventory import load_inventory
 

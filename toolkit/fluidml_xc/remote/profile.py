@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..errors import RunError
+from ..shortnames import shorten_unique
 from .artifact import Artifact
 from .deploy import Deployment
 from .progress import human_bytes
@@ -14,6 +15,7 @@ from .ssh import Connection
 from .telemetry import Telemetry, snapshot
 
 LATENCY_KEYS = ("median", "p90", "p99", "min", "max", "mean")
+OP_NAME_WIDTH = 60
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ProfileReport:
     def to_dict(self) -> dict:
         return {
             "model": self.model, "board": self.board, "where": self.where, "emulator": self.emulator,
+            "emulated": bool(self.emulator),
             "runs": self.runs, "warmup": self.warmup, "latency_ms": self.latency_ms,
             "peak_rss_bytes": self.peak_rss_bytes, "arena_bytes": self.arena_bytes,
             "lower_bound_bytes": self.lower_bound_bytes, "weights_bytes": self.weights_bytes, "ops": self.ops,
@@ -59,7 +62,7 @@ class ProfileReport:
             "artifact": self.artifact, "threads": self.threads, "cpu_over_wall": self.cpu_over_wall,
         }
 
-    def table(self) -> str:
+    def table(self, top: int | None = None) -> str:
         lat = self.latency_ms
         via = f" through {self.emulator} (correctness only: emulated timing is not the board's)" if self.emulator else ""
         lines = [
@@ -74,14 +77,26 @@ class ProfileReport:
         if self.threads is not None:
             lines.append(f"threads   {self.threads}" + (f"  CPU time / wall time {self.cpu_over_wall:.2f} (per-op times: wall clock)"
                                                        if self.cpu_over_wall is not None else ""))
-        if self.ops:
-            total = sum(op["ms"] for op in self.ops) or 1.0
-            width = max(12, *(len(op["name"]) for op in self.ops))
-            type_width = max(8, *(len(op["type"]) for op in self.ops))
-            lines += ["", f"{'op':<{width}}  {'type':<{type_width}}  {'time':>10}  {'share':>6}"]
-            lines += [f"{op['name']:<{width}}  {op['type']:<{type_width}}  {fmt_ms(op['ms']):>10}  "
-                      f"{100.0 * op['ms'] / total:5.1f}%" for op in self.ops]
-        return "\n".join(lines)
+        return "\n".join(lines + self.ops_table(top))
+
+    def ops_table(self, top: int | None = None) -> list[str]:
+        """Per-op times: every op in execution order, or the TOP slowest, slowest first; names shortened
+        (uniquely) to OP_NAME_WIDTH characters."""
+        if not self.ops:
+            return []
+        total = sum(op["ms"] for op in self.ops) or 1.0
+        ops = self.ops if top is None else sorted(self.ops, key=lambda op: -op["ms"])[:top]
+        names = shorten_unique([op["name"] for op in ops], OP_NAME_WIDTH)
+        width = max(12, *(len(names[op["name"]]) for op in ops))
+        type_width = max(8, *(len(op["type"]) for op in ops))
+        title = f"top {len(ops)} of {len(self.ops)} ops by time" if top is not None else "ops in execution order"
+        lines = ["", title, f"{'op':<{width}}  {'type':<{type_width}}  {'time':>10}  {'share':>6}"]
+        lines += [f"{names[op['name']]:<{width}}  {op['type']:<{type_width}}  {fmt_ms(op['ms']):>10}  "
+                  f"{100.0 * op['ms'] / total:5.1f}%" for op in ops]
+        if len(ops) < len(self.ops):
+            rest = total - sum(op["ms"] for op in ops)
+            lines.append(f"... {len(self.ops) - len(ops)} more ops, {fmt_ms(rest)} ({100.0 * rest / total:.1f}%)")
+        return lines
 
     def json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

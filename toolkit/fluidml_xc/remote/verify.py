@@ -31,7 +31,9 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class OutputCheck:
-    """One output against the reference: passes when |out - ref| <= atol + rtol * |ref| everywhere."""
+    """One output against the reference: passes when |out - ref| <= ALLOWED everywhere (`compare` decides ALLOWED:
+    atol + rtol * |ref| for floats, plus the quantization step of an output a Q/DQ node writes; the step alone for
+    integers). WORST: the largest |out - ref| / ALLOWED over the elements (ok when <= 1)."""
 
     name: str
     shape: tuple[int, ...]
@@ -39,6 +41,17 @@ class OutputCheck:
     max_rel: float
     mismatched: int
     ok: bool
+    allowed: str = ""
+    worst: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "max_abs_err": _finite(self.max_abs),
+                "max_rel_err": _finite(self.max_rel), "allowed": self.allowed, "worst_over_allowed": _finite(self.worst),
+                "mismatched": self.mismatched, "ok": self.ok}
+
+
+def _finite(value: float) -> float | str:
+    return value if np.isfinite(value) else str(value)
 
 
 @dataclass(frozen=True)
@@ -55,15 +68,24 @@ class VerifyReport:
 
     def table(self) -> str:
         width = max(6, *(len(o.name) for o in self.outputs))
-        quantized = f"; quantized outputs: {self.steps:g} quantization step" if self.steps else ""
-        lines = [f"verify    against {ORACLE_LABELS[self.oracle]}, run at {self.where} (rtol {self.tolerance.rtol:g}, "
-                 f"atol {self.tolerance.atol:g}{quantized})",
-                 f"{'output':<{width}}  {'shape':<16}  {'max abs err':>12}  {'max rel err':>12}  result"]
+        allowed = max(14, *(len(o.allowed) for o in self.outputs))
+        lines = [f"verify    against {ORACLE_LABELS[self.oracle]}, run at {self.where}",
+                 f"criterion every element |out - ref| <= allowed (rtol {self.tolerance.rtol:g}, atol "
+                 f"{self.tolerance.atol:g}" + (f", {self.steps:g} quantization step(s) for outputs a "
+                                              f"QuantizeLinear/DequantizeLinear writes" if self.steps else "")
+                 + "); rel err over elements with |ref| > atol",
+                 f"{'output':<{width}}  {'shape':<16}  {'max abs err':>12}  {'max rel err':>12}  "
+                 f"{'allowed':<{allowed}}  {'worst/allowed':>13}  result"]
         for o in self.outputs:
             shape = "x".join(map(str, o.shape)) or "scalar"
             verdict = "ok" if o.ok else f"FAIL ({o.mismatched} elements out of tolerance)"
-            lines.append(f"{o.name:<{width}}  {shape:<16}  {o.max_abs:12.3e}  {o.max_rel:12.3e}  {verdict}")
+            lines.append(f"{o.name:<{width}}  {shape:<16}  {o.max_abs:12.3e}  {o.max_rel:12.3e}  "
+                         f"{o.allowed:<{allowed}}  {o.worst:13.3g}  {verdict}")
         return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"where": self.where, "oracle": self.oracle, "rtol": self.tolerance.rtol, "atol": self.tolerance.atol,
+                "quant_steps": self.steps, "ok": self.ok, "outputs": [o.to_dict() for o in self.outputs]}
 
     @classmethod
     def of(cls, where: str, tolerance: Tolerance, outputs: Mapping[str, np.ndarray], reference: Reference) -> "VerifyReport":
@@ -74,7 +96,7 @@ class VerifyReport:
         failed = [o for o in self.outputs if not o.ok]
         worst = max(failed, key=lambda o: o.max_abs)
         return (f"{len(failed)} of {len(self.outputs)} outputs differ from {ORACLE_LABELS[self.oracle]} beyond "
-                f"tolerance (worst: {worst.name!r}, max abs err {worst.max_abs:.3e}, max rel err {worst.max_rel:.3e})")
+                f"tolerance (worst: {worst.name!r}, max abs err {worst.max_abs:.3e}, allowed {worst.allowed})")
 
 
 def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]:
@@ -212,30 +234,39 @@ def reference_outputs(path: Path, feeds: Mapping[str, np.ndarray], oracle: str =
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Reference, tol: Tolerance) -> list[OutputCheck]:
     """Each output against the oracle's within atol + rtol * |ref|; a quantized output also by its
-    `reference.steps` allowance (rounding of the requantization multiply: one step at most for a correct build)."""
+    `reference.steps` allowance (rounding of the requantization multiply: one step at most for a correct build).
+    Integer outputs: exact, or within that allowance. Each check records the criterion as applied (`allowed`)."""
     checks = []
     for name, ref in reference.outputs.items():
         if name not in outputs:
             raise RunError(f"the runner produced no output named {name!r}")
         out, ref = np.asarray(outputs[name]), np.asarray(ref)
-        if out.shape != ref.shape:
-            checks.append(OutputCheck(name, ref.shape, float("inf"), float("inf"), int(ref.size), False))
-            continue
         step = reference.steps.get(name, 0.0)
+        if ref.dtype.kind in "fc":
+            allowed_text = f"{tol.atol:g} + {tol.rtol:g}*|ref|" + (f" + {step:.3g}" if step else "")
+        else:
+            allowed_text = f"{step:g}" if step else "0 (exact)"
+        if out.shape != ref.shape:
+            checks.append(OutputCheck(name, ref.shape, float("inf"), float("inf"), int(ref.size), False,
+                                      allowed_text, float("inf")))
+            continue
         if ref.dtype.kind in "fc":
             a, b = out.astype(np.float64), ref.astype(np.float64)
             both_nan = np.isnan(a) & np.isnan(b)
             diff = np.where(both_nan, 0.0, np.abs(a - b))
             diff = np.where(np.isnan(diff), np.inf, diff)
-            bad = diff > tol.atol + tol.rtol * np.abs(np.nan_to_num(b)) + step
+            allowed = tol.atol + tol.rtol * np.abs(np.nan_to_num(b)) + step
             scale = np.abs(b)
             rel = np.where(scale > tol.atol, diff / np.where(scale > tol.atol, scale, 1.0), 0.0)
         else:
             diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
-            bad = diff > step
+            allowed = np.full(diff.shape, step)
             rel = np.zeros_like(diff)
+        bad = diff > allowed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(diff == 0, 0.0, diff / np.where(allowed > 0, allowed, 0.0))
         checks.append(OutputCheck(name, ref.shape, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
-                                  int(bad.sum()), not bool(bad.any())))
+                                  int(bad.sum()), not bool(bad.any()), allowed_text, float(ratio.max(initial=0.0))))
     return checks
 
 

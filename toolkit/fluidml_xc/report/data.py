@@ -96,6 +96,11 @@ class ProfileFacts:
     def key(self) -> tuple[str, str]:
         return (self.model, self.board)
 
+    @property
+    def emulated(self) -> bool:
+        """Timed under an emulator (qemu-user): its times are the emulator's, never compared for speed."""
+        return bool(self.emulator)
+
     def ops_ms(self) -> float:
         return sum(op["ms"] for op in self.ops)
 
@@ -138,14 +143,20 @@ def profile_from_dict(data: dict, source: str) -> ProfileFacts:
         latency = {k: float(v) for k, v in data["latency_ms"].items()}
         ops = [{"name": str(op["name"]), "type": str(op["type"]), "ms": float(op["ms"])} for op in data.get("ops") or []]
         return ProfileFacts(source=source, model=str(data["model"]), board=str(data["board"]),
-                            where=str(data.get("where", "")), emulator=str(data.get("emulator") or ""),
+                            where=str(data.get("where", "")), emulator=_emulator(data),
                             runs=_int(data.get("runs")), threads=_int(data.get("threads"), 0), latency_ms=latency,
                             peak_rss_bytes=data.get("peak_rss_bytes"), arena_bytes=data.get("arena_bytes"), ops=ops,
                             artifact_dir=str((data.get("artifact") or {}).get("dir") or ""),
                             opt=str((data.get("artifact") or {}).get("opt") or ""))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{source} is not a `fluidml-xc profile --json` result (bad or missing {exc}): "
-                         f"write it with `fluidml-xc profile ... --json FILE`") from None
+                         f"write it with `fluidml-xc profile ... --json-out FILE`") from None
+
+
+def _emulator(data: dict) -> str:
+    """The emulator a profile ran under ("" natively); `emulated: true` without a name still counts."""
+    name = str(data.get("emulator") or "")
+    return name or ("an emulator" if data.get("emulated") else "")
 
 
 def load_profile(path: str | Path) -> list[ProfileFacts]:
@@ -153,10 +164,10 @@ def load_profile(path: str | Path) -> list[ProfileFacts]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"profile {str(path)!r} does not exist: write one with `fluidml-xc profile ... --json FILE`") from None
+        raise InputError(f"profile {str(path)!r} does not exist: write one with `fluidml-xc profile ... --json-out FILE`") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"profile {str(path)!r} cannot be read as JSON ({type(exc).__name__}): pass the file "
-                         f"`fluidml-xc profile ... --json FILE` wrote") from None
+                         f"`fluidml-xc profile ... --json-out FILE` wrote") from None
     if not isinstance(data, dict):
         raise InputError(f"profile {str(path)!r} is not a `fluidml-xc profile --json` result")
     if isinstance(data.get("hosts"), dict):  # profile --inventory --json
@@ -189,7 +200,7 @@ def label_all(artifacts: list[ArtifactFacts], profiles: list[ProfileFacts]) -> t
 
     def prof_label(p: ProfileFacts) -> str:
         return (f"{p.model} · {p.board} @ {p.where or '?'}" + (f" · --opt {p.opt}" if prof_opts and p.opt else "")
-                + (f" · {p.threads} threads" if threads and p.threads else ""))
+                + (f" · {p.threads} threads" if threads and p.threads else "") + (" · emulated" if p.emulated else ""))
 
     arts = [replace(a, label=lab) for a, lab in zip(artifacts, _distinct_labels(artifacts, art_label))]
     profs = [replace(p, label=lab) for p, lab in zip(profiles, _distinct_labels(profiles, prof_label))]

@@ -33,7 +33,7 @@ code { font-size: 12px; } nav a { margin-right: 12px; }
 <body>
 <h1>{{ title }}</h1>
 <p class="muted">fluidml-xc {{ version }} · {{ artifacts|length }} artifact(s), {{ profiles|length }} profile(s)</p>
-<nav>{% for a in artifacts %}<a href="#artifact-{{ loop.index0 }}">{{ a.label }}</a>{% endfor %}{% if compare %}<a href="#compare">side by side</a>{% endif %}</nav>
+<nav>{% for a in artifacts %}<a href="#artifact-{{ loop.index0 }}">{{ a.label }}</a>{% endfor %}{% if compare or latency_rows %}<a href="#compare">side by side</a>{% endif %}</nav>
 
 {% if artifacts %}
 <h2 id="summary">Summary</h2>
@@ -44,12 +44,13 @@ code { font-size: 12px; } nav a { margin-right: 12px; }
 </table>
 {% endif %}
 
-{% if compare %}
+{% if compare or latency_rows %}
 <h2 id="compare">Side by side</h2>
+{% if speed_note %}<p class="muted emulated-note">{{ speed_note }}</p>{% endif %}
 {% for fig in compare %}<figure class="plot {{ fig.kind }}" id="{{ fig.id }}">{{ fig.svg|safe }}<figcaption>{{ fig.caption }}</figcaption></figure>
 {% endfor %}
 {% if latency_rows %}
-<table><tr><th>profile</th><th>where</th><th>median</th><th>p90</th><th>p99</th><th>min</th><th>peak RSS</th><th>vs first</th></tr>
+<table><tr><th>profile</th><th>where</th><th>median</th><th>p90</th><th>p99</th><th>min</th><th>peak RSS</th><th>vs first native</th></tr>
 {% for r in latency_rows %}<tr><td>{{ r.label }}</td><td>{{ r.where }}</td><td class="n">{{ r.median }}</td><td class="n">{{ r.p90 }}</td><td class="n">{{ r.p99 }}</td><td class="n">{{ r.min }}</td><td class="n">{{ r.rss }}</td><td class="n">{{ r.ratio }}</td></tr>
 {% endfor %}</table>
 {% endif %}
@@ -174,11 +175,37 @@ def _profile_tables(prof: ProfileFacts, fused: set[str]) -> Table:
 
 
 def _latency_rows(profiles: list[ProfileFacts]) -> list[dict]:
-    first = profiles[0].latency_ms.get("median") or 0
-    return [{"label": p.label, "where": p.where + (f" via {p.emulator} (emulated)" if p.emulator else ""),
+    """One row per profile; the ratio to the first profile timed natively, none for emulated ones."""
+    native = [p for p in profiles if not p.emulated]
+    first = native[0].latency_ms.get("median") or 0 if native else 0
+
+    def ratio(p: ProfileFacts) -> str:
+        if p.emulated:
+            return "emulated: not compared"
+        return f"{p.latency_ms.get('median', 0) / first:.2f}x" if first else "-"
+    return [{"label": p.label, "where": p.where + (f" via {p.emulator} (emulated)" if p.emulated else ""),
              "median": ms(p.latency_ms.get("median")), "p90": ms(p.latency_ms.get("p90")),
              "p99": ms(p.latency_ms.get("p99")), "min": ms(p.latency_ms.get("min")), "rss": kib(p.peak_rss_bytes),
-             "ratio": f"{p.latency_ms.get('median', 0) / first:.2f}x" if first else "-"} for p in profiles]
+             "ratio": ratio(p)} for p in profiles]
+
+
+def _speed_figures(profiles: list[ProfileFacts]) -> tuple[list[Figure], str]:
+    """Latency side by side and per-op deltas against the first profile, over the profiles timed natively only
+    (an emulator's times say nothing about a board's speed), and a note naming the emulated ones left out."""
+    native = [p for p in profiles if not p.emulated]
+    emulated = [p for p in profiles if p.emulated]
+    note = (f"not compared for speed (timed under an emulator, whose times are not the board's): "
+            + ", ".join(p.label for p in emulated)) if emulated else ""
+    figures: list[Figure] = []
+    if len(native) > 1:
+        figures.append(Figure("compare-latency", "compare-latency", plots.compare_latency(native, "cl"),
+                              "median latency per profile timed natively"))
+        base = native[0]
+        for j, other in enumerate(native[1:], 1):
+            if other.model == base.model and other.ops and base.ops:
+                figures.append(Figure(f"op-deltas-{j}", "op-deltas", plots.op_deltas(base, other, f"od{j}"),
+                                      f"per-op time of {other.label} minus {base.label}"))
+    return figures, note
 
 
 def render(artifacts: list[ArtifactFacts], profiles: list[ProfileFacts], title: str = "") -> str:
@@ -209,20 +236,16 @@ def render(artifacts: list[ArtifactFacts], profiles: list[ProfileFacts], title: 
     if len(artifacts) > 1:
         compare.append(Figure("compare-memory", "compare-memory", plots.compare_memory(artifacts, "cm"),
                               "arena, lower bound, live peak and weights per artifact"))
+    speed_note = ""
     if len(profiles) > 1:
-        compare.append(Figure("compare-latency", "compare-latency", plots.compare_latency(profiles, "cl"),
-                              "median latency per profile"))
-        base = profiles[0]
-        for j, other in enumerate(profiles[1:], 1):
-            if other.model == base.model and other.ops and base.ops:
-                compare.append(Figure(f"op-deltas-{j}", "op-deltas", plots.op_deltas(base, other, f"od{j}"),
-                                      f"per-op time of {other.label} minus {base.label}"))
+        speed, speed_note = _speed_figures(profiles)
+        compare += speed
     title = title or "fluidml-xc report: " + ", ".join(dict.fromkeys(a.model for a in artifacts) or
                                                         dict.fromkeys(p.model for p in profiles))
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     return env.from_string(TEMPLATE).render(
         title=title, version=__version__, artifacts=artifacts, profiles=profiles, summary=_summary(artifacts),
-        compare=compare, latency_rows=_latency_rows(profiles) if len(profiles) > 1 else [], sections=sections)
+        compare=compare, speed_note=speed_note, latency_rows=_latency_rows(profiles) if len(profiles) > 1 else [], sections=sections)
 
 
 def _add_profile(sec: Section, prof: ProfileFacts, fused: set[str], key: str) -> None:

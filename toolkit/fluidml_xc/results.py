@@ -1,0 +1,108 @@
+"""How every command hands back its result (README, "Scripting"): a table on stdout; with `--json` the result as
+one JSON document on stdout and nothing else there (tables, progress, warnings and notes go to stderr);
+`--json-out FILE` also writes that JSON to FILE, atomically, whatever stdout shows."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+from .errors import InputError
+
+JSON_HELP = "print the result as JSON on stdout and nothing else there (tables, progress and warnings: stderr)"
+JSON_OUT_HELP = "also write the result as JSON to FILE"
+
+_result_stream: TextIO | None = None
+"""Where --json puts the JSON while the command's own prints are sent to stderr (None: sys.stdout)."""
+
+
+class _Aside(io.TextIOBase):
+    """What a --json command prints: written to stderr, while isatty() still answers for the real stdout (so
+    progress bars follow the README's rule: drawn only when stdout and stderr are both terminals)."""
+
+    def __init__(self, stdout: TextIO, stderr: TextIO):
+        self._stdout, self._stderr = stdout, stderr
+
+    def write(self, text: str) -> int:
+        return self._stderr.write(text)
+
+    def flush(self) -> None:
+        self._stderr.flush()
+
+    def isatty(self) -> bool:
+        try:
+            return self._stdout.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._stderr.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def json_stdout(enabled: bool) -> Iterator[None]:
+    """While a --json command runs, print() goes to stderr; `emit` still writes the result to the real stdout."""
+    global _result_stream
+    if not enabled:
+        yield
+        return
+    previous, _result_stream = _result_stream, sys.stdout
+    try:
+        with contextlib.redirect_stdout(_Aside(sys.stdout, sys.stderr)):
+            yield
+    finally:
+        _result_stream = previous
+
+
+def check_json_out(path: str | Path | None) -> None:
+    """Refuse a --json-out FILE that cannot be written, before any work is done."""
+    if path is None:
+        return
+    path = Path(path)
+    if str(path) in ("", "-"):
+        raise InputError("--json-out needs a file name (for stdout, pass --json)")
+    if path.is_dir():
+        raise InputError(f"--json-out {path} is a directory: give a file name such as {path / 'result.json'}")
+    if str(path.parent) and not path.parent.is_dir():
+        raise InputError(f"--json-out {path}: the directory {path.parent} does not exist: create it first")
+
+
+def write_json(path: str | Path, data: object) -> Path:
+    """DATA as indented JSON in PATH, written to a temporary file renamed over PATH (never half-written)."""
+    path = Path(path)
+    check_json_out(path)
+    text = json.dumps(data, indent=2) + "\n"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent) or ".")
+    except OSError as exc:
+        raise InputError(f"cannot write {str(path)!r} ({exc.strerror or exc}): choose another --json-out FILE") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def emit(data: object, as_json: bool, json_out: str | Path | None, text: Callable[[], str] | None = None) -> None:
+    """The command's result: JSON to --json-out FILE if given; then JSON on stdout (--json) or TEXT()'s table."""
+    if json_out:
+        write_json(json_out, data)
+    stream = _result_stream or sys.stdout
+    if as_json:
+        stream.write(json.dumps(data, indent=2) + "\n")
+        stream.flush()
+    elif text is not None:
+        print(text(), file=stream)

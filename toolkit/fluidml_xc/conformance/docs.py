@@ -180,10 +180,10 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
 
 
 SUITE_COMMANDS = """\
-    python -m fluidml_xc.conformance --suite public --save                              # x86_64, in-process JIT
-    python -m fluidml_xc.conformance --suite public --board qemu-aarch64 --save         # a linked runner under qemu
-    python -m fluidml_xc.conformance --suite public --board qemu-armv7 --save --write-docs
-    python -m pytest tests/test_conformance.py -k public --runslow -n 2                 # the same as strict tests"""
+python -m fluidml_xc.conformance --suite public --save                              # x86_64, in-process JIT
+python -m fluidml_xc.conformance --suite public --board qemu-aarch64 --save         # a linked runner under qemu
+python -m fluidml_xc.conformance --suite public --board qemu-armv7 --save --write-docs
+python -m pytest tests/test_conformance.py -k public --runslow -n 2                 # the same as strict xfail tests"""
 
 
 def write_suite_docs(path: Path = SUITES_PATH, out: Path = SUITES_DOCS_PATH) -> str:
@@ -210,6 +210,9 @@ def write_suite_docs(path: Path = SUITES_PATH, out: Path = SUITES_DOCS_PATH) -> 
         cells = [f"{by_target[t]['passed']}/{by_target[t]['cases']}" if t in by_target else "-" for t in targets]
         dates = "; ".join(f"{t} {by_target[t]['date']}, {by_target[t]['seconds']} s" for t in targets if t in by_target)
         lines.append(f"| {suite} | {len(load_suite(suite))} | " + " | ".join(cells) + f" | {dates} |")
+    lines += ["", "`seconds`: the wall time of the run (`-j 2`), shared among the suites it ran in proportion to their",
+              "cases' own times. The default test run (no `--runslow`) runs every case on x86_64 and the cases of",
+              "`PUBLIC_CROSS_DEFAULT` in `tests/test_conformance.py` under qemu-aarch64 and qemu-armv7."]
     expected = {n: e for n, e in load_expectations().items() if "/" in n}
     lines += ["", "## Known failures", "", "| case | category | targets | reason |", "|---|---|---|---|"]
     for name in sorted(expected):

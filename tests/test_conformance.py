@@ -113,7 +113,7 @@ def test_public_cross(target, name, cross_workers):
 
 
 def test_public_suites_load():
-    """Every case of the three suites with its model and data sets; sequence inputs as lists."""
+    """Every case of the three suites with its model and data sets, an expected output per graph output."""
     assert {s: len(load_suite(s)) for s in FILE_SUITES} == {"pytorch-converted": 82, "pytorch-operator": 35, "simple": 23}
     assert PUBLIC_CROSS_DEFAULT <= set(PUBLIC)
     for name in PUBLIC:

@@ -1,9 +1,10 @@
-"""ONNX backend node tests (1,884 cases, onnx.backend.test.loader) compiled and run by fluidml-xc.
+"""ONNX backend node tests (1,884 cases, onnx.backend.test.loader) and ONNX's public model suites
+(pytorch-converted, pytorch-operator, simple: 140 cases shipped in the onnx package) compiled and run by fluidml-xc.
 
-- x86_64: every case, in-process JIT (fluidml_xc.run.backend), in an isolated worker process per xdist
-  worker (a crash or a hang of one case fails that case only).
-- aarch64 and armv7: the first case of every op type, built into a runner and run under qemu-user
-  (all cases with FXC_CONFORMANCE_ALL_TARGETS=1).
+- x86_64: every node case and every public-suite case, in-process JIT (fluidml_xc.run.backend), in an
+  isolated worker process per xdist worker (a crash or a hang of one case fails that case only).
+- aarch64 and armv7: the first node case of every op type (all with FXC_CONFORMANCE_ALL_TARGETS=1) and the
+  public-suite cases of PUBLIC_CROSS_DEFAULT (all with --runslow), built into a runner and run under qemu-user.
 - Known failures are data (tests/conformance_expectations.toml), strict xfails: a fix shows up as XPASS.
 """
 from __future__ import annotations
@@ -11,12 +12,21 @@ from __future__ import annotations
 import os
 import platform
 
+import numpy as np
 import pytest
 
 from fluidml_xc.conformance import cases, expectations, pool, runner
+from fluidml_xc.conformance.suites import FILE_SUITES, load_suite
 from modelrun import has_emulator
 
 CASES = list(cases.load_cases())
+PUBLIC = cases.case_names(FILE_SUITES)
+PUBLIC_CROSS_DEFAULT = {
+    *(n for n in PUBLIC if n.startswith(("pytorch-converted/test_Conv3d", "pytorch-converted/test_ConvTranspose"))),
+    "pytorch-converted/test_Conv2d_depthwise_strided", "pytorch-operator/test_operator_conv",
+    "pytorch-operator/test_operator_convtranspose", "simple/test_sequence_model1"}
+"""Public-suite cases run under qemu in the default run (every PyTorch Conv3d and ConvTranspose export among them);
+the others need --runslow."""
 EXPECTATIONS = expectations.load_expectations()
 TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_TIMEOUT", cases.DEFAULT_TIMEOUT))
 CROSS_TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_CROSS_TIMEOUT", 180))
@@ -82,8 +92,55 @@ def test_node_cross(target, name, cross_workers):
     _check(worker.run(name, CROSS_TIMEOUT))
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="the in-process JIT path runs on x86_64 hosts")
+@pytest.mark.parametrize("name", list(_params(PUBLIC, "x86_64")))
+def test_public_x86_64(name, host_worker):
+    _check(host_worker.run(name, TIMEOUT))
+
+
+def _public_cross_params():
+    for target in sorted(CROSS_BOARDS):
+        for param in _params(PUBLIC, target):
+            name = param.values[0]
+            slow = [] if name in PUBLIC_CROSS_DEFAULT else [pytest.mark.slow]
+            yield pytest.param(target, name, marks=[*param.marks, *slow], id=f"{target}-{param.id}")
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize(("target", "name"), list(_public_cross_params()))
+def test_public_cross(target, name, cross_workers):
+    test_node_cross(target, name, cross_workers)
+
+
+def test_public_suites_load():
+    """Every case of the three suites with its model and data sets, an expected output per graph output."""
+    assert {s: len(load_suite(s)) for s in FILE_SUITES} == {"pytorch-converted": 82, "pytorch-operator": 35, "simple": 23}
+    assert PUBLIC_CROSS_DEFAULT <= set(PUBLIC)
+    for name in PUBLIC:
+        case = cases.get_case(name)
+        assert case.model.graph.node and case.data_sets, name
+        assert all(len(outputs) == len(case.model.graph.output) for _, outputs in case.data_sets), name
+    assert cases.op_of("pytorch-converted/test_Conv3d") == "Conv"
+    assert "SequenceInsert" in {n.op_type for n in cases.get_case("simple/test_sequence_model1").model.graph.node}
+
+
+def test_suite_values_read_as_declared(tmp_path):
+    """A data file is read as the graph declares the value: a sequence as a list of arrays, as onnx's runner does."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fluidml_xc.conformance.suites import _read_value
+
+    items = [np.arange(3, dtype=np.float32), np.ones((2, 2), np.float32)]
+    (tmp_path / "seq.pb").write_bytes(numpy_helper.from_list(items).SerializeToString())
+    (tmp_path / "t.pb").write_bytes(numpy_helper.from_array(items[1]).SerializeToString())
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    got = _read_value(tmp_path / "seq.pb", seq)
+    assert isinstance(got, list) and all(np.array_equal(a, b) for a, b in zip(got, items))
+    assert np.array_equal(_read_value(tmp_path / "t.pb", helper.make_tensor_type_proto(TensorProto.FLOAT, [2, 2])), items[1])
+
+
 def test_expectations_name_real_cases():
-    unknown = sorted(set(EXPECTATIONS) - set(CASES))
+    unknown = sorted(set(EXPECTATIONS) - set(CASES) - set(PUBLIC))
     assert not unknown, f"tests/conformance_expectations.toml lists cases that do not exist: {unknown[:20]}"
 
 

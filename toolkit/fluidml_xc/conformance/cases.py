@@ -1,4 +1,5 @@
-"""The ONNX backend node cases, built in memory by onnx, and the op type each one tests."""
+"""The ONNX backend node cases, built in memory by onnx, the public file suites' cases (suites.py), and the op
+type each one tests."""
 from __future__ import annotations
 
 import re
@@ -9,6 +10,7 @@ from typing import Iterable
 import numpy as np
 
 from ..ir import is_onnx_domain
+from .suites import SUITES, load_suite, suite_of
 
 DEFAULT_TIMEOUT = 60.0
 TRAINING_DOMAINS = ("ai.onnx.preview.training",)
@@ -28,6 +30,35 @@ def load_cases() -> dict:
 
 def _op_name(node) -> str:
     return node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
+
+
+def _output_op(model) -> str:
+    """The op producing the model's first graph output (its only node's op for a single-node model)."""
+    nodes = list(model.graph.node)
+    first_out = model.graph.output[0].name if model.graph.output else None
+    producer = next((n for n in reversed(nodes) if first_out in n.output), nodes[-1] if nodes else None)
+    return _op_name(producer) if producer is not None else "?"
+
+
+def get_case(name: str):
+    """The TestCase of a node case or of a file suite's `<suite>/<case>`."""
+    suite = suite_of(name)
+    return load_cases()[name] if suite == "node" else load_suite(suite)[name]
+
+
+def case_names(suites: Iterable[str] = ("node",)) -> list[str]:
+    """Every case of the given suites (SUITES), suite by suite in the loaders' order."""
+    names: list[str] = []
+    for suite in suites:
+        if suite not in SUITES:
+            raise ValueError(f"unknown suite {suite!r}: one of {', '.join(SUITES)}")
+        names += list(load_cases() if suite == "node" else load_suite(suite))
+    return names
+
+
+def op_of(name: str) -> str:
+    """The op a case tests: case_ops() for a node case, its first output's producer for a file suite's."""
+    return case_ops().get(name, "?") if suite_of(name) == "node" else _output_op(get_case(name).model)
 
 
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
@@ -52,10 +83,7 @@ def case_ops() -> dict[str, str]:
         if base != name and base in ops:
             ops[name] = ops[base]
             continue
-        nodes = list(case.model.graph.node)
-        first_out = case.model.graph.output[0].name if case.model.graph.output else None
-        producer = next((n for n in reversed(nodes) if first_out in n.output), nodes[-1] if nodes else None)
-        ops[name] = _op_name(producer) if producer is not None else "?"
+        ops[name] = _output_op(case.model)
     return ops
 
 

@@ -1,5 +1,6 @@
-"""The results file (docs/conformance/results.json), the run's summary, and docs/SUPPORTED_OPS.md generated
-from the op registry and the last run of every target."""
+"""The results files (docs/conformance/results.json for the node cases, suites.json for the public model
+suites), the run's summary, docs/SUPPORTED_OPS.md generated from the op registry and the last node run of
+every target, and docs/conformance/PUBLIC_SUITES.md from the last run of every suite and target."""
 from __future__ import annotations
 
 import collections
@@ -14,16 +15,19 @@ from .runner import CaseResult
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS_PATH = ROOT / "docs" / "conformance" / "results.json"
 DOCS_PATH = ROOT / "docs" / "SUPPORTED_OPS.md"
+SUITES_PATH = ROOT / "docs" / "conformance" / "suites.json"
+SUITES_DOCS_PATH = ROOT / "docs" / "conformance" / "PUBLIC_SUITES.md"
 
 
-def save_results(target: str, results: Sequence[CaseResult], seconds: float, path: Path = RESULTS_PATH,
-                 scope: str = "all") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        data = {}
-    data[target] = {
+        return {}
+
+
+def _run_record(results: Sequence[CaseResult], seconds: float, scope: str) -> dict:
+    return {
         "scope": scope, "cases": len(results), "passed": sum(r.passed for r in results), "seconds": round(seconds, 1),
         "specialized_passes": sum(r.passed and bool(r.specialized) for r in results),
         "folded_passes": sum(r.passed and r.folded for r in results),
@@ -32,6 +36,24 @@ def save_results(target: str, results: Sequence[CaseResult], seconds: float, pat
                              + (["computed at build time"] if r.folded else []) if r.passed
                              else [r.status, r.kind, r.message[:300]]) for r in results},
     }
+
+
+def save_results(target: str, results: Sequence[CaseResult], seconds: float, path: Path = RESULTS_PATH,
+                 scope: str = "all") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _read_json(path)
+    data[target] = _run_record(results, seconds, scope)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def save_suite_results(suite: str, target: str, results: Sequence[CaseResult], seconds: float,
+                       path: Path = SUITES_PATH) -> None:
+    """One file suite's run on `target` into suites.json (suite -> target -> run), names without the suite."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _read_json(path)
+    record = _run_record(results, seconds, "all")
+    record["results"] = {name.partition("/")[2]: outcome for name, outcome in record["results"].items()}
+    data.setdefault(suite, {})[target] = record
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -106,7 +128,8 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
         "",
         "Conformance: ONNX's backend node tests (`onnx.backend.test.loader.load_model_tests(kind=\"node\")`),",
         "each case compiled with fluidml-xc, run, and compared with the case's own expected outputs and",
-        "tolerances. Known failures, with reasons: `tests/conformance_expectations.toml`.",
+        "tolerances. Known failures, with reasons: `tests/conformance_expectations.toml`. ONNX's public model",
+        "suites (pytorch-converted, pytorch-operator, simple): `docs/conformance/PUBLIC_SUITES.md`.",
         "",
         "## Runs",
         "",
@@ -152,6 +175,50 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
             cells.append(f"{cell[0]}/{cell[1]}" if cell else "-")
         notes = reg["notes"] if reg else ""
         lines.append(f"| {op} | {opsets} | {dtypes} | {case_count.get(op, 0)} | " + " | ".join(cells) + f" | {notes} |")
+    text = "\n".join(lines) + "\n"
+    out.write_text(text)
+    return text
+
+
+SUITE_COMMANDS = """\
+python -m fluidml_xc.conformance --suite public --save                              # x86_64, in-process JIT
+python -m fluidml_xc.conformance --suite public --board qemu-aarch64 --save         # a linked runner under qemu
+python -m fluidml_xc.conformance --suite public --board qemu-armv7 --save --write-docs
+python -m pytest tests/test_conformance.py -k public --runslow -n 2                 # the same as strict xfail tests"""
+
+
+def write_suite_docs(path: Path = SUITES_PATH, out: Path = SUITES_DOCS_PATH) -> str:
+    """docs/conformance/PUBLIC_SUITES.md: per suite and target, passed/run of the last saved run, and every
+    known failure of the file suites with its reason."""
+    from .expectations import load_expectations
+    from .suites import FILE_SUITES, load_suite
+
+    runs = _read_json(path)
+    targets = ("x86_64", "aarch64", "armv7")
+    lines = ["# ONNX's public model suites", "",
+             "Generated by `python -m fluidml_xc.conformance --write-docs` from the last saved run of each suite and",
+             f"target (`{path.relative_to(ROOT)}`); do not edit by hand.", "",
+             "Besides its node tests, the onnx package ships model suites with their inputs and expected outputs",
+             "(`onnx/backend/test/data/<suite>/test_*/`): `pytorch-converted` (PyTorch nn modules exported at opset 6),",
+             "`pytorch-operator` (PyTorch operators) and `simple` (small hand-made models: sequences, strings,",
+             "a training graph). Each case is compiled, run on each of its data sets and compared with the expected",
+             "outputs at the loader's tolerances (rtol 1e-3, atol 1e-7), as onnx's own backend test runner does.",
+             "Known failures are strict xfails in `tests/conformance_expectations.toml`. Commands:", "", "```sh",
+             SUITE_COMMANDS, "```", "",
+             "| suite | cases | " + " | ".join(targets) + " | runs (date, seconds) |", "|---|---|" + "---|" * len(targets) + "---|"]
+    for suite in FILE_SUITES:
+        by_target = runs.get(suite, {})
+        cells = [f"{by_target[t]['passed']}/{by_target[t]['cases']}" if t in by_target else "-" for t in targets]
+        dates = "; ".join(f"{t} {by_target[t]['date']}, {by_target[t]['seconds']} s" for t in targets if t in by_target)
+        lines.append(f"| {suite} | {len(load_suite(suite))} | " + " | ".join(cells) + f" | {dates} |")
+    lines += ["", "`seconds`: the wall time of the run (`-j 2`), shared among the suites it ran in proportion to their",
+              "cases' own times. The default test run (no `--runslow`) runs every case on x86_64 and the cases of",
+              "`PUBLIC_CROSS_DEFAULT` in `tests/test_conformance.py` under qemu-aarch64 and qemu-armv7."]
+    expected = {n: e for n, e in load_expectations().items() if "/" in n}
+    lines += ["", "## Known failures", "", "| case | category | targets | reason |", "|---|---|---|---|"]
+    for name in sorted(expected):
+        e = expected[name]
+        lines.append(f"| {name} | {e['category']} | {', '.join(e.get('targets') or ['all'])} | {e['reason']} |")
     text = "\n".join(lines) + "\n"
     out.write_text(text)
     return text

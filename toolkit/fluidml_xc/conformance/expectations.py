@@ -1,5 +1,7 @@
 """Known failures as data: tests/conformance_expectations.toml (category and reason per case, optionally
-per target), read, checked, and rewritten from a run."""
+per target), read, checked, and rewritten from a run. Node cases are the table [cases]; a file suite's
+cases are the table named after the suite ([pytorch-converted], [pytorch-operator], [simple]) and read as
+`<suite>/<case>`."""
 from __future__ import annotations
 
 import json
@@ -9,6 +11,7 @@ from typing import Sequence
 
 from .cases import load_cases
 from .runner import CaseResult
+from .suites import FILE_SUITES, suite_of
 
 EXPECTATIONS_PATH = Path(__file__).resolve().parents[3] / "tests" / "conformance_expectations.toml"
 
@@ -29,7 +32,12 @@ def load_expectations(path: Path = EXPECTATIONS_PATH) -> dict[str, dict]:
 
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
-    entries = data.get("cases", {})
+    unknown = sorted(set(data) - {"cases", *FILE_SUITES})
+    if unknown:
+        raise ValueError(f"{path}: unknown tables {unknown}: [cases] (node) or one of {', '.join(FILE_SUITES)}")
+    entries = dict(data.get("cases", {}))
+    for suite in FILE_SUITES:
+        entries.update({f"{suite}/{name}": entry for name, entry in data.get(suite, {}).items()})
     for name, entry in entries.items():
         if entry.get("category") not in CATEGORIES:
             raise ValueError(f"{path}: {name}: category must be one of {', '.join(CATEGORIES)}")
@@ -62,26 +70,31 @@ def _toml_string(text: str) -> str:
 
 
 EXPECTATIONS_HEADER = """\
-# Known failures of ONNX's backend node tests (tests/test_conformance.py): strict xfails, so a fix is noticed.
-# One entry per case: category (see fluidml_xc.conformance.expectations.CATEGORIES) and a reason; `targets` limits an
-# entry to some targets (default: every target). Refresh after a change with
-#     python -m fluidml_xc.conformance --update-expectations          (x86_64, all cases)
+# Known failures of ONNX's backend node tests and of its public model suites (tests/test_conformance.py): strict
+# xfails, so a fix is noticed. One entry per case: category (see fluidml_xc.conformance.expectations.CATEGORIES) and a
+# reason; `targets` limits an entry to some targets (default: every target). Node cases are in [cases], the file
+# suites' in the table of their suite. Refresh after a change with
+#     python -m fluidml_xc.conformance --update-expectations          (x86_64, all node cases)
 #     python -m fluidml_xc.conformance --board qemu-aarch64 --first-per-op --update-expectations
+#     python -m fluidml_xc.conformance --suite public --board qemu-armv7 --update-expectations
 # which drops entries of cases that now pass and adds new failures (hand-written reasons are kept).
-
-[cases]
 """
 
 
 def write_expectations(entries: dict[str, dict], path: Path = EXPECTATIONS_PATH) -> None:
     order = {name: i for i, name in enumerate(load_cases())}
     lines = [EXPECTATIONS_HEADER.rstrip("\n")]
-    for name in sorted(entries, key=lambda n: (order.get(n, 1 << 30), n)):
-        e = entries[name]
-        fields = [f"category = {_toml_string(e['category'])}", f"reason = {_toml_string(e['reason'])}"]
-        if e.get("targets"):
-            fields.append("targets = [" + ", ".join(_toml_string(t) for t in e["targets"]) + "]")
-        lines.append(f"{name} = {{ " + ", ".join(fields) + " }")
+    for suite in ("node", *FILE_SUITES):
+        names = sorted((n for n in entries if suite_of(n) == suite), key=lambda n: (order.get(n, 1 << 30), n))
+        if suite != "node" and not names:
+            continue
+        lines += ["", "[cases]" if suite == "node" else f"[{suite}]"]
+        for name in names:
+            e = entries[name]
+            fields = [f"category = {_toml_string(e['category'])}", f"reason = {_toml_string(e['reason'])}"]
+            if e.get("targets"):
+                fields.append("targets = [" + ", ".join(_toml_string(t) for t in e["targets"]) + "]")
+            lines.append(f"{name.partition('/')[2] if suite != 'node' else name} = {{ " + ", ".join(fields) + " }")
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -11,8 +11,9 @@ from dataclasses import asdict
 from typing import Sequence
 
 from . import runner
-from .cases import DEFAULT_TIMEOUT, case_ops, load_cases
+from .cases import DEFAULT_TIMEOUT, get_case, load_cases, op_of
 from .runner import CaseResult
+from .suites import load_suite, suite_of
 
 
 def _worker_main(conn, board, opt) -> None:
@@ -20,7 +21,6 @@ def _worker_main(conn, board, opt) -> None:
 
     os.setpgid(0, 0)
     faulthandler.disable()  # a crash of generated code is reported by the parent (signal), without a dump
-    cases = load_cases()
     while True:
         try:
             name = conn.recv()
@@ -28,7 +28,7 @@ def _worker_main(conn, board, opt) -> None:
             return
         if name is None:
             return
-        result = runner.run_case(cases[name], board, opt)
+        result = runner.run_case(get_case(name), board, opt)
         conn.send(asdict(result))
 
 
@@ -44,7 +44,7 @@ class CaseWorker:
         self.done = 0
 
     def _start(self) -> None:
-        load_cases()  # loaded once in the parent, inherited by fork
+        load_cases()  # loaded once in the parent, inherited by fork (the file suites: preload)
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, self.board, self.opt), daemon=True)
@@ -80,8 +80,9 @@ class CaseWorker:
     def run(self, name: str, timeout: float = DEFAULT_TIMEOUT) -> CaseResult:
         if self.proc is None or not self.proc.is_alive() or self.done >= self.RECYCLE_AFTER:
             self.close()
+            preload([name])
             self._start()
-        op = case_ops().get(name, "?")
+        op = op_of(name)
         started = time.perf_counter()
         try:
             self.conn.send(name)
@@ -102,10 +103,17 @@ class CaseWorker:
             return CaseResult(name, op, "crash", "crash", f"worker {how}", time.perf_counter() - started)
 
 
+def preload(names: Sequence[str]) -> None:
+    """Load the suites of `names` in this process, so the forked workers inherit them."""
+    load_cases()
+    for suite in {suite_of(n) for n in names} - {"node"}:
+        load_suite(suite)
+
+
 def run_cases(names: Sequence[str], board: str | None = None, jobs: int = 2, timeout: float = DEFAULT_TIMEOUT,
               opt: str = "fluid", progress=None) -> list[CaseResult]:
     """Run cases on `jobs` isolated workers; results in the order of `names`."""
-    load_cases()
+    preload(names)
     results: dict[str, CaseResult] = {}
     queue = list(names)
     lock = threading.Lock()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cases import TRAINING_DOMAINS, case_ops
+from .cases import TRAINING_DOMAINS, op_of
 
 
 @dataclass
@@ -93,7 +93,7 @@ def run_case(case, board: str | None = None, opt: str = "fluid") -> CaseResult:
 
     from ..run.backend import FxcBackend
 
-    op = case_ops().get(case.name, "?")
+    op = op_of(case.name)
     started = time.perf_counter()
     result = CaseResult(case.name, op, "pass")
     try:

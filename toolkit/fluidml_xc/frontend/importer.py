@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup
+from .domains import Opsets
 from .input_shapes import parse_input_shape, resolve_shapes, suggestions  # noqa: F401 (parse_input_shape: re-exported)
 from .names import rename_repeated, unique_names
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
@@ -69,10 +70,7 @@ def load_model(path: str | Path) -> onnx.ModelProto:
 
 
 def _opset(model: onnx.ModelProto) -> int:
-    for entry in model.opset_import:
-        if is_onnx_domain(entry.domain):
-            return entry.version
-    return 1
+    return Opsets.of_model(model).default
 
 
 def _dtype(elem_type: int) -> np.dtype:
@@ -143,7 +141,8 @@ class _Folder:
 
     def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits | None = None):
         self.model, self.tensors, self.fold, self.limits = model, tensors, fold, limits or Limits()
-        self.opset = _opset(model)
+        self.opsets = Opsets.of_model(model)
+        self.opset = self.opsets.default
         self.opset_imports = list(model.opset_import)
         self.unresolved: dict[str, str] = {}
         self.dynamic: dict[str, str] = {}
@@ -178,7 +177,7 @@ class _Folder:
         from .shapes import ATTR
 
         inputs = [self.tensors[n] if n else None for n in node.input]
-        bounds = bound(node.op_type, attrs, inputs, self.opset, node.name or node.op_type)
+        bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type)
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:
@@ -193,7 +192,7 @@ class _Folder:
 
     def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
         try:
-            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
+            schema = onnx.defs.get_schema(node.op_type, self.opsets.version(node.domain), node.domain)
         except onnx.defs.SchemaError:
             return {}
         types, data = {}, {}
@@ -314,7 +313,7 @@ class _Folder:
                 for name, value in zip([n for n in node.output if n], values):
                     self.const(name, value)
                 return True
-        spec = lookup(node.op_type, self.opset, node.domain)
+        spec = lookup(node.op_type, self.opsets.version(node.domain), node.domain)
         if spec is not None and spec.output_bound is not None:
             inferred = self.infer_dynamic(node, attrs, spec.output_bound)
         else:
@@ -354,14 +353,13 @@ def _check_known_ops(model: onnx.ModelProto) -> None:
     """Ops without an ONNX schema cannot even be shape-inferred: report them, with every other op we cannot lower."""
     from .unsupported import unsupported_message
 
-    opset = _opset(model)
-    opsets = {entry.domain or "": entry.version for entry in model.opset_import}
+    opsets = Opsets.of_model(model)
     unknown, missing = False, []
     for node, name in zip(model.graph.node, unique_names(model)):
-        if lookup(node.op_type, opset, node.domain) is not None:
+        if lookup(node.op_type, opsets.version(node.domain), node.domain) is not None:
             continue
         try:
-            onnx.defs.get_schema(node.op_type, opsets.get(node.domain, opset), node.domain)
+            onnx.defs.get_schema(node.op_type, opsets.version(node.domain), node.domain)
         except onnx.defs.SchemaError:
             unknown = True
         else:
@@ -372,13 +370,13 @@ def _check_known_ops(model: onnx.ModelProto) -> None:
         raise InputError(unsupported_message(missing))
 
 
-def _function_body(node: onnx.NodeProto, opset: int, opsets: dict[str, int], tensors: dict[str, Tensor]) -> onnx.FunctionProto | None:
-    """The ONNX function that defines `node`'s op (the newest version not above the model's opset), if any."""
+def _function_body(node: onnx.NodeProto, opsets: Opsets, tensors: dict[str, Tensor]) -> onnx.FunctionProto | None:
+    """The ONNX function that defines `node`'s op (the newest version not above its domain's opset), if any."""
+    target = opsets.version(node.domain)
     try:
-        schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, opset), node.domain)
+        schema = onnx.defs.get_schema(node.op_type, target, node.domain)
     except onnx.defs.SchemaError:
         return None
-    target = opsets.get(node.domain or "", opset)
     body = None
     plain = sorted(schema.function_opset_versions)
     context = sorted(schema.context_dependent_function_opset_versions)
@@ -407,7 +405,7 @@ def _function_body(node: onnx.NodeProto, opset: int, opsets: dict[str, int], ten
         return None
     body = onnx.FunctionProto()
     body.ParseFromString(data)
-    if any((entry.domain or "") == "" and entry.version > opsets.get("", opset) for entry in body.opset_import):
+    if any((entry.domain or "") == "" and entry.version > opsets.default for entry in body.opset_import):
         return None
     return body
 
@@ -419,10 +417,10 @@ def _add_default_attributes(node: onnx.NodeProto, schema) -> None:
             node.attribute.append(attr.default_value)
 
 
-def _inline(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str, opset: int, opsets: dict[str, int]) -> list[onnx.NodeProto]:
+def _inline(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str, opsets: Opsets) -> list[onnx.NodeProto]:
     """`node` replaced by the nodes of its function body: formal inputs/outputs renamed to the node's
     tensors (missing optional inputs to ""), internal tensors prefixed, attribute references resolved."""
-    schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, opset), node.domain)
+    schema = onnx.defs.get_schema(node.op_type, opsets.version(node.domain), node.domain)
     full = onnx.NodeProto()
     full.CopyFrom(node)
     _add_default_attributes(full, schema)
@@ -475,7 +473,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
 
     check_opsets(model)
     from .unsupported import check_strings, check_training
-    check_training(model, _opset(model))
+    check_training(model)
     _check_known_ops(model)
     validate_model(model, options.limits, unique_names(model))
     structs: dict = {}
@@ -487,8 +485,8 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
         value = numpy_helper.to_array(init)
         tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
     folder = _Folder(model, tensors, options.fold_constants, options.limits)
-    opset = _opset(model)
-    opsets = {entry.domain or "": entry.version for entry in model.opset_import}
+    opsets = Opsets.of_model(model)
+    opset = opsets.default
     nodes = []
     work = [(onnx_node, node_name, 0) for onnx_node, node_name in zip(model.graph.node, unique_names(model))]
     work.reverse()
@@ -500,13 +498,13 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
             continue
         if (depth < MAX_INLINE_DEPTH and onnx_node.op_type not in FOLDABLE_ONLY
-                and lookup(onnx_node.op_type, opset, onnx_node.domain) is None
+                and lookup(onnx_node.op_type, opsets.version(onnx_node.domain), onnx_node.domain) is None
                 and all(n in tensors and n not in folder.unresolved for n in inputs)
                 and not (options.fold_constants and inputs and all(tensors[n].is_const for n in inputs))):
-            body = _function_body(onnx_node, opset, opsets, tensors)
+            body = _function_body(onnx_node, opsets, tensors)
             if body is not None:
                 prefix = f"{node_name}/"
-                expanded = _inline(onnx_node, body, prefix, opset, opsets)
+                expanded = _inline(onnx_node, body, prefix, opsets)
                 work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
                 continue
         if (depth < MAX_INLINE_DEPTH and (onnx_node.op_type in SUBGRAPH_OPS or onnx_node.domain == "ai.onnx.ml")

@@ -68,20 +68,22 @@ def check_strings(graph) -> None:
                                  f"fluidml-xc does not compile: {fix}")
 
 
-def _training_ops(model: onnx.ModelProto, opset: int) -> list[tuple[str, str]]:
-    found = []
+def _training_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    from .domains import Opsets
+
+    opsets, found = Opsets.of_model(model), []
     for i, node in enumerate(model.graph.node):
         label = node.name or f"{node.op_type}_{i}"
-        if node.domain == TRAINING_DOMAIN and lookup(node.op_type, opset, node.domain) is None:
+        if node.domain == TRAINING_DOMAIN and lookup(node.op_type, opsets.version(node.domain), node.domain) is None:
             found.append((f"{node.domain}.{node.op_type}", label))
         elif node.domain == "com.microsoft" and (node.op_type.endswith("Grad") or node.op_type in ORT_TRAINING_OPS):
             found.append((f"{node.domain}.{node.op_type}", label))
     return found
 
 
-def check_training(model: onnx.ModelProto, opset: int) -> None:
+def check_training(model: onnx.ModelProto) -> None:
     """Before import: ops that exist only in training graphs (the optimizers Adagrad/Adam/Momentum are lowered)."""
-    found = _training_ops(model, opset)
+    found = _training_ops(model)
     if found:
         listed = ", ".join(f"{op} (node {name!r})" for op, name in found[:4]) + (", ..." if len(found) > 4 else "")
         raise InputError(f"training-only ops: {listed}: fluidml-xc compiles inference graphs; export the model for "
@@ -123,7 +125,7 @@ def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
     with "the shape of 'NAME' (" (backend.FxcBackendRep reads NAME to bind the inputs it needs)."""
     label = node.name or node.op_type
     op = node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
-    if lookup(node.op_type, folder.opset, node.domain) is None and node.op_type not in SHAPE_INPUTS:
+    if lookup(node.op_type, folder.opsets.version(node.domain), node.domain) is None and node.op_type not in SHAPE_INPUTS:
         return f"the shape of {output!r} ({op} node {label!r}) is unknown: {unsupported_message([(op, label)])}"
     positions = SHAPE_INPUTS.get(node.op_type, tuple(range(len(node.input))))
     deciding = [node.input[i] for i in positions if i < len(node.input) and node.input[i]

@@ -107,8 +107,11 @@ def lower_concat(k):
 
 
 def _slice_params(k, x: Operand):
-    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1)."""
-    if k.graph.opset < 10:
+    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1).
+
+    The node's own form decides, not the model's opset: Slice-1 has one input and starts/ends/axes as
+    attributes, Slice-10 on has them as inputs, and passes write the input form into graphs of any opset."""
+    if len(k.node.inputs) == 1:
         starts, ends = _ints(k, None, "starts"), _ints(k, None, "ends")
         axes, steps = _ints(k, None, "axes", list(range(len(starts)))), [1] * len(starts)
     else:

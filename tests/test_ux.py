@@ -75,6 +75,17 @@ def test_artifact_given_to_a_model_command(work, capsys, monkeypatch, argv):
         assert "build is a directory of builds" in line and "not a model" in line
 
 
+def test_verify_gives_onnx_runtimes_whole_reason(work, capsys, monkeypatch):
+    """ORT puts the indices of a wrong dimension on the lines after its first: verify prints them, on one line."""
+    model = onnx.load(str(work / MODEL))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3
+    onnx.save(model, str(work / "three.onnx"))
+    line = error(capsys, monkeypatch, work, "verify", BUILD, "--model", "three.onnx")
+    assert line.startswith("fluidml-xc: error: ONNX Runtime cannot run three.onnx: Got invalid dimensions for input: "
+                           "input for the following indices index: 0 Got: 1 Expected: 3"), line
+    assert "[ONNXRuntimeError]" not in line and "Traceback" not in line
+
+
 # -- --json: the result alone on stdout; --json-out FILE ----------------------------------------------------------
 
 def _json_only(capsys, monkeypatch, work, *argv: str):

@@ -2,17 +2,20 @@
 """Write vad.onnx, the worked example of docs/MODELS.md: a small voice-activity model laid out as exporters
 write speech models (Silero VAD's shape), with names as torch.onnx.export gives them.
 
-    python benchmarks/make_vad.py [OUT.onnx]        # default: vad.onnx here
+    python benchmarks/make_vad.py [OUT.onnx]                    # default: vad.onnx here
+    python benchmarks/make_vad.py --fastgelu vad_ort.onnx       # the encoder's Relu as com.microsoft FastGelu
 
 Inputs: `input` float [batch, samples] (dynamic), `sr` int64 scalar (the sample rate), `state` float
 [2, batch, 16] (the recurrent state; `batch` shared with `input`). An `If` on `sr == 16000` halves the
 audio to 8 kHz (Slice with step 2) or passes it on, so its branches' shapes differ. Then 64-sample
 frames (Reshape to [batch, -1, 64]), a MatMul + ReLU encoder, the mean over frames, the state mixed in
 (Tanh), a MatMul + Sigmoid head. Outputs: `output` [batch, 1] (speech probability), `stateN` [2, batch, 16].
-Random weights, seed 0.
+Random weights, seed 0. With --fastgelu the encoder's Relu is a `com.microsoft` FastGelu, as in a model saved
+from an optimizing ONNX Runtime session: the unsupported-op case of docs/MODELS.md.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -44,7 +47,7 @@ def _branches() -> tuple[onnx.GraphProto, onnx.GraphProto]:
     return then, other
 
 
-def vad() -> onnx.ModelProto:
+def vad(fastgelu: bool = False) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     then, other = _branches()
     inits = [
@@ -61,7 +64,9 @@ def vad() -> onnx.ModelProto:
         helper.make_node("Reshape", ["/If_output_0", "/Constant_5_output_0"], ["/Reshape_output_0"], name="/Reshape"),
         helper.make_node("MatMul", ["/Reshape_output_0", "encoder.weight"], ["/encoder/MatMul_output_0"],
                          name="/encoder/MatMul"),
-        helper.make_node("Relu", ["/encoder/MatMul_output_0"], ["/encoder/Relu_output_0"], name="/encoder/Relu"),
+        (helper.make_node("FastGelu", ["/encoder/MatMul_output_0"], ["/encoder/Relu_output_0"], name="/encoder/FastGelu",
+                          domain="com.microsoft") if fastgelu else
+         helper.make_node("Relu", ["/encoder/MatMul_output_0"], ["/encoder/Relu_output_0"], name="/encoder/Relu")),
         helper.make_node("ReduceMean", ["/encoder/Relu_output_0"], ["/ReduceMean_output_0"], axes=[1], keepdims=0,
                          name="/ReduceMean"),
         helper.make_node("ReduceMean", ["state"], ["/ReduceMean_1_output_0"], axes=[0], keepdims=0, name="/ReduceMean_1"),
@@ -82,15 +87,19 @@ def vad() -> onnx.ModelProto:
     outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 1]),
                helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "batch", HIDDEN])]
     graph = helper.make_graph(nodes, "main_graph", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="pytorch",
-                              producer_version="2.5.0")
-    onnx.checker.check_model(model, full_check=True)
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("com.microsoft", 1)] if fastgelu else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="pytorch", producer_version="2.5.0")
+    onnx.checker.check_model(model, full_check=not fastgelu)
     return model
 
 
 def main() -> int:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("vad.onnx")
-    onnx.save(vad(), str(out))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path, default=Path("vad.onnx"))
+    parser.add_argument("--fastgelu", action="store_true", help="the encoder's Relu as com.microsoft FastGelu")
+    args = parser.parse_args()
+    out = args.out
+    onnx.save(vad(args.fastgelu), str(out))
     print(f"wrote {out}")
     return 0
 

@@ -97,6 +97,33 @@ def test_op_we_lack_is_listed(tmp_path):
     assert "unsupported ops: RandomUniformLike (node 'noise')" in line and "SUPPORTED_OPS" in line
 
 
+def _mode_if(then_op: str, then_domain: str = "") -> onnx.ModelProto:
+    """y = FastGelu(If(mode == 1, then: THEN_OP(x), else: Neg(x))) + x, as a model saved from an optimizing ORT
+    session has it: the If is resolved by --bind mode=1, FastGelu (com.microsoft) has no schema and no lowering."""
+    then = helper.make_graph([helper.make_node(then_op, ["x"], ["t"], name="pick", domain=then_domain)], "then", [],
+                             [V("t", TP.FLOAT, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="neg")], "else", [], [V("e", TP.FLOAT, [4])])
+    nodes = [helper.make_node("Equal", ["mode", "one"], ["c"], name="eq"),
+             helper.make_node("If", ["c"], ["f"], then_branch=then, else_branch=other, name="choose"),
+             helper.make_node("FastGelu", ["f"], ["g"], name="gelu", domain="com.microsoft"),
+             helper.make_node("Add", ["g", "x"], ["y"], name="add")]
+    return _model(nodes, [V("x", TP.FLOAT, [4]), V("mode", TP.INT64, [])], [V("y", TP.FLOAT, [4])],
+                  [_const("one", np.array(1, np.int64))], opsets=(("", 17), ("com.microsoft", 1), ("com.example", 1)))
+
+
+def test_unsupported_list_is_the_graph_after_bind(tmp_path):
+    """An If that --bind resolves is not in the list (it was, when the list was taken before binding)."""
+    line = _fails(tmp_path, _mode_if("Relu"), "--bind", "mode=1")
+    assert line == ("fluidml-xc: error: unsupported ops: com.microsoft.FastGelu (node 'gelu'); see docs/SUPPORTED_OPS.md, "
+                    "or replace them before export")
+
+
+def test_unsupported_list_names_an_op_of_the_branch_bind_keeps(tmp_path):
+    line = _fails(tmp_path, _mode_if("Fancy", "com.example"), "--bind", "mode=1")
+    assert "com.example.Fancy (node 'choose/" in line and "com.microsoft.FastGelu (node 'gelu')" in line
+    assert "If" not in line and "Neg" not in line
+
+
 @pytest.mark.parametrize("op, nodes, inputs", [
     ("Reshape", [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
      [V("x", TP.FLOAT, [2, 6]), V("shape", TP.INT64, [2])]),

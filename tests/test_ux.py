@@ -75,6 +75,17 @@ def test_artifact_given_to_a_model_command(work, capsys, monkeypatch, argv):
         assert "build is a directory of builds" in line and "not a model" in line
 
 
+def test_verify_gives_onnx_runtimes_whole_reason(work, capsys, monkeypatch):
+    """ORT puts the indices of a wrong dimension on the lines after its first: verify prints them, on one line."""
+    model = onnx.load(str(work / MODEL))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3
+    onnx.save(model, str(work / "three.onnx"))
+    line = error(capsys, monkeypatch, work, "verify", BUILD, "--model", "three.onnx")
+    assert line.startswith("fluidml-xc: error: ONNX Runtime cannot run three.onnx: Got invalid dimensions for input: "
+                           "input for the following indices index: 0 Got: 1 Expected: 3"), line
+    assert "[ONNXRuntimeError]" not in line and "Traceback" not in line
+
+
 # -- --json: the result alone on stdout; --json-out FILE ----------------------------------------------------------
 
 def _json_only(capsys, monkeypatch, work, *argv: str):
@@ -249,7 +260,19 @@ def test_missing_extra_names_both_install_commands():
 
 # -- docs/MODELS.md's worked example stays true --------------------------------------------------------------------
 
+def _documented_errors() -> list[tuple[list[str], str]]:
+    """docs/MODELS.md's `fluidml-xc build` commands that print an error, each with the line pasted after it."""
+    import shlex
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parent.parent / "docs" / "MODELS.md").read_text().splitlines()
+    return [(shlex.split(cmd[len("$ fluidml-xc "):]), after) for cmd, after in zip(lines, lines[1:])
+            if cmd.startswith("$ fluidml-xc build ") and after.startswith("fluidml-xc: error: ")]
+
+
 def test_models_doc_worked_example(tmp_path, capsys, monkeypatch):
+    """Every error MODELS.md pastes is the line the build prints now (exit 2, nothing written); the good build
+    verifies."""
     import importlib.util
     from pathlib import Path
 
@@ -258,14 +281,17 @@ def test_models_doc_worked_example(tmp_path, capsys, monkeypatch):
     make_vad = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_vad)
     onnx.save(make_vad.vad(), str(tmp_path / "vad.onnx"))
+    onnx.save(make_vad.vad(fastgelu=True), str(tmp_path / "vad_ort.onnx"))
     shapes = ["--input-shape", "input=1x1024", "--input-shape", "state=2x1x16"]
-    line = error(capsys, monkeypatch, tmp_path, "build", "vad.onnx")
-    assert "--input-shape input=1x1" in line and "--input-shape state=2x1x16" in line
-    line = error(capsys, monkeypatch, tmp_path, "build", "vad.onnx", *shapes)
-    assert "If node '/If'" in line and "--bind sr=VALUE" in line
-    line = error(capsys, monkeypatch, tmp_path, "build", "vad.onnx", "--input-shape", "input=1x1000",
-                 "--input-shape", "state=2x1x16", "--bind", "sr=16000")
-    assert "'/Reshape'" in line
+    documented = _documented_errors()
+    pasted = [line for _, line in documented]
+    assert len(documented) == 6, pasted
+    assert any("gives dimension 0 of input 'state' size 3, but the model declares it 2" in p for p in pasted)
+    assert any("dimensions that share a name take one size" in p for p in pasted)
+    assert any("unsupported ops: com.microsoft.FastGelu" in p and "If" not in p for p in pasted)
+    for argv, expected in documented:
+        assert error(capsys, monkeypatch, tmp_path, *argv) == expected, argv
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["vad.onnx", "vad_ort.onnx"], argv
     code, _, err = run(capsys, monkeypatch, tmp_path, "build", "vad.onnx", *shapes, "--bind", "sr=16000")
     assert code == 0, err
     api = json.loads((tmp_path / "build" / "vad-x86_64" / "manifest.json").read_text())["inputs"]

@@ -1,9 +1,21 @@
 """The host oracle: ONNX Runtime (single thread), with onnx.reference as the fallback for what it cannot load."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
+
+ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+"""The status prefix of ONNX Runtime's messages ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ")."""
+
+
+def reason(exc: BaseException) -> str:
+    """An oracle's error on one line: every line of its message joined (ONNX Runtime puts the details, such as
+    the indices of a wrong dimension, on the lines after the first), without ORT's status prefix or a stack trace."""
+    text = str(exc).split("Stacktrace:")[0]
+    line = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    return ORT_STATUS.sub("", line) or type(exc).__name__
 
 
 def ort_session(model_path: str | Path, threads: int = 1):

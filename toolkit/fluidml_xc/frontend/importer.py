@@ -349,27 +349,6 @@ def _remove_dead(graph: Graph) -> None:
     graph.tensors = {k: v for k, v in graph.tensors.items() if k in needed or k in graph.inputs}
 
 
-def _check_known_ops(model: onnx.ModelProto) -> None:
-    """Ops without an ONNX schema cannot even be shape-inferred: report them, with every other op we cannot lower."""
-    from .unsupported import unsupported_message
-
-    opsets = Opsets.of_model(model)
-    unknown, missing = False, []
-    for node, name in zip(model.graph.node, unique_names(model)):
-        if lookup(node.op_type, opsets.version(node.domain), node.domain) is not None:
-            continue
-        try:
-            onnx.defs.get_schema(node.op_type, opsets.version(node.domain), node.domain)
-        except onnx.defs.SchemaError:
-            unknown = True
-        else:
-            if node.op_type in FOLDABLE_ONLY:
-                continue
-        missing.append((node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}", name))
-    if unknown:
-        raise InputError(unsupported_message(missing))
-
-
 def _function_body(node: onnx.NodeProto, opsets: Opsets, tensors: dict[str, Tensor]) -> onnx.FunctionProto | None:
     """The ONNX function that defines `node`'s op (the newest version not above its domain's opset), if any."""
     target = opsets.version(node.domain)
@@ -472,9 +451,8 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
 
     check_opsets(model)
-    from .unsupported import check_strings, check_training
+    from .unsupported import Missing, check_strings, check_training
     check_training(model)
-    _check_known_ops(model)
     validate_model(model, options.limits, unique_names(model))
     structs: dict = {}
     """sequence/optional values -> their build-time structure (sequences.py)"""
@@ -487,13 +465,16 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     folder = _Folder(model, tensors, options.fold_constants, options.limits)
     opsets = Opsets.of_model(model)
     opset = opsets.default
-    nodes = []
+    nodes, missing = [], Missing(opsets)
     work = [(onnx_node, node_name, 0) for onnx_node, node_name in zip(model.graph.node, unique_names(model))]
     work.reverse()
     while work:
         onnx_node, node_name, depth = work.pop()
+        structured = structured_node(onnx_node, structs)
+        if missing.skip(onnx_node, node_name, structured):
+            continue
         inputs = [n for n in onnx_node.input if n]
-        if structured_node(onnx_node, structs):
+        if structured:
             expanded = expand_structured(onnx_node, node_name, tensors, structs, folder.unresolved, opset)
             work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
             continue
@@ -517,6 +498,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
         attrs = _attrs(onnx_node)
         if not folder.visit(onnx_node, attrs):
             nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), attrs, onnx_node.domain))
+    missing.check(nodes)
     outputs, structures = [], {"inputs": {}, "outputs": {}}
     flat_nodes = []
     for vi in model.graph.output:

@@ -3,7 +3,9 @@
 - string tensors (graph inputs, outputs, constants or intermediates of dtype string): `check_strings`
 - training-only ops (Gradient, other ai.onnx.preview.training ops than the optimizers we lower, ORT
   training graphs' *Grad ops): `check_training`
-- ops we lack: `unsupported_message` (every op type with its nodes)
+- ops we lack: `unsupported_message` (every op type with its nodes); `Missing` collects them while the graph
+  is imported, after --bind and the constant folding that resolves an `If`, so the list names the ops of the
+  graph that would be compiled (an `If` that a bound input resolves is not in it)
 - shapes that depend on run-time values (a Reshape target, a Range limit, Tile repeats, ... computed
   from an input or from data): `unresolved_shape`, which names the op and the input whose value
   decides, and suggests --bind for graph inputs a deployment can freeze.
@@ -12,12 +14,16 @@ The frontend calls these; nothing here changes the graph.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx
 
 from ..errors import InputError
 from ..ir import is_onnx_domain
 from ..opspec import lookup
+from .domains import Opsets
+from .importer import FOLDABLE_ONLY, SUBGRAPH_OPS
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
@@ -69,8 +75,6 @@ def check_strings(graph) -> None:
 
 
 def _training_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    from .domains import Opsets
-
     opsets, found = Opsets.of_model(model), []
     for i, node in enumerate(model.graph.node):
         label = node.name or f"{node.op_type}_{i}"
@@ -118,6 +122,63 @@ def unsupported_message(missing: list[tuple[str, str]]) -> str:
     listed = "; ".join(f"{op} (node {', '.join(repr(n) for n in names[:3])}{', ...' if len(names) > 3 else ''})"
                        for op, names in sorted(by_type.items()))
     return f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md, or replace them before export"
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
+
+
+def _schema(node: onnx.NodeProto, opsets: Opsets):
+    try:
+        return onnx.defs.get_schema(node.op_type, opsets.version(node.domain), node.domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """Every name a node reads: its inputs and what its subgraphs take from the enclosing scope."""
+    from .subgraphs import outer_references
+
+    names = {n for n in node.input if n}
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            names |= outer_references(g)
+    return names
+
+
+@dataclass
+class Missing:
+    """The unsupported ops met while importing. An op with neither a lowering nor an ONNX schema cannot be
+    shape-inferred: it is recorded and its outputs are marked `cut`; a node reading a cut tensor is not imported
+    either (its outputs are cut too) and is recorded when it is unsupported in itself (no lowering, no function
+    body, not an op the importer expands or folds)."""
+
+    opsets: Opsets
+    ops: list[tuple[str, str]] = field(default_factory=list)
+    cut: set[str] = field(default_factory=set)
+
+    def skip(self, node: onnx.NodeProto, name: str, structured: bool = False) -> bool:
+        """Whether `node` stays out of the import (recorded when unsupported); `structured`: a sequence/optional
+        node, which sequences.py expands."""
+        supported = structured or lookup(node.op_type, self.opsets.version(node.domain), node.domain) is not None
+        schema = None if supported else _schema(node, self.opsets)
+        if (supported or schema is not None) and not (self.cut and self.cut & _reads(node)):
+            return False
+        handled = schema is not None and (node.op_type in SUBGRAPH_OPS | FOLDABLE_ONLY or node.domain == "ai.onnx.ml"
+                                          or schema.function_opset_versions
+                                          or schema.context_dependent_function_opset_versions)
+        if not supported and not handled:
+            self.ops.append((_label(node), name))
+        self.cut.update(o for o in node.output if o)
+        return True
+
+    def check(self, kept: list) -> None:
+        """After the import: every op met without a lowering, with the imported nodes that lack one, in one line."""
+        if self.ops:
+            also = [(n.op_type if is_onnx_domain(n.domain) else f"{n.domain}.{n.op_type}", n.name) for n in kept
+                    if lookup(n.op_type, self.opsets.version(n.domain), n.domain) is None]
+            raise InputError(unsupported_message(self.ops + also))
 
 
 def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:

@@ -17,6 +17,7 @@ import paramiko
 from ..errors import InputError, RemoteError, RunError
 from ..ir import is_onnx_domain
 from ..artifact import sha256_file
+from ..reference import reason
 from .artifact import Artifact
 from .deploy import Deployment
 from .runner import DEFAULT_RUN_TIMEOUT, run_runner
@@ -196,7 +197,7 @@ def _ort_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, dict(feeds))))
     except Exception as exc:  # onnxruntime raises its own exception types
-        raise InputError(f"ONNX Runtime cannot run {path}: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"ONNX Runtime cannot run {path}: {reason(exc)}") from None
 
 
 def _spec_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -213,7 +214,7 @@ def _spec_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.nda
         names = [o.name for o in model.graph.output]
         return dict(zip(names, evaluator.run(None, dict(feeds))))
     except Exception as exc:  # onnx.reference and the version converter raise many types
-        raise InputError(f"onnx.reference cannot run {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        raise InputError(f"onnx.reference cannot run {path}: {reason(exc)}"
                          f" (pass --oracle ort to compare with ONNX Runtime)") from None
 
 

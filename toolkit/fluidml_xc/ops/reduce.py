@@ -120,9 +120,10 @@ def _reduce(k, name: str) -> None:
         k.generic(x.shape, [out_acc], [x_acc], lambda v, i: [v[0]], axes, [_lowest(dt)],
                   lambda a, v: [_fmax(k, dt, a[0], v[0])], order=order)
 
-        def finalize(accs, ix):
+        def finalize(accs, ix):  # an infinite max is the result (x - max would make it NaN)
             top = k.load(out_acc, ix)
-            return [k.s.add(dt, k.s.intrinsic("llvm.log", accs[0]), top)]
+            infinite = k.b.fcmp_ordered("==", k.s.intrinsic("llvm.fabs", top), const(dt, float("inf")))
+            return [k.b.select(infinite, top, k.s.add(dt, k.s.intrinsic("llvm.log", accs[0]), top))]
         k.generic(x.shape, [out_acc], [x_acc, out_acc], lambda v, i: [_exp(k, dt, k.s.sub(dt, v[0], v[1]))], axes,
                   [const(dt, 0)], finalize=finalize, order=order)
         return
@@ -314,6 +315,16 @@ def _vector_rows(k, x, dims) -> int | None:
 
 
 # -- ArgMax / ArgMin -----------------------------------------------------------------------------
+def _beats(k, dt, op: str, v, best, last: bool):
+    """v replaces the best so far: `op` holds, or v is the first (last: any) NaN, NaN being both the
+    maximum and the minimum as in onnx.reference (numpy's argmax/argmin)."""
+    better = k.s.cmp(dt, op, v, best)
+    if not is_float(dt):
+        return better
+    nan_v = k.b.fcmp_unordered("uno", v, v)
+    return k.b.or_(better, nan_v if last else k.b.and_(nan_v, k.b.fcmp_ordered("ord", best, best)))
+
+
 def _arg(k, largest: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     r, dt = x.rank, x.dtype
@@ -331,7 +342,7 @@ def _arg(k, largest: bool) -> None:
         with k.for_range(x.shape[axis], 1) as j:
             ix[axis] = j
             v, b = k.load(x_acc, ix), k.b.load(best)
-            better = k.s.cmp(dt, op, v, b)
+            better = _beats(k, dt, op, v, b, last)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, j, k.b.load(pos)), pos)
         ix[axis] = k.index(0)
@@ -498,7 +509,7 @@ def lower_hardmax(k):
 
         def visit(i):
             v, b = k.load(x_acc, i), k.b.load(best)
-            better = k.s.cmp(dt, ">", v, b)
+            better = _beats(k, dt, ">", v, b, False)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
         _over(k, x.shape, inner, ix, visit)

@@ -135,11 +135,13 @@ def _spec_ops() -> list:
     """onnx.reference's ops where its implementation departs from the ONNX spec, replaced by the spec's formula
     (docs/GUARANTEES.md lists each): LRN (fills only the first batch-size channels, fails on fewer channels),
     LpNormalization (p=1 sums signed values), LogSoftmax (log of a float32 softmax: -inf wherever that
-    underflows), LeakyRelu (alpha * x also where x >= 0, so 0 * inf = NaN there)."""
+    underflows), LeakyRelu (alpha * x also where x >= 0, so 0 * inf = NaN there), ReduceLogSumExp (NaN for a
+    row of -inf only, whose log(sum(exp(x))) is -inf)."""
     from onnx.reference.ops.op_leaky_relu import LeakyRelu as _LeakyRelu
     from onnx.reference.ops.op_log_softmax import LogSoftmax as _LogSoftmax
     from onnx.reference.ops.op_lp_normalization import LpNormalization as _LpNormalization
     from onnx.reference.ops.op_lrn import LRN as _LRN
+    from onnx.reference.ops.op_reduce_log_sum_exp import ReduceLogSumExp_18 as _ReduceLogSumExp
 
     class LRN(_LRN):
         def _run(self, x, alpha=None, beta=None, bias=None, size=None):
@@ -161,7 +163,13 @@ def _spec_ops() -> list:
     class LeakyRelu(_LeakyRelu):
         def _run(self, x, alpha=None):
             return (np.where(x >= 0, x, x * np.asarray(self.alpha, x.dtype)).astype(x.dtype),)
-    return [LRN, LpNormalization, LogSoftmax, LeakyRelu]
+    class ReduceLogSumExp(_ReduceLogSumExp):
+        def _run(self, data, axes=None, keepdims=1, noop_with_empty_axes=0):
+            (result,) = super()._run(data, axes, keepdims, noop_with_empty_axes)
+            empty = np.max(data, axis=None if axes is None or not len(axes) else tuple(int(a) for a in axes),
+                           keepdims=bool(keepdims)) == -np.inf if data.size else False
+            return (np.where(empty, np.float32(-np.inf), result).astype(data.dtype),)
+    return [LRN, LpNormalization, LogSoftmax, LeakyRelu, ReduceLogSumExp]
 
 
 def reference(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:

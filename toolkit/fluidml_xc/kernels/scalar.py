@@ -7,11 +7,11 @@ from llvmlite import ir
 from . import lowp
 from ..dtypes import compute_dtype
 
-FAST = ("reassoc", "contract", "arcp", "afn")
-"""Reassociation for vectorized reductions and FMA contraction; infinities and NaNs keep their meaning. No nnan or
-ninf (NaN and infinity tests would fold away), and no nsz: with reassoc it lets LLVM factor x * c + y * c into
-(x + y) * c, which is +-inf where the rule (docs/GUARANTEES.md) gives inf - inf = NaN (a weight of inf met by
-inputs of both signs)."""
+FAST = ("reassoc", "contract")
+"""Reassociation for vectorized reductions and FMA contraction (docs/GUARANTEES.md: what each may change). No nnan
+or ninf (NaN and infinity tests would fold away), and no nsz: with reassoc it lets LLVM factor x * c + y * c into
+(x + y) * c, which is +-inf where the rule gives inf - inf = NaN (a weight of inf met by inputs of both signs).
+arcp and afn are not set either: FAST goes on fadd/fsub/fmul only, where they would allow nothing we need."""
 
 _FLOAT_TYPES = {np.dtype("float32"): ir.FloatType(), np.dtype("float64"): ir.DoubleType(), np.dtype("float16"): ir.HalfType()}
 

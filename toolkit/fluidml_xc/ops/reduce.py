@@ -335,19 +335,41 @@ def _arg(k, largest: bool) -> None:
     op = (">" if largest else "<") + ("=" if last else "")
     idx_dt = np.dtype(f"int{k.idx_t.width}")
 
+    floats = is_float(dt)
+
     def row(ix, inner):
         ix[axis] = k.index(0)
-        best = k.local(llvm_type(dt), k.load(x_acc, ix))
+        first = k.load(x_acc, ix)
+        best = k.local(llvm_type(dt), first)
         pos = k.local(k.idx_t, k.index(0))
+        nan = k.local(ir.IntType(1), k.b.fcmp_unordered("uno", first, first) if floats else ir.Constant(ir.IntType(1), 0))
         with k.for_range(x.shape[axis], 1) as j:
             ix[axis] = j
             v, b = k.load(x_acc, ix), k.b.load(best)
-            better = _beats(k, dt, op, v, b, last)
+            better = k.s.cmp(dt, op, v, b)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, j, k.b.load(pos)), pos)
+            if floats:  # off the select chain: the row's NaN, if any, is found again below
+                k.b.store(k.b.or_(k.b.load(nan), k.b.fcmp_unordered("uno", v, v)), nan)
+        if floats:
+            with k.b.if_then(k.b.load(nan)):
+                _nan_position(k, x_acc, ix, axis, x.shape[axis], pos, last)
         ix[axis] = k.index(0)
         k.store(out_acc, ix, k.s.cast(idx_dt, out.dtype, k.b.load(pos)))
     _rows(k, x.shape, x.strides, [axis], row)
+
+
+def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None:
+    """pos = the row's first (last) NaN: NaN is both the maximum and the minimum, as in onnx.reference (numpy)."""
+    found = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
+    with k.for_range(extent) as j:
+        ix[axis] = j
+        v = k.load(x_acc, ix)
+        take = k.b.fcmp_unordered("uno", v, v)
+        if not last:
+            take = k.b.and_(take, k.b.not_(k.b.load(found)))
+        k.b.store(k.b.select(take, j, k.b.load(pos)), pos)
+        k.b.store(k.b.or_(k.b.load(found), take), found)
 
 
 @register("ArgMax")

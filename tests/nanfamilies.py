@@ -323,3 +323,17 @@ def family_model(family: str, source: str, seed: int, cases: int):
     for i in range(cases):
         build(Case(built, i, rng, source))
     return build_model(built), built.inputs, built.checks
+
+
+def mixed_model(seed: int, per_pair: int):
+    """One model holding `per_pair` cases of every (family, source): the cross-target check builds it once per board."""
+    from nancases import build_model
+    rng = np.random.default_rng([seed, 99])
+    built = Built(opset=20)
+    index = 0
+    for family, (build, sources) in FAMILIES.items():
+        for source in sources:
+            for _ in range(per_pair):
+                build(Case(built, index, rng, source))
+                index += 1
+    return build_model(built), built.inputs, built.checks

@@ -2,7 +2,7 @@
 hold them in (graph input, weight, attribute, constant folded at build time, fused chain), compared under the rule
 of docs/GUARANTEES.md ("NaN, infinities, signed zeros and denormals") with onnx.reference, ONNX Runtime reported
 beside it. Each (family, source) is one model of random cases (shapes and attributes random within the schema),
-JIT-compiled once. Default: a fixed seed, NAN_CASES cases per model; a longer run:
+JIT-compiled once; every (family, source) once more in one model per ARM board, under qemu. Default: a fixed seed, NAN_CASES cases per model; a longer run:
 `pytest tests/test_nan_properties.py --nan-cases 200 [--nan-seed S] -s` (ONNX Runtime's departures are printed)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from fluidml_xc.run.backend import compile_model
 from nancases import disagreement, onnxruntime, reference
-from nanfamilies import FAMILIES, family_model
+from nanfamilies import FAMILIES, family_model, mixed_model
 
 NAN_CASES = 6
 SEED = 24
@@ -48,4 +48,24 @@ def test_nonfinite_values_follow_the_rule(request, family, source):
     if ort_departures:
         print(f"\n{family}/{source}: ONNX Runtime departs from the rule in {len(ort_departures)} outputs: "
               + ", ".join(ort_departures[:8]))
+    assert not failures, "\n".join(failures[:12])
+
+
+@pytest.mark.parametrize("board", ["rpi4", "rpi3"])
+def test_nonfinite_values_on_arm_boards(board, tmp_path):
+    """Every (family, source) once, built for aarch64 and armv7 and run under qemu: NaN and infinities exactly as on
+    x86_64; finite values within the tolerance, which armv7's flushed denormals stay inside."""
+    from modelrun import build, has_emulator, run
+    if not has_emulator(board):
+        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    model, feeds, checks = mixed_model(SEED, 1)
+    want, ort = reference(model, feeds), onnxruntime(model, feeds)
+    got = run(build(model, tmp_path, board, profile_runner=False), feeds)
+    failures = []
+    for i, (name, check) in enumerate(checks.items()):
+        assert check.oracle != "ort" or ort is not None, f"{name}: ONNX Runtime refused the model, the oracle here"
+        oracle = check.oracle() if callable(check.oracle) else ort[i] if check.oracle == "ort" else want[i]
+        why = disagreement(got[name], oracle, check)
+        if why:
+            failures.append(f"{name}: {why}")
     assert not failures, "\n".join(failures[:12])

@@ -217,3 +217,18 @@ def test_constant_nodes_and_subgraphs_are_checked():
     assert nonfinite_findings(model) == [
         "attribute value of Constant node #0 (in then_branch of If node 'branch') holds 1 NaN of 1 value",
         "attribute value_floats of Constant node 'k' holds 1 -Inf of 2 values"]
+
+
+@pytest.mark.parametrize("op,attrs", [("RNN", {}), ("GRU", {}), ("LSTM", {}), ("GRU", {"linear_before_reset": 1})])
+def test_recurrent_cells_carry_nan_through_time(op, attrs):
+    """A NaN input at one step makes that sequence's state NaN from then on: the cells' tanh clamped its
+    argument with maxnum/minnum, which dropped it (Relu, HardSigmoid and clip did the same; onnx.reference has none
+    of those for RNN)."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    seq, batch, inp, hidden = 4, 2, 3, 5
+    x = f32(seq, batch, inp)
+    x[1, 0, 2] = NAN
+    model = graph_model([helper.make_node(op, ["x", "w", "r"], ["y", "h"], hidden_size=hidden, **attrs)], {"x": x}, ["y", "h"],
+                        {"w": f32(1, gates * hidden, inp), "r": f32(1, gates * hidden, hidden)})
+    got = _ours_follow_the_rule(model, {"x": x}, ort_agrees=False, check=Check(rtol=1e-4, atol=1e-5))
+    assert np.isnan(got[0][1:, 0, 0]).all() and not np.isnan(got[0][:, 0, 1]).any()

@@ -134,13 +134,15 @@ def build_model(built: Built) -> onnx.ModelProto:
 def _spec_ops() -> list:
     """onnx.reference's ops where its implementation departs from the ONNX spec, replaced by the spec's formula
     (docs/GUARANTEES.md lists each): LRN (fills only the first batch-size channels, fails on fewer channels),
-    LpNormalization (p=1 sums signed values), LogSoftmax (log of a float32 softmax: -inf wherever that
+    LpNormalization (p=1 sums signed values; a zero norm gives 0 here, as in ORT and ours, where x / 0 would be
+    NaN or +-inf), LogSoftmax (log of a float32 softmax: -inf wherever that
     underflows), LeakyRelu (alpha * x also where x >= 0, so 0 * inf = NaN there), ReduceLogSumExp (NaN for a
     row of -inf only, whose log(sum(exp(x))) is -inf)."""
     from onnx.reference.ops.op_leaky_relu import LeakyRelu as _LeakyRelu
     from onnx.reference.ops.op_log_softmax import LogSoftmax as _LogSoftmax
     from onnx.reference.ops.op_lp_normalization import LpNormalization as _LpNormalization
     from onnx.reference.ops.op_lrn import LRN as _LRN
+    from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
     from onnx.reference.ops.op_reduce_log_sum_exp import ReduceLogSumExp_18 as _ReduceLogSumExp
 
     class LRN(_LRN):
@@ -152,7 +154,7 @@ def _spec_ops() -> list:
         def _run(self, x, axis=None, p=None):
             axis, p = self.axis, self.p
             norm = np.sum(np.abs(x), axis=axis, keepdims=True) if p == 1 else np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
-            return ((x / norm).astype(x.dtype),)
+            return (np.where(norm == 0, np.float32(0), x / norm).astype(x.dtype),)  # a zero norm gives 0, as ORT
 
     class LogSoftmax(_LogSoftmax):
         def _run(self, X):
@@ -169,7 +171,10 @@ def _spec_ops() -> list:
             empty = np.max(data, axis=None if axes is None or not len(axes) else tuple(int(a) for a in axes),
                            keepdims=bool(keepdims)) == -np.inf if data.size else False
             return (np.where(empty, np.float32(-np.inf), result).astype(data.dtype),)
-    return [LRN, LpNormalization, LogSoftmax, LeakyRelu, ReduceLogSumExp]
+    class MaxPool(_MaxPool):  # a window of NaN only crashes it (NaN is its padding marker); ORT is the oracle there
+        def _run(self, x, *args, **kwargs):
+            return super()._run(np.where(np.isnan(x), np.float32(-np.inf), x).astype(x.dtype), *args, **kwargs)
+    return [LRN, LpNormalization, LogSoftmax, LeakyRelu, ReduceLogSumExp, MaxPool]
 
 
 def reference(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:

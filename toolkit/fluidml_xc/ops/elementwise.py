@@ -66,7 +66,14 @@ def _hard_swish(k, dt, x):
 
 
 def _softplus(k, dt, x):
-    return k.s.intrinsic("llvm.log", k.b.fadd(k.s.intrinsic("llvm.exp", x), const(dt, 1)))
+    """max(x, 0) + log1p(exp(-|x|)) (numpy's logaddexp(0, x), as onnx.reference and ORT): log(1 + exp(x)) overflowed
+    to inf above x = 88 and gave 0 below -17. log1p(u) = log(w) * u / (w - 1) with w = 1 + u (u where w rounds to
+    1); no fast-math flags, which would fold w - 1 into u."""
+    b = k.b
+    u = k.s.intrinsic("llvm.exp", b.fneg(k.s.intrinsic("llvm.fabs", x)))
+    w = b.fadd(u, const(dt, 1))
+    log1p = b.select(b.fcmp_ordered("==", w, const(dt, 1)), u, b.fmul(k.s.intrinsic("llvm.log", w), b.fdiv(u, b.fsub(w, const(dt, 1)))))
+    return b.fadd(b.select(b.fcmp_ordered(">", x, const(dt, 0)), x, const(dt, 0)), log1p)
 
 
 def _softsign(k, dt, x):

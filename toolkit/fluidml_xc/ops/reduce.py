@@ -457,9 +457,9 @@ def _softmax(k, log: bool) -> None:
             return e
         total = _fold(k, x.shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
         total = k.s.cast(acc_t, dt, total)
-        if log:
-            shift = k.s.add(dt, top, k.s.intrinsic("llvm.log", total))
-            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.sub(dt, k.load(x_acc, i), shift)))
+        if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
+            lse = k.s.intrinsic("llvm.log", total)
+            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fsub(k.b.fsub(k.load(x_acc, i), top), lse)))
         elif half:
             _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
         else:
@@ -498,9 +498,10 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
             total.update(u, lambda a: add(a, e))
         each(exp_sum, 2)  # exp needs many registers: two vectors in flight, no spills
         total = total.result(add)
-        if log:
-            shift = b.fadd(top, s.intrinsic("llvm.log", total), flags=FAST)
-            each(lambda u, off, lanes: k.vstore(b.fsub(at(src, off, lanes), k.splat(shift, lanes), flags=FAST), dst, f32, off))
+        if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
+            lse = s.intrinsic("llvm.log", total)
+            each(lambda u, off, lanes: k.vstore(b.fsub(b.fsub(at(src, off, lanes), k.splat(top, lanes)), k.splat(lse, lanes)),
+                                                dst, f32, off))
         else:
             inv = b.fdiv(const(f32, 1), total)
             each(lambda u, off, lanes: k.vstore(b.fmul(at(dst, off, lanes), k.splat(inv, lanes), flags=FAST), dst, f32, off))
@@ -529,9 +530,10 @@ def lower_hardmax(k):
         best = k.local(llvm_type(dt), _lowest(dt))
         where = k.local(k.idx_t, k.index(-1))
 
-        def visit(i):
+        def visit(i):  # the first element is taken whatever it is (a row of -inf has its 1 at the start)
             v, b = k.load(x_acc, i), k.b.load(best)
-            better = _beats(k, dt, ">", v, b, False)
+            unset = k.b.icmp_signed("==", k.b.load(where), k.index(-1))
+            better = k.b.or_(_beats(k, dt, ">", v, b, False), unset)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
         _over(k, x.shape, inner, ix, visit)

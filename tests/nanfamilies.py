@@ -28,8 +28,6 @@ def _pick(c: Case, seq):
 
 def _unary(c: Case, x: str, op: str, out: str, attrs: dict | None = None) -> str:
     attrs = dict(UNARY[op] if attrs is None else attrs)
-    if op == "Mod":
-        attrs = {"fmod": 1}
     return c.node(op, [x], [out], **attrs)[0]
 
 
@@ -80,7 +78,7 @@ def _binary(c: Case, op: str, a: str, b: str, out: str) -> str:
 def binary(c: Case) -> None:
     shape = rand_shape(c.rng)
     op = _pick(c, BINARY)
-    other = _broadcast(c, shape) if op != "PRelu" else _broadcast(c, shape)
+    other = _broadcast(c, shape)
     if c.source == "fused":
         x = c.data("x", shape, huge=True)
         for i in range(int(c.rng.integers(2, 4))):

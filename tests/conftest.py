@@ -10,6 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run the slow model/cross-target tests")
     parser.addoption("--fuzz-cases", default=None, metavar="N", help="cases per fuzz test in tests/test_fuzz.py (a long run)")
+    parser.addoption("--nan-cases", default=None, metavar="N", help="cases per (family, source) in tests/test_nan_properties.py (a long run)")
+    parser.addoption("--nan-seed", default=None, metavar="S", help="seed of tests/test_nan_properties.py (default 24)")
     parser.addoption("--fuzz-seed", default=None, metavar="S", help="seed of tests/test_fuzz.py's mutators (default 11)")
 
 

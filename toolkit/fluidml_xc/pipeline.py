@@ -19,6 +19,7 @@ from .target.jit import host_can_run
 from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.importer import FrontendOptions, import_model
+from .frontend.nonfinite import warn_nonfinite
 from .ir import Graph
 from .fluid.optimize import Decisions, apply_views, optimize
 from .passes import run_passes
@@ -56,6 +57,7 @@ def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]
         on_imported()
     run_passes(graph)
     check_supported(graph)
+    warn_nonfinite(model)  # once the model is known good: a refused one gets its one error line alone
     return graph
 
 

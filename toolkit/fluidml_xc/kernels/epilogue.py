@@ -2,6 +2,8 @@
 (Relu / Clip / LeakyRelu) applied to accumulators before they are stored."""
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 
@@ -24,6 +26,8 @@ def activate(k, epi, value):
         scaled = b.fmul(value, fill(value.type, float(epi.get("alpha", 0.01))))
         return b.select(b.fcmp_ordered("<", value, zero), scaled, value)
     if act == "clip":
+        if any(epi.get(side) is not None and math.isnan(float(epi[side])) for side in ("min", "max")):
+            return fill(value.type, float("nan"))  # a NaN bound: NaN, as Clip computes it
         # ARM float32: llvm.maximum/minimum are one NaN-propagating fmax/fmin (vmax/vmin) each, where the
         # compare + select pair is two; x86 has no NaN-propagating max, so it keeps the select (so do
         # other float types: double trips an LLVM assertion legalizing llvm.maximum for armv7)

@@ -7,8 +7,11 @@ from llvmlite import ir
 from . import lowp
 from ..dtypes import compute_dtype
 
-FAST = ("reassoc", "contract", "nsz", "arcp", "afn")
-"""Reassociation for vectorized reductions and FMA contraction; infinities and NaNs keep their meaning."""
+FAST = ("reassoc", "contract")
+"""Reassociation for vectorized reductions and FMA contraction (docs/GUARANTEES.md: what each may change). No nnan
+or ninf (NaN and infinity tests would fold away), and no nsz: with reassoc it lets LLVM factor x * c + y * c into
+(x + y) * c, which is +-inf where the rule gives inf - inf = NaN (a weight of inf met by inputs of both signs).
+arcp and afn are not set either: FAST goes on fadd/fsub/fmul only, where they would allow nothing we need."""
 
 _FLOAT_TYPES = {np.dtype("float32"): ir.FloatType(), np.dtype("float64"): ir.DoubleType(), np.dtype("float16"): ir.HalfType()}
 
@@ -198,10 +201,17 @@ class Scalar:
             x = x if lo is None else self.max(dtype, x, lo)
             return x if hi is None else self.min(dtype, x, hi)
         if lo is not None:
-            x = self.b.select(self.b.fcmp_ordered("<", x, lo), lo, x)
+            x = self._nan_bound(lo, self.b.select(self.b.fcmp_ordered("<", x, lo), lo, x))
         if hi is not None:
-            x = self.b.select(self.b.fcmp_ordered(">", x, hi), hi, x)
+            x = self._nan_bound(hi, self.b.select(self.b.fcmp_ordered(">", x, hi), hi, x))
         return x
+
+    def _nan_bound(self, bound, clamped):
+        """A NaN bound makes the result NaN (Clip is Min(Max(x, lo), hi), both NaN-propagating, as onnx.reference);
+        a finite constant bound needs no check."""
+        if isinstance(bound, ir.Constant) and isinstance(bound.constant, float) and bound.constant == bound.constant:
+            return clamped
+        return self.b.select(self.b.fcmp_unordered("uno", bound, bound), bound, clamped)
 
     def intrinsic_binary(self, name: str, x, y):
         fn = self.module.declare_intrinsic(f"{name}.{_overload_suffix(x.type)}", (), ir.FunctionType(x.type, [x.type, x.type]))

@@ -63,6 +63,7 @@ from ..kernels.scalar import is_float
 from .conv_channels import ChannelVectors
 from .conv_depthwise import ChannelsLastDepthwise
 from .conv_generic import conv_generic
+from .conv_padding import store_padding_nan
 from .conv_rows import RowVectors
 from ..opspec import register
 
@@ -398,6 +399,11 @@ def lower_conv(k):
         return
     groups = int(k.attr("group", 1))
     k_sp, strides, dils, pads = conv_params(k, x, w, out)
+    _emit_conv(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
+    store_padding_nan(k, x, w, out, strides, dils, pads)
+
+
+def _emit_conv(k, x, w, bias, out, strides, dils, pads, groups, epi, residual) -> None:
     if x.rank not in (3, 4) or not is_float(out.dtype):
         conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
         return

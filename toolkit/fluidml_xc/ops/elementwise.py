@@ -66,7 +66,15 @@ def _hard_swish(k, dt, x):
 
 
 def _softplus(k, dt, x):
-    return k.s.intrinsic("llvm.log", k.b.fadd(k.s.intrinsic("llvm.exp", x), const(dt, 1)))
+    """max(x, 0) + log1p(exp(-|x|)) (numpy's logaddexp(0, x), as onnx.reference and ORT): log(1 + exp(x)) overflowed
+    to inf above x = 88 and gave 0 below -17. log1p(u), u in (0, 1]: log(1 + u) from u = 0.05 up, below it
+    u - u^2/2 + u^3/3 - u^4/4 (within 2e-6 relative; log(1 + u) would lose digits to the rounding of 1 + u)."""
+    b, s = k.b, k.s
+    u = s.intrinsic("llvm.exp", b.fneg(s.intrinsic("llvm.fabs", x)))
+    c = lambda v: const(dt, v)  # noqa: E731
+    series = s.mul(dt, u, s.sub(dt, c(1), s.mul(dt, u, s.sub(dt, c(0.5), s.mul(dt, u, s.sub(dt, c(1 / 3), s.mul(dt, u, c(0.25))))))))
+    log1p = b.select(b.fcmp_ordered("<", u, c(0.05)), series, s.intrinsic("llvm.log", s.add(dt, u, c(1))))
+    return b.fadd(b.select(b.fcmp_ordered(">", x, c(0)), x, c(0)), log1p)
 
 
 def _softsign(k, dt, x):

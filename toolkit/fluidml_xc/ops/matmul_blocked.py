@@ -178,10 +178,10 @@ def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
 
 def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
     """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them), then the Relu."""
-    if P.relu:  # select(x > 0, x, 0): NaN -> 0 like the Relu kernel's maxnum
+    if P.relu:  # select(x < 0, 0, x): NaN stays NaN, as the Relu kernel (docs/GUARANTEES.md)
         x = _add_residual(k, replace(P, relu=False), acc, at, cs, width, count)
         zero = k.vzero(P.dtype, width)
-        return k.b.select(k.b.fcmp_ordered(">", x, zero), x, zero)
+        return k.b.select(k.b.fcmp_ordered("<", x, zero), zero, x)
     if P.residual is None:
         return acc
     dt, ptr = P.dtype, P.residual.ptr

@@ -42,12 +42,19 @@ def lower_batch_norm(k):
         return
     if all(v is not None for v in values):
         scale, bias, mean, var = (v.astype(np.float64) for v in values)
-        a = scale / np.sqrt(var + eps)
-        c = bias - mean * a
-        a_op, c_op = _per_channel(k, a, dt, "bn.a"), _per_channel(k, c, dt, "bn.c")
+        with np.errstate(all="ignore"):
+            a = scale / np.sqrt(var + eps)
+            c = bias - mean * a
         epi = k.attr("_epilogue")
-        k.generic(x.shape, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],
-                  lambda v, i: [activate(k, epi, s.add(dt, s.mul(dt, v[0], v[1]), v[2]))])
+        if np.isfinite(a.astype(dt)).all() and np.isfinite(c.astype(dt)).all():  # x * a + c, one multiply-add
+            a_op, c_op = _per_channel(k, a, dt, "bn.a"), _per_channel(k, c, dt, "bn.c")
+            k.generic(x.shape, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],
+                      lambda v, i: [activate(k, epi, s.add(dt, s.mul(dt, v[0], v[1]), v[2]))])
+            return
+        # a NaN or infinite factor: (x - mean) * a + bias, so x == mean gives 0 * a and an infinity meets no other
+        consts = [_param_access(_per_channel(k, v, dt, f"bn.{n}"), x.rank) for n, v in (("mean", mean), ("a", a), ("bias", bias))]
+        k.generic(x.shape, [out.identity_access()], [x.identity_access(), *consts],
+                  lambda v, i: [activate(k, epi, s.add(dt, s.mul(dt, s.sub(dt, v[0], v[1]), v[2]), v[3]))])
         return
 
     def body(v, i):

@@ -120,9 +120,10 @@ def _reduce(k, name: str) -> None:
         k.generic(x.shape, [out_acc], [x_acc], lambda v, i: [v[0]], axes, [_lowest(dt)],
                   lambda a, v: [_fmax(k, dt, a[0], v[0])], order=order)
 
-        def finalize(accs, ix):
+        def finalize(accs, ix):  # an infinite max is the result (x - max would make it NaN)
             top = k.load(out_acc, ix)
-            return [k.s.add(dt, k.s.intrinsic("llvm.log", accs[0]), top)]
+            infinite = k.b.fcmp_ordered("==", k.s.intrinsic("llvm.fabs", top), const(dt, float("inf")))
+            return [k.b.select(infinite, top, k.s.add(dt, k.s.intrinsic("llvm.log", accs[0]), top))]
         k.generic(x.shape, [out_acc], [x_acc, out_acc], lambda v, i: [_exp(k, dt, k.s.sub(dt, v[0], v[1]))], axes,
                   [const(dt, 0)], finalize=finalize, order=order)
         return
@@ -314,6 +315,16 @@ def _vector_rows(k, x, dims) -> int | None:
 
 
 # -- ArgMax / ArgMin -----------------------------------------------------------------------------
+def _beats(k, dt, op: str, v, best, last: bool):
+    """v replaces the best so far: `op` holds, or v is the first (last: any) NaN, NaN being both the
+    maximum and the minimum as in onnx.reference (numpy's argmax/argmin)."""
+    better = k.s.cmp(dt, op, v, best)
+    if not is_float(dt):
+        return better
+    nan_v = k.b.fcmp_unordered("uno", v, v)
+    return k.b.or_(better, nan_v if last else k.b.and_(nan_v, k.b.fcmp_ordered("ord", best, best)))
+
+
 def _arg(k, largest: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     r, dt = x.rank, x.dtype
@@ -324,19 +335,41 @@ def _arg(k, largest: bool) -> None:
     op = (">" if largest else "<") + ("=" if last else "")
     idx_dt = np.dtype(f"int{k.idx_t.width}")
 
+    floats = is_float(dt)
+
     def row(ix, inner):
         ix[axis] = k.index(0)
-        best = k.local(llvm_type(dt), k.load(x_acc, ix))
+        first = k.load(x_acc, ix)
+        best = k.local(llvm_type(dt), first)
         pos = k.local(k.idx_t, k.index(0))
+        nan = k.local(ir.IntType(1), k.b.fcmp_unordered("uno", first, first) if floats else ir.Constant(ir.IntType(1), 0))
         with k.for_range(x.shape[axis], 1) as j:
             ix[axis] = j
             v, b = k.load(x_acc, ix), k.b.load(best)
             better = k.s.cmp(dt, op, v, b)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, j, k.b.load(pos)), pos)
+            if floats:  # off the select chain: the row's NaN, if any, is found again below
+                k.b.store(k.b.or_(k.b.load(nan), k.b.fcmp_unordered("uno", v, v)), nan)
+        if floats:
+            with k.b.if_then(k.b.load(nan)):
+                _nan_position(k, x_acc, ix, axis, x.shape[axis], pos, last)
         ix[axis] = k.index(0)
         k.store(out_acc, ix, k.s.cast(idx_dt, out.dtype, k.b.load(pos)))
     _rows(k, x.shape, x.strides, [axis], row)
+
+
+def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None:
+    """pos = the row's first (last) NaN: NaN is both the maximum and the minimum, as in onnx.reference (numpy)."""
+    found = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
+    with k.for_range(extent) as j:
+        ix[axis] = j
+        v = k.load(x_acc, ix)
+        take = k.b.fcmp_unordered("uno", v, v)
+        if not last:
+            take = k.b.and_(take, k.b.not_(k.b.load(found)))
+        k.b.store(k.b.select(take, j, k.b.load(pos)), pos)
+        k.b.store(k.b.or_(k.b.load(found), take), found)
 
 
 @register("ArgMax")
@@ -424,9 +457,9 @@ def _softmax(k, log: bool) -> None:
             return e
         total = _fold(k, x.shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
         total = k.s.cast(acc_t, dt, total)
-        if log:
-            shift = k.s.add(dt, top, k.s.intrinsic("llvm.log", total))
-            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.sub(dt, k.load(x_acc, i), shift)))
+        if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
+            lse = k.s.intrinsic("llvm.log", total)
+            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fsub(k.b.fsub(k.load(x_acc, i), top), lse)))
         elif half:
             _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
         else:
@@ -465,9 +498,10 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
             total.update(u, lambda a: add(a, e))
         each(exp_sum, 2)  # exp needs many registers: two vectors in flight, no spills
         total = total.result(add)
-        if log:
-            shift = b.fadd(top, s.intrinsic("llvm.log", total), flags=FAST)
-            each(lambda u, off, lanes: k.vstore(b.fsub(at(src, off, lanes), k.splat(shift, lanes), flags=FAST), dst, f32, off))
+        if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
+            lse = s.intrinsic("llvm.log", total)
+            each(lambda u, off, lanes: k.vstore(b.fsub(b.fsub(at(src, off, lanes), k.splat(top, lanes)), k.splat(lse, lanes)),
+                                                dst, f32, off))
         else:
             inv = b.fdiv(const(f32, 1), total)
             each(lambda u, off, lanes: k.vstore(b.fmul(at(dst, off, lanes), k.splat(inv, lanes), flags=FAST), dst, f32, off))
@@ -496,9 +530,10 @@ def lower_hardmax(k):
         best = k.local(llvm_type(dt), _lowest(dt))
         where = k.local(k.idx_t, k.index(-1))
 
-        def visit(i):
+        def visit(i):  # the first element is taken whatever it is (a row of -inf has its 1 at the start)
             v, b = k.load(x_acc, i), k.b.load(best)
-            better = k.s.cmp(dt, ">", v, b)
+            unset = k.b.icmp_signed("==", k.b.load(where), k.index(-1))
+            better = k.b.or_(_beats(k, dt, ">", v, b, False), unset)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
         _over(k, x.shape, inner, ix, visit)

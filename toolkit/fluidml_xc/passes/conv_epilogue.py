@@ -26,6 +26,7 @@ import numpy as np
 
 from ..ir import Graph, Node, Tensor
 from . import graph_pass
+from .batchnorm import folds_exactly
 
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu")
 
@@ -102,11 +103,14 @@ def fold_channel_affine(graph: Graph) -> None:
                     continue
                 bias = graph.tensors[bias_name].value.astype(np.float64) if bias_name else np.zeros(t_out.shape[1])
                 weight = w.value
-                if node.op_type == "Mul":
-                    weight = (weight.astype(np.float64) * c.reshape(-1, *([1] * (weight.ndim - 1)))).astype(weight.dtype)
-                    bias = bias * c
-                else:
-                    bias = bias + c
+                with np.errstate(all="ignore"):
+                    if node.op_type == "Mul":
+                        weight = (weight.astype(np.float64) * c.reshape(-1, *([1] * (weight.ndim - 1)))).astype(weight.dtype)
+                        bias = bias * c
+                    else:
+                        bias = bias + c
+                if not folds_exactly(w.value, weight, c, bias):  # a NaN or infinite constant stays its own node
+                    continue
                 w_name = graph.unique_name(f"{conv.name}.affine_weight")
                 b_name = graph.unique_name(f"{conv.name}.affine_bias")
                 graph.tensors[w_name] = Tensor(w_name, weight.dtype, weight.shape, weight)

@@ -62,7 +62,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("structures", "bound")
+_OPTIONAL_KEYS = ("structures", "bound", "cpu_variants")
 """Written only when not empty."""
 
 
@@ -77,6 +77,8 @@ class Manifest:
     triple: str = ""
     cpu: str = ""
     features: str = ""
+    cpu_variants: tuple[str, ...] = ()
+    """CPUs model.o holds code for, widest first, chosen at init (`cpu` is the lowest); empty: one, `cpu`."""
     emulator: str = ""
     """The emulator the runner needs off its target ("" runs natively)."""
     opt: str = "fluid"
@@ -200,6 +202,12 @@ def _tensors(value) -> tuple[TensorEntry, ...]:
                  for e in value)
 
 
+def _strings(value) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise TypeError(value)
+    return tuple(_str(v) for v in value)
+
+
 def _model(value) -> ModelRecord:
     value = _object(value)
     return ModelRecord(_opt_str(value.get("path")), _opt_str(value.get("name")), _opt_str(value.get("sha256")))
@@ -217,7 +225,7 @@ def _dims_by_name(value) -> dict[str, tuple[int, ...]]:
 
 _READERS: dict[str, Callable] = {
     "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
-    "features": _str, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
+    "features": _str, "cpu_variants": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
     "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "structures": _object, "bound": _object,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,
     "parallel_ops": _dims_by_name, "c_api": _opt_object, "optimizer": _object, "footprint": _object,

@@ -62,7 +62,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("structures", "bound", "cpu_variants")
+_OPTIONAL_KEYS = ("structures", "bound", "cpu_variants", "cpu_needs")
 """Written only when not empty."""
 
 
@@ -79,6 +79,9 @@ class Manifest:
     features: str = ""
     cpu_variants: tuple[str, ...] = ()
     """CPUs model.o holds code for, widest first, chosen at init (`cpu` is the lowest); empty: one, `cpu`."""
+    cpu_needs: tuple[str, ...] = ()
+    """The CPU extensions (target/cpus.py names) the lowest code uses: the runner refuses a CPU without them, deploy
+    a board whose /proc/cpuinfo lacks them."""
     emulator: str = ""
     """The emulator the runner needs off its target ("" runs natively)."""
     opt: str = "fluid"
@@ -225,7 +228,7 @@ def _dims_by_name(value) -> dict[str, tuple[int, ...]]:
 
 _READERS: dict[str, Callable] = {
     "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
-    "features": _str, "cpu_variants": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
+    "features": _str, "cpu_variants": _strings, "cpu_needs": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
     "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "structures": _object, "bound": _object,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,
     "parallel_ops": _dims_by_name, "c_api": _opt_object, "optimizer": _object, "footprint": _object,

@@ -343,6 +343,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             model=ModelRecord(os.path.relpath(model_path.resolve(), target.resolve()), model_path.stem, sha256_file(model_path)),
             board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
             cpu_variants=tuple(s.cpu for s in compiled.specs) if len(compiled.specs) > 1 else (),
+            cpu_needs=tuple(f.name for f in compiled.code_variants[-1].needs),
             emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
             inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
             input_shapes={k: tuple(v) for k, v in options.input_shapes.items()}, structures=graph.structures or {},

@@ -11,14 +11,14 @@ ORDER = 70
 def add_arguments(parser) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "detect"], default="list")
     from .remote_args import add_ssh_arguments
-    add_ssh_arguments(parser, base_dir=False)
+    add_ssh_arguments(parser)
 
 
 def main(args) -> int:
     if args.action == "detect":
         from ..remote.detect import detect_host
         from .remote_args import ssh_options
-        print(detect_host(ssh_options(args)))
+        print(detect_host(ssh_options(args), args.base_dir))
         return 0
     rows = [(b.name, b.target.triple, b.cpu, str(b.cores or "-"), b.description) for b in boards().values()]
     header = ("board", "triple", "cpu", "cores", "description")

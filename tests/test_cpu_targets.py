@@ -237,3 +237,75 @@ def test_detect_leaves_out_an_arm_board_whose_cpu_lacks_its_extensions():
              "processor\t: 0\nFeatures\t: fp asimd evtstrm crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp\n")
     assert [b.name for b in match_boards(parse_probe(probe))] == ["rpi5"]
     assert match_boards(parse_probe(probe.replace(" asimddp", ""))) == []
+
+
+# ---------------------------------------------------------------- over SSH (this machine as the board)
+
+def _sshd():
+    from sshd import sshd_available
+    return sshd_available()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from sshd import SshServer
+    if not _sshd():
+        pytest.fail("needs /usr/sbin/sshd (CI installs openssh-server)")
+    srv = SshServer.start(tmp_path_factory.mktemp("sshd"))
+    yield srv
+    srv.stop()
+
+
+def ssh_args(server) -> list[str]:
+    return ["--host", "127.0.0.1", "--port", str(server.port), "-i", str(server.client_key),
+            "--known-hosts", str(server.known_hosts)]
+
+
+def host_flags() -> frozenset[str]:
+    from fluidml_xc.target.cpus import cpuinfo_flags
+    return cpuinfo_flags(Path("/proc/cpuinfo").read_text())
+
+
+@pytest.mark.ssh
+@pytest.mark.skipif(sys.platform != "linux" or "x86" not in __import__("platform").machine().lower(), reason="x86_64 host")
+def test_deploy_refuses_a_board_without_the_artifacts_extensions(server, tmp_path):
+    """A CPU this host lacks (znver3's sse4a on Intel, sapphirerapids' avx512fp16 on AMD): one line, exit 5, and
+    nothing uploaded."""
+    cpu, lacking = ("sapphirerapids", "avx512fp16") if "sse4a" in host_flags() else ("znver3", "sse4a")
+    artifact = build(tmp_path, tiny_model(), "foreign", board="x86_64", cpu=cpu, profile_runner=False)
+    base = tmp_path / "remote base"
+    proc = cli("deploy", str(artifact), *ssh_args(server), "--base-dir", str(base))
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fluidml-xc: error")]
+    assert proc.returncode == 5 and len(lines) == 1, proc.stderr
+    assert f"lacks {lacking}" in lines[0] and "nothing uploaded" in lines[0]
+    assert not base.exists() or [p.name for p in base.iterdir()] == []
+    fits = build(tmp_path, tiny_model(), "fits", board="x86_64", profile_runner=False)
+    assert cli("deploy", str(fits), *ssh_args(server), "--base-dir", str(base)).returncode == 0
+
+
+@pytest.mark.ssh
+def test_boards_detect_takes_base_dir_and_names_the_level(server, tmp_path):
+    from fluidml_xc.target.cpus import X86_LEVELS, missing_on, required_features
+
+    base = tmp_path / "deploys"
+    proc = cli("boards", "detect", *ssh_args(server), "--base-dir", str(base))
+    assert proc.returncode == 0, proc.stderr
+    assert "board     x86_64 (boards/x86_64.toml)" in proc.stdout
+    level = [name for name in X86_LEVELS if not missing_on(required_features("x86_64", "x86_64-linux-musl", name),
+                                                           host_flags(), "x86_64")][-1]
+    assert f"level     {level}: --board x86_64 runs its {level} code here" in proc.stdout
+    assert f"base dir  {base}: " in proc.stdout and "deployed: nothing" in proc.stdout
+    assert not base.exists()
+
+
+# ---------------------------------------------------------------- the runtime, once per architecture
+
+def test_runtime_is_built_once_per_architecture_with_a_notice(tmp_path, monkeypatch, capfd):
+    """rpi4 (cortex-a72) and rpi5 (cortex-a76) share one runtime cache entry: only model.o is compiled per CPU."""
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path / "cache"))
+    build(tmp_path, tiny_model(), "pi4", board="rpi4", profile_runner=False)
+    first = capfd.readouterr().err
+    assert "fluidml-xc: building the runtime for aarch64 once" in first and str(tmp_path / "cache" / "runtime") in first
+    build(tmp_path, tiny_model(), "pi5", board="rpi5", profile_runner=False)
+    assert "building the runtime" not in capfd.readouterr().err
+    assert [p.name.split("-")[0] for p in (tmp_path / "cache" / "runtime").iterdir()] == ["aarch64"]

@@ -43,6 +43,12 @@ class CpuFeature:
     subleaf: int = 0
     reg: int = 0
     xcr0: int = 0
+    llvm: str = ""
+    """LLVM's name when it differs from `name`."""
+
+    @property
+    def llvm_name(self) -> str:
+        return self.llvm or self.name
 
     @property
     def check_bit(self) -> int:
@@ -81,7 +87,7 @@ X86_FEATURES = (
     CpuFeature("avxvnni", "__AVXVNNI__", "avx_vnni", 7, 4, subleaf=1, reg=EAX, xcr0=_AVX),
 )
 AARCH64_FEATURES = (  # Linux arch/arm64/include/uapi/asm/hwcap.h
-    CpuFeature("fp", "__ARM_FP", "fp", 1, 0),
+    CpuFeature("fp", "__ARM_FP", "fp", 1, 0, llvm="fp-armv8"),
     CpuFeature("neon", "__ARM_NEON", "asimd", 1, 1),
     CpuFeature("crc", "__ARM_FEATURE_CRC32", "crc32", 1, 7),
     CpuFeature("lse", "__ARM_FEATURE_ATOMICS", "atomics", 1, 8),
@@ -159,7 +165,7 @@ def _unknown(kind: str, value: str, arch: str, listing: str) -> InputError:
     shown = ", ".join(names[:12])
     what = {"cpu": "CPU", "feature": "CPU feature"}[kind]
     hint = (f"LLVM's {arch} CPUs include {shown}, ...; or native for this machine" if kind == "cpu"
-            else f"LLVM's {arch} features include {shown}, ... (names as LLVM spells them)")
+            else f"spell it as LLVM does (e.g. fullfp16, avx512f); LLVM's {arch} features include {shown}, ...")
     return InputError(f"unknown {what} {value!r} for {arch}: {hint}")
 
 
@@ -181,7 +187,9 @@ def compiler_macros(zig_target: str, cpu: str, features: str = "") -> frozenset[
         if "available CPUs" in text:
             raise _unknown("cpu", cpu, arch, text[text.index("available CPUs"):])
         if "available CPU features" in text:
-            bad = ",".join(f for f in features.split(",") if f) or features
+            named = re.search(r"unknown CPU feature: '([^']+)'", text)
+            bad = next((f for f in features.split(",") if named and zig_cpu("", f)[len("baseline") + 1:] == named.group(1)),
+                       named.group(1) if named else features)
             raise _unknown("feature", bad, arch, text[text.index("available CPU features"):])
         raise ToolchainError(f"zig cc cannot tell what CPU {cpu!r} implies: {text.strip().splitlines()[0] if text.strip() else 'no output'}")
     macros = frozenset(line.split()[1] for line in text.splitlines() if line.startswith("#define "))
@@ -200,6 +208,15 @@ def required_features(target_name: str, zig_target: str, cpu: str, features: str
     """The extensions (of FEATURES[target_name]) that code built for cpu + features may use."""
     macros = compiler_macros(zig_target, cpu, features)
     return tuple(f for f in FEATURES.get(target_name, ()) if f.macro in macros)
+
+
+def explicit_features(target_name: str, zig_target: str, cpu: str, features: str = "") -> str:
+    """`features` plus +NAME for every extension the cpu implies: the kernels choose their forms from the spec's
+    feature string (ops/qgemm.py: +avx2, +avx512vnni, +dotprod; kernels/vectors.py: +vfp4), whatever named them."""
+    given = [f for f in features.split(",") if f]
+    named = {f[1:] for f in given}
+    implied = [f"+{f.llvm_name}" for f in required_features(target_name, zig_target, cpu, features) if f.llvm_name not in named]
+    return ",".join(given + implied)
 
 
 def cpuinfo_flags(cpuinfo: str) -> frozenset[str]:

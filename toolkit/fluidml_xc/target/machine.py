@@ -10,7 +10,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from .boards import Board
-from .cpus import X86_LEVELS, compiler_macros, parse_features
+from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features
 from ..errors import InputError, ToolchainError
 
 
@@ -67,6 +67,7 @@ def machine_spec(board: Board, cpu: str | None = None, features: str | None = No
         vector_bits = _vector_bits(board, "native", features)
     else:
         vector_bits = _vector_bits(board, cpu, features)
+        features = explicit_features(target.name, target.zig_target, cpu, features)
     spec = MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment,
                        target.accumulators, target.conv_accumulators)
     check_accepted(spec)

@@ -20,7 +20,8 @@ def main(args) -> int:
         from .remote_args import ssh_options
         print(detect_host(ssh_options(args), args.base_dir))
         return 0
-    rows = [(b.name, b.target.triple, b.cpu, str(b.cores or "-"), b.description) for b in boards().values()]
+    rows = [(b.name, b.target.triple, " / ".join(b.cpu_variants) if b.cpu_variants else b.cpu, str(b.cores or "-"),
+             b.description) for b in boards().values()]
     header = ("board", "triple", "cpu", "cores", "description")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(4)]
     for row in [header, *rows]:

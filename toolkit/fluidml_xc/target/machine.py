@@ -48,12 +48,24 @@ def _vector_bits(board: Board, cpu: str, features: str) -> int:
     return 512 if "__AVX512F__" in macros else 256 if "__AVX__" in macros else 128
 
 
+def _here_level(board: Board) -> str:
+    """Of a board's cpu_variants, the widest this machine runs (the widest when it is another architecture)."""
+    from .jit import host_can_run
+
+    levels = sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))
+    if not host_can_run(board.target.triple, "generic"):
+        return levels[0]
+    return next((level for level in levels if host_can_run(board.target.triple, level)), board.cpu)
+
+
 def machine_spec(board: Board, cpu: str | None = None, features: str | None = None) -> MachineSpec:
     """Resolve the board's cpu, or `cpu` (--cpu; "native" = this machine), and its features plus `features`
-    (--features) into a concrete LLVM cpu and feature string; an unknown name is an InputError."""
+    (--features) into a concrete LLVM cpu and feature string; an unknown name is an InputError. A board with
+    cpu_variants gives the widest variant this machine runs: what the JIT, the measurer and analyses compile for
+    (a build emits every variant: machine_specs)."""
     _initialize()
     target = board.target
-    cpu = cpu or board.cpu
+    cpu = cpu or (_here_level(board) if board.cpu_variants and not features else board.cpu)
     extra = parse_features(features)
     features = ",".join(f for f in ((board.features if cpu == board.cpu else ""), extra) if f)
     if cpu == "native":

@@ -181,8 +181,10 @@ class RuntimeNotice:
     a bar over the steps on a terminal (progress.py)."""
 
     def __init__(self, target: Target, where: Path, steps: int):
-        print(f"fluidml-xc: building the runtime for {target.name} once (C runtime, then musl libc and compiler-rt "
-              f"by zig: up to a minute); cached in {where} and {zig_cache_dir()}", file=sys.stderr, flush=True)
+        from tqdm import tqdm
+
+        tqdm.write(f"fluidml-xc: building the runtime for {target.name} once (C runtime, then musl libc and compiler-rt "
+                   f"by zig: up to a minute); cached in {where} and {zig_cache_dir()}", file=sys.stderr)
         self._bar = progress_bar(total=steps, desc=f"runtime for {target.name}", unit="step")
 
     def step(self, name: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from functools import cache
@@ -118,7 +119,11 @@ def check_accepted(spec: MachineSpec) -> None:
             os.dup2(saved, 2)
             os.close(saved)
         err.seek(0)
-        warning = err.read().decode(errors="replace").strip().splitlines()
+        captured = err.read().decode(errors="replace").splitlines()
+    warning = [line for line in captured if "is not a recognized" in line]
+    others = [line for line in captured if line not in warning]
+    if others:
+        print("\n".join(others), file=sys.stderr)
     if warning:
         raise InputError(f"LLVM {llvm_version()} rejects the CPU settings for {spec.triple} (cpu {spec.cpu!r}, features "
                          f"{spec.features!r}): {warning[0]}; spell CPU and features as LLVM does (e.g. fullfp16, not fp16)")

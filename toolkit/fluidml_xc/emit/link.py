@@ -187,9 +187,9 @@ class RuntimeNotice:
                    f"by zig: up to a minute); cached in {where} and {zig_cache_dir()}", file=sys.stderr)
         self._bar = progress_bar(total=steps, desc=f"runtime for {target.name}", unit="step")
 
-    def step(self, name: str) -> None:
-        self._bar.set_postfix_str(name)
+    def step(self, done: str, next_step: str = "") -> None:
         self._bar.update(1)
+        self._bar.set_postfix_str(next_step or done)
 
     def close(self) -> None:
         self._bar.close()
@@ -217,7 +217,7 @@ def runtime_objects(target: Target) -> dict[str, Path]:
                     for name in names]
             for name, job in jobs:
                 job.result()
-                notice.step(name)
+                notice.step(name, "musl libc and compiler-rt (zig)" if name == names[-1] else "")
         (tmp / "hello.c").write_text(_HELLO)
         _link(target, [tmp / "hello.c"], tmp / "hello", "building musl libc and compiler-rt")
         notice.step("libc")

@@ -144,8 +144,9 @@ def data_layout(spec: MachineSpec) -> str:
 
 
 def optimized_module(llvm_ir: str, tm):
-    """Parse, verify and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
-    module = llvm.parse_assembly(llvm_ir)
+    """Parse (into a context of its own: build.compile_graph compiles code variants on several threads), verify
+    and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
+    module = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
     module.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True

@@ -39,6 +39,7 @@ typedef struct {
 #define fxc_default_threads FXC_CAT(FXC_PREFIX, default_threads)
 #define fxc_set_threads FXC_CAT(FXC_PREFIX, set_threads)
 #define fxc_get_threads FXC_CAT(FXC_PREFIX, get_threads)
+#define fxc_cpu_check FXC_CAT(FXC_PREFIX, cpu_check)
 #endif
 extern const int32_t fxc_num_inputs;
 extern const int32_t fxc_num_outputs;
@@ -75,6 +76,12 @@ int64_t fxc_pool_worker_cpu_ns(void);     /* CPU time of the pool's workers so f
 extern const int32_t fxc_default_threads;
 int fxc_set_threads(int threads);
 int fxc_get_threads(void);
+
+/* cpu.c: 1 when the running CPU has an extension: x86 cpuid(leaf, subleaf) bit (register * 32 + bit) with the
+ * XCR0 state bits xcr0_mask enabled by the OS; ARM getauxval(leaf 1: AT_HWCAP, 2: AT_HWCAP2) bit. */
+int fxc_cpu_has(uint32_t leaf, uint32_t subleaf, uint32_t bit, uint32_t xcr0_mask);
+/* Defined by the glue: NULL when this CPU runs the model, else one line naming what it lacks. */
+const char *fxc_cpu_check(void);
 
 /* npy.c: .npy I/O; errors are written into err (NUL-terminated) and return -1. */
 size_t fxc_dtype_size(int32_t dtype);

@@ -11,6 +11,7 @@
 #include "fxc_runtime.h"
 
 #define EXIT_BAD 2
+#define EXIT_CPU 4 /* this CPU lacks an extension the model's code uses */
 #define DEFAULT_WARMUP 5
 #define BUFFER_ALIGN 64
 
@@ -199,6 +200,11 @@ int main(int argc, char **argv)
             fputs(USAGE, stderr);
             die("unknown argument '%s'", arg);
         }
+    }
+    const char *cpu_problem = fxc_cpu_check();
+    if (cpu_problem) {
+        fprintf(stderr, "runner: error: %s\n", cpu_problem);
+        return EXIT_CPU;
     }
     if (n_in > fxc_num_inputs) {
         snprintf(err, sizeof err, "%d -i files given but the model has %d inputs", (int)n_in, (int)fxc_num_inputs);

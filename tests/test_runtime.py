@@ -143,7 +143,7 @@ def make_artifact(target: Target, spec: ModelSpec, model_ir: str, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     header, glue = render_sources(spec, out_dir)
     model_o = emit_object(target, model_ir, out_dir / "model.o")
-    result = link_artifact(target, target.cpu, model_o, model_o if profile else None, glue, out_dir, out_dir)
+    result = link_artifact(target, model_o, model_o if profile else None, glue, out_dir, out_dir)
     assert result.runner.is_file() and result.library.is_file()
     tensors = lambda ts: [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in ts]  # noqa: E731
     manifest = {"format": 1, "model": {"name": spec.name}, "board": target.name, "target": target.name,
@@ -372,7 +372,7 @@ def test_runtime_cache_is_shared_and_parallel_safe(monkeypatch, tmp_path):
     monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path))
     target = get_target("x86_64")
     results: list = []
-    threads = [threading.Thread(target=lambda: results.append(runtime_objects(target, "x86-64-v2"))) for _ in range(2)]
+    threads = [threading.Thread(target=lambda: results.append(runtime_objects(target))) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -62,7 +62,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound")
+_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs")
 """Written only when not empty."""
 
 
@@ -77,6 +77,11 @@ class Manifest:
     triple: str = ""
     cpu: str = ""
     features: str = ""
+    cpu_variants: tuple[str, ...] = ()
+    """CPUs model.o holds code for, widest first, chosen at init (`cpu` is the lowest); empty: one, `cpu`."""
+    cpu_needs: tuple[str, ...] = ()
+    """The CPU extensions (target/cpus.py names) the lowest code uses: the runner refuses a CPU without them, deploy
+    a board whose /proc/cpuinfo lacks them."""
     emulator: str = ""
     """The emulator the runner needs off its target ("" runs natively)."""
     opt: str = "fluid"
@@ -203,6 +208,12 @@ def _tensors(value) -> tuple[TensorEntry, ...]:
                  for e in value)
 
 
+def _strings(value) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise TypeError(value)
+    return tuple(_str(v) for v in value)
+
+
 def _model(value) -> ModelRecord:
     value = _object(value)
     return ModelRecord(_opt_str(value.get("path")), _opt_str(value.get("name")), _opt_str(value.get("sha256")))
@@ -232,7 +243,7 @@ def _declared_by_name(value) -> dict[str, tuple[int | str | None, ...]]:
 
 _READERS: dict[str, Callable] = {
     "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
-    "features": _str, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
+    "features": _str, "cpu_variants": _strings, "cpu_needs": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
     "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "declared_shapes": _declared_by_name,
     "structures": _object, "bound": _object,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,

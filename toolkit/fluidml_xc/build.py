@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 import secrets
 import shutil
 import sys
@@ -19,11 +20,11 @@ import onnx
 from . import __version__
 from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
 from .target.boards import Board, get_board
-from .target.machine import MachineSpec, compile_module, llvm_version, machine_spec
+from .target.machine import MachineSpec, compile_module, llvm_version, machine_specs
 from .errors import InputError
 from .frontend.importer import load_model
 from .ir import Graph
-from .pipeline import Lowered, LowerOptions, import_graph, lower
+from .pipeline import Lowered, LowerOptions, import_graph, lower_variants
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
@@ -53,6 +54,10 @@ class BuildOptions:
     """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (run/binding.py)."""
     name: str | None = None
     """--name: the C API's name (NAME_init, NAME_ARENA_BYTES, NAME.h, libNAME.a + libfxc_runtime.a); None: model.h, fxc_*."""
+    cpu: str | None = None
+    """--cpu: an LLVM CPU name (or native) instead of the board's; one code variant."""
+    features: str | None = None
+    """--features: LLVM features (+avx512f,-fma) added to the cpu's; one code variant."""
 
 
 @dataclass
@@ -119,10 +124,15 @@ class Compiled:
     threads: int
     api: CApi
     parallel_ops: dict[str, list[int]]
+    specs: tuple[MachineSpec, ...] = ()
+    """The code variants in model.o, widest first (one unless the board has cpu_variants)."""
+    code_variants: tuple = ()
+    """capi.CodeVariant per spec: entry suffix and the CPU extensions the glue checks."""
 
     @property
     def spec(self) -> MachineSpec:
-        return self.lowered.spec
+        """The lowest variant's: what every CPU the artifact runs on must have (the manifest's cpu)."""
+        return self.specs[-1] if self.specs else self.lowered.spec
 
     @property
     def tail(self):
@@ -131,34 +141,54 @@ class Compiled:
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> Compiled:
     """Lower `graph` and write model.o (NAME.o; code + weights) into workdir."""
-    from .emit.link import attach_weights
+    from .emit.link import attach_weights, merge_objects
 
     api = CApi(options.name)
-    spec = machine_spec(board)
+    specs = machine_specs(board, options.cpu, options.features)
+    spec = specs[0]
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    lowered = lower(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads, parallel=threads > 1,
-                                              weights_symbol=symbol, symbol_prefix=api.prefix))
+    variants = lower_variants(graph, specs, LowerOptions(opt=options.opt, costs=options.costs, threads=threads,
+                                                         parallel=threads > 1, weights_symbol=symbol, symbol_prefix=api.prefix))
+    lowered = variants[0]
     emitter, plan, graph = lowered.emitter, lowered.plan, lowered.graph
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))
-    code = compile_module(lowered.ir_text, spec)
-    if emitter.blob:
-        code_obj = workdir / "model_code.o"
-        code_obj.write_bytes(code)
-        attach_weights(board.target, spec.cpu, code_obj, bytes(emitter.blob), symbol, workdir / api.object, spec.alignment)
-        code_obj.unlink()
+    with ThreadPoolExecutor(max_workers=min(len(variants), os.cpu_count() or 1)) as pool:
+        codes = list(pool.map(lambda v: compile_module(v.ir_text, v.spec), variants))
+    if emitter.blob or len(codes) > 1:
+        code_objs = [workdir / f"model_code{k}.o" for k in range(len(codes))]
+        for path, code in zip(code_objs, codes):
+            path.write_bytes(code)
+        if emitter.blob:
+            attach_weights(board.target, code_objs, bytes(emitter.blob), symbol, workdir / api.object, spec.alignment)
+        else:
+            merge_objects(code_objs, workdir / api.object)
+        for path in code_objs:
+            path.unlink()
     else:
-        (workdir / api.object).write_bytes(code)
+        (workdir / api.object).write_bytes(codes[0])
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
     memory = {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
               **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})}
-    return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()})
+    return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()},
+                    tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs))
+
+
+def _code_variant(board: Board, spec: MachineSpec, native: bool):
+    """The glue's view of one variant: its cpu, entry suffix and the extensions it uses (target/cpus.py)."""
+    from .emit.capi import CodeVariant
+    from .target.cpus import required_features
+
+    target = board.target
+    needs = required_features(target.name, target.zig_target, "native" if native else spec.cpu, "" if native else spec.features)
+    return CodeVariant(spec.cpu, spec.variant, needs)
 
 
 def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool) -> None:
     from .emit.link import link_artifact
-    from .emit.capi import ModelSpec, TensorSpec, render_sources
+    from .emit.capi import DEFAULT_CPU_HINT, ModelSpec, TensorSpec, render_sources
+    from .target.cpus import REFUSAL_HINTS
 
     tail, api, spec = compiled.tail, compiled.api, compiled.spec
     model_spec = ModelSpec(
@@ -167,9 +197,10 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
         outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot)
                  for n, slot in zip(graph.outputs, tail.output_slots)],
         arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
-        ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api)
+        ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api,
+        variants=compiled.code_variants, cpu_hint=REFUSAL_HINTS.get(board.target.name, DEFAULT_CPU_HINT))
     render_sources(model_spec, workdir)
-    link_artifact(board.target, spec.cpu, workdir / api.object, workdir / api.object if profile else None,
+    link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
                   workdir / api.glue, workdir, workdir, api)
 
 
@@ -313,7 +344,9 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
         manifest = Manifest(
             model=ModelRecord(os.path.relpath(model_path.resolve(), target.resolve()), model_path.stem, sha256_file(model_path)),
-            board=board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
+            board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
+            cpu_variants=tuple(s.cpu for s in compiled.specs) if len(compiled.specs) > 1 else (),
+            cpu_needs=tuple(f.name for f in compiled.code_variants[-1].needs),
             emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
             inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
             input_shapes={k: tuple(v) for k, v in options.input_shapes.items()},

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .emit.emitter import EmitOptions, ModuleEmitter, check_supported
+from .emit.emitter import EmitOptions, ModuleEmitter, WeightsBlob, check_supported
 from .emit.measure import Measurer
 from .target.jit import host_can_run
 from .target.machine import MachineSpec
@@ -128,3 +128,21 @@ def lower(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions(
                                         weights_symbol=options.weights_symbol, parallel=options.parallel,
                                         symbol_prefix=options.symbol_prefix))
     return Lowered(graph, spec, decisions, planned.plan, emitter, emitter.emit())
+
+
+def lower_variants(graph: Graph, specs: list[MachineSpec], options: LowerOptions = LowerOptions()) -> list[Lowered]:
+    """One Lowered per code variant (specs widest first, as target.machine.machine_specs gives them): the layouts,
+    loop orders and memory plan are decided once for the widest, each variant's kernels are emitted for its own
+    spec (vector width, tiles) with suffixed entries, and the weights go into one blob they share."""
+    if len(specs) == 1:
+        return [lower(graph, specs[0], options)]
+    planned = plan(graph, specs[0], options)
+    blob = WeightsBlob()
+    lowered = []
+    for spec in specs:
+        emitter = ModuleEmitter(planned.graph, planned.plan, spec,
+                                EmitOptions(layouts=planned.decisions.layouts, loop_orders=planned.decisions.loop_orders,
+                                            weights_symbol=options.weights_symbol, parallel=options.parallel,
+                                            symbol_prefix=options.symbol_prefix, variant=spec.variant, blob=blob))
+        lowered.append(Lowered(planned.graph, spec, planned.decisions, planned.plan, emitter, emitter.emit()))
+    return lowered

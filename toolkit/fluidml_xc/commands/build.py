@@ -19,7 +19,11 @@ ORDER = 10
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="the .onnx file")
-    parser.add_argument("--board", "-b", help="board name or alias (default: this machine); see `fluidml-xc boards`")
+    parser.add_argument("--board", "-b", help="board name or alias, or a board file's path (default: x86_64); see `fluidml-xc boards`")
+    parser.add_argument("--cpu", metavar="NAME", help="compile for this LLVM CPU (x86-64-v3, haswell, znver3, cortex-a76, "
+                        "...; native: this machine) instead of the board's; the artifact refuses CPUs without its features")
+    parser.add_argument("--features", metavar="+F,-G", help="LLVM CPU features to add (+avx512f) or remove (-fma), "
+                        "comma-separated, on top of the cpu's")
     parser.add_argument("-o", "--output", type=Path, help="artifact directory (default build/<model>-<board>)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224", help=SHAPE_HELP)
     parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help=BIND_HELP)
@@ -50,7 +54,7 @@ def main(args) -> int:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
-                                                      progress=stages))
+                                                      cpu=args.cpu, features=args.features, progress=stages))
     emit(_result(result), args.json, args.json_out, lambda: _table(result))
     return 0
 

@@ -126,6 +126,19 @@ class CApi:
                 "library": self.library, "runtime_library": self.runtime_library}
 
 
+@dataclass(frozen=True)
+class CodeVariant:
+    """One compilation of the model in model.o: entries `<prefix>model_run<suffix>` for `cpu`, which uses `needs`
+    (target/cpus.CpuFeature: what the glue checks with cpuid / getauxval before choosing it)."""
+
+    cpu: str = ""
+    suffix: str = ""
+    needs: tuple = ()
+
+
+DEFAULT_CPU_HINT = "build the model for this board (`fluidml-xc boards detect --host BOARD` names it)"
+
+
 @dataclass
 class ModelSpec:
     name: str
@@ -137,6 +150,18 @@ class ModelSpec:
     threads: int = 1
     """FXC_THREADS: the pool's thread count by default and the most fxc_set_threads accepts."""
     api: CApi = field(default_factory=CApi)
+    variants: tuple[CodeVariant, ...] = (CodeVariant(),)
+    """Widest first; the glue runs the first whose needs this CPU has and refuses (ERR_CPU) when the last's fail."""
+    cpu_hint: str = DEFAULT_CPU_HINT
+    """What the refusal tells the user to do."""
+
+
+def cpu_summary(variants: tuple[CodeVariant, ...]) -> str:
+    """model.h's line on the CPUs the code is built for."""
+    if len(variants) == 1:
+        return f"built for {variants[0].cpu or 'the board'}; it uses {', '.join(f.name for f in variants[0].needs) or 'no extension we check'}."
+    return (f"one code variant per CPU level ({', '.join(v.cpu for v in variants)}), the widest this CPU runs chosen "
+            f"once at init; the lowest uses {', '.join(f.name for f in variants[-1].needs) or 'no extension we check'}.")
 
 
 def c_string(text: str) -> str:
@@ -180,7 +205,8 @@ def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
     context = dict(name=spec.name, inputs=spec.inputs, outputs=spec.outputs, arena_bytes=int(spec.arena_bytes),
                    arena_align=align, threads=max(1, int(spec.threads)), ops=[(str(n), str(t)) for n, t in spec.ops],
                    dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]), api=spec.api,
-                   p=spec.api.prefix, P=spec.api.macro_prefix)
+                   p=spec.api.prefix, P=spec.api.macro_prefix, variants=spec.variants, cpu_hint=spec.cpu_hint,
+                   cpu_summary=cpu_summary(spec.variants))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

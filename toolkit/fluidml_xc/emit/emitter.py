@@ -1,6 +1,7 @@
 """Graph + memory plan -> one LLVM module: a function per node and `fxc_model_run` calling them in order."""
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -54,6 +55,24 @@ PURE_CALLS = frozenset(("expf", "exp", "logf", "log", "tanhf", "tanh", "erff", "
 
 
 @dataclass
+class WeightsBlob:
+    """The bytes behind `EmitOptions.weights_symbol`: each distinct constant once, `alignment`-aligned, shared by
+    the code variants of one build (a constant their kernels pack alike is stored once)."""
+
+    data: bytearray = field(default_factory=bytearray)
+    offsets: dict[bytes, int] = field(default_factory=dict)
+
+    def add(self, data: bytes, alignment: int) -> int:
+        key = hashlib.sha256(data).digest()
+        if key not in self.offsets:
+            offset = -len(self.data) % alignment + len(self.data)
+            self.data.extend(b"\0" * (offset - len(self.data)))
+            self.data.extend(data)
+            self.offsets[key] = offset
+        return self.offsets[key]
+
+
+@dataclass
 class EmitOptions:
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     loop_orders: dict[str, str] = field(default_factory=dict)
@@ -69,6 +88,10 @@ class EmitOptions:
     """Prefix of the module's two exported entries (`<prefix>model_run`, `<prefix>model_run_profiled`): a build
     --name NAME uses `NAME_`, so several models link into one program (the weights blob is named by the build; the
     rest is internal but the weak serial `fxc_parallel_for`, which the shared runtime's replaces)."""
+    variant: str = ""
+    """Suffix of the entries and node functions of one code variant (MachineSpec.variant: `_x86_64_v3`)."""
+    blob: WeightsBlob | None = None
+    """The weights blob shared with the build's other code variants (None: this module's own)."""
 
 
 INLINE_LIMIT = 256
@@ -94,7 +117,8 @@ class ModuleEmitter:
         self.module.triple = spec.triple
         self.module.data_layout = data_layout(spec)
         self.globals: dict[str, ir.Value] = {}
-        self.blob = bytearray()
+        self.weights = options.blob if options.blob is not None else WeightsBlob()
+        self.blob = self.weights.data
         self.blob_var: ir.GlobalVariable | None = None
         self._tail = None
         self.parallel: dict[str, tuple[int, ...]] = {}
@@ -123,9 +147,7 @@ class ModuleEmitter:
         value = np.ascontiguousarray(value)
         data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
         if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
-            offset = -len(self.blob) % self.spec.alignment + len(self.blob)
-            self.blob.extend(b"\0" * (offset - len(self.blob)))
-            self.blob.extend(data)
+            offset = self.weights.add(data, self.spec.alignment)
             if self.blob_var is None:
                 self.blob_var = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), self.options.weights_symbol)
                 self.blob_var.global_constant = True
@@ -158,8 +180,8 @@ class ModuleEmitter:
                 fn.attributes.add("noinline")
                 steps.append((step, node, fn))
         hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)]).as_pointer()
-        self._entry(f"{self.options.symbol_prefix}model_run", steps, None)
-        self._entry(f"{self.options.symbol_prefix}model_run_profiled", steps, hook)
+        self._entry(f"{self.options.symbol_prefix}model_run{self.options.variant}", steps, None)
+        self._entry(f"{self.options.symbol_prefix}model_run_profiled{self.options.variant}", steps, hook)
         return str(self.module)
 
     def _entry(self, symbol: str, steps, hook: ir.Type | None) -> None:
@@ -264,7 +286,8 @@ class ModuleEmitter:
         types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(extra) - len(dims_outputs))
         idx_t = ir.IntType(self.spec.pointer_bits)
         tiled = self.options.parallel
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types + [idx_t, idx_t] * tiled), f"op{step}")
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types + [idx_t, idx_t] * tiled),
+                         f"op{step}{self.options.variant}")
         fn.linkage = "internal"
         for arg in fn.args[:len(types)]:
             arg.add_attribute("noalias")
@@ -333,7 +356,7 @@ class ModuleEmitter:
         the stack and `op<step>.tile(ctx, begin, end)` runs the body over tiles [begin, end) through
         fxc_parallel_for; a body with stores outside the region runs whole on the calling thread."""
         idx_t = body.args[-1].type
-        entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"op{step}.run")
+        entry = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), f"{body.name}.run")
         entry.linkage = "internal"
         for arg in entry.args:
             arg.add_attribute("noalias")
@@ -344,7 +367,7 @@ class ModuleEmitter:
             body.attributes.add("alwaysinline")
             return entry
         ctx_t = ir.LiteralStructType(types)
-        tile = ir.Function(self.module, TASK_T, f"op{step}.tile")
+        tile = ir.Function(self.module, TASK_T, f"{body.name}.tile")
         tile.linkage = "internal"
         tb = ir.IRBuilder(tile.append_basic_block("entry"))
         ctx = tb.bitcast(tile.args[0], ctx_t.as_pointer())

@@ -1,5 +1,11 @@
 """Compile the C runtime and link runners and libmodel.a with `python -m ziglang cc` (static musl).
 
+Only model.o is compiled for the board's CPU. The runtime, the glue and the runners' libc are compiled for the
+target's baseline CPU (zig's baseline: x86-64, armv8-a, armv7-a + NEON): they are not hot code, they must run far
+enough on any CPU of the architecture to refuse one that lacks what model.o needs (runtime_c/cpu.c), and every
+board of an architecture shares one cache entry (the runtime objects in cache_dir()/runtime, musl libc and
+compiler-rt in zig's global cache), built once with a notice (`RuntimeNotice`).
+
 A build --name NAME links libNAME.a (model + glue) and ships the runtime beside it as libfxc_runtime.a, the
 same bytes for every model of a board: an application links each model's library and one runtime."""
 from __future__ import annotations
@@ -20,7 +26,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import tempfiles
+from ..progress import progress_bar
 from ..target.boards import Target
+from ..target.cpus import cache_root
 from ..errors import ToolchainError
 from ..resources import data_dir
 from .capi import CApi
@@ -28,7 +36,7 @@ from .capi import CApi
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
 """-fdebug-compilation-dir and the -ffile-prefix-map of _prefix_maps keep directories out of the objects' debug
 info: the same model, board and options give byte-identical artifacts wherever they are built."""
-LIBRARY_SOURCES = ("npy.c", "timer.c", "rss.c", "pool.c")
+LIBRARY_SOURCES = ("npy.c", "timer.c", "rss.c", "pool.c", "cpu.c")
 RUNNER_SOURCES = ("runner.c", "prof.c", "noprof.c")
 
 
@@ -43,9 +51,14 @@ class LinkResult:
 
 def cache_dir() -> Path:
     """Root of fluidml-xc's caches: $FLUIDML_XC_CACHE, else ~/.cache/fluidml-xc."""
-    if os.environ.get("FLUIDML_XC_CACHE"):
-        return Path(os.environ["FLUIDML_XC_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fluidml-xc"
+    return cache_root()
+
+
+def zig_cache_dir() -> Path:
+    """zig's global cache (its musl and compiler-rt builds): $ZIG_GLOBAL_CACHE_DIR, else ~/.cache/zig."""
+    if os.environ.get("ZIG_GLOBAL_CACHE_DIR"):
+        return Path(os.environ["ZIG_GLOBAL_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zig"
 
 
 def is_host_target(target: Target) -> bool:
@@ -87,6 +100,10 @@ def _base_args(target: Target, cpu: str) -> list[str]:
     return ["-target", target.zig_target, *cpu_flags(target, cpu)]
 
 
+RUNTIME_CPU = ""
+"""The runtime, glue and libc are compiled for zig's baseline CPU of the target (no -mcpu)."""
+
+
 def _ziglang_dir() -> Path | None:
     import importlib.util
 
@@ -112,8 +129,20 @@ def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path
     return out
 
 
-def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, symbol: str, out_obj: Path, alignment: int = 64) -> Path:
-    """One relocatable object = the model code + the weights blob as `symbol` in .rodata (hidden).
+def merge_objects(objects: Sequence[Path], out_obj: Path) -> Path:
+    """One relocatable object from several (ld.lld -r): the code variants of a model built for several CPUs."""
+    out_obj = Path(out_obj)
+    name = f".merge-{os.getpid()}-{out_obj.name}"
+    with _plain_alias(out_obj.parent) as plain:
+        _zig("ld.lld", ["-r", *objects, "-o", plain / name], "merging the code variants")
+    os.replace(out_obj.parent / name, out_obj)
+    return out_obj
+
+
+def attach_weights(target: Target, code_objs: Sequence[Path], weights: bytes, symbol: str, out_obj: Path,
+                   alignment: int = 64) -> Path:
+    """One relocatable object = the model code (one object per code variant) + the weights blob as `symbol` in
+    .rodata (hidden), shared by the variants.
 
     The blob is assembled from a .incbin by zig cc and merged with a relocatable link (ld.lld -r),
     so the weights never pass through LLVM IR text. zig caches that assembly in a private directory
@@ -131,9 +160,9 @@ def attach_weights(target: Target, cpu: str, code_obj: Path, weights: bytes, sym
                        f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "weights.bin"\n')
         blob_obj = work / "weights.o"
         with _plain_alias(work) as plain:
-            _zig("cc", [*_base_args(target, cpu), "-g0", "-fdebug-compilation-dir=.", "-c", "weights.S", "-o", "weights.o"],
-                 "assembling the weights", private_cache=plain / "zig-cache", cwd=work)
-            _zig("ld.lld", ["-r", code_obj, blob_obj, "-o", plain / "merged.o"], "merging code and weights")
+            _zig("cc", [*_base_args(target, RUNTIME_CPU), "-g0", "-fdebug-compilation-dir=.", "-c", "weights.S", "-o",
+                        "weights.o"], "assembling the weights", private_cache=plain / "zig-cache", cwd=work)
+            _zig("ld.lld", ["-r", *code_objs, blob_obj, "-o", plain / "merged.o"], "merging code and weights")
         os.replace(work / "merged.o", out_obj)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -151,12 +180,9 @@ def _plain_alias(directory: Path):
         yield alias
 
 
-def _runtime_key(target: Target, cpu: str) -> str:
+def _runtime_key(target: Target) -> str:
     digest = hashlib.sha256()
-    flags = [target.zig_target, *cpu_flags(target, cpu), *C_FLAGS, metadata.version("ziglang"), "prefix-maps-2"]
-    if "-mcpu=native" in flags:
-        import llvmlite.binding as llvm
-        flags.append(llvm.get_host_cpu_name())
+    flags = [target.zig_target, *C_FLAGS, metadata.version("ziglang"), "prefix-maps-2", "baseline"]
     digest.update("\0".join(flags).encode())
     for path in sorted(data_dir("runtime_c").iterdir()):
         if path.suffix in (".c", ".h"):
@@ -164,53 +190,86 @@ def _runtime_key(target: Target, cpu: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def runtime_objects(target: Target, cpu: str) -> dict[str, Path]:
-    """The runtime's objects for (target, cpu), compiled once into the cache (atomic, safe in parallel)."""
+class RuntimeNotice:
+    """What a build says while it builds the runtime for an architecture the first time: one line on stderr, and
+    a bar over the steps on a terminal (progress.py)."""
+
+    def __init__(self, target: Target, where: Path, steps: int):
+        from tqdm import tqdm
+
+        tqdm.write(f"fluidml-xc: building the runtime for {target.name} once (C runtime, then musl libc and compiler-rt "
+                   f"by zig: up to a minute); cached in {where} and {zig_cache_dir()}", file=sys.stderr)
+        self._bar = progress_bar(total=steps, desc=f"runtime for {target.name}", unit="step")
+
+    def step(self, done: str, next_step: str = "") -> None:
+        self._bar.update(1)
+        self._bar.set_postfix_str(next_step or done)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+_HELLO = "int main(void) { return 0; }\n"
+
+
+def runtime_objects(target: Target) -> dict[str, Path]:
+    """The runtime's objects for the target's baseline CPU, compiled once into the cache (atomic, safe in
+    parallel); the first time, a program is linked too so zig builds and caches musl libc and compiler-rt."""
     root = cache_dir() / "runtime"
-    final = root / f"{target.name}-{cpu.replace('/', '_') or 'default'}-{_runtime_key(target, cpu)}"
+    final = root / f"{target.name}-{_runtime_key(target)}"
     names = LIBRARY_SOURCES + RUNNER_SOURCES
     objects = {name: final / (Path(name).stem + ".o") for name in names}
     if all(obj.is_file() for obj in objects.values()):
         return objects
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    notice = RuntimeNotice(target, final, len(names) + 1)
     try:
         src = data_dir("runtime_c")
         with ThreadPoolExecutor(max_workers=min(len(names), os.cpu_count() or 1)) as pool:
-            jobs = [pool.submit(_compile, target, cpu, src / name, [src], tmp / (Path(name).stem + ".o")) for name in names]
-            for job in jobs:
+            jobs = [(name, pool.submit(_compile, target, RUNTIME_CPU, src / name, [src], tmp / (Path(name).stem + ".o")))
+                    for name in names]
+            for name, job in jobs:
                 job.result()
+                notice.step(name, "musl libc and compiler-rt (zig)" if name == names[-1] else "")
+        (tmp / "hello.c").write_text(_HELLO)
+        _link(target, [tmp / "hello.c"], tmp / "hello", "building musl libc and compiler-rt")
+        notice.step("libc")
+        for extra in ("hello.c", "hello"):
+            (tmp / extra).unlink()
         try:
             os.rename(tmp, final)
         except OSError:
             if not all(obj.is_file() for obj in objects.values()):
                 raise
     finally:
+        notice.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return objects
 
 
-def _link(target: Target, cpu: str, inputs: Sequence[Path | str], out: Path, what: str) -> Path:
+def _link(target: Target, inputs: Sequence[Path | str], out: Path, what: str) -> Path:
     # --strip-debug: zig's cached musl objects carry the directories they were first built in
-    _zig("cc", [*_base_args(target, cpu), "-O2", "-static", *inputs, "-lm", "-Wl,--strip-debug", "-o", out], what)
+    _zig("cc", [*_base_args(target, RUNTIME_CPU), "-O2", "-static", *inputs, "-lm", "-Wl,--strip-debug", "-o", out], what)
     return out
 
 
-def link_artifact(target: Target, cpu: str, model_obj: Path, prof_obj: Path | None, glue_c: Path,
+def link_artifact(target: Target, model_obj: Path, prof_obj: Path | None, glue_c: Path,
                   include_dir: Path, out_dir: Path, api: CApi = CApi()) -> LinkResult:
     """Link `runner`, `runner_prof` (when prof_obj is given) and the library into out_dir: libmodel.a with the
     runtime inside, or for a named API libNAME.a (model + glue) and libfxc_runtime.a (the runtime, shared)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rt = runtime_objects(target, cpu)
+    rt = runtime_objects(target)
     library_objs = [rt[name] for name in LIBRARY_SOURCES]
     # outputs through a plain-named alias of out_dir (_plain_alias)
     with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp, _plain_alias(out_dir) as plain:
-        glue_o = _compile(target, cpu, Path(glue_c), [Path(include_dir)], Path(tmp) / (Path(glue_c).stem + ".o"))
+        glue_o = _compile(target, RUNTIME_CPU, Path(glue_c), [Path(include_dir)], Path(tmp) / (Path(glue_c).stem + ".o"))
         runner_o = rt["runner.c"]
         if api.name:  # the runner calls the glue by its fxc_ names: map them to this API's (fxc_runtime.h)
             src = data_dir("runtime_c")
-            runner_o = _compile(target, cpu, src / "runner.c", [src], Path(tmp) / "runner.o", [f"FXC_PREFIX={api.prefix}"])
+            runner_o = _compile(target, RUNTIME_CPU, src / "runner.c", [src], Path(tmp) / "runner.o",
+                                [f"FXC_PREFIX={api.prefix}"])
         library = plain / api.library
         library.unlink(missing_ok=True)
         archives = [(library, [model_obj, glue_o, *library_objs])]
@@ -224,7 +283,7 @@ def link_artifact(target: Target, cpu: str, model_obj: Path, prof_obj: Path | No
             jobs.append((_link, [runner_o, rt["prof.c"], glue_o, prof_obj, *library_objs],
                          plain / "runner_prof", "linking runner_prof"))
         with ThreadPoolExecutor(max_workers=len(jobs) + len(archives)) as pool:
-            futures = [pool.submit(fn, target, cpu, inputs, out, what) for fn, inputs, out, what in jobs]
+            futures = [pool.submit(fn, target, inputs, out, what) for fn, inputs, out, what in jobs]
             futures += [pool.submit(_zig, "ar", ["rcs", archive, *members], f"creating {archive.name}") for archive, members in archives]
             for future in futures:
                 future.result()

@@ -10,6 +10,7 @@ from typing import Callable
 import paramiko
 
 from ..errors import RemoteError
+from ..target.cpus import FEATURES, cpuinfo_flags, missing_on
 from .artifact import Artifact
 from .fit import BoardFacts, RunPlan, check_space, plan_run, probe
 from .progress import human_bytes
@@ -48,6 +49,8 @@ _SWITCH = r'''
 cd -- "$1" || exit 3
 ln -s -- "$2" "$3" && mv -T -- "$3" current
 '''
+
+_CPU_FLAGS = r'''grep -m 1 -i -E '^(flags|features)[[:space:]]*:' /proc/cpuinfo 2>/dev/null; exit 0'''
 
 _FREE = r'''df -Pk -- "$1" 2>/dev/null | { read -r header; read -r fs blocks used avail rest; echo "$avail"; }'''
 
@@ -97,6 +100,8 @@ def deploy(conn: Connection, artifact: Artifact, options: DeployOptions = Deploy
     base = conn.absolute(options.base_dir)
     facts = probe(conn, base, artifact.emulator)
     plan = plan_run(artifact, facts, conn.label)
+    if not plan.emulator:
+        check_cpu(conn, artifact)
     dirname = f"{artifact.name}-{artifact.digest[:16]}"
     final = posixpath.join(base, dirname)
     expected = {f.name: f.sha256 for f in artifact.files}
@@ -124,6 +129,25 @@ def deploy(conn: Connection, artifact: Artifact, options: DeployOptions = Deploy
             raise RemoteError(f"switching {base}/current to {dirname} on {conn.label} {result.failure()}")
     return Deployment(conn.label, base, final, artifact.digest, present, 0 if present else len(artifact.files),
                       uploaded, previous, plan, facts)
+
+
+def artifact_needs(artifact: Artifact) -> list:
+    """The CPU extensions the artifact's code needs (manifest `cpu_needs`; older manifests: none checked)."""
+    table = {f.name: f for f in FEATURES.get(artifact.target.name, ())}
+    return [table[name] for name in artifact.manifest.cpu_needs if name in table]
+
+
+def check_cpu(conn: Connection, artifact: Artifact) -> None:
+    """Refuse a board whose /proc/cpuinfo lacks an extension the artifact's code uses (its runner would refuse it)."""
+    needs = artifact_needs(artifact)
+    if not needs:
+        return
+    missing = missing_on(tuple(needs), cpuinfo_flags(conn.run(sh(_CPU_FLAGS)).out), artifact.target.name)
+    if missing:
+        built = artifact.manifest.cpu or artifact.board.cpu
+        raise RemoteError(f"{conn.label}'s CPU lacks {', '.join(f.name for f in missing)} (/proc/cpuinfo), which the "
+                          f"artifact's code uses (cpu {built}, board {artifact.board.name}); nothing uploaded: rebuild "
+                          f"for this board (`fluidml-xc boards detect --host ...` names it)")
 
 
 def _upload(conn: Connection, artifact: Artifact, tmp: str, base: str, progress: Progress | None) -> int:

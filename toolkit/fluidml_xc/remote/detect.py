@@ -1,12 +1,15 @@
-"""`fluidml-xc boards detect --host H`: probe a board over SSH and name the matching board file."""
+"""`fluidml-xc boards detect --host H`: probe a board over SSH and name the matching board file: its rules
+(machine, device-tree model, L4T release) and the CPU extensions its /proc/cpuinfo shows (flags on x86, Features on
+ARM) against what each board's code uses; and what is deployed in the base directory, with the space left there."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..target.boards import Board, boards
+from ..target.cpus import CpuFeature, cpuinfo_flags, missing_on, required_features
 from ..resources import data_dir
+from .progress import human_bytes
 from .shell import Shell, ascii_int, sh, shown
-from .ssh import SshOptions, connect
 
 _PROBE = r'''
 echo "@uname"; uname -s -r -m
@@ -15,6 +18,9 @@ echo "@model"; [ -r /proc/device-tree/model ] && tr -d '\000' < /proc/device-tre
 echo "@tegra"; [ -r /etc/nv_tegra_release ] && head -n 1 /etc/nv_tegra_release
 echo "@meminfo"; head -n 1 /proc/meminfo 2>/dev/null
 echo "@cpuinfo"; cat /proc/cpuinfo 2>/dev/null
+echo "@base"; b=$1; while [ -n "$b" ] && [ ! -d "$b" ] && [ "$b" != / ]; do b=$(dirname -- "$b"); done
+df -Pk -- "${b:-/}" 2>/dev/null | { read -r header; read -r fs blocks used avail rest; echo "$avail"; }
+echo "@current"; readlink -- "$1/current" 2>/dev/null
 exit 0
 '''
 
@@ -36,6 +42,11 @@ class BoardInfo:
     cpu: str
     cores: int
     memory_kb: int | None
+    flags: frozenset[str] = field(default_factory=frozenset)
+    """/proc/cpuinfo's flags (x86) or Features (ARM) of the first processor."""
+    base_free_kb: int | None = None
+    current: str = ""
+    """What `current` in the base directory points to (the deployed artifact), "" for none."""
 
 
 def parse_probe(text: str) -> BoardInfo:
@@ -67,7 +78,9 @@ def parse_probe(text: str) -> BoardInfo:
     return BoardInfo(kernel=shown(" ".join(uname[:2]), 120), machine=shown(uname[2], 80) if len(uname) > 2 else "unknown",
                      long_bit=ascii_int(bits), model=shown(first("model"), 120),
                      tegra_release=shown(first("tegra"), 120), cpu=shown(cpu or fields.get("model") or "unknown", 120),
-                     cores=cores, memory_kb=ascii_int(mem[1]) if len(mem) > 1 else None)
+                     cores=cores, memory_kb=ascii_int(mem[1]) if len(mem) > 1 else None,
+                     flags=cpuinfo_flags("\n".join(cpuinfo)), base_free_kb=ascii_int(first("base")),
+                     current=shown(first("current"), 120))
 
 
 def _matches(board: Board, info: BoardInfo) -> bool:
@@ -84,19 +97,57 @@ def _matches(board: Board, info: BoardInfo) -> bool:
     return True
 
 
-def match_boards(info: BoardInfo) -> list[Board]:
-    """Boards whose detect rules all hold, most specific first."""
+def board_needs(board: Board) -> tuple[CpuFeature, ...]:
+    """The CPU extensions every CPU running the board's code must have (its lowest cpu)."""
+    target = board.target
+    return required_features(target.name, target.zig_target, board.cpu, board.features)
+
+
+def lacks(board: Board, info: BoardInfo) -> list[CpuFeature]:
+    return missing_on(board_needs(board), info.flags, board.target.name)
+
+
+def candidates(info: BoardInfo) -> list[Board]:
+    """Boards whose detect rules all hold, most specific first; a board with code variants before the
+    single-level ones, and those widest first."""
     found = [b for b in boards().values() if not b.emulated and _matches(b, info)]
-    return sorted(found, key=lambda b: -len([k for k, v in b.detect.items() if v]))
+    return sorted(found, key=lambda b: (-len([k for k, v in b.detect.items() if v]), not b.cpu_variants,
+                                        -len(board_needs(b)), b.name))
 
 
-def detect(shell: Shell) -> tuple[BoardInfo, list[Board]]:
-    result = shell.run(sh(_PROBE))
+def match_boards(info: BoardInfo) -> list[Board]:
+    """Boards whose detect rules hold and whose code this CPU runs (its /proc/cpuinfo has every extension)."""
+    return [b for b in candidates(info) if not lacks(b, info)]
+
+
+def detect(shell: Shell, base_dir: str = "") -> tuple[BoardInfo, list[Board]]:
+    result = shell.run(sh(_PROBE, base_dir))
     info = parse_probe(result.out)
     return info, match_boards(info)
 
 
-def describe(where: str, info: BoardInfo, matches: list[Board]) -> str:
+def _level_line(info: BoardInfo, matches: list[Board]) -> str | None:
+    """For a board with code variants (x86_64): which of its levels this CPU runs, and the board for that level."""
+    best = matches[0]
+    levels = [b for b in matches[1:] if b.target == best.target and not b.cpu_variants and b.cpu in best.cpu_variants]
+    if not best.cpu_variants or not levels:
+        return None
+    top = levels[0]
+    return (f"level     {top.cpu}: --board {best.name} runs its {top.cpu} code here; --board {top.name} builds only "
+            f"that (smaller, faster to build, refuses lower CPUs)")
+
+
+def _misfits(info: BoardInfo, matches: list[Board]) -> list[str]:
+    """Boards the rules match whose code this CPU cannot run."""
+    lines = []
+    for board in candidates(info):
+        if board not in matches:
+            names = ", ".join(f.name for f in lacks(board, info))
+            lines.append(f"not       {board.name} ({board.cpu}): this CPU lacks {names}")
+    return lines
+
+
+def describe(where: str, info: BoardInfo, matches: list[Board], base_dir: str = "") -> str:
     memory = f"{info.memory_kb / 1048576:.1f} GB" if info.memory_kb else "-"
     bits = f" ({info.long_bit}-bit userland)" if info.long_bit else ""
     lines = [
@@ -112,17 +163,20 @@ def describe(where: str, info: BoardInfo, matches: list[Board]) -> str:
         boards_dir = data_dir("boards").name
         lines.append(f"board     {best.name} ({boards_dir}/{best.name}.toml): build with "
                      f"`fluidml-xc build --board {best.name} MODEL.onnx`")
+        level = _level_line(info, matches)
+        if level:
+            lines.append(level)
+    elif candidates(info):
+        lines.append("board     none fits: this CPU lacks extensions every matching board's code uses; build with a "
+                     "lower --cpu (`fluidml-xc build --help`)")
     else:
         targets = sorted({b.target.name for b in boards().values() if info.machine in b.target.uname_machines})
         hint = (f"its architecture is supported (target {', '.join(targets)}): add a boards/NAME.toml for it"
                 if targets else f"no target runs {info.machine}")
         lines.append(f"board     unknown: no board file matches machine {info.machine!r}"
                      + (f", model {info.model!r}" if info.model else "") + f"; {hint}")
+    lines += _misfits(info, matches)
+    if base_dir:
+        free = human_bytes(info.base_free_kb * 1024) if info.base_free_kb is not None else "unknown"
+        lines.append(f"base dir  {base_dir}: {free} free; deployed: {info.current or 'nothing'}")
     return "\n".join(lines)
-
-
-def detect_host(options: SshOptions) -> str:
-    """Connect with OPTIONS, probe the board and describe it (with the matching board file, if any)."""
-    with connect(options) as conn:
-        info, matches = detect(conn)
-    return describe(conn.label, info, matches)

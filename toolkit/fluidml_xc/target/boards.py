@@ -1,6 +1,7 @@
 """Targets (targets/*.toml: triple, cpu, toolchain, emulator) and boards (boards/*.toml)."""
 from __future__ import annotations
 
+import os
 import platform
 import tomllib
 from dataclasses import dataclass, field
@@ -49,6 +50,14 @@ class Board:
     ssh_port: int
     detect: dict = field(default_factory=dict, hash=False, compare=False)
     telemetry: dict = field(default_factory=dict, hash=False, compare=False)
+    cpu_variants: tuple[str, ...] = ()
+    """x86-64 levels the model is compiled for at once, the widest the CPU has chosen at init (`cpu` is the lowest)."""
+    ref: str = ""
+    """How a manifest names the board: its name, or the absolute path of a board file given by path."""
+
+
+BOARD_KEYS = frozenset({"name", "description", "target", "cpu", "features", "cpu_variants", "cores", "memory_mb",
+                        "emulated", "aliases", "ssh", "detect", "telemetry"})
 
 
 def _load_toml(path: Path) -> dict:
@@ -66,40 +75,92 @@ def targets() -> dict[str, Target]:
     return found
 
 
-@cache
-def boards() -> dict[str, Board]:
-    found = {}
+def _board(raw: dict, path: Path, ref: str) -> Board:
+    """A Board from one parsed board file; a missing or unknown key or target is an InputError naming the file."""
+    unknown = sorted(set(raw) - BOARD_KEYS)
+    if unknown or not isinstance(raw.get("name"), str) or not isinstance(raw.get("target"), str):
+        problem = f"unknown key {unknown[0]!r}" if unknown else "it needs `name` and `target` (strings)"
+        raise InputError(f"board file {path}: {problem}; keys: {', '.join(sorted(BOARD_KEYS))} (docs/BOARDS.md)")
     all_targets = targets()
-    for path in sorted(data_dir("boards").glob("*.toml")):
+    if raw["target"] not in all_targets:
+        raise InputError(f"board file {path}: unknown target {raw['target']!r}; valid targets: {', '.join(sorted(all_targets))}")
+    target = all_targets[raw["target"]]
+    ssh = raw.get("ssh", {})
+    try:
+        return Board(
+            name=raw["name"], description=str(raw.get("description", "")), target=target,
+            cpu=str(raw.get("cpu", target.cpu)), features=str(raw.get("features", target.features)),
+            cores=int(raw.get("cores", 0)), memory_mb=int(raw.get("memory_mb", 0)), emulated=bool(raw.get("emulated", False)),
+            aliases=tuple(map(str, raw.get("aliases", ()))), ssh_user=str(ssh.get("user", "")), ssh_port=int(ssh.get("port", 22)),
+            detect=dict(raw.get("detect", {})), telemetry=dict(raw.get("telemetry", {})),
+            cpu_variants=tuple(map(str, raw.get("cpu_variants", ()))), ref=ref)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"board file {path}: a value has the wrong type ({exc}); see docs/BOARDS.md") from None
+
+
+def user_board_dirs() -> tuple[Path, ...]:
+    """Where your own board files live: $FLUIDML_XC_BOARDS (directories separated by ':'), else
+    ~/.config/fluidml-xc/boards ($XDG_CONFIG_HOME)."""
+    if os.environ.get("FLUIDML_XC_BOARDS"):
+        return tuple(Path(d).expanduser() for d in os.environ["FLUIDML_XC_BOARDS"].split(os.pathsep) if d)
+    return (Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "fluidml-xc" / "boards",)
+
+
+def load_board_file(path: Path, ref: str | None = None) -> Board:
+    try:
         raw = _load_toml(path)
-        target = all_targets[raw["target"]]
-        ssh = raw.get("ssh", {})
-        found[raw["name"]] = Board(
-            name=raw["name"], description=raw.get("description", ""), target=target,
-            cpu=raw.get("cpu", target.cpu), features=raw.get("features", target.features),
-            cores=raw.get("cores", 0), memory_mb=raw.get("memory_mb", 0), emulated=raw.get("emulated", False),
-            aliases=tuple(raw.get("aliases", ())), ssh_user=ssh.get("user", ""), ssh_port=ssh.get("port", 22),
-            detect=raw.get("detect", {}), telemetry=raw.get("telemetry", {}))
+    except OSError as exc:
+        raise InputError(f"cannot read board file {path} ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"board file {path} is not valid TOML ({exc})") from None
+    return _board(raw, path, ref if ref is not None else str(raw.get("name", "")))
+
+
+@cache
+def _boards(user_dirs: tuple[Path, ...]) -> dict[str, Board]:
+    found = {}
+    for directory in (data_dir("boards"), *user_dirs):
+        for path in sorted(directory.glob("*.toml")) if directory.is_dir() else ():
+            board = load_board_file(path)
+            found[board.name] = board
     return found
+
+
+def boards() -> dict[str, Board]:
+    """The packaged boards (boards/*.toml), then your own (user_board_dirs(); a same name replaces a packaged one)."""
+    return _boards(user_board_dirs())
 
 
 def default_board_name() -> str:
     machine = platform.machine().lower()
     for board in boards().values():
-        if not board.emulated and machine in board.target.uname_machines and board.cpu == "native":
+        if not board.emulated and machine in board.target.uname_machines and board.cpu_variants:
             return board.name
     return "x86_64"
 
 
+def is_board_path(name: str) -> bool:
+    return name.endswith(".toml") or "/" in name or os.sep in name
+
+
 def get_board(name: str | None) -> Board:
+    """A board by name or alias, or a board file by path (`--board ./myboard.toml`: its manifest records the
+    absolute path, so deploy and verify find it again)."""
     name = name or default_board_name()
+    if is_board_path(name):
+        path = Path(name).expanduser().resolve()
+        if not path.is_file():
+            raise InputError(f"board file {name} does not exist; give a board name (see `fluidml-xc boards`) or a path to "
+                             f"a board .toml")
+        return load_board_file(path, str(path))
     all_boards = boards()
     if name in all_boards:
         return all_boards[name]
     for board in all_boards.values():
         if name in board.aliases:
             return board
-    raise InputError(f"unknown board {name!r}; valid boards: {', '.join(sorted(all_boards))} (see `fluidml-xc boards`)")
+    raise InputError(f"unknown board {name!r}; valid boards: {', '.join(sorted(all_boards))} (see `fluidml-xc boards`, "
+                     f"or give a board file's path)")
 
 
 def get_target(name: str) -> Target:

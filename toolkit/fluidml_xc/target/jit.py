@@ -9,6 +9,7 @@ from functools import cache
 import llvmlite.binding as llvm
 
 from .machine import MachineSpec, _initialize, optimized_module
+from ..errors import FxcError
 
 
 @cache
@@ -49,8 +50,29 @@ def jit_engine(llvm_ir: str, spec: MachineSpec, like_object: bool = False) -> ll
 
 
 def host_can_run(triple: str, cpu: str) -> bool:
-    """Code for `triple` and `cpu` runs on this machine (same architecture; this cpu, native or generic)."""
+    """Code for `triple` and `cpu` runs on this machine: same architecture, and this cpu, native, generic, or a cpu
+    whose extensions this one has (x86-64-v3 on a Zen 3)."""
     arch = triple.split("-")[0]
     host = platform.machine().lower()
     same_arch = arch == host or (arch == "x86_64" and host in ("amd64", "x86_64")) or (arch == "aarch64" and host == "arm64")
-    return same_arch and cpu in (llvm.get_host_cpu_name(), "native", "generic")
+    if not same_arch:
+        return False
+    if cpu in (llvm.get_host_cpu_name(), "native", "generic"):
+        return True
+    return _host_has(arch, cpu)
+
+
+@cache
+def _host_has(arch: str, cpu: str) -> bool:
+    from .boards import targets
+    from .cpus import required_features
+
+    target = next((t for t in targets().values() if t.triple.split("-")[0] == arch), None)
+    if target is None:
+        return False
+    try:
+        needs = required_features(target.name, target.zig_target, cpu)
+        have = required_features(target.name, target.zig_target, "native")
+    except FxcError:
+        return False
+    return set(needs) <= set(have)

@@ -1,14 +1,18 @@
 """llvmlite target machines and object emission for every board's triple."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, replace
 from functools import cache
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from .boards import Board
-from ..errors import ToolchainError
+from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features
+from ..errors import InputError, ToolchainError
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,8 @@ class MachineSpec:
     """Vector registers the float GEMM register tile keeps accumulators in (the target file's `accumulators`)."""
     conv_accumulators: int = 12
     """The same for the Conv tiles (`conv_accumulators`)."""
+    variant: str = ""
+    """Suffix of the entry points when the model is built for several CPUs at once (`_x86_64_v3`; "" otherwise)."""
 
 
 @cache
@@ -31,19 +37,96 @@ def _initialize() -> None:
     llvm.initialize_all_asmprinters()
 
 
-def machine_spec(board: Board) -> MachineSpec:
-    """Resolve the board's cpu ("native" = this machine) into a concrete LLVM cpu and feature string."""
+def _vector_bits(board: Board, cpu: str, features: str) -> int:
+    """The widest vector registers the code may use: x86 from what cpu + features imply, else the target's."""
+    target = board.target
+    if target.name != "x86_64":
+        return target.vector_bits
+    if cpu == "native":
+        flags = set(features.split(","))
+        return 512 if "+avx512f" in flags else 256 if flags & {"+avx2", "+avx"} else 128
+    macros = compiler_macros(target.zig_target, cpu, features)
+    return 512 if "__AVX512F__" in macros else 256 if "__AVX__" in macros else 128
+
+
+def _here_level(board: Board) -> str:
+    """Of a board's cpu_variants, the widest this machine runs (the widest when it is another architecture)."""
+    from .jit import host_can_run
+
+    levels = sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))
+    if not host_can_run(board.target.triple, "generic"):
+        return levels[0]
+    return next((level for level in levels if host_can_run(board.target.triple, level)), board.cpu)
+
+
+def machine_spec(board: Board, cpu: str | None = None, features: str | None = None) -> MachineSpec:
+    """Resolve the board's cpu, or `cpu` (--cpu; "native" = this machine), and its features plus `features`
+    (--features) into a concrete LLVM cpu and feature string; an unknown name is an InputError. A board with
+    cpu_variants gives the widest variant this machine runs: what the JIT, the measurer and analyses compile for
+    (a build emits every variant: machine_specs)."""
     _initialize()
     target = board.target
-    cpu, features = board.cpu, board.features
+    cpu = cpu or (_here_level(board) if board.cpu_variants and not features else board.cpu)
+    extra = parse_features(features)
+    features = ",".join(f for f in ((board.features if cpu == board.cpu else ""), extra) if f)
     if cpu == "native":
-        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    vector_bits = target.vector_bits
-    if target.name == "x86_64":
-        flags = set(features.split(","))
-        vector_bits = 512 if "+avx512f" in flags else 256 if flags & {"+avx2", "+avx"} else 128
-    return MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment,
+        from .jit import host_can_run
+
+        if not host_can_run(target.triple, "native"):
+            raise InputError(f"--cpu native means this machine's CPU, which cannot run {target.name} code: "
+                             f"name the board's CPU (e.g. --cpu {board.cpu})")
+        cpu, host = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        features = ",".join(f for f in (host, extra) if f)
+        vector_bits = _vector_bits(board, "native", features)
+    else:
+        vector_bits = _vector_bits(board, cpu, features)
+        features = explicit_features(target.name, target.zig_target, cpu, features)
+    spec = MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment,
                        target.accumulators, target.conv_accumulators)
+    check_accepted(spec)
+    return spec
+
+
+def machine_specs(board: Board, cpu: str | None = None, features: str | None = None) -> list[MachineSpec]:
+    """The code variants a build emits, widest first: one per x86-64 level of the board's `cpu_variants` (the
+    x86_64 board: v4, v3, v2, chosen at init from cpuid), or the one spec --cpu/--features or the board name."""
+    if cpu or features or not board.cpu_variants:
+        return [machine_spec(board, cpu, features)]
+    return [replace(machine_spec(board, level, ""), variant="_" + level.replace("-", "_"))
+            for level in sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))]
+
+
+_PROBE_IR = """target triple = "{triple}"
+define <4 x float> @probe(<4 x float> %a, <4 x float> %b) {{
+  %c = fmul <4 x float> %a, %b
+  ret <4 x float> %c
+}}
+"""
+
+
+@cache
+def check_accepted(spec: MachineSpec) -> None:
+    """Compile a probe function for the spec with LLVM's stderr captured: a cpu or feature LLVM does not know
+    (it warns "is not a recognized ...", three times per build, and ignores it) is an InputError."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as err:
+        os.dup2(err.fileno(), 2)
+        try:
+            tm = llvm.Target.from_triple(spec.triple).create_target_machine(cpu=spec.cpu, features=spec.features,
+                                                                            opt=0, reloc="pic")
+            tm.emit_object(llvm.parse_assembly(_PROBE_IR.format(triple=spec.triple)))
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        captured = err.read().decode(errors="replace").splitlines()
+    warning = [line for line in captured if "is not a recognized" in line]
+    others = [line for line in captured if line not in warning]
+    if others:
+        print("\n".join(others), file=sys.stderr)
+    if warning:
+        raise InputError(f"LLVM {llvm_version()} rejects the CPU settings for {spec.triple} (cpu {spec.cpu!r}, features "
+                         f"{spec.features!r}): {warning[0]}; spell CPU and features as LLVM does (e.g. fullfp16, not fp16)")
 
 
 @cache
@@ -61,8 +144,9 @@ def data_layout(spec: MachineSpec) -> str:
 
 
 def optimized_module(llvm_ir: str, tm):
-    """Parse, verify and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
-    module = llvm.parse_assembly(llvm_ir)
+    """Parse (into a context of its own: build.compile_graph compiles code variants on several threads), verify
+    and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
+    module = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
     module.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True

@@ -284,12 +284,6 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape) or "scalar"
 
 
-def _inputs_behind(model: onnx.ModelProto | None, name: str, tensors: dict) -> list[str]:
-    """The graph inputs (fed at run time) a top-level tensor is computed from (frontend/unsupported.py asks too)."""
-    from .bind_hints import inputs_behind
-    return inputs_behind(model, name)
-
-
 def _bind_hint(folder, cond: str, tensors: dict, builds: dict[bool, bool] | None = None) -> str:
     from .bind_hints import bind_hint
     return bind_hint(getattr(folder, "model", None), cond, tensors, builds)

@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..frontend.binding import resolve
 from ..frontend.input_shapes import dims_text, resolve_shapes
 from ..pipeline import bind_inputs
+from ..reference import ORT_STATUS
 from .constant_ifs import fold_constant_ifs
 
 
@@ -79,7 +80,7 @@ def clean(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     line = re.sub(r"^[\w.]*(Error|Exception|Fail)\w*: ", "", line)
-    line = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    line = ORT_STATUS.sub("", line)
     line = re.sub(r"Load model from \S+ failed:\s*", "", line)
     return re.sub(re.escape(tempfile.gettempdir().rstrip("/")) + r"/\S+", "(temporary file)", line)
 

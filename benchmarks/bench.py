@@ -80,22 +80,21 @@ def model_cases(paths: list[str], light: bool) -> list[tuple[str, Path, dict]]:
     from fluidml_xc.examples import EXAMPLES, example_feeds
     cases = []
     tmp = Path(tempfile.mkdtemp(prefix="fxc-bench-"))
+
+    def example(name: str) -> tuple[str, Path, dict]:
+        model = EXAMPLES[name]()
+        path = tmp / f"{name}.onnx"
+        onnx.save(model, str(path))
+        return name, path, example_feeds(model)
     if not paths:
-        for name in sorted(EXAMPLES):
-            model = EXAMPLES[name]()
-            path = tmp / f"{name}.onnx"
-            onnx.save(model, str(path))
-            cases.append((name, path, example_feeds(model)))
+        cases += [example(name) for name in sorted(EXAMPLES)]
+    zoo = {m.stem: m for m in light_models()} if paths else {}
     for pattern in paths:
         if pattern in EXAMPLES and not Path(pattern).exists():
-            model = EXAMPLES[pattern]()
-            path = tmp / f"{pattern}.onnx"
-            onnx.save(model, str(path))
-            cases.append((pattern, path, example_feeds(model)))
+            cases.append(example(pattern))
             continue
         for p in sorted(glob.glob(pattern)) or [pattern]:
             path = Path(p)
-            zoo = {m.stem: m for m in light_models()}
             if not path.exists() and path.stem in zoo:  # a light model by name: light_resnet50[.onnx]
                 path = zoo[path.stem]
             npz = path.with_name(path.stem + ".inputs.npz")

@@ -66,12 +66,12 @@ def check_json_out(path: str | Path | None) -> None:
     """Refuse a --json-out FILE that cannot be written, before any work is done."""
     if path is None:
         return
-    path = Path(path)
-    if str(path) in ("", "-"):
+    if str(path) in ("", "-"):  # before Path(), which reads "" as "."
         raise InputError("--json-out needs a file name (for stdout, pass --json)")
+    path = Path(path)
     if path.is_dir():
         raise InputError(f"--json-out {path} is a directory: give a file name such as {path / 'result.json'}")
-    if str(path.parent) and not path.parent.is_dir():
+    if not path.parent.is_dir():
         raise InputError(f"--json-out {path}: the directory {path.parent} does not exist: create it first")
 
 

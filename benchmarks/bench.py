@@ -44,6 +44,7 @@ import onnx  # noqa: E402
 from fluidml_xc.reference import median_latency_ms  # noqa: E402
 
 from fluidml_xc.progress import track  # noqa: E402
+from example_models import light_model  # noqa: E402
 
 MODES = ("plain", "greedy", "fluid")
 
@@ -71,33 +72,29 @@ print(json.dumps({"before": before, "after": after, "before_rss": before_rss, "a
 
 
 def light_models() -> list[Path]:
-    import onnx.backend.test as bt
-    root = Path(bt.__file__).parent / "data" / "light"
-    return sorted(root.glob("*.onnx"))
+    return sorted(light_model("*").parent.glob("*.onnx"))
 
 
 def model_cases(paths: list[str], light: bool) -> list[tuple[str, Path, dict]]:
     from fluidml_xc.examples import EXAMPLES, example_feeds
     cases = []
     tmp = Path(tempfile.mkdtemp(prefix="fxc-bench-"))
+
+    def example(name: str) -> tuple[str, Path, dict]:
+        model = EXAMPLES[name]()
+        path = tmp / f"{name}.onnx"
+        onnx.save(model, str(path))
+        return name, path, example_feeds(model)
     if not paths:
-        for name in sorted(EXAMPLES):
-            model = EXAMPLES[name]()
-            path = tmp / f"{name}.onnx"
-            onnx.save(model, str(path))
-            cases.append((name, path, example_feeds(model)))
+        cases += [example(name) for name in sorted(EXAMPLES)]
     for pattern in paths:
         if pattern in EXAMPLES and not Path(pattern).exists():
-            model = EXAMPLES[pattern]()
-            path = tmp / f"{pattern}.onnx"
-            onnx.save(model, str(path))
-            cases.append((pattern, path, example_feeds(model)))
+            cases.append(example(pattern))
             continue
         for p in sorted(glob.glob(pattern)) or [pattern]:
             path = Path(p)
-            zoo = {m.stem: m for m in light_models()}
-            if not path.exists() and path.stem in zoo:  # a light model by name: light_resnet50[.onnx]
-                path = zoo[path.stem]
+            if not path.exists() and light_model(path.stem).is_file():  # a light model by name: light_resnet50[.onnx]
+                path = light_model(path.stem)
             npz = path.with_name(path.stem + ".inputs.npz")
             feeds = dict(np.load(npz)) if npz.is_file() else example_feeds(onnx.load(str(path), load_external_data=False))
             cases.append((path.stem, path, feeds))

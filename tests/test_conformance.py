@@ -135,7 +135,7 @@ def test_suite_values_read_as_declared(tmp_path):
     (tmp_path / "t.pb").write_bytes(numpy_helper.from_array(items[1]).SerializeToString())
     seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
     got = _read_value(tmp_path / "seq.pb", seq)
-    assert isinstance(got, list) and all(np.array_equal(a, b) for a, b in zip(got, items))
+    assert isinstance(got, list) and len(got) == len(items) and all(np.array_equal(a, b) for a, b in zip(got, items))
     assert np.array_equal(_read_value(tmp_path / "t.pb", helper.make_tensor_type_proto(TensorProto.FLOAT, [2, 2])), items[1])
 
 

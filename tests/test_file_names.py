@@ -4,7 +4,6 @@ ar), run (natively, under qemu-aarch64) and deploy over SSH, with outputs equal 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from modelrun import has_emulator
+from test_cli_errors import cli
 
 NASTY = "-a b'c\"d$HOME\\f\ng%s%n ü€;*?[x]"
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,6 @@ def ort_y(model: onnx.ModelProto) -> np.ndarray:
     import onnxruntime as ort
 
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_cli_build_run_verify_with_a_nasty_model_name(tmp_path):

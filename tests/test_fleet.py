@@ -102,6 +102,15 @@ def test_inventory_deploy_then_profile_two_live_one_dead(fleet):
         assert (installed / "runner").is_file() and os.access(installed / "runner", os.X_OK)
         assert f"== {name} (qemu-aarch64, 127.0.0.1:{fleet['servers'][name].port}): ok" in proc.stdout
     assert f"== {DEAD} (rpi4, " in proc.stdout and "FAILED" in proc.stdout
+    # again with --json: the hosts' facts alone on stdout (all deployed already), the same in --json-out FILE
+    proc = cli("deploy", str(fleet["model"]), "--inventory", str(work / "hosts.ini"), "--connect-timeout", "60",
+               "--json", "--json-out", "deployed.json", cwd=work)
+    assert DEAD in error_line(proc)
+    data = json.loads(proc.stdout)
+    assert data == json.loads((work / "deployed.json").read_text()) and set(data["hosts"]) == {*LIVE, DEAD}
+    for name in LIVE:
+        assert data["hosts"][name]["ok"] and data["hosts"][name]["deploy"]["already_present"], data["hosts"][name]
+    assert not data["hosts"][DEAD]["ok"] and data["hosts"][DEAD]["deploy"] is None
 
     # profile the artifact directory (reused for its board, the rpi4 build found up to date), JSON on stdout
     artifact = work / "build" / "tiny-qemu-aarch64"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from modelrun import build
+from test_cli_errors import cli
 
 C_DIR = Path(__file__).parent / "c"
 X = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
@@ -102,13 +102,11 @@ def test_run_and_verify_output_twice(tmp_path):
     model_path = tmp_path / "dup.onnx"
     onnx.save(CASES["output_twice"], str(model_path))
     np.savez(tmp_path / "feeds.npz", x=X)
-    toolkit = str(Path(__file__).parents[1] / "toolkit")
-    cli = [sys.executable, "-c", f"import sys; sys.path.insert(0, {toolkit!r}); from fluidml_xc.cli import main; sys.exit(main())"]
     out = tmp_path / "art"
     for args in (["build", str(model_path), "-o", str(out)],
                  ["run", str(out), "--inputs", str(tmp_path / "feeds.npz"), "--outputs", str(tmp_path / "o.npz")],
                  ["verify", str(out), "--inputs", str(tmp_path / "feeds.npz")]):
-        proc = subprocess.run(cli + args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        proc = cli(*args, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout and "FAIL" not in proc.stdout
     saved = np.load(tmp_path / "o.npz")

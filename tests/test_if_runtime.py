@@ -96,6 +96,18 @@ def test_if_on_runtime_sample_rate_matches_ort(board, tmp_path):
     assert not np.allclose(results[16000], results[8000])  # the condition really selects
 
 
+def test_an_if_that_expands_evaluates_no_bind_hint(monkeypatch):
+    """The --bind suggestion runs onnx.reference on the condition: only for a refused If, never on the way to a build."""
+    from fluidml_xc.frontend import bind_hints
+    from fluidml_xc.frontend.importer import FrontendOptions, import_model
+
+    def no_hint(*args, **kwargs):
+        raise AssertionError("a hint was computed for an If that expands")
+    monkeypatch.setattr(bind_hints, "bind_hint", no_hint)
+    graph = import_model(speech_model(), FrontendOptions(input_shapes={"audio": (2, 400)}))
+    assert "Where" in {n.op_type for n in graph.nodes}
+
+
 def test_if_branch_shapes_differ_names_the_input_to_bind(tmp_path):
     path = tmp_path / "speech.onnx"
     model = speech_model(else_length=300)

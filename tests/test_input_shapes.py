@@ -113,6 +113,18 @@ def test_dynamic_shape_error_shows_the_declared_names_and_inspect_shows_them(tmp
     assert "input  [batch, sequence, 80] -> 2x7x80 float32" in shown.stdout
 
 
+def test_inspect_a_model_without_inputs(tmp_path):
+    const = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(2, 2) - 1.5)
+    model = _model([helper.make_node("Constant", [], ["c"], value=const), helper.make_node("Relu", ["c"], ["y"])], [],
+                   [helper.make_tensor_value_info("y", TP.FLOAT, [2, 2])])
+    ok = cli("build", _save(model, tmp_path / "const.onnx"), "-o", "out", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    shown = cli("inspect", "out", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "inputs: none" in shown.stdout
+    np.testing.assert_array_equal(run(tmp_path / "out", {})["y"], _ort(model, {})[0])
+
+
 @pytest.mark.parametrize("text, expected", [
     ("x=1x3x48x16..1024", "a dimension given a range (16..1024) is not supported"),
     ("x=2,5", "separate the sizes with 'x': x=2x5"),

@@ -121,6 +121,9 @@ def test_json_out_writes_the_file_and_keeps_the_table(work, capsys, monkeypatch)
     assert code == 0 and json.loads(out) == json.loads((work / "p.json").read_text())
     line = error(capsys, monkeypatch, work, "inspect", BUILD, "--json-out", "nowhere/i.json")
     assert "the directory nowhere does not exist" in line and not (work / "nowhere").exists()
+    for name in ("", "-"):
+        assert "--json-out needs a file name (for stdout, pass --json)" in error(capsys, monkeypatch, work, "inspect", BUILD,
+                                                                                 "--json-out", name)
 
 
 def test_profile_json_file_of_old_gives_the_new_spelling(work, capsys, monkeypatch):

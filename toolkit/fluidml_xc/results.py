@@ -6,14 +6,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 from .errors import InputError
+from .tempfiles import write_text_atomic
 
 JSON_HELP = "print the result as JSON on stdout and nothing else there (tables, progress and warnings: stderr)"
 JSON_OUT_HELP = "also write the result as JSON to FILE"
@@ -67,12 +66,12 @@ def check_json_out(path: str | Path | None) -> None:
     """Refuse a --json-out FILE that cannot be written, before any work is done."""
     if path is None:
         return
-    path = Path(path)
-    if str(path) in ("", "-"):
+    if str(path) in ("", "-"):  # before Path(), which reads "" as "."
         raise InputError("--json-out needs a file name (for stdout, pass --json)")
+    path = Path(path)
     if path.is_dir():
         raise InputError(f"--json-out {path} is a directory: give a file name such as {path / 'result.json'}")
-    if str(path.parent) and not path.parent.is_dir():
+    if not path.parent.is_dir():
         raise InputError(f"--json-out {path}: the directory {path.parent} does not exist: create it first")
 
 
@@ -80,20 +79,7 @@ def write_json(path: str | Path, data: object) -> Path:
     """DATA as indented JSON in PATH, written to a temporary file renamed over PATH (never half-written)."""
     path = Path(path)
     check_json_out(path)
-    text = json.dumps(data, indent=2) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent) or ".")
-    except OSError as exc:
-        raise InputError(f"cannot write {str(path)!r} ({exc.strerror or exc}): choose another --json-out FILE") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, json.dumps(data, indent=2) + "\n", "--json-out")
 
 
 def emit(data: object, as_json: bool, json_out: str | Path | None, text: Callable[[], str] | None = None) -> None:

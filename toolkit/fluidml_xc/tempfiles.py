@@ -107,3 +107,24 @@ def sweep_system_tmp(kinds: tuple[str, ...] = ("link", "run")) -> list[Path]:
         if _stale(entry, int(m.group(2)) if m.group(2) else None) and _remove(entry):
             removed.append(entry)
     return removed
+
+
+def write_text_atomic(path: Path, text: str, flag: str) -> Path:
+    """TEXT in PATH through a temporary file beside it renamed over PATH (a failure leaves PATH as it was);
+    InputError naming FLAG (the option that chose PATH) when no file can be created there."""
+    from .errors import InputError
+
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent) or ".")
+    except OSError as exc:
+        raise InputError(f"cannot write {str(path)!r} ({exc.strerror or exc}): choose another {flag} FILE") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -140,6 +140,9 @@ def main(args) -> int:
 
 def _print_inputs(manifest: Manifest) -> None:
     """Each input's declared shape (with the model's dimension names) beside the shape it was built for."""
+    if not manifest.inputs and not manifest.bound:
+        print("\ninputs: none (the model computes its outputs from constants)")
+        return
     print("\ninputs: declared by the model -> built")
     width = max([len(e.name) for e in manifest.inputs] + [len(n) for n in manifest.bound])
     for entry in manifest.inputs:

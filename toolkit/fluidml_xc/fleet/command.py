@@ -99,7 +99,7 @@ def _deploy(request: FleetRequest, job: FleetDeploy, hosts, artifacts, default, 
             f"uploaded {d['uploaded_files']} files ({d['uploaded_bytes']:,} B), sha256 verified on the board"
         return (f"deployed  {posixpath.basename(d['remote_dir'])} to {o.where}\ncurrent   {d['current']} -> "
                 f"{posixpath.basename(d['remote_dir'])}\n{'':10}{what}")
-    print_results(results, body)
+    _report(results, job, "deploy", lambda o: o.deployed, body)
     return results
 
 

@@ -41,17 +41,20 @@ def inputs_behind(model: onnx.ModelProto | None, name: str) -> list[str]:
     return [] if model is None else _cone(model, name)[1]
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+def _constants(model: onnx.ModelProto, names: set[str]) -> dict[str, np.ndarray]:
+    """The values of the initializers and Constant outputs among `names` (the others' weights stay unread)."""
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.name in names}
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.output:
+        if node.op_type == "Constant" and node.output and node.output[0] in names:
             for attr in node.attribute:
                 if attr.name == "value":
                     values[node.output[0]] = numpy_helper.to_array(attr.t)
     return values
 
 
-def _candidates(nodes: list[onnx.NodeProto], constants: dict[str, np.ndarray]) -> list[float]:
+def _candidates(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> list[float]:
+    """The constants the comparisons among `nodes` compare with, each with the offsets COMPARISONS tries."""
+    constants = _constants(model, {n for node in nodes if node.op_type in COMPARISONS for n in node.input})
     found: list[float] = []
     for node in nodes:
         offsets = COMPARISONS.get(node.op_type)
@@ -85,7 +88,7 @@ def constant_condition(model: onnx.ModelProto, cond: str) -> bool | None:
     if behind:
         return None
     if not nodes:
-        value = _constants(model).get(cond)
+        value = _constants(model, {cond}).get(cond)
         return bool(np.ravel(value)[0]) if value is not None and value.size == 1 else None
     return _condition(model, nodes, cond, {})
 
@@ -97,7 +100,7 @@ def guess_value(model: onnx.ModelProto, cond: str, name: str, tensor, builds: di
         return None
     nodes, _ = _cone(model, cond)
     dtype = np.dtype(tensor.dtype)
-    for value in _candidates(nodes, _constants(model)):
+    for value in _candidates(model, nodes):
         try:
             array = np.full(tensor.shape, value, dtype=dtype)
         except (OverflowError, ValueError):

@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup
 from .domains import Opsets
-from .input_shapes import parse_input_shape, resolve_shapes, suggestions  # noqa: F401 (parse_input_shape: re-exported)
+from .input_shapes import resolve_shapes, suggestions
 from .names import rename_repeated, unique_names
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
 

@@ -41,7 +41,9 @@ def _tensor_counts(tensor: onnx.TensorProto) -> str | None:
         values = numpy_helper.to_array(tensor)
     except Exception:  # a malformed tensor is frontend/validate.py's to report, with its own message
         return None
-    return _counts(values.astype(np.float64)) if values.size else None
+    if values.dtype.kind == "f" and np.isfinite(values).all():  # the usual case: no float64 copy of the weights
+        return None
+    return _counts(values) if values.size else None
 
 
 def _attribute_counts(attr: AttributeProto) -> str | None:

@@ -284,12 +284,6 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape) or "scalar"
 
 
-def _inputs_behind(model: onnx.ModelProto | None, name: str, tensors: dict) -> list[str]:
-    """The graph inputs (fed at run time) a top-level tensor is computed from (frontend/unsupported.py asks too)."""
-    from .bind_hints import inputs_behind
-    return inputs_behind(model, name)
-
-
 def _bind_hint(folder, cond: str, tensors: dict, builds: dict[bool, bool] | None = None) -> str:
     from .bind_hints import bind_hint
     return bind_hint(getattr(folder, "model", None), cond, tensors, builds)
@@ -369,9 +363,10 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
     behind = inputs_behind(getattr(folder, "model", None), node.input[0])
     source = f" (from input {', '.join(map(repr, behind))})" if behind else ""
     where = f"If node {node_name!r}: its condition {node.input[0]!r}{source} is computed at run time"
-    hint = _bind_hint(folder, node.input[0], tensors)
+    def hint() -> str:  # only when refusing: it evaluates the condition with onnx.reference
+        return _bind_hint(folder, node.input[0], tensors)
     if opset < 9 or cond.size != 1:
-        raise InputError(f"{where} and holds {cond.size} values (one is needed): {hint}")
+        raise InputError(f"{where} and holds {cond.size} values (one is needed): {hint()}")
     then_outs = bld.instantiate(then_g, "then", {})
     else_outs = bld.instantiate(else_g, "else", {})
     try:
@@ -386,18 +381,18 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
     risky = _run_time_index(kept, shapes)
     if risky is not None:
         raise InputError(f"{where} and a branch indexes memory with run-time values ({risky.op_type} node "
-                         f"{risky.name!r}), so the branch not taken cannot be computed safely: {hint}")
+                         f"{risky.name!r}), so the branch not taken cannot be computed safely: {hint()}")
     for a, b, out in zip(then_outs, else_outs, node.output):
         if not out:
             continue
         ta, tb = shapes[a], shapes[b]
         if a in dynamic or b in dynamic:
-            raise InputError(f"{where} and output {out!r} has a data-dependent shape ({dynamic.get(a) or dynamic.get(b)}): {hint}")
+            raise InputError(f"{where} and output {out!r} has a data-dependent shape ({dynamic.get(a) or dynamic.get(b)}): {hint()}")
         if (np.dtype(ta.dtype), tuple(ta.shape)) != (np.dtype(tb.dtype), tuple(tb.shape)):
             raise InputError(f"{where} and its branches give output {out!r} different shapes (then {_shape_text(ta.shape)} "
-                             f"{np.dtype(ta.dtype).name}, else {_shape_text(tb.shape)} {np.dtype(tb.dtype).name}): {hint}")
+                             f"{np.dtype(ta.dtype).name}, else {_shape_text(tb.shape)} {np.dtype(tb.dtype).name}): {hint()}")
         if len(ta.shape) < len(cond.shape):
-            raise InputError(f"{where} and output {out!r} has a lower rank than the condition: {hint}")
+            raise InputError(f"{where} and output {out!r} has a lower rank than the condition: {hint()}")
         bld.add("Where", [node.input[0], a, b], [out])
     return bld.nodes
 

@@ -105,12 +105,12 @@ def _top_node(model: onnx.ModelProto, label: str) -> onnx.NodeProto | None:
 
 
 def _graph_inputs_behind(model: onnx.ModelProto, name: str, label: str) -> list[str]:
-    from .subgraphs import _inputs_behind
+    from .bind_hints import inputs_behind
 
-    found = _inputs_behind(model, name, {})
+    found = inputs_behind(model, name)
     top = _top_node(model, label) if not found and "/" in label else None
     if top is not None:
-        found = sorted({s for n in top.input for s in _inputs_behind(model, n, {})})
+        found = sorted({s for n in top.input for s in inputs_behind(model, n)})
     return found
 
 
@@ -124,7 +124,8 @@ def unsupported_message(missing: list[tuple[str, str]]) -> str:
     return f"unsupported ops: {listed}; see docs/SUPPORTED_OPS.md, or replace them before export"
 
 
-def _label(node: onnx.NodeProto) -> str:
+def _label(node) -> str:
+    """`Op`, or `domain.Op` outside the default domain (an onnx NodeProto or an ir.Node)."""
     return node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
 
 
@@ -176,8 +177,7 @@ class Missing:
     def check(self, kept: list) -> None:
         """After the import: every op met without a lowering, with the imported nodes that lack one, in one line."""
         if self.ops:
-            also = [(n.op_type if is_onnx_domain(n.domain) else f"{n.domain}.{n.op_type}", n.name) for n in kept
-                    if lookup(n.op_type, self.opsets.version(n.domain), n.domain) is None]
+            also = [(_label(n), n.name) for n in kept if lookup(n.op_type, self.opsets.version(n.domain), n.domain) is None]
             raise InputError(unsupported_message(self.ops + also))
 
 
@@ -185,7 +185,7 @@ def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
     """The message for an output of `node` whose shape stays unknown with every input shape static; it starts
     with "the shape of 'NAME' (" (backend.FxcBackendRep reads NAME to bind the inputs it needs)."""
     label = node.name or node.op_type
-    op = node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
+    op = _label(node)
     if lookup(node.op_type, folder.opsets.version(node.domain), node.domain) is None and node.op_type not in SHAPE_INPUTS:
         return f"the shape of {output!r} ({op} node {label!r}) is unknown: {unsupported_message([(op, label)])}"
     positions = SHAPE_INPUTS.get(node.op_type, tuple(range(len(node.input))))

@@ -7,19 +7,16 @@ import onnx
 from onnx import helper
 
 from ..frontend.bind_hints import constant_condition
+from ..frontend.domains import Opsets
 from ..frontend.subgraphs import taken_branch
 from ..ir import is_onnx_domain
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    return next((e.version for e in model.opset_import if is_onnx_domain(e.domain)), 1)
 
 
 def _inline(model: onnx.ModelProto, index: int, node: onnx.NodeProto, taken: bool) -> None:
     """Node `index` (an If) replaced by the nodes of its branch taken; the branch's initializers become the model's."""
     branch = next(helper.get_attribute_value(a) for a in node.attribute
                   if a.name == ("then_branch" if taken else "else_branch"))
-    nodes = taken_branch(node, node.name or f"If_{index}", _opset(model), taken)
+    nodes = taken_branch(node, node.name or f"If_{index}", Opsets.of_model(model).default, taken)
     n_inits = len(branch.initializer)
     for constant in nodes[:n_inits]:
         init = onnx.TensorProto()

@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..frontend.binding import resolve
 from ..frontend.input_shapes import dims_text, resolve_shapes
 from ..pipeline import bind_inputs
+from ..reference import ORT_STATUS
 from .constant_ifs import fold_constant_ifs
 
 
@@ -34,7 +35,7 @@ def _fix_dims(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> 
         if vi.name not in shapes or not vi.type.HasField("tensor_type"):
             continue
         shape = vi.type.tensor_type.shape
-        if len(shape.dim) != len(shapes[vi.name]) and not shape.dim:
+        if not shape.dim:  # no dims declared: as many as given (resolve_shapes checked the rank)
             shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in shapes[vi.name])
         for dim, size in zip(shape.dim, shapes[vi.name]):
             if not (dim.HasField("dim_value") and dim.dim_value == size):
@@ -56,8 +57,10 @@ def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]],
                              f"({dims_text(bound[name].shape) or 'scalar'}): drop the --input-shape")
     shapes = resolve_shapes(model, {**input_shapes, **{k: v.shape for k, v in bound.items()}},
                             flags={k: f"--bind {k}" for k in bound})
-    out = fold_constant_ifs(bind_inputs(model, bound)) if bound else onnx.ModelProto()
-    if not bound:
+    if bound:
+        out = fold_constant_ifs(bind_inputs(model, bound))
+    else:
+        out = onnx.ModelProto()
         out.CopyFrom(model)
     changed = _fix_dims(out, {k: v for k, v in shapes.items() if k not in bound})
     return Prepared(out, bound, changed or bool(bound))
@@ -79,7 +82,7 @@ def clean(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     line = re.sub(r"^[\w.]*(Error|Exception|Fail)\w*: ", "", line)
-    line = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    line = ORT_STATUS.sub("", line)
     line = re.sub(r"Load model from \S+ failed:\s*", "", line)
     return re.sub(re.escape(tempfile.gettempdir().rstrip("/")) + r"/\S+", "(temporary file)", line)
 

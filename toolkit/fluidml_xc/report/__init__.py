@@ -5,11 +5,10 @@ Modules: `data` (what the page shows, read from manifest.json and `profile --jso
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from ..errors import InputError
+from ..tempfiles import write_text_atomic
 from .data import ArtifactFacts, ProfileFacts, label_all, load_artifact, load_profile, profile_from_dict
 
 __all__ = ["ArtifactFacts", "ProfileFacts", "load_artifact", "load_profile", "profile_from_dict", "render_report",
@@ -33,16 +32,4 @@ def write_report(path: str | Path, text: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"-o {str(path)!r} is a directory: name the HTML file to write")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    except OSError as exc:
-        raise InputError(f"cannot write {str(path)!r} ({exc.strerror or exc}): choose another -o FILE") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, text, "-o")

@@ -177,7 +177,7 @@ def _profile_tables(prof: ProfileFacts, fused: set[str]) -> Table:
 def _latency_rows(profiles: list[ProfileFacts]) -> list[dict]:
     """One row per profile; the ratio to the first profile timed natively, none for emulated ones."""
     native = [p for p in profiles if not p.emulated]
-    first = native[0].latency_ms.get("median") or 0 if native else 0
+    first = (native[0].latency_ms.get("median") or 0) if native else 0
 
     def ratio(p: ProfileFacts) -> str:
         if p.emulated:
@@ -194,7 +194,7 @@ def _speed_figures(profiles: list[ProfileFacts]) -> tuple[list[Figure], str]:
     (an emulator's times say nothing about a board's speed), and a note naming the emulated ones left out."""
     native = [p for p in profiles if not p.emulated]
     emulated = [p for p in profiles if p.emulated]
-    note = (f"not compared for speed (timed under an emulator, whose times are not the board's): "
+    note = ("not compared for speed (timed under an emulator, whose times are not the board's): "
             + ", ".join(p.label for p in emulated)) if emulated else ""
     figures: list[Figure] = []
     if len(native) > 1:

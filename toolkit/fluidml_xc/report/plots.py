@@ -45,8 +45,8 @@ def _unit(largest: float) -> tuple[float, str]:
     return (1 << 20, "MiB") if largest >= (1 << 20) else (1024, "KiB")
 
 
-def _labels(names: list[str], width: int = 34) -> dict[str, str]:
-    return shorten_unique(names, width)
+LABEL_WIDTH = 34
+"""Op names on a plot's axis are shortened (uniquely) to this many characters."""
 
 
 def memory_map(art: ArtifactFacts, key: str) -> str:
@@ -109,7 +109,7 @@ def top_ops(profile: ProfileFacts, fused: set[str], key: str) -> str:
     fig = _figure(9.5, 0.6 + 0.24 * max(len(ops), 3))
     ax = fig.add_subplot()
     ax.barh(range(len(ops)), [op["ms"] for op in ops], color=[FUSED if op["name"] in fused else PLAIN for op in ops])
-    short = _labels([op["name"] for op in ops])
+    short = shorten_unique([op["name"] for op in ops], LABEL_WIDTH)
     ax.set_yticks(range(len(ops)), [f"{short[op['name']]} ({op['type']})" for op in ops], fontsize=7)
     ax.set_xlabel("ms per run")
     ax.set_title(f"top {len(ops)} ops by time (orange: fused kernels)", loc="left")
@@ -176,7 +176,7 @@ def op_deltas(base: ProfileFacts, other: ProfileFacts, key: str) -> str:
     fig = _figure(9.5, 0.7 + 0.24 * max(len(deltas), 3))
     ax = fig.add_subplot()
     ax.barh(range(len(deltas)), [d[2] for d in deltas], color=[ARENA if d[2] > 0 else PLAIN for d in deltas])
-    short = _labels([d[0] for d in deltas])
+    short = shorten_unique([d[0] for d in deltas], LABEL_WIDTH)
     ax.set_yticks(range(len(deltas)), [f"{short[d[0]]} ({d[1]})" for d in deltas], fontsize=7)
     ax.axvline(0, color="#333333", linewidth=0.8)
     ax.set_xlabel(f"ms per run: {other.label} minus {base.label}")

@@ -1,0 +1,43 @@
+"""The conformance records of ONNX's public model suites (#24): a run saved per suite and target in suites.json,
+PUBLIC_SUITES.md generated from it, and the suites' known failures written to and read back from the TOML
+tables of their suites. Files only: no case is compiled here."""
+from __future__ import annotations
+
+import json
+
+from fluidml_xc.conformance import docs, expectations
+from fluidml_xc.conformance.runner import CaseResult
+
+
+def _results() -> list[CaseResult]:
+    return [CaseResult("simple/test_sign_model", "Sign", "pass", seconds=1.0),
+            CaseResult("simple/test_strnorm_model", "StringNormalizer", "error", "unsupported-dtype",
+                       "input 'x' is a string tensor", seconds=3.0)]
+
+
+def test_suite_run_is_saved_under_its_suite_and_shown_in_the_page(tmp_path):
+    runs, page = tmp_path / "suites.json", tmp_path / "PUBLIC_SUITES.md"
+    docs.save_suite_results("simple", "armv7", _results(), 12.5, path=runs)
+    record = json.loads(runs.read_text())["simple"]["armv7"]
+    assert (record["cases"], record["passed"], record["seconds"]) == (2, 1, 12.5)
+    assert set(record["results"]) == {"test_sign_model", "test_strnorm_model"}, "names without the suite"
+    assert record["results"]["test_strnorm_model"][:2] == ["error", "unsupported-dtype"]
+    text = docs.write_suite_docs(path=runs, out=page)
+    assert page.read_text() == text
+    row = next(line for line in text.splitlines() if line.startswith("| simple |"))
+    assert "| - | - | 1/2 |" in row and "armv7" in row and "12.5 s" in row
+    assert str(runs) in text, "a record file outside the repository is named as given"
+
+
+def test_suite_expectations_round_trip(tmp_path):
+    path = tmp_path / "expectations.toml"
+    entries = {"test_abs": {"category": "known-bug", "reason": "a node case"},
+               "simple/test_strnorm_model": {"category": "unsupported-dtype", "reason": "string tensors",
+                                             "targets": ["armv7"]},
+               "pytorch-converted/test_Conv3d": {"category": "unsupported-op", "reason": "an op we lack"}}
+    expectations.write_expectations(entries, path)
+    text = path.read_text()
+    assert "[cases]\ntest_abs = " in text and "[simple]\ntest_strnorm_model = " in text
+    assert "[pytorch-operator]" not in text, "a suite without entries gets no table"
+    assert expectations.load_expectations(path) == entries
+    assert expectations.expected_failure("simple/test_strnorm_model", "x86_64", entries) is None

@@ -6,6 +6,7 @@ JIT-compiled once; every (family, source) once more in one model per ARM board, 
 `pytest tests/test_nan_properties.py --nan-cases 200 [--nan-seed S] -s` (ONNX Runtime's departures are printed)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fluidml_xc.run.backend import compile_model
@@ -13,7 +14,7 @@ from nancases import disagreement, onnxruntime, reference
 from nanfamilies import FAMILIES, family_model, mixed_model
 
 NAN_CASES = 6
-SEED = 24
+SEED = 27  # every (family, source) of this seed's default run has a NaN or an infinity in its reference outputs
 PAIRS = [(family, source) for family, (_, sources) in FAMILIES.items() for source in sources]
 
 
@@ -25,12 +26,13 @@ def _option(request, name: str, default: int) -> int:
 @pytest.mark.parametrize("family,source", PAIRS, ids=[f"{f}-{s}" for f, s in PAIRS])
 def test_nonfinite_values_follow_the_rule(request, family, source):
     cases, seed = _option(request, "--nan-cases", NAN_CASES), _option(request, "--nan-seed", SEED)
-    failures, ort_departures = [], []
+    failures, ort_departures, nonfinite = [], [], 0
     for start in range(0, cases, 24):  # at most 24 cases per compiled model
         model, feeds, checks = family_model(family, source, seed + start, min(24, cases - start))
         want, ort = reference(model, feeds), onnxruntime(model, feeds)
         got = compile_model(model)(feeds)
         ops = {o: n.op_type for n in model.graph.node for o in n.output}
+        nonfinite += sum(_has_nonfinite(w) for w in want)
         for i, (name, check) in enumerate(checks.items()):
             if check.oracle == "ort":
                 assert ort is not None, f"{name}: ONNX Runtime refused the model, the oracle of {ops[name]}"
@@ -46,6 +48,15 @@ def test_nonfinite_values_follow_the_rule(request, family, source):
         print(f"\n{family}/{source}: ONNX Runtime departs from the rule in {len(ort_departures)} outputs: "
               + ", ".join(ort_departures[:8]))
     assert not failures, "\n".join(failures[:12])
+    if (cases, seed) == (NAN_CASES, SEED):
+        assert nonfinite, f"{family}/{source}: no NaN or infinity reached the reference outputs: the cell tests finite values only"
+    elif not nonfinite:
+        print(f"\n{family}/{source}: no NaN or infinity reached the reference outputs with seed {seed}")
+
+
+def _has_nonfinite(value) -> bool:
+    value = np.asarray(value)
+    return bool(np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)))
 
 
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])

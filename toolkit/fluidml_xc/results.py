@@ -75,11 +75,22 @@ def check_json_out(path: str | Path | None) -> None:
         raise InputError(f"--json-out {path}: the directory {path.parent} does not exist: create it first")
 
 
+def to_json(data: object) -> str:
+    """DATA as indented JSON: sets as sorted lists, paths as strings."""
+    def plain(value):
+        if isinstance(value, (set, frozenset)):
+            return sorted(value)
+        if isinstance(value, Path):
+            return str(value)
+        raise TypeError(f"{type(value).__name__} is not JSON data")
+    return json.dumps(data, indent=2, default=plain) + "\n"
+
+
 def write_json(path: str | Path, data: object) -> Path:
     """DATA as indented JSON in PATH, written to a temporary file renamed over PATH (never half-written)."""
     path = Path(path)
     check_json_out(path)
-    return write_text_atomic(path, json.dumps(data, indent=2) + "\n", "--json-out")
+    return write_text_atomic(path, to_json(data), "--json-out")
 
 
 def emit(data: object, as_json: bool, json_out: str | Path | None, text: Callable[[], str] | None = None) -> None:
@@ -88,7 +99,7 @@ def emit(data: object, as_json: bool, json_out: str | Path | None, text: Callabl
         write_json(json_out, data)
     stream = _result_stream or sys.stdout
     if as_json:
-        stream.write(json.dumps(data, indent=2) + "\n")
+        stream.write(to_json(data))
         stream.flush()
     elif text is not None:
         print(text(), file=stream)

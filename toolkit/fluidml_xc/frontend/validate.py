@@ -254,6 +254,8 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None, node_na
             _check_constant(node, name)
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue  # subgraphs read outer names: checked when expanded
+        if _no_schema(node, ctx.opset_imports):
+            continue  # the importer lists it with every other unsupported op (unsupported.Missing)
         try:
             onnx.checker.check_node(node, ctx)
         except onnx.checker.ValidationError as exc:
@@ -266,6 +268,18 @@ def validate_model(model: onnx.ModelProto, limits: Limits | None = None, node_na
             check(node, name)
         if is_onnx_domain(node.domain):
             _check_flags(node, name)
+
+
+def _no_schema(node: onnx.NodeProto, opset_imports: dict[str, int]) -> bool:
+    """ONNX defines no schema for the node's op at its domain's imported version."""
+    domain = "" if is_onnx_domain(node.domain) else node.domain
+    if domain not in opset_imports:
+        return False
+    try:
+        onnx.defs.get_schema(node.op_type, opset_imports[domain], node.domain)
+    except onnx.defs.SchemaError:
+        return True
+    return False
 
 
 def _attr(node: onnx.NodeProto, key: str, default=None):

@@ -14,12 +14,14 @@ from modelrun import build, has_emulator, run
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 CASES = {case.model_name: case for case in load_model_tests(kind="real")}
 NAMES = sorted(CASES)
+VARIANTS = {"squeezenet", "shufflenet"}  # x86_64: these build the default board's three code variants, the rest --cpu native
 QUICK = {"rpi4": ["squeezenet", "shufflenet", "bvlc_alexnet"], "rpi3": ["squeezenet"]}
 SLOW = {"rpi4": NAMES, "rpi3": ["squeezenet", "shufflenet", "bvlc_alexnet", "densenet121"]}
 
 
 def _params():
-    params = [pytest.param(name, "x86_64", id=f"{name}-x86_64") for name in NAMES]
+    params = [pytest.param(name, "x86_64", id=f"{name}-x86_64") if name in VARIANTS else
+              pytest.param(name, "x86_64", id=f"{name}-x86_64-native") for name in NAMES]
     for board in ("rpi4", "rpi3"):
         for name in SLOW[board]:
             marks = [] if name in QUICK[board] else [pytest.mark.slow]
@@ -47,6 +49,7 @@ def test_light_model(name, board, tmp_path):
     path = LIGHT / f"light_{name}.onnx"
     model = onnx.load(str(path))
     expected = [numpy_helper.to_array(onnx.load_tensor(str(LIGHT / f"light_{name}_output_{i}.pb"))) for i in range(len(model.graph.output))]
-    got = run(build(path, tmp_path, board), light_inputs(model), timeout=1800)
+    native = board == "x86_64" and name not in VARIANTS
+    got = run(build(path, tmp_path, board, **({"cpu": "native"} if native else {})), light_inputs(model), timeout=1800)
     for vi, ref in zip(model.graph.output, expected):
         np.testing.assert_allclose(got[vi.name], ref, rtol=case.rtol, atol=case.atol)

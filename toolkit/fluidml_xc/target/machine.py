@@ -144,7 +144,7 @@ def data_layout(spec: MachineSpec) -> str:
 
 
 def optimized_module(llvm_ir: str, tm):
-    """Parse (into a context of its own: build.compile_graph compiles code variants on several threads), verify
+    """Parse (into a context of its own, so threads never share the global one), verify
     and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
     module = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
     module.verify()

@@ -157,6 +157,16 @@ class TargetForms:
         return -(-blocks // max(1, PACK_MAX_BYTES // block_bytes))
 
     @staticmethod
+    def packed_channels(Cog: int, R: int, V: int, pack_V: int) -> int:
+        """Output channels per block of the packed weights of a channel-vector conv with R channels per block at
+        V lanes: the R the widest code variant (pack_V lanes) has, a multiple of R, so every variant's kernel
+        reads the one copy (block cb at cb // (RP / R), channels from cb % (RP / R) * R, taps RP apart)."""
+        lanes = pack_V
+        while lanes > V and Cog < lanes:
+            lanes //= 2
+        return max(R, 2 * lanes if Cog >= 2 * lanes else lanes)
+
+    @staticmethod
     def lane_taps(by_lane: bool, pairs: bool, f32: bool, V: int, taps: int) -> bool:
         """The taps as lanes of weight vectors (by-element multiply-adds): armv7 by-lane rows, and aarch64 row
         pairs (fmla v, v, w.s[x]: 3 registers for 9 taps, not 9)."""

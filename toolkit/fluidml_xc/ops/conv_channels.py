@@ -82,7 +82,13 @@ class ChannelVectors:
                     init = b.insert_element(init, b.load(element(k, self.bias.ptr, c)), ir.Constant(ir.IntType(32), lane))
             slots.append([k.local(vt, init) for _ in range(npix)])
         xs = self.xs
-        per_ci = self.KH * self.KW * self.R
+        per_ci, ratio = self.KH * self.KW * self.RP, self.RP // self.R
+        if ratio == 1:
+            cb_hi, cb_lo = cb, 0
+        elif isinstance(cb, int):
+            cb_hi, cb_lo = divmod(cb, ratio)
+        else:
+            cb_hi, cb_lo = b.udiv(cb, k.index(ratio)), b.urem(cb, k.index(ratio))
         kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
         fresh = self.fresh_broadcasts and kw_hi - kw_lo > 1 and npix > 1
 
@@ -91,10 +97,11 @@ class ChannelVectors:
             row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, self.sw * xs[3]))
             if self.xpack is not None:  # pack_input's [block][channel][pixel]: the block at column ow starts at ow * C
                 row = offset(k, -self.pack_origin * self.C, (n, self.C * self.pack_width), (ow, self.C), (g, self.Cig * npix), (ci, npix))
-            wrow = offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * self.R))
+            wrow = offset(k, 0, (g, self.NBP * self.Cig * per_ci), (cb_hi, self.Cig * per_ci), (cb_lo, self.R), (ci, per_ci),
+                          (kh, self.KW * self.RP))
 
             def tap(kw):
-                wbase = offset(k, 0, (wrow, 1), (kw, self.R))
+                wbase = offset(k, 0, (wrow, 1), (kw, self.RP))
                 wv = [load_lanes(k, self.packed, offset(k, v * V, (wbase, 1)), V, 1, False) for v in range(nv)]
                 xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
                 src = self.xp if self.xpack is None else self.xpack

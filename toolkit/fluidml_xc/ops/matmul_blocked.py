@@ -85,6 +85,13 @@ def _pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
     return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
 
 
+def _panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
+    """Columns per packed panel: the NR of the widest code variant (k.pack_vector_bits) when it is a multiple of
+    this kernel's, so every variant reads one copy (panel p at p // ratio, columns from p % ratio * nr), else nr."""
+    wide = outer_tile(m, n, k.lanes(dtype) * max(1, k.pack_vector_bits // k.vector_bits), k.accumulators)[1]
+    return wide if wide % nr == 0 else nr
+
+
 def _pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
     """A constant (*lead, R, C) stored row-major: (pointer, batch strides, row stride)."""
     v = np.ascontiguousarray(value.astype(dtype))
@@ -204,7 +211,7 @@ def _emit_outer(k, P: Problem) -> None:
     M, N, K = P.m, P.n, P.kk
     mr_main, nr = outer_tile(M, N, V, k.accumulators)
     if P.b.value is not None:
-        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), nr, dt))
+        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), _panel_columns(k, M, N, nr, dt), dt))
     stack = None
     if P.b.value is None and not P.b.panel and P.b.cs != 1 and N > 1:
         # B strided along n (e.g. K-contiguous): gather each K x NR panel into a stack buffer first
@@ -232,7 +239,11 @@ def _emit_outer(k, P: Problem) -> None:
         ab, bb, cb = bases
         slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
         if b.panel:
-            bcol, kstride, offs = _add(k, bb, _mul(k, pidx, K * nr)), nr, [sum(widths[:g]) for g in range(len(widths))]
+            ratio = b.panel // nr
+            hi, lo = (divmod(pidx, ratio) if isinstance(pidx, int) else
+                      (k.b.udiv(pidx, k.index(ratio)), k.b.urem(pidx, k.index(ratio)))) if ratio > 1 else (pidx, 0)
+            bcol, kstride = _add(k, _add(k, bb, _mul(k, hi, K * b.panel)), _mul(k, lo, nr)), b.panel
+            offs = [sum(widths[:g]) for g in range(len(widths))]
         else:
             bcol, kstride, offs = _add(k, bb, _mul(k, col0, b.cs)), b.rs, [sum(widths[:g]) * b.cs for g in range(len(widths))]
         arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]

@@ -29,6 +29,9 @@ class MachineSpec:
     """The same for the Conv tiles (`conv_accumulators`)."""
     variant: str = ""
     """Suffix of the entry points when the model is built for several CPUs at once (`_x86_64_v3`; "" otherwise)."""
+    pack_vector_bits: int = 0
+    """The widest code variant's vector_bits: weight packs laid out for it serve every variant, so the weights
+    blob holds one copy (Conv's channel blocks, ops/conv.py); 0: vector_bits."""
 
 
 @cache
@@ -92,8 +95,9 @@ def machine_specs(board: Board, cpu: str | None = None, features: str | None = N
     x86_64 board: v4, v3, v2, chosen at init from cpuid), or the one spec --cpu/--features or the board name."""
     if cpu or features or not board.cpu_variants:
         return [machine_spec(board, cpu, features)]
-    return [replace(machine_spec(board, level, ""), variant="_" + level.replace("-", "_"))
-            for level in sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))]
+    specs = [replace(machine_spec(board, level, ""), variant="_" + level.replace("-", "_"))
+             for level in sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))]
+    return [replace(s, pack_vector_bits=specs[0].vector_bits) for s in specs]
 
 
 _PROBE_IR = """target triple = "{triple}"

@@ -208,6 +208,22 @@ def test_variants_share_one_copy_of_the_packed_weights(tmp_path):
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
 
 
+def test_variants_compile_on_processes_into_the_same_objects(monkeypatch):
+    """compile_modules on two child processes returns, in order, the objects compile_module makes here; IR LLVM
+    rejects raises compile_module's own error; one core, one worker (compiled in this process)."""
+    from fluidml_xc.target import objects
+    from fluidml_xc.target.machine import compile_module, machine_specs
+
+    ir_text = "define float @f(float %a, float %b) {\n  %c = fmul float %a, %b\n  ret float %c\n}\n"
+    jobs = [(ir_text.replace("@f", f"@f{k}"), spec) for k, spec in enumerate(machine_specs(get_board("x86_64")))]
+    here = [compile_module(ir, spec) for ir, spec in jobs]
+    assert objects.compile_modules(jobs, workers=2) == here and len(set(here)) == len(jobs)
+    with pytest.raises(RuntimeError, match="expected"):
+        objects.compile_modules([*jobs, ("define nonsense", jobs[0][1])], workers=2)
+    monkeypatch.setattr(objects.os, "sched_getaffinity", lambda pid: {0})
+    assert objects.build_workers(3) == 1
+
+
 # ---------------------------------------------------------------- boards: files by path, user directory
 
 MY_BOARD = '''name = "my-a55"

@@ -169,7 +169,7 @@ def test_v4_variant_uses_avx512_and_lower_ones_do_not(tmp_path):
 def shared_weights_model() -> onnx.ModelProto:
     """Convs whose channel blocks differ per level (40 channels: 32-channel blocks at v4, 16 at v3, 8 at v2, the
     last partial; a 1x1 of 24: 16 at v4/v3, 8 at v2) and MatMuls whose panels do (64 columns at v4, 32, 16; a
-    partial panel of 8 columns after 64)."""
+    partial panel after 64)."""
     rng = np.random.default_rng(7)
     const = lambda name, *s: numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float32), name)  # noqa: E731
     inits = [const("w1", 40, 8, 3, 3), const("b1", 40), const("w2", 24, 40, 1, 1), const("fc1", 24 * 144, 72),
@@ -191,8 +191,8 @@ def weights_blob_bytes(artifact: Path) -> int:
 
 
 def test_variants_share_one_copy_of_the_packed_weights(tmp_path):
-    """Conv blocks and MatMul panels are packed for the widest variant and read as sub-blocks by the narrower
-    ones: the default build's weights are those of a single x86-64-v4 build, and each variant's outputs match
+    """Conv blocks and MatMul panels are packed once for all the variants (MachineSpec.pack_vector_bits): the
+    default build's weights take no more than a single x86-64-v4 build's, and each variant's outputs match
     ONNX Runtime (v2 and v3 capped by FXC_CPU_VARIANT; v4 where this CPU has it)."""
     import onnxruntime as ort
 
@@ -201,7 +201,7 @@ def test_variants_share_one_copy_of_the_packed_weights(tmp_path):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     default = build(tmp_path, model, "default", board="x86_64", profile_runner=False)
     single = build(tmp_path, model, "v4", board="x86_64", cpu="x86-64-v4", profile_runner=False)
-    assert weights_blob_bytes(default) == weights_blob_bytes(single) > 0
+    assert 0 < weights_blob_bytes(default) <= weights_blob_bytes(single)
     for level in (None, "x86-64-v3", "x86-64-v2"):
         proc, y = run_runner(default, x, tmp_path, [], {"FXC_CPU_VARIANT": level} if level else None)
         assert proc.returncode == 0, proc.stderr

@@ -94,7 +94,7 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         self.R, self.P, self.U, self.dw_vec, self.NB = b.R, b.P, b.U, b.dw_vec, -(-self.Cog // b.R)
         self.by_lane, self.edges, self.row_pairs, self.lane_taps = b.by_lane, b.edges, b.row_pairs, b.lane_taps
         self.packs_input, self.pack_groups = b.packs_input, b.pack_groups
-        pack_V = max(self.V, k.pack_vector_bits // (np.dtype(self.dtype).itemsize * 8))
+        pack_V = max(1, k.pack_vector_bits // (np.dtype(self.dtype).itemsize * 8))
         self.RP = forms.packed_channels(self.Cog, self.R, self.V, pack_V) if self.by_channel else self.R
         self.NBP = -(-self.Cog // self.RP)  # blocks of RP channels in the packed weights
         # row pairs: accumulators start from a load of the channel's bias splatted in read-only data (a load

@@ -30,8 +30,10 @@ class MachineSpec:
     variant: str = ""
     """Suffix of the entry points when the model is built for several CPUs at once (`_x86_64_v3`; "" otherwise)."""
     pack_vector_bits: int = 0
-    """The widest code variant's vector_bits: weight packs laid out for it serve every variant, so the weights
-    blob holds one copy (Conv's channel blocks, ops/conv.py); 0: vector_bits."""
+    """The vector width the build-time weight packs (Conv's channel blocks, MatMul's panels) are laid out for,
+    one for all the code variants of a build so the weights blob holds one copy: half the widest variant's
+    (a block of the widest's vector width each; the widest reads each of its vectors whole, two blocks per
+    register tile, the narrower read sub-blocks). 0: vector_bits."""
 
 
 @cache
@@ -97,7 +99,7 @@ def machine_specs(board: Board, cpu: str | None = None, features: str | None = N
         return [machine_spec(board, cpu, features)]
     specs = [replace(machine_spec(board, level, ""), variant="_" + level.replace("-", "_"))
              for level in sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))]
-    return [replace(s, pack_vector_bits=specs[0].vector_bits) for s in specs]
+    return [replace(s, pack_vector_bits=max(specs[-1].vector_bits, specs[0].vector_bits // 2)) for s in specs]
 
 
 _PROBE_IR = """target triple = "{triple}"

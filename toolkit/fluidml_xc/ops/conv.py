@@ -1,7 +1,8 @@
 """Conv and ConvTranspose.
 
 1D and 2D float Conv use direct kernels (1D is 2D with one row); weights are repacked at build time
-into [group][channel block][Cin/group][kh][kw][R] so one block's taps are contiguous. Two register
+into [group][channel block][Cin/group][kh][kw][R] so one block's taps are contiguous (channel vectors: blocks of
+RP channels, the same for every code variant of a build, read as sub-blocks or one block per vector). Two register
 blockings, both accumulating in registers over every input channel and tap:
 
 - channel vectors (constant weights, at least one vector of output channels): R = 1-2 vectors of

@@ -3,8 +3,8 @@
     python benchmarks/cpu_variants.py MODEL.onnx [...] [--rounds 7] [--runs 200] [--threads 1]
 
 Per model, four builds: the default board (x86-64-v4/-v3/-v2 variants chosen at init), --cpu native, and the
-x86_64-v3 and x86_64-v2 boards (one variant each). Table 1: build seconds (the whole `build_model`) and the
-text bytes of model.o. Table 2: each runner's median latency (runner --bench RUNS, median of its runs) over R
+x86_64-v3 and x86_64-v2 boards (one variant each). Table 1: build seconds (the whole `build_model`), the
+text bytes of model.o and the bytes of its weights blob. Table 2: each runner's median latency (runner --bench RUNS, median of its runs) over R
 rounds in rotating order, and per round the ratio to --cpu native; a ratio is the median over rounds, so load
 that changes between rounds cancels. `default@v3` and `default@v2` are the default build capped with
 FXC_CPU_VARIANT (what a CPU without AVX-512, or without AVX, runs), compared with the single-level builds.
@@ -30,11 +30,14 @@ RUNS = {"default": ("default", None), "native": ("native", None), "default@v3": 
         "x86_64-v3": ("x86_64-v3", None), "default@v2": ("default", "x86-64-v2"), "x86_64-v2": ("x86_64-v2", None)}
 
 
-def text_bytes(obj: Path) -> int:
+def section_bytes(obj: Path) -> tuple[int, int]:
+    """(code, weights): the bytes of model.o's .text sections and of its weights blob's section."""
     from elftools.elf.elffile import ELFFile
 
     with open(obj, "rb") as fh:
-        return sum(s["sh_size"] for s in ELFFile(fh).iter_sections() if s.name.startswith(".text"))
+        sections = [(s.name, s["sh_size"]) for s in ELFFile(fh).iter_sections()]
+    return (sum(size for name, size in sections if name.startswith(".text")),
+            sum(size for name, size in sections if name.startswith(".rodata.") and "_weights_" in name))
 
 
 def latency(runner: Path, runs: int, threads: int, cap: str | None) -> float:
@@ -60,10 +63,10 @@ def main() -> int:
                 started = time.perf_counter()
                 artifacts[name] = build_model(model, BuildOptions(out_dir=Path(tmp) / name, record_last=False,
                                                                   profile_runner=False, threads=args.threads, **options)).artifact
-                rows.append((name, time.perf_counter() - started, text_bytes(artifacts[name] / "model.o")))
-            print(f"\n{model.stem}: build s, model.o text bytes")
-            for name, seconds, size in rows:
-                print(f"  {name:12s} {seconds:7.1f} s  {size:>10,} B")
+                rows.append((name, time.perf_counter() - started, *section_bytes(artifacts[name] / "model.o")))
+            print(f"\n{model.stem}: build s, model.o text bytes, weights bytes")
+            for name, seconds, size, weights in rows:
+                print(f"  {name:12s} {seconds:7.1f} s  {size:>10,} B  {weights:>12,} B")
             times: dict[str, list[float]] = {name: [] for name in RUNS}
             for r in range(args.rounds):
                 order = list(RUNS)[r % len(RUNS):] + list(RUNS)[:r % len(RUNS)]

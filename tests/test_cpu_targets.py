@@ -166,6 +166,64 @@ def test_v4_variant_uses_avx512_and_lower_ones_do_not(tmp_path):
     assert registers["v2"] <= {"x"}
 
 
+def shared_weights_model() -> onnx.ModelProto:
+    """Convs whose channel blocks differ per level (40 channels: 32-channel blocks at v4, 16 at v3, 8 at v2, the
+    last partial; a 1x1 of 24: 16 at v4/v3, 8 at v2) and MatMuls whose panels do (64 columns at v4, 32, 16; a
+    partial panel after 64)."""
+    rng = np.random.default_rng(7)
+    const = lambda name, *s: numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float32), name)  # noqa: E731
+    inits = [const("w1", 40, 8, 3, 3), const("b1", 40), const("w2", 24, 40, 1, 1), const("fc1", 24 * 144, 72),
+             const("fc2", 72, 64)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]), helper.make_node("Flatten", ["c2"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc1"], ["m1"]), helper.make_node("Relu", ["m1"], ["r2"]),
+             helper.make_node("MatMul", ["r2", "fc2"], ["y"])]
+    graph = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def weights_blob_bytes(artifact: Path) -> int:
+    from elftools.elf.elffile import ELFFile
+
+    with open(artifact / "model.o", "rb") as fh:
+        return sum(s["sh_size"] for s in ELFFile(fh).iter_sections() if s.name.startswith(".rodata.fxc_weights_"))
+
+
+def test_variants_share_one_copy_of_the_packed_weights(tmp_path):
+    """Conv blocks and MatMul panels are packed once for all the variants (MachineSpec.pack_vector_bits): the
+    default build's weights take no more than a single x86-64-v4 build's, and each variant's outputs match
+    ONNX Runtime (v2 and v3 capped by FXC_CPU_VARIANT; v4 where this CPU has it)."""
+    import onnxruntime as ort
+
+    model = shared_weights_model()
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    default = build(tmp_path, model, "default", board="x86_64", profile_runner=False)
+    single = build(tmp_path, model, "v4", board="x86_64", cpu="x86-64-v4", profile_runner=False)
+    assert 0 < weights_blob_bytes(default) <= weights_blob_bytes(single)
+    for level in (None, "x86-64-v3", "x86-64-v2"):
+        proc, y = run_runner(default, x, tmp_path, [], {"FXC_CPU_VARIANT": level} if level else None)
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+def test_variants_compile_on_processes_into_the_same_objects(monkeypatch):
+    """compile_modules on two child processes returns, in order, the objects compile_module makes here; IR LLVM
+    rejects raises compile_module's own error; one core, one worker (compiled in this process)."""
+    from fluidml_xc.target import objects
+    from fluidml_xc.target.machine import compile_module, machine_specs
+
+    ir_text = "define float @f(float %a, float %b) {\n  %c = fmul float %a, %b\n  ret float %c\n}\n"
+    jobs = [(ir_text.replace("@f", f"@f{k}"), spec) for k, spec in enumerate(machine_specs(get_board("x86_64")))]
+    here = [compile_module(ir, spec) for ir, spec in jobs]
+    assert objects.compile_modules(jobs, workers=2) == here and len(set(here)) == len(jobs)
+    with pytest.raises(RuntimeError, match="expected"):
+        objects.compile_modules([*jobs, ("define nonsense", jobs[0][1])], workers=2)
+    monkeypatch.setattr(objects.os, "sched_getaffinity", lambda pid: {0})
+    assert objects.build_workers(3) == 1
+
+
 # ---------------------------------------------------------------- boards: files by path, user directory
 
 MY_BOARD = '''name = "my-a55"

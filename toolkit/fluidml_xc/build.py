@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 import secrets
 import shutil
 import sys
@@ -20,7 +19,8 @@ import onnx
 from . import __version__
 from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
 from .target.boards import Board, get_board
-from .target.machine import MachineSpec, compile_module, llvm_version, machine_specs
+from .target.machine import MachineSpec, llvm_version, machine_specs
+from .target.objects import compile_modules
 from .errors import InputError
 from .frontend.importer import load_model
 from .ir import Graph
@@ -154,8 +154,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     emitter, plan, graph = lowered.emitter, lowered.plan, lowered.graph
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))
-    with ThreadPoolExecutor(max_workers=min(len(variants), os.cpu_count() or 1)) as pool:
-        codes = list(pool.map(lambda v: compile_module(v.ir_text, v.spec), variants))
+    codes = compile_modules([(v.ir_text, v.spec) for v in variants])
     if emitter.blob or len(codes) > 1:
         code_objs = [workdir / f"model_code{k}.o" for k in range(len(codes))]
         for path, code in zip(code_objs, codes):

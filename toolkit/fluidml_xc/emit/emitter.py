@@ -294,6 +294,7 @@ class ModuleEmitter:
         kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
         kernel.loop_order = self.options.loop_orders.get(node.name)
         kernel.accumulators, kernel.conv_accumulators = self.spec.accumulators, self.spec.conv_accumulators
+        kernel.pack_vector_bits = self.spec.pack_vector_bits or self.spec.vector_bits
         if tiled:
             kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data

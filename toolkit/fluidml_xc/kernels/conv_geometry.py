@@ -157,6 +157,18 @@ class TargetForms:
         return -(-blocks // max(1, PACK_MAX_BYTES // block_bytes))
 
     @staticmethod
+    def packed_channels(Cog: int, R: int, V: int, pack_V: int) -> int:
+        """Output channels per block of the packed weights (RP) of a channel-vector conv with R channels per
+        block at V lanes: the R of a kernel at pack_V lanes, the same for every code variant, so all read one
+        copy (ops/conv_channels.py: a narrower block is a sub-block, a wider one reads each vector from its own
+        block, taps RP apart); R itself when a vector of this kernel would straddle two blocks."""
+        lanes = pack_V
+        while lanes > 1 and Cog < lanes:
+            lanes //= 2
+        rp = 2 * lanes if Cog >= 2 * lanes else lanes
+        return rp if rp % V == 0 and (rp % R == 0 or R % rp == 0) else R
+
+    @staticmethod
     def lane_taps(by_lane: bool, pairs: bool, f32: bool, V: int, taps: int) -> bool:
         """The taps as lanes of weight vectors (by-element multiply-adds): armv7 by-lane rows, and aarch64 row
         pairs (fmla v, v, w.s[x]: 3 registers for 9 taps, not 9)."""

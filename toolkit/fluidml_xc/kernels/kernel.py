@@ -151,6 +151,8 @@ class Kernel:
         self.vector_bits = vector_bits
         self.accumulators = self.conv_accumulators = 12
         """Vector registers a GEMM / Conv register tile may keep accumulators in (MachineSpec)."""
+        self.pack_vector_bits = vector_bits
+        """The vector width build-time weight packs are laid out for (MachineSpec.pack_vector_bits)."""
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.constant_data: Callable[[np.ndarray], ir.Value] = self._inline_constant
         self.s = Scalar(self.b, module)

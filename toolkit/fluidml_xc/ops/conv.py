@@ -1,7 +1,8 @@
 """Conv and ConvTranspose.
 
 1D and 2D float Conv use direct kernels (1D is 2D with one row); weights are repacked at build time
-into [group][channel block][Cin/group][kh][kw][R] so one block's taps are contiguous. Two register
+into [group][channel block][Cin/group][kh][kw][R] so one block's taps are contiguous (channel vectors: blocks of
+RP channels, the same for every code variant of a build, read as sub-blocks or one block per vector). Two register
 blockings, both accumulating in registers over every input channel and tap:
 
 - channel vectors (constant weights, at least one vector of output channels): R = 1-2 vectors of
@@ -94,6 +95,9 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         self.R, self.P, self.U, self.dw_vec, self.NB = b.R, b.P, b.U, b.dw_vec, -(-self.Cog // b.R)
         self.by_lane, self.edges, self.row_pairs, self.lane_taps = b.by_lane, b.edges, b.row_pairs, b.lane_taps
         self.packs_input, self.pack_groups = b.packs_input, b.pack_groups
+        pack_V = max(1, k.pack_vector_bits // (np.dtype(self.dtype).itemsize * 8))
+        self.RP = forms.packed_channels(self.Cog, self.R, self.V, pack_V) if self.by_channel else self.R
+        self.NBP = -(-self.Cog // self.RP)  # blocks of RP channels in the packed weights
         # row pairs: accumulators start from a load of the channel's bias splatted in read-only data (a load
         # pipe) instead of a register copy of it (a vector pipe: fmla overwrites its accumulator)
         bvalue = None if bias is None else getattr(bias, "value", None)
@@ -261,12 +265,12 @@ class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):
         return (self.order if self.order in CONV_ORDERS else self.blocking.default_order) == "co>px"
 
     def pack(self, value: np.ndarray) -> np.ndarray:
-        """[G][block][Cin/G][kh][kw][R] with the last block zero-filled."""
+        """[G][block][Cin/G][kh][kw][RP] with the last block zero-filled (RP: the widest code variant's R)."""
         wv = value.reshape(self.G, self.Cog, self.Cig, self.KH, self.KW)
-        pad = self.NB * self.R - self.Cog
+        pad = self.NBP * self.RP - self.Cog
         if pad:
             wv = np.concatenate([wv, np.zeros((self.G, pad, self.Cig, self.KH, self.KW), wv.dtype)], axis=1)
-        return np.ascontiguousarray(wv.reshape(self.G, self.NB, self.R, self.Cig, self.KH, self.KW).transpose(0, 1, 3, 4, 5, 2))
+        return np.ascontiguousarray(wv.reshape(self.G, self.NBP, self.RP, self.Cig, self.KH, self.KW).transpose(0, 1, 3, 4, 5, 2))
 
     def split(self):
         """Parallel split: (chunks of channel blocks, chunks of rows or row tiles, which of the two

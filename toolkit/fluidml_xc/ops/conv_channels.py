@@ -65,6 +65,19 @@ class ChannelVectors:
             lo = min(-(-lo // P) * P, hi)
         return lo, (hi - lo) // P
 
+    def weight_bases(self, g, cb, nv: int) -> list:
+        """Per vector of channel block cb (self.R channels) of group g: the offset of its first tap in the packed
+        weights, [G][block][Cin/G][kh][kw][RP]; a block narrower than RP is a sub-block of one packed block, a
+        wider one takes each vector from its own."""
+        k, V, R, RP = self.k, self.V, self.R, self.RP
+        block = self.Cig * self.KH * self.KW * RP
+        group = (g, self.NBP * block)
+        if R >= RP:
+            return [offset(k, (v * V // RP) * block + v * V % RP, group, (cb, R // RP * block)) for v in range(nv)]
+        ratio = RP // R
+        hi, lo = divmod(cb, ratio) if isinstance(cb, int) else (k.b.udiv(cb, k.index(ratio)), k.b.urem(cb, k.index(ratio)))
+        return [offset(k, v * V, group, (hi, block), (lo, R)) for v in range(nv)]
+
     def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
         """Channels [cb*R, cb*R + R) (R valid of self.R, in vectors) x pixels (their kw ranges) of row oh from column ow.
 
@@ -82,7 +95,8 @@ class ChannelVectors:
                     init = b.insert_element(init, b.load(element(k, self.bias.ptr, c)), ir.Constant(ir.IntType(32), lane))
             slots.append([k.local(vt, init) for _ in range(npix)])
         xs = self.xs
-        per_ci = self.KH * self.KW * self.R
+        per_ci = self.KH * self.KW * self.RP
+        wbases = self.weight_bases(g, cb, nv)
         kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
         fresh = self.fresh_broadcasts and kw_hi - kw_lo > 1 and npix > 1
 
@@ -91,11 +105,11 @@ class ChannelVectors:
             row = offset(k, -self.pw * xs[3], (n, xs[0]), (g, self.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, self.sw * xs[3]))
             if self.xpack is not None:  # pack_input's [block][channel][pixel]: the block at column ow starts at ow * C
                 row = offset(k, -self.pack_origin * self.C, (n, self.C * self.pack_width), (ow, self.C), (g, self.Cig * npix), (ci, npix))
-            wrow = offset(k, 0, (g, self.NB * self.Cig * per_ci), (cb, self.Cig * per_ci), (ci, per_ci), (kh, self.KW * self.R))
+            wrow = offset(k, 0, (ci, per_ci), (kh, self.KW * self.RP))
 
             def tap(kw):
-                wbase = offset(k, 0, (wrow, 1), (kw, self.R))
-                wv = [load_lanes(k, self.packed, offset(k, v * V, (wbase, 1)), V, 1, False) for v in range(nv)]
+                wtap = offset(k, 0, (wrow, 1), (kw, self.RP))
+                wv = [load_lanes(k, self.packed, offset(k, 0, (wbases[v], 1), (wtap, 1)), V, 1, False) for v in range(nv)]
                 xbase = offset(k, 0, (row, 1), (kw, self.dw * xs[3]))
                 src = self.xp if self.xpack is None else self.xpack
                 xptr, xbase = (self.opaque(element(k, src, xbase)), 0) if fresh else (src, xbase)

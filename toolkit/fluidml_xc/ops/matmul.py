@@ -6,7 +6,8 @@ see fluid/loop_order.py) allows it under the operands' strides:
 
 - outer (ikj): an MR x NR tile of C accumulated in registers across the whole K loop, each step an
   outer product of MR broadcast A elements and NR/V vectors of B's row. Constant B is repacked at
-  build time into NR-column panels (K x NR, zero-padded), so every B load is a full vector and
+  build time into NR-column panels (K x NR, zero-padded; one width for every code variant of a build,
+  _panel_columns), so every B load is a full vector and
   the edge panel only stores its valid columns; activation B must be unit-stride along n (edge
   columns then run as one-lane groups).
 - outer_t (jki): the same kernel on C^T = B^T A^T (A unit-stride along m, or constant).

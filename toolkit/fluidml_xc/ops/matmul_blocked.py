@@ -85,6 +85,27 @@ def _pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
     return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
 
 
+def _panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
+    """Columns per packed panel: the NR of a kernel at k.pack_vector_bits, one for every code variant, so all read
+    one copy (_panel_bases); this kernel's nr when a vector would straddle two panels."""
+    lanes = k.lanes(dtype)
+    wide = outer_tile(m, n, max(1, lanes * k.pack_vector_bits // k.vector_bits), k.accumulators)[1]
+    return wide if wide % lanes == 0 and (wide % nr == 0 or nr % wide == 0) else nr
+
+
+def _panel_bases(k, bb, pidx, nr: int, panel: int, kk: int, offs: list[int]) -> list:
+    """Per vector of the kernel's panel pidx (nr columns, vectors at offs): the offset of its first row in B packed
+    in panels of `panel` columns, (p, K, panel); a narrower panel is a slice of one packed panel, a wider one
+    takes each vector from its own."""
+    if nr >= panel:
+        return [_add(k, _add(k, bb, _mul(k, pidx, nr // panel * kk * panel)), off // panel * kk * panel + off % panel)
+                for off in offs]
+    ratio = panel // nr
+    hi, lo = divmod(pidx, ratio) if isinstance(pidx, int) else (k.b.udiv(pidx, k.index(ratio)), k.b.urem(pidx, k.index(ratio)))
+    base = _add(k, _add(k, bb, _mul(k, hi, kk * panel)), _mul(k, lo, nr))
+    return [_add(k, base, off) for off in offs]
+
+
 def _pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
     """A constant (*lead, R, C) stored row-major: (pointer, batch strides, row stride)."""
     v = np.ascontiguousarray(value.astype(dtype))
@@ -204,7 +225,7 @@ def _emit_outer(k, P: Problem) -> None:
     M, N, K = P.m, P.n, P.kk
     mr_main, nr = outer_tile(M, N, V, k.accumulators)
     if P.b.value is not None:
-        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), nr, dt))
+        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), _panel_columns(k, M, N, nr, dt), dt))
     stack = None
     if P.b.value is None and not P.b.panel and P.b.cs != 1 and N > 1:
         # B strided along n (e.g. K-contiguous): gather each K x NR panel into a stack buffer first
@@ -232,13 +253,14 @@ def _emit_outer(k, P: Problem) -> None:
         ab, bb, cb = bases
         slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
         if b.panel:
-            bcol, kstride, offs = _add(k, bb, _mul(k, pidx, K * nr)), nr, [sum(widths[:g]) for g in range(len(widths))]
+            bcols, kstride = _panel_bases(k, bb, pidx, nr, b.panel, K, [sum(widths[:g]) for g in range(len(widths))]), b.panel
         else:
-            bcol, kstride, offs = _add(k, bb, _mul(k, col0, b.cs)), b.rs, [sum(widths[:g]) * b.cs for g in range(len(widths))]
+            bcol, kstride = _add(k, bb, _mul(k, col0, b.cs)), b.rs
+            bcols = [_add(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
         arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
         with k.for_range(K) as kv:
-            bk = _add(k, bcol, _mul(k, kv, kstride))
-            bvals = [k.vgather(b.ptr, dt, _add(k, bk, off), 1 if b.panel else b.cs, w) for off, w in zip(offs, widths)]
+            bk = _mul(k, kv, kstride)
+            bvals = [k.vgather(b.ptr, dt, _add(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
             ak = _mul(k, kv, a.cs)
             for r in range(mr):
                 av = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], ak)], inbounds=True))

@@ -29,6 +29,11 @@ class MachineSpec:
     """The same for the Conv tiles (`conv_accumulators`)."""
     variant: str = ""
     """Suffix of the entry points when the model is built for several CPUs at once (`_x86_64_v3`; "" otherwise)."""
+    pack_vector_bits: int = 0
+    """The vector width the build-time weight packs (Conv's channel blocks, MatMul's panels) are laid out for,
+    one for all the code variants of a build so the weights blob holds one copy: half the widest variant's
+    (a block of the widest's vector width each; the widest reads each of its vectors whole, two blocks per
+    register tile, the narrower read sub-blocks). 0: vector_bits."""
 
 
 @cache
@@ -92,8 +97,9 @@ def machine_specs(board: Board, cpu: str | None = None, features: str | None = N
     x86_64 board: v4, v3, v2, chosen at init from cpuid), or the one spec --cpu/--features or the board name."""
     if cpu or features or not board.cpu_variants:
         return [machine_spec(board, cpu, features)]
-    return [replace(machine_spec(board, level, ""), variant="_" + level.replace("-", "_"))
-            for level in sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))]
+    specs = [replace(machine_spec(board, level, ""), variant="_" + level.replace("-", "_"))
+             for level in sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))]
+    return [replace(s, pack_vector_bits=max(specs[-1].vector_bits, specs[0].vector_bits // 2)) for s in specs]
 
 
 _PROBE_IR = """target triple = "{triple}"
@@ -144,7 +150,7 @@ def data_layout(spec: MachineSpec) -> str:
 
 
 def optimized_module(llvm_ir: str, tm):
-    """Parse (into a context of its own: build.compile_graph compiles code variants on several threads), verify
+    """Parse (into a context of its own, so threads never share the global one), verify
     and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
     module = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
     module.verify()

@@ -220,6 +220,8 @@ def test_variants_compile_on_processes_into_the_same_objects(monkeypatch):
     assert objects.compile_modules(jobs, workers=2) == here and len(set(here)) == len(jobs)
     with pytest.raises(RuntimeError, match="expected"):
         objects.compile_modules([*jobs, ("define nonsense", jobs[0][1])], workers=2)
+    monkeypatch.setattr(objects, "_child_compile", lambda jobs: pytest.fail("small IR started a child"))
+    assert objects.compile_modules(jobs) == here  # below PARALLEL_IR_CHARS: compiled in this process
     monkeypatch.setattr(objects.os, "sched_getaffinity", lambda pid: {0})
     assert objects.build_workers(3) == 1
 

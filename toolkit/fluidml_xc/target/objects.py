@@ -21,6 +21,11 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 """The folder holding this fluidml_xc package: the child imports this checkout's code, not another install."""
 
 
+PARALLEL_IR_CHARS = 1 << 20
+"""Below this much IR text in all, the modules compile in this process: a child's start (about 0.3 s) would cost
+more than it saves."""
+
+
 def build_workers(jobs: int) -> int:
     """Processes for `jobs` modules: one per core this process may run on, at most one per module."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -50,7 +55,8 @@ def shares(sizes: list[int], workers: int) -> list[list[int]]:
 def compile_modules(jobs: list[tuple[str, MachineSpec]], workers: int | None = None) -> list[bytes]:
     """compile_module for each (IR, spec), in order, on `workers` processes (default build_workers): this one
     and a child per further share."""
-    workers = build_workers(len(jobs)) if workers is None else workers
+    if workers is None:
+        workers = build_workers(len(jobs)) if sum(len(ir) for ir, _ in jobs) >= PARALLEL_IR_CHARS else 1
     if workers <= 1:
         return [compile_module(ir, spec) for ir, spec in jobs]
     parts = shares([len(ir) for ir, _ in jobs], workers)

@@ -54,7 +54,9 @@ def test_fixed_dimension_must_match_the_declared_size(tmp_path):
     path = _save(model, tmp_path / "relu.onnx")
     _refused(cli("build", path, "--input-shape", "x=3x4", "-o", "out", cwd=tmp_path), tmp_path, "out",
              "dimension 0 of input 'x' size 3", "declares it 2 (shape [2, N])", "pass --input-shape x=2x4")
-    ok = cli("build", path, "--input-shape", "x=2x5", "-o", "out", cwd=tmp_path)
+    _refused(cli("build", path, "--input-shape", "x=2x4", "--input-shape", "x=2x5", "-o", "out", cwd=tmp_path), tmp_path,
+             "out", "--input-shape gives input 'x' two shapes, 2x4 and 2x5: pass it once")
+    ok = cli("build", path, "--input-shape", "x=2x5", "--input-shape", "x=2x5", "-o", "out", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     x = rng.standard_normal((2, 5)).astype(np.float32)
     np.testing.assert_array_equal(run(tmp_path / "out", {"x": x})["y"], _ort(model, {"x": x})[0])

@@ -6,7 +6,7 @@ from pathlib import Path
 from ..build import BUILD_STAGES, BuildOptions, build_model
 from ..pipeline import OPT_MODES
 from ..frontend.binding import HELP as BIND_HELP, parse_binds
-from ..frontend.input_shapes import HELP as SHAPE_HELP, parse_input_shape
+from ..frontend.input_shapes import HELP as SHAPE_HELP, parse_input_shapes
 from ..progress import Stages
 from ..results import emit
 from .output import add_json_arguments
@@ -47,7 +47,7 @@ def main(args) -> int:
     check_model_argument(args.model, NAME)
     if args.name is not None:
         check_c_name(args.name)
-    shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    shapes = parse_input_shapes(args.input_shape)
     bind = parse_binds(args.bind)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:

@@ -53,7 +53,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from ..frontend.binding import parse_binds
-    from ..frontend.input_shapes import parse_input_shape
+    from ..frontend.input_shapes import parse_input_shapes
     from ..quantize import QuantConfig, QuantizeOptions, run_quantize
     from ..results import emit
     from .paths import check_model_argument
@@ -66,7 +66,7 @@ def main(args) -> int:
                                           eval=args.eval, board=args.board, build=not args.no_build, build_dir=args.build_dir,
                                           runs=args.runs, rounds=args.rounds, warmup=args.warmup, explain=args.explain,
                                           force=args.force, opt=args.opt, bind=parse_binds(args.bind),
-                                          input_shapes=dict(parse_input_shape(t) for t in args.input_shape),
+                                          input_shapes=parse_input_shapes(args.input_shape),
                                           threads=args.threads))
     emit(json.loads(report.json()), args.json, args.json_out, report.table)
     return 0

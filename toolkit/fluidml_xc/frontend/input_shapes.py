@@ -81,6 +81,19 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
                      "write NAME=1x3x224x224 (a scalar is NAME=)")
 
 
+def parse_input_shapes(texts: list[str]) -> dict[str, tuple[int, ...]]:
+    """Every --input-shape, by input name; one input given two different shapes is refused (not: the last wins)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in texts:
+        name, shape = parse_input_shape(text)
+        if shapes.get(name, shape) != shape:
+            given = lambda dims: "x".join(map(str, dims))  # noqa: E731
+            raise InputError(f"--input-shape gives input {name!r} two shapes, {given(shapes[name])} and {given(shape)}: "
+                             "pass it once")
+        shapes[name] = shape
+    return shapes
+
+
 def _tensor_inputs(model: onnx.ModelProto, skip=()) -> dict[str, onnx.ValueInfoProto]:
     inits = {i.name for i in model.graph.initializer}
     return {vi.name: vi for vi in model.graph.input

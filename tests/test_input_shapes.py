@@ -20,6 +20,13 @@ from test_cli_errors import cli, one_line_error
 rng = np.random.default_rng(23)
 
 
+@pytest.fixture(autouse=True)
+def _seeded_rng():
+    """Every test draws the same weights and inputs whichever tests ran before it on its worker."""
+    global rng
+    rng = np.random.default_rng(23)
+
+
 def _save(model: onnx.ModelProto, path) -> str:
     model.ir_version = 8
     onnx.checker.check_model(model)

@@ -1,4 +1,4 @@
-"""Kernel costs (DESIGN.md 1.6): an analytic model by default, measurements when asked, cached on disk.
+"""Kernel costs (docs/DESIGN.md 1.6): an analytic model by default, measurements when asked, cached on disk.
 
 Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage
 strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost

@@ -1,4 +1,4 @@
-"""Layout candidates and the DP along one chain (DESIGN.md 1.1 and 1.3).
+"""Layout candidates and the DP along one chain (docs/DESIGN.md 1.1 and 1.3).
 
 A layout is a permutation of a tensor's dimensions, outermost first; row-major is the identity. The
 search works on an abstract `LayoutProblem` (nodes touching tensors, candidates per tensor, a cost

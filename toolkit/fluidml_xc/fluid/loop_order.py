@@ -1,4 +1,4 @@
-"""Loop orders for MatMul/Gemm under actual layouts (DESIGN.md 1.5).
+"""Loop orders for MatMul/Gemm under actual layouts (docs/DESIGN.md 1.5).
 
 The iteration space is (batch..., i = rows of C, j = columns of C, k = reduction). An order names the
 three matrix loops outermost first; batch loops are always outermost. The kernel (ops/matmul.py)

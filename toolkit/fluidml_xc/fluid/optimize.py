@@ -1,7 +1,7 @@
 """Layout and loop-order decisions per --opt mode (plain | greedy | fluid).
 
 plain and greedy keep every tensor row-major and let each kernel pick its default loop order. fluid
-runs FluidML (DESIGN.md section 1): longest-sequence segmentation, the layout DP per segment,
+runs FluidML (docs/DESIGN.md section 1): longest-sequence segmentation, the layout DP per segment,
 dependency-weighted voting on shared tensors, then a loop order per MatMul/Gemm/Conv under the chosen
 layouts. See fluid/ for the pieces. Image tensors (touched only by Conv, pools, Concat and elementwise
 ops) choose between NCHW and channels-last (NHWC), which ops/conv.py and ops/pool.py vectorize over

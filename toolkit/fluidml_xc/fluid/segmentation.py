@@ -1,4 +1,4 @@
-"""Longest-sequence segmentation (DESIGN.md 1.2).
+"""Longest-sequence segmentation (docs/DESIGN.md 1.2).
 
 The graph is a DAG of nodes 0..n-1 in topological order joined by tensors. The main sequence is the
 longest path weighted by each node's kernel cost; the nodes off it split into weakly connected

@@ -1,4 +1,4 @@
-"""Voting where segments disagree on a shared tensor (DESIGN.md 1.4).
+"""Voting where segments disagree on a shared tensor (docs/DESIGN.md 1.4).
 
 A tensor is shared when it appears in more than one place across the segments' solutions (a chain
 tensor that is also a stand-in input elsewhere, a stand-in read by several nodes). Each candidate

@@ -1,4 +1,4 @@
-"""Static memory plan (DESIGN.md 1.7): one arena, offsets known at compile time.
+"""Static memory plan (docs/DESIGN.md 1.7): one arena, offsets known at compile time.
 
 Arena buffers are the tensors nodes produce that are neither constants (rodata) nor graph inputs or
 outputs (caller buffers). A view (Reshape, Flatten, ...) shares its input's storage, and an in-place

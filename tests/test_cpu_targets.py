@@ -25,6 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent
 QEMU_X86 = shutil.which("qemu-x86_64-static")
 
 
+def qemu_x86() -> str:
+    """qemu-x86_64-static, as the other qemu tests want it: missing is a failure (.ci/run installs it)."""
+    if QEMU_X86 is None:
+        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    return QEMU_X86
+
+
 def cnn_model() -> onnx.ModelProto:
     """Conv (3x3, 16 channels) + Relu + Gemm + Sigmoid: blocked conv, matmul and elementwise kernels."""
     rng = np.random.default_rng(3)
@@ -96,23 +103,23 @@ def test_no_board_build_prints_an_llvm_warning(board, tmp_path, capfd):
 
 # ---------------------------------------------------------------- variants, refusal, qemu
 
-@pytest.mark.skipif(QEMU_X86 is None, reason="needs qemu-x86_64-static")
 def test_default_build_runs_on_nehalem_and_haswell_build_refuses_it(tmp_path):
     """The default x86_64 build runs under qemu's Nehalem (x86-64-v2: no AVX) with the outputs of the native run
     (which takes the widest variant this CPU has); a --cpu haswell build refuses it with one line, exit 4."""
+    qemu = qemu_x86()
     x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
     default = build(tmp_path, cnn_model(), "default", board="x86_64")
     manifest = json.loads((default / "manifest.json").read_text())
     assert manifest["cpu"] == "x86-64-v2" and manifest["cpu_variants"] == ["x86-64-v4", "x86-64-v3", "x86-64-v2"]
     _, native = run_runner(default, x, tmp_path, [])
-    proc, nehalem = run_runner(default, x, tmp_path, [QEMU_X86, "-cpu", "Nehalem"])
+    proc, nehalem = run_runner(default, x, tmp_path, [qemu, "-cpu", "Nehalem"])
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(nehalem, native, rtol=1e-5, atol=1e-6)
     for level in ("x86-64-v2", "x86-64-v3"):  # each variant natively, capped by FXC_CPU_VARIANT
         _, capped = run_runner(default, x, tmp_path, [], {"FXC_CPU_VARIANT": level})
         np.testing.assert_allclose(capped, native, rtol=1e-5, atol=1e-6)
     haswell = build(tmp_path, cnn_model(), "haswell", board="x86_64", cpu="haswell")
-    proc, _ = run_runner(haswell, x, tmp_path, [QEMU_X86, "-cpu", "Nehalem"])
+    proc, _ = run_runner(haswell, x, tmp_path, [qemu, "-cpu", "Nehalem"])
     lines = [line for line in proc.stderr.splitlines() if line.startswith("runner")]
     assert proc.returncode == 4 and len(lines) == 1, proc.stderr
     assert re.search(r"runner: error: this CPU lacks avx, .*avx2.* of cpu haswell", lines[0]), lines[0]
@@ -131,17 +138,17 @@ int main(void) {
 '''
 
 
-@pytest.mark.skipif(QEMU_X86 is None, reason="needs qemu-x86_64-static")
 def test_c_api_init_returns_err_cpu(tmp_path):
     from fluidml_xc.emit.link import compile_c_program
 
+    qemu = qemu_x86()
     artifact = build(tmp_path, tiny_model(), "v3", board="x86_64-v3", profile_runner=False)
     (tmp_path / "app.c").write_text(APP)
     exe = compile_c_program(get_board("x86_64").target, "", [tmp_path / "app.c"], [artifact], [artifact / "libmodel.a"],
                             tmp_path / "app")
-    out = subprocess.run([QEMU_X86, "-cpu", "Nehalem", str(exe)], capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run([qemu, "-cpu", "Nehalem", str(exe)], capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("-5 this CPU lacks avx") and "avx2" in out and "x86-64-v3" in out, out
-    out = subprocess.run([QEMU_X86, "-cpu", "Haswell", str(exe)], capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run([qemu, "-cpu", "Haswell", str(exe)], capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("0 -"), out
 
 

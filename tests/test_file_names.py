@@ -100,7 +100,7 @@ def test_deploy_and_run_over_ssh_into_a_nasty_base_dir(aarch64_artifact, tmp_pat
     from fluidml_xc.remote.verify import run_remote
 
     if not sshd_available():
-        pytest.skip("needs /usr/sbin/sshd")
+        pytest.fail("needs /usr/sbin/sshd (apt-get install openssh-server; .ci/run installs it)")
     server = SshServer.start(tmp_path / "sshd")
     try:
         (tmp_path / "ssh_config").write_text("")

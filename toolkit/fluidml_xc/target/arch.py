@@ -1,0 +1,56 @@
+"""Per-architecture facts the kernels ask, one row per instruction-set family, keyed by the triple's first field.
+
+A kernel asks `arch_of(triple)` instead of testing triple strings, so a new architecture is one row here (and
+its targets/*.toml); a triple no row knows is an error naming the known ones, never another family's answers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class Arch:
+    family: str
+    """"x86", "aarch64" or "arm32": the instruction set the kernels' tiles and forms are written for."""
+    nan_propagating_minmax: bool
+    """float32 llvm.maximum / llvm.minimum are one NaN-propagating instruction (ARM's fmax/fmin, vmax/vmin);
+    x86 has none, so a compare + select is shorter."""
+    explicit_fma: bool
+    """LLVM never fuses a vector fmul + fadd here on its own (armv7 NEON emits vmla.f32): float32 multiply-adds
+    that must round once are spelled as llvm.fma when the CPU has VFPv4."""
+
+    @property
+    def x86(self) -> bool:
+        return self.family == "x86"
+
+    @property
+    def aarch64(self) -> bool:
+        return self.family == "aarch64"
+
+    @property
+    def arm32(self) -> bool:
+        return self.family == "arm32"
+
+
+X86 = Arch("x86", nan_propagating_minmax=False, explicit_fma=False)
+AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False)
+ARM32 = Arch("arm32", nan_propagating_minmax=True, explicit_fma=True)
+
+ARCHES: dict[str, Arch] = {
+    "x86_64": X86, "i386": X86, "i686": X86,
+    "aarch64": AARCH64, "arm64": AARCH64,
+    "arm": ARM32, "thumb": ARM32,
+}
+
+
+def arch_of(triple: str) -> Arch:
+    """The row for TRIPLE's architecture field ("aarch64-unknown-linux-gnu" -> AARCH64)."""
+    name = str(triple).split("-", 1)[0]
+    if name.startswith(("armv", "thumbv")):  # armv7a, armv7l, thumbv7em: the 32-bit ARM family
+        name = "arm"
+    if name in ARCHES:
+        return ARCHES[name]
+    raise InputError(f"no kernels for the architecture of triple {triple!r}; known: {', '.join(sorted(ARCHES))} "
+                     "(add a row to target/arch.py ARCHES and a targets/*.toml)")

@@ -169,7 +169,7 @@ def test_measure_costs_are_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path))
     g = _graph(_matmul_model((1, 16, 32), (1, 32, 8)))
     from fluidml_xc.emit.measure import Measurer
-    from fluidml_xc.target.jit import host_can_run
+    from fluidml_xc.target.host import host_can_run
 
     spec = _spec()
     if not host_can_run(spec.triple, spec.cpu):

@@ -1,5 +1,6 @@
-"""The package's layering (issue #14, docs/INTERNALS.md "Layering"): stage folders in pipeline order, imports
-only downward, no module over 600 lines, no function over 120 lines.
+"""The package's layering (issues #14 and #25, docs/INTERNALS.md "Layering"): stage folders in pipeline order,
+imports only downward, no module over 600 lines, no function over 120 lines, no private name used outside its
+module, no import cycle inside a folder, loads by name declared.
 
 The import graph is read with `ast` from every module of toolkit/fluidml_xc: module-level and function-level
 imports, relative and absolute. Known exceptions are explicit allowlists below, each entry with its reason;
@@ -192,3 +193,127 @@ def test_functions_are_short():
     assert not bad, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(bad)
     stale = sorted(set(LONG_FUNCTIONS) - set(long))
     assert not stale, f"LONG_FUNCTIONS entries now short enough (or gone): remove them: {stale}"
+
+
+PLUGIN_LOADS: dict[str, tuple[str, str]] = {
+    # module that loads package modules by name (importlib) -> (what it loads, why)
+    "opspec": ("ops", "the registry loads every op family on its first lookup; ops/ imports only kernels/, target/ "
+                      "and base modules (test_imports_point_downward), so the load closes no cycle"),
+    "ops": ("ops", "load_families imports each family module of the package"),
+    "passes": ("passes", "the pass registry imports each pass module of the package"),
+    "cli": ("commands", "each command module registers its subcommand"),
+}
+"""Loads by name that the import graph cannot see, each declared with its target."""
+
+
+def _private_imports(module: str) -> list[str]:
+    """`from M import _name` and `M._name` reads where M is another module of the package."""
+    found = []
+    aliases: dict[str, str] = {}
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.ImportFrom):
+            for imp in _imports_of(module, node):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__") and imp.imported != module:
+                        found.append(f"{_where(module)}:{node.lineno}: {_short(module)} imports "
+                                     f"{_short(imp.imported)}.{alias.name}")
+                    if f"{imp.imported}" == _resolve(module, node, alias.name):
+                        aliases[alias.asname or alias.name] = imp.imported
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(PACKAGE) and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(TREES[module]):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != module):
+            found.append(f"{_where(module)}:{node.lineno}: {_short(module)} reads "
+                         f"{_short(aliases[node.value.id])}.{node.attr}")
+    return sorted(set(found))
+
+
+def _resolve(module: str, node: ast.ImportFrom, name: str) -> str:
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    if node.level:
+        base = package.split(".")[:len(package.split(".")) - node.level + 1]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    return f"{source}.{name}"
+
+
+def _imports_of(module: str, node: ast.ImportFrom) -> list[Import]:
+    return [imp for imp in IMPORTS if imp.importer == module and imp.line == node.lineno]
+
+
+def test_no_private_names_across_modules():
+    bad = [line for module in MODULES for line in _private_imports(module)]
+    assert not bad, ("private names used across modules (make them public where they belong, or move the "
+                     "code that needs them):\n" + "\n".join(bad))
+
+
+def _folder(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _cycles_inside_folders() -> list[list[str]]:
+    """Strongly connected groups (more than one module) of the import graph restricted to each folder."""
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in IMPORTS:
+        if imp.importer != imp.imported and _folder(imp.importer) == _folder(imp.imported):
+            edges[imp.importer].add(imp.imported)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_no_import_cycles_inside_a_folder():
+    cycles = _cycles_inside_folders()
+    assert not cycles, "modules of one folder importing each other in a circle:\n" + "\n".join(
+        " <-> ".join(_short(m) for m in group) for group in cycles)
+
+
+def _loads_by_name(module: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "import_module" for n in ast.walk(TREES[module]))
+
+
+def test_loads_by_name_are_declared():
+    undeclared = [_short(m) for m in MODULES if _loads_by_name(m) and _short(m) not in PLUGIN_LOADS
+                  and _short(m) != "extras"]  # extras imports optional third-party packages, none of ours
+    assert not undeclared, f"modules loading package modules by name, not declared in PLUGIN_LOADS: {undeclared}"
+    stale = [name for name in PLUGIN_LOADS if not _loads_by_name(f"{PACKAGE}.{name}")]
+    assert not stale, f"PLUGIN_LOADS entries that no longer load anything by name: remove them: {stale}"
+
+
+def test_op_families_import_only_kernels_target_and_base():
+    allowed = {"base", "target", "kernels", "ops"}
+    bad = sorted({f"{_where(i.importer)}:{i.line}: {_short(i.importer)} imports {_short(i.imported)} ({stage_of(i.imported)})"
+                  for i in IMPORTS if stage_of(i.importer) == "ops" and stage_of(i.imported) not in allowed})
+    assert not bad, "ops/ may import only kernels/, target/ and base modules (opspec loads it by name):\n" + "\n".join(bad)

@@ -15,7 +15,7 @@ import onnx
 
 from .emit.emitter import EmitOptions, ModuleEmitter, WeightsBlob, check_supported
 from .emit.measure import Measurer
-from .target.jit import host_can_run
+from .target.host import host_can_run
 from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.importer import FrontendOptions, import_model

@@ -1,22 +1,21 @@
 """The one in-process JIT (llvmlite MCJIT) for this machine: the ONNX backend runs whole models with it
-(run/backend.py), the cost model's measurer single kernels (emit/measure.py)."""
+(run/backend.py), the cost model's measurer single kernels (emit/measure.py); whether this machine runs a
+target's code is target/host.py."""
 from __future__ import annotations
 
 import ctypes.util
-import platform
 from functools import cache
 
 import llvmlite.binding as llvm
 
-from .machine import MachineSpec, _initialize, optimized_module
-from ..errors import FxcError
+from .machine import MachineSpec, initialize_llvm, optimized_module
 
 
 @cache
 def jit_setup() -> None:
     """Native target and asm printer once; libm's and libgcc_s's symbols (expf, erff, tanhf, fmodf, ...)
     made visible to every engine."""
-    _initialize()
+    initialize_llvm()
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     for lib in ("m", "gcc_s"):
@@ -47,32 +46,3 @@ def jit_engine(llvm_ir: str, spec: MachineSpec, like_object: bool = False) -> ll
     engine = llvm.create_mcjit_compiler(optimized_module(llvm_ir, tm), tm)
     engine.finalize_object()
     return engine
-
-
-def host_can_run(triple: str, cpu: str) -> bool:
-    """Code for `triple` and `cpu` runs on this machine: same architecture, and this cpu, native, generic, or a cpu
-    whose extensions this one has (x86-64-v3 on a Zen 3)."""
-    arch = triple.split("-")[0]
-    host = platform.machine().lower()
-    same_arch = arch == host or (arch == "x86_64" and host in ("amd64", "x86_64")) or (arch == "aarch64" and host == "arm64")
-    if not same_arch:
-        return False
-    if cpu in (llvm.get_host_cpu_name(), "native", "generic"):
-        return True
-    return _host_has(arch, cpu)
-
-
-@cache
-def _host_has(arch: str, cpu: str) -> bool:
-    from .boards import targets
-    from .cpus import required_features
-
-    target = next((t for t in targets().values() if t.triple.split("-")[0] == arch), None)
-    if target is None:
-        return False
-    try:
-        needs = required_features(target.name, target.zig_target, cpu)
-        have = required_features(target.name, target.zig_target, "native")
-    except FxcError:
-        return False
-    return set(needs) <= set(have)

@@ -12,6 +12,7 @@ import llvmlite.binding as llvm
 
 from .boards import Board
 from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features
+from .host import host_can_run
 from ..errors import InputError, ToolchainError
 
 
@@ -37,7 +38,7 @@ class MachineSpec:
 
 
 @cache
-def _initialize() -> None:
+def initialize_llvm() -> None:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
 
@@ -56,8 +57,6 @@ def _vector_bits(board: Board, cpu: str, features: str) -> int:
 
 def _here_level(board: Board) -> str:
     """Of a board's cpu_variants, the widest this machine runs (the widest when it is another architecture)."""
-    from .jit import host_can_run
-
     levels = sorted(board.cpu_variants, key=lambda name: -X86_LEVELS.get(name, 0))
     if not host_can_run(board.target.triple, "generic"):
         return levels[0]
@@ -69,14 +68,12 @@ def machine_spec(board: Board, cpu: str | None = None, features: str | None = No
     (--features) into a concrete LLVM cpu and feature string; an unknown name is an InputError. A board with
     cpu_variants gives the widest variant this machine runs: what the JIT, the measurer and analyses compile for
     (a build emits every variant: machine_specs)."""
-    _initialize()
+    initialize_llvm()
     target = board.target
     cpu = cpu or (_here_level(board) if board.cpu_variants and not features else board.cpu)
     extra = parse_features(features)
     features = ",".join(f for f in ((board.features if cpu == board.cpu else ""), extra) if f)
     if cpu == "native":
-        from .jit import host_can_run
-
         if not host_can_run(target.triple, "native"):
             raise InputError(f"--cpu native means this machine's CPU, which cannot run {target.name} code: "
                              f"name the board's CPU (e.g. --cpu {board.cpu})")
@@ -137,7 +134,7 @@ def check_accepted(spec: MachineSpec) -> None:
 
 @cache
 def target_machine(spec: MachineSpec):
-    _initialize()
+    initialize_llvm()
     try:
         target = llvm.Target.from_triple(spec.triple)
     except RuntimeError as exc:

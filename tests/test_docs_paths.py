@@ -78,3 +78,35 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert cited == ["../shared/DESIGN.md", "DESIGN.md"]
     assert not _resolves("../shared/DESIGN.md", ROOT / "README.md") and not _resolves("NOPE.md", ROOT / "README.md")
     assert _resolves("DESIGN.md", ROOT / "toolkit" / "fluidml_xc" / "planning" / "planner.py")
+
+
+
+
+NOT_IN_THE_REPOSITORY = {
+    "model.h": "a build's generated header", "model_glue.c": "a build's generated glue", "build/": "the default output folder",
+    "rpi4-8g.toml": "a user's board file in the example", "fluidml-xc/boards/": "the user's board folder under ~/.config",
+}
+"""Names INTERNALS.md gives to files a build or a user makes (NAME stands for a user's name everywhere)."""
+
+
+def _named_paths(text: str) -> list[tuple[int, str]]:
+    found = []
+    for span in re.finditer(r"`([^`\n]+)`", text):
+        for m in re.finditer(r"(?<![\w.-])([\w-]+(?:/[\w.-]+)*(?:\.(?:py|c|h|j2|toml)(?![\w.])|/(?=\W|$)))", span.group(1)):
+            if "NAME" not in m.group(1) and m.group(1) not in NOT_IN_THE_REPOSITORY:
+                found.append((span.start() + m.start(), m.group(1)))
+    return found
+
+
+def _code_path_exists(name: str) -> bool:
+    roots = (ROOT, ROOT / "toolkit" / "fluidml_xc", ROOT / "docs")
+    if "/" not in name.rstrip("/"):
+        return any((r / name).exists() for r in roots) or any(ROOT.glob(f"**/{name.rstrip('/')}"))
+    return any((r / name).exists() for r in roots)
+
+
+def test_internals_names_only_paths_that_exist():
+    path = ROOT / "docs" / "INTERNALS.md"
+    text = path.read_text(encoding="utf-8")
+    bad = [f"{_where(path, text, at)}: {name}" for at, name in _named_paths(text) if not _code_path_exists(name)]
+    assert not bad, "docs/INTERNALS.md names files or folders that do not exist:\n" + "\n".join(bad)

@@ -88,6 +88,12 @@ def is_structured(node: onnx.NodeProto, structs: dict) -> bool:
     return is_onnx_domain(node.domain) and any(n in structs for n in node.input if n)
 
 
+def has_tensor_expansion(node: onnx.NodeProto) -> bool:
+    """Whether `node`'s op has a tensor expansion (it may be imported without a lowering or an ONNX schema)."""
+    entry = REGISTRY.get(_key(node.domain, node.op_type))
+    return entry is not None and entry.tensor is not None
+
+
 def expand(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     """The nodes replacing `node` (a structure node's may be none: it only records structures in `scope.structs`),
     or None when the node is imported as it is."""

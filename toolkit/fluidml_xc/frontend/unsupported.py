@@ -25,7 +25,7 @@ from ..opspec import lookup
 from .bind_hints import inputs_behind
 from .builder import outer_references
 from .domains import Opsets
-from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS
+from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, has_tensor_expansion
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
@@ -161,12 +161,13 @@ class Missing:
         """Whether `node` stays out of the import (recorded when unsupported); `structured`: a sequence/optional
         node, which sequences.py expands."""
         supported = structured or lookup(node.op_type, self.opsets.version(node.domain), node.domain) is not None
+        expandable = has_tensor_expansion(node)
         schema = None if supported else _schema(node, self.opsets)
-        if (supported or schema is not None) and not (self.cut and self.cut & _reads(node)):
+        if (supported or expandable or schema is not None) and not (self.cut and self.cut & _reads(node)):
             return False
-        handled = schema is not None and (node.op_type in SUBGRAPH_OPS | FOLDABLE_ONLY or node.domain == "ai.onnx.ml"
-                                          or schema.function_opset_versions
-                                          or schema.context_dependent_function_opset_versions)
+        handled = expandable or schema is not None and (
+            node.op_type in SUBGRAPH_OPS | FOLDABLE_ONLY or node.domain == "ai.onnx.ml"
+            or schema.function_opset_versions or schema.context_dependent_function_opset_versions)
         if not supported and not handled:
             self.ops.append((_label(node), name))
         self.cut.update(o for o in node.output if o)

@@ -25,7 +25,7 @@ FOLDABLE_ONLY = {"Constant", "Shape", "Size", "ConstantOfShape"}
 """Ops the importer folds (never inlined from a function body; without a lowering, not reported while foldable)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scope:
     """What an expansion reads besides its node, and the structures it records."""
 

@@ -14,6 +14,24 @@ class InputError(FxcError):
     exit_code = 2
 
 
+class UnresolvedShape(InputError):
+    """A tensor's shape stays unknown at build time (it depends on input values, or comes from an op without a
+    lowering). `tensor`: its name in the imported graph (`NODE/...` inside an inlined or expanded node)."""
+
+    def __init__(self, message: str, tensor: str | None = None):
+        super().__init__(message)
+        self.tensor = tensor
+
+
+class NeedsConstant(InputError):
+    """A node needs the value of an input at build time (a sequence position, split sizes). `node`: its label
+    in the imported graph (frontend/names.unique_names for the model's own nodes)."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
 class ToolchainError(FxcError):
     """Compiler, linker or emulator missing or failing."""
 

@@ -21,6 +21,7 @@ import onnx
 from onnx import helper
 
 from ..errors import InputError
+from ..npyio import load_npy
 
 INLINE_MAX = 64
 """Bound values with at most this many elements are written into the manifest."""
@@ -127,8 +128,6 @@ def _check_file_value(name: str, path: str, value: np.ndarray, dtype: np.dtype, 
 def resolve(model: onnx.ModelProto, bind: Mapping[str, object], base: Path | None = None) -> dict[str, np.ndarray]:
     """Bound values typed and shaped by the model's inputs: NAME -> a text value (scalar, comma list
     or .npy path) or an array. One-line InputErrors for an unknown name, a wrong dtype or shape, a missing file."""
-    from ..npyio import load_npy
-
     inputs = _runtime_inputs(model)
     values = {}
     for name, given in bind.items():
@@ -175,8 +174,6 @@ def manifest_entry(values: Mapping[str, np.ndarray], sources: Mapping[str, objec
 
 def recorded_values(bound: Mapping[str, Mapping], artifact: Path) -> dict[str, np.ndarray]:
     """The bound values of an artifact from its manifest's `bound` (to feed a reference run of the original model)."""
-    from ..npyio import load_npy
-
     values = {}
     for name, entry in bound.items():
         dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])

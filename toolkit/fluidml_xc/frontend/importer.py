@@ -16,17 +16,22 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ..errors import InputError
+from ..cast_rules import REFERENCE_OPS
+from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup
+from . import ml_ops, subgraphs  # noqa: F401 - they register their expansions
+from .builder import attrs, rename_in_attribute
 from .domains import Opsets
+from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured
 from .input_shapes import resolve_shapes, suggestions
 from .names import rename_repeated, unique_names
+from .sequences import descriptor, flat_names, input_structure, output_elements, type_kind
+from .shapes import ATTR
+from .unsupported import Missing, check_strings, check_training, unresolved_shape
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
-FOLDABLE_ONLY = {"Constant", "Shape", "Size", "ConstantOfShape"}
 TYPE_ONLY_INPUTS = {"CastLike": {1}}
 """Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
 INFERENCE_DEFAULTS = {"STFT": ("onesided",)}
@@ -77,23 +82,7 @@ def _dtype(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
-def _attrs(node: onnx.NodeProto) -> dict:
-    values = {}
-    for attr in node.attribute:
-        value = helper.get_attribute_value(attr)
-        if isinstance(value, onnx.TensorProto):
-            value = numpy_helper.to_array(value)
-        elif isinstance(value, bytes):
-            value = value.decode()
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode() for v in value]
-        values[attr.name] = value
-    return values
-
-
 def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dict | None = None) -> dict[str, Tensor]:
-    from .sequences import input_structure, type_kind
-
     initializers = {init.name for init in model.graph.initializer}
     tensors, missing, open_inputs = {}, [], []
     known = {vi.name for vi in model.graph.input}
@@ -157,8 +146,6 @@ class _Folder:
     def evaluate(self, node: onnx.NodeProto, stand_ins: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
-        from ..cast_rules import REFERENCE_OPS
-
         stand_ins = stand_ins or {}
         inputs = [n for n in node.input if n]
         graph = helper.make_graph(
@@ -174,8 +161,6 @@ class _Folder:
     def infer_dynamic(self, node: onnx.NodeProto, attrs: dict, bound: BoundFn) -> dict[str, Tensor]:
         """Ops whose output shapes depend on input data: static upper bounds (the op's OpSpec.output_bound); the
         data-dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
-        from .shapes import ATTR
-
         inputs = [self.tensors[n] if n else None for n in node.input]
         bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type)
         result, marks = {}, {}
@@ -273,7 +258,7 @@ class _Folder:
         inputs = [n for n in node.input if n]
         for name in inputs:
             if name in self.unresolved:
-                raise InputError(self.unresolved[name])
+                raise UnresolvedShape(self.unresolved[name], name)
             if name not in self.tensors:
                 raise InputError(f"node {node.name or node.op_type!r} reads {name!r}, which nothing produces: the model is malformed")
         if node.op_type == "Constant" and is_onnx_domain(node.domain):
@@ -329,7 +314,6 @@ class _Folder:
             if not name:
                 continue
             if name not in inferred:
-                from .unsupported import unresolved_shape
                 self.unresolved[name] = unresolved_shape(self, node, name)
                 continue
             self.tensors[name] = inferred[name]
@@ -432,7 +416,6 @@ def _inline(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str, opsets:
                 new.attribute.append(attr)
         for attr in new.attribute:  # subgraphs (Scan/If/Loop bodies) read the body's tensors by name too
             if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                from .subgraphs import rename_in_attribute
                 rename_in_attribute(attr, name_of)
         new.name = prefix + (inner.name or inner.op_type)
         nodes.append(new)
@@ -447,11 +430,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
 
     An op without a lowering whose ONNX schema defines it as a function (Attention, RMSNormalization,
     SoftmaxCrossEntropyLoss, Swish, ...) is replaced by its function body."""
-
-    from .sequences import handles as structured_node, expand as expand_structured, output_elements, type_kind
-
     check_opsets(model)
-    from .unsupported import Missing, check_strings, check_training
     check_training(model)
     validate_model(model, options.limits, unique_names(model))
     structs: dict = {}
@@ -466,16 +445,17 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     opsets = Opsets.of_model(model)
     opset = opsets.default
     nodes, missing = [], Missing(opsets)
+    scope = Scope(tensors, opset, folder, structs, folder.unresolved)
     work = [(onnx_node, node_name, 0) for onnx_node, node_name in zip(model.graph.node, unique_names(model))]
     work.reverse()
     while work:
         onnx_node, node_name, depth = work.pop()
-        structured = structured_node(onnx_node, structs)
+        structured = is_structured(onnx_node, structs)
         if missing.skip(onnx_node, node_name, structured):
             continue
         inputs = [n for n in onnx_node.input if n]
         if structured:
-            expanded = expand_structured(onnx_node, node_name, tensors, structs, folder.unresolved, opset)
+            expanded = expand(onnx_node, node_name, scope)
             work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
             continue
         if (depth < MAX_INLINE_DEPTH and onnx_node.op_type not in FOLDABLE_ONLY
@@ -488,16 +468,14 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
                 expanded = _inline(onnx_node, body, prefix, opsets)
                 work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
                 continue
-        if (depth < MAX_INLINE_DEPTH and (onnx_node.op_type in SUBGRAPH_OPS or onnx_node.domain == "ai.onnx.ml")
-                and all(n in tensors and n not in folder.unresolved for n in inputs)):
-            from .subgraphs import expand_subgraph
-            expanded = expand_subgraph(onnx_node, node_name, tensors, opset, folder)
+        if depth < MAX_INLINE_DEPTH and all(n in tensors and n not in folder.unresolved for n in inputs):
+            expanded = expand(onnx_node, node_name, scope)
             if expanded is not None:
                 work.extend(reversed([(n, n.name, depth + 1) for n in expanded]))
                 continue
-        attrs = _attrs(onnx_node)
-        if not folder.visit(onnx_node, attrs):
-            nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), attrs, onnx_node.domain))
+        values = attrs(onnx_node)
+        if not folder.visit(onnx_node, values):
+            nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), values, onnx_node.domain))
     missing.check(nodes)
     outputs, structures = [], {"inputs": {}, "outputs": {}}
     flat_nodes = []
@@ -516,7 +494,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             if flat in tensors:
                 raise InputError(f"output {vi.name!r} is a sequence/optional whose element name {flat!r} is taken by a tensor of the model")
             if element in folder.unresolved:
-                raise InputError(folder.unresolved[element])
+                raise UnresolvedShape(folder.unresolved[element], element)
             flat_nodes.append(helper.make_node("Identity", [element], [flat], name=f"{vi.name}/{k}"))
             outputs.append(flat)
     # an element computed by a node for this output alone is renamed (its node writes the output buffer);
@@ -540,11 +518,9 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             nodes.append(Node("Identity", onnx_node.name, list(onnx_node.input), list(onnx_node.output), {}, ""))
     for out in outputs:
         if out in folder.unresolved:
-            raise InputError(folder.unresolved[out])
+            raise UnresolvedShape(folder.unresolved[out], out)
         if out not in tensors:
             raise InputError(f"graph output {out!r} is produced by no node: the model is malformed")
-    from .sequences import descriptor, flat_names
-
     inputs = []
     for vi in model.graph.input:
         if vi.name in structs and vi.name not in {i.name for i in model.graph.initializer}:

@@ -1,5 +1,5 @@
 """ai.onnx.ml ops that skl2onnx writes for linear models, expanded at import into standard ops (as
-subgraphs.py does for control flow), so they fold, fuse and lower like the rest of the graph:
+subgraphs.py does for control flow; tensor expansions in expanders.py's registry), so they fold, fuse and lower like the rest of the graph:
 
 - Scaler: (X - offset) * scale
 - LinearRegressor: X @ coefficients^T + intercepts (post_transform NONE)
@@ -18,12 +18,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .subgraphs import _attr, _Builder
+from .builder import NodeBuilder, attr
+from .expanders import Scope, expands
 
 ML_DOMAIN = "ai.onnx.ml"
 
 
-def _float_input(bld: _Builder, name: str, tensors: dict) -> str | None:
+def _float_input(bld: NodeBuilder, name: str, tensors: dict) -> str | None:
     t = tensors[name]
     if len(t.shape) != 2:
         return None
@@ -36,18 +37,18 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "NONE")
 
 
-def expand_scaler(node: onnx.NodeProto, bld: _Builder, tensors: dict) -> list[onnx.NodeProto] | None:
+def expand_scaler(node: onnx.NodeProto, bld: NodeBuilder, tensors: dict) -> list[onnx.NodeProto] | None:
     x = _float_input(bld, node.input[0], tensors)
     if x is None:
         return None
-    offset = np.asarray(_attr(node, "offset", None) or [0.0], np.float32)
-    scale = np.asarray(_attr(node, "scale", None) or [1.0], np.float32)
+    offset = np.asarray(attr(node, "offset", None) or [0.0], np.float32)
+    scale = np.asarray(attr(node, "scale", None) or [1.0], np.float32)
     centered = bld.add("Sub", [x, bld.constant(offset, "offset")])[0]
     bld.add("Mul", [centered, bld.constant(scale, "scale")], [node.output[0]])
     return bld.nodes
 
 
-def _linear(bld: _Builder, x: str, coefficients, intercepts, columns: int, targets: int) -> str | None:
+def _linear(bld: NodeBuilder, x: str, coefficients, intercepts, columns: int, targets: int) -> str | None:
     coef = np.asarray(coefficients or [], np.float32)
     if coef.size != targets * columns:
         return None
@@ -60,12 +61,12 @@ def _linear(bld: _Builder, x: str, coefficients, intercepts, columns: int, targe
     return scores
 
 
-def expand_linear_regressor(node: onnx.NodeProto, bld: _Builder, tensors: dict) -> list[onnx.NodeProto] | None:
+def expand_linear_regressor(node: onnx.NodeProto, bld: NodeBuilder, tensors: dict) -> list[onnx.NodeProto] | None:
     x = _float_input(bld, node.input[0], tensors)
-    if x is None or _text(_attr(node, "post_transform", b"NONE")) != "NONE":
+    if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
         return None
-    targets = int(_attr(node, "targets", 1))
-    scores = _linear(bld, x, _attr(node, "coefficients", None), _attr(node, "intercepts", None),
+    targets = int(attr(node, "targets", 1))
+    scores = _linear(bld, x, attr(node, "coefficients", None), attr(node, "intercepts", None),
                      tensors[node.input[0]].shape[1], targets)
     if scores is None:
         return None
@@ -73,25 +74,25 @@ def expand_linear_regressor(node: onnx.NodeProto, bld: _Builder, tensors: dict) 
     return bld.nodes
 
 
-POST_TRANSFORMS: dict[str, Callable[[_Builder, str, str], None]] = {
+POST_TRANSFORMS: dict[str, Callable[[NodeBuilder, str, str], None]] = {
     "NONE": lambda bld, s, out: bld.add("Identity", [s], [out]),
     "LOGISTIC": lambda bld, s, out: bld.add("Sigmoid", [s], [out]),
     "SOFTMAX": lambda bld, s, out: bld.add("Softmax", [s], [out], axis=-1),
 }
 
 
-def expand_linear_classifier(node: onnx.NodeProto, bld: _Builder, tensors: dict) -> list[onnx.NodeProto] | None:
+def expand_linear_classifier(node: onnx.NodeProto, bld: NodeBuilder, tensors: dict) -> list[onnx.NodeProto] | None:
     x = _float_input(bld, node.input[0], tensors)
-    labels = _attr(node, "classlabels_ints", None)
-    post = POST_TRANSFORMS.get(_text(_attr(node, "post_transform", b"NONE")))
+    labels = attr(node, "classlabels_ints", None)
+    post = POST_TRANSFORMS.get(_text(attr(node, "post_transform", b"NONE")))
     if x is None or post is None or not labels or len(labels) < 2:
         return None
-    intercepts = _attr(node, "intercepts", None)
+    intercepts = attr(node, "intercepts", None)
     columns = tensors[node.input[0]].shape[1]
-    targets = len(_attr(node, "coefficients", None) or []) // max(1, columns)
+    targets = len(attr(node, "coefficients", None) or []) // max(1, columns)
     if targets != len(labels):
         return None  # one score column for two classes: ONNX Runtime's own binary convention
-    scores = _linear(bld, x, _attr(node, "coefficients", None), intercepts, columns, targets)
+    scores = _linear(bld, x, attr(node, "coefficients", None), intercepts, columns, targets)
     if scores is None:
         return None
     if len(node.output) > 0 and node.output[0]:
@@ -102,12 +103,12 @@ def expand_linear_classifier(node: onnx.NodeProto, bld: _Builder, tensors: dict)
     return bld.nodes
 
 
-EXPANDERS = {"Scaler": expand_scaler, "LinearRegressor": expand_linear_regressor,
-             "LinearClassifier": expand_linear_classifier}
+EXPANDERS: dict[str, Callable[[onnx.NodeProto, NodeBuilder, dict], list[onnx.NodeProto] | None]] = {
+    "Scaler": expand_scaler, "LinearRegressor": expand_linear_regressor, "LinearClassifier": expand_linear_classifier}
 
 
-def expand_ml(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
-    fn = EXPANDERS.get(node.op_type)
-    if fn is None or node.domain != ML_DOMAIN or not node.input or node.input[0] not in tensors:
+@expands(ML_DOMAIN, *EXPANDERS)
+def expand_ml(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    if not node.input or node.input[0] not in scope.tensors:
         return None
-    return fn(node, _Builder(node_name, opset), tensors)
+    return EXPANDERS[node.op_type](node, NodeBuilder(node_name, scope.opset), scope.tensors)

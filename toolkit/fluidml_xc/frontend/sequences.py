@@ -15,8 +15,10 @@ ordinary tensor ops or nothing at all:
   element (pseudo-node `Select` in SEQ_DOMAIN, resolved when both branches are known); Loop
   carrying structures: subgraphs.expand_loop.
 
-Positions (SequenceAt/Insert/Erase, SplitToSequence's split) must be build-time constants; the error
-says so in the form backend.FxcBackendRep recognizes, so it binds such graph inputs as constants.
+Positions (SequenceAt/Insert/Erase, SplitToSequence's split) must be build-time constants; the error is an
+errors.NeedsConstant naming the node, from which backend.FxcBackendRep binds such graph inputs as constants.
+
+Every expansion here is a structure expansion in expanders.py's registry.
 
 Graph inputs/outputs (the ABI): a sequence `x` of n tensors is n tensors `x.0` ... `x.{n-1}`; an
 optional is an absent value (no tensor) or its content (a tensor: `x.0`; a sequence: `x.0`, ...).
@@ -31,8 +33,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import InputError
-from ..ir import is_onnx_domain
+from ..errors import InputError, NeedsConstant, UnresolvedShape
+from .builder import NodeBuilder, attr, op_types
+from .expanders import Scope, always, expands
+from .subgraphs import INDEXING_OPS, expand_loop, taken_branch
 
 SEQ_DOMAIN = "fluidml_xc.structure"
 
@@ -180,40 +184,31 @@ def output_elements(name: str, tp: onnx.TypeProto, structs: dict, tensors: dict)
 # --------------------------------------------------------------------------------------------------
 # expansion
 # --------------------------------------------------------------------------------------------------
-def _structured_if(node: onnx.NodeProto) -> bool:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH and any(type_kind(o.type) in ("seq", "opt") for o in attr.g.output):
+def structured_if(node: onnx.NodeProto) -> bool:
+    """Whether an If's branches give sequences/optionals (then its condition must be known at build time)."""
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH and any(type_kind(o.type) in ("seq", "opt") for o in a.g.output):
             return True
     return False
 
 
-def handles(node: onnx.NodeProto, structs: dict) -> bool:
-    if node.domain == SEQ_DOMAIN:
-        return True
-    if not is_onnx_domain(node.domain):
-        return False
-    if node.op_type in SEQUENCE_OPS or any(n in structs for n in node.input if n):
-        return True
-    return node.op_type == "If" and _structured_if(node)
+def _needs_constant(node_name: str, op: str, what: str) -> NeedsConstant:
+    return NeedsConstant(f"node {node_name!r} ({op}): {what} must be a build-time constant (sequences have a static "
+                         "structure)", node_name)
 
 
-def _needs_constant(node_name: str, op: str, what: str) -> InputError:
-    return InputError(f"node {node_name!r} ({op}): {what} must be a build-time constant (sequences have a static structure)")
-
-
-def _unresolved(out: str, node_name: str, op: str, why: str) -> InputError:
-    return InputError(f"cannot infer a static shape for {out!r} (node {node_name!r}, {op}): {why}")
+def _unresolved(out: str, node_name: str, op: str, why: str) -> UnresolvedShape:
+    return UnresolvedShape(f"cannot infer a static shape for {out!r} (node {node_name!r}, {op}): {why}", out)
 
 
 class _Expansion:
     """One node being expanded: its builder, inputs and outputs, and how it reads values and constants."""
 
-    def __init__(self, node: onnx.NodeProto, node_name: str, tensors: dict, structs: dict, unresolved: dict, opset: int):
-        from .subgraphs import _Builder
-
-        self.node, self.name, self.tensors, self.structs, self.unresolved, self.opset = node, node_name, tensors, structs, unresolved, opset
+    def __init__(self, node: onnx.NodeProto, node_name: str, scope: Scope):
+        self.node, self.name, self.scope = node, node_name, scope
+        self.tensors, self.structs, self.unresolved, self.opset = scope.tensors, scope.structs, scope.unresolved, scope.opset
         self.op = node.op_type
-        self.bld = _Builder(node_name, opset)
+        self.bld = NodeBuilder(node_name, self.opset)
         self.ins, self.outs = list(node.input), list(node.output)
 
     def value(self, name: str):
@@ -223,7 +218,7 @@ class _Expansion:
         if name in self.structs:
             return self.structs[name]
         if name in self.unresolved:
-            raise InputError(self.unresolved[name])
+            raise UnresolvedShape(self.unresolved[name], name)
         if name not in self.tensors:
             raise InputError(f"node {self.name!r} reads {name!r}, which nothing produces: the model is malformed")
         return name
@@ -268,32 +263,19 @@ class _Expansion:
         return self.bld.nodes
 
 
-_EXPANDERS: dict[str, Callable[[_Expansion], list]] = {}
-"""op type -> its expansion (any domain; the Select pseudo-op of SEQ_DOMAIN is `_select`)."""
-
-
-def _expands(*ops: str):
+def _expands(*ops: str, domain: str = "", claims: Callable[[onnx.NodeProto], bool] | None = None):
+    """Registers `fn(expansion)` as the structure expansion of `ops` (expanders.py); the ops of SEQUENCE_OPS are
+    structure nodes whatever they read, the others when they read a structure or `claims` says so."""
     def register(fn: Callable[[_Expansion], list]) -> Callable[[_Expansion], list]:
+        def expand(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto]:
+            return fn(_Expansion(node, node_name, scope))
         for op in ops:
-            _EXPANDERS[op] = fn
+            expands(domain, op, structure=True, claims=always if op in SEQUENCE_OPS else claims)(expand)
         return fn
     return register
 
 
-def expand(node: onnx.NodeProto, node_name: str, tensors: dict, structs: dict, unresolved: dict,
-           opset: int) -> list[onnx.NodeProto]:
-    """Nodes replacing `node` (maybe none: it only defines structures in `structs`)."""
-    x = _Expansion(node, node_name, tensors, structs, unresolved, opset)
-    if node.domain == SEQ_DOMAIN and x.op == "Select":
-        return _select(x)
-    expander = _EXPANDERS.get(x.op)
-    if expander is not None:
-        return expander(x)
-    bad = next(n for n in x.ins if n in structs)
-    raise InputError(f"node {node_name!r} ({x.op}) reads the sequence/optional value {bad!r}: only sequence and "
-                     "optional ops, Identity, If and Loop accept one")
-
-
+@_expands("Select", domain=SEQ_DOMAIN, claims=always)
 def _select(x: _Expansion) -> list:
     """The pseudo-op an If with a run-time condition becomes: one Where per element of same-shaped branches."""
     cond, a, b = x.ins
@@ -365,12 +347,10 @@ def _sequence_length(x: _Expansion) -> list:
 
 @_expands("ConcatFromSequence")
 def _concat_from_sequence(x: _Expansion) -> list:
-    from .subgraphs import _attr
-
     s, bld = x.seq(0), x.bld
     if not s:
         raise InputError(f"node {x.name!r} (ConcatFromSequence): the sequence is empty")
-    axis, new_axis = int(_attr(x.node, "axis")), int(_attr(x.node, "new_axis", 0))
+    axis, new_axis = int(attr(x.node, "axis")), int(attr(x.node, "new_axis", 0))
     rank = len(x.tensors[s[0]].shape) + new_axis
     axis = axis + rank if axis < 0 else axis
     parts = [bld.unsqueeze(e, axis) for e in s] if new_axis else list(s)
@@ -383,17 +363,15 @@ def _concat_from_sequence(x: _Expansion) -> list:
 
 @_expands("SplitToSequence")
 def _split_to_sequence(x: _Expansion) -> list:
-    from .subgraphs import _attr
-
     bld, src = x.bld, x.value(x.ins[0])
     shape = x.tensors[src].shape
-    axis = int(_attr(x.node, "axis", 0))
+    axis = int(attr(x.node, "axis", 0))
     axis = axis + len(shape) if axis < 0 else axis
     length = shape[axis]
     split = x.const_int(1, "split")
     elements = []
     if split is None:
-        keep = int(_attr(x.node, "keepdims", 1))
+        keep = int(attr(x.node, "keepdims", 1))
         for k in range(length):
             idx = bld.constant(np.array(k if not keep else [k], dtype=np.int64), "index")
             elements.append(bld.add("Gather", [src, idx], axis=axis)[0])
@@ -419,9 +397,7 @@ def _split_to_sequence(x: _Expansion) -> list:
 
 @_expands("SequenceMap")
 def _sequence_map(x: _Expansion) -> list:
-    from .subgraphs import _attr
-
-    body = _attr(x.node, "body")
+    body = attr(x.node, "body")
     values = [x.value(n) for n in x.ins]
     lengths = {len(v) for v in values if isinstance(v, tuple)}
     if len(lengths) != 1 or not isinstance(values[0], tuple):
@@ -465,18 +441,16 @@ def _optional_get_element(x: _Expansion) -> list:
     return x.tensor_out(v) if isinstance(v, str) else x.out(v)
 
 
-@_expands("If")
+@_expands("If", claims=structured_if)
 def _if(x: _Expansion) -> list:
-    from .subgraphs import _attr, _op_types, INDEXING_OPS, expand_if
-
     ins, outs, bld = x.ins, x.outs, x.bld
     cond = x.tensors.get(ins[0])
     if cond is None:
         x.value(ins[0])
     if cond.is_const:
-        return expand_if(x.node, x.name, x.tensors, x.opset)
-    then_g, else_g = _attr(x.node, "then_branch"), _attr(x.node, "else_branch")
-    if x.opset < 9 or cond.size != 1 or (_op_types(then_g) | _op_types(else_g)) & INDEXING_OPS:
+        return taken_branch(x.node, x.name, x.opset, bool(np.ravel(cond.value)[0]))
+    then_g, else_g = attr(x.node, "then_branch"), attr(x.node, "else_branch")
+    if x.opset < 9 or cond.size != 1 or (op_types(then_g) | op_types(else_g)) & INDEXING_OPS:
         raise _unresolved(outs[0], x.name, "If", "its branches give sequences/optionals, so the condition must be "
                           "known at build time")
     then_outs = bld.instantiate(then_g, "then", {})
@@ -490,11 +464,9 @@ def _if(x: _Expansion) -> list:
 
 @_expands("Loop")
 def _loop(x: _Expansion) -> list:
-    from .subgraphs import _attr, expand_loop
-
     ins, outs, tensors = x.ins, x.outs, x.tensors
-    expanded = expand_loop(x.node, x.name, tensors, x.opset)
-    body = _attr(x.node, "body")
+    expanded = expand_loop(x.node, x.name, x.scope)
+    body = attr(x.node, "body")
     carried = ins[2:]
     trip = tensors.get(ins[0]) if ins and ins[0] else None
     go = tensors.get(ins[1]) if len(ins) > 1 and ins[1] else None

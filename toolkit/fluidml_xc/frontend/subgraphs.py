@@ -13,128 +13,26 @@
   addresses memory with indices known only at run time (INDEX_INPUTS); otherwise a one-line error
   names the reason and the graph inputs to --bind.
 
-Expansion returns the replacement ONNX nodes (the frontend then imports them like the model's own),
-or None when the node is left as it is (and reported unsupported).
+Each is the tensor expansion of its op in expanders.py: it returns the replacement ONNX nodes (the frontend then
+imports them like the model's own), or None when the node is left as it is (and reported unsupported).
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
+
+from ..errors import InputError, UnresolvedShape
 from ..ir import is_onnx_domain
+from .bind_hints import bind_hint, inputs_behind
+from .builder import NodeBuilder, attr, attrs, op_types
+from .expanders import Scope, expand_tensors, expands
 
 MAX_UNROLLED_NODES = 4096
 """Unrolling a Scan into more nodes than this is not worth it: the node stays unsupported."""
 
 
-def _defined(graph: onnx.GraphProto) -> set[str]:
-    names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    for node in graph.node:
-        names.update(o for o in node.output if o)
-    return names
-
-
-def _rename_nested(graph: onnx.GraphProto, rename: Callable[[str], str]) -> onnx.GraphProto:
-    """A copy of a nested graph whose references to outer names go through `rename`."""
-    out = onnx.GraphProto()
-    out.CopyFrom(graph)
-    local = _defined(graph)
-
-    def outer(name: str) -> str:
-        return name if not name or name in local else rename(name)
-    for node in out.node:
-        for i, name in enumerate(node.input):
-            node.input[i] = outer(name)
-        for attr in node.attribute:
-            rename_in_attribute(attr, outer)
-    for o in out.output:
-        o.name = outer(o.name)
-    return out
-
-
-def outer_references(graph: onnx.GraphProto) -> set[str]:
-    """Names a (nested) graph reads from enclosing scopes."""
-    local, found = _defined(graph), set()
-    for node in graph.node:
-        found.update(n for n in node.input if n and n not in local)
-        for attr in node.attribute:
-            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                      list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-                found.update(n for n in outer_references(g) if n not in local)
-    found.update(o.name for o in graph.output if o.name not in local)
-    return found
-
-
-def rename_in_attribute(attr: onnx.AttributeProto, rename: Callable[[str], str]) -> None:
-    """Outer-scope references of a GRAPH / GRAPHS attribute's graphs renamed in place."""
-    if attr.type == onnx.AttributeProto.GRAPH:
-        attr.g.CopyFrom(_rename_nested(attr.g, rename))
-    elif attr.type == onnx.AttributeProto.GRAPHS:
-        for g in attr.graphs:
-            g.CopyFrom(_rename_nested(g, rename))
-
-
-class _Builder:
-    def __init__(self, node_name: str, opset: int):
-        self.prefix, self.opset = node_name + "/", opset
-        self.nodes: list[onnx.NodeProto] = []
-        self.count = 0
-
-    def name(self, hint: str) -> str:
-        self.count += 1
-        return f"{self.prefix}{hint}_{self.count}"
-
-    def add(self, op: str, inputs: list[str], outputs: list[str] | None = None, **attrs) -> list[str]:
-        outputs = outputs or [self.name(op.lower())]
-        self.nodes.append(helper.make_node(op, inputs, outputs, name=self.name(op), **attrs))
-        return outputs
-
-    def constant(self, value: np.ndarray, hint: str = "const") -> str:
-        return self.add("Constant", [], [self.name(hint)], value=numpy_helper.from_array(np.asarray(value)))[0]
-
-    def unsqueeze(self, x: str, axis: int, output: str | None = None) -> str:
-        outs = [output] if output else None
-        if self.opset >= 13:
-            return self.add("Unsqueeze", [x, self.constant(np.array([axis], dtype=np.int64), "axes")], outs)[0]
-        return self.add("Unsqueeze", [x], outs, axes=[axis])[0]
-
-    def instantiate(self, graph: onnx.GraphProto, tag: str, bindings: dict[str, str]) -> list[str]:
-        """Copy `graph`'s nodes with its inputs bound to `bindings` and its own tensors renamed; its outputs' names."""
-        local = _defined(graph)
-        prefix = f"{self.prefix}{tag}/"
-
-        def rename(name: str) -> str:
-            if not name:
-                return ""
-            if name in bindings:
-                return bindings[name]
-            return prefix + name if name in local else name
-        for init in graph.initializer:
-            self.nodes.append(helper.make_node("Constant", [], [rename(init.name)], name=self.name("Constant"), value=init))
-        for i, inner in enumerate(graph.node):
-            new = onnx.NodeProto()
-            new.CopyFrom(inner)
-            del new.input[:]
-            del new.output[:]
-            new.input.extend(rename(n) for n in inner.input)
-            new.output.extend(rename(n) for n in inner.output)
-            for attr in new.attribute:
-                rename_in_attribute(attr, rename)
-            new.name = f"{prefix}{inner.name or inner.op_type}_{i}"
-            self.nodes.append(new)
-        return [rename(o.name) for o in graph.output]
-
-
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def _unroll(bld: _Builder, body: onnx.GraphProto, states: list[str], scans: list[str], scan_ranks: list[int],
+def _unroll(bld: NodeBuilder, body: onnx.GraphProto, states: list[str], scans: list[str], scan_ranks: list[int],
             length: int, in_axes: list[int], in_dirs: list[int], out_axes: list[int], out_dirs: list[int],
             tag: str) -> tuple[list[str], list[str]]:
     """Unrolled steps; (final state names, scan output names)."""
@@ -160,7 +58,7 @@ def _unroll(bld: _Builder, body: onnx.GraphProto, states: list[str], scans: list
     return states, scan_outs
 
 
-def _finish_scan_output(bld: _Builder, values: list[str], axis: int, output: str) -> None:
+def _finish_scan_output(bld: NodeBuilder, values: list[str], axis: int, output: str) -> None:
     parts = [bld.unsqueeze(v, axis) for v in values]
     if len(parts) == 1:
         bld.add("Identity", parts, [output])
@@ -168,10 +66,12 @@ def _finish_scan_output(bld: _Builder, values: list[str], axis: int, output: str
         bld.add("Concat", parts, [output], axis=axis)
 
 
-def expand_scan(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
-    body = _attr(node, "body")
-    m = int(_attr(node, "num_scan_inputs"))
-    bld = _Builder(node_name, opset)
+@expands("", "Scan")
+def expand_scan(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    tensors, opset = scope.tensors, scope.opset
+    body = attr(node, "body")
+    m = int(attr(node, "num_scan_inputs"))
+    bld = NodeBuilder(node_name, opset)
     if opset < 9:
         if node.input and node.input[0]:
             return None  # sequence_lens: steps differ per batch row
@@ -184,7 +84,7 @@ def expand_scan(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
         n_out = len(body.output) - n_state
         if batch * length * len(body.node) > MAX_UNROLLED_NODES:
             return None
-        dirs = list(_attr(node, "directions", None) or [0] * m)
+        dirs = list(attr(node, "directions", None) or [0] * m)
         finals: list[list[str]] = []
         outs: list[list[str]] = []
         for bi in range(batch):
@@ -210,10 +110,10 @@ def expand_scan(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
     states, scans = inputs[:n_state], inputs[n_state:]
     n_out = len(body.output) - n_state
     ranks = [len(tensors[s].shape) for s in scans]
-    in_axes = [a % r if r else 0 for a, r in zip(_attr(node, "scan_input_axes", None) or [0] * m, ranks)]
-    in_dirs = list(_attr(node, "scan_input_directions", None) or [0] * m)
-    out_axes_raw = list(_attr(node, "scan_output_axes", None) or [0] * n_out)
-    out_dirs = list(_attr(node, "scan_output_directions", None) or [0] * n_out)
+    in_axes = [a % r if r else 0 for a, r in zip(attr(node, "scan_input_axes", None) or [0] * m, ranks)]
+    in_dirs = list(attr(node, "scan_input_directions", None) or [0] * m)
+    out_axes_raw = list(attr(node, "scan_output_axes", None) or [0] * n_out)
+    out_dirs = list(attr(node, "scan_output_directions", None) or [0] * n_out)
     if not scans or len(in_axes) != m or len(in_dirs) != m or len(out_axes_raw) != n_out or len(out_dirs) != n_out:
         return None
     lengths = {tensors[s].shape[a] for s, a in zip(scans, in_axes)}
@@ -250,19 +150,6 @@ INDEXING_OPS = {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterEleme
 are out of range there, so an If whose branches use them is not computed both ways."""
 
 
-def _op_types(graph: onnx.GraphProto) -> set[str]:
-    types = set()
-    for node in graph.node:
-        types.add(node.op_type)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                types |= _op_types(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    types |= _op_types(g)
-    return types
-
-
 def _static_outputs(graph: onnx.GraphProto) -> list[tuple[int, tuple[int, ...]]] | None:
     result = []
     for o in graph.output:
@@ -285,15 +172,12 @@ def _shape_text(shape: tuple[int, ...]) -> str:
 
 
 def _bind_hint(folder, cond: str, tensors: dict, builds: dict[bool, bool] | None = None) -> str:
-    from .bind_hints import bind_hint
     return bind_hint(getattr(folder, "model", None), cond, tensors, builds)
 
 
 def _branch_builds(folder, branch: onnx.GraphProto, tag: str, node_name: str, opset: int) -> bool:
     """Whether one branch alone imports with the static shapes of the outer graph."""
-    from ..errors import InputError
-
-    bld = _Builder(node_name, opset)
+    bld = NodeBuilder(node_name, opset)
     bld.instantiate(branch, tag, {})
     try:
         probe(folder, bld.nodes, opset)
@@ -306,24 +190,21 @@ def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[o
     """Static shapes of `nodes` run through a copy of the frontend's folder (constants folded, nested
     control flow expanded) without touching the real one: (tensors, nodes kept, data-dependent tensors).
     Raises the InputError the real import would raise."""
-    from .importer import _attrs
-
     dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits)
     dry.unresolved, dry.dynamic = dict(folder.unresolved), dict(folder.dynamic)
     work, kept = list(reversed(nodes)), []
     while work:
         node = work.pop()
-        if node.op_type in EXPANDERS and is_onnx_domain(node.domain):
-            expanded = expand_subgraph(node, node.name, dry.tensors, opset, dry)
+        if is_onnx_domain(node.domain):
+            expanded = expand_tensors(node, node.name, Scope(dry.tensors, opset, dry))
             if expanded is not None:
                 work.extend(reversed(expanded))
                 continue
-        if not dry.visit(node, _attrs(node)):
+        if not dry.visit(node, attrs(node)):
             kept.append(node)
     for name, message in dry.unresolved.items():
         if name not in folder.unresolved:
-            from ..errors import InputError
-            raise InputError(message)
+            raise UnresolvedShape(message, name)
     return dry.tensors, kept, dry.dynamic
 
 
@@ -340,26 +221,27 @@ def _run_time_index(kept: list[onnx.NodeProto], tensors: dict) -> onnx.NodeProto
 
 def taken_branch(node: onnx.NodeProto, node_name: str, opset: int, taken: bool) -> list[onnx.NodeProto]:
     """The nodes of an If's branch taken, its initializers first (as Constant nodes), its outputs the If's (Identity)."""
-    bld = _Builder(node_name, opset)
-    outs = bld.instantiate(_attr(node, "then_branch" if taken else "else_branch"), "then" if taken else "else", {})
+    bld = NodeBuilder(node_name, opset)
+    outs = bld.instantiate(attr(node, "then_branch" if taken else "else_branch"), "then" if taken else "else", {})
     for src, out in zip(outs, node.output):
         if out:
             bld.add("Identity", [src], [out])
     return bld.nodes
 
 
-def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, folder=None) -> list[onnx.NodeProto] | None:
+@expands("", "If")
+def expand_if(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    """The branch taken when the condition is known; else both branches and one Where per output, when they have the
+    same static shapes and index memory only with values known at build time (`scope.folder` infers their shapes;
+    without it, their declared output types decide)."""
+    tensors, opset, folder = scope.tensors, scope.opset, scope.folder
     cond = tensors[node.input[0]]
-    then_g, else_g = _attr(node, "then_branch"), _attr(node, "else_branch")
+    then_g, else_g = attr(node, "then_branch"), attr(node, "else_branch")
     if cond.is_const:
         return taken_branch(node, node_name, opset, bool(np.ravel(cond.value)[0]))
-    bld = _Builder(node_name, opset)
+    bld = NodeBuilder(node_name, opset)
     if folder is None:
         return _expand_if_declared(node, bld, cond, then_g, else_g, opset)
-    from ..errors import InputError
-
-    from .bind_hints import inputs_behind
-
     behind = inputs_behind(getattr(folder, "model", None), node.input[0])
     source = f" (from input {', '.join(map(repr, behind))})" if behind else ""
     where = f"If node {node_name!r}: its condition {node.input[0]!r}{source} is computed at run time"
@@ -376,8 +258,11 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
                   False: _branch_builds(folder, else_g, "else", node_name, opset)}
         which = "the then branch" if builds[False] and not builds[True] else \
             "the else branch" if builds[True] and not builds[False] else "one of them"
-        raise InputError(f"{where}, so both branches are computed, and {which} fails: {exc}: "
-                         f"{_bind_hint(folder, node.input[0], tensors, builds)}") from None
+        message = f"{where}, so both branches are computed, and {which} fails: {exc}: " \
+                  f"{_bind_hint(folder, node.input[0], tensors, builds)}"
+        if isinstance(exc, UnresolvedShape):
+            raise UnresolvedShape(message, exc.tensor) from None
+        raise InputError(message) from None
     risky = _run_time_index(kept, shapes)
     if risky is not None:
         raise InputError(f"{where} and a branch indexes memory with run-time values ({risky.op_type} node "
@@ -397,14 +282,14 @@ def expand_if(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, f
     return bld.nodes
 
 
-def _expand_if_declared(node, bld: _Builder, cond, then_g, else_g, opset: int) -> list[onnx.NodeProto] | None:
+def _expand_if_declared(node, bld: NodeBuilder, cond, then_g, else_g, opset: int) -> list[onnx.NodeProto] | None:
     """Run-time condition without the frontend's folder: the branches' declared output types decide."""
     then_t, else_t = _static_outputs(then_g), _static_outputs(else_g)
     if opset < 9 or then_t is None or then_t != else_t or cond.size != 1:
         return None
     if any(len(shape) < len(cond.shape) for _, shape in then_t):
         return None
-    if (_op_types(then_g) | _op_types(else_g)) & INDEXING_OPS:
+    if (op_types(then_g) | op_types(else_g)) & INDEXING_OPS:
         return None
     then_outs = bld.instantiate(then_g, "then", {})
     else_outs = bld.instantiate(else_g, "else", {})
@@ -428,15 +313,17 @@ def _always_true(body: onnx.GraphProto) -> bool:
             name = node.input[0]
             continue
         if node.op_type == "Constant":
-            value = _attr(node, "value")
+            value = attr(node, "value")
             return value is not None and bool(np.ravel(numpy_helper.to_array(value))[0])
         return False
 
 
-def expand_loop(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int) -> list[onnx.NodeProto] | None:
+@expands("", "Loop")
+def expand_loop(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     """A Loop whose trip count and condition are known at build time and whose body keeps the
     condition true: unrolled like a Scan (scan outputs stacked along a new first axis)."""
-    body = _attr(node, "body")
+    tensors, opset = scope.tensors, scope.opset
+    body = attr(node, "body")
     inputs = list(node.input) + ["", ""]
     trip, cond = inputs[0], inputs[1]
     if not trip or not tensors[trip].is_const or len(body.input) < 2 or not body.output:
@@ -451,7 +338,7 @@ def expand_loop(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
     n_state = len(carried)
     if trips <= 0 or not _always_true(body) or trips * max(1, len(body.node)) > MAX_UNROLLED_NODES:
         return None
-    bld = _Builder(node_name, opset)
+    bld = NodeBuilder(node_name, opset)
     true = bld.constant(np.array(True), "cond")
     states, steps = carried, []
     for t in range(trips):
@@ -467,20 +354,3 @@ def expand_loop(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int)
         if out:
             _finish_scan_output(bld, [step[j] for step in steps], 0, out)
     return bld.nodes
-
-
-EXPANDERS = {"Scan": expand_scan, "If": expand_if, "Loop": expand_loop}
-
-
-def expand_subgraph(node: onnx.NodeProto, node_name: str, tensors: dict, opset: int, folder=None) -> list[onnx.NodeProto] | None:
-    """`folder`: the frontend's _Folder, with which an If on a run-time condition infers its branches' shapes.
-    ai.onnx.ml nodes go to ml_ops.expand_ml (linear models as standard ops)."""
-    if node.domain == "ai.onnx.ml":
-        from .ml_ops import expand_ml
-        return expand_ml(node, node_name, tensors, opset)
-    fn = EXPANDERS.get(node.op_type)
-    if fn is None or not is_onnx_domain(node.domain):
-        return None
-    if fn is expand_if:
-        return fn(node, node_name, tensors, opset, folder)
-    return fn(node, node_name, tensors, opset)

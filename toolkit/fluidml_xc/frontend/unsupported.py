@@ -22,8 +22,10 @@ import onnx
 from ..errors import InputError
 from ..ir import is_onnx_domain
 from ..opspec import lookup
+from .bind_hints import inputs_behind
+from .builder import outer_references
 from .domains import Opsets
-from .importer import FOLDABLE_ONLY, SUBGRAPH_OPS
+from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, has_tensor_expansion
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 ORT_TRAINING_OPS = {"InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "GradientAccumulator", "YieldOp",
@@ -105,8 +107,6 @@ def _top_node(model: onnx.ModelProto, label: str) -> onnx.NodeProto | None:
 
 
 def _graph_inputs_behind(model: onnx.ModelProto, name: str, label: str) -> list[str]:
-    from .bind_hints import inputs_behind
-
     found = inputs_behind(model, name)
     top = _top_node(model, label) if not found and "/" in label else None
     if top is not None:
@@ -138,8 +138,6 @@ def _schema(node: onnx.NodeProto, opsets: Opsets):
 
 def _reads(node: onnx.NodeProto) -> set[str]:
     """Every name a node reads: its inputs and what its subgraphs take from the enclosing scope."""
-    from .subgraphs import outer_references
-
     names = {n for n in node.input if n}
     for attr in node.attribute:
         graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
@@ -163,12 +161,13 @@ class Missing:
         """Whether `node` stays out of the import (recorded when unsupported); `structured`: a sequence/optional
         node, which sequences.py expands."""
         supported = structured or lookup(node.op_type, self.opsets.version(node.domain), node.domain) is not None
+        expandable = has_tensor_expansion(node)
         schema = None if supported else _schema(node, self.opsets)
-        if (supported or schema is not None) and not (self.cut and self.cut & _reads(node)):
+        if (supported or expandable or schema is not None) and not (self.cut and self.cut & _reads(node)):
             return False
-        handled = schema is not None and (node.op_type in SUBGRAPH_OPS | FOLDABLE_ONLY or node.domain == "ai.onnx.ml"
-                                          or schema.function_opset_versions
-                                          or schema.context_dependent_function_opset_versions)
+        handled = expandable or schema is not None and (
+            node.op_type in SUBGRAPH_OPS | FOLDABLE_ONLY or node.domain == "ai.onnx.ml"
+            or schema.function_opset_versions or schema.context_dependent_function_opset_versions)
         if not supported and not handled:
             self.ops.append((_label(node), name))
         self.cut.update(o for o in node.output if o)
@@ -182,8 +181,9 @@ class Missing:
 
 
 def unresolved_shape(folder, node: onnx.NodeProto, output: str) -> str:
-    """The message for an output of `node` whose shape stays unknown with every input shape static; it starts
-    with "the shape of 'NAME' (" (backend.FxcBackendRep reads NAME to bind the inputs it needs)."""
+    """The message for an output of `node` whose shape stays unknown with every input shape static; the
+    frontend raises it as an errors.UnresolvedShape naming the output (backend.FxcBackendRep binds the inputs
+    it needs)."""
     label = node.name or node.op_type
     op = _label(node)
     if lookup(node.op_type, folder.opsets.version(node.domain), node.domain) is None and node.op_type not in SHAPE_INPUTS:

@@ -25,7 +25,10 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
 from ..target.boards import Board, get_board
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant, UnresolvedShape
+from ..frontend.builder import outer_references
+from ..frontend.names import unique_names
+from ..frontend.sequences import VALUE_INPUTS, describe_value, flat_names, regroup, structured_if, type_kind
 from ..pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
 from ..ir import is_onnx_domain
 
@@ -166,8 +169,6 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
 def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
     """The model's outputs from a compiled model's flat outputs: a sequence output becomes a list of
     arrays, an optional one None or its value (frontend/sequences.py)."""
-    from ..frontend.sequences import flat_names, regroup
-
     described = (getattr(compiled, "structures", None) or {}).get("outputs", {})
     if not described:
         return list(flat)
@@ -180,28 +181,38 @@ def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
     return result
 
 
-_UNRESOLVED = re.compile(r"(?:cannot infer a static shape for|the shape of) '(.+?)' \(")
-"""An unresolved shape (frontend: unsupported.unresolved_shape, sequences._unresolved): the tensor's name."""
 MAX_BOUND_ELEMENTS = 64
 
 
-_NEEDS_CONSTANT = re.compile(r"node '(.+?)' \(\w+\): .*must be a build-time constant")
+_LOWERING_NEEDS_CONSTANT = re.compile(r"node '(.+?)' \(\w+\): .*must be a build-time constant")
+"""What the lowerings in ops/ (TopK's K, Reduce axes, DFT/STFT lengths, ...) raise as a plain InputError until
+they raise errors.NeedsConstant: the node's name."""
 
 
-def _node_needing_values(model: onnx.ModelProto, message: str):
+def _needing_node(exc: InputError) -> str | None:
+    """The label of the node that needs input values at build time, when `exc` says so."""
+    if isinstance(exc, NeedsConstant):
+        return exc.node
+    match = None if isinstance(exc, UnresolvedShape) else _LOWERING_NEEDS_CONSTANT.search(str(exc))
+    return match.group(1) if match else None
+
+
+def _needs_values(exc: InputError) -> bool:
+    """Whether binding graph inputs to their values may resolve `exc` (an unknown shape, a needed constant)."""
+    return isinstance(exc, UnresolvedShape) or _needing_node(exc) is not None
+
+
+def _node_needing_values(model: onnx.ModelProto, exc: InputError):
     """The ONNX node whose output shape (or lowering) needs input values at build time, from an InputError."""
-    from ..frontend.names import unique_names
-
-    match = _UNRESOLVED.search(message)
-    if match:
-        name = match.group(1)
+    if isinstance(exc, UnresolvedShape) and exc.tensor is not None:
+        name = exc.tensor
         node = next((n for n in model.graph.node if name in n.output), None)
         if node is None and "/" in name:  # a tensor inside a function body the frontend inlined: its calling node
             node = dict(zip(unique_names(model), model.graph.node)).get(name.split("/")[0])
         return node
-    match = _NEEDS_CONSTANT.search(message)
-    if match:
-        return next((n for n, name in zip(model.graph.node, unique_names(model)) if name == match.group(1)), None)
+    label = _needing_node(exc)
+    if label is not None:
+        return next((n for n, name in zip(model.graph.node, unique_names(model)) if name == label), None)
     return None
 
 
@@ -216,16 +227,14 @@ def _shape_inputs(model: onnx.ModelProto, node, arrays: dict[str, np.ndarray], b
         stack = [n for n in node.input if n]
     if node.op_type == "Loop":  # the trip count and the condition decide the output shapes, not the carried values
         stack = [n for n in node.input[:2] if n]
-    from ..frontend.sequences import VALUE_INPUTS, _structured_if
     if (node.op_type in VALUE_INPUTS and is_onnx_domain(node.domain)
-            and (node.op_type != "If" or _structured_if(node))):  # positions, split sizes, the condition of an If giving sequences
+            and (node.op_type != "If" or structured_if(node))):  # positions, split sizes, the condition of an If giving sequences
         values = _shape_inputs_from(producers, [node.input[i] for i in VALUE_INPUTS[node.op_type]
                                                 if i < len(node.input) and node.input[i]], arrays, bound)
         if values or node.op_type != "If":
             return values
     for attr in node.attribute:  # If/Scan/Loop bodies read enclosing tensors by name
         if attr.type == onnx.AttributeProto.GRAPH:
-            from ..frontend.subgraphs import outer_references
             stack.extend(sorted(outer_references(attr.g)))
     return _shape_inputs_from(producers, stack, arrays, bound)
 
@@ -287,7 +296,7 @@ class FxcBackendRep(BackendRep):
             try:
                 self._static = compile_model(model, board, None, opt, timeout)
             except InputError as exc:
-                if not (_UNRESOLVED.search(str(exc)) or _NEEDS_CONSTANT.search(str(exc))):
+                if not _needs_values(exc):
                     raise
 
     def _specialize(self, arrays: dict[str, np.ndarray], structures: dict | None = None):
@@ -298,7 +307,7 @@ class FxcBackendRep(BackendRep):
                 compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound, structures=structures)
                 break
             except InputError as exc:
-                more = _shape_inputs(self.model, _node_needing_values(self.model, str(exc)), arrays, bound)
+                more = _shape_inputs(self.model, _node_needing_values(self.model, exc), arrays, bound)
                 if not more:
                     raise
                 bound.update(more)
@@ -330,8 +339,6 @@ class FxcBackendRep(BackendRep):
             values = [inputs]
         if len(values) != len(self.input_names):
             raise InputError(f"expected {len(self.input_names)} inputs ({', '.join(self.input_names)}), got {len(values)}")
-        from ..frontend.sequences import describe_value, flat_names, type_kind
-
         kinds = {vi.name: type_kind(vi.type) for vi in self.model.graph.input}
         arrays, structures = {}, {}
         for n, v in zip(self.input_names, values):

@@ -34,6 +34,12 @@ THREADS = (1, 4)
 CONFORMANCE_BOARDS = {"x86_64": "x86_64-v3", "aarch64": "qemu-aarch64", "armv7": "qemu-armv7"}
 
 
+def _failure(exc: Exception) -> str:
+    """An error as a result: the exit code users see (a fluidml-xc error) or the exception's type, and the message."""
+    code = getattr(exc, "exit_code", None)
+    return f"error {f'exit {code}' if code is not None else type(exc).__name__}: {exc}"
+
+
 def _sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
@@ -66,7 +72,7 @@ def _model_job(job: tuple[str, str, str, int]) -> tuple[str, str]:
             graph = import_graph(model, _shapes(source, model))
             text = _lowered_text(graph, get_board(board_name), threads)
     except Exception as exc:  # noqa: BLE001 - an error is a result to compare too
-        text = f"error {type(exc).__name__}: {exc}"
+        text = _failure(exc)
     return key, text
 
 
@@ -103,7 +109,7 @@ def _conformance_job(job: tuple[str, str, str]) -> tuple[str, str]:
             graph = import_graph(model, _shapes(f"case:{case}", model))
             text = lower(graph, machine_spec(get_board(board_name)), LowerOptions()).ir_text
     except Exception as exc:  # noqa: BLE001
-        text = f"error {type(exc).__name__}: {exc}"
+        text = _failure(exc)
     return key, text
 
 

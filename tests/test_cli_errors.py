@@ -2,20 +2,15 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from modelrun import cli
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env_path = str(ROOT / "toolkit")
-    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {env_path!r}); from fluidml_xc.cli import main; sys.exit(main())", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import compile_and_run, has_emulator, reference
+from modelrun import compile_and_run, require_emulator, reference
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -69,8 +69,7 @@ def ir_text(m, board: str) -> str:
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
 def test_row_vector_convs(board, tmp_path):
-    if not has_emulator(board):
-        pytest.skip(f"needs the {board} emulator")
+    require_emulator(board)
     m = row_convs()
     if board == "qemu-armv7":  # the depthwise rows take their taps as lanes of weight vectors
         text = ir_text(m, board)
@@ -84,8 +83,7 @@ def test_row_vector_convs(board, tmp_path):
 @pytest.mark.parametrize("channels", [44, 46])
 def test_channels_last_depthwise_pairs(channels, tmp_path):
     """44 channels: 5 pairs of vectors and one vector; 46: and two single channels."""
-    if not has_emulator("qemu-aarch64"):
-        pytest.skip("needs qemu-aarch64")
+    require_emulator("qemu-aarch64")
     m = mobilenet_block(channels)
     assert "llvm.aarch64.neon.st1x2.v4f32" in ir_text(m, "qemu-aarch64")
     feeds = {"x": rand(1, 8, 14, 14, seed=15)}
@@ -96,8 +94,7 @@ def test_channels_last_depthwise_pairs(channels, tmp_path):
 def test_channels_last_depthwise_armv7_rows(tmp_path):
     """armv7 channels-last depthwise: the accumulators pass through an empty asm after each kernel row (no
     spill); 46 channels: 11 vectors and two single channels, against onnx.reference under qemu-armv7."""
-    if not has_emulator("qemu-armv7"):
-        pytest.skip("needs qemu-armv7")
+    require_emulator("qemu-armv7")
     m = mobilenet_block(46)
     assert re.search(r'asm sideeffect\s+"", "=w,0"', ir_text(m, "qemu-armv7"))
     feeds = {"x": rand(1, 8, 14, 14, seed=15)}
@@ -130,8 +127,7 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
     import subprocess
 
     from modelrun import build
-    if not has_emulator("qemu-aarch64"):
-        pytest.skip("needs qemu-aarch64")
+    require_emulator("qemu-aarch64")
     m = depthwise_rows()
     text = ir_text(m, "qemu-aarch64")
     assert re.search(r'asm sideeffect\s+"", ""', text) and re.search(r'asm\s+"", "=r,0"', text)

@@ -1,14 +1,13 @@
 """passes/conv_epilogue.py: Conv + residual Add + activation fusion, pattern matching and results."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, reference
+from modelrun import compile_and_run, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -222,8 +221,7 @@ def test_epilogue_net_other_modes(tmp_path, opt):
 
 
 def test_epilogue_net_aarch64(tmp_path):
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-user-static is not installed")
+    require_emulator("qemu-aarch64")
     model, feeds = epilogue_net()
     check(model, feeds, tmp_path, board="qemu-aarch64")
 

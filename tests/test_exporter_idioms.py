@@ -15,8 +15,7 @@ from onnx import TensorProto as TP, helper, numpy_helper
 from onnxscript import FLOAT, script
 from onnxscript import opset18 as op
 
-from fluidml_xc.target.boards import get_board
-from modelrun import build, has_emulator, run
+from modelrun import build, require_emulator, run
 
 RNG = np.random.default_rng(7)
 INT_MAX = np.iinfo(np.int64).max
@@ -40,8 +39,7 @@ def _model(nodes, inputs, outputs, inits, opsets=(("", 13),), ir_version=7):
 
 
 def _check(model, feeds, tmp_path, board="x86_64", rtol=1e-4, atol=1e-5, **options):
-    if not has_emulator(board):
-        pytest.fail(f"{get_board(board).target.emulator} missing: apt-get install qemu-user-static")
+    require_emulator(board)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     artifact = build(model, tmp_path, board, **options)
     got = run(artifact, feeds)

@@ -1,14 +1,13 @@
 """Channels-last convolution under --opt fluid: kernels under every layout, the layout DP's choice, all modes agree."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, reference
+from modelrun import compile_and_run, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-4
 NHWC = (0, 2, 3, 1)
@@ -160,8 +159,7 @@ def test_cnn_every_mode_x86_64(opt, tmp_path):
 
 def test_cnn_fluid_aarch64(tmp_path):
     """NEON: 4 lanes, so the channel-vector paths (and their channel tails) differ from x86_64's."""
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-user-static is not installed")
+    require_emulator("qemu-aarch64")
     model, feeds = cnn(channels=18)
     want = reference(model, feeds)
     got = compile_and_run(model, feeds, tmp_path, board="qemu-aarch64", opt="fluid")

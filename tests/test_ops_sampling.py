@@ -4,13 +4,12 @@ qemu-aarch64."""
 from __future__ import annotations
 
 import platform
-import shutil
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, reference
+from modelrun import compile_and_run, graph_model, reference, require_emulator
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="native builds for x86_64")
 
@@ -168,8 +167,8 @@ def test_grid_sample_opset16_names(tmp_path):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
 def test_sampling_ops_aarch64(tmp_path):
+    require_emulator("qemu-aarch64")
     nodes, feeds, outputs, consts, opset = grid_sample_case(small=True)
     snodes, sfeeds, souts, sconsts, _ = spectral_case()
     keep = [0, 2, 4, 10]

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, has_emulator, reference
+from modelrun import graph_model, compile_and_run, require_emulator, reference
 
 rng = np.random.default_rng(0)
 
@@ -203,8 +203,7 @@ def transformer_block(seq=8, vocab=20, dim=16, heads=2):
 
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
 def test_transformer_block(tmp_path, board):
-    if not has_emulator(board):
-        pytest.skip(f"no emulator for {board}")
+    require_emulator(board)
     m, feeds = transformer_block()
     check(tmp_path, m, feeds, board)
 
@@ -252,8 +251,7 @@ def test_non_row_major_layouts(tmp_path, monkeypatch):
 @pytest.mark.parametrize("board", ["x86_64", "rpi4"])
 def test_exp_sigmoid_erf_keep_nan_and_infinities(tmp_path, board):
     """The vectorized expf/erff clamp their argument; NaN must stay NaN and exp overflow must give inf."""
-    if not has_emulator(board):
-        pytest.skip(f"no emulator for {board}")
+    require_emulator(board)
     x = np.array([np.nan, np.inf, -np.inf, 100.0, 89.0, 88.0, -100.0, 0.0, 1.5, -3.0, 5.0], np.float32)
     m = model([node("Exp", ["x"], ["e"]), node("Sigmoid", ["x"], ["s"]), node("Erf", ["x"], ["r"]),
                node("Tanh", ["x"], ["t"])], {"x": x}, ["e", "s", "r", "t"])

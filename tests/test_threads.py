@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from modelrun import build, has_emulator, lrn_numpy, reference
+from modelrun import build, require_emulator, lrn_numpy, reference
 
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64", "qemu-armv7"]
@@ -170,8 +170,7 @@ def _run(artifact: Path, feeds: dict, tmp: Path, threads: int) -> list[np.ndarra
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bit_identical_across_threads(name, board, tmp_path):
-    if not has_emulator(board):
-        pytest.skip(f"needs the emulator of {board}")
+    require_emulator(board)
     model, feeds = MODELS[name]()
     artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
     manifest = json.loads((artifact / "manifest.json").read_text())
@@ -219,8 +218,7 @@ def test_c_api_threads(program, board, tmp_path):
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.emit.link import compile_c_program
 
-    if not has_emulator(board):
-        pytest.skip(f"needs the emulator of {board}")
+    require_emulator(board)
     model, feeds = MODELS["transformer"]()
     artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
     expected = _run(artifact, feeds, tmp_path, 4)

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, reference, require_emulator
+from modelrun import compile_and_run, jit_node, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -227,28 +227,6 @@ def test_epilogue_net_aarch64(tmp_path):
 
 
 # -- every layout (kernels JIT-run on buffers stored in permuted layouts) ----------------------------
-def _jit_node(graph, node, layouts):
-    import ctypes
-
-    from fluidml_xc.emit.measure import compile_node
-    from fluidml_xc.target.boards import get_board
-    from fluidml_xc.target.machine import machine_spec
-
-    kernel = compile_node(graph, node, machine_spec(get_board(None)), layouts)
-    names = kernel.names
-    rng = np.random.default_rng(5)
-    logical, stored = {}, []
-    for name in names:
-        t = graph.tensors[name]
-        value = rng.standard_normal(t.shape).astype(np.float32)
-        logical[name] = value
-        perm = layouts.get(name)
-        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
-    kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
-    perm = layouts.get(names[-1])
-    return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
-
-
 LAYOUTS = [None, (0, 2, 3, 1), (0, 1, 3, 2), (2, 3, 0, 1)]
 
 
@@ -268,7 +246,7 @@ def test_fused_conv_every_layout(case, layout):
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {"x": layout, "r": layout, "y": layout} if layout else {}
-    logical, got = _jit_node(graph, node, layouts)
+    logical, got = jit_node(graph, node, layouts)
     feeds = {"x": logical["x"], "r": logical["r"]}
     want = reference(model, feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
@@ -285,6 +263,6 @@ def test_vector_pool_every_layout(op, attrs, layout):
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {"x": layout, "y": layout} if layout else {}
-    logical, got = _jit_node(graph, node, layouts)
+    logical, got = jit_node(graph, node, layouts)
     want = reference(model, {"x": logical["x"]})["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, reference, require_emulator
+from modelrun import compile_and_run, jit_node, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-4
 NHWC = (0, 2, 3, 1)
@@ -24,27 +24,6 @@ def make_model(nodes, inits, inputs, outputs, opset=17):
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
         [numpy_helper.from_array(v, k) for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _jit_node(graph, node, layouts):
-    import ctypes
-
-    from fluidml_xc.emit.measure import compile_node
-    from fluidml_xc.target.boards import get_board
-    from fluidml_xc.target.machine import machine_spec
-
-    kernel = compile_node(graph, node, machine_spec(get_board(None)), layouts)
-    names = kernel.names
-    rng = np.random.default_rng(5)
-    logical, stored = {}, []
-    for name in names:
-        value = rng.standard_normal(graph.tensors[name].shape).astype(np.float32)
-        logical[name] = value
-        perm = layouts.get(name)
-        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
-    kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
-    perm = layouts.get(names[-1])
-    return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
 
 
 CASES = {  # weight shape, attributes, input shape
@@ -70,7 +49,7 @@ def test_conv_channels_last(case, in_layout, out_layout):
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {k: v for k, v in {"x": in_layout, "r": out_layout, "y": out_layout}.items() if v}
-    logical, got = _jit_node(graph, node, layouts)
+    logical, got = jit_node(graph, node, layouts)
     want = reference(model, {"x": logical["x"], "r": logical["r"]})["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 

@@ -12,24 +12,15 @@ import re
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
-from modelrun import compile_and_run, require_emulator, reference
+from modelrun import compile_and_run, float_model, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
 
 
 def rand(*shape, seed=0):
     return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
-
-
-def model(nodes, inits, inputs, outputs):
-    graph = helper.make_graph(
-        nodes, "arm_kernels",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def row_convs():
@@ -45,7 +36,7 @@ def row_convs():
              N("Conv", ["x", "w3"], ["y3"], group=12, pads=[2, 2, 2, 2]),
              N("Conv", ["x", "w4", "b4"], ["y4"], group=4, pads=[1, 1, 1, 1]),
              N("Conv", ["x", "w5"], ["y5"], group=12, pads=[0, 2, 1, 0])]
-    return model(nodes, inits, {"x": rand(1, 12, 7, 13, seed=8)}, ["y1", "y2", "y3", "y4", "y5"])
+    return float_model(nodes, inits, {"x": rand(1, 12, 7, 13, seed=8)}, ["y1", "y2", "y3", "y4", "y5"])
 
 
 def mobilenet_block(channels: int):
@@ -57,7 +48,7 @@ def mobilenet_block(channels: int):
     nodes = [N("Conv", ["x", "w1"], ["e"]), N("Clip", ["e", "lo", "hi"], ["e6"]),
              N("Conv", ["e6", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], group=channels),
              N("Clip", ["d", "lo", "hi"], ["d6"]), N("Conv", ["d6", "w2"], ["y"])]
-    return model(nodes, inits, {"x": rand(1, 8, 14, 14, seed=15)}, ["y"])
+    return float_model(nodes, inits, {"x": rand(1, 8, 14, 14, seed=15)}, ["y"])
 
 
 def ir_text(m, board: str) -> str:
@@ -116,7 +107,7 @@ def depthwise_rows():
              N("Conv", ["x4", "w4", "b4"], ["y4"], group=2, pads=[1, 1, 1, 1]),
              N("Conv", ["x", "w5", "b5"], ["y5"], group=64, pads=[1, 2, 1, 2], dilations=[1, 2])]
     inits.update({"w4": rand(2, 1, 3, 3, seed=28), "b4": rand(2, seed=29), "w5": rand(64, 1, 3, 3, seed=31), "b5": rand(64, seed=32)})
-    return model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4", "y5"])
+    return float_model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4", "y5"])
 
 
 def test_depthwise_row_pairs_across_threads(tmp_path):

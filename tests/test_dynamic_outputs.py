@@ -11,19 +11,17 @@ import platform
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc.errors import InputError
+from modelrun import graph_model
 
 on_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="in-process JIT on x86_64")
 
 
 def make_model(nodes, feeds, outputs, consts=None, opset=18):
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(n) for n in outputs], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return graph_model(nodes, feeds, outputs, consts, opset, ir_version=None)
 
 
 def reference(m, feeds):

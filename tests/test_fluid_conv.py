@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, jit_node, reference, require_emulator
+from modelrun import compile_and_run, float_model, jit_node, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-4
 NHWC = (0, 2, 3, 1)
@@ -15,15 +15,6 @@ NHWC = (0, 2, 3, 1)
 
 def rand(*shape, seed=0):
     return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
-
-
-def make_model(nodes, inits, inputs, outputs, opset=17):
-    graph = helper.make_graph(
-        nodes, "fluid_conv",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 CASES = {  # weight shape, attributes, input shape
@@ -41,11 +32,11 @@ CASES = {  # weight shape, attributes, input shape
 def test_conv_channels_last(case, in_layout, out_layout):
     w, attrs, x_shape = CASES[case]
     inits = {"w": rand(*w, seed=50), "b": rand(w[0], seed=51), "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
-    probe = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
+    probe = float_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
     out_shape = import_graph(probe).tensors["c"].shape
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
              helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
-    model = make_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
+    model = float_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {k: v for k, v in {"x": in_layout, "r": out_layout, "y": out_layout}.items() if v}
@@ -84,7 +75,7 @@ def cnn(channels: int = 32):
     ]
     inits.update({"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
                   "bn_s": rand(c, seed=13), "bn_b": rand(c, seed=14), "bn_m": rand(c, seed=15), "bn_v": np.abs(rand(c, seed=16)) + 0.5})
-    model = make_model(nodes, inits, {"x": np.zeros((1, 3, 34, 34), np.float32)}, ["y", "cat"])
+    model = float_model(nodes, inits, {"x": np.zeros((1, 3, 34, 34), np.float32)}, ["y", "cat"])
     return model, {"x": rand(1, 3, 34, 34, seed=20)}
 
 
@@ -121,7 +112,7 @@ def test_fluid_keeps_row_major_without_predicted_gain():
     from fluidml_xc.fluid.optimize import optimize
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
-    model = make_model(nodes, {"w": rand(4, 4, 1, 1), "b": rand(4)}, {"x": np.zeros((1, 4, 5, 5), np.float32)}, ["y"])
+    model = float_model(nodes, {"w": rand(4, 4, 1, 1), "b": rand(4)}, {"x": np.zeros((1, 4, 5, 5), np.float32)}, ["y"])
     graph = import_graph(model)
     decisions = optimize(graph, machine_spec(get_board("x86_64")), "fluid")
     assert decisions.layouts == {}

@@ -22,7 +22,7 @@ from fluidml_xc import cast_rules
 from fluidml_xc.artifact import read_manifest
 from fluidml_xc.dtypes import compute_dtype
 from fluidml_xc.kernels import lowp
-from modelrun import require_emulator
+from modelrun import proto_model, require_emulator
 
 CODES = {
     "bfloat16": TensorProto.BFLOAT16, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
@@ -191,10 +191,7 @@ OPSET = 25
 
 
 def _model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "lowp", inputs, outputs, list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    onnx.checker.check_model(model)
-    return model
+    return proto_model(nodes, inputs, outputs, initializers, (("", OPSET),), ir_version=None, name="lowp", check=True)
 
 
 def _reference(model, feeds) -> list[np.ndarray]:

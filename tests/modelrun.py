@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.emit.measure import compile_node
+from fluidml_xc.pipeline import import_graph
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
 
@@ -66,6 +67,23 @@ def proto_model(nodes, inputs, outputs, inits=(), opsets=(("", 17),), ir_version
     if check:
         onnx.checker.check_model(model, full_check=check == "full")
     return model
+
+
+def rand(*shape, seed: int = 0) -> np.ndarray:
+    """Standard normal float32 of `shape`, seeded by `seed` plus the sum of the dims."""
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+def conv_add_clip_model(w_shape, attrs: dict, x_shape) -> onnx.ModelProto:
+    """y = Clip(Conv(x, w, b) + r, -0.3, 0.8), the Conv node named "conv"; r has the Conv's output shape."""
+    inits = {"w": rand(*w_shape, seed=50), "b": rand(w_shape[0], seed=51),
+             "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
+    probe = float_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits,
+                        {"x": np.zeros(x_shape, np.float32)}, ["c"])
+    out_shape = import_graph(probe).tensors["c"].shape
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    return float_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
 
 
 def matmul_relu_model(seed: int) -> onnx.ModelProto:
@@ -176,6 +194,34 @@ def cli(*args: str, cwd: Path | None = None, pre: str = "", env: dict | None = N
             "from fluidml_xc.cli import main; sys.exit(main())")
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **env} if env else None)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The one `fluidml-xc: error: ...` line of a failed run (no traceback, nothing else on stderr)."""
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fluidml-xc: error: "), proc.stderr
+    return lines[0]
+
+
+def save_relu_model(path: Path) -> Path:
+    """y = Relu(x) on a float [4], saved to `path`."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def check_model(workdir: Path, m: onnx.ModelProto, feeds: dict[str, np.ndarray], board: str = "x86_64",
+                rtol: float = 1e-4, atol: float = 1e-5, oracle=None) -> None:
+    """Build `m` for `board`, run it on `feeds` and compare every output's shape, dtype and values with
+    `oracle` (default onnx.reference)."""
+    got = compile_and_run(m, feeds, workdir, board, profile_runner=False)
+    for name, expected in (oracle or reference)(m, feeds).items():
+        assert got[name].shape == expected.shape, name
+        assert got[name].dtype == expected.dtype, name
+        np.testing.assert_allclose(got[name], expected, rtol=rtol, atol=atol, err_msg=name)
 
 
 def reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

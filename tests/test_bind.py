@@ -12,8 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from modelrun import require_emulator, run
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error, require_emulator, run
 
 
 def bind_model() -> onnx.ModelProto:

@@ -14,13 +14,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from modelrun import compile_and_run, float_model, reference, require_emulator
+from modelrun import compile_and_run, float_model, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
 
 
 def row_convs():

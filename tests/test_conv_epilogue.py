@@ -7,13 +7,9 @@ import pytest
 from onnx import helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, float_model, jit_node, reference, require_emulator
+from modelrun import compile_and_run, conv_add_clip_model, float_model, jit_node, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
 
 
 def fused(model):
@@ -228,12 +224,7 @@ def test_fused_conv_every_layout(case, layout):
                          "conv1x1": ((16, 8, 1, 1), {}, (1, 8, 5, 30)),
                          "conv1x1_s2": ((16, 8, 1, 1), dict(strides=[2, 2]), (1, 8, 13, 13)),
                          "depthwise": ((8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8), (1, 8, 9, 30))}[case]
-    inits = {"w": rand(*w, seed=50), "b": rand(w[0], seed=51), "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
-    probe = float_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
-    out_shape = import_graph(probe).tensors["c"].shape
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
-             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
-    model = float_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
+    model = conv_add_clip_model(w, attrs, x_shape)
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {"x": layout, "r": layout, "y": layout} if layout else {}

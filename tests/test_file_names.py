@@ -11,8 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import require_emulator
-from test_cli_errors import cli
+from modelrun import cli, require_emulator
 
 NASTY = "-a b'c\"d$HOME\\f\ng%s%n ü€;*?[x]"
 ROOT = Path(__file__).resolve().parent.parent

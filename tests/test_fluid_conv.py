@@ -7,14 +7,10 @@ import pytest
 from onnx import helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, float_model, jit_node, reference, require_emulator
+from modelrun import compile_and_run, conv_add_clip_model, float_model, jit_node, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-4
 NHWC = (0, 2, 3, 1)
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
 
 
 CASES = {  # weight shape, attributes, input shape
@@ -31,12 +27,7 @@ CASES = {  # weight shape, attributes, input shape
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_conv_channels_last(case, in_layout, out_layout):
     w, attrs, x_shape = CASES[case]
-    inits = {"w": rand(*w, seed=50), "b": rand(w[0], seed=51), "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
-    probe = float_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
-    out_shape = import_graph(probe).tensors["c"].shape
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
-             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
-    model = float_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
+    model = conv_add_clip_model(w, attrs, x_shape)
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {k: v for k, v in {"x": in_layout, "r": out_layout, "y": out_layout}.items() if v}

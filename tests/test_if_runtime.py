@@ -10,8 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from modelrun import build, require_emulator, run
-from test_cli_errors import cli, one_line_error
+from modelrun import build, cli, one_line_error, require_emulator, run
 
 
 def _c(name: str, value) -> onnx.TensorProto:

@@ -14,8 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from modelrun import proto_model, run
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error, proto_model, run
 
 rng = np.random.default_rng(23)
 

@@ -14,7 +14,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from onnx import helper
 
-from modelrun import build, cli, graph_model, reference, require_emulator
+from modelrun import build, cli, graph_model, one_line_error, reference, require_emulator
 
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64"]
@@ -192,7 +192,6 @@ def test_inspect_shows_the_name(named, capsys):
 
 @pytest.mark.parametrize("name, reason", [("2fast", "not a C identifier"), ("int", "is a C keyword")])
 def test_bad_name_refused_in_one_line_writing_nothing(name, reason, tmp_path):
-    from test_cli_errors import cli, one_line_error
 
     model, _ = detector()
     onnx.save(model, str(tmp_path / "m.onnx"))

@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import compile_and_run, lrn_numpy, reference, require_emulator
+from modelrun import compile_and_run, lrn_numpy, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
 
 
 class Net:

@@ -8,8 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from modelrun import proto_model, run
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error, proto_model, run
 
 V = helper.make_tensor_value_info
 

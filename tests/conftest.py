@@ -1,3 +1,11 @@
+"""Options, markers and the shared fixtures of the test suite.
+
+Helpers the tests import: modelrun.py (build/run a model natively or under qemu, `require_emulator`,
+`board_runner`, the node JIT `jit_node`, the CLI in a subprocess `cli`, model builders `graph_model`,
+`float_model`, `proto_model`, `matmul_relu_model`) and sshd.py (a real sshd on 127.0.0.1). Fixtures here:
+`board_runner` (a board's runner; its missing emulator fails the test) and `loopback_sshd` (a running sshd and an
+empty ssh_config, stopped after the test; a missing sshd fails the test).
+"""
 import sys
 from pathlib import Path
 
@@ -5,6 +13,27 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
+
+import modelrun  # noqa: E402  (after the paths above)
+from sshd import Loopback, start_server  # noqa: E402
+
+
+@pytest.fixture
+def board_runner():
+    """`board_runner(board)` -> modelrun.BoardRunner; a missing emulator fails the test in one line."""
+    return modelrun.board_runner
+
+
+@pytest.fixture
+def loopback_sshd(tmp_path):
+    """An sshd on 127.0.0.1 (keys and config under tmp_path/sshd) and an empty tmp_path/ssh_config."""
+    server = start_server(tmp_path / "sshd")
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    try:
+        yield Loopback(server, config)
+    finally:
+        server.stop()
 
 
 def pytest_addoption(parser):
@@ -17,6 +46,8 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:  # the tests that run sshd on 127.0.0.1 run on one xdist worker (`--dist loadgroup`)
+        if "loopback_sshd" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ssh)
         if "ssh" in item.keywords:
             item.add_marker(pytest.mark.xdist_group("ssh"))
     if config.getoption("--runslow"):

@@ -12,6 +12,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.cli import main
+from modelrun import proto_model
 
 
 @dataclass
@@ -51,10 +52,7 @@ def vi(name: str, shape, elem=TensorProto.FLOAT):
 
 
 def model(nodes, inputs, outputs, inits=(), opset: int = 17, ir_version: int = 8) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = ir_version
-    return m
+    return proto_model(nodes, inputs, outputs, inits, (("", opset),), ir_version)
 
 
 def save(m: onnx.ModelProto | bytes, path: Path) -> Path:

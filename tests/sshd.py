@@ -2,6 +2,8 @@
 
 `SshServer.start(workdir)` writes the keys and an sshd_config, runs `/usr/sbin/sshd -D -e -f CONFIG` on a
 free port and waits until it greets; `stop()` ends it by its PID. Only loopback addresses are used.
+`start_server` is the same after `require_sshd` (CI installs openssh-server, so a missing sshd fails the test in
+one line); `ssh_options`/`ssh_args` are what a client (API or CLI) passes to reach it.
 """
 from __future__ import annotations
 
@@ -14,11 +16,38 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from fluidml_xc.remote.ssh import SshOptions
+
 SSHD = "/usr/sbin/sshd"
 
 
 def sshd_available() -> bool:
     return os.path.exists(SSHD) and shutil.which("ssh-keygen") is not None
+
+
+def require_sshd() -> None:
+    if not sshd_available():
+        pytest.fail(f"{SSHD} or ssh-keygen missing: apt-get install openssh-server (.ci/run installs it)", pytrace=False)
+
+
+def start_server(workdir: Path) -> "SshServer":
+    require_sshd()
+    return SshServer.start(workdir)
+
+
+def ssh_options(server: "SshServer", config: Path, **overrides) -> SshOptions:
+    values = dict(host="127.0.0.1", port=server.port, identity=str(server.client_key),
+                  known_hosts=str(server.known_hosts), ssh_config=str(config), connect_timeout=5)
+    values.update(overrides)
+    return SshOptions(**values)
+
+
+def ssh_args(server: "SshServer", config: Path | None) -> list[str]:
+    """The CLI's connection flags for `server` (config None: no -F)."""
+    return ["--host", "127.0.0.1", "--port", str(server.port), "-i", str(server.client_key),
+            "--known-hosts", str(server.known_hosts), *(["-F", str(config)] if config is not None else [])]
 
 
 def free_port() -> int:
@@ -126,6 +155,20 @@ class SshServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+@dataclass(frozen=True)
+class Loopback:
+    """The `loopback_sshd` fixture's server and the empty ssh_config its clients use."""
+
+    server: SshServer
+    ssh_config: Path
+
+    def options(self, **overrides) -> SshOptions:
+        return ssh_options(self.server, self.ssh_config, **overrides)
+
+    def args(self) -> list[str]:
+        return ssh_args(self.server, self.ssh_config)
 
 
 class SilentListener:

@@ -12,9 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from fluidml_xc.target.boards import get_board
-from modelrun import has_emulator, run
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error, require_emulator, run
 
 
 def bind_model() -> onnx.ModelProto:
@@ -51,8 +49,7 @@ def _ort(model, feeds):
 
 @pytest.mark.parametrize("board", ["x86_64", pytest.param("rpi4", marks=pytest.mark.qemu)])
 def test_bound_values_decide_the_output_shape_and_match_ort(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail(f"{get_board(board).target.emulator} missing: apt-get install qemu-user-static")
+    require_emulator(board)
     model = bind_model()
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))

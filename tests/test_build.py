@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import numpy as np
 import onnx
@@ -14,7 +12,7 @@ from fluidml_xc.examples import EXAMPLES, example_feeds
 from fluidml_xc.emit.link import compile_c_program
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.reference import reference_outputs
-from modelrun import build, has_emulator, run
+from modelrun import build, require_emulator, run
 
 BOARDS = ["x86_64", "rpi4", "rpi3"]
 ELF = {"x86_64": ("EM_X86_64", "ELFCLASS64"), "rpi4": ("EM_AARCH64", "ELFCLASS64"), "rpi3": ("EM_ARM", "ELFCLASS32")}
@@ -22,8 +20,7 @@ EF_ARM_ABI_FLOAT_HARD = 0x400
 
 
 def _check(model: onnx.ModelProto, board: str, tmp_path, rtol=1e-4):
-    if not has_emulator(board):
-        pytest.fail(f"{get_board(board).target.emulator} missing: apt-get install qemu-user-static")
+    require_emulator(board)
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
     feeds = example_feeds(model)
@@ -114,13 +111,13 @@ int main(void) {
 """
 
 
-def test_user_c_program_links_libmodel_for_aarch64(cnn_artifacts, tmp_path):
-    assert shutil.which("qemu-aarch64-static"), "apt-get install qemu-user-static"
+def test_user_c_program_links_libmodel_for_aarch64(cnn_artifacts, tmp_path, board_runner):
+    rpi4 = board_runner("rpi4")
     artifact = cnn_artifacts["rpi4"]
     src = tmp_path / "app.c"
     src.write_text(USER_PROGRAM)
     exe = compile_c_program(get_board("rpi4").target, "cortex-a72", [src], [artifact], [artifact / "libmodel.a", "-lm"], tmp_path / "app")
-    out = subprocess.run(["qemu-aarch64-static", str(exe)], capture_output=True, text=True, timeout=120, check=True).stdout
+    out = rpi4.exec([exe], check=True).stdout
     got = np.array([float(v) for v in out.split()], dtype=np.float32)
     x = (((np.arange(3 * 32 * 32) * 7919) % 200 - 100) / 100.0).astype(np.float32).reshape(1, 3, 32, 32)
     model_path = tmp_path / "m.onnx"

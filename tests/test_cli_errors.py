@@ -1,30 +1,15 @@
 """Bad input: one clear line, a non-zero exit code, no traceback, nothing written."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from modelrun import cli, one_line_error
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env_path = str(ROOT / "toolkit")
-    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {env_path!r}); from fluidml_xc.cli import main; sys.exit(main())", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("fluidml-xc: error: ")
-    return lines[0]
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:

@@ -17,7 +17,7 @@ import pytest
 
 from fluidml_xc.conformance import cases, expectations, pool, runner
 from fluidml_xc.conformance.suites import FILE_SUITES, load_suite
-from modelrun import has_emulator
+from modelrun import require_emulator
 
 CASES = list(cases.load_cases())
 PUBLIC = cases.case_names(FILE_SUITES)
@@ -86,8 +86,7 @@ def _cross_params():
 @pytest.mark.parametrize(("target", "name"), list(_cross_params()))
 def test_node_cross(target, name, cross_workers):
     board = CROSS_BOARDS[target]
-    if not has_emulator(board):
-        pytest.skip(f"{board}: emulator not installed (apt-get install qemu-user-static)")
+    require_emulator(board)
     worker = cross_workers.setdefault(target, pool.CaseWorker(board))
     _check(worker.run(name, CROSS_TIMEOUT))
 

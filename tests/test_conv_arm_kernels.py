@@ -12,24 +12,11 @@ import re
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
-from modelrun import compile_and_run, has_emulator, reference
+from modelrun import compile_and_run, float_model, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
-
-
-def model(nodes, inits, inputs, outputs):
-    graph = helper.make_graph(
-        nodes, "arm_kernels",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def row_convs():
@@ -45,7 +32,7 @@ def row_convs():
              N("Conv", ["x", "w3"], ["y3"], group=12, pads=[2, 2, 2, 2]),
              N("Conv", ["x", "w4", "b4"], ["y4"], group=4, pads=[1, 1, 1, 1]),
              N("Conv", ["x", "w5"], ["y5"], group=12, pads=[0, 2, 1, 0])]
-    return model(nodes, inits, {"x": rand(1, 12, 7, 13, seed=8)}, ["y1", "y2", "y3", "y4", "y5"])
+    return float_model(nodes, inits, {"x": rand(1, 12, 7, 13, seed=8)}, ["y1", "y2", "y3", "y4", "y5"])
 
 
 def mobilenet_block(channels: int):
@@ -57,7 +44,7 @@ def mobilenet_block(channels: int):
     nodes = [N("Conv", ["x", "w1"], ["e"]), N("Clip", ["e", "lo", "hi"], ["e6"]),
              N("Conv", ["e6", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], group=channels),
              N("Clip", ["d", "lo", "hi"], ["d6"]), N("Conv", ["d6", "w2"], ["y"])]
-    return model(nodes, inits, {"x": rand(1, 8, 14, 14, seed=15)}, ["y"])
+    return float_model(nodes, inits, {"x": rand(1, 8, 14, 14, seed=15)}, ["y"])
 
 
 def ir_text(m, board: str) -> str:
@@ -69,8 +56,7 @@ def ir_text(m, board: str) -> str:
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
 def test_row_vector_convs(board, tmp_path):
-    if not has_emulator(board):
-        pytest.skip(f"needs the {board} emulator")
+    require_emulator(board)
     m = row_convs()
     if board == "qemu-armv7":  # the depthwise rows take their taps as lanes of weight vectors
         text = ir_text(m, board)
@@ -84,8 +70,7 @@ def test_row_vector_convs(board, tmp_path):
 @pytest.mark.parametrize("channels", [44, 46])
 def test_channels_last_depthwise_pairs(channels, tmp_path):
     """44 channels: 5 pairs of vectors and one vector; 46: and two single channels."""
-    if not has_emulator("qemu-aarch64"):
-        pytest.skip("needs qemu-aarch64")
+    require_emulator("qemu-aarch64")
     m = mobilenet_block(channels)
     assert "llvm.aarch64.neon.st1x2.v4f32" in ir_text(m, "qemu-aarch64")
     feeds = {"x": rand(1, 8, 14, 14, seed=15)}
@@ -96,8 +81,7 @@ def test_channels_last_depthwise_pairs(channels, tmp_path):
 def test_channels_last_depthwise_armv7_rows(tmp_path):
     """armv7 channels-last depthwise: the accumulators pass through an empty asm after each kernel row (no
     spill); 46 channels: 11 vectors and two single channels, against onnx.reference under qemu-armv7."""
-    if not has_emulator("qemu-armv7"):
-        pytest.skip("needs qemu-armv7")
+    require_emulator("qemu-armv7")
     m = mobilenet_block(46)
     assert re.search(r'asm sideeffect\s+"", "=w,0"', ir_text(m, "qemu-armv7"))
     feeds = {"x": rand(1, 8, 14, 14, seed=15)}
@@ -119,7 +103,7 @@ def depthwise_rows():
              N("Conv", ["x4", "w4", "b4"], ["y4"], group=2, pads=[1, 1, 1, 1]),
              N("Conv", ["x", "w5", "b5"], ["y5"], group=64, pads=[1, 2, 1, 2], dilations=[1, 2])]
     inits.update({"w4": rand(2, 1, 3, 3, seed=28), "b4": rand(2, seed=29), "w5": rand(64, 1, 3, 3, seed=31), "b5": rand(64, seed=32)})
-    return model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4", "y5"])
+    return float_model(nodes, inits, {"x": rand(1, 64, 30, 21, seed=27), "x4": rand(1, 2, 321, 100, seed=30)}, ["y1", "y2", "y3", "y4", "y5"])
 
 
 def test_depthwise_row_pairs_across_threads(tmp_path):
@@ -130,8 +114,7 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
     import subprocess
 
     from modelrun import build
-    if not has_emulator("qemu-aarch64"):
-        pytest.skip("needs qemu-aarch64")
+    require_emulator("qemu-aarch64")
     m = depthwise_rows()
     text = ir_text(m, "qemu-aarch64")
     assert re.search(r'asm sideeffect\s+"", ""', text) and re.search(r'asm\s+"", "=r,0"', text)

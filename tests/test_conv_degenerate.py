@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from modelrun import compile_and_run, graph_model, has_emulator
+from modelrun import compile_and_run, graph_model, require_emulator
 
 
 def _model(channels=16, length=97):
@@ -40,6 +40,5 @@ def test_kx1_conv_chain_matches_ort(tmp_path, opt):
 @pytest.mark.qemu
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])
 def test_kx1_conv_chain_under_qemu(tmp_path, board):
-    if not has_emulator(board):
-        pytest.skip("qemu-user-static missing")
+    require_emulator(board)
     _check(*_model(length=41), tmp_path, board)

@@ -1,29 +1,15 @@
 """passes/conv_epilogue.py: Conv + residual Add + activation fusion, pattern matching and results."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, reference
+from modelrun import compile_and_run, conv_add_clip_model, float_model, jit_node, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
-
-
-def make_model(nodes, inits, inputs, outputs, opset=17):
-    graph = helper.make_graph(
-        nodes, "epi",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def fused(model):
@@ -45,7 +31,7 @@ def test_conv_add_relu_fuses_in_order():
     nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["r", "c"], ["s"], name="add"),
              helper.make_node("Relu", ["s"], ["y"], name="relu")]
-    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y"]))
+    graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y"]))
     assert [n.op_type for n in graph.nodes] == ["Conv"]
     node = by_name["conv"]
     assert node.attrs["_epilogue"]["residual"] and node.attrs["_epilogue"]["activation"] == "relu"
@@ -60,7 +46,7 @@ def test_clip_bounds_and_leaky_relu():
              helper.make_node("LeakyRelu", ["c2"], ["y2"], alpha=0.2, name="lrelu"),
              conv("x", "w", "c3", "conv3", pads=[1, 1, 1, 1]),
              helper.make_node("Clip", ["c3", "", "hi"], ["y3"], name="clip_hi")]
-    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y2", "y3"]))
+    graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y", "y2", "y3"]))
     assert [n.op_type for n in graph.nodes] == ["Conv"] * 3
     epi = by_name["conv"].attrs["_epilogue"]
     assert (epi["activation"], epi["min"], epi["max"], epi["residual"]) == ("clip", -0.5, pytest.approx(0.7), False)
@@ -79,7 +65,7 @@ def test_not_fused_when_shared_output_or_runtime_bounds():
              helper.make_node("Clip", ["c3", "m"], ["y3"], name="clip"),
              conv("x", "w", "c4", "conv4", pads=[1, 1, 1, 1]),               # broadcasting add along W
              helper.make_node("Add", ["c4", "b4"], ["y4"], name="badd")]
-    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y1", "c2", "y2", "y3", "y4"]))
+    graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y", "y1", "c2", "y2", "y3", "y4"]))
     for name in ("conv", "conv2", "conv3", "conv4"):
         assert "_epilogue" not in by_name[name].attrs, name
     assert {"relu", "sig", "relu2", "clip", "badd"} <= set(by_name)
@@ -91,7 +77,7 @@ def test_add_shared_output_keeps_activation_separate():
              helper.make_node("Add", ["c", "r"], ["s"], name="add"),
              helper.make_node("Relu", ["s"], ["y"], name="relu"),
              helper.make_node("Neg", ["s"], ["y1"], name="neg")]
-    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y", "y1"]))
+    graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y", "y1"]))
     epi = by_name["conv"].attrs["_epilogue"]
     assert epi["residual"] and epi["activation"] is None and by_name["conv"].outputs == ["s"]
     assert "relu" in by_name and "add" not in by_name
@@ -101,7 +87,7 @@ def test_residual_produced_after_conv_moves_conv():
     nodes = [conv("x", "w", "c", "conv", pads=[1, 1, 1, 1]),
              helper.make_node("Neg", ["r"], ["nr"], name="neg"),
              helper.make_node("Add", ["c", "nr"], ["y"], name="add")]
-    graph, _ = fused(make_model(nodes, INITS, FEEDS, ["y"]))
+    graph, _ = fused(float_model(nodes, INITS, FEEDS, ["y"]))
     assert [n.name for n in graph.nodes] == ["neg", "conv"]
 
 
@@ -114,7 +100,7 @@ def test_channel_affine_folds_then_sum_relu():
              helper.make_node("Mul", ["a", "s0"], ["m2"], name="mul_scalar"),
              helper.make_node("Sum", ["m2", "r"], ["sm"], name="sum"),
              helper.make_node("Relu", ["sm"], ["y"], name="relu")]
-    model = make_model(nodes, inits, FEEDS, ["y"], opset=9)
+    model = float_model(nodes, inits, FEEDS, ["y"], opset=9)
     graph, by_name = fused(model)
     assert [n.op_type for n in graph.nodes] == ["Conv"]
     assert by_name["conv"].attrs["_epilogue"]["residual"] and by_name["conv"].inputs[3] == "r"
@@ -128,7 +114,7 @@ def test_channel_affine_not_folded_when_spatial_or_shared():
              conv("x", "w", "c2", "conv2", pads=[1, 1, 1, 1]),
              helper.make_node("Mul", ["c2", "s"], ["y2"], name="mul"),
              helper.make_node("Relu", ["c2"], ["y3"], name="relu")]
-    graph, by_name = fused(make_model(nodes, inits, FEEDS, ["y", "y2", "y3"]))
+    graph, by_name = fused(float_model(nodes, inits, FEEDS, ["y", "y2", "y3"]))
     assert {"mul_spatial", "mul", "relu"} <= set(by_name)
 
 
@@ -136,7 +122,7 @@ def test_batchnorm_relu_fuses():
     bn = {"bs": rand(8, seed=30), "bb": rand(8, seed=31), "bm": rand(8, seed=32), "bv": np.abs(rand(8, seed=33)) + 0.5}
     nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["n"], name="bn"),
              helper.make_node("Relu", ["n"], ["y"], name="relu")]
-    model = make_model(nodes, dict(INITS, **bn), {"x": FEEDS["x"]}, ["y"])
+    model = float_model(nodes, dict(INITS, **bn), {"x": FEEDS["x"]}, ["y"])
     graph, by_name = fused(model)
     assert [n.op_type for n in graph.nodes] == ["BatchNormalization"]
     assert by_name["bn"].attrs["_epilogue"]["activation"] == "relu"
@@ -148,7 +134,7 @@ def test_add_of_two_convs_goes_to_the_later_one():
              conv("x", "w", "c", "branch", pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["p", "c"], ["s"], name="add"),
              helper.make_node("Relu", ["s"], ["y"], name="relu")]
-    graph, by_name = fused(make_model(nodes, INITS, FEEDS, ["y"]))
+    graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y"]))
     assert [n.name for n in graph.nodes] == ["proj", "branch"]
     assert by_name["branch"].inputs[3] == "p" and "_epilogue" not in by_name["proj"].attrs
 
@@ -191,7 +177,7 @@ def epilogue_net():
     feeds["rp"] = rand(1, 8, 11, 13, seed=46)
     feeds["x7"], feeds["r7"] = rand(1, 8, 13, 13, seed=47), rand(1, 16, 7, 7, seed=48)
     outputs = ["y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9"]
-    return make_model(nodes, inits, feeds, outputs), feeds
+    return float_model(nodes, inits, feeds, outputs), feeds
 
 
 def check(model, feeds, tmp_path, board="x86_64"):
@@ -222,35 +208,12 @@ def test_epilogue_net_other_modes(tmp_path, opt):
 
 
 def test_epilogue_net_aarch64(tmp_path):
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-user-static is not installed")
+    require_emulator("qemu-aarch64")
     model, feeds = epilogue_net()
     check(model, feeds, tmp_path, board="qemu-aarch64")
 
 
 # -- every layout (kernels JIT-run on buffers stored in permuted layouts) ----------------------------
-def _jit_node(graph, node, layouts):
-    import ctypes
-
-    from fluidml_xc.emit.measure import compile_node
-    from fluidml_xc.target.boards import get_board
-    from fluidml_xc.target.machine import machine_spec
-
-    kernel = compile_node(graph, node, machine_spec(get_board(None)), layouts)
-    names = kernel.names
-    rng = np.random.default_rng(5)
-    logical, stored = {}, []
-    for name in names:
-        t = graph.tensors[name]
-        value = rng.standard_normal(t.shape).astype(np.float32)
-        logical[name] = value
-        perm = layouts.get(name)
-        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
-    kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
-    perm = layouts.get(names[-1])
-    return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
-
-
 LAYOUTS = [None, (0, 2, 3, 1), (0, 1, 3, 2), (2, 3, 0, 1)]
 
 
@@ -261,16 +224,11 @@ def test_fused_conv_every_layout(case, layout):
                          "conv1x1": ((16, 8, 1, 1), {}, (1, 8, 5, 30)),
                          "conv1x1_s2": ((16, 8, 1, 1), dict(strides=[2, 2]), (1, 8, 13, 13)),
                          "depthwise": ((8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8), (1, 8, 9, 30))}[case]
-    inits = {"w": rand(*w, seed=50), "b": rand(w[0], seed=51), "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
-    probe = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
-    out_shape = import_graph(probe).tensors["c"].shape
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
-             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
-    model = make_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
+    model = conv_add_clip_model(w, attrs, x_shape)
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {"x": layout, "r": layout, "y": layout} if layout else {}
-    logical, got = _jit_node(graph, node, layouts)
+    logical, got = jit_node(graph, node, layouts)
     feeds = {"x": logical["x"], "r": logical["r"]}
     want = reference(model, feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
@@ -283,10 +241,10 @@ def test_fused_conv_every_layout(case, layout):
                                       ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1))])
 def test_vector_pool_every_layout(op, attrs, layout):
     x_shape = (1, 12, 7, 41)
-    model = make_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], {}, {"x": np.zeros(x_shape, np.float32)}, ["y"])
+    model = float_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], {}, {"x": np.zeros(x_shape, np.float32)}, ["y"])
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {"x": layout, "y": layout} if layout else {}
-    logical, got = _jit_node(graph, node, layouts)
+    logical, got = jit_node(graph, node, layouts)
     want = reference(model, {"x": logical["x"]})["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

@@ -64,9 +64,8 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
     from fluidml_xc.kernels import conv_geometry as forms
     from fluidml_xc.kernels.conv_geometry import TargetForms
     from fluidml_xc.ops import conv
-    from modelrun import has_emulator
-    if not has_emulator(board):
-        pytest.skip(f"needs the emulator of {board}")
+    from modelrun import require_emulator
+    require_emulator(board)
     if pack_bytes is not None:
         monkeypatch.setattr(forms, "PACK_MAX_BYTES", pack_bytes)
     seen = []

@@ -79,9 +79,8 @@ def test_conv_transpose_matches_ort(case, bias):
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
 def test_exact_tiling_col2im_under_qemu(tmp_path, board):
     """The pixel-shuffle Col2Im (blocks tiling the image: 2x2 stride 2, 4x4 stride 4) with the ARM vector widths."""
-    from modelrun import compile_and_run, has_emulator
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    from modelrun import compile_and_run, require_emulator
+    require_emulator(board)
     for i, case in enumerate((CASES[0], ((2, 8, 6, 5), 4, (4, 4), {"strides": [4, 4]}))):
         model, x = _model(*case, bias=True)
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

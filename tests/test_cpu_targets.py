@@ -19,17 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.errors import InputError
 from fluidml_xc.target.boards import boards, get_board
-from modelrun import run
+from modelrun import cli, require_program, run
+from sshd import ssh_args, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
-QEMU_X86 = shutil.which("qemu-x86_64-static")
-
-
-def qemu_x86() -> str:
-    """qemu-x86_64-static, as the other qemu tests want it: missing is a failure (.ci/run installs it)."""
-    if QEMU_X86 is None:
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
-    return QEMU_X86
 
 
 def cnn_model() -> onnx.ModelProto:
@@ -58,13 +51,6 @@ def build(tmp: Path, model: onnx.ModelProto, name: str, **options) -> Path:
     path = tmp / f"{name}.onnx"
     onnx.save(model, str(path))
     return build_model(path, BuildOptions(out_dir=tmp / name, record_last=False, **options)).artifact
-
-
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
 
 
 def run_runner(artifact: Path, x: np.ndarray, tmp: Path, prefix: list[str], env: dict | None = None):
@@ -106,7 +92,7 @@ def test_no_board_build_prints_an_llvm_warning(board, tmp_path, capfd):
 def test_default_build_runs_on_nehalem_and_haswell_build_refuses_it(tmp_path):
     """The default x86_64 build runs under qemu's Nehalem (x86-64-v2: no AVX) with the outputs of the native run
     (which takes the widest variant this CPU has); a --cpu haswell build refuses it with one line, exit 4."""
-    qemu = qemu_x86()
+    qemu = require_program("qemu-x86_64-static")
     x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
     default = build(tmp_path, cnn_model(), "default", board="x86_64")
     manifest = json.loads((default / "manifest.json").read_text())
@@ -141,7 +127,7 @@ int main(void) {
 def test_c_api_init_returns_err_cpu(tmp_path):
     from fluidml_xc.emit.link import compile_c_program
 
-    qemu = qemu_x86()
+    qemu = require_program("qemu-x86_64-static")
     artifact = build(tmp_path, tiny_model(), "v3", board="x86_64-v3", profile_runner=False)
     (tmp_path / "app.c").write_text(APP)
     exe = compile_c_program(get_board("x86_64").target, "", [tmp_path / "app.c"], [artifact], [artifact / "libmodel.a"],
@@ -308,24 +294,11 @@ def test_detect_leaves_out_an_arm_board_whose_cpu_lacks_its_extensions():
 
 # ---------------------------------------------------------------- over SSH (this machine as the board)
 
-def _sshd():
-    from sshd import sshd_available
-    return sshd_available()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from sshd import SshServer
-    if not _sshd():
-        pytest.fail("needs /usr/sbin/sshd (CI installs openssh-server)")
-    srv = SshServer.start(tmp_path_factory.mktemp("sshd"))
+    srv = start_server(tmp_path_factory.mktemp("sshd"))
     yield srv
     srv.stop()
-
-
-def ssh_args(server) -> list[str]:
-    return ["--host", "127.0.0.1", "--port", str(server.port), "-i", str(server.client_key),
-            "--known-hosts", str(server.known_hosts)]
 
 
 def host_flags() -> frozenset[str]:
@@ -341,13 +314,13 @@ def test_deploy_refuses_a_board_without_the_artifacts_extensions(server, tmp_pat
     cpu, lacking = ("sapphirerapids", "avx512fp16") if "sse4a" in host_flags() else ("znver3", "sse4a")
     artifact = build(tmp_path, tiny_model(), "foreign", board="x86_64", cpu=cpu, profile_runner=False)
     base = tmp_path / "remote base"
-    proc = cli("deploy", str(artifact), *ssh_args(server), "--base-dir", str(base))
+    proc = cli("deploy", str(artifact), *ssh_args(server, None), "--base-dir", str(base))
     lines = [line for line in proc.stderr.splitlines() if line.startswith("fluidml-xc: error")]
     assert proc.returncode == 5 and len(lines) == 1, proc.stderr
     assert f"lacks {lacking}" in lines[0] and "nothing uploaded" in lines[0]
     assert not base.exists() or [p.name for p in base.iterdir()] == []
     fits = build(tmp_path, tiny_model(), "fits", board="x86_64", profile_runner=False)
-    assert cli("deploy", str(fits), *ssh_args(server), "--base-dir", str(base)).returncode == 0
+    assert cli("deploy", str(fits), *ssh_args(server, None), "--base-dir", str(base)).returncode == 0
 
 
 @pytest.mark.ssh
@@ -355,7 +328,7 @@ def test_boards_detect_takes_base_dir_and_names_the_level(server, tmp_path):
     from fluidml_xc.target.cpus import X86_LEVELS, missing_on, required_features
 
     base = tmp_path / "deploys"
-    proc = cli("boards", "detect", *ssh_args(server), "--base-dir", str(base))
+    proc = cli("boards", "detect", *ssh_args(server, None), "--base-dir", str(base))
     assert proc.returncode == 0, proc.stderr
     assert "board     x86_64 (boards/x86_64.toml)" in proc.stdout
     level = [name for name in X86_LEVELS if not missing_on(required_features("x86_64", "x86_64-linux-musl", name),

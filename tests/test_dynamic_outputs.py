@@ -7,25 +7,21 @@ fxc_output_shape), and the one-line error for a consumer that would need the rea
 from __future__ import annotations
 
 import platform
-import shutil
-import subprocess
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc.errors import InputError
+from modelrun import graph_model
 
 on_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="in-process JIT on x86_64")
 
 
 def make_model(nodes, feeds, outputs, consts=None, opset=18):
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (consts or {}).items()]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(n) for n in outputs], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return graph_model(nodes, feeds, outputs, consts, opset, ir_version=None)
 
 
 def reference(m, feeds):
@@ -229,11 +225,9 @@ int main(void) {
 """
 
 
-@pytest.fixture(scope="module")
-def aarch64():
-    if not shutil.which("qemu-aarch64-static"):
-        pytest.fail("qemu-aarch64-static missing: apt-get install qemu-user-static")
-    return "qemu-aarch64"
+@pytest.fixture
+def aarch64(board_runner):
+    return board_runner("qemu-aarch64").board
 
 
 def test_build_and_run_under_qemu_aarch64(aarch64, tmp_path):
@@ -260,7 +254,7 @@ def test_build_and_run_under_qemu_aarch64(aarch64, tmp_path):
         np.testing.assert_array_equal(got[name], expected, err_msg=name)
 
 
-def test_user_program_reads_actual_shape_under_qemu_aarch64(aarch64, tmp_path):
+def test_user_program_reads_actual_shape_under_qemu_aarch64(board_runner, tmp_path):
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.build import BuildOptions, build_model
     from fluidml_xc.emit.link import compile_c_program
@@ -269,12 +263,13 @@ def test_user_program_reads_actual_shape_under_qemu_aarch64(aarch64, tmp_path):
     m = make_model([helper.make_node("NonZero", ["x"], ["nz"])], {"x": x}, ["nz"])
     path = tmp_path / "nz.onnx"
     onnx.save(m, str(path))
-    art = build_model(path, BuildOptions(board=aarch64, out_dir=tmp_path / "art", profile_runner=False, record_last=False)).artifact
+    aarch64 = board_runner("qemu-aarch64")
+    art = build_model(path, BuildOptions(board=aarch64.board, out_dir=tmp_path / "art", profile_runner=False, record_last=False)).artifact
     src = tmp_path / "app.c"
     src.write_text("#define FXC_X_SIZE 15\n" + USER_PROGRAM)
-    target = get_board(aarch64).target
+    target = get_board(aarch64.board).target
     exe = compile_c_program(target, "cortex-a72", [src], [art], [art / "libmodel.a", "-lm"], tmp_path / "app")
-    out = subprocess.run(["qemu-aarch64-static", str(exe)], capture_output=True, text=True, timeout=120, check=True).stdout
+    out = aarch64.exec([exe], check=True).stdout
     values = [int(v) for v in out.split()]
     xs = (np.arange(15) % 3 == 0).astype(np.float32).reshape(3, 5)
     want = np.array(np.nonzero(xs), np.int64)

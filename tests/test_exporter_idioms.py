@@ -15,8 +15,7 @@ from onnx import TensorProto as TP, helper, numpy_helper
 from onnxscript import FLOAT, script
 from onnxscript import opset18 as op
 
-from fluidml_xc.target.boards import get_board
-from modelrun import build, has_emulator, run
+from modelrun import build, proto_model, require_emulator, run
 
 RNG = np.random.default_rng(7)
 INT_MAX = np.iinfo(np.int64).max
@@ -31,17 +30,12 @@ def _w(*shape, scale=0.2):
 
 
 def _model(nodes, inputs, outputs, inits, opsets=(("", 13),), ir_version=7):
-    graph = helper.make_graph(nodes, "exported", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets],
-                              producer_name="test")
-    model.ir_version = ir_version
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return proto_model(nodes, inputs, outputs, inits, opsets, ir_version, name="exported", check="full",
+                       producer_name="test")
 
 
 def _check(model, feeds, tmp_path, board="x86_64", rtol=1e-4, atol=1e-5, **options):
-    if not has_emulator(board):
-        pytest.fail(f"{get_board(board).target.emulator} missing: apt-get install qemu-user-static")
+    require_emulator(board)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     artifact = build(model, tmp_path, board, **options)
     got = run(artifact, feeds)

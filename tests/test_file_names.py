@@ -11,8 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import has_emulator
-from test_cli_errors import cli
+from modelrun import cli, require_emulator
 
 NASTY = "-a b'c\"d$HOME\\f\ng%s%n ü€;*?[x]"
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +68,7 @@ def test_cli_build_run_verify_with_a_nasty_model_name(tmp_path):
 def aarch64_artifact(tmp_path_factory) -> Path:
     from fluidml_xc.build import BuildOptions, build_model
 
-    if not has_emulator("qemu-aarch64"):
-        pytest.fail("qemu-aarch64-static is missing: install qemu-user-static")
+    require_emulator("qemu-aarch64")
     work = tmp_path_factory.mktemp("names") / NASTY
     work.mkdir()
     path = work / f"{NASTY}.onnx"
@@ -90,28 +88,17 @@ def test_named_aarch64_build_runs_under_qemu(aarch64_artifact, monkeypatch):
     np.testing.assert_allclose(y, ort_y(weighted_model()), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.ssh
 @pytest.mark.qemu
-def test_deploy_and_run_over_ssh_into_a_nasty_base_dir(aarch64_artifact, tmp_path):
-    from sshd import SshServer, sshd_available
+def test_deploy_and_run_over_ssh_into_a_nasty_base_dir(aarch64_artifact, tmp_path, loopback_sshd):
     from fluidml_xc.remote.artifact import load_artifact
     from fluidml_xc.remote.deploy import DeployOptions, deploy
-    from fluidml_xc.remote.ssh import SshOptions, connect
+    from fluidml_xc.remote.ssh import connect
     from fluidml_xc.remote.verify import run_remote
 
-    if not sshd_available():
-        pytest.fail("needs /usr/sbin/sshd (apt-get install openssh-server; .ci/run installs it)")
-    server = SshServer.start(tmp_path / "sshd")
-    try:
-        (tmp_path / "ssh_config").write_text("")
-        opts = SshOptions(host="127.0.0.1", port=server.port, identity=str(server.client_key),
-                          known_hosts=str(server.known_hosts), ssh_config=str(tmp_path / "ssh_config"), connect_timeout=5)
-        base = tmp_path / NASTY
-        artifact = load_artifact(aarch64_artifact)
-        with connect(opts) as conn:
-            deployment = deploy(conn, artifact, DeployOptions(str(base)))
-            outputs = run_remote(conn, deployment, artifact, {"x": X})
-        assert (base / "current" / "runner").is_file()
-        np.testing.assert_allclose(outputs["y"], ort_y(weighted_model()), rtol=1e-6, atol=1e-6)
-    finally:
-        server.stop()
+    base = tmp_path / NASTY
+    artifact = load_artifact(aarch64_artifact)
+    with connect(loopback_sshd.options()) as conn:
+        deployment = deploy(conn, artifact, DeployOptions(str(base)))
+        outputs = run_remote(conn, deployment, artifact, {"x": X})
+    assert (base / "current" / "runner").is_file()
+    np.testing.assert_allclose(outputs["y"], ort_y(weighted_model()), rtol=1e-6, atol=1e-6)

@@ -14,37 +14,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-from sshd import SshServer, sshd_available
+from modelrun import cli, matmul_relu_model, require_emulator
+from sshd import start_server
 
-pytestmark = [pytest.mark.ssh, pytest.mark.skipif(not sshd_available(), reason="needs /usr/sbin/sshd"),
-              pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="needs qemu-user-static")]
+pytestmark = pytest.mark.ssh
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE = ("pi-a", "pi-b")
 DEAD = "pi-dead"
-
-
-def tiny_model() -> onnx.ModelProto:
-    rng = np.random.default_rng(7)
-    weights = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W")
-    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["a"]),
-         helper.make_node("Relu", ["a"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [weights, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def cli(*args: str, cwd: Path, pre: str = "") -> subprocess.CompletedProcess:
-    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); {pre}"
-            "from fluidml_xc.cli import main; sys.exit(main())")
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def error_line(proc: subprocess.CompletedProcess) -> str:
@@ -56,13 +36,14 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
+    require_emulator("qemu-aarch64")
     work = tmp_path_factory.mktemp("fleet")
-    servers = {name: SshServer.start(work / f"sshd-{name}") for name in LIVE}
-    dead = SshServer.start(work / "sshd-dead")  # a third sshd, stopped: its port refuses connections
+    servers = {name: start_server(work / f"sshd-{name}") for name in LIVE}
+    dead = start_server(work / "sshd-dead")  # a third sshd, stopped: its port refuses connections
     dead.stop()
     dead_port = dead.port
     model = work / "tiny.onnx"
-    onnx.save(tiny_model(), str(model))
+    onnx.save(matmul_relu_model(7), str(model))
     user = getpass.getuser()
     lines = ["[boards]"]
     for name, srv in servers.items():

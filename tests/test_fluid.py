@@ -2,7 +2,6 @@
 example models under all three --opt modes, and `inspect`."""
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import random
@@ -17,6 +16,7 @@ from fluidml_xc.fluid.costs import Costs
 from fluidml_xc.fluid.layouts import LayoutProblem, brute_force_segment, candidate_layouts, solve_segment
 from fluidml_xc.fluid.segmentation import Segment, segment_graph
 from fluidml_xc.fluid.voting import vote_layouts
+from modelrun import jit_node
 
 
 # -- abstract problems -----------------------------------------------------------------------------
@@ -188,28 +188,6 @@ def test_measure_costs_are_cached(tmp_path, monkeypatch):
 
 
 # -- MatMul/Gemm kernels under every layout and loop order -----------------------------------------
-def _jit_node(g, node, layouts, order):
-    """Run one node's kernel with llvmlite's MCJIT on buffers stored in `layouts`."""
-    from fluidml_xc.emit.measure import compile_node
-
-    kernel = compile_node(g, node, _spec(), layouts, order)
-    names = kernel.names
-    rng = np.random.default_rng(1)
-    logical = {n: g.tensors[n].value for n in node.inputs if n and g.tensors[n].is_const}
-    stored = []
-    for name in names:
-        t = g.tensors[name]
-        value = t.value if t.is_const else rng.standard_normal(t.shape).astype(np.float32)
-        logical[name] = value
-        perm = layouts.get(name) if not t.is_const else None
-        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
-    kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
-    out_name, out = names[-1], stored[-1]
-    perm = layouts.get(out_name)
-    result = np.transpose(out, np.argsort(perm)) if perm else out
-    return logical, result
-
-
 @pytest.mark.parametrize("order", ["ikj", "ijk", "jki", "kij"])
 @pytest.mark.parametrize("case", ["act", "const", "batched", "gemm"])
 def test_matmul_every_layout_and_order(case, order):
@@ -229,7 +207,7 @@ def test_matmul_every_layout_and_order(case, order):
     options = [candidate_layouts(g.tensors[n].shape) for n in acts]
     for combo in itertools.product(*options):
         layouts = {n: p for n, p in zip(acts, combo)}
-        logical, got = _jit_node(g, node, layouts, order)
+        logical, got = jit_node(g, node, layouts, order, seed=1)
         if node.op_type == "Gemm":
             want = 0.5 * logical["A"] @ g.tensors["B"].value.T + 2.0 * g.tensors["bias"].value
         else:
@@ -294,7 +272,7 @@ def test_blocked_matmul_tiles_edges_and_batches(shapes):
     for order in ("ikj", "ijk", "jki"):
         for combo in itertools.product(*[candidate_layouts(g.tensors[n].shape)[:2] for n in acts]):
             layouts = dict(zip(acts, combo))
-            logical, got = _jit_node(g, node, layouts, order)
+            logical, got = jit_node(g, node, layouts, order, seed=1)
             np.testing.assert_allclose(got, np.matmul(logical["A"], logical["B"]), rtol=1e-4, atol=1e-4, err_msg=f"{layouts} {order}")
 
 

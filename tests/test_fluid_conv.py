@@ -1,51 +1,16 @@
 """Channels-last convolution under --opt fluid: kernels under every layout, the layout DP's choice, all modes agree."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from fluidml_xc.pipeline import import_graph
-from modelrun import compile_and_run, reference
+from modelrun import compile_and_run, conv_add_clip_model, float_model, jit_node, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-4
 NHWC = (0, 2, 3, 1)
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
-
-
-def make_model(nodes, inits, inputs, outputs, opset=17):
-    graph = helper.make_graph(
-        nodes, "fluid_conv",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _jit_node(graph, node, layouts):
-    import ctypes
-
-    from fluidml_xc.emit.measure import compile_node
-    from fluidml_xc.target.boards import get_board
-    from fluidml_xc.target.machine import machine_spec
-
-    kernel = compile_node(graph, node, machine_spec(get_board(None)), layouts)
-    names = kernel.names
-    rng = np.random.default_rng(5)
-    logical, stored = {}, []
-    for name in names:
-        value = rng.standard_normal(graph.tensors[name].shape).astype(np.float32)
-        logical[name] = value
-        perm = layouts.get(name)
-        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
-    kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
-    perm = layouts.get(names[-1])
-    return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
 
 
 CASES = {  # weight shape, attributes, input shape
@@ -62,16 +27,11 @@ CASES = {  # weight shape, attributes, input shape
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_conv_channels_last(case, in_layout, out_layout):
     w, attrs, x_shape = CASES[case]
-    inits = {"w": rand(*w, seed=50), "b": rand(w[0], seed=51), "lo": np.array(-0.3, np.float32), "hi": np.array(0.8, np.float32)}
-    probe = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)], inits, {"x": np.zeros(x_shape, np.float32)}, ["c"])
-    out_shape = import_graph(probe).tensors["c"].shape
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
-             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
-    model = make_model(nodes, inits, {"x": np.zeros(x_shape, np.float32), "r": np.zeros(out_shape, np.float32)}, ["y"])
+    model = conv_add_clip_model(w, attrs, x_shape)
     graph = import_graph(model)
     (node,) = graph.nodes
     layouts = {k: v for k, v in {"x": in_layout, "r": out_layout, "y": out_layout}.items() if v}
-    logical, got = _jit_node(graph, node, layouts)
+    logical, got = jit_node(graph, node, layouts)
     want = reference(model, {"x": logical["x"], "r": logical["r"]})["y"]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
@@ -106,7 +66,7 @@ def cnn(channels: int = 32):
     ]
     inits.update({"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
                   "bn_s": rand(c, seed=13), "bn_b": rand(c, seed=14), "bn_m": rand(c, seed=15), "bn_v": np.abs(rand(c, seed=16)) + 0.5})
-    model = make_model(nodes, inits, {"x": np.zeros((1, 3, 34, 34), np.float32)}, ["y", "cat"])
+    model = float_model(nodes, inits, {"x": np.zeros((1, 3, 34, 34), np.float32)}, ["y", "cat"])
     return model, {"x": rand(1, 3, 34, 34, seed=20)}
 
 
@@ -143,7 +103,7 @@ def test_fluid_keeps_row_major_without_predicted_gain():
     from fluidml_xc.fluid.optimize import optimize
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"])]
-    model = make_model(nodes, {"w": rand(4, 4, 1, 1), "b": rand(4)}, {"x": np.zeros((1, 4, 5, 5), np.float32)}, ["y"])
+    model = float_model(nodes, {"w": rand(4, 4, 1, 1), "b": rand(4)}, {"x": np.zeros((1, 4, 5, 5), np.float32)}, ["y"])
     graph = import_graph(model)
     decisions = optimize(graph, machine_spec(get_board("x86_64")), "fluid")
     assert decisions.layouts == {}
@@ -160,8 +120,7 @@ def test_cnn_every_mode_x86_64(opt, tmp_path):
 
 def test_cnn_fluid_aarch64(tmp_path):
     """NEON: 4 lanes, so the channel-vector paths (and their channel tails) differ from x86_64's."""
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-user-static is not installed")
+    require_emulator("qemu-aarch64")
     model, feeds = cnn(channels=18)
     want = reference(model, feeds)
     got = compile_and_run(model, feeds, tmp_path, board="qemu-aarch64", opt="fluid")

@@ -12,8 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import build
-from test_cli_errors import cli
+from modelrun import build, cli
 
 C_DIR = Path(__file__).parent / "c"
 X = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)

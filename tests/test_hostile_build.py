@@ -9,15 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from test_cli_errors import cli, one_line_error
-
-
-def _relu_model(path: Path) -> Path:
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
+from modelrun import cli, one_line_error, save_relu_model
 
 
 def _build(model: Path, out: Path | str, cwd: Path):
@@ -26,7 +18,7 @@ def _build(model: Path, out: Path | str, cwd: Path):
 
 @pytest.fixture
 def model(tmp_path) -> Path:
-    return _relu_model(tmp_path / "m.onnx")
+    return save_relu_model(tmp_path / "m.onnx")
 
 
 def test_build_keeps_a_directory_with_files_its_manifest_does_not_list(tmp_path, model):

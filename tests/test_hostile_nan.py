@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from fluidml_xc.run.backend import compile_model
-from modelrun import build, has_emulator, run
+from modelrun import build, require_emulator, run
 
 X = np.array([np.nan, -1.0, 2.0, np.inf, -np.inf, 0.5, -0.0, np.nan], np.float32)
 SPECIAL = X.reshape(2, 4)
@@ -113,8 +113,7 @@ def _chain_model() -> onnx.ModelProto:
 
 @pytest.mark.parametrize("board", ["x86_64", "rpi4", "rpi3"])
 def test_nan_propagates_on_every_target(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    require_emulator(board)
     model = _chain_model()
     feeds = {"x": SPECIAL, "z": np.zeros((2, 4), np.float32)}
     from onnx.reference import ReferenceEvaluator

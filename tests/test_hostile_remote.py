@@ -12,9 +12,6 @@ import pytest
 from fluidml_xc.artifact import Manifest
 from fluidml_xc.errors import InputError, RemoteError
 from fluidml_xc.remote.shell import MAX_STDOUT, LocalShell, sh
-from sshd import SshServer, sshd_available
-
-needs_sshd = pytest.mark.skipif(not sshd_available(), reason="needs /usr/sbin/sshd")
 
 
 def _fake_tools(tmp_path: Path, monkeypatch, uname: str, getconf: str, df_avail: str) -> None:
@@ -43,28 +40,19 @@ def test_a_board_printing_megabytes_and_escapes_gives_a_short_clean_line(tmp_pat
     assert len(line) < 1000 and "\033" not in line and "\007" not in line and "\\x1b" in line
 
 
-@needs_sshd
-def test_timeout_kills_the_remote_command_and_its_children(tmp_path):
-    from fluidml_xc.remote.ssh import SshOptions, connect
+def test_timeout_kills_the_remote_command_and_its_children(loopback_sshd):
+    from fluidml_xc.remote.ssh import connect
 
-    server = SshServer.start(tmp_path / "sshd")
-    try:
-        config = tmp_path / "config"
-        config.write_text("")
-        options = SshOptions(host="127.0.0.1", port=server.port, identity=str(server.client_key),
-                             known_hosts=str(server.known_hosts), ssh_config=str(config), connect_timeout=5)
-        with connect(options) as conn:
-            with pytest.raises(RemoteError) as info:
-                conn.run(sh("sleep 7919 & sleep 7920 & wait"), timeout=1.5)
-            assert "killed there" in str(info.value)
-            deadline = time.monotonic() + 10
-            while _processes("sleep 79") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert _processes("sleep 79") == []
-            big = conn.run(sh("head -c 20000000 /dev/zero; echo oops >&2"), timeout=60)
-            assert len(big.stdout) == MAX_STDOUT and big.err.strip() == "oops", "pid line stripped, output capped"
-    finally:
-        server.stop()
+    with connect(loopback_sshd.options()) as conn:
+        with pytest.raises(RemoteError) as info:
+            conn.run(sh("sleep 7919 & sleep 7920 & wait"), timeout=1.5)
+        assert "killed there" in str(info.value)
+        deadline = time.monotonic() + 10
+        while _processes("sleep 79") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes("sleep 79") == []
+        big = conn.run(sh("head -c 20000000 /dev/zero; echo oops >&2"), timeout=60)
+        assert len(big.stdout) == MAX_STDOUT and big.err.strip() == "oops", "pid line stripped, output capped"
 
 
 def _processes(needle: str) -> list[int]:
@@ -80,7 +68,6 @@ def _processes(needle: str) -> list[int]:
     return found
 
 
-@needs_sshd
 def test_garbage_known_hosts_and_bad_port_are_one_line(tmp_path):
     from fluidml_xc.remote.ssh import SshOptions, connect, resolve
 

@@ -10,19 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import onnx
 import pytest
-from onnx import TensorProto, helper
+
+from modelrun import save_relu_model
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _model(path: Path) -> Path:
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
 
 
 def _start(cwd: Path, *args: str) -> subprocess.Popen:
@@ -40,7 +32,7 @@ def _ours(pid: int) -> list[Path]:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_mid_build_cleans_up_and_prints_one_line(tmp_path, signum):
-    model = _model(tmp_path / "m.onnx")
+    model = save_relu_model(tmp_path / "m.onnx")
     proc = _start(tmp_path, "build", str(model), "-o", "out")
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".out.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:
@@ -59,7 +51,7 @@ def test_signal_mid_build_cleans_up_and_prints_one_line(tmp_path, signum):
 
 @pytest.mark.parametrize("delay", [0.3, 0.7])
 def test_sigint_early_is_one_line(tmp_path, delay):
-    model = _model(tmp_path / "m.onnx")
+    model = save_relu_model(tmp_path / "m.onnx")
     proc = _start(tmp_path, "build", str(model), "-o", "out")
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
@@ -79,7 +71,7 @@ def _dead_pid() -> int:
 def test_next_build_sweeps_stale_temporaries_and_restores_a_lost_artifact(tmp_path):
     from fluidml_xc.build import BuildOptions, build_model
 
-    model = _model(tmp_path / "m.onnx")
+    model = save_relu_model(tmp_path / "m.onnx")
     dead = _dead_pid()
     art = build_model(model, BuildOptions(out_dir=tmp_path / "out", record_last=False, profile_runner=False)).artifact
     # a build killed between renaming the old artifact away and renaming the new one in

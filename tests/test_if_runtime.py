@@ -10,9 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from fluidml_xc.target.boards import get_board
-from modelrun import build, has_emulator, run
-from test_cli_errors import cli, one_line_error
+from modelrun import build, cli, one_line_error, require_emulator, run
 
 
 def _c(name: str, value) -> onnx.TensorProto:
@@ -82,8 +80,7 @@ def _ort(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
 
 @pytest.mark.parametrize("board", ["x86_64", pytest.param("rpi4", marks=pytest.mark.qemu)])
 def test_if_on_runtime_sample_rate_matches_ort(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail(f"{get_board(board).target.emulator} missing: apt-get install qemu-user-static")
+    require_emulator(board)
     model = speech_model()
     artifact = build(model, tmp_path, board, input_shapes={"audio": (2, 400)})
     audio = np.random.default_rng(1).standard_normal((2, 400)).astype(np.float32)

@@ -14,8 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from modelrun import run
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error, proto_model, run
 
 rng = np.random.default_rng(23)
 
@@ -34,9 +33,8 @@ def _save(model: onnx.ModelProto, path) -> str:
     return str(path)
 
 
-def _model(nodes, inputs, outputs, inits=(), opset: int = 17) -> onnx.ModelProto:
-    return helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
-                             opset_imports=[helper.make_opsetid("", opset)])
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    return proto_model(nodes, inputs, outputs, inits, ir_version=None)
 
 
 def _ort(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:

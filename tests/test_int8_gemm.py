@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, has_emulator, reference
+from modelrun import graph_model, compile_and_run, require_emulator, reference
 
 rng = np.random.default_rng(23)
 on_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
@@ -205,8 +205,7 @@ def test_qlinear_conv_per_channel_w_zero_point(xdt, isa):
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
 def test_blocked_int8_cross(board, tmp_path):
-    if not has_emulator(board):
-        pytest.skip(f"needs the {board} emulator")
+    require_emulator(board)
     for case in (1, 2):
         for j, (mm, mfeeds, want) in enumerate(matmul_model(MATMUL_CASES[case])):
             check(compile_and_run(mm, mfeeds, tmp_path / f"mm{case}{j}", board, profile_runner=False), want)
@@ -225,8 +224,7 @@ def test_blocked_int8_cross(board, tmp_path):
 
 def test_sdot_cross(tmp_path):
     """aarch64 with +dotprod (rpi5: sdot k-quads), run under qemu-aarch64 (its default cpu has dotprod)."""
-    if not has_emulator("rpi5"):
-        pytest.skip("needs qemu-aarch64")
+    require_emulator("rpi5")
     for case in (1, 2):
         for j, (mm, mfeeds, want) in enumerate(matmul_model(MATMUL_CASES[case])):
             check(compile_and_run(mm, mfeeds, tmp_path / f"mm{case}{j}", "rpi5", profile_runner=False), want)

@@ -9,7 +9,7 @@ import pytest
 from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
-from modelrun import build, has_emulator, run
+from modelrun import build, require_emulator, run
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 CASES = {case.model_name: case for case in load_model_tests(kind="real")}
@@ -44,7 +44,7 @@ def light_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("name,board", _params())
 def test_light_model(name, board, tmp_path):
-    assert has_emulator(board), "apt-get install qemu-user-static"
+    require_emulator(board)
     case = CASES[name]
     path = LIGHT / f"light_{name}.onnx"
     model = onnx.load(str(path))

@@ -11,6 +11,7 @@ from onnx import TensorProto as TP, helper
 
 from fluidml_xc.frontend.domains import Opsets
 from fluidml_xc.run.backend import compile_model
+from modelrun import proto_model
 from test_unsupported_errors import _fails
 
 V = helper.make_tensor_value_info
@@ -18,11 +19,7 @@ RNG = np.random.default_rng(24)
 
 
 def _model(nodes, inputs, outputs, opsets) -> onnx.ModelProto:
-    model = helper.make_model(helper.make_graph(nodes, "ml", inputs, outputs),
-                              opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return proto_model(nodes, inputs, outputs, opsets=opsets, name="ml", check=True)
 
 
 def _pipeline(opsets) -> onnx.ModelProto:

@@ -14,7 +14,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from onnx import helper
 
-from modelrun import build, graph_model, has_emulator, reference
+from modelrun import build, cli, graph_model, one_line_error, reference, require_emulator
 
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64"]
@@ -53,8 +53,7 @@ def named(request, tmp_path_factory) -> dict[str, tuple[Path, onnx.ModelProto, d
     """Both models built for one board, each from a file named model.onnx (same graph name: only --name tells
     their symbols apart)."""
     board = request.param
-    if not has_emulator(board):
-        pytest.skip(f"needs the emulator of {board}")
+    require_emulator(board)
     work = tmp_path_factory.mktemp(f"named-{board}")
     built = {}
     for name, (make, threads) in MODELS.items():
@@ -193,7 +192,6 @@ def test_inspect_shows_the_name(named, capsys):
 
 @pytest.mark.parametrize("name, reason", [("2fast", "not a C identifier"), ("int", "is a C keyword")])
 def test_bad_name_refused_in_one_line_writing_nothing(name, reason, tmp_path):
-    from test_cli_errors import cli, one_line_error
 
     model, _ = detector()
     onnx.save(model, str(tmp_path / "m.onnx"))
@@ -220,26 +218,14 @@ def test_more_bad_names(name, reason, tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
-@pytest.mark.ssh
-def test_deploy_and_verify_named_artifact_over_ssh(named, tmp_path):
+def test_deploy_and_verify_named_artifact_over_ssh(named, tmp_path, loopback_sshd):
     """deploy uploads the generic runner; verify runs it on the "board" (sshd on 127.0.0.1) against ONNX Runtime."""
-    from sshd import SshServer, sshd_available
-    from test_remote import cli, ssh_args
-
     artifact = named["classifier"][0]
     if json.loads((artifact / "manifest.json").read_text())["board"] != "qemu-aarch64":
         pytest.skip("one board is enough for the ssh path")
-    if not sshd_available():
-        pytest.skip("needs /usr/sbin/sshd")
-    server = SshServer.start(tmp_path / "sshd")
-    try:
-        config = tmp_path / "ssh_config"
-        config.write_text("")
-        common = ssh_args(server, config) + ["--base-dir", str(tmp_path / "board")]
-        proc = cli("deploy", str(artifact), *common)
-        assert proc.returncode == 0, proc.stderr
-        proc = cli("verify", str(artifact), *common)
-        assert proc.returncode == 0, proc.stderr
-        assert " ok" in proc.stdout
-    finally:
-        server.stop()
+    common = loopback_sshd.args() + ["--base-dir", str(tmp_path / "board")]
+    proc = cli("deploy", str(artifact), *common)
+    assert proc.returncode == 0, proc.stderr
+    proc = cli("verify", str(artifact), *common)
+    assert proc.returncode == 0, proc.stderr
+    assert " ok" in proc.stdout

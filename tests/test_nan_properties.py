@@ -63,9 +63,8 @@ def _has_nonfinite(value) -> bool:
 def test_nonfinite_values_on_arm_boards(board, tmp_path):
     """Every (family, source) once, built for aarch64 and armv7 and run under qemu: NaN and infinities exactly as on
     x86_64; finite values within the tolerance, which armv7's flushed denormals stay inside."""
-    from modelrun import build, has_emulator, run
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    from modelrun import build, require_emulator, run
+    require_emulator(board)
     model, feeds, checks = mixed_model(SEED, 1)
     want, ort = reference(model, feeds), onnxruntime(model, feeds)
     got = run(build(model, tmp_path, board, profile_runner=False), feeds)

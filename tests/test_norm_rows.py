@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 
 from fluidml_xc.run.backend import compile_model
-from modelrun import build, graph_model, has_emulator, run
+from modelrun import build, graph_model, require_emulator, run
 
 SPATIAL = (7, 11)  # 77: 2 x 32 in the loop (8 lanes x 4), one whole vector, 5 in the tail
 
@@ -50,8 +50,7 @@ def test_instance_norm_rows_match_ort():
 
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])
 def test_instance_norm_rows_on_arm(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    require_emulator(board)
     model, x = _model_and_feeds()
     _check(run(build(model, tmp_path, board, profile_runner=False), {"x": x})["y"], _ort(model, x))
 

@@ -5,19 +5,14 @@ aarch64 and armv7 under qemu-user.
 """
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrun import compile_and_run, lrn_numpy, reference
+from modelrun import compile_and_run, lrn_numpy, rand, reference, require_emulator
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
 
 
 class Net:
@@ -196,8 +191,7 @@ def conv_net() -> Net:
 
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
 def test_conv_net_on_targets(tmp_path, board):
-    if board != "x86_64" and shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-user-static is not installed")
+    require_emulator(board)
     conv_net().check(tmp_path, board=board, opset=17)
 
 

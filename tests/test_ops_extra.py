@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, reference
+from modelrun import check_model, graph_model
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="native builds for x86_64")
 
@@ -23,12 +23,7 @@ def model(nodes, feeds, outputs, consts=None, opset=18):
 
 
 def check(tmp_path, m, feeds, rtol=1e-5, atol=1e-5):
-    got = compile_and_run(m, feeds, tmp_path, "x86_64", profile_runner=False)
-    want = reference(m, feeds)
-    for name, expected in want.items():
-        assert got[name].shape == expected.shape, name
-        assert got[name].dtype == expected.dtype, name
-        np.testing.assert_allclose(got[name], expected, rtol=rtol, atol=atol, err_msg=name)
+    check_model(tmp_path, m, feeds, rtol=rtol, atol=atol)
 
 
 def k_(v):

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from modelrun import graph_model, compile_and_run, has_emulator, reference
+from modelrun import graph_model, compile_and_run, require_emulator, reference
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
 
@@ -107,8 +107,8 @@ def test_qlinear_conv(dtype):
     check(jit_run(m, feeds), reference(m, feeds))
 
 
-@pytest.mark.skipif(not has_emulator("qemu-aarch64"), reason="needs qemu-aarch64-static")
 def test_quantized_cross_aarch64(tmp_path):
+    require_emulator("qemu-aarch64")
     a, b = q(np.int8, (3, 8)), q(np.int8, (8, 5))
     x, w = q(np.uint8, (1, 2, 5, 5)), q(np.uint8, (3, 2, 3, 3))
     feeds = {"a": a, "b": b, "x": x, "w": w}

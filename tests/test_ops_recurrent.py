@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from modelrun import compile_and_run, has_emulator, reference
+from modelrun import compile_and_run, require_emulator, reference
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
 
@@ -242,8 +242,8 @@ def test_unsupported_activation_is_one_line_error():
         jit_run(model, feeds)
 
 
-@pytest.mark.skipif(not has_emulator("qemu-aarch64"), reason="needs qemu-aarch64-static")
 def test_lstm_gru_cross_aarch64(tmp_path):
+    require_emulator("qemu-aarch64")
     model, feeds, want = make_case("LSTM", direction="bidirectional", peep=True, seq_lens=[4, 5, 2])
     check(compile_and_run(model, feeds, tmp_path / "lstm", "qemu-aarch64", profile_runner=False), want)
     model, feeds, want = make_case("GRU", layout=1, linear_before_reset=1, const_weights=True)

@@ -4,13 +4,12 @@ qemu-aarch64."""
 from __future__ import annotations
 
 import platform
-import shutil
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, reference
+from modelrun import check_model, compile_and_run, graph_model, reference, require_emulator
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="native builds for x86_64")
 
@@ -22,15 +21,6 @@ node = helper.make_node
 
 def model(nodes, feeds, outputs, consts=None, opset=22):
     return graph_model(nodes, feeds, outputs, consts, opset, ir_version=10, infer=True)
-
-
-def check(tmp_path, m, feeds, board="x86_64", rtol=1e-4, atol=1e-5):
-    got = compile_and_run(m, feeds, tmp_path, board, profile_runner=False)
-    want = reference(m, feeds)
-    for name, expected in want.items():
-        assert got[name].shape == expected.shape, name
-        assert got[name].dtype == expected.dtype, name
-        np.testing.assert_allclose(got[name], expected, rtol=rtol, atol=atol, err_msg=name)
 
 
 def i64(*v):
@@ -152,7 +142,7 @@ CASES = {"gridsample": grid_sample_case, "spectral": spectral_case, "dft_opset17
 @pytest.mark.parametrize("case", list(CASES))
 def test_sampling_ops(case, tmp_path):
     nodes, feeds, outputs, consts, opset = CASES[case]()
-    check(tmp_path, model(nodes, feeds, outputs, consts, opset), feeds)
+    check_model(tmp_path, model(nodes, feeds, outputs, consts, opset), feeds)
 
 
 def test_grid_sample_opset16_names(tmp_path):
@@ -168,14 +158,14 @@ def test_grid_sample_opset16_names(tmp_path):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
 def test_sampling_ops_aarch64(tmp_path):
+    require_emulator("qemu-aarch64")
     nodes, feeds, outputs, consts, opset = grid_sample_case(small=True)
     snodes, sfeeds, souts, sconsts, _ = spectral_case()
     keep = [0, 2, 4, 10]
     nodes += [snodes[i] for i in keep]
     feeds.update({n: sfeeds[n] for n in ("r", "c", "h", "sig")})
-    check(tmp_path, model(nodes, feeds, outputs + [souts[i] for i in keep], sconsts, 20), feeds, board="qemu-aarch64")
+    check_model(tmp_path, model(nodes, feeds, outputs + [souts[i] for i in keep], sconsts, 20), feeds, board="qemu-aarch64")
 
 
 def test_mixed_radix_fft_rounds_as_numpy():

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, has_emulator, reference
+from modelrun import check_model, compile_and_run, graph_model, reference, require_emulator
 
 rng = np.random.default_rng(0)
 
@@ -27,15 +27,6 @@ def ort_reference(m, feeds):
     import onnxruntime as ort
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return dict(zip([o.name for o in m.graph.output], sess.run(None, feeds)))
-
-
-def check(tmp_path, m, feeds, board="x86_64", rtol=1e-4, atol=1e-5, oracle=reference):
-    got = compile_and_run(m, feeds, tmp_path, board, profile_runner=False)
-    want = oracle(m, feeds)
-    for name, expected in want.items():
-        assert got[name].shape == expected.shape, name
-        assert got[name].dtype == expected.dtype, name
-        np.testing.assert_allclose(got[name], expected, rtol=rtol, atol=atol, err_msg=name)
 
 
 def ints(*values, dtype=np.int64):
@@ -166,7 +157,7 @@ ORT_ORACLE = {"pad_negative", "softmax_opset11"}
 @pytest.mark.parametrize("case", list(CASES))
 def test_op(tmp_path, case):
     nodes, feeds, outputs, consts, opset = CASES[case]()
-    check(tmp_path, model(nodes, feeds, outputs, consts, opset), feeds, oracle=ort_reference if case in ORT_ORACLE else reference)
+    check_model(tmp_path, model(nodes, feeds, outputs, consts, opset), feeds, oracle=ort_reference if case in ORT_ORACLE else reference)
 
 
 def transformer_block(seq=8, vocab=20, dim=16, heads=2):
@@ -203,10 +194,9 @@ def transformer_block(seq=8, vocab=20, dim=16, heads=2):
 
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
 def test_transformer_block(tmp_path, board):
-    if not has_emulator(board):
-        pytest.skip(f"no emulator for {board}")
+    require_emulator(board)
     m, feeds = transformer_block()
-    check(tmp_path, m, feeds, board)
+    check_model(tmp_path, m, feeds, board)
 
 
 def layout_model():
@@ -252,12 +242,11 @@ def test_non_row_major_layouts(tmp_path, monkeypatch):
 @pytest.mark.parametrize("board", ["x86_64", "rpi4"])
 def test_exp_sigmoid_erf_keep_nan_and_infinities(tmp_path, board):
     """The vectorized expf/erff clamp their argument; NaN must stay NaN and exp overflow must give inf."""
-    if not has_emulator(board):
-        pytest.skip(f"no emulator for {board}")
+    require_emulator(board)
     x = np.array([np.nan, np.inf, -np.inf, 100.0, 89.0, 88.0, -100.0, 0.0, 1.5, -3.0, 5.0], np.float32)
     m = model([node("Exp", ["x"], ["e"]), node("Sigmoid", ["x"], ["s"]), node("Erf", ["x"], ["r"]),
                node("Tanh", ["x"], ["t"])], {"x": x}, ["e", "s", "r", "t"])
-    check(tmp_path, m, {"x": x}, board=board, rtol=1e-5, atol=1e-6)
+    check_model(tmp_path, m, {"x": x}, board=board, rtol=1e-5, atol=1e-6)
 
 
 def test_float16_matmul_and_softmax_round_like_numpy(tmp_path):

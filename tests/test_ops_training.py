@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from modelrun import compile_and_run, has_emulator, reference
+from modelrun import compile_and_run, require_emulator, reference
 
 DOMAIN = "ai.onnx.preview.training"
 OPTIMIZERS = {
@@ -44,8 +44,7 @@ def test_optimizer_matches_reference(tmp_path, op, step):
 
 
 def test_adam_under_qemu_armv7(tmp_path):
-    if not has_emulator("rpi3"):
-        pytest.skip("qemu-arm is not installed")
+    require_emulator("rpi3")
     state, attrs = OPTIMIZERS["Adam"]
     model, feeds = optimizer_model("Adam", state, attrs, tensors=1, shape=(37,))
     feeds.update(r=np.array(0.05, np.float32), t=np.array(2, np.int64))

@@ -8,7 +8,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc.run.backend import compile_model
-from modelrun import build, graph_model, has_emulator, run
+from modelrun import build, graph_model, require_emulator, run
 
 PADS = {"within": [1, 4, 2, 3, 4, 5], "beyond": [4, 0, 7, 5, 9, 11]}
 
@@ -29,8 +29,7 @@ def test_pad_wrap_as_reference(case):
 
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])
 def test_pad_wrap_on_arm(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    require_emulator(board)
     for case, pads in sorted(PADS.items()):
         model, x = _model(pads)
         want = np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0])

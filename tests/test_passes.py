@@ -3,7 +3,6 @@
 what onnx.reference does, natively (JIT) and for aarch64 under qemu."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import onnx
@@ -13,6 +12,7 @@ from onnx import TensorProto as T, helper, numpy_helper
 from fluidml_xc.run.backend import compile_model
 from fluidml_xc.pipeline import import_graph
 from fluidml_xc.opspec import FUSED_OP, OUR_DOMAIN
+from modelrun import require_emulator
 
 F32 = T.FLOAT
 
@@ -269,8 +269,8 @@ def test_transformer_example_fuses_gelu_and_matches_reference():
     np.testing.assert_allclose(got[0], _reference(model, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
 def test_fused_model_on_aarch64_under_qemu(tmp_path):
+    require_emulator("rpi4")
     _check(linear_gelu_model(), board="rpi4", rtol=1e-4, atol=1e-4)
     _check(dtype_model(), board="rpi4")
 
@@ -297,8 +297,8 @@ def test_matmul_and_gemm_relu_epilogue(opt):
     _check(model, opt=opt, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="qemu-aarch64-static not installed")
 def test_epilogues_on_aarch64_under_qemu():
+    require_emulator("rpi4")
     _check(relu_model(), board="rpi4", rtol=1e-4, atol=1e-4)
     _check(residual_model(), board="rpi4", rtol=1e-4, atol=1e-4)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from modelrun import graph_model, has_emulator
+from modelrun import cli, graph_model, require_emulator
 
 ROOT = Path(__file__).resolve().parent.parent
 rng = np.random.default_rng(16)
@@ -83,11 +82,6 @@ def load_dir(directory: Path) -> list[dict[str, np.ndarray]]:
         with np.load(path) as npz:
             out.append({k: npz[k] for k in npz.files})
     return out
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def ort_run(path: Path, feeds: list[dict], fused: bool = True) -> list[dict[str, np.ndarray]]:
@@ -250,8 +244,7 @@ def test_encoder_dynamic_x86_64(tmp_path):
 @pytest.mark.qemu
 @pytest.mark.parametrize("case", ["cnn-qdq", "encoder-dynamic"])
 def test_rpi4_under_qemu(case, tmp_path):
-    if not has_emulator("rpi4"):
-        pytest.skip("qemu-aarch64-static missing (apt-get install qemu-user-static)")
+    require_emulator("rpi4")
     model, name, shape, extra = {"cnn-qdq": (small_cnn(), "image", (1, 3, 12, 12), ["--per-channel"]),
                                  "encoder-dynamic": (small_encoder(), "x", (1, 8, 16), ["--dynamic"])}[case]
     report = quantize_and_check(tmp_path, model, name, shape, "rpi4", extra, runs="1")

@@ -15,10 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.errors import RemoteError, RunError
@@ -29,9 +27,10 @@ from fluidml_xc.remote.profile import ProfileOptions, profile_remote
 from fluidml_xc.remote.shell import sh
 from fluidml_xc.remote.ssh import SshOptions, connect
 from fluidml_xc.remote.verify import Tolerance, compare, make_feeds, reference_outputs, run_remote
-from sshd import SilentListener, SshServer, free_port, sshd_available
+from modelrun import cli, matmul_relu_model
+from sshd import SilentListener, free_port, ssh_args, ssh_options, start_server
 
-pytestmark = [pytest.mark.ssh, pytest.mark.skipif(not sshd_available(), reason="needs /usr/sbin/sshd")]
+pytestmark = pytest.mark.ssh
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIRD_DIR = "base dir with spaces/it's \"quoted\" $HOME `true` ;x"
@@ -39,30 +38,17 @@ WEIRD_DIR = "base dir with spaces/it's \"quoted\" $HOME `true` ;x"
 
 # ---------------------------------------------------------------- fixtures and helpers
 
-def tiny_model(seed: int) -> onnx.ModelProto:
-    """MatMul + Add + Relu on a 2x8 input; the seed changes the weights (and so the artifact)."""
-    rng = np.random.default_rng(seed)
-    weights = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W")
-    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["a"]),
-         helper.make_node("Relu", ["a"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [weights, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def build_tiny(workdir: Path, seed: int, board: str = "qemu-aarch64") -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"tiny{seed}.onnx"
-    onnx.save(tiny_model(seed), str(path))
+    onnx.save(matmul_relu_model(seed), str(path))
     return build_model(path, BuildOptions(board=board, out_dir=workdir / f"tiny{seed}-{board}",
                                           record_last=False)).artifact
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = SshServer.start(tmp_path_factory.mktemp("sshd"))
+    srv = start_server(tmp_path_factory.mktemp("sshd"))
     yield srv
     srv.stop()
 
@@ -78,23 +64,6 @@ def empty_config(tmp_path) -> Path:
     path = tmp_path / "ssh_config"
     path.write_text("")
     return path
-
-
-def options(server: SshServer, config: Path, **overrides) -> SshOptions:
-    values = dict(host="127.0.0.1", port=server.port, identity=str(server.client_key),
-                  known_hosts=str(server.known_hosts), ssh_config=str(config), connect_timeout=5)
-    values.update(overrides)
-    return SshOptions(**values)
-
-
-def ssh_args(server: SshServer, config: Path) -> list[str]:
-    return ["--host", "127.0.0.1", "--port", str(server.port), "-i", str(server.client_key),
-            "--known-hosts", str(server.known_hosts), "-F", str(config)]
-
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    code = f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, only: bool = True) -> str:
@@ -161,7 +130,7 @@ def test_deploy_profile_verify_end_to_end(server, builds, empty_config, tmp_path
 def test_verify_reports_mismatch_and_fails(server, builds, empty_config, tmp_path):
     """Compared against a different model, verify prints the errors and exits 6 (VerifyError)."""
     other = tmp_path / "other.onnx"
-    onnx.save(tiny_model(99), str(other))
+    onnx.save(matmul_relu_model(99), str(other))
     proc = cli("verify", str(builds["a"]), *ssh_args(server, empty_config), "--base-dir", str(tmp_path / "board"),
                "--model", str(other))
     assert proc.returncode == 6
@@ -185,7 +154,7 @@ def test_redeploy_uploads_nothing(server, builds, empty_config, tmp_path):
     artifact = load_artifact(builds["a"])
     calls = []
     opts = DeployOptions(str(tmp_path / "board"), progress=lambda done, total, name: calls.append(done))
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         first = deploy(conn, artifact, opts)
         assert first.uploaded_bytes == artifact.size and not first.already_present and calls
         assert sorted(p.name for p in Path(first.remote_dir).iterdir()) == ["manifest.json", "runner", "runner_prof"]
@@ -201,7 +170,7 @@ def test_redeploy_uploads_nothing(server, builds, empty_config, tmp_path):
 def test_upload_cut_midway_keeps_previous_deploy_and_retry_completes(server, builds, empty_config, tmp_path):
     base = tmp_path / "board"
     opts = DeployOptions(str(base))
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         previous = deploy(conn, load_artifact(builds["a"]), opts)
 
     new = load_artifact(builds["b"])
@@ -211,7 +180,7 @@ def test_upload_cut_midway_keeps_previous_deploy_and_retry_completes(server, bui
         if not killed and 0 < done < total:
             killed.append(server.kill_sessions())
 
-    conn = connect(options(server, empty_config))
+    conn = connect(ssh_options(server, empty_config))
     with pytest.raises(RemoteError, match="lost while (uploading|running)"):
         deploy(conn, new, DeployOptions(str(base), progress=cut))
     conn.close()
@@ -221,7 +190,7 @@ def test_upload_cut_midway_keeps_previous_deploy_and_retry_completes(server, bui
     ran = subprocess.run(["qemu-aarch64-static", str(runner)], capture_output=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
 
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         retried = deploy(conn, new, opts)
     assert not retried.already_present and retried.uploaded_files == len(new.files)
     assert current_target(base) == posixpath.basename(retried.remote_dir)
@@ -232,7 +201,7 @@ def test_upload_cut_midway_keeps_previous_deploy_and_retry_completes(server, bui
 def test_remote_base_path_with_spaces_and_quotes(server, builds, empty_config, tmp_path):
     base = tmp_path / WEIRD_DIR
     artifact = load_artifact(builds["a"])
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         deployment = deploy(conn, artifact, DeployOptions(str(base)))
         report = profile_remote(conn, deployment, artifact, ProfileOptions(runs=5, warmup=1))
         feeds = make_feeds(artifact, None)
@@ -246,7 +215,7 @@ def test_remote_base_path_with_spaces_and_quotes(server, builds, empty_config, t
 
 
 def test_tilde_base_dir_expands_on_the_board(server, empty_config):
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         home = conn.home()
         assert home.startswith("/") and Path(home).is_dir()
         assert conn.absolute("~/.fluidml-xc") == posixpath.join(home, ".fluidml-xc")
@@ -256,7 +225,7 @@ def test_tilde_base_dir_expands_on_the_board(server, empty_config):
 def test_board_that_does_not_fit_is_refused(server, builds, empty_config, tmp_path):
     """A real-hardware aarch64 build cannot run on the x86_64 "board": said before anything is uploaded."""
     rpi4 = build_tiny(tmp_path / "rpi4", 1, board="rpi4")
-    with connect(options(server, empty_config)) as conn, \
+    with connect(ssh_options(server, empty_config)) as conn, \
             pytest.raises(RemoteError, match=r"is x86_64 \(64-bit userland\) but the artifact is for aarch64"):
         deploy(conn, load_artifact(rpi4), DeployOptions(str(tmp_path / "board")))
     assert not list((tmp_path / "board").iterdir())
@@ -274,7 +243,7 @@ def small_disk(tmp_path):
 
 
 def test_full_disk_is_reported_and_previous_deploy_kept(server, builds, empty_config, small_disk):
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         previous = deploy(conn, load_artifact(builds["a"]), DeployOptions(str(small_disk)))
         filled = []
 
@@ -329,9 +298,9 @@ def test_unknown_host_key_refused_with_fingerprint_then_accepted_on_request(serv
 
 
 def test_changed_host_key_refused_loudly(builds, empty_config, tmp_path):
-    server = SshServer.start(tmp_path / "sshd")
+    server = start_server(tmp_path / "sshd")
     try:
-        with connect(options(server, empty_config)):
+        with connect(ssh_options(server, empty_config)):
             pass
         server.restart_with_new_host_key()
         for extra in ([], ["--accept-new-host-key"]):
@@ -363,7 +332,7 @@ def test_silent_server_times_out_in_one_line(builds, empty_config):
 
 
 def test_command_timeout_leaves_connection_usable(server, empty_config):
-    with connect(options(server, empty_config)) as conn:
+    with connect(ssh_options(server, empty_config)) as conn:
         start = time.monotonic()
         with pytest.raises(RemoteError, match=r"timed out after 1s"):
             conn.run(["sleep", "10"], timeout=1)

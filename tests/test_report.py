@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +10,7 @@ import pytest
 from onnx import helper
 
 from browser import chromium_path
-from modelrun import build, graph_model
+from modelrun import build, cli, graph_model, one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,19 +33,6 @@ def small_cnn():
     consts = {"W1": w(8, 3, 3, 3), "B1": w(8), "W2": w(8, 8, 3, 3), "B2": w(8), "W3": w(16, 8, 3, 3), "B3": w(16),
               "W4": w(10, 16), "B4": w(10)}
     return graph_model(nodes, {"x": np.zeros((1, 3, 32, 32), np.float32)}, ["y"], consts)
-
-
-def cli(*args: str, pre: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
-    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'toolkit')!r}); {pre}"
-            "from fluidml_xc.cli import main; sys.exit(main())")
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("fluidml-xc: error: "), proc.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -18,6 +17,7 @@ from fluidml_xc.artifact import Manifest, read_manifest
 from fluidml_xc.run.execute import check_feeds, emulator_command, load_feeds, random_feeds, run_artifact, save_npz
 from fluidml_xc.emit.link import compile_c_program, is_host_target, link_artifact, runtime_objects
 from fluidml_xc.emit.capi import ModelSpec, TensorSpec, c_string, render_sources
+from modelrun import require_program
 
 X_NAME, T_NAME, Y_NAME, Z_NAME = "gpu_0/data_0", 'tok"en\\', "y/out", "z?\"'"
 OPS = [("mul_add/0", "Mul"), ('quote"op\\\t', "Add")]
@@ -83,11 +83,7 @@ COPY_DTYPES = ["float32", "float64", "float16", "int8", "int16", "int32", "int64
                "uint8", "uint16", "uint32", "uint64", "bool"]
 COPY_SHAPES = {"float64": (), "bool": (5,)}
 
-TARGETS = {
-    "x86_64": [],
-    "aarch64": [pytest.mark.qemu, pytest.mark.skipif(not shutil.which("qemu-aarch64-static"), reason="qemu-aarch64-static missing")],
-    "armv7": [pytest.mark.qemu, pytest.mark.skipif(not shutil.which("qemu-arm-static"), reason="qemu-arm-static missing")],
-}
+TARGETS = {"x86_64": [], "aarch64": [pytest.mark.qemu], "armv7": [pytest.mark.qemu]}
 ALL_TARGETS = [pytest.param(name, marks=marks) for name, marks in TARGETS.items()]
 ELF_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "armv7": "EM_ARM"}
 
@@ -158,6 +154,8 @@ def make_artifact(target: Target, spec: ModelSpec, model_ir: str, out_dir: Path,
 @pytest.fixture(scope="module", params=ALL_TARGETS)
 def affine(request, tmp_path_factory) -> Path:
     target = get_target(request.param)
+    if target.emulator:
+        require_program(target.emulator)
     return make_artifact(target, AFFINE_SPEC, affine_ir(),
                          tmp_path_factory.mktemp(f"affine-{target.name}"))
 
@@ -285,9 +283,9 @@ def test_all_dtypes_and_npy_versions(tmp_path):
 
 
 @pytest.mark.qemu
-@pytest.mark.skipif(not shutil.which("qemu-aarch64-static"), reason="qemu-aarch64-static missing")
 def test_user_program_aarch64(tmp_path):
     target = get_target("aarch64")
+    emulator = require_program(target.emulator)
     artifact = make_artifact(target, AFFINE_SPEC, affine_ir(), tmp_path / "art", profile=False)
     program = tmp_path / "app.c"
     program.write_text(r"""
@@ -318,7 +316,7 @@ int main(void)
     exe = compile_c_program(target, target.cpu, [program], [artifact], [artifact / "libmodel.a"], tmp_path / "app")
     with open(exe, "rb") as fh:
         assert ELFFile(fh)["e_machine"] == "EM_AARCH64"
-    proc = subprocess.run([target.emulator, str(exe)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([emulator, str(exe)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["gpu_0/data_0 z?\"' 3", "2 -1 5 7.5 1 -8 4 7 10 "]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from modelrun import has_emulator
+from modelrun import require_emulator
 
 SOAK_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
 
@@ -43,6 +43,5 @@ def test_soak_2000_runs_x86_64(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("board, runs", [("x86_64", 100_000), pytest.param("qemu-aarch64", 10_000, marks=pytest.mark.qemu)])
 def test_release_soak(board, runs, tmp_path):
-    if not has_emulator(board):
-        pytest.fail(f"the emulator of {board} is missing: install qemu-user-static")
+    require_emulator(board)
     _check(_soak_module().soak_board(board, runs, tmp_path, process_runs=1000 if board == "x86_64" else 0), runs)

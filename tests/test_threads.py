@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from modelrun import build, has_emulator, lrn_numpy, reference
+from modelrun import build, graph_model, lrn_numpy, reference, require_emulator
 
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64", "qemu-armv7"]
@@ -49,7 +49,7 @@ def cnn() -> tuple[onnx.ModelProto, dict]:
         helper.make_node("Softmax", ["l"], ["y"], axis=-1),
     ]
     x = rng.standard_normal((2, 3, 64, 64)).astype(np.float32)
-    return _model(nodes, {"x": x}, ["y", "c3"], consts), {"x": x}
+    return graph_model(nodes, {"x": x}, ["y", "c3"], consts), {"x": x}
 
 
 def transformer() -> tuple[onnx.ModelProto, dict]:
@@ -89,7 +89,7 @@ def transformer() -> tuple[onnx.ModelProto, dict]:
         helper.make_node("Add", ["h", "m2"], ["y"]),
     ]
     x = rng.standard_normal((1, seq, hidden)).astype(np.float32)
-    return _model(nodes, {"x": x}, ["y"], consts), {"x": x}
+    return graph_model(nodes, {"x": x}, ["y"], consts), {"x": x}
 
 
 def int8_graph() -> tuple[onnx.ModelProto, dict]:
@@ -115,17 +115,7 @@ def int8_graph() -> tuple[onnx.ModelProto, dict]:
         helper.make_node("DequantizeLinear", ["m", "ms", "mz"], ["y"]),
     ]
     x = rng.uniform(-3, 3, (1, 16, 32, 32)).astype(np.float32)
-    return _model(nodes, {"x": x}, ["y", "mi"], consts, opset=19), {"x": x}
-
-
-def _model(nodes, feeds, outputs, consts, opset=17):
-    from onnx import numpy_helper
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(n) for n in outputs],
-                              [numpy_helper.from_array(v, n) for n, v in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return graph_model(nodes, {"x": x}, ["y", "mi"], consts, opset=19), {"x": x}
 
 
 def lrn() -> tuple[onnx.ModelProto, dict]:
@@ -135,7 +125,7 @@ def lrn() -> tuple[onnx.ModelProto, dict]:
     nodes = [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-2),
              helper.make_node("LRN", ["x"], ["z"], size=4, alpha=1e-2, beta=0.6, bias=1.5),
              helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[5, 5], strides=[3, 3])]
-    return _model(nodes, {"x": x}, ["y", "z", "p"], {}), {"x": x}
+    return graph_model(nodes, {"x": x}, ["y", "z", "p"], {}), {"x": x}
 
 
 def lrn_reference(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -170,8 +160,7 @@ def _run(artifact: Path, feeds: dict, tmp: Path, threads: int) -> list[np.ndarra
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bit_identical_across_threads(name, board, tmp_path):
-    if not has_emulator(board):
-        pytest.skip(f"needs the emulator of {board}")
+    require_emulator(board)
     model, feeds = MODELS[name]()
     artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
     manifest = json.loads((artifact / "manifest.json").read_text())
@@ -219,8 +208,7 @@ def test_c_api_threads(program, board, tmp_path):
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.emit.link import compile_c_program
 
-    if not has_emulator(board):
-        pytest.skip(f"needs the emulator of {board}")
+    require_emulator(board)
     model, feeds = MODELS["transformer"]()
     artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
     expected = _run(artifact, feeds, tmp_path, 4)
@@ -248,7 +236,7 @@ def scores() -> tuple[onnx.ModelProto, dict]:
     rng = np.random.default_rng(4)
     feeds = {"x": rng.standard_normal((512, 64)).astype(np.float32), "y": rng.standard_normal((16, 64)).astype(np.float32)}
     nodes = [helper.make_node("Transpose", ["y"], ["yt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "yt"], ["s"])]
-    return _model(nodes, feeds, ["s"], {}), feeds
+    return graph_model(nodes, feeds, ["s"], {}), feeds
 
 
 def test_cost_model_knows_threads(tmp_path):

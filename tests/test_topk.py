@@ -75,9 +75,8 @@ def test_topk_contiguous_rows_vector_filter(count, largest):
 def test_topk_matches_ort_with_nan_on_every_target(board, tmp_path):
     import onnxruntime as ort
 
-    from modelrun import compile_and_run, graph_model, has_emulator
-    if not has_emulator(board):
-        pytest.skip("qemu-user-static missing")
+    from modelrun import compile_and_run, graph_model, require_emulator
+    require_emulator(board)
     x = np.random.default_rng(0).integers(-30, 30, (3, 700)).astype(np.float32)
     x[1, [5, 600]] = np.nan
     for largest in (1, 0):

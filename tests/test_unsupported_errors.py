@@ -8,17 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
-from modelrun import run
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error, proto_model, run
 
 V = helper.make_tensor_value_info
-
-
-def _model(nodes, inputs, outputs, inits=(), opsets=(("", 17),), ir_version=8) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
-    model.ir_version = ir_version
-    return model
 
 
 def _const(name, value):
@@ -36,21 +28,21 @@ def _fails(tmp_path, model, *args) -> str:
 
 
 def test_string_input(tmp_path):
-    model = _model([helper.make_node("Identity", ["text"], ["t"]), helper.make_node("Relu", ["x"], ["y"])],
+    model = proto_model([helper.make_node("Identity", ["text"], ["t"]), helper.make_node("Relu", ["x"], ["y"])],
                    [V("text", TP.STRING, [2]), V("x", TP.FLOAT, [2])], [V("y", TP.FLOAT, [2])])
     line = _fails(tmp_path, model)
     assert "input 'text' is a string tensor" in line and "keep text processing" in line
 
 
 def test_string_output(tmp_path):
-    model = _model([helper.make_node("Cast", ["x"], ["label"], to=TP.STRING)], [V("x", TP.FLOAT, [2])],
+    model = proto_model([helper.make_node("Cast", ["x"], ["label"], to=TP.STRING)], [V("x", TP.FLOAT, [2])],
                    [V("label", TP.STRING, [2])])
     line = _fails(tmp_path, model)
     assert "output 'label' is a string tensor" in line and "zipmap=False" in line
 
 
 def test_string_intermediate_from_a_label_encoder(tmp_path):
-    model = _model([helper.make_node("LabelEncoder", ["x"], ["names"], domain="ai.onnx.ml", keys_int64s=[1, 2],
+    model = proto_model([helper.make_node("LabelEncoder", ["x"], ["names"], domain="ai.onnx.ml", keys_int64s=[1, 2],
                                      values_strings=["cat", "dog"], default_string="?"),
                     helper.make_node("Equal", ["names", "dog"], ["y"])],
                    [V("x", TP.INT64, [2])], [V("y", TP.BOOL, [2])], [_const("dog", np.array(["dog"], dtype=object))],
@@ -61,7 +53,7 @@ def test_string_intermediate_from_a_label_encoder(tmp_path):
 
 def test_string_constant_folded_at_build_time_is_fine(tmp_path):
     """String constants compared at build time leave no string tensor: it builds."""
-    model = _model([helper.make_node("Equal", ["words", "ref"], ["same"]),
+    model = proto_model([helper.make_node("Equal", ["words", "ref"], ["same"]),
                     helper.make_node("Cast", ["same"], ["f"], to=TP.FLOAT),
                     helper.make_node("Mul", ["x", "f"], ["y"])],
                    [V("x", TP.FLOAT, [2])], [V("y", TP.FLOAT, [2])],
@@ -74,7 +66,7 @@ def test_string_constant_folded_at_build_time_is_fine(tmp_path):
 
 
 def test_gradient_is_a_training_only_op(tmp_path):
-    model = _model([helper.make_node("Mul", ["x", "x"], ["y"]),
+    model = proto_model([helper.make_node("Mul", ["x", "x"], ["y"]),
                     helper.make_node("Gradient", ["x"], ["dx"], domain="ai.onnx.preview.training", xs=["x"], y="y", name="grad")],
                    [V("x", TP.FLOAT, [2])], [V("dx", TP.FLOAT, [2])],
                    opsets=(("", 17), ("ai.onnx.preview.training", 1)))
@@ -84,14 +76,14 @@ def test_gradient_is_a_training_only_op(tmp_path):
 
 
 def test_ort_training_grad_op_is_a_training_only_op(tmp_path):
-    model = _model([helper.make_node("SoftmaxCrossEntropyLossGrad", ["dy", "p", "l"], ["dx"], domain="com.microsoft")],
+    model = proto_model([helper.make_node("SoftmaxCrossEntropyLossGrad", ["dy", "p", "l"], ["dx"], domain="com.microsoft")],
                    [V("dy", TP.FLOAT, []), V("p", TP.FLOAT, [2, 3]), V("l", TP.INT64, [2])], [V("dx", TP.FLOAT, [2, 3])],
                    opsets=(("", 17), ("com.microsoft", 1)))
     assert "training-only ops: com.microsoft.SoftmaxCrossEntropyLossGrad" in _fails(tmp_path, model)
 
 
 def test_op_we_lack_is_listed(tmp_path):
-    model = _model([helper.make_node("RandomUniformLike", ["x"], ["r"], name="noise"), helper.make_node("Add", ["x", "r"], ["y"])],
+    model = proto_model([helper.make_node("RandomUniformLike", ["x"], ["r"], name="noise"), helper.make_node("Add", ["x", "r"], ["y"])],
                    [V("x", TP.FLOAT, [2])], [V("y", TP.FLOAT, [2])])
     line = _fails(tmp_path, model)
     assert "unsupported ops: RandomUniformLike (node 'noise')" in line and "SUPPORTED_OPS" in line
@@ -107,7 +99,7 @@ def _mode_if(then_op: str, then_domain: str = "") -> onnx.ModelProto:
              helper.make_node("If", ["c"], ["f"], then_branch=then, else_branch=other, name="choose"),
              helper.make_node("FastGelu", ["f"], ["g"], name="gelu", domain="com.microsoft"),
              helper.make_node("Add", ["g", "x"], ["y"], name="add")]
-    return _model(nodes, [V("x", TP.FLOAT, [4]), V("mode", TP.INT64, [])], [V("y", TP.FLOAT, [4])],
+    return proto_model(nodes, [V("x", TP.FLOAT, [4]), V("mode", TP.INT64, [])], [V("y", TP.FLOAT, [4])],
                   [_const("one", np.array(1, np.int64))], opsets=(("", 17), ("com.microsoft", 1), ("com.example", 1)))
 
 
@@ -132,7 +124,7 @@ def test_unsupported_list_names_an_op_of_the_branch_bind_keeps(tmp_path):
     ("ConstantOfShape", [helper.make_node("ConstantOfShape", ["dims"], ["y"], name="fill")], [V("dims", TP.INT64, [2])]),
 ])
 def test_shape_from_a_runtime_input_asks_for_bind(tmp_path, op, nodes, inputs):
-    model = _model(nodes, inputs, [V("y", TP.FLOAT, None)])
+    model = proto_model(nodes, inputs, [V("y", TP.FLOAT, None)])
     line = _fails(tmp_path, model)
     value = nodes[0].input[-1]
     assert f"the shape of 'y' ({op} node '{nodes[0].name}') depends on the run-time value of '{value}'" in line
@@ -144,7 +136,7 @@ def test_shape_from_the_data_is_named_a_data_dependent_shape(tmp_path):
     nodes = [helper.make_node("ArgMax", ["x"], ["k"], keepdims=0, axis=0),
              helper.make_node("Add", ["k", "one"], ["n"]),
              helper.make_node("Range", ["zero", "n", "one"], ["r"], name="ramp")]
-    model = _model(nodes, [V("x", TP.FLOAT, [6])], [V("r", TP.INT64, None)],
+    model = proto_model(nodes, [V("x", TP.FLOAT, [6])], [V("r", TP.INT64, None)],
                    [_const("one", np.array(1, np.int64)), _const("zero", np.array(0, np.int64))])
     line = _fails(tmp_path, model)
     assert "from Range node 'ramp'" in line and "computed from 'x': a data-dependent shape" in line
@@ -154,7 +146,7 @@ def test_shape_from_the_data_is_named_a_data_dependent_shape(tmp_path):
 def test_range_limit_from_a_scalar_input_builds_with_bind(tmp_path):
     nodes = [helper.make_node("Range", ["zero", "n", "one"], ["r"], name="ramp"),
              helper.make_node("Cast", ["r"], ["rf"], to=TP.FLOAT), helper.make_node("Mul", ["rf", "x"], ["y"])]
-    model = _model(nodes, [V("x", TP.FLOAT, []), V("n", TP.INT64, [])], [V("y", TP.FLOAT, None)],
+    model = proto_model(nodes, [V("x", TP.FLOAT, []), V("n", TP.INT64, [])], [V("y", TP.FLOAT, None)],
                    [_const("one", np.array(1, np.int64)), _const("zero", np.array(0, np.int64))])
     line = _fails(tmp_path, model)
     assert "from Range node 'ramp'" in line and "computed from input 'n'" in line and "--bind n=VALUE" in line

@@ -4,7 +4,6 @@ on every command that prints a result, verify's criterion as applied, names shor
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import onnx
@@ -12,6 +11,7 @@ import pytest
 
 from fluidml_xc import cli
 from fluidml_xc.examples import EXAMPLES
+from modelrun import require_emulator
 
 MODEL = "mlp.onnx"
 BUILD = "build/mlp-x86_64"
@@ -135,28 +135,16 @@ def test_profile_json_file_of_old_gives_the_new_spelling(work, capsys, monkeypat
         assert json.loads(out)["runs"] == 2
 
 
-@pytest.mark.ssh
-def test_deploy_json_over_ssh(work, tmp_path, capsys, monkeypatch):
-    from sshd import SshServer, sshd_available
-    from test_remote import ssh_args
-
-    if not sshd_available():
-        pytest.fail("needs /usr/sbin/sshd (apt-get install openssh-server; .ci/run installs it)")
-    server = SshServer.start(tmp_path / "sshd")
-    try:
-        config = tmp_path / "ssh_config"
-        config.write_text("")
-        common = ssh_args(server, config) + ["--base-dir", str(tmp_path / "board")]
-        code, out, err = run(capsys, monkeypatch, work, "deploy", BUILD, *common, "--json")
-        assert code == 0, err
-        data = json.loads(out)
-        assert data["board"] == "x86_64" and data["current"] == str(tmp_path / "board" / "current")
-        assert data["run"][-2:] == ["--bench", "100"] and "uploaded" in err
-        code, out, err = run(capsys, monkeypatch, work, "boards", "detect", *ssh_args(server, config), "--json")
-        assert code == 0, err
-        assert json.loads(out)["machine"] == "x86_64" and "x86_64" in json.loads(out)["boards"]
-    finally:
-        server.stop()
+def test_deploy_json_over_ssh(work, tmp_path, capsys, monkeypatch, loopback_sshd):
+    common = loopback_sshd.args() + ["--base-dir", str(tmp_path / "board")]
+    code, out, err = run(capsys, monkeypatch, work, "deploy", BUILD, *common, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["board"] == "x86_64" and data["current"] == str(tmp_path / "board" / "current")
+    assert data["run"][-2:] == ["--bench", "100"] and "uploaded" in err
+    code, out, err = run(capsys, monkeypatch, work, "boards", "detect", *loopback_sshd.args(), "--json")
+    assert code == 0, err
+    assert json.loads(out)["machine"] == "x86_64" and "x86_64" in json.loads(out)["boards"]
 
 
 # -- verify prints the criterion compare() applies ----------------------------------------------------------------
@@ -231,8 +219,7 @@ def test_profile_top_lists_the_slowest_ops(work, capsys, monkeypatch):
 
 def test_report_does_not_compare_emulated_profiles(work, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.fail("needs qemu-aarch64-static (apt-get install qemu-user-static; .ci/run installs it)")
+    require_emulator("qemu-aarch64")
     code, _, err = run(capsys, monkeypatch, work, "build", MODEL, "--board", "qemu-aarch64", "--threads", "1")
     assert code == 0, err
     for name, artifact in (("a", BUILD), ("b", BUILD), ("q", "build/mlp-qemu-aarch64")):

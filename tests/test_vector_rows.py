@@ -14,7 +14,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc.run.backend import compile_model
-from modelrun import build, graph_model, has_emulator, run
+from modelrun import build, graph_model, require_emulator, run
 
 ROW = 77  # 2 x 32 in the loop (8 lanes x 4), one whole vector, 5 in the tail; 4 lanes: 4 x 16, 3 vectors, 1 in the tail
 
@@ -88,8 +88,7 @@ def _check_on_board(model, x, outs, board, tmp_path):
 
 @pytest.mark.parametrize("board", ["rpi4", "rpi3"])
 def test_vector_rows_on_arm(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    require_emulator(board)
     x = _rows()
     nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("LogSoftmax", ["x"], ["l"], axis=-1),
              helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=0), helper.make_node("ReduceMin", ["x", "axes"], ["mn"], keepdims=0),
@@ -118,8 +117,7 @@ def test_reduce_middle_axis_columns(op, axis, keepdims):
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "rpi3"])
 def test_reduce_middle_axis_columns_on_arm(board, tmp_path):
-    if not has_emulator(board):
-        pytest.fail("qemu-user-static missing: apt-get install qemu-user-static")
+    require_emulator(board)
     x = (np.random.default_rng(6).standard_normal((3, 5, ROW)) * 2).astype(np.float32)
     x[1, 4, 70] = np.nan
     nodes = [helper.make_node("ReduceMax", ["x", "axes"], ["mx"], keepdims=1), helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0),

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 
 from fluidml_xc.remote.verify import Reference, Tolerance, choose_oracle, compare, quantization_steps
-from test_cli_errors import cli, one_line_error
+from modelrun import cli, one_line_error
 
 OUT_SCALE = 0.0625
 

@@ -37,7 +37,7 @@ from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_wor
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, MatmulGeometry, conv_geometry, matmul_geometry
 from .layouts import Perm
-from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
+from ..kernels.matmul_geometry import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
 
 LINE = 64
 CACHE_BYTES = 512 * 1024

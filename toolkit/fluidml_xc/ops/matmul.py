@@ -25,10 +25,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..fluid.loop_order import MATMUL_ORDERS, blocked_kind, default_order, domain_order
+from ..kernels.matmul_geometry import MATMUL_ORDERS, blocked_kind, default_order, domain_order
 from ..kernels.kernel import Access, Operand, row_major_strides
 from ..kernels.scalar import const, llvm_type
-from .matmul_blocked import Mat, Problem, emit_blocked
+from ..kernels.matmul_blocked import Mat, Problem, emit_blocked
 from ..opspec import register
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

@@ -130,7 +130,7 @@ def _reduce(k, name: str) -> None:
     if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and x.size and _span(x, axes) and k.lanes(dt) > 1:
         _vector_reduce(k, x, out_acc, axes, name, count)
         return
-    from .reduce_columns import COLUMN_REDUCERS, column_reduce, column_run
+    from ..kernels.rows import COLUMN_REDUCERS, column_reduce, column_run
     if name in COLUMN_REDUCERS and column_run(k, x, out, axes):
         column_reduce(k, x, out, axes[0], name)
         return

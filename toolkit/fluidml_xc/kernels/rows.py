@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.loops import loop
-from ..kernels.scalar import splat_const
-from .reduce import REDUCERS, UNROLL, VECTOR_REDUCERS, _fast_add
+from .loops import loop
+from .scalar import splat_const
+from ..ops.reduce import REDUCERS, UNROLL, VECTOR_REDUCERS, _fast_add
 
 
 COLUMN_REDUCERS = ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceMax", "ReduceMin")

@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from ..kernels.scalar import const
+from .scalar import const
 from . import qgemm
 
 I32 = np.dtype(np.int32)

@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ..fluid.loop_order import MR_DOT, NC_DOT, outer_tile
-from ..kernels.kernel import PARALLEL_MIN_WORK, Access, chunk_count, row_major_strides
-from ..kernels.scalar import FAST, const, llvm_type
-from ..kernels.vectors import fma
+from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
+from .kernel import PARALLEL_MIN_WORK, Access, chunk_count, row_major_strides
+from .scalar import FAST, const, llvm_type
+from .vectors import fma
 
 
 @dataclass

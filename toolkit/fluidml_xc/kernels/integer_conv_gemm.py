@@ -7,7 +7,7 @@ from contextlib import nullcontext
 import numpy as np
 from llvmlite import ir
 
-from ..kernels.kernel import chunk_count
+from .kernel import chunk_count
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, conv_window, masked_load, multipliers, param_access, per_extent, single_value,
                       tap_columns, y_zero_splat)

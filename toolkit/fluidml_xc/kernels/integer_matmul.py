@@ -6,11 +6,11 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from ..kernels.kernel import PARALLEL_MIN_WORK
+from .kernel import PARALLEL_MIN_WORK
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, masked_load, multipliers, opt_input, param_access, per_extent, requantize,
                       scalar_or_indexed, single_value, widen, y_zero_splat)
-from .matmul import _repacked
+from ..ops.matmul import _repacked
 from ..opspec import register
 
 

@@ -156,7 +156,8 @@ for _name, _fn in UNARY.items():
     _register_unary(_name, _fn)
 
 
-def _pow(k, dt, x, y, ydt):
+def power(k, dt, x, y, ydt):
+    """x ** y in dt; integers through double."""
     if is_float(dt):
         if ydt != dt:
             y = k.s.cast(ydt, dt, y)
@@ -189,7 +190,7 @@ def _mod(k, dt, x, y):
 
 
 
-def _add(k, dt, x, y):
+def ieee_add(k, dt, x, y):
     """IEEE add: no fast-math flags, so infinities (attention masks: x + -inf) and NaNs survive."""
     return k.b.fadd(x, y) if is_float(dt) else k.b.add(x, y)
 
@@ -203,7 +204,7 @@ def _mul(k, dt, x, y):
 
 
 BINARY = {
-    "Add": _add, "Sub": _sub, "Mul": _mul, "Div": _div, "Mod": _mod,
+    "Add": ieee_add, "Sub": _sub, "Mul": _mul, "Div": _div, "Mod": _mod,
     "BitwiseAnd": lambda k, dt, x, y: k.b.and_(x, y), "BitwiseOr": lambda k, dt, x, y: k.b.or_(x, y),
     "BitwiseXor": lambda k, dt, x, y: k.b.xor(x, y),
     "And": lambda k, dt, x, y: k.b.and_(x, y), "Or": lambda k, dt, x, y: k.b.or_(x, y), "Xor": lambda k, dt, x, y: k.b.xor(x, y),
@@ -250,7 +251,7 @@ def lower_pow(k):
     if constant_power(k, dt, const(dt, 1.0), exponent) is not None:
         k.elementwise(lambda v: constant_power(k, dt, v[0], exponent), ins=[k.inputs[0]])
         return
-    k.elementwise(lambda v: _pow(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
+    k.elementwise(lambda v: power(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
 
 
 def _register_compare(name, op):
@@ -299,10 +300,10 @@ def _variadic(name, combine, finish=None):
         k.elementwise(fn, ins=ins)
 
 
-_variadic("Sum", _add)
+_variadic("Sum", ieee_add)
 _variadic("Max", lambda k, dt, a, b: k.s.maximum(dt, a, b))
 _variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
-_variadic("Mean", _add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
+_variadic("Mean", ieee_add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
 @register("Where", elementwise=True, fusable=True, lowp_native=True)

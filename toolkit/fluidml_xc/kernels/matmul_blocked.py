@@ -229,7 +229,6 @@ def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
 
 
 def _i32(v: int):
-    from llvmlite import ir
     return ir.Constant(ir.IntType(32), v)
 
 

@@ -27,6 +27,7 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..target.arch import arch_of
+from .kernel import PARALLEL_MIN_WORK, chunk_count, row_major_strides
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 F64 = ir.DoubleType()
@@ -144,7 +145,6 @@ def blocks_in(k, total: int, size: int, fn, rng) -> None:
 def tiled_blocks(k, outer: list[int], total: int, size: int, work: float, fn) -> None:
     """fn(outer index values, i, width) over `outer` extents x blocks() of [0, total), as parallel tiles
     (outer points x chunks of blocks) when the op is big enough, else plain loops."""
-    from .kernel import PARALLEL_MIN_WORK, chunk_count
     nblk = -(-total // size)
     npts = int(np.prod(outer, dtype=np.int64)) if outer else 1
     chunks = chunk_count(nblk, work, -(-chunk_count(1 << 30, work) // npts))
@@ -285,7 +285,6 @@ def store_lanes(k, value, ptr, index, count: int, out_dtype):
 
 # -- operand helpers -------------------------------------------------------------------------------------
 def row_major(op) -> bool:
-    from .kernel import row_major_strides
     return tuple(op.strides) == tuple(row_major_strides(op.shape))
 
 

@@ -8,6 +8,8 @@ from llvmlite import ir
 
 from ..kernels import lowp
 from ..dtypes import compute_dtype
+from ..errors import InputError
+from ..kernels.kernel import Access
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
 
@@ -394,15 +396,10 @@ def lower_isinf(k):
 @register("BitCast", elementwise=True, lowp_native=True)
 def lower_bitcast(k):
     """Reinterpret each element's bits as the output dtype (same item size)."""
-    from ..kernels.scalar import llvm_type
-
     src, dst = k.inputs[0].dtype, k.outputs[0].dtype
     if np.dtype(src).itemsize != np.dtype(dst).itemsize:
-        from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (BitCast): {src} -> {dst} changes the item size, which is not supported")
     if lowp.is_lowp(src) or lowp.is_lowp(dst):  # storage-only dtypes: their stored bits, unconverted
-        from ..kernels.kernel import Access
-
         def raw(op):
             acc = op.identity_access()
             bits = np.dtype(np.uint16 if np.dtype(op.dtype).itemsize == 2 else np.uint8) if lowp.is_lowp(op.dtype) else op.dtype
@@ -483,7 +480,6 @@ def lower_quantize(k):
     odt = np.dtype(out.dtype)
     name = odt.name if lowp.is_lowp(odt) else None
     if odt.kind not in "iu" and name not in lowp.INT_FORMATS and name not in lowp.FLOAT_FORMATS:
-        from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (QuantizeLinear): output dtype {out.dtype} is not supported")
     work = np.float64 if np.float64 in (x.dtype, scale.dtype) else np.float32
     saturate = bool(k.attr("saturate", 1))

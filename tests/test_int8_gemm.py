@@ -32,7 +32,7 @@ ISAS = {"host": None, "avx2": {"+avx2", "+avx"}, "sse2": {"+sse2"}}
 @pytest.fixture(params=list(ISAS))
 def isa(request, monkeypatch):
     """The x86 kernel variants on this host: as the host has it (VNNI where present), pmaddwd on AVX2, SSE2."""
-    from fluidml_xc.ops import qgemm
+    from fluidml_xc.kernels import qgemm
     if ISAS[request.param] is not None:
         host = qgemm._host_flags()
         if not ISAS[request.param] <= host:

@@ -17,12 +17,14 @@ SOURCE = Path(__file__).resolve().parent.parent / "toolkit" / PACKAGE
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 120
 
-STAGE_NAMES = ("base", "target", "kernels", "planning", "frontend", "passes", "fluid", "ops", "emit", "pipeline",
+STAGE_NAMES = ("base", "target", "kernels", "ops", "planning", "frontend", "passes", "fluid", "emit", "pipeline",
                "run", "remote", "apps", "commands")
 """Pipeline order: a module may import from its own stage and earlier ones (base modules import no stage).
-kernels/ (the kernel-building library: builder, loops, vectors, epilogues, conv geometry) imports only base
-modules and comes before the stages that ask it: passes (lowp rules, scalar steps), the cost model (tiles, geometry)
-and ops (which lower with it). planning/ (the memory planner: graph arithmetic over base modules and OpSpec's in-place
+kernels/ (the kernel knowledge: builder, loops, vectors, epilogues, row walkers, Conv and MatMul geometry and tiles,
+the blocked float and int8 GEMMs, the integer kernels) imports only base modules and target/ (the per-architecture
+table) and comes before the stages that ask it: ops (which lower with it), passes (lowp rules, scalar steps) and the
+cost model (tiles, geometry). ops/ (registrations and lowerings) imports only kernels/, target/ and base modules, so
+it comes right after kernels/. planning/ (the memory planner: graph arithmetic over base modules and OpSpec's in-place
 and view rules) comes before the passes that weigh a rewrite by its arena bound (passes/concat_split.py asks
 planning.op_lower_bound); the pipeline still runs it after the optimizer."""
 

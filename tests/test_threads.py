@@ -249,7 +249,7 @@ def test_cost_model_knows_threads(tmp_path):
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.target.machine import machine_spec
     from fluidml_xc.fluid.costs import AnalyticModel
-    from fluidml_xc.fluid.geometry import matmul_geometry
+    from fluidml_xc.kernels.matmul_geometry import matmul_geometry
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
     from fluidml_xc.fluid.optimize import optimize
     from fluidml_xc.passes import run_passes

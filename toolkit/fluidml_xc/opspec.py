@@ -52,7 +52,7 @@ class OpSpec:
     image: bool = False
     """Image op (Conv, pools, ...): its rank-3/4 activations choose between row-major and channels-last only."""
     loop_orders: LoopOrders | None = None
-    """The loop-order family fluid chooses among for this kernel (fluid/loop_order.py); None: the kernel's default."""
+    """The loop-order family fluid chooses among for this kernel (kernels/matmul_geometry.py); None: the kernel's default."""
     fusable: bool = False
     """A step a FusedElementwise program can hold (ops/fused.py, passes/elementwise_fusion.py)."""
     lowp_native: bool = False

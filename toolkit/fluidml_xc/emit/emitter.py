@@ -292,6 +292,7 @@ class ModuleEmitter:
         for arg in fn.args[:len(types)]:
             arg.add_attribute("noalias")
         kernel = Kernel(self.module, fn, graph, node, [], [], self.spec.pointer_bits, self.spec.vector_bits)
+        kernel.spec = self.spec
         kernel.loop_order = self.options.loop_orders.get(node.name)
         kernel.accumulators, kernel.conv_accumulators = self.spec.accumulators, self.spec.conv_accumulators
         kernel.pack_vector_bits = self.spec.pack_vector_bits or self.spec.vector_bits

@@ -35,9 +35,10 @@ from ..kernels.conv_geometry import TargetForms
 from ..opspec import OpSpec
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
-from .geometry import ConvGeometry, MatmulGeometry, conv_geometry, matmul_geometry
+from .geometry import ConvGeometry, conv_geometry
 from .layouts import Perm
-from .loop_order import MATMUL_ORDERS, MR_DOT, NC_DOT, blocked_kind, default_order, domain_order, outer_tile
+from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
+                                       matmul_geometry, outer_tile)
 
 LINE = 64
 CACHE_BYTES = 512 * 1024

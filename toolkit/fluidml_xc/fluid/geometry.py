@@ -1,5 +1,5 @@
-"""Conv and MatMul/Gemm as their kernels see them (ops/conv.py, ops/matmul.py), from a graph node and its
-operands' strides: the shapes, strides and blocking choices the cost model (fluid/costs.py) prices."""
+"""Conv as its kernel sees it (ops/conv.py), from a graph node and its operands' strides: the shapes, strides and
+blocking choices the cost model (fluid/costs.py) prices (MatMul/Gemm's: kernels/matmul_geometry.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,10 +9,6 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import ConvBlocking, TargetForms
-
-BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-"""Dtypes ops/matmul.py's register-blocked kernels handle."""
-
 
 @dataclass
 class ConvGeometry:
@@ -128,52 +124,3 @@ def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int, forms:
     unpadded = all(int(p) == 0 for p in pads[:sp]) and (OH - 1) * sh < H and (OW - 1) * sw < W
     return ConvGeometry(N, C, H, W, OC, OH, OW, KH, KW, int(node.attrs.get("group", 1)), sw, xs, os_, residual, w.is_const, flat,
                         max(1, vector_bits // (8 * item)), item, unpadded, sh, dh, forms or TargetForms(""))
-
-
-@dataclass
-class MatmulGeometry:
-    m: int
-    n: int
-    k: int
-    batch_points: int
-    a: tuple[int, int]
-    """(m stride, k stride) of A in elements."""
-    b: tuple[int, int]
-    """(k stride, n stride) of B."""
-    c: tuple[int, int]
-    """(m stride, n stride) of C."""
-    a_const: bool
-    b_const: bool
-    itemsize: int
-    is_float: bool = True
-
-
-def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
-    ta, tb, tc = (graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]])
-    sa, sb, sc = strides_of(node.inputs[0]), strides_of(node.inputs[1]), strides_of(node.outputs[0])
-    if node.op_type == "Gemm":
-        trans_a, trans_b = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
-        a = (sa[1], sa[0]) if trans_a else (sa[0], sa[1])
-        b = (sb[1], sb[0]) if trans_b else (sb[0], sb[1])
-        m, kk = (ta.shape[1], ta.shape[0]) if trans_a else ta.shape
-        n = tb.shape[0] if trans_b else tb.shape[1]
-        return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
-                              np.dtype(tc.dtype) in BLOCKED_DTYPES)
-    a_shape, b_shape = ta.shape, tb.shape
-    a = (sa[-2], sa[-1]) if len(a_shape) >= 2 else (0, sa[-1])
-    b = (sb[-2], sb[-1]) if len(b_shape) >= 2 else (sb[-1], 0)
-    m = a_shape[-2] if len(a_shape) >= 2 else 1
-    kk = a_shape[-1]
-    n = b_shape[-1] if len(b_shape) >= 2 else 1
-    if len(a_shape) >= 2 and len(b_shape) >= 2:
-        c = (sc[-2], sc[-1])
-    elif len(a_shape) >= 2:
-        c = (sc[-1], 0)
-    elif len(b_shape) >= 2:
-        c = (0, sc[-1])
-    else:
-        c = (0, 0)
-    batch = int(np.prod(tc.shape[:-2], dtype=np.int64)) if len(a_shape) >= 2 and len(b_shape) >= 2 else \
-        int(np.prod(tc.shape[:-1], dtype=np.int64)) if len(tc.shape) >= 1 and (len(a_shape) >= 2) != (len(b_shape) >= 2) else 1
-    return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
-                          np.dtype(tc.dtype) in BLOCKED_DTYPES)

@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from ..dtypes import compute_dtype
 from ..ir import Graph, Node
+from ..target.machine import MachineSpec
 from . import lowp
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
 
@@ -149,6 +150,9 @@ class Kernel:
         self.inputs, self.outputs = inputs, outputs
         self.idx_t = ir.IntType(index_bits)
         self.vector_bits = vector_bits
+        self.spec: MachineSpec | None = None
+        """The machine the module is emitted for (the module emitter sets it): features and triple for the
+        per-architecture choices (target/arch.py arch_of); None in a kernel built outside an emitter."""
         self.accumulators = self.conv_accumulators = 12
         """Vector registers a GEMM / Conv register tile may keep accumulators in (MachineSpec)."""
         self.pack_vector_bits = vector_bits

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..target.arch import arch_of
 from .loops import element, offset
 from .scalar import is_float
 
 
 def fused_f32(k) -> bool:
-    """armv7 with VFPv4 (the module emitter's machine spec): float32 multiply-adds as llvm.fma."""
-    spec = getattr(getattr(k.constant_data, "__self__", None), "spec", None)
-    return (str(k.module.triple).startswith(("arm", "thumb")) and spec is not None
-            and "+vfp4" in str(getattr(spec, "features", "")).split(","))
+    """Float32 multiply-adds as llvm.fma: an architecture whose backend never fuses them (target/arch.py
+    explicit_fma: armv7) on a CPU with VFPv4 (k.spec's features)."""
+    spec = k.spec
+    return spec is not None and arch_of(spec.triple).explicit_fma and "+vfp4" in str(spec.features).split(",")
 
 
 def fma(k, acc, x, y):

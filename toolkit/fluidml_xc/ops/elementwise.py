@@ -8,6 +8,8 @@ from llvmlite import ir
 
 from ..kernels import lowp
 from ..dtypes import compute_dtype
+from ..errors import InputError
+from ..kernels.kernel import Access
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
 
@@ -156,7 +158,8 @@ for _name, _fn in UNARY.items():
     _register_unary(_name, _fn)
 
 
-def _pow(k, dt, x, y, ydt):
+def power(k, dt, x, y, ydt):
+    """x ** y in dt; integers through double."""
     if is_float(dt):
         if ydt != dt:
             y = k.s.cast(ydt, dt, y)
@@ -189,7 +192,7 @@ def _mod(k, dt, x, y):
 
 
 
-def _add(k, dt, x, y):
+def ieee_add(k, dt, x, y):
     """IEEE add: no fast-math flags, so infinities (attention masks: x + -inf) and NaNs survive."""
     return k.b.fadd(x, y) if is_float(dt) else k.b.add(x, y)
 
@@ -203,7 +206,7 @@ def _mul(k, dt, x, y):
 
 
 BINARY = {
-    "Add": _add, "Sub": _sub, "Mul": _mul, "Div": _div, "Mod": _mod,
+    "Add": ieee_add, "Sub": _sub, "Mul": _mul, "Div": _div, "Mod": _mod,
     "BitwiseAnd": lambda k, dt, x, y: k.b.and_(x, y), "BitwiseOr": lambda k, dt, x, y: k.b.or_(x, y),
     "BitwiseXor": lambda k, dt, x, y: k.b.xor(x, y),
     "And": lambda k, dt, x, y: k.b.and_(x, y), "Or": lambda k, dt, x, y: k.b.or_(x, y), "Xor": lambda k, dt, x, y: k.b.xor(x, y),
@@ -250,7 +253,7 @@ def lower_pow(k):
     if constant_power(k, dt, const(dt, 1.0), exponent) is not None:
         k.elementwise(lambda v: constant_power(k, dt, v[0], exponent), ins=[k.inputs[0]])
         return
-    k.elementwise(lambda v: _pow(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
+    k.elementwise(lambda v: power(k, dt, v[0], v[1], ydt), ins=k.inputs[:2])
 
 
 def _register_compare(name, op):
@@ -299,10 +302,10 @@ def _variadic(name, combine, finish=None):
         k.elementwise(fn, ins=ins)
 
 
-_variadic("Sum", _add)
+_variadic("Sum", ieee_add)
 _variadic("Max", lambda k, dt, a, b: k.s.maximum(dt, a, b))
 _variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
-_variadic("Mean", _add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
+_variadic("Mean", ieee_add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
 @register("Where", elementwise=True, fusable=True, lowp_native=True)
@@ -393,15 +396,10 @@ def lower_isinf(k):
 @register("BitCast", elementwise=True, lowp_native=True)
 def lower_bitcast(k):
     """Reinterpret each element's bits as the output dtype (same item size)."""
-    from ..kernels.scalar import llvm_type
-
     src, dst = k.inputs[0].dtype, k.outputs[0].dtype
     if np.dtype(src).itemsize != np.dtype(dst).itemsize:
-        from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (BitCast): {src} -> {dst} changes the item size, which is not supported")
     if lowp.is_lowp(src) or lowp.is_lowp(dst):  # storage-only dtypes: their stored bits, unconverted
-        from ..kernels.kernel import Access
-
         def raw(op):
             acc = op.identity_access()
             bits = np.dtype(np.uint16 if np.dtype(op.dtype).itemsize == 2 else np.uint8) if lowp.is_lowp(op.dtype) else op.dtype
@@ -482,7 +480,6 @@ def lower_quantize(k):
     odt = np.dtype(out.dtype)
     name = odt.name if lowp.is_lowp(odt) else None
     if odt.kind not in "iu" and name not in lowp.INT_FORMATS and name not in lowp.FLOAT_FORMATS:
-        from ..errors import InputError
         raise InputError(f"node {k.node.name!r} (QuantizeLinear): output dtype {out.dtype} is not supported")
     work = np.float64 if np.float64 in (x.dtype, scale.dtype) else np.float32
     saturate = bool(k.attr("saturate", 1))

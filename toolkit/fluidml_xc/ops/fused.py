@@ -26,7 +26,7 @@ from ..dtypes import compute_dtype
 from ..kernels import lowp
 from ..kernels.kernel import Operand, element_work
 from ..kernels.scalar import const
-from .elementwise import BINARY, COMPARE, UNARY, _add, _pow, constant_power
+from .elementwise import BINARY, COMPARE, UNARY, ieee_add, power, constant_power
 from ..opspec import FUSED_OP, OUR_DOMAIN, register
 
 VARIADIC = ("Sum", "Max", "Min", "Mean")
@@ -47,7 +47,7 @@ class _StepKernel:
 
 def _combine(op: str):
     if op in ("Sum", "Mean"):
-        return _add
+        return ieee_add
     if op == "Max":
         return lambda k, dt, a, b: k.s.maximum(dt, a, b)
     return lambda k, dt, a, b: k.s.minimum(dt, a, b)
@@ -89,7 +89,7 @@ def _eval_step(k, step: dict, args: list, dts: list):
     if op == "Pow":
         exponent = step.get("attrs", {}).get("exponent")
         powered = constant_power(k, dt, args[0], exponent) if exponent is not None else None
-        return powered if powered is not None else _pow(k, dt, args[0], args[1], dts[1])
+        return powered if powered is not None else power(k, dt, args[0], args[1], dts[1])
     if op in VARIADIC:
         combine = _combine(op)
         acc = args[0]

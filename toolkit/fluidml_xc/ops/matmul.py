@@ -1,8 +1,8 @@
 """MatMul and Gemm under any operand layouts.
 
-Floats run register-blocked kernels (ops/matmul_blocked.py) with explicit target vectors (k.vector_bits:
+Floats run register-blocked kernels (kernels/matmul_blocked.py) with explicit target vectors (k.vector_bits:
 8 x f32 on AVX2, 4 x f32 on NEON) whenever the loop order the optimizer chose (k.loop_order,
-see fluid/loop_order.py) allows it under the operands' strides:
+see kernels/matmul_geometry.py) allows it under the operands' strides:
 
 - outer (ikj): an MR x NR tile of C accumulated in registers across the whole K loop, each step an
   outer product of MR broadcast A elements and NR/V vectors of B's row. Constant B is repacked at
@@ -25,27 +25,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..fluid.loop_order import MATMUL_ORDERS, blocked_kind, default_order, domain_order
+from ..kernels.matmul_geometry import BLOCKED_DTYPES, MATMUL_ORDERS, blocked_kind, default_order, domain_order
 from ..kernels.kernel import Access, Operand, row_major_strides
 from ..kernels.scalar import const, llvm_type
-from .matmul_blocked import Mat, Problem, emit_blocked
+from ..kernels.matmul_blocked import Mat, Problem, emit_blocked, repacked
 from ..opspec import register
-
-BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Operand:
-    """A constant matrix (logically K x N after `transpose`) stored row-major, or column-major (N x K in memory)."""
-    value = op.value.T if transpose else op.value
-    if column_major:
-        stored = np.ascontiguousarray(np.swapaxes(value, -1, -2))
-        strides = list(row_major_strides(value.shape))
-        strides[-1], strides[-2] = value.shape[-2] if value.ndim >= 2 else 1, 1
-        lead = row_major_strides(stored.shape)[:-2]
-        return Operand(op.name + ".packedT", op.dtype, value.shape, (*lead, *strides[-2:]), k.constant_array(stored), value)
-    value = np.ascontiguousarray(value)
-    return Operand(op.name + ".packed", op.dtype, value.shape, row_major_strides(value.shape), k.constant_array(value), value)
-
 
 def _order(k, a_mk, b_kn, c_mn, m=2, n=2, a_const=False, b_const=False, dtype=np.float32) -> str:
     order = k.loop_order
@@ -185,7 +169,7 @@ def lower_matmul(k):
             emit_blocked(k, replace(P, relu=relu), kind)
         return
     if b.value is not None and b.rank >= 2:
-        b = _repacked(k, b, False, column_major=order == "ijk")
+        b = repacked(k, b, False, column_major=order == "ijk")
         b_op = b
     c_init = out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)
     if bias is not None or residual is not None:  # C starts as bias + residual (passes/matmul_bias.py: operands >= 2-D)
@@ -234,7 +218,7 @@ def lower_gemm(k):
         emit_blocked(k, P, kind)
         return
     if b.value is not None:
-        b, trans_b = _repacked(k, b, bool(trans_b), column_major=order == "ijk"), 0
+        b, trans_b = repacked(k, b, bool(trans_b), column_major=order == "ijk"), 0
     out_acc2 = out.access([0, 1], 2)
     if c is not None and beta != 0.0:
         c_acc = c.broadcast_access((m, n))

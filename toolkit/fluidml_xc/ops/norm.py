@@ -13,8 +13,8 @@ import numpy as np
 from ..kernels.epilogue import activate
 from ..kernels.kernel import ELEMENT_WORK, Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
+from ..kernels.rows import RowAccumulators, each_in_run, each_row, fast_add, row_ptr, vector_rows
 from ..kernels.scalar import FAST, const, llvm_type
-from .reduce import _Accumulators, _each, _fast_add, _row_ptr, _rows, _vector_rows
 from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -128,7 +128,7 @@ def lower_instance_norm(k):
     def finish(v, mean, var, ix):
         inv = b.fdiv(k.load(sa, ix), s.intrinsic("llvm.sqrt", s.add(dt, var, eps)))
         return s.add(dt, s.mul(dt, s.sub(dt, v, mean), inv), k.load(ba, ix))
-    if _vector_rows(k, x, range(2, x.rank)):
+    if vector_rows(k, x, range(2, x.rank)):
         _instance_norm_vector_rows(k, eps, sa, ba)
         return
     _normalize(k, range(2, x.rank), finish)
@@ -144,16 +144,16 @@ def _instance_norm_vector_rows(k, eps, sa, ba) -> None:
     dims = list(range(2, x.rank))
     n = int(np.prod([x.shape[d] for d in dims]))
     vt = k.vector_type(f32, V)
-    count, add = const(f32, n), _fast_add(k)
+    count, add = const(f32, n), fast_add(k)
 
     def row(ix, inner):
-        src, dst = _row_ptr(k, x, ix, inner), _row_ptr(k, out, ix, inner)
+        src, dst = row_ptr(k, x, ix, inner), row_ptr(k, out, ix, inner)
 
         def each(fn):
-            _each(k, n, V, fn)
+            each_in_run(k, n, V, fn)
 
         def fold(term):
-            acc = _Accumulators(k, vt, 0.0)
+            acc = RowAccumulators(k, vt, 0.0)
             each(lambda u, off, lanes: acc.update(u, lambda a: add(a, term(k.vload(src, f32, off, lanes), lanes))))
             return acc.result(add)
         mean = b.fdiv(fold(lambda v, lanes: v), count)
@@ -167,7 +167,7 @@ def _instance_norm_vector_rows(k, eps, sa, ba) -> None:
         each(lambda u, off, lanes: k.vstore(
             add(b.fmul(b.fsub(k.vload(src, f32, off, lanes), k.splat(mean, lanes), flags=FAST), k.splat(a, lanes), flags=FAST),
                 k.splat(shift, lanes)), dst, f32, off))
-    _rows(k, x.shape, x.strides, dims, row)
+    each_row(k, x.shape, x.strides, dims, row)
 
 
 @register("MeanVarianceNormalization", dtypes=FLOATS)

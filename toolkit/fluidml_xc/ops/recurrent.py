@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..kernels.scalar import FAST, const, llvm_type
-from .matmul_blocked import Mat, Problem, emit_blocked
+from ..kernels.matmul_blocked import Mat, Problem, emit_blocked
 from ..opspec import register
 
 CHUNK_BYTES = 32 * 1024

@@ -2,7 +2,7 @@
 LayerNormalization.
 
 ReduceX are `generic` reductions (reduce loops innermost, fast-math so LLVM vectorizes them), except float32
-reductions over a contiguous run (explicit vectors) or over one middle axis (reduce_columns.py). The
+reductions over a contiguous run (explicit vectors) or over one middle axis (kernels/rows.py column_fold). The
 row-wise ops loop over the outer dims and run a few passes over each row (max, exp-sum, scale for
 Softmax; mean, variance, normalize for LayerNormalization), addressing every operand by strides.
 """
@@ -12,19 +12,12 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from ..kernels.scalar import FAST, const, is_float, llvm_type, splat_const
+from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
+                            each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
+from ..kernels.scalar import FAST, const, is_float, llvm_type
 from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
-
-
-def _axis(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis
-
-
-def _order(strides) -> list[int]:
-    """Domain dims largest stride first, so the innermost loop walks the densest dim."""
-    return sorted(range(len(strides)), key=lambda d: -abs(strides[d]))
 
 
 def _lowest(dt) -> ir.Constant:
@@ -69,7 +62,7 @@ def _reduce_axes(k, rank: int) -> list[int] | None:
         axes = k.attr("axes")
     if not axes:
         return None if from_input and k.attr("noop_with_empty_axes", 0) else list(range(rank))
-    return sorted({_axis(int(a), rank) for a in axes})
+    return sorted({normalize_axis(int(a), rank) for a in axes})
 
 
 def _sq(k, dt, x):
@@ -114,7 +107,7 @@ def _reduce(k, name: str) -> None:
     keep = int(k.attr("keepdims", 1))
     out_acc = out.access(list(range(r)) if keep else [d for d in range(r) if d not in axes], r)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    x_acc, order = x.identity_access(), _order(x.strides)
+    x_acc, order = x.identity_access(), dims_by_stride(x.strides)
     if name == "ReduceLogSumExp":
         # max first (into the output), then log(sum(exp(x - max))) + max
         k.generic(x.shape, [out_acc], [x_acc], lambda v, i: [v[0]], axes, [_lowest(dt)],
@@ -127,12 +120,11 @@ def _reduce(k, name: str) -> None:
         k.generic(x.shape, [out_acc], [x_acc, out_acc], lambda v, i: [_exp(k, dt, k.s.sub(dt, v[0], v[1]))], axes,
                   [const(dt, 0)], finalize=finalize, order=order)
         return
-    if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and x.size and _span(x, axes) and k.lanes(dt) > 1:
+    if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and x.size and contiguous_span(x, axes) and k.lanes(dt) > 1:
         _vector_reduce(k, x, out_acc, axes, name, count)
         return
-    from .reduce_columns import COLUMN_REDUCERS, column_reduce, column_run
     if name in COLUMN_REDUCERS and column_run(k, x, out, axes):
-        column_reduce(k, x, out, axes[0], name)
+        _column_reduce(k, x, out, axes[0], name)
         return
     init, value, combine, finish = REDUCERS[name]
     body = (lambda v, i: [value(k, dt, v[0])]) if value else (lambda v, i: [v[0]])
@@ -146,24 +138,41 @@ VECTOR_REDUCERS = {"ReduceSum": 0.0, "ReduceMean": 0.0, "ReduceSumSquare": 0.0, 
 """Reductions `_vector_reduce` runs over contiguous float32 runs, with the accumulators' start value."""
 
 
+COLUMN_REDUCERS = ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceMax", "ReduceMin")
+"""Reductions _column_reduce runs over one middle axis (kernels/rows.py column_fold)."""
+
+
+def _column_reduce(k, x, out, axis: int, name: str) -> None:
+    """A reduction over one middle axis whose inner dims are a contiguous run, lanes across the columns. Max/Min
+    keep a NaN once seen, as onnx.reference does."""
+    b = k.b
+    _, value, _, finish = REDUCERS[name]
+    if name in ("ReduceMax", "ReduceMin"):
+        op = ">" if name == "ReduceMax" else "<"
+        combine = lambda a, v: b.select(b.or_(b.fcmp_ordered(op, v, a), b.fcmp_unordered("uno", v, v)), v, a)  # noqa: E731
+    else:
+        combine = fast_add(k)
+    column_fold(k, x, out, axis, VECTOR_REDUCERS[name], combine, value, finish is not None)
+
+
 def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
     """A reduction over a contiguous run of float32 in vectors, UNROLL accumulators (LLVM would unroll a short
     run whole and vectorize across rows with gathers). ReduceMax/Min: maxps/minps and a NaN mask, so a NaN
     anywhere in the run gives NaN (as onnx.reference); the sums carry NaN themselves."""
-    b, n, V, f32 = k.b, _span(x, axes), k.lanes(np.float32), np.float32
+    b, n, V, f32 = k.b, contiguous_span(x, axes), k.lanes(np.float32), np.float32
     vt = k.vector_type(f32, V)
     _, value, _, finish = REDUCERS[name]
     extreme = name in ("ReduceMax", "ReduceMin")
     if extreme:
-        combine = _greater(k, name == "ReduceMax")
+        combine = greater(k, name == "ReduceMax")
     elif name == "ReduceProd":
         combine = lambda a, v: b.fmul(a, v, flags=FAST)  # noqa: E731
     else:
-        combine = _fast_add(k)
+        combine = fast_add(k)
 
     def row(ix, inner):
-        ptr = _row_ptr(k, x, ix, inner)
-        acc = _Accumulators(k, vt, VECTOR_REDUCERS[name])
+        ptr = row_ptr(k, x, ix, inner)
+        acc = RowAccumulators(k, vt, VECTOR_REDUCERS[name])
         nan_v = k.local(ir.VectorType(ir.IntType(1), V), ir.Constant(ir.VectorType(ir.IntType(1), V), [0] * V))
         nan_s = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
 
@@ -171,7 +180,7 @@ def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
             acc.update(slot, lambda a: combine(a, value(k, f32, v) if value else v))
             if extreme:
                 b.store(b.or_(b.load(nan), b.fcmp_unordered("uno", v, v)), nan)
-        _walk(k, n, V, lambda u, at: step(u, k.vload(ptr, f32, at, V), nan_v),
+        walk_run(k, n, V, lambda u, at: step(u, k.vload(ptr, f32, at, V), nan_v),
               lambda at: step(None, b.load(b.gep(ptr, [at], inbounds=True)), nan_s))
         result = acc.result(combine)
         if extreme:
@@ -180,7 +189,7 @@ def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
         elif finish:
             result = finish(k, f32, result, count)
         k.store(out_acc, ix, result)
-    _rows(k, x.shape, x.strides, axes, row)
+    each_row(k, x.shape, x.strides, axes, row)
 
 
 def _register_reduce(name: str) -> None:
@@ -191,127 +200,6 @@ def _register_reduce(name: str) -> None:
 
 for _name in [*REDUCERS, "ReduceLogSumExp"]:
     _register_reduce(_name)
-
-
-# -- row helpers ---------------------------------------------------------------------------------
-def _rows(k, shape, strides, row_dims, row) -> None:
-    """Call row(ix, inner) for every index of the dims outside `row_dims`; inner = row dims, outermost first."""
-    if int(np.prod(shape, dtype=np.int64)) == 0:
-        return
-    order = _order(strides)
-    outer = [d for d in order if d not in row_dims]
-    inner = [d for d in order if d in row_dims]
-    idx: list = [None] * len(shape)
-    # rows are independent: parallel tiles of whole rows (a row's reduction never splits)
-    k.loops_tiled(shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
-
-
-def _over(k, shape, inner, ix, fn) -> None:
-    """One pass over a row: fn(ix) at each point; afterwards the row dims of ix are reset to 0."""
-    k.loops(shape, inner, ix, fn)
-    for d in inner:
-        ix[d] = k.index(0)
-
-
-def _fold(k, shape, inner, ix, dt, init, fn) -> ir.Value:
-    """Reduce a row: acc = fn(acc, ix) over every point, starting from init; returns the final acc."""
-    slot = k.local(llvm_type(dt), init)
-    _over(k, shape, inner, ix, lambda i: k.b.store(fn(k.b.load(slot), i), slot))
-    return k.b.load(slot)
-
-
-# -- contiguous rows in explicit vectors ----------------------------------------------------------
-UNROLL = 4
-"""Vectors in flight per step of a row loop (independent accumulators, so a max or sum is no serial chain)."""
-
-
-def _span(op, dims) -> int | None:
-    """Elements of the block `dims` covers when it is one contiguous run in `op`'s storage, else None."""
-    run = 1
-    for d in sorted((d for d in dims if op.shape[d] > 1), key=lambda d: op.strides[d]):
-        if op.strides[d] != run:
-            return None
-        run *= op.shape[d]
-    return run
-
-
-def _row_ptr(k, op, ix, inner) -> ir.Value:
-    """Pointer to the first element of the row at ix (row dims at 0)."""
-    for d in inner:
-        ix[d] = k.index(0)
-    return k.b.gep(op.ptr, [k.linear(op.identity_access(), ix)], inbounds=True)
-
-
-def _walk(k, n: int, lanes: int, vec, tail, unroll: int = UNROLL) -> None:
-    """Visit a run of n elements: vec(slot, offset) for each whole vector, `unroll` per loop step (slot = 0..unroll-1),
-    the whole vectors left after the loop unrolled, then tail(offset) for each of the last n % lanes elements."""
-    group = lanes * unroll
-    steps, rest = divmod(n, group)
-    if steps:
-        with k.for_range(steps) as g:
-            at = k.b.mul(g, k.index(group), flags=("nsw",))
-            for u in range(unroll):
-                vec(u, k.b.add(at, k.index(u * lanes), flags=("nsw",)) if u else at)
-    start = steps * group
-    for u in range(rest // lanes):
-        vec(u, k.index(start + u * lanes))
-    for t in range(start + rest // lanes * lanes, n):
-        tail(k.index(t))
-
-
-def _each(k, n: int, lanes: int, fn, unroll: int = UNROLL) -> None:
-    """_walk with one visitor: fn(slot, offset, lanes) for each whole vector, fn(None, offset, 1) for each tail element."""
-    _walk(k, n, lanes, lambda u, off: fn(u, off, lanes), lambda off: fn(None, off, 1), unroll)
-
-
-def _fast_add(k):
-    """(a, b) -> a + b with the fast-math flags the row loops reassociate under."""
-    return lambda p, q: k.b.fadd(p, q, flags=FAST)
-
-
-def _horizontal(k, value: ir.Value, combine) -> ir.Value:
-    """Combine the lanes of a vector pairwise (halves, then quarters, ...) into one scalar."""
-    width = value.type.count
-    while width > 1:
-        half = width // 2
-
-        def part(lo):
-            return k.b.shuffle_vector(value, value, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(lo, lo + half))))
-        value, width = combine(part(0), part(half)), half
-    return k.b.extract_element(value, ir.Constant(ir.IntType(32), 0))
-
-
-class _Accumulators:
-    """UNROLL vector accumulators and one scalar one (for the tail) of a row fold, all starting at `init`."""
-
-    def __init__(self, k, vt: ir.VectorType, init: float):
-        self.k = k
-        self.vectors = [k.local(vt, splat_const(vt, init)) for _ in range(UNROLL)]
-        self.scalar = k.local(vt.element, splat_const(vt.element, init))
-
-    def update(self, slot: int | None, fn) -> None:
-        """acc = fn(acc) for vector `slot`, or the scalar one (slot None)."""
-        at = self.scalar if slot is None else self.vectors[slot]
-        self.k.b.store(fn(self.k.b.load(at)), at)
-
-    def result(self, combine) -> ir.Value:
-        vecs = [self.k.b.load(v) for v in self.vectors]
-        while len(vecs) > 1:
-            vecs = [combine(vecs[i], vecs[i + 1]) for i in range(0, len(vecs), 2)]
-        return combine(_horizontal(self.k, vecs[0], combine), self.k.b.load(self.scalar))
-
-
-def _greater(k, largest: bool):
-    """x if it beats y, else y: a compare and select that x86 does in one maxps/minps (a NaN x loses)."""
-    return lambda y, x: k.b.select(k.b.fcmp_ordered(">" if largest else "<", x, y), x, y)
-
-
-def _vector_rows(k, x, dims) -> int | None:
-    """Run length when every row over `dims` is contiguous float32 in x (and in the output, same strides), else None."""
-    out = k.outputs[0]
-    if np.dtype(x.dtype) != np.float32 or x.strides != out.strides or k.lanes(np.float32) < 2 or not x.size:
-        return None
-    return _span(x, dims)
 
 
 # -- ArgMax / ArgMin -----------------------------------------------------------------------------
@@ -328,7 +216,7 @@ def _beats(k, dt, op: str, v, best, last: bool):
 def _arg(k, largest: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     r, dt = x.rank, x.dtype
-    axis = _axis(int(k.attr("axis", 0)), r)
+    axis = normalize_axis(int(k.attr("axis", 0)), r)
     keep, last = int(k.attr("keepdims", 1)), int(k.attr("select_last_index", 0))
     out_acc = out.access(list(range(r)) if keep else [d for d in range(r) if d != axis], r)
     x_acc = x.identity_access()
@@ -356,7 +244,7 @@ def _arg(k, largest: bool) -> None:
                 _nan_position(k, x_acc, ix, axis, x.shape[axis], pos, last)
         ix[axis] = k.index(0)
         k.store(out_acc, ix, k.s.cast(idx_dt, out.dtype, k.b.load(pos)))
-    _rows(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row)
 
 
 def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None:
@@ -399,7 +287,7 @@ def _running(k, identity, combine) -> None:
     x = k.inputs[0]
     value = k.input_value(1)
     if value is not None:
-        _running_along(k, _axis(int(np.ravel(value)[0]), x.rank), identity, combine)
+        _running_along(k, normalize_axis(int(np.ravel(value)[0]), x.rank), identity, combine)
         return
     axis_op = k.inputs[1]
     i64 = ir.IntType(64)
@@ -424,22 +312,22 @@ def _running_along(k, axis: int, identity, combine) -> None:
             after = combine(dt, before, k.load(x_acc, ix))
             k.store(out_acc, ix, before if exclusive else after)
             k.b.store(after, acc)
-    _rows(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row)
 
 
 # -- Softmax family ------------------------------------------------------------------------------
 def _softmax_dims(k, rank: int) -> list[int]:
     """Opset < 13: the input is coerced to 2D at `axis` (all dims from axis on); later, one axis."""
     if k.graph.opset < 13:
-        return list(range(_axis(int(k.attr("axis", 1)), rank), rank))
-    return [_axis(int(k.attr("axis", -1)), rank)]
+        return list(range(normalize_axis(int(k.attr("axis", 1)), rank), rank))
+    return [normalize_axis(int(k.attr("axis", -1)), rank)]
 
 
 def _softmax(k, log: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     dt = x.dtype
     dims = _softmax_dims(k, x.rank)
-    if _vector_rows(k, x, dims):
+    if vector_rows(k, x, dims):
         _softmax_vector_rows(k, dims, log)
         return
     half = np.dtype(dt) == np.float16
@@ -448,24 +336,24 @@ def _softmax(k, log: bool) -> None:
 
     def row(ix, inner):
         # maxnum skips a NaN here, but the NaN still reaches the sum, so the whole row is NaN as in ORT
-        top = _fold(k, x.shape, inner, ix, dt, _lowest(dt), lambda a, i: k.s.max(dt, a, k.load(x_acc, i)))
+        top = fold_row(k, x.shape, inner, ix, dt, _lowest(dt), lambda a, i: k.s.max(dt, a, k.load(x_acc, i)))
 
         def exp_term(i):
             e = _exp(k, dt, k.s.sub(dt, k.load(x_acc, i), top))
             if not log:
                 k.store(out_acc, i, e)
             return e
-        total = _fold(k, x.shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
+        total = fold_row(k, x.shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
         total = k.s.cast(acc_t, dt, total)
         if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
             lse = k.s.intrinsic("llvm.log", total)
-            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fsub(k.b.fsub(k.load(x_acc, i), top), lse)))
+            over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fsub(k.b.fsub(k.load(x_acc, i), top), lse)))
         elif half:
-            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
+            over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
         else:
             inv = k.b.fdiv(const(dt, 1), total)
-            _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))
-    _rows(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+            over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))
+    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
 
 
 def _softmax_vector_rows(k, dims, log: bool) -> None:
@@ -473,23 +361,23 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
     exp and its sum fused in one pass (storing exp for Softmax), then one pass scaling by 1/sum (x - max -
     log(sum) for LogSoftmax). A NaN is skipped by the max but reaches the sum, so its row is NaN as in ORT."""
     x, out = k.inputs[0], k.outputs[0]
-    b, s, f32, n, V = k.b, k.s, np.float32, _span(x, dims), k.lanes(np.float32)
+    b, s, f32, n, V = k.b, k.s, np.float32, contiguous_span(x, dims), k.lanes(np.float32)
     vt = k.vector_type(f32, V)
-    larger, add = _greater(k, True), _fast_add(k)
+    larger, add = greater(k, True), fast_add(k)
 
     def row(ix, inner):
-        src, dst = _row_ptr(k, x, ix, inner), _row_ptr(k, out, ix, inner)
+        src, dst = row_ptr(k, x, ix, inner), row_ptr(k, out, ix, inner)
 
         def at(ptr, off, lanes):
             return k.vload(ptr, f32, off, lanes) if lanes > 1 else b.load(b.gep(ptr, [off], inbounds=True))
 
         def each(fn, unroll=UNROLL):
-            _each(k, n, V, fn, unroll)
+            each_in_run(k, n, V, fn, unroll)
 
-        top = _Accumulators(k, vt, -np.inf)
+        top = RowAccumulators(k, vt, -np.inf)
         each(lambda u, off, lanes: top.update(u, lambda a: larger(a, at(src, off, lanes))))
         top = top.result(larger)
-        total = _Accumulators(k, vt, 0.0)
+        total = RowAccumulators(k, vt, 0.0)
 
         def exp_sum(u, off, lanes):
             e = s.exp_f32(b.fsub(at(src, off, lanes), k.splat(top, lanes), flags=FAST), nonpositive=True)
@@ -505,7 +393,7 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
         else:
             inv = b.fdiv(const(f32, 1), total)
             each(lambda u, off, lanes: k.vstore(b.fmul(at(dst, off, lanes), k.splat(inv, lanes), flags=FAST), dst, f32, off))
-    _rows(k, x.shape, x.strides, dims, row)
+    each_row(k, x.shape, x.strides, dims, row)
 
 
 @register("Softmax", dtypes=FLOATS)
@@ -536,10 +424,10 @@ def lower_hardmax(k):
             better = k.b.or_(_beats(k, dt, ">", v, b, False), unset)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
-        _over(k, x.shape, inner, ix, visit)
+        over_row(k, x.shape, inner, ix, visit)
         at = k.b.load(where)
-        _over(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
-    _rows(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+        over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
+    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
 
 
 # -- LayerNormalization --------------------------------------------------------------------------
@@ -551,7 +439,7 @@ def lower_layer_norm(k):
     y, mean_out, inv_out = (list(k.outputs) + [None, None])[:3]
     r, dt = x.rank, x.dtype
     cdt = np.dtype(np.float32) if dt == np.float16 else dt
-    axis = _axis(int(k.attr("axis", -1)), r)
+    axis = normalize_axis(int(k.attr("axis", -1)), r)
     eps = const(cdt, float(k.attr("epsilon", 1e-5)))
     dims = list(range(axis, r))
     count = const(cdt, int(np.prod(x.shape[axis:], dtype=np.int64)))
@@ -563,13 +451,13 @@ def lower_layer_norm(k):
         return k.s.cast(dt, cdt, k.load(acc, i))
 
     def row(ix, inner):
-        total = _fold(k, x.shape, inner, ix, cdt, const(cdt, 0), lambda a, i: k.s.add(cdt, a, load(x_acc, i)))
+        total = fold_row(k, x.shape, inner, ix, cdt, const(cdt, 0), lambda a, i: k.s.add(cdt, a, load(x_acc, i)))
         mean = k.b.fdiv(total, count)
 
         def sq(a, i):
             d = k.s.sub(cdt, load(x_acc, i), mean)
             return k.s.add(cdt, a, k.s.mul(cdt, d, d))
-        var = k.b.fdiv(_fold(k, x.shape, inner, ix, cdt, const(cdt, 0), sq), count)
+        var = k.b.fdiv(fold_row(k, x.shape, inner, ix, cdt, const(cdt, 0), sq), count)
         inv = k.b.fdiv(const(cdt, 1), k.s.intrinsic("llvm.sqrt", k.s.add(cdt, var, eps)))
 
         def norm(i):
@@ -577,8 +465,8 @@ def lower_layer_norm(k):
             if b_acc is not None:
                 v = k.s.add(cdt, v, k.s.cast(bias.dtype, cdt, k.load(b_acc, i)))
             k.store(y_acc, i, k.s.cast(cdt, y.dtype, v))
-        _over(k, x.shape, inner, ix, norm)
+        over_row(k, x.shape, inner, ix, norm)
         for (op, acc), value in zip(stats, (mean, inv)):
             if op is not None:
                 k.store(acc, ix, k.s.cast(cdt, op.dtype, value))
-    _rows(k, x.shape, x.strides, dims, row)
+    each_row(k, x.shape, x.strides, dims, row)

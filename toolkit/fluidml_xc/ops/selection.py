@@ -16,8 +16,8 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..kernels import lowp
+from ..kernels.rows import each_row, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
-from .reduce import _axis, _rows
 from ..opspec import register
 
 
@@ -25,7 +25,7 @@ from ..opspec import register
 def lower_topk(k):
     x, values, indices = k.inputs[0], k.outputs[0], k.outputs[1]
     r, dt = x.rank, x.dtype
-    axis = _axis(int(k.attr("axis", -1)), r)
+    axis = normalize_axis(int(k.attr("axis", -1)), r)
     if k.graph.opset < 10:
         count = int(k.attr("k"))
     else:
@@ -78,7 +78,7 @@ def lower_topk(k):
             if i_acc is not None:
                 k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, bi))
         ix[axis] = k.index(0)
-    _rows(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row)
 
 
 def _better(k, dt, op: str, v, w):
@@ -192,7 +192,7 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) ->
             if i_acc is not None:
                 k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, b.load(b.gep(buf_i, [j]))))
         ix[axis] = k.index(0)
-    _rows(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row)
 
 
 @register("Shrink")

@@ -1,6 +1,7 @@
 """Ops whose output is input 0's bytes with another shape. The planner aliases them; otherwise they copy."""
 from __future__ import annotations
 
+from ..kernels.kernel import Access
 from ..kernels.scalar import const
 from ..opspec import register
 
@@ -13,7 +14,6 @@ def _flat_copy(k) -> None:
 
 
 def _flat(op):
-    from ..kernels.kernel import Access
     return Access(op.ptr, op.dtype, (1,), 0)
 
 

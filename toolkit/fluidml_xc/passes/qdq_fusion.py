@@ -1,5 +1,5 @@
 """QDQ models -> integer ops: DequantizeLinear(x), DequantizeLinear(w) -> Conv / MatMul -> QuantizeLinear
-becomes one QLinearConv / QLinearMatMul (ops/integer.py: int32 accumulation, requantized once), as ONNX
+becomes one QLinearConv / QLinearMatMul (ops/qlinear.py: int32 accumulation, requantized once), as ONNX
 Runtime does with the QDQ models its quantizer writes (onnxruntime.quantization, `fluidml-xc quantize`).
 
 Without this pass a QDQ model computes in float on dequantized weights and activations, with every

@@ -212,7 +212,7 @@ def required_features(target_name: str, zig_target: str, cpu: str, features: str
 
 def explicit_features(target_name: str, zig_target: str, cpu: str, features: str = "") -> str:
     """`features` plus +NAME for every extension the cpu implies: the kernels choose their forms from the spec's
-    feature string (ops/qgemm.py: +avx2, +avx512vnni, +dotprod; kernels/vectors.py: +vfp4), whatever named them."""
+    feature string (kernels/qgemm.py: +avx2, +avx512vnni, +dotprod; kernels/vectors.py: +vfp4), whatever named them."""
     given = [f for f in features.split(",") if f]
     named = {f[1:] for f in given}
     implied = [f"+{f.llvm_name}" for f in required_features(target_name, zig_target, cpu, features) if f.llvm_name not in named]

@@ -1,4 +1,4 @@
-"""Quantized integer ops: MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+"""The quantized integer kernels of MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (ops/qlinear.py).
 
 int8/uint8 operands minus their zero points, products accumulated exactly in int32. The QLinear ops
 requantize like onnx.reference: multiplier = x_scale * w_scale / y_scale in the scales' own dtype
@@ -6,8 +6,8 @@ requantize like onnx.reference: multiplier = x_scale * w_scale / y_scale in the 
 saturated to the output type. Zero points and scales are per tensor, or per row of A / per column of
 B (MatMul) and per output channel of W (Conv), as the spec allows.
 
-integer_matmul.py: MatMulInteger, QLinearMatMul; integer_conv.py: ConvInteger, QLinearConv (direct loops),
-integer_conv_gemm.py: their blocked int8 GEMM form (qgemm.py). Here: what they share (zero points and
+integer_matmul.py: the MatMul forms; integer_conv.py: the Conv direct loops; integer_conv_gemm.py: the Conv's
+blocked int8 GEMM form (qgemm.py). Here: what they share (zero points and
 scales, requantizing, the conv window, masked byte loads).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from ..kernels.scalar import const
+from .scalar import const
 from . import qgemm
 
 I32 = np.dtype(np.int32)

@@ -1,20 +1,19 @@
-"""MatMulInteger and QLinearMatMul (ops/integer.py): the blocked int8 GEMM (qgemm.py) for a constant B or
-two run-time operands, VNNI k-quads where the target has them, else one int32 dot product per output."""
+"""MatMulInteger and QLinearMatMul's kernels (kernels/integer.py; ops/qlinear.py lowers them): the blocked int8
+GEMM (qgemm.py) for a constant B or two run-time operands, VNNI k-quads where the target has them, else one int32
+dot product per output."""
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from ..kernels.kernel import PARALLEL_MIN_WORK
+from .kernel import PARALLEL_MIN_WORK
 from . import qgemm
-from .integer import (MAX_PACK_BYTES, masked_load, multipliers, opt_input, param_access, per_extent, requantize,
-                      scalar_or_indexed, single_value, widen, y_zero_splat)
-from .matmul import _repacked
-from ..opspec import register
+from .integer import (MAX_PACK_BYTES, masked_load, multipliers, param_access, per_extent, single_value, widen, y_zero_splat)
+from .matmul_blocked import repacked
 
 
-def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
+def matmul_points(k, a, b_op, a_zp, b_zp, epilogue):
     out = k.outputs[0]
     if a.rank < 2 or b_op.rank < 2:
         raise InputError(f"node {k.node.name!r} ({k.node.op_type}): 1-D operands are not supported; reshape them to 2-D")
@@ -30,7 +29,7 @@ def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
         dims = [nb - lead + j for j in range(lead)] + [rows, cols]
         return op.access(dims, ndom)
     if b_op.value is not None:  # constant B stored column by column: the k loop reads both operands contiguously
-        b_op = _repacked(k, b_op, False, column_major=True)
+        b_op = repacked(k, b_op, False, column_major=True)
     a_acc, b_acc = matrix(a, nb, nb + 1), matrix(b_op, nb + 1, nb + 2)
     c_acc = out.access(list(range(nb)) + [nb, nb + 2], ndom)
     az = param_access(k, a_zp, "a_zero_point", ndom, nb, m)
@@ -56,7 +55,7 @@ def _matmul(k, a, b_op, a_zp, b_zp, epilogue):
     k.loops(domain, list(range(nb)) + [nb, nb + 2], idx, point)
 
 
-def _fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
+def fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     """The blocked int8 GEMM (qgemm.py) for a constant 2-D B: rows of A packed MR at a time as int16
     k-pairs (minus a's zero point), B packed at build time as int8 in column blocks. B's zero point is
     folded into the packed values when b - zb fits int8, else into a per-column correction
@@ -156,7 +155,7 @@ def _store_vec(k, out, acc, col, at, lanes: int, requant) -> None:
 def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
     """Both operands computed at run time (attention-like batched products): per batch matrix, B is
     packed whole into a stack buffer as int16 k-pairs minus its zero point (no corrections), A's rows
-    MR at a time as in _fast_matmul, then the pmaddwd / widening micro-kernel (k-pairs on every target)."""
+    MR at a time as in fast_matmul, then the pmaddwd / widening micro-kernel (k-pairs on every target)."""
     out = k.outputs[0]
     m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
     if not (qgemm.row_major(a) and qgemm.row_major(b_op) and qgemm.row_major(out)) or not kk or not out.size:
@@ -288,7 +287,7 @@ def _pack_b_pairs(k, b_op, b_zp, b_zero, b0, bpack, kk: int, n: int, nr: int):
 
 
 def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
-    """_fast_matmul with VNNI (qgemm.quad_kernel): rows of A packed as uint8 (int8 with the top bit
+    """fast_matmul with VNNI (qgemm.quad_kernel): rows of A packed as uint8 (int8 with the top bit
     flipped), B packed at build time as int8 k-quads; zero points through per-column terms:
     acc = sum u*s + zu * (K * zs[n] - colsum_s[n]) - zs[n] * rowsum_u[r]."""
     out = k.outputs[0]
@@ -367,30 +366,3 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
                     _store_vec(k, out, acc, col, lambda: b.add(b.mul(ri, k.index(n)), col), min(c, L), (mult, y_zero) if quant is not None else None)
         qgemm.blocks(k, n, nr, col_block)
     qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
-
-
-@register("MatMulInteger", dtypes=("uint8", "int8"), heavy=True)
-def lower_matmul_integer(k):
-    if _fast_matmul(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3)):
-        return
-    _matmul(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3), lambda acc, idx: acc)
-
-
-@register("QLinearMatMul", dtypes=("uint8", "int8"), heavy=True)
-def lower_qlinear_matmul(k):
-    a, a_s, a_zp, b_op, b_s, b_zp, y_s, y_zp = (list(k.inputs) + [None] * 8)[:8]
-    out = k.outputs[0]
-    nb = max(a.rank, b_op.rank) - 2
-    ndom = nb + 3
-    m, n = a.shape[-2], b_op.shape[-1]
-    if _fast_matmul(k, a, b_op, a_zp, b_zp, (a_s, b_s, y_s, y_zp)):
-        return
-
-    def epilogue(acc, idx):
-        s0 = scalar_or_indexed(k, a_s, idx, ndom, nb, m, "a_scale")
-        s1 = scalar_or_indexed(k, b_s, idx, ndom, nb + 2, n, "b_scale")
-        s2 = scalar_or_indexed(k, y_s, idx, ndom, nb, m, "y_scale")
-        zp = scalar_or_indexed(k, y_zp, idx, ndom, nb, m, "y_zero_point")
-        return requantize(k, acc, [(a_s.dtype, s0), (b_s.dtype, s1), (y_s.dtype, s2)],
-                          None if zp is None else (y_zp.dtype, zp), out.dtype)
-    _matmul(k, a, b_op, a_zp, b_zp, epilogue)

@@ -1,5 +1,5 @@
 """ConvInteger and QLinearConv as the blocked int8 GEMM (qgemm.py): output channels x blocks of output
-pixels packed im2col-style per row into a stack buffer (ops/integer_conv.py falls back to direct loops)."""
+pixels packed im2col-style per row into a stack buffer (else kernels/integer_conv.py's direct loops)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -7,7 +7,7 @@ from contextlib import nullcontext
 import numpy as np
 from llvmlite import ir
 
-from ..kernels.kernel import chunk_count
+from .kernel import chunk_count
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, conv_window, masked_load, multipliers, param_access, per_extent, single_value,
                       tap_columns, y_zero_splat)

@@ -17,12 +17,17 @@ Layouts:
 from __future__ import annotations
 
 from contextlib import ExitStack
-
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
+import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
+
+from ..errors import InputError
+from ..target.arch import arch_of
+from .kernel import PARALLEL_MIN_WORK, chunk_count, row_major_strides
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 F64 = ir.DoubleType()
@@ -30,19 +35,15 @@ F64 = ir.DoubleType()
 
 @lru_cache(maxsize=None)
 def _host_flags() -> frozenset:
-    import llvmlite.binding as llvm
     return frozenset(llvm.get_host_cpu_features().flatten().split(","))
 
 
 def target_flags(k) -> frozenset:
-    """The target's LLVM feature flags ("+avx2", "+dotprod", ...): the machine spec of the module
-    emitter whose constants the kernel writes (k.constant_data is its bound method); without one, the
-    host's on x86 (x86 boards build for "native") and none elsewhere."""
-    spec = getattr(getattr(k.constant_data, "__self__", None), "spec", None)
-    features = getattr(spec, "features", None)
-    if features is None:
-        return _host_flags() if str(k.module.triple).startswith(("x86_64", "i686", "i386")) else frozenset()
-    return frozenset(f.strip() for f in str(features).split(",") if f.strip())
+    """The target's LLVM feature flags ("+avx2", "+dotprod", ...) from the kernel's machine spec; without one,
+    the host's on x86 and none elsewhere."""
+    if k.spec is None:
+        return _host_flags() if arch_of(str(k.module.triple)).x86 else frozenset()
+    return frozenset(f.strip() for f in str(k.spec.features).split(",") if f.strip())
 
 
 @dataclass(frozen=True)
@@ -73,21 +74,40 @@ class Config:
         return k.b.sext(value, ty) if self.sdot else k.b.zext(value, ty)
 
 
+def _x86_config(flags: frozenset, vector_bits: int) -> Config:
+    """pmaddwd k-pairs: AVX-512BW 6 x 2 zmm blocks, AVX2 4 x 2 ymm, else SSE2 xmm; VNNI k-quads where present."""
+    if "+avx2" in flags and vector_bits >= 256:
+        if "+avx512bw" in flags and vector_bits >= 512:
+            return Config(True, 16, 6, 2, "+avx512vnni" in flags)
+        return Config(True, 8, 4, 2, "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags)
+    return Config(True, 4, 4, 2)
+
+
+def _aarch64_config(flags: frozenset, vector_bits: int) -> Config:
+    """32 NEON registers: 4 rows x 2 vectors of widened k-pairs, or 4 x 4 of sdot k-quads with +dotprod."""
+    lanes = max(1, vector_bits // 32)
+    if "+dotprod" in flags and lanes == 4:
+        return Config(False, 4, 4, 4, True, True)
+    return Config(False, lanes, 4, 2)
+
+
+def _arm32_config(flags: frozenset, vector_bits: int) -> Config:
+    """16 q registers: 2 rows x 2 vectors of widened k-pairs."""
+    return Config(False, max(1, vector_bits // 32), 2, 2)
+
+
+CONFIGS: dict[str, Callable[[frozenset, int], Config]] = {
+    "x86": _x86_config, "aarch64": _aarch64_config, "arm32": _arm32_config}
+"""Arch.family (target/arch.py) -> the register block for the target's flags and vector width."""
+
+
 def config(k) -> Config:
-    triple = str(k.module.triple)
-    flags = target_flags(k)
-    if triple.startswith(("x86_64", "i686", "i386")):
-        if "+avx2" in flags and k.vector_bits >= 256:
-            if "+avx512bw" in flags and k.vector_bits >= 512:
-                return Config(True, 16, 6, 2, "+avx512vnni" in flags)
-            return Config(True, 8, 4, 2, "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags)
-        return Config(True, 4, 4, 2)
-    lanes = max(1, k.vector_bits // 32)
-    if triple.startswith("aarch64"):
-        if "+dotprod" in flags and lanes == 4:
-            return Config(False, 4, 4, 4, True, True)
-        return Config(False, lanes, 4, 2)
-    return Config(False, lanes, 2, 2)  # armv7: 16 q registers
+    """The int8 GEMM register block for the kernel's target; an architecture without one is an error."""
+    family = arch_of(str(k.module.triple)).family
+    if family not in CONFIGS:
+        raise InputError(f"no int8 GEMM register block for the {family} architecture "
+                         "(add one to kernels/qgemm.py CONFIGS)")
+    return CONFIGS[family](target_flags(k), k.vector_bits)
 
 
 def _fn(k, name: str, ret, args):
@@ -125,7 +145,6 @@ def blocks_in(k, total: int, size: int, fn, rng) -> None:
 def tiled_blocks(k, outer: list[int], total: int, size: int, work: float, fn) -> None:
     """fn(outer index values, i, width) over `outer` extents x blocks() of [0, total), as parallel tiles
     (outer points x chunks of blocks) when the op is big enough, else plain loops."""
-    from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count
     nblk = -(-total // size)
     npts = int(np.prod(outer, dtype=np.int64)) if outer else 1
     chunks = chunk_count(nblk, work, -(-chunk_count(1 << 30, work) // npts))
@@ -266,7 +285,6 @@ def store_lanes(k, value, ptr, index, count: int, out_dtype):
 
 # -- operand helpers -------------------------------------------------------------------------------------
 def row_major(op) -> bool:
-    from ..kernels.kernel import row_major_strides
     return tuple(op.strides) == tuple(row_major_strides(op.shape))
 
 

@@ -1,4 +1,5 @@
-"""Loop orders for MatMul/Gemm under actual layouts (docs/DESIGN.md 1.5).
+"""MatMul/Gemm as its kernels see it: loop orders under actual layouts (docs/DESIGN.md 1.5), register tiles, and
+the shapes and strides of a graph node the cost model (fluid/costs.py) prices (MatmulGeometry).
 
 The iteration space is (batch..., i = rows of C, j = columns of C, k = reduction). An order names the
 three matrix loops outermost first; batch loops are always outermost. The kernel (ops/matmul.py)
@@ -20,7 +21,12 @@ operands' strides allow (`blocked_kind`); otherwise every order runs as scalar l
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
+
+from ..ir import Graph, Node
 
 MATMUL_ORDERS = ("ikj", "ijk", "jki", "kij")
 """ikj: C rows stream over B rows (unit stride in j); ijk: dot products (unit stride in k);
@@ -28,6 +34,9 @@ jki: C columns stream over A columns (unit stride in i); kij: outer products."""
 """Kernels with loop orders say so in their OpSpec (`loop_orders`: "matmul" for these, "conv" for Conv's
 (kernels/conv_geometry.py CONV_ORDERS): "co>px" output-channel blocks outermost, "px>co" pixel rows (tiles when flat)
 outermost; ops/conv.py implements both for its channel-vector blocking)."""
+
+BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+"""Dtypes the register-blocked kernels (kernels/matmul_blocked.py) handle."""
 
 MR_OUTER, ACC_BUDGET = 6, 12
 """Outer-product tiles: up to MR_OUTER rows of C, NR columns in vectors, about ACC_BUDGET accumulators."""
@@ -79,3 +88,54 @@ def default_order(a_strides: Sequence[int], b_strides: Sequence[int], c_strides:
     if c_strides[0] == 1 and a_strides[0] == 1:
         return "jki"
     return "ikj"
+
+
+@dataclass
+class MatmulGeometry:
+    """One MatMul/Gemm node as ops/matmul.py sees it: (m, n, k), batch points and element strides."""
+
+    m: int
+    n: int
+    k: int
+    batch_points: int
+    a: tuple[int, int]
+    """(m stride, k stride) of A in elements."""
+    b: tuple[int, int]
+    """(k stride, n stride) of B."""
+    c: tuple[int, int]
+    """(m stride, n stride) of C."""
+    a_const: bool
+    b_const: bool
+    itemsize: int
+    is_float: bool = True
+
+
+def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
+    ta, tb, tc = (graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]])
+    sa, sb, sc = strides_of(node.inputs[0]), strides_of(node.inputs[1]), strides_of(node.outputs[0])
+    if node.op_type == "Gemm":
+        trans_a, trans_b = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+        a = (sa[1], sa[0]) if trans_a else (sa[0], sa[1])
+        b = (sb[1], sb[0]) if trans_b else (sb[0], sb[1])
+        m, kk = (ta.shape[1], ta.shape[0]) if trans_a else ta.shape
+        n = tb.shape[0] if trans_b else tb.shape[1]
+        return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
+                              np.dtype(tc.dtype) in BLOCKED_DTYPES)
+    a_shape, b_shape = ta.shape, tb.shape
+    a = (sa[-2], sa[-1]) if len(a_shape) >= 2 else (0, sa[-1])
+    b = (sb[-2], sb[-1]) if len(b_shape) >= 2 else (sb[-1], 0)
+    m = a_shape[-2] if len(a_shape) >= 2 else 1
+    kk = a_shape[-1]
+    n = b_shape[-1] if len(b_shape) >= 2 else 1
+    if len(a_shape) >= 2 and len(b_shape) >= 2:
+        c = (sc[-2], sc[-1])
+    elif len(a_shape) >= 2:
+        c = (sc[-1], 0)
+    elif len(b_shape) >= 2:
+        c = (0, sc[-1])
+    else:
+        c = (0, 0)
+    batch = int(np.prod(tc.shape[:-2], dtype=np.int64)) if len(a_shape) >= 2 and len(b_shape) >= 2 else \
+        int(np.prod(tc.shape[:-1], dtype=np.int64)) if len(tc.shape) >= 1 and (len(a_shape) >= 2) != (len(b_shape) >= 2) else 1
+    return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
+                          np.dtype(tc.dtype) in BLOCKED_DTYPES)

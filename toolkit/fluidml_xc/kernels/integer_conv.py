@@ -1,15 +1,13 @@
-"""ConvInteger and QLinearConv (ops/integer.py): the blocked int8 GEMM form (integer_conv_gemm.py) where the
-shapes fit, else direct loops: int32 vector blocks over the interior columns of each output row, a stack
-row for the edges, or one bounds-checked point at a time for very wide kernels."""
+"""ConvInteger and QLinearConv's direct loops (kernels/integer.py), where the blocked int8 GEMM form
+(integer_conv_gemm.py) does not fit the shapes: int32 vector blocks over the interior columns of each output row, a
+stack row for the edges, or one bounds-checked point at a time for very wide kernels (ops/qlinear.py lowers both)."""
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
 
 from . import qgemm
-from .integer import F64, conv_window, opt_input, param_access, requantize, tap_columns, widen
-from .integer_conv_gemm import fast_conv
-from ..opspec import register
+from .integer import conv_window, param_access, tap_columns, widen
 
 MAX_UNROLLED_TAPS = 32
 """Kernel widths up to this unroll their taps along the last spatial dim (bounds known at build time)."""
@@ -194,7 +192,7 @@ class _DirectConv:
                     self.finish(idx, mi, b.add(ow0, k.index(lane)), b.extract_element(total, ir.Constant(ir.IntType(32), lane)))
 
 
-def _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue=None):
+def conv_direct(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue=None):
     """_DirectConv, or one output point at a time (_conv_points) for kernels wider than MAX_UNROLLED_TAPS."""
     out = k.outputs[0]
     if not out.size:
@@ -256,43 +254,3 @@ def _conv_points(k, x, w, x_zp, w_zp, bias, epilogue):
                 acc = b.add(acc, widen(k, bias.dtype, k.load(bias_acc, [mi])))
             k.store(o_acc, idx, epilogue(acc, mi))
         k.loops(out.shape, list(range(2, 2 + spatial)), out_idx, out_point)
-
-
-@register("ConvInteger", dtypes=("uint8", "int8"), heavy=True)
-def lower_conv_integer(k):
-    if fast_conv(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3), None):
-        return
-    _conv(k, k.inputs[0], k.inputs[1], opt_input(k, 2), opt_input(k, 3), None, lambda acc, m: acc, lambda acc, m: acc)
-
-
-@register("QLinearConv", dtypes=("uint8", "int8"), heavy=True)
-def lower_qlinear_conv(k):
-    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = (list(k.inputs) + [None] * 8)[:8]
-    bias = opt_input(k, 8)
-    out = k.outputs[0]
-    m_out = out.shape[1]
-    zero = [k.index(0)]
-    if fast_conv(k, x, w, x_zp, w_zp, bias, (x_s, w_s, y_s, y_zp)):
-        return
-
-    def epilogue(acc, mi):
-        s0 = k.load(param_access(k, x_s, "x_scale", 1, None, None), zero)
-        s1 = k.load(param_access(k, w_s, "w_scale", 1, 0, m_out), [mi])
-        s2 = k.load(param_access(k, y_s, "y_scale", 1, None, None), zero)
-        zp = k.load(param_access(k, y_zp, "y_zero_point", 1, None, None), zero) if y_zp is not None else None
-        return requantize(k, acc, [(x_s.dtype, s0), (w_s.dtype, s1), (y_s.dtype, s2)],
-                          None if zp is None else (y_zp.dtype, zp), out.dtype)
-
-    def vec_epilogue(acc, mi):
-        """requantize on a vector of one channel: the same multiplier and zero point, lane-wise doubles."""
-        lanes = acc.type.count
-        s0 = k.load(param_access(k, x_s, "x_scale", 1, None, None), zero)
-        s1 = k.load(param_access(k, w_s, "w_scale", 1, 0, m_out), [mi])
-        s2 = k.load(param_access(k, y_s, "y_scale", 1, None, None), zero)
-        sdt = np.dtype(x_s.dtype)
-        mult = k.s.cast(sdt, F64, k.b.fdiv(k.b.fmul(s0, k.s.cast(w_s.dtype, sdt, s1)), k.s.cast(y_s.dtype, sdt, s2)))
-        yz = None
-        if y_zp is not None:
-            yz = k.splat(k.s.cast(y_zp.dtype, F64, k.load(param_access(k, y_zp, "y_zero_point", 1, None, None), zero)), lanes)
-        return qgemm.requantize_vec(k, acc, k.splat(mult, lanes), yz, out.dtype, k.attr("_relu_floor"))
-    _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue)

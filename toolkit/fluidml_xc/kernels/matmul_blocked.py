@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ..fluid.loop_order import MR_DOT, NC_DOT, outer_tile
-from ..kernels.kernel import PARALLEL_MIN_WORK, Access, chunk_count, row_major_strides
-from ..kernels.scalar import FAST, const, llvm_type
-from ..kernels.vectors import fma
+from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
+from .kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, row_major_strides
+from .scalar import FAST, const, llvm_type
+from .vectors import fma
 
 
 @dataclass
@@ -63,6 +63,19 @@ class Problem:
     def transposed(self) -> "Problem":
         return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),
                        bias=None if self.bias is None else self.bias.t())  # residual: same offsets as C
+
+
+def repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Operand:
+    """A constant matrix (logically K x N after `transpose`) stored row-major, or column-major (N x K in memory)."""
+    value = op.value.T if transpose else op.value
+    if column_major:
+        stored = np.ascontiguousarray(np.swapaxes(value, -1, -2))
+        strides = list(row_major_strides(value.shape))
+        strides[-1], strides[-2] = value.shape[-2] if value.ndim >= 2 else 1, 1
+        lead = row_major_strides(stored.shape)[:-2]
+        return Operand(op.name + ".packedT", op.dtype, value.shape, (*lead, *strides[-2:]), k.constant_array(stored), value)
+    value = np.ascontiguousarray(value)
+    return Operand(op.name + ".packed", op.dtype, value.shape, row_major_strides(value.shape), k.constant_array(value), value)
 
 
 def _lead_strides(nb: int, lead: tuple[int, ...], stored_strides: tuple[int, ...]) -> tuple[int, ...]:
@@ -216,7 +229,6 @@ def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
 
 
 def _i32(v: int):
-    from llvmlite import ir
     return ir.Constant(ir.IntType(32), v)
 
 

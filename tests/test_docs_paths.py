@@ -86,14 +86,15 @@ NOT_IN_THE_REPOSITORY = {
     "model.h": "a build's generated header", "model_glue.c": "a build's generated glue", "build/": "the default output folder",
     "rpi4-8g.toml": "a user's board file in the example", "fluidml-xc/boards/": "the user's board folder under ~/.config",
 }
-"""Names INTERNALS.md gives to files a build or a user makes (NAME stands for a user's name everywhere)."""
+"""Names INTERNALS.md gives to files a build or a user makes; an upper-case part (NAME, NODE) is a placeholder."""
 
 
 def _named_paths(text: str) -> list[tuple[int, str]]:
     found = []
     for span in re.finditer(r"`([^`\n]+)`", text):
         for m in re.finditer(r"(?<![\w.-])([\w-]+(?:/[\w.-]+)*(?:\.(?:py|c|h|j2|toml)(?![\w.])|/(?=\W|$)))", span.group(1)):
-            if "NAME" not in m.group(1) and m.group(1) not in NOT_IN_THE_REPOSITORY:
+            placeholder = any(part.split(".")[0].isupper() for part in m.group(1).split("/") if part)
+            if not placeholder and m.group(1) not in NOT_IN_THE_REPOSITORY:
                 found.append((span.start() + m.start(), m.group(1)))
     return found
 

@@ -93,7 +93,7 @@ def _named_paths(text: str) -> list[tuple[int, str]]:
     found = []
     for span in re.finditer(r"`([^`\n]+)`", text):
         for m in re.finditer(r"(?<![\w.-])([\w-]+(?:/[\w.-]+)*(?:\.(?:py|c|h|j2|toml)(?![\w.])|/(?=\W|$)))", span.group(1)):
-            placeholder = any(part.split(".")[0].isupper() for part in m.group(1).split("/") if part)
+            placeholder = any(re.match(r"[A-Z]{2,}(_|\.|$)", part) for part in m.group(1).split("/") if part)
             if not placeholder and m.group(1) not in NOT_IN_THE_REPOSITORY:
                 found.append((span.start() + m.start(), m.group(1)))
     return found

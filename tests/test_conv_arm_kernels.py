@@ -164,7 +164,7 @@ def test_cost_model_sees_the_kernels_forms(board, monkeypatch):
     pairs, lanes of weight vectors, and the channels-last depthwise units."""
     from fluidml_xc.fluid.geometry import conv_geometry
     from fluidml_xc.kernels.conv_geometry import TargetForms
-    from fluidml_xc.ops import conv
+    from fluidml_xc.ops.conv import conv2d as conv
 
     seen = []
     init = conv.Conv2D.__init__

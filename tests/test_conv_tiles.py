@@ -63,7 +63,7 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
     from fluidml_xc.fluid.geometry import conv_geometry
     from fluidml_xc.kernels import conv_geometry as forms
     from fluidml_xc.kernels.conv_geometry import TargetForms
-    from fluidml_xc.ops import conv
+    from fluidml_xc.ops.conv import conv2d as conv
     from modelrun import has_emulator
     if not has_emulator(board):
         pytest.skip(f"needs the emulator of {board}")

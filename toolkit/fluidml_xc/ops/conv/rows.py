@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..kernels.epilogue import epilogue
-from ..kernels.loops import element, loop, offset
-from ..kernels.scalar import FAST, const, llvm_type
-from ..kernels.vectors import fused, load_lanes, mac, store_lanes
+from ...kernels.epilogue import epilogue
+from ...kernels.loops import element, loop, offset
+from ...kernels.scalar import FAST, const, llvm_type
+from ...kernels.vectors import fused, load_lanes, mac, store_lanes
 
 
 class RowVectors:

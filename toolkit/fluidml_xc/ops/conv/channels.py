@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..kernels.conv_geometry import pixel_groups, tap_range
-from ..kernels.epilogue import epilogue
-from ..kernels.loops import element, loop, offset
-from ..kernels.scalar import llvm_type
-from ..kernels.vectors import load_lanes, mac, store_lanes
+from ...kernels.conv_geometry import pixel_groups, tap_range
+from ...kernels.epilogue import epilogue
+from ...kernels.loops import element, loop, offset
+from ...kernels.scalar import llvm_type
+from ...kernels.vectors import load_lanes, mac, store_lanes
 
 
 class ChannelVectors:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..kernels.epilogue import epilogue, fill
-from ..kernels.loops import element, loop, offset
-from ..kernels.scalar import llvm_type
-from ..kernels.vectors import load_lanes, mac, store_lanes
+from ...kernels.epilogue import epilogue, fill
+from ...kernels.loops import element, loop, offset
+from ...kernels.scalar import llvm_type
+from ...kernels.vectors import load_lanes, mac, store_lanes
 
 
 class ChannelsLastDepthwise:

@@ -57,16 +57,16 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..kernels.conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, begin_pads, tap_range, tap_tables
-from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count
-from ..kernels.loops import element, loop, offset
-from ..kernels.scalar import is_float
-from .conv_channels import ChannelVectors
-from .conv_depthwise import ChannelsLastDepthwise
-from .conv_generic import conv_generic
-from .conv_padding import store_padding_nan
-from .conv_rows import RowVectors
-from ..opspec import register
+from ...kernels.conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, begin_pads, tap_range, tap_tables
+from ...kernels.kernel import PARALLEL_MIN_WORK, chunk_count
+from ...kernels.loops import element, loop, offset
+from ...kernels.scalar import is_float
+from .channels import ChannelVectors
+from .depthwise import ChannelsLastDepthwise
+from .generic import conv_generic
+from .padding import store_padding_nan
+from .rows import RowVectors
+from ...opspec import register
 
 
 class Conv2D(RowVectors, ChannelVectors, ChannelsLastDepthwise):

@@ -70,14 +70,15 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
     if pack_bytes is not None:
         monkeypatch.setattr(forms, "PACK_MAX_BYTES", pack_bytes)
     seen = []
-    init = conv.Conv2D.__init__
+    emit = conv.emit_conv
 
-    def record(self, k, *args, **kwargs):
-        init(self, k, *args, **kwargs)
+    def record(c):
+        k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
         geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
-        seen.append((self.pack_groups, geo.pack_groups))
-    monkeypatch.setattr(conv.Conv2D, "__init__", record)
+        seen.append((c.plan.blocking.pack_groups, geo.pack_groups))
+        emit(c)
+    monkeypatch.setattr(conv, "emit_conv", record)
     model, feeds = _pointwise_model()
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     runs = [compile_and_run(model, feeds, tmp_path / f"t{threads}", board, threads=threads) for threads in ((1, 2, 4) if board == "x86_64" else (1, 2))]

@@ -11,8 +11,7 @@ Then the patterns (each intermediate has exactly one consumer and is not a graph
 The Add's other operand must have the conv output's shape and dtype (no broadcasting); the sum is
 formed before the activation. The result is recorded on the Conv node:
 
-    node.attrs["_epilogue"] = {"residual": bool, "activation": None | "relu" | "clip" | "leaky_relu",
-                               "min": float | None, "max": float | None, "alpha": float}
+    node.attrs[EPILOGUE_ATTR] = Epilogue(activation, params, residual)   (kernels/epilogue.py)
 
 and a residual operand becomes the Conv's input 3 (input 2, the bias, is "" when the Conv has none),
 so the planner sees it as an ordinary input whose life ends at the Conv. The Conv takes the last
@@ -25,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, Tensor
+from ..kernels.epilogue import EPILOGUE_ATTR, Epilogue
 from . import graph_pass
 from .batchnorm import folds_exactly
 
@@ -41,12 +41,12 @@ def _scalar(graph: Graph, name: str) -> float | None | bool:
     return float(np.asarray(t.value).reshape(()))
 
 
-def activation_of(graph: Graph, node: Node) -> dict | None:
-    """The epilogue fields of an activation node, or None when it cannot be fused."""
+def activation_of(graph: Graph, node: Node) -> Epilogue | None:
+    """The epilogue of an activation node (no residual), or None when it cannot be fused."""
     if node.op_type == "Relu":
-        return {"activation": "relu", "min": None, "max": None, "alpha": 0.0}
+        return Epilogue("relu")
     if node.op_type == "LeakyRelu":
-        return {"activation": "leaky_relu", "min": None, "max": None, "alpha": float(node.attrs.get("alpha", 0.01))}
+        return Epilogue("leaky_relu", (float(node.attrs.get("alpha", 0.01)),))
     if node.op_type == "Clip":
         if graph.opset < 11 or (len(node.inputs) == 1 and ("min" in node.attrs or "max" in node.attrs)):
             lo, hi = node.attrs.get("min"), node.attrs.get("max")
@@ -56,7 +56,7 @@ def activation_of(graph: Graph, node: Node) -> dict | None:
             hi = _scalar(graph, node.inputs[2]) if len(node.inputs) > 2 else None
             if lo is False or hi is False:
                 return None
-        return {"activation": "clip", "min": lo, "max": hi, "alpha": 0.0}
+        return Epilogue("clip", (lo, hi))
     return None
 
 
@@ -88,7 +88,7 @@ def fold_channel_affine(graph: Graph) -> None:
                 continue
             for pos in (0, 1):
                 conv = producers.get(node.inputs[pos])
-                if conv is None or conv.op_type != "Conv" or "_epilogue" in conv.attrs or len(conv.outputs) != 1:
+                if conv is None or conv.op_type != "Conv" or EPILOGUE_ATTR in conv.attrs or len(conv.outputs) != 1:
                     continue
                 out = conv.outputs[0]
                 if out in outputs or len(consumers.get(out, [])) != 1 or node.inputs[1 - pos] == out:
@@ -134,7 +134,7 @@ def fuse_norm_activation(graph: Graph) -> None:
     consumers = graph.consumers()
     drop = set()
     for node in graph.nodes:
-        if (node.op_type != "BatchNormalization" or "_epilogue" in node.attrs or len([o for o in node.outputs if o]) != 1
+        if (node.op_type != "BatchNormalization" or EPILOGUE_ATTR in node.attrs or len([o for o in node.outputs if o]) != 1
                 or node.attrs.get("training_mode")
                 or not all(n and graph.tensors[n].is_const for n in node.inputs[1:5])):
             continue
@@ -148,7 +148,7 @@ def fuse_norm_activation(graph: Graph) -> None:
         act = activation_of(graph, act_node)
         if act is None:
             continue
-        node.attrs["_epilogue"] = {"residual": False, **act}
+        node.attrs[EPILOGUE_ATTR] = act
         node.outputs = [act_node.outputs[0], *node.outputs[1:]]
         del graph.tensors[out]
         drop.add(id(act_node))
@@ -174,7 +174,7 @@ def fuse_conv_epilogue(graph: Graph) -> None:
             return users[0]
 
         for conv in graph.nodes:
-            if conv.op_type != "Conv" or "_epilogue" in conv.attrs or len(conv.outputs) != 1:
+            if conv.op_type != "Conv" or EPILOGUE_ATTR in conv.attrs or len(conv.outputs) != 1:
                 continue
             out = conv.outputs[0]
             t_out = graph.tensors[out]
@@ -184,27 +184,27 @@ def fuse_conv_epilogue(graph: Graph) -> None:
             if nxt is None:
                 continue
             fused: list[Node] = []
-            epilogue = {"residual": False, "activation": None, "min": None, "max": None, "alpha": 0.0}
+            epilogue = Epilogue()
             residual = None
             if nxt.op_type in ("Add", "Sum") and len(nxt.inputs) == 2 and len(nxt.outputs) == 1:
                 other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
                 t_other = graph.tensors.get(other)
                 rival = producers.get(other)
-                later_conv = (rival is not None and rival.op_type == "Conv" and "_epilogue" not in rival.attrs
+                later_conv = (rival is not None and rival.op_type == "Conv" and EPILOGUE_ATTR not in rival.attrs
                               and position[id(rival)] > position[id(conv)] and sole_consumer(other) is nxt)
                 # when both operands are convs, the later one takes the add (nothing has to move)
                 if not later_conv and (other and other != out and t_other is not None and tuple(t_other.shape) == tuple(t_out.shape)
                         and np.dtype(t_other.dtype) == np.dtype(t_out.dtype)
                         and tuple(graph.tensors[nxt.outputs[0]].shape) == tuple(t_out.shape)):
                     residual = other
-                    epilogue["residual"] = True
+                    epilogue = Epilogue(residual=True)
                     fused.append(nxt)
                     last = nxt.outputs[0]
                     nxt = sole_consumer(last)
             if nxt is not None and nxt.op_type in ACTIVATIONS and len(nxt.outputs) == 1:
                 act = activation_of(graph, nxt)
                 if act is not None:
-                    epilogue.update(act)
+                    epilogue = Epilogue(act.activation, act.params, epilogue.residual)
                     fused.append(nxt)
             if not fused:
                 continue
@@ -216,7 +216,7 @@ def fuse_conv_epilogue(graph: Graph) -> None:
                 inputs.append(residual)
             conv.inputs = inputs
             conv.outputs = [final]
-            conv.attrs["_epilogue"] = epilogue
+            conv.attrs[EPILOGUE_ATTR] = epilogue
             for name in dead:
                 graph.tensors.pop(name, None)
             # the conv must run after the residual's producer

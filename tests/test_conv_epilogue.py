@@ -1,4 +1,4 @@
-"""passes/conv_epilogue.py: Conv + residual Add + activation fusion, pattern matching and results."""
+"""passes/epilogues.py: Conv + residual Add + activation fusion, pattern matching and results."""
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,4 @@
-"""Fused epilogues (passes/conv_epilogue.py writes an `Epilogue` to node.attrs["_epilogue"]): the residual add and
+"""Fused epilogues (passes/epilogues.py writes an `Epilogue` to node.attrs["_epilogue"]): the residual add and
 the activation (Relu / Clip / LeakyRelu) applied to accumulators before they are stored."""
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ class Epilogue:
     added, then the activation."""
 
     activation: str | None = None
-    """None, "relu", "clip" or "leaky_relu"."""
-    params: tuple[float | None, ...] = ()
-    """clip: (min, max), either None for no bound; leaky_relu: (alpha,); otherwise ()."""
+    """Float kernels (Conv, BatchNormalization, MatMul, Gemm): None, "relu", "clip" or "leaky_relu". QLinear
+    kernels: "relu_floor" (the requantized result at least params[0]) or "lut" (params: the result for every
+    int8 / uint8 value, index q - min)."""
+    params: tuple[float | int | None, ...] = ()
+    """clip: (min, max), either None for no bound; leaky_relu: (alpha,); relu_floor: (zero point,); lut: the
+    table; otherwise ()."""
     residual: bool = False
 
     @property
@@ -31,6 +34,22 @@ class Epilogue:
     @property
     def bounds(self) -> tuple[float | None, float | None]:
         return (self.params[0], self.params[1]) if self.activation == "clip" else (None, None)
+
+    @property
+    def relu_floor(self) -> int | None:
+        return int(self.params[0]) if self.activation == "relu_floor" else None
+
+    @property
+    def lut(self) -> tuple[int, ...] | None:
+        return self.params if self.activation == "lut" else None
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def fused_epilogue(k) -> Epilogue:
+    """The Epilogue the fusion passes (passes/epilogues.py) gave kernel k's node; NO_EPILOGUE when none."""
+    return k.attr(EPILOGUE_ATTR) or NO_EPILOGUE
 
 
 def fill(ty, value: float):

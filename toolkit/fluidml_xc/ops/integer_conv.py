@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from ..kernels.epilogue import fused_epilogue
 from . import qgemm
 from .integer import F64, conv_window, opt_input, param_access, requantize, tap_columns, widen
 from .integer_conv_gemm import fast_conv
@@ -294,5 +295,5 @@ def lower_qlinear_conv(k):
         yz = None
         if y_zp is not None:
             yz = k.splat(k.s.cast(y_zp.dtype, F64, k.load(param_access(k, y_zp, "y_zero_point", 1, None, None), zero)), lanes)
-        return qgemm.requantize_vec(k, acc, k.splat(mult, lanes), yz, out.dtype, k.attr("_relu_floor"))
+        return qgemm.requantize_vec(k, acc, k.splat(mult, lanes), yz, out.dtype, fused_epilogue(k).relu_floor)
     _conv(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue)

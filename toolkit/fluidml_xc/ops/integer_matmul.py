@@ -6,6 +6,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
+from ..kernels.epilogue import fused_epilogue
 from ..kernels.kernel import PARALLEL_MIN_WORK
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, masked_load, multipliers, opt_input, param_access, per_extent, requantize,
@@ -149,7 +150,7 @@ def _store_vec(k, out, acc, col, at, lanes: int, requant) -> None:
     if requant:
         mult, y_zero = requant
         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, acc.type.count), y_zero, out.dtype,
-                                   k.attr("_relu_floor"))
+                                   fused_epilogue(k).relu_floor)
     qgemm.store_lanes(k, acc, out.ptr, at(), lanes, out.dtype)
 
 

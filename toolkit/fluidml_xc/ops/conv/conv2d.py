@@ -39,7 +39,7 @@ the stack into [pixel block][channel][the block's pixels], so each block's broad
 instead of a few bytes of every channel plane; an input over the stack budget is packed in groups of pixel
 blocks, each group a parallel tile that packs its own pixels.
 
-Fused epilogue (passes/conv_epilogue.py, an Epilogue in node.attrs["_epilogue"]): every store path (both
+Fused epilogue (passes/epilogues.py, an Epilogue in node.attrs["_epilogue"]): every store path (both
 blockings, vector and scalar, and the generic nest) adds the residual input (input 3, read through
 its own strides) and applies Relu / Clip / LeakyRelu to the accumulators before they are stored.
 

@@ -1,4 +1,4 @@
-"""Channel-vector and flat 1x1 Conv tiles at the widths where their blocking changes (ops/conv.py): rows whose
+"""Channel-vector and flat 1x1 Conv tiles at the widths where their blocking changes (ops/conv/): rows whose
 border columns join interior blocks and whose last columns split into balanced blocks (widths 13 and 57),
 channel counts that leave a partial block, and a wide flat 1x1 on the 6-channel row-vector tile; flat 1x1 convs
 over small NCHW images with their input packed on the stack, in one group or several (x86_64, aarch64, armv7);

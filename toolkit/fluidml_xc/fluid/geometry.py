@@ -1,4 +1,4 @@
-"""Conv and MatMul/Gemm as their kernels see them (ops/conv.py, ops/matmul.py), from a graph node and its
+"""Conv and MatMul/Gemm as their kernels see them (ops/conv/, ops/matmul.py), from a graph node and its
 operands' strides: the shapes, strides and blocking choices the cost model (fluid/costs.py) prices."""
 from __future__ import annotations
 

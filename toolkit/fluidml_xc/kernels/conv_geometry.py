@@ -1,4 +1,4 @@
-"""Conv geometry shared by the Conv kernels (ops/conv*.py, ops/pool.py) and the optimizer's cost model
+"""Conv geometry shared by the Conv kernels (ops/conv/, ops/pool.py) and the optimizer's cost model
 (fluid/costs.py): padding and tap ranges, the target's tiles and instruction forms, the register blocking."""
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ class TargetForms:
     def packed_channels(Cog: int, R: int, V: int, pack_V: int) -> int:
         """Output channels per block of the packed weights (RP) of a channel-vector conv with R channels per
         block at V lanes: the R of a kernel at pack_V lanes, the same for every code variant, so all read one
-        copy (ops/conv_channels.py: a narrower block is a sub-block, a wider one reads each vector from its own
+        copy (ops/conv/channels.py: a narrower block is a sub-block, a wider one reads each vector from its own
         block, taps RP apart); R itself when a vector of this kernel would straddle two blocks."""
         lanes = pack_V
         while lanes > 1 and Cog < lanes:
@@ -188,9 +188,9 @@ class TargetForms:
 
 @dataclass(frozen=True)
 class ConvBlocking:
-    """Conv2D's register blocking (ops/conv.py), decided once from the facts of a float 1D/2D conv (rank 3
-    as one row, flat 1x1 convs as one row of H * W pixels); fluid/geometry.py's ConvGeometry prices the same
-    answers. by_lane, edges, row_pairs, lane_taps, packs_input: TargetForms' answers of those names."""
+    """The Conv kernel's register blocking (ops/conv/), decided once from the facts of a float 1D/2D conv (rank 3
+    as one row, flat 1x1 convs as one row of H * W pixels) by kernels/conv_plan.py plan_conv, for the kernel and the
+    cost model alike. by_lane, edges, row_pairs, lane_taps, packs_input: TargetForms' answers of those names."""
 
     kind: str
     """"depthwise_c": channels-last depthwise, vectors over channels x P pixels; "channels": R output channels

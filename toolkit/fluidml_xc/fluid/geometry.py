@@ -75,7 +75,7 @@ def conv_geometry(graph: Graph, node: Node, strides_of, vector_bits: int, forms:
     sp = len(x.shape) - 2
     pads = list(node.attrs.get("pads") or [0] * (2 * sp))
     shape = conv_shape((x.shape, strides_of(node.inputs[0])), (out.shape, strides_of(node.outputs[0])),
-                       (w.shape, [0] * len(w.shape)), residual, [int(v) for v in node.attrs.get("strides") or [1] * sp],
+                       (w.shape, strides_of(node.inputs[1])), residual, [int(v) for v in node.attrs.get("strides") or [1] * sp],
                        [int(v) for v in node.attrs.get("dilations") or [1] * sp], [int(p) for p in pads[:sp]],
                        int(node.attrs.get("group", 1)), kx1_along_row=False)
     item = np.dtype(out.dtype).itemsize

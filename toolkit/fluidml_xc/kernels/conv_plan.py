@@ -164,6 +164,19 @@ class ConvPlan:
     groups_tiled: int
     """Groups as separate parallel tiles (1: the channels-last depthwise kernel does every group in one pass)."""
     epilogue: Epilogue | None
+    form: str
+    """The loop nest (a key of ops/conv/conv2d.py WHOLE or PER_IMAGE): "packed", "depthwise_c", "pointwise_tiles",
+    "[flat ]channels co>px", "[flat ]channels px>co", "rows flat" or "rows"."""
+
+
+def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
+    if b.packs_input or b.kind == "depthwise_c":
+        return "packed" if b.packs_input else b.kind
+    if b.kind == "channels":
+        if b.pointwise_tiles:
+            return "pointwise_tiles"
+        return ("flat " if flat else "") + ("channels co>px" if blocks_outer else "channels px>co")
+    return "rows flat" if flat else "rows"
 
 
 def _col_blocks(s: ConvShape, b: ConvBlocking) -> tuple[int, int]:
@@ -207,15 +220,16 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     else:
         px_tiles = (max(cols[1], cols[0]) - cols[0]) // (b.U * V)
     unit = b.dw_vec * V
+    blocks_outer = (order if order in CONV_ORDERS else b.default_order) == "co>px"
     return ConvPlan(
-        s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp),
-        (order if order in CONV_ORDERS else b.default_order) == "co>px", wide, margin,
+        s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
         s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0), cols,
         inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0), col_blocks, px_tiles, span, edge_columns,
         b.row_pairs and b.lane_taps and s.Cig == 1 and span is not None and 0 < (s.KH - 1) * len(edge_columns) <= 4,
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
-        s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue)
+        s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
+        _form(b, s.flat, blocks_outer))
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

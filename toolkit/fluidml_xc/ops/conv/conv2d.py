@@ -49,7 +49,7 @@ tap ranges from build-time constants or tables. Other ranks and ConvTranspose us
 per-position tap ranges from build-time tables.
 
 Here: lower_conv, which views the conv as 2-D (kernels/conv_plan.py conv_shape), plans it (plan_conv: every fact the
-emitters read) and emits it through the emitter of its form (FORMS). The emitters take (ConvKernel, ConvPlan) by
+emitters read) and emits it through the emitter of its form (WHOLE, PER_IMAGE). The emitters take (ConvKernel, ConvPlan) by
 composition: rows.py (row vectors), channels.py (channel vectors), depthwise.py (channels-last depthwise); walk.py
 holds the ConvKernel and the walks they share; generic.py other ranks and integers, transpose.py ConvTranspose.
 """
@@ -69,20 +69,6 @@ from .generic import conv_generic
 from .padding import store_padding_nan
 from .rows import RowVectors
 from .walk import ConvKernel
-
-
-def form_of(plan: ConvPlan) -> str:
-    """The loop nest of a plan: a key of FORMS."""
-    b, flat = plan.blocking, plan.shape.flat
-    if b.packs_input:
-        return "packed"
-    if b.kind == "depthwise_c":
-        return "depthwise_c"
-    if b.kind == "channels":
-        if b.pointwise_tiles:
-            return "pointwise_tiles"
-        return ("flat " if flat else "") + ("channels co>px" if plan.blocks_outer else "channels px>co")
-    return "rows flat" if flat else "rows"
 
 
 def _packed(c: ConvKernel, p: ConvPlan) -> None:
@@ -171,11 +157,10 @@ def emit_conv(c: ConvKernel) -> None:
         rows = np.asarray(c.bias.value).reshape(-1)
         c.bias_splat = k.constant_array(np.repeat(rows.astype(p.dtype), p.bias_run))
     c.tables = tap_tables(k, (s.OH, s.OW), (s.sh, s.sw), (s.dh, s.dw), (s.ph, s.pw), (s.KH, s.KW), (s.H, s.W))
-    form = form_of(p)
-    if form in WHOLE:
-        WHOLE[form](c, p)
+    if p.form in WHOLE:
+        WHOLE[p.form](c, p)
         return
-    per_image = PER_IMAGE[form](c, p)
+    per_image = PER_IMAGE[p.form](c, p)
 
     def over(extent, fn):
         if extent == 1:

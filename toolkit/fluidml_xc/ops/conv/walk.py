@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
-
 from llvmlite import ir
 
 from ...kernels.conv_geometry import tap_range
 from ...kernels.conv_plan import ConvPlan
-from ...kernels.kernel import PARALLEL_MIN_WORK, chunk_count
+from ...kernels.kernel import PARALLEL_MIN_WORK, Kernel, Operand, chunk_count
 from ...kernels.loops import element, loop, offset
 
 
@@ -19,39 +17,37 @@ from ...kernels.loops import element, loop, offset
 class ConvKernel:
     """The run-time side of a Conv2D emission; the emitters (rows.py, channels.py, depthwise.py) read it and the plan."""
 
-    k: Any
-    """The kernel builder (kernels/kernel.py Kernel)."""
+    k: Kernel
     plan: ConvPlan
-    xp: Any
+    xp: ir.Value
     """Input pointer."""
-    op: Any
+    op: ir.Value
     """Output pointer."""
-    w: Any
-    """The weight Operand (read through its strides when not packed)."""
-    bias: Any
-    """The bias Operand, or None."""
-    res: tuple | None
+    w: Operand
+    """The weights (read through their strides when not packed)."""
+    bias: Operand | None
+    res: tuple[tuple[int, ...], ir.Value] | None
     """(strides, pointer) of the fused residual input, viewed like the output."""
-    packed: Any = None
+    packed: ir.Value | None = None
     """The packed constant weights (kernels/conv_plan.py pack_weights), or None for run-time weights."""
-    tables: Any = None
+    tables: list[tuple[ir.Value, ir.Value]] | None = None
     """Per spatial dim, build-time tap-range tables (lo, hi) for border rows and columns."""
-    bias_splat: Any = None
+    bias_splat: ir.Value | None = None
     """Row pairs: each channel's bias repeated plan.bias_run times, read-only data."""
-    cb_rng: tuple | None = None
+    cb_rng: tuple[ir.Value, ir.Value] | None = None
     """Parallel tile: run-time [lo, hi) of channel blocks (or depthwise channel units)."""
-    row_rng: tuple | None = None
+    row_rng: tuple[ir.Value, ir.Value] | None = None
     """Parallel tile: run-time [lo, hi) of output rows."""
-    px_rng: tuple | None = None
+    px_rng: tuple[ir.Value, ir.Value] | None = None
     """Parallel tile: run-time [lo, hi) of a flat row's pixel tiles."""
-    px_runs: list | None = None
+    px_runs: list[tuple[int, int, int]] | None = None
     """packs_input: the pixel runs (first column, size, blocks) of the group being emitted."""
-    xpack: Any = None
+    xpack: ir.Value | None = None
     """packs_input: the packed input on the stack."""
     pack_origin: int = 0
     pack_width: int = 0
     """packs_input: the first column and width of the packed group."""
-    carry: tuple | None = None
+    carry: tuple[dict, dict] | None = None
     """Row pair loops carrying edge vectors: (slots, this pair's vectors) while a pair is emitted."""
 
     def border_taps(self, axis: int, o):

@@ -141,7 +141,7 @@ def matmul(c: Case) -> None:
     b = c.input("b", hostile(c.rng, (k, n)) if c.source == "input" else tame(c.rng, (k, n))) if c.rng.random() < 0.3 \
         else c.weight("b", (k, n))
     y = c.node("MatMul", [a, b], ["mm"])[0]
-    if c.source == "fused":  # passes/matmul_bias.py: bias, residual and Relu in the kernel's epilogue
+    if c.source == "fused":  # passes/epilogues.py: bias, residual and Relu in the kernel's epilogue
         y = c.node("Add", [y, c.weight("bias", (n,))], ["biased"])[0]
         if c.rng.random() < 0.5:
             y = c.node("Add", [y, c.input("res", hostile(c.rng, (*batch, m, n)))], ["res_out"])[0]
@@ -194,7 +194,7 @@ def conv(c: Case) -> None:
         cout = wshape[0]
         params = [c.weight(n, (cout,)) for n in ("scale", "shift", "mean")] + [c.init("var", np.abs(tame(c.rng, (cout,))))]
         y = c.node("BatchNormalization", [y, *params], ["bn"], epsilon=c.attr(1e-5))[0]
-    if c.source == "fused":  # passes/conv_epilogue.py: per-channel Mul folded, residual Add, activation
+    if c.source == "fused":  # passes/epilogues.py: per-channel Mul folded, residual Add, activation
         if c.rng.random() < 0.3:
             y = c.node("Mul", [y, c.weight("scale", (1, wshape[0], *([1] * (len(xshape) - 2))))], ["scaled"])[0]
         if c.rng.random() < 0.5:

@@ -142,34 +142,28 @@ def test_depthwise_row_pairs_across_threads(tmp_path):
 
 @pytest.mark.parametrize("board", ["x86_64-v3", "qemu-aarch64", "qemu-armv7"])  # v3: the same forms on any host
 def test_cost_model_sees_the_kernels_forms(board, monkeypatch):
-    """fluid/geometry.py's ConvGeometry, built from the graph node and the strides the kernel got, predicts the
-    tiles and forms Conv2D picks on each target (one ConvBlocking answers both): the blocking, U, P, row
-    pairs, lanes of weight vectors, and the channels-last depthwise units."""
+    """fluid/geometry.py's ConvGeometry, built from the graph node and the strides the kernel got, holds the plan the
+    kernel runs on each target (kernels/conv_plan.py plan_conv answers both): the same shape and blocking (kind, R,
+    U, P, row pairs, lanes of weight vectors, the channels-last depthwise units)."""
     from fluidml_xc.fluid.geometry import conv_geometry
     from fluidml_xc.kernels.conv_geometry import TargetForms
-    from fluidml_xc.ops import conv
+    from fluidml_xc.ops.conv import conv2d as conv
 
     seen = []
-    init = conv.Conv2D.__init__
+    emit = conv.emit_conv
 
-    def record(self, k, *args, **kwargs):
-        init(self, k, *args, **kwargs)
-        seen.append((self, k))
-    monkeypatch.setattr(conv.Conv2D, "__init__", record)
+    def record(c):
+        seen.append((c.plan, c.k))
+        emit(c)
+    monkeypatch.setattr(conv, "emit_conv", record)
     ir_text(row_convs(), board)
     ir_text(mobilenet_block(44), board)
     kinds = set()
-    for c, k in seen:
+    for plan, k in seen:
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
         geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
-        kind = "depthwise_c" if c.depthwise_c else "channels" if c.by_channel else "rows"
-        assert geo.kind == kind, k.node.name
-        kinds.add(kind)
-        assert geo.blocking == c.blocking, k.node.name
-        if kind == "rows":
-            assert (geo.U, geo.pairs, geo.lane_taps) == (c.U, c.row_pairs, c.lane_taps), k.node.name
-        else:
-            assert (geo.R, geo.P, geo.blocking.dw_vec) == (c.R, c.P, c.dw_vec), k.node.name
+        kinds.add(plan.blocking.kind)
+        assert geo.plan.shape == plan.shape and geo.blocking == plan.blocking, k.node.name
     assert {"rows", "depthwise_c"} <= kinds
-    pairs = [c.row_pairs for c, _ in seen]
+    pairs = [plan.blocking.row_pairs for plan, _ in seen]
     assert any(pairs) == (board == "qemu-aarch64")

@@ -1,5 +1,5 @@
 """Convolutions exporters write with a degenerate spatial dim (a 1-D conv as 2-D: W = 1 and a k x 1 kernel)
-run along the row (ops/conv.py): a chain with bias, Relu, depthwise, stride, dilation, padding and a
+run along the row (ops/conv/): a chain with bias, Relu, depthwise, stride, dilation, padding and a
 residual, against ONNX Runtime on this machine (both --opt modes) and under qemu."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""passes/conv_epilogue.py: Conv + residual Add + activation fusion, pattern matching and results."""
+"""passes/epilogues.py: Conv + residual Add + activation fusion, pattern matching and results."""
 from __future__ import annotations
 
 
@@ -34,7 +34,7 @@ def test_conv_add_relu_fuses_in_order():
     graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y"]))
     assert [n.op_type for n in graph.nodes] == ["Conv"]
     node = by_name["conv"]
-    assert node.attrs["_epilogue"]["residual"] and node.attrs["_epilogue"]["activation"] == "relu"
+    assert node.attrs["_epilogue"].residual and node.attrs["_epilogue"].activation == "relu"
     assert node.inputs[3] == "r" and node.outputs == ["y"]
     assert "c" not in graph.tensors and "s" not in graph.tensors
 
@@ -49,9 +49,9 @@ def test_clip_bounds_and_leaky_relu():
     graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y", "y2", "y3"]))
     assert [n.op_type for n in graph.nodes] == ["Conv"] * 3
     epi = by_name["conv"].attrs["_epilogue"]
-    assert (epi["activation"], epi["min"], epi["max"], epi["residual"]) == ("clip", -0.5, pytest.approx(0.7), False)
-    assert by_name["conv2"].attrs["_epilogue"]["alpha"] == pytest.approx(0.2)
-    assert by_name["conv3"].attrs["_epilogue"]["min"] is None
+    assert (epi.activation, *epi.bounds, epi.residual) == ("clip", -0.5, pytest.approx(0.7), False)
+    assert by_name["conv2"].attrs["_epilogue"].alpha == pytest.approx(0.2)
+    assert by_name["conv3"].attrs["_epilogue"].bounds[0] is None
 
 
 def test_not_fused_when_shared_output_or_runtime_bounds():
@@ -79,7 +79,7 @@ def test_add_shared_output_keeps_activation_separate():
              helper.make_node("Neg", ["s"], ["y1"], name="neg")]
     graph, by_name = fused(float_model(nodes, INITS, FEEDS, ["y", "y1"]))
     epi = by_name["conv"].attrs["_epilogue"]
-    assert epi["residual"] and epi["activation"] is None and by_name["conv"].outputs == ["s"]
+    assert epi.residual and epi.activation is None and by_name["conv"].outputs == ["s"]
     assert "relu" in by_name and "add" not in by_name
 
 
@@ -103,7 +103,7 @@ def test_channel_affine_folds_then_sum_relu():
     model = float_model(nodes, inits, FEEDS, ["y"], opset=9)
     graph, by_name = fused(model)
     assert [n.op_type for n in graph.nodes] == ["Conv"]
-    assert by_name["conv"].attrs["_epilogue"]["residual"] and by_name["conv"].inputs[3] == "r"
+    assert by_name["conv"].attrs["_epilogue"].residual and by_name["conv"].inputs[3] == "r"
     assert graph.tensors["w"].value is INITS["w"] or np.array_equal(graph.tensors["w"].value, INITS["w"])
 
 
@@ -125,7 +125,7 @@ def test_batchnorm_relu_fuses():
     model = float_model(nodes, dict(INITS, **bn), {"x": FEEDS["x"]}, ["y"])
     graph, by_name = fused(model)
     assert [n.op_type for n in graph.nodes] == ["BatchNormalization"]
-    assert by_name["bn"].attrs["_epilogue"]["activation"] == "relu"
+    assert by_name["bn"].attrs["_epilogue"].activation == "relu"
 
 
 def test_add_of_two_convs_goes_to_the_later_one():

@@ -1,4 +1,4 @@
-"""Channel-vector and flat 1x1 Conv tiles at the widths where their blocking changes (ops/conv.py): rows whose
+"""Channel-vector and flat 1x1 Conv tiles at the widths where their blocking changes (ops/conv/): rows whose
 border columns join interior blocks and whose last columns split into balanced blocks (widths 13 and 57),
 channel counts that leave a partial block, and a wide flat 1x1 on the 6-channel row-vector tile; flat 1x1 convs
 over small NCHW images with their input packed on the stack, in one group or several (x86_64, aarch64, armv7);
@@ -63,20 +63,21 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
     from fluidml_xc.fluid.geometry import conv_geometry
     from fluidml_xc.kernels import conv_geometry as forms
     from fluidml_xc.kernels.conv_geometry import TargetForms
-    from fluidml_xc.ops import conv
+    from fluidml_xc.ops.conv import conv2d as conv
     from modelrun import require_emulator
     require_emulator(board)
     if pack_bytes is not None:
         monkeypatch.setattr(forms, "PACK_MAX_BYTES", pack_bytes)
     seen = []
-    init = conv.Conv2D.__init__
+    emit = conv.emit_conv
 
-    def record(self, k, *args, **kwargs):
-        init(self, k, *args, **kwargs)
+    def record(c):
+        k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
         geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
-        seen.append((self.pack_groups, geo.pack_groups))
-    monkeypatch.setattr(conv.Conv2D, "__init__", record)
+        seen.append((c.plan.blocking.pack_groups, geo.pack_groups))
+        emit(c)
+    monkeypatch.setattr(conv, "emit_conv", record)
     model, feeds = _pointwise_model()
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     runs = [compile_and_run(model, feeds, tmp_path / f"t{threads}", board, threads=threads) for threads in ((1, 2, 4) if board == "x86_64" else (1, 2))]

@@ -238,7 +238,7 @@ def test_sdot_cross(tmp_path):
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])
 def test_qdq_relu_folded(same, xdt):
     """QLinearConv / QLinearMatMul -> DequantizeLinear -> Relu -> QuantizeLinear (ORT's QOperator models)
-    folds into the QLinear node (passes/qlinear_relu.py): a floor when the Q/DQ parameters match, else a
+    folds into the QLinear node (passes/epilogues.py): a floor when the Q/DQ parameters match, else a
     256-entry table; exact either way."""
     from fluidml_xc.pipeline import import_graph
     from fluidml_xc.passes import run_passes
@@ -260,7 +260,8 @@ def test_qdq_relu_folded(same, xdt):
     run_passes(graph)
     assert sum(n.op_type == "Relu" for n in graph.nodes) == 0
     assert [n.op_type for n in graph.nodes] == ["QLinearConv", "QLinearMatMul"]
-    assert ("_relu_floor" in graph.nodes[0].attrs) == same and ("_lut" in graph.nodes[0].attrs) != same
+    epilogue = graph.nodes[0].attrs["_epilogue"]
+    assert (epilogue.relu_floor is not None) == same and (epilogue.lut is not None) != same
     check(jit_run(m, {"x": x}), reference(m, {"x": x}))
 
 
@@ -281,6 +282,6 @@ def test_depthwise(xdt, stride, isa):
 
 
 def test_relu_table_saturates_instead_of_wrapping():
-    from fluidml_xc.passes.qlinear_relu import relu_table
+    from fluidml_xc.passes.epilogues import relu_table
     table = relu_table(np.int8, 1.0, 0, 1e-30, 0)
     assert table[-1] == 127 and table[0] == 0

@@ -36,7 +36,7 @@ def _ours_follow_the_rule(model, feeds, ort_agrees: bool = True, check: Check = 
 
 @pytest.mark.parametrize("alpha,beta", [(NAN, 1.0), (1.0, NAN), (1.0, INF), (INF, 1.0)])
 def test_gemm_relu_with_a_non_finite_attribute(alpha, beta):
-    """Gemm + Relu (fused: passes/matmul_bias.py) with alpha or beta NaN/Inf: the fused Relu kept 0 for NaN."""
+    """Gemm + Relu (fused: passes/epilogues.py) with alpha or beta NaN/Inf: the fused Relu kept 0 for NaN."""
     x = f32(4, 8)
     model = graph_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], alpha=alpha, beta=beta),
                          helper.make_node("Relu", ["g"], ["y"])], {"x": x}, ["y"], {"w": f32(8, 10), "b": f32(10)})

@@ -1,5 +1,5 @@
 """Graph passes: elementwise fusion (passes/elementwise_fusion.py -> ops/fused.py) and MatMul + bias
-(passes/matmul_bias.py -> ops/matmul.py's epilogue): which patterns fuse, and that fused models compute
+(passes/epilogues.py -> ops/matmul.py's epilogue): which patterns fuse, and that fused models compute
 what onnx.reference does, natively (JIT) and for aarch64 under qemu."""
 from __future__ import annotations
 
@@ -190,11 +190,11 @@ def test_matmul_bias_pattern():
     model = linear_gelu_model()
     graph = import_graph(model)
     mms = [n for n in graph.nodes if n.op_type == "MatMul"]
-    assert [n.inputs[2] for n in mms] == ["b1", "b2"] and all(n.attrs["_bias"] for n in mms)
+    assert [n.inputs[2] for n in mms] == ["b1", "b2"] and "_epilogue" not in mms[0].attrs  # a bias is input 2 alone
     assert mms[0].outputs == ["hb"] and "h" not in graph.tensors and "o" not in graph.tensors
     # the GELU fuses; the residual Add joins the second MatMul's epilogue
     assert [n.attrs.get("_fused_ops", n.op_type) for n in graph.nodes] == ["MatMul", ["Div", "Erf", "Add", "Mul", "Mul"], "MatMul"]
-    assert mms[1].inputs == ["g", "w2", "b2", "x2"] and mms[1].outputs == ["y"] and mms[1].attrs["_residual"]
+    assert mms[1].inputs == ["g", "w2", "b2", "x2"] and mms[1].outputs == ["y"] and mms[1].attrs["_epilogue"].residual
     assert mms[1].attrs["_fused_nodes"] == ["mm2", "bias2", "residual"] and "ob" not in graph.tensors
 
 
@@ -292,8 +292,8 @@ def relu_model(dtype=T.FLOAT):
 def test_matmul_and_gemm_relu_epilogue(opt):
     model = relu_model()
     graph = import_graph(model)
-    assert [(n.op_type, n.attrs.get("_activation")) for n in graph.nodes] == \
-        [("Gemm", "Relu"), ("Reshape", None), ("MatMul", "Relu"), ("Relu", None)]
+    assert [(n.op_type, getattr(n.attrs.get("_epilogue"), "activation", None)) for n in graph.nodes] == \
+        [("Gemm", "relu"), ("Reshape", None), ("MatMul", "relu"), ("Relu", None)]
     _check(model, opt=opt, rtol=1e-4, atol=1e-4)
 
 

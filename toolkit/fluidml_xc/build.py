@@ -24,6 +24,7 @@ from .target.objects import compile_modules
 from .errors import InputError
 from .frontend.importer import load_model
 from .ir import Graph
+from .kernels.epilogue import EPILOGUE_ATTR
 from .pipeline import Lowered, LowerOptions, import_graph, lower_variants
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
@@ -95,7 +96,8 @@ def _tool_versions() -> dict[str, str]:
     return versions
 
 
-_FUSION_ATTRS = ("_epilogue", "_bias", "_residual", "_activation", "_fused_nodes")
+_FUSION_ATTRS = (EPILOGUE_ATTR, "_fused_nodes")
+"""Node attributes that mark a fused kernel: an Epilogue (passes/epilogues.py), or the names of the nodes it absorbed."""
 
 
 def _fused_facts(node) -> dict:

@@ -4,13 +4,13 @@ Analytic: a kernel is a loop nest over a domain; each operand is addressed throu
 strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost
 loop outwards) + arithmetic, vectorized when every operand is unit-stride (or invariant) in the
 innermost loop. MatMul/Gemm use the register-blocked kernels of ops/matmul.py when their strides
-allow and the best of the loop orders in loop_order.py otherwise. Conv mirrors ops/conv.py's choice
-of blocking under the operands' strides (channel vectors, row vectors, depthwise channels-last):
+allow and the best of the loop orders in loop_order.py otherwise. Conv prices the plan ops/conv/ runs
+(kernels/conv_plan.py plan_conv) under the operands' strides (channel vectors, row vectors, depthwise channels-last):
 vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
 gathered), stores and the residual read (vector, or scattered per element when channels are not
 innermost), and the bytes each Conv loop order moves; the blocking, tiles and forms (row pairs, taps as
-lanes of weight vectors, channel vectors per depthwise block) come from kernels/conv_geometry.py's
-ConvBlocking, the choice Conv2D itself makes (the geometry: fluid/geometry.py). Pools, Concat and inference
+lanes of weight vectors, channel vectors per depthwise block) come from the same plan_conv call the kernel
+makes (fluid/geometry.py). Pools, Concat and inference
 BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
 channels are innermost).
 
@@ -298,7 +298,7 @@ class AnalyticModel:
                 + gather)
 
 
-    # -- convolution and its neighbours (ops/conv.py, ops/pool.py, Concat) -------------------------
+    # -- convolution and its neighbours (ops/conv/, ops/pool.py, Concat) -------------------------
     def conv(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
         geo = conv_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.vector_bits, self.forms)
         if geo is None:
@@ -311,7 +311,7 @@ class AnalyticModel:
         return costs[best], best
 
     def conv_tiles(self, geo: ConvGeometry, order: str) -> int:
-        """Tiles ops/conv.py's Conv2D.split makes: images x groups x chunks of channel blocks x chunks of
+        """Tiles ConvKernel.split (ops/conv/walk.py) makes: images x groups x chunks of channel blocks x chunks of
         output rows (pixel tiles when flat), the outer loop of the order split first."""
         work = float(geo.N) * geo.OC * geo.OH * geo.OW * geo.Cig * geo.KH * geo.KW
         if work < PARALLEL_MIN_WORK:
@@ -322,7 +322,7 @@ class AnalyticModel:
         nb = -(-geo.Cog // geo.R)
         if kind == "depthwise_c":
             rows = chunk_count(geo.OH, work, want)
-            unit = geo.blocking.dw_vec * V  # Conv2D.dw_units
+            unit = geo.blocking.dw_vec * V  # ConvPlan.dw_units
             chunks = rows * chunk_count(geo.G // unit + (1 if geo.G % unit else 0), work, -(-want // rows))
         elif geo.blocking.pointwise_tiles:
             chunks = chunk_count(nb, work, want)
@@ -347,7 +347,7 @@ class AnalyticModel:
         return tiles if tiles >= 2 else 1
 
     def conv_order_cost(self, geo: ConvGeometry, order: str) -> float:
-        """ns of ops/conv.py's kernel for this geometry: vector FMAs (slowed when too few accumulators
+        """ns of ops/conv/'s kernel for this geometry: vector FMAs (slowed when too few accumulators
         hide the FMA latency), input loads (broadcast / vector / gathered), stores (vector or scattered
         per element), the residual read like the store, and memory traffic under the loop order."""
         V, pts, item = geo.V, geo.N * geo.OH * geo.OW, geo.itemsize

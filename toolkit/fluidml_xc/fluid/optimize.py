@@ -4,7 +4,7 @@ plain and greedy keep every tensor row-major and let each kernel pick its defaul
 runs FluidML (docs/DESIGN.md section 1): longest-sequence segmentation, the layout DP per segment,
 dependency-weighted voting on shared tensors, then a loop order per MatMul/Gemm/Conv under the chosen
 layouts. See fluid/ for the pieces. Image tensors (touched only by Conv, pools, Concat and elementwise
-ops) choose between NCHW and channels-last (NHWC), which ops/conv.py and ops/pool.py vectorize over
+ops) choose between NCHW and channels-last (NHWC), which ops/conv/ and ops/pool.py vectorize over
 channels; graph inputs and outputs stay row-major, so conversions happen inside the first/last kernel.
 When the chosen layouts are not predicted at least MIN_GAIN faster than row-major, fluid keeps
 row-major (greedy's kernels).

@@ -1,10 +1,12 @@
-"""Conv geometry shared by the Conv kernels (ops/conv*.py, ops/pool.py) and the optimizer's cost model
+"""Conv geometry shared by the Conv kernels (ops/conv/, ops/pool.py) and the optimizer's cost model
 (fluid/costs.py): padding and tap ranges, the target's tiles and instruction forms, the register blocking."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..target.arch import Arch, arch_of
 
 
 # -- padding and tap ranges ----------------------------------------------------------------------
@@ -93,15 +95,24 @@ class TargetForms:
     optimizer's estimate follows the kernel (docs/ARM_KERNELS.md)."""
 
     triple: str
+    """The target triple; "" for none (the cost model without a target: no architecture's special forms)."""
     conv_accumulators: int = 12
 
     @property
+    def arch(self) -> Arch | None:
+        return arch_of(self.triple) if self.triple else None
+
+    @property
     def aarch64(self) -> bool:
-        return self.triple.startswith("aarch64")
+        return self.arch is not None and self.arch.aarch64
 
     @property
     def arm32(self) -> bool:
-        return self.triple.startswith(("arm", "thumb"))
+        return self.arch is not None and self.arch.arm32
+
+    @property
+    def x86(self) -> bool:
+        return self.arch is not None and self.arch.x86
 
     def dw_vectors(self) -> int:
         """Channel vectors per channels-last depthwise block: two on aarch64 (their loads and stores pair)."""
@@ -128,14 +139,14 @@ class TargetForms:
     def row_channels(self, Cog: int, flat_packed: bool) -> int:
         """R, output channels per row-vector block: up to 4; x86 flat 1x1 convs with constant weights run the
         GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels."""
-        if flat_packed and self.triple.startswith("x86_64"):
+        if flat_packed and self.x86:
             return min(max(1, self.conv_accumulators // 2), Cog)
         return min(4, Cog)
 
     def row_vectors(self, R: int, pairs: bool, flat_packed: bool = False) -> int:
         """U, vectors along the row per row-vector block (per row of a pair: a quarter of the budget, 3 of 3-6
         measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels)."""
-        if flat_packed and self.triple.startswith("x86_64"):
+        if flat_packed and self.x86:
             return 2
         if pairs:
             return max(1, self.conv_accumulators // 4)
@@ -160,7 +171,7 @@ class TargetForms:
     def packed_channels(Cog: int, R: int, V: int, pack_V: int) -> int:
         """Output channels per block of the packed weights (RP) of a channel-vector conv with R channels per
         block at V lanes: the R of a kernel at pack_V lanes, the same for every code variant, so all read one
-        copy (ops/conv_channels.py: a narrower block is a sub-block, a wider one reads each vector from its own
+        copy (ops/conv/channels.py: a narrower block is a sub-block, a wider one reads each vector from its own
         block, taps RP apart); R itself when a vector of this kernel would straddle two blocks."""
         lanes = pack_V
         while lanes > 1 and Cog < lanes:
@@ -177,9 +188,9 @@ class TargetForms:
 
 @dataclass(frozen=True)
 class ConvBlocking:
-    """Conv2D's register blocking (ops/conv.py), decided once from the facts of a float 1D/2D conv (rank 3
-    as one row, flat 1x1 convs as one row of H * W pixels); fluid/geometry.py's ConvGeometry prices the same
-    answers. by_lane, edges, row_pairs, lane_taps, packs_input: TargetForms' answers of those names."""
+    """The Conv kernel's register blocking (ops/conv/), decided once from the facts of a float 1D/2D conv (rank 3
+    as one row, flat 1x1 convs as one row of H * W pixels) by kernels/conv_plan.py plan_conv, for the kernel and the
+    cost model alike. by_lane, edges, row_pairs, lane_taps, packs_input: TargetForms' answers of those names."""
 
     kind: str
     """"depthwise_c": channels-last depthwise, vectors over channels x P pixels; "channels": R output channels

@@ -1,10 +1,55 @@
-"""Fused epilogues (passes/conv_epilogue.py, node.attrs["_epilogue"]): the residual add and the activation
-(Relu / Clip / LeakyRelu) applied to accumulators before they are stored."""
+"""Fused epilogues (passes/epilogues.py writes an `Epilogue` to node.attrs["_epilogue"]): the residual add and
+the activation (Relu / Clip / LeakyRelu) applied to accumulators before they are stored."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from llvmlite import ir
+
+from ..target.arch import arch_of
+
+EPILOGUE_ATTR = "_epilogue"
+"""The node attribute holding a fused Epilogue."""
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a kernel applies to its accumulators before it stores them: the residual input (the node's input 3)
+    added, then the activation."""
+
+    activation: str | None = None
+    """Float kernels (Conv, BatchNormalization, MatMul, Gemm): None, "relu", "clip" or "leaky_relu". QLinear
+    kernels: "relu_floor" (the requantized result at least params[0]) or "lut" (params: the result for every
+    int8 / uint8 value, index q - min)."""
+    params: tuple[float | int | None, ...] = ()
+    """clip: (min, max), either None for no bound; leaky_relu: (alpha,); relu_floor: (zero point,); lut: the
+    table; otherwise ()."""
+    residual: bool = False
+
+    @property
+    def alpha(self) -> float:
+        return self.params[0] if self.activation == "leaky_relu" else 0.0
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None]:
+        return (self.params[0], self.params[1]) if self.activation == "clip" else (None, None)
+
+    @property
+    def relu_floor(self) -> int | None:
+        return int(self.params[0]) if self.activation == "relu_floor" else None
+
+    @property
+    def lut(self) -> tuple[int, ...] | None:
+        return self.params if self.activation == "lut" else None
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def fused_epilogue(k) -> Epilogue:
+    """The Epilogue the fusion passes (passes/epilogues.py) gave kernel k's node; NO_EPILOGUE when none."""
+    return k.attr(EPILOGUE_ATTR) or NO_EPILOGUE
 
 
 def fill(ty, value: float):
@@ -16,30 +61,31 @@ def fill(ty, value: float):
 
 def activate(k, epi, value):
     """The epilogue's activation applied to a float scalar or vector (NaN passes through)."""
-    act = epi.get("activation") if epi else None
+    act = epi.activation if epi else None
     b = k.b
     if act == "relu":
         zero = fill(value.type, 0.0)
         return b.select(b.fcmp_ordered("<", value, zero), zero, value)
     if act == "leaky_relu":
         zero = fill(value.type, 0.0)
-        scaled = b.fmul(value, fill(value.type, float(epi.get("alpha", 0.01))))
+        scaled = b.fmul(value, fill(value.type, float(epi.alpha)))
         return b.select(b.fcmp_ordered("<", value, zero), scaled, value)
     if act == "clip":
-        if any(epi.get(side) is not None and math.isnan(float(epi[side])) for side in ("min", "max")):
+        low, high = epi.bounds
+        if any(side is not None and math.isnan(float(side)) for side in (low, high)):
             return fill(value.type, float("nan"))  # a NaN bound: NaN, as Clip computes it
-        # ARM float32: llvm.maximum/minimum are one NaN-propagating fmax/fmin (vmax/vmin) each, where the
-        # compare + select pair is two; x86 has no NaN-propagating max, so it keeps the select (so do
-        # other float types: double trips an LLVM assertion legalizing llvm.maximum for armv7)
+        # float32 where llvm.maximum/minimum are one NaN-propagating instruction (target/arch.py); elsewhere a
+        # compare + select (other float types too: double trips an LLVM assertion legalizing llvm.maximum for armv7)
         elem = value.type.element if isinstance(value.type, ir.VectorType) else value.type
-        arm = isinstance(elem, ir.FloatType) and str(getattr(k.module, "triple", "")).startswith(("aarch64", "arm"))
-        if epi.get("min") is not None:
-            lo = fill(value.type, float(epi["min"]))
-            value = (_intrinsic(k, "llvm.maximum", value, lo) if arm
+        triple = str(getattr(k.module, "triple", ""))
+        minmax = isinstance(elem, ir.FloatType) and bool(triple) and arch_of(triple).nan_propagating_minmax
+        if low is not None:
+            lo = fill(value.type, float(low))
+            value = (_intrinsic(k, "llvm.maximum", value, lo) if minmax
                      else b.select(b.fcmp_ordered("<", value, lo), lo, value))
-        if epi.get("max") is not None:
-            hi = fill(value.type, float(epi["max"]))
-            value = (_intrinsic(k, "llvm.minimum", value, hi) if arm
+        if high is not None:
+            hi = fill(value.type, float(high))
+            value = (_intrinsic(k, "llvm.minimum", value, hi) if minmax
                      else b.select(b.fcmp_ordered(">", value, hi), hi, value))
     return value
 

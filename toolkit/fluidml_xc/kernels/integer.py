@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from .epilogue import fused_epilogue
 from ..errors import InputError
 from .scalar import const
 from . import qgemm
@@ -44,8 +45,8 @@ def widen(k, dt, v):
 
 
 def requantize(k, acc, scales: list, y_zp, out_dt):
-    """round(acc * (s0 * s1 / s2) + y_zp) saturated to out_dt (and at least the node's `_relu_floor`,
-    passes/qlinear_relu.py); scales = [(dtype, value)] x3."""
+    """round(acc * (s0 * s1 / s2) + y_zp) saturated to out_dt (and at least the node's Epilogue relu_floor,
+    passes/epilogues.py); scales = [(dtype, value)] x3."""
     b = k.b
     (d0, s0), (d1, s1), (d2, s2) = scales
     sdt = np.dtype(d0)
@@ -58,11 +59,11 @@ def requantize(k, acc, scales: list, y_zp, out_dt):
         value = b.fadd(value, k.s.cast(y_zp[0], F64, y_zp[1]))
     value = k.s.intrinsic("llvm.roundeven", value)
     info = np.iinfo(out_dt)
-    floor = k.attr("_relu_floor")
+    floor = fused_epilogue(k).relu_floor
     value = k.s.min(F64, k.s.max(F64, value, const(F64, info.min if floor is None else max(info.min, floor))), const(F64, info.max))
     value = k.b.fptosi(value, ir.IntType(32))
-    if k.attr("_lut") is not None:  # a folded DequantizeLinear -> Relu -> QuantizeLinear (passes/qlinear_relu.py)
-        table = qgemm.lut_table(k, out_dt, k.attr("_lut"))
+    if fused_epilogue(k).lut is not None:  # a folded DequantizeLinear -> Relu -> QuantizeLinear (passes/epilogues.py)
+        table = qgemm.lut_table(k, out_dt, fused_epilogue(k).lut)
         return k.load_ptr(table, out_dt, qgemm.lut_index(k, value, int(info.min)))
     return k.s.cast(I32, out_dt, value)
 

@@ -7,6 +7,7 @@ from contextlib import nullcontext
 import numpy as np
 from llvmlite import ir
 
+from .epilogue import fused_epilogue
 from .kernel import chunk_count
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, conv_window, masked_load, multipliers, param_access, per_extent, single_value,
@@ -266,7 +267,7 @@ class _ConvGemm:
                     if extra is not None:
                         acc = b.add(acc, extra)
                     if quant is not None:
-                        acc = qgemm.requantize_vec(k, acc, mul_v, self.y_zero, out.dtype, k.attr("_relu_floor"))
+                        acc = qgemm.requantize_vec(k, acc, mul_v, self.y_zero, out.dtype, fused_epilogue(k).relu_floor)
                     qgemm.store_lanes(k, acc, out.ptr, b.add(row_at, k.index(v * L)), min(c, L), out.dtype)
         g0 = b.mul(g, k.index(self.mg))
         qgemm.blocks(k, self.mg, cfg.mr, lambda i, mr: block(b.add(g0, b.mul(i, k.index(cfg.mr))), mr))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from .epilogue import fused_epilogue
 from ..errors import InputError
 from .kernel import PARALLEL_MIN_WORK
 from . import qgemm
@@ -148,7 +149,7 @@ def _store_vec(k, out, acc, col, at, lanes: int, requant) -> None:
     if requant:
         mult, y_zero = requant
         acc = qgemm.requantize_vec(k, acc, k.vload(mult, np.float64, col, acc.type.count), y_zero, out.dtype,
-                                   k.attr("_relu_floor"))
+                                   fused_epilogue(k).relu_floor)
     qgemm.store_lanes(k, acc, out.ptr, at(), lanes, out.dtype)
 
 

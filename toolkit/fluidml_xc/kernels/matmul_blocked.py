@@ -58,7 +58,7 @@ class Problem:
     residual: Mat | None = None
     """Added after the bias, element for element of C: stored with C's strides, so read at C's own offsets."""
     relu: bool = False
-    """max(., 0) last (passes/matmul_bias.py fused a Relu)."""
+    """max(., 0) last (passes/epilogues.py fused a Relu)."""
 
     def transposed(self) -> "Problem":
         return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),

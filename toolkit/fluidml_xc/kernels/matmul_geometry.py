@@ -33,7 +33,7 @@ MATMUL_ORDERS = ("ikj", "ijk", "jki", "kij")
 jki: C columns stream over A columns (unit stride in i); kij: outer products."""
 """Kernels with loop orders say so in their OpSpec (`loop_orders`: "matmul" for these, "conv" for Conv's
 (kernels/conv_geometry.py CONV_ORDERS): "co>px" output-channel blocks outermost, "px>co" pixel rows (tiles when flat)
-outermost; ops/conv.py implements both for its channel-vector blocking)."""
+outermost; ops/conv/ implements both for its channel-vector blocking)."""
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 """Dtypes the register-blocked kernels (kernels/matmul_blocked.py) handle."""

@@ -25,6 +25,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from .epilogue import fused_epilogue
 from ..errors import InputError
 from ..target.arch import arch_of
 from .kernel import PARALLEL_MIN_WORK, chunk_count, row_major_strides
@@ -246,8 +247,8 @@ def requantize_vec(k, acc, mult, y_zero, out_dtype, floor: int | None = None):
     value = b.select(b.fcmp_ordered("<", value, lo), lo, value)
     value = b.select(b.fcmp_ordered(">", value, hi), hi, value)
     value = b.fptosi(value, ir.VectorType(I32, L))
-    lut = k.attr("_lut")
-    if lut is not None:  # a folded DequantizeLinear -> Relu -> QuantizeLinear (passes/qlinear_relu.py)
+    lut = fused_epilogue(k).lut
+    if lut is not None:  # a folded DequantizeLinear -> Relu -> QuantizeLinear (passes/epilogues.py)
         table = lut_table(k, out_dtype, lut)
         mapped = ir.Constant(ir.VectorType(I32, L), None)
         for lane in range(L):
@@ -259,7 +260,7 @@ def requantize_vec(k, acc, mult, y_zero, out_dtype, floor: int | None = None):
 
 
 def lut_table(k, out_dtype, lut):
-    """The node's `_lut` (256 values, index q - min) as a constant array, one per kernel."""
+    """The node's Epilogue table (256 values, index q - min) as a constant array, one per kernel."""
     cached = getattr(k, "_qgemm_lut", None)
     if cached is None:
         with k.b.goto_entry_block():

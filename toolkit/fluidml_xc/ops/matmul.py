@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..kernels.epilogue import fused_epilogue
 from ..kernels.matmul_geometry import BLOCKED_DTYPES, MATMUL_ORDERS, blocked_kind, default_order, domain_order
 from ..kernels.kernel import Access, Operand, row_major_strides
 from ..kernels.scalar import const, llvm_type
@@ -113,7 +114,7 @@ def _finish_pass(k, out: Operand, residual: Operand | None, relu: bool) -> None:
 
 
 def _bias_mat(bias: Operand | None) -> Mat | None:
-    """The epilogue's view of a MatMul bias (passes/matmul_bias.py): N or 1 constant elements along the last dim."""
+    """The epilogue's view of a MatMul bias (passes/epilogues.py): N or 1 constant elements along the last dim."""
     if bias is None:
         return None
     return Mat(lambda op=bias: op.ptr, (), 0, 1 if bias.size > 1 else 0)
@@ -121,7 +122,7 @@ def _bias_mat(bias: Operand | None) -> Mat | None:
 
 @register("MatMul", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
 def lower_matmul(k):
-    """C = A @ B, plus what passes/matmul_bias.py fused: input 2 a constant bias along the last dim (or ""),
+    """C = A @ B, plus what passes/epilogues.py fused: input 2 a constant bias along the last dim (or ""),
     input 3 a residual activation of C's shape."""
     a, b = k.inputs[0], k.inputs[1]
     out = k.outputs[0]
@@ -150,7 +151,7 @@ def lower_matmul(k):
     c_acc = out.access(out_dims, ndom)
     bias = k.inputs[2] if len(k.inputs) > 2 and k.inputs[2] is not None else None
     residual = k.inputs[3] if len(k.inputs) > 3 and k.inputs[3] is not None else None
-    relu = k.attr("_activation") == "Relu"
+    relu = fused_epilogue(k).activation == "relu"
     if kind is not None:
         # the residual rides in the epilogue when stored like C (same shape and strides); else one pass after
         in_epilogue = residual is not None and residual.shape == out.shape and residual.strides == out.strides
@@ -172,7 +173,7 @@ def lower_matmul(k):
         b = repacked(k, b, False, column_major=order == "ijk")
         b_op = b
     c_init = out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)
-    if bias is not None or residual is not None:  # C starts as bias + residual (passes/matmul_bias.py: operands >= 2-D)
+    if bias is not None or residual is not None:  # C starts as bias + residual (passes/epilogues.py: operands >= 2-D)
         starts = [op.broadcast_access((*batch, m, n)) for op in (bias, residual) if op is not None]
         k.generic((*batch, m, n), [c_init], starts, lambda v, i: [v[0] if len(v) == 1 else k.s.add(dt, v[0], v[1])])
     else:
@@ -191,7 +192,7 @@ def lower_gemm(k):
     dt = out.dtype
     alpha, beta = float(k.attr("alpha", 1.0)), float(k.attr("beta", 1.0))
     trans_a, trans_b = int(k.attr("transA", 0)), int(k.attr("transB", 0))
-    relu = k.attr("_activation") == "Relu"
+    relu = fused_epilogue(k).activation == "relu"
     a_mk = (a.strides[1], a.strides[0]) if trans_a else (a.strides[0], a.strides[1])
     b_kn = (b.strides[1], b.strides[0]) if trans_b else (b.strides[0], b.strides[1])
     m, kk = (a.shape[1], a.shape[0]) if trans_a else a.shape

@@ -2,7 +2,7 @@
 MeanVarianceNormalization.
 
 BatchNormalization with constant statistics folds to y = x * a[c] + b[c] with a, b computed at
-build time; a following activation fused by passes/conv_epilogue.py (node.attrs["_epilogue"]) is
+build time; a following activation fused by passes/epilogues.py (node.attrs["_epilogue"]) is
 applied before the store. The others loop over the kept dims and run their passes (mean, variance, scale) over the
 normalized dims through the operands' strides.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.epilogue import fused_epilogue
 from ..kernels import qgemm
 from ..kernels.integer import F64, opt_input, param_access, requantize, scalar_or_indexed
 from ..kernels.integer_conv import conv_direct
@@ -76,5 +77,5 @@ def lower_qlinear_conv(k):
         yz = None
         if y_zp is not None:
             yz = k.splat(k.s.cast(y_zp.dtype, F64, k.load(param_access(k, y_zp, "y_zero_point", 1, None, None), zero)), lanes)
-        return qgemm.requantize_vec(k, acc, k.splat(mult, lanes), yz, out.dtype, k.attr("_relu_floor"))
+        return qgemm.requantize_vec(k, acc, k.splat(mult, lanes), yz, out.dtype, fused_epilogue(k).relu_floor)
     conv_direct(k, x, w, x_zp, w_zp, bias, epilogue, vec_epilogue)

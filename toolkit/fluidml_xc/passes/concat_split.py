@@ -10,7 +10,7 @@ per channel and a group-1 Conv is linear in its input channels, so
 
 with the per-channel constants sliced (the bias stays with A's Conv). Each part's normalized copy
 is only as big as the part, and the parts run one after the other; the Add becomes the second
-Conv's residual epilogue (passes/conv_epilogue.py). Applied only when the Concat has exactly two
+Conv's residual epilogue (passes/epilogues.py). Applied only when the Concat has exactly two
 inputs on axis 1, its output also feeds something else (so it stays live anyway), each op of the
 chain has a single consumer, and the layer would otherwise need more bytes at its Conv (the Concat
 output, its normalized copy and the Conv output) than the graph's order-independent op bound

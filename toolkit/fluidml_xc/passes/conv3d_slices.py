@@ -3,7 +3,7 @@
 Output depth plane od reads the input planes id = od * s - pad + t * dil for the kernel taps t that land
 inside the input. Those planes, sliced out as [N, C, taps, H, W] and viewed as [N, C * taps, H, W],
 convolve with the weights of the same taps viewed as [Cout, Cin/g * taps, kh, kw] (channel c, tap t at
-c * taps + t on both sides, so groups stay contiguous): a 2-D Conv for the blocked kernel (ops/conv.py)
+c * taps + t on both sides, so groups stay contiguous): a 2-D Conv for the blocked kernel (ops/conv/)
 instead of the generic N-D nest. The planes are reshaped to [N, Cout, 1, Ho, Wo] and concatenated along
 depth. Rewritten for float32 with constant weights (and bias), pads given or from auto_pad. The Slices
 are in the input form (Slice-10 on, with a step for a dilated depth) whatever the model's opset: the

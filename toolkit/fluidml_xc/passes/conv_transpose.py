@@ -13,7 +13,7 @@ Col2Im (memory-bound).
 
 Rewritten when W is a float32 constant, 1 to 3 spatial dims, pads >= 0 and every output_padding is
 below its stride (then Col2Im's block count equals the input's extent); the node otherwise keeps the
-direct scatter lowering (ops/conv_transpose.py). Col2Im is emitted in the "fluidml" domain, so the rewrite
+direct scatter lowering (ops/conv/transpose.py). Col2Im is emitted in the "fluidml" domain, so the rewrite
 works at any opset.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.kernel import Operand, row_major_strides
+from ...kernels.kernel import Operand, row_major_strides
 
 
 def _padded_taps(out_len: int, taps: int, stride: int, dil: int, pad: int, size: int) -> np.ndarray:

@@ -1,10 +1,10 @@
 """ConvTranspose, in scatter form over a generic nest with per-position tap ranges from build-time tables."""
 from __future__ import annotations
 
-from ..kernels.conv_geometry import auto_pad_mode, tap_tables
-from ..kernels.loops import element, nest, offset, table_nest
-from ..kernels.scalar import const
-from ..opspec import register
+from ...kernels.conv_geometry import auto_pad_mode, tap_tables
+from ...kernels.loops import element, nest, offset, table_nest
+from ...kernels.scalar import const
+from ...opspec import register
 
 
 @register("ConvTranspose", heavy=True)

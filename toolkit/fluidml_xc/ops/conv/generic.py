@@ -1,10 +1,10 @@
 """Conv of any rank (and integer Conv): a generic nest with per-position tap ranges from build-time tables."""
 from __future__ import annotations
 
-from ..kernels.conv_geometry import tap_tables
-from ..kernels.epilogue import epilogue
-from ..kernels.loops import element, nest, offset, table_nest
-from ..kernels.scalar import const, llvm_type
+from ...kernels.conv_geometry import tap_tables
+from ...kernels.epilogue import epilogue
+from ...kernels.loops import element, nest, offset, table_nest
+from ...kernels.scalar import const, llvm_type
 
 
 def conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi=None, residual=None):

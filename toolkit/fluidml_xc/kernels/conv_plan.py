@@ -1,0 +1,251 @@
+"""ConvPlan: every fact the float 1D/2D Conv kernel (ops/conv/) reads, decided by one function, `plan_conv`, which
+the optimizer's cost model (fluid/geometry.py) calls too. Pure: shapes, strides and target forms in, no LLVM.
+
+`conv_shape` views a 1D/2D conv as the 2-D kernel runs it (rank 3 as one row, k x 1 kernels along the row, flat 1x1
+convs as one row of H * W pixels); `plan_conv` adds the register blocking (ConvBlocking), the loop order, the
+interior (padding-free) ranges, the unroll choices and the epilogue. Extents and loop-versus-unroll choices are
+explicit fields so that run-time extents can replace them field by field."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import compute_dtype
+from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, tap_range
+from .epilogue import Epilogue
+
+UNROLL_TAPS = 49
+"""Kernel windows up to this many taps (7x7) run with their tap rows unrolled."""
+UNROLL_KW = 16
+"""Kernel rows up to this many taps run their taps unrolled."""
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """A float 1D/2D conv as the 2-D kernel sees it: (N, C, H, W) input, (OC, Cin/G, KH, KW) weights, (N, OC, OH,
+    OW) output; strides of input, output, weights and residual in elements, each as 4 (rank 3: a 0 row stride)."""
+
+    N: int
+    C: int
+    H: int
+    W: int
+    OC: int
+    OH: int
+    OW: int
+    KH: int
+    KW: int
+    G: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    ph: int
+    pw: int
+    xs: tuple[int, ...]
+    os: tuple[int, ...]
+    ws: tuple[int, ...]
+    rs: tuple[int, ...] | None
+    """The fused residual input's strides, viewed like the output; None without one."""
+    flat: bool
+    """A 1x1 stride-1 unpadded conv over rows without gaps, run as one row of H * W pixels."""
+
+    @property
+    def Cig(self) -> int:
+        return self.C // self.G
+
+    @property
+    def Cog(self) -> int:
+        return self.OC // self.G
+
+    @property
+    def unpadded(self) -> bool:
+        """No begin pads and every output pixel reads an input pixel (end pads may only cut the input short)."""
+        return self.ph == 0 and self.pw == 0 and (self.OH - 1) * self.sh < self.H and (self.OW - 1) * self.sw < self.W
+
+
+def _as_2d(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of a rank-3 (1D conv) operand viewed as rank 4 with a unit row."""
+    if len(shape) == 4:
+        return tuple(shape), tuple(strides)
+    return (*shape[:2], 1, shape[2]), (*strides[:2], 0, strides[2])
+
+
+def _row(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A k x 1 view (H rows of one column) as one row of H columns."""
+    return (*shape[:2], 1, shape[2]), (strides[0], strides[1], 0, strides[2])
+
+
+def conv_shape(x: tuple, out: tuple, w: tuple, residual: tuple | None, strides, dils, pads, groups: int,
+               kx1_along_row: bool = True) -> ConvShape:
+    """x, out, w, residual: (shape, element strides) of rank 3 or 4; strides, dils, pads: per spatial dim (begin pads).
+    kx1_along_row: a 1-D conv written as 2-D with a k x 1 kernel runs along the row, where the kernel blocks pixels,
+    instead of down a column of one-pixel rows (the kernel does; the cost model still prices the column)."""
+    (N, C, H, W), xs = _as_2d(*x)
+    oshape, os_ = _as_2d(*out)
+    wshape, ws = _as_2d(*w)
+    rs = _as_2d(*residual)[1] if residual is not None else None
+    strides, dils, pads = list(strides), list(dils), list(pads)
+    if len(x[0]) == 3:
+        strides, dils, pads = [1, *strides], [1, *dils], [0, *pads]
+    if kx1_along_row and W == 1 and oshape[3] == 1 and wshape[3] == 1 and pads[1] == 0 and H > 1:
+        ((N, C, H, W), xs), (oshape, os_), (wshape, ws) = _row((N, C, H), xs), _row(oshape[:3], os_), _row(wshape[:3], ws)
+        rs = None if rs is None else (rs[0], rs[1], 0, rs[2])
+        strides, dils, pads = [1, strides[0]], [1, dils[0]], [0, pads[0]]
+    flat = (wshape[2:] == (1, 1) and strides == [1, 1] and pads == [0, 0] and oshape[2:] == (H, W)
+            and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (rs is None or rs[2] == W * rs[3]))
+    if flat:
+        (H, W), xs = (1, H * W), (xs[0], xs[1], 0, xs[3])
+        oshape, os_ = (oshape[0], oshape[1], 1, H * W), (os_[0], os_[1], 0, os_[3])
+        if rs is not None:
+            rs = (rs[0], rs[1], 0, rs[3])
+    return ConvShape(N, C, H, W, oshape[1], oshape[2], oshape[3], wshape[2], wshape[3], groups, strides[0], strides[1],
+                     dils[0], dils[1], pads[0], pads[1], tuple(xs), tuple(os_), tuple(ws), rs, flat)
+
+
+def inside(n_out: int, stride: int, dil: int, pad: int, taps: int, size: int, margin: int) -> tuple[int, int]:
+    """[lo, hi) of the output positions whose windows lie entirely inside the input (margin: extra elements a wide
+    strided load reads past the last tap); (0, 0) when none does."""
+    full = [o for o in range(n_out) if tap_range(o, stride, dil, pad, taps, size) == (0, taps)
+            and o * stride + (taps - 1) * dil - pad + margin <= size - 1]
+    return (full[0], full[-1] + 1) if full else (0, 0)
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """The float Conv kernel's plan: shape, register blocking and every derived fact its emitters read."""
+
+    shape: ConvShape
+    blocking: ConvBlocking
+    dtype: str
+    """Element type of input, weights and output (numpy name)."""
+    V: int
+    """Vector lanes of this code variant."""
+    RP: int
+    """Output channels per block of the packed weights (TargetForms.packed_channels; R for non-channel kinds)."""
+    NB: int
+    """Channel blocks of R per group."""
+    NBP: int
+    """Blocks of RP channels per group in the packed weights."""
+    blocks_outer: bool
+    """Channel blocks outermost (loop order "co>px"): the optimizer's order, else the blocking's default."""
+    wide: bool
+    """Strided rows read with one wide load + shuffle (unit element stride, stride 2-4)."""
+    margin: int
+    """Elements a wide load reads past a window's last tap."""
+    unroll_taps: bool
+    """Tap rows unrolled (KH * KW <= UNROLL_TAPS); else a loop."""
+    unroll_kw: bool
+    """Taps of a row unrolled (KW <= UNROLL_KW); else a loop."""
+    rows_inside: tuple[int, int]
+    """Output rows whose windows lie inside the input."""
+    cols_inside: tuple[int, int]
+    """Output columns whose windows, and wide loads, lie inside the input (row vectors)."""
+    taps_inside: tuple[int, int]
+    """Output columns whose windows lie inside the input (channel vectors, depthwise)."""
+    col_blocks: tuple[int, int]
+    """(lo, tiles) of a row of pixel blocks: fixed blocks over [0, lo), `tiles` interior tiles of P from lo."""
+    px_tiles: int
+    """Interior tiles of a flat row: the units a pixel-tile split divides (none under packs_input)."""
+    edge_span: tuple[int, int] | None
+    """(V, OW - V) when a row's first and last V columns run as edge blocks (blocking.edges), else None."""
+    edge_columns: tuple[int, ...]
+    """First columns of the shifted edge vectors of a row of edge blocks (partly outside the input)."""
+    carry_rows: bool
+    """Row pairs carry the shifted edge vectors of their last KH - 1 input rows to the next pair in registers."""
+    bias_run: int
+    """Floats per channel in the row pairs' splatted bias table (0: accumulators start from a register)."""
+    fresh_broadcasts: bool
+    """Channel vectors broadcast each tap's input values afresh (x86's 16 ymm: shared ones spill)."""
+    settle_rows: bool
+    """Channels-last depthwise float32 blocks finish a kernel row before the next one's loads (armv7)."""
+    dw_units: int
+    """Channel units of the channels-last depthwise kernel (full units of dw_vec vectors, plus one for the rest)."""
+    groups_tiled: int
+    """Groups as separate parallel tiles (1: the channels-last depthwise kernel does every group in one pass)."""
+    epilogue: Epilogue | None
+    form: str
+    """The loop nest (a key of ops/conv/conv2d.py WHOLE or PER_IMAGE): "packed", "depthwise_c", "pointwise_tiles",
+    "[flat ]channels co>px", "[flat ]channels px>co", "rows flat" or "rows"."""
+
+
+def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
+    if b.packs_input or b.kind == "depthwise_c":
+        return "packed" if b.packs_input else b.kind
+    if b.kind == "channels":
+        if b.pointwise_tiles:
+            return "pointwise_tiles"
+        return ("flat " if flat else "") + ("channels co>px" if blocks_outer else "channels px>co")
+    return "rows flat" if flat else "rows"
+
+
+def _col_blocks(s: ConvShape, b: ConvBlocking) -> tuple[int, int]:
+    lo, hi = inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0)
+    hi = max(hi, lo)
+    if b.P == 0 or s.OW <= 4 * b.P or hi - lo < b.P:
+        return s.OW, 0
+    if b.kind == "channels":
+        lo = min(-(-lo // b.P) * b.P, hi)
+    return lo, (hi - lo) // b.P
+
+
+def _edges(s: ConvShape, b: ConvBlocking, V: int, cols: tuple[int, int]) -> tuple[tuple[int, int] | None, tuple[int, ...]]:
+    lo, hi = cols
+    span = None if not b.edges or s.OW < 2 * V or lo > V or hi < s.OW - V else (V, s.OW - V)
+    edge = [kw * s.dw - s.pw for kw in range(s.KW)] + [s.OW - V - s.pw + kw * s.dw for kw in range(s.KW)]
+    return span, tuple(sorted({c for c in edge if c < 0 or c + V > s.W}))
+
+
+def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: int | None = None, w_const: bool,
+              finite: bool, bias_const: bool = False, order: str | None = None,
+              epilogue: Epilogue | None = None) -> ConvPlan:
+    """The plan of conv `s` on `forms` at V lanes (pack_V: the widest code variant's lanes, which the packed weights
+    follow); finite: every constant weight is finite; bias_const: the bias is a build-time constant; order: the
+    optimizer's loop order (CONV_ORDERS), else the blocking's default."""
+    itemsize = np.dtype(dtype).itemsize
+    b = ConvBlocking.choose(forms, N=s.N, C=s.C, H=s.H, W=s.W, OC=s.OC, OH=s.OH, OW=s.OW, KH=s.KH, KW=s.KW, G=s.G,
+                            sh=s.sh, sw=s.sw, dh=s.dh, xs=s.xs, os=s.os, flat=s.flat, w_const=w_const, finite=finite,
+                            itemsize=itemsize, V=V, unpadded=s.unpadded)
+    channels = b.kind == "channels"
+    rp = forms.packed_channels(s.Cog, b.R, V, pack_V or V) if channels else b.R
+    wide = s.xs[3] == 1 and 1 < s.sw <= 4
+    margin = s.sw - 1 if wide else 0
+    cols = inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, margin)
+    col_blocks = _col_blocks(s, b)
+    span, edge_columns = _edges(s, b, V, cols)
+    if b.packs_input or b.kind == "depthwise_c":
+        px_tiles = 0
+    elif channels:
+        px_tiles = col_blocks[1]
+    else:
+        px_tiles = (max(cols[1], cols[0]) - cols[0]) // (b.U * V)
+    unit = b.dw_vec * V
+    blocks_outer = (order if order in CONV_ORDERS else b.default_order) == "co>px"
+    return ConvPlan(
+        s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
+        s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0), cols,
+        inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0), col_blocks, px_tiles, span, edge_columns,
+        b.row_pairs and b.lane_taps and s.Cig == 1 and span is not None and 0 < (s.KH - 1) * len(edge_columns) <= 4,
+        V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
+        channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
+        s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
+        _form(b, s.flat, blocks_outer))
+
+
+def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:
+    """The constant weights as the kernel reads them: channels-last depthwise [kh][kw][G rounded up to vectors],
+    else [G][block][Cin/G][kh][kw][RP] with the last block zero-filled; lane taps append V spare zeros."""
+    s = plan.shape
+    if plan.blocking.kind == "depthwise_c":
+        gp = -(-s.G // plan.V) * plan.V
+        packed = np.zeros((s.KH, s.KW, gp), value.dtype)
+        packed[:, :, :s.G] = value.reshape(s.G, s.KH, s.KW).transpose(1, 2, 0)
+    else:
+        wv = value.reshape(s.G, s.Cog, s.Cig, s.KH, s.KW)
+        pad = plan.NBP * plan.RP - s.Cog
+        if pad:
+            wv = np.concatenate([wv, np.zeros((s.G, pad, s.Cig, s.KH, s.KW), wv.dtype)], axis=1)
+        packed = np.ascontiguousarray(wv.reshape(s.G, plan.NBP, plan.RP, s.Cig, s.KH, s.KW).transpose(0, 1, 3, 4, 5, 2))
+    if plan.blocking.lane_taps:
+        packed = np.concatenate([packed.ravel(), np.zeros(plan.V, packed.dtype)])
+    return packed

@@ -1,0 +1,168 @@
+"""Conv2D's channel-vector blocks (conv2d.py): R = 1-2 vectors of output channels x P pixels, each input
+value broadcast once and feeding R multiply-adds; border columns share blocks with interior ones."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...kernels.conv_geometry import pixel_groups
+from ...kernels.conv_plan import ConvPlan
+from ...kernels.epilogue import epilogue
+from ...kernels.loops import element, offset
+from ...kernels.scalar import llvm_type
+from ...kernels.vectors import load_lanes, mac, store_lanes
+from .walk import ConvKernel
+
+
+class ChannelVectors:
+    """Channel-vector blocks of one conv: reads only the ConvKernel (walk.py) and its ConvPlan."""
+
+    def __init__(self, kernel: ConvKernel, plan: ConvPlan):
+        self.c, self.p, self.k = kernel, plan, kernel.k
+        self.s, self.bl = plan.shape, plan.blocking
+
+    def weight_bases(self, g, cb, nv: int) -> list:
+        """Per vector of channel block cb (self.bl.R channels) of group g: the offset of its first tap in the packed
+        weights, [G][block][Cin/G][kh][kw][RP]; a block narrower than RP is a sub-block of one packed block, a
+        wider one takes each vector from its own."""
+        k, V, R, RP = self.k, self.p.V, self.bl.R, self.p.RP
+        block = self.s.Cig * self.s.KH * self.s.KW * RP
+        group = (g, self.p.NBP * block)
+        if R >= RP:
+            return [offset(k, (v * V // RP) * block + v * V % RP, group, (cb, R // RP * block)) for v in range(nv)]
+        ratio = RP // R
+        hi, lo = divmod(cb, ratio) if isinstance(cb, int) else (k.b.udiv(cb, k.index(ratio)), k.b.urem(cb, k.index(ratio)))
+        return [offset(k, v * V, group, (hi, block), (lo, R)) for v in range(nv)]
+
+    def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
+        """Channels [cb*R, cb*R + R) (R valid of self.bl.R, in vectors) x pixels (their kw ranges) of row oh from column ow.
+
+        spots: per pixel its constant (oh, ow) offset from (oh, ow) instead of (0, p) (1x1 tiles across rows)."""
+        k, b, dt, V = self.k, self.k.b, self.p.dtype, self.p.V
+        nv, npix = self.bl.R // V, len(pixels)
+        vt = ir.VectorType(llvm_type(dt), V)
+        slots = []
+        for v in range(nv):
+            init = ir.Constant(vt, [0.0] * V)
+            if self.c.bias is not None:
+                bs = self.c.bias.strides[0]
+                for lane in range(min(V, R - v * V)):
+                    c = offset(k, (v * V + lane) * bs, (g, self.s.Cog * bs), (cb, self.bl.R * bs))
+                    init = b.insert_element(init, b.load(element(k, self.c.bias.ptr, c)), ir.Constant(ir.IntType(32), lane))
+            slots.append([k.local(vt, init) for _ in range(npix)])
+        xs = self.s.xs
+        per_ci = self.s.KH * self.s.KW * self.p.RP
+        wbases = self.weight_bases(g, cb, nv)
+        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
+        fresh = self.p.fresh_broadcasts and kw_hi - kw_lo > 1 and npix > 1
+
+        def row_taps(ci, kh):
+            ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
+            row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (g, self.s.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
+            if self.c.xpack is not None:  # pack_input's [block][channel][pixel]: the block at column ow starts at ow * C
+                row = offset(k, -self.c.pack_origin * self.s.C, (n, self.s.C * self.c.pack_width), (ow, self.s.C), (g, self.s.Cig * npix), (ci, npix))
+            wrow = offset(k, 0, (ci, per_ci), (kh, self.s.KW * self.p.RP))
+
+            def tap(kw):
+                wtap = offset(k, 0, (wrow, 1), (kw, self.p.RP))
+                wv = [load_lanes(k, self.c.packed, offset(k, 0, (wbases[v], 1), (wtap, 1)), V, 1, False) for v in range(nv)]
+                xbase = offset(k, 0, (row, 1), (kw, self.s.dw * xs[3]))
+                src = self.c.xp if self.c.xpack is None else self.c.xpack
+                xptr, xbase = (self.c.opaque(element(k, src, xbase)), 0) if fresh else (src, xbase)
+                for p, (plo, phi) in enumerate(pixels):
+                    if isinstance(kw, int) and not plo <= kw < phi:
+                        continue
+                    if self.c.xpack is not None:
+                        xp_off = p
+                    elif spots is None:
+                        xp_off = p * self.s.sw * xs[3]
+                    else:
+                        xp_off = spots[p][0] * self.s.sh * xs[2] + spots[p][1] * self.s.sw * xs[3]
+                    xv = k.splat(b.load(element(k, xptr, offset(k, xp_off, (xbase, 1)))), V)
+                    for v in range(nv):
+                        b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
+            self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
+
+        self.c.each((0, self.s.Cig), lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps), False)
+        os_ = self.s.os
+        for v in range(nv):
+            valid = min(V, R - v * V)
+            for p in range(npix):
+                dy, dx = (0, p) if spots is None else spots[p]
+                off = offset(k, v * V * os_[1] + dy * os_[2] + dx * os_[3], (n, os_[0]), (g, self.s.Cog * os_[1]), (cb, self.bl.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                value = b.load(slots[v][p])
+                roff = rs = rp = None
+                if self.c.res is not None:
+                    rs, rp = self.c.res
+                    roff = offset(k, v * V * rs[1] + dy * rs[2] + dx * rs[3], (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                if valid == V:
+                    residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
+                    store_lanes(k, self.c.op, off, epilogue(k, self.p.epilogue, value, residual), V, os_[1])
+                else:
+                    for lane in range(valid):
+                        x = b.extract_element(value, ir.Constant(ir.IntType(32), lane))
+                        residual = None if rp is None else (lambda lane=lane: b.load(element(k, rp, offset(k, lane * rs[1], (roff, 1)))))
+                        b.store(epilogue(k, self.p.epilogue, x, residual), element(k, self.c.op, offset(k, lane * os_[1], (off, 1))))
+
+    def pack_input(self, runs, chunk: int = 8):
+        """Copy the (flat) input's pixel blocks `runs` (one group of pixel_groups) into the stack buffer as
+        [n][block][channel][pixels of the block]: with c0 the group's first column and w its width, the block
+        at column c of image n starts at n * C * w + (c - c0) * C. `chunk` channels at a time, each block's
+        run of them in turn: reads stream through the channel planes and writes go to a few runs (one per
+        block for every channel would thrash L1's sets: runs 4 KiB apart)."""
+        k, b, xs = self.k, self.k.b, self.s.xs
+        origin = runs[0][0]
+        width = runs[-1][0] + runs[-1][1] * runs[-1][2] - origin
+        self.c.pack_origin, self.c.pack_width = origin, width
+
+        def channels(n, c_lo, count):
+            for c0, size, blocks in runs:
+                def block(t):
+                    col = offset(k, c0, (t, size))
+
+                    def one(j):
+                        c = offset(k, 0, (c_lo, 1), (j, 1))
+                        src = offset(k, 0, (n, xs[0]), (c, xs[1]), (col, xs[3]))
+                        dst = offset(k, -origin * self.s.C, (n, self.s.C * width), (col, self.s.C), (c, size))
+                        for p in range(size):
+                            b.store(b.load(element(k, self.c.xp, offset(k, p * xs[3], (src, 1)))), element(k, self.c.xpack, offset(k, p, (dst, 1))))
+                    self.c.span(0, count, one)
+                self.c.span(0, blocks, block)
+
+        def image(n):
+            full = self.s.C // chunk
+            self.c.span(0, full, lambda q: channels(n, offset(k, 0, (q, chunk)), chunk))
+            if self.s.C % chunk:
+                channels(n, full * chunk, self.s.C % chunk)
+        self.c.span(0, self.s.N, image)
+
+    def emit_packed(self):
+        """packs_input: one group packed before the parallel region (once per call, into this call's stack), then
+        the usual tiles; or the groups as the parallel tiles, each packing its own pixels, its channel blocks
+        in the order's loop nest."""
+        k = self.k
+        groups = pixel_groups(self.s.W, self.bl.P, self.bl.pack_groups)
+        width = max(g[-1][0] + g[-1][1] * g[-1][2] - g[0][0] for g in groups)
+        with k.b.goto_entry_block():
+            self.c.xpack = k.b.alloca(llvm_type(self.p.dtype), size=ir.Constant(ir.IntType(32), self.s.N * self.s.C * width))
+
+        def per_image(n, g):
+            if self.p.blocks_outer:
+                self.c.channel_blocks(lambda cb, R: self.c.pixel_blocks(0, (0, 1), lambda ow, pixels: self.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
+            else:
+                self.c.pixel_blocks(0, (0, 1), lambda ow, pixels: self.c.channel_blocks(lambda cb, R: self.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
+
+        def run(group):
+            self.c.px_runs = group
+            self.pack_input(group)
+        if len(groups) == 1:
+            run(groups[0])
+            if not self.c.emit_tiled(per_image):
+                self.c.span(0, self.s.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
+            return
+        split = self.c.split()
+        with k.parallel_tiles([len(groups)], split[0] if split else 0.0) as (gi,):
+            for i, group in enumerate(groups):
+                with k.b.if_then(k.b.icmp_signed("==", gi, k.index(i))):
+                    run(group)
+                    self.c.span(0, self.s.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
+

@@ -1,0 +1,208 @@
+"""Conv and ConvTranspose.
+
+1D and 2D float Conv use direct kernels (1D is 2D with one row); weights are repacked at build time
+into [group][channel block][Cin/group][kh][kw][R] so one block's taps are contiguous (channel vectors: blocks of
+RP channels, the same for every code variant of a build, read as sub-blocks or one block per vector). Two register
+blockings, both accumulating in registers over every input channel and tap:
+
+- channel vectors (constant weights, at least one vector of output channels): R = 1-2 vectors of
+  output channels x P pixels; each input value is broadcast once and feeds R multiply-adds. Used for
+  every non-depthwise conv except 1x1 stride-1 convs over wide images. On x86 each tap broadcasts its own
+  input values (16 ymm: shared across taps they spill); border columns share a block with interior ones.
+- row vectors: R (<= 4; 6 x 2 vectors for flat 1x1 convs on x86) output channels x U vectors along the output row (strided rows read with one
+  load + shuffle); each input vector feeds R multiply-adds. Used for depthwise convs (R = 1, U = 4),
+  runtime weights, and 1x1 stride-1 convs, which run as a matmul over the flattened image with pixel
+  tiles outermost so a tile of input stays in cache across the channel blocks.
+
+- depthwise channels-last (constant weights, input and output storing channels innermost, at least
+  one vector of channels, as --opt fluid's NHWC layout gives): vectors over channels x P = 8 pixels
+  (aarch64: 2 adjacent vectors x 6 pixels, one st1 of both per pixel), weights repacked to [kh][kw][G
+  rounded up to vectors]; the last G % V channels run one by one. (Row vectors would gather along a
+  strided row; channel vectors also replace them for flat 1x1 convs whose pixels are strided.)
+
+ARM forms (docs/ARM_KERNELS.md; TargetForms and ConvBlocking in kernels/conv_geometry.py, through plan_conv, which fluid/costs.py calls too):
+float32 multiply-adds are llvm.fma on armv7 (vfma.f32); armv7 depthwise rows take each tap as a lane of the channel's weight
+vectors (vmla.f32 q, q, d[x]); armv7 channels-last depthwise blocks finish one kernel row before the
+next one's loads; aarch64 row vectors at stride 1 run a row's first and last vector with zeros
+shifted in for the padding, and depthwise rows run in pairs sharing their input rows, taps as lanes
+of weight vectors, accumulators starting from a loaded bias vector, the shifted edge vectors of the input
+rows two pairs share carried from one to the next, each row's vectors stored by one st1.
+
+Loop order: k.loop_order from the optimizer ("co>px" channel blocks outermost, "px>co"
+pixel rows / tiles outermost, chosen under the operands' layouts by fluid/costs.py), else channel
+blocks outermost unless re-reading all weights once per output row (pixel tile when flat) moves
+fewer bytes than re-reading the input once per channel block. Flat 1x1 convs use
+channel vectors below FLAT_ROW_MIN_PIXELS pixels; unpadded 1x1 convs with tiny outputs (e.g. 7x7
+after a stride-2 1x1) tile pixels across row ends so narrow rows leave no ragged tiles. Flat 1x1 channel-vector
+convs over small NCHW images (TargetForms.packs_input: ResNet's 14x14 and 7x7 stages) first pack their input on
+the stack into [pixel block][channel][the block's pixels], so each block's broadcasts read one contiguous run
+instead of a few bytes of every channel plane; an input over the stack budget is packed in groups of pixel
+blocks, each group a parallel tile that packs its own pixels.
+
+Fused epilogue (passes/epilogues.py, an Epilogue in node.attrs["_epilogue"]): every store path (both
+blockings, vector and scalar, and the generic nest) adds the residual input (input 3, read through
+its own strides) and applies Relu / Clip / LeakyRelu to the accumulators before they are stored.
+
+Padding never reaches the hot loop: output rows and columns whose windows lie inside the input are
+found at build time and run with constant, unrolled tap ranges; border rows and columns take their
+tap ranges from build-time constants or tables. Other ranks and ConvTranspose use a generic nest with
+per-position tap ranges from build-time tables.
+
+Here: lower_conv, which views the conv as 2-D (kernels/conv_plan.py conv_shape), plans it (plan_conv: every fact the
+emitters read) and emits it through the emitter of its form (WHOLE, PER_IMAGE). The emitters take (ConvKernel, ConvPlan) by
+composition: rows.py (row vectors), channels.py (channel vectors), depthwise.py (channels-last depthwise); walk.py
+holds the ConvKernel and the walks they share; generic.py other ranks and integers, transpose.py ConvTranspose.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...kernels.conv_geometry import TargetForms, begin_pads, tap_tables
+from ...kernels.conv_plan import ConvPlan, conv_shape, pack_weights, plan_conv
+from ...kernels.epilogue import EPILOGUE_ATTR
+from ...kernels.loops import loop
+from ...kernels.scalar import is_float
+from ...opspec import register
+from .channels import ChannelVectors
+from .depthwise import ChannelsLastDepthwise
+from .generic import conv_generic
+from .padding import store_padding_nan
+from .rows import RowVectors
+from .walk import ConvKernel
+
+
+def _packed(c: ConvKernel, p: ConvPlan) -> None:
+    ChannelVectors(c, p).emit_packed()
+
+
+def _depthwise(c: ConvKernel, p: ConvPlan) -> None:
+    e = ChannelsLastDepthwise(c, p)
+
+    def image(n):
+        c.rows(lambda oh, khr: c.pixel_blocks(oh, khr, lambda ow, pixels: e.channels_dw(
+            lambda c0, lanes, nvec: e.block_dw(n, c0, lanes, nvec, oh, ow, pixels, khr))))
+    if c.emit_tiled(lambda n, g: image(n)):
+        return
+    if p.shape.N == 1:
+        image(0)
+    else:
+        with loop(c.k, p.shape.N) as n:
+            image(n)
+
+
+def _pointwise_tiles(c: ConvKernel, p: ConvPlan):
+    e, s, P = ChannelVectors(c, p), p.shape, p.blocking.P
+    spots = [(q // s.OW, q % s.OW) for q in range(s.OH * s.OW)]
+    return lambda n, g: c.channel_blocks(lambda cb, R: [e.block_c(n, g, cb, R, 0, 0, [(0, 1)] * len(spots[i:i + P]), (0, 1),
+                                                                  spots[i:i + P]) for i in range(0, len(spots), P)])
+
+
+def _channels_flat_outer(c: ConvKernel, p: ConvPlan):
+    e = ChannelVectors(c, p)
+    return lambda n, g: c.channel_blocks(lambda cb, R: c.pixel_blocks(0, (0, 1), lambda ow, pixels: e.block_c(
+        n, g, cb, R, 0, ow, pixels, (0, 1))))
+
+
+def _channels_flat_inner(c: ConvKernel, p: ConvPlan):
+    e = ChannelVectors(c, p)
+    return lambda n, g: c.pixel_blocks(0, (0, 1), lambda ow, pixels: c.channel_blocks(
+        lambda cb, R: e.block_c(n, g, cb, R, 0, ow, pixels, (0, 1))))
+
+
+def _channels_outer(c: ConvKernel, p: ConvPlan):
+    e = ChannelVectors(c, p)
+    return lambda n, g: c.channel_blocks(lambda cb, R: c.rows(lambda oh, khr: c.pixel_blocks(
+        oh, khr, lambda ow, pixels: e.block_c(n, g, cb, R, oh, ow, pixels, khr))))
+
+
+def _channels_inner(c: ConvKernel, p: ConvPlan):
+    e = ChannelVectors(c, p)
+    return lambda n, g: c.rows(lambda oh, khr: c.channel_blocks(lambda cb, R: c.pixel_blocks(
+        oh, khr, lambda ow, pixels: e.block_c(n, g, cb, R, oh, ow, pixels, khr))))
+
+
+def _rows_flat(c: ConvKernel, p: ConvPlan):
+    e = RowVectors(c, p)
+    return lambda n, g: e.row(0, (0, 1), lambda ow, nvec, kw: c.channel_blocks(
+        lambda cb, R: e.block(n, g, cb, R, 0, ow, nvec, (0, 1), kw)))
+
+
+def _rows(c: ConvKernel, p: ConvPlan):
+    e, KH = RowVectors(c, p), p.shape.KH
+
+    def per_image(n, g):
+        pair = (lambda cb, R: lambda oh: e.row(oh, (0, KH), lambda ow, nvec, kw: e.block(
+            n, g, cb, R, oh, ow, nvec, (0, KH), kw, rows=2))) if p.blocking.row_pairs else None
+        carry = ((lambda cb, R: lambda a, count: e.carried_pairs(n, g, a, count, pair(cb, R)))
+                 if p.carry_rows else lambda cb, R: None)
+        c.channel_blocks(lambda cb, R: c.rows(lambda oh, khr: e.row(
+            oh, khr, lambda ow, nvec, kw: e.block(n, g, cb, R, oh, ow, nvec, khr, kw)), pair and pair(cb, R), carry(cb, R)))
+    return per_image
+
+
+WHOLE = {"packed": _packed, "depthwise_c": _depthwise}
+"""Forms that emit the whole conv themselves (their own packing or tiling)."""
+PER_IMAGE = {"pointwise_tiles": _pointwise_tiles, "flat channels co>px": _channels_flat_outer,
+             "flat channels px>co": _channels_flat_inner, "channels co>px": _channels_outer,
+             "channels px>co": _channels_inner, "rows flat": _rows_flat, "rows": _rows}
+"""Forms as per_image(n, g), run over the images and groups (as parallel tiles when split)."""
+
+
+def emit_conv(c: ConvKernel) -> None:
+    """The build-time tables and constants, then the plan's form."""
+    k, p, s = c.k, c.plan, c.plan.shape
+    if c.w.value is not None:
+        c.packed = k.constant_array(pack_weights(p, c.w.value.reshape(s.OC, s.Cig, s.KH, s.KW)))
+    if p.bias_run:
+        rows = np.asarray(c.bias.value).reshape(-1)
+        c.bias_splat = k.constant_array(np.repeat(rows.astype(p.dtype), p.bias_run))
+    c.tables = tap_tables(k, (s.OH, s.OW), (s.sh, s.sw), (s.dh, s.dw), (s.ph, s.pw), (s.KH, s.KW), (s.H, s.W))
+    if p.form in WHOLE:
+        WHOLE[p.form](c, p)
+        return
+    per_image = PER_IMAGE[p.form](c, p)
+
+    def over(extent, fn):
+        if extent == 1:
+            fn(0)
+        else:
+            with loop(k, extent) as i:
+                fn(i)
+    if not c.emit_tiled(per_image):
+        over(s.N, lambda n: over(s.G, lambda g: per_image(n, g)))
+
+
+def conv_params(k, x, w, out):
+    sp = x.rank - 2
+    k_sp = list(k.attr("kernel_shape") or w.shape[2:])
+    strides = list(k.attr("strides") or [1] * sp)
+    dils = list(k.attr("dilations") or [1] * sp)
+    pads = begin_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
+    return k_sp, strides, dils, pads
+
+
+@register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True)
+def lower_conv(k):
+    x, w = k.inputs[0], k.inputs[1]
+    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    epi = k.attr(EPILOGUE_ATTR)
+    residual = k.inputs[3] if epi and epi.residual and len(k.inputs) > 3 else None
+    out = k.outputs[0]
+    if out.size == 0:
+        return
+    groups = int(k.attr("group", 1))
+    k_sp, strides, dils, pads = conv_params(k, x, w, out)
+    if x.rank not in (3, 4) or not is_float(out.dtype):
+        conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
+    else:
+        s = conv_shape((x.shape, x.strides), (out.shape, out.strides), (w.shape, w.strides),
+                       None if residual is None else (residual.shape, residual.strides), strides, dils, pads, groups)
+        itemsize = np.dtype(out.dtype).itemsize
+        value = w.value
+        plan = plan_conv(s, TargetForms(str(k.module.triple), k.conv_accumulators), dtype=np.dtype(out.dtype).name,
+                         V=max(1, k.vector_bits // (itemsize * 8)), pack_V=max(1, k.pack_vector_bits // (itemsize * 8)),
+                         w_const=value is not None, finite=value is not None and bool(np.isfinite(value).all()),
+                         bias_const=bias is not None and getattr(bias, "value", None) is not None, order=k.loop_order,
+                         epilogue=epi)
+        emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, None if residual is None else (s.rs, residual.ptr)))
+    store_padding_nan(k, x, w, out, strides, dils, pads)

@@ -1,0 +1,95 @@
+"""Conv2D's channels-last depthwise blocks (conv2d.py): vectors over channels x P pixels, weights repacked
+to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with one st1."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...kernels.conv_plan import ConvPlan
+from ...kernels.epilogue import epilogue, fill
+from ...kernels.loops import element, loop, offset
+from ...kernels.scalar import llvm_type
+from ...kernels.vectors import load_lanes, mac, store_lanes
+from .walk import ConvKernel
+
+
+class ChannelsLastDepthwise:
+    """Channels-last depthwise blocks of one conv: reads only the ConvKernel (walk.py) and its ConvPlan."""
+
+    def __init__(self, kernel: ConvKernel, plan: ConvPlan):
+        self.c, self.p, self.k = kernel, plan, kernel.k
+        self.s, self.bl = plan.shape, plan.blocking
+
+    def block_dw(self, n, c0, lanes: int, nvec: int, oh, ow, pixels, kh_range):
+        """Channels [c0, c0 + nvec * lanes) (nvec vectors) x pixels (their kw ranges) of row oh from column ow, depthwise."""
+        k, b, dt = self.k, self.k.b, self.p.dtype
+        ty = ir.VectorType(llvm_type(dt), lanes) if lanes > 1 else llvm_type(dt)
+        slots = []
+        for v in range(nvec):
+            if self.c.bias is not None:
+                bs = self.c.bias.strides[0]
+                init = load_lanes(k, self.c.bias.ptr, offset(k, v * lanes * bs, (c0, bs)), lanes, bs, False)
+            else:
+                init = fill(ty, 0.0)
+            slots.append([k.local(ty, init) for _ in pixels])
+        xs, os_, gp = self.s.xs, self.s.os, -(-self.s.G // self.p.V) * self.p.V
+        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
+
+        def row_taps(kh):
+            ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
+            row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (c0, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
+            wrow = offset(k, 0, (kh, self.s.KW * gp), (c0, 1))
+
+            def tap(kw):
+                wv = [load_lanes(k, self.c.packed, offset(k, v * lanes, (wrow, 1), (kw, gp)), lanes, 1, False) for v in range(nvec)]
+                xbase = offset(k, 0, (row, 1), (kw, self.s.dw * xs[3]))
+                for p, (plo, phi) in enumerate(pixels):
+                    if isinstance(kw, int) and not plo <= kw < phi:
+                        continue
+                    for v in range(nvec):
+                        xv = load_lanes(k, self.c.xp, offset(k, p * self.s.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
+                        b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
+            self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
+            if self.p.settle_rows and lanes > 1:
+                # armv7: one kernel row at a time, or the scheduler hoists the next rows' loads and spills
+                self.c.settle(slots)
+        self.c.each(kh_range, row_taps, self.p.unroll_taps)
+        if nvec == 2 and self.c.res is None and os_[1] == 1 and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType() and ty.count == 4:
+            # one st1 {v.4s, v.4s} per pixel, whatever the pixel stride (LLVM's Neoverse-N1 model charges
+            # each str q at an immediate offset both V pipes, one st1 of two vectors one each)
+            st = k.module.globals.get("llvm.aarch64.neon.st1x2.v4f32.p0") or ir.Function(
+                k.module, ir.FunctionType(ir.VoidType(), [ty, ty, ty.element.as_pointer()]), "llvm.aarch64.neon.st1x2.v4f32.p0")
+            for p in range(len(pixels)):
+                off = offset(k, p * os_[3], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+                b.call(st, [epilogue(k, self.p.epilogue, b.load(slots[v][p])) for v in range(2)] + [element(k, self.c.op, off)])
+            return
+        for p in range(len(pixels)):
+            for v in range(nvec):
+                off = offset(k, p * os_[3] + v * lanes * os_[1], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+                residual = None
+                if self.c.res is not None:
+                    rs, rp = self.c.res
+                    roff = offset(k, p * rs[3] + v * lanes * rs[1], (n, rs[0]), (c0, rs[1]), (oh, rs[2]), (ow, rs[3]))
+                    residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
+                store_lanes(k, self.c.op, off, epilogue(k, self.p.epilogue, b.load(slots[v][p]), residual), lanes, os_[1])
+
+    def channels_dw(self, fn):
+        """fn(c0, lanes, nvec): units of dw_vec channel vectors in a loop, then the remaining vectors
+        one by one, then the remaining channels one by one (under cb_rng: the units [lo, hi) of them,
+        the rest with the last chunk)."""
+        k, V, unit = self.k, self.p.V, self.bl.dw_vec * self.p.V
+        full = self.s.G // unit
+
+        def rest():
+            self.c.span(0, (self.s.G - full * unit) // V, lambda j: fn(offset(k, full * unit, (j, V)), V, 1))
+            self.c.span(self.s.G // V * V, self.s.G, lambda c: fn(c, 1, 1))
+        if self.c.cb_rng is not None:
+            lo, hi = self.c.cb_rng
+            with loop(k, k.imin(hi, k.index(full)), lo) as cb:
+                fn(offset(k, 0, (cb, unit)), V, self.bl.dw_vec)
+            if self.s.G % unit:
+                with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+                    rest()
+            return
+        self.c.span(0, full, lambda cb: fn(offset(k, 0, (cb, unit)), V, self.bl.dw_vec))
+        rest()
+

@@ -1,0 +1,260 @@
+"""ConvKernel: one float Conv being emitted (its kernel builder, ConvPlan, operand pointers, build-time tables and the
+parallel tile being emitted) and the walks every blocking shares: channel blocks, output rows (interior rows with
+constant tap ranges, border rows from tables), pixel blocks along a row, and the parallel split."""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from llvmlite import ir
+
+from ...kernels.conv_geometry import tap_range
+from ...kernels.conv_plan import ConvPlan
+from ...kernels.kernel import PARALLEL_MIN_WORK, Kernel, Operand, chunk_count
+from ...kernels.loops import element, loop, offset
+
+
+@dataclass
+class ConvKernel:
+    """The run-time side of a Conv2D emission; the emitters (rows.py, channels.py, depthwise.py) read it and the plan."""
+
+    k: Kernel
+    plan: ConvPlan
+    xp: ir.Value
+    """Input pointer."""
+    op: ir.Value
+    """Output pointer."""
+    w: Operand
+    """The weights (read through their strides when not packed)."""
+    bias: Operand | None
+    res: tuple[tuple[int, ...], ir.Value] | None
+    """(strides, pointer) of the fused residual input, viewed like the output."""
+    packed: ir.Value | None = None
+    """The packed constant weights (kernels/conv_plan.py pack_weights), or None for run-time weights."""
+    tables: list[tuple[ir.Value, ir.Value]] | None = None
+    """Per spatial dim, build-time tap-range tables (lo, hi) for border rows and columns."""
+    bias_splat: ir.Value | None = None
+    """Row pairs: each channel's bias repeated plan.bias_run times, read-only data."""
+    cb_rng: tuple[ir.Value, ir.Value] | None = None
+    """Parallel tile: run-time [lo, hi) of channel blocks (or depthwise channel units)."""
+    row_rng: tuple[ir.Value, ir.Value] | None = None
+    """Parallel tile: run-time [lo, hi) of output rows."""
+    px_rng: tuple[ir.Value, ir.Value] | None = None
+    """Parallel tile: run-time [lo, hi) of a flat row's pixel tiles."""
+    px_runs: list[tuple[int, int, int]] | None = None
+    """packs_input: the pixel runs (first column, size, blocks) of the group being emitted."""
+    xpack: ir.Value | None = None
+    """packs_input: the packed input on the stack."""
+    pack_origin: int = 0
+    pack_width: int = 0
+    """packs_input: the first column and width of the packed group."""
+    carry: tuple[dict, dict] | None = None
+    """Row pair loops carrying edge vectors: (slots, this pair's vectors) while a pair is emitted."""
+
+    def border_taps(self, axis: int, o):
+        """Tap range of border row (axis 0) or column (axis 1) o: constant, or from a build-time table."""
+        s = self.plan.shape
+        if isinstance(o, int):
+            return tap_range(o, *((s.sh, s.dh, s.ph, s.KH, s.H) if axis == 0 else (s.sw, s.dw, s.pw, s.KW, s.W)))
+        lo, hi = self.tables[axis]
+        return self.k.b.load(element(self.k, lo, o)), self.k.b.load(element(self.k, hi, o))
+
+    def each(self, rng, fn, unroll: bool):
+        """fn(t) for t in [lo, hi): unrolled when the bounds are constant and unroll is set."""
+        lo, hi = rng
+        if isinstance(lo, int) and isinstance(hi, int):
+            if unroll or hi - lo <= 1:
+                for t in range(lo, hi):
+                    fn(t)
+                return
+            if hi <= lo:
+                return
+        with loop(self.k, hi, lo) as t:
+            fn(t)
+
+    def span(self, lo: int, hi: int, fn):
+        """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""
+        if hi - lo == 1:
+            fn(lo)
+        elif hi > lo:
+            with loop(self.k, hi, lo) as i:
+                fn(i)
+
+    def when(self, cond):
+        """`if cond:` at run time (cond None: always)."""
+        return nullcontext() if cond is None else self.k.b.if_then(cond)
+
+    def fence(self):
+        """An empty asm statement with side effects: the machine scheduler moves no load or store across it."""
+        self.k.b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "", side_effect=True), [])
+
+    def settle(self, slots):
+        """Each accumulator through an empty asm statement with side effects: the multiply-adds before it
+        complete first, and the loads after it (the next kernel row's) stay after it."""
+        b = self.k.b
+        for row in slots:
+            for slot in row:
+                v = b.load(slot)
+                b.store(b.call(ir.InlineAsm(ir.FunctionType(v.type, [v.type]), "", "=w,0", side_effect=True), [v]), slot)
+
+    def opaque(self, ptr):
+        """ptr through an empty asm statement: a value LLVM cannot see through, so loads from it stay where they are."""
+        return self.k.b.call(ir.InlineAsm(ir.FunctionType(ptr.type, [ptr.type]), "", "=r,0"), [ptr])
+
+    def channel_blocks(self, fn):
+        """fn(cb, R) per block of R output channels of a group (under cb_rng: the blocks [lo, hi) of them)."""
+        R = self.plan.blocking.R
+        full, rest = divmod(self.plan.shape.Cog, R)
+        if self.cb_rng is not None:
+            k, (lo, hi) = self.k, self.cb_rng
+            with loop(k, k.imin(hi, k.index(full)), lo) as cb:
+                fn(cb, R)
+            if rest:
+                with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+                    fn(full, rest)
+            return
+        self.span(0, full, lambda cb: fn(cb, R))
+        if rest:
+            fn(full, rest)
+
+    def px_parts(self, tiles: int):
+        """Under px_rng: (first, last, (t0, t1)) = conditions for the fixed blocks before / after the
+        tile loop and its range; else (None, None, None)."""
+        if self.px_rng is None:
+            return None, None, None
+        k, (t0, t1) = self.k, self.px_rng
+        return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, k.index(tiles)), (t0, t1))
+
+    def rows(self, emit_row, emit_pair=None, carry=None):
+        """Interior rows with the full constant tap range (emit_pair(oh): rows oh and oh + 1 at once, then
+        the odd one; carry(a, count): count pairs from row a in a loop that carries edge vectors); border
+        rows with table ranges."""
+        s = self.plan.shape
+        lo, hi = self.plan.rows_inside
+        hi = max(hi, lo)
+        k, full = self.k, (0, s.KH)
+
+        def interior(a, b):
+            if emit_pair is None:
+                with loop(k, b, a) as oh:
+                    emit_row(oh, full)
+                return
+            pairs = k.b.sdiv(k.b.sub(b, a), k.index(2))
+            if carry is not None:
+                carry(a, pairs)
+            else:
+                with loop(k, pairs) as p:
+                    emit_pair(k.b.add(a, k.b.mul(p, k.index(2), flags=("nsw",)), flags=("nsw",)))
+            with k.b.if_then(k.b.icmp_signed("<", k.b.add(a, k.b.mul(pairs, k.index(2))), b)):
+                emit_row(k.b.sub(b, k.index(1)), full)
+        if self.row_rng is not None:
+            r0, r1 = self.row_rng
+
+            def border(a, b):
+                if b - a > 4:  # many border rows: a loop with their tap ranges from the tables
+                    with loop(k, k.imin(r1, k.index(b)), k.imax(r0, k.index(a))) as oh:
+                        emit_row(oh, self.border_taps(0, oh))
+                    return
+                for oh in range(a, b):  # a few: each with its constant tap range, when in range
+                    inside = k.b.and_(k.b.icmp_signed("<=", r0, k.index(oh)), k.b.icmp_signed(">", r1, k.index(oh)))
+                    with k.b.if_then(inside):
+                        emit_row(oh, self.border_taps(0, oh))
+            border(0, lo)
+            if hi > lo:
+                stop = k.imin(r1, k.index(hi))
+                interior(k.imax(r0, k.index(lo)), stop)
+            border(hi, s.OH)
+            return
+        self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+        if carry is not None and hi - lo >= 4:
+            carry(k.index(lo), (hi - lo) // 2)
+            if (hi - lo) % 2:
+                emit_row(hi - 1, full)
+        elif emit_pair is not None and hi - lo >= 2:
+            self.span(0, (hi - lo) // 2, lambda p: emit_pair(offset(k, lo, (p, 2))))
+            if (hi - lo) % 2:
+                emit_row(hi - 1, full)
+        else:
+            self.span(lo, hi, lambda oh: emit_row(oh, full))
+        self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+
+    def pixel_blocks(self, oh, kh_range, emit):
+        """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
+
+        Columns known at build time (the borders, and every column of a narrow row) go in blocks
+        whose pixels each have their own constant tap range; the interior runs in a loop of tiles.
+        Channel vectors balance the fixed blocks (7 columns as 4 + 3, not 6 + 1: a pixel's few accumulators
+        wait on the FMA latency).
+        """
+        s, k, P = self.plan.shape, self.k, self.plan.blocking.P
+        lo, tiles = self.plan.col_blocks
+        balanced = self.plan.blocking.kind == "channels"
+
+        def fixed(a, b):
+            count = -(-(b - a) // P)
+            for i in range(count):
+                c, d = (a + (b - a) * i // count, a + (b - a) * (i + 1) // count) if balanced else (a + i * P, min(b, a + (i + 1) * P))
+                emit(c, [tap_range(o, s.sw, s.dw, s.pw, s.KW, s.W) for o in range(c, d)])
+        if self.px_runs is not None:
+            for c, size, count in self.px_runs:
+                self.span(0, count, lambda t: emit(offset(k, c, (t, size)), [(0, 1)] * size))
+            return
+        first, last, trange = self.px_parts(tiles)
+        with self.when(first):
+            fixed(0, lo)
+        if trange is not None:
+            with loop(k, trange[1], trange[0]) as t:
+                emit(offset(k, lo, (t, P)), [(0, s.KW)] * P)
+        elif tiles == 1:
+            emit(lo, [(0, s.KW)] * P)
+        elif tiles:
+            with loop(k, tiles) as t:
+                emit(offset(k, lo, (t, P)), [(0, s.KW)] * P)
+        with self.when(last):
+            if balanced:
+                fixed(lo + tiles * P, s.OW)
+            else:
+                hi = max(lo, self.plan.taps_inside[1])
+                fixed(lo + tiles * P, hi)
+                fixed(hi, s.OW)
+
+    def split(self):
+        """Parallel split: (work, chunks of channel blocks, chunks of rows or row tiles, which of the two
+        `rows` / `px` the second is), outer loop of the order first, about TARGET_TILES tiles in all."""
+        p, s = self.plan, self.plan.shape
+        work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * s.KH * s.KW
+        if self.k.tile_range is None or work < PARALLEL_MIN_WORK:
+            return None
+        want = -(-chunk_count(1 << 30, work) // (s.N * p.groups_tiled))
+        kind = p.blocking.kind
+        if kind == "depthwise_c":  # rows, then channel vectors when the rows are few
+            rc = chunk_count(s.OH, work, want)
+            return work, chunk_count(p.dw_units, work, -(-want // rc)), rc, "rows"
+        if p.blocking.pointwise_tiles:
+            return work, chunk_count(p.NB, work, want), 1, "rows"
+        unit, units = ("px", p.px_tiles) if s.flat else ("rows", s.OH)
+        if p.blocks_outer if kind == "channels" else not s.flat:
+            cbc = chunk_count(p.NB, work, want)
+            return work, cbc, chunk_count(units, work, -(-want // cbc)), unit
+        uc = chunk_count(units, work, want)
+        return work, chunk_count(p.NB, work, -(-want // uc)), uc, unit
+
+    def emit_tiled(self, per_image) -> bool:
+        """per_image(n, g) as parallel tiles (setting cb_rng / row_rng / px_rng per tile); False when not split."""
+        p, s = self.plan, self.plan.shape
+        split = self.split()
+        if split is None or s.N * p.groups_tiled * split[1] * split[2] < 2:
+            return False
+        work, cbc, uc, unit = split
+        k = self.k
+        units = s.OH if unit == "rows" else p.px_tiles
+        with k.parallel_tiles([s.N, p.groups_tiled, cbc, uc], work) as (n, g, c, u):
+            if cbc > 1:
+                self.cb_rng = k.chunk(c, cbc, p.dw_units if p.blocking.kind == "depthwise_c" else p.NB)
+            if uc > 1:
+                if unit == "rows":
+                    self.row_rng = k.chunk(u, uc, units)
+                else:
+                    self.px_rng = k.chunk(u, uc, units)
+            per_image(n, g)
+        self.cb_rng = self.row_rng = self.px_rng = None
+        return True

@@ -203,7 +203,7 @@ def test_quantize_takes_input_shape_and_bind_and_its_errors_are_one_line(tmp_pat
     path = _save(model, tmp_path / "vad.onnx")
     _samples(tmp_path / "cal", 4, 512, 16000)
     proc = cli("quantize", path, "-c", "cal", "-o", "q.onnx", "--no-build", cwd=tmp_path)
-    line = _refused(proc, tmp_path, "q.onnx", "(from input 'sr')", "--bind sr=16000 keeps the then branch")
+    _refused(proc, tmp_path, "q.onnx", "(from input 'sr')", "--bind sr=16000 keeps the then branch")
     assert "float.onnx" not in proc.stderr and "skip_optimization" not in proc.stderr
     proc = cli("quantize", path, "-c", "cal", "-o", "q.onnx", "--input-shape", "audio=2x512", "--no-build", cwd=tmp_path)
     _refused(proc, tmp_path, "q.onnx", "dimension 0 of input 'audio' size 2, but the model declares it 1")

@@ -467,7 +467,7 @@ def _optional_get_element(x: _Expansion) -> list:
 
 @_expands("If")
 def _if(x: _Expansion) -> list:
-    from .subgraphs import _attr, _op_types, INDEXING_OPS, expand_if
+    from .subgraphs import _attr, _op_types, expand_if, indexes_memory
 
     ins, outs, bld = x.ins, x.outs, x.bld
     cond = x.tensors.get(ins[0])
@@ -476,7 +476,7 @@ def _if(x: _Expansion) -> list:
     if cond.is_const:
         return expand_if(x.node, x.name, x.tensors, x.opset)
     then_g, else_g = _attr(x.node, "then_branch"), _attr(x.node, "else_branch")
-    if x.opset < 9 or cond.size != 1 or (_op_types(then_g) | _op_types(else_g)) & INDEXING_OPS:
+    if x.opset < 9 or cond.size != 1 or indexes_memory(_op_types(then_g) | _op_types(else_g)):
         raise _unresolved(outs[0], x.name, "If", "its branches give sequences/optionals, so the condition must be "
                           "known at build time")
     then_outs = bld.instantiate(then_g, "then", {})

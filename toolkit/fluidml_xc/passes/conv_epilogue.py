@@ -25,11 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, Tensor
+from ..opspec import traits
 from . import graph_pass
 from .batchnorm import folds_exactly
-
-ACTIVATIONS = ("Relu", "Clip", "LeakyRelu")
-
 
 def _scalar(graph: Graph, name: str) -> float | None | bool:
     """A constant scalar's value, None for an absent input, False when not a build-time scalar."""
@@ -143,7 +141,7 @@ def fuse_norm_activation(graph: Graph) -> None:
         if out in outputs or len(users) != 1 or np.dtype(graph.tensors[out].dtype).kind != "f":
             continue
         act_node = users[0]
-        if act_node.op_type not in ACTIVATIONS or len(act_node.outputs) != 1 or act_node.inputs[0] != out:
+        if not traits(act_node.op_type, graph.opset, act_node.domain).epilogue_activation or len(act_node.outputs) != 1 or act_node.inputs[0] != out:
             continue
         act = activation_of(graph, act_node)
         if act is None:
@@ -201,7 +199,7 @@ def fuse_conv_epilogue(graph: Graph) -> None:
                     fused.append(nxt)
                     last = nxt.outputs[0]
                     nxt = sole_consumer(last)
-            if nxt is not None and nxt.op_type in ACTIVATIONS and len(nxt.outputs) == 1:
+            if nxt is not None and traits(nxt.op_type, graph.opset, nxt.domain).epilogue_activation and len(nxt.outputs) == 1:
                 act = activation_of(graph, nxt)
                 if act is not None:
                     epilogue.update(act)

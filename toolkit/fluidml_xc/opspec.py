@@ -2,8 +2,10 @@
 
 Shape/type inference comes from ONNX's own per-node inference and the numpy reference (constant folding, tests)
 from onnx.reference; an op contributes its LLVM lowering and the facts every stage asks about it: the frontend
-(is it supported, data-dependent output bounds), the passes (fusion, low-precision operands, rematerialization),
-fluid (layouts, loop orders) and planning (views, in place). Only the emitter calls `lower`.
+(is it supported, data-dependent output bounds, axis ranges, inputs that index memory), the passes (fusion,
+conv epilogues, low-precision operands, rematerialization), fluid (layouts, loop orders, cost formulas), the
+kernels (work per element) and planning (views, in place). Stages ask `lookup` or `traits`; only the emitter
+calls `lower`.
 
 Each op family in ops/ registers its ops with `register`, traits included, so adding an op is one file. The
 families are loaded on the first lookup: OPS_PACKAGE's `load_families` imports every module of it (a plugin

@@ -2,8 +2,10 @@
 
 Shape/type inference comes from ONNX's own per-node inference and the numpy reference (constant folding, tests)
 from onnx.reference; an op contributes its LLVM lowering and the facts every stage asks about it: the frontend
-(is it supported, data-dependent output bounds), the passes (fusion, low-precision operands, rematerialization),
-fluid (layouts, loop orders) and planning (views, in place). Only the emitter calls `lower`.
+(is it supported, data-dependent output bounds, axis ranges, inputs that index memory), the passes (fusion,
+conv epilogues, low-precision operands, rematerialization), fluid (layouts, loop orders, cost formulas), the
+kernels (work per element) and planning (views, in place). Stages ask `lookup` or `traits`; only the emitter
+calls `lower`.
 
 Each op family in ops/ registers its ops with `register`, traits included, so adding an op is one file. The
 families are loaded on the first lookup: OPS_PACKAGE's `load_families` imports every module of it (a plugin
@@ -20,8 +22,12 @@ from .ir import is_onnx_domain
 LowerFn = Callable[..., None]
 BoundFn = Callable[..., list]
 LoopOrders = Literal["matmul", "conv"]
+CostKind = Literal["conv", "pool", "global_pool", "concat", "channel_affine", "transpose", "matmul"]
+AxisRange = Literal["dim", "boundary"]
 
 OPS_PACKAGE = f"{__package__}.ops"
+NEWEST_OPSET = 1 << 30
+"""An opset past every registered `since`: lookup(op, NEWEST_OPSET) is the op's newest version."""
 OUR_DOMAIN = "fluidml"
 """The domain of the ops passes create (FusedElementwise, Col2Im at any opset, ...)."""
 FUSED_OP = "FusedElementwise"
@@ -63,6 +69,26 @@ class OpSpec:
     output_bound: BoundFn | None = None
     """Ops whose output shapes depend on the data: (op_type, attrs, input tensors, opset, where) -> per output
     (dtype, upper-bound shape, data-dependent dims), called by the frontend."""
+    work: float = 1.0
+    """Scalar operations one element of an elementwise op costs beyond its loads and store: transcendental
+    functions are calls or long polynomials, so a chain of them is split for threads much earlier
+    (kernels/kernel.py element_work)."""
+    cost_kind: CostKind | None = None
+    """The cost model's formula for this kernel (fluid/costs.py); None: the elementwise estimate when
+    `elementwise`, else the opaque one (bytes moved)."""
+    axis_attr: AxisRange | None = None
+    """Its `axis`/`axes` attributes index input 0's dims: "dim" in [-rank, rank - 1], "boundary" (a cut between
+    dims, Flatten) in [-rank, rank]; the frontend refuses one out of range before inference (frontend/validate.py)."""
+    index_inputs: tuple[int, ...] = ()
+    """Inputs whose run-time values address memory unchecked (Gather's indices): with one of them unknown at
+    build time the op may read or write out of bounds when its values are out of range, so the frontend does not
+    compute an If's untaken branch that holds it (frontend/subgraphs.py). A memory-safety fact."""
+    epilogue_activation: bool = False
+    """An activation the conv kernels apply as they store their output: passes/conv_epilogue.py fuses it into
+    the Conv that produces its input."""
+    type_only_inputs: tuple[int, ...] = ()
+    """Inputs of which only the dtype counts, never the values (CastLike's target): a fused chain does not read
+    them (passes/elementwise_fusion.py)."""
 
     @property
     def layout_safe(self) -> bool:
@@ -78,7 +104,9 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
              inplace: bool = False, dtypes: tuple[str, ...] | None = None, notes: str = "", *,
              elementwise: bool = False, strided: bool = False, layout_anchor: bool = False, image: bool = False,
              loop_orders: LoopOrders | None = None, fusable: bool = False, lowp_native: bool = False,
-             heavy: bool | None = None, output_bound: BoundFn | None = None) -> Callable[[LowerFn], LowerFn]:
+             heavy: bool | None = None, output_bound: BoundFn | None = None, work: float = 1.0,
+             cost_kind: CostKind | None = None, axis_attr: AxisRange | None = None, index_inputs: tuple[int, ...] = (),
+             epilogue_activation: bool = False, type_only_inputs: tuple[int, ...] = ()) -> Callable[[LowerFn], LowerFn]:
     """Register the decorated lowering for OP_TYPES with these traits. `heavy` defaults to True outside the
     ONNX domain (contrib and our ops are not recomputed unless they say so)."""
     names = (op_types,) if isinstance(op_types, str) else op_types
@@ -88,7 +116,8 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
         for name in names:
             spec = OpSpec(name, fn, since, domain, view, inplace, frozenset(dtypes) if dtypes else None, notes,
                           elementwise, strided, layout_anchor, image, loop_orders, fusable, lowp_native, heavy,
-                          output_bound)
+                          output_bound, work, cost_kind, axis_attr, tuple(index_inputs), epilogue_activation,
+                          tuple(type_only_inputs))
             versions = _REGISTRY.setdefault((domain, name), [])
             versions.append(spec)
             versions.sort(key=lambda s: s.since)
@@ -118,3 +147,20 @@ def lookup(op_type: str, opset: int, domain: str = "") -> OpSpec | None:
 def all_specs() -> dict[tuple[str, str], list[OpSpec]]:
     _load_all()
     return dict(_REGISTRY)
+
+
+def _no_lowering(k) -> None:
+    raise LookupError(f"no lowering is registered for {k.node.op_type}")
+
+
+def traits(op_type: str, opset: int = NEWEST_OPSET, domain: str = "") -> OpSpec:
+    """The op's OpSpec (by default its newest version, for the facts every version shares: tests/test_opspec.py
+    checks they agree); for an op not registered, one with every trait at its default and no lowering."""
+    spec = lookup(op_type, opset, domain)
+    return spec if spec is not None else OpSpec(op_type, _no_lowering, domain=domain)
+
+
+def indexing_op_types() -> frozenset[str]:
+    """The op types, in any domain, some registered version of which has index_inputs."""
+    return frozenset(op for (_, op), specs in all_specs().items() if any(s.index_inputs for s in specs))
+

@@ -25,14 +25,14 @@ from __future__ import annotations
 import math
 import platform
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
-from ..opspec import OpSpec
+from ..opspec import CostKind, OpSpec
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
@@ -173,11 +173,10 @@ class AnalyticModel:
 
     def cost_and_order(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str | None]:
         """Estimated ns and the loop order (the ops whose OpSpec has loop_orders) for node under layouts: by
-        the op's cost kind, else as an elementwise op (OpSpec.elementwise), else opaque."""
-        fn = _KINDS.get(node.op_type)
-        if fn is not None:
-            return fn(self, node, layouts)
+        the op's cost kind (OpSpec.cost_kind), else as an elementwise op (OpSpec.elementwise), else opaque."""
         spec = self.spec(node)
+        if spec is not None and spec.cost_kind is not None:
+            return KIND_COSTS[spec.cost_kind](self, node, layouts)
         if spec is not None and spec.elementwise:
             return self.elementwise(node, layouts)
         return self.opaque(node), None
@@ -490,18 +489,16 @@ def transpose_is_view(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> 
     return transpose_is_copy(graph, node, layouts)
 
 
-_KINDS = {
-    "Conv": AnalyticModel.conv,
-    "MaxPool": AnalyticModel.pool,
-    "AveragePool": AnalyticModel.pool,
-    "GlobalAveragePool": AnalyticModel.global_pool,
-    "GlobalMaxPool": AnalyticModel.global_pool,
-    "Concat": AnalyticModel.concat,
-    "BatchNormalization": AnalyticModel.channel_affine,
-    "Transpose": AnalyticModel.transpose,
-    "MatMul": AnalyticModel.matmul,
-    "Gemm": AnalyticModel.matmul,
+KIND_COSTS: dict[CostKind, Callable[[AnalyticModel, Node, Mapping[str, Perm]], tuple[float, str | None]]] = {
+    "conv": AnalyticModel.conv,
+    "pool": AnalyticModel.pool,
+    "global_pool": AnalyticModel.global_pool,
+    "concat": AnalyticModel.concat,
+    "channel_affine": AnalyticModel.channel_affine,
+    "transpose": AnalyticModel.transpose,
+    "matmul": AnalyticModel.matmul,
 }
+"""OpSpec.cost_kind -> the formula that costs the kernel (inference BatchNormalization: channel_affine)."""
 
 
 class KernelTimer(Protocol):

@@ -36,7 +36,7 @@ from onnx import helper, numpy_helper
 from ..errors import InputError, NeedsConstant, UnresolvedShape
 from .builder import NodeBuilder, attr, op_types
 from .expanders import Scope, always, expands
-from .subgraphs import INDEXING_OPS, expand_loop, taken_branch
+from .subgraphs import expand_loop, indexes_memory, taken_branch
 
 SEQ_DOMAIN = "fluidml_xc.structure"
 
@@ -450,7 +450,7 @@ def _if(x: _Expansion) -> list:
     if cond.is_const:
         return taken_branch(x.node, x.name, x.opset, bool(np.ravel(cond.value)[0]))
     then_g, else_g = attr(x.node, "then_branch"), attr(x.node, "else_branch")
-    if x.opset < 9 or cond.size != 1 or (op_types(then_g) | op_types(else_g)) & INDEXING_OPS:
+    if x.opset < 9 or cond.size != 1 or indexes_memory(op_types(then_g) | op_types(else_g)):
         raise _unresolved(outs[0], x.name, "If", "its branches give sequences/optionals, so the condition must be "
                           "known at build time")
     then_outs = bld.instantiate(then_g, "then", {})

@@ -10,7 +10,7 @@
   the nodes of the branch taken. With a run-time condition both branches are computed and each output
   is Where(cond, then, else), when the branches' shapes, inferred inside them with the static shapes
   of the outer graph (a dry run of the frontend's folder: `probe`), are the same and no kept node
-  addresses memory with indices known only at run time (INDEX_INPUTS); otherwise a one-line error
+  addresses memory with indices known only at run time (OpSpec.index_inputs); otherwise a one-line error
   names the reason and the graph inputs to --bind.
 
 Each is the tensor expansion of its op in expanders.py: it returns the replacement ONNX nodes (the frontend then
@@ -27,6 +27,7 @@ from ..ir import is_onnx_domain
 from .bind_hints import bind_hint, inputs_behind
 from .builder import NodeBuilder, attr, attrs, op_types
 from .expanders import Scope, expand_tensors, expands
+from ..opspec import indexing_op_types, traits
 
 MAX_UNROLLED_NODES = 4096
 """Unrolling a Scan into more nodes than this is not worth it: the node stays unsupported."""
@@ -144,10 +145,11 @@ def expand_scan(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx
     return bld.nodes
 
 
-INDEXING_OPS = {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND", "TensorScatter",
-                "ArrayFeatureExtractor", "OneHot", "Loop", "Scan", "If"}
-"""Ops that address memory with values computed at run time: a branch not taken may hold indices that
-are out of range there, so an If whose branches use them is not computed both ways."""
+def indexes_memory(op_types: set[str]) -> bool:
+    """Whether ops of these types address memory with values computed at run time (OpSpec.index_inputs, or
+    control flow): a branch not taken may hold indices that are out of range there, so an If whose branches use
+    them is not computed both ways."""
+    return bool(op_types & (indexing_op_types() | {"Loop", "Scan", "If"}))
 
 
 def _static_outputs(graph: onnx.GraphProto) -> list[tuple[int, tuple[int, ...]]] | None:
@@ -160,11 +162,6 @@ def _static_outputs(graph: onnx.GraphProto) -> list[tuple[int, tuple[int, ...]]]
             return None
         result.append((o.type.tensor_type.elem_type, tuple(d.dim_value for d in dims)))
     return result
-
-
-INDEX_INPUTS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "Scatter": (1,), "ScatterElements": (1,),
-                "ScatterND": (1,), "TensorScatter": (2,), "ArrayFeatureExtractor": (1,), "OneHot": (0,)}
-"""INDEXING_OPS -> their index inputs: with these known at build time the op is safe in a branch not taken."""
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -213,7 +210,7 @@ def _run_time_index(kept: list[onnx.NodeProto], tensors: dict) -> onnx.NodeProto
     for node in kept:
         if node.op_type in ("Loop", "Scan", "If"):
             return node
-        for i in INDEX_INPUTS.get(node.op_type, ()):
+        for i in traits(node.op_type, domain=node.domain).index_inputs:
             if i < len(node.input) and node.input[i] and not tensors[node.input[i]].is_const:
                 return node
     return None
@@ -289,7 +286,7 @@ def _expand_if_declared(node, bld: NodeBuilder, cond, then_g, else_g, opset: int
         return None
     if any(len(shape) < len(cond.shape) for _, shape in then_t):
         return None
-    if (op_types(then_g) | op_types(else_g)) & INDEXING_OPS:
+    if indexes_memory(op_types(then_g) | op_types(else_g)):
         return None
     then_outs = bld.instantiate(then_g, "then", {})
     else_outs = bld.instantiate(else_g, "else", {})

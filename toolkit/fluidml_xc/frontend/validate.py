@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -14,6 +15,7 @@ from onnx import helper
 
 from ..errors import InputError
 from ..ir import is_onnx_domain
+from ..opspec import all_specs, traits
 from ..sizes import MAX_RANK, format_bytes, host_memory_bytes
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
@@ -355,16 +357,11 @@ def _reshape_count(op: str, name: str, attrs: dict, shapes: list, outputs: list)
                          f"{list(outputs[0])} ({n_out} elements): fix the shape input")
 
 
-AXIS_OPS = {"Softmax", "LogSoftmax", "Hardmax", "Concat", "Gather", "GatherElements", "ScatterElements", "Split",
-            "ArgMax", "ArgMin", "TopK", "Compress", "LayerNormalization", "Flatten", "CumSum", "LpNormalization"}
-"""Ops whose `axis` attribute indexes the dims of input 0 (Flatten: also the rank itself)."""
-
-
 def _axis_in_range(op: str, name: str, attrs: dict, shapes: list) -> None:
     if not shapes or shapes[0] is None:
         return
     rank = len(shapes[0])
-    top = rank if op == "Flatten" else rank - 1
+    top = rank if traits(op).axis_attr == "boundary" else rank - 1
     axis = attrs.get("axis")
     if isinstance(axis, (int, np.integer)) and not -rank <= int(axis) <= top:
         raise InputError(f"{op} node {name!r}: axis {int(axis)} is outside [{-rank}, {top}] for an input of rank {rank}")
@@ -384,13 +381,33 @@ def _shape_checks(op: str, name: str, attrs: dict, shapes: list) -> None:
         _clip_bounds(op, name, attrs, shapes)
     if op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
         _conv_groups(op, name, attrs, shapes)
-    if op in AXIS_OPS or (op.startswith("Reduce") and "axes" in attrs):
+    if traits(op).axis_attr is not None:
         _axis_in_range(op, name, attrs, shapes)
 
 
-SHAPE_CHECKS = {op: _shape_checks for op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Clip", *AXIS_OPS,
-                                             "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                                             "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
-"""op -> check(op, node name, attrs, input shapes) run before the node's shapes are inferred."""
+ShapeCheck = Callable[[str, str, dict, list], None]
+
+
+class ShapeChecks(Mapping[str, ShapeCheck]):
+    """op -> check(op, node name, attrs, input shapes) run before the node's shapes are inferred: the conv groups,
+    Clip's bounds and the axis range of every op whose OpSpec has axis_attr (asked on use, so the op families load
+    with the first check, not with this module)."""
+
+    CHECKED = ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Clip")
+
+    def __getitem__(self, op: str) -> ShapeCheck:
+        if op in self.CHECKED or traits(op).axis_attr is not None:
+            return _shape_checks
+        raise KeyError(op)
+
+    def __iter__(self) -> Iterator[str]:
+        axis_ops = {op for (_, op), specs in all_specs().items() if any(s.axis_attr for s in specs)}
+        return iter(sorted(set(self.CHECKED) | axis_ops))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+SHAPE_CHECKS = ShapeChecks()
 OUTPUT_CHECKS = {"Reshape": _reshape_count}
 """op -> check(op, node name, attrs, input shapes, output shapes) run after inference."""

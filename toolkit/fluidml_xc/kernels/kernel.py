@@ -17,6 +17,7 @@ from llvmlite import ir
 from ..dtypes import compute_dtype
 from ..ir import Graph, Node
 from ..target.machine import MachineSpec
+from ..opspec import traits
 from . import lowp
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
 
@@ -29,16 +30,10 @@ TARGET_TILES = 12
 tiles out one at a time, so more tiles than threads also even out unequal tiles)."""
 
 
-ELEMENT_WORK = {"Exp": 10, "Log": 10, "Erf": 10, "Tanh": 10, "Sigmoid": 10, "Softplus": 12, "Softsign": 4, "Sin": 10,
-                "Cos": 10, "Tan": 12, "Asin": 12, "Acos": 12, "Atan": 12, "Sinh": 12, "Cosh": 12, "Asinh": 14, "Acosh": 14,
-                "Atanh": 14, "Pow": 20, "Mish": 24, "Gelu": 14, "HardSwish": 3, "Div": 4, "Sqrt": 4, "Reciprocal": 4, "Mod": 6}
-"""Scalar operations one element of an elementwise op costs, beyond the load and the store (1 when not listed):
-transcendental functions are calls or long polynomials, so a chain of them is worth splitting much earlier."""
-
-
 def element_work(op_types) -> float:
-    """Work per element of a chain of elementwise ops (the parallel split's estimate, not a timing)."""
-    return float(sum(ELEMENT_WORK.get(op, 1) for op in op_types))
+    """Work per element of a chain of elementwise ops, each its OpSpec.work (the parallel split's estimate, not a
+    timing)."""
+    return float(sum(traits(op).work for op in op_types))
 
 
 def chunk_count(extent: int, work: float, target: int = TARGET_TILES) -> int:

@@ -239,7 +239,7 @@ def lower_nonzero(k):
 # --------------------------------------------------------------------------------------------------
 # Compress
 # --------------------------------------------------------------------------------------------------
-@register("Compress", since=9, output_bound=bound_outputs)
+@register("Compress", since=9, output_bound=bound_outputs, axis_attr="dim")
 def lower_compress(k):
     x, cond, out = k.inputs[0], k.inputs[1], k.outputs[0]
     b = k.b

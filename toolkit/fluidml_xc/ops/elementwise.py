@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -126,17 +128,34 @@ def _bitwise_not(k, dt, x):
     return k.b.not_(x)
 
 
-UNARY = {
-    "Relu": _relu, "Neg": lambda k, dt, x: k.s.neg(dt, x), "Abs": _abs, "Sign": _sign,
-    "Sqrt": _intrinsic("llvm.sqrt"), "Exp": _intrinsic("llvm.exp"), "Log": _intrinsic("llvm.log"),
-    "Floor": _intrinsic("llvm.floor"), "Ceil": _intrinsic("llvm.ceil"), "Round": _round,
-    "Sin": _intrinsic("llvm.sin"), "Cos": _intrinsic("llvm.cos"), "Tan": _libm("tan"),
-    "Asin": _libm("asin"), "Acos": _libm("acos"), "Atan": _libm("atan"), "Sinh": _libm("sinh"), "Cosh": _libm("cosh"),
-    "Asinh": _libm("asinh"), "Acosh": _libm("acosh"), "Atanh": _libm("atanh"),
-    "Tanh": _libm("tanh"), "Erf": _libm("erf"), "Sigmoid": _sigmoid, "Reciprocal": _reciprocal,
-    "LeakyRelu": _leaky, "Elu": _elu, "Selu": _selu, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
-    "Softplus": _softplus, "Softsign": _softsign, "Gelu": _gelu, "Not": _not, "BitwiseNot": _bitwise_not,
+@dataclass(frozen=True)
+class ScalarOp:
+    """An elementwise op's scalar lowering (k, dtype, *operands) -> value and the traits it registers with."""
+
+    fn: Callable
+    work: float = 1.0
+    """OpSpec.work."""
+    epilogue_activation: bool = False
+    """OpSpec.epilogue_activation."""
+
+
+UNARY_OPS = {
+    "Relu": ScalarOp(_relu, epilogue_activation=True), "Neg": ScalarOp(lambda k, dt, x: k.s.neg(dt, x)),
+    "Abs": ScalarOp(_abs), "Sign": ScalarOp(_sign), "Sqrt": ScalarOp(_intrinsic("llvm.sqrt"), 4),
+    "Exp": ScalarOp(_intrinsic("llvm.exp"), 10), "Log": ScalarOp(_intrinsic("llvm.log"), 10),
+    "Floor": ScalarOp(_intrinsic("llvm.floor")), "Ceil": ScalarOp(_intrinsic("llvm.ceil")), "Round": ScalarOp(_round),
+    "Sin": ScalarOp(_intrinsic("llvm.sin"), 10), "Cos": ScalarOp(_intrinsic("llvm.cos"), 10),
+    "Tan": ScalarOp(_libm("tan"), 12), "Asin": ScalarOp(_libm("asin"), 12), "Acos": ScalarOp(_libm("acos"), 12),
+    "Atan": ScalarOp(_libm("atan"), 12), "Sinh": ScalarOp(_libm("sinh"), 12), "Cosh": ScalarOp(_libm("cosh"), 12),
+    "Asinh": ScalarOp(_libm("asinh"), 14), "Acosh": ScalarOp(_libm("acosh"), 14), "Atanh": ScalarOp(_libm("atanh"), 14),
+    "Tanh": ScalarOp(_libm("tanh"), 10), "Erf": ScalarOp(_libm("erf"), 10), "Sigmoid": ScalarOp(_sigmoid, 10),
+    "Reciprocal": ScalarOp(_reciprocal, 4), "LeakyRelu": ScalarOp(_leaky, epilogue_activation=True),
+    "Elu": ScalarOp(_elu), "Selu": ScalarOp(_selu), "HardSigmoid": ScalarOp(_hard_sigmoid),
+    "HardSwish": ScalarOp(_hard_swish, 3), "Softplus": ScalarOp(_softplus, 12), "Softsign": ScalarOp(_softsign, 4),
+    "Gelu": ScalarOp(_gelu, 14), "Not": ScalarOp(_not), "BitwiseNot": ScalarOp(_bitwise_not),
 }
+"""Unary elementwise ops (work: transcendental functions are calls or long polynomials)."""
+UNARY = {name: op.fn for name, op in UNARY_OPS.items()}
 FLOAT_ONLY = {"Sqrt", "Exp", "Log", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
               "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "Reciprocal", "LeakyRelu", "Elu", "Selu", "HardSigmoid",
               "HardSwish", "Softplus", "Softsign", "Gelu"}
@@ -146,16 +165,17 @@ BITWISE = frozenset({"BitwiseNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "And
 """Bit and logic ops: storage-only operands are widened before them (passes/lowp_compute.py)."""
 
 
-def _register_unary(name, fn):
+def _register_unary(name, op: ScalarOp):
     dtypes = FLOATS if name in FLOAT_ONLY else (("bool",) if name == "Not" else None)
 
-    @register(name, inplace=True, dtypes=dtypes, elementwise=True, fusable=True, lowp_native=name not in BITWISE)
+    @register(name, inplace=True, dtypes=dtypes, elementwise=True, fusable=True, lowp_native=name not in BITWISE,
+              work=op.work, epilogue_activation=op.epilogue_activation)
     def lower(k):
-        _unary(k, fn)
+        _unary(k, op.fn)
 
 
-for _name, _fn in UNARY.items():
-    _register_unary(_name, _fn)
+for _name, _op in UNARY_OPS.items():
+    _register_unary(_name, _op)
 
 
 def power(k, dt, x, y, ydt):
@@ -205,24 +225,26 @@ def _mul(k, dt, x, y):
     return k.b.fmul(x, y) if is_float(dt) else k.b.mul(x, y)
 
 
-BINARY = {
-    "Add": ieee_add, "Sub": _sub, "Mul": _mul, "Div": _div, "Mod": _mod,
-    "BitwiseAnd": lambda k, dt, x, y: k.b.and_(x, y), "BitwiseOr": lambda k, dt, x, y: k.b.or_(x, y),
-    "BitwiseXor": lambda k, dt, x, y: k.b.xor(x, y),
-    "And": lambda k, dt, x, y: k.b.and_(x, y), "Or": lambda k, dt, x, y: k.b.or_(x, y), "Xor": lambda k, dt, x, y: k.b.xor(x, y),
+BINARY_OPS = {
+    "Add": ScalarOp(ieee_add), "Sub": ScalarOp(_sub), "Mul": ScalarOp(_mul), "Div": ScalarOp(_div, 4), "Mod": ScalarOp(_mod, 6),
+    "BitwiseAnd": ScalarOp(lambda k, dt, x, y: k.b.and_(x, y)), "BitwiseOr": ScalarOp(lambda k, dt, x, y: k.b.or_(x, y)),
+    "BitwiseXor": ScalarOp(lambda k, dt, x, y: k.b.xor(x, y)),
+    "And": ScalarOp(lambda k, dt, x, y: k.b.and_(x, y)), "Or": ScalarOp(lambda k, dt, x, y: k.b.or_(x, y)),
+    "Xor": ScalarOp(lambda k, dt, x, y: k.b.xor(x, y)),
 }
+BINARY = {name: op.fn for name, op in BINARY_OPS.items()}
 COMPARE = {"Equal": "==", "Less": "<", "LessOrEqual": "<=", "Greater": ">", "GreaterOrEqual": ">="}
 
 
-def _register_binary(name, fn):
-    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=name not in BITWISE)
+def _register_binary(name, op: ScalarOp):
+    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=name not in BITWISE, work=op.work)
     def lower(k):
         dt = k.inputs[0].dtype
-        k.elementwise(lambda v: fn(k, dt, v[0], v[1]), ins=k.inputs[:2])
+        k.elementwise(lambda v: op.fn(k, dt, v[0], v[1]), ins=k.inputs[:2])
 
 
-for _name, _fn in BINARY.items():
-    _register_binary(_name, _fn)
+for _name, _op in BINARY_OPS.items():
+    _register_binary(_name, _op)
 
 
 CONSTANT_POWERS = {
@@ -246,7 +268,7 @@ def constant_power(k, dt, x, exponent) -> ir.Value | None:
     return None if fn is None else fn(k, dt, x)
 
 
-@register("Pow", inplace=True, elementwise=True, fusable=True, lowp_native=True)
+@register("Pow", inplace=True, elementwise=True, fusable=True, lowp_native=True, work=20)
 def lower_pow(k):
     dt, ydt = k.inputs[0].dtype, k.inputs[1].dtype
     exponent = k.input_value(1)
@@ -313,7 +335,8 @@ def lower_where(k):
     k.elementwise(lambda v: k.b.select(k.b.trunc(v[0], ir.IntType(1)), v[1], v[2]), ins=k.inputs[:3])
 
 
-@register(("Cast", "CastLike"), elementwise=True, fusable=True, lowp_native=True)
+@register("Cast", elementwise=True, fusable=True, lowp_native=True)
+@register("CastLike", elementwise=True, fusable=True, lowp_native=True, type_only_inputs=(1,))
 def lower_cast(k):
     """ONNX Cast; to the storage-only dtypes with `saturate` and `round_mode` (kernels/lowp.py). A Cast the
     lowp_compute pass inserted (`_astype`) rounds as a kernel's store does (ml_dtypes' astype)."""
@@ -326,7 +349,7 @@ def lower_cast(k):
     k.elementwise(lambda v: k.s.cast(src, dst, v[0], saturate, round_mode), ins=[k.inputs[0]])
 
 
-@register("Clip", inplace=True, elementwise=True, fusable=True, lowp_native=True)
+@register("Clip", inplace=True, elementwise=True, fusable=True, lowp_native=True, epilogue_activation=True)
 def lower_clip(k):
     dt = k.inputs[0].dtype
     if k.graph.opset < 11:

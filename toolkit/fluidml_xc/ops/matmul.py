@@ -120,7 +120,7 @@ def _bias_mat(bias: Operand | None) -> Mat | None:
     return Mat(lambda op=bias: op.ptr, (), 0, 1 if bias.size > 1 else 0)
 
 
-@register("MatMul", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
+@register("MatMul", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True, cost_kind="matmul")
 def lower_matmul(k):
     """C = A @ B, plus what passes/epilogues.py fused: input 2 a constant bias along the last dim (or ""),
     input 3 a residual activation of C's shape."""
@@ -184,7 +184,7 @@ def lower_matmul(k):
     _finish_pass(k, out, None, relu)
 
 
-@register("Gemm", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True)
+@register("Gemm", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True, cost_kind="matmul")
 def lower_gemm(k):
     a, b = k.inputs[0], k.inputs[1]
     c = k.inputs[2] if len(k.inputs) > 2 else None

@@ -50,7 +50,7 @@ def lower_reverse_sequence(k):
     k.loops(out.shape, list(range(out.rank)), [None] * out.rank, point)
 
 
-@register("TensorScatter")
+@register("TensorScatter", index_inputs=(2,))
 def lower_tensor_scatter(k):
     past, update, out = k.inputs[0], k.inputs[1], k.outputs[0]
     indices = k.inputs[2] if len(k.inputs) > 2 else None
@@ -150,7 +150,7 @@ def lower_binarizer(k):
     k.elementwise(fn, out, [x])
 
 
-@register("ArrayFeatureExtractor", domain="ai.onnx.ml")
+@register("ArrayFeatureExtractor", domain="ai.onnx.ml", index_inputs=(1,))
 def lower_array_feature_extractor(k):
     x, ind, out = k.inputs[0], k.inputs[1], k.outputs[0]
     if not out.size:

@@ -82,7 +82,7 @@ def _store_at(k, op: Operand, linear: ir.Value, value: ir.Value) -> None:
 
 
 # -- affine copies -------------------------------------------------------------------------------
-@register("Transpose", strided=True, layout_anchor=True, lowp_native=True)
+@register("Transpose", strided=True, layout_anchor=True, lowp_native=True, cost_kind="transpose")
 def lower_transpose(k):
     x, out = k.inputs[0], k.outputs[0]
     perm = k.attr("perm") or list(range(x.rank))[::-1]
@@ -92,7 +92,7 @@ def lower_transpose(k):
     _copy(k, out.shape, out.identity_access(), x.access(dims, out.rank))
 
 
-@register("Concat", strided=True, image=True, lowp_native=True)
+@register("Concat", strided=True, image=True, lowp_native=True, cost_kind="concat", axis_attr="dim")
 def lower_concat(k):
     out = k.outputs[0]
     axis = _axis(int(k.attr("axis")), out.rank)
@@ -137,7 +137,7 @@ def lower_slice(k):
     _copy(k, out.shape, out.identity_access(), _offset_access(x, _slice_params(k, x)))
 
 
-@register("Split", lowp_native=True)
+@register("Split", lowp_native=True, axis_attr="dim")
 def lower_split(k):
     x = k.inputs[0]
     axis = _axis(int(k.attr("axis", 0)), x.rank)
@@ -275,7 +275,7 @@ def lower_pad(k):
 
 
 # -- gathers -------------------------------------------------------------------------------------
-@register("Gather", lowp_native=True)
+@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,))
 def lower_gather(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = _axis(int(k.attr("axis", 0)), data.rank)
@@ -303,7 +303,7 @@ def lower_gather(k):
     _each(k, out.shape, body)
 
 
-@register("GatherElements", lowp_native=True)
+@register("GatherElements", lowp_native=True, axis_attr="dim", index_inputs=(1,))
 def lower_gather_elements(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = _axis(int(k.attr("axis", 0)), data.rank)
@@ -327,7 +327,7 @@ def _nd_dims(k, data: Operand, indices: Operand, ix, batch: int, lead: int) -> d
     return dims
 
 
-@register("GatherND", lowp_native=True)
+@register("GatherND", lowp_native=True, index_inputs=(1,))
 def lower_gather_nd(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     batch = int(k.attr("batch_dims", 0))
@@ -358,7 +358,8 @@ def _scatter_store(k, out: Operand, dims, update: ir.Value, reduce) -> None:
     k.b.store(reduce(k.b.load(ptr), update), ptr)
 
 
-@register(("ScatterElements", "Scatter"))
+@register("ScatterElements", axis_attr="dim", index_inputs=(1,))
+@register("Scatter", index_inputs=(1,))
 def lower_scatter_elements(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
     axis = _axis(int(k.attr("axis", 0)), data.rank)
@@ -373,7 +374,7 @@ def lower_scatter_elements(k):
     _each(k, indices.shape, body)
 
 
-@register("ScatterND")
+@register("ScatterND", index_inputs=(1,))
 def lower_scatter_nd(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
     reduce = _reduce_fn(k, data.dtype)
@@ -412,7 +413,7 @@ def lower_trilu(k):
         k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=_order(out.strides))
 
 
-@register("OneHot", lowp_native=True)
+@register("OneHot", lowp_native=True, index_inputs=(0,))
 def lower_one_hot(k):
     indices, values, out = k.inputs[0], k.inputs[2], k.outputs[0]
     axis = _axis(int(k.attr("axis", -1)), out.rank)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.epilogue import activate
-from ..kernels.kernel import ELEMENT_WORK, Operand, chunk_count, row_major_strides
+from ..kernels.kernel import Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
 from ..kernels.rows import RowAccumulators, each_in_run, each_row, fast_add, row_ptr, vector_rows
 from ..kernels.scalar import FAST, const, llvm_type
-from ..opspec import register
+from ..opspec import register, traits
 
 FLOATS = ("float32", "float64", "float16")
 
@@ -30,7 +30,7 @@ def _param_access(op: Operand, rank: int):
     return op.access(list(range(1, 1 + op.rank)), rank)
 
 
-@register("BatchNormalization", inplace=True, dtypes=FLOATS, image=True)
+@register("BatchNormalization", inplace=True, dtypes=FLOATS, image=True, cost_kind="channel_affine")
 def lower_batch_norm(k):
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b
@@ -180,7 +180,7 @@ def lower_mvn(k):
     _normalize(k, axes, finish)
 
 
-@register("LpNormalization", dtypes=FLOATS)
+@register("LpNormalization", dtypes=FLOATS, axis_attr="dim")
 def lower_lp_norm(k):
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b
@@ -249,7 +249,7 @@ def lower_lrn(k):
             base = s.add(dt, const(dt, bias), s.mul(dt, k.load(oa, ix), const(dt, alpha / size)))
             k.store(oa, ix, _divide_by_power(k, dt, k.load(xa, ix), base, beta))
         k.loops(out.shape, spatial, idx, scale)
-    work = float(out.size) * (2 * size + 3 + ELEMENT_WORK["Div" if beta in _INVERSE_ROOTS else "Pow"])
+    work = float(out.size) * (2 * size + 3 + traits("Div" if beta in _INVERSE_ROOTS else "Pow").work)
     planes = x.shape[0] * C
     chunks = chunk_count(planes, work)
     with k.parallel_tiles([chunks], work) as (t,):

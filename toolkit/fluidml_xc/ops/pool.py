@@ -336,12 +336,12 @@ def window_pool(k, kind: str) -> None:
     nest(k, list(out.shape), point)
 
 
-@register("MaxPool", dtypes=MAX_TYPES, strided=True, image=True, heavy=True)
+@register("MaxPool", dtypes=MAX_TYPES, strided=True, image=True, heavy=True, cost_kind="pool")
 def lower_max_pool(k):
     window_pool(k, "max")
 
 
-@register("AveragePool", dtypes=FLOATS, strided=True, image=True, heavy=True)
+@register("AveragePool", dtypes=FLOATS, strided=True, image=True, heavy=True, cost_kind="pool")
 def lower_average_pool(k):
     window_pool(k, "avg")
 
@@ -379,12 +379,12 @@ def global_pool(k, kind: str) -> None:
         k.generic(x.shape, [out_acc], [x.identity_access()], term, reduce_dims=spatial, init=[const(dt, 0)], finalize=root)
 
 
-@register("GlobalAveragePool", dtypes=FLOATS, strided=True, image=True)
+@register("GlobalAveragePool", dtypes=FLOATS, strided=True, image=True, cost_kind="global_pool")
 def lower_global_average_pool(k):
     global_pool(k, "avg")
 
 
-@register("GlobalMaxPool", dtypes=MAX_TYPES, strided=True, image=True)
+@register("GlobalMaxPool", dtypes=MAX_TYPES, strided=True, image=True, cost_kind="global_pool")
 def lower_global_max_pool(k):
     global_pool(k, "max")
 

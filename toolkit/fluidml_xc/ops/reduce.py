@@ -193,7 +193,7 @@ def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
 
 
 def _register_reduce(name: str) -> None:
-    @register(name, dtypes=FLOATS if name in FLOAT_ONLY else None)
+    @register(name, dtypes=FLOATS if name in FLOAT_ONLY else None, axis_attr="dim")
     def lower(k):
         _reduce(k, name)
 
@@ -260,12 +260,12 @@ def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None
         k.b.store(k.b.or_(k.b.load(found), take), found)
 
 
-@register("ArgMax")
+@register("ArgMax", axis_attr="dim")
 def lower_argmax(k):
     _arg(k, True)
 
 
-@register("ArgMin")
+@register("ArgMin", axis_attr="dim")
 def lower_argmin(k):
     _arg(k, False)
 
@@ -396,17 +396,17 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
     each_row(k, x.shape, x.strides, dims, row)
 
 
-@register("Softmax", dtypes=FLOATS)
+@register("Softmax", dtypes=FLOATS, axis_attr="dim")
 def lower_softmax(k):
     _softmax(k, False)
 
 
-@register("LogSoftmax", dtypes=FLOATS)
+@register("LogSoftmax", dtypes=FLOATS, axis_attr="dim")
 def lower_log_softmax(k):
     _softmax(k, True)
 
 
-@register("Hardmax")
+@register("Hardmax", axis_attr="dim")
 def lower_hardmax(k):
     """1 at the first maximum of each row (identified by its element offset), 0 elsewhere."""
     x, out = k.inputs[0], k.outputs[0]
@@ -431,7 +431,7 @@ def lower_hardmax(k):
 
 
 # -- LayerNormalization --------------------------------------------------------------------------
-@register("LayerNormalization", dtypes=FLOATS)
+@register("LayerNormalization", dtypes=FLOATS, axis_attr="dim")
 def lower_layer_norm(k):
     """Per row: mean, then variance around it, then normalize with scale and bias; compute in float32 for fp16."""
     x, scale = k.inputs[0], k.inputs[1]

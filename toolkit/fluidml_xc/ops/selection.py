@@ -21,7 +21,7 @@ from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
 
 
-@register("TopK", heavy=True)
+@register("TopK", heavy=True, axis_attr="dim")
 def lower_topk(k):
     x, values, indices = k.inputs[0], k.outputs[0], k.outputs[1]
     r, dt = x.rank, x.dtype

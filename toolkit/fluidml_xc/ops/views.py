@@ -17,7 +17,8 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True)
+@register(("Reshape", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True)
+@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary")
 def lower_view(k):
     _flat_copy(k)
 

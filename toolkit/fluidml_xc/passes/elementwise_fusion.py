@@ -14,12 +14,8 @@ import numpy as np
 
 from ..dtypes import compute_dtype, has_scalar_type
 from ..ir import Graph, Node
-from ..opspec import FUSED_OP, OUR_DOMAIN, lookup
+from ..opspec import FUSED_OP, OUR_DOMAIN, lookup, traits
 from . import graph_pass
-
-_SKIP_INPUT = {"CastLike": (1,)}
-"""Inputs a step does not read (CastLike's target only gives the dtype)."""
-
 
 def _scalar_const(graph: Graph, name: str):
     t = graph.tensors.get(name)
@@ -77,7 +73,7 @@ def _grow(graph: Graph, root: Node, index: dict[int, int], producers, consumers,
     while stack:
         node = stack.pop()
         for i, name in enumerate(node.inputs):
-            if not name or i in _SKIP_INPUT.get(node.op_type, ()):
+            if not name or i in traits(node.op_type, graph.opset, node.domain).type_only_inputs:
                 continue
             p = producers.get(name)
             if p is None or id(p) in taken or id(p) in members or not fusable(graph, p):
@@ -128,7 +124,7 @@ def _program(graph: Graph, group: list[Node]) -> tuple[list[dict], list[str]]:
                         bounds.append(_imm(_scalar_const(graph, node.inputs[i]), out_dt))
             args = [x] + bounds
         else:
-            skip = _SKIP_INPUT.get(op, ())
+            skip = traits(op, graph.opset, node.domain).type_only_inputs
             args = [ref(n) for i, n in enumerate(node.inputs) if n and i not in skip]
             if op == "Pow":
                 e = _scalar_const(graph, node.inputs[1])

@@ -1,7 +1,8 @@
 """The fusion passes that write a kernel's Epilogue (kernels/epilogue.py) to node.attrs[EPILOGUE_ATTR]: Conv and
 BatchNormalization (residual Add, Relu / Clip / LeakyRelu), MatMul / Gemm (bias, residual, Relu), QLinearConv /
-QLinearMatMul (a DequantizeLinear -> Relu -> QuantizeLinear as a floor or a table). ACTIVATIONS is the one place
-that names the float activations a Conv or BatchNormalization epilogue takes.
+QLinearMatMul (a DequantizeLinear -> Relu -> QuantizeLinear as a floor or a table). The float activations a Conv or
+BatchNormalization epilogue takes are the ops registered with `epilogue_activation` (OpSpec); `activation_of`
+turns one into its Epilogue.
 
 Conv: a residual Add and an activation (Relu, Clip with constant bounds, LeakyRelu) fuse into the Conv
 that produces their input, so the conv kernel applies them as it stores its output.
@@ -56,11 +57,9 @@ import numpy as np
 
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..kernels.epilogue import EPILOGUE_ATTR, Epilogue
+from ..opspec import traits
 from . import graph_pass
 from .batchnorm import folds_exactly
-
-ACTIVATIONS = ("Relu", "Clip", "LeakyRelu")
-
 
 def _scalar(graph: Graph, name: str) -> float | None | bool:
     """A constant scalar's value, None for an absent input, False when not a build-time scalar."""
@@ -174,7 +173,7 @@ def fuse_norm_activation(graph: Graph) -> None:
         if out in outputs or len(users) != 1 or np.dtype(graph.tensors[out].dtype).kind != "f":
             continue
         act_node = users[0]
-        if act_node.op_type not in ACTIVATIONS or len(act_node.outputs) != 1 or act_node.inputs[0] != out:
+        if not traits(act_node.op_type, graph.opset, act_node.domain).epilogue_activation or len(act_node.outputs) != 1 or act_node.inputs[0] != out:
             continue
         act = activation_of(graph, act_node)
         if act is None:
@@ -232,7 +231,7 @@ def fuse_conv_epilogue(graph: Graph) -> None:
                     fused.append(nxt)
                     last = nxt.outputs[0]
                     nxt = sole_consumer(last)
-            if nxt is not None and nxt.op_type in ACTIVATIONS and len(nxt.outputs) == 1:
+            if nxt is not None and traits(nxt.op_type, graph.opset, nxt.domain).epilogue_activation and len(nxt.outputs) == 1:
                 act = activation_of(graph, nxt)
                 if act is not None:
                     epilogue = Epilogue(act.activation, act.params, epilogue.residual)

@@ -181,7 +181,7 @@ def conv_params(k, x, w, out):
     return k_sp, strides, dils, pads
 
 
-@register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True)
+@register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True, cost_kind="conv")
 def lower_conv(k):
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
+from .timings import BuildTimings
 
 LAST_BUILD = Path("build") / ".last"
 """The most recent build's artifact directory (one line), read when a command is given no DIR."""
@@ -62,7 +63,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs")
+_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs", "timings")
 """Written only when not empty."""
 
 
@@ -110,6 +111,8 @@ class Manifest:
     footprint: Mapping[str, int] = field(default_factory=dict)
     files: Mapping[str, str] | None = None
     """File name -> sha256 of every file but manifest.json (None: not recorded, not provably ours)."""
+    timings: BuildTimings | None = None
+    """Seconds per build stage up to this manifest's writing (timings.py; None: built before they were recorded)."""
 
     def to_json(self) -> str:
         """manifest.json's text."""
@@ -118,7 +121,7 @@ class Manifest:
             value = getattr(self, f.name)
             if f.name in _OPTIONAL_KEYS and not value:
                 continue
-            if isinstance(value, (ModelRecord, TensorEntry)):
+            if isinstance(value, (ModelRecord, TensorEntry, BuildTimings)):
                 value = value.to_json()
             elif f.name in ("inputs", "outputs"):
                 value = [entry.to_json() for entry in value]
@@ -248,6 +251,6 @@ _READERS: dict[str, Callable] = {
     "structures": _object, "bound": _object,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,
     "parallel_ops": _dims_by_name, "c_api": _opt_object, "optimizer": _object, "footprint": _object,
-    "files": _opt_object,
+    "files": _opt_object, "timings": lambda v: None if v is None else BuildTimings.from_json(_object(v)),
 }
 """Per Manifest field: JSON value -> field value (TypeError/ValueError/KeyError when malformed)."""

@@ -7,7 +7,6 @@ import os
 import secrets
 import shutil
 import sys
-import time
 from collections.abc import Callable
 import dataclasses
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from . import __version__
 from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
 from .target.boards import Board, get_board
 from .target.machine import MachineSpec, llvm_version, machine_specs
-from .target.objects import compile_modules
+from .target.objects import compile_objects
 from .errors import InputError
 from .frontend.importer import load_model
 from .ir import Graph
@@ -32,6 +31,8 @@ from .frontend.binding import manifest_entry
 from .frontend.input_shapes import declared_shapes, resolve_shapes
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
+from .emit.link import attach_weights, link_artifact, merge_objects, runtime_cached, runtime_objects
+from .timings import BuildTimings, Stopwatch, VariantTiming
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -66,6 +67,8 @@ class BuildResult:
     artifact: Path
     manifest: Manifest
     seconds: float
+    timings: BuildTimings | None = None
+    """Seconds per stage of the whole build (the manifest's stop where manifest.json is written)."""
 
 
 def build_limits(board: Board, options: BuildOptions) -> Limits:
@@ -130,6 +133,8 @@ class Compiled:
     """The code variants in model.o, widest first (one unless the board has cpu_variants)."""
     code_variants: tuple = ()
     """capi.CodeVariant per spec: entry suffix and the CPU extensions the glue checks."""
+    llvm: tuple[VariantTiming, ...] = ()
+    """Per spec: LLVM's optimization and code generation seconds, and the process that compiled it."""
 
     @property
     def spec(self) -> MachineSpec:
@@ -141,22 +146,25 @@ class Compiled:
         return self.lowered.tail
 
 
-def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path) -> Compiled:
-    """Lower `graph` and write model.o (NAME.o; code + weights) into workdir."""
-    from .emit.link import attach_weights, merge_objects
-
+def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path, watch: Stopwatch | None = None) -> Compiled:
+    """Lower `graph` and write model.o (NAME.o; code + weights) into workdir (`watch`: its stages marked, from
+    "optimize" to "objects")."""
+    watch = watch or Stopwatch()
     api = CApi(options.name)
     specs = machine_specs(board, options.cpu, options.features)
     spec = specs[0]
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
     variants = lower_variants(graph, specs, LowerOptions(opt=options.opt, costs=options.costs, threads=threads,
-                                                         parallel=threads > 1, weights_symbol=symbol, symbol_prefix=api.prefix))
+                                                         parallel=threads > 1, weights_symbol=symbol, symbol_prefix=api.prefix),
+                              watch)
     lowered = variants[0]
     emitter, plan, graph = lowered.emitter, lowered.plan, lowered.graph
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
                                        emitter.tail.arena_bytes + len(emitter.blob))
-    codes = compile_modules([(v.ir_text, v.spec) for v in variants])
+    objects = compile_objects([(v.ir_text, v.spec) for v in variants])
+    watch.mark("llvm")
+    codes = [obj.code for obj in objects]
     if emitter.blob or len(codes) > 1:
         code_objs = [workdir / f"model_code{k}.o" for k in range(len(codes))]
         for path, code in zip(code_objs, codes):
@@ -172,8 +180,10 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
     memory = {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
               **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})}
+    watch.mark("objects")
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()},
-                    tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs))
+                    tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
+                    tuple(VariantTiming(s.cpu, o.optimize, o.codegen, o.process) for s, o in zip(specs, objects)))
 
 
 def _code_variant(board: Board, spec: MachineSpec, native: bool):
@@ -186,11 +196,15 @@ def _code_variant(board: Board, spec: MachineSpec, native: bool):
     return CodeVariant(spec.cpu, spec.variant, needs)
 
 
-def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool) -> None:
-    from .emit.link import link_artifact
+def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool, watch: Stopwatch) -> bool:
+    """Render the glue and link the artifact's programs and libraries (stages "runtime" and "link" marked);
+    True when the runtime was built now rather than found in the cache."""
     from .emit.capi import DEFAULT_CPU_HINT, ModelSpec, TensorSpec, render_sources
     from .target.cpus import REFUSAL_HINTS
 
+    built = not runtime_cached(board.target)
+    runtime_objects(board.target)
+    watch.mark("runtime")
     tail, api, spec = compiled.tail, compiled.api, compiled.spec
     model_spec = ModelSpec(
         name=graph.name,
@@ -203,6 +217,8 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
                   workdir / api.glue, workdir, workdir, api)
+    watch.mark("link")
+    return built
 
 
 def elf_footprint(path: Path) -> dict[str, int]:
@@ -312,7 +328,7 @@ BUILD_STAGES = ("import", "passes", "optimize, plan, compile", "link", "manifest
 
 def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) -> BuildResult:
     """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
-    started = time.perf_counter()
+    watch = Stopwatch()
     stage = options.progress or (lambda name: None)
     api = CApi(options.name)
     model_path = Path(model_path)
@@ -320,8 +336,14 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     stage(BUILD_STAGES[0])
     model = load_model(model_path)
     bound, input_shapes = _bind(model, options)
+    watch.mark("load")
+
+    def imported() -> None:
+        watch.mark("import")
+        stage(BUILD_STAGES[1])
     graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
-                         on_imported=lambda: stage(BUILD_STAGES[1]))
+                         on_imported=imported)
+    watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
     target = replaceable_target(out_dir)
     sweep_build(target)
@@ -335,11 +357,12 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             workdir.mkdir(mode=0o700)
         except OSError as exc:
             raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
+        watch.mark("artifact")
         stage(BUILD_STAGES[2])
-        compiled = compile_graph(graph, board, options, workdir)
+        compiled = compile_graph(graph, board, options, workdir, watch)
         spec = compiled.spec
         stage(BUILD_STAGES[3])
-        _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner)
+        runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch)
         stage(BUILD_STAGES[4])
         used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
@@ -359,6 +382,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             optimizer={k: v for k, v in compiled.lowered.decisions.summary().items() if k != "seconds"},
             footprint=elf_footprint(workdir / "runner"))
         manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
+        watch.mark("artifact")
+        manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built))
         (workdir / MANIFEST).write_text(manifest.to_json())
         _replace_artifact(workdir, out_dir)
     except BaseException:
@@ -370,5 +395,6 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             LAST_BUILD.write_text(str(out_dir.resolve()) + "\n")
         except OSError as exc:
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
-    return BuildResult(out_dir, manifest, time.perf_counter() - started)
+    watch.mark("artifact")
+    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built))
 

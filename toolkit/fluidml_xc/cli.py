@@ -20,6 +20,19 @@ def _command_modules():
     return sorted((m for m in modules if hasattr(m, "NAME")), key=lambda m: getattr(m, "ORDER", 50))
 
 
+def asks_version(argv: list[str]) -> bool:
+    """Whether argparse would answer `--version` (or an abbreviation) given before any command: then main
+    answers it without importing the command modules (and with them the whole compiler)."""
+    for arg in argv:
+        if arg == "-h" or (len(arg) > 2 and "--help".startswith(arg)):
+            return False
+        if len(arg) > 2 and "--version".startswith(arg):
+            return True
+        if arg == "--" or not arg.startswith("-"):
+            return False
+    return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fluidml-xc", description="Cross-compile ONNX models for edge boards, deploy over SSH, profile.")
     parser.add_argument("--version", action="version", version=f"fluidml-xc {__version__}")
@@ -69,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("SIGTERM", "SIGHUP"):
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), _on_terminate)
-    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    args_given = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args_given
+    if asks_version(args_given):
+        print(f"fluidml-xc {__version__}")
+        return 0
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

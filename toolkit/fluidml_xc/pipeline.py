@@ -25,6 +25,7 @@ from .fluid.optimize import Decisions, apply_views, optimize
 from .passes import run_passes
 from .planning import MemoryPlan, PlanOptions, plan_memory, verify_plan
 from .frontend.validate import Limits
+from .timings import Stopwatch
 
 OPT_MODES = ("plain", "greedy", "fluid")
 
@@ -107,36 +108,52 @@ class Lowered:
         return self.emitter.tail
 
 
-def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()) -> Planned:
-    """Layouts and loop orders for `graph` (--opt), then its verified memory plan under those layouts."""
+def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions(), watch: Stopwatch | None = None) -> Planned:
+    """Layouts and loop orders for `graph` (--opt), then its verified memory plan under those layouts (`watch`:
+    the build's stages "optimize" and "memory plan" marked)."""
+    watch = watch or Stopwatch()
     memory = plan_options(options.opt, spec.alignment)
     check_supported(graph)
     timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
     decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
     graph = apply_views(graph, decisions.layouts)
+    watch.mark("optimize")
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)
+    watch.mark("memory plan")
     return Planned(graph, decisions, memory_plan)
 
 
-def lower(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()) -> Lowered:
+def _ir_text(emitter: ModuleEmitter, watch: Stopwatch) -> str:
+    """emitter.emit() with the stages "emit" (llvmlite objects) and "ir text" (their text) marked apart."""
+    emitter.emit_module()
+    watch.mark("emit")
+    text = str(emitter.module)
+    watch.mark("ir text")
+    return text
+
+
+def lower(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions(), watch: Stopwatch | None = None) -> Lowered:
     """The compiler middle and back end up to LLVM IR (Lowered.graph: `graph` with the optimizer's views)."""
-    planned = plan(graph, spec, options)
+    watch = watch or Stopwatch()
+    planned = plan(graph, spec, options, watch)
     graph, decisions = planned.graph, planned.decisions
     emitter = ModuleEmitter(graph, planned.plan, spec,
                             EmitOptions(layouts=decisions.layouts, loop_orders=decisions.loop_orders,
                                         weights_symbol=options.weights_symbol, parallel=options.parallel,
                                         symbol_prefix=options.symbol_prefix))
-    return Lowered(graph, spec, decisions, planned.plan, emitter, emitter.emit())
+    return Lowered(graph, spec, decisions, planned.plan, emitter, _ir_text(emitter, watch))
 
 
-def lower_variants(graph: Graph, specs: list[MachineSpec], options: LowerOptions = LowerOptions()) -> list[Lowered]:
+def lower_variants(graph: Graph, specs: list[MachineSpec], options: LowerOptions = LowerOptions(),
+                   watch: Stopwatch | None = None) -> list[Lowered]:
     """One Lowered per code variant (specs widest first, as target.machine.machine_specs gives them): the layouts,
     loop orders and memory plan are decided once for the widest, each variant's kernels are emitted for its own
     spec (vector width, tiles) with suffixed entries, and the weights go into one blob they share."""
+    watch = watch or Stopwatch()
     if len(specs) == 1:
-        return [lower(graph, specs[0], options)]
-    planned = plan(graph, specs[0], options)
+        return [lower(graph, specs[0], options, watch)]
+    planned = plan(graph, specs[0], options, watch)
     blob = WeightsBlob()
     lowered = []
     for spec in specs:
@@ -144,5 +161,5 @@ def lower_variants(graph: Graph, specs: list[MachineSpec], options: LowerOptions
                                 EmitOptions(layouts=planned.decisions.layouts, loop_orders=planned.decisions.loop_orders,
                                             weights_symbol=options.weights_symbol, parallel=options.parallel,
                                             symbol_prefix=options.symbol_prefix, variant=spec.variant, blob=blob))
-        lowered.append(Lowered(planned.graph, spec, planned.decisions, planned.plan, emitter, emitter.emit()))
+        lowered.append(Lowered(planned.graph, spec, planned.decisions, planned.plan, emitter, _ir_text(emitter, watch)))
     return lowered

@@ -37,6 +37,8 @@ def add_arguments(parser) -> None:
                         "(default: fxc_* in model.h, libmodel.a with the runtime inside)")
     parser.add_argument("--max-memory", metavar="SIZE", help="largest tensor, constants, and arena + weights (e.g. 2G; "
                         "default: half the board's RAM from its board file, or half of this machine's)")
+    parser.add_argument("--timings", action="store_true", help="print the seconds each build stage took (load, import, "
+                        "passes, optimize, memory plan, emit, ir text, llvm, objects, runtime, link, artifact) and their share")
     add_json_arguments(parser)
 
 
@@ -55,7 +57,7 @@ def main(args) -> int:
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       cpu=args.cpu, features=args.features, progress=stages))
-    emit(_result(result), args.json, args.json_out, lambda: _table(result))
+    emit(_result(result), args.json, args.json_out, lambda: _table(result, args.timings))
     return 0
 
 
@@ -67,10 +69,10 @@ def _result(result) -> dict:
             "seconds": round(result.seconds, 3), "ops": sum(m.op_counts.values()), "weights_bytes": m.weights_bytes,
             "memory": {k: mem.get(k) for k in ("arena_bytes", "lower_bound_bytes", "naive_bytes", "strategy",
                                                "dynamic_tail_bytes") if k in mem},
-            "c_api": dict(m.c_api), "footprint": dict(m.footprint)}
+            "c_api": dict(m.c_api), "footprint": dict(m.footprint), "timings": result.timings.to_json()}
 
 
-def _table(result) -> str:
+def _table(result, timings: bool = False) -> str:
     m = result.manifest
     mem, fp = m.memory, m.footprint
     lines = [f"built {result.artifact}/ for {m.board} ({m.triple}, {m.cpu}) in {result.seconds:.1f} s",
@@ -82,4 +84,6 @@ def _table(result) -> str:
         lines.append(f"  C API {api['prefix']}* / {api['macro_prefix']}* in {api['header']}; link {api['library']} and, "
                      f"once per program, {api['runtime_library']}")
     lines.append(f"  runner footprint: text {fp['text']:,} B, rodata {fp['rodata']:,} B, data {fp['data']:,} B, bss {fp['bss']:,} B")
+    if timings:
+        lines += ["build timings (wall-clock seconds):", result.timings.table()]
     return "\n".join(lines)

@@ -171,6 +171,11 @@ class ModuleEmitter:
         return self.options.layouts.get(name)
 
     def emit(self) -> str:
+        """The module (emit_module) as LLVM IR text."""
+        self.emit_module()
+        return str(self.module)
+
+    def emit_module(self) -> None:
         """Node functions, then `fxc_model_run` and `fxc_model_run_profiled` (hooks passed as pointers) calling them."""
         steps = []
         for step, node_index in enumerate(self.plan.order):
@@ -182,7 +187,6 @@ class ModuleEmitter:
         hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)]).as_pointer()
         self._entry(f"{self.options.symbol_prefix}model_run{self.options.variant}", steps, None)
         self._entry(f"{self.options.symbol_prefix}model_run_profiled{self.options.variant}", steps, hook)
-        return str(self.module)
 
     def _entry(self, symbol: str, steps, hook: ir.Type | None) -> None:
         graph = self.graph

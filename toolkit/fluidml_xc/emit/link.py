@@ -212,13 +212,23 @@ class RuntimeNotice:
 _HELLO = "int main(void) { return 0; }\n"
 
 
+def _runtime_entry(target: Target) -> tuple[Path, dict[str, Path]]:
+    """The runtime's cache directory for the target and its object per source."""
+    final = cache_dir() / "runtime" / f"{target.name}-{_runtime_key(target)}"
+    return final, {name: final / (Path(name).stem + ".o") for name in LIBRARY_SOURCES + RUNNER_SOURCES}
+
+
+def runtime_cached(target: Target) -> bool:
+    """Whether runtime_objects(target) finds every object in the cache (builds nothing)."""
+    return all(obj.is_file() for obj in _runtime_entry(target)[1].values())
+
+
 def runtime_objects(target: Target) -> dict[str, Path]:
     """The runtime's objects for the target's baseline CPU, compiled once into the cache (atomic, safe in
     parallel); the first time, a program is linked too so zig builds and caches musl libc and compiler-rt."""
-    root = cache_dir() / "runtime"
-    final = root / f"{target.name}-{_runtime_key(target)}"
+    final, objects = _runtime_entry(target)
+    root = final.parent
     names = LIBRARY_SOURCES + RUNNER_SOURCES
-    objects = {name: final / (Path(name).stem + ".o") for name in names}
     if all(obj.is_file() for obj in objects.values()):
         return objects
     root.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -159,10 +160,19 @@ def optimized_module(llvm_ir: str, tm):
     return module
 
 
+def compile_module_timed(llvm_ir: str, spec: MachineSpec) -> tuple[bytes, float, float]:
+    """compile_module's object with its seconds: (object, parse + verify + optimization, code generation)."""
+    started = time.perf_counter()
+    tm = target_machine(spec)
+    module = optimized_module(llvm_ir, tm)
+    optimized = time.perf_counter()
+    code = tm.emit_object(module)
+    return code, optimized - started, time.perf_counter() - optimized
+
+
 def compile_module(llvm_ir: str, spec: MachineSpec) -> bytes:
     """Parse, verify, optimize at O3 and emit an ELF object for the spec's target."""
-    tm = target_machine(spec)
-    return tm.emit_object(optimized_module(llvm_ir, tm))
+    return compile_module_timed(llvm_ir, spec)[0]
 
 
 def llvm_version() -> str:

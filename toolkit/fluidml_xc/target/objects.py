@@ -13,9 +13,10 @@ import pickle
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from .machine import MachineSpec, compile_module
+from .machine import MachineSpec, compile_module_timed
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 """The folder holding this fluidml_xc package: the child imports this checkout's code, not another install."""
@@ -32,13 +33,28 @@ def build_workers(jobs: int) -> int:
     return max(1, min(jobs, cores))
 
 
-def _child_compile(jobs: list[tuple[str, MachineSpec]]) -> list[bytes]:
-    """compile_module of each job in a child process; a failing child's jobs compile here again, so the error is
-    compile_module's own."""
+@dataclass(frozen=True)
+class CompiledObject:
+    """One module's object and the seconds it took: optimization (with parse and verify), code generation;
+    `process` 0 is this one, k > 0 the k-th child."""
+
+    code: bytes
+    optimize: float
+    codegen: float
+    process: int = 0
+
+
+def _here(jobs: list[tuple[str, MachineSpec]], process: int = 0) -> list[CompiledObject]:
+    return [CompiledObject(*compile_module_timed(ir, spec), process) for ir, spec in jobs]
+
+
+def _child_compile(jobs: list[tuple[str, MachineSpec]]) -> list[tuple[bytes, float, float]]:
+    """compile_module_timed of each job in a child process; a failing child's jobs compile here again, so the
+    error is compile_module's own."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "fluidml_xc.target.objects"], input=pickle.dumps(jobs),
                           capture_output=True, env=env)
-    return pickle.loads(done.stdout) if done.returncode == 0 else [compile_module(ir, spec) for ir, spec in jobs]
+    return pickle.loads(done.stdout) if done.returncode == 0 else [compile_module_timed(ir, spec) for ir, spec in jobs]
 
 
 def shares(sizes: list[int], workers: int) -> list[list[int]]:
@@ -52,26 +68,31 @@ def shares(sizes: list[int], workers: int) -> list[list[int]]:
     return out
 
 
-def compile_modules(jobs: list[tuple[str, MachineSpec]], workers: int | None = None) -> list[bytes]:
-    """compile_module for each (IR, spec), in order, on `workers` processes (default build_workers): this one
-    and a child per further share."""
+def compile_objects(jobs: list[tuple[str, MachineSpec]], workers: int | None = None) -> list[CompiledObject]:
+    """compile_module for each (IR, spec), in order, with its seconds, on `workers` processes (default
+    build_workers): this one and a child per further share."""
     if workers is None:
         workers = build_workers(len(jobs)) if sum(len(ir) for ir, _ in jobs) >= PARALLEL_IR_CHARS else 1
     if workers <= 1:
-        return [compile_module(ir, spec) for ir, spec in jobs]
+        return _here(jobs)
     parts = shares([len(ir) for ir, _ in jobs], workers)
 
-    def run(part: int) -> list[bytes]:
+    def run(part: int) -> list[CompiledObject]:
         mine = [jobs[k] for k in parts[part]]
-        return [compile_module(ir, spec) for ir, spec in mine] if part == 0 else _child_compile(mine)
+        return _here(mine) if part == 0 else [CompiledObject(*done, part) for done in _child_compile(mine)]
     with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-        done = {k: code for part, codes in zip(parts, pool.map(run, range(len(parts)))) for k, code in zip(part, codes)}
+        done = {k: obj for part, objs in zip(parts, pool.map(run, range(len(parts)))) for k, obj in zip(part, objs)}
     return [done[k] for k in range(len(jobs))]
+
+
+def compile_modules(jobs: list[tuple[str, MachineSpec]], workers: int | None = None) -> list[bytes]:
+    """compile_objects' objects alone."""
+    return [obj.code for obj in compile_objects(jobs, workers)]
 
 
 def _main() -> None:
     jobs = pickle.loads(sys.stdin.buffer.read())
-    sys.stdout.buffer.write(pickle.dumps([compile_module(ir, spec) for ir, spec in jobs]))
+    sys.stdout.buffer.write(pickle.dumps([compile_module_timed(ir, spec) for ir, spec in jobs]))
 
 
 if __name__ == "__main__":

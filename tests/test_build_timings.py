@@ -80,10 +80,13 @@ def test_timings_flag_prints_the_table_and_json_has_them(timed_build):
             assert float(seconds) == pytest.approx(result["timings"]["stages"][name], abs=1e-3)
 
 
-def test_build_json_on_stdout_has_timings(tmp_path, capsys, monkeypatch):
+def test_build_json_has_timings_and_the_manifest_only_with_the_flag(tmp_path, capsys, monkeypatch):
+    """Without --timings the manifest stays the same bytes build after build (reproducible artifacts, deploy's
+    content address); build --json has the timings all the same."""
     monkeypatch.chdir(tmp_path)
     assert main(["build", str(_model(tmp_path)), "-o", str(tmp_path / "out"), "--no-profile-runner", "--json"]) == 0
     _check_timings(json.loads(capsys.readouterr().out)["timings"])
+    assert "timings" not in json.loads((tmp_path / "out" / "manifest.json").read_text())
 
 
 def test_manifest_without_timings_loads_and_bad_timings_are_named(timed_build, tmp_path):

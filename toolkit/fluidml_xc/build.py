@@ -60,6 +60,10 @@ class BuildOptions:
     """--cpu: an LLVM CPU name (or native) instead of the board's; one code variant."""
     features: str | None = None
     """--features: LLVM features (+avx512f,-fma) added to the cpu's; one code variant."""
+    timings: bool = False
+    """--timings: record the stage timings in manifest.json too (BuildResult always has them). Off by default: a
+    manifest with timings differs from build to build, and reproducible artifacts (docs/GUARANTEES.md) and
+    deploy's content address need the same bytes."""
 
 
 @dataclass
@@ -383,7 +387,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             footprint=elf_footprint(workdir / "runner"))
         manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
         watch.mark("artifact")
-        manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built))
+        if options.timings:
+            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built))
         (workdir / MANIFEST).write_text(manifest.to_json())
         _replace_artifact(workdir, out_dir)
     except BaseException:

@@ -38,7 +38,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-memory", metavar="SIZE", help="largest tensor, constants, and arena + weights (e.g. 2G; "
                         "default: half the board's RAM from its board file, or half of this machine's)")
     parser.add_argument("--timings", action="store_true", help="print the seconds each build stage took (load, import, "
-                        "passes, optimize, memory plan, emit, ir text, llvm, objects, runtime, link, artifact) and their share")
+                        "passes, optimize, memory plan, emit, ir text, llvm, objects, runtime, link, artifact) and their "
+                        "share, and record them in manifest.json (build --json has them always)")
     add_json_arguments(parser)
 
 
@@ -56,7 +57,8 @@ def main(args) -> int:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
-                                                      cpu=args.cpu, features=args.features, progress=stages))
+                                                      cpu=args.cpu, features=args.features, timings=args.timings,
+                                                      progress=stages))
     emit(_result(result), args.json, args.json_out, lambda: _table(result, args.timings))
     return 0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 STAGES: dict[str, str] = {
     "load": "read the ONNX file, --bind and --input-shape checks",
@@ -22,7 +22,7 @@ STAGES: dict[str, str] = {
     "link": "glue, runners and libraries (zig)",
     "artifact": "footprint, digests, manifest, directory renamed into place",
 }
-"""Stage name -> what it covers, in build order (docs/USAGE.md lists the same)."""
+"""Stage name -> what it covers, in build order (docs/INTERNALS.md, "Build timings", lists the same)."""
 
 
 class Stopwatch:
@@ -67,8 +67,6 @@ class BuildTimings:
     variants: tuple[VariantTiming, ...] = ()
     llvm_processes: int = 1
     runtime_built: bool = False
-    extra: Mapping = field(default_factory=dict)
-    """Keys a newer version wrote that this one does not know (kept, not interpreted)."""
 
     @classmethod
     def of(cls, watch: Stopwatch, variants: tuple[VariantTiming, ...] = (), runtime_built: bool = False) -> BuildTimings:
@@ -76,7 +74,7 @@ class BuildTimings:
         return cls(stages, watch.total(), variants, len({v.process for v in variants}) or 1, runtime_built)
 
     def to_json(self) -> dict:
-        return {**self.extra, "total": round(self.total, 4), "stages": {k: round(v, 4) for k, v in self.stages.items()},
+        return {"total": round(self.total, 4), "stages": {k: round(v, 4) for k, v in self.stages.items()},
                 "llvm_variants": [v.to_json() for v in self.variants], "llvm_processes": self.llvm_processes,
                 "runtime_built": self.runtime_built}
 
@@ -85,12 +83,10 @@ class BuildTimings:
         """The manifest's `timings` (TypeError/ValueError/KeyError when malformed)."""
         if not isinstance(data, Mapping) or not isinstance(data["stages"], Mapping):
             raise TypeError(data)
-        known = ("total", "stages", "llvm_variants", "llvm_processes", "runtime_built")
         variants = tuple(VariantTiming(str(v["cpu"]), _seconds(v["optimize"]), _seconds(v["codegen"]), int(v.get("process", 0)))
                          for v in data.get("llvm_variants", []))
         return cls({str(k): _seconds(v) for k, v in data["stages"].items()}, _seconds(data["total"]), variants,
-                   int(data.get("llvm_processes", 1)), bool(data.get("runtime_built", False)),
-                   {k: v for k, v in data.items() if k not in known})
+                   int(data.get("llvm_processes", 1)), bool(data.get("runtime_built", False)))
 
     def table(self) -> str:
         """Stage, seconds and share of the total, one line each, then the per-variant LLVM figures."""

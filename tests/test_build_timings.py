@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 from fluidml_xc import __version__
 from fluidml_xc.artifact import ManifestError, read_manifest
 from fluidml_xc.cli import main
+from fluidml_xc.emit.link import runtime_cached
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import compile_module, machine_specs
 from fluidml_xc.target.objects import compile_objects
@@ -128,3 +129,13 @@ def test_help_still_lists_version_and_commands(capsys):
         main(["-h", "--version"])
     out = capsys.readouterr().out
     assert "--version" in out and "build" in out
+
+
+def test_runtime_stage_knows_a_cached_runtime_from_a_missing_one(timed_build, tmp_path, monkeypatch):
+    """After a build the board's runtime is cached (the manifest says runtime_built false or true, and a second
+    look finds it); an empty cache root has none (the build would build it and say so)."""
+    _, result, _ = timed_build
+    target = get_board("x86_64").target
+    assert isinstance(result["timings"]["runtime_built"], bool) and runtime_cached(target)
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path))
+    assert not runtime_cached(target)

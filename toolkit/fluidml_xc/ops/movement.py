@@ -12,7 +12,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant
 from ..kernels.kernel import Access, Operand
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
@@ -35,8 +35,8 @@ def _ints(k, i: int | None, attr: str | None = None, default=None):
     if i is not None and i < len(k.inputs) and k.inputs[i] is not None:
         value = k.input_value(i)
         if value is None:
-            raise InputError(f"node {k.node.name!r} ({k.node.op_type}): input {i} must be a build-time constant; "
-                             "export the model with static shapes so it folds")
+            raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): input {i} must be a build-time constant; "
+                                "export the model with static shapes so it folds", k.node.name)
         return [int(v) for v in np.ravel(value)]
     return default
 

@@ -1,4 +1,4 @@
-"""The blocked int8 GEMM paths (ops/qgemm.py) of MatMulInteger, QLinearMatMul, ConvInteger and
+"""The blocked int8 GEMM paths (kernels/qgemm.py) of MatMulInteger, QLinearMatMul, ConvInteger and
 QLinearConv: odd sizes and tails of every block (rows, column blocks, k-pairs, output-row edges),
 per-row / per-column / per-channel zero points (folded into packed weights, or into a per-column
 correction when b - zb does not fit int8), int8 and uint8, run-time and float16 scales; results must

@@ -151,7 +151,7 @@ OLD_INDEX_INPUTS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "S
                     "ScatterND": (1,), "TensorScatter": (2,), "ArrayFeatureExtractor": (1,), "OneHot": (0,)}
 """frontend/subgraphs.py INDEX_INPUTS; INDEXING_OPS was these and Loop, Scan, If."""
 OLD_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
-"""passes/conv_epilogue.py ACTIVATIONS."""
+"""ACTIVATIONS of the former conv epilogue pass (its fusion is in passes/epilogues.py)."""
 OLD_SKIP_INPUT = {"CastLike": (1,)}
 """passes/elementwise_fusion.py _SKIP_INPUT."""
 REGISTERED = sorted({op for (_, op) in all_specs()})

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.emit.measure import compile_node
 from fluidml_xc.pipeline import import_graph
+from fluidml_xc.run.backend import compile_model
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
 
@@ -185,6 +186,11 @@ def jit_node(graph, node, layouts: dict, order: str | None = None, seed: int = 5
     kernel.call(*[ctypes.c_void_p(a.ctypes.data) for a in stored])
     perm = layouts.get(kernel.names[-1])
     return logical, (np.transpose(stored[-1], np.argsort(perm)) if perm else stored[-1])
+
+
+def jit_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], board: str | None = None) -> dict[str, np.ndarray]:
+    """The model compiled in-process for `board` (default x86_64: llvmlite's MCJIT) and run on `feeds`: outputs by name."""
+    return dict(zip([o.name for o in model.graph.output], compile_model(model, board)(feeds)))
 
 
 def cli(*args: str, cwd: Path | None = None, pre: str = "", env: dict | None = None,

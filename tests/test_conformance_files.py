@@ -41,3 +41,17 @@ def test_suite_expectations_round_trip(tmp_path):
     assert "[pytorch-operator]" not in text, "a suite without entries gets no table"
     assert expectations.load_expectations(path) == entries
     assert expectations.expected_failure("simple/test_strnorm_model", "x86_64", entries) is None
+
+
+def test_a_new_expectation_drops_the_error_class_whatever_it_is(tmp_path):
+    """Typed errors print their own class name (errors.py: UnresolvedShape, NeedsConstant): the reason drops it as it
+    drops Python's *Error."""
+    path = tmp_path / "expectations.toml"
+    messages = {"test_a": "NeedsConstant: node 'k' (TopK): K must be a build-time constant",
+                "test_b": "UnresolvedShape: the shape of 'y' depends on the run-time value of 's'",
+                "test_c": "ValueError: bad", "test_d": "InputError: refused"}
+    results = [CaseResult(name, "Op", "error", "compiler-bug", message) for name, message in messages.items()]
+    assert expectations.update_expectations("x86_64", results, path) == (4, 0)
+    reasons = {name: entry["reason"] for name, entry in expectations.load_expectations(path).items()}
+    assert reasons == {"test_a": "node 'k' (TopK): K must be a build-time constant",
+                       "test_b": "the shape of 'y' depends on the run-time value of 's'", "test_c": "bad", "test_d": "refused"}

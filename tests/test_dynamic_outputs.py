@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from fluidml_xc.errors import InputError
-from modelrun import graph_model
+from modelrun import graph_model, jit_run
 
 on_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="in-process JIT on x86_64")
 
@@ -27,13 +27,6 @@ def make_model(nodes, feeds, outputs, consts=None, opset=18):
 def reference(m, feeds):
     names = [o.name for o in m.graph.output]
     return dict(zip(names, ReferenceEvaluator(m).run(None, feeds)))
-
-
-def jit_run(m, feeds):
-    from fluidml_xc.run.backend import compile_model
-
-    fn = compile_model(m, None)
-    return dict(zip([o.name for o in m.graph.output], fn(feeds)))
 
 
 def check(m, feeds, skip=()):

@@ -95,12 +95,12 @@ def test_if_on_runtime_sample_rate_matches_ort(board, tmp_path):
 
 def test_an_if_that_expands_evaluates_no_bind_hint(monkeypatch):
     """The --bind suggestion runs onnx.reference on the condition: only for a refused If, never on the way to a build."""
-    from fluidml_xc.frontend import bind_hints
+    from fluidml_xc.frontend import subgraphs
     from fluidml_xc.frontend.importer import FrontendOptions, import_model
 
     def no_hint(*args, **kwargs):
         raise AssertionError("a hint was computed for an If that expands")
-    monkeypatch.setattr(bind_hints, "bind_hint", no_hint)
+    monkeypatch.setattr(subgraphs, "bind_hint", no_hint)
     graph = import_model(speech_model(), FrontendOptions(input_shapes={"audio": (2, 400)}))
     assert "Where" in {n.op_type for n in graph.nodes}
 

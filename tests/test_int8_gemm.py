@@ -1,4 +1,4 @@
-"""The blocked int8 GEMM paths (ops/qgemm.py) of MatMulInteger, QLinearMatMul, ConvInteger and
+"""The blocked int8 GEMM paths (kernels/qgemm.py) of MatMulInteger, QLinearMatMul, ConvInteger and
 QLinearConv: odd sizes and tails of every block (rows, column blocks, k-pairs, output-row edges),
 per-row / per-column / per-channel zero points (folded into packed weights, or into a per-column
 correction when b - zb does not fit int8), int8 and uint8, run-time and float16 scales; results must
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from modelrun import graph_model, compile_and_run, require_emulator, reference
+from modelrun import compile_and_run, graph_model, jit_run, reference, require_emulator
 
 rng = np.random.default_rng(23)
 on_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
@@ -39,12 +39,6 @@ def isa(request, monkeypatch):
             pytest.skip(f"host lacks {request.param}")
         monkeypatch.setattr(qgemm, "target_flags", lambda k: frozenset(ISAS[request.param]))
     return request.param
-
-
-def jit_run(m, feeds):
-    from fluidml_xc.run.backend import compile_model
-    fn = compile_model(m, "x86_64")
-    return dict(zip([o.name for o in m.graph.output], fn(feeds)))
 
 
 def check(got, want):

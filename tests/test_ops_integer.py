@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from modelrun import graph_model, compile_and_run, require_emulator, reference
+from modelrun import compile_and_run, graph_model, jit_run, reference, require_emulator
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
 
@@ -20,12 +20,6 @@ rng = np.random.default_rng(11)
 
 def model(nodes, feeds, outputs, consts=None, opset=21, extra_opsets=()):
     return graph_model(nodes, feeds, outputs, consts, opset, ir_version=10, extra_opsets=extra_opsets)
-
-
-def jit_run(m, feeds):
-    from fluidml_xc.run.backend import compile_model
-    fn = compile_model(m, "x86_64")
-    return dict(zip([o.name for o in m.graph.output], fn(feeds)))
 
 
 def check(got, want, exact=True, rtol=1e-5, atol=1e-5):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from modelrun import compile_and_run, require_emulator, reference
+from modelrun import compile_and_run, jit_run, reference, require_emulator
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
 
@@ -154,13 +154,6 @@ def make_case(op, seq=5, batch=3, inp=4, hidden=6, direction="forward", layout=0
     want = numpy_rnn(op, {**node_attrs}, vals["X"], vals["W"], vals["R"], vals.get("B"), vals.get("L"), vals.get("H0"),
                      vals.get("C0"), vals.get("P"))
     return model, feeds, dict(zip(outs, want))
-
-
-def jit_run(model, feeds):
-    from fluidml_xc.run.backend import compile_model
-    fn = compile_model(model, "x86_64")
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, fn(feeds)))
 
 
 def check(got, want, rtol=1e-4, atol=1e-5):

@@ -1,11 +1,16 @@
 """Op traits on OpSpec (opspec.py): the combinations the stages rely on hold for every registered op."""
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+import onnx
 import onnx.defs
 import pytest
 
 from fluidml_xc.errors import InputError
 from fluidml_xc.fluid.costs import KIND_COSTS, AnalyticModel
+from fluidml_xc.frontend.importer import import_model
 from fluidml_xc.frontend.subgraphs import indexes_memory
 from fluidml_xc.frontend.validate import SHAPE_CHECKS
 from fluidml_xc.ir import is_onnx_domain
@@ -146,7 +151,7 @@ OLD_INDEX_INPUTS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "S
                     "ScatterND": (1,), "TensorScatter": (2,), "ArrayFeatureExtractor": (1,), "OneHot": (0,)}
 """frontend/subgraphs.py INDEX_INPUTS; INDEXING_OPS was these and Loop, Scan, If."""
 OLD_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
-"""passes/conv_epilogue.py ACTIVATIONS."""
+"""ACTIVATIONS of the former conv epilogue pass (its fusion is in passes/epilogues.py)."""
 OLD_SKIP_INPUT = {"CastLike": (1,)}
 """passes/elementwise_fusion.py _SKIP_INPUT."""
 REGISTERED = sorted({op for (_, op) in all_specs()})
@@ -189,3 +194,24 @@ def test_epilogue_activations_as_before():
 
 def test_type_only_inputs_as_before():
     assert {op: traits(op).type_only_inputs for op in REGISTERED if traits(op).type_only_inputs} == OLD_SKIP_INPUT
+
+
+def _castlike_of_constant():
+    c = onnx.numpy_helper.from_array(np.array([1, 2], np.int64), "c")
+    return onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("CastLike", ["c", "x"], ["y"]), onnx.helper.make_node("Add", ["y", "x"], ["z"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2])], [c]),
+        opset_imports=[onnx.helper.make_opsetid("", 18)])
+
+
+def test_the_importer_folds_by_the_type_only_inputs_trait():
+    """CastLike of a constant folds because OpSpec declares its input 1 type-only; without the trait it stays."""
+    assert [n.op_type for n in import_model(_castlike_of_constant()).nodes] == ["Add"]
+    specs = all_specs()[("", "CastLike")]
+    kept = list(specs)
+    specs[:] = [dataclasses.replace(spec, type_only_inputs=()) for spec in kept]
+    try:
+        assert [n.op_type for n in import_model(_castlike_of_constant()).nodes] == ["CastLike", "Add"]
+    finally:
+        specs[:] = kept

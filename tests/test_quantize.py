@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from modelrun import cli, graph_model, require_emulator
+from modelrun import cli, graph_model, one_line_error, require_emulator
 
 ROOT = Path(__file__).resolve().parent.parent
 rng = np.random.default_rng(16)
@@ -308,13 +308,10 @@ def test_qoperator_and_methods_quantize(tmp_path):
 
 # ---- bad input: one line, exit code 2, nothing written ----
 
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
+def input_error(proc: subprocess.CompletedProcess) -> str:
+    """modelrun.one_line_error of a run refused as bad input (errors.InputError: exit code 2)."""
     assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("fluidml-xc: error: ")
-    return lines[0]
+    return one_line_error(proc)
 
 
 @pytest.fixture
@@ -324,7 +321,7 @@ def cnn_dir(tmp_path):
 
 
 def _bad(cnn_dir: Path, data, *extra: str) -> str:
-    line = one_line_error(cli("quantize", "cnn.onnx", "--calibration", str(data), "-o", "out.onnx", "--no-build", *extra, cwd=cnn_dir))
+    line = input_error(cli("quantize", "cnn.onnx", "--calibration", str(data), "-o", "out.onnx", "--no-build", *extra, cwd=cnn_dir))
     assert not (cnn_dir / "out.onnx").exists()
     assert not list(cnn_dir.glob(".out.onnx*"))
     return line
@@ -353,12 +350,12 @@ def test_bad_calibration_data(cnn_dir):
 def test_bad_model_and_options(cnn_dir):
     np.savez(cnn_dir / "calib.npz", image=np.zeros((2, 1, 3, 12, 12), np.float32))
     quantized = _quantized(cnn_dir)
-    assert "q.onnx is already quantized (it has DequantizeLinear, QuantizeLinear)" in one_line_error(
+    assert "q.onnx is already quantized (it has DequantizeLinear, QuantizeLinear)" in input_error(
         cli("quantize", quantized, "-c", "calib.npz", "-o", "q2.onnx", "--no-build", cwd=cnn_dir))
-    assert "missing.onnx: no such model file" in one_line_error(cli("quantize", "missing.onnx", "-c", "calib.npz", "-o", "x.onnx", cwd=cnn_dir))
+    assert "missing.onnx: no such model file" in input_error(cli("quantize", "missing.onnx", "-c", "calib.npz", "-o", "x.onnx", cwd=cnn_dir))
     assert "--exclude 'nope'" in _bad(cnn_dir, "calib.npz", "--exclude", "nope")
     (cnn_dir / "out.onnx").write_bytes(b"user data")
-    line = one_line_error(cli("quantize", "cnn.onnx", "-c", "calib.npz", "-o", "out.onnx", "--no-build", cwd=cnn_dir))
+    line = input_error(cli("quantize", "cnn.onnx", "-c", "calib.npz", "-o", "out.onnx", "--no-build", cwd=cnn_dir))
     assert "already exists; pass --force" in line
     assert (cnn_dir / "out.onnx").read_bytes() == b"user data"
 

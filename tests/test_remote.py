@@ -27,7 +27,7 @@ from fluidml_xc.remote.profile import ProfileOptions, profile_remote
 from fluidml_xc.remote.shell import sh
 from fluidml_xc.remote.ssh import SshOptions, connect
 from fluidml_xc.remote.verify import Tolerance, compare, make_feeds, reference_outputs, run_remote
-from modelrun import cli, matmul_relu_model
+from modelrun import cli, matmul_relu_model, one_line_error
 from sshd import SilentListener, free_port, ssh_args, ssh_options, start_server
 
 pytestmark = pytest.mark.ssh
@@ -66,13 +66,13 @@ def empty_config(tmp_path) -> Path:
     return path
 
 
-def one_line_error(proc: subprocess.CompletedProcess, only: bool = True) -> str:
-    """The error line; with only=False, status lines (e.g. "uploaded ...") may precede it."""
-    assert proc.returncode != 0, proc.stdout
-    assert "Traceback" not in proc.stderr
+def error_after_status(proc: subprocess.CompletedProcess) -> str:
+    """The error line, which status lines of the remote steps (e.g. "uploaded ...") may precede (modelrun.one_line_error
+    wants the error alone): the last line, and the only one that mentions an error."""
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines and lines[-1].startswith("fluidml-xc: error: "), proc.stderr
-    assert sum("error" in line for line in lines) == 1 and (len(lines) == 1 or not only), proc.stderr
+    assert sum("error" in line for line in lines) == 1, proc.stderr
     return lines[-1]
 
 
@@ -135,7 +135,7 @@ def test_verify_reports_mismatch_and_fails(server, builds, empty_config, tmp_pat
                "--model", str(other))
     assert proc.returncode == 6
     assert "FAIL" in proc.stdout
-    assert "beyond tolerance" in one_line_error(proc, only=False)
+    assert "beyond tolerance" in error_after_status(proc)
 
 
 def test_default_dir_is_the_last_build(server, builds, empty_config, tmp_path):
@@ -266,7 +266,7 @@ def test_crashing_runner_is_reported_with_its_signal(server, builds, empty_confi
     crash = with_runner(builds["a"], tmp_path / "crash", "int main(void) { *(volatile int *)0 = 1; return 0; }\n")
     proc = cli("verify", str(crash), *ssh_args(server, empty_config), "--base-dir", str(tmp_path / "board"))
     assert proc.returncode == 4
-    line = one_line_error(proc, only=False)
+    line = error_after_status(proc)
     assert "runner on root@127.0.0.1" in line and "killed by signal 11 (SIGSEGV" in line
 
 
@@ -275,7 +275,7 @@ def test_failing_runner_is_reported_with_its_exit_status(server, builds, empty_c
                           '#include <stdio.h>\nint main(void) { fputs("bad input\\n", stderr); return 3; }\n')
     proc = cli("profile", str(failing), *ssh_args(server, empty_config), "--base-dir", str(tmp_path / "board"))
     assert proc.returncode == 4
-    assert "runner_prof on root@127.0.0.1" in one_line_error(proc, only=False)
+    assert "runner_prof on root@127.0.0.1" in error_after_status(proc)
     assert "exited with status 3: bad input" in proc.stderr
 
 

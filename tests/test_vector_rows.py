@@ -101,7 +101,7 @@ def test_vector_rows_on_arm(board, tmp_path):
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1"])
 @pytest.mark.parametrize("axis,keepdims", [(1, 1), (1, 0), (0, 1), (-2, 0)])
 def test_reduce_middle_axis_columns(op, axis, keepdims):
-    """One reduced axis before a contiguous inner run (ops/reduce_columns.py): the run of 77 columns goes
+    """One reduced axis before a contiguous inner run (kernels/rows.py column_fold): the run of 77 columns goes
     through the unrolled vector blocks, whole vectors and scalar columns; NaN in each part for Max/Min."""
     x = (np.random.default_rng(6).standard_normal((3, 5, ROW)) * 2).astype(np.float32)
     if op in ("ReduceMax", "ReduceMin"):

@@ -53,7 +53,7 @@ class BuildOptions:
     threads: int | None = None
     """Threads the model runs on by default and at most (FXC_THREADS); None: the board's cores (threads.py)."""
     bind: dict[str, object] = field(default_factory=dict)
-    """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (run/binding.py)."""
+    """Graph inputs frozen to constants (--bind): NAME -> a scalar/comma-list text, an .npy path or an array (frontend/binding.py)."""
     name: str | None = None
     """--name: the C API's name (NAME_init, NAME_ARENA_BYTES, NAME.h, libNAME.a + libfxc_runtime.a); None: model.h, fxc_*."""
     cpu: str | None = None

@@ -84,8 +84,8 @@ class OpSpec:
     build time the op may read or write out of bounds when its values are out of range, so the frontend does not
     compute an If's untaken branch that holds it (frontend/subgraphs.py). A memory-safety fact."""
     epilogue_activation: bool = False
-    """An activation the conv kernels apply as they store their output: passes/conv_epilogue.py fuses it into
-    the Conv that produces its input."""
+    """An activation the conv kernels apply as they store their output: passes/epilogues.py fuses it into
+    the Conv or BatchNormalization that produces its input."""
     type_only_inputs: tuple[int, ...] = ()
     """Inputs of which only the dtype counts, never the values (CastLike's target): a fused chain does not read
     them (passes/elementwise_fusion.py)."""

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import FxcError
 from .cases import load_cases
 from .runner import CaseResult
 from .suites import FILE_SUITES, suite_of
@@ -54,8 +55,16 @@ def expected_failure(name: str, target: str, expectations: dict[str, dict]) -> d
     return entry if targets is None or target in targets else None
 
 
+def _error_names(cls: type = FxcError) -> list[str]:
+    return [cls.__name__] + [name for sub in cls.__subclasses__() for name in _error_names(sub)]
+
+
+ERROR_PREFIX = re.compile(r"^(?:\w+Error|" + "|".join(map(re.escape, sorted(set(_error_names())))) + r"): ")
+"""The exception's class name a failure message starts with: Python's *Error and the project's (errors.py)."""
+
+
 def _reason(result: CaseResult) -> str:
-    text = re.sub(r"^\w+Error: ", "", result.message)
+    text = ERROR_PREFIX.sub("", result.message)
     text = re.sub(r"; see docs/SUPPORTED_OPS.md.*$", "", text)
     text = re.sub(r": pass static input shapes with --input-shape.*$", "", text)
     if result.kind == "wrong-result":

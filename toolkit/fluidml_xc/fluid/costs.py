@@ -3,8 +3,8 @@
 Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage
 strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost
 loop outwards) + arithmetic, vectorized when every operand is unit-stride (or invariant) in the
-innermost loop. MatMul/Gemm use the register-blocked kernels of ops/matmul.py when their strides
-allow and the best of the loop orders in loop_order.py otherwise. Conv prices the plan ops/conv/ runs
+innermost loop. MatMul/Gemm use the register-blocked kernels of kernels/matmul_blocked.py when their strides
+allow and the best of the loop orders in kernels/matmul_geometry.py otherwise. Conv prices the plan ops/conv/ runs
 (kernels/conv_plan.py plan_conv) under the operands' strides (channel vectors, row vectors, depthwise channels-last):
 vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
 gathered), stores and the residual read (vector, or scattered per element when channels are not
@@ -153,7 +153,7 @@ class AnalyticModel:
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
         self.forms = forms or TargetForms("")
-        """The target's Conv kernel forms (kernels/conv_geometry.py), the same answers Conv2D gets."""
+        """The target's Conv kernel forms (kernels/conv_geometry.py), the same answers the Conv kernel gets."""
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)

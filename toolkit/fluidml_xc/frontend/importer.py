@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..cast_rules import REFERENCE_OPS
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
-from ..opspec import BoundFn, lookup
+from ..opspec import BoundFn, lookup, traits
 from . import ml_ops, subgraphs  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
@@ -32,8 +32,6 @@ from .unsupported import Missing, check_strings, check_training, unresolved_shap
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
 
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-TYPE_ONLY_INPUTS = {"CastLike": {1}}
-"""Inputs of which only the dtype and shape matter: a node folds when its other inputs are constants."""
 INFERENCE_DEFAULTS = {"STFT": ("onesided",)}
 """Attributes ONNX's per-node inference (infer_node_outputs) reads as 0 when absent although the schema
 default differs (STFT's onesided defaults to 1): filled in from the schema before inferring."""
@@ -279,7 +277,8 @@ class _Folder:
                 start, end = attrs.get("start", 0), attrs.get("end", None)
                 self.const(node.output[0], shape[start:end])
             return True
-        type_only = {node.input[i] for i in TYPE_ONLY_INPUTS.get(node.op_type, ()) if i < len(node.input) and node.input[i]}
+        type_only = {node.input[i] for i in traits(node.op_type, self.opsets.version(node.domain), node.domain).type_only_inputs
+                     if i < len(node.input) and node.input[i]}
         check = SHAPE_CHECKS.get(node.op_type)
         if check is not None and is_onnx_domain(node.domain):
             check(node.op_type, node.name or node.op_type, attrs, [self.tensors[n].shape if n else None for n in node.input])

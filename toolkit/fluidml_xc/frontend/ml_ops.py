@@ -24,7 +24,11 @@ from .expanders import Scope, expands
 ML_DOMAIN = "ai.onnx.ml"
 
 
-def _float_input(bld: NodeBuilder, name: str, tensors: dict) -> str | None:
+def _float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str | None:
+    """Input 0 as a rank-2 float tensor (cast when needed); None when it is not a known rank-2 tensor."""
+    if not node.input or node.input[0] not in tensors:
+        return None
+    name = node.input[0]
     t = tensors[name]
     if len(t.shape) != 2:
         return None
@@ -37,8 +41,10 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "NONE")
 
 
-def expand_scaler(node: onnx.NodeProto, bld: NodeBuilder, tensors: dict) -> list[onnx.NodeProto] | None:
-    x = _float_input(bld, node.input[0], tensors)
+@expands(ML_DOMAIN, "Scaler")
+def expand_scaler(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
+    x = _float_input(bld, node, tensors)
     if x is None:
         return None
     offset = np.asarray(attr(node, "offset", None) or [0.0], np.float32)
@@ -61,8 +67,10 @@ def _linear(bld: NodeBuilder, x: str, coefficients, intercepts, columns: int, ta
     return scores
 
 
-def expand_linear_regressor(node: onnx.NodeProto, bld: NodeBuilder, tensors: dict) -> list[onnx.NodeProto] | None:
-    x = _float_input(bld, node.input[0], tensors)
+@expands(ML_DOMAIN, "LinearRegressor")
+def expand_linear_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
+    x = _float_input(bld, node, tensors)
     if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
         return None
     targets = int(attr(node, "targets", 1))
@@ -81,8 +89,10 @@ POST_TRANSFORMS: dict[str, Callable[[NodeBuilder, str, str], None]] = {
 }
 
 
-def expand_linear_classifier(node: onnx.NodeProto, bld: NodeBuilder, tensors: dict) -> list[onnx.NodeProto] | None:
-    x = _float_input(bld, node.input[0], tensors)
+@expands(ML_DOMAIN, "LinearClassifier")
+def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
+    x = _float_input(bld, node, tensors)
     labels = attr(node, "classlabels_ints", None)
     post = POST_TRANSFORMS.get(_text(attr(node, "post_transform", b"NONE")))
     if x is None or post is None or not labels or len(labels) < 2:
@@ -102,13 +112,3 @@ def expand_linear_classifier(node: onnx.NodeProto, bld: NodeBuilder, tensors: di
         post(bld, scores, node.output[1])
     return bld.nodes
 
-
-EXPANDERS: dict[str, Callable[[onnx.NodeProto, NodeBuilder, dict], list[onnx.NodeProto] | None]] = {
-    "Scaler": expand_scaler, "LinearRegressor": expand_linear_regressor, "LinearClassifier": expand_linear_classifier}
-
-
-@expands(ML_DOMAIN, *EXPANDERS)
-def expand_ml(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
-    if not node.input or node.input[0] not in scope.tensors:
-        return None
-    return EXPANDERS[node.op_type](node, NodeBuilder(node_name, scope.opset), scope.tensors)

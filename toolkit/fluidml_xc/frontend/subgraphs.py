@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import InputError, UnresolvedShape
+from ..errors import InputError, NeedsConstant, UnresolvedShape
 from ..ir import is_onnx_domain
 from .bind_hints import bind_hint, inputs_behind
 from .builder import NodeBuilder, attr, attrs, op_types
@@ -259,6 +259,8 @@ def expand_if(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.N
                   f"{_bind_hint(folder, node.input[0], tensors, builds)}"
         if isinstance(exc, UnresolvedShape):
             raise UnresolvedShape(message, exc.tensor) from None
+        if isinstance(exc, NeedsConstant):
+            raise NeedsConstant(message, exc.node) from None
         raise InputError(message) from None
     risky = _run_time_index(kept, shapes)
     if risky is not None:

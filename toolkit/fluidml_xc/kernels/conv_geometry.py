@@ -90,7 +90,7 @@ def pixel_groups(width: int, most: int, groups: int) -> list[list[tuple[int, int
 
 @dataclass(frozen=True)
 class TargetForms:
-    """The target-dependent tiles and instruction forms of Conv2D's row-vector and channels-last depthwise
+    """The target-dependent tiles and instruction forms of the Conv kernel's (ops/conv/conv2d.py lower_conv) row-vector and channels-last depthwise
     kernels, from the triple and the register budget. fluid/costs.py reads the same answers, so the
     optimizer's estimate follows the kernel (docs/ARM_KERNELS.md)."""
 

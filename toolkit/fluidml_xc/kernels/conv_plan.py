@@ -64,8 +64,8 @@ class ConvShape:
         return self.ph == 0 and self.pw == 0 and (self.OH - 1) * self.sh < self.H and (self.OW - 1) * self.sw < self.W
 
 
-def _as_2d(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(shape, strides) of a rank-3 (1D conv) operand viewed as rank 4 with a unit row."""
+def as_2d(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of a rank-3 (1D conv or pool) operand viewed as rank 4 with a unit row."""
     if len(shape) == 4:
         return tuple(shape), tuple(strides)
     return (*shape[:2], 1, shape[2]), (*strides[:2], 0, strides[2])
@@ -81,10 +81,10 @@ def conv_shape(x: tuple, out: tuple, w: tuple, residual: tuple | None, strides, 
     """x, out, w, residual: (shape, element strides) of rank 3 or 4; strides, dils, pads: per spatial dim (begin pads).
     kx1_along_row: a 1-D conv written as 2-D with a k x 1 kernel runs along the row, where the kernel blocks pixels,
     instead of down a column of one-pixel rows (the kernel does; the cost model still prices the column)."""
-    (N, C, H, W), xs = _as_2d(*x)
-    oshape, os_ = _as_2d(*out)
-    wshape, ws = _as_2d(*w)
-    rs = _as_2d(*residual)[1] if residual is not None else None
+    (N, C, H, W), xs = as_2d(*x)
+    oshape, os_ = as_2d(*out)
+    wshape, ws = as_2d(*w)
+    rs = as_2d(*residual)[1] if residual is not None else None
     strides, dils, pads = list(strides), list(dils), list(pads)
     if len(x[0]) == 3:
         strides, dils, pads = [1, *strides], [1, *dils], [0, *pads]

@@ -8,7 +8,7 @@ import numpy as np
 from llvmlite import ir
 
 from .epilogue import fused_epilogue
-from .kernel import chunk_count
+from .kernel import chunk_count, row_major
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, conv_window, masked_load, multipliers, param_access, per_extent, single_value,
                       tap_columns, y_zero_splat)
@@ -27,7 +27,7 @@ class _ConvGemm:
         self.k, self.x, self.w, self.x_zp, self.bias, self.quant = k, x, w, x_zp, bias, quant
         out = self.out = k.outputs[0]
         self.fits = False
-        if x.rank != 4 or w.value is None or not (qgemm.row_major(x) and qgemm.row_major(out)):
+        if x.rank != 4 or w.value is None or not (row_major(x) and row_major(out)):
             return
         spatial, kernel, self.strides, self.dilations, self.begins = conv_window(k, x, w, out)
         group = self.group = int(k.attr("group", 1))

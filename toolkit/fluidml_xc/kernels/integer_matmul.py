@@ -8,7 +8,7 @@ from llvmlite import ir
 
 from .epilogue import fused_epilogue
 from ..errors import InputError
-from .kernel import PARALLEL_MIN_WORK
+from .kernel import PARALLEL_MIN_WORK, row_major
 from . import qgemm
 from .integer import (MAX_PACK_BYTES, masked_load, multipliers, param_access, per_extent, single_value, widen, y_zero_splat)
 from .matmul_blocked import repacked
@@ -68,7 +68,7 @@ def fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     if b_op.value is None or a.rank < 2 or b_op.rank < 2 or any(d != 1 for d in b_op.shape[:-2]):
         return False
     m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
-    if not (qgemm.row_major(a) and qgemm.row_major(out)) or out.size != a.size // kk * n or not kk:
+    if not (row_major(a) and row_major(out)) or out.size != a.size // kk * n or not kk:
         return False
     if not per_extent(a_zp, m) or not single_value(a_zp) and a_zp.rank != 1 or b_zp is not None and (b_zp.value is None or not per_extent(b_zp, n)):
         return False
@@ -159,7 +159,7 @@ def _runtime_b_matmul(k, a, b_op, a_zp, b_zp, quant) -> bool:
     MR at a time as in fast_matmul, then the pmaddwd / widening micro-kernel (k-pairs on every target)."""
     out = k.outputs[0]
     m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
-    if not (qgemm.row_major(a) and qgemm.row_major(b_op) and qgemm.row_major(out)) or not kk or not out.size:
+    if not (row_major(a) and row_major(b_op) and row_major(out)) or not kk or not out.size:
         return False
     if not per_extent(a_zp, m) or not single_value(a_zp) and a_zp.rank != 1 or not per_extent(b_zp, n) or not single_value(b_zp) and b_zp.rank != 1:
         return False

@@ -59,6 +59,11 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def row_major(op) -> bool:
+    """Whether the operand's strides are the row-major strides of its shape."""
+    return tuple(op.strides) == row_major_strides(op.shape)
+
+
 def layout_strides(shape: Sequence[int], layout: Sequence[int] | None) -> tuple[int, ...]:
     """Element strides of a tensor stored with its dimensions in `layout` order (outermost first)."""
     if layout is None:

@@ -28,7 +28,7 @@ from llvmlite import ir
 from .epilogue import fused_epilogue
 from ..errors import InputError
 from ..target.arch import arch_of
-from .kernel import PARALLEL_MIN_WORK, chunk_count, row_major_strides
+from .kernel import PARALLEL_MIN_WORK, chunk_count
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 F64 = ir.DoubleType()
@@ -285,10 +285,6 @@ def store_lanes(k, value, ptr, index, count: int, out_dtype):
 
 
 # -- operand helpers -------------------------------------------------------------------------------------
-def row_major(op) -> bool:
-    return tuple(op.strides) == tuple(row_major_strides(op.shape))
-
-
 def ext16(k, value, dtype):
     """int8/uint8 scalar or vector -> int16."""
     ty = ir.VectorType(I16, value.type.count) if isinstance(value.type, ir.VectorType) else I16

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from .kernel import row_major
 from .loops import loop
 from .scalar import FAST, llvm_type, splat_const
 
@@ -141,10 +142,6 @@ def vector_rows(k, x, dims) -> int | None:
 
 
 # -- columns: a fold over one middle axis ------------------------------------------------------
-def row_major(op) -> bool:
-    return tuple(op.strides) == tuple(int(np.prod(op.shape[d + 1:], dtype=np.int64)) for d in range(op.rank))
-
-
 def column_run(k, x, out, axes) -> int | None:
     """Elements after the one reduced axis when it is not the last, x and the output are row-major float32 and
     that run holds at least one vector (then output row p is input rows p * axis .. + axis, summed lane-wise)."""

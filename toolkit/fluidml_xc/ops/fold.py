@@ -16,7 +16,7 @@ import numpy as np
 
 from llvmlite import ir
 
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import const
 from ..kernels.vectors import load_lanes, store_lanes
@@ -28,7 +28,8 @@ def _ints_input(k, i: int, what: str) -> list[int] | None:
         return None
     value = k.input_value(i)
     if value is None:
-        raise InputError(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant")
+        raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant",
+                            k.node.name)
     return [int(v) for v in np.ravel(value)]
 
 

@@ -12,22 +12,14 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant
 from ..kernels.kernel import Access, Operand
+from ..kernels.rows import dims_by_stride, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def _axis(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis
-
-
-def _order(strides) -> list[int]:
-    """Loop order over a domain: largest stride outermost, so the innermost loop is the densest."""
-    return sorted(range(len(strides)), key=lambda d: -abs(strides[d]))
-
-
 def _ints(k, i: int | None, attr: str | None = None, default=None):
     """Integer list from attribute `attr` (older opsets) or input i (newer ones); `default` when absent."""
     if attr is not None and attr in k.node.attrs:
@@ -35,8 +27,8 @@ def _ints(k, i: int | None, attr: str | None = None, default=None):
     if i is not None and i < len(k.inputs) and k.inputs[i] is not None:
         value = k.input_value(i)
         if value is None:
-            raise InputError(f"node {k.node.name!r} ({k.node.op_type}): input {i} must be a build-time constant; "
-                             "export the model with static shapes so it folds")
+            raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): input {i} must be a build-time constant; "
+                                "export the model with static shapes so it folds", k.node.name)
         return [int(v) for v in np.ravel(value)]
     return default
 
@@ -56,7 +48,7 @@ def _as_index(k, dtype, value: ir.Value, extent: int | None = None) -> ir.Value:
 def _copy(k, domain, out: Access, src: Access, order=None) -> None:
     if int(np.prod(domain, dtype=np.int64)) == 0:
         return
-    k.generic(domain, [out], [src], lambda v, i: [v[0]], order=order if order is not None else _order(out.strides))
+    k.generic(domain, [out], [src], lambda v, i: [v[0]], order=order if order is not None else dims_by_stride(out.strides))
 
 
 def _each(k, domain, body) -> None:
@@ -95,7 +87,7 @@ def lower_transpose(k):
 @register("Concat", strided=True, image=True, lowp_native=True, cost_kind="concat", axis_attr="dim")
 def lower_concat(k):
     out = k.outputs[0]
-    axis = _axis(int(k.attr("axis")), out.rank)
+    axis = normalize_axis(int(k.attr("axis")), out.rank)
     start = 0
     for x in k.inputs:
         if x is None:
@@ -120,8 +112,8 @@ def _slice_params(k, x: Operand):
         steps = _ints(k, 4, default=[1] * len(starts))
     params = [(0, 1)] * x.rank
     for s, e, a, st in zip(starts, ends, axes, steps):
-        r = range(*slice(s, e, st).indices(x.shape[_axis(a, x.rank)]))
-        params[_axis(a, x.rank)] = (r.start, st)
+        r = range(*slice(s, e, st).indices(x.shape[normalize_axis(a, x.rank)]))
+        params[normalize_axis(a, x.rank)] = (r.start, st)
     return params
 
 
@@ -140,7 +132,7 @@ def lower_slice(k):
 @register("Split", lowp_native=True, axis_attr="dim")
 def lower_split(k):
     x = k.inputs[0]
-    axis = _axis(int(k.attr("axis", 0)), x.rank)
+    axis = normalize_axis(int(k.attr("axis", 0)), x.rank)
     n = len(k.outputs)
     sizes = _ints(k, 1, "split")
     if sizes is None:
@@ -213,7 +205,7 @@ def _pad_params(k, rank: int):
         axes = list(range(rank))
     else:
         pads = _ints(k, 1)
-        axes = [_axis(a, rank) for a in (_ints(k, 3) or list(range(rank)))]
+        axes = [normalize_axis(a, rank) for a in (_ints(k, 3) or list(range(rank)))]
         cv = k.inputs[2] if len(k.inputs) > 2 else None
         if cv is not None:
             v = k.input_value(2)
@@ -255,7 +247,7 @@ def lower_pad(k):
     begin, end, value = _pad_params(k, x.rank)
     if mode == "constant":
         if out.size:
-            k.generic(out.shape, [out.identity_access()], [], lambda v, i: [value], order=_order(out.strides))
+            k.generic(out.shape, [out.identity_access()], [], lambda v, i: [value], order=dims_by_stride(out.strides))
         inner = tuple(o - max(p, 0) - max(q, 0) for o, p, q in zip(out.shape, begin, end))
         if min(inner, default=1) <= 0:
             return
@@ -278,7 +270,7 @@ def lower_pad(k):
 @register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,))
 def lower_gather(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
-    axis = _axis(int(k.attr("axis", 0)), data.rank)
+    axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
     q = indices.rank
     value = k.input_value(1)
     if value is not None and value.size == 1:
@@ -306,7 +298,7 @@ def lower_gather(k):
 @register("GatherElements", lowp_native=True, axis_attr="dim", index_inputs=(1,))
 def lower_gather_elements(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
-    axis = _axis(int(k.attr("axis", 0)), data.rank)
+    axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
     ind_acc, out_acc = indices.identity_access(), out.identity_access()
 
     def body(ix):
@@ -362,7 +354,7 @@ def _scatter_store(k, out: Operand, dims, update: ir.Value, reduce) -> None:
 @register("Scatter", index_inputs=(1,))
 def lower_scatter_elements(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
-    axis = _axis(int(k.attr("axis", 0)), data.rank)
+    axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
     reduce = _reduce_fn(k, data.dtype)
     _copy(k, out.shape, out.identity_access(), data.identity_access())
     ind_acc, upd_acc = indices.identity_access(), updates.identity_access()
@@ -410,13 +402,13 @@ def lower_trilu(k):
         keep = k.b.icmp_signed(">=" if upper else "<=", d, diag)
         return [k.b.select(keep, v[0], zero)]
     if out.size:
-        k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=_order(out.strides))
+        k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=dims_by_stride(out.strides))
 
 
 @register("OneHot", lowp_native=True, index_inputs=(0,))
 def lower_one_hot(k):
     indices, values, out = k.inputs[0], k.inputs[2], k.outputs[0]
-    axis = _axis(int(k.attr("axis", -1)), out.rank)
+    axis = normalize_axis(int(k.attr("axis", -1)), out.rank)
     depth = out.shape[axis]
     off, on = k.load_at(values, k.index(0)), k.load_at(values, k.index(values.strides[0]))
     ind_acc = indices.access([d if d < axis else d + 1 for d in range(indices.rank)], out.rank)
@@ -431,7 +423,7 @@ def lower_one_hot(k):
 # -- Resize --------------------------------------------------------------------------------------
 def _resize_scales(k, x: Operand, out: Operand) -> list[float]:
     """Per-dim scale factors as the coordinate transform uses them (given scales, else from the sizes)."""
-    rank, axes = x.rank, [_axis(a, x.rank) for a in (k.attr("axes") or range(x.rank))]
+    rank, axes = x.rank, [normalize_axis(a, x.rank) for a in (k.attr("axes") or range(x.rank))]
     given = None
     if k.graph.opset < 11:
         given = k.input_value(1) if len(k.inputs) > 1 else None
@@ -537,7 +529,7 @@ def lower_resize(k):
     rois = [(0.0, 1.0)] * x.rank
     roi = k.input_value(1) if k.graph.opset >= 11 and len(k.inputs) > 1 else None
     if roi is not None and roi.size:
-        axes = [_axis(a, x.rank) for a in (k.attr("axes") or range(x.rank))]
+        axes = [normalize_axis(a, x.rank) for a in (k.attr("axes") or range(x.rank))]
         half = roi.size // 2
         for j, a in enumerate(axes[:half]):
             rois[a] = (float(roi[j]), float(roi[half + j]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.epilogue import activate
+from ..kernels.epilogue import activate, fused_epilogue
 from ..kernels.kernel import Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
 from ..kernels.rows import RowAccumulators, each_in_run, each_row, fast_add, row_ptr, vector_rows
@@ -45,7 +45,7 @@ def lower_batch_norm(k):
         with np.errstate(all="ignore"):
             a = scale / np.sqrt(var + eps)
             c = bias - mean * a
-        epi = k.attr("_epilogue")
+        epi = fused_epilogue(k)
         if np.isfinite(a.astype(dt)).all() and np.isfinite(c.astype(dt)).all():  # x * a + c, one multiply-add
             a_op, c_op = _per_channel(k, a, dt, "bn.a"), _per_channel(k, c, dt, "bn.c")
             k.generic(x.shape, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],

@@ -14,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..kernels.conv_geometry import auto_pad_mode, tap_range, tap_tables
+from ..kernels.conv_plan import as_2d
 from ..kernels.epilogue import fill
 from ..kernels.loops import element, loop, nest, offset, table_nest
 from ..kernels.scalar import const, llvm_type
@@ -79,12 +80,6 @@ def _divisor_tables(k, out_sp, strides, dils, begin, end, k_sp, in_sp, include_p
     return tables
 
 
-def _as_2d(op):
-    if op.rank == 4:
-        return op.shape, op.strides
-    return (*op.shape[:2], 1, op.shape[2]), (*op.strides[:2], 0, op.strides[2])
-
-
 class _VectorPool:
     """vector_pool's steps: the window geometry and tap tables (__init__; self.ok False when not applicable),
     then vectors over channels (channels_last) or over output columns (columns)."""
@@ -106,8 +101,8 @@ class _VectorPool:
         dils = list(k.attr("dilations") or [1] * sp)
         begin, end = pool_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
         include_pad = bool(k.attr("count_include_pad", 0))
-        (self.N, self.C, H, W), self.xs = _as_2d(x)
-        (_, _, OH, OW), self.os_ = _as_2d(out)
+        (self.N, self.C, H, W), self.xs = as_2d(x.shape, x.strides)
+        (_, _, OH, OW), self.os_ = as_2d(out.shape, out.strides)
         self.H, self.W, self.OH, self.OW = H, W, OH, OW
         if sp == 1:
             k_sp, strides, dils, begin, end = [1, *k_sp], [1, *strides], [1, *dils], [0, *begin], [0, *end]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant
 from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
                             each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
 from ..kernels.scalar import FAST, const, is_float, llvm_type
@@ -56,7 +56,8 @@ def _reduce_axes(k, rank: int) -> list[int] | None:
         if len(k.inputs) > 1 and k.inputs[1] is not None:
             value = k.input_value(1)
             if value is None:
-                raise InputError(f"node {k.node.name!r} ({k.node.op_type}): axes must be a build-time constant")
+                raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): axes must be a build-time constant",
+                                    k.node.name)
             axes = [int(a) for a in np.ravel(value)]
     else:
         axes = k.attr("axes")

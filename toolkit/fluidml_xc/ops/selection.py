@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant
 from ..kernels import lowp
 from ..kernels.rows import each_row, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
@@ -31,7 +31,7 @@ def lower_topk(k):
     else:
         value = k.input_value(1)
         if value is None:
-            raise InputError(f"node {k.node.name!r} (TopK): K must be a build-time constant")
+            raise NeedsConstant(f"node {k.node.name!r} (TopK): K must be a build-time constant", k.node.name)
         count = int(np.ravel(value)[0])
     largest = int(k.attr("largest", 1))
     n = x.shape[axis]

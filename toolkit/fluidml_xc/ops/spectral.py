@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError
+from ..errors import InputError, NeedsConstant
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import llvm_type
 from ..opspec import register
@@ -31,7 +31,8 @@ def _const_int(k, i: int, what: str) -> int | None:
         return None
     value = k.input_value(i)
     if value is None:
-        raise InputError(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant")
+        raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant",
+                            k.node.name)
     return int(np.ravel(value)[0])
 
 

@@ -45,7 +45,7 @@ output value, so they fold into the QLinear node's requantization:
   saturate(round(max(0, v * s) / s) + zp) = max(q, zp) (float32 v * s / s is within a few ulps of v);
 - else Epilogue("lut", the 256 results) (index q - min), computed here as onnx.reference does
   (float32 (q - z1) * s1, max 0, / s2, round half to even, + z2, saturate).
-ops/integer.py applies them after requantizing; the three nodes and their two float tensors disappear.
+kernels/integer.py requantize and kernels/qgemm.py requantize_vec apply them after requantizing; the three nodes and their two float tensors disappear.
 Only when the intermediate tensors have one consumer each and are not graph outputs, the parameters are
 build-time float32 / int8 / uint8 scalars and the output dtype is the QLinear node's.
 """

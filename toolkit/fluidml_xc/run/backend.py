@@ -13,7 +13,6 @@ for foreign targets).
 from __future__ import annotations
 
 import ctypes
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -184,17 +183,9 @@ def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
 MAX_BOUND_ELEMENTS = 64
 
 
-_LOWERING_NEEDS_CONSTANT = re.compile(r"node '(.+?)' \(\w+\): .*must be a build-time constant")
-"""What the lowerings in ops/ (TopK's K, Reduce axes, DFT/STFT lengths, ...) raise as a plain InputError until
-they raise errors.NeedsConstant: the node's name."""
-
-
 def _needing_node(exc: InputError) -> str | None:
     """The label of the node that needs input values at build time, when `exc` says so."""
-    if isinstance(exc, NeedsConstant):
-        return exc.node
-    match = None if isinstance(exc, UnresolvedShape) else _LOWERING_NEEDS_CONSTANT.search(str(exc))
-    return match.group(1) if match else None
+    return exc.node if isinstance(exc, NeedsConstant) else None
 
 
 def _needs_values(exc: InputError) -> bool:

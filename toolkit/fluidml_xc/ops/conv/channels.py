@@ -1,4 +1,4 @@
-"""Conv2D's channel-vector blocks (conv2d.py): R = 1-2 vectors of output channels x P pixels, each input
+"""The Conv kernel's channel-vector blocks (conv2d.py lower_conv): R = 1-2 vectors of output channels x P pixels, each input
 value broadcast once and feeding R multiply-adds; border columns share blocks with interior ones."""
 from __future__ import annotations
 

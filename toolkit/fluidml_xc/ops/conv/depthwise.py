@@ -1,4 +1,4 @@
-"""Conv2D's channels-last depthwise blocks (conv2d.py): vectors over channels x P pixels, weights repacked
+"""The Conv kernel's channels-last depthwise blocks (conv2d.py lower_conv): vectors over channels x P pixels, weights repacked
 to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with one st1."""
 from __future__ import annotations
 

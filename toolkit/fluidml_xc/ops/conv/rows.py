@@ -1,4 +1,4 @@
-"""Conv2D's row-vector blocks (conv2d.py): R output channels x U vectors along an output row, each input
+"""The Conv kernel's row-vector blocks (conv2d.py lower_conv): R output channels x U vectors along an output row, each input
 vector feeding R multiply-adds; aarch64 edge blocks and row pairs, armv7 taps as lanes (docs/ARM_KERNELS.md)."""
 from __future__ import annotations
 

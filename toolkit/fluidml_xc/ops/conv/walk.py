@@ -15,7 +15,7 @@ from ...kernels.loops import element, loop, offset
 
 @dataclass
 class ConvKernel:
-    """The run-time side of a Conv2D emission; the emitters (rows.py, channels.py, depthwise.py) read it and the plan."""
+    """The run-time side of a Conv kernel emission (conv2d.py lower_conv); the emitters (rows.py, channels.py, depthwise.py) read it and the plan."""
 
     k: Kernel
     plan: ConvPlan

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError, NeedsConstant
+from ..errors import NeedsConstant
 from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
                             each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
 from ..kernels.scalar import FAST, const, is_float, llvm_type

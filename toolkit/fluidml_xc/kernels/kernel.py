@@ -15,6 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..dtypes import compute_dtype
+from ..errors import NeedsConstant
 from ..ir import Graph, Node
 from ..target.machine import MachineSpec
 from ..opspec import traits
@@ -188,6 +189,17 @@ class Kernel:
     def input_value(self, i: int) -> np.ndarray | None:
         op = self.inputs[i] if i < len(self.inputs) else None
         return None if op is None else op.value
+
+    def constant_input(self, i: int, what: str) -> np.ndarray | None:
+        """Input i's build-time value (None when the input is absent); NeedsConstant naming this node when it is
+        computed at run time, so the ONNX backend can bind the graph inputs behind it."""
+        if i >= len(self.inputs) or self.inputs[i] is None:
+            return None
+        value = self.input_value(i)
+        if value is None:
+            raise NeedsConstant(f"node {self.node.name!r} ({self.node.op_type}): {what} (input {i}) must be a "
+                                "build-time constant", self.node.name)
+        return value
 
     def _inline_constant(self, value: np.ndarray) -> ir.Value:
         value = np.ascontiguousarray(value)

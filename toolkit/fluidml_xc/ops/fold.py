@@ -16,7 +16,7 @@ import numpy as np
 
 from llvmlite import ir
 
-from ..errors import InputError, NeedsConstant
+from ..errors import InputError
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import const
 from ..kernels.vectors import load_lanes, store_lanes
@@ -24,13 +24,8 @@ from ..opspec import register
 
 
 def _ints_input(k, i: int, what: str) -> list[int] | None:
-    if i >= len(k.inputs) or k.inputs[i] is None:
-        return None
-    value = k.input_value(i)
-    if value is None:
-        raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant",
-                            k.node.name)
-    return [int(v) for v in np.ravel(value)]
+    value = k.constant_input(i, what)
+    return None if value is None else [int(v) for v in np.ravel(value)]
 
 
 def zero_fill(k, out) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError, NeedsConstant
+from ..errors import InputError
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import llvm_type
 from ..opspec import register
@@ -26,14 +26,9 @@ F64 = np.dtype(np.float64)
 
 
 def _const_int(k, i: int, what: str) -> int | None:
-    """Scalar int input i (None when absent); InputError when it is not a build-time constant."""
-    if i >= len(k.inputs) or k.inputs[i] is None:
-        return None
-    value = k.input_value(i)
-    if value is None:
-        raise NeedsConstant(f"node {k.node.name!r} ({k.node.op_type}): {what} (input {i}) must be a build-time constant",
-                            k.node.name)
-    return int(np.ravel(value)[0])
+    """Scalar int input i (None when absent); NeedsConstant when it is not a build-time constant."""
+    value = k.constant_input(i, what)
+    return None if value is None else int(np.ravel(value)[0])
 
 
 def twiddles(k, n: int):

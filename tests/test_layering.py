@@ -86,20 +86,24 @@ def _short(module: str) -> str:
     return module[len(PACKAGE) + 1:] if module.startswith(PACKAGE + ".") else module
 
 
+def _source(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module name `from X import ...` in MODULE reads from (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(module: str) -> list[Import]:
     """Every import of a package module in MODULE, at any depth; `from A import b` counts as A.b when that is a
     module, else as A."""
-    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in ast.walk(TREES[module]):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
+            source = _source(module, node)
             targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names]
         else:
             continue
@@ -219,7 +223,7 @@ def _private_imports(module: str) -> list[str]:
                     if alias.name.startswith("_") and not alias.name.startswith("__") and imp.imported != module:
                         found.append(f"{_where(module)}:{node.lineno}: {_short(module)} imports "
                                      f"{_short(imp.imported)}.{alias.name}")
-                    if f"{imp.imported}" == _resolve(module, node, alias.name):
+                    if imp.imported == f"{_source(module, node)}.{alias.name}":
                         aliases[alias.asname or alias.name] = imp.imported
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -231,16 +235,6 @@ def _private_imports(module: str) -> list[str]:
             found.append(f"{_where(module)}:{node.lineno}: {_short(module)} reads "
                          f"{_short(aliases[node.value.id])}.{node.attr}")
     return sorted(set(found))
-
-
-def _resolve(module: str, node: ast.ImportFrom, name: str) -> str:
-    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
-    if node.level:
-        base = package.split(".")[:len(package.split(".")) - node.level + 1]
-        source = ".".join(base + ([node.module] if node.module else []))
-    else:
-        source = node.module or ""
-    return f"{source}.{name}"
 
 
 def _imports_of(module: str, node: ast.ImportFrom) -> list[Import]:

@@ -121,7 +121,7 @@ def _data_dependent_cases() -> list[str]:
     return [name for name, op in case_ops().items() if op in ops]
 
 
-def _jobs(args) -> tuple[list, list]:
+def _jobs(args) -> tuple[list, list, list[str]]:
     from fluidml_xc.examples import EXAMPLES
     from fluidml_xc.target.boards import boards
 
@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows.get("results", []) if isinstance(rows, dict) else rows:
             digest[f"status/{row['name']}"] = _sha(f"{row.get('status')} {row.get('kind')}")
     (out / "digest.json").write_text(json.dumps(digest, indent=0, sort_keys=True))
-    errors = sum(1 for k in digest if (out / "ir" / (k.replace("/", "__") + ".ll")).exists()
-                 and (out / "ir" / (k.replace("/", "__") + ".ll")).read_text().startswith("error "))
+    errors = sum(1 for k in digest if (path := out / "ir" / (k.replace("/", "__") + ".ll")).exists()
+                 and path.read_text().startswith("error "))
     print(f"{len(digest)} digests ({errors} of them errors) in {out / 'digest.json'}")
     if args.compare:
         before = json.loads((Path(args.compare) / "digest.json").read_text())

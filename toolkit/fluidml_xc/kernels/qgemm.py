@@ -210,15 +210,20 @@ def micro_kernel(k, cfg: Config, mr: int, a_row, b_ptr, b_elem: ir.IntType, kp: 
 
 
 # -- build-time packing ------------------------------------------------------------------------------
+def _pack_b(values: np.ndarray, nr: int, group: int, dtype) -> np.ndarray:
+    """B (K x N) -> [N / NR blocks][K / GROUP][NR][GROUP] of DTYPE, K and N zero padded."""
+    kk, n = values.shape
+    kg = -(-kk // group)
+    nblocks = -(-n // nr)
+    padded = np.zeros((group * kg, nblocks * nr), dtype)
+    padded[:kk, :n] = values
+    # [KG, GROUP, NB, NR] -> [NB, KG, NR, GROUP]
+    return np.ascontiguousarray(padded.reshape(kg, group, nblocks, nr).transpose(2, 0, 3, 1))
+
+
 def pack_b_columns(values: np.ndarray, cfg: Config) -> np.ndarray:
     """B (K x N, integers fitting the element type) -> [N / NR blocks][KP][NR][2] (zero padded)."""
-    kk, n = values.shape
-    kp = (kk + 1) // 2
-    nblocks = -(-n // cfg.nr)
-    padded = np.zeros((2 * kp, nblocks * cfg.nr), values.dtype)
-    padded[:kk, :n] = values
-    # [KP, 2, NB, NR] -> [NB, KP, NR, 2]
-    return np.ascontiguousarray(padded.reshape(kp, 2, nblocks, cfg.nr).transpose(2, 0, 3, 1))
+    return _pack_b(values, cfg.nr, 2, values.dtype)
 
 
 def pack_a_rows(values: np.ndarray, cfg: Config) -> np.ndarray:
@@ -398,12 +403,7 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
 
 def pack_b_quads(values: np.ndarray, cfg: Config) -> np.ndarray:
     """B (K x N int8) -> [N / NR blocks][KQ][NR][4] int8 (zero padded)."""
-    kk, n = values.shape
-    kq = (kk + 3) // 4
-    nblocks = -(-n // cfg.nr)
-    padded = np.zeros((4 * kq, nblocks * cfg.nr), np.int8)
-    padded[:kk, :n] = values
-    return np.ascontiguousarray(padded.reshape(kq, 4, nblocks, cfg.nr).transpose(2, 0, 3, 1))
+    return _pack_b(values, cfg.nr, 4, np.int8)
 
 
 def signed_operand(values: np.ndarray, zero: np.ndarray, unsigned_dtype: bool):

@@ -32,7 +32,7 @@ STAGES: dict[str, str] = {
     # module or package (the longest prefix wins) -> stage
     PACKAGE: "base", "ir": "base", "dtypes": "base", "errors": "base", "progress": "base", "tempfiles": "base",
     "resources": "base", "sizes": "base", "npyio": "base", "cast_rules": "base", "extras": "base",
-    "opspec": "base", "einsum_equation": "base", "shortnames": "base", "results": "base", "timings": "base",
+    "opspec": "base", "einsum_equation": "base", "shortnames": "base", "results": "base", "timings": "base", "symbolic": "base",
     "frontend": "frontend",
     "passes": "passes",
     "fluid": "fluid",

@@ -21,6 +21,9 @@ class Tensor:
     dtype: np.dtype
     shape: tuple[int, ...]
     value: np.ndarray | None = None
+    dyn: tuple | None = None
+    """Per dim: a `symbolic.Expr` where the dim varies at run time, else the int; None for a static tensor.
+    `shape` is then the capacity (every dim at its maximum over the ranges) the tensor is stored and strided for."""
 
     @property
     def is_const(self) -> bool:
@@ -54,6 +57,9 @@ class Graph:
     outputs: list[str]
     opset: int
     structures: dict = field(default_factory=dict)
+    symbols: dict = field(default_factory=dict)
+    """name -> symbolic.SymRange of each dim that varies at run time (empty: every shape is static). The order
+    is the order of the run-time symbol values the entry and the kernels read (`Kernel.syms`)."""
     """Sequence/optional graph inputs and outputs: {"inputs": {name: descriptor}, "outputs": {...}}
     (frontend/sequences.py); `inputs`/`outputs` list their element tensors (`name.0`, ...)."""
 

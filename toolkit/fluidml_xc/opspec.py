@@ -89,6 +89,10 @@ class OpSpec:
     type_only_inputs: tuple[int, ...] = ()
     """Inputs of which only the dtype counts, never the values (CastLike's target): a fused chain does not read
     them (passes/elementwise_fusion.py)."""
+    runtime_extents: bool = False
+    """Its lowering honours dims that vary at run time (Operand.dyn, Kernel.extent): loops over such a dim run to
+    its run-time value and nothing is unrolled or decided over it at build time. A dynamic build refuses a node
+    that reads or writes a varying tensor unless its op says so (emit/emitter.py check_supported)."""
 
     @property
     def layout_safe(self) -> bool:
@@ -106,7 +110,8 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
              loop_orders: LoopOrders | None = None, fusable: bool = False, lowp_native: bool = False,
              heavy: bool | None = None, output_bound: BoundFn | None = None, work: float = 1.0,
              cost_kind: CostKind | None = None, axis_attr: AxisRange | None = None, index_inputs: tuple[int, ...] = (),
-             epilogue_activation: bool = False, type_only_inputs: tuple[int, ...] = ()) -> Callable[[LowerFn], LowerFn]:
+             epilogue_activation: bool = False, type_only_inputs: tuple[int, ...] = (),
+             runtime_extents: bool = False) -> Callable[[LowerFn], LowerFn]:
     """Register the decorated lowering for OP_TYPES with these traits. `heavy` defaults to True outside the
     ONNX domain (contrib and our ops are not recomputed unless they say so)."""
     names = (op_types,) if isinstance(op_types, str) else op_types
@@ -117,7 +122,7 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
             spec = OpSpec(name, fn, since, domain, view, inplace, frozenset(dtypes) if dtypes else None, notes,
                           elementwise, strided, layout_anchor, image, loop_orders, fusable, lowp_native, heavy,
                           output_bound, work, cost_kind, axis_attr, tuple(index_inputs), epilogue_activation,
-                          tuple(type_only_inputs))
+                          tuple(type_only_inputs), runtime_extents)
             versions = _REGISTRY.setdefault((domain, name), [])
             versions.append(spec)
             versions.sort(key=lambda s: s.since)

@@ -108,6 +108,21 @@ def check_supported(graph: Graph) -> None:
     missing = unsupported_ops(graph)
     if missing:
         raise InputError(unsupported_message([(n.op_type if not n.domain else f"{n.domain}.{n.op_type}", n.name) for n in missing]))
+    for node in graph.nodes:
+        if touches_varying(graph, node) and not lookup(node.op_type, graph.opset, node.domain).runtime_extents:
+            name = next(n for n in [*node.inputs, *node.outputs] if n and graph.tensors[n].dyn is not None)
+            raise InputError(f"node {node.name!r} ({node.op_type}) reads or writes {name!r}, whose shape "
+                             f"{_dyn_text(graph.tensors[name].dyn)} varies at run time, and {node.op_type} does not take "
+                             "run-time sizes yet: give that dimension one value (--input-shape or --dim NAME=N)")
+
+
+def touches_varying(graph: Graph, node: Node) -> bool:
+    """Does `node` read or write a tensor whose dims vary at run time (ir.Tensor.dyn)?"""
+    return bool(graph.symbols) and any(n and graph.tensors[n].dyn is not None for n in [*node.inputs, *node.outputs])
+
+
+def _dyn_text(dyn: tuple) -> str:
+    return "[" + ", ".join(str(d) for d in dyn) + "]"
 
 
 class ModuleEmitter:
@@ -124,6 +139,9 @@ class ModuleEmitter:
         self.parallel: dict[str, tuple[int, ...]] = {}
         """node name -> its tiles per split dimension, for the ops handed to fxc_parallel_for."""
         self._pfor: ir.Function | None = None
+        self.sym_index = {name: i for i, name in enumerate(graph.symbols)}
+        self._takes_syms: set[str] = set()
+        """Names of the nodes whose function takes the symbols' run-time values as its last pointer argument."""
 
     @property
     def tail(self):
@@ -190,10 +208,12 @@ class ModuleEmitter:
 
     def _entry(self, symbol: str, steps, hook: ir.Type | None) -> None:
         graph = self.graph
-        params = [I8P.as_pointer(), I8P.as_pointer(), I8P] + ([hook, hook] if hook else [])
+        syms_t = [I64.as_pointer()] if graph.symbols else []
+        params = [I8P.as_pointer(), I8P.as_pointer(), I8P] + syms_t + ([hook, hook] if hook else [])
         run = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), symbol)
         b = ir.IRBuilder(run.append_basic_block("entry"))
         inputs_arg, outputs_arg, arena = run.args[:3]
+        hooks = run.args[3 + len(syms_t):]
         pointers: dict[str, ir.Value] = {}
         for k, name in enumerate(graph.inputs):
             pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
@@ -214,11 +234,13 @@ class ModuleEmitter:
             args = [b.bitcast(pointer(n), a.type) for n, a in zip(names, fn.args)]
             for offset, a in zip(self._extra_offsets(node), fn.args[len(names):]):
                 args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
+            if node.name in self._takes_syms:
+                args.append(run.args[3])
             if hook:
-                b.call(run.args[3], [ir.Constant(ir.IntType(32), step)])
+                b.call(hooks[0], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
             if hook:
-                b.call(run.args[4], [ir.Constant(ir.IntType(32), step)])
+                b.call(hooks[1], [ir.Constant(ir.IntType(32), step)])
         self._copy_passthrough_outputs(b, pointer)
         b.ret_void()
 
@@ -288,6 +310,10 @@ class ModuleEmitter:
         dims_outputs = self._dims_outputs(node)
         extra = self._extra_offsets(node)
         types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(extra) - len(dims_outputs))
+        takes_syms = touches_varying(graph, node)
+        if takes_syms:
+            types.append(I64.as_pointer())
+            self._takes_syms.add(node.name)
         idx_t = ir.IntType(self.spec.pointer_bits)
         tiled = self.options.parallel
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types + [idx_t, idx_t] * tiled),
@@ -304,7 +330,9 @@ class ModuleEmitter:
             kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
-        kernel.scratch = fn.args[len(types) - 1] if len(extra) > len(dims_outputs) else None
+        kernel.scratch = fn.args[len(names) + len(extra) - 1] if len(extra) > len(dims_outputs) else None
+        if takes_syms:
+            kernel.syms, kernel.sym_index = fn.args[len(types) - 1], self.sym_index
         by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}
 
         def operand(name: str) -> Operand | None:
@@ -317,7 +345,8 @@ class ModuleEmitter:
                 arg = by_root[self._storage_root(name)]
                 ptr_type = storage_type(t.dtype).as_pointer()
                 storage = arg if arg.type == ptr_type else kernel.b.bitcast(arg, ptr_type)
-            return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value)
+            return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value,
+                           t.dyn)
 
         kernel.inputs = [operand(n) for n in node.inputs]
         kernel.outputs = [operand(n) for n in node.outputs]

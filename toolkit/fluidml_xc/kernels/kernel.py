@@ -8,7 +8,6 @@ chosen order; innermost unit-stride loops are left for LLVM to vectorize.
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -20,6 +19,8 @@ from ..ir import Graph, Node
 from ..target.machine import MachineSpec
 from ..opspec import traits
 from . import lowp
+from .extents import dim_value
+from .operand import Access, Operand  # noqa: F401  (Operand and Access are part of the kernel builder's interface)
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
 
 
@@ -77,71 +78,6 @@ def layout_strides(shape: Sequence[int], layout: Sequence[int] | None) -> tuple[
     return tuple(strides)
 
 
-@dataclass
-class Operand:
-    """A tensor as a kernel sees it: logical shape, storage strides, typed base pointer.
-
-    `storage` is the pointer, or for a constant a function producing it, called only if the kernel
-    reads `ptr` (so weights a kernel repacks are not also stored as they came).
-    """
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    storage: ir.Value | Callable[[], ir.Value]
-    value: np.ndarray | None = None
-
-    @property
-    def ptr(self) -> ir.Value:
-        if not isinstance(self.storage, ir.Value):
-            self.storage = self.storage()
-        return self.storage
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    def access(self, dims: Sequence[int | None], ndomain: int, offset: int = 0, scales: Sequence[int] | None = None) -> "Access":
-        """Map operand dim k to domain dim dims[k] (None: the operand dim has extent 1 / is fixed).
-
-        A domain dim reached by several operand dims adds their strides; scales multiply strides.
-        """
-        strides = [0] * ndomain
-        for k, d in enumerate(dims):
-            if d is not None and self.shape[k] != 1:
-                strides[d] += self.strides[k] * (scales[k] if scales else 1)
-        return Access(lambda: self.ptr, self.dtype, tuple(strides), offset)
-
-    def broadcast_access(self, out_shape: Sequence[int]) -> "Access":
-        """Numpy broadcasting of this operand against an output domain."""
-        shift = len(out_shape) - self.rank
-        return self.access([k + shift for k in range(self.rank)], len(out_shape))
-
-    def identity_access(self) -> "Access":
-        return self.access(list(range(self.rank)), self.rank)
-
-
-@dataclass
-class Access:
-    """Element (offset + sum(strides * idx)) of `storage`: a pointer, or a function making it on first use."""
-
-    storage: ir.Value | Callable[[], ir.Value]
-    dtype: np.dtype
-    strides: tuple[int, ...]
-    offset: int = 0
-
-    @property
-    def ptr(self) -> ir.Value:
-        if not isinstance(self.storage, ir.Value):
-            self.storage = self.storage()
-        return self.storage
-
-
 class Kernel:
     """Builds the body of one node's function."""
 
@@ -181,6 +117,10 @@ class Kernel:
         """Operations per domain point of k.generic beyond its loads and stores (a fused chain's element_work)."""
         self.loop_order: str | None = None
         """The optimizer's loop order for a MatMul/Gemm/Conv (EmitOptions.loop_orders), else the kernel's default."""
+        self.syms: ir.Value | None = None
+        """i64* to the run-time values of the graph's symbols (Graph.symbols order) when the node reads or writes a
+        tensor whose dims vary (ir.Tensor.dyn), else None."""
+        self.sym_index: dict[str, int] = {}
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -218,6 +158,25 @@ class Kernel:
 
     def index(self, value: int) -> ir.Constant:
         return ir.Constant(self.idx_t, int(value))
+
+    # -- run-time extents (symbolic dims) --------------------------------------------------------
+    @property
+    def dynamic(self) -> bool:
+        """Does any operand have a dim that varies at run time?"""
+        return any(op is not None and op.dyn is not None for op in [*self.inputs, *self.outputs])
+
+    def extent(self, operand: Operand, dim: int) -> int | ir.Value:
+        """Dim `dim` of `operand`: an int when static, else its run-time value (index type) from `syms`."""
+        if not operand.varies(dim):
+            return int(operand.shape[dim])
+        return self.dim_value(operand.dyn[dim])
+
+    def dim_value(self, d) -> int | ir.Value:
+        """A symbolic.Dim as an index-typed value (an int stays an int)."""
+        return dim_value(self, d)
+
+    def extents(self, operand: Operand) -> list[int | ir.Value]:
+        return [self.extent(operand, d) for d in range(operand.rank)]
 
     # -- loops ---------------------------------------------------------------------------------
     @contextmanager

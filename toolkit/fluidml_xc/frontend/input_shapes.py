@@ -9,7 +9,7 @@ The rules (build, quantize and everything that imports a model share them):
   them; any other input with an open dimension must be given.
 
 A conflict is one InputError naming the input, the dimension's index, its declared name and both values.
-A dimension given a range (16..1024) is not supported: the build is for one size.
+A dimension given a range (16..1024) is build's (frontend/ranges.py); here it is refused.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import onnx
 from ..errors import InputError
 from .validate import check_input_shape
 
-HELP = ("static shape of an input, NAME=1x3x224x224 (a scalar: NAME=), repeatable. Rules: a size the model declares "
-        "must be given as declared; dims that share a name (batch, sequence, ...) take one size across all inputs; "
-        "an input whose open dims are all named by given inputs follows from them; one size per dim (a range such "
-        "as 16..1024 is not supported)")
-"""The --input-shape help of every command that takes it."""
+BASE_HELP = ("shape of an input, NAME=1x3x224x224 (a scalar: NAME=), repeatable. Rules: a size the model "
+             "declares must be given as declared; dims that share a name (batch, sequence, ...) take one size across "
+             "all inputs; an input whose open dims are all named by given inputs follows from them")
+HELP = BASE_HELP + "; one size per dim (a range such as 16..1024 is not supported)"
+"""The --input-shape help of the commands without ranges (build adds frontend/ranges.RANGE_HELP to BASE_HELP)."""
 
 BATCH_NAMES = re.compile(r"(?i)(.*batch.*|n|b|bs|bsz)")
 """Symbols a suggested shape fills with 1 (other open dimensions are shown as <name>: the user picks)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,11 @@ from .ranges import Resolved
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,)}
 """op -> inputs read as the output's shape: a constant folded from a varying size may feed them with its capacity
 value, because the kernel reads the output's dims (Tensor.dyn) instead."""
+
+SIZE_DECIDED_COPIES = re.compile(r"#remat\d+")
+"""Name marks of node copies a pass makes only above a size (passes/rematerialize.py: REMAT_MIN_BYTES): decided at
+the capacity, they recompute a tensor of the original's shape, so they are left out of the node comparison and
+their tensors are read at the other sizes under the original's name."""
 
 Importer = Callable[[Mapping[str, tuple[int, ...]]], Graph]
 """Static input shapes -> the graph imported and passed at those sizes (pipeline.import_graph without ranges)."""
@@ -158,9 +164,11 @@ def _fix_hint(symbols: Mapping[str, SymRange]) -> str:
 
 def _check_nodes(base: Point, other: Point, symbols: Mapping[str, SymRange]) -> None:
     at_text = lambda p: ", ".join(f"{k}={v}" for k, v in p.env.items())  # noqa: E731
-    a, b = base.graph.nodes, other.graph.nodes
+    a, b = ([n for n in g.nodes if not SIZE_DECIDED_COPIES.search(n.name)] for g in (base.graph, other.graph))
+    def key(n):
+        return n.name, n.op_type, [SIZE_DECIDED_COPIES.sub("", t) for t in (*n.inputs, "|", *n.outputs)]
     for x, y in itertools.zip_longest(a, b):
-        if x is None or y is None or (x.name, x.op_type, x.inputs, x.outputs) != (y.name, y.op_type, y.inputs, y.outputs):
+        if x is None or y is None or key(x) != key(y):
             node = x or y
             raise InputError(f"the model imports to different graphs at {at_text(base)} and at {at_text(other)} (node "
                              f"{node.name!r}, {node.op_type}): its structure depends on the size: {_fix_hint(symbols)}")
@@ -212,7 +220,7 @@ class _Deriver:
         self.candidates = _Candidates(known + [Sym(s) for s in self.ranges], points, self.ranges)
 
     def shapes(self, name: str) -> list[tuple[int, ...]]:
-        return [tuple(p.graph.tensors[name].shape) for p in self.points]
+        return [tuple(tensor_at(p.graph, name).shape) for p in self.points]
 
     def dims(self, name: str) -> tuple[Dim, ...] | None:
         """The tensor's dims (None: none of them matches a known expression)."""
@@ -240,6 +248,11 @@ class _Deriver:
         return tuple(out)
 
 
+def tensor_at(graph: Graph, name: str) -> Tensor | None:
+    """The tensor `name` of an import at another size (a size-decided copy: its original)."""
+    return graph.tensors.get(name) or graph.tensors.get(SIZE_DECIDED_COPIES.sub("", name))
+
+
 def _is_prefix(small: np.ndarray, big: np.ndarray) -> bool:
     if small.ndim != big.ndim or any(s > b for s, b in zip(small.shape, big.shape)):
         return False
@@ -254,7 +267,7 @@ def _shape_operand_only(graph: Graph, name: str) -> bool:
 def _constant_dyn(d: _Deriver, name: str, graph: Graph) -> tuple | None:
     """A constant's dims: None when it is the same at every point or feeds only shape operands; its dims when its
     value at each point is the leading slice of the capacity value; else an InputError."""
-    values = [p.graph.tensors[name].value for p in d.points]
+    values = [tensor_at(p.graph, name).value for p in d.points]
     if all(not _differs(values[0], v) for v in values[1:]) or _shape_operand_only(graph, name):
         return None
     dims = d.dims(name)
@@ -274,7 +287,7 @@ def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Res
         _check_nodes(points[0], other, resolved.symbols)
     d = _Deriver(list(points), inferred, resolved, probe)
     for name, t in graph.tensors.items():
-        if any(name not in p.graph.tensors for p in points[1:]):
+        if any(tensor_at(p.graph, name) is None for p in points[1:]):
             raise InputError(f"{_varying_text(name, graph)} exists only at some sizes: {_fix_hint(resolved.symbols)}")
         if t.is_const:
             dims = _constant_dyn(d, name, graph)

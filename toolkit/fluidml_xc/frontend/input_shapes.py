@@ -94,7 +94,8 @@ def parse_input_shapes(texts: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _tensor_inputs(model: onnx.ModelProto, skip=()) -> dict[str, onnx.ValueInfoProto]:
+def tensor_inputs(model: onnx.ModelProto, skip=()) -> dict[str, onnx.ValueInfoProto]:
+    """The model's tensor inputs that are not initializers (and not in `skip`), by name."""
     inits = {i.name for i in model.graph.initializer}
     return {vi.name: vi for vi in model.graph.input
             if vi.name not in inits and vi.name not in skip and vi.type.HasField("tensor_type")}
@@ -147,7 +148,7 @@ def resolve_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]],
                    flags: Mapping[str, str] | None = None) -> dict[str, tuple[int, ...]]:
     """`given` checked against the declared shapes, plus the inputs whose open dims its symbols fix.
     `skip`: inputs handled elsewhere (sequences); `flags`: per input, how it was given (default `--input-shape NAME=DIMS`)."""
-    inputs = _tensor_inputs(model, skip)
+    inputs = tensor_inputs(model, skip)
     given = {k: tuple(v) for k, v in given.items() if k in inputs}
     flags = {k: (flags or {}).get(k) or f"--input-shape {k}={dims_text(v)}" for k, v in given.items()}
     decl: dict[str, tuple[Dim, ...]] = {}
@@ -168,7 +169,7 @@ def resolve_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]],
 
 
 def _symbol_sizes(model: onnx.ModelProto, known: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
-    inputs, sizes = _tensor_inputs(model), {}
+    inputs, sizes = tensor_inputs(model), {}
     for name, shape in known.items():
         for dim, size in zip((declared(inputs[name]) or ()) if name in inputs else (), shape):
             if dim.symbol is not None:
@@ -181,7 +182,7 @@ def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tu
     --input-shape input=1x<sequence>x80`. Batch-like symbols and an unnamed leading dim are 1, symbols the
     `known` shapes fix take their size, the others are <name>; an input whose open dims all share symbols
     with an input listed before it is not listed (its shape follows)."""
-    inputs, sizes = _tensor_inputs(model), _symbol_sizes(model, known)
+    inputs, sizes = tensor_inputs(model), _symbol_sizes(model, known)
     listed: dict[str, int] = {}
     lines: list[str] = []
     follow: dict[int, list[str]] = {}
@@ -214,7 +215,7 @@ def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tu
 
 def declared_shapes(model: onnx.ModelProto, names) -> dict[str, list[int | str | None]]:
     """The manifest's `declared_shapes`: per input in `names` that the model declares, its dims (size, symbol or null)."""
-    inputs = _tensor_inputs(model)
+    inputs = tensor_inputs(model)
     out = {}
     for name in names:
         dims = declared(inputs[name]) if name in inputs else None

@@ -15,7 +15,7 @@ import onnx
 
 from ..errors import InputError
 from ..symbolic import Dim as SymDim, Sym, SymRange
-from .input_shapes import Dim, _tensor_inputs, declared, dims_text, shape_text
+from .input_shapes import Dim, tensor_inputs, declared, dims_text, shape_text
 
 RANGE_HELP = ("a dim may be a range LO..HI (NAME=1x3x48x16..1024): one build serves every size in it; a range on a "
               "dim the model names (dim_param) ranges that name in every input, one on an unnamed dim makes a "
@@ -234,7 +234,7 @@ def resolve_ranges(model: onnx.ModelProto, static: Mapping[str, tuple[int, ...]]
                    skip=()) -> Resolved:
     """Every tensor input's dims under the static --input-shape entries and `ranges` (one-line InputErrors: unknown
     input or symbol, lo > hi, a range on a dim the model fixes, a symbol given two ranges, a dim left open)."""
-    inputs = _tensor_inputs(model, skip)
+    inputs = tensor_inputs(model, skip)
     known = _declared_symbols(inputs)
     for name in [*ranges.inputs, *static]:
         if name not in inputs:

@@ -262,3 +262,21 @@ def test_dynamic_sequence_rewrites_a_static_export():
     graph = import_unchecked(dyn, ranges=ShapeRanges(dims={"seq": DimSpec(3, 16)}))
     assert graph.tensors["y"].dyn == (1, Sym("seq"), 32)
     _check_against_static(dyn, graph, [{"seq": 3}, {"seq": 7}, {"seq": 16}], lambda env: {"input_ids": (1, env["seq"])})
+
+
+def test_plan_decides_over_min_opt_max_and_plans_the_capacity(monkeypatch):
+    """The layouts are chosen over the range (fluid/range_choice.py on graph_at's sizes), the memory plan is the
+    static build's at the maximum. (The support check is skipped: which ops take run-time sizes is the kernels'.)"""
+    import fluidml_xc.pipeline as pipeline
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    monkeypatch.setattr(pipeline, "check_supported", lambda graph: None)
+    spec = machine_spec(get_board("x86_64-v3"))
+    model = bert_like()
+    graph = import_unchecked(model, ranges=ShapeRanges(dims={"seq": DimSpec(8, 128, 37)}))
+    planned = pipeline.plan(graph, spec)
+    assert set(planned.range_choice.ratios) == {"min", "opt", "max"} and planned.range_choice.worst >= 1.0
+    static = pipeline.plan(import_unchecked(model, {"input_ids": (1, 128), "attention_mask": (1, 128)}), spec)
+    assert planned.plan.arena_bytes == static.plan.arena_bytes
+    assert planned.graph.tensors["l0_s"].dyn == (1, 4, Sym("seq"), Sym("seq"))

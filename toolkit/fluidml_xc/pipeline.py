@@ -24,6 +24,7 @@ from .frontend.ranges import ShapeRanges, resolve_ranges
 from .frontend.nonfinite import warn_nonfinite
 from .ir import Graph
 from .fluid.optimize import Decisions, apply_views, optimize
+from .fluid.range_choice import RangeChoice, SizePoint, decide_over_range
 from .passes import run_passes
 from .planning import MemoryPlan, PlanOptions, plan_memory, verify_plan
 from .frontend.validate import Limits
@@ -112,6 +113,8 @@ class Planned:
     graph: Graph
     decisions: Decisions
     plan: MemoryPlan
+    range_choice: RangeChoice | None = None
+    """A dynamic graph's: which size's decisions were chosen and their predicted cost ratios over the range."""
 
 
 @dataclass(frozen=True)
@@ -133,21 +136,36 @@ class Lowered:
 
 def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions(), watch: Stopwatch | None = None) -> Planned:
     """Layouts and loop orders for `graph` (--opt), then its verified memory plan under those layouts (`watch`:
-    the build's stages "optimize" and "memory plan" marked). A dynamic graph's layouts and loop orders are decided
-    at its optimization size (SymRange.opt) and, keyed by tensor and node names, applied to the capacity graph the
-    memory is planned and verified on."""
+    the build's stages "optimize" and "memory plan" marked). A dynamic graph's decisions are searched at its
+    minimum, optimization size and maximum (graph_at: the capacity graph's shapes at those sizes) and the one
+    with the smallest worst cost ratio over them wins (fluid/range_choice.py); keyed by tensor and node names,
+    they are applied to the capacity graph, on which the memory is planned and verified."""
     watch = watch or Stopwatch()
     memory = plan_options(options.opt, spec.alignment)
     check_supported(graph)
-    decide_on = graph_at(graph, {s: r.opt for s, r in graph.symbols.items()}) if graph.symbols else graph
-    timer = Measurer(decide_on, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
-    decisions = optimize(decide_on, spec, options.opt, options.costs, options.threads, timer)
+    choice = None
+    if graph.symbols:
+        choice = decide_over_range(_size_points(graph), spec, options.opt, options.costs, options.threads, None)
+        decisions = choice.decisions
+    else:
+        timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
+        decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
     graph = apply_views(graph, decisions.layouts)
     watch.mark("optimize")
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)
     watch.mark("memory plan")
-    return Planned(graph, decisions, memory_plan)
+    return Planned(graph, decisions, memory_plan, choice)
+
+
+def _size_points(graph: Graph) -> list[SizePoint]:
+    """The dynamic `graph` at the minimum, the optimization size and the maximum of its ranges (distinct sizes)."""
+    points: list[SizePoint] = []
+    for label, pick in (("opt", lambda r: r.opt), ("min", lambda r: r.lo), ("max", lambda r: r.hi)):
+        env = {s: pick(r) for s, r in graph.symbols.items()}
+        if all(p.env != env for p in points):
+            points.append(SizePoint(label, env, graph_at(graph, env)))
+    return points
 
 
 def _ir_text(emitter: ModuleEmitter, watch: Stopwatch) -> str:

@@ -102,6 +102,8 @@ def test_a_range_on_an_unnamed_dim_makes_a_symbol_and_opt_defaults_to_the_maximu
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2, None])], [_vi("y", None)])
     r = resolve_ranges(model, {}, ShapeRanges(inputs={"x": (2, (3, 40))}))
     assert r.shapes == {"x": (2, Sym("x_1"))} and r.symbols == {"x_1": SymRange("x_1", 3, 40, 40)}
+    r = resolve_ranges(model, {}, ShapeRanges(inputs={"x": (2, (3, 40))}, opt_shapes={"x": (2, 17)}))
+    assert r.symbols == {"x_1": SymRange("x_1", 3, 40, 17)}
 
 
 def test_one_value_keeps_the_build_static():

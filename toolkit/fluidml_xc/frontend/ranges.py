@@ -236,7 +236,7 @@ def resolve_ranges(model: onnx.ModelProto, static: Mapping[str, tuple[int, ...]]
     input or symbol, lo > hi, a range on a dim the model fixes, a symbol given two ranges, a dim left open)."""
     inputs = tensor_inputs(model, skip)
     known = _declared_symbols(inputs)
-    for name in [*ranges.inputs, *static]:
+    for name in ranges.inputs:
         if name not in inputs:
             raise InputError(f"--input-shape names {name!r}, which is not an input of the model; inputs: {', '.join(inputs)}")
     symbols, fresh = _Symbols(), {}
@@ -245,7 +245,7 @@ def resolve_ranges(model: onnx.ModelProto, static: Mapping[str, tuple[int, ...]]
             raise InputError(f"--dim {name}=... names no dim of the model's inputs; the named dims are: "
                              f"{', '.join(known) or 'none (use --input-shape NAME=1x16..1024 for an unnamed dim)'}")
         symbols.set(name, spec.lo, spec.hi, f"--dim {name}={_text(spec.lo, spec.hi)}")
-    for name, shape in static.items():
+    for name, shape in ((k, v) for k, v in static.items() if k in inputs):  # the importer checks the others
         _given_dims(name, tuple(shape), declared(inputs[name]) or tuple(Dim() for _ in shape), symbols, fresh)
     for name, given in ranges.inputs.items():
         _given_dims(name, given, declared(inputs[name]) or tuple(Dim() for _ in given), symbols, fresh)

@@ -282,3 +282,27 @@ def test_plan_decides_over_min_opt_max_and_plans_the_capacity(monkeypatch):
     static = pipeline.plan(import_unchecked(model, {"input_ids": (1, 128), "attention_mask": (1, 128)}), spec)
     assert planned.plan.arena_bytes == static.plan.arena_bytes
     assert planned.graph.tensors["l0_s"].dyn == (1, 4, Sym("seq"), Sym("seq"))
+
+
+def test_a_dim_two_expressions_fit_at_min_and_max_is_settled_at_a_probe_size():
+    """With opt = max only two sizes are imported: N and 2*(floor((N - 1)/2) + 1) both give 8 and 128 there; a
+    third import at a size no other used (127) tells them apart."""
+    from fluidml_xc.frontend.dynamic import Point, attach_dyn
+    from fluidml_xc.frontend.ranges import Resolved
+    from fluidml_xc.ir import Graph, Node, Tensor
+
+    def graph(n: int) -> Graph:
+        half = (n - 1) // 2 + 1
+        tensors = {"x": Tensor("x", np.float32, (n,)), "h": Tensor("h", np.float32, (half,)), "y": Tensor("y", np.float32, (n,))}
+        return Graph("g", tensors, [Node("MaxPool", "pool", ["x"], ["h"]), Node("Relu", "relu", ["x"], ["y"])],
+                     ["x"], ["h", "y"], 17)
+    N = Sym("N")
+    half = to_expr("floor(N/2 - 1/2) + 1", {"N": "N"})
+    resolved = Resolved({"x": (N,)}, {"N": SymRange("N", 8, 128, 128)})
+    probes = []
+
+    def probe():
+        probes.append(127)
+        return Point("probe", {"N": 127}, graph(127))
+    g = attach_dyn([Point("max", {"N": 128}, graph(128)), Point("min", {"N": 8}, graph(8))], {"h": (half,)}, resolved, probe)
+    assert g.tensors["y"].dyn == (N,) and g.tensors["h"].dyn == (half,) and probes == [127]

@@ -238,7 +238,7 @@ class _Deriver:
                 out.append(values[0])
                 continue
             found = self.candidates.match(values)
-            if len(found) > 1 and len(self.points) <= 3 and len(self.ranges) > 1:
+            if len(found) > 1 and all(p.label != "probe" for p in self.points):
                 self.points.append(self.probe())
                 self.candidates = _Candidates(self.candidates.exprs, self.points, self.ranges)
                 return self.dims(name)
@@ -331,8 +331,10 @@ def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer
         points.append(Point(label, env, importer(resolved.at(env))))
 
     def probe() -> Point:
-        env = {}
-        for i, (s, r) in enumerate(resolved.symbols.items()):  # distinct values so symbols of equal ranges separate
-            env[s] = max(r.lo, r.hi - 1 - i) if r.hi - r.lo > i else r.lo
+        """One more size, each symbol at a value no other import used and no other symbol takes."""
+        env: dict[str, int] = {}
+        for s, r in resolved.symbols.items():
+            used = {r.lo, r.opt, r.hi, *env.values()}
+            env[s] = next((v for v in range(r.hi - 1, r.lo, -1) if v not in used), r.lo)
         return Point("probe", env, importer(resolved.at(env)))
     return attach_dyn(points, ort_dims(model, resolved), resolved, probe)

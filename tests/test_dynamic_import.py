@@ -98,6 +98,13 @@ def test_range_conflicts_are_one_line(shapes, ranges, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_commands_without_ranges_refuse_one_in_one_line():
+    from fluidml_xc.frontend.input_shapes import parse_input_shapes
+
+    with pytest.raises(InputError, match=r"range \(16\.\.64\) is taken by build only.*pass one size, e\.g\. x=1x64$"):
+        parse_input_shapes(["x=1x16..64"])
+
+
 def test_a_range_on_an_unnamed_dim_makes_a_symbol_and_opt_defaults_to_the_maximum():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2, None])], [_vi("y", None)])
     r = resolve_ranges(model, {}, ShapeRanges(inputs={"x": (2, (3, 40))}))

@@ -73,8 +73,8 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     ranged = re.search(r"(\d*)\.\.(\d*)", dims)
     if ranged:
         one = re.sub(r"\d*\.\.(\d*)", lambda m: m.group(1) or "1", dims, count=1)
-        raise InputError(f"bad --input-shape {text!r}: a dimension given a range ({ranged.group(0)}) is not supported, "
-                         f"a build is for one size of each dimension: pass one size, e.g. {name}={one}")
+        raise InputError(f"bad --input-shape {text!r}: a dimension given a range ({ranged.group(0)}) is taken by build "
+                         f"only, here each dimension takes one size: pass one size, e.g. {name}={one}")
     if re.fullmatch(r"\d+([,*X]\d+)*", dims):
         raise InputError(f"bad --input-shape {text!r}: separate the sizes with 'x': {name}={re.sub(r'[,*X]', 'x', dims)}")
     raise InputError(f"bad --input-shape {text!r}: every dimension must be a size (0, 1, 2, ...), separated by 'x': "

@@ -9,7 +9,6 @@ import re
 
 import numpy as np
 import pytest
-
 from dynamic_harness import DynamicCase
 from fluidml_xc.errors import InputError
 from fluidml_xc.ops.elementwise import UNARY_OPS
@@ -18,6 +17,7 @@ from fluidml_xc.symbolic import Sym, SymRange, at
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.jit import jit_target_machine
 from fluidml_xc.target.machine import machine_spec, optimized_module
+from onnx import helper as onnx_helper
 
 W, B = Sym("W"), Sym("B")
 F32 = np.float32
@@ -141,7 +141,7 @@ def test_binary_ops_broadcasting(parallel):
     rng = _rng(1)
 
     def feeds(w):
-        nonzero = lambda a: np.where(np.abs(a) < 0.1, 1.0, a).astype(F32)  # noqa: E731
+        nonzero = lambda a: np.where(np.abs(a) < 0.1, 1.0, a).astype(F32)
         return {"x": _floats(rng, (3, w, 5)), "y": nonzero(_floats(rng, (3, w, 5))), "col": nonzero(_floats(rng, (w, 1))),
                 "row": _floats(rng, (5,)), "pos": _floats(rng, (3, w, 5), 0.1, 3.0),
                 "ia": rng.integers(-100, 100, (w, 4), dtype=np.int32),
@@ -252,7 +252,7 @@ def test_parallel_tiles_over_a_varying_dim():
     run = case.compile(parallel=True)
     assert _parallel_calls(run.ir_text) >= 2, "the big ops were not split into tiles"
     rng = _rng(6)
-    feeds = lambda w: {"x": _floats(rng, (w, 1200)), "y": _floats(rng, (1200,)),  # noqa: E731
+    feeds = lambda w: {"x": _floats(rng, (w, 1200)), "y": _floats(rng, (1200,)),
                        "x3": _floats(rng, (4, 6, w)), "big": _floats(rng, (3, 250, w))}
     _check_all(run, feeds, sizes=(1, 5, 11, 12, 13, 150, 299, 300), rtol=2e-5, atol=2e-6)
 
@@ -275,3 +275,28 @@ def test_runtime_sizes_broadcast_against_each_other_are_refused():
     case.node("Add", [x, y], [(F32, (Sym("W"),))])
     with pytest.raises(InputError, match=r"dim 0 of 'y' is V where the output's is W"):
         case.compile()
+
+
+@PARALLEL
+def test_constant_of_shape_and_range_with_varying_outputs(parallel):
+    """ConstantOfShape fills the output's run-time extents; Range counts its elements at run time from its inputs
+    (integer and float, a negative step), never past the output's extent."""
+    case = DynamicCase({"W": SymRange("W", 1, 64, 16)})
+    shape = case.input("shape", np.int64, (2,))
+    case.node("ConstantOfShape", [shape], [(np.int32, (3, W))], {"value": onnx_helper.make_tensor("v", 6, [1], [7])})
+    case.graph.nodes[-1].attrs["value"] = np.array([7], np.int32)
+    ints = [case.input(n, np.int64, ()) for n in ("i0", "i1", "i2")]
+    case.node("Range", ints, [(np.int64, (W,))])
+    down = [case.input(n, np.int32, ()) for n in ("d0", "d1", "d2")]
+    case.node("Range", down, [(np.int32, (W,))])
+    floats = [case.input(n, F32, ()) for n in ("f0", "f1", "f2")]
+    case.node("Range", floats, [(F32, (W,))])
+    run = case.compile(parallel=parallel)
+
+    def feeds(w):
+        scalar = lambda v, dt: np.array(v, dt)
+        return {"shape": np.array([3, w], np.int64), "i0": scalar(5, np.int64), "i1": scalar(5 + 3 * w - 2, np.int64),
+                "i2": scalar(3, np.int64), "d0": scalar(10, np.int32), "d1": scalar(10 - 2 * w, np.int32),
+                "d2": scalar(-2, np.int32), "f0": scalar(0.5, F32), "f1": scalar(0.5 + 0.25 * w - 0.1, F32),
+                "f2": scalar(0.25, F32)}
+    _check_all(run, feeds, rtol=1e-6, atol=1e-6)

@@ -40,29 +40,38 @@ def _check_all(run, feeds_at, sizes=SIZES, name="W", **tol):
     _stops_at_extent(run, {name: sizes[len(sizes) // 2]}, feeds_at(sizes[len(sizes) // 2]))
 
 
-def _stops_at_extent(run, env, feeds):
-    """Loops run to the run-time extents, not to the capacity: every output element beyond its actual extent keeps
-    the sentinel its buffer was filled with."""
+def _raw_run(run, env, feeds, alias: str | None = None) -> list[np.ndarray]:
+    """Run at `env` with every output buffer (capacity-sized) filled with 0x5A bytes; output 0 written into input
+    `alias`'s buffer when given (an in-place run). Returns the outputs' raw bytes, one row per element."""
     g = run.case.graph
-    keep = []
+    keep = {}
     for name in g.inputs:
         t = g.tensors[name]
         buf = np.zeros(t.shape, t.dtype)
         buf[tuple(slice(0, d) for d in at(t.dyn or t.shape, env))] = feeds[name]
-        keep.append(buf)
+        keep[name] = buf
     outs = [np.full(max(g.tensors[n].size, 1) * g.tensors[n].dtype.itemsize, 0x5A, np.uint8) for n in g.outputs]
+    if alias is not None:
+        outs[0] = keep[alias].view(np.uint8).reshape(-1)
     raw = np.full(run.arena_bytes + run.alignment, 0xFF, np.uint8)
     arena = raw.ctypes.data + (-raw.ctypes.data) % run.alignment
     syms = (ctypes.c_int64 * len(g.symbols))(*[int(env[s]) for s in g.symbols])
-    ins = (ctypes.c_void_p * max(len(keep), 1))(*[b.ctypes.data for b in keep])
+    ins = (ctypes.c_void_p * max(len(keep), 1))(*[keep[n].ctypes.data for n in g.inputs])
     outp = (ctypes.c_void_p * len(outs))(*[b.ctypes.data for b in outs])
     run._fn(ctypes.addressof(ins), ctypes.addressof(outp), arena, syms)
-    for name, buf in zip(g.outputs, outs):
+    return [b[:g.tensors[n].size * g.tensors[n].dtype.itemsize].reshape(g.tensors[n].size, -1)
+            for n, b in zip(g.outputs, outs)]
+
+
+def _stops_at_extent(run, env, feeds):
+    """Loops run to the run-time extents, not to the capacity: every output element beyond its actual extent keeps
+    the sentinel its buffer was filled with."""
+    g = run.case.graph
+    for name, buf in zip(g.outputs, _raw_run(run, env, feeds)):
         t = g.tensors[name]
         inside = np.zeros(t.shape, bool)
         inside[tuple(slice(0, d) for d in at(t.dyn or t.shape, env))] = True
-        written = (buf[:t.size * t.dtype.itemsize].reshape(*t.shape, t.dtype.itemsize) != 0x5A).any(axis=-1)
-        beyond = written & ~inside
+        beyond = (buf != 0x5A).any(axis=-1).reshape(t.shape) & ~inside
         assert not beyond.any(), f"{name} at {env}: {int(beyond.sum())} elements written beyond the run-time extent"
 
 
@@ -229,8 +238,13 @@ def test_fused_chain(parallel):
     assert fuse_groups(case.graph) == 1 and [n.op_type for n in case.graph.nodes] == ["FusedElementwise"]
     run = case.compile(parallel=parallel)
     rng = _rng(5)
+    out = case.graph.tensors[case.graph.outputs[0]]
     for b, w in ((1, 1), (4, 64), (2, 7), (3, 17), (1, 33), (4, 9)):
-        run.check({"B": b, "W": w}, {"x": _floats(rng, (b, w, 8)), "r": _floats(rng, (w, 1))}, rtol=2e-5, atol=2e-6)
+        env, feeds = {"B": b, "W": w}, {"x": _floats(rng, (b, w, 8)), "r": _floats(rng, (w, 1))}
+        run.check(env, feeds, rtol=2e-5, atol=2e-6)
+        in_place = _raw_run(run, env, feeds, alias="x")[0].view(F32).reshape(out.shape)[:b, :w]
+        np.testing.assert_allclose(in_place, run.reference(env, feeds)[0], rtol=2e-5, atol=2e-6, err_msg=f"in place {env}")
+    _stops_at_extent(run, {"B": 3, "W": 17}, {"x": _floats(rng, (3, 17, 8)), "r": _floats(rng, (17, 1))})
 
 
 def _parallel_calls(ir_text: str) -> int:

@@ -10,13 +10,15 @@ import re
 import numpy as np
 import pytest
 from dynamic_harness import DynamicCase
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter, check_supported
 from fluidml_xc.errors import InputError
 from fluidml_xc.ops.elementwise import UNARY_OPS
 from fluidml_xc.passes.elementwise_fusion import fuse_groups
+from fluidml_xc.planning import PlanOptions, plan_memory
 from fluidml_xc.symbolic import Sym, SymRange, at
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.jit import jit_target_machine
-from fluidml_xc.target.machine import machine_spec, optimized_module
+from fluidml_xc.target.machine import compile_module, machine_spec, optimized_module
 from onnx import helper as onnx_helper
 
 W, B = Sym("W"), Sym("B")
@@ -253,22 +255,27 @@ def _parallel_calls(ir_text: str) -> int:
 
 def test_parallel_tiles_over_a_varying_dim():
     """Big enough to split into tiles: the tile count is fixed at build time, each tile runs its fraction of the
-    run-time rows (empty tiles at W below the tile count); the same as a serial build at every size."""
-    case = DynamicCase({"W": SymRange("W", 1, 300, 100)})
+    run-time iterations of the leading dims (empty tiles below the tile count): a varying dim leading alone, a
+    varying dim second of two leading dims, and a varying dim before a fixed one."""
+    case = DynamicCase({"W": SymRange("W", 1, 300, 100), "B": SymRange("B", 1, 4, 2)})
     x = case.input("x", F32, (W, 1200))
     y = case.input("y", F32, (1200,))
     case.node("Add", [x, y], [(F32, (W, 1200))])
     case.node("Relu", [x], [(F32, (W, 1200))])
-    x3 = case.input("x3", F32, (4, 6, W))
-    case.node("Exp", [x3], [(F32, (4, 6, W))])
-    big = case.input("big", F32, (3, 250, W))
-    case.node("Sigmoid", [big], [(F32, (3, 250, W))])
+    mid = case.input("mid", F32, (3, W, 1000))
+    case.node("Sigmoid", [mid], [(F32, (3, W, 1000))])
+    lead = case.input("lead", F32, (B, 5, 30000))
+    case.node("Neg", [lead], [(F32, (B, 5, 30000))])
     run = case.compile(parallel=True)
-    assert _parallel_calls(run.ir_text) >= 2, "the big ops were not split into tiles"
+    assert _parallel_calls(run.ir_text) >= 4, "the ops were not split into tiles"
     rng = _rng(6)
-    feeds = lambda w: {"x": _floats(rng, (w, 1200)), "y": _floats(rng, (1200,)),
-                       "x3": _floats(rng, (4, 6, w)), "big": _floats(rng, (3, 250, w))}
-    _check_all(run, feeds, sizes=(1, 5, 11, 12, 13, 150, 299, 300), rtol=2e-5, atol=2e-6)
+    for w, b in ((1, 1), (5, 2), (11, 3), (12, 4), (13, 1), (150, 2), (299, 3), (300, 4)):
+        env = {"W": w, "B": b}
+        feeds = {"x": _floats(rng, (w, 1200)), "y": _floats(rng, (1200,)), "mid": _floats(rng, (3, w, 1000)),
+                 "lead": _floats(rng, (b, 5, 30000))}
+        run.check(env, feeds, rtol=2e-5, atol=2e-6)
+    _stops_at_extent(run, env | {"W": 13, "B": 3}, {"x": _floats(rng, (13, 1200)), "y": _floats(rng, (1200,)),
+                     "mid": _floats(rng, (3, 13, 1000)), "lead": _floats(rng, (3, 5, 30000))})
 
 
 def test_innermost_varying_loop_is_vectorized():
@@ -314,3 +321,21 @@ def test_constant_of_shape_and_range_with_varying_outputs(parallel):
                 "d2": scalar(-2, np.int32), "f0": scalar(0.5, F32), "f1": scalar(0.5 + 0.25 * w - 0.1, F32),
                 "f2": scalar(0.25, F32)}
     _check_all(run, feeds, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_cross_targets_compile(board):
+    """The run-time extents in the index type of 64- and 32-bit targets (armv7 truncates the symbols' int64
+    values): a parallel fused chain, Range and a broadcast Add compile to an ELF object for each board."""
+    case = DynamicCase({"W": SymRange("W", 1, 300, 100)})
+    x, y = case.input("x", F32, (W, 1200)), case.input("y", F32, (1200,))
+    a, = case.node("Add", [x, y], [(F32, (W, 1200))], output=False)
+    case.node("Tanh", [a], [(F32, (W, 1200))])
+    case.node("Range", [case.input(n, np.int32, ()) for n in ("r0", "r1", "r2")], [(np.int32, (W,))])
+    fuse_groups(case.graph)
+    check_supported(case.graph)
+    plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
+    spec = machine_spec(get_board(board))
+    text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True)).emit()
+    assert _parallel_calls(text) >= 1
+    assert compile_module(text, spec)[:4] == b"\x7fELF"

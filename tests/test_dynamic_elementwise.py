@@ -18,7 +18,7 @@ from fluidml_xc.planning import PlanOptions, plan_memory
 from fluidml_xc.symbolic import Sym, SymRange, at
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.jit import jit_target_machine
-from fluidml_xc.target.machine import compile_module, machine_spec, optimized_module
+from fluidml_xc.target.machine import compile_module, machine_spec, optimized_module, target_machine
 from onnx import helper as onnx_helper
 
 W, B = Sym("W"), Sym("B")
@@ -341,16 +341,19 @@ def test_constant_of_shape_with_varying_output(parallel):
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
 def test_cross_targets_compile(board):
     """The run-time extents in the index type of 64- and 32-bit targets (armv7 truncates the symbols' int64
-    values): a parallel fused chain and a ConstantOfShape compile to an ELF object for each board."""
+    values): a parallel fused chain, a ConstantOfShape and a Relu compile to an ELF object for each board, the Relu's
+    inner loop to W with 4-lane vectors."""
     case = DynamicCase({"W": SymRange("W", 1, 300, 100)})
     x, y = case.input("x", F32, (W, 1200)), case.input("y", F32, (1200,))
     a, = case.node("Add", [x, y], [(F32, (W, 1200))], output=False)
     case.node("Tanh", [a], [(F32, (W, 1200))])
     case.node("ConstantOfShape", [case.input("shape", np.int64, (1,))], [(F32, (W,))])
     fuse_groups(case.graph)
+    case.node("Relu", [case.input("z", F32, (3, W))], [(F32, (3, W))])  # the inner loop to W: a NEON vector body
     check_supported(case.graph)
     plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
     spec = machine_spec(get_board(board))
     text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True)).emit()
     assert _parallel_calls(text) >= 1
     assert compile_module(text, spec)[:4] == b"\x7fELF"
+    assert "<4 x float>" in str(optimized_module(text, target_machine(spec))), "no NEON vector body"

@@ -15,7 +15,7 @@ from fluidml_xc.errors import InputError
 from fluidml_xc.ops.elementwise import UNARY_OPS
 from fluidml_xc.passes.elementwise_fusion import fuse_groups
 from fluidml_xc.planning import PlanOptions, plan_memory
-from fluidml_xc.symbolic import Sym, SymRange, at
+from fluidml_xc.symbolic import Sym, SymRange, at, minimum
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.jit import jit_target_machine
 from fluidml_xc.target.machine import compile_module, machine_spec, optimized_module, target_machine
@@ -322,6 +322,22 @@ def test_runtime_sizes_broadcast_against_each_other_are_refused():
     case.node("Add", [x, y], [(F32, (Sym("W"),))])
     with pytest.raises(InputError, match=r"dim 0 of 'y' is V where the output's is W"):
         case.compile()
+
+
+def test_dims_written_differently_but_equal_over_the_range():
+    """min(W, 64) is W over W = 1..64: an input of dims [W, 3] against an output of [min(W, 64), 3] is no
+    broadcast; min(W, 32) is not W there, and is refused."""
+    case = DynamicCase({"W": SymRange("W", 1, 64, 16)})
+    x = case.input("x", F32, (W, 3))
+    case.node("Relu", [x], [(F32, (minimum(W, 64), 3))])
+    run = case.compile()
+    rng = _rng(8)
+    _check_all(run, lambda w: {"x": _floats(rng, (w, 3))})
+    bad = DynamicCase({"W": SymRange("W", 1, 64, 16)})
+    y = bad.input("y", F32, (W, 3))
+    bad.node("Relu", [y], [(F32, (minimum(W, 32), 3))])
+    with pytest.raises(InputError, match=r"dim 0 of 'y' is W where the output's is min\(32, W\)"):
+        bad.compile()
 
 
 @PARALLEL

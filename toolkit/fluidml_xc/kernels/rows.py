@@ -8,6 +8,7 @@ from llvmlite import ir
 
 from .kernel import row_major
 from .loops import loop
+from .rows_runtime import tiled_loops, walk_run_dynamic
 from .scalar import FAST, llvm_type, splat_const
 
 
@@ -21,14 +22,18 @@ def dims_by_stride(strides) -> list[int]:
 
 
 # -- rows ----------------------------------------------------------------------------------------
-def each_row(k, shape, strides, row_dims, row) -> None:
-    """Call row(ix, inner) for every index of the dims outside `row_dims`; inner = row dims, outermost first."""
+def each_row(k, shape, strides, row_dims, row, extents=None) -> None:
+    """Call row(ix, inner) for every index of the dims outside `row_dims`; inner = row dims, outermost first.
+    `extents`: the dims' run-time extents (ints or index values) when some vary; `shape` is then the capacity."""
     if int(np.prod(shape, dtype=np.int64)) == 0:
         return
     order = dims_by_stride(strides)
     outer = [d for d in order if d not in row_dims]
     inner = [d for d in order if d in row_dims]
     idx: list = [None] * len(shape)
+    if extents is not None:
+        tiled_loops(k, extents, shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
+        return
     # rows are independent: parallel tiles of whole rows (a row's reduction never splits)
     k.loops_tiled(shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
 
@@ -71,7 +76,11 @@ def row_ptr(k, op, ix, inner) -> ir.Value:
 
 def walk_run(k, n: int, lanes: int, vec, tail, unroll: int = UNROLL) -> None:
     """Visit a run of n elements: vec(slot, offset) for each whole vector, `unroll` per loop step (slot = 0..unroll-1),
-    the whole vectors left after the loop unrolled, then tail(offset) for each of the last n % lanes elements."""
+    the whole vectors left after the loop unrolled, then tail(offset) for each of the last n % lanes elements.
+    A run-time n (an index value) loops over the vectors left and the tail instead (rows_runtime.walk_run_dynamic)."""
+    if isinstance(n, ir.Value):
+        walk_run_dynamic(k, n, lanes, vec, tail, unroll)
+        return
     group = lanes * unroll
     steps, rest = divmod(n, group)
     if steps:

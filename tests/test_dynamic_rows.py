@@ -117,3 +117,142 @@ def test_reduce_int_and_all_axes():
     case.node("ReduceSum", [x], [(np.int32, (1, 1))])
     run = case.compile()
     _check_sizes(run, lambda n: {"x": _rng(n).integers(-50, 50, (n, 3)).astype(np.int32)})
+
+
+# -- data movement --------------------------------------------------------------------------------
+@pytest.mark.parametrize("perm", [(1, 2, 0), (2, 0, 1), (0, 2, 1)])
+def test_transpose_varying_dim_anywhere(perm):
+    case = _case()
+    x = case.input("x", np.float32, (2, W, 3))
+    case.node("Transpose", [x], [(np.float32, tuple((2, W, 3)[p] for p in perm))], {"perm": list(perm)})
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((2, n, 3)).astype(np.float32)})
+
+
+def test_transpose_parallel_rows():
+    case = DynamicCase({"N": SymRange("N", 1, 256, 64)})
+    x = case.input("x", np.float32, (N, 64, 80))
+    case.node("Transpose", [x], [(np.float32, (80, N, 64))], {"perm": [2, 0, 1]})
+    run = case.compile(parallel=True)
+    assert "fxc_parallel_for" in run.ir_text
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((n, 64, 80)).astype(np.float32)}, BIG, "N")
+
+
+def test_concat_moves_following_inputs():
+    case = _case()
+    a, b, c = case.input("a", np.float32, (2, W)), case.input("b", np.float32, (2, 5)), case.input("c", np.float32, (2, W))
+    case.node("Concat", [a, b, c], [(np.float32, (2, W * 2 + 5))], {"axis": 1})
+    d, e = case.input("d", np.float32, (W, 3)), case.input("e", np.float32, (4, 3))
+    case.node("Concat", [d, e, d], [(np.float32, (W * 2 + 4, 3))], {"axis": 0})
+    run = case.compile()
+    r = _rng()
+    _check_sizes(run, lambda n: {"a": r.standard_normal((2, n)).astype(np.float32), "b": r.standard_normal((2, 5)).astype(np.float32),
+                                 "c": r.standard_normal((2, n)).astype(np.float32), "d": r.standard_normal((n, 3)).astype(np.float32),
+                                 "e": r.standard_normal((4, 3)).astype(np.float32)})
+
+
+def test_slice_starts_against_a_varying_end():
+    case = _case(3, 64)
+    x = case.input("x", np.float32, (2, W))
+
+    def sl(name, starts, ends, steps, dims):
+        consts = [case.const(f"{name}{j}", np.array(v, np.int64)) for j, v in enumerate((starts, ends, [1], steps))]
+        case.node("Slice", [x, *consts], [(np.float32, dims)])
+    sl("inner", [1], [-1], [1], (2, W - 2))
+    sl("last3", [-3], [1 << 40], [1], (2, 3))
+    sl("even", [0], [1 << 40], [2], (2, (W + 1) // 2))
+    sl("back", [-1], [-(1 << 40)], [-1], (2, W))
+    sl("head", [0], [2], [1], (2, 2))
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((2, n)).astype(np.float32)}, (3, 4, 9, 17, 40, 64))
+
+
+def test_split_and_pad_and_tile():
+    case = _case(2, 64)
+    x = case.input("x", np.float32, (4, W * 2))
+    case.node("Split", [x], [(np.float32, (4, W)), (np.float32, (4, W))], {"axis": 1, "num_outputs": 2})
+    sizes = case.const("sizes", np.array([1, 3], np.int64))
+    case.node("Split", [x, sizes], [(np.float32, (1, W * 2)), (np.float32, (3, W * 2))], {"axis": 0})
+    y = case.input("y", np.float32, (2, W))
+    pads = case.const("pads", np.array([1, 2, 0, 3], np.int64))
+    case.node("Pad", [y, pads, case.const("v", np.array(1.5, np.float32))], [(np.float32, (3, W + 5))])
+    case.node("Pad", [y, case.const("front", np.array([0, 0, 0, 4], np.int64))], [(np.float32, (2, W + 4))])
+    reps = case.const("reps", np.array([3, 2], np.int64))
+    case.node("Tile", [y, reps], [(np.float32, (6, W * 2))])
+    run = case.compile()
+    r = _rng()
+    _check_sizes(run, lambda n: {"x": r.standard_normal((4, 2 * n)).astype(np.float32), "y": r.standard_normal((2, n)).astype(np.float32)},
+                 (2, 3, 8, 13, 31, 64))
+
+
+def test_pad_reflect_over_a_varying_dim_is_refused():
+    from fluidml_xc.errors import InputError
+
+    case = _case(2, 64)
+    y = case.input("y", np.float32, (2, W))
+    case.node("Pad", [y, case.const("pads", np.array([0, 1, 0, 1], np.int64))], [(np.float32, (2, W + 2))], {"mode": "reflect"})
+    with pytest.raises(InputError, match="mode 'reflect' over a dim that varies"):
+        case.compile()
+
+
+def test_gather_varying_indices_and_data():
+    case = _case()
+    table = case.const("table", _rng(3).standard_normal((10, 4)).astype(np.float32))
+    ids = case.input("ids", np.int64, (W,))
+    case.node("Gather", [table, ids], [(np.float32, (W, 4))], {"axis": 0})
+    data = case.input("data", np.float32, (5, W))
+    idx = case.input("idx", np.int32, (2, 3))
+    case.node("Gather", [data, idx], [(np.float32, (5, 2, 3))], {"axis": 1})
+    scalar = case.const("one", np.array(-1, np.int64))
+    case.node("Gather", [data, scalar], [(np.float32, (5,))], {"axis": 1})
+    run = case.compile()
+
+    def feeds(n):
+        r = _rng(n)
+        return {"ids": r.integers(-10, 10, n).astype(np.int64), "data": r.standard_normal((5, n)).astype(np.float32),
+                "idx": r.integers(-n, n, (2, 3)).astype(np.int32)}
+    _check_sizes(run, feeds)
+
+
+def test_gather_elements_varying_axis():
+    case = _case()
+    data = case.input("data", np.float32, (3, W))
+    idx = case.input("idx", np.int64, (3, W))
+    case.node("GatherElements", [data, idx], [(np.float32, (3, W))], {"axis": 1})
+    run = case.compile()
+    run.check({"W": 5}, {"data": _rng(5).standard_normal((3, 5)).astype(np.float32),
+                         "idx": _rng(6).integers(-5, 5, (3, 5)).astype(np.int64)})
+    for n in SIZES:  # numpy's take_along_axis: onnx.reference's GatherElements (np.choose) fails past 32 positions
+        data, idx = _rng(n).standard_normal((3, n)).astype(np.float32), _rng(n + 1).integers(-n, n, (3, n)).astype(np.int64)
+        np.testing.assert_array_equal(run({"W": n}, {"data": data, "idx": idx})[0], np.take_along_axis(data, idx % n, 1))
+
+
+# -- views ----------------------------------------------------------------------------------------
+def _aliases(case):
+    from fluidml_xc.planning import PlanOptions, plan_memory
+
+    return plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False)).alias_of
+
+
+def test_views_share_storage_only_where_elements_stay_in_place():
+    """Inside the graph: (2, W, 4) -> (2, W*4) keeps every element in place (a view alias); (2, W) -> (2W,) does
+    not (capacity strides) and copies. At the graph's boundary both copy."""
+    case = _case()
+    x = case.input("x", np.float32, (4, 2, W))
+    t = case.node("Transpose", [x], [(np.float32, (2, W, 4))], {"perm": [1, 2, 0]}, output=False)[0]
+    same = case.node("Reshape", [t, case.const("s0", np.array([0, -1], np.int64))], [(np.float32, (2, W * 4))], output=False)[0]
+    case.node("Transpose", [same], [(np.float32, (W * 4, 2))], {"perm": [1, 0]})
+    y = case.input("y", np.float32, (W, 2))
+    u = case.node("Transpose", [y], [(np.float32, (2, W))], {"perm": [1, 0]}, output=False)[0]
+    moved = case.node("Reshape", [u, case.const("s1", np.array([-1], np.int64))], [(np.float32, (W * 2,))], output=False)[0]
+    case.node("Unsqueeze", [moved, case.const("a0", np.array([0], np.int64))], [(np.float32, (1, W * 2))])
+    case.node("Flatten", [x], [(np.float32, (8, W))], {"axis": 2})
+    sq = case.input("sq", np.float32, (1, W, 1))
+    case.node("Squeeze", [sq, case.const("a1", np.array([0, 2], np.int64))], [(np.float32, (W,))])
+    case.node("Identity", [sq], [(np.float32, (1, W, 1))])
+    aliases = _aliases(case)
+    assert same in aliases and moved not in aliases, aliases
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((4, 2, n)).astype(np.float32),
+                                 "y": _rng(n + 1).standard_normal((n, 2)).astype(np.float32),
+                                 "sq": _rng(n + 2).standard_normal((1, n, 1)).astype(np.float32)})

@@ -118,7 +118,7 @@ def runtime_span(k, op: Operand, dims) -> int | ir.Value | None:
 def element_at(k, access: Access, idx, offset=None) -> ir.Value:
     """Address of `access` at idx plus a run-time element `offset` (None: none)."""
     linear = k.linear(access, idx)
-    if offset is not None:
+    if offset is not None and (is_value(offset) or offset):
         linear = k.b.add(linear, as_value(k, offset), flags=("nsw",))
     return k.b.gep(access.ptr, [linear], inbounds=True)
 

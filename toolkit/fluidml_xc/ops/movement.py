@@ -17,6 +17,7 @@ from ..kernels.kernel import Access, Operand
 from ..kernels.rows import dims_by_stride, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
+from . import movement_runtime as runtime
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -74,20 +75,24 @@ def _store_at(k, op: Operand, linear: ir.Value, value: ir.Value) -> None:
 
 
 # -- affine copies -------------------------------------------------------------------------------
-@register("Transpose", strided=True, layout_anchor=True, lowp_native=True, cost_kind="transpose")
+@register("Transpose", strided=True, layout_anchor=True, lowp_native=True, cost_kind="transpose", runtime_extents=True)
 def lower_transpose(k):
     x, out = k.inputs[0], k.outputs[0]
     perm = k.attr("perm") or list(range(x.rank))[::-1]
     dims = [0] * x.rank
     for j, p in enumerate(perm):
         dims[p] = j
+    if k.dynamic:
+        return runtime.transpose(k, dims)
     _copy(k, out.shape, out.identity_access(), x.access(dims, out.rank))
 
 
-@register("Concat", strided=True, image=True, lowp_native=True, cost_kind="concat", axis_attr="dim")
+@register("Concat", strided=True, image=True, lowp_native=True, cost_kind="concat", axis_attr="dim", runtime_extents=True)
 def lower_concat(k):
     out = k.outputs[0]
     axis = normalize_axis(int(k.attr("axis")), out.rank)
+    if k.dynamic:
+        return runtime.concat(k, axis)
     start = 0
     for x in k.inputs:
         if x is None:
@@ -98,18 +103,20 @@ def lower_concat(k):
         start += x.shape[axis]
 
 
-def _slice_params(k, x: Operand):
-    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1).
-
-    The node's own form decides, not the model's opset: Slice-1 has one input and starts/ends/axes as
-    attributes, Slice-10 on has them as inputs, and passes write the input form into graphs of any opset."""
+def _slice_lists(k):
+    """(starts, ends, axes, steps) as given. The node's own form decides, not the model's opset: Slice-1 has one
+    input and starts/ends/axes as attributes, Slice-10 on has them as inputs, and passes write the input form into
+    graphs of any opset."""
     if len(k.node.inputs) == 1:
         starts, ends = _ints(k, None, "starts"), _ints(k, None, "ends")
-        axes, steps = _ints(k, None, "axes", list(range(len(starts)))), [1] * len(starts)
-    else:
-        starts, ends = _ints(k, 1), _ints(k, 2)
-        axes = _ints(k, 3, default=list(range(len(starts))))
-        steps = _ints(k, 4, default=[1] * len(starts))
+        return starts, ends, _ints(k, None, "axes", list(range(len(starts)))), [1] * len(starts)
+    starts, ends = _ints(k, 1), _ints(k, 2)
+    return starts, ends, _ints(k, 3, default=list(range(len(starts)))), _ints(k, 4, default=[1] * len(starts))
+
+
+def _slice_params(k, x: Operand):
+    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1)."""
+    starts, ends, axes, steps = _slice_lists(k)
     params = [(0, 1)] * x.rank
     for s, e, a, st in zip(starts, ends, axes, steps):
         r = range(*slice(s, e, st).indices(x.shape[normalize_axis(a, x.rank)]))
@@ -123,16 +130,20 @@ def _offset_access(x: Operand, starts_steps) -> Access:
     return Access(x.ptr, x.dtype, strides, offset)
 
 
-@register("Slice", lowp_native=True)
+@register("Slice", lowp_native=True, runtime_extents=True)
 def lower_slice(k):
     x, out = k.inputs[0], k.outputs[0]
+    if k.dynamic:
+        return runtime.slice_(k, *_slice_lists(k))
     _copy(k, out.shape, out.identity_access(), _offset_access(x, _slice_params(k, x)))
 
 
-@register("Split", lowp_native=True, axis_attr="dim")
+@register("Split", lowp_native=True, axis_attr="dim", runtime_extents=True)
 def lower_split(k):
     x = k.inputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), x.rank)
+    if k.dynamic:
+        return runtime.split(k, axis)
     n = len(k.outputs)
     sizes = _ints(k, 1, "split")
     if sizes is None:
@@ -152,10 +163,12 @@ def lower_expand(k):
     _copy(k, out.shape, out.identity_access(), x.broadcast_access(out.shape))
 
 
-@register("Tile", lowp_native=True)
+@register("Tile", lowp_native=True, runtime_extents=True)
 def lower_tile(k):
     """Domain (rep0, n0, rep1, n1, ...): out index rep*n + i reads input index i."""
     x, out = k.inputs[0], k.outputs[0]
+    if k.dynamic:
+        return runtime.tile(k)
     domain, out_strides, in_strides = [], [], []
     for d, n in enumerate(x.shape):
         domain += [out.shape[d] // n if n else 0, n]
@@ -240,11 +253,13 @@ def _pad_source(k, mode: str, i: ir.Value, pad: int, n: int, end: int) -> ir.Val
     return b.select(b.icmp_signed(">", r, last), b.sub(period, r), r)
 
 
-@register("Pad")
+@register("Pad", runtime_extents=True)
 def lower_pad(k):
     x, out = k.inputs[0], k.outputs[0]
     mode = k.attr("mode", "constant")
     begin, end, value = _pad_params(k, x.rank)
+    if k.dynamic:
+        return runtime.pad(k, mode, begin, end, value)
     if mode == "constant":
         if out.size:
             k.generic(out.shape, [out.identity_access()], [], lambda v, i: [value], order=dims_by_stride(out.strides))
@@ -267,10 +282,12 @@ def lower_pad(k):
 
 
 # -- gathers -------------------------------------------------------------------------------------
-@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,))
+@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,), runtime_extents=True)
 def lower_gather(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
+    if k.dynamic:
+        return runtime.gather(k, axis)
     q = indices.rank
     value = k.input_value(1)
     if value is not None and value.size == 1:
@@ -295,10 +312,12 @@ def lower_gather(k):
     _each(k, out.shape, body)
 
 
-@register("GatherElements", lowp_native=True, axis_attr="dim", index_inputs=(1,))
+@register("GatherElements", lowp_native=True, axis_attr="dim", index_inputs=(1,), runtime_extents=True)
 def lower_gather_elements(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
+    if k.dynamic:
+        return runtime.gather_elements(k, axis)
     ind_acc, out_acc = indices.identity_access(), out.identity_access()
 
     def body(ix):

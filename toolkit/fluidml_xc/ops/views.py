@@ -4,10 +4,14 @@ from __future__ import annotations
 from ..kernels.kernel import Access
 from ..kernels.scalar import const
 from ..opspec import register
+from .movement_runtime import view_copy
 
 
 def _flat_copy(k) -> None:
     src, dst = k.inputs[0], k.outputs[0]
+    if k.dynamic:
+        view_copy(k)
+        return
     if dst.size == 0:
         return
     k.generic((dst.size,), [_flat(dst)], [_flat(src)], lambda v, i: [v[0]])
@@ -17,8 +21,8 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True)
-@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary")
+@register(("Reshape", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True, runtime_extents=True)
+@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary", runtime_extents=True)
 def lower_view(k):
     _flat_copy(k)
 

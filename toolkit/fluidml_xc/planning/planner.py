@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir import Graph, Node
+from ..kernels.rows_runtime import same_storage
 from .. import opspec
 from ..opspec import OpSpec
 from .orders import ORDERS, OrderFacts, min_peak_order
@@ -107,6 +108,9 @@ def _is_alias_view(graph: Graph, node: Node, spec: OpSpec | None, boundary: set[
     if not src or not dst or src in boundary or dst in boundary:
         return False
     s, d = graph.tensors[src], graph.tensors[dst]
+    if s.dyn is not None or d.dyn is not None:  # capacity strides: same bytes need not hold the same elements
+        if not same_storage(s.dyn or s.shape, s.shape, d.dyn or d.shape, d.shape):
+            return False
     return not s.is_const and not d.is_const and s.nbytes == d.nbytes
 
 

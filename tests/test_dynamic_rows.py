@@ -13,7 +13,7 @@ from fluidml_xc.symbolic import Sym, SymRange
 
 W, N = Sym("W"), Sym("N")
 SIZES = (1, 3, 8, 13, 31, 64)
-"""W over 1..64: the ends, odd sizes, one vector of 8, and sizes off the vector width."""
+"""W over 1..64: the ends, odd sizes, and sizes on and off the vector width (4, 8 or 16 float lanes)."""
 BIG = (1, 5, 17, 130, 255)
 """N over 1..256 for the row count with parallel tiles (enough work for a split at the capacity)."""
 
@@ -256,3 +256,25 @@ def test_views_share_storage_only_where_elements_stay_in_place():
     _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((4, 2, n)).astype(np.float32),
                                  "y": _rng(n + 1).standard_normal((n, 2)).astype(np.float32),
                                  "sq": _rng(n + 2).standard_normal((1, n, 1)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceL1"])
+def test_reduce_middle_axis_in_column_vectors(op):
+    """One middle axis before a static run of 20 floats (whole vectors and a tail of 4 for 8 or 16 lanes): columns in
+    lanes, the axis (or the dims before it) at its run-time extent."""
+    case = _case()
+    x = case.input("x", np.float32, (W, 3, 20))
+    case.node(op, [x, case.const("a1", np.array([1], np.int64))], [(np.float32, (W, 1, 20))])
+    y = case.input("y", np.float32, (2, W, 20))
+    case.node(op, [y, case.const("a2", np.array([1], np.int64))], [(np.float32, (2, 20))], {"keepdims": 0})
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((n, 3, 20)).astype(np.float32),
+                                 "y": _rng(n + 1).standard_normal((2, n, 20)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+
+def test_expand_to_varying_rows():
+    case = _case()
+    x = case.input("x", np.float32, (1, W, 1))
+    case.node("Expand", [x, case.const("shape", np.array([3, 1, 5], np.int64))], [(np.float32, (3, W, 5))])
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((1, n, 1)).astype(np.float32)})

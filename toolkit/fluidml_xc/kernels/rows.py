@@ -8,7 +8,7 @@ from llvmlite import ir
 
 from .kernel import row_major
 from .loops import loop
-from .rows_runtime import tiled_loops, walk_run_dynamic
+from .rows_runtime import count_as, tiled_loops, walk_run_dynamic
 from .scalar import FAST, llvm_type, splat_const
 
 
@@ -161,12 +161,14 @@ def column_run(k, x, out, axes) -> int | None:
     return run if V > 1 and run >= V and row_major(x) and row_major(out) else None
 
 
-def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bool = False) -> None:
+def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bool = False, extents=None) -> None:
     """A fold over one middle axis whose inner dims are a contiguous run (column_run): each output row accumulates
     UNROLL vectors of columns in registers over the axis (the fold loop outside the lanes, not innermost over a
-    strided axis): acc = combine(acc, value(k, float32, x) or x) from `init`, divided by the axis' extent when `mean`."""
+    strided axis): acc = combine(acc, value(k, float32, x) or x) from `init`, divided by the axis' extent when `mean`.
+    `extents`: run-time extents of x's dims when the axis or the dims before it vary (the run stays static)."""
     b, f32 = k.b, np.float32
-    V, run, count = k.lanes(f32), column_run(k, x, out, [axis]), x.shape[axis]
+    V, run = k.lanes(f32), column_run(k, x, out, [axis])
+    count = x.shape[axis] if extents is None else extents[axis]
 
     def columns(xb, ob, at, lanes: int, nvec: int) -> None:
         ty = k.vector_type(f32, lanes)
@@ -180,7 +182,7 @@ def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bo
         for u, acc in enumerate(accs):
             result = b.load(acc)
             if mean:
-                result = b.fdiv(result, splat_const(ty, float(count)))
+                result = b.fdiv(result, splat_const(ty, float(count)) if extents is None else k.splat(count_as(k, count, f32), lanes))
             k.vstore(result, out.ptr, f32, b.add(ob, b.add(at, k.index(u * lanes), flags=("nsw",)), flags=("nsw",)))
 
     def outer(ix):
@@ -198,6 +200,10 @@ def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bo
             columns(xb, ob, k.index(c), 1, 1)
     if axis == 0:
         outer([None] * x.rank)
+        return
+    if extents is not None:
+        tiled_loops(k, extents, x.shape, list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
+                    4.0 * float(np.prod(x.shape, dtype=np.float64)))
         return
     k.loops_tiled(list(x.shape), list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
                   4.0 * float(np.prod(x.shape, dtype=np.float64)))

@@ -157,9 +157,11 @@ def lower_split(k):
         start += size
 
 
-@register("Expand", lowp_native=True)
+@register("Expand", lowp_native=True, runtime_extents=True)
 def lower_expand(k):
     x, out = k.inputs[0], k.outputs[0]
+    if k.dynamic:
+        return runtime.expand(k)
     _copy(k, out.shape, out.identity_access(), x.broadcast_access(out.shape))
 
 

@@ -1,4 +1,4 @@
-"""Data movement over dims that vary at run time (issue #26): the dynamic-build forms of Transpose, Concat, Slice,
+"""Data movement over dims that vary at run time (issue #26): the dynamic-build forms of Transpose, Expand, Concat, Slice,
 Split, Tile, constant Pad, Gather, GatherElements and the views (Reshape, Flatten, Squeeze, Unsqueeze, Identity)
 when they copy. ops/movement.py and ops/views.py call these when a node's operand varies (Kernel.dynamic).
 
@@ -31,6 +31,13 @@ def transpose(k, dims: list[int]) -> None:
     """out[j] = x[perm]: x's dim d is the domain's dims[d]."""
     x, out = k.inputs[0], k.outputs[0]
     copy(k, k.extents(out), out.shape, out.identity_access(), x.access(dims, out.rank), _order(out))
+
+
+def expand(k) -> None:
+    """Numpy broadcasting of x to the output's actual extents (a varying dim of x is the output's, never 1 by
+    broadcasting: the shapes were matched symbolically)."""
+    x, out = k.inputs[0], k.outputs[0]
+    copy(k, k.extents(out), out.shape, out.identity_access(), x.broadcast_access(out.shape), _order(out))
 
 
 def concat(k, axis: int) -> None:

@@ -150,7 +150,7 @@ COLUMN_REDUCERS = ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "Re
 """Reductions _column_reduce runs over one middle axis (kernels/rows.py column_fold)."""
 
 
-def _column_reduce(k, x, out, axis: int, name: str) -> None:
+def _column_reduce(k, x, out, axis: int, name: str, ext=None) -> None:
     """A reduction over one middle axis whose inner dims are a contiguous run, lanes across the columns. Max/Min
     keep a NaN once seen, as onnx.reference does."""
     b = k.b
@@ -160,7 +160,7 @@ def _column_reduce(k, x, out, axis: int, name: str) -> None:
         combine = lambda a, v: b.select(b.or_(b.fcmp_ordered(op, v, a), b.fcmp_unordered("uno", v, v)), v, a)  # noqa: E731
     else:
         combine = fast_add(k)
-    column_fold(k, x, out, axis, VECTOR_REDUCERS[name], combine, value, finish is not None)
+    column_fold(k, x, out, axis, VECTOR_REDUCERS[name], combine, value, finish is not None, ext)
 
 
 def _vector_reduce(k, x, out_acc, axes, name: str, count, ext=None) -> None:
@@ -208,6 +208,10 @@ def _reduce_dynamic(k, name: str, x, out_acc, axes) -> None:
     count = product(k, [ext[a] for a in axes])
     if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and k.lanes(dt) > 1 and runtime_span(k, x, axes) is not None:
         _vector_reduce(k, x, out_acc, axes, name, count, ext)
+        return
+    out = k.outputs[0]
+    if name in COLUMN_REDUCERS and column_run(k, x, out, axes) and not any(x.varies(d) for d in range(axes[0] + 1, x.rank)):
+        _column_reduce(k, x, out, axes[0], name, ext)
         return
 
     def row(ix, inner):

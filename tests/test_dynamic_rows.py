@@ -278,3 +278,46 @@ def test_expand_to_varying_rows():
     case.node("Expand", [x, case.const("shape", np.array([3, 1, 5], np.int64))], [(np.float32, (3, W, 5))])
     run = case.compile()
     _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((1, n, 1)).astype(np.float32)})
+
+
+# -- ArgMax, CumSum, the normalizations ------------------------------------------------------------
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_arg_over_varying_axis_and_rows(op):
+    case = _case()
+    x = case.input("x", np.float32, (3, W))
+    case.node(op, [x], [(np.int64, (3, 1))], {"axis": 1})
+    y = case.input("y", np.float32, (W, 7))
+    case.node(op, [y], [(np.int64, (W,))], {"axis": 1, "keepdims": 0, "select_last_index": 1})
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((3, n)).astype(np.float32),
+                                 "y": _rng(n + 1).integers(0, 3, (n, 7)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("attrs", [{}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}])
+def test_cumsum_along_varying_axis(attrs):
+    case = _case()
+    x = case.input("x", np.float32, (2, W))
+    case.node("CumSum", [x, case.const("axis", np.array(1, np.int64))], [(np.float32, (2, W))], attrs)
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((2, n)).astype(np.float32)}, atol=1e-5)
+
+
+def test_batch_and_instance_norm_over_varying_height_and_width():
+    """An image of H x W: BatchNormalization per channel, InstanceNormalization over a contiguous spatial run of
+    run-time length (H varies, W static) and over a strided one (W varies), MVN and LpNormalization."""
+    H = Sym("H")
+    case = DynamicCase({"H": SymRange("H", 1, 33, 16), "W": SymRange("W", 1, 40, 16)})
+    r = _rng(9)
+    c = [case.const(f"p{j}", v.astype(np.float32)) for j, v in enumerate((r.standard_normal(3), r.standard_normal(3),
+                                                                          r.standard_normal(3), r.random(3) + 0.5))]
+    x = case.input("x", np.float32, (2, 3, H, W))
+    case.node("BatchNormalization", [x, *c], [(np.float32, (2, 3, H, W))])
+    case.node("InstanceNormalization", [x, c[0], c[1]], [(np.float32, (2, 3, H, W))])
+    case.node("MeanVarianceNormalization", [x], [(np.float32, (2, 3, H, W))])
+    case.node("LpNormalization", [x], [(np.float32, (2, 3, H, W))], {"axis": 3, "p": 2})
+    y = case.input("y", np.float32, (1, 3, H, 20))
+    case.node("InstanceNormalization", [y, c[0], c[1]], [(np.float32, (1, 3, H, 20))])
+    run = case.compile()
+    for h, w in ((1, 1), (33, 40), (5, 13), (16, 7), (1, 31), (30, 2)):
+        run.check({"H": h, "W": w}, {"x": _rng(h).standard_normal((2, 3, h, w)).astype(np.float32),
+                                     "y": _rng(w).standard_normal((1, 3, h, 20)).astype(np.float32)}, rtol=1e-4, atol=1e-4)

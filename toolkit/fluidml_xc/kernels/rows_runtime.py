@@ -134,6 +134,17 @@ def copy(k, extents, capacity, out: Access, src: Access, order, out_offset=None,
     tiled_loops(k, extents, capacity, order, [None] * len(extents), point, 2.0 * float(np.prod(capacity, dtype=np.float64)))
 
 
+def pointwise(k, extents, capacity, outs: Sequence[Access], ins: Sequence[Access], body, order) -> None:
+    """k.generic without reductions over run-time `extents`: body(loaded inputs, idx) -> one value per output."""
+    if int(np.prod(capacity, dtype=np.int64)) == 0:
+        return
+
+    def point(ix):
+        for a, v in zip(outs, body([k.load(a, ix) for a in ins], ix)):
+            k.store(a, ix, v)
+    tiled_loops(k, extents, capacity, order, [None] * len(extents), point, k.generic_work(capacity, len(ins)))
+
+
 def fill(k, extents, capacity, out: Access, value: ir.Value, order) -> None:
     """out[idx] = value over run-time `extents`."""
     if int(np.prod(capacity, dtype=np.int64)) == 0:

@@ -15,7 +15,7 @@ from ..errors import NeedsConstant
 from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
                             each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
 from ..kernels.rows_runtime import copy as copy_runtime
-from ..kernels.rows_runtime import count_as, product, runtime_span
+from ..kernels.rows_runtime import as_value, count_as, product, runtime_span
 from ..kernels.scalar import FAST, const, is_float, llvm_type
 from ..opspec import register
 
@@ -265,6 +265,8 @@ def _arg(k, largest: bool) -> None:
     idx_dt = np.dtype(f"int{k.idx_t.width}")
 
     floats = is_float(dt)
+    ext = k.extents(x) if k.dynamic else None
+    n = x.shape[axis] if ext is None else ext[axis]
 
     def row(ix, inner):
         ix[axis] = k.index(0)
@@ -272,7 +274,7 @@ def _arg(k, largest: bool) -> None:
         best = k.local(llvm_type(dt), first)
         pos = k.local(k.idx_t, k.index(0))
         nan = k.local(ir.IntType(1), k.b.fcmp_unordered("uno", first, first) if floats else ir.Constant(ir.IntType(1), 0))
-        with k.for_range(x.shape[axis], 1) as j:
+        with k.for_range(n, 1) as j:
             ix[axis] = j
             v, b = k.load(x_acc, ix), k.b.load(best)
             better = k.s.cmp(dt, op, v, b)
@@ -282,13 +284,13 @@ def _arg(k, largest: bool) -> None:
                 k.b.store(k.b.or_(k.b.load(nan), k.b.fcmp_unordered("uno", v, v)), nan)
         if floats:
             with k.b.if_then(k.b.load(nan)):
-                _nan_position(k, x_acc, ix, axis, x.shape[axis], pos, last)
+                _nan_position(k, x_acc, ix, axis, n, pos, last)
         ix[axis] = k.index(0)
         k.store(out_acc, ix, k.s.cast(idx_dt, out.dtype, k.b.load(pos)))
-    each_row(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row, ext)
 
 
-def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None:
+def _nan_position(k, x_acc, ix, axis: int, extent, pos, last: bool) -> None:
     """pos = the row's first (last) NaN: NaN is both the maximum and the minimum, as in onnx.reference (numpy)."""
     found = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
     with k.for_range(extent) as j:
@@ -301,23 +303,23 @@ def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None
         k.b.store(k.b.or_(k.b.load(found), take), found)
 
 
-@register("ArgMax", axis_attr="dim")
+@register("ArgMax", axis_attr="dim", runtime_extents=True)
 def lower_argmax(k):
     _arg(k, True)
 
 
-@register("ArgMin", axis_attr="dim")
+@register("ArgMin", axis_attr="dim", runtime_extents=True)
 def lower_argmin(k):
     _arg(k, False)
 
 
 # -- CumSum, CumProd -----------------------------------------------------------------------------
-@register("CumSum")
+@register("CumSum", runtime_extents=True)
 def lower_cumsum(k):
     _running(k, 0, k.s.add)
 
 
-@register("CumProd")
+@register("CumProd", runtime_extents=True)
 def lower_cumprod(k):
     _running(k, 1, k.s.mul)
 
@@ -341,19 +343,21 @@ def _running(k, identity, combine) -> None:
 
 def _running_along(k, axis: int, identity, combine) -> None:
     x, out = k.inputs[0], k.outputs[0]
-    dt, n = x.dtype, x.shape[axis]
+    ext = k.extents(x) if k.dynamic else None
+    dt, n = x.dtype, x.shape[axis] if ext is None else ext[axis]
     exclusive, reverse = int(k.attr("exclusive", 0)), int(k.attr("reverse", 0))
     x_acc, out_acc = x.identity_access(), out.identity_access()
 
     def row(ix, inner):
         acc = k.local(llvm_type(dt), const(dt, identity))
         with k.for_range(n) as j:
-            ix[axis] = k.b.sub(k.index(n - 1), j) if reverse else j
+            last = k.index(n - 1) if ext is None else k.b.sub(as_value(k, n), k.index(1))
+            ix[axis] = k.b.sub(last, j) if reverse else j
             before = k.b.load(acc)
             after = combine(dt, before, k.load(x_acc, ix))
             k.store(out_acc, ix, before if exclusive else after)
             k.b.store(after, acc)
-    each_row(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row, ext)
 
 
 # -- Softmax family ------------------------------------------------------------------------------

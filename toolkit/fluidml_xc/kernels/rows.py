@@ -8,7 +8,7 @@ from llvmlite import ir
 
 from .kernel import row_major
 from .loops import loop
-from .rows_runtime import count_as, tiled_loops, walk_run_dynamic
+from .rows_runtime import count_as, walk_run_dynamic
 from .scalar import FAST, llvm_type, splat_const
 
 
@@ -32,7 +32,7 @@ def each_row(k, shape, strides, row_dims, row, extents=None) -> None:
     inner = [d for d in order if d in row_dims]
     idx: list = [None] * len(shape)
     if extents is not None:
-        tiled_loops(k, extents, shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
+        k.loops_tiled(extents, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)), shape)
         return
     # rows are independent: parallel tiles of whole rows (a row's reduction never splits)
     k.loops_tiled(shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
@@ -202,8 +202,8 @@ def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bo
         outer([None] * x.rank)
         return
     if extents is not None:
-        tiled_loops(k, extents, x.shape, list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
-                    4.0 * float(np.prod(x.shape, dtype=np.float64)))
+        k.loops_tiled(extents, list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
+                      4.0 * float(np.prod(x.shape, dtype=np.float64)), x.shape)
         return
     k.loops_tiled(list(x.shape), list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
                   4.0 * float(np.prod(x.shape, dtype=np.float64)))

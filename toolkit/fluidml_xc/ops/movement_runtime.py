@@ -1,4 +1,4 @@
-"""Data movement over dims that vary at run time (issue #26): the dynamic-build forms of Transpose, Expand, Concat, Slice,
+"""Data movement over dims that vary at run time (issue #26): the dynamic-build forms of Transpose, Concat, Slice,
 Split, Tile, constant Pad, Gather, GatherElements and the views (Reshape, Flatten, Squeeze, Unsqueeze, Identity)
 when they copy. ops/movement.py and ops/views.py call these when a node's operand varies (Kernel.dynamic).
 
@@ -13,7 +13,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..kernels.kernel import Access, Operand, row_major, row_major_strides
 from ..kernels.rows import dims_by_stride, normalize_axis
-from ..kernels.rows_runtime import add, as_value, copy, fill, is_value, same_storage, scaled, storage_runs, tiled_loops
+from ..kernels.rows_runtime import add, copy, is_value, same_storage, scaled, storage_runs
 
 INDEX_LIMIT = 1 << 30
 """Slice bounds beyond this clamp to it before they meet a run-time extent (extents are far below it)."""
@@ -31,13 +31,6 @@ def transpose(k, dims: list[int]) -> None:
     """out[j] = x[perm]: x's dim d is the domain's dims[d]."""
     x, out = k.inputs[0], k.outputs[0]
     copy(k, k.extents(out), out.shape, out.identity_access(), x.access(dims, out.rank), _order(out))
-
-
-def expand(k) -> None:
-    """Numpy broadcasting of x to the output's actual extents (a varying dim of x is the output's, never 1 by
-    broadcasting: the shapes were matched symbolically)."""
-    x, out = k.inputs[0], k.outputs[0]
-    copy(k, k.extents(out), out.shape, out.identity_access(), x.broadcast_access(out.shape), _order(out))
 
 
 def concat(k, axis: int) -> None:
@@ -87,7 +80,7 @@ def split(k, axis: int) -> None:
     absent output of an equal split counts ceil(extent / outputs))."""
     x = k.inputs[0]
     n = len(k.outputs)
-    chunk = k.b.udiv(as_value(k, add(k, k.extent(x, axis), n - 1)), k.index(n))
+    chunk = k.b.udiv(k.as_index(add(k, k.extent(x, axis), n - 1)), k.index(n))
     start = 0
     for out in k.outputs:
         if out is not None:
@@ -109,12 +102,12 @@ def tile(k) -> None:
         src, dst = k.index(0), k.index(0)
         for d in range(x.rank):
             r, i = ix[2 * d], ix[2 * d + 1]
-            at = b.add(b.mul(r, as_value(k, ext[d]), flags=("nsw",)), i, flags=("nsw",))
+            at = b.add(b.mul(r, k.as_index(ext[d]), flags=("nsw",)), i, flags=("nsw",))
             src = b.add(src, b.mul(i, k.index(x.strides[d]), flags=("nsw",)), flags=("nsw",))
             dst = b.add(dst, b.mul(at, k.index(out.strides[d]), flags=("nsw",)), flags=("nsw",))
         k.b.store(k.b.load(b.gep(x.ptr, [src], inbounds=True)), b.gep(out.ptr, [dst], inbounds=True))
     if int(np.prod(capacity, dtype=np.int64)):
-        tiled_loops(k, extents, capacity, list(range(len(extents))), [None] * len(extents), point, _work(out))
+        k.loops_tiled(extents, list(range(len(extents))), [None] * len(extents), point, _work(out), capacity)
 
 
 def pad(k, mode: str, begin, end, value) -> None:
@@ -125,7 +118,9 @@ def pad(k, mode: str, begin, end, value) -> None:
         raise InputError(f"node {k.node.name!r} (Pad): mode {mode!r} over a dim that varies at run time is not supported; "
                          "give that dimension one value (--input-shape or --dim NAME=N) or pad with mode 'constant'")
     oext = k.extents(out)
-    fill(k, oext, out.shape, out.identity_access(), value, _order(out))
+    if not out.size:
+        return
+    k.generic(oext, [out.identity_access()], [], lambda v, i: [value], order=_order(out), capacity=out.shape)
     cut = [max(p, 0) + max(q, 0) for p, q in zip(begin, end)]
     inner = [add(k, e, -c) for e, c in zip(oext, cut)]
     capacity = [o - c for o, c in zip(out.shape, cut)]
@@ -140,7 +135,7 @@ def pad(k, mode: str, begin, end, value) -> None:
 def _index(k, dtype, value: ir.Value, extent) -> ir.Value:
     """A loaded index as k.idx_t, a negative one wrapped by the (run-time) extent."""
     i = k.s.cast(dtype, np.dtype(f"int{k.idx_t.width}"), value)
-    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, as_value(k, extent)), i)
+    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, k.as_index(extent)), i)
 
 
 def _offset(k, op: Operand, dims: dict) -> ir.Value:
@@ -154,7 +149,7 @@ def _offset(k, op: Operand, dims: dict) -> ir.Value:
 def _each_out(k, body) -> None:
     out = k.outputs[0]
     if out.size:
-        tiled_loops(k, k.extents(out), out.shape, _order(out), [None] * out.rank, body, _work(out, 4.0))
+        k.loops_tiled(k.extents(out), _order(out), [None] * out.rank, body, _work(out, 4.0), out.shape)
 
 
 def gather(k, axis: int) -> None:
@@ -202,11 +197,11 @@ def view_copy(k) -> None:
     def point(ix):
         linear = k.index(0)
         for d in range(dst.rank):
-            linear = b.add(b.mul(linear, as_value(k, d_ext[d]), flags=("nsw",)), ix[d], flags=("nsw",))
+            linear = b.add(b.mul(linear, k.as_index(d_ext[d]), flags=("nsw",)), ix[d], flags=("nsw",))
         at = {}
         for d in reversed(range(src.rank)):
-            e = as_value(k, s_ext[d])
+            e = k.as_index(s_ext[d])
             at[d] = b.urem(linear, e)
             linear = b.udiv(linear, e)
         k.store(dst.identity_access(), ix, k.load_at(src, _offset(k, src, at)))
-    tiled_loops(k, d_ext, dst.shape, list(range(dst.rank)), [None] * dst.rank, point, _work(dst, 6.0))
+    k.loops_tiled(d_ext, list(range(dst.rank)), [None] * dst.rank, point, _work(dst, 6.0), dst.shape)

@@ -14,7 +14,7 @@ from ..kernels.epilogue import activate, fused_epilogue
 from ..kernels.kernel import Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
 from ..kernels.rows import RowAccumulators, dims_by_stride, each_in_run, each_row, fast_add, row_ptr, vector_rows
-from ..kernels.rows_runtime import count_as, pointwise, product, runtime_span
+from ..kernels.rows_runtime import count_as, runtime_span
 from ..kernels.scalar import FAST, const, llvm_type
 from ..opspec import register, traits
 
@@ -69,7 +69,7 @@ def _pointwise(k, outs, ins, body) -> None:
     """k.generic over input 0's shape; over its run-time extents when a dim varies."""
     x = k.inputs[0]
     if k.dynamic:
-        pointwise(k, k.extents(x), x.shape, outs, ins, body, dims_by_stride(x.strides))
+        k.generic(k.extents(x), outs, ins, body, order=dims_by_stride(x.strides), capacity=x.shape)
         return
     k.generic(x.shape, outs, ins, body)
 
@@ -118,7 +118,7 @@ def _normalize(k, axes, finish, per_slice=None) -> None:
     axes = sorted(a % x.rank for a in axes)
     kept = [d for d in range(x.rank) if d not in axes]
     shape = k.extents(x) if k.dynamic else x.shape
-    count = count_as(k, product(k, [shape[a] for a in axes]), dt) if k.dynamic else const(dt, int(np.prod([x.shape[a] for a in axes])))
+    count = count_as(k, k.product([shape[a] for a in axes]), dt) if k.dynamic else const(dt, int(np.prod([x.shape[a] for a in axes])))
     xa, oa = x.identity_access(), out.identity_access()
 
     def group(idx):

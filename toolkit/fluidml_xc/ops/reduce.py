@@ -15,7 +15,7 @@ from ..errors import NeedsConstant
 from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
                             each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
 from ..kernels.rows_runtime import copy as copy_runtime
-from ..kernels.rows_runtime import as_value, count_as, product, runtime_span
+from ..kernels.rows_runtime import count_as, runtime_span
 from ..kernels.scalar import FAST, const, is_float, llvm_type
 from ..opspec import register
 
@@ -205,7 +205,7 @@ def _reduce_dynamic(k, name: str, x, out_acc, axes) -> None:
     """ReduceX over run-time extents: each row over the reduced axes folded, in vectors with a scalar tail when the
     row is one contiguous float32 run; ReduceMean divides by the run-time count."""
     dt, ext, x_acc = x.dtype, k.extents(x), x.identity_access()
-    count = product(k, [ext[a] for a in axes])
+    count = k.product([ext[a] for a in axes])
     if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and k.lanes(dt) > 1 and runtime_span(k, x, axes) is not None:
         _vector_reduce(k, x, out_acc, axes, name, count, ext)
         return
@@ -351,7 +351,7 @@ def _running_along(k, axis: int, identity, combine) -> None:
     def row(ix, inner):
         acc = k.local(llvm_type(dt), const(dt, identity))
         with k.for_range(n) as j:
-            last = k.index(n - 1) if ext is None else k.b.sub(as_value(k, n), k.index(1))
+            last = k.index(n - 1) if ext is None else k.b.sub(k.as_index(n), k.index(1))
             ix[axis] = k.b.sub(last, j) if reverse else j
             before = k.b.load(acc)
             after = combine(dt, before, k.load(x_acc, ix))
@@ -492,7 +492,7 @@ def lower_layer_norm(k):
     dims = list(range(axis, r))
     ext = k.extents(x) if k.dynamic else None
     shape = x.shape if ext is None else ext
-    count = const(cdt, int(np.prod(x.shape[axis:], dtype=np.int64))) if ext is None else count_as(k, product(k, ext[axis:]), cdt)
+    count = const(cdt, int(np.prod(x.shape[axis:], dtype=np.int64))) if ext is None else count_as(k, k.product(ext[axis:]), cdt)
     x_acc, y_acc, s_acc = x.identity_access(), y.identity_access(), scale.broadcast_access(x.shape)
     b_acc = bias.broadcast_access(x.shape) if bias is not None else None
     stats = [(op, op.access(list(range(r)), r) if op is not None else None) for op in (mean_out, inv_out)]

@@ -9,9 +9,6 @@ from .movement_runtime import view_copy
 
 def _flat_copy(k) -> None:
     src, dst = k.inputs[0], k.outputs[0]
-    if k.dynamic:
-        view_copy(k)
-        return
     if dst.size == 0:
         return
     k.generic((dst.size,), [_flat(dst)], [_flat(src)], lambda v, i: [v[0]])
@@ -21,9 +18,21 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True, runtime_extents=True)
+@register(("Reshape", "Squeeze", "Unsqueeze"), view=True, inplace=False, lowp_native=True, runtime_extents=True)
 @register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary", runtime_extents=True)
 def lower_view(k):
+    if k.dynamic:
+        view_copy(k)
+        return
+    _flat_copy(k)
+
+
+@register("Identity", view=True, inplace=False, lowp_native=True, runtime_extents=True)
+def lower_identity(k):
+    """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage)."""
+    if k.dynamic:
+        k.copy(k.inputs[0], k.outputs[0])
+        return
     _flat_copy(k)
 
 

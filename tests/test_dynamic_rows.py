@@ -321,3 +321,39 @@ def test_batch_and_instance_norm_over_varying_height_and_width():
     for h, w in ((1, 1), (33, 40), (5, 13), (16, 7), (1, 31), (30, 2)):
         run.check({"H": h, "W": w}, {"x": _rng(h).standard_normal((2, 3, h, w)).astype(np.float32),
                                      "y": _rng(w).standard_normal((1, 3, h, 20)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
+
+
+# -- on aarch64 and armv7 (4-lane NEON; 32-bit indices on armv7), under qemu ----------------------------------
+def _mixed_case():
+    """One graph over W with most of the kernels above: each output checked at every size."""
+    case = _case()
+    x = case.input("x", np.float32, (3, W))
+    y = case.input("y", np.float32, (2, W, 6))
+    ids = case.input("ids", np.int64, (W,))
+    case.node("Softmax", [x], [(np.float32, (3, W))])
+    case.node("LogSoftmax", [y], [(np.float32, (2, W, 6))], {"axis": 1})
+    case.node("LayerNormalization", [x, case.const("s", np.array([0.5], np.float32))], [(np.float32, (3, W))])
+    case.node("ReduceMean", [y, case.const("a1", np.array([1], np.int64))], [(np.float32, (2, 1, 6))])
+    case.node("ReduceMax", [x, case.const("a2", np.array([1], np.int64))], [(np.float32, (3, 1))])
+    case.node("ArgMax", [x], [(np.int64, (1, W))], {"axis": 0})
+    case.node("Transpose", [y], [(np.float32, (6, 2, W))], {"perm": [2, 0, 1]})
+    case.node("Concat", [x, x], [(np.float32, (3, W * 2))], {"axis": 1})
+    case.node("Slice", [x, *(case.const(f"sl{j}", np.array([v], np.int64)) for j, v in enumerate((1, 1 << 40, 1)))], [(np.float32, (3, W - 1))])
+    case.node("Gather", [case.const("table", _rng(4).standard_normal((10, 5)).astype(np.float32)), ids], [(np.float32, (W, 5))])
+    case.node("Reshape", [y, case.const("shape", np.array([-1], np.int64))], [(np.float32, (W * 12,))])
+    case.node("Pad", [x, case.const("pads", np.array([0, 2, 1, 1], np.int64))], [(np.float32, (4, W + 3))])
+    case.node("CumSum", [x, case.const("axis", np.array(1, np.int64))], [(np.float32, (3, W))], {"reverse": 1})
+    return case
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_row_and_movement_kernels_under_qemu(board, tmp_path):
+    from dynamic_qemu import BoardRun
+
+    run = BoardRun(_mixed_case(), board, tmp_path)
+
+    def feeds(n):
+        r = _rng(n)
+        return {"x": r.standard_normal((3, n)).astype(np.float32), "y": r.standard_normal((2, n, 6)).astype(np.float32),
+                "ids": r.integers(-10, 10, n).astype(np.int64)}
+    _check_sizes(run, feeds, rtol=1e-4, atol=1e-5)

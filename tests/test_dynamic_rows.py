@@ -196,7 +196,7 @@ def test_pad_reflect_over_a_varying_dim_is_refused():
 
 
 def test_gather_varying_indices_and_data():
-    case = _case()
+    case = _case(3, 64)
     table = case.const("table", _rng(3).standard_normal((10, 4)).astype(np.float32))
     ids = case.input("ids", np.int64, (W,))
     case.node("Gather", [table, ids], [(np.float32, (W, 4))], {"axis": 0})
@@ -205,13 +205,17 @@ def test_gather_varying_indices_and_data():
     case.node("Gather", [data, idx], [(np.float32, (5, 2, 3))], {"axis": 1})
     scalar = case.const("one", np.array(-1, np.int64))
     case.node("Gather", [data, scalar], [(np.float32, (5,))], {"axis": 1})
+    first = case.const("first", np.array([2], np.int64))
+    case.node("Gather", [data, first], [(np.float32, (5, 1))], {"axis": 1})
+    rows = case.input("rows", np.float32, (W, 3, 4))
+    case.node("Gather", [rows, case.const("mid", np.array(-2, np.int64))], [(np.float32, (W, 4))], {"axis": 1})
     run = case.compile()
 
     def feeds(n):
         r = _rng(n)
         return {"ids": r.integers(-10, 10, n).astype(np.int64), "data": r.standard_normal((5, n)).astype(np.float32),
-                "idx": r.integers(-n, n, (2, 3)).astype(np.int32)}
-    _check_sizes(run, feeds)
+                "idx": r.integers(-n, n, (2, 3)).astype(np.int32), "rows": r.standard_normal((n, 3, 4)).astype(np.float32)}
+    _check_sizes(run, feeds, (3, 4, 8, 13, 31, 64))
 
 
 def test_gather_elements_varying_axis():

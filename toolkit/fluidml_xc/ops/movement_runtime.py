@@ -157,6 +157,17 @@ def gather(k, axis: int) -> None:
     wraps by the axis' run-time extent."""
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     q, n = indices.rank, k.extent(data, axis)
+    value = k.input_value(1)
+    if value is not None and value.size == 1:  # one constant index: a copy from its (run-time when negative) offset
+        i = int(value.reshape(-1)[0])
+        start = i % n if not is_value(n) else (i if i >= 0 else k.b.add(n, k.index(i)))
+        strides = [0] * out.rank
+        for d in range(data.rank):
+            if d != axis:
+                strides[d if d < axis else d + q - 1] += data.strides[d]
+        copy(k, k.extents(out), out.shape, out.identity_access(), Access(data.ptr, data.dtype, tuple(strides)), _order(out),
+             src_offset=scaled(k, start, data.strides[axis]))
+        return
     ind_acc, out_acc = indices.access([axis + j for j in range(q)], out.rank), out.identity_access()
 
     def body(ix):

@@ -361,3 +361,24 @@ def test_row_and_movement_kernels_under_qemu(board, tmp_path):
         return {"x": r.standard_normal((3, n)).astype(np.float32), "y": r.standard_normal((2, n, 6)).astype(np.float32),
                 "ids": r.integers(-10, 10, n).astype(np.int64)}
     _check_sizes(run, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_transpose_made_a_view_by_layouts():
+    """fluid rewrites a Transpose whose layouts make it a byte copy to Identity{_transpose_perm}: inside the graph it
+    shares storage at every size (a permutation moves no element, unlike a reshape); at the boundary it copies
+    through the permutation."""
+    case = _case()
+    x = case.input("x", np.float32, (1, W, 2, 4))
+    a = case.node("Neg", [x], [(np.float32, (1, W, 2, 4))], output=False)[0]
+
+    def view(src, name_dims, output):
+        out = case.node("Identity", [src], [(np.float32, name_dims)], {"_transpose_perm": [0, 2, 1, 3]}, output=output)[0]
+        case.onnx_nodes[-1] = helper.make_node("Transpose", [src], [out], perm=[0, 2, 1, 3])
+        return out
+    v = view(a, (1, 2, W, 4), False)
+    case.node("Neg", [v], [(np.float32, (1, 2, W, 4))])
+    edge = view(x, (1, 2, W, 4), False)
+    case.node("Neg", [edge], [(np.float32, (1, 2, W, 4))])
+    assert v in _aliases(case) and edge not in _aliases(case)
+    run = case.compile(layouts={v: (0, 2, 1, 3), edge: (0, 2, 1, 3)})
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((1, n, 2, 4)).astype(np.float32)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..kernels.kernel import Access
 from ..kernels.scalar import const
 from ..opspec import register
-from .movement_runtime import view_copy
+from .movement_runtime import transpose, view_copy
 
 
 def _flat_copy(k) -> None:
@@ -29,7 +29,15 @@ def lower_view(k):
 
 @register("Identity", view=True, inplace=False, lowp_native=True, runtime_extents=True)
 def lower_identity(k):
-    """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage)."""
+    """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage), through the
+    permutation of a Transpose that fluid's layouts made a byte copy ("_transpose_perm")."""
+    perm = k.attr("_transpose_perm")
+    if k.dynamic and perm is not None:
+        dims = [0] * len(perm)
+        for j, p in enumerate(perm):
+            dims[p] = j
+        transpose(k, dims)
+        return
     if k.dynamic:
         k.copy(k.inputs[0], k.outputs[0])
         return

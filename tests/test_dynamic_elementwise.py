@@ -10,13 +10,15 @@ import re
 import numpy as np
 import pytest
 from dynamic_harness import DynamicCase
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter, check_supported
 from fluidml_xc.errors import InputError
 from fluidml_xc.ops.elementwise import UNARY_OPS
 from fluidml_xc.passes.elementwise_fusion import fuse_groups
+from fluidml_xc.planning import PlanOptions, plan_memory
 from fluidml_xc.symbolic import Sym, SymRange, at
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.jit import jit_target_machine
-from fluidml_xc.target.machine import machine_spec, optimized_module
+from fluidml_xc.target.machine import compile_module, machine_spec, optimized_module
 from onnx import helper as onnx_helper
 
 W, B = Sym("W"), Sym("B")
@@ -40,29 +42,38 @@ def _check_all(run, feeds_at, sizes=SIZES, name="W", **tol):
     _stops_at_extent(run, {name: sizes[len(sizes) // 2]}, feeds_at(sizes[len(sizes) // 2]))
 
 
-def _stops_at_extent(run, env, feeds):
-    """Loops run to the run-time extents, not to the capacity: every output element beyond its actual extent keeps
-    the sentinel its buffer was filled with."""
+def _raw_run(run, env, feeds, alias: str | None = None) -> list[np.ndarray]:
+    """Run at `env` with every output buffer (capacity-sized) filled with 0x5A bytes; output 0 written into input
+    `alias`'s buffer when given (an in-place run). Returns the outputs' raw bytes, one row per element."""
     g = run.case.graph
-    keep = []
+    keep = {}
     for name in g.inputs:
         t = g.tensors[name]
         buf = np.zeros(t.shape, t.dtype)
         buf[tuple(slice(0, d) for d in at(t.dyn or t.shape, env))] = feeds[name]
-        keep.append(buf)
+        keep[name] = buf
     outs = [np.full(max(g.tensors[n].size, 1) * g.tensors[n].dtype.itemsize, 0x5A, np.uint8) for n in g.outputs]
+    if alias is not None:
+        outs[0] = keep[alias].view(np.uint8).reshape(-1)
     raw = np.full(run.arena_bytes + run.alignment, 0xFF, np.uint8)
     arena = raw.ctypes.data + (-raw.ctypes.data) % run.alignment
     syms = (ctypes.c_int64 * len(g.symbols))(*[int(env[s]) for s in g.symbols])
-    ins = (ctypes.c_void_p * max(len(keep), 1))(*[b.ctypes.data for b in keep])
+    ins = (ctypes.c_void_p * max(len(keep), 1))(*[keep[n].ctypes.data for n in g.inputs])
     outp = (ctypes.c_void_p * len(outs))(*[b.ctypes.data for b in outs])
     run._fn(ctypes.addressof(ins), ctypes.addressof(outp), arena, syms)
-    for name, buf in zip(g.outputs, outs):
+    return [b[:g.tensors[n].size * g.tensors[n].dtype.itemsize].reshape(g.tensors[n].size, -1)
+            for n, b in zip(g.outputs, outs)]
+
+
+def _stops_at_extent(run, env, feeds):
+    """Loops run to the run-time extents, not to the capacity: every output element beyond its actual extent keeps
+    the sentinel its buffer was filled with."""
+    g = run.case.graph
+    for name, buf in zip(g.outputs, _raw_run(run, env, feeds)):
         t = g.tensors[name]
         inside = np.zeros(t.shape, bool)
         inside[tuple(slice(0, d) for d in at(t.dyn or t.shape, env))] = True
-        written = (buf[:t.size * t.dtype.itemsize].reshape(*t.shape, t.dtype.itemsize) != 0x5A).any(axis=-1)
-        beyond = written & ~inside
+        beyond = (buf != 0x5A).any(axis=-1).reshape(t.shape) & ~inside
         assert not beyond.any(), f"{name} at {env}: {int(beyond.sum())} elements written beyond the run-time extent"
 
 
@@ -229,8 +240,13 @@ def test_fused_chain(parallel):
     assert fuse_groups(case.graph) == 1 and [n.op_type for n in case.graph.nodes] == ["FusedElementwise"]
     run = case.compile(parallel=parallel)
     rng = _rng(5)
+    out = case.graph.tensors[case.graph.outputs[0]]
     for b, w in ((1, 1), (4, 64), (2, 7), (3, 17), (1, 33), (4, 9)):
-        run.check({"B": b, "W": w}, {"x": _floats(rng, (b, w, 8)), "r": _floats(rng, (w, 1))}, rtol=2e-5, atol=2e-6)
+        env, feeds = {"B": b, "W": w}, {"x": _floats(rng, (b, w, 8)), "r": _floats(rng, (w, 1))}
+        run.check(env, feeds, rtol=2e-5, atol=2e-6)
+        in_place = _raw_run(run, env, feeds, alias="x")[0].view(F32).reshape(out.shape)[:b, :w]
+        np.testing.assert_allclose(in_place, run.reference(env, feeds)[0], rtol=2e-5, atol=2e-6, err_msg=f"in place {env}")
+    _stops_at_extent(run, {"B": 3, "W": 17}, {"x": _floats(rng, (3, 17, 8)), "r": _floats(rng, (17, 1))})
 
 
 def _parallel_calls(ir_text: str) -> int:
@@ -239,22 +255,27 @@ def _parallel_calls(ir_text: str) -> int:
 
 def test_parallel_tiles_over_a_varying_dim():
     """Big enough to split into tiles: the tile count is fixed at build time, each tile runs its fraction of the
-    run-time rows (empty tiles at W below the tile count); the same as a serial build at every size."""
-    case = DynamicCase({"W": SymRange("W", 1, 300, 100)})
+    run-time iterations of the leading dims (empty tiles below the tile count): a varying dim leading alone, a
+    varying dim second of two leading dims, and a varying dim before a fixed one."""
+    case = DynamicCase({"W": SymRange("W", 1, 300, 100), "B": SymRange("B", 1, 4, 2)})
     x = case.input("x", F32, (W, 1200))
     y = case.input("y", F32, (1200,))
     case.node("Add", [x, y], [(F32, (W, 1200))])
     case.node("Relu", [x], [(F32, (W, 1200))])
-    x3 = case.input("x3", F32, (4, 6, W))
-    case.node("Exp", [x3], [(F32, (4, 6, W))])
-    big = case.input("big", F32, (3, 250, W))
-    case.node("Sigmoid", [big], [(F32, (3, 250, W))])
+    mid = case.input("mid", F32, (3, W, 1000))
+    case.node("Sigmoid", [mid], [(F32, (3, W, 1000))])
+    lead = case.input("lead", F32, (B, 5, 30000))
+    case.node("Neg", [lead], [(F32, (B, 5, 30000))])
     run = case.compile(parallel=True)
-    assert _parallel_calls(run.ir_text) >= 2, "the big ops were not split into tiles"
+    assert _parallel_calls(run.ir_text) >= 4, "the ops were not split into tiles"
     rng = _rng(6)
-    feeds = lambda w: {"x": _floats(rng, (w, 1200)), "y": _floats(rng, (1200,)),
-                       "x3": _floats(rng, (4, 6, w)), "big": _floats(rng, (3, 250, w))}
-    _check_all(run, feeds, sizes=(1, 5, 11, 12, 13, 150, 299, 300), rtol=2e-5, atol=2e-6)
+    for w, b in ((1, 1), (5, 2), (11, 3), (12, 4), (13, 1), (150, 2), (299, 3), (300, 4)):
+        env = {"W": w, "B": b}
+        feeds = {"x": _floats(rng, (w, 1200)), "y": _floats(rng, (1200,)), "mid": _floats(rng, (3, w, 1000)),
+                 "lead": _floats(rng, (b, 5, 30000))}
+        run.check(env, feeds, rtol=2e-5, atol=2e-6)
+    _stops_at_extent(run, env | {"W": 13, "B": 3}, {"x": _floats(rng, (13, 1200)), "y": _floats(rng, (1200,)),
+                     "mid": _floats(rng, (3, 13, 1000)), "lead": _floats(rng, (3, 5, 30000))})
 
 
 def test_innermost_varying_loop_is_vectorized():
@@ -278,25 +299,29 @@ def test_runtime_sizes_broadcast_against_each_other_are_refused():
 
 
 @PARALLEL
-def test_constant_of_shape_and_range_with_varying_outputs(parallel):
-    """ConstantOfShape fills the output's run-time extents; Range counts its elements at run time from its inputs
-    (integer and float, a negative step), never past the output's extent."""
+def test_constant_of_shape_with_varying_output(parallel):
+    """ConstantOfShape fills the output's run-time extents (the shape input's values are those extents)."""
     case = DynamicCase({"W": SymRange("W", 1, 64, 16)})
     shape = case.input("shape", np.int64, (2,))
     case.node("ConstantOfShape", [shape], [(np.int32, (3, W))], {"value": onnx_helper.make_tensor("v", 6, [1], [7])})
     case.graph.nodes[-1].attrs["value"] = np.array([7], np.int32)
-    ints = [case.input(n, np.int64, ()) for n in ("i0", "i1", "i2")]
-    case.node("Range", ints, [(np.int64, (W,))])
-    down = [case.input(n, np.int32, ()) for n in ("d0", "d1", "d2")]
-    case.node("Range", down, [(np.int32, (W,))])
-    floats = [case.input(n, F32, ()) for n in ("f0", "f1", "f2")]
-    case.node("Range", floats, [(F32, (W,))])
     run = case.compile(parallel=parallel)
+    _check_all(run, lambda w: {"shape": np.array([3, w], np.int64)})
 
-    def feeds(w):
-        scalar = lambda v, dt: np.array(v, dt)
-        return {"shape": np.array([3, w], np.int64), "i0": scalar(5, np.int64), "i1": scalar(5 + 3 * w - 2, np.int64),
-                "i2": scalar(3, np.int64), "d0": scalar(10, np.int32), "d1": scalar(10 - 2 * w, np.int32),
-                "d2": scalar(-2, np.int32), "f0": scalar(0.5, F32), "f1": scalar(0.5 + 0.25 * w - 0.1, F32),
-                "f2": scalar(0.25, F32)}
-    _check_all(run, feeds, rtol=1e-6, atol=1e-6)
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_cross_targets_compile(board):
+    """The run-time extents in the index type of 64- and 32-bit targets (armv7 truncates the symbols' int64
+    values): a parallel fused chain and a ConstantOfShape compile to an ELF object for each board."""
+    case = DynamicCase({"W": SymRange("W", 1, 300, 100)})
+    x, y = case.input("x", F32, (W, 1200)), case.input("y", F32, (1200,))
+    a, = case.node("Add", [x, y], [(F32, (W, 1200))], output=False)
+    case.node("Tanh", [a], [(F32, (W, 1200))])
+    case.node("ConstantOfShape", [case.input("shape", np.int64, (1,))], [(F32, (W,))])
+    fuse_groups(case.graph)
+    check_supported(case.graph)
+    plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
+    spec = machine_spec(get_board(board))
+    text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True)).emit()
+    assert _parallel_calls(text) >= 1
+    assert compile_module(text, spec)[:4] == b"\x7fELF"

@@ -1,5 +1,4 @@
-"""Assorted ops: ConstantOfShape and Range left to run time (their output's size varies: ir.Tensor.dyn),
-ReverseSequence, TensorScatter, Det, TfIdfVectorizer (integer pools) and the ai.onnx.ml Binarizer and
+"""Assorted ops: ConstantOfShape left to run time (its output's size varies: ir.Tensor.dyn), ReverseSequence, TensorScatter, Det, TfIdfVectorizer (integer pools) and the ai.onnx.ml Binarizer and
 ArrayFeatureExtractor.
 
 Det runs Gaussian elimination with partial pivoting in double precision on a stack copy of each
@@ -39,31 +38,6 @@ def lower_constant_of_shape(k):
     fill = const(out.dtype, value[0] if value.size else 0)
     domain, capacity = k.domain(out)
     k.generic(domain, [out.identity_access()], [], lambda v, i: [fill], capacity=capacity)
-
-
-@register("Range", since=11, runtime_extents=True)
-def lower_range(k):
-    """start + i * delta for i below max(ceil((limit - start) / delta), 0), counted at run time from the inputs and
-    never past the output's extent (its run-time value where it varies)."""
-    out = k.outputs[0]
-    dt = out.dtype
-    b = k.b
-    start, limit, delta = (const(dt, k.input_value(i).reshape(-1)[0]) if k.input_value(i) is not None
-                           else k.load_ptr(k.inputs[i].ptr, k.inputs[i].dtype) for i in range(3))
-    if is_float(dt):  # the count in double, as numpy's arange
-        f64 = np.dtype(np.float64)
-        lo, hi, step = (k.s.cast(dt, f64, v) for v in (start, limit, delta))
-        steps = k.s.intrinsic("llvm.ceil", b.fdiv(b.fsub(hi, lo), step))
-        count = k.s.cast(f64, _index_dtype(k), k.s.max(f64, steps, const(f64, 0)))
-    else:
-        span = k.s.sub(dt, limit, start)  # ceil(span / delta) for either sign of delta: floor((span + delta - sign(delta)) / delta)
-        toward = b.select(k.s.cmp(dt, ">", delta, const(dt, 0)), b.sub(delta, const(dt, 1)), b.add(delta, const(dt, 1)))
-        steps = b.sdiv(b.add(span, toward), delta)
-        count = _as_index(k, dt, b.select(k.s.cmp(dt, ">", steps, const(dt, 0)), steps, const(dt, 0)))
-    n = k.imin(count, k.as_index(k.extent(out, 0)))
-    o_acc = out.identity_access()
-    with k.for_range(n) as i:
-        k.store(o_acc, [i], k.s.add(dt, start, k.s.mul(dt, k.s.cast(_index_dtype(k), dt, i), delta)))
 
 
 @register("ReverseSequence")

@@ -6,6 +6,7 @@ Tensors keep the strides of their capacity shape (symbolic.py), so only loop ext
 values here."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Sequence
 
 import numpy as np
@@ -51,10 +52,24 @@ def walk_run_dynamic(k, n: ir.Value, lanes: int, vec, tail, unroll: int) -> None
     start = b.mul(steps, k.index(group), flags=("nsw",))
     whole = b.sub(n, b.urem(n, k.index(lanes)))
     if unroll > 1:
-        with k.for_range(whole, start, lanes) as at:
+        with _serial(k, whole, start, lanes) as at:
             vec(0, at)
-    with k.for_range(n, whole) as t:
+    with _serial(k, n, whole) as t:
         tail(t)
+
+
+@contextmanager
+def _serial(k, stop, start, step: int = 1):
+    """k.for_range that LLVM neither unrolls nor vectorizes: a run's last few vectors or elements (fewer than a
+    step of the loop before), where more loop code only adds checks."""
+    with k.for_range(stop, start, step) as i:
+        yield i
+    module = k.module
+    flags = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)])]
+    loop_id = module.add_metadata([*flags, ir.MetaDataString(module, f"loop{len(module.metadata)}")])
+    loop_id.operands = (loop_id, *flags)
+    i.incomings[-1][1].terminator.set_metadata("llvm.loop", loop_id)
 
 
 def runtime_span(k, op: Operand, dims) -> int | ir.Value | None:

@@ -185,14 +185,17 @@ def test_split_and_pad_and_tile():
                  (2, 3, 8, 13, 31, 64))
 
 
-def test_pad_reflect_over_a_varying_dim_is_refused():
-    from fluidml_xc.errors import InputError
-
-    case = _case(2, 64)
-    y = case.input("y", np.float32, (2, W))
-    case.node("Pad", [y, case.const("pads", np.array([0, 1, 0, 1], np.int64))], [(np.float32, (2, W + 2))], {"mode": "reflect"})
-    with pytest.raises(InputError, match="mode 'reflect' over a dim that varies"):
-        case.compile()
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_pad_modes_over_a_varying_dim(mode):
+    """The mirrored / clamped / wrapped index of the run-time extent; pads up to the smallest extent (reflect needs
+    pads below it), n = 1 where the mode allows."""
+    lo = 4 if mode == "reflect" else 3 if mode == "wrap" else 1
+    case = _case(lo, 64)
+    y = case.input("y", np.float32, (3, W))
+    case.node("Pad", [y, case.const("pads", np.array([1, lo - 1, 0, 3 if mode != "wrap" else 2], np.int64))],
+              [(np.float32, (4, W + lo + (2 if mode != "wrap" else 1)))], {"mode": mode})
+    run = case.compile()
+    _check_sizes(run, lambda n: {"y": _rng(n).standard_normal((3, n)).astype(np.float32)}, (lo, lo + 1, 8, 13, 31, 64))
 
 
 def test_gather_varying_indices_and_data():

@@ -111,14 +111,22 @@ def tile(k) -> None:
 
 
 def pad(k, mode: str, begin, end, value) -> None:
-    """Constant Pad: the output's actual extents filled with `value`, then the input copied inside (negative pads
-    crop); the other modes read mirrored positions of a run-time extent and are refused here."""
+    """Pad to the output's actual extents: constant fills them with `value` and copies the input inside (negative
+    pads crop); reflect, edge and wrap read the mirrored, clamped or wrapped input index of the run-time extent."""
     x, out = k.inputs[0], k.outputs[0]
-    if mode != "constant":
-        raise InputError(f"node {k.node.name!r} (Pad): mode {mode!r} over a dim that varies at run time is not supported; "
-                         "give that dimension one value (--input-shape or --dim NAME=N) or pad with mode 'constant'")
-    oext = k.extents(out)
     if not out.size:
+        return
+    oext = k.extents(out)
+    if mode != "constant":
+        if mode not in MIRRORS:
+            raise InputError(f"node {k.node.name!r} (Pad): mode {mode!r} is not one of constant, reflect, edge, wrap")
+        xext, out_acc = k.extents(x), out.identity_access()
+
+        def body(ix):
+            src = {d: MIRRORS[mode](k, k.b.sub(ix[d], k.index(begin[d])), k.as_index(xext[d]))
+                   for d in range(x.rank) if x.shape[d] != 1 or x.varies(d)}
+            k.store(out_acc, ix, k.load_at(x, _offset(k, x, src)))
+        k.loops_tiled(oext, _order(out), [None] * out.rank, body, _work(out, 6.0), out.shape)
         return
     k.generic(oext, [out.identity_access()], [], lambda v, i: [value], order=_order(out), capacity=out.shape)
     cut = [max(p, 0) + max(q, 0) for p, q in zip(begin, end)]
@@ -130,6 +138,28 @@ def pad(k, mode: str, begin, end, value) -> None:
     dst = Access(dst.ptr, dst.dtype, dst.strides, sum(max(p, 0) * s for p, s in zip(begin, out.strides)))
     src = Access(x.ptr, x.dtype, x.strides, sum(max(-p, 0) * s for p, s in zip(begin, x.strides)))
     copy(k, inner, capacity, dst, src, _order(out))
+
+
+def _edge(k, src, n):
+    return k.imin(k.imax(src, k.index(0)), k.b.sub(n, k.index(1)))
+
+
+def _wrap(k, src, n):
+    r = k.b.srem(src, n)
+    return k.b.select(k.b.icmp_signed("<", r, k.index(0)), k.b.add(r, n), r)
+
+
+def _reflect(k, src, n):
+    """Mirror without repeating the ends: period 2(n - 1) (1 for n = 1, where every index reads 0)."""
+    b, last = k.b, k.b.sub(n, k.index(1))
+    period = k.imax(b.mul(last, k.index(2)), k.index(1))
+    r = b.srem(src, period)
+    r = b.select(b.icmp_signed("<", r, k.index(0)), b.add(r, period), r)
+    return b.select(b.icmp_signed(">", r, last), b.sub(period, r), r)
+
+
+MIRRORS = {"edge": _edge, "wrap": _wrap, "reflect": _reflect}
+"""Pad mode -> the input index read for input-relative index `src` along a dim of run-time extent n."""
 
 
 def _index(k, dtype, value: ir.Value, extent) -> ir.Value:

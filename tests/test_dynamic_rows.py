@@ -385,3 +385,37 @@ def test_transpose_made_a_view_by_layouts():
     assert v in _aliases(case) and edge not in _aliases(case)
     run = case.compile(layouts={v: (0, 2, 1, 3), edge: (0, 2, 1, 3)})
     _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((1, n, 2, 4)).astype(np.float32)})
+
+
+# -- TopK -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_over_varying_axis_and_rows(largest):
+    """K = 3 over a varying axis (the sorted stack buffer and its vector scan chosen at the capacity, the scan and
+    its tail to the run-time length) and over a static axis of a varying row count."""
+    case = _case(3, 64)
+    x = case.input("x", np.float32, (2, W))
+    kk = case.const("k", np.array([3], np.int64))
+    case.node("TopK", [x, kk], [(np.float32, (2, 3)), (np.int64, (2, 3))], {"largest": largest})
+    y = case.input("y", np.float32, (W, 40))
+    case.node("TopK", [y, kk], [(np.float32, (W, 3)), (np.int64, (W, 3))], {"largest": largest})
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((2, n)).astype(np.float32),
+                                 "y": _rng(n + 1).standard_normal((n, 40)).astype(np.float32)}, (3, 4, 8, 13, 31, 64))
+
+
+def test_topk_large_k_over_varying_axis():
+    case = DynamicCase({"W": SymRange("W", 300, 333, 333)})
+    x = case.input("x", np.float32, (2, W))
+    case.node("TopK", [x, case.const("k", np.array([300], np.int64))], [(np.float32, (2, 300)), (np.int64, (2, 300))])
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).standard_normal((2, n)).astype(np.float32)}, (300, 301, 317, 333))
+
+
+def test_topk_k_above_the_minimum_is_refused():
+    from fluidml_xc.errors import InputError
+
+    case = _case(2, 64)
+    x = case.input("x", np.float32, (2, W))
+    case.node("TopK", [x, case.const("k", np.array([3], np.int64))], [(np.float32, (2, 3)), (np.int64, (2, 3))])
+    with pytest.raises(InputError, match="K = 3 is above the axis' length W at its minimum 2"):
+        case.compile()

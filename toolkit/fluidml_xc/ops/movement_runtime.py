@@ -1,10 +1,11 @@
 """Data movement over dims that vary at run time (issue #26): the dynamic-build forms of Transpose, Concat, Slice,
-Split, Tile, constant Pad, Gather, GatherElements and the views (Reshape, Flatten, Squeeze, Unsqueeze, Identity)
-when they copy. ops/movement.py and ops/views.py call these when a node's operand varies (Kernel.dynamic).
+Split, Tile, Pad, Gather, GatherElements and the views (Reshape, Flatten, Squeeze, Unsqueeze) when they copy.
+ops/movement.py and ops/views.py call these when a node's operand varies (Kernel.dynamic).
 
 Every tensor keeps the strides of its capacity shape, so these loop to the actual extents (Kernel.extents) and
 only offsets that follow a varying extent are run-time values: a Concat input's place after a varying input, a
-Slice start counted from a varying end, a Split output's start, a Tile repeat's place."""
+Slice start counted from a varying end, a Split output's start, a Tile repeat's place, a negative constant Gather
+index."""
 from __future__ import annotations
 
 import numpy as np

@@ -419,3 +419,36 @@ def test_topk_k_above_the_minimum_is_refused():
     case.node("TopK", [x, case.const("k", np.array([3], np.int64))], [(np.float32, (2, 3)), (np.int64, (2, 3))])
     with pytest.raises(InputError, match="K = 3 is above the axis' length W at its minimum 2"):
         case.compile()
+
+
+# -- Resize ---------------------------------------------------------------------------------------------
+RESIZES = [("nearest", "asymmetric", 0), ("nearest", "half_pixel", 0), ("linear", "half_pixel", 0),
+           ("cubic", "pytorch_half_pixel", 0), ("linear", "half_pixel", 1)]
+
+
+@pytest.mark.parametrize("mode,coord,antialias", RESIZES)
+def test_resize_over_varying_height_and_width(mode, coord, antialias):
+    """Tap tables built at the capacity, tap indices clamped to the run-time end: up by 2 x 1.5 and down by 0.5
+    (pytorch_half_pixel needs outputs above 1 over the whole range: minimum 4)."""
+    H = Sym("H")
+    case = DynamicCase({"H": SymRange("H", 4, 24, 16), "W": SymRange("W", 4, 20, 16)})
+    x = case.input("x", np.float32, (1, 2, H, W))
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord, "antialias": antialias}
+    up = case.const("up", np.array([1, 1, 2, 1.5], np.float32))
+    case.node("Resize", [x, "", up], [(np.float32, (1, 2, H * 2, (W * 3) // 2))], attrs)
+    down = case.const("down", np.array([1, 1, 0.5, 0.5], np.float32))
+    case.node("Resize", [x, "", down], [(np.float32, (1, 2, H // 2, W // 2))], attrs)
+    run = case.compile()
+    for h, w in ((4, 4), (24, 20), (5, 13), (16, 7), (9, 19), (11, 4)):
+        run.check({"H": h, "W": w}, {"x": _rng(h * w).standard_normal((1, 2, h, w)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_align_corners_over_a_varying_dim_is_refused():
+    from fluidml_xc.errors import InputError
+
+    case = _case(2, 64)
+    x = case.input("x", np.float32, (1, 1, 4, W))
+    sc = case.const("sc", np.array([1, 1, 2, 2], np.float32))
+    case.node("Resize", [x, "", sc], [(np.float32, (1, 1, 8, W * 2))], {"mode": "linear", "coordinate_transformation_mode": "align_corners"})
+    with pytest.raises(InputError, match="coordinate_transformation_mode 'align_corners' along dim 3, which varies"):
+        case.compile()

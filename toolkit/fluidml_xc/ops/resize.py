@@ -12,6 +12,7 @@ from ..kernels.kernel import Operand
 from ..kernels.rows import normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
+from ..symbolic import bounds
 from .movement import each_point, index_dtype, linear_at
 
 
@@ -111,7 +112,7 @@ def _resize_taps(k, mode, n_in, n_out, scale, roi):
     return taps
 
 
-@register(("Resize", "Upsample"), heavy=True)
+@register(("Resize", "Upsample"), heavy=True, runtime_extents=True)
 def lower_resize(k):
     """Nearest, (multi)linear and cubic resize from per-dim tap tables (indices and weights) built at compile time."""
     x, out = k.inputs[0], k.outputs[0]
@@ -138,19 +139,25 @@ def lower_resize(k):
     extrapolation = const(dt, k.attr("extrapolation_value", 0.0))
     wide = [d for d in moved if width[d] > 1]
     out_acc = out.identity_access()
+    last = _runtime_last(k, x, out, moved)
 
     def entry(table, d, i, t):
         return k.b.load(k.b.gep(table, [k.b.add(k.b.mul(i, k.index(width[d])), t)], inbounds=True))
 
+    def source(d, i, t):
+        """Input index of tap t of output index i along d; along a varying dim clamped to its run-time end."""
+        v = entry(index_tables[d], d, i, t)
+        return k.imin(v, last[d]) if d in last else v
+
     def body(ix):
         dims = {d: ix[d] for d in range(x.rank) if d not in moved}
-        dims.update({d: entry(index_tables[d], d, ix[d], k.index(0)) for d in moved if width[d] == 1})
+        dims.update({d: source(d, ix[d], k.index(0)) for d in moved if width[d] == 1})
         acc = k.local(llvm_type(dt), const(dt, 0))
 
         def tap(t):
             w, at = None, dict(dims)
             for j, d in enumerate(wide):
-                at[d] = entry(index_tables[d], d, ix[d], t[j])
+                at[d] = source(d, ix[d], t[j])
                 wd = entry(weight_tables[d], d, ix[d], t[j])
                 w = wd if w is None else k.b.fmul(w, wd)
             v = k.load_at(x, linear_at(k, x, at))
@@ -161,4 +168,36 @@ def lower_resize(k):
             flag = k.b.load(k.b.gep(table, [ix[d]], inbounds=True))
             value = k.b.select(k.b.icmp_unsigned("!=", flag, ir.Constant(flag.type, 0)), extrapolation, value)
         k.store(out_acc, ix, value)
+    if k.dynamic:
+        if out.size:
+            k.loops_tiled(k.extents(out), list(range(out.rank)), [None] * out.rank, body,
+                          float(out.size) * (2 + 3 * int(np.prod(list(width.values()) or [1]))), out.shape)
+        return
     each_point(k, out.shape, body)
+
+
+SCALE_ONLY = ("half_pixel", "asymmetric", "pytorch_half_pixel")
+"""Coordinate transforms whose input coordinate of output index i depends only on i and the scale (pytorch_half_pixel
+also on the output extent being 1): tap tables built at the capacity hold at every size up to it."""
+
+
+def _runtime_last(k, x: Operand, out: Operand, moved) -> dict:
+    """Per resized dim of x that varies: its run-time last index (tap indices are clamped to it). InputError where the
+    taps would depend on the run-time extent: a coordinate transform beyond SCALE_ONLY, exclude_outside, output sizes
+    given instead of scales."""
+    varying = [d for d in moved if x.varies(d) or out.varies(d)]
+    if not varying:
+        return {}
+    coord = k.attr("coordinate_transformation_mode", "half_pixel" if k.graph.opset >= 11 else "asymmetric")
+    sizes = k.graph.opset >= 11 and len(k.inputs) > 3 and k.inputs[3] is not None
+    problem = (f"coordinate_transformation_mode {coord!r}" if coord not in SCALE_ONLY else
+               "exclude_outside=1" if int(k.attr("exclude_outside", 0)) else
+               "output sizes (give scales)" if sizes else
+               "an output extent of 1 (pytorch_half_pixel)" if coord == "pytorch_half_pixel" and
+               any(bounds(out.dyn[d], k.graph.symbols)[0] <= 1 for d in varying if out.varies(d)) else None)
+    if problem:
+        d = varying[0]
+        raise InputError(f"node {k.node.name!r} (Resize): {problem} along dim {d}, which varies at run time "
+                         f"({x.dyn[d] if x.varies(d) else out.dyn[d]}), is not supported; give that dimension one value "
+                         "(--input-shape or --dim NAME=N)")
+    return {d: k.b.sub(k.extent(x, d), k.index(1)) for d in varying}

@@ -452,3 +452,47 @@ def test_resize_align_corners_over_a_varying_dim_is_refused():
     case.node("Resize", [x, "", sc], [(np.float32, (1, 1, 8, W * 2))], {"mode": "linear", "coordinate_transformation_mode": "align_corners"})
     with pytest.raises(InputError, match="coordinate_transformation_mode 'align_corners' along dim 3, which varies"):
         case.compile()
+
+
+# -- Hardmax, Trilu, OneHot, DepthToSpace / SpaceToDepth, LRN ------------------------------------------------
+def test_hardmax_trilu_one_hot_over_varying_dims():
+    case = _case()
+    x = case.input("x", np.float32, (3, W))
+    case.node("Hardmax", [x], [(np.float32, (3, W))])
+    case.node("Trilu", [x, case.const("diag", np.array(1, np.int64))], [(np.float32, (3, W))], {"upper": 0})
+    ids = case.input("ids", np.int64, (W,))
+    values = case.const("values", np.array([0.0, 2.0], np.float32))
+    case.node("OneHot", [ids, case.const("depth", np.array(6, np.int64)), values], [(np.float32, (W, 6))])
+    run = case.compile()
+    _check_sizes(run, lambda n: {"x": _rng(n).integers(0, 4, (3, n)).astype(np.float32),
+                                 "ids": _rng(n + 1).integers(-6, 6, n).astype(np.int64)})
+
+
+def _lrn(x, size, alpha, beta, bias):
+    """The ONNX spec's LRN (onnx.reference's differs from it, and from ONNX Runtime, by up to 1e-3 here)."""
+    sq, C = np.zeros_like(x), x.shape[1]
+    for c in range(C):
+        lo, hi = max(0, c - (size - 1) // 2), min(C - 1, c + -(-(size - 1) // 2))
+        sq[:, c] = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+    return x / (bias + alpha / size * sq) ** beta
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_space_and_lrn_over_varying_height_and_width(mode):
+    H = Sym("H")
+    case = DynamicCase({"H": SymRange("H", 1, 12, 8), "W": SymRange("W", 1, 10, 8)})
+    x = case.input("x", np.float32, (1, 8, H, W))
+    case.node("DepthToSpace", [x], [(np.float32, (1, 2, H * 2, W * 2))], {"blocksize": 2, "mode": mode})
+    y = case.input("y", np.float32, (1, 2, H * 2, W * 2))
+    case.node("SpaceToDepth", [y], [(np.float32, (1, 8, H, W))], {"blocksize": 2})
+    run = case.compile()
+    lrn = DynamicCase(dict(case.ranges))
+    lrn.node("LRN", [lrn.input("x", np.float32, (1, 8, H, W))], [(np.float32, (1, 8, H, W))],
+             {"size": 3, "alpha": 1e-3, "beta": 0.75, "bias": 1.0})
+    lrn_run = lrn.compile()
+    for h, w in ((1, 1), (12, 10), (5, 7), (8, 3), (11, 10)):
+        r = _rng(h * 100 + w)
+        xs = r.standard_normal((1, 8, h, w)).astype(np.float32)
+        run.check({"H": h, "W": w}, {"x": xs, "y": r.standard_normal((1, 2, 2 * h, 2 * w)).astype(np.float32)})
+        np.testing.assert_allclose(lrn_run({"H": h, "W": w}, {"x": xs})[0], _lrn(xs.astype(np.float64), 3, 1e-3, 0.75, 1.0),
+                                   rtol=1e-5, atol=1e-6)

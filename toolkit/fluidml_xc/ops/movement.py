@@ -13,6 +13,7 @@ from llvmlite import ir
 from ..errors import InputError, NeedsConstant
 from ..kernels.kernel import Access, Operand
 from ..kernels.rows import dims_by_stride, normalize_axis
+from ..kernels.rows_runtime import copy as copy_runtime
 from ..kernels.scalar import const
 from ..opspec import register
 from . import movement_runtime as runtime
@@ -192,18 +193,23 @@ def _blocks(k, space_to_depth: bool) -> None:
     wide_strides = (ws[0], ws[1], ws[2] * bs, ws[2], ws[3] * bs, ws[3])
     domain = (n, c, h, bs, w, bs)
     deep_acc, wide_acc = Access(deep.ptr, deep.dtype, deep_strides), Access(wide.ptr, wide.dtype, wide_strides)
-    if space_to_depth:
-        _copy(k, domain, deep_acc, wide_acc)
-    else:
-        _copy(k, domain, wide_acc, deep_acc)
+    dst, src = (deep_acc, wide_acc) if space_to_depth else (wide_acc, deep_acc)
+    if k.dynamic:
+        if wide.varies(1):
+            raise InputError(f"node {k.node.name!r} ({k.node.op_type}): the channel count {wide.dyn[1]} varies at run "
+                             "time; give that dimension one value (--input-shape or --dim NAME=N)")
+        we, de = k.extents(wide), k.extents(deep)
+        copy_runtime(k, (we[0], c, de[2], bs, de[3], bs), domain, dst, src, dims_by_stride(dst.strides))
+        return
+    _copy(k, domain, dst, src)
 
 
-@register("DepthToSpace", lowp_native=True)
+@register("DepthToSpace", lowp_native=True, runtime_extents=True)
 def lower_depth_to_space(k):
     _blocks(k, False)
 
 
-@register("SpaceToDepth", lowp_native=True)
+@register("SpaceToDepth", lowp_native=True, runtime_extents=True)
 def lower_space_to_depth(k):
     _blocks(k, True)
 
@@ -409,7 +415,7 @@ def _scalar(k, i: int) -> ir.Value:
     return const(op.dtype, np.ravel(value)[0]) if value is not None else k.b.load(op.ptr)
 
 
-@register("Trilu")
+@register("Trilu", runtime_extents=True)
 def lower_trilu(k):
     x, out = k.inputs[0], k.outputs[0]
     upper = int(k.attr("upper", 1))
@@ -421,11 +427,14 @@ def lower_trilu(k):
         d = k.b.sub(ix[r - 1], ix[r - 2])
         keep = k.b.icmp_signed(">=" if upper else "<=", d, diag)
         return [k.b.select(keep, v[0], zero)]
-    if out.size:
+    if out.size and k.dynamic:
+        k.generic(k.extents(out), [out.identity_access()], [x.identity_access()], body, order=dims_by_stride(out.strides),
+                  capacity=out.shape)
+    elif out.size:
         k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=dims_by_stride(out.strides))
 
 
-@register("OneHot", lowp_native=True, index_inputs=(0,))
+@register("OneHot", lowp_native=True, index_inputs=(0,), runtime_extents=True)
 def lower_one_hot(k):
     indices, values, out = k.inputs[0], k.inputs[2], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", -1)), out.rank)
@@ -436,5 +445,7 @@ def lower_one_hot(k):
     def body(v, ix):
         i = _as_index(k, indices.dtype, v[0], depth)
         return [k.b.select(k.b.icmp_signed("==", i, ix[axis]), on, off)]
-    if out.size:
+    if out.size and k.dynamic:
+        k.generic(k.extents(out), [out.identity_access()], [ind_acc], body, capacity=out.shape)
+    elif out.size:
         k.generic(out.shape, [out.identity_access()], [ind_acc], body)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..kernels.epilogue import activate, fused_epilogue
 from ..kernels.kernel import Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
@@ -231,7 +232,7 @@ def _divide_by_power(k, dt, x, base, beta: float):
     return k.b.fdiv(x, root(k, base))
 
 
-@register("LRN", dtypes=FLOATS)
+@register("LRN", dtypes=FLOATS, runtime_extents=True)
 def lower_lrn(k):
     """y = x / (bias + alpha/size * sum of x^2 over the channel window)^beta; the sum builds up in y.
     Tiles: chunks of (image, channel) planes, each computed whole (its window sum in the same order)."""
@@ -243,12 +244,16 @@ def lower_lrn(k):
     alpha, beta, bias = float(k.attr("alpha", 1e-4)), float(k.attr("beta", 0.75)), float(k.attr("bias", 1.0))
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     C = x.shape[1]
+    if x.varies(1):
+        raise InputError(f"node {k.node.name!r} (LRN): the channel count {x.dyn[1]} varies at run time; give that "
+                         "dimension one value (--input-shape or --dim NAME=N)")
     spatial = list(range(2, x.rank))
     xa, oa = x.identity_access(), out.identity_access()
+    shape = k.extents(out) if k.dynamic else out.shape
 
     def channel(idx):
         n, c = idx[0], idx[1]
-        k.loops(out.shape, spatial, idx, lambda ix: k.store(oa, ix, const(dt, 0)))
+        k.loops(shape, spatial, idx, lambda ix: k.store(oa, ix, const(dt, 0)))
         lo = b.select(b.icmp_signed("<", c, k.index(before)), k.index(0), b.sub(c, k.index(before)))
         last = b.add(c, k.index(after + 1))
         hi = b.select(b.icmp_signed(">", last, k.index(C)), k.index(C), last)
@@ -257,16 +262,16 @@ def lower_lrn(k):
                 v = b.load(element(k, x.ptr, offset(k, 0, (n, x.strides[0]), (cc, x.strides[1]), *((ix[d], x.strides[d]) for d in spatial))))
                 p = element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (c, out.strides[1]), *((ix[d], out.strides[d]) for d in spatial)))
                 b.store(s.add(dt, b.load(p), s.mul(dt, v, v)), p)
-            k.loops(out.shape, spatial, list(idx), add_square)
+            k.loops(shape, spatial, list(idx), add_square)
 
         def scale(ix):
             base = s.add(dt, const(dt, bias), s.mul(dt, k.load(oa, ix), const(dt, alpha / size)))
             k.store(oa, ix, _divide_by_power(k, dt, k.load(xa, ix), base, beta))
-        k.loops(out.shape, spatial, idx, scale)
+        k.loops(shape, spatial, idx, scale)
     work = float(out.size) * (2 * size + 3 + traits("Div" if beta in _INVERSE_ROOTS else "Pow").work)
     planes = x.shape[0] * C
     chunks = chunk_count(planes, work)
     with k.parallel_tiles([chunks], work) as (t,):
-        lo_plane, hi_plane = k.chunk(t, chunks, planes)
+        lo_plane, hi_plane = k.chunk(t, chunks, planes if not k.dynamic else k.product([shape[0], C]))
         with k.for_range(hi_plane, lo_plane) as u:
             channel([b.udiv(u, k.index(C)), b.urem(u, k.index(C))] + [None] * len(spatial))

@@ -454,11 +454,13 @@ def lower_log_softmax(k):
     _softmax(k, True)
 
 
-@register("Hardmax", axis_attr="dim")
+@register("Hardmax", axis_attr="dim", runtime_extents=True)
 def lower_hardmax(k):
     """1 at the first maximum of each row (identified by its element offset), 0 elsewhere."""
     x, out = k.inputs[0], k.outputs[0]
     dt = x.dtype
+    ext = k.extents(x) if k.dynamic else None
+    shape = x.shape if ext is None else ext
     x_acc, out_acc = x.identity_access(), out.identity_access()
     one, zero = const(out.dtype, 1), const(out.dtype, 0)
 
@@ -472,10 +474,10 @@ def lower_hardmax(k):
             better = k.b.or_(_beats(k, dt, ">", v, b, False), unset)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
-        over_row(k, x.shape, inner, ix, visit)
+        over_row(k, shape, inner, ix, visit)
         at = k.b.load(where)
-        over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
-    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+        over_row(k, shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
+    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row, ext)
 
 
 # -- LayerNormalization --------------------------------------------------------------------------

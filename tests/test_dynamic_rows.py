@@ -496,3 +496,27 @@ def test_depth_space_and_lrn_over_varying_height_and_width(mode):
         run.check({"H": h, "W": w}, {"x": xs, "y": r.standard_normal((1, 2, 2 * h, 2 * w)).astype(np.float32)})
         np.testing.assert_allclose(lrn_run({"H": h, "W": w}, {"x": xs})[0], _lrn(xs.astype(np.float64), 3, 1e-3, 0.75, 1.0),
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_gather_nd_and_scatters_over_varying_dims():
+    """Index tuples wrap by the data's run-time extents; the scatter's copy of the data runs to them."""
+    case = _case(4, 64)
+    data = case.input("data", np.float32, (W, 4))
+    ids = case.input("ids", np.int64, (W, 1))
+    case.node("GatherND", [data, ids], [(np.float32, (W, 4))])
+    rows = case.input("rows", np.int64, (3, 1))
+    case.node("GatherND", [data, rows], [(np.float32, (3, 4))])
+    upd = case.input("upd", np.float32, (3, 4))
+    case.node("ScatterND", [data, rows, upd], [(np.float32, (W, 4))])
+    cols = case.input("cols", np.int64, (4, 2))
+    case.node("ScatterElements", [case.node("Transpose", [data], [(np.float32, (4, W))], {"perm": [1, 0]}, output=False)[0],
+                                  cols, case.input("u2", np.float32, (4, 2))], [(np.float32, (4, W))], {"axis": 1, "reduction": "add"})
+    run = case.compile()
+
+    def feeds(n):
+        r = _rng(n)
+        return {"data": r.standard_normal((n, 4)).astype(np.float32), "ids": r.integers(-n, n, (n, 1)).astype(np.int64),
+                "rows": (r.permutation(n)[:3] - n * (r.random(3) < 0.5)).reshape(3, 1).astype(np.int64),
+                "upd": r.standard_normal((3, 4)).astype(np.float32), "cols": r.integers(-n, n, (4, 2)).astype(np.int64),
+                "u2": r.standard_normal((4, 2)).astype(np.float32)}
+    _check_sizes(run, feeds, (4, 5, 8, 13, 31, 64))

@@ -37,12 +37,13 @@ def index_dtype(k) -> np.dtype:
     return np.dtype(f"int{k.idx_t.width}")
 
 
-def _as_index(k, dtype, value: ir.Value, extent: int | None = None) -> ir.Value:
-    """A loaded index (any int/float dtype) as k.idx_t; negative values wrap by `extent` when given."""
+def _as_index(k, dtype, value: ir.Value, extent: int | ir.Value | None = None) -> ir.Value:
+    """A loaded index (any int/float dtype) as k.idx_t; negative values wrap by `extent` (a run-time one too) when
+    given."""
     i = k.s.cast(dtype, index_dtype(k), value)
     if extent is None:
         return i
-    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, k.index(extent)), i)
+    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, k.as_index(extent)), i)
 
 
 def _copy(k, domain, out: Access, src: Access, order=None) -> None:
@@ -51,9 +52,10 @@ def _copy(k, domain, out: Access, src: Access, order=None) -> None:
     k.generic(domain, [out], [src], lambda v, i: [v[0]], order=order if order is not None else dims_by_stride(out.strides))
 
 
-def each_point(k, domain, body) -> None:
-    """Run body(idx) for every point of domain (row-major loops); nothing for an empty domain."""
-    if int(np.prod(domain, dtype=np.int64)) == 0:
+def each_point(k, domain, body, capacity=None) -> None:
+    """Run body(idx) for every point of domain (row-major loops); nothing for an empty domain. A domain of run-time
+    extents gives its `capacity` (the build-time maxima)."""
+    if int(np.prod(domain if capacity is None else capacity, dtype=np.int64)) == 0:
         return
     idx: list = [None] * len(domain)
     k.loops(domain, list(range(len(domain))), idx, body)
@@ -334,18 +336,23 @@ def lower_gather_elements(k):
     each_point(k, out.shape, body)
 
 
+def _extents(k, op: Operand) -> list:
+    """op's dims: run-time extents in a dynamic build, else its shape."""
+    return k.extents(op) if k.dynamic else list(op.shape)
+
+
 def _nd_dims(k, data: Operand, indices: Operand, ix, batch: int, lead: int) -> dict[int, ir.Value]:
     """GatherND/ScatterND: data dims addressed by the index tuple at domain point ix[:lead]."""
-    r = indices.shape[-1]
+    r, extents = indices.shape[-1], _extents(k, data)
     dims = {d: ix[d] for d in range(batch)}
     base = linear_at(k, indices, {d: ix[d] for d in range(lead)})
     for j in range(r):
         pos = k.b.add(base, k.index(j * indices.strides[-1]))
-        dims[batch + j] = _as_index(k, indices.dtype, k.load_at(indices, pos), data.shape[batch + j])
+        dims[batch + j] = _as_index(k, indices.dtype, k.load_at(indices, pos), extents[batch + j])
     return dims
 
 
-@register("GatherND", lowp_native=True, index_inputs=(1,))
+@register("GatherND", lowp_native=True, index_inputs=(1,), runtime_extents=True)
 def lower_gather_nd(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     batch = int(k.attr("batch_dims", 0))
@@ -357,7 +364,7 @@ def lower_gather_nd(k):
         for d in range(batch + r, data.rank):
             dims[d] = ix[lead + d - batch - r]
         k.store(out_acc, ix, k.load_at(data, linear_at(k, data, dims)))
-    each_point(k, out.shape, body)
+    each_point(k, _extents(k, out), body, out.shape)
 
 
 # -- scatters ------------------------------------------------------------------------------------
@@ -376,28 +383,37 @@ def _scatter_store(k, out: Operand, dims, update: ir.Value, reduce) -> None:
     k.b.store(reduce(k.b.load(ptr), update), ptr)
 
 
-@register("ScatterElements", axis_attr="dim", index_inputs=(1,))
-@register("Scatter", index_inputs=(1,))
+@register("ScatterElements", axis_attr="dim", index_inputs=(1,), runtime_extents=True)
+@register("Scatter", index_inputs=(1,), runtime_extents=True)
 def lower_scatter_elements(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
     reduce = _reduce_fn(k, data.dtype)
-    _copy(k, out.shape, out.identity_access(), data.identity_access())
+    _copy_all(k, out, data)
     ind_acc, upd_acc = indices.identity_access(), updates.identity_access()
+    n = _extents(k, data)[axis]
 
     def body(ix):
         dims = {d: ix[d] for d in range(data.rank)}
-        dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
+        dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), n)
         _scatter_store(k, out, dims, k.load(upd_acc, ix), reduce)
-    each_point(k, indices.shape, body)
+    each_point(k, _extents(k, indices), body, indices.shape)
 
 
-@register("ScatterND", index_inputs=(1,))
+def _copy_all(k, out: Operand, data: Operand) -> None:
+    """out = data (a scatter's start), to the run-time extents in a dynamic build."""
+    if k.dynamic:
+        copy_runtime(k, k.extents(out), out.shape, out.identity_access(), data.identity_access(), dims_by_stride(out.strides))
+        return
+    _copy(k, out.shape, out.identity_access(), data.identity_access())
+
+
+@register("ScatterND", index_inputs=(1,), runtime_extents=True)
 def lower_scatter_nd(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
     reduce = _reduce_fn(k, data.dtype)
     lead, r = indices.rank - 1, indices.shape[-1]
-    _copy(k, out.shape, out.identity_access(), data.identity_access())
+    _copy_all(k, out, data)
     upd_acc = updates.identity_access()
 
     def body(ix):
@@ -405,7 +421,7 @@ def lower_scatter_nd(k):
         for d in range(r, data.rank):
             dims[d] = ix[lead + d - r]
         _scatter_store(k, out, dims, k.load(upd_acc, ix), reduce)
-    each_point(k, updates.shape, body)
+    each_point(k, _extents(k, updates), body, updates.shape)
 
 
 # -- generators ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from llvmlite import ir
 
 from .kernel import row_major
 from .loops import loop
+from .rows_runtime import count_as, walk_run_dynamic
 from .scalar import FAST, llvm_type, splat_const
 
 
@@ -21,14 +22,18 @@ def dims_by_stride(strides) -> list[int]:
 
 
 # -- rows ----------------------------------------------------------------------------------------
-def each_row(k, shape, strides, row_dims, row) -> None:
-    """Call row(ix, inner) for every index of the dims outside `row_dims`; inner = row dims, outermost first."""
+def each_row(k, shape, strides, row_dims, row, extents=None) -> None:
+    """Call row(ix, inner) for every index of the dims outside `row_dims`; inner = row dims, outermost first.
+    `extents`: the dims' run-time extents (ints or index values) when some vary; `shape` is then the capacity."""
     if int(np.prod(shape, dtype=np.int64)) == 0:
         return
     order = dims_by_stride(strides)
     outer = [d for d in order if d not in row_dims]
     inner = [d for d in order if d in row_dims]
     idx: list = [None] * len(shape)
+    if extents is not None:
+        k.loops_tiled(extents, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)), shape)
+        return
     # rows are independent: parallel tiles of whole rows (a row's reduction never splits)
     k.loops_tiled(shape, outer, idx, lambda ix: row(ix, inner), 4.0 * float(np.prod(shape, dtype=np.float64)))
 
@@ -71,7 +76,11 @@ def row_ptr(k, op, ix, inner) -> ir.Value:
 
 def walk_run(k, n: int, lanes: int, vec, tail, unroll: int = UNROLL) -> None:
     """Visit a run of n elements: vec(slot, offset) for each whole vector, `unroll` per loop step (slot = 0..unroll-1),
-    the whole vectors left after the loop unrolled, then tail(offset) for each of the last n % lanes elements."""
+    the whole vectors left after the loop unrolled, then tail(offset) for each of the last n % lanes elements.
+    A run-time n (an index value) loops over the vectors left and the tail instead (rows_runtime.walk_run_dynamic)."""
+    if isinstance(n, ir.Value):
+        walk_run_dynamic(k, n, lanes, vec, tail, unroll)
+        return
     group = lanes * unroll
     steps, rest = divmod(n, group)
     if steps:
@@ -152,12 +161,14 @@ def column_run(k, x, out, axes) -> int | None:
     return run if V > 1 and run >= V and row_major(x) and row_major(out) else None
 
 
-def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bool = False) -> None:
+def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bool = False, extents=None) -> None:
     """A fold over one middle axis whose inner dims are a contiguous run (column_run): each output row accumulates
     UNROLL vectors of columns in registers over the axis (the fold loop outside the lanes, not innermost over a
-    strided axis): acc = combine(acc, value(k, float32, x) or x) from `init`, divided by the axis' extent when `mean`."""
+    strided axis): acc = combine(acc, value(k, float32, x) or x) from `init`, divided by the axis' extent when `mean`.
+    `extents`: run-time extents of x's dims when the axis or the dims before it vary (the run stays static)."""
     b, f32 = k.b, np.float32
-    V, run, count = k.lanes(f32), column_run(k, x, out, [axis]), x.shape[axis]
+    V, run = k.lanes(f32), column_run(k, x, out, [axis])
+    count = x.shape[axis] if extents is None else extents[axis]
 
     def columns(xb, ob, at, lanes: int, nvec: int) -> None:
         ty = k.vector_type(f32, lanes)
@@ -171,7 +182,7 @@ def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bo
         for u, acc in enumerate(accs):
             result = b.load(acc)
             if mean:
-                result = b.fdiv(result, splat_const(ty, float(count)))
+                result = b.fdiv(result, splat_const(ty, float(count)) if extents is None else k.splat(count_as(k, count, f32), lanes))
             k.vstore(result, out.ptr, f32, b.add(ob, b.add(at, k.index(u * lanes), flags=("nsw",)), flags=("nsw",)))
 
     def outer(ix):
@@ -189,6 +200,10 @@ def column_fold(k, x, out, axis: int, init: float, combine, value=None, mean: bo
             columns(xb, ob, k.index(c), 1, 1)
     if axis == 0:
         outer([None] * x.rank)
+        return
+    if extents is not None:
+        k.loops_tiled(extents, list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
+                      4.0 * float(np.prod(x.shape, dtype=np.float64)), x.shape)
         return
     k.loops_tiled(list(x.shape), list(range(axis)), [None] * x.rank, lambda ix: outer(list(ix)),
                   4.0 * float(np.prod(x.shape, dtype=np.float64)))

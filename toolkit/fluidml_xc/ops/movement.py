@@ -1,5 +1,5 @@
 """Data movement: Transpose, Concat, Slice, Split, Expand, Tile, Pad, Depth/SpaceToDepth, the Gather and
-Scatter families, Trilu, OneHot and Resize.
+Scatter families, Trilu and OneHot (Resize: ops/resize.py).
 
 Affine movement is a `generic` copy whose accesses carry the offsets/strides (a Slice is an input
 access with scaled strides and an offset). Data-dependent addressing (Gather, Scatter) loads the
@@ -7,16 +7,16 @@ indices at run time, wraps negative ones and addresses the data through its stri
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError, NeedsConstant
 from ..kernels.kernel import Access, Operand
 from ..kernels.rows import dims_by_stride, normalize_axis
-from ..kernels.scalar import const, is_float, llvm_type
+from ..kernels.rows_runtime import copy as copy_runtime
+from ..kernels.scalar import const
 from ..opspec import register
+from . import movement_runtime as runtime
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -33,16 +33,17 @@ def _ints(k, i: int | None, attr: str | None = None, default=None):
     return default
 
 
-def _index_dtype(k) -> np.dtype:
+def index_dtype(k) -> np.dtype:
     return np.dtype(f"int{k.idx_t.width}")
 
 
-def _as_index(k, dtype, value: ir.Value, extent: int | None = None) -> ir.Value:
-    """A loaded index (any int/float dtype) as k.idx_t; negative values wrap by `extent` when given."""
-    i = k.s.cast(dtype, _index_dtype(k), value)
+def _as_index(k, dtype, value: ir.Value, extent: int | ir.Value | None = None) -> ir.Value:
+    """A loaded index (any int/float dtype) as k.idx_t; negative values wrap by `extent` (a run-time one too) when
+    given."""
+    i = k.s.cast(dtype, index_dtype(k), value)
     if extent is None:
         return i
-    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, k.index(extent)), i)
+    return k.b.select(k.b.icmp_signed("<", i, k.index(0)), k.b.add(i, k.as_index(extent)), i)
 
 
 def _copy(k, domain, out: Access, src: Access, order=None) -> None:
@@ -51,15 +52,16 @@ def _copy(k, domain, out: Access, src: Access, order=None) -> None:
     k.generic(domain, [out], [src], lambda v, i: [v[0]], order=order if order is not None else dims_by_stride(out.strides))
 
 
-def _each(k, domain, body) -> None:
-    """Run body(idx) for every point of domain (row-major loops); nothing for an empty domain."""
-    if int(np.prod(domain, dtype=np.int64)) == 0:
+def each_point(k, domain, body, capacity=None) -> None:
+    """Run body(idx) for every point of domain (row-major loops); nothing for an empty domain. A domain of run-time
+    extents gives its `capacity` (the build-time maxima)."""
+    if int(np.prod(domain if capacity is None else capacity, dtype=np.int64)) == 0:
         return
     idx: list = [None] * len(domain)
     k.loops(domain, list(range(len(domain))), idx, body)
 
 
-def _linear(k, op: Operand, dims_to_idx: dict[int, ir.Value]) -> ir.Value:
+def linear_at(k, op: Operand, dims_to_idx: dict[int, ir.Value]) -> ir.Value:
     """Element offset of op at the given per-dim indices (dims absent are 0)."""
     total = k.index(0)
     for d, i in dims_to_idx.items():
@@ -74,20 +76,24 @@ def _store_at(k, op: Operand, linear: ir.Value, value: ir.Value) -> None:
 
 
 # -- affine copies -------------------------------------------------------------------------------
-@register("Transpose", strided=True, layout_anchor=True, lowp_native=True, cost_kind="transpose")
+@register("Transpose", strided=True, layout_anchor=True, lowp_native=True, cost_kind="transpose", runtime_extents=True)
 def lower_transpose(k):
     x, out = k.inputs[0], k.outputs[0]
     perm = k.attr("perm") or list(range(x.rank))[::-1]
     dims = [0] * x.rank
     for j, p in enumerate(perm):
         dims[p] = j
+    if k.dynamic:
+        return runtime.transpose(k, dims)
     _copy(k, out.shape, out.identity_access(), x.access(dims, out.rank))
 
 
-@register("Concat", strided=True, image=True, lowp_native=True, cost_kind="concat", axis_attr="dim")
+@register("Concat", strided=True, image=True, lowp_native=True, cost_kind="concat", axis_attr="dim", runtime_extents=True)
 def lower_concat(k):
     out = k.outputs[0]
     axis = normalize_axis(int(k.attr("axis")), out.rank)
+    if k.dynamic:
+        return runtime.concat(k, axis)
     start = 0
     for x in k.inputs:
         if x is None:
@@ -98,18 +104,20 @@ def lower_concat(k):
         start += x.shape[axis]
 
 
-def _slice_params(k, x: Operand):
-    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1).
-
-    The node's own form decides, not the model's opset: Slice-1 has one input and starts/ends/axes as
-    attributes, Slice-10 on has them as inputs, and passes write the input form into graphs of any opset."""
+def _slice_lists(k):
+    """(starts, ends, axes, steps) as given. The node's own form decides, not the model's opset: Slice-1 has one
+    input and starts/ends/axes as attributes, Slice-10 on has them as inputs, and passes write the input form into
+    graphs of any opset."""
     if len(k.node.inputs) == 1:
         starts, ends = _ints(k, None, "starts"), _ints(k, None, "ends")
-        axes, steps = _ints(k, None, "axes", list(range(len(starts)))), [1] * len(starts)
-    else:
-        starts, ends = _ints(k, 1), _ints(k, 2)
-        axes = _ints(k, 3, default=list(range(len(starts))))
-        steps = _ints(k, 4, default=[1] * len(starts))
+        return starts, ends, _ints(k, None, "axes", list(range(len(starts)))), [1] * len(starts)
+    starts, ends = _ints(k, 1), _ints(k, 2)
+    return starts, ends, _ints(k, 3, default=list(range(len(starts)))), _ints(k, 4, default=[1] * len(starts))
+
+
+def _slice_params(k, x: Operand):
+    """Per input dim (start, step) after ONNX clamping; unsliced dims are (0, 1)."""
+    starts, ends, axes, steps = _slice_lists(k)
     params = [(0, 1)] * x.rank
     for s, e, a, st in zip(starts, ends, axes, steps):
         r = range(*slice(s, e, st).indices(x.shape[normalize_axis(a, x.rank)]))
@@ -123,16 +131,20 @@ def _offset_access(x: Operand, starts_steps) -> Access:
     return Access(x.ptr, x.dtype, strides, offset)
 
 
-@register("Slice", lowp_native=True)
+@register("Slice", lowp_native=True, runtime_extents=True)
 def lower_slice(k):
     x, out = k.inputs[0], k.outputs[0]
+    if k.dynamic:
+        return runtime.slice_(k, *_slice_lists(k))
     _copy(k, out.shape, out.identity_access(), _offset_access(x, _slice_params(k, x)))
 
 
-@register("Split", lowp_native=True, axis_attr="dim")
+@register("Split", lowp_native=True, axis_attr="dim", runtime_extents=True)
 def lower_split(k):
     x = k.inputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), x.rank)
+    if k.dynamic:
+        return runtime.split(k, axis)
     n = len(k.outputs)
     sizes = _ints(k, 1, "split")
     if sizes is None:
@@ -155,10 +167,12 @@ def lower_expand(k):
     _copy(k, out.shape, out.identity_access(), x.broadcast_access(out.shape))
 
 
-@register("Tile", lowp_native=True)
+@register("Tile", lowp_native=True, runtime_extents=True)
 def lower_tile(k):
     """Domain (rep0, n0, rep1, n1, ...): out index rep*n + i reads input index i."""
     x, out = k.inputs[0], k.outputs[0]
+    if k.dynamic:
+        return runtime.tile(k)
     domain, out_strides, in_strides = [], [], []
     for d, n in enumerate(x.shape):
         domain += [out.shape[d] // n if n else 0, n]
@@ -181,18 +195,23 @@ def _blocks(k, space_to_depth: bool) -> None:
     wide_strides = (ws[0], ws[1], ws[2] * bs, ws[2], ws[3] * bs, ws[3])
     domain = (n, c, h, bs, w, bs)
     deep_acc, wide_acc = Access(deep.ptr, deep.dtype, deep_strides), Access(wide.ptr, wide.dtype, wide_strides)
-    if space_to_depth:
-        _copy(k, domain, deep_acc, wide_acc)
-    else:
-        _copy(k, domain, wide_acc, deep_acc)
+    dst, src = (deep_acc, wide_acc) if space_to_depth else (wide_acc, deep_acc)
+    if k.dynamic:
+        if wide.varies(1):
+            raise InputError(f"node {k.node.name!r} ({k.node.op_type}): the channel count {wide.dyn[1]} varies at run "
+                             "time; give that dimension one value (--input-shape or --dim NAME=N)")
+        we, de = k.extents(wide), k.extents(deep)
+        copy_runtime(k, (we[0], c, de[2], bs, de[3], bs), domain, dst, src, dims_by_stride(dst.strides))
+        return
+    _copy(k, domain, dst, src)
 
 
-@register("DepthToSpace", lowp_native=True)
+@register("DepthToSpace", lowp_native=True, runtime_extents=True)
 def lower_depth_to_space(k):
     _blocks(k, False)
 
 
-@register("SpaceToDepth", lowp_native=True)
+@register("SpaceToDepth", lowp_native=True, runtime_extents=True)
 def lower_space_to_depth(k):
     _blocks(k, True)
 
@@ -243,11 +262,13 @@ def _pad_source(k, mode: str, i: ir.Value, pad: int, n: int, end: int) -> ir.Val
     return b.select(b.icmp_signed(">", r, last), b.sub(period, r), r)
 
 
-@register("Pad")
+@register("Pad", runtime_extents=True)
 def lower_pad(k):
     x, out = k.inputs[0], k.outputs[0]
     mode = k.attr("mode", "constant")
     begin, end, value = _pad_params(k, x.rank)
+    if k.dynamic:
+        return runtime.pad(k, mode, begin, end, value)
     if mode == "constant":
         if out.size:
             k.generic(out.shape, [out.identity_access()], [], lambda v, i: [value], order=dims_by_stride(out.strides))
@@ -265,15 +286,17 @@ def lower_pad(k):
 
     def body(ix):
         src = {d: _pad_source(k, mode, ix[d], begin[d], x.shape[d], end[d]) for d in range(x.rank) if x.shape[d] != 1}
-        k.store(out_acc, ix, k.load_at(x, _linear(k, x, src)))
-    _each(k, out.shape, body)
+        k.store(out_acc, ix, k.load_at(x, linear_at(k, x, src)))
+    each_point(k, out.shape, body)
 
 
 # -- gathers -------------------------------------------------------------------------------------
-@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,))
+@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,), runtime_extents=True)
 def lower_gather(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
+    if k.dynamic:
+        return runtime.gather(k, axis)
     q = indices.rank
     value = k.input_value(1)
     if value is not None and value.size == 1:
@@ -294,35 +317,42 @@ def lower_gather(k):
         i = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
         dims = {d: ix[d] if d < axis else ix[d + q - 1] for d in range(data.rank) if d != axis}
         dims[axis] = i
-        k.store(out_acc, ix, k.load_at(data, _linear(k, data, dims)))
-    _each(k, out.shape, body)
+        k.store(out_acc, ix, k.load_at(data, linear_at(k, data, dims)))
+    each_point(k, out.shape, body)
 
 
-@register("GatherElements", lowp_native=True, axis_attr="dim", index_inputs=(1,))
+@register("GatherElements", lowp_native=True, axis_attr="dim", index_inputs=(1,), runtime_extents=True)
 def lower_gather_elements(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
+    if k.dynamic:
+        return runtime.gather_elements(k, axis)
     ind_acc, out_acc = indices.identity_access(), out.identity_access()
 
     def body(ix):
         dims = {d: ix[d] for d in range(data.rank)}
         dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
-        k.store(out_acc, ix, k.load_at(data, _linear(k, data, dims)))
-    _each(k, out.shape, body)
+        k.store(out_acc, ix, k.load_at(data, linear_at(k, data, dims)))
+    each_point(k, out.shape, body)
+
+
+def _extents(k, op: Operand) -> list:
+    """op's dims: run-time extents in a dynamic build, else its shape."""
+    return k.extents(op) if k.dynamic else list(op.shape)
 
 
 def _nd_dims(k, data: Operand, indices: Operand, ix, batch: int, lead: int) -> dict[int, ir.Value]:
     """GatherND/ScatterND: data dims addressed by the index tuple at domain point ix[:lead]."""
-    r = indices.shape[-1]
+    r, extents = indices.shape[-1], _extents(k, data)
     dims = {d: ix[d] for d in range(batch)}
-    base = _linear(k, indices, {d: ix[d] for d in range(lead)})
+    base = linear_at(k, indices, {d: ix[d] for d in range(lead)})
     for j in range(r):
         pos = k.b.add(base, k.index(j * indices.strides[-1]))
-        dims[batch + j] = _as_index(k, indices.dtype, k.load_at(indices, pos), data.shape[batch + j])
+        dims[batch + j] = _as_index(k, indices.dtype, k.load_at(indices, pos), extents[batch + j])
     return dims
 
 
-@register("GatherND", lowp_native=True, index_inputs=(1,))
+@register("GatherND", lowp_native=True, index_inputs=(1,), runtime_extents=True)
 def lower_gather_nd(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     batch = int(k.attr("batch_dims", 0))
@@ -333,8 +363,8 @@ def lower_gather_nd(k):
         dims = _nd_dims(k, data, indices, ix, batch, lead)
         for d in range(batch + r, data.rank):
             dims[d] = ix[lead + d - batch - r]
-        k.store(out_acc, ix, k.load_at(data, _linear(k, data, dims)))
-    _each(k, out.shape, body)
+        k.store(out_acc, ix, k.load_at(data, linear_at(k, data, dims)))
+    each_point(k, _extents(k, out), body, out.shape)
 
 
 # -- scatters ------------------------------------------------------------------------------------
@@ -349,32 +379,41 @@ def _reduce_fn(k, dtype):
 
 
 def _scatter_store(k, out: Operand, dims, update: ir.Value, reduce) -> None:
-    ptr = k.b.gep(out.ptr, [_linear(k, out, dims)], inbounds=True)
+    ptr = k.b.gep(out.ptr, [linear_at(k, out, dims)], inbounds=True)
     k.b.store(reduce(k.b.load(ptr), update), ptr)
 
 
-@register("ScatterElements", axis_attr="dim", index_inputs=(1,))
-@register("Scatter", index_inputs=(1,))
+@register("ScatterElements", axis_attr="dim", index_inputs=(1,), runtime_extents=True)
+@register("Scatter", index_inputs=(1,), runtime_extents=True)
 def lower_scatter_elements(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)
     reduce = _reduce_fn(k, data.dtype)
-    _copy(k, out.shape, out.identity_access(), data.identity_access())
+    _copy_all(k, out, data)
     ind_acc, upd_acc = indices.identity_access(), updates.identity_access()
+    n = _extents(k, data)[axis]
 
     def body(ix):
         dims = {d: ix[d] for d in range(data.rank)}
-        dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), data.shape[axis])
+        dims[axis] = _as_index(k, indices.dtype, k.load(ind_acc, ix), n)
         _scatter_store(k, out, dims, k.load(upd_acc, ix), reduce)
-    _each(k, indices.shape, body)
+    each_point(k, _extents(k, indices), body, indices.shape)
 
 
-@register("ScatterND", index_inputs=(1,))
+def _copy_all(k, out: Operand, data: Operand) -> None:
+    """out = data (a scatter's start), to the run-time extents in a dynamic build."""
+    if k.dynamic:
+        copy_runtime(k, k.extents(out), out.shape, out.identity_access(), data.identity_access(), dims_by_stride(out.strides))
+        return
+    _copy(k, out.shape, out.identity_access(), data.identity_access())
+
+
+@register("ScatterND", index_inputs=(1,), runtime_extents=True)
 def lower_scatter_nd(k):
     data, indices, updates, out = k.inputs[0], k.inputs[1], k.inputs[2], k.outputs[0]
     reduce = _reduce_fn(k, data.dtype)
     lead, r = indices.rank - 1, indices.shape[-1]
-    _copy(k, out.shape, out.identity_access(), data.identity_access())
+    _copy_all(k, out, data)
     upd_acc = updates.identity_access()
 
     def body(ix):
@@ -382,7 +421,7 @@ def lower_scatter_nd(k):
         for d in range(r, data.rank):
             dims[d] = ix[lead + d - r]
         _scatter_store(k, out, dims, k.load(upd_acc, ix), reduce)
-    _each(k, updates.shape, body)
+    each_point(k, _extents(k, updates), body, updates.shape)
 
 
 # -- generators ----------------------------------------------------------------------------------
@@ -392,7 +431,7 @@ def _scalar(k, i: int) -> ir.Value:
     return const(op.dtype, np.ravel(value)[0]) if value is not None else k.b.load(op.ptr)
 
 
-@register("Trilu")
+@register("Trilu", runtime_extents=True)
 def lower_trilu(k):
     x, out = k.inputs[0], k.outputs[0]
     upper = int(k.attr("upper", 1))
@@ -404,11 +443,14 @@ def lower_trilu(k):
         d = k.b.sub(ix[r - 1], ix[r - 2])
         keep = k.b.icmp_signed(">=" if upper else "<=", d, diag)
         return [k.b.select(keep, v[0], zero)]
-    if out.size:
+    if out.size and k.dynamic:
+        k.generic(k.extents(out), [out.identity_access()], [x.identity_access()], body, order=dims_by_stride(out.strides),
+                  capacity=out.shape)
+    elif out.size:
         k.generic(out.shape, [out.identity_access()], [x.identity_access()], body, order=dims_by_stride(out.strides))
 
 
-@register("OneHot", lowp_native=True, index_inputs=(0,))
+@register("OneHot", lowp_native=True, index_inputs=(0,), runtime_extents=True)
 def lower_one_hot(k):
     indices, values, out = k.inputs[0], k.inputs[2], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", -1)), out.rank)
@@ -419,154 +461,7 @@ def lower_one_hot(k):
     def body(v, ix):
         i = _as_index(k, indices.dtype, v[0], depth)
         return [k.b.select(k.b.icmp_signed("==", i, ix[axis]), on, off)]
-    if out.size:
+    if out.size and k.dynamic:
+        k.generic(k.extents(out), [out.identity_access()], [ind_acc], body, capacity=out.shape)
+    elif out.size:
         k.generic(out.shape, [out.identity_access()], [ind_acc], body)
-
-
-# -- Resize --------------------------------------------------------------------------------------
-def _resize_scales(k, x: Operand, out: Operand) -> list[float]:
-    """Per-dim scale factors as the coordinate transform uses them (given scales, else from the sizes)."""
-    rank, axes = x.rank, [normalize_axis(a, x.rank) for a in (k.attr("axes") or range(x.rank))]
-    given = None
-    if k.graph.opset < 11:
-        given = k.input_value(1) if len(k.inputs) > 1 else None
-        given = given if given is not None else k.attr("scales")
-    elif len(k.inputs) > 2 and k.input_value(2) is not None and k.input_value(2).size:
-        given = k.input_value(2)
-    scales = [o / i if i else 1.0 for o, i in zip(out.shape, x.shape)]
-    if given is not None and len(np.ravel(given)):
-        for a, sc in zip(axes if len(np.ravel(given)) != rank else range(rank), np.ravel(given)):
-            scales[a] = float(sc)
-    elif k.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        sizes = [int(v) for v in np.ravel(k.input_value(3))]
-        ratios = [sz / x.shape[a] for a, sz in zip(axes, sizes)]
-        uniform = min(ratios) if k.attr("keep_aspect_ratio_policy") == "not_larger" else max(ratios)
-        for a in axes:
-            scales[a] = uniform
-    return scales
-
-
-def _source_coord(mode: str, i: int, scale: float, n_in: int, n_out: int, roi: tuple[float, float]) -> float:
-    """Input coordinate of output index i along one dim (ONNX coordinate_transformation_mode)."""
-    width = scale * n_in
-    if mode == "asymmetric":
-        return i / scale
-    if mode == "align_corners":
-        return 0.0 if width == 1 else i * (n_in - 1) / (width - 1)
-    if mode == "pytorch_half_pixel":
-        return (i + 0.5) / scale - 0.5 if width != 1 else -0.5
-    if mode == "half_pixel":
-        return (i + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        return (n_in / 2) * (1 - n_out / width) + (i + 0.5) / scale - 0.5
-    if mode == "tf_crop_and_resize":
-        lo, hi = roi
-        if width == 1:
-            return (hi - lo) * (n_in - 1) / 2 + lo * (n_in - 1)
-        return i * (hi - lo) * (n_in - 1) / (width - 1) + lo * (n_in - 1)
-    raise InputError(f"Resize: coordinate_transformation_mode {mode!r} is not supported")
-
-
-def _nearest(x: float, mode: str) -> int:
-    rounding = {"floor": math.floor, "ceil": math.ceil, "round_prefer_ceil": lambda v: math.floor(v + 0.5),
-                "round_prefer_floor": lambda v: math.ceil(v - 0.5)}
-    if mode not in rounding:
-        raise InputError(f"Resize: nearest_mode {mode!r} is not supported")
-    return rounding[mode](x)
-
-
-def _coefficients(mode: str, ratio: float, scale: float, a: float, antialias: bool) -> list[float]:
-    """Interpolation weights of the taps around x (ONNX: ratio in (0, 1], taps start at floor - n/2 + 1)."""
-    if antialias and scale < 1:
-        reach = 1 if mode == "linear" else 2
-        start = math.floor(-reach / scale) + 1
-        args = [scale * (j - ratio) for j in range(start, 2 - start)]
-        if mode == "linear":
-            w = [max(0.0, 1 - abs(t)) for t in args]
-        else:
-            w = [(a + 2) * abs(t) ** 3 - (a + 3) * t * t + 1 if abs(t) <= 1 else
-                 (a * abs(t) ** 3 - 5 * a * t * t + 8 * a * abs(t) - 4 * a if abs(t) < 2 else 0.0) for t in args]
-        total = sum(w)
-        return [v / total for v in w]
-    if mode == "linear":
-        return [1 - ratio, ratio]
-    r, q = ratio + 1, 2 - ratio
-    return [((a * r - 5 * a) * r + 8 * a) * r - 4 * a, ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
-            ((a + 2) * (1 - ratio) - (a + 3)) * (1 - ratio) * (1 - ratio) + 1, ((a * q - 5 * a) * q + 8 * a) * q - 4 * a]
-
-
-def _resize_taps(k, mode, n_in, n_out, scale, roi):
-    """Per output index: (input indices, weights, outside-the-crop flag) along one dim, all at build time."""
-    coord = k.attr("coordinate_transformation_mode", "half_pixel" if k.graph.opset >= 11 else "asymmetric")
-    nearest_mode = k.attr("nearest_mode", "round_prefer_floor") if k.graph.opset >= 11 else "floor"
-    a, exclude, antialias = float(k.attr("cubic_coeff_a", -0.75)), int(k.attr("exclude_outside", 0)), int(k.attr("antialias", 0))
-    taps = []
-    for i in range(n_out):
-        x = _source_coord(coord, i, scale, n_in, n_out, roi)
-        outside = coord == "tf_crop_and_resize" and not 0 <= x <= n_in - 1
-        if mode == "nearest":
-            taps.append(([min(max(_nearest(x, nearest_mode), 0), n_in - 1)], [1.0], outside))
-            continue
-        base = math.ceil(x) - 1
-        w = _coefficients(mode, x - base, scale, a, bool(antialias))
-        n, pad = len(w), (len(w) + 1) // 2
-        start = min(max(base - n // 2 + 1, -pad), n_in - 1 + pad - (n - 1))
-        idx = list(range(start, start + n))
-        if exclude:
-            w = [v if 0 <= j < n_in else 0.0 for v, j in zip(w, idx)]
-            w = [v / sum(w) for v in w]
-        taps.append(([min(max(j, 0), n_in - 1) for j in idx], w, outside))
-    return taps
-
-
-@register(("Resize", "Upsample"), heavy=True)
-def lower_resize(k):
-    """Nearest, (multi)linear and cubic resize from per-dim tap tables (indices and weights) built at compile time."""
-    x, out = k.inputs[0], k.outputs[0]
-    mode = {"bilinear": "linear", "trilinear": "linear"}.get(k.attr("mode", "nearest"), k.attr("mode", "nearest"))
-    if mode not in ("nearest", "linear", "cubic"):
-        raise InputError(f"node {k.node.name!r} (Resize): mode {mode!r} is not supported (nearest, linear, cubic)")
-    if mode != "nearest" and not is_float(x.dtype):
-        raise InputError(f"node {k.node.name!r} (Resize): {mode} mode needs a float tensor, got {x.dtype}")
-    scales = _resize_scales(k, x, out)
-    rois = [(0.0, 1.0)] * x.rank
-    roi = k.input_value(1) if k.graph.opset >= 11 and len(k.inputs) > 1 else None
-    if roi is not None and roi.size:
-        axes = [normalize_axis(a, x.rank) for a in (k.attr("axes") or range(x.rank))]
-        half = roi.size // 2
-        for j, a in enumerate(axes[:half]):
-            rois[a] = (float(roi[j]), float(roi[half + j]))
-    dt, idx_dt = x.dtype, _index_dtype(k)
-    moved = [d for d in range(x.rank) if not (x.shape[d] == out.shape[d] and scales[d] == 1.0 and rois[d] == (0.0, 1.0))]
-    taps = {d: _resize_taps(k, mode, x.shape[d], out.shape[d], scales[d], rois[d]) for d in moved}
-    width = {d: len(taps[d][0][1]) for d in moved}
-    index_tables = {d: k.constant_array(np.array([t[0] for t in taps[d]], dtype=idx_dt)) for d in moved}
-    weight_tables = {d: k.constant_array(np.array([t[1] for t in taps[d]], dtype=dt)) for d in moved if width[d] > 1}
-    outside = {d: k.constant_array(np.array([t[2] for t in taps[d]], dtype=np.uint8)) for d in moved if any(t[2] for t in taps[d])}
-    extrapolation = const(dt, k.attr("extrapolation_value", 0.0))
-    wide = [d for d in moved if width[d] > 1]
-    out_acc = out.identity_access()
-
-    def entry(table, d, i, t):
-        return k.b.load(k.b.gep(table, [k.b.add(k.b.mul(i, k.index(width[d])), t)], inbounds=True))
-
-    def body(ix):
-        dims = {d: ix[d] for d in range(x.rank) if d not in moved}
-        dims.update({d: entry(index_tables[d], d, ix[d], k.index(0)) for d in moved if width[d] == 1})
-        acc = k.local(llvm_type(dt), const(dt, 0))
-
-        def tap(t):
-            w, at = None, dict(dims)
-            for j, d in enumerate(wide):
-                at[d] = entry(index_tables[d], d, ix[d], t[j])
-                wd = entry(weight_tables[d], d, ix[d], t[j])
-                w = wd if w is None else k.b.fmul(w, wd)
-            v = k.load_at(x, _linear(k, x, at))
-            k.b.store(k.s.add(dt, k.b.load(acc), v if w is None else k.b.fmul(v, w)), acc)
-        k.loops([width[d] for d in wide], list(range(len(wide))), [None] * len(wide), tap)
-        value = k.b.load(acc)
-        for d, table in outside.items():
-            flag = k.b.load(k.b.gep(table, [ix[d]], inbounds=True))
-            value = k.b.select(k.b.icmp_unsigned("!=", flag, ir.Constant(flag.type, 0)), extrapolation, value)
-        k.store(out_acc, ix, value)
-    _each(k, out.shape, body)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..kernels.epilogue import activate, fused_epilogue
 from ..kernels.kernel import Operand, chunk_count, row_major_strides
 from ..kernels.loops import element, offset
-from ..kernels.rows import RowAccumulators, each_in_run, each_row, fast_add, row_ptr, vector_rows
+from ..kernels.rows import RowAccumulators, dims_by_stride, each_in_run, each_row, fast_add, row_ptr, vector_rows
+from ..kernels.rows_runtime import count_as, runtime_span
 from ..kernels.scalar import FAST, const, llvm_type
 from ..opspec import register, traits
 
@@ -30,7 +32,7 @@ def _param_access(op: Operand, rank: int):
     return op.access(list(range(1, 1 + op.rank)), rank)
 
 
-@register("BatchNormalization", inplace=True, dtypes=FLOATS, image=True, cost_kind="channel_affine")
+@register("BatchNormalization", inplace=True, dtypes=FLOATS, image=True, cost_kind="channel_affine", runtime_extents=True)
 def lower_batch_norm(k):
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b
@@ -48,12 +50,12 @@ def lower_batch_norm(k):
         epi = fused_epilogue(k)
         if np.isfinite(a.astype(dt)).all() and np.isfinite(c.astype(dt)).all():  # x * a + c, one multiply-add
             a_op, c_op = _per_channel(k, a, dt, "bn.a"), _per_channel(k, c, dt, "bn.c")
-            k.generic(x.shape, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],
+            _pointwise(k, [out.identity_access()], [x.identity_access(), _param_access(a_op, x.rank), _param_access(c_op, x.rank)],
                       lambda v, i: [activate(k, epi, s.add(dt, s.mul(dt, v[0], v[1]), v[2]))])
             return
         # a NaN or infinite factor: (x - mean) * a + bias, so x == mean gives 0 * a and an infinity meets no other
         consts = [_param_access(_per_channel(k, v, dt, f"bn.{n}"), x.rank) for n, v in (("mean", mean), ("a", a), ("bias", bias))]
-        k.generic(x.shape, [out.identity_access()], [x.identity_access(), *consts],
+        _pointwise(k, [out.identity_access()], [x.identity_access(), *consts],
                   lambda v, i: [activate(k, epi, s.add(dt, s.mul(dt, s.sub(dt, v[0], v[1]), v[2]), v[3]))])
         return
 
@@ -61,7 +63,16 @@ def lower_batch_norm(k):
         scale, bias, mean, var = (s.cast(p.dtype, dt, val) for p, val in zip(params, v[1:]))
         inv = b.fdiv(scale, s.intrinsic("llvm.sqrt", s.add(dt, var, const(dt, eps))))
         return [s.add(dt, s.mul(dt, s.sub(dt, v[0], mean), inv), bias)]
-    k.generic(x.shape, [out.identity_access()], [x.identity_access(), *(_param_access(p, x.rank) for p in params)], body)
+    _pointwise(k, [out.identity_access()], [x.identity_access(), *(_param_access(p, x.rank) for p in params)], body)
+
+
+def _pointwise(k, outs, ins, body) -> None:
+    """k.generic over input 0's shape; over its run-time extents when a dim varies."""
+    x = k.inputs[0]
+    if k.dynamic:
+        k.generic(k.extents(x), outs, ins, body, order=dims_by_stride(x.strides), capacity=x.shape)
+        return
+    k.generic(x.shape, outs, ins, body)
 
 
 def _batch_norm_training(k, eps: float) -> None:
@@ -85,15 +96,16 @@ def _batch_norm_training(k, eps: float) -> None:
     _normalize(k, [d for d in range(x.rank) if d != 1], finish, channel_stats if stats else None)
 
 
-def _sum(k, x, idx, axes, term=lambda v: v):
-    """Sum of term(x) over `axes` at the kept indices in idx (accumulated in a register slot)."""
+def _sum(k, x, idx, axes, term=lambda v: v, shape=None):
+    """Sum of term(x) over `axes` at the kept indices in idx (accumulated in a register slot); `shape`: the loop
+    extents (run-time values where dims vary), x.shape by default."""
     dt = x.dtype
     acc = k.local(llvm_type(dt), const(dt, 0))
     access = x.identity_access()
 
     def body(ix):
         k.b.store(k.s.add(dt, k.b.load(acc), term(k.load(access, ix))), acc)
-    k.loops(x.shape, axes, idx, body)
+    k.loops(x.shape if shape is None else shape, axes, idx, body)
     return k.b.load(acc)
 
 
@@ -106,19 +118,20 @@ def _normalize(k, axes, finish, per_slice=None) -> None:
         return
     axes = sorted(a % x.rank for a in axes)
     kept = [d for d in range(x.rank) if d not in axes]
-    count = const(dt, int(np.prod([x.shape[a] for a in axes])))
+    shape = k.extents(x) if k.dynamic else x.shape
+    count = count_as(k, k.product([shape[a] for a in axes]), dt) if k.dynamic else const(dt, int(np.prod([x.shape[a] for a in axes])))
     xa, oa = x.identity_access(), out.identity_access()
 
     def group(idx):
-        mean = b.fdiv(_sum(k, x, idx, axes), count)
-        var = b.fdiv(_sum(k, x, idx, axes, lambda v: (lambda d: s.mul(dt, d, d))(s.sub(dt, v, mean))), count)
+        mean = b.fdiv(_sum(k, x, idx, axes, shape=shape), count)
+        var = b.fdiv(_sum(k, x, idx, axes, lambda v: (lambda d: s.mul(dt, d, d))(s.sub(dt, v, mean)), shape), count)
         if per_slice is not None:
             per_slice(mean, var, [k.index(0) if i is None else i for i in idx])
-        k.loops(x.shape, axes, idx, lambda ix: k.store(oa, ix, finish(k.load(xa, ix), mean, var, ix)))
-    k.loops(x.shape, kept, [None] * x.rank, group)
+        k.loops(shape, axes, idx, lambda ix: k.store(oa, ix, finish(k.load(xa, ix), mean, var, ix)))
+    k.loops(shape, kept, [None] * x.rank, group)
 
 
-@register("InstanceNormalization", dtypes=FLOATS)
+@register("InstanceNormalization", dtypes=FLOATS, runtime_extents=True)
 def lower_instance_norm(k):
     x, scale, bias = k.inputs[:3]
     dt, s, b = x.dtype, k.s, k.b
@@ -128,7 +141,7 @@ def lower_instance_norm(k):
     def finish(v, mean, var, ix):
         inv = b.fdiv(k.load(sa, ix), s.intrinsic("llvm.sqrt", s.add(dt, var, eps)))
         return s.add(dt, s.mul(dt, s.sub(dt, v, mean), inv), k.load(ba, ix))
-    if vector_rows(k, x, range(2, x.rank)):
+    if vector_rows(k, x, range(2, x.rank)) and (not k.dynamic or runtime_span(k, x, range(2, x.rank)) is not None):
         _instance_norm_vector_rows(k, eps, sa, ba)
         return
     _normalize(k, range(2, x.rank), finish)
@@ -142,9 +155,10 @@ def _instance_norm_vector_rows(k, eps, sa, ba) -> None:
     x, out = k.inputs[0], k.outputs[0]
     b, f32, V = k.b, np.float32, k.lanes(np.float32)
     dims = list(range(2, x.rank))
-    n = int(np.prod([x.shape[d] for d in dims]))
+    ext = k.extents(x) if k.dynamic else None
+    n = int(np.prod([x.shape[d] for d in dims])) if ext is None else runtime_span(k, x, dims)
     vt = k.vector_type(f32, V)
-    count, add = const(f32, n), fast_add(k)
+    count, add = count_as(k, n, f32) if ext is not None else const(f32, n), fast_add(k)
 
     def row(ix, inner):
         src, dst = row_ptr(k, x, ix, inner), row_ptr(k, out, ix, inner)
@@ -167,10 +181,10 @@ def _instance_norm_vector_rows(k, eps, sa, ba) -> None:
         each(lambda u, off, lanes: k.vstore(
             add(b.fmul(b.fsub(k.vload(src, f32, off, lanes), k.splat(mean, lanes), flags=FAST), k.splat(a, lanes), flags=FAST),
                 k.splat(shift, lanes)), dst, f32, off))
-    each_row(k, x.shape, x.strides, dims, row)
+    each_row(k, x.shape, x.strides, dims, row, ext)
 
 
-@register("MeanVarianceNormalization", dtypes=FLOATS)
+@register("MeanVarianceNormalization", dtypes=FLOATS, runtime_extents=True)
 def lower_mvn(k):
     dt, s, b = k.inputs[0].dtype, k.s, k.b
     axes = list(k.attr("axes", [0, 2, 3]))
@@ -180,7 +194,7 @@ def lower_mvn(k):
     _normalize(k, axes, finish)
 
 
-@register("LpNormalization", dtypes=FLOATS, axis_attr="dim")
+@register("LpNormalization", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_lp_norm(k):
     x, out = k.inputs[0], k.outputs[0]
     dt, s, b = out.dtype, k.s, k.b
@@ -188,17 +202,18 @@ def lower_lp_norm(k):
     p = int(k.attr("p", 2))
     kept = [d for d in range(x.rank) if d != axis]
     xa, oa = x.identity_access(), out.identity_access()
+    shape = k.extents(x) if k.dynamic else x.shape
 
     def group(idx):
         if p == 1:
-            norm = _sum(k, x, idx, [axis], lambda v: s.intrinsic("llvm.fabs", v))
+            norm = _sum(k, x, idx, [axis], lambda v: s.intrinsic("llvm.fabs", v), shape)
         else:
-            norm = s.intrinsic("llvm.sqrt", _sum(k, x, idx, [axis], lambda v: s.mul(dt, v, v)))
+            norm = s.intrinsic("llvm.sqrt", _sum(k, x, idx, [axis], lambda v: s.mul(dt, v, v), shape))
         zero = const(dt, 0.0)
         is_zero = b.fcmp_ordered("==", norm, zero)
-        k.loops(x.shape, [axis], idx, lambda ix: k.store(oa, ix, b.select(is_zero, zero, b.fdiv(k.load(xa, ix), norm))))
+        k.loops(shape, [axis], idx, lambda ix: k.store(oa, ix, b.select(is_zero, zero, b.fdiv(k.load(xa, ix), norm))))
     if out.size:
-        k.loops(x.shape, kept, [None] * x.rank, group)
+        k.loops(shape, kept, [None] * x.rank, group)
 
 
 _INVERSE_ROOTS = {
@@ -217,7 +232,7 @@ def _divide_by_power(k, dt, x, base, beta: float):
     return k.b.fdiv(x, root(k, base))
 
 
-@register("LRN", dtypes=FLOATS)
+@register("LRN", dtypes=FLOATS, runtime_extents=True)
 def lower_lrn(k):
     """y = x / (bias + alpha/size * sum of x^2 over the channel window)^beta; the sum builds up in y.
     Tiles: chunks of (image, channel) planes, each computed whole (its window sum in the same order)."""
@@ -229,12 +244,16 @@ def lower_lrn(k):
     alpha, beta, bias = float(k.attr("alpha", 1e-4)), float(k.attr("beta", 0.75)), float(k.attr("bias", 1.0))
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     C = x.shape[1]
+    if x.varies(1):
+        raise InputError(f"node {k.node.name!r} (LRN): the channel count {x.dyn[1]} varies at run time; give that "
+                         "dimension one value (--input-shape or --dim NAME=N)")
     spatial = list(range(2, x.rank))
     xa, oa = x.identity_access(), out.identity_access()
+    shape = k.extents(out) if k.dynamic else out.shape
 
     def channel(idx):
         n, c = idx[0], idx[1]
-        k.loops(out.shape, spatial, idx, lambda ix: k.store(oa, ix, const(dt, 0)))
+        k.loops(shape, spatial, idx, lambda ix: k.store(oa, ix, const(dt, 0)))
         lo = b.select(b.icmp_signed("<", c, k.index(before)), k.index(0), b.sub(c, k.index(before)))
         last = b.add(c, k.index(after + 1))
         hi = b.select(b.icmp_signed(">", last, k.index(C)), k.index(C), last)
@@ -243,16 +262,16 @@ def lower_lrn(k):
                 v = b.load(element(k, x.ptr, offset(k, 0, (n, x.strides[0]), (cc, x.strides[1]), *((ix[d], x.strides[d]) for d in spatial))))
                 p = element(k, out.ptr, offset(k, 0, (n, out.strides[0]), (c, out.strides[1]), *((ix[d], out.strides[d]) for d in spatial)))
                 b.store(s.add(dt, b.load(p), s.mul(dt, v, v)), p)
-            k.loops(out.shape, spatial, list(idx), add_square)
+            k.loops(shape, spatial, list(idx), add_square)
 
         def scale(ix):
             base = s.add(dt, const(dt, bias), s.mul(dt, k.load(oa, ix), const(dt, alpha / size)))
             k.store(oa, ix, _divide_by_power(k, dt, k.load(xa, ix), base, beta))
-        k.loops(out.shape, spatial, idx, scale)
+        k.loops(shape, spatial, idx, scale)
     work = float(out.size) * (2 * size + 3 + traits("Div" if beta in _INVERSE_ROOTS else "Pow").work)
     planes = x.shape[0] * C
     chunks = chunk_count(planes, work)
     with k.parallel_tiles([chunks], work) as (t,):
-        lo_plane, hi_plane = k.chunk(t, chunks, planes)
+        lo_plane, hi_plane = k.chunk(t, chunks, planes if not k.dynamic else k.product([shape[0], C]))
         with k.for_range(hi_plane, lo_plane) as u:
             channel([b.udiv(u, k.index(C)), b.urem(u, k.index(C))] + [None] * len(spatial))

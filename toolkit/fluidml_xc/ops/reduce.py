@@ -14,6 +14,8 @@ from llvmlite import ir
 from ..errors import NeedsConstant
 from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
                             each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
+from ..kernels.rows_runtime import copy as copy_runtime
+from ..kernels.rows_runtime import count_as, runtime_span
 from ..kernels.scalar import FAST, const, is_float, llvm_type
 from ..opspec import register
 
@@ -77,7 +79,7 @@ def _abs(k, dt, x):
 
 
 def _mean(k, dt, acc, n):
-    return k.s.div(dt, acc, const(dt, n))
+    return k.s.div(dt, acc, count_as(k, n, dt))
 
 
 # name -> (init, per-element value, combine, finalize(acc, count)); None = identity / add
@@ -100,13 +102,18 @@ def _reduce(k, name: str) -> None:
     dt, r = x.dtype, x.rank
     axes = _reduce_axes(k, r)
     if axes is None:
-        if out.size:
+        if out.size and k.dynamic:
+            copy_runtime(k, k.extents(out), out.shape, out.identity_access(), x.identity_access(), dims_by_stride(out.strides))
+        elif out.size:
             k.copy(x, out)
         return
     if not out.size:
         return
     keep = int(k.attr("keepdims", 1))
     out_acc = out.access(list(range(r)) if keep else [d for d in range(r) if d not in axes], r)
+    if k.dynamic:
+        _reduce_dynamic(k, name, x, out_acc, axes)
+        return
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     x_acc, order = x.identity_access(), dims_by_stride(x.strides)
     if name == "ReduceLogSumExp":
@@ -143,7 +150,7 @@ COLUMN_REDUCERS = ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "Re
 """Reductions _column_reduce runs over one middle axis (kernels/rows.py column_fold)."""
 
 
-def _column_reduce(k, x, out, axis: int, name: str) -> None:
+def _column_reduce(k, x, out, axis: int, name: str, ext=None) -> None:
     """A reduction over one middle axis whose inner dims are a contiguous run, lanes across the columns. Max/Min
     keep a NaN once seen, as onnx.reference does."""
     b = k.b
@@ -153,14 +160,15 @@ def _column_reduce(k, x, out, axis: int, name: str) -> None:
         combine = lambda a, v: b.select(b.or_(b.fcmp_ordered(op, v, a), b.fcmp_unordered("uno", v, v)), v, a)  # noqa: E731
     else:
         combine = fast_add(k)
-    column_fold(k, x, out, axis, VECTOR_REDUCERS[name], combine, value, finish is not None)
+    column_fold(k, x, out, axis, VECTOR_REDUCERS[name], combine, value, finish is not None, ext)
 
 
-def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
+def _vector_reduce(k, x, out_acc, axes, name: str, count, ext=None) -> None:
     """A reduction over a contiguous run of float32 in vectors, UNROLL accumulators (LLVM would unroll a short
     run whole and vectorize across rows with gathers). ReduceMax/Min: maxps/minps and a NaN mask, so a NaN
     anywhere in the run gives NaN (as onnx.reference); the sums carry NaN themselves."""
-    b, n, V, f32 = k.b, contiguous_span(x, axes), k.lanes(np.float32), np.float32
+    b, V, f32 = k.b, k.lanes(np.float32), np.float32
+    n = contiguous_span(x, axes) if ext is None else runtime_span(k, x, axes)
     vt = k.vector_type(f32, V)
     _, value, _, finish = REDUCERS[name]
     extreme = name in ("ReduceMax", "ReduceMin")
@@ -190,11 +198,43 @@ def _vector_reduce(k, x, out_acc, axes, name: str, count: int) -> None:
         elif finish:
             result = finish(k, f32, result, count)
         k.store(out_acc, ix, result)
-    each_row(k, x.shape, x.strides, axes, row)
+    each_row(k, x.shape, x.strides, axes, row, ext)
+
+
+def _reduce_dynamic(k, name: str, x, out_acc, axes) -> None:
+    """ReduceX over run-time extents: each row over the reduced axes folded, in vectors with a scalar tail when the
+    row is one contiguous float32 run; ReduceMean divides by the run-time count."""
+    dt, ext, x_acc = x.dtype, k.extents(x), x.identity_access()
+    count = k.product([ext[a] for a in axes])
+    if name in VECTOR_REDUCERS and np.dtype(dt) == np.float32 and k.lanes(dt) > 1 and runtime_span(k, x, axes) is not None:
+        _vector_reduce(k, x, out_acc, axes, name, count, ext)
+        return
+    out = k.outputs[0]
+    if name in COLUMN_REDUCERS and column_run(k, x, out, axes) and not any(x.varies(d) for d in range(axes[0] + 1, x.rank)):
+        _column_reduce(k, x, out, axes[0], name, ext)
+        return
+
+    def row(ix, inner):
+        if name == "ReduceLogSumExp":  # an infinite max is the result (x - max would make it NaN)
+            top = fold_row(k, ext, inner, ix, dt, _lowest(dt), lambda a, i: _fmax(k, dt, a, k.load(x_acc, i)))
+            total = fold_row(k, ext, inner, ix, dt, const(dt, 0),
+                             lambda a, i: k.s.add(dt, a, _exp(k, dt, k.s.sub(dt, k.load(x_acc, i), top))))
+            infinite = k.b.fcmp_ordered("==", k.s.intrinsic("llvm.fabs", top), const(dt, float("inf")))
+            k.store(out_acc, ix, k.b.select(infinite, top, k.s.add(dt, k.s.intrinsic("llvm.log", total), top)))
+            return
+        init, value, combine, finish = REDUCERS[name]
+
+        def step(a, i):
+            v = k.load(x_acc, i)
+            v = value(k, dt, v) if value else v
+            return combine(k, dt, a, v) if combine else k.s.add(dt, a, v)
+        result = fold_row(k, ext, inner, ix, dt, init(dt), step)
+        k.store(out_acc, ix, finish(k, dt, result, count) if finish else result)
+    each_row(k, x.shape, x.strides, axes, row, ext)
 
 
 def _register_reduce(name: str) -> None:
-    @register(name, dtypes=FLOATS if name in FLOAT_ONLY else None, axis_attr="dim")
+    @register(name, dtypes=FLOATS if name in FLOAT_ONLY else None, axis_attr="dim", runtime_extents=True)
     def lower(k):
         _reduce(k, name)
 
@@ -225,6 +265,8 @@ def _arg(k, largest: bool) -> None:
     idx_dt = np.dtype(f"int{k.idx_t.width}")
 
     floats = is_float(dt)
+    ext = k.extents(x) if k.dynamic else None
+    n = x.shape[axis] if ext is None else ext[axis]
 
     def row(ix, inner):
         ix[axis] = k.index(0)
@@ -232,7 +274,7 @@ def _arg(k, largest: bool) -> None:
         best = k.local(llvm_type(dt), first)
         pos = k.local(k.idx_t, k.index(0))
         nan = k.local(ir.IntType(1), k.b.fcmp_unordered("uno", first, first) if floats else ir.Constant(ir.IntType(1), 0))
-        with k.for_range(x.shape[axis], 1) as j:
+        with k.for_range(n, 1) as j:
             ix[axis] = j
             v, b = k.load(x_acc, ix), k.b.load(best)
             better = k.s.cmp(dt, op, v, b)
@@ -242,13 +284,13 @@ def _arg(k, largest: bool) -> None:
                 k.b.store(k.b.or_(k.b.load(nan), k.b.fcmp_unordered("uno", v, v)), nan)
         if floats:
             with k.b.if_then(k.b.load(nan)):
-                _nan_position(k, x_acc, ix, axis, x.shape[axis], pos, last)
+                _nan_position(k, x_acc, ix, axis, n, pos, last)
         ix[axis] = k.index(0)
         k.store(out_acc, ix, k.s.cast(idx_dt, out.dtype, k.b.load(pos)))
-    each_row(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row, ext)
 
 
-def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None:
+def _nan_position(k, x_acc, ix, axis: int, extent, pos, last: bool) -> None:
     """pos = the row's first (last) NaN: NaN is both the maximum and the minimum, as in onnx.reference (numpy)."""
     found = k.local(ir.IntType(1), ir.Constant(ir.IntType(1), 0))
     with k.for_range(extent) as j:
@@ -261,23 +303,23 @@ def _nan_position(k, x_acc, ix, axis: int, extent: int, pos, last: bool) -> None
         k.b.store(k.b.or_(k.b.load(found), take), found)
 
 
-@register("ArgMax", axis_attr="dim")
+@register("ArgMax", axis_attr="dim", runtime_extents=True)
 def lower_argmax(k):
     _arg(k, True)
 
 
-@register("ArgMin", axis_attr="dim")
+@register("ArgMin", axis_attr="dim", runtime_extents=True)
 def lower_argmin(k):
     _arg(k, False)
 
 
 # -- CumSum, CumProd -----------------------------------------------------------------------------
-@register("CumSum")
+@register("CumSum", runtime_extents=True)
 def lower_cumsum(k):
     _running(k, 0, k.s.add)
 
 
-@register("CumProd")
+@register("CumProd", runtime_extents=True)
 def lower_cumprod(k):
     _running(k, 1, k.s.mul)
 
@@ -301,19 +343,21 @@ def _running(k, identity, combine) -> None:
 
 def _running_along(k, axis: int, identity, combine) -> None:
     x, out = k.inputs[0], k.outputs[0]
-    dt, n = x.dtype, x.shape[axis]
+    ext = k.extents(x) if k.dynamic else None
+    dt, n = x.dtype, x.shape[axis] if ext is None else ext[axis]
     exclusive, reverse = int(k.attr("exclusive", 0)), int(k.attr("reverse", 0))
     x_acc, out_acc = x.identity_access(), out.identity_access()
 
     def row(ix, inner):
         acc = k.local(llvm_type(dt), const(dt, identity))
         with k.for_range(n) as j:
-            ix[axis] = k.b.sub(k.index(n - 1), j) if reverse else j
+            last = k.index(n - 1) if ext is None else k.b.sub(k.as_index(n), k.index(1))
+            ix[axis] = k.b.sub(last, j) if reverse else j
             before = k.b.load(acc)
             after = combine(dt, before, k.load(x_acc, ix))
             k.store(out_acc, ix, before if exclusive else after)
             k.b.store(after, acc)
-    each_row(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row, ext)
 
 
 # -- Softmax family ------------------------------------------------------------------------------
@@ -328,41 +372,44 @@ def _softmax(k, log: bool) -> None:
     x, out = k.inputs[0], k.outputs[0]
     dt = x.dtype
     dims = _softmax_dims(k, x.rank)
-    if vector_rows(k, x, dims):
-        _softmax_vector_rows(k, dims, log)
+    ext = k.extents(x) if k.dynamic else None
+    if vector_rows(k, x, dims) and (ext is None or runtime_span(k, x, dims) is not None):
+        _softmax_vector_rows(k, dims, log, ext)
         return
+    shape = x.shape if ext is None else ext
     half = np.dtype(dt) == np.float16
     acc_t = np.float32 if half else dt  # float16: the sum in float32, rounded once, then divided (as numpy)
     x_acc, out_acc = x.identity_access(), out.identity_access()
 
     def row(ix, inner):
         # maxnum skips a NaN here, but the NaN still reaches the sum, so the whole row is NaN as in ORT
-        top = fold_row(k, x.shape, inner, ix, dt, _lowest(dt), lambda a, i: k.s.max(dt, a, k.load(x_acc, i)))
+        top = fold_row(k, shape, inner, ix, dt, _lowest(dt), lambda a, i: k.s.max(dt, a, k.load(x_acc, i)))
 
         def exp_term(i):
             e = _exp(k, dt, k.s.sub(dt, k.load(x_acc, i), top))
             if not log:
                 k.store(out_acc, i, e)
             return e
-        total = fold_row(k, x.shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
+        total = fold_row(k, shape, inner, ix, acc_t, const(acc_t, 0), lambda a, i: k.s.add(acc_t, a, k.s.cast(dt, acc_t, exp_term(i))))
         total = k.s.cast(acc_t, dt, total)
         if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
             lse = k.s.intrinsic("llvm.log", total)
-            over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fsub(k.b.fsub(k.load(x_acc, i), top), lse)))
+            over_row(k, shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fsub(k.b.fsub(k.load(x_acc, i), top), lse)))
         elif half:
-            over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
+            over_row(k, shape, inner, ix, lambda i: k.store(out_acc, i, k.b.fdiv(k.load(out_acc, i), total)))
         else:
             inv = k.b.fdiv(const(dt, 1), total)
-            over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))
-    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+            over_row(k, shape, inner, ix, lambda i: k.store(out_acc, i, k.s.mul(dt, k.load(out_acc, i), inv)))
+    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row, ext)
 
 
-def _softmax_vector_rows(k, dims, log: bool) -> None:
+def _softmax_vector_rows(k, dims, log: bool, ext=None) -> None:
     """Softmax/LogSoftmax of contiguous float32 rows in explicit vectors: the max with UNROLL accumulators,
     exp and its sum fused in one pass (storing exp for Softmax), then one pass scaling by 1/sum (x - max -
     log(sum) for LogSoftmax). A NaN is skipped by the max but reaches the sum, so its row is NaN as in ORT."""
     x, out = k.inputs[0], k.outputs[0]
-    b, s, f32, n, V = k.b, k.s, np.float32, contiguous_span(x, dims), k.lanes(np.float32)
+    b, s, f32, V = k.b, k.s, np.float32, k.lanes(np.float32)
+    n = contiguous_span(x, dims) if ext is None else runtime_span(k, x, dims)
     vt = k.vector_type(f32, V)
     larger, add = greater(k, True), fast_add(k)
 
@@ -394,24 +441,26 @@ def _softmax_vector_rows(k, dims, log: bool) -> None:
         else:
             inv = b.fdiv(const(f32, 1), total)
             each(lambda u, off, lanes: k.vstore(b.fmul(at(dst, off, lanes), k.splat(inv, lanes), flags=FAST), dst, f32, off))
-    each_row(k, x.shape, x.strides, dims, row)
+    each_row(k, x.shape, x.strides, dims, row, ext)
 
 
-@register("Softmax", dtypes=FLOATS, axis_attr="dim")
+@register("Softmax", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_softmax(k):
     _softmax(k, False)
 
 
-@register("LogSoftmax", dtypes=FLOATS, axis_attr="dim")
+@register("LogSoftmax", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_log_softmax(k):
     _softmax(k, True)
 
 
-@register("Hardmax", axis_attr="dim")
+@register("Hardmax", axis_attr="dim", runtime_extents=True)
 def lower_hardmax(k):
     """1 at the first maximum of each row (identified by its element offset), 0 elsewhere."""
     x, out = k.inputs[0], k.outputs[0]
     dt = x.dtype
+    ext = k.extents(x) if k.dynamic else None
+    shape = x.shape if ext is None else ext
     x_acc, out_acc = x.identity_access(), out.identity_access()
     one, zero = const(out.dtype, 1), const(out.dtype, 0)
 
@@ -425,14 +474,14 @@ def lower_hardmax(k):
             better = k.b.or_(_beats(k, dt, ">", v, b, False), unset)
             k.b.store(k.b.select(better, v, b), best)
             k.b.store(k.b.select(better, k.linear(x_acc, i), k.b.load(where)), where)
-        over_row(k, x.shape, inner, ix, visit)
+        over_row(k, shape, inner, ix, visit)
         at = k.b.load(where)
-        over_row(k, x.shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
-    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row)
+        over_row(k, shape, inner, ix, lambda i: k.store(out_acc, i, k.b.select(k.b.icmp_signed("==", k.linear(x_acc, i), at), one, zero)))
+    each_row(k, x.shape, x.strides, _softmax_dims(k, x.rank), row, ext)
 
 
 # -- LayerNormalization --------------------------------------------------------------------------
-@register("LayerNormalization", dtypes=FLOATS, axis_attr="dim")
+@register("LayerNormalization", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_layer_norm(k):
     """Per row: mean, then variance around it, then normalize with scale and bias; compute in float32 for fp16."""
     x, scale = k.inputs[0], k.inputs[1]
@@ -443,7 +492,9 @@ def lower_layer_norm(k):
     axis = normalize_axis(int(k.attr("axis", -1)), r)
     eps = const(cdt, float(k.attr("epsilon", 1e-5)))
     dims = list(range(axis, r))
-    count = const(cdt, int(np.prod(x.shape[axis:], dtype=np.int64)))
+    ext = k.extents(x) if k.dynamic else None
+    shape = x.shape if ext is None else ext
+    count = const(cdt, int(np.prod(x.shape[axis:], dtype=np.int64))) if ext is None else count_as(k, k.product(ext[axis:]), cdt)
     x_acc, y_acc, s_acc = x.identity_access(), y.identity_access(), scale.broadcast_access(x.shape)
     b_acc = bias.broadcast_access(x.shape) if bias is not None else None
     stats = [(op, op.access(list(range(r)), r) if op is not None else None) for op in (mean_out, inv_out)]
@@ -452,13 +503,13 @@ def lower_layer_norm(k):
         return k.s.cast(dt, cdt, k.load(acc, i))
 
     def row(ix, inner):
-        total = fold_row(k, x.shape, inner, ix, cdt, const(cdt, 0), lambda a, i: k.s.add(cdt, a, load(x_acc, i)))
+        total = fold_row(k, shape, inner, ix, cdt, const(cdt, 0), lambda a, i: k.s.add(cdt, a, load(x_acc, i)))
         mean = k.b.fdiv(total, count)
 
         def sq(a, i):
             d = k.s.sub(cdt, load(x_acc, i), mean)
             return k.s.add(cdt, a, k.s.mul(cdt, d, d))
-        var = k.b.fdiv(fold_row(k, x.shape, inner, ix, cdt, const(cdt, 0), sq), count)
+        var = k.b.fdiv(fold_row(k, shape, inner, ix, cdt, const(cdt, 0), sq), count)
         inv = k.b.fdiv(const(cdt, 1), k.s.intrinsic("llvm.sqrt", k.s.add(cdt, var, eps)))
 
         def norm(i):
@@ -466,8 +517,8 @@ def lower_layer_norm(k):
             if b_acc is not None:
                 v = k.s.add(cdt, v, k.s.cast(bias.dtype, cdt, k.load(b_acc, i)))
             k.store(y_acc, i, k.s.cast(cdt, y.dtype, v))
-        over_row(k, x.shape, inner, ix, norm)
+        over_row(k, shape, inner, ix, norm)
         for (op, acc), value in zip(stats, (mean, inv)):
             if op is not None:
                 k.store(acc, ix, k.s.cast(cdt, op.dtype, value))
-    each_row(k, x.shape, x.strides, dims, row)
+    each_row(k, x.shape, x.strides, dims, row, ext)

@@ -19,9 +19,10 @@ from ..kernels import lowp
 from ..kernels.rows import each_row, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
+from ..symbolic import bounds
 
 
-@register("TopK", heavy=True, axis_attr="dim")
+@register("TopK", heavy=True, axis_attr="dim", runtime_extents=True)
 def lower_topk(k):
     x, values, indices = k.inputs[0], k.outputs[0], k.outputs[1]
     r, dt = x.rank, x.dtype
@@ -37,11 +38,16 @@ def lower_topk(k):
     n = x.shape[axis]
     if count < 0 or count > n:
         raise InputError(f"node {k.node.name!r} (TopK): K = {count} is outside [0, {n}] (the axis' length)")
+    ext = k.extents(x) if k.dynamic else None
+    if ext is not None and x.varies(axis) and count > bounds(x.dyn[axis], k.graph.symbols)[0]:
+        raise InputError(f"node {k.node.name!r} (TopK): K = {count} is above the axis' length {x.dyn[axis]} at its "
+                         f"minimum {bounds(x.dyn[axis], k.graph.symbols)[0]}: raise the range's minimum to {count} or more")
     if count == 0 or x.size == 0:
         return
     if count <= PARTIAL_MAX:
-        _topk_partial(k, x, values, indices, axis, count, largest)
+        _topk_partial(k, x, values, indices, axis, count, largest, ext)
         return
+    n = n if ext is None else ext[axis]
     x_acc = x.identity_access()
     v_acc = values.identity_access() if values is not None else None
     i_acc = indices.identity_access() if indices is not None else None
@@ -78,7 +84,7 @@ def lower_topk(k):
             if i_acc is not None:
                 k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, bi))
         ix[axis] = k.index(0)
-    each_row(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row, ext)
 
 
 def _better(k, dt, op: str, v, w):
@@ -104,7 +110,8 @@ PARTIAL_MAX = 256
 """The largest K kept in a stack buffer (K * (element + index) bytes per row)."""
 
 
-def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) -> None:
+def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int, ext=None) -> None:
+    """`ext`: x's run-time extents when a dim varies (the vector scan is chosen at the capacity)."""
     dt, b = x.dtype, k.b
     n = x.shape[axis]
     x_acc = x.identity_access()
@@ -169,7 +176,7 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) ->
             # (unordered compares let NaN through to the exact scalar test)
             ix[axis] = k.index(0)
             base = k.address(x_acc, ix)
-            blocks = (n - count) // lanes
+            blocks = (n - count) // lanes if ext is None else b.udiv(b.sub(k.as_index(ext[axis]), k.index(count)), k.index(lanes))
             with k.for_range(blocks) as blk:
                 i0 = b.add(k.index(count), b.mul(blk, k.index(lanes)))
                 vec = k.vload(base, dt, i0, lanes)
@@ -182,8 +189,8 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) ->
                 with b.if_then(any_hit, likely=False):
                     with k.for_range(lanes) as t:
                         step(b.add(i0, t))
-            tail_from = count + blocks * lanes
-        with k.for_range(n, start=tail_from) as i:
+            tail_from = count + blocks * lanes if ext is None else b.add(k.index(count), b.mul(blocks, k.index(lanes)))
+        with k.for_range(n if ext is None else ext[axis], start=tail_from) as i:
             step(i)
         with k.for_range(count) as j:
             ix[axis] = j
@@ -192,7 +199,7 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int) ->
             if i_acc is not None:
                 k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, b.load(b.gep(buf_i, [j]))))
         ix[axis] = k.index(0)
-    each_row(k, x.shape, x.strides, [axis], row)
+    each_row(k, x.shape, x.strides, [axis], row, ext)
 
 
 @register("Shrink")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..kernels.kernel import Access
 from ..kernels.scalar import const
 from ..opspec import register
+from .movement_runtime import transpose, view_copy
 
 
 def _flat_copy(k) -> None:
@@ -17,15 +18,26 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Squeeze", "Unsqueeze"), view=True, inplace=False, lowp_native=True)
-@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary")
+@register(("Reshape", "Squeeze", "Unsqueeze"), view=True, inplace=False, lowp_native=True, runtime_extents=True)
+@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary", runtime_extents=True)
 def lower_view(k):
+    if k.dynamic:
+        view_copy(k)
+        return
     _flat_copy(k)
 
 
 @register("Identity", view=True, inplace=False, lowp_native=True, runtime_extents=True)
 def lower_identity(k):
-    """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage)."""
+    """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage), through the
+    permutation of a Transpose that fluid's layouts made a byte copy ("_transpose_perm")."""
+    perm = k.attr("_transpose_perm")
+    if k.dynamic and perm is not None:
+        dims = [0] * len(perm)
+        for j, p in enumerate(perm):
+            dims[p] = j
+        transpose(k, dims)
+        return
     if k.dynamic:
         k.copy(k.inputs[0], k.outputs[0])
         return

@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir import Graph, Node
+from ..kernels.rows_runtime import same_storage
 from .. import opspec
 from ..opspec import OpSpec
 from .orders import ORDERS, OrderFacts, min_peak_order
@@ -107,6 +108,11 @@ def _is_alias_view(graph: Graph, node: Node, spec: OpSpec | None, boundary: set[
     if not src or not dst or src in boundary or dst in boundary:
         return False
     s, d = graph.tensors[src], graph.tensors[dst]
+    # capacity strides: a reshape of varying dims may move elements; a Transpose its layouts made a byte copy
+    # (fluid's view, "_transpose_perm") maps each element to the same place at every size
+    if ((s.dyn is not None or d.dyn is not None) and "_transpose_perm" not in node.attrs
+            and not same_storage(s.dyn or s.shape, s.shape, d.dyn or d.shape, d.shape)):
+        return False
     return not s.is_const and not d.is_const and s.nbytes == d.nbytes
 
 

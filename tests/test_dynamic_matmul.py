@@ -1,0 +1,137 @@
+"""MatMul, Gemm and the recurrent ops over dims that vary at run time (#26): each case compiled once, run at the
+minimum, the maximum and sizes between (odd ones, ones that are not a multiple of the register tile) against
+onnx.reference, with and without parallel tiles."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dynamic_harness import DynamicCase, DynamicRun
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter, check_supported
+from fluidml_xc.planning import PlanOptions, plan_memory
+from fluidml_xc.symbolic import Sym, SymRange
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.jit import jit_engine
+from fluidml_xc.target.machine import machine_spec
+
+S, B = Sym("S"), Sym("B")
+RNG = np.random.default_rng(26)
+
+
+def _compile(case: DynamicCase, parallel: bool, loop_orders: dict | None = None) -> DynamicRun:
+    """DynamicCase.compile with the optimizer's loop order per node given (node names: op type + position)."""
+    check_supported(case.graph)
+    plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
+    spec = machine_spec(get_board(None))
+    emitter = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=parallel, loop_orders=dict(loop_orders or {})))
+    text = emitter.emit()
+    return DynamicRun(case, text, jit_engine(text, spec), emitter, spec.alignment)
+
+
+def _x(*shape, dtype=np.float32) -> np.ndarray:
+    if np.dtype(dtype).kind == "i":
+        return RNG.integers(-4, 5, size=shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _sweep(run: DynamicRun, sizes, feeds, sym: str = "S", rtol=1e-4, atol=1e-4) -> None:
+    for s in sizes:
+        run.check({sym: s}, feeds(s), rtol=rtol, atol=atol)
+
+
+SIZES = (1, 5, 7, 13, 16, 31, 64)
+"""S over 1..64: size 1, odd sizes and sizes that are not a multiple of MR (6, 4) or NR (16, 8)."""
+
+
+def _seq_case(lo: int = 1, hi: int = 64) -> DynamicCase:
+    return DynamicCase({"S": SymRange("S", lo, hi, (lo + hi) // 2)})
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_varying_rows_constant_weights(parallel):
+    """[1, S, 96] @ W[96, 84]: M varies, packed constant B (the projections of a transformer)."""
+    case = _seq_case(1, 128)
+    x = case.input("x", np.float32, (1, S, 96))
+    case.node("MatMul", [x, case.const("w", _x(96, 84))], [(np.float32, (1, S, 84))])
+    _sweep(_compile(case, parallel), (*SIZES, 127, 128), lambda s: {"x": _x(1, s, 96)})
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_attention_scores_and_values(parallel):
+    """scores = Q . K^T ([2, S, 16] x [2, 16, S]: M and N vary), then scores . V ([2, S, S] x [2, S, 12]: M and K vary),
+    big enough at the maximum for parallel tiles."""
+    case = DynamicCase({"S": SymRange("S", 1, 96, 48)})
+    q, kt, v = case.input("q", np.float32, (2, S, 16)), case.input("kt", np.float32, (2, 16, S)), case.input("v", np.float32, (2, S, 40))
+    scores = case.node("MatMul", [q, kt], [(np.float32, (2, S, S))])[0]
+    case.node("MatMul", [scores, v], [(np.float32, (2, S, 40))])
+    run = _compile(case, parallel)
+    _sweep(run, (1, 2, 7, 17, 33, 50, 95, 96), lambda s: {"q": _x(2, s, 16), "kt": _x(2, 16, s), "v": _x(2, s, 40)})
+
+
+@pytest.mark.parametrize("order", ["ikj", "jki", "ijk"])
+def test_every_loop_order(order):
+    """Each loop order over operands of both storage orders, so every blocked kernel runs (outer: ikj; outer_t: jki
+    on A^T; dot: ijk on B^T) and the scalar loops where the strides do not suit one (jki on A, ijk on B)."""
+    case = _seq_case(1, 40)
+    a, bt = case.input("a", np.float32, (S, 24)), case.input("bt", np.float32, (S, 24))
+    at, b = case.input("at", np.float32, (24, S)), case.input("b", np.float32, (24, S))
+    x = case.node("Gemm", [a, bt], [(np.float32, (S, S))], {"transB": 1})[0]
+    y = case.node("Gemm", [at, b], [(np.float32, (S, S))], {"transA": 1})[0]
+    case.node("MatMul", [x, case.input("v", np.float32, (S, 24))], [(np.float32, (S, 24))])
+    run = _compile(case, True, {"gemm0": order, "gemm1": order, "matmul2": order})
+    assert y in case.graph.outputs
+    _sweep(run, (1, 3, 8, 9, 23, 40), lambda s: {"a": _x(s, 24), "bt": _x(s, 24), "at": _x(24, s), "b": _x(24, s), "v": _x(s, 24)})
+
+
+def test_broadcast_batch_varies():
+    """[B, 3, S, 8] @ [3, 8, 20]: a varying batch dim, B's batch broadcast, and a varying M."""
+    case = DynamicCase({"S": SymRange("S", 2, 12, 6), "B": SymRange("B", 1, 4, 2)})
+    a = case.input("a", np.float32, (B, 3, S, 8))
+    case.node("MatMul", [a, case.const("w", _x(3, 8, 20))], [(np.float32, (B, 3, S, 20))])
+    run = _compile(case, True)
+    for b, s in ((1, 2), (4, 12), (2, 7), (3, 5), (1, 11)):
+        run.check({"B": b, "S": s}, {"a": _x(b, 3, s, 8)}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_gemm_varying_rows_and_dot_columns(parallel):
+    """Gemm with M varying (constant B^T, constant bias, alpha, beta), then Gemm(transB) over an activation whose
+    rows vary: N of the dot-product kernel and K of a third Gemm vary."""
+    case = DynamicCase({"S": SymRange("S", 1, 70, 32)})
+    x = case.input("x", np.float32, (S, 64))
+    h = case.node("Gemm", [x, case.const("w", _x(128, 64)), case.const("c", _x(128))], [(np.float32, (S, 128))],
+                  {"transB": 1, "alpha": 0.5, "beta": 2.0}, output=False)[0]
+    y = case.node("Gemm", [case.input("q", np.float32, (64, 128)), h], [(np.float32, (64, S))], {"transB": 1})[0]
+    case.node("Gemm", [y, case.input("v", np.float32, (S, 12)), case.input("r", np.float32, (64, 12))],
+              [(np.float32, (64, 12))], {"beta": 0.5})
+    run = _compile(case, parallel, {"gemm1": "ijk"})
+    _sweep(run, (1, 4, 9, 17, 33, 69, 70), lambda s: {"x": _x(s, 64), "q": _x(64, 128), "v": _x(s, 12), "r": _x(64, 12)},
+           rtol=2e-4, atol=2e-3)
+
+
+def test_gemm_transposed_a_varying_bias():
+    """Gemm(transA) with A [K, S] (M varies) and a bias C [S, 1] read at run-time rows."""
+    case = _seq_case(1, 30)
+    case.node("Gemm", [case.input("a", np.float32, (10, S)), case.const("b", _x(10, 9)), case.input("c", np.float32, (S, 1))],
+              [(np.float32, (S, 9))], {"transA": 1, "beta": -1.0})
+    _sweep(_compile(case, False), (1, 6, 7, 29, 30), lambda s: {"a": _x(10, s), "c": _x(s, 1)})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16])
+def test_scalar_kernel_dtypes(dtype):
+    """Dtypes without a blocked kernel (int32, float16 summed in float32) loop to the run-time extents."""
+    case = _seq_case(1, 20)
+    a = case.input("a", dtype, (2, S, 5))
+    case.node("MatMul", [a, case.input("b", dtype, (2, 5, S))], [(dtype, (2, S, S))])
+    tol = 1e-2 if dtype == np.float16 else 0
+    _sweep(_compile(case, False), (1, 4, 11, 20), lambda s: {"a": _x(2, s, 5, dtype=dtype), "b": _x(2, 5, s, dtype=dtype)},
+           rtol=tol, atol=tol)
+
+
+def test_vector_times_matrix():
+    """1-D A of varying length: [S] @ [S, 7] (K varies), and [3, S] @ [S] (the 1-D B side)."""
+    case = _seq_case(1, 33)
+    v = case.input("v", np.float32, (S,))
+    case.node("MatMul", [v, case.input("m", np.float32, (S, 7))], [(np.float32, (7,))])
+    case.node("MatMul", [case.input("w", np.float32, (3, S)), v], [(np.float32, (3,))])
+    _sweep(_compile(case, False), (1, 2, 9, 32, 33), lambda s: {"v": _x(s), "m": _x(s, 7), "w": _x(3, s)})

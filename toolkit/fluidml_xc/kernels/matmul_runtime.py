@@ -54,10 +54,6 @@ def _blocks(k, v, c: int):
     return -(-v // c) if isinstance(v, int) else _div(k, add_index(k, v, c - 1), c)
 
 
-def _value(k, v):
-    return k.index(v) if isinstance(v, int) else v
-
-
 def _remainder(k, count, most: int, emit_for) -> None:
     """emit_for(r) for the run-time count r in [1, most] (nothing for 0): one code path per possible count."""
     if isinstance(count, int):
@@ -78,24 +74,13 @@ def _remainder(k, count, most: int, emit_for) -> None:
     b.position_at_end(done)
 
 
-def _chunk(k, c, chunks: int, extent):
-    """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent) (extent a run-time value or int)."""
-    if chunks == 1:
-        return k.index(0), _value(k, extent)
-    ext = _value(k, extent)
-
-    def at(v):
-        return k.b.udiv(k.b.mul(v, ext, flags=("nuw",)), k.index(chunks))
-    return at(c), at(k.b.add(c, k.index(1), flags=("nuw",)))
-
-
 def _ranged(k, rng, full, has_rest: bool, each, rest) -> None:
     """each(i) for whole blocks i in [lo, min(hi, full)), then rest() when the range reaches the partial block."""
     lo, hi = rng
-    with k.for_range(k.imin(hi, _value(k, full)), lo) as i:
+    with k.for_range(k.imin(hi, k.as_index(full)), lo) as i:
         each(i)
     if has_rest:
-        with k.b.if_then(k.b.icmp_signed(">", hi, _value(k, full))):
+        with k.b.if_then(k.b.icmp_signed(">", hi, k.as_index(full))):
             rest()
 
 
@@ -133,7 +118,7 @@ def _emit_tiled(k, P: Problem, mats, work: float, caps, runs, body_ranged, split
                 inside = below if inside is None else k.b.and_(inside, below)
         with (k.b.if_then(inside) if inside is not None else ExitStack()):
             bases = [k.linear(Access(None, None, m.bstrides, 0), idx[:nb]) for m in mats]
-            body_ranged(bases, [_chunk(k, i, c, e) for i, c, e in zip(idx[nb:], chunks, runs)])
+            body_ranged(bases, [k.chunk(i, c, e) for i, c, e in zip(idx[nb:], chunks, runs)])
     return True
 
 

@@ -135,3 +135,107 @@ def test_vector_times_matrix():
     case.node("MatMul", [v, case.input("m", np.float32, (S, 7))], [(np.float32, (7,))])
     case.node("MatMul", [case.input("w", np.float32, (3, S)), v], [(np.float32, (3,))])
     _sweep(_compile(case, False), (1, 2, 9, 32, 33), lambda s: {"v": _x(s), "m": _x(s, 7), "w": _x(3, s)})
+
+
+# -- recurrent ops ---------------------------------------------------------------------------------------
+def _ort(run: DynamicRun, env: dict, feeds: dict) -> list[np.ndarray]:
+    """ONNX Runtime on the case's nodes at the actual sizes (onnx.reference ignores sequence_lens)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    from fluidml_xc.symbolic import at
+
+    g = run.case.graph
+
+    def info(name):
+        t = g.tensors[name]
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(t.dtype), at(t.dyn or t.shape, env))
+    inits = [onnx.numpy_helper.from_array(v, n) for n, v in run.case.values.items()]
+    graph = helper.make_graph(run.case.onnx_nodes, "ref", [info(n) for n in g.inputs], [info(n) for n in g.outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", g.opset)])
+    model.ir_version = 10
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _check_ort(run: DynamicRun, env: dict, feeds: dict, rtol=1e-4, atol=1e-5) -> None:
+    got, want = run(env, feeds), _ort(run, env, feeds)
+    for name, g_, w in zip(run.case.graph.outputs, got, want):
+        assert g_.shape == w.shape, f"{name} at {env}: shape {g_.shape}, want {w.shape}"
+        np.testing.assert_allclose(g_, w, rtol=rtol, atol=atol, err_msg=f"{name} at {env}")
+
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def _recurrent(op: str, direction: str, x_dims, batch, hidden: int, inp: int, layout: int = 0, seq_lens: bool = False,
+               ranges=None, dtype=np.float32, attrs=None):
+    """A DynamicCase of one recurrent node over X of dims x_dims (symbolic), with bias and initial states."""
+    case = DynamicCase(ranges or {"S": SymRange("S", 1, 16, 8)})
+    dirs, g = (2 if direction == "bidirectional" else 1), GATES[op]
+    x = case.input("x", dtype, x_dims)
+    w = case.const("w", (_x(dirs, g * hidden, inp) * 0.5).astype(dtype))
+    r = case.const("r", (_x(dirs, g * hidden, hidden) * 0.5).astype(dtype))
+    bias = case.const("bias", (_x(dirs, 2 * g * hidden) * 0.5).astype(dtype))
+    lens = case.input("lens", np.int32, (batch,)) if seq_lens else ""
+    state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    ins = [x, w, r, bias, lens, case.input("h0", dtype, state)]
+    if op == "LSTM":
+        ins.append(case.input("c0", dtype, state))
+    seq = x_dims[1] if layout else x_dims[0]
+    y_dims = (batch, seq, dirs, hidden) if layout else (seq, dirs, batch, hidden)
+    outs = [(dtype, y_dims), (dtype, state)] + ([(dtype, state)] if op == "LSTM" else [])
+    case.node(op, ins, outs, {"direction": direction, "hidden_size": hidden, "layout": layout, **(attrs or {})})
+    return case
+
+
+def _feeds(op, s, b, hidden, inp, dirs, layout=0, lens=None, dtype=np.float32):
+    state = (b, dirs, hidden) if layout else (dirs, b, hidden)
+    feeds = {"x": _x(*((b, s, inp) if layout else (s, b, inp)), dtype=dtype), "h0": _x(*state, dtype=dtype)}
+    if op == "LSTM":
+        feeds["c0"] = _x(*state, dtype=dtype)
+    if lens is not None:
+        feeds["lens"] = np.asarray(lens, dtype=np.int32)
+    return feeds
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_recurrent_varying_sequence(op, direction):
+    """Blocked gate GEMMs, the time loop to the run-time length: Y, Y_h (Y_c) at S = 1..16 vs ONNX Runtime."""
+    case = _recurrent(op, direction, (S, 3, 5), 3, 8, 5)
+    run = _compile(case, True)
+    dirs = 2 if direction == "bidirectional" else 1
+    for s in (1, 2, 5, 9, 16):
+        _check_ort(run, {"S": s}, _feeds(op, s, 3, 8, 5, dirs))
+
+
+def test_lstm_chunks_layout_batch_varies():
+    """Batch-first LSTM, bidirectional, sequence and batch both varying, the input projections in chunks of 8 steps
+    (hidden 64: a chunk of steps fills CHUNK_BYTES), sequences shorter than one chunk too. onnx.reference: ONNX
+    Runtime refuses layout 1."""
+    case = _recurrent("LSTM", "bidirectional", (B, S, 6), B, 64, 6, layout=1,
+                      ranges={"S": SymRange("S", 1, 40, 20), "B": SymRange("B", 1, 4, 2)})
+    run = _compile(case, True)
+    for b, s in ((1, 1), (4, 40), (2, 3), (3, 8), (4, 17), (1, 33)):
+        run.check({"S": s, "B": b}, _feeds("LSTM", s, b, 64, 6, 2, layout=1), rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_recurrent_sequence_lens(op):
+    """sequence_lens given at run time (the scalar path): rows stop at their own lengths within the run-time S."""
+    case = _recurrent(op, "bidirectional", (S, 3, 4), 3, 5, 4, seq_lens=True,
+                      attrs={"linear_before_reset": 1} if op == "GRU" else None)
+    run = _compile(case, False)
+    for s, lens in ((1, (1, 1, 1)), (16, (16, 3, 9)), (7, (7, 1, 4)), (10, (2, 10, 10))):
+        _check_ort(run, {"S": s}, _feeds(op, s, 3, 5, 4, 2, lens=lens))
+
+
+def test_gru_float64_reverse():
+    """float64 GRU (linear_before_reset 0: the r * H GEMM), reverse, sequence varying; onnx.reference (ONNX Runtime
+    has no float64 GRU)."""
+    case = _recurrent("GRU", "reverse", (S, 2, 3), 2, 7, 3, dtype=np.float64)
+    run = _compile(case, False)
+    for s in (1, 4, 11, 16):
+        run.check({"S": s}, _feeds("GRU", s, 2, 7, 3, 1, dtype=np.float64), rtol=1e-9, atol=1e-10)

@@ -145,16 +145,17 @@ def _emit_outer(k, P: Problem) -> None:
     full_p = _div(k, run.n, nr)
     full_widths = [V] * (nr // V)
 
-    def gather(bb, col0, valid):
+    def gather(bb, col0, valid, width=nr):
+        """B's columns [col0, col0 + valid) into buf as a K x width panel, zero-padded."""
         with k.for_range(valid) as q:
             base = add_index(k, bb, mul_index(k, add_index(k, col0, q), src.cs))
             with k.for_range(run.kk) as kv:
                 x = k.b.load(k.b.gep(src.ptr, [add_index(k, base, mul_index(k, kv, src.rs))], inbounds=True))
-                k.b.store(x, k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
-        with _range(k, nr, valid) as q:
+                k.b.store(x, k.b.gep(buf, [add_index(k, mul_index(k, kv, width), q)], inbounds=True))
+        with _range(k, width, valid) as q:
             if q is not None:
                 with k.for_range(run.kk) as kv:
-                    k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
+                    k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, width), q)], inbounds=True))
 
     def tile(bases, b, i0, mr, col0, pidx, widths, valid):
         ab, bb, cb = bases
@@ -212,9 +213,9 @@ def _emit_outer(k, P: Problem) -> None:
                 each(ib)
         rest()
 
-    def panel(bases, col0, pidx, widths, valid, rng=None, edge=False):
+    def panel(bases, col0, pidx, widths, valid, rng=None):
         b = src
-        if gather_all or edge:
+        if gather_all:
             gather(bases[1], col0, valid)
             bases, pidx, b = (bases[0], k.index(0), bases[2]), 0, gathered
         rows(bases, b, col0, pidx, widths, valid, rng)
@@ -223,7 +224,20 @@ def _emit_outer(k, P: Problem) -> None:
         rem_n = _sub(k, run.n, mul_index(k, full_p, nr))
 
         def edge(bases, rng=None):
-            panel(bases, mul_index(k, full_p, nr), full_p, full_widths, rem_n, rng, edge=True)
+            """B read in place: whole vectors there, the last partial vector gathered; B gathered anyway: one tile
+            of as many vectors as the valid columns need."""
+            col0 = mul_index(k, full_p, nr)
+            if gather_all:
+                gather(bases[1], col0, rem_n)
+                _remainder(k, _blocks(k, rem_n, V), nr // V,
+                           lambda j: rows((bases[0], k.index(0), bases[2]), gathered, col0, 0, [V] * j, rem_n, rng))
+                return
+            whole = _div(k, rem_n, V)
+            _remainder(k, whole, nr // V - 1, lambda j: rows(bases, src, col0, full_p, [V] * j, j * V, rng))
+            tail_col, tail = add_index(k, col0, mul_index(k, whole, V)), _sub(k, rem_n, mul_index(k, whole, V))
+            with k.b.if_then(k.b.icmp_signed(">", tail, k.index(0))):
+                gather(bases[1], tail_col, tail, V)
+                rows((bases[0], k.index(0), bases[2]), Mat(buf, (0,) * nb, V, 1, None, V), tail_col, 0, [V], tail, rng)
         has_edge = True
     else:
         rem = N % nr
@@ -256,21 +270,30 @@ def _emit_outer(k, P: Problem) -> None:
 
 
 def _store_valid(k, P: Problem, slots, cb, i0, mr: int, col0, widths, valid, scratch) -> None:
-    """C[i0 + r, col0 + q] for q < valid (a run-time count) from the tile's accumulators, one element at a time."""
+    """C[i0 + r, col0 + q] for q < valid (a run-time count) from the tile's accumulators: a vector group whose
+    columns are all valid as a vector, the partial one element by element."""
     dt, c = P.dtype, P.c
     for r in range(mr):
         row = add_index(k, i0, r)
         crow = add_index(k, cb, mul_index(k, row, c.rs))
         off = 0
         for g, w in enumerate(widths):
-            k.vstore(k.b.load(slots[r][g]), scratch, dt, k.index(off))
+            vec = k.b.load(slots[r][g])
+            with k.b.if_else(k.b.icmp_signed(">=", valid, k.index(off + w))) as (whole, part):
+                with whole:
+                    col = add_index(k, col0, off)
+                    at = add_index(k, crow, mul_index(k, col, c.cs))
+                    acc = add_residual(k, P, epilogue(k, P, vec, row, col, w, w), at, c.cs, w, w)
+                    k.vscatter(acc, c.ptr, dt, at, c.cs)
+                with part:
+                    k.vstore(vec, scratch, dt, k.index(0))
+                    with k.for_range(k.b.sub(valid, k.index(off))) as q:
+                        col = add_index(k, col0, add_index(k, q, off))
+                        acc = epilogue(k, P, k.b.load(k.b.gep(scratch, [q], inbounds=True)), row, col, 1, 1)
+                        at = add_index(k, crow, mul_index(k, col, c.cs))
+                        acc = add_residual(k, P, acc, at, c.cs, 1, 1)
+                        k.b.store(acc, k.b.gep(c.ptr, [at], inbounds=True))
             off += w
-        with k.for_range(valid) as q:
-            col = add_index(k, col0, q)
-            acc = epilogue(k, P, k.b.load(k.b.gep(scratch, [q], inbounds=True)), row, col, 1, 1)
-            at = add_index(k, crow, mul_index(k, col, c.cs))
-            acc = add_residual(k, P, acc, at, c.cs, 1, 1)
-            k.b.store(acc, k.b.gep(c.ptr, [at], inbounds=True))
 
 
 # -- dot products --------------------------------------------------------------------------------------

@@ -239,3 +239,16 @@ def test_gru_float64_reverse():
     run = _compile(case, False)
     for s in (1, 4, 11, 16):
         run.check({"S": s}, _feeds("GRU", s, 2, 7, 3, 1, dtype=np.float64), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_einsum_varying_labels(parallel):
+    """Einsum over varying labels: a batched product reducing over S, a diagonal-free transpose-product keeping S, and
+    a broadcast (size-1) label against a varying one; big enough at the maximum for parallel tiles."""
+    case = DynamicCase({"S": SymRange("S", 1, 48, 24)})
+    a, b = case.input("a", np.float32, (8, S, 40)), case.input("b", np.float32, (8, S, 36))
+    case.node("Einsum", [a, b], [(np.float32, (8, 40, 36))], {"equation": "bsi,bsj->bij"})
+    case.node("Einsum", [a, case.const("w", _x(40, 50))], [(np.float32, (8, 50, S))], {"equation": "bsi,ij->bjs"})
+    case.node("Einsum", [case.input("c", np.float32, (1, 1, 40)), a], [(np.float32, (8, S))], {"equation": "xyi,bsi->bs"})
+    run = _compile(case, parallel)
+    _sweep(run, (1, 2, 7, 25, 48), lambda s: {"a": _x(8, s, 40), "b": _x(8, s, 36), "c": _x(1, 1, 40)})

@@ -141,59 +141,14 @@ def _emit_outer(k, P: Problem) -> None:
         with k.b.goto_entry_block():
             scratch = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), nr))
     gathered = Mat(buf, (0,) * nb, nr, 1, None, nr)
-    a, c = P.a, P.c
     full_p = _div(k, run.n, nr)
     full_widths = [V] * (nr // V)
 
     def gather(bb, col0, valid, width=nr):
-        """B's columns [col0, col0 + valid) into buf as a K x width panel, zero-padded."""
-        with k.for_range(valid) as q:
-            base = add_index(k, bb, mul_index(k, add_index(k, col0, q), src.cs))
-            with k.for_range(run.kk) as kv:
-                x = k.b.load(k.b.gep(src.ptr, [add_index(k, base, mul_index(k, kv, src.rs))], inbounds=True))
-                k.b.store(x, k.b.gep(buf, [add_index(k, mul_index(k, kv, width), q)], inbounds=True))
-        with _range(k, width, valid) as q:
-            if q is not None:
-                with k.for_range(run.kk) as kv:
-                    k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, width), q)], inbounds=True))
+        _gather(k, src, buf, run.kk, bb, col0, valid, width)
 
     def tile(bases, b, i0, mr, col0, pidx, widths, valid):
-        ab, bb, cb = bases
-        slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
-        if b.panel:
-            bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, K, [sum(widths[:g]) for g in range(len(widths))]), b.panel
-        else:
-            bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
-            bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
-        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-        with k.for_range(run.kk) as kv:
-            bk = mul_index(k, kv, kstride)
-            bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
-            ak = mul_index(k, kv, a.cs)
-            for r in range(mr):
-                av = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], ak)], inbounds=True))
-                splats = {}
-                for g, w in enumerate(widths):
-                    if w not in splats:
-                        splats[w] = k.splat(av, w)
-                    k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
-        if not isinstance(valid, int):
-            _store_valid(k, P, slots, cb, i0, mr, col0, widths, valid, scratch)
-            return
-        for r in range(mr):
-            row = add_index(k, i0, r)
-            crow = add_index(k, cb, mul_index(k, row, c.rs))
-            off = 0
-            for g, w in enumerate(widths):
-                count = min(w, valid - off)
-                if count <= 0:
-                    break
-                col = add_index(k, col0, off)
-                acc = epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
-                at = add_index(k, crow, mul_index(k, col, c.cs))
-                acc = add_residual(k, P, acc, at, c.cs, w, count)
-                k.vscatter(acc, c.ptr, dt, at, c.cs, count)
-                off += w
+        _outer_tile(k, P, (nr, scratch), bases, b, i0, mr, col0, pidx, widths, valid)
 
     full_r = _div(k, run.m, mr_main)
     rem_r = _sub(k, run.m, mul_index(k, full_r, mr_main)) if not isinstance(run.m, int) else run.m % mr_main
@@ -267,6 +222,62 @@ def _emit_outer(k, P: Problem) -> None:
     runs = (_blocks(k, run.n, nr), _blocks(k, run.m, mr_main))
     if not _emit_tiled(k, P, mats, float(nbp) * M * N * K, caps, runs, ranged, (True, not gather_all)):
         _emit_batched(k, P, mats, body)
+
+
+def _gather(k, src: Mat, buf, kk, bb, col0, valid, width: int) -> None:
+    """B's columns [col0, col0 + valid) (of batch point base bb) into buf as a kk x width panel, zero-padded."""
+    with k.for_range(valid) as q:
+        base = add_index(k, bb, mul_index(k, add_index(k, col0, q), src.cs))
+        with k.for_range(kk) as kv:
+            x = k.b.load(k.b.gep(src.ptr, [add_index(k, base, mul_index(k, kv, src.rs))], inbounds=True))
+            k.b.store(x, k.b.gep(buf, [add_index(k, mul_index(k, kv, width), q)], inbounds=True))
+    with _range(k, width, valid) as q:
+        if q is not None:
+            with k.for_range(kk) as kv:
+                k.b.store(ir.Constant(buf.type.pointee, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, width), q)], inbounds=True))
+
+
+def _outer_tile(k, P: Problem, geometry, bases, b: Mat, i0, mr: int, col0, pidx, widths, valid) -> None:
+    """One mr x sum(widths) tile of C over the run-time K (kernels/matmul_blocked.py's outer-product tile); valid
+    (the columns to store) an int, or a run-time count stored by _store_valid. geometry: (nr, scratch)."""
+    dt, a, c, run = P.dtype, P.a, P.c, P.run
+    nr, scratch = geometry
+    ab, bb, cb = bases
+    slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
+    if b.panel:
+        bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
+    else:
+        bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
+        bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
+    arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
+    with k.for_range(run.kk) as kv:
+        bk = mul_index(k, kv, kstride)
+        bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
+        ak = mul_index(k, kv, a.cs)
+        for r in range(mr):
+            av = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], ak)], inbounds=True))
+            splats = {}
+            for g, w in enumerate(widths):
+                if w not in splats:
+                    splats[w] = k.splat(av, w)
+                k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+    if not isinstance(valid, int):
+        _store_valid(k, P, slots, cb, i0, mr, col0, widths, valid, scratch)
+        return
+    for r in range(mr):
+        row = add_index(k, i0, r)
+        crow = add_index(k, cb, mul_index(k, row, c.rs))
+        off = 0
+        for g, w in enumerate(widths):
+            count = min(w, valid - off)
+            if count <= 0:
+                break
+            col = add_index(k, col0, off)
+            acc = epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
+            at = add_index(k, crow, mul_index(k, col, c.cs))
+            acc = add_residual(k, P, acc, at, c.cs, w, count)
+            k.vscatter(acc, c.ptr, dt, at, c.cs, count)
+            off += w
 
 
 def _store_valid(k, P: Problem, slots, cb, i0, mr: int, col0, widths, valid, scratch) -> None:

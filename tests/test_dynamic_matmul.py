@@ -252,3 +252,28 @@ def test_einsum_varying_labels(parallel):
     case.node("Einsum", [case.input("c", np.float32, (1, 1, 40)), a], [(np.float32, (8, S))], {"equation": "xyi,bsi->bs"})
     run = _compile(case, parallel)
     _sweep(run, (1, 2, 7, 25, 48), lambda s: {"a": _x(8, s, 40), "b": _x(8, s, 36), "c": _x(1, 1, 40)})
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_fused_bias_residual_relu(parallel):
+    """MatMul with the epilogue passes/epilogues.py fuses (constant bias, residual, Relu) over varying M, and over a
+    varying N (the residual read at the gathered edge's run-time columns), vs MatMul -> Add -> Add -> Relu."""
+    from fluidml_xc.ir import Node
+    from fluidml_xc.kernels.epilogue import EPILOGUE_ATTR, Epilogue
+
+    case = DynamicCase({"S": SymRange("S", 1, 90, 45)})
+    x, w, bias = case.input("x", np.float32, (1, S, 48)), case.const("w", _x(48, 40)), case.const("bias", _x(40))
+    q, kt = case.input("q", np.float32, (2, S, 16)), case.input("kt", np.float32, (2, 16, S))
+    res, mask = case.input("res", np.float32, (1, S, 40)), case.input("mask", np.float32, (2, S, S))
+    fused = []
+    for a, dims in (((x, w, bias, res), (1, S, 40)), ((q, kt, "", mask), (2, S, S))):
+        mm = case.node("MatMul", list(a[:2]), [(np.float32, dims)], output=False)[0]
+        if a[2]:
+            mm = case.node("Add", [mm, a[2]], [(np.float32, dims)], output=False)[0]
+        mm = case.node("Add", [mm, a[3]], [(np.float32, dims)], output=False)[0]
+        y = case.node("Relu", [mm], [(np.float32, dims)])[0]
+        fused.append(Node("MatMul", f"fused{len(fused)}", list(a), [y], {EPILOGUE_ATTR: Epilogue("relu", residual=True)}))
+    case.graph.nodes = fused
+    run = _compile(case, parallel)
+    _sweep(run, (1, 5, 16, 37, 89, 90), lambda s: {"x": _x(1, s, 48), "q": _x(2, s, 16), "kt": _x(2, 16, s),
+                                                  "res": _x(1, s, 40), "mask": _x(2, s, s)})

@@ -3,9 +3,10 @@
 
 Tiles (MR x NR, MR x NC) and vector bodies are the static kernels', chosen at the capacity; only trip counts are
 run-time values. Whole row blocks run to the run-time block count and the remaining rows (fewer than MR, known only
-at run time) branch to one tile per possible row count. A varying N gathers its last, partial column panel
-(zero-padded) into a stack buffer, runs the full-width tile on it and stores the valid columns one by one; a
-varying K is the trip count of the K loop (outer products) or of the vector loop plus a scalar tail loop (dot
+at run time) branch to one tile per possible row count. A varying N's last, partial panel reads its whole vectors
+in place (one tile per possible vector count) and gathers only its partial vector, zero-padded, into a stack buffer
+(B gathered anyway: the whole edge, then a tile of as many vectors as it needs); columns past the run-time N are
+computed in spare lanes and never stored. A varying K is the trip count of the K loop (outer products) or of the vector loop plus a scalar tail loop (dot
 products). Parallel tiles keep their build-time count; each one's range is a run-time fraction of the block count
 and a tile past a varying batch extent does nothing. Nothing beyond an operand's actual extents is read.
 """

@@ -90,13 +90,16 @@ def test_every_loop_order(order, board):
 
 
 def test_broadcast_batch_varies():
-    """[B, 3, S, 8] @ [3, 8, 20]: a varying batch dim, B's batch broadcast, and a varying M."""
+    """[B, 3, S, 8] @ [3, 8, 20]: a varying batch dim, B's batch broadcast, and a varying M; [B, 64, 64] @ [64, 72]
+    in parallel tiles over the batch's capacity (those past the run-time batch do nothing)."""
     case = DynamicCase({"S": SymRange("S", 2, 12, 6), "B": SymRange("B", 1, 4, 2)})
     a = case.input("a", np.float32, (B, 3, S, 8))
     case.node("MatMul", [a, case.const("w", _x(3, 8, 20))], [(np.float32, (B, 3, S, 20))])
+    case.node("MatMul", [case.input("x", np.float32, (B, 64, 64)), case.const("v", _x(64, 72))], [(np.float32, (B, 64, 72))])
     run = _compile(case, True)
+    assert "fxc_parallel_for" in run.ir_text
     for b, s in ((1, 2), (4, 12), (2, 7), (3, 5), (1, 11)):
-        run.check({"B": b, "S": s}, {"a": _x(b, 3, s, 8)}, rtol=1e-4, atol=1e-4)
+        run.check({"B": b, "S": s}, {"a": _x(b, 3, s, 8), "x": _x(b, 64, 64)}, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("parallel", [True, False])

@@ -286,3 +286,25 @@ def test_fused_bias_residual_relu(parallel):
     run = _compile(case, parallel)
     _sweep(run, (1, 5, 16, 37, 89, 90), lambda s: {"x": _x(1, s, 48), "q": _x(2, s, 16), "kt": _x(2, 16, s),
                                                   "res": _x(1, s, 40), "mask": _x(2, s, s)})
+
+
+@pytest.mark.parametrize("board, machine", [("qemu-aarch64", 0xB7), ("qemu-armv7", 0x28)])
+def test_arm_objects(board, machine):
+    """The run-time kernels emitted for the ARM boards (NEON tiles; armv7: 32-bit indices, 8 accumulators) compile to
+    objects of that machine: attention over a varying sequence, Gemm with a varying K, a bidirectional LSTM."""
+    from fluidml_xc.target.objects import compile_modules
+
+    case = DynamicCase({"S": SymRange("S", 1, 96, 48)})
+    q, kt, v = case.input("q", np.float32, (2, S, 16)), case.input("kt", np.float32, (2, 16, S)), case.input("v", np.float32, (2, S, 40))
+    scores = case.node("MatMul", [q, kt], [(np.float32, (2, S, S))])[0]
+    case.node("MatMul", [scores, v], [(np.float32, (2, S, 40))])
+    case.node("Gemm", [case.input("a", np.float32, (12, S)), case.input("b", np.float32, (12, S))], [(np.float32, (12, 12))],
+              {"transB": 1})
+    plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
+    spec = machine_spec(get_board(board))
+    text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True, loop_orders={"gemm2": "ijk"})).emit()
+    lstm = _recurrent("LSTM", "bidirectional", (S, 2, 6), 2, 16, 6)
+    lstm_plan = plan_memory(lstm.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
+    lstm_text = ModuleEmitter(lstm.graph, lstm_plan, spec, EmitOptions(parallel=True)).emit()
+    for code in compile_modules([(text, spec), (lstm_text, spec)], workers=1):
+        assert code[:4] == b"\x7fELF" and int.from_bytes(code[18:20], "little") == machine

@@ -300,10 +300,12 @@ def test_arm_objects(board, machine):
     case.node("MatMul", [scores, v], [(np.float32, (2, S, 40))])
     case.node("Gemm", [case.input("a", np.float32, (12, S)), case.input("b", np.float32, (12, S))], [(np.float32, (12, 12))],
               {"transB": 1})
+    lstm = _recurrent("LSTM", "bidirectional", (S, 2, 6), 2, 16, 6)
+    for graph in (case.graph, lstm.graph):
+        check_supported(graph)
     plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
     spec = machine_spec(get_board(board))
     text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True, loop_orders={"gemm2": "ijk"})).emit()
-    lstm = _recurrent("LSTM", "bidirectional", (S, 2, 6), 2, 16, 6)
     lstm_plan = plan_memory(lstm.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
     lstm_text = ModuleEmitter(lstm.graph, lstm_plan, spec, EmitOptions(parallel=True)).emit()
     for code in compile_modules([(text, spec), (lstm_text, spec)], workers=1):

@@ -135,9 +135,9 @@ def _emit_outer(k, P: Problem) -> None:
     gather_all = not src.panel and src.cs != 1 and N > 1
     n_varies = not isinstance(run.n, int)
     buf = scratch = None
-    if gather_all or n_varies:
+    if gather_all or n_varies:  # B read in place gathers only an edge's partial vector: K x V
         with k.b.goto_entry_block():
-            buf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), max(1, K * nr)))
+            buf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), max(1, K * (nr if gather_all else V))))
     if n_varies:
         with k.b.goto_entry_block():
             scratch = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), nr))

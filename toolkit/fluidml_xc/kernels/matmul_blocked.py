@@ -41,6 +41,16 @@ class Mat:
 
 
 @dataclass
+class RunDims:
+    """A Problem's extents at run time: per batch dim and m, n, kk an int (static) or an index-typed ir.Value."""
+
+    batch: tuple
+    m: object
+    n: object
+    kk: object
+
+
+@dataclass
 class Problem:
     """C = alpha * A @ B + beta * bias over batch dims, A m x k, B k x n, C m x n."""
 
@@ -59,10 +69,13 @@ class Problem:
     """Added after the bias, element for element of C: stored with C's strides, so read at C's own offsets."""
     relu: bool = False
     """max(., 0) last (passes/epilogues.py fused a Relu)."""
+    run: "RunDims | None" = None
+    """The run-time extents when some vary (kernels/matmul_runtime.py); batch, m, n, kk are then the capacities."""
 
     def transposed(self) -> "Problem":
         return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t(),
-                       bias=None if self.bias is None else self.bias.t())  # residual: same offsets as C
+                       bias=None if self.bias is None else self.bias.t(),  # residual: same offsets as C
+                       run=None if self.run is None else replace(self.run, m=self.run.n, n=self.run.m))
 
 
 def repacked(k, op: Operand, transpose: bool, column_major: bool = False) -> Operand:
@@ -86,7 +99,7 @@ def _lead_strides(nb: int, lead: tuple[int, ...], stored_strides: tuple[int, ...
     return tuple(out)
 
 
-def _pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
+def pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
     """Constant B (*lead, K, N) -> (*lead, ceil(N/nr), K, nr), zero-padded: each k step of a panel is nr contiguous values."""
     v = mat.value
     lead, kk, n = v.shape[:-2], v.shape[-2], v.shape[-1]
@@ -98,28 +111,28 @@ def _pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
     return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
 
 
-def _panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
+def panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
     """Columns per packed panel: the NR of a kernel at k.pack_vector_bits, one for every code variant, so all read
-    one copy (_panel_bases); this kernel's nr when a vector would straddle two panels."""
+    one copy (panel_bases); this kernel's nr when a vector would straddle two panels."""
     lanes = k.lanes(dtype)
     wide = outer_tile(m, n, max(1, lanes * k.pack_vector_bits // k.vector_bits), k.accumulators)[1]
     return wide if wide % lanes == 0 and (wide % nr == 0 or nr % wide == 0) else nr
 
 
-def _panel_bases(k, bb, pidx, nr: int, panel: int, kk: int, offs: list[int]) -> list:
+def panel_bases(k, bb, pidx, nr: int, panel: int, kk: int, offs: list[int]) -> list:
     """Per vector of the kernel's panel pidx (nr columns, vectors at offs): the offset of its first row in B packed
     in panels of `panel` columns, (p, K, panel); a narrower panel is a slice of one packed panel, a wider one
     takes each vector from its own."""
     if nr >= panel:
-        return [_add(k, _add(k, bb, _mul(k, pidx, nr // panel * kk * panel)), off // panel * kk * panel + off % panel)
+        return [add_index(k, add_index(k, bb, mul_index(k, pidx, nr // panel * kk * panel)), off // panel * kk * panel + off % panel)
                 for off in offs]
     ratio = panel // nr
     hi, lo = divmod(pidx, ratio) if isinstance(pidx, int) else (k.b.udiv(pidx, k.index(ratio)), k.b.urem(pidx, k.index(ratio)))
-    base = _add(k, _add(k, bb, _mul(k, hi, kk * panel)), _mul(k, lo, nr))
-    return [_add(k, base, off) for off in offs]
+    base = add_index(k, add_index(k, bb, mul_index(k, hi, kk * panel)), mul_index(k, lo, nr))
+    return [add_index(k, base, off) for off in offs]
 
 
-def _pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
+def pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
     """A constant (*lead, R, C) stored row-major: (pointer, batch strides, row stride)."""
     v = np.ascontiguousarray(value.astype(dtype))
     strides = row_major_strides(v.shape)
@@ -136,7 +149,7 @@ def _emit_batched(k, P: Problem, body, mats=None) -> None:
     k.loops(P.batch, list(range(nb)), [None] * nb, point)
 
 
-def _split(batch: tuple[int, ...], work: float, extents: tuple[int, ...], splittable: tuple[bool, ...]) -> list[int]:
+def split_chunks(batch: tuple[int, ...], work: float, extents: tuple[int, ...], splittable: tuple[bool, ...]) -> list[int]:
     """Chunks per extent (outermost split first) so batch points x chunks make about TARGET_TILES tiles."""
     nbp = int(np.prod(batch, dtype=np.int64)) if batch else 1
     chunks, have = [], nbp
@@ -150,7 +163,7 @@ def _split(batch: tuple[int, ...], work: float, extents: tuple[int, ...], splitt
 def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body_ranged, splittable=None) -> bool:
     """Batch points x chunks of `extents` as parallel tiles: body_ranged(bases, [(lo, hi) per extent]).
     False (nothing emitted) when the op is too small to split."""
-    chunks = _split(P.batch, work, extents, splittable or (True,) * len(extents))
+    chunks = split_chunks(P.batch, work, extents, splittable or (True,) * len(extents))
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
     if k.tile_range is None or work < PARALLEL_MIN_WORK or nbp * int(np.prod(chunks)) < 2:
         return False
@@ -171,7 +184,7 @@ def _ranged(k, rng, full: int, has_rest: bool, each, rest) -> None:
             rest()
 
 
-def _add(k, x, y):
+def add_index(k, x, y):
     if isinstance(y, int):
         if y == 0:
             return x
@@ -181,7 +194,7 @@ def _add(k, x, y):
     return k.b.add(x, y, flags=("nsw",))
 
 
-def _mul(k, x, c: int):
+def mul_index(k, x, c: int):
     if c == 0:
         return k.index(0)
     if isinstance(x, int):
@@ -189,31 +202,31 @@ def _mul(k, x, c: int):
     return x if c == 1 else k.b.mul(x, k.index(c), flags=("nsw",))
 
 
-def _epilogue(k, P: Problem, acc, row, col, width: int, count: int):
+def epilogue(k, P: Problem, acc, row, col, width: int, count: int):
     """alpha * acc + beta * bias[row, col : col + count] (lanes past count are left as they are)."""
     dt = P.dtype
     if P.alpha != 1.0:
         acc = k.b.fmul(acc, k.splat(const(dt, P.alpha), width), flags=FAST)
     if P.bias is not None:
         bias = P.bias
-        at = _add(k, _mul(k, row, bias.rs), _mul(k, col, bias.cs))
+        at = add_index(k, mul_index(k, row, bias.rs), mul_index(k, col, bias.cs))
         if count == width or bias.cs == 0:
             vec = k.vgather(bias.ptr, dt, at, bias.cs, width)
         else:
             vec = k.vzero(dt, width)
             for l in range(count):
-                x = k.b.load(k.b.gep(bias.ptr, [_add(k, at, l * bias.cs)], inbounds=True))
-                vec = k.b.insert_element(vec, x, _i32(l))
+                x = k.b.load(k.b.gep(bias.ptr, [add_index(k, at, l * bias.cs)], inbounds=True))
+                vec = k.b.insert_element(vec, x, i32(l))
         if P.beta != 1.0:
             vec = k.b.fmul(vec, k.splat(const(dt, P.beta), width), flags=FAST)
         acc = k.b.fadd(acc, vec, flags=FAST)
     return acc
 
 
-def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
+def add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
     """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them), then the Relu."""
     if P.relu:  # select(x < 0, 0, x): NaN stays NaN, as the Relu kernel (docs/GUARANTEES.md)
-        x = _add_residual(k, replace(P, relu=False), acc, at, cs, width, count)
+        x = add_residual(k, replace(P, relu=False), acc, at, cs, width, count)
         zero = k.vzero(P.dtype, width)
         return k.b.select(k.b.fcmp_ordered("<", x, zero), zero, x)
     if P.residual is None:
@@ -224,11 +237,11 @@ def _add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
     else:
         vec = k.vzero(dt, width)
         for l in range(count):
-            vec = k.b.insert_element(vec, k.b.load(k.b.gep(ptr, [_add(k, at, l * cs)], inbounds=True)), _i32(l))
+            vec = k.b.insert_element(vec, k.b.load(k.b.gep(ptr, [add_index(k, at, l * cs)], inbounds=True)), i32(l))
     return k.b.fadd(acc, vec, flags=FAST)
 
 
-def _i32(v: int):
+def i32(v: int):
     return ir.Constant(ir.IntType(32), v)
 
 
@@ -237,7 +250,7 @@ def _emit_outer(k, P: Problem) -> None:
     M, N, K = P.m, P.n, P.kk
     mr_main, nr = outer_tile(M, N, V, k.accumulators)
     if P.b.value is not None:
-        P = replace(P, b=_pack_panels(k, P.b, len(P.batch), _panel_columns(k, M, N, nr, dt), dt))
+        P = replace(P, b=pack_panels(k, P.b, len(P.batch), panel_columns(k, M, N, nr, dt), dt))
     stack = None
     if P.b.value is None and not P.b.panel and P.b.cs != 1 and N > 1:
         # B strided along n (e.g. K-contiguous): gather each K x NR panel into a stack buffer first
@@ -252,61 +265,61 @@ def _emit_outer(k, P: Problem) -> None:
     def gather_panel(bb, col0, valid):
         src, buf = stack
         with k.for_range(valid) as q:
-            base = _add(k, bb, _mul(k, _add(k, col0, q), src.cs))
+            base = add_index(k, bb, mul_index(k, add_index(k, col0, q), src.cs))
             with k.for_range(K) as kv:
-                x = k.b.load(k.b.gep(src.ptr, [_add(k, base, _mul(k, kv, src.rs))], inbounds=True))
-                k.b.store(x, k.b.gep(buf, [_add(k, _mul(k, kv, nr), q)], inbounds=True))
+                x = k.b.load(k.b.gep(src.ptr, [add_index(k, base, mul_index(k, kv, src.rs))], inbounds=True))
+                k.b.store(x, k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
         if valid < nr:
             with k.for_range(K) as kv:
                 for q in range(valid, nr):
-                    k.b.store(const(dt, 0), k.b.gep(buf, [_add(k, _mul(k, kv, nr), q)], inbounds=True))
+                    k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
 
     def tile(bases, i0, mr, col0, pidx, widths, valid):
         ab, bb, cb = bases
         slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
         if b.panel:
-            bcols, kstride = _panel_bases(k, bb, pidx, nr, b.panel, K, [sum(widths[:g]) for g in range(len(widths))]), b.panel
+            bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, K, [sum(widths[:g]) for g in range(len(widths))]), b.panel
         else:
-            bcol, kstride = _add(k, bb, _mul(k, col0, b.cs)), b.rs
-            bcols = [_add(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
-        arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
+            bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
+            bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
+        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
         with k.for_range(K) as kv:
-            bk = _mul(k, kv, kstride)
-            bvals = [k.vgather(b.ptr, dt, _add(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
-            ak = _mul(k, kv, a.cs)
+            bk = mul_index(k, kv, kstride)
+            bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
+            ak = mul_index(k, kv, a.cs)
             for r in range(mr):
-                av = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], ak)], inbounds=True))
+                av = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], ak)], inbounds=True))
                 splats = {}
                 for g, w in enumerate(widths):
                     if w not in splats:
                         splats[w] = k.splat(av, w)
                     k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
         for r in range(mr):
-            row = _add(k, i0, r)
-            crow = _add(k, cb, _mul(k, row, c.rs))
+            row = add_index(k, i0, r)
+            crow = add_index(k, cb, mul_index(k, row, c.rs))
             off = 0
             for g, w in enumerate(widths):
                 count = min(w, valid - off)
                 if count <= 0:
                     break
-                col = _add(k, col0, off)
-                acc = _epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
-                at = _add(k, crow, _mul(k, col, c.cs))
-                acc = _add_residual(k, P, acc, at, c.cs, w, count)
+                col = add_index(k, col0, off)
+                acc = epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
+                at = add_index(k, crow, mul_index(k, col, c.cs))
+                acc = add_residual(k, P, acc, at, c.cs, w, count)
                 k.vscatter(acc, c.ptr, dt, at, c.cs, count)
                 off += w
 
     def rows(bases, col0, pidx, widths, valid, rng=None):
         full_r = M // mr_main
         if rng is not None:
-            _ranged(k, rng, full_r, M % mr_main > 0, lambda ib: tile(bases, _mul(k, ib, mr_main), mr_main, col0, pidx, widths, valid),
+            _ranged(k, rng, full_r, M % mr_main > 0, lambda ib: tile(bases, mul_index(k, ib, mr_main), mr_main, col0, pidx, widths, valid),
                     lambda: tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid))
             return
         if full_r == 1:
             tile(bases, 0, mr_main, col0, pidx, widths, valid)
         elif full_r:
             with k.for_range(full_r) as ib:
-                tile(bases, _mul(k, ib, mr_main), mr_main, col0, pidx, widths, valid)
+                tile(bases, mul_index(k, ib, mr_main), mr_main, col0, pidx, widths, valid)
         if M % mr_main:
             tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid)
 
@@ -321,7 +334,7 @@ def _emit_outer(k, P: Problem) -> None:
 
     def ranged(bases, rngs):
         prng, rrng = rngs
-        _ranged(k, prng, full_p, rem > 0, lambda p: panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr, rrng),
+        _ranged(k, prng, full_p, rem > 0, lambda p: panel(bases, mul_index(k, p, nr), p, [V] * (nr // V), nr, rrng),
                 lambda: panel(bases, full_p * nr, full_p, rem_widths(), rem, rrng))
 
     def body(*bases):
@@ -329,7 +342,7 @@ def _emit_outer(k, P: Problem) -> None:
             panel(bases, 0, 0, [V] * (nr // V), nr)
         elif full_p:
             with k.for_range(full_p) as p:
-                panel(bases, _mul(k, p, nr), p, [V] * (nr // V), nr)
+                panel(bases, mul_index(k, p, nr), p, [V] * (nr // V), nr)
         if rem:
             panel(bases, full_p * nr, full_p, rem_widths(), rem)
     mats = (P.a, stack[0] if stack else P.b, P.c)
@@ -345,10 +358,10 @@ def _emit_dot(k, P: Problem) -> None:
     M, N, K = P.m, P.n, P.kk
     nb = len(P.batch)
     if P.a.value is not None:
-        ptr, bs, rs = _pack_rows(k, P.a.value, nb, dt)
+        ptr, bs, rs = pack_rows(k, P.a.value, nb, dt)
         P = replace(P, a=Mat(ptr, bs, rs, 1))
     if P.b.value is not None:
-        ptr, bs, rs = _pack_rows(k, np.swapaxes(P.b.value, -1, -2), nb, dt)
+        ptr, bs, rs = pack_rows(k, np.swapaxes(P.b.value, -1, -2), nb, dt)
         P = replace(P, b=Mat(ptr, bs, 1, rs))
     a, b, c = P.a, P.b, P.c
     mr_main = max(1, min(MR_DOT, M))
@@ -358,13 +371,13 @@ def _emit_dot(k, P: Problem) -> None:
     def tile(bases, i0, mr, j0, nc):
         ab, bb, cb = bases
         slots = [[k.local(k.vector_type(dt, V), k.vzero(dt, V)) for _ in range(nc)] for _ in range(mr)]
-        arows = [_add(k, ab, _mul(k, _add(k, i0, r), a.rs)) for r in range(mr)]
-        bcols = [_add(k, bb, _mul(k, _add(k, j0, q), b.cs)) for q in range(nc)]
+        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
+        bcols = [add_index(k, bb, mul_index(k, add_index(k, j0, q), b.cs)) for q in range(nc)]
         if kmain:
             with k.for_range(kmain, 0, V) as kv:
-                avs = [k.vload(a.ptr, dt, _add(k, arows[r], kv), V) for r in range(mr)]
+                avs = [k.vload(a.ptr, dt, add_index(k, arows[r], kv), V) for r in range(mr)]
                 for q in range(nc):
-                    bv = k.vload(b.ptr, dt, _add(k, bcols[q], kv), V)
+                    bv = k.vload(b.ptr, dt, add_index(k, bcols[q], kv), V)
                     for r in range(mr):
                         k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
         for r in range(mr):
@@ -374,8 +387,8 @@ def _emit_dot(k, P: Problem) -> None:
                 for q in range(nc):
                     t = const(dt, 0)
                     for kv in range(kmain, K):
-                        x = k.b.load(k.b.gep(a.ptr, [_add(k, arows[r], kv)], inbounds=True))
-                        y = k.b.load(k.b.gep(b.ptr, [_add(k, bcols[q], kv)], inbounds=True))
+                        x = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], kv)], inbounds=True))
+                        y = k.b.load(k.b.gep(b.ptr, [add_index(k, bcols[q], kv)], inbounds=True))
                         t = fma(k, t, x, y)
                     tails.append(t)
                 if nc == 1:
@@ -383,12 +396,12 @@ def _emit_dot(k, P: Problem) -> None:
                 else:
                     vec = k.vzero(dt, nc)
                     for q, t in enumerate(tails):
-                        vec = k.b.insert_element(vec, t, _i32(q))
+                        vec = k.b.insert_element(vec, t, i32(q))
                     sums = k.b.fadd(sums, vec, flags=FAST)
-            row = _add(k, i0, r)
-            acc = _epilogue(k, P, sums, row, j0, nc, nc)
-            at = _add(k, _add(k, cb, _mul(k, row, c.rs)), _mul(k, j0, c.cs))
-            acc = _add_residual(k, P, acc, at, c.cs, nc, nc)
+            row = add_index(k, i0, r)
+            acc = epilogue(k, P, sums, row, j0, nc, nc)
+            at = add_index(k, add_index(k, cb, mul_index(k, row, c.rs)), mul_index(k, j0, c.cs))
+            acc = add_residual(k, P, acc, at, c.cs, nc, nc)
             k.vscatter(acc, c.ptr, dt, at, c.cs)
 
     def cols(bases, i0, mr):
@@ -397,7 +410,7 @@ def _emit_dot(k, P: Problem) -> None:
             tile(bases, i0, mr, 0, nc_main)
         elif full_c:
             with k.for_range(full_c) as jb:
-                tile(bases, i0, mr, _mul(k, jb, nc_main), nc_main)
+                tile(bases, i0, mr, mul_index(k, jb, nc_main), nc_main)
         j0, rem = full_c * nc_main, N % nc_main
         while rem:
             nc = 1 << (rem.bit_length() - 1)
@@ -410,13 +423,13 @@ def _emit_dot(k, P: Problem) -> None:
             cols(bases, 0, mr_main)
         elif full_r:
             with k.for_range(full_r) as ib:
-                cols(bases, _mul(k, ib, mr_main), mr_main)
+                cols(bases, mul_index(k, ib, mr_main), mr_main)
         if M % mr_main:
             cols(bases, full_r * mr_main, M % mr_main)
 
     def ranged(bases, rngs):
         full_r = M // mr_main
-        _ranged(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, _mul(k, ib, mr_main), mr_main),
+        _ranged(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, mul_index(k, ib, mr_main), mr_main),
                 lambda: cols(bases, full_r * mr_main, M % mr_main))
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
     if not _emit_tiled(k, P, (P.a, P.b, P.c), float(nbp) * M * N * K, (M // mr_main + (M % mr_main > 0),), ranged):

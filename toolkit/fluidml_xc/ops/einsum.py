@@ -5,6 +5,7 @@ each operand accesses the domain through its labels' strides (a label repeated w
 is a diagonal: its strides add up), the body is the product of the operands' elements. Implicit
 mode (no '->') outputs the labels used exactly once, alphabetically, after any ellipsis dims;
 '...' stands for the same broadcast dims in every operand (right-aligned, size 1 broadcasts).
+A label over a dim that varies at run time loops to its run-time extent (the split planned at the capacity).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..einsum_equation import parse_equation
 from ..opspec import register
 
 
-@register("Einsum", lowp_native=True, heavy=True)
+@register("Einsum", lowp_native=True, heavy=True, runtime_extents=True)
 def lower_einsum(k):
     ins = [op for op in k.inputs if op is not None]
     out = k.outputs[0]
@@ -35,6 +36,14 @@ def lower_einsum(k):
         k.generic(out.shape, [out.identity_access()], [], lambda v, i: [const(dt, 0)])
         return
     domain = [extent[c] for c in labels]
+    capacity = None
+    if k.dynamic:  # a label's run-time extent from an operand whose dim varies there (broadcast 1s never vary)
+        run = dict(extent)
+        for t, op in [*zip(terms, ins), (out_labels, out)]:
+            for j, c in enumerate(t):
+                if op.varies(j):
+                    run[c] = k.extent(op, j)
+        capacity, domain = domain, [run[c] for c in labels]
     nd = len(domain)
     accesses = [op.access([pos[c] for c in t], nd) for t, op in zip(terms, ins)]
     out_acc = out.access(list(range(len(out_labels))), nd)
@@ -47,7 +56,10 @@ def lower_einsum(k):
         return [acc]
     if not ins:
         return
-    if reduce_dims:
+    if capacity is not None:
+        k.generic(domain, [out_acc], accesses, body, reduce_dims, [const(dt, 0)] if reduce_dims else None,
+                  capacity=capacity)
+    elif reduce_dims:
         k.generic(domain, [out_acc], accesses, body, reduce_dims, [const(dt, 0)])
     else:
         k.generic(domain, [out_acc], accesses, body)

@@ -29,7 +29,9 @@ from ..kernels.epilogue import fused_epilogue
 from ..kernels.matmul_geometry import BLOCKED_DTYPES, MATMUL_ORDERS, blocked_kind, default_order, domain_order
 from ..kernels.kernel import Access, Operand, row_major_strides
 from ..kernels.scalar import const, llvm_type
-from ..kernels.matmul_blocked import Mat, Problem, emit_blocked, repacked
+from ..kernels.loops import nest
+from ..kernels.matmul_blocked import Mat, Problem, RunDims, repacked
+from ..kernels.matmul_runtime import emit_matmul
 from ..opspec import register
 
 def _order(k, a_mk, b_kn, c_mn, m=2, n=2, a_const=False, b_const=False, dtype=np.float32) -> str:
@@ -110,7 +112,48 @@ def _finish_pass(k, out: Operand, residual: Operand | None, relu: bool) -> None:
     def body(v, i):
         x = k.s.add(dt, v[0], v[1]) if residual is not None else v[0]
         return [k.s.clamp(dt, x, const(dt, 0), None) if relu else x]  # NaN stays NaN
+    if k.dynamic:
+        nest(k, k.extents(out), lambda ix: k.store(ins[0], ix, body([k.load(a, ix) for a in ins], ix)[0]))
+        return
     k.generic(out.shape, [out.identity_access()], ins, body)
+
+
+def _accumulate_runtime(k, a: Access, b: Access, c: Access, run: RunDims, dtype, starts: list[tuple[Access, float]],
+                        scale, relu: bool) -> None:
+    """C = (sum over k of A * B) (* scale) + sum of factor * start (max 0), serial loops to run-time extents: the
+    kernel of orders and dtypes without a blocked form. Domain (batch..., m, k, n); each start (Access, factor) read
+    over (batch..., m, n); float16 sums in float32."""
+    s, nb = k.s, len(run.batch)
+    ct = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+    def load(acc, ix):
+        return s.cast(dtype, ct, k.load(acc, ix)) if ct != dtype else k.load(acc, ix)
+
+    def point(ix):
+        full = [*ix[:nb + 1], k.index(0), ix[nb + 1]]
+        slot = k.local(llvm_type(ct), const(ct, 0))
+        with k.for_range(run.kk) as r:
+            full[nb + 1] = r
+            k.b.store(s.add(ct, k.b.load(slot), s.mul(ct, load(a, full), load(b, full))), slot)
+        full[nb + 1] = k.index(0)
+        total = k.b.load(slot)
+        if scale is not None:
+            total = s.mul(ct, total, s.cast(dtype, ct, scale) if ct != dtype else scale)
+        for st, factor in starts:
+            x = load(st, ix)
+            total = s.add(ct, total, x if factor == 1.0 else s.mul(ct, x, const(ct, factor)))
+        if relu:
+            total = s.clamp(ct, total, const(ct, 0), None)
+        k.store(c, full, s.cast(ct, dtype, total) if ct != dtype else total)
+    nest(k, [*run.batch, run.m, run.n], point)
+
+
+def _run_dims(k, out: Operand, a_op: Operand, b_op: Operand, nb: int) -> RunDims | None:
+    """MatMul's extents at run time (None for a static node): batch dims are C's leading ones."""
+    if not k.dynamic:
+        return None
+    return RunDims(tuple(k.extent(out, j) for j in range(nb)), k.extent(a_op, a_op.rank - 2), k.extent(b_op, b_op.rank - 1),
+                   k.extent(a_op, a_op.rank - 1))
 
 
 def _bias_mat(bias: Operand | None) -> Mat | None:
@@ -120,7 +163,7 @@ def _bias_mat(bias: Operand | None) -> Mat | None:
     return Mat(lambda op=bias: op.ptr, (), 0, 1 if bias.size > 1 else 0)
 
 
-@register("MatMul", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True, cost_kind="matmul")
+@register("MatMul", runtime_extents=True, strided=True, layout_anchor=True, loop_orders="matmul", heavy=True, cost_kind="matmul")
 def lower_matmul(k):
     """C = A @ B, plus what passes/epilogues.py fused: input 2 a constant bias along the last dim (or ""),
     input 3 a residual activation of C's shape."""
@@ -129,9 +172,9 @@ def lower_matmul(k):
     dt = out.dtype
     a_shape, b_shape = a.shape, b.shape
     a_op = a if a.rank >= 2 else Operand(a.name, a.dtype, (1, *a.shape), (0, *a.strides), a.ptr,
-                                         None if a.value is None else a.value.reshape(1, -1))
+                                         None if a.value is None else a.value.reshape(1, -1), a.dyn and (1, *a.dyn))
     b_op = b if b.rank >= 2 else Operand(b.name, b.dtype, (*b.shape, 1), (*b.strides, 0), b.ptr,
-                                         None if b.value is None else b.value.reshape(-1, 1))
+                                         None if b.value is None else b.value.reshape(-1, 1), b.dyn and (*b.dyn, 1))
     c_mn = (out.strides[-2], out.strides[-1]) if a.rank >= 2 and b.rank >= 2 else (1, 1)
     m, kk, n = a_op.shape[-2], a_op.shape[-1], b_op.shape[-1]
     a_mk = (a_op.strides[-2], a_op.strides[-1])
@@ -152,6 +195,7 @@ def lower_matmul(k):
     bias = k.inputs[2] if len(k.inputs) > 2 and k.inputs[2] is not None else None
     residual = k.inputs[3] if len(k.inputs) > 3 and k.inputs[3] is not None else None
     relu = fused_epilogue(k).activation == "relu"
+    run = _run_dims(k, out, a_op, b_op, nb)
     if kind is not None:
         # the residual rides in the epilogue when stored like C (same shape and strides); else one pass after
         in_epilogue = residual is not None and residual.shape == out.shape and residual.strides == out.strides
@@ -162,29 +206,33 @@ def lower_matmul(k):
                     Mat(lambda op=a: op.ptr, sa[:nb], sa[nb], sa[nb + 1], a_op.value),
                     Mat(lambda op=b: op.ptr, sb[:nb], sb[nb + 1], sb[nb + 2], b_op.value),
                     Mat(lambda op=out: op.ptr, sc[:nb], sc[nb], sc[nb + 2]), _bias_mat(bias),
-                    residual=Mat(lambda op=residual: op.ptr, (), 0, 0) if in_epilogue else None)
+                    residual=Mat(lambda op=residual: op.ptr, (), 0, 0) if in_epilogue else None, run=run)
         if residual is not None and not in_epilogue:
-            emit_blocked(k, P, kind)
+            emit_matmul(k, P, kind)
             _finish_pass(k, out, residual, relu)
         else:
-            emit_blocked(k, replace(P, relu=relu), kind)
+            emit_matmul(k, replace(P, relu=relu), kind)
         return
     if b.value is not None and b.rank >= 2:
         b = repacked(k, b, False, column_major=order == "ijk")
         b_op = b
+    a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
+    b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
+    if run is not None:
+        starts = [(op.broadcast_access((*batch, m, n)), 1.0) for op in (bias, residual) if op is not None]
+        _accumulate_runtime(k, a_acc, b_acc, c_acc, run, dt, starts, None, relu)
+        return
     c_init = out.access(out_dims[:nb] + ([nb] if len(a_shape) > 1 else []) + ([nb + 1] if len(b_shape) > 1 else []), nb + 2)
     if bias is not None or residual is not None:  # C starts as bias + residual (passes/epilogues.py: operands >= 2-D)
         starts = [op.broadcast_access((*batch, m, n)) for op in (bias, residual) if op is not None]
         k.generic((*batch, m, n), [c_init], starts, lambda v, i: [v[0] if len(v) == 1 else k.s.add(dt, v[0], v[1])])
     else:
         k.generic((*batch, m, n), [c_init], [], lambda v, i: [const(dt, 0)])
-    a_acc = _as_matrix_access(a_op, nb, ndom, nb, nb + 1, 0, 1)
-    b_acc = _as_matrix_access(b_op, nb, ndom, nb + 1, nb + 2, 0, 1)
     matmul_accumulate(k, a_acc, b_acc, c_acc, batch, m, n, kk, dt, order=order)
     _finish_pass(k, out, None, relu)
 
 
-@register("Gemm", strided=True, layout_anchor=True, loop_orders="matmul", heavy=True, cost_kind="matmul")
+@register("Gemm", runtime_extents=True, strided=True, layout_anchor=True, loop_orders="matmul", heavy=True, cost_kind="matmul")
 def lower_gemm(k):
     a, b = k.inputs[0], k.inputs[1]
     c = k.inputs[2] if len(k.inputs) > 2 else None
@@ -199,6 +247,8 @@ def lower_gemm(k):
     n = b.shape[0] if trans_b else b.shape[1]
     order = _order(k, a_mk, b_kn, (out.strides[0], out.strides[1]), m, n, a.value is not None, b.value is not None, dt)
     kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, np.dtype(dt) in BLOCKED_DTYPES)
+    run = None if not k.dynamic else RunDims((), k.extent(a, 1 if trans_a else 0), k.extent(b, 0 if trans_b else 1),
+                                             k.extent(a, 0 if trans_a else 1))
     if kind is not None:
         sa = a.access([1, 0] if trans_a else [0, 1], 3).strides
         sb = b.access([2, 1] if trans_b else [1, 2], 3).strides
@@ -215,11 +265,16 @@ def lower_gemm(k):
             bs = c.broadcast_access((m, n)).strides
             bias = Mat(lambda op=c: op.ptr, (), bs[0], bs[1])
         P = Problem(np.dtype(dt), (), m, n, kk, Mat(lambda op=a: op.ptr, (), sa[0], sa[1], a_val), Mat(lambda op=b: op.ptr, (), sb[1], sb[2], b_val),
-                    Mat(lambda op=out: op.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta, relu=relu)
-        emit_blocked(k, P, kind)
+                    Mat(lambda op=out: op.ptr, (), sc[0], sc[2]), bias, alpha, bias_beta, relu=relu, run=run)
+        emit_matmul(k, P, kind)
         return
     if b.value is not None:
         b, trans_b = repacked(k, b, bool(trans_b), column_major=order == "ijk"), 0
+    if run is not None:
+        starts = [(c.broadcast_access((m, n)), beta)] if c is not None and beta != 0.0 else []
+        _accumulate_runtime(k, a.access([1, 0] if trans_a else [0, 1], 3), b.access([2, 1] if trans_b else [1, 2], 3),
+                            out.access([0, 2], 3), run, dt, starts, None if alpha == 1.0 else const(dt, alpha), relu)
+        return
     out_acc2 = out.access([0, 1], 2)
     if c is not None and beta != 0.0:
         c_acc = c.broadcast_access((m, n))

@@ -20,7 +20,8 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..kernels.scalar import FAST, const, llvm_type
-from ..kernels.matmul_blocked import Mat, Problem, emit_blocked
+from ..kernels.matmul_blocked import Mat, Problem, RunDims
+from ..kernels.matmul_runtime import emit_matmul
 from ..opspec import register
 
 CHUNK_BYTES = 32 * 1024
@@ -114,6 +115,9 @@ class _Recurrent:
             self.batch, self.seq = self.x.shape[0], self.x.shape[1]
         else:
             self.seq, self.batch = self.x.shape[0], self.x.shape[1]
+        self.seq_v, self.batch_v = (k.extent(self.x, 1), k.extent(self.x, 0)) if self.layout else \
+            (k.extent(self.x, 0), k.extent(self.x, 1))
+        """The sequence length and batch at run time (ints when static; seq and batch are then the capacities)."""
         self.inp = self.x.shape[2]
         self.gates = _GATES[op]
         clip = k.attr("clip", None)
@@ -220,19 +224,19 @@ class _Recurrent:
             h_state = self.buffer(self.batch * H)
             c_state = self.buffer(self.batch * H) if self.op == "LSTM" else None
             gates = self.buffer(self.gates * H)
-            with k.for_range(self.batch) as bi:
+            with k.for_range(self.batch_v) as bi:
                 with k.for_range(H) as j:
                     at = b.add(b.mul(bi, k.index(H)), j)
                     b.store(self.load(self.h0, self.state_index(d, bi, j)) if self.h0 is not None else self.c(0), self.cell(h_state, at))
                     if c_state is not None:
                         b.store(self.load(self.c0, self.state_index(d, bi, j)) if self.c0 is not None else self.c(0), self.cell(c_state, at))
-            with k.for_range(self.seq) as s:
-                with k.for_range(self.batch) as bi:
+            with k.for_range(self.seq_v) as s:
+                with k.for_range(self.batch_v) as bi:
                     if self.seq_lens is not None:
                         length = k.s.cast(self.seq_lens.dtype, np.dtype(f"int{k.idx_t.width}"), b.load(self.ptr(self.seq_lens, [bi])))
-                        length = b.select(b.icmp_signed(">", length, k.index(self.seq)), k.index(self.seq), length)
+                        length = b.select(b.icmp_signed(">", length, k.as_index(self.seq_v)), k.as_index(self.seq_v), length)
                     else:
-                        length = k.index(self.seq)
+                        length = k.as_index(self.seq_v)
                     active = b.icmp_signed("<", s, length)
                     with b.if_else(active) as (then, otherwise):
                         with then:
@@ -243,7 +247,7 @@ class _Recurrent:
                             if self.y is not None:
                                 with k.for_range(H) as j:
                                     self.store(self.y, self.y_index(s, d, bi, j), self.c(0))
-            self.store_final_states(d, self.batch, h_state, c_state)
+            self.store_final_states(d, self.batch_v, h_state, c_state)
 
     def store_final_states(self, d, batch: int, h_state, c_state) -> None:
         """Y_h and Y_c (when asked for) of direction d from the state buffers."""
@@ -337,19 +341,27 @@ class _Recurrent:
         storage = (lambda: op.ptr) if value is not None else self.offset_ptr(op, d * op.strides[0] + row0 * op.strides[1])
         return Mat(storage, (), op.strides[2], op.strides[1], value)
 
-    def gemm(self, a: Mat, b_mat: Mat, c: Mat, m: int, n: int, kk: int, batch=(), accumulate=False) -> None:
-        """C (+)= A . B with the register-blocked kernels (dot products when both run along k, else outer products)."""
+    def gemm(self, a: Mat, b_mat: Mat, c: Mat, m: int, n: int, kk: int, batch=(), accumulate=False, batch_run=None) -> None:
+        """C (+)= A . B with the register-blocked kernels (dot products when both run along k, else outer products);
+        m is the batch (its run-time value self.batch_v), batch_run the batch dims' run-time values."""
         residual = Mat(c.ptr, (), 0, 0) if accumulate else None
-        P = Problem(self.dtype, tuple(batch), m, n, kk, a, b_mat, c, residual=residual)
+        run = RunDims(tuple(batch_run or batch), self.batch_v, n, kk) if self.k.dynamic else None
+        P = Problem(self.dtype, tuple(batch), m, n, kk, a, b_mat, c, residual=residual, run=run)
         kind = "dot" if b_mat.value is None and a.cs == 1 and b_mat.rs == 1 else "outer"
-        emit_blocked(self.k, P, kind)
+        emit_matmul(self.k, P, kind)
 
     def emit_blocked(self):
         k, b, H, G = self.k, self.b, self.hidden, self.gates
         GH, nb = G * H, self.batch
         row = nb * GH
         tc = max(1, min(self.seq, CHUNK_BYTES // (row * self.dtype.itemsize)))
-        chunks = -(-self.seq // tc)
+        seq = self.seq_v
+        if isinstance(seq, int):
+            chunks, tc_v, last, end = -(-seq // tc), tc, k.index(seq - tc), k.index(seq - 1)
+        else:  # a varying length: tc steps per chunk at most, fewer when the whole sequence is shorter
+            chunks = b.udiv(b.add(seq, k.index(tc - 1)), k.index(tc))
+            tc_v = k.imin(k.index(tc), seq)
+            last, end = b.sub(seq, tc_v), b.sub(seq, k.index(1))
         xs = self.x.strides
         t_stride, b_stride = (xs[1], xs[0]) if self.layout else (xs[0], xs[1])
         for d in range(self.dirs):
@@ -358,7 +370,7 @@ class _Recurrent:
             c_state = self.buffer(nb * H) if self.op == "LSTM" else None
             xw = self.buffer(tc * row)
             tmp = self.buffer(nb * H) if self.op == "GRU" else None
-            with k.for_range(nb) as bi:
+            with k.for_range(self.batch_v) as bi:
                 with k.for_range(H) as j:
                     at = b.add(b.mul(bi, k.index(H)), j)
                     b.store(self.load(self.h0, self.state_index(d, bi, j)) if self.h0 is not None else self.c(0), self.cell(h_state, at))
@@ -368,18 +380,18 @@ class _Recurrent:
             with k.for_range(chunks) as c:
                 # the last chunk starts at seq - tc (re-projecting a few steps) so every chunk is tc steps
                 s0 = b.mul(c, k.index(tc))
-                s0 = b.select(b.icmp_signed(">", s0, k.index(self.seq - tc)), k.index(self.seq - tc), s0)
+                s0 = b.select(b.icmp_signed(">", s0, last), last, s0)
                 first = b.sub(b.mul(c, k.index(tc)), s0)
-                t0 = b.sub(k.index(self.seq - 1), s0) if reverse else s0
+                t0 = b.sub(end, s0) if reverse else s0
                 x_base = b.gep(self.x.ptr, [b.mul(t0, k.index(t_stride))], inbounds=True)
                 a = Mat(x_base, (-t_stride if reverse else t_stride,), b_stride, xs[2])
-                self.gemm(a, w_mat, Mat(xw, (row,), GH, 1), nb, GH, self.inp, batch=(tc,))
-                with k.for_range(tc, first) as sl:
+                self.gemm(a, w_mat, Mat(xw, (row,), GH, 1), nb, GH, self.inp, batch=(tc,), batch_run=(tc_v,))
+                with k.for_range(tc_v, first) as sl:
                     s = b.add(s0, sl)
-                    t = b.sub(k.index(self.seq - 1), s) if reverse else s
+                    t = b.sub(end, s) if reverse else s
                     gates = b.gep(xw, [b.mul(sl, k.index(row))], inbounds=True)
                     getattr(self, "blocked_" + self.op.lower())(d, t, gates, h_state, c_state, tmp)
-            self.store_final_states(d, nb, h_state, c_state)
+            self.store_final_states(d, self.batch_v, h_state, c_state)
 
     def bias_value(self, d, g, which: str):
         """Wb[g] ("w"), Rb[g] ("r") or their sum ("wr") of direction d; g an index value."""
@@ -400,7 +412,7 @@ class _Recurrent:
     def each(self, fn):
         """fn(bi, j, at) for every batch row and hidden unit (at = bi * H + j, the state buffer's index)."""
         k, b, H = self.k, self.b, self.hidden
-        with k.for_range(self.batch) as bi:
+        with k.for_range(self.batch_v) as bi:
             with k.for_range(H) as j:
                 fn(bi, j, b.add(b.mul(bi, k.index(H)), j))
 
@@ -428,7 +440,7 @@ class _Recurrent:
         lbr = int(k.attr("linear_before_reset", 0))
         self.gemm(self.state_mat(h_state), self.weight_mat(self.r, d, 0, 2 * H), Mat(gates, (), GH, 1),
                   self.batch, 2 * H, H, accumulate=True)
-        with k.for_range(self.batch) as bi:
+        with k.for_range(self.batch_v) as bi:
             with k.for_range(2 * H) as g:
                 cell = self.gate_cell(gates, bi, g)
                 b.store(self.activate(f, b.fadd(b.load(cell), self.bias_value(d, g, "wr"))), cell)
@@ -507,4 +519,4 @@ def _lower(op):
 
 
 for _op in ("RNN", "GRU", "LSTM"):
-    register(_op, dtypes=("float32", "float64", "float16"), heavy=True)(_lower(_op))
+    register(_op, dtypes=("float32", "float64", "float16"), heavy=True, runtime_extents=True)(_lower(_op))

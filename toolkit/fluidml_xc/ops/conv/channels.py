@@ -52,8 +52,8 @@ class ChannelVectors:
         xs = self.s.xs
         per_ci = self.s.KH * self.s.KW * self.p.RP
         wbases = self.weight_bases(g, cb, nv)
-        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
-        fresh = self.p.fresh_broadcasts and kw_hi - kw_lo > 1 and npix > 1
+        kw_lo, kw_hi = pixels[0] if npix == 1 else (min(r[0] for r in pixels), max(r[1] for r in pixels))
+        fresh = self.p.fresh_broadcasts and npix > 1 and kw_hi - kw_lo > 1
 
         def row_taps(ci, kh):
             ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
@@ -133,7 +133,7 @@ class ChannelVectors:
             self.c.span(0, full, lambda q: channels(n, offset(k, 0, (q, chunk)), chunk))
             if self.s.C % chunk:
                 channels(n, full * chunk, self.s.C % chunk)
-        self.c.span(0, self.s.N, image)
+        self.c.span(0, self.c.N, image)
 
     def emit_packed(self):
         """packs_input: one group packed before the parallel region (once per call, into this call's stack), then
@@ -157,12 +157,12 @@ class ChannelVectors:
         if len(groups) == 1:
             run(groups[0])
             if not self.c.emit_tiled(per_image):
-                self.c.span(0, self.s.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
+                self.c.span(0, self.c.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
             return
         split = self.c.split()
         with k.parallel_tiles([len(groups)], split[0] if split else 0.0) as (gi,):
             for i, group in enumerate(groups):
                 with k.b.if_then(k.b.icmp_signed("==", gi, k.index(i))):
                     run(group)
-                    self.c.span(0, self.s.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
+                    self.c.span(0, self.c.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
 

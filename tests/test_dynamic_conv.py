@@ -1,0 +1,197 @@
+"""Conv and pooling over dims that vary at run time (issue #26): each graph is compiled once (tests/dynamic_harness.py)
+and run against onnx.reference at the minimum, the maximum and sizes between (odd sizes, sizes that are not a multiple
+of the vector width, 1 where the range allows); the feeds' capacity padding is NaN, so a kernel that reads past an
+actual extent shows it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from dynamic_harness import DynamicCase
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
+from fluidml_xc.errors import InputError
+from fluidml_xc.kernels.epilogue import EPILOGUE_ATTR, Epilogue
+from fluidml_xc.planning import PlanOptions, plan_memory
+from fluidml_xc.symbolic import Sym, SymRange, floordiv
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import compile_module, machine_spec
+
+F32 = np.float32
+N_, H_, W_ = Sym("N"), Sym("H"), Sym("W")
+NHWC = (0, 2, 3, 1)
+
+
+def out_dim(size, k: int, stride: int = 1, pad_total: int = 0, dil: int = 1):
+    return floordiv(size + pad_total - (k - 1) * dil - 1, stride) + 1
+
+
+def weights(case: DynamicCase, name: str, oc: int, cig: int, kh: int, kw: int | None = None, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    shape = (oc, cig, kh) if kw is None else (oc, cig, kh, kw)
+    return (case.const(f"{name}_w", rng.standard_normal(shape).astype(F32)),
+            case.const(f"{name}_b", rng.standard_normal(oc).astype(F32)))
+
+
+def feed(shape, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(F32)
+
+
+def check_sizes(run, envs, inputs) -> None:
+    """run.check at every env; inputs: name -> function of env giving the actual shape."""
+    for i, env in enumerate(envs):
+        run.check(env, {name: feed(shape(env), i) for name, shape in inputs.items()}, rtol=1e-4, atol=1e-4)
+
+
+def fused(case: DynamicCase, x, w, b, residual, dims, attrs, activation: str, params=()) -> str:
+    """Conv with an epilogue the kernel applies (residual add, then the activation), the reference as separate nodes."""
+    inputs = [x, w, b] + ([residual] if residual else [])
+    (y,) = case.node("Conv", inputs, [(F32, dims)], attrs)
+    case.graph.nodes[-1].attrs[EPILOGUE_ATTR] = Epilogue(activation, tuple(params), residual is not None)
+    nodes = [helper.make_node("Conv", [x, w, b], ["ref_conv"], **attrs)]
+    last = "ref_conv"
+    if residual:
+        nodes.append(helper.make_node("Add", [last, residual], ["ref_add"]))
+        last = "ref_add"
+    if activation == "relu":
+        nodes.append(helper.make_node("Relu", [last], [y]))
+    else:
+        lo, hi = (case.const(f"clip_{n}", np.array(v, F32)) for n, v in zip(("lo", "hi"), params))
+        nodes.append(helper.make_node("Clip", [last, lo, hi], [y]))
+    case.onnx_nodes[-1:] = nodes
+    return y
+
+
+W_SIZES = (1, 2, 7, 13, 16, 29, 40)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("oc", [16, 3], ids=["channel_vectors", "row_vectors"])
+def test_conv_width_varies(stride, oc):
+    """3x3, pads 1: the left column keeps its tap start, the interior is a run-time range, the right columns' taps are
+    clamped to the actual width; channel vectors (16 output channels) and row vectors (3, wide loads at stride 2)."""
+    case = DynamicCase({"W": SymRange("W", 1, 40, 16)})
+    x = case.input("x", F32, (1, 5, 6, W_))
+    w, b = weights(case, "c", oc, 5, 3, 3)
+    case.node("Conv", [x, w, b], [(F32, (1, oc, out_dim(6, 3, stride, 2), out_dim(W_, 3, stride, 2)))],
+              {"pads": [1, 1, 1, 1], "strides": [stride, stride]})
+    run = case.compile()
+    check_sizes(run, [{"W": v} for v in W_SIZES], {"x": lambda e: (1, 5, 6, e["W"])})
+
+
+@pytest.mark.parametrize("oc,kernel,pads,stride", [(8, 5, 2, 1), (16, 3, 1, 2), (2, 3, 0, 1), (24, 1, 0, 1)],
+                         ids=["5x5", "3x3s2", "rows_unpadded", "pointwise"])
+def test_conv_batch_height_width_vary(oc, kernel, pads, stride):
+    """N, H and W all vary: images beyond the actual batch and rows beyond the actual height are never touched."""
+    ranges = {"N": SymRange("N", 1, 3, 2), "H": SymRange("H", 5, 19, 8), "W": SymRange("W", 5, 23, 8)}
+    case = DynamicCase(ranges)
+    x = case.input("x", F32, (N_, 4, H_, W_))
+    w, b = weights(case, "c", oc, 4, kernel, kernel)
+    dims = (N_, oc, out_dim(H_, kernel, stride, 2 * pads), out_dim(W_, kernel, stride, 2 * pads))
+    case.node("Conv", [x, w, b], [(F32, dims)], {"pads": [pads] * 4, "strides": [stride, stride]})
+    run = case.compile()
+    envs = [{"N": 1, "H": 5, "W": 5}, {"N": 3, "H": 19, "W": 23}, {"N": 2, "H": 6, "W": 11}, {"N": 1, "H": 13, "W": 8},
+            {"N": 3, "H": 9, "W": 17}]
+    check_sizes(run, envs, {"x": lambda e: (e["N"], 4, e["H"], e["W"])})
+
+
+@pytest.mark.parametrize("oc", [32, 3])
+def test_pointwise_flat_height_varies(oc):
+    """A 1x1 conv whose width is fixed runs flat (one row of H * W pixels) with a run-time pixel count."""
+    case = DynamicCase({"H": SymRange("H", 1, 48, 16)})
+    x = case.input("x", F32, (1, 8, H_, 20))
+    w, b = weights(case, "c", oc, 8, 1, 1)
+    case.node("Conv", [x, w, b], [(F32, (1, oc, H_, 20))])
+    run = case.compile()
+    check_sizes(run, [{"H": v} for v in (1, 2, 5, 16, 31, 48)], {"x": lambda e: (1, 8, e["H"], 20)})
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_nchw_width_varies(stride):
+    case = DynamicCase({"W": SymRange("W", 2, 37, 16)})
+    x = case.input("x", F32, (1, 6, 7, W_))
+    w, b = weights(case, "dw", 6, 1, 3, 3)
+    case.node("Conv", [x, w, b], [(F32, (1, 6, out_dim(7, 3, stride, 2), out_dim(W_, 3, stride, 2)))],
+              {"pads": [1, 1, 1, 1], "strides": [stride, stride], "group": 6})
+    run = case.compile()
+    check_sizes(run, [{"W": v} for v in (2, 3, 9, 16, 25, 37)], {"x": lambda e: (1, 6, 7, e["W"])})
+
+
+def test_channels_last_chain_parallel():
+    """The layouts the optimizer picks for a MobileNet block: conv to channels-last, channels-last depthwise (stride
+    2), pointwise back to NCHW; big enough at the capacity to split into parallel tiles over run-time rows."""
+    ranges = {"H": SymRange("H", 3, 40, 24), "W": SymRange("W", 3, 40, 24)}
+    case = DynamicCase(ranges)
+    x = case.input("x", F32, (1, 8, H_, W_))
+    w1, b1 = weights(case, "c1", 32, 8, 3, 3, seed=1)
+    (t,) = case.node("Conv", [x, w1, b1], [(F32, (1, 32, H_, W_))], {"pads": [1, 1, 1, 1]}, output=False)
+    w2, b2 = weights(case, "dw", 32, 1, 3, 3, seed=2)
+    oh, ow = out_dim(H_, 3, 2, 2), out_dim(W_, 3, 2, 2)
+    (u,) = case.node("Conv", [t, w2, b2], [(F32, (1, 32, oh, ow))], {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 32},
+                     output=False)
+    w3, b3 = weights(case, "pw", 24, 32, 1, 1, seed=3)
+    case.node("Conv", [u, w3, b3], [(F32, (1, 24, oh, ow))])
+    run = case.compile(layouts={t: NHWC, u: NHWC})
+    assert "fxc_parallel_for" in run.ir_text
+    envs = [{"H": 3, "W": 3}, {"H": 40, "W": 40}, {"H": 17, "W": 9}, {"H": 24, "W": 24}, {"H": 5, "W": 33}]
+    check_sizes(run, envs, {"x": lambda e: (1, 8, e["H"], e["W"])})
+
+
+@pytest.mark.parametrize("activation,params", [("relu", ()), ("clip", (0.0, 6.0))])
+def test_fused_epilogue_width_varies(activation, params):
+    case = DynamicCase({"W": SymRange("W", 1, 30, 8)})
+    x = case.input("x", F32, (1, 4, 5, W_))
+    r = case.input("r", F32, (1, 16, 5, W_))
+    w, b = weights(case, "c", 16, 4, 3, 3)
+    fused(case, x, w, b, r, (1, 16, 5, W_), {"pads": [1, 1, 1, 1]}, activation, params)
+    run = case.compile()
+    check_sizes(run, [{"W": v} for v in (1, 4, 9, 17, 30)],
+                {"x": lambda e: (1, 4, 5, e["W"]), "r": lambda e: (1, 16, 5, e["W"])})
+
+
+def test_conv1d_width_varies():
+    """A 1-D conv over a text line (CRNN-like), dilation 2, stride 1."""
+    case = DynamicCase({"W": SymRange("W", 5, 64, 32)})
+    x = case.input("x", F32, (1, 6, W_))
+    w, b = weights(case, "c", 12, 6, 3)
+    case.node("Conv", [x, w, b], [(F32, (1, 12, W_))], {"pads": [2, 2], "dilations": [2]})
+    run = case.compile()
+    check_sizes(run, [{"W": v} for v in (5, 6, 13, 40, 64)], {"x": lambda e: (1, 6, e["W"])})
+
+
+def test_conv3d_generic_varies():
+    """Rank 5 takes the generic nest: tap ranges at run time along the varying depth."""
+    case = DynamicCase({"D": SymRange("D", 1, 9, 4)})
+    x = case.input("x", F32, (1, 2, Sym("D"), 4, 5))
+    w, b = weights(case, "c", 3, 2, 3)
+    w = case.const("c3_w", np.random.default_rng(5).standard_normal((3, 2, 3, 3, 3)).astype(F32))
+    case.node("Conv", [x, w, b], [(F32, (1, 3, Sym("D"), 4, 5))], {"pads": [1] * 6})
+    run = case.compile()
+    check_sizes(run, [{"D": v} for v in (1, 2, 5, 9)], {"x": lambda e: (1, 2, e["D"], 4, 5)})
+
+
+def test_same_pads_that_follow_the_size_are_refused():
+    """auto_pad SAME at stride 2 pads an odd width differently from an even one: one line naming the fix."""
+    case = DynamicCase({"W": SymRange("W", 4, 9, 8)})
+    x = case.input("x", F32, (1, 2, 4, W_))
+    w, b = weights(case, "c", 8, 2, 3, 3)
+    case.node("Conv", [x, w, b], [(F32, (1, 8, 2, floordiv(W_ + 1, 2)))], {"auto_pad": "SAME_UPPER", "strides": [2, 2]})
+    with pytest.raises(InputError, match="auto_pad=SAME_UPPER.*explicit pads"):
+        case.compile()
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_arm_forms_emit(board):
+    """The aarch64 / armv7 forms over varying dims (no edge blocks, armv7 taps as lanes, aarch64's paired
+    channels-last depthwise vectors) emit valid IR; running them is the cross-target tests' part."""
+    ranges = {"H": SymRange("H", 3, 30, 16), "W": SymRange("W", 3, 30, 16)}
+    case = DynamicCase(ranges)
+    x = case.input("x", F32, (1, 16, H_, W_))
+    w1, b1 = weights(case, "dw", 16, 1, 3, 3)
+    (t,) = case.node("Conv", [x, w1, b1], [(F32, (1, 16, H_, W_))], {"pads": [1] * 4, "group": 16}, output=False)
+    w2, b2 = weights(case, "dw2", 16, 1, 3, 3, seed=4)
+    case.node("Conv", [t, w2, b2], [(F32, (1, 16, H_, W_))], {"pads": [1] * 4, "group": 16})
+    plan = plan_memory(case.graph, PlanOptions(reuse=False, inplace=False, reorder=False))
+    spec = machine_spec(get_board(board))
+    text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True, layouts={t: NHWC})).emit()
+    assert compile_module(text, spec)[:4] == b"\x7fELF"

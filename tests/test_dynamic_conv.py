@@ -195,3 +195,63 @@ def test_arm_forms_emit(board):
     spec = machine_spec(get_board(board))
     text = ModuleEmitter(case.graph, plan, spec, EmitOptions(parallel=True, layouts={t: NHWC})).emit()
     assert compile_module(text, spec)[:4] == b"\x7fELF"
+
+
+POOL_ENVS = [{"H": 26, "W": 33}, {"H": 2, "W": 9}, {"H": 13, "W": 17}, {"H": 7, "W": 24}, {"H": 3, "W": 2}]
+
+
+@pytest.mark.parametrize("op,attrs,low", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 1),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, 2),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}, 1),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}, 1),
+    ("LpPool", {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 0, 1]}, 2),
+], ids=["max3s2", "max2ceil", "avg3", "avg3s2_include_pad", "lp"])
+@pytest.mark.parametrize("channels", [3, 16], ids=["columns", "channels_last"])
+def test_window_pool_varies(op, attrs, low, channels):
+    """Pools over varying height and width: vectors over output columns (NCHW) or over channels (channels-last, 16
+    channels stored innermost), border windows clamped to the actual input, run-time divisors; from the smallest
+    size the window allows (`low`) to the capacity."""
+    ranges = {"H": SymRange("H", low, 26, 8), "W": SymRange("W", low, 33, 8)}
+    case = DynamicCase(ranges)
+    x = case.input("x", F32, (1, 4, H_, W_))
+    w, b = weights(case, "c", channels, 4, 1, 1)
+    (t,) = case.node("Conv", [x, w, b], [(F32, (1, channels, H_, W_))], output=False)
+    (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
+    pads, ceil = attrs.get("pads", [0, 0, 0, 0]), attrs.get("ceil_mode", 0)
+    dims = (out_dim(H_ + ceil * (sh - 1), kh, sh, pads[0] + pads[2]), out_dim(W_ + ceil * (sw - 1), kw, sw, pads[1] + pads[3]))
+    if channels == 16:  # the pool reads and writes channels-last; a 1x1 conv brings its result back to NCHW
+        (u,) = case.node(op, [t], [(F32, (1, channels, *dims))], attrs, output=False)
+        w2, b2 = weights(case, "back", 5, channels, 1, 1, seed=7)
+        case.node("Conv", [u, w2, b2], [(F32, (1, 5, *dims))])
+        run = case.compile(layouts={t: NHWC, u: NHWC})
+    else:
+        case.node(op, [t], [(F32, (1, channels, *dims))], attrs)
+        run = case.compile()
+    envs = [{"H": low, "W": low}] + [e for e in POOL_ENVS if min(e.values()) >= low]
+    check_sizes(run, envs, {"x": lambda e: (1, 4, e["H"], e["W"])})
+
+
+def test_maxpool_indices_varies():
+    """MaxPool's Indices are flat positions in the actual input (row-major over the actual sizes)."""
+    case = DynamicCase({"W": SymRange("W", 3, 21, 8)})
+    x = case.input("x", F32, (2, 3, 5, W_))
+    case.node("MaxPool", [x], [(F32, (2, 3, 3, out_dim(W_, 3, 2, 2))), (np.int64, (2, 3, 3, out_dim(W_, 3, 2, 2)))],
+              {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+    run = case.compile()
+    check_sizes(run, [{"W": v} for v in (3, 4, 10, 17, 21)], {"x": lambda e: (2, 3, 5, e["W"])})
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("layout", [None, NHWC], ids=["nchw", "channels_last"])
+def test_global_pool_varies(op, layout):
+    """Global pools reduce the actual pixels only and divide by their run-time count; the batch varies too."""
+    ranges = {"N": SymRange("N", 1, 3, 1), "H": SymRange("H", 1, 20, 8), "W": SymRange("W", 1, 20, 8)}
+    case = DynamicCase(ranges)
+    x = case.input("x", F32, (N_, 4, H_, W_))
+    w, b = weights(case, "c", 16, 4, 1, 1)
+    (t,) = case.node("Conv", [x, w, b], [(F32, (N_, 16, H_, W_))], output=False)
+    case.node(op, [t], [(F32, (N_, 16, 1, 1))])
+    run = case.compile(layouts={t: layout} if layout else None)
+    envs = [{"N": 1, "H": 1, "W": 1}, {"N": 3, "H": 20, "W": 20}, {"N": 2, "H": 5, "W": 13}, {"N": 1, "H": 17, "W": 3}]
+    check_sizes(run, envs, {"x": lambda e: (e["N"], 4, e["H"], e["W"])})

@@ -106,6 +106,25 @@ def test_pointwise_flat_height_varies(oc):
     check_sizes(run, [{"H": v} for v in (1, 2, 5, 16, 31, 48)], {"x": lambda e: (1, 8, e["H"], 20)})
 
 
+@pytest.mark.parametrize("layout", [None, NHWC], ids=["rows_pixels_outer", "pixels_across_rows"])
+def test_pointwise_over_varying_rows(layout):
+    """A 1x1 conv whose height and width vary keeps the flat kernel's blocking: NCHW row vectors walk each row with
+    pixel tiles outermost; channel vectors over channels-last pixels tile the actual pixels across row ends (each
+    pixel's row and column at run time), the residual read at the same spots."""
+    ranges = {"N": SymRange("N", 1, 2, 1), "H": SymRange("H", 12, 30, 16), "W": SymRange("W", 12, 30, 16)}
+    case = DynamicCase(ranges)
+    x = case.input("x", F32, (N_, 8, H_, W_))
+    r = case.input("r", F32, (N_, 24, H_, W_))
+    w0, b0 = weights(case, "c0", 16, 8, 1, 1, seed=3)
+    (t,) = case.node("Conv", [x, w0, b0], [(F32, (N_, 16, H_, W_))], output=False)
+    w, b = weights(case, "c", 24, 16, 1, 1)
+    fused(case, t, w, b, r, (N_, 24, H_, W_), {}, "relu")
+    run = case.compile(layouts={t: layout} if layout else None)
+    envs = [{"N": 1, "H": 12, "W": 12}, {"N": 2, "H": 30, "W": 30}, {"N": 2, "H": 13, "W": 29}, {"N": 1, "H": 21, "W": 17},
+            {"N": 2, "H": 25, "W": 12}]
+    check_sizes(run, envs, {"x": lambda e: (e["N"], 8, e["H"], e["W"]), "r": lambda e: (e["N"], 24, e["H"], e["W"])})
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_nchw_width_varies(stride):
     case = DynamicCase({"W": SymRange("W", 2, 37, 16)})

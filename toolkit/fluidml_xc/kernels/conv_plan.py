@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from ..dtypes import compute_dtype
-from ..symbolic import Dim, SymRange, floordiv, is_static, maximum, minimum
+from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum, minimum
 from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle, tap_range
 from .epilogue import Epilogue
 
@@ -182,8 +182,9 @@ class ConvSpans:
     ranges: Mapping[str, SymRange] = field(compare=False, hash=False, default_factory=dict)
 
 
-def conv_spans(s: ConvShape, b: "ConvBlocking", V: int, margin: int) -> ConvSpans | None:
-    """The ConvSpans of `s` (None when no dim varies)."""
+def conv_spans(s: ConvShape, b: "ConvBlocking", V: int, margin: int, pixels: bool = False) -> ConvSpans | None:
+    """The ConvSpans of `s` (None when no dim varies); pixels: tiles of P run over the image's actual pixels across
+    row ends (form "pixels ...")."""
     d = s.dyn
     if d is None:
         return None
@@ -192,7 +193,7 @@ def conv_spans(s: ConvShape, b: "ConvBlocking", V: int, margin: int) -> ConvSpan
     cols = padding_free(d.OW, s.sw, s.dw, s.pw, s.KW, d.W, margin, r)
     taps = padding_free(d.OW, s.sw, s.dw, s.pw, s.KW, d.W, 0, r)
     lo, hi = (taps if b.P else cols)
-    tiles = settle(floordiv(hi - lo, b.P if b.P else b.U * V), r)
+    tiles = settle(floordiv(d.OH * d.OW if pixels else hi - lo, b.P if b.P else b.U * V), r)
     return ConvSpans(settle(d.N, r), settle(d.H, r), settle(d.W, r), settle(d.OH, r), settle(d.OW, r), rows, cols, taps,
                      tiles, r)
 
@@ -252,7 +253,8 @@ class ConvPlan:
     epilogue: Epilogue | None
     form: str
     """The loop nest (a key of ops/conv/conv2d.py WHOLE or PER_IMAGE): "packed", "depthwise_c", "pointwise_tiles",
-    "[flat ]channels co>px", "[flat ]channels px>co", "rows flat" or "rows"."""
+    "[flat ]channels co>px", "[flat ]channels px>co", "rows flat" or "rows"; over varying rows also "rows px>co"
+    and "pixels channels co>px" / "pixels channels px>co" (_pointwise_over_rows)."""
     spans: ConvSpans | None = None
     """Run-time geometry when dims vary (the ranges above are then the capacity's and unused for a varying dim)."""
 
@@ -265,6 +267,14 @@ def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
             return "pointwise_tiles"
         return ("flat " if flat else "") + ("channels co>px" if blocks_outer else "channels px>co")
     return "rows flat" if flat else "rows"
+
+
+def _pointwise_over_rows(s: ConvShape) -> bool:
+    """A 1x1 stride-1 unpadded conv whose rows vary (so not flat): planned as if flat (the flat kernel's blocking),
+    its row vectors walk each row with pixel tiles outermost, its channel vectors tile the actual pixels across row
+    ends (form "pixels ...") when every row of the range holds a tile."""
+    return (s.dyn is not None and s.dyn.spatial and not s.flat and (s.KH, s.KW, s.sh, s.sw, s.ph, s.pw) == (1, 1, 1, 1, 0, 0)
+            and (s.OH, s.OW) == (s.H, s.W))
 
 
 def _col_blocks(s: ConvShape, b: ConvBlocking) -> tuple[int, int]:
@@ -291,9 +301,12 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     follow); finite: every constant weight is finite; bias_const: the bias is a build-time constant; order: the
     optimizer's loop order (CONV_ORDERS), else the blocking's default."""
     itemsize = np.dtype(dtype).itemsize
-    b = ConvBlocking.choose(forms, N=s.N, C=s.C, H=s.H, W=s.W, OC=s.OC, OH=s.OH, OW=s.OW, KH=s.KH, KW=s.KW, G=s.G,
-                            sh=s.sh, sw=s.sw, dh=s.dh, xs=s.xs, os=s.os, flat=s.flat, w_const=w_const, finite=finite,
-                            itemsize=itemsize, V=V, unpadded=s.unpadded, fixed_geometry=s.dyn is None or not s.dyn.spatial)
+    pointwise = _pointwise_over_rows(s)
+    H, W, OH, OW = (1, s.H * s.W, 1, s.OH * s.OW) if pointwise else (s.H, s.W, s.OH, s.OW)
+    b = ConvBlocking.choose(forms, N=s.N, C=s.C, H=H, W=W, OC=s.OC, OH=OH, OW=OW, KH=s.KH, KW=s.KW, G=s.G,
+                            sh=s.sh, sw=s.sw, dh=s.dh, xs=s.xs, os=s.os, flat=s.flat or pointwise, w_const=w_const,
+                            finite=finite, itemsize=itemsize, V=V, unpadded=s.unpadded,
+                            fixed_geometry=s.dyn is None or not s.dyn.spatial)
     channels = b.kind == "channels"
     rp = forms.packed_channels(s.Cog, b.R, V, pack_V or V) if channels else b.R
     wide = s.xs[3] == 1 and 1 < s.sw <= 4
@@ -309,6 +322,11 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         px_tiles = (max(cols[1], cols[0]) - cols[0]) // (b.U * V)
     unit = b.dw_vec * V
     blocks_outer = (order if order in CONV_ORDERS else b.default_order) == "co>px"
+    form = _form(b, s.flat, blocks_outer)
+    if pointwise and b.kind == "rows":
+        form = "rows px>co"
+    elif pointwise and channels and bounds(s.dyn.OW, s.dyn.ranges)[0] >= b.P:
+        form, px_tiles = "pixels " + form, OH * OW // b.P
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
         s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0), cols,
@@ -317,7 +335,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
-        _form(b, s.flat, blocks_outer), conv_spans(s, b, V, margin))
+        form, conv_spans(s, b, V, margin, form.startswith("pixels")))
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

@@ -141,11 +141,28 @@ def _rows(c: ConvKernel, p: ConvPlan):
     return per_image
 
 
+def _rows_pixels_outer(c: ConvKernel, p: ConvPlan):
+    e = RowVectors(c, p)
+    return lambda n, g: c.rows(lambda oh, khr: e.row(oh, khr, lambda ow, nvec, kw: c.channel_blocks(
+        lambda cb, R: e.block(n, g, cb, R, oh, ow, nvec, khr, kw))))
+
+
+def _pixels(c: ConvKernel, p: ConvPlan):
+    e = ChannelVectors(c, p)
+
+    def block(n, g, cb, R, row, col, count):
+        c.pixel_block(row, col, count, lambda oh, ow, spots: e.block_c(n, g, cb, R, oh, ow, [(0, 1)] * count, (0, 1), spots))
+    if p.blocks_outer:
+        return lambda n, g: c.channel_blocks(lambda cb, R: c.pixel_tiles(lambda row, col, count: block(n, g, cb, R, row, col, count)))
+    return lambda n, g: c.pixel_tiles(lambda row, col, count: c.channel_blocks(lambda cb, R: block(n, g, cb, R, row, col, count)))
+
+
 WHOLE = {"packed": _packed, "depthwise_c": _depthwise}
 """Forms that emit the whole conv themselves (their own packing or tiling)."""
 PER_IMAGE = {"pointwise_tiles": _pointwise_tiles, "flat channels co>px": _channels_flat_outer,
              "flat channels px>co": _channels_flat_inner, "channels co>px": _channels_outer,
-             "channels px>co": _channels_inner, "rows flat": _rows_flat, "rows": _rows}
+             "channels px>co": _channels_inner, "rows flat": _rows_flat, "rows": _rows, "rows px>co": _rows_pixels_outer,
+             "pixels channels co>px": _pixels, "pixels channels px>co": _pixels}
 """Forms as per_image(n, g), run over the images and groups (as parallel tiles when split)."""
 
 

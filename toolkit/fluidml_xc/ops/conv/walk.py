@@ -306,16 +306,75 @@ class ConvKernel:
             emit(offset(k, lo, (t, P)), [(0, s.KW)] * P)
         with self.when(last):
             pos = offset(k, lo, (self._value(tiles), P))
-            rest = k.b.sub(hi, pos)
-            bit = 1 << (P - 1).bit_length()
-            while bit > 1:
-                bit //= 2
-                if bit >= P:
-                    continue
-                with k.b.if_then(k.b.icmp_signed("!=", k.b.and_(rest, k.index(bit)), k.index(0))):
-                    emit(k.b.add(pos, k.b.and_(rest, k.index(-2 * bit))), [(0, s.KW)] * bit)
+            self.binary_blocks(pos, k.b.sub(hi, pos), P, lambda at, count: emit(at, [(0, s.KW)] * count))
             with loop(k, self._value(self.rt["OW"]), hi) as ow:
                 emit(ow, [self.end_taps(1, ow)])
+
+    def pixel_tiles(self, emit):
+        """emit(row, column, count) over an image's actual pixels in row-major order (form "pixels"): tiles of P
+        (under px_rng: the tiles [t0, t1)), each tile's first row and column carried from the one before (one
+        division per run of tiles), then the last partial tile as blocks of 2^j pixels."""
+        k, b, P = self.k, self.k.b, self.plan.blocking.P
+        tiles, width = self.rt["tiles"], self._value(self.rt["OW"])
+        _, last, trange = self.px_parts(tiles)
+        first_tile, end = (self._value(v) for v in (trange or (0, tiles)))
+        row, col = self.row_col(offset(k, 0, (first_tile, P)))
+        slots = [k.local(k.idx_t, v) for v in (row, col)]
+        with loop(k, end, first_tile):
+            row, col = (b.load(slot) for slot in slots)
+            emit(row, col, P)
+            nxt = b.add(col, k.index(P))
+            wrap = b.icmp_signed(">=", nxt, width)
+            b.store(b.add(row, b.zext(wrap, k.idx_t)), slots[0])
+            b.store(b.select(wrap, b.sub(nxt, width), nxt), slots[1])
+        with self.when(last):
+            pos = offset(k, 0, (self._value(tiles), P))
+            rest = b.sub(b.mul(self._value(self.rt["OH"]), width), pos)
+            self.binary_blocks(pos, rest, P, lambda q, count: emit(*self.row_col(q), count))
+
+    def row_col(self, q):
+        """(row, column) of pixel q of the actual image (rows of the run-time width)."""
+        b, width = self.k.b, self._value(self.rt["OW"])
+        row = b.udiv(q, width)
+        return row, b.sub(q, b.mul(row, width))
+
+    def binary_blocks(self, pos, rest, P: int, emit):
+        """emit(position, 2^j) for each bit j set in rest (< P), positions consecutive from pos."""
+        k, bit = self.k, 1 << (P - 1).bit_length()
+        while bit > 1:
+            bit //= 2
+            with k.b.if_then(k.b.icmp_signed("!=", k.b.and_(rest, k.index(bit)), k.index(0))):
+                emit(k.b.add(pos, k.b.and_(rest, k.index(-2 * bit))), bit)
+
+    def pixel_block(self, row, col, count: int, block):
+        """`count` pixels of the actual image from (row, col) on (rows of the run-time width, at least count pixels each):
+        block(oh, ow, None) when they lie in one row (constant offsets from one base, as a static row's tile), else
+        block(oh, ow, spots) with each pixel's (row, column) offset from (oh, ow). A full tile across a row end has
+        one version per split (the next row's pixels at constant offsets from a second base); a shorter block (the
+        image's last) takes its spots at run time."""
+        k, b = self.k, self.k.b
+        width = self._value(self.rt["OW"])
+        with b.if_else(b.icmp_signed("<=", b.add(col, k.index(count)), width)) as (one_row, across):
+            with one_row:
+                block(row, col, None)
+            with across:
+                if count < self.plan.blocking.P:
+                    spots = []
+                    for i in range(count):
+                        c = b.add(col, k.index(i)) if i else col
+                        wrap = b.icmp_signed(">=", c, width)
+                        spots.append((b.zext(wrap, k.idx_t), b.select(wrap, b.sub(k.index(i), width), k.index(i))))
+                    block(row, col, spots)
+                    return
+                done = self.k.fn.append_basic_block("row_end.done")
+                switch = b.switch(b.sub(width, col), done)
+                for split in range(1, count):
+                    case = self.k.fn.append_basic_block(f"row_end.{split}")
+                    switch.add_case(k.index(split), case)
+                    b.position_at_end(case)
+                    block(row, col, [(0, i) if i < split else (1, b.sub(k.index(i), width)) for i in range(count)])
+                    b.branch(done)
+                b.position_at_end(done)
 
     def pixel_blocks(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
@@ -374,7 +433,7 @@ class ConvKernel:
             return work, chunk_count(p.dw_units, work, -(-want // rc)), rc, "rows"
         if p.blocking.pointwise_tiles:
             return work, chunk_count(p.NB, work, want), 1, "rows"
-        unit, units = ("px", p.px_tiles) if s.flat else ("rows", s.OH)
+        unit, units = ("px", p.px_tiles) if s.flat or p.form.startswith("pixels") else ("rows", s.OH)
         if p.blocks_outer if kind == "channels" else not s.flat:
             cbc = chunk_count(p.NB, work, want)
             return work, cbc, chunk_count(units, work, -(-want // cbc)), unit
@@ -390,7 +449,7 @@ class ConvKernel:
         work, cbc, uc, unit = split
         k = self.k
         units = s.OH if unit == "rows" else p.px_tiles
-        if self.varies(0 if unit == "rows" else 1):
+        if self.varies(0 if unit == "rows" else 1) or unit == "px" and self.rt is not None and not s.flat:
             units = self.rt["OH" if unit == "rows" else "tiles"]
         with k.parallel_tiles([s.N, p.groups_tiled, cbc, uc], work) as (n, g, c, u):
             with self.when(None if isinstance(self.N, int) else k.b.icmp_signed("<", n, self.N)):

@@ -17,11 +17,11 @@ from llvmlite import ir
 from ..kernels.conv_geometry import auto_pad_mode, runtime_tap_range, same_pads, tap_range, tap_tables
 from ..kernels.conv_plan import as_2d, padding_free
 from ..kernels.epilogue import fill
-from ..kernels.kernel import chunk_count
 from ..kernels.loops import element, loop, nest, offset, table_nest
 from ..kernels.scalar import const, llvm_type
 from ..kernels.vectors import load_lanes, store_lanes
 from ..opspec import register
+from .conv.generic import nest_ranges
 
 FLOATS = ("float32", "float64", "float16")
 MAX_TYPES = FLOATS + ("int8", "uint8", "int32", "int64")
@@ -163,30 +163,11 @@ class _VectorPool:
         return k.s.cast(np.int64 if k.idx_t.width == 64 else np.int32, self.dt, b.sub(hi, lo))
 
     def tiled(self, dims, body, work: float):
-        """body(index values) over `dims` (keys of self.rt, or ints): k.loops_tiled when every extent is static, else
-        run-time loops whose first dim with a capacity over 1 is split into parallel chunks of its run-time extent."""
-        k = self.k
-        capacity = [self.cap[d] if isinstance(d, str) else d for d in dims]
+        """body(index values) over `dims` (keys of self.rt, or ints) through k.loops_tiled: run-time extents where
+        they vary, the parallel split planned at the capacity."""
         extents = [self.rt[d] if isinstance(d, str) else d for d in dims]
-        if all(isinstance(e, int) for e in extents):
-            k.loops_tiled(tuple(extents), list(range(len(dims))), [None] * len(dims), lambda ix: body(*ix), work)
-            return
-        lead = next((i for i, c in enumerate(capacity) if c > 1), 0)
-        chunks = chunk_count(capacity[lead], work)
-        with k.parallel_tiles([chunks], work) as (c,):
-            ext = extents[lead]
-            if isinstance(ext, int):
-                lo, hi = k.chunk(c, chunks, ext)
-            else:
-                lo = k.b.udiv(k.b.mul(c, ext), k.index(chunks))
-                hi = k.b.udiv(k.b.mul(k.b.add(c, k.index(1)), ext), k.index(chunks))
-            outer = [k.index(0)] * lead
-
-            def inner(ix):
-                body(*outer, *ix)
-            with loop(k, hi, lo) as i:
-                rest = extents[lead + 1:]
-                nest(k, rest, lambda ix: inner([i, *ix]))
+        capacity = None if all(isinstance(e, int) for e in extents) else [self.cap[d] if isinstance(d, str) else d for d in dims]
+        self.k.loops_tiled(tuple(extents), list(range(len(dims))), [None] * len(dims), lambda ix: body(*ix), work, capacity)
 
     def combine(self, acc, v):
         if self.kind == "max":
@@ -414,7 +395,7 @@ def window_pool_varying(k, kind: str, k_sp, strides, dils, begin, end) -> None:
         return [runtime_tap_range(k, pos[d], strides[d], dils[d], begin[d], k_sp[d], sizes[d]) for d in range(sp)]
 
     def taps_of(pos, fn):
-        _range_nest(k, spans(pos), fn)
+        nest_ranges(k, spans(pos), fn)
 
     def divisor(d, o):
         if include_pad:
@@ -433,16 +414,6 @@ def window_pool_varying(k, kind: str, k_sp, strides, dils, begin, end) -> None:
             flat = b.add(b.mul(flat, values[d]), xi[d] if not isinstance(xi[d], int) else k.index(xi[d]))
         return flat
     _window_nest(k, kind, k.extents(out), begin, strides, dils, taps_of, divisor, flat_index)
-
-
-def _range_nest(k, spans, fn, taps=()):
-    """Loops over t_d in spans[d] = [lo_d, hi_d) (index values); fn(list of tap values)."""
-    if len(taps) == len(spans):
-        fn(list(taps))
-        return
-    lo, hi = spans[len(taps)]
-    with k.for_range(hi, lo) as t:
-        _range_nest(k, spans, fn, (*taps, t))
 
 
 def _window_nest(k, kind: str, extents, begin, strides, dils, taps_of, divisor, flat_index) -> None:

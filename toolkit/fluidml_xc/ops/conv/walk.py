@@ -104,16 +104,6 @@ class ConvKernel:
     def _value(self, v):
         return self.k.index(v) if isinstance(v, int) else v
 
-    def chunk_of(self, c, chunks: int, extent):
-        """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent), extent an int or a run-time value."""
-        k = self.k
-        if isinstance(extent, int):
-            return k.chunk(c, chunks, extent)
-
-        def at(v):
-            return k.b.udiv(k.b.mul(v, extent, flags=("nuw",)), k.index(chunks))
-        return at(c), at(k.b.add(c, k.index(1), flags=("nuw",)))
-
     def border_taps(self, axis: int, o):
         """Tap range of border row (axis 0) or column (axis 1) o: constant, or from a build-time table."""
         s = self.plan.shape
@@ -457,9 +447,9 @@ class ConvKernel:
                     self.cb_rng = k.chunk(c, cbc, p.dw_units if p.blocking.kind == "depthwise_c" else p.NB)
                 if uc > 1:
                     if unit == "rows":
-                        self.row_rng = self.chunk_of(u, uc, units)
+                        self.row_rng = k.chunk(u, uc, units)
                     else:
-                        self.px_rng = self.chunk_of(u, uc, units)
+                        self.px_rng = k.chunk(u, uc, units)
                         if not isinstance(units, int):
                             self.px_ends = (k.b.icmp_signed("==", u, k.index(0)), k.b.icmp_signed("==", u, k.index(uc - 1)))
                 per_image(n, g)

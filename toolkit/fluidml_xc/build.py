@@ -29,6 +29,7 @@ from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
 from .frontend.input_shapes import declared_shapes, resolve_shapes
+from .frontend.ranges import ShapeRanges
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
 from .emit.link import attach_weights, link_artifact, merge_objects, runtime_cached, runtime_objects
@@ -39,6 +40,8 @@ class BuildOptions:
     board: str | None = None
     out_dir: Path | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    ranges: ShapeRanges = field(default_factory=ShapeRanges)
+    """Dims that vary at run time (--dim, ranged --input-shape, --opt-shape, --max-dim); empty: a static build."""
     opt: str = "fluid"
     costs: str = "analytic"
     profile_runner: bool = True
@@ -346,7 +349,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         watch.mark("import")
         stage(BUILD_STAGES[1])
     graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
-                         on_imported=imported)
+                         on_imported=imported, ranges=options.ranges)
     watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
     target = replaceable_target(out_dir)

@@ -18,10 +18,13 @@ from .emit.measure import Measurer
 from .target.host import host_can_run
 from .target.machine import MachineSpec
 from .errors import InputError
+from .frontend.dynamic import graph_at, import_ranges
 from .frontend.importer import FrontendOptions, import_model
+from .frontend.ranges import ShapeRanges, resolve_ranges
 from .frontend.nonfinite import warn_nonfinite
 from .ir import Graph
 from .fluid.optimize import Decisions, apply_views, optimize
+from .fluid.range_choice import RangeChoice, SizePoint, decide_over_range
 from .passes import run_passes
 from .planning import MemoryPlan, PlanOptions, plan_memory, verify_plan
 from .frontend.validate import Limits
@@ -48,18 +51,39 @@ def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.M
 
 def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
-                 limits: Limits | None = None, on_imported: Callable[[], None] | None = None) -> Graph:
+                 limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
+                 ranges: ShapeRanges | None = None) -> Graph:
     """The graph the optimizer sees: imported (inputs in `bind` frozen to constants), passes run, every op supported.
-    `on_imported` is called between import and passes (build's progress stages)."""
-    shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
-    options = FrontendOptions(input_shapes=shapes, structures=dict(structures or {}), **({"limits": limits} if limits else {}))
-    graph = import_model(bind_inputs(model, bind or {}), options, name=name)
-    if on_imported:
-        on_imported()
-    run_passes(graph)
+    `on_imported` is called between import and passes (build's progress stages). With `ranges` (--dim, ranged
+    --input-shape), one graph for every size in them: capacity shapes plus Tensor.dyn (frontend/dynamic.py)."""
+    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges)
     check_supported(graph)
     warn_nonfinite(model)  # once the model is known good: a refused one gets its one error line alone
     return graph
+
+
+def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
+                     bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
+                     limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
+                     ranges: ShapeRanges | None = None) -> Graph:
+    """import_graph without the final support check (a dynamic graph's ops may not take run-time sizes yet)."""
+    shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
+    bound = bind_inputs(model, bind or {})
+
+    def at(sizes: dict[str, tuple[int, ...]], notify: Callable[[], None] | None = None) -> Graph:
+        options = FrontendOptions(input_shapes=dict(sizes), structures=dict(structures or {}), **({"limits": limits} if limits else {}))
+        graph = import_model(bound, options, name=name)
+        if notify:
+            notify()
+        run_passes(graph)
+        return graph
+    if not ranges:
+        return at(shapes, on_imported)
+    resolved = resolve_ranges(bound, shapes, ranges)
+    if not resolved.dynamic:
+        return at(resolved.at({}), on_imported)
+    calls = iter([on_imported])
+    return import_ranges(bound, resolved, lambda sizes: at(sizes, next(calls, None)))
 
 
 def plan_options(opt: str, alignment: int) -> PlanOptions:
@@ -89,6 +113,8 @@ class Planned:
     graph: Graph
     decisions: Decisions
     plan: MemoryPlan
+    range_choice: RangeChoice | None = None
+    """A dynamic graph's: which size's decisions were chosen and their predicted cost ratios over the range."""
 
 
 @dataclass(frozen=True)
@@ -110,18 +136,36 @@ class Lowered:
 
 def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions(), watch: Stopwatch | None = None) -> Planned:
     """Layouts and loop orders for `graph` (--opt), then its verified memory plan under those layouts (`watch`:
-    the build's stages "optimize" and "memory plan" marked)."""
+    the build's stages "optimize" and "memory plan" marked). A dynamic graph's decisions are searched at its
+    minimum, optimization size and maximum (graph_at: the capacity graph's shapes at those sizes) and the one
+    with the smallest worst cost ratio over them wins (fluid/range_choice.py); keyed by tensor and node names,
+    they are applied to the capacity graph, on which the memory is planned and verified."""
     watch = watch or Stopwatch()
     memory = plan_options(options.opt, spec.alignment)
     check_supported(graph)
-    timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
-    decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
+    choice = None
+    if graph.symbols:
+        choice = decide_over_range(_size_points(graph), spec, options.opt, options.costs, options.threads, None)
+        decisions = choice.decisions
+    else:
+        timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
+        decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
     graph = apply_views(graph, decisions.layouts)
     watch.mark("optimize")
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)
     watch.mark("memory plan")
-    return Planned(graph, decisions, memory_plan)
+    return Planned(graph, decisions, memory_plan, choice)
+
+
+def _size_points(graph: Graph) -> list[SizePoint]:
+    """The dynamic `graph` at the minimum, the optimization size and the maximum of its ranges (distinct sizes)."""
+    points: list[SizePoint] = []
+    for label, pick in (("opt", lambda r: r.opt), ("min", lambda r: r.lo), ("max", lambda r: r.hi)):
+        env = {s: pick(r) for s, r in graph.symbols.items()}
+        if all(p.env != env for p in points):
+            points.append(SizePoint(label, env, graph_at(graph, env)))
+    return points
 
 
 def _ir_text(emitter: ModuleEmitter, watch: Stopwatch) -> str:

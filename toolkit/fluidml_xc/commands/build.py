@@ -6,7 +6,8 @@ from pathlib import Path
 from ..build import BUILD_STAGES, BuildOptions, build_model
 from ..pipeline import OPT_MODES
 from ..frontend.binding import HELP as BIND_HELP, parse_binds
-from ..frontend.input_shapes import HELP as SHAPE_HELP, parse_input_shapes
+from ..frontend.input_shapes import BASE_HELP as SHAPE_HELP
+from ..frontend.ranges import DIM_HELP, MAX_DIM_HELP, OPT_SHAPE_HELP, RANGE_HELP, parse_ranges, split_input_shapes
 from ..progress import Stages
 from ..results import emit
 from .output import add_json_arguments
@@ -25,7 +26,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--features", metavar="+F,-G", help="LLVM CPU features to add (+avx512f) or remove (-fma), "
                         "comma-separated, on top of the cpu's")
     parser.add_argument("-o", "--output", type=Path, help="artifact directory (default build/<model>-<board>)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224", help=SHAPE_HELP)
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                        help=f"{SHAPE_HELP}; {RANGE_HELP}")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[@OPT]", help=DIM_HELP)
+    parser.add_argument("--opt-shape", action="append", default=[], metavar="NAME=1x3x48x320", help=OPT_SHAPE_HELP)
+    parser.add_argument("--max-dim", action="append", default=[], metavar="NAME=N", help=MAX_DIM_HELP)
     parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help=BIND_HELP)
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
@@ -50,11 +55,13 @@ def main(args) -> int:
     check_model_argument(args.model, NAME)
     if args.name is not None:
         check_c_name(args.name)
-    shapes = parse_input_shapes(args.input_shape)
+    shapes, ranged = split_input_shapes(args.input_shape)
+    ranges = parse_ranges(ranged, args.dim, args.opt_shape, args.max_dim)
     bind = parse_binds(args.bind)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
-        result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, opt=args.opt,
+        result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges,
+                                                      opt=args.opt,
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       cpu=args.cpu, features=args.features, timings=args.timings,

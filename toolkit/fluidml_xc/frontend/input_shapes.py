@@ -9,7 +9,7 @@ The rules (build, quantize and everything that imports a model share them):
   them; any other input with an open dimension must be given.
 
 A conflict is one InputError naming the input, the dimension's index, its declared name and both values.
-A dimension given a range (16..1024) is not supported: the build is for one size.
+A dimension given a range (16..1024) is build's (frontend/ranges.py); here it is refused.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import onnx
 from ..errors import InputError
 from .validate import check_input_shape
 
-HELP = ("static shape of an input, NAME=1x3x224x224 (a scalar: NAME=), repeatable. Rules: a size the model declares "
-        "must be given as declared; dims that share a name (batch, sequence, ...) take one size across all inputs; "
-        "an input whose open dims are all named by given inputs follows from them; one size per dim (a range such "
-        "as 16..1024 is not supported)")
-"""The --input-shape help of every command that takes it."""
+BASE_HELP = ("shape of an input, NAME=1x3x224x224 (a scalar: NAME=), repeatable. Rules: a size the model "
+             "declares must be given as declared; dims that share a name (batch, sequence, ...) take one size across "
+             "all inputs; an input whose open dims are all named by given inputs follows from them")
+HELP = BASE_HELP + "; one size per dim (a range such as 16..1024 is not supported)"
+"""The --input-shape help of the commands without ranges (build adds frontend/ranges.RANGE_HELP to BASE_HELP)."""
 
 BATCH_NAMES = re.compile(r"(?i)(.*batch.*|n|b|bs|bsz)")
 """Symbols a suggested shape fills with 1 (other open dimensions are shown as <name>: the user picks)."""
@@ -73,8 +73,8 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     ranged = re.search(r"(\d*)\.\.(\d*)", dims)
     if ranged:
         one = re.sub(r"\d*\.\.(\d*)", lambda m: m.group(1) or "1", dims, count=1)
-        raise InputError(f"bad --input-shape {text!r}: a dimension given a range ({ranged.group(0)}) is not supported, "
-                         f"a build is for one size of each dimension: pass one size, e.g. {name}={one}")
+        raise InputError(f"bad --input-shape {text!r}: a dimension given a range ({ranged.group(0)}) is taken by build "
+                         f"only, here each dimension takes one size: pass one size, e.g. {name}={one}")
     if re.fullmatch(r"\d+([,*X]\d+)*", dims):
         raise InputError(f"bad --input-shape {text!r}: separate the sizes with 'x': {name}={re.sub(r'[,*X]', 'x', dims)}")
     raise InputError(f"bad --input-shape {text!r}: every dimension must be a size (0, 1, 2, ...), separated by 'x': "
@@ -94,7 +94,8 @@ def parse_input_shapes(texts: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _tensor_inputs(model: onnx.ModelProto, skip=()) -> dict[str, onnx.ValueInfoProto]:
+def tensor_inputs(model: onnx.ModelProto, skip=()) -> dict[str, onnx.ValueInfoProto]:
+    """The model's tensor inputs that are not initializers (and not in `skip`), by name."""
     inits = {i.name for i in model.graph.initializer}
     return {vi.name: vi for vi in model.graph.input
             if vi.name not in inits and vi.name not in skip and vi.type.HasField("tensor_type")}
@@ -147,7 +148,7 @@ def resolve_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]],
                    flags: Mapping[str, str] | None = None) -> dict[str, tuple[int, ...]]:
     """`given` checked against the declared shapes, plus the inputs whose open dims its symbols fix.
     `skip`: inputs handled elsewhere (sequences); `flags`: per input, how it was given (default `--input-shape NAME=DIMS`)."""
-    inputs = _tensor_inputs(model, skip)
+    inputs = tensor_inputs(model, skip)
     given = {k: tuple(v) for k, v in given.items() if k in inputs}
     flags = {k: (flags or {}).get(k) or f"--input-shape {k}={dims_text(v)}" for k, v in given.items()}
     decl: dict[str, tuple[Dim, ...]] = {}
@@ -168,7 +169,7 @@ def resolve_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]],
 
 
 def _symbol_sizes(model: onnx.ModelProto, known: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
-    inputs, sizes = _tensor_inputs(model), {}
+    inputs, sizes = tensor_inputs(model), {}
     for name, shape in known.items():
         for dim, size in zip((declared(inputs[name]) or ()) if name in inputs else (), shape):
             if dim.symbol is not None:
@@ -181,7 +182,7 @@ def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tu
     --input-shape input=1x<sequence>x80`. Batch-like symbols and an unnamed leading dim are 1, symbols the
     `known` shapes fix take their size, the others are <name>; an input whose open dims all share symbols
     with an input listed before it is not listed (its shape follows)."""
-    inputs, sizes = _tensor_inputs(model), _symbol_sizes(model, known)
+    inputs, sizes = tensor_inputs(model), _symbol_sizes(model, known)
     listed: dict[str, int] = {}
     lines: list[str] = []
     follow: dict[int, list[str]] = {}
@@ -214,7 +215,7 @@ def suggestions(model: onnx.ModelProto, names: list[str], known: Mapping[str, tu
 
 def declared_shapes(model: onnx.ModelProto, names) -> dict[str, list[int | str | None]]:
     """The manifest's `declared_shapes`: per input in `names` that the model declares, its dims (size, symbol or null)."""
-    inputs = _tensor_inputs(model)
+    inputs = tensor_inputs(model)
     out = {}
     for name in names:
         dims = declared(inputs[name]) if name in inputs else None

@@ -274,3 +274,74 @@ def test_global_pool_varies(op, layout):
     run = case.compile(layouts={t: layout} if layout else None)
     envs = [{"N": 1, "H": 1, "W": 1}, {"N": 3, "H": 20, "W": 20}, {"N": 2, "H": 5, "W": 13}, {"N": 1, "H": 17, "W": 3}]
     check_sizes(run, envs, {"x": lambda e: (e["N"], 4, e["H"], e["W"])})
+
+
+def _block_model(dims) -> "onnx.ModelProto":
+    """A MobileNet-like CNN over an input of `dims` (ints or dim names): stem 3x3 stride 2, BatchNorm, Clip (ReLU6),
+    depthwise 3x3, pointwise 1x1 with a residual Add, Relu, a strided depthwise, average and max pools, a global
+    average pool."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    rng = np.random.default_rng(11)
+
+    def init(name, shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(F32), name)
+    inits = [init("w1", (16, 3, 3, 3)), init("b1", (16,)), init("dw", (16, 1, 3, 3)), init("pw", (16, 16, 1, 1)),
+             init("pb", (16,)), init("dw2", (16, 1, 3, 3)), init("w3", (24, 16, 1, 1)), init("b3", (24,)),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(F32), "s"), init("bb", (16,)), init("bm", (16,)),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(F32), "bv"),
+             numpy_helper.from_array(np.array(0, F32), "lo"), numpy_helper.from_array(np.array(6, F32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "s", "bb", "bm", "bv"], ["bn"]),
+             helper.make_node("Clip", ["bn", "lo", "hi"], ["a1"]),
+             helper.make_node("Conv", ["a1", "dw"], ["d1"], group=16, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d1", "pw", "pb"], ["p1"]),
+             helper.make_node("Add", ["p1", "a1"], ["r1"]),
+             helper.make_node("Relu", ["r1"], ["a2"]),
+             helper.make_node("Conv", ["a2", "dw2"], ["d2"], group=16, strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d2", "w3", "b3"], ["p2"]),
+             helper.make_node("AveragePool", ["p2"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["ap"], ["mp"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+             helper.make_node("GlobalAveragePool", ["mp"], ["y"])]
+    graph = helper.make_graph(nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0], 24, 1, 1])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_cnn_through_the_pipeline(threads):
+    """The whole build path (ranges import, fused epilogues, the optimizer's layouts, memory plan, threads) on a CNN
+    with batch, height and width varying, against ONNX Runtime at the minimum, the maximum and sizes between."""
+    import ctypes
+
+    import onnxruntime as ort
+
+    from fluidml_xc.frontend.ranges import parse_ranges, split_input_shapes
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.symbolic import at
+    from fluidml_xc.target.jit import jit_engine
+
+    model = _block_model(["N", 3, "H", "W"])
+    shapes, given = split_input_shapes(["x=1..3x3x9..48x9..64"])
+    graph = import_graph(model, shapes, ranges=parse_ranges(given, [], [], []))
+    assert list(graph.symbols) == ["N", "H", "W"]
+    spec = machine_spec(get_board(None))
+    low = lower(graph, spec, LowerOptions(threads=threads, parallel=True))
+    engine = jit_engine(low.ir_text, spec)
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))(
+        engine.get_function_address("fxc_model_run"))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x_t, y_t = low.graph.tensors["x"], low.graph.tensors["y"]
+    for i, env in enumerate([{"N": 1, "H": 9, "W": 9}, {"N": 3, "H": 48, "W": 64}, {"N": 2, "H": 17, "W": 33},
+                             {"N": 1, "H": 40, "W": 10}, {"N": 3, "H": 23, "W": 61}]):
+        x = feed(at(x_t.dyn, env), i)
+        xin = np.full(x_t.shape, np.nan, F32)
+        xin[tuple(slice(0, d) for d in x.shape)] = x
+        y = np.full(y_t.shape, np.nan, F32)
+        arena = np.full(low.emitter.arena_bytes + 64, 0xFF, np.uint8)
+        ins, outs = (ctypes.c_void_p * 1)(xin.ctypes.data), (ctypes.c_void_p * 1)(y.ctypes.data)
+        syms = (ctypes.c_int64 * 3)(*[env[s] for s in graph.symbols])
+        run(ctypes.addressof(ins), ctypes.addressof(outs), arena.ctypes.data + (-arena.ctypes.data) % 64, syms)
+        (want,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(y[:env["N"]], want, rtol=1e-4, atol=1e-5, err_msg=str(env))

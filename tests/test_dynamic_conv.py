@@ -345,3 +345,42 @@ def test_cnn_through_the_pipeline(threads):
         run(ctypes.addressof(ins), ctypes.addressof(outs), arena.ctypes.data + (-arena.ctypes.data) % 64, syms)
         (want,) = session.run(None, {"x": x})
         np.testing.assert_allclose(y[:env["N"]], want, rtol=1e-4, atol=1e-5, err_msg=str(env))
+
+
+@pytest.mark.parametrize("opt", ["fluid", "plain"], ids=["channels_last", "nchw"])
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_cnn_under_qemu(board, opt, tmp_path):
+    """The same CNN built for aarch64 and armv7 (their Conv forms: aarch64 paired channel vectors channels-last,
+    armv7 depthwise rows with taps as lanes in NCHW, 32-bit index arithmetic on armv7) and run under qemu-user by a
+    small driver that calls the object's fxc_model_run with the symbols' values, against ONNX Runtime at the
+    minimum, the maximum and sizes between."""
+    import json
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from fluidml_xc.emit.link import compile_c_program
+    from fluidml_xc.frontend.ranges import parse_ranges, split_input_shapes
+    from modelrun import board_runner, build
+
+    runner = board_runner(board)
+    model = _block_model(["N", 3, "H", "W"])
+    shapes, given = split_input_shapes(["x=1..3x3x9..48x9..64"])
+    artifact = build(model, tmp_path, board, ranges=parse_ranges(given, [], [], []), threads=1, opt=opt)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    exe = compile_c_program(get_board(board).target, manifest["cpu"], [Path(__file__).parent / "c" / "app_dynamic.c"], [],
+                            [artifact / "model.o"], tmp_path / "drive")
+    arena = int(manifest["memory"]["arena_bytes"])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i, env in enumerate([{"N": 1, "H": 9, "W": 9}, {"N": 3, "H": 48, "W": 64}, {"N": 2, "H": 17, "W": 33},
+                             {"N": 1, "H": 40, "W": 10}, {"N": 3, "H": 23, "W": 61}]):
+        x = feed((env["N"], 3, env["H"], env["W"]), i)
+        xin = np.full((3, 3, 48, 64), np.nan, F32)
+        xin[tuple(slice(0, d) for d in x.shape)] = x
+        (tmp_path / "x.bin").write_bytes(xin.tobytes())
+        proc = runner.exec([exe, arena, tmp_path / "x.bin", xin.nbytes, tmp_path / "y.bin", 3 * 24 * 4,
+                            env["N"], env["H"], env["W"]])
+        assert proc.returncode == 0, proc.stderr
+        y = np.frombuffer((tmp_path / "y.bin").read_bytes(), F32).reshape(3, 24, 1, 1)
+        (want,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(y[:env["N"]], want, rtol=1e-4, atol=1e-5, err_msg=f"{board} {env}")

@@ -6,6 +6,12 @@ range, once static at each size of the table. Both run on one thread (the JIT's 
 time of each); the table gives the dynamic/static latency ratio per layer and size, and the geometric mean and worst ratio.
 
     PYTHONPATH=toolkit python benchmarks/dynamic_conv.py [--vary hw|n|w] [--repeat 30] [--json out.json]
+
+With --model, a whole ONNX model instead (its inputs' dims named as an exporter with dynamic axes writes them):
+built once over --input-shape's ranges and once per size (`static` with the sizes as {NAME} fields), timed alike:
+
+    PYTHONPATH=toolkit python benchmarks/dynamic_conv.py --model m.onnx --input-shape x=1x3x160..224x160..224 \
+        --static x=1x3x{H}x{W} --sizes H=160,W=160 H=192,W=176 H=224,W=224
 """
 from __future__ import annotations
 
@@ -147,14 +153,52 @@ def cases(vary: str):
     yield "pool", Layers(r).conv(16, 16, 1).pool("MaxPool", 3, 2).pool("GlobalAveragePool", 1, 1), mk(16, 80), envs
 
 
+def model_build(model, flag: str):
+    """(graph, compiled) of an ONNX model imported with one --input-shape (ranges or sizes), lowered for this
+    machine on one thread."""
+    from fluidml_xc.frontend.ranges import parse_ranges, split_input_shapes
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+
+    shapes, given = split_input_shapes([flag])
+    graph = import_graph(model, shapes, ranges=parse_ranges(given, [], [], []))
+    spec = machine_spec(get_board(None))
+    low = lower(graph, spec, LowerOptions(threads=1, parallel=False))
+    engine = jit_engine(low.ir_text, spec)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))(
+        engine.get_function_address("fxc_model_run"))
+    return low.graph, (engine, fn, low.emitter.arena_bytes)
+
+
+def model_rows(args) -> list[dict]:
+    import onnx
+
+    model = onnx.load(args.model)
+    g_dyn, dyn = model_build(model, args.input_shape)
+    print(f"dynamic arena {dyn[2]} B, symbols {list(g_dyn.symbols)}", flush=True)
+    rows = []
+    for text in args.sizes:
+        env = {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+        g_st, st = model_build(model, args.static.format(**env))
+        t_dyn, t_st = timed_pair(runner(g_dyn, dyn, env), runner(g_st, st, env), args.repeat)
+        rows.append({"layer": "model", "env": env, "static_ms": t_st * 1e3, "dynamic_ms": t_dyn * 1e3, "ratio": t_dyn / t_st,
+                     "static_arena": st[2], "dynamic_arena": dyn[2]})
+        print(f"{text:<20} static {t_st * 1e3:8.3f} ms (arena {st[2]} B)  dynamic {t_dyn * 1e3:8.3f} ms  "
+              f"ratio {t_dyn / t_st:5.3f}", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vary", choices=("hw", "n", "w"), default="hw", help="which dims are symbols (default hw)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--model", help="an ONNX model to time whole (with --input-shape, --static, --sizes)")
+    ap.add_argument("--input-shape", help="the dynamic build's --input-shape, with ranges")
+    ap.add_argument("--static", help="the static builds' --input-shape, sizes as {NAME} fields")
+    ap.add_argument("--sizes", nargs="*", default=[], help="NAME=V,NAME=V per size")
     args = ap.parse_args()
-    rows = []
-    for name, layers, dims, envs in cases(args.vary):
+    rows = model_rows(args) if args.model else []
+    for name, layers, dims, envs in ([] if args.model else cases(args.vary)):
         g_dyn, lay = layers.graph(dims, None)
         dyn = compile_graph(g_dyn, lay)
         for env in envs:

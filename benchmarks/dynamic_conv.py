@@ -1,17 +1,18 @@
 """Conv and pooling with run-time extents against the same layers built static, at the same sizes (issue #26).
 
-Each layer (MobileNetV2's shapes, channels-last between layers as the optimizer lays them out, and a CRNN-like NCHW
-stack) is emitted twice for this machine and JIT-compiled: once with its batch or spatial dims as symbols over a
-range, once static at each size of the table. Both run on one thread (the JIT's serial fxc_parallel_for), timed alternately (the least
-time of each); the table gives the dynamic/static latency ratio per layer and size, and the geometric mean and worst ratio.
+Each layer (MobileNetV2's shapes and a CRNN-like stack, channels-last as the optimizer lays them out) is emitted
+twice for this machine and JIT-compiled: once with its batch or spatial dims as symbols over a range, once static at
+each size of the table. Both run on one thread (the JIT's serial fxc_parallel_for), timed alternately (the least
+time of each); the table gives the dynamic/static latency ratio per layer and size, their geometric mean and worst.
 
     PYTHONPATH=toolkit python benchmarks/dynamic_conv.py [--vary hw|n|w] [--repeat 30] [--json out.json]
 
-With --model, a whole ONNX model instead (its inputs' dims named as an exporter with dynamic axes writes them):
-built once over --input-shape's ranges and once per size (`static` with the sizes as {NAME} fields), timed alike:
+With --model, a whole ONNX model instead, built once over --input-shape's ranges and once per size (--static with
+the sizes as {NAME} fields); --name-dims names the dims of a model exported with fixed sizes, as an exporter with
+dynamic axes writes them:
 
-    PYTHONPATH=toolkit python benchmarks/dynamic_conv.py --model m.onnx --input-shape x=1x3x160..224x160..224 \
-        --static x=1x3x{H}x{W} --sizes H=160,W=160 H=192,W=176 H=224,W=224
+    PYTHONPATH=toolkit python benchmarks/dynamic_conv.py --model mobilenetv2.onnx --name-dims input=,,H,W \
+        --input-shape input=1x3x160..224x160..224 --static input=1x3x{H}x{W} --sizes H=160,W=160 H=224,W=224
 """
 from __future__ import annotations
 
@@ -173,6 +174,17 @@ def model_rows(args) -> list[dict]:
     import onnx
 
     model = onnx.load(args.model)
+    for text in args.name_dims:  # a model exported with fixed sizes: name its dims as dynamic axes would
+        name, _, names = text.partition("=")
+        for inp in model.graph.input:
+            if inp.name == name:
+                for dim, label in zip(inp.type.tensor_type.shape.dim, names.split(",")):
+                    if label:
+                        dim.dim_param = label
+    for out in model.graph.output:
+        for i, dim in enumerate(out.type.tensor_type.shape.dim):
+            dim.dim_param = f"{out.name}_{i}"
+    del model.graph.value_info[:]
     g_dyn, dyn = model_build(model, args.input_shape)
     print(f"dynamic arena {dyn[2]} B, symbols {list(g_dyn.symbols)}", flush=True)
     rows = []
@@ -196,6 +208,7 @@ def main() -> None:
     ap.add_argument("--input-shape", help="the dynamic build's --input-shape, with ranges")
     ap.add_argument("--static", help="the static builds' --input-shape, sizes as {NAME} fields")
     ap.add_argument("--sizes", nargs="*", default=[], help="NAME=V,NAME=V per size")
+    ap.add_argument("--name-dims", nargs="*", default=[], help="INPUT=,,H,W: name an input's fixed dims (empty: kept)")
     args = ap.parse_args()
     rows = model_rows(args) if args.model else []
     for name, layers, dims, envs in ([] if args.model else cases(args.vary)):

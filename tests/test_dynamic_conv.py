@@ -5,9 +5,8 @@ actual extent shows it."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
-from onnx import helper
-
 from dynamic_harness import DynamicCase
 from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
 from fluidml_xc.errors import InputError
@@ -16,6 +15,7 @@ from fluidml_xc.planning import PlanOptions, plan_memory
 from fluidml_xc.symbolic import Sym, SymRange, floordiv
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import compile_module, machine_spec
+from onnx import TensorProto, helper, numpy_helper
 
 F32 = np.float32
 N_, H_, W_ = Sym("N"), Sym("H"), Sym("W")
@@ -276,13 +276,10 @@ def test_global_pool_varies(op, layout):
     check_sizes(run, envs, {"x": lambda e: (e["N"], 4, e["H"], e["W"])})
 
 
-def _block_model(dims) -> "onnx.ModelProto":
+def _block_model(dims) -> onnx.ModelProto:
     """A MobileNet-like CNN over an input of `dims` (ints or dim names): stem 3x3 stride 2, BatchNorm, Clip (ReLU6),
     depthwise 3x3, pointwise 1x1 with a residual Add, Relu, a strided depthwise, average and max pools, a global
     average pool."""
-    import onnx
-    from onnx import TensorProto, numpy_helper
-
     rng = np.random.default_rng(11)
 
     def init(name, shape, scale=0.3):
@@ -316,7 +313,6 @@ def test_cnn_through_the_pipeline(threads):
     import ctypes
 
     import onnxruntime as ort
-
     from fluidml_xc.frontend.ranges import parse_ranges, split_input_shapes
     from fluidml_xc.pipeline import LowerOptions, import_graph, lower
     from fluidml_xc.symbolic import at
@@ -358,14 +354,13 @@ def test_cnn_under_qemu(board, opt, tmp_path):
     from pathlib import Path
 
     import onnxruntime as ort
-
     from fluidml_xc.emit.link import compile_c_program
     from fluidml_xc.frontend.ranges import parse_ranges, split_input_shapes
     from modelrun import board_runner, build
 
     runner = board_runner(board)
     model = _block_model(["N", 3, "H", "W"])
-    shapes, given = split_input_shapes(["x=1..3x3x9..48x9..64"])
+    _, given = split_input_shapes(["x=1..3x3x9..48x9..64"])
     artifact = build(model, tmp_path, board, ranges=parse_ranges(given, [], [], []), threads=1, opt=opt)
     manifest = json.loads((artifact / "manifest.json").read_text())
     exe = compile_c_program(get_board(board).target, manifest["cpu"], [Path(__file__).parent / "c" / "app_dynamic.c"], [],

@@ -181,7 +181,7 @@ class _VectorPool:
         """avg: divide by the window size (rows from the table; columns ow_count: a constant or loaded)."""
         if self.kind != "avg":
             return acc
-        k, b = self.k, self.k.b
+        b = self.k.b
         ch = self.count(0, oh)
         cnt = b.fmul(ch, ow_count)
         if isinstance(acc.type, ir.VectorType):

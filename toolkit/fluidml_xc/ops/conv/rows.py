@@ -172,16 +172,16 @@ class RowVectors:
         when the rest is not a whole vector, pixels when the interior is narrower than a vector), the columns after
         it one pixel each with run-time tap ranges."""
         k, V, T, c = self.k, self.p.V, self.bl.U * self.p.V, self.c
-        lo, hi, tiles = self.p.spans.cols[0], c._value(c.rt["cols"]), c.rt["tiles"]
+        lo, hi, tiles = self.p.spans.cols[0], k.as_index(c.rt["cols"]), c.rt["tiles"]
         full = (0, self.s.KW)
         first, last, trange = c.px_parts(tiles)
         with c.when(first):
             c.fixed_columns(lo, lambda ow, taps: emit(ow, 0, taps))
         a, b = trange or (0, tiles)
-        with loop(k, c._value(b), c._value(a)) as t:
+        with loop(k, k.as_index(b), k.as_index(a)) as t:
             emit(offset(k, lo, (t, T)), self.bl.U, full)
         with c.when(last):
-            pos = offset(k, lo, (c._value(tiles), T))
+            pos = offset(k, lo, (k.as_index(tiles), T))
             rest = k.b.sub(hi, pos)
             vectors = k.b.sdiv(rest, k.index(V))
             with loop(k, vectors) as j:
@@ -194,7 +194,7 @@ class RowVectors:
                     with part:
                         with loop(k, hi, done) as ow:
                             emit(ow, 0, full)
-            with loop(k, c._value(c.rt["OW"]), hi) as ow:
+            with loop(k, k.as_index(c.rt["OW"]), hi) as ow:
                 emit(ow, 0, c.end_taps(1, ow))
 
     def row(self, oh, kh_range, emit):

@@ -99,10 +99,7 @@ class ConvKernel:
         """`o < extent` at run time, None when every size of the range has it."""
         if bounds(bound, self.plan.spans.ranges)[0] > o:
             return None
-        return self.k.b.icmp_signed("<", self.k.index(o), self._value(self.rt[extent_key]))
-
-    def _value(self, v):
-        return self.k.index(v) if isinstance(v, int) else v
+        return self.k.b.icmp_signed("<", self.k.index(o), self.k.as_index(self.rt[extent_key]))
 
     def border_taps(self, axis: int, o):
         """Tap range of border row (axis 0) or column (axis 1) o: constant, or from a build-time table."""
@@ -181,7 +178,7 @@ class ConvKernel:
         k, (t0, t1) = self.k, self.px_rng
         if self.px_ends is not None:
             return (*self.px_ends, (t0, t1))
-        return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, self._value(tiles)), (t0, t1))
+        return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, self.k.as_index(tiles)), (t0, t1))
 
     def rows(self, emit_row, emit_pair=None, carry=None):
         """Interior rows with the full constant tap range (emit_pair(oh): rows oh and oh + 1 at once, then
@@ -244,7 +241,7 @@ class ConvKernel:
         interior [lo, rows) with the full tap range, the rows after it with run-time tap ranges; under row_rng the
         rows [r0, r1) of them."""
         k, s, sp = self.k, self.plan.shape, self.plan.spans
-        lo, hi, count = sp.rows[0], self._value(self.rt["rows"]), self._value(self.rt["OH"])
+        lo, hi, count = sp.rows[0], self.k.as_index(self.rt["rows"]), self.k.as_index(self.rt["OH"])
         r0, r1 = self.row_rng or (None, None)
         for oh in range(lo):
             conds = [c for c in (self.below(oh, "OH", sp.OH), r0 is not None and k.b.icmp_signed("<=", r0, k.index(oh)),
@@ -276,11 +273,11 @@ class ConvKernel:
             with self.when(self.below(o, "OW", sp.OW)):
                 emit_one(o, self.fixed_taps(1, o))
 
-    def pixel_blocks_varying(self, oh, emit):
+    def pixel_blocks_varying(self, emit):
         """pixel_blocks over a run-time row: the columns before the interior, tiles of P to the end of the interior
         (its last partial tile as blocks of 2^j pixels), the columns after it one by one with run-time tap ranges."""
         s, k, P, sp = self.plan.shape, self.k, self.plan.blocking.P, self.plan.spans
-        lo, hi, tiles = sp.taps[0], self._value(self.rt["taps"]), self.rt["tiles"]
+        lo, hi, tiles = sp.taps[0], self.k.as_index(self.rt["taps"]), self.rt["tiles"]
         first, last, trange = self.px_parts(tiles)
         balanced = self.plan.blocking.kind == "channels"
 
@@ -292,12 +289,12 @@ class ConvKernel:
         with self.when(first):
             self.fixed_columns(lo, lambda o, t: emit(o, [t]), group)
         a, b = trange or (0, tiles)
-        with loop(k, self._value(b), self._value(a)) as t:
+        with loop(k, self.k.as_index(b), self.k.as_index(a)) as t:
             emit(offset(k, lo, (t, P)), [(0, s.KW)] * P)
         with self.when(last):
-            pos = offset(k, lo, (self._value(tiles), P))
+            pos = offset(k, lo, (self.k.as_index(tiles), P))
             self.binary_blocks(pos, k.b.sub(hi, pos), P, lambda at, count: emit(at, [(0, s.KW)] * count))
-            with loop(k, self._value(self.rt["OW"]), hi) as ow:
+            with loop(k, self.k.as_index(self.rt["OW"]), hi) as ow:
                 emit(ow, [self.end_taps(1, ow)])
 
     def pixel_tiles(self, emit):
@@ -305,9 +302,9 @@ class ConvKernel:
         (under px_rng: the tiles [t0, t1)), each tile's first row and column carried from the one before (one
         division per run of tiles), then the last partial tile as blocks of 2^j pixels."""
         k, b, P = self.k, self.k.b, self.plan.blocking.P
-        tiles, width = self.rt["tiles"], self._value(self.rt["OW"])
+        tiles, width = self.rt["tiles"], self.k.as_index(self.rt["OW"])
         _, last, trange = self.px_parts(tiles)
-        first_tile, end = (self._value(v) for v in (trange or (0, tiles)))
+        first_tile, end = (self.k.as_index(v) for v in (trange or (0, tiles)))
         row, col = self.row_col(offset(k, 0, (first_tile, P)))
         slots = [k.local(k.idx_t, v) for v in (row, col)]
         with loop(k, end, first_tile):
@@ -318,13 +315,13 @@ class ConvKernel:
             b.store(b.add(row, b.zext(wrap, k.idx_t)), slots[0])
             b.store(b.select(wrap, b.sub(nxt, width), nxt), slots[1])
         with self.when(last):
-            pos = offset(k, 0, (self._value(tiles), P))
-            rest = b.sub(b.mul(self._value(self.rt["OH"]), width), pos)
+            pos = offset(k, 0, (self.k.as_index(tiles), P))
+            rest = b.sub(b.mul(self.k.as_index(self.rt["OH"]), width), pos)
             self.binary_blocks(pos, rest, P, lambda q, count: emit(*self.row_col(q), count))
 
     def row_col(self, q):
         """(row, column) of pixel q of the actual image (rows of the run-time width)."""
-        b, width = self.k.b, self._value(self.rt["OW"])
+        b, width = self.k.b, self.k.as_index(self.rt["OW"])
         row = b.udiv(q, width)
         return row, b.sub(q, b.mul(row, width))
 
@@ -343,7 +340,7 @@ class ConvKernel:
         one version per split (the next row's pixels at constant offsets from a second base); a shorter block (the
         image's last) takes its spots at run time."""
         k, b = self.k, self.k.b
-        width = self._value(self.rt["OW"])
+        width = self.k.as_index(self.rt["OW"])
         with b.if_else(b.icmp_signed("<=", b.add(col, k.index(count)), width)) as (one_row, across):
             with one_row:
                 block(row, col, None)
@@ -375,7 +372,7 @@ class ConvKernel:
         wait on the FMA latency).
         """
         if self.px_runs is None and self.varies(1):
-            self.pixel_blocks_varying(oh, emit)
+            self.pixel_blocks_varying(emit)
             return
         s, k, P = self.plan.shape, self.k, self.plan.blocking.P
         lo, tiles = self.plan.col_blocks

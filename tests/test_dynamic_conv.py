@@ -178,6 +178,31 @@ def test_conv1d_width_varies():
     check_sizes(run, [{"W": v} for v in (5, 6, 13, 40, 64)], {"x": lambda e: (1, 6, e["W"])})
 
 
+@pytest.mark.parametrize("oc,group,pads,dil", [(8, 2, [0, 1, 2, 0], 2), (4, 4, [2, 0, 1, 2], 1)],
+                         ids=["grouped_dilated", "depthwise_asymmetric"])
+def test_conv_asymmetric_pads_grouped_varies(oc, group, pads, dil):
+    """End pads unlike the begin pads, dilation 2, groups of 2 channels: the right and bottom tap ranges follow the
+    actual size."""
+    case = DynamicCase({"H": SymRange("H", 5, 17, 8), "W": SymRange("W", 6, 21, 8)})
+    x = case.input("x", F32, (1, 4, H_, W_))
+    w, b = weights(case, "c", oc, 4 // group, 3, 3)
+    dims = (1, oc, out_dim(H_, 3, 1, pads[0] + pads[2], dil), out_dim(W_, 3, 1, pads[1] + pads[3], dil))
+    case.node("Conv", [x, w, b], [(F32, dims)], {"pads": pads, "group": group, "dilations": [dil, dil]})
+    run = case.compile()
+    envs = [{"H": 5, "W": 6}, {"H": 17, "W": 21}, {"H": 8, "W": 13}, {"H": 11, "W": 7}, {"H": 16, "W": 20}]
+    check_sizes(run, envs, {"x": lambda e: (1, 4, e["H"], e["W"])})
+
+
+def test_kx1_conv_height_varies():
+    """A k x 1 conv over one column runs along the row (the column as one row of H pixels), H varying."""
+    case = DynamicCase({"H": SymRange("H", 3, 50, 16)})
+    x = case.input("x", F32, (1, 6, H_, 1))
+    w, b = weights(case, "c", 16, 6, 5, 1)
+    case.node("Conv", [x, w, b], [(F32, (1, 16, out_dim(H_, 5, 2, 4), 1))], {"pads": [2, 0, 2, 0], "strides": [2, 1]})
+    run = case.compile()
+    check_sizes(run, [{"H": v} for v in (3, 4, 11, 32, 50)], {"x": lambda e: (1, 6, e["H"], 1)})
+
+
 def test_conv3d_generic_varies():
     """Rank 5 takes the generic nest: tap ranges at run time along the varying depth."""
     case = DynamicCase({"D": SymRange("D", 1, 9, 4)})

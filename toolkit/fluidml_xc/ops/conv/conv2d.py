@@ -174,7 +174,11 @@ def emit_conv(c: ConvKernel) -> None:
     if p.bias_run:
         rows = np.asarray(c.bias.value).reshape(-1)
         c.bias_splat = k.constant_array(np.repeat(rows.astype(p.dtype), p.bias_run))
-    c.tables = tap_tables(k, (s.OH, s.OW), (s.sh, s.sw), (s.dh, s.dw), (s.ph, s.pw), (s.KH, s.KW), (s.H, s.W))
+    geo = ((s.OH, s.sh, s.dh, s.ph, s.KH, s.H), (s.OW, s.sw, s.dw, s.pw, s.KW, s.W))
+    if p.spans is None:
+        c.tables = tap_tables(k, *zip(*geo))
+    else:  # a varying axis computes its border taps at run time: no table at its capacity
+        c.tables = [None if c.varies(a) else tap_tables(k, *((v,) for v in geo[a]))[0] for a in (0, 1)]
     c.start_spans()
     if p.form in WHOLE:
         WHOLE[p.form](c, p)

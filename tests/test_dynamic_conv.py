@@ -106,12 +106,14 @@ def test_pointwise_flat_height_varies(oc):
     check_sizes(run, [{"H": v} for v in (1, 2, 5, 16, 31, 48)], {"x": lambda e: (1, 8, e["H"], 20)})
 
 
-@pytest.mark.parametrize("layout", [None, NHWC], ids=["rows_pixels_outer", "pixels_across_rows"])
-def test_pointwise_over_varying_rows(layout):
+@pytest.mark.parametrize("layout,low", [(None, 12), (NHWC, 12), (NHWC, 1)],
+                         ids=["rows_pixels_outer", "pixels_across_rows", "pixels_across_narrow_rows"])
+def test_pointwise_over_varying_rows(layout, low):
     """A 1x1 conv whose height and width vary keeps the flat kernel's blocking: NCHW row vectors walk each row with
-    pixel tiles outermost; channel vectors over channels-last pixels tile the actual pixels across row ends (each
-    pixel's row and column at run time), the residual read at the same spots."""
-    ranges = {"N": SymRange("N", 1, 2, 1), "H": SymRange("H", 12, 30, 16), "W": SymRange("W", 12, 30, 16)}
+    pixel tiles outermost; channel vectors over channels-last pixels tile the actual pixels across row ends (a tile
+    across one row end from two bases, across several (rows from `low` = 1 pixel on) with each pixel's row and
+    column at run time), the residual read at the same spots."""
+    ranges = {"N": SymRange("N", 1, 2, 1), "H": SymRange("H", low, 30, 16), "W": SymRange("W", low, 30, 16)}
     case = DynamicCase(ranges)
     x = case.input("x", F32, (N_, 8, H_, W_))
     r = case.input("r", F32, (N_, 24, H_, W_))
@@ -120,8 +122,8 @@ def test_pointwise_over_varying_rows(layout):
     w, b = weights(case, "c", 24, 16, 1, 1)
     fused(case, t, w, b, r, (N_, 24, H_, W_), {}, "relu")
     run = case.compile(layouts={t: layout} if layout else None)
-    envs = [{"N": 1, "H": 12, "W": 12}, {"N": 2, "H": 30, "W": 30}, {"N": 2, "H": 13, "W": 29}, {"N": 1, "H": 21, "W": 17},
-            {"N": 2, "H": 25, "W": 12}]
+    envs = [{"N": 1, "H": low, "W": low}, {"N": 2, "H": 30, "W": 30}, {"N": 2, "H": 13, "W": 29}, {"N": 1, "H": 21, "W": 17},
+            {"N": 2, "H": 25, "W": 12}] + ([{"N": 2, "H": 7, "W": 1}, {"N": 1, "H": 5, "W": 3}, {"N": 2, "H": 9, "W": 7}] if low < 12 else [])
     check_sizes(run, envs, {"x": lambda e: (e["N"], 8, e["H"], e["W"]), "r": lambda e: (e["N"], 24, e["H"], e["W"])})
 
 

@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from ..dtypes import compute_dtype
-from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum, minimum
+from ..symbolic import Dim, SymRange, floordiv, is_static, maximum, minimum
 from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle, tap_range
 from .epilogue import Epilogue
 
@@ -272,7 +272,7 @@ def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
 def _pointwise_over_rows(s: ConvShape) -> bool:
     """A 1x1 stride-1 unpadded conv whose rows vary (so not flat): planned as if flat (the flat kernel's blocking),
     its row vectors walk each row with pixel tiles outermost, its channel vectors tile the actual pixels across row
-    ends (form "pixels ...") when every row of the range holds a tile."""
+    ends (form "pixels ...")."""
     return (s.dyn is not None and s.dyn.spatial and not s.flat and (s.KH, s.KW, s.sh, s.sw, s.ph, s.pw) == (1, 1, 1, 1, 0, 0)
             and (s.OH, s.OW) == (s.H, s.W))
 
@@ -325,7 +325,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     form = _form(b, s.flat, blocks_outer)
     if pointwise and b.kind == "rows":
         form = "rows px>co"
-    elif pointwise and channels and bounds(s.dyn.OW, s.dyn.ranges)[0] >= b.P:
+    elif pointwise and channels:
         form, px_tiles = "pixels " + form, OH * OW // b.P
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,

@@ -310,14 +310,23 @@ class ConvKernel:
         with loop(k, end, first_tile):
             row, col = (b.load(slot) for slot in slots)
             emit(row, col, P)
-            nxt = b.add(col, k.index(P))
-            wrap = b.icmp_signed(">=", nxt, width)
-            b.store(b.add(row, b.zext(wrap, k.idx_t)), slots[0])
-            b.store(b.select(wrap, b.sub(nxt, width), nxt), slots[1])
+            for slot, v in zip(slots, self.wrapped(row, b.add(col, k.index(P)))):
+                b.store(v, slot)
         with self.when(last):
             pos = offset(k, 0, (self.k.as_index(tiles), P))
             rest = b.sub(b.mul(self.k.as_index(self.rt["OH"]), width), pos)
             self.binary_blocks(pos, rest, P, lambda q, count: emit(*self.row_col(q), count))
+
+    def wrapped(self, row, col):
+        """(row, column) of column `col` of row `row` counted past the row's end (col < width + P): the rows a tile
+        crosses, at most 1 + (P - 1) // (the least width), by that many conditional subtractions."""
+        k, b = self.k, self.k.b
+        width = k.as_index(self.rt["OW"])
+        least = bounds(self.plan.spans.OW, self.plan.spans.ranges)[0]
+        for _ in range(1 + (self.plan.blocking.P - 1) // max(1, least)):
+            wrap = b.icmp_signed(">=", col, width)
+            row, col = b.add(row, b.zext(wrap, k.idx_t)), b.select(wrap, b.sub(col, width), col)
+        return row, col
 
     def row_col(self, q):
         """(row, column) of pixel q of the actual image (rows of the run-time width)."""
@@ -334,34 +343,46 @@ class ConvKernel:
                 emit(k.b.add(pos, k.b.and_(rest, k.index(-2 * bit))), bit)
 
     def pixel_block(self, row, col, count: int, block):
-        """`count` pixels of the actual image from (row, col) on (rows of the run-time width, at least count pixels each):
-        block(oh, ow, None) when they lie in one row (constant offsets from one base, as a static row's tile), else
-        block(oh, ow, spots) with each pixel's (row, column) offset from (oh, ow). A full tile across a row end has
-        one version per split (the next row's pixels at constant offsets from a second base); a shorter block (the
-        image's last) takes its spots at run time."""
+        """`count` pixels of the actual image from (row, col) on: block(oh, ow, None) when they lie in one row
+        (constant offsets from one base, as a static row's tile), else block(oh, ow, spots) with each pixel's (row,
+        column) offset from (oh, ow). A full tile across one row end has one version per split (the next row's
+        pixels at constant offsets from a second base); a block across more row ends (rows narrower than a tile) or
+        shorter than a tile (the image's last) takes its spots at run time."""
         k, b = self.k, self.k.b
-        width = self.k.as_index(self.rt["OW"])
+        width = k.as_index(self.rt["OW"])
+        least = bounds(self.plan.spans.OW, self.plan.spans.ranges)[0]
+
+        def spots():
+            out = []
+            for i in range(count):
+                r, c = self.wrapped(k.index(0), b.add(col, k.index(i)))
+                out.append((r, b.sub(c, col)))
+            block(row, col, out)
+
+        def one_end():
+            done = k.fn.append_basic_block("row_end.done")
+            switch = b.switch(b.sub(width, col), done)
+            for split in range(1, count):
+                case = k.fn.append_basic_block(f"row_end.{split}")
+                switch.add_case(k.index(split), case)
+                b.position_at_end(case)
+                block(row, col, [(0, i) if i < split else (1, b.sub(k.index(i), width)) for i in range(count)])
+                b.branch(done)
+            b.position_at_end(done)
         with b.if_else(b.icmp_signed("<=", b.add(col, k.index(count)), width)) as (one_row, across):
             with one_row:
                 block(row, col, None)
             with across:
                 if count < self.plan.blocking.P:
-                    spots = []
-                    for i in range(count):
-                        c = b.add(col, k.index(i)) if i else col
-                        wrap = b.icmp_signed(">=", c, width)
-                        spots.append((b.zext(wrap, k.idx_t), b.select(wrap, b.sub(k.index(i), width), k.index(i))))
-                    block(row, col, spots)
-                    return
-                done = self.k.fn.append_basic_block("row_end.done")
-                switch = b.switch(b.sub(width, col), done)
-                for split in range(1, count):
-                    case = self.k.fn.append_basic_block(f"row_end.{split}")
-                    switch.add_case(k.index(split), case)
-                    b.position_at_end(case)
-                    block(row, col, [(0, i) if i < split else (1, b.sub(k.index(i), width)) for i in range(count)])
-                    b.branch(done)
-                b.position_at_end(done)
+                    spots()
+                elif least >= count:
+                    one_end()
+                else:
+                    with b.if_else(b.icmp_signed("<=", b.add(col, k.index(count)), b.add(width, width))) as (one, more):
+                        with one:
+                            one_end()
+                        with more:
+                            spots()
 
     def pixel_blocks(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.

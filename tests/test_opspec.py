@@ -63,7 +63,7 @@ NOT_INDEX_INPUTS: dict[tuple[str, str], str] = {
         ("Tile", "repeats"), ("Resize", "sizes"), ("Slice", "starts"), ("Slice", "ends"), ("Slice", "axes"),
         ("Slice", "steps"), ("Split", "split"), ("Squeeze", "axes"), ("Unsqueeze", "axes"), ("Pad", "pads"),
         ("Pad", "axes"), ("TopK", "K"), ("DFT", "dft_length"), ("DFT", "axis"), ("STFT", "frame_step"),
-        ("STFT", "frame_length"), ("MaxUnpool", "output_shape"),
+        ("STFT", "frame_length"), ("MaxUnpool", "output_shape"), ("ConstantOfShape", "input"),
         *((f"Reduce{r}", "axes") for r in ("L1", "L2", "LogSum", "LogSumExp", "Max", "Mean", "Min", "Prod", "Sum",
                                            "SumSquare"))]},
     ("MaxUnpool", "I"): CHECKED + " (unsigned compare with the unpooled size)",

@@ -449,7 +449,7 @@ class Kernel:
         run-time extents and its capacity; InputError for an input dim that varies unlike the output's."""
         if out.dyn is None and all(op.dyn is None for op in ins):
             return out.shape, None
-        broadcast_check(self.node, out, ins)
+        broadcast_check(self.node, out, ins, self.graph.symbols)
         return self.extents(out), tuple(out.shape)
 
     def copy(self, src: Operand, dst: Operand) -> None:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
+from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum
 from ..target.arch import Arch, arch_of
 
 
@@ -28,6 +30,51 @@ def begin_pads(k, in_sp, k_sp, strides, dils, out_sp) -> list[int]:
         return [0] * n
     pads = k.attr("pads") or [0] * (2 * n)
     return [int(p) for p in pads[:n]]
+
+
+def settle(d: Dim, ranges) -> Dim:
+    """`d` as an int when it takes one value over `ranges` (name -> symbolic.SymRange)."""
+    if is_static(d):
+        return int(d)
+    lo, hi = bounds(d, ranges)
+    return lo if lo == hi else d
+
+
+def same_pads(k, in_dims, out_dims, k_sp, strides, dils, ranges: dict[str, SymRange]) -> tuple[list[int], list[int]] | None:
+    """(begin, end) pads of auto_pad SAME_UPPER / SAME_LOWER over spatial dims that may vary (symbolic.Dim); None for
+    other modes. Each pad must be one value over the ranges: the kernels fix the padding at build time."""
+    mode = auto_pad_mode(k)
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        return None
+    begin, end = [], []
+    for i, (size, out) in enumerate(zip(in_dims, out_dims)):
+        total = maximum(0, (out - 1) * strides[i] + (k_sp[i] - 1) * dils[i] + 1 - size)
+        small = floordiv(total, 2)
+        pads = [settle(small, ranges), settle(total - small, ranges)]
+        if not all(is_static(p) for p in pads):
+            raise InputError(f"node {k.node.name!r} ({k.node.op_type}): auto_pad={mode} pads dim {i + 2} by "
+                             f"{total}, which changes with the run-time size {size}: export the model with explicit "
+                             "pads, or give that dimension one value")
+        begin.append(pads[0] if mode == "SAME_UPPER" else pads[1])
+        end.append(pads[1] if mode == "SAME_UPPER" else pads[0])
+    return begin, end
+
+
+def runtime_tap_range(k, o, stride: int, dil: int, pad: int, taps: int, size):
+    """tap_range at run time: index values [lo, hi) for position o (an index value) over an input of `size` (an
+    index value or int)."""
+    b, idx = k.b, k.index
+
+    def floor(a, c: int):
+        if c == 1:
+            return a
+        below = b.icmp_signed("<", b.srem(a, idx(c)), idx(0))
+        return b.sub(b.sdiv(a, idx(c)), b.zext(below, k.idx_t))
+    base = b.sub(o if stride == 1 else b.mul(o, idx(stride)), idx(pad)) if pad else (o if stride == 1 else b.mul(o, idx(stride)))
+    lo = k.imax(floor(b.sub(idx(dil - 1), base), dil), idx(0))
+    size = idx(size) if isinstance(size, int) else size
+    hi = k.imin(b.add(floor(b.sub(b.sub(size, idx(1)), base), dil), idx(1)), idx(taps))
+    return lo, k.imax(hi, lo)
 
 
 def tap_range(o: int, stride: int, dil: int, pad: int, taps: int, size: int) -> tuple[int, int]:
@@ -224,10 +271,12 @@ class ConvBlocking:
     @classmethod
     def choose(cls, forms: TargetForms, *, N: int, C: int, H: int, W: int, OC: int, OH: int, OW: int, KH: int, KW: int,
                G: int, sh: int, sw: int, dh: int, xs: tuple[int, ...], os: tuple[int, ...], flat: bool, w_const: bool,
-               finite: bool, itemsize: int, V: int, unpadded: bool = False) -> ConvBlocking:
+               finite: bool, itemsize: int, V: int, unpadded: bool = False, fixed_geometry: bool = True) -> ConvBlocking:
         """xs, os: element strides of input and output as (N, C, H, W); w_const: the weights are build-time
         constants, finite: all of them finite (edge blocks multiply zeros by them); V: vector lanes; unpadded: no
-        begin pads and every output pixel reads an input pixel (end pads may only cut the input short)."""
+        begin pads and every output pixel reads an input pixel (end pads may only cut the input short);
+        fixed_geometry: no row or column count varies at run time (else no form that bakes them in: edge blocks,
+        input packs, pixel tiles across rows)."""
         Cig, Cog = C // G, OC // G
         taps, f32 = Cig * KH * KW, itemsize == 4
         rows_unit = xs[3] == 1 and os[3] == 1
@@ -247,11 +296,11 @@ class ConvBlocking:
         else:
             R, P = forms.row_channels(Cog, flat and w_const), 0
             by_lane = w_const and forms.by_lane(f32, V, Cog, taps)
-            edges = w_const and not flat and forms.edges(V, sw, rows_unit, W) and finite  # 0 * w adds nothing
+            edges = w_const and not flat and forms.edges(V, sw, rows_unit, W) and finite and fixed_geometry  # 0 * w adds nothing
             row_pairs = forms.row_pairs(edges, Cog, sh, dh, KH, KW)
             U = forms.row_vectors(R, row_pairs, flat and w_const)
         block_bytes = N * C * P * itemsize if kind == "channels" else 0
-        packs_input = forms.packs_input(kind == "channels", flat, xs[3] == 1, W, block_bytes)
+        packs_input = forms.packs_input(kind == "channels", flat, xs[3] == 1, W, block_bytes) and fixed_geometry
         pack_groups = forms.pack_groups(-(-W // P), block_bytes) if packs_input else 0
         if kind == "channels":
             orders = CONV_ORDERS
@@ -261,6 +310,6 @@ class ConvBlocking:
             orders = ("px>co",) if kind == "depthwise_c" or flat else ("co>px",)
             default = orders[0]
         pointwise_tiles = (kind == "channels" and not flat and KH == 1 and KW == 1 and unpadded and OH > 1 and OW % P != 0
-                           and OH * OW <= 64)
+                           and OH * OW <= 64 and fixed_geometry)
         return cls(kind, R, P, U, dw_vec, by_lane, edges, row_pairs, forms.lane_taps(by_lane, row_pairs, f32, V, taps),
                    packs_input, pack_groups, pointwise_tiles, orders, default)

@@ -4,21 +4,42 @@ the optimizer's cost model (fluid/geometry.py) calls too. Pure: shapes, strides 
 `conv_shape` views a 1D/2D conv as the 2-D kernel runs it (rank 3 as one row, k x 1 kernels along the row, flat 1x1
 convs as one row of H * W pixels); `plan_conv` adds the register blocking (ConvBlocking), the loop order, the
 interior (padding-free) ranges, the unroll choices and the epilogue. Extents and loop-versus-unroll choices are
-explicit fields so that run-time extents can replace them field by field."""
+explicit fields so that run-time extents can replace them field by field: a conv whose dims vary at run time
+(ir.Tensor.dyn) carries them as `ConvDyn`, is planned at its capacity with no decision over a varying spatial dim
+(no edge blocks, input packs or pixel tiles across rows), and its walks take the interior ranges of `ConvSpans`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
 from ..dtypes import compute_dtype
-from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, tap_range
+from ..symbolic import Dim, SymRange, floordiv, is_static, maximum, minimum
+from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle, tap_range
 from .epilogue import Epilogue
 
 UNROLL_TAPS = 49
 """Kernel windows up to this many taps (7x7) run with their tap rows unrolled."""
 UNROLL_KW = 16
 """Kernel rows up to this many taps run their taps unrolled."""
+
+
+@dataclass(frozen=True)
+class ConvDyn:
+    """The dims of a ConvShape's 2-D view that vary at run time: each a symbolic.Dim (the int where static)."""
+
+    N: Dim
+    H: Dim
+    W: Dim
+    OH: Dim
+    OW: Dim
+    ranges: Mapping[str, SymRange] = field(compare=False, hash=False, default_factory=dict)
+
+    @property
+    def spatial(self) -> bool:
+        """Does a row or column count vary (not only the batch)?"""
+        return not all(is_static(d) for d in (self.H, self.W, self.OH, self.OW))
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,8 @@ class ConvShape:
     """The fused residual input's strides, viewed like the output; None without one."""
     flat: bool
     """A 1x1 stride-1 unpadded conv over rows without gaps, run as one row of H * W pixels."""
+    dyn: ConvDyn | None = None
+    """The varying dims (N, H, W, OH, OW are then their capacities); None when every dim is static."""
 
     @property
     def Cig(self) -> int:
@@ -77,30 +100,39 @@ def _row(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def conv_shape(x: tuple, out: tuple, w: tuple, residual: tuple | None, strides, dils, pads, groups: int,
-               kx1_along_row: bool = True) -> ConvShape:
+               kx1_along_row: bool = True, dyn: tuple | None = None) -> ConvShape:
     """x, out, w, residual: (shape, element strides) of rank 3 or 4; strides, dils, pads: per spatial dim (begin pads).
     kx1_along_row: a 1-D conv written as 2-D with a k x 1 kernel runs along the row, where the kernel blocks pixels,
-    instead of down a column of one-pixel rows (the kernel does; the cost model still prices the column)."""
+    instead of down a column of one-pixel rows (the kernel does; the cost model still prices the column).
+    dyn: (input dims, output dims, ranges) when dims vary at run time (ir.Tensor.dyn, capacities in the shapes); a
+    row that varies is never flattened (its capacity stride would put gaps between the actual rows)."""
     (N, C, H, W), xs = as_2d(*x)
     oshape, os_ = as_2d(*out)
     wshape, ws = as_2d(*w)
     rs = as_2d(*residual)[1] if residual is not None else None
+    xd = as_2d(dyn[0], [0] * len(dyn[0]))[0] if dyn else (N, C, H, W)
+    od = as_2d(dyn[1], [0] * len(dyn[1]))[0] if dyn else oshape
     strides, dils, pads = list(strides), list(dils), list(pads)
     if len(x[0]) == 3:
         strides, dils, pads = [1, *strides], [1, *dils], [0, *pads]
     if kx1_along_row and W == 1 and oshape[3] == 1 and wshape[3] == 1 and pads[1] == 0 and H > 1:
         ((N, C, H, W), xs), (oshape, os_), (wshape, ws) = _row((N, C, H), xs), _row(oshape[:3], os_), _row(wshape[:3], ws)
+        xd, od = (*xd[:2], 1, xd[2]), (*od[:2], 1, od[2])
         rs = None if rs is None else (rs[0], rs[1], 0, rs[2])
         strides, dils, pads = [1, strides[0]], [1, dils[0]], [0, pads[0]]
     flat = (wshape[2:] == (1, 1) and strides == [1, 1] and pads == [0, 0] and oshape[2:] == (H, W)
-            and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (rs is None or rs[2] == W * rs[3]))
+            and xs[2] == W * xs[3] and os_[2] == W * os_[3] and (rs is None or rs[2] == W * rs[3]) and is_static(xd[3]))
     if flat:
         (H, W), xs = (1, H * W), (xs[0], xs[1], 0, xs[3])
         oshape, os_ = (oshape[0], oshape[1], 1, H * W), (os_[0], os_[1], 0, os_[3])
+        xd, od = (*xd[:2], 1, xd[2] * xd[3]), (*od[:2], 1, od[2] * od[3])
         if rs is not None:
             rs = (rs[0], rs[1], 0, rs[3])
+    varying = None
+    if dyn and not all(is_static(d) for d in (*xd, *od)):
+        varying = ConvDyn(xd[0], xd[2], xd[3], od[2], od[3], dict(dyn[2]))
     return ConvShape(N, C, H, W, oshape[1], oshape[2], oshape[3], wshape[2], wshape[3], groups, strides[0], strides[1],
-                     dils[0], dils[1], pads[0], pads[1], tuple(xs), tuple(os_), tuple(ws), rs, flat)
+                     dils[0], dils[1], pads[0], pads[1], tuple(xs), tuple(os_), tuple(ws), rs, flat, varying)
 
 
 def inside(n_out: int, stride: int, dil: int, pad: int, taps: int, size: int, margin: int) -> tuple[int, int]:
@@ -109,6 +141,61 @@ def inside(n_out: int, stride: int, dil: int, pad: int, taps: int, size: int, ma
     full = [o for o in range(n_out) if tap_range(o, stride, dil, pad, taps, size) == (0, taps)
             and o * stride + (taps - 1) * dil - pad + margin <= size - 1]
     return (full[0], full[-1] + 1) if full else (0, 0)
+
+
+def tap_span(o: int, stride: int, dil: int, pad: int, taps: int, size: Dim,
+             ranges: Mapping[str, SymRange]) -> tuple[int, Dim]:
+    """tap_range of position o over an input of `size` (a symbolic.Dim): the first tap is fixed by the begin pad,
+    the end (an int when no size of the range cuts the window) follows the actual size."""
+    base = o * stride - pad
+    lo = max(0, -(base // dil))
+    hi = minimum(taps, floordiv(size - 1 - base, dil) + 1)
+    return lo, settle(maximum(hi, lo), ranges)
+
+
+def padding_free(n_out: Dim, stride: int, dil: int, pad: int, taps: int, size: Dim, margin: int,
+                 ranges: Mapping[str, SymRange]) -> tuple[int, Dim]:
+    """`inside` over run-time sizes: [lo, hi) with lo the first position clear of the begin pad (an int) and hi the
+    end of the positions whose windows (and `margin`) lie inside the actual input, at least lo."""
+    lo = -(-pad // stride)
+    hi = minimum(n_out, floordiv(size - 1 - margin - (taps - 1) * dil + pad, stride) + 1)
+    return lo, settle(maximum(hi, lo), ranges)
+
+
+@dataclass(frozen=True)
+class ConvSpans:
+    """The run-time geometry a conv's walks read when its dims vary (ConvDyn), each a symbolic.Dim."""
+
+    N: Dim
+    H: Dim
+    W: Dim
+    OH: Dim
+    OW: Dim
+    rows: tuple[int, Dim]
+    """Output rows whose windows lie inside the actual input (padding_free)."""
+    cols: tuple[int, Dim]
+    """Output columns whose windows and wide loads lie inside the actual row (row vectors)."""
+    taps: tuple[int, Dim]
+    """Output columns whose windows lie inside the actual row (channel vectors, depthwise)."""
+    tiles: Dim
+    """Interior tiles of a row: P pixels (channel vectors, depthwise) or U vectors (row vectors) each."""
+    ranges: Mapping[str, SymRange] = field(compare=False, hash=False, default_factory=dict)
+
+
+def conv_spans(s: ConvShape, b: "ConvBlocking", V: int, margin: int, pixels: bool = False) -> ConvSpans | None:
+    """The ConvSpans of `s` (None when no dim varies); pixels: tiles of P run over the image's actual pixels across
+    row ends (form "pixels ...")."""
+    d = s.dyn
+    if d is None:
+        return None
+    r = d.ranges
+    rows = padding_free(d.OH, s.sh, s.dh, s.ph, s.KH, d.H, 0, r)
+    cols = padding_free(d.OW, s.sw, s.dw, s.pw, s.KW, d.W, margin, r)
+    taps = padding_free(d.OW, s.sw, s.dw, s.pw, s.KW, d.W, 0, r)
+    lo, hi = (taps if b.P else cols)
+    tiles = settle(floordiv(d.OH * d.OW if pixels else hi - lo, b.P if b.P else b.U * V), r)
+    return ConvSpans(settle(d.N, r), settle(d.H, r), settle(d.W, r), settle(d.OH, r), settle(d.OW, r), rows, cols, taps,
+                     tiles, r)
 
 
 @dataclass(frozen=True)
@@ -166,7 +253,10 @@ class ConvPlan:
     epilogue: Epilogue | None
     form: str
     """The loop nest (a key of ops/conv/conv2d.py WHOLE or PER_IMAGE): "packed", "depthwise_c", "pointwise_tiles",
-    "[flat ]channels co>px", "[flat ]channels px>co", "rows flat" or "rows"."""
+    "[flat ]channels co>px", "[flat ]channels px>co", "rows flat" or "rows"; over varying rows also "rows px>co"
+    and "pixels channels co>px" / "pixels channels px>co" (_pointwise_over_rows)."""
+    spans: ConvSpans | None = None
+    """Run-time geometry when dims vary (the ranges above are then the capacity's and unused for a varying dim)."""
 
 
 def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
@@ -177,6 +267,14 @@ def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
             return "pointwise_tiles"
         return ("flat " if flat else "") + ("channels co>px" if blocks_outer else "channels px>co")
     return "rows flat" if flat else "rows"
+
+
+def _pointwise_over_rows(s: ConvShape) -> bool:
+    """A 1x1 stride-1 unpadded conv whose rows vary (so not flat): planned as if flat (the flat kernel's blocking),
+    its row vectors walk each row with pixel tiles outermost, its channel vectors tile the actual pixels across row
+    ends (form "pixels ...")."""
+    return (s.dyn is not None and s.dyn.spatial and not s.flat and (s.KH, s.KW, s.sh, s.sw, s.ph, s.pw) == (1, 1, 1, 1, 0, 0)
+            and (s.OH, s.OW) == (s.H, s.W))
 
 
 def _col_blocks(s: ConvShape, b: ConvBlocking) -> tuple[int, int]:
@@ -203,9 +301,12 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     follow); finite: every constant weight is finite; bias_const: the bias is a build-time constant; order: the
     optimizer's loop order (CONV_ORDERS), else the blocking's default."""
     itemsize = np.dtype(dtype).itemsize
-    b = ConvBlocking.choose(forms, N=s.N, C=s.C, H=s.H, W=s.W, OC=s.OC, OH=s.OH, OW=s.OW, KH=s.KH, KW=s.KW, G=s.G,
-                            sh=s.sh, sw=s.sw, dh=s.dh, xs=s.xs, os=s.os, flat=s.flat, w_const=w_const, finite=finite,
-                            itemsize=itemsize, V=V, unpadded=s.unpadded)
+    pointwise = _pointwise_over_rows(s)
+    H, W, OH, OW = (1, s.H * s.W, 1, s.OH * s.OW) if pointwise else (s.H, s.W, s.OH, s.OW)
+    b = ConvBlocking.choose(forms, N=s.N, C=s.C, H=H, W=W, OC=s.OC, OH=OH, OW=OW, KH=s.KH, KW=s.KW, G=s.G,
+                            sh=s.sh, sw=s.sw, dh=s.dh, xs=s.xs, os=s.os, flat=s.flat or pointwise, w_const=w_const,
+                            finite=finite, itemsize=itemsize, V=V, unpadded=s.unpadded,
+                            fixed_geometry=s.dyn is None or not s.dyn.spatial)
     channels = b.kind == "channels"
     rp = forms.packed_channels(s.Cog, b.R, V, pack_V or V) if channels else b.R
     wide = s.xs[3] == 1 and 1 < s.sw <= 4
@@ -221,6 +322,11 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         px_tiles = (max(cols[1], cols[0]) - cols[0]) // (b.U * V)
     unit = b.dw_vec * V
     blocks_outer = (order if order in CONV_ORDERS else b.default_order) == "co>px"
+    form = _form(b, s.flat, blocks_outer)
+    if pointwise and b.kind == "rows":
+        form = "rows px>co"
+    elif pointwise and channels:
+        form, px_tiles = "pixels " + form, OH * OW // b.P
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
         s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0), cols,
@@ -229,7 +335,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
-        _form(b, s.flat, blocks_outer))
+        form, conv_spans(s, b, V, margin, form.startswith("pixels")))
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

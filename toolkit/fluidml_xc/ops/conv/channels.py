@@ -52,8 +52,8 @@ class ChannelVectors:
         xs = self.s.xs
         per_ci = self.s.KH * self.s.KW * self.p.RP
         wbases = self.weight_bases(g, cb, nv)
-        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
-        fresh = self.p.fresh_broadcasts and kw_hi - kw_lo > 1 and npix > 1
+        kw_lo, kw_hi = pixels[0] if npix == 1 else (min(r[0] for r in pixels), max(r[1] for r in pixels))
+        fresh = self.p.fresh_broadcasts and npix > 1 and kw_hi - kw_lo > 1
 
         def row_taps(ci, kh):
             ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
@@ -76,8 +76,9 @@ class ChannelVectors:
                     elif spots is None:
                         xp_off = p * self.s.sw * xs[3]
                     else:
-                        xp_off = spots[p][0] * self.s.sh * xs[2] + spots[p][1] * self.s.sw * xs[3]
-                    xv = k.splat(b.load(element(k, xptr, offset(k, xp_off, (xbase, 1)))), V)
+                        xp_off = offset(k, 0, (spots[p][0], self.s.sh * xs[2]), (spots[p][1], self.s.sw * xs[3]))
+                    at = offset(k, xp_off, (xbase, 1)) if isinstance(xp_off, int) else offset(k, 0, (xbase, 1), (xp_off, 1))
+                    xv = k.splat(b.load(element(k, xptr, at)), V)
                     for v in range(nv):
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
@@ -88,12 +89,21 @@ class ChannelVectors:
             valid = min(V, R - v * V)
             for p in range(npix):
                 dy, dx = (0, p) if spots is None else spots[p]
-                off = offset(k, v * V * os_[1] + dy * os_[2] + dx * os_[3], (n, os_[0]), (g, self.s.Cog * os_[1]), (cb, self.bl.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+
+                def at(strides, first):
+                    """offset() of this pixel's vector in a tensor of `strides`: constant parts of the spot fold into
+                    `first`, run-time parts are terms."""
+                    parts = ((dy, strides[2]), (dx, strides[3]))
+                    return (first + sum(d * st for d, st in parts if isinstance(d, int)),
+                            tuple((d, st) for d, st in parts if not isinstance(d, int)))
+                c0, spot = at(os_, v * V * os_[1])
+                off = offset(k, c0, *spot, (n, os_[0]), (g, self.s.Cog * os_[1]), (cb, self.bl.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
                 value = b.load(slots[v][p])
                 roff = rs = rp = None
                 if self.c.res is not None:
                     rs, rp = self.c.res
-                    roff = offset(k, v * V * rs[1] + dy * rs[2] + dx * rs[3], (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                    c0, spot = at(rs, v * V * rs[1])
+                    roff = offset(k, c0, *spot, (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
                 if valid == V:
                     residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
                     store_lanes(k, self.c.op, off, epilogue(k, self.p.epilogue, value, residual), V, os_[1])
@@ -133,7 +143,7 @@ class ChannelVectors:
             self.c.span(0, full, lambda q: channels(n, offset(k, 0, (q, chunk)), chunk))
             if self.s.C % chunk:
                 channels(n, full * chunk, self.s.C % chunk)
-        self.c.span(0, self.s.N, image)
+        self.c.span(0, self.c.N, image)
 
     def emit_packed(self):
         """packs_input: one group packed before the parallel region (once per call, into this call's stack), then
@@ -157,12 +167,12 @@ class ChannelVectors:
         if len(groups) == 1:
             run(groups[0])
             if not self.c.emit_tiled(per_image):
-                self.c.span(0, self.s.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
+                self.c.span(0, self.c.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
             return
         split = self.c.split()
         with k.parallel_tiles([len(groups)], split[0] if split else 0.0) as (gi,):
             for i, group in enumerate(groups):
                 with k.b.if_then(k.b.icmp_signed("==", gi, k.index(i))):
                     run(group)
-                    self.c.span(0, self.s.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
+                    self.c.span(0, self.c.N, lambda n: self.c.span(0, self.s.G, lambda g: per_image(n, g)))
 

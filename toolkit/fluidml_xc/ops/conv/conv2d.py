@@ -57,7 +57,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kernels.conv_geometry import TargetForms, begin_pads, tap_tables
+from ...errors import InputError
+from ...kernels.conv_geometry import TargetForms, auto_pad_mode, begin_pads, same_pads, tap_tables
 from ...kernels.conv_plan import ConvPlan, conv_shape, pack_weights, plan_conv
 from ...kernels.epilogue import EPILOGUE_ATTR
 from ...kernels.loops import loop
@@ -83,10 +84,10 @@ def _depthwise(c: ConvKernel, p: ConvPlan) -> None:
             lambda c0, lanes, nvec: e.block_dw(n, c0, lanes, nvec, oh, ow, pixels, khr))))
     if c.emit_tiled(lambda n, g: image(n)):
         return
-    if p.shape.N == 1:
+    if c.N == 1:
         image(0)
     else:
-        with loop(c.k, p.shape.N) as n:
+        with loop(c.k, c.N) as n:
             image(n)
 
 
@@ -140,11 +141,28 @@ def _rows(c: ConvKernel, p: ConvPlan):
     return per_image
 
 
+def _rows_pixels_outer(c: ConvKernel, p: ConvPlan):
+    e = RowVectors(c, p)
+    return lambda n, g: c.rows(lambda oh, khr: e.row(oh, khr, lambda ow, nvec, kw: c.channel_blocks(
+        lambda cb, R: e.block(n, g, cb, R, oh, ow, nvec, khr, kw))))
+
+
+def _pixels(c: ConvKernel, p: ConvPlan):
+    e = ChannelVectors(c, p)
+
+    def block(n, g, cb, R, row, col, count):
+        c.pixel_block(row, col, count, lambda oh, ow, spots: e.block_c(n, g, cb, R, oh, ow, [(0, 1)] * count, (0, 1), spots))
+    if p.blocks_outer:
+        return lambda n, g: c.channel_blocks(lambda cb, R: c.pixel_tiles(lambda row, col, count: block(n, g, cb, R, row, col, count)))
+    return lambda n, g: c.pixel_tiles(lambda row, col, count: c.channel_blocks(lambda cb, R: block(n, g, cb, R, row, col, count)))
+
+
 WHOLE = {"packed": _packed, "depthwise_c": _depthwise}
 """Forms that emit the whole conv themselves (their own packing or tiling)."""
 PER_IMAGE = {"pointwise_tiles": _pointwise_tiles, "flat channels co>px": _channels_flat_outer,
              "flat channels px>co": _channels_flat_inner, "channels co>px": _channels_outer,
-             "channels px>co": _channels_inner, "rows flat": _rows_flat, "rows": _rows}
+             "channels px>co": _channels_inner, "rows flat": _rows_flat, "rows": _rows, "rows px>co": _rows_pixels_outer,
+             "pixels channels co>px": _pixels, "pixels channels px>co": _pixels}
 """Forms as per_image(n, g), run over the images and groups (as parallel tiles when split)."""
 
 
@@ -156,7 +174,12 @@ def emit_conv(c: ConvKernel) -> None:
     if p.bias_run:
         rows = np.asarray(c.bias.value).reshape(-1)
         c.bias_splat = k.constant_array(np.repeat(rows.astype(p.dtype), p.bias_run))
-    c.tables = tap_tables(k, (s.OH, s.OW), (s.sh, s.sw), (s.dh, s.dw), (s.ph, s.pw), (s.KH, s.KW), (s.H, s.W))
+    geo = ((s.OH, s.sh, s.dh, s.ph, s.KH, s.H), (s.OW, s.sw, s.dw, s.pw, s.KW, s.W))
+    if p.spans is None:
+        c.tables = tap_tables(k, *zip(*geo))
+    else:  # a varying axis computes its border taps at run time: no table at its capacity
+        c.tables = [None if c.varies(a) else tap_tables(k, *((v,) for v in geo[a]))[0] for a in (0, 1)]
+    c.start_spans()
     if p.form in WHOLE:
         WHOLE[p.form](c, p)
         return
@@ -169,7 +192,7 @@ def emit_conv(c: ConvKernel) -> None:
             with loop(k, extent) as i:
                 fn(i)
     if not c.emit_tiled(per_image):
-        over(s.N, lambda n: over(s.G, lambda g: per_image(n, g)))
+        over(c.N, lambda n: over(s.G, lambda g: per_image(n, g)))
 
 
 def conv_params(k, x, w, out):
@@ -178,10 +201,30 @@ def conv_params(k, x, w, out):
     strides = list(k.attr("strides") or [1] * sp)
     dils = list(k.attr("dilations") or [1] * sp)
     pads = begin_pads(k, x.shape[2:], k_sp, strides, dils, out.shape[2:])
+    if k.dynamic:
+        same = same_pads(k, (x.dyn or x.shape)[2:], (out.dyn or out.shape)[2:], k_sp, strides, dils, k.graph.symbols)
+        pads = same[0] if same else pads
     return k_sp, strides, dils, pads
 
 
-@register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True, cost_kind="conv")
+def varying_dims(k, x, w, out, pads) -> tuple | None:
+    """conv_shape's `dyn` for a conv over varying dims (None when static); only the batch and spatial dims may vary,
+    and a non-finite constant weight only without padding (its NaN at the padding is placed at build time)."""
+    if not k.dynamic:
+        return None
+    for op, what in ((x, "input"), (out, "output"), (w, "weights")):
+        if op.varies(1) or op is w and op.dyn is not None:
+            raise InputError(f"node {k.node.name!r} (Conv): its {what} {op.name!r} has channels or weights that vary at "
+                             "run time; only the batch and spatial dims may: give that dimension one value")
+    padded = any(int(p) for p in (k.attr("pads") or [])) or auto_pad_mode(k) in ("SAME_UPPER", "SAME_LOWER")
+    if w.value is not None and padded and not np.isfinite(w.value).all():
+        raise InputError(f"node {k.node.name!r} (Conv): NaN/Inf weights meet the zero padding at positions that depend "
+                         "on the run-time sizes: give every dimension one value, or replace the NaN/Inf weights")
+    return (x.dyn or x.shape, out.dyn or out.shape, k.graph.symbols)
+
+
+@register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True, cost_kind="conv",
+          runtime_extents=True)
 def lower_conv(k):
     x, w = k.inputs[0], k.inputs[1]
     bias = k.inputs[2] if len(k.inputs) > 2 else None
@@ -192,11 +235,13 @@ def lower_conv(k):
         return
     groups = int(k.attr("group", 1))
     k_sp, strides, dils, pads = conv_params(k, x, w, out)
+    dyn = varying_dims(k, x, w, out, pads)
     if x.rank not in (3, 4) or not is_float(out.dtype):
         conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
     else:
         s = conv_shape((x.shape, x.strides), (out.shape, out.strides), (w.shape, w.strides),
-                       None if residual is None else (residual.shape, residual.strides), strides, dils, pads, groups)
+                       None if residual is None else (residual.shape, residual.strides), strides, dils, pads, groups,
+                       dyn=dyn)
         itemsize = np.dtype(out.dtype).itemsize
         value = w.value
         plan = plan_conv(s, TargetForms(str(k.module.triple), k.conv_accumulators), dtype=np.dtype(out.dtype).name,

@@ -32,7 +32,7 @@ class ChannelsLastDepthwise:
                 init = fill(ty, 0.0)
             slots.append([k.local(ty, init) for _ in pixels])
         xs, os_, gp = self.s.xs, self.s.os, -(-self.s.G // self.p.V) * self.p.V
-        kw_lo, kw_hi = min(r[0] for r in pixels), max(r[1] for r in pixels)
+        kw_lo, kw_hi = pixels[0] if len(pixels) == 1 else (min(r[0] for r in pixels), max(r[1] for r in pixels))
 
         def row_taps(kh):
             ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))

@@ -166,8 +166,42 @@ class RowVectors:
         pair, first = ((zero, v), V + s) if s < 0 else ((v, zero), s - c0)
         return k.b.shuffle_vector(*pair, ir.Constant(ir.VectorType(ir.IntType(32), V), [first + i for i in range(V)]))
 
+    def row_varying(self, emit):
+        """row() over a run-time row: the columns before the interior one pixel each (while they exist), tiles of
+        U vectors to the end of the interior, its rest in single vectors (the last one overlapping the one before
+        when the rest is not a whole vector, pixels when the interior is narrower than a vector), the columns after
+        it one pixel each with run-time tap ranges."""
+        k, V, T, c = self.k, self.p.V, self.bl.U * self.p.V, self.c
+        lo, hi, tiles = self.p.spans.cols[0], k.as_index(c.rt["cols"]), c.rt["tiles"]
+        full = (0, self.s.KW)
+        first, last, trange = c.px_parts(tiles)
+        with c.when(first):
+            c.fixed_columns(lo, lambda ow, taps: emit(ow, 0, taps))
+        a, b = trange or (0, tiles)
+        with loop(k, k.as_index(b), k.as_index(a)) as t:
+            emit(offset(k, lo, (t, T)), self.bl.U, full)
+        with c.when(last):
+            pos = offset(k, lo, (k.as_index(tiles), T))
+            rest = k.b.sub(hi, pos)
+            vectors = k.b.sdiv(rest, k.index(V))
+            with loop(k, vectors) as j:
+                emit(offset(k, 0, (pos, 1), (j, V)), 1, full)
+            done = offset(k, 0, (pos, 1), (vectors, V))
+            with k.b.if_then(k.b.icmp_signed("<", done, hi)):
+                with k.b.if_else(k.b.icmp_signed(">=", k.b.sub(hi, k.index(lo)), k.index(V))) as (whole, part):
+                    with whole:
+                        emit(k.b.sub(hi, k.index(V)), 1, full)
+                    with part:
+                        with loop(k, hi, done) as ow:
+                            emit(ow, 0, full)
+            with loop(k, k.as_index(c.rt["OW"]), hi) as ow:
+                emit(ow, 0, c.end_taps(1, ow))
+
     def row(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, nvec, kw_range) per block; border columns at run time."""
+        if self.c.varies(1):
+            self.row_varying(emit)
+            return
         k, V, T = self.k, self.p.V, self.bl.U * self.p.V
         edge = self.p.edge_span
         lo, hi = edge or self.p.cols_inside

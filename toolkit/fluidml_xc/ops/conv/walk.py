@@ -1,14 +1,18 @@
 """ConvKernel: one float Conv being emitted (its kernel builder, ConvPlan, operand pointers, build-time tables and the
 parallel tile being emitted) and the walks every blocking shares: channel blocks, output rows (interior rows with
-constant tap ranges, border rows from tables), pixel blocks along a row, and the parallel split."""
+constant tap ranges, border rows from tables), pixel blocks along a row, and the parallel split. Over dims that vary at
+run time (ConvPlan.spans) the walks run to run-time extents: the padding-free interior is a run-time range, the
+positions before it keep their build-time tap starts, and those after it take tap ranges clamped to the actual
+input, computed at run time (never reading past the actual extent)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
 from llvmlite import ir
 
-from ...kernels.conv_geometry import tap_range
-from ...kernels.conv_plan import ConvPlan
+from ...kernels.conv_geometry import runtime_tap_range, tap_range
+from ...kernels.conv_plan import ConvPlan, ConvSpans, tap_span
+from ...symbolic import bounds, is_static
 from ...kernels.kernel import PARALLEL_MIN_WORK, Kernel, Operand, chunk_count
 from ...kernels.loops import element, loop, offset
 
@@ -49,6 +53,53 @@ class ConvKernel:
     """packs_input: the first column and width of the packed group."""
     carry: tuple[dict, dict] | None = None
     """Row pair loops carrying edge vectors: (slots, this pair's vectors) while a pair is emitted."""
+    px_ends: tuple | None = None
+    """Parallel tile over a run-time count of pixel tiles: (first chunk, last chunk) conditions (chunks may be
+    empty, so the columns before and after the tiles go with the chunk, not with its tiles)."""
+    rt: dict | None = None
+    """Varying dims (plan.spans): the spans' fields as values of the node function (ints where they cannot vary),
+    computed once at its start (`start_spans`)."""
+
+    def start_spans(self) -> None:
+        sp: ConvSpans | None = self.plan.spans
+        if sp is None:
+            return
+        dv = self.k.dim_value
+        self.rt = {"N": dv(sp.N), "H": dv(sp.H), "W": dv(sp.W), "OH": dv(sp.OH), "OW": dv(sp.OW), "rows": dv(sp.rows[1]),
+                   "cols": dv(sp.cols[1]), "taps": dv(sp.taps[1]), "tiles": dv(sp.tiles)}
+
+    @property
+    def N(self):
+        """Images: the run-time count when the batch varies."""
+        return self.plan.shape.N if self.rt is None else self.rt["N"]
+
+    def varies(self, axis: int) -> bool:
+        """Do the rows (axis 0) or columns (axis 1) of this conv vary at run time?"""
+        sp = self.plan.spans
+        if sp is None:
+            return False
+        dims = (sp.H, sp.OH, sp.rows[1]) if axis == 0 else (sp.W, sp.OW, sp.cols[1], sp.taps[1], sp.tiles)
+        return not all(is_static(d) for d in dims)
+
+    def fixed_taps(self, axis: int, o: int):
+        """Tap range of build-time position o before the interior of a varying axis: its start fixed, its end from
+        the actual size (a run-time value only when some size of the range cuts the window)."""
+        s, sp = self.plan.shape, self.plan.spans
+        geo = (s.sh, s.dh, s.ph, s.KH, sp.H) if axis == 0 else (s.sw, s.dw, s.pw, s.KW, sp.W)
+        lo, hi = tap_span(o, *geo, sp.ranges)
+        return lo, self.k.dim_value(hi)
+
+    def end_taps(self, axis: int, o):
+        """Tap range of run-time position o after the interior of a varying axis: taps up to the actual size."""
+        s = self.plan.shape
+        geo = (s.sh, s.dh, s.ph, s.KH) if axis == 0 else (s.sw, s.dw, s.pw, s.KW)
+        return runtime_tap_range(self.k, o, *geo, self.rt["H" if axis == 0 else "W"])
+
+    def below(self, o: int, extent_key: str, bound):
+        """`o < extent` at run time, None when every size of the range has it."""
+        if bounds(bound, self.plan.spans.ranges)[0] > o:
+            return None
+        return self.k.b.icmp_signed("<", self.k.index(o), self.k.as_index(self.rt[extent_key]))
 
     def border_taps(self, axis: int, o):
         """Tap range of border row (axis 0) or column (axis 1) o: constant, or from a build-time table."""
@@ -71,9 +122,12 @@ class ConvKernel:
         with loop(self.k, hi, lo) as t:
             fn(t)
 
-    def span(self, lo: int, hi: int, fn):
+    def span(self, lo, hi, fn):
         """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""
-        if hi - lo == 1:
+        if not isinstance(lo, int) or not isinstance(hi, int):
+            with loop(self.k, hi, lo) as i:
+                fn(i)
+        elif hi - lo == 1:
             fn(lo)
         elif hi > lo:
             with loop(self.k, hi, lo) as i:
@@ -122,12 +176,17 @@ class ConvKernel:
         if self.px_rng is None:
             return None, None, None
         k, (t0, t1) = self.k, self.px_rng
-        return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, k.index(tiles)), (t0, t1))
+        if self.px_ends is not None:
+            return (*self.px_ends, (t0, t1))
+        return (k.b.icmp_signed("==", t0, k.index(0)), k.b.icmp_signed("==", t1, self.k.as_index(tiles)), (t0, t1))
 
     def rows(self, emit_row, emit_pair=None, carry=None):
         """Interior rows with the full constant tap range (emit_pair(oh): rows oh and oh + 1 at once, then
         the odd one; carry(a, count): count pairs from row a in a loop that carries edge vectors); border
         rows with table ranges."""
+        if self.varies(0):
+            self.rows_varying(emit_row)
+            return
         s = self.plan.shape
         lo, hi = self.plan.rows_inside
         hi = max(hi, lo)
@@ -177,6 +236,154 @@ class ConvKernel:
             self.span(lo, hi, lambda oh: emit_row(oh, full))
         self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
 
+    def rows_varying(self, emit_row):
+        """rows() over a run-time row count: the rows before the interior one by one (each while it exists), the
+        interior [lo, rows) with the full tap range, the rows after it with run-time tap ranges; under row_rng the
+        rows [r0, r1) of them."""
+        k, s, sp = self.k, self.plan.shape, self.plan.spans
+        lo, hi, count = sp.rows[0], self.k.as_index(self.rt["rows"]), self.k.as_index(self.rt["OH"])
+        r0, r1 = self.row_rng or (None, None)
+        for oh in range(lo):
+            conds = [c for c in (self.below(oh, "OH", sp.OH), r0 is not None and k.b.icmp_signed("<=", r0, k.index(oh)),
+                                 r1 is not None and k.b.icmp_signed(">", r1, k.index(oh))) if c not in (None, False)]
+            cond = None
+            for c in conds:
+                cond = c if cond is None else k.b.and_(cond, c)
+            with self.when(cond):
+                emit_row(oh, self.fixed_taps(0, oh))
+        a, b = k.index(lo), hi
+        if r0 is not None:
+            a, b = k.imax(r0, a), k.imin(r1, b)
+        with loop(k, b, a) as oh:
+            emit_row(oh, (0, s.KH))
+        a, b = (hi, count) if r0 is None else (k.imax(r0, hi), k.imin(r1, count))
+        with loop(k, b, a) as oh:
+            emit_row(oh, self.end_taps(0, oh))
+
+    def fixed_columns(self, lo: int, emit_one, emit_group=None):
+        """The columns before the interior of a varying row: emit_group(first, their tap ranges) in blocks when
+        every size of the range has them all with the same tap ranges, else emit_one(ow, tap range) each while it
+        exists."""
+        sp = self.plan.spans
+        taps = [self.fixed_taps(1, o) for o in range(lo)]
+        if emit_group is not None and bounds(sp.OW, sp.ranges)[0] >= lo and all(isinstance(t[1], int) for t in taps):
+            emit_group(taps)
+            return
+        for o in range(lo):
+            with self.when(self.below(o, "OW", sp.OW)):
+                emit_one(o, self.fixed_taps(1, o))
+
+    def pixel_blocks_varying(self, emit):
+        """pixel_blocks over a run-time row: the columns before the interior, tiles of P to the end of the interior
+        (its last partial tile as blocks of 2^j pixels), the columns after it one by one with run-time tap ranges."""
+        s, k, P, sp = self.plan.shape, self.k, self.plan.blocking.P, self.plan.spans
+        lo, hi, tiles = sp.taps[0], self.k.as_index(self.rt["taps"]), self.rt["tiles"]
+        first, last, trange = self.px_parts(tiles)
+        balanced = self.plan.blocking.kind == "channels"
+
+        def group(taps):
+            count = -(-lo // P)
+            for i in range(count):
+                c, d = (lo * i // count, lo * (i + 1) // count) if balanced else (i * P, min(lo, (i + 1) * P))
+                emit(c, taps[c:d])
+        with self.when(first):
+            self.fixed_columns(lo, lambda o, t: emit(o, [t]), group)
+        a, b = trange or (0, tiles)
+        with loop(k, self.k.as_index(b), self.k.as_index(a)) as t:
+            emit(offset(k, lo, (t, P)), [(0, s.KW)] * P)
+        with self.when(last):
+            pos = offset(k, lo, (self.k.as_index(tiles), P))
+            self.binary_blocks(pos, k.b.sub(hi, pos), P, lambda at, count: emit(at, [(0, s.KW)] * count))
+            with loop(k, self.k.as_index(self.rt["OW"]), hi) as ow:
+                emit(ow, [self.end_taps(1, ow)])
+
+    def pixel_tiles(self, emit):
+        """emit(row, column, count) over an image's actual pixels in row-major order (form "pixels"): tiles of P
+        (under px_rng: the tiles [t0, t1)), each tile's first row and column carried from the one before (one
+        division per run of tiles), then the last partial tile as blocks of 2^j pixels."""
+        k, b, P = self.k, self.k.b, self.plan.blocking.P
+        tiles, width = self.rt["tiles"], self.k.as_index(self.rt["OW"])
+        _, last, trange = self.px_parts(tiles)
+        first_tile, end = (self.k.as_index(v) for v in (trange or (0, tiles)))
+        row, col = self.row_col(offset(k, 0, (first_tile, P)))
+        slots = [k.local(k.idx_t, v) for v in (row, col)]
+        with loop(k, end, first_tile):
+            row, col = (b.load(slot) for slot in slots)
+            emit(row, col, P)
+            for slot, v in zip(slots, self.wrapped(row, b.add(col, k.index(P)))):
+                b.store(v, slot)
+        with self.when(last):
+            pos = offset(k, 0, (self.k.as_index(tiles), P))
+            rest = b.sub(b.mul(self.k.as_index(self.rt["OH"]), width), pos)
+            self.binary_blocks(pos, rest, P, lambda q, count: emit(*self.row_col(q), count))
+
+    def wrapped(self, row, col):
+        """(row, column) of column `col` of row `row` counted past the row's end (col < width + P): the rows a tile
+        crosses, at most 1 + (P - 1) // (the least width), by that many conditional subtractions."""
+        k, b = self.k, self.k.b
+        width = k.as_index(self.rt["OW"])
+        least = bounds(self.plan.spans.OW, self.plan.spans.ranges)[0]
+        for _ in range(1 + (self.plan.blocking.P - 1) // max(1, least)):
+            wrap = b.icmp_signed(">=", col, width)
+            row, col = b.add(row, b.zext(wrap, k.idx_t)), b.select(wrap, b.sub(col, width), col)
+        return row, col
+
+    def row_col(self, q):
+        """(row, column) of pixel q of the actual image (rows of the run-time width)."""
+        b, width = self.k.b, self.k.as_index(self.rt["OW"])
+        row = b.udiv(q, width)
+        return row, b.sub(q, b.mul(row, width))
+
+    def binary_blocks(self, pos, rest, P: int, emit):
+        """emit(position, 2^j) for each bit j set in rest (< P), positions consecutive from pos."""
+        k, bit = self.k, 1 << (P - 1).bit_length()
+        while bit > 1:
+            bit //= 2
+            with k.b.if_then(k.b.icmp_signed("!=", k.b.and_(rest, k.index(bit)), k.index(0))):
+                emit(k.b.add(pos, k.b.and_(rest, k.index(-2 * bit))), bit)
+
+    def pixel_block(self, row, col, count: int, block):
+        """`count` pixels of the actual image from (row, col) on: block(oh, ow, None) when they lie in one row
+        (constant offsets from one base, as a static row's tile), else block(oh, ow, spots) with each pixel's (row,
+        column) offset from (oh, ow). A full tile across one row end has one version per split (the next row's
+        pixels at constant offsets from a second base); a block across more row ends (rows narrower than a tile) or
+        shorter than a tile (the image's last) takes its spots at run time."""
+        k, b = self.k, self.k.b
+        width = k.as_index(self.rt["OW"])
+        least = bounds(self.plan.spans.OW, self.plan.spans.ranges)[0]
+
+        def spots():
+            out = []
+            for i in range(count):
+                r, c = self.wrapped(k.index(0), b.add(col, k.index(i)))
+                out.append((r, b.sub(c, col)))
+            block(row, col, out)
+
+        def one_end():
+            done = k.fn.append_basic_block("row_end.done")
+            switch = b.switch(b.sub(width, col), done)
+            for split in range(1, count):
+                case = k.fn.append_basic_block(f"row_end.{split}")
+                switch.add_case(k.index(split), case)
+                b.position_at_end(case)
+                block(row, col, [(0, i) if i < split else (1, b.sub(k.index(i), width)) for i in range(count)])
+                b.branch(done)
+            b.position_at_end(done)
+        with b.if_else(b.icmp_signed("<=", b.add(col, k.index(count)), width)) as (one_row, across):
+            with one_row:
+                block(row, col, None)
+            with across:
+                if count < self.plan.blocking.P:
+                    spots()
+                elif least >= count:
+                    one_end()
+                else:
+                    with b.if_else(b.icmp_signed("<=", b.add(col, k.index(count)), b.add(width, width))) as (one, more):
+                        with one:
+                            one_end()
+                        with more:
+                            spots()
+
     def pixel_blocks(self, oh, kh_range, emit):
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
 
@@ -185,6 +392,9 @@ class ConvKernel:
         Channel vectors balance the fixed blocks (7 columns as 4 + 3, not 6 + 1: a pixel's few accumulators
         wait on the FMA latency).
         """
+        if self.px_runs is None and self.varies(1):
+            self.pixel_blocks_varying(emit)
+            return
         s, k, P = self.plan.shape, self.k, self.plan.blocking.P
         lo, tiles = self.plan.col_blocks
         balanced = self.plan.blocking.kind == "channels"
@@ -231,7 +441,7 @@ class ConvKernel:
             return work, chunk_count(p.dw_units, work, -(-want // rc)), rc, "rows"
         if p.blocking.pointwise_tiles:
             return work, chunk_count(p.NB, work, want), 1, "rows"
-        unit, units = ("px", p.px_tiles) if s.flat else ("rows", s.OH)
+        unit, units = ("px", p.px_tiles) if s.flat or p.form.startswith("pixels") else ("rows", s.OH)
         if p.blocks_outer if kind == "channels" else not s.flat:
             cbc = chunk_count(p.NB, work, want)
             return work, cbc, chunk_count(units, work, -(-want // cbc)), unit
@@ -247,14 +457,19 @@ class ConvKernel:
         work, cbc, uc, unit = split
         k = self.k
         units = s.OH if unit == "rows" else p.px_tiles
+        if self.varies(0 if unit == "rows" else 1) or unit == "px" and self.rt is not None and not s.flat:
+            units = self.rt["OH" if unit == "rows" else "tiles"]
         with k.parallel_tiles([s.N, p.groups_tiled, cbc, uc], work) as (n, g, c, u):
-            if cbc > 1:
-                self.cb_rng = k.chunk(c, cbc, p.dw_units if p.blocking.kind == "depthwise_c" else p.NB)
-            if uc > 1:
-                if unit == "rows":
-                    self.row_rng = k.chunk(u, uc, units)
-                else:
-                    self.px_rng = k.chunk(u, uc, units)
-            per_image(n, g)
-        self.cb_rng = self.row_rng = self.px_rng = None
+            with self.when(None if isinstance(self.N, int) else k.b.icmp_signed("<", n, self.N)):
+                if cbc > 1:
+                    self.cb_rng = k.chunk(c, cbc, p.dw_units if p.blocking.kind == "depthwise_c" else p.NB)
+                if uc > 1:
+                    if unit == "rows":
+                        self.row_rng = k.chunk(u, uc, units)
+                    else:
+                        self.px_rng = k.chunk(u, uc, units)
+                        if not isinstance(units, int):
+                            self.px_ends = (k.b.icmp_signed("==", u, k.index(0)), k.b.icmp_signed("==", u, k.index(uc - 1)))
+                per_image(n, g)
+        self.cb_rng = self.row_rng = self.px_rng = self.px_ends = None
         return True

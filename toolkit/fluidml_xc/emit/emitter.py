@@ -142,6 +142,8 @@ class ModuleEmitter:
         self.sym_index = {name: i for i, name in enumerate(graph.symbols)}
         self._takes_syms: set[str] = set()
         """Names of the nodes whose function takes the symbols' run-time values as its last pointer argument."""
+        self.boundary = None
+        """boundary.Boundary of a dynamic graph (staged inputs, dims slots of varying outputs), set with `tail`."""
 
     @property
     def tail(self):
@@ -153,6 +155,9 @@ class ModuleEmitter:
 
             self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment,
                                      {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes})
+            if self.graph.symbols:
+                from .boundary import extend_tail
+                self.boundary = extend_tail(self.graph, self._tail, self.spec.alignment)
         return self._tail
 
     @property
@@ -217,6 +222,12 @@ class ModuleEmitter:
         pointers: dict[str, ir.Value] = {}
         for k, name in enumerate(graph.inputs):
             pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
+        raw_inputs, edge = dict(pointers), None
+        if graph.symbols:
+            from .boundary import BoundaryEmitter
+            _ = self.tail
+            edge = BoundaryEmitter(self.module, b, graph, self.boundary, run.args[3], self.sym_index)
+            pointers.update({name: edge.stage(name, raw_inputs[name], arena) for name in self.boundary.staged})
         for k, name in enumerate(graph.outputs):
             if not graph.tensors[name].is_const:
                 pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
@@ -241,7 +252,11 @@ class ModuleEmitter:
             b.call(fn, args)
             if hook:
                 b.call(hooks[1], [ir.Constant(ir.IntType(32), step)])
-        self._copy_passthrough_outputs(b, pointer)
+        if edge is None:
+            self._copy_passthrough_outputs(b, pointer)
+        else:
+            from .boundary import finish_outputs
+            finish_outputs(edge, graph, outputs_arg, arena, raw_inputs, self.constant_global)
         b.ret_void()
 
     def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:

@@ -6,9 +6,9 @@ listed twice. Feeds outside the range, a fixed dim given another size and one sy
 (InputError / runner exit 2 / FXC_ERR_SHAPE), also by a runner built with AddressSanitizer + UBSan."""
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -181,6 +181,10 @@ def test_cli_run_verify_inspect(host_artifact, tmp_path, capsys):
     assert main(["run", art, "--inputs", str(tmp_path / "big.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"outside W={LO}..{HI}" in err[0]
+    assert main(["profile", art, "--local", "--inputs", str(tmp_path / "big.npz"), "--runs", "2"]) == 2
+    assert f"outside W={LO}..{HI}" in capsys.readouterr().err
+    assert main(["profile", art, "--local", "--inputs", str(tmp_path / "w7.npz"), "--runs", "2", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["ops"]) == len(result.manifest.ops)
     assert main(["inspect", art]) == 0
     text = capsys.readouterr().out
     assert "-> 2xWx3 float32 (W=1..33)" in text

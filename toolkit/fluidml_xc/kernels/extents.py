@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..errors import InputError
 from ..symbolic import emit
 
 
@@ -36,3 +37,18 @@ def dim_value(k, d) -> int | ir.Value:
         "max": lambda xs: k.imax(value(xs[0]), value(xs[1])),
     }
     return emit(d, sym, ops)
+
+
+def broadcast_check(node, out, ins) -> None:
+    """InputError unless each input dim is the output's dim (the same symbolic.Expr where it varies) or a
+    build-time 1 that broadcasts: two run-time sizes are never broadcast against each other."""
+    def dim(op, d: int):
+        return op.dyn[d] if op.varies(d) else int(op.shape[d])
+    for op in ins:
+        shift = out.rank - op.rank
+        for j in range(op.rank):
+            have, want = dim(op, j), dim(out, j + shift)
+            if have != want and not (isinstance(have, int) and have == 1):
+                raise InputError(f"node {node.name!r} ({node.op_type}): dim {j} of {op.name!r} is {have} where the output's "
+                                 f"is {want}; run-time sizes broadcast only against a fixed 1: give that dimension one "
+                                 "value (--dim NAME=N)")

@@ -19,7 +19,7 @@ from ..ir import Graph, Node
 from ..target.machine import MachineSpec
 from ..opspec import traits
 from . import lowp
-from .extents import dim_value
+from .extents import broadcast_check, dim_value
 from .operand import Access, Operand  # noqa: F401  (Operand and Access are part of the kernel builder's interface)
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
 
@@ -51,6 +51,11 @@ def chunk_count(extent: int, work: float, target: int = TARGET_TILES) -> int:
     if extent <= most:
         return extent
     return most if extent % most == 0 and extent % target != 0 else target
+
+
+def is_unit(extent) -> bool:
+    """A build-time extent of 1 (a run-time extent, an ir.Value, never counts as 1)."""
+    return not isinstance(extent, ir.Value) and extent == 1
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -178,6 +183,19 @@ class Kernel:
     def extents(self, operand: Operand) -> list[int | ir.Value]:
         return [self.extent(operand, d) for d in range(operand.rank)]
 
+    def as_index(self, value: int | ir.Value) -> ir.Value:
+        """An int as an index constant; a run-time value as it is."""
+        return value if isinstance(value, ir.Value) else self.index(value)
+
+    def product(self, extents: Sequence[int | ir.Value]) -> int | ir.Value:
+        """The product of extents: an int when all are build-time, else a run-time value (ints folded)."""
+        static = int(np.prod([e for e in extents if not isinstance(e, ir.Value)], dtype=np.int64))
+        total: int | ir.Value = static
+        for e in extents:
+            if isinstance(e, ir.Value):
+                total = e if isinstance(total, int) and total == 1 else self.b.mul(self.as_index(total), e, flags=("nsw",))
+        return total
+
     # -- loops ---------------------------------------------------------------------------------
     @contextmanager
     def for_range(self, stop: int | ir.Value, start: int | ir.Value = 0, step: int = 1):
@@ -211,13 +229,17 @@ class Kernel:
         enough `work` the flattened index runs over [begin, end) and the emitter hands the tiles to
         fxc_parallel_for; otherwise plain nested loops. Code outside the region runs once per call of
         the function (per tile range): it may compute and fill stack buffers, but a store to memory
-        outside the stack there makes the emitter run the whole op on one thread (emit.parallel_safe)."""
-        extents = [int(e) for e in extents]
-        total = int(np.prod(extents, dtype=np.int64)) if extents else 1
+        outside the stack there makes the emitter run the whole op on one thread (emit.parallel_safe).
+        A run-time extent (ir.Value) runs as plain loops: a split over a varying dim takes a build-time
+        tile count here and each tile's range from `chunk` of the run-time extent."""
+        runtime = any(isinstance(e, ir.Value) for e in extents)
+        extents = [e if isinstance(e, ir.Value) else int(e) for e in extents]
+        total = 0 if runtime else int(np.prod(extents, dtype=np.int64)) if extents else 1
         if (self.tile_range is None or self.tiles or self._in_region or self.loop_depth or total < 2
                 or work < PARALLEL_MIN_WORK):
             with ExitStack() as stack:
-                idx = [stack.enter_context(self.for_range(e)) if e > 1 else self.index(0) for e in extents]
+                idx = [stack.enter_context(self.for_range(e)) if isinstance(e, ir.Value) or e > 1 else self.index(0)
+                       for e in extents]
                 self._in_region, outer = True, self._in_region
                 try:
                     yield idx
@@ -245,13 +267,13 @@ class Kernel:
         self.tiles = total
         self.tile_split = tuple(extents)
 
-    def chunk(self, c: ir.Value, chunks: int, extent: int) -> tuple[ir.Value, ir.Value]:
-        """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent)."""
+    def chunk(self, c: ir.Value, chunks: int, extent: int | ir.Value) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent) (a run-time extent too)."""
         if chunks == 1:
-            return self.index(0), self.index(extent)
+            return self.index(0), self.as_index(extent)
 
         def at(v):
-            return self.b.udiv(self.b.mul(v, self.index(extent), flags=("nuw",)), self.index(chunks))
+            return self.b.udiv(self.b.mul(v, self.as_index(extent), flags=("nuw",)), self.index(chunks))
         return at(c), at(self.b.add(c, self.index(1), flags=("nuw",)))
 
     def imin(self, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -260,13 +282,14 @@ class Kernel:
     def imax(self, x: ir.Value, y: ir.Value) -> ir.Value:
         return self.b.select(self.b.icmp_signed(">", x, y), x, y)
 
-    def loops(self, extents: Sequence[int], dims: Sequence[int], idx: list, body: Callable[[list], None]) -> None:
-        """Nest loops over `dims` (outermost first) of a domain, filling idx[d]; call body at the innermost."""
+    def loops(self, extents: Sequence[int | ir.Value], dims: Sequence[int], idx: list, body: Callable[[list], None]) -> None:
+        """Nest loops over `dims` (outermost first) of a domain, filling idx[d]; call body at the innermost.
+        An extent may be a run-time value (Kernel.extent)."""
         if not dims:
             body(idx)
             return
         d, rest = dims[0], dims[1:]
-        if extents[d] == 1:
+        if is_unit(extents[d]):
             idx[d] = self.index(0)
             self.loops(extents, rest, idx, body)
             return
@@ -289,32 +312,38 @@ class Kernel:
         chunks = chunk_count(units, work)
         return (lead, units, chunks) if chunks >= 2 else None
 
-    def loops_tiled(self, extents: Sequence[int], dims: Sequence[int], idx: list, body: Callable[[list], None],
-                    work: float) -> None:
+    def loops_tiled(self, extents: Sequence[int | ir.Value], dims: Sequence[int], idx: list, body: Callable[[list], None],
+                    work: float, capacity: Sequence[int] | None = None) -> None:
         """loops(), with the leading loops (up to TARGET_TILES iterations together) split into parallel
         tiles when the work is worth it and this function has no parallel region yet; every point still
-        runs exactly its own body, so results do not depend on the split."""
-        plan = self.split_plan(extents, dims, work)
+        runs exactly its own body, so results do not depend on the split. With run-time extents the split
+        is planned at `capacity` (the build-time maxima; None: no split) and each tile takes its fraction
+        of the run-time iterations."""
+        sizes = extents if capacity is None else capacity
+        plan = None if any(isinstance(e, ir.Value) for e in sizes) else self.split_plan(sizes, dims, work)
         inside = self.outer_chunk is not None and plan is not None and plan[2] == self.outer_chunk[1] and self._in_region
         if not inside and (self.tile_range is None or self.tiles or self._in_region or self.loop_depth or plan is None):
             self.loops(extents, dims, idx, body)
             return
         lead, units, chunks = plan
         for d in dims:
-            if extents[d] == 1:
+            if is_unit(extents[d]):
                 idx[d] = self.index(0)
-        rest = [d for d in dims if d not in lead and extents[d] > 1]
+        rest = [d for d in dims if d not in lead and (isinstance(extents[d], ir.Value) or extents[d] > 1)]
         with (nullcontext([self.outer_chunk[0]]) if inside else self.parallel_tiles([chunks], work)) as (c,):
-            lo, hi = self.chunk(c, chunks, units)
+            lo, hi = self.chunk(c, chunks, units if capacity is None else self.product([extents[d] for d in lead]))
             with self.for_range(hi, lo) as u:
                 for j, d in enumerate(lead):
-                    inner = int(np.prod([extents[e] for e in lead[j + 1:]], dtype=np.int64)) if j + 1 < len(lead) else 1
-                    q = u if inner == 1 else self.b.udiv(u, self.index(inner))
-                    idx[d] = q if j == 0 else self.b.urem(q, self.index(extents[d]))
+                    inner = self.product([extents[e] for e in lead[j + 1:]])
+                    q = u if is_unit(inner) else self.b.udiv(u, self.as_index(inner))
+                    idx[d] = q if j == 0 else self.b.urem(q, self.as_index(extents[d]))
                 self.loops(extents, rest, idx, body)
 
     def generic_work(self, domain: Sequence[int], n_inputs: int) -> float:
-        """k.generic's work estimate for the parallel split: per point a load per input, the store, point_work."""
+        """k.generic's work estimate for the parallel split: per point a load per input, the store, point_work
+        (0 for a domain with run-time extents: give its capacity)."""
+        if any(isinstance(e, ir.Value) for e in domain):
+            return 0.0
         return float(np.prod(domain, dtype=np.float64)) * (1 + n_inputs + self.point_work)
 
     def local(self, ty: ir.Type, init: ir.Value | None = None) -> ir.Value:
@@ -360,12 +389,15 @@ class Kernel:
     def generic(self, domain: Sequence[int], outs: Sequence[Access], ins: Sequence[Access],
                 body: Callable[[list, list], list], reduce_dims: Sequence[int] = (),
                 init: Sequence | None = None, combine: Callable[[list, list], list] | None = None,
-                finalize: Callable[[list, list], list] | None = None, order: Sequence[int] | None = None) -> None:
+                finalize: Callable[[list, list], list] | None = None, order: Sequence[int] | None = None,
+                capacity: Sequence[int] | None = None) -> None:
         """Loop over `domain`; body(loaded inputs, idx) -> one value per output.
 
         With reduce_dims: outputs have stride 0 on those dims; each output starts at init[k] and
         folds body values with combine(accs, values) (default: add); finalize(accs, idx) may
         post-process before the store. Reduction loops run innermost, parallel dims in `order`.
+        A domain extent may be a run-time value (Kernel.extent); `capacity` (the domain at its build-time
+        maxima) then plans the parallel split, whose tiles take fractions of the run-time iterations.
         """
         n = len(domain)
         reduce_set = set(reduce_dims)
@@ -378,7 +410,7 @@ class Kernel:
                 values = body([self.load(a, ix) for a in ins], ix)
                 for a, v in zip(outs, values):
                     self.store(a, ix, v)
-            self.loops_tiled(domain, order, idx, point, self.generic_work(domain, len(ins)))
+            self.loops_tiled(domain, order, idx, point, self.generic_work(capacity or domain, len(ins)), capacity)
             return
         outer = [d for d in order if d not in reduce_set]
         inner = [d for d in order if d in reduce_set]
@@ -401,19 +433,29 @@ class Kernel:
                 results = finalize(results, ix)
             for a, v in zip(outs, results):
                 self.store(a, ix, v)
-        self.loops_tiled(domain, outer, idx, reduce_point, self.generic_work(domain, len(ins)))
+        self.loops_tiled(domain, outer, idx, reduce_point, self.generic_work(capacity or domain, len(ins)), capacity)
 
     def elementwise(self, fn: Callable[[list], ir.Value], out: Operand | None = None, ins: Sequence[Operand] | None = None) -> None:
-        """out = fn(inputs) with numpy broadcasting, iterating the output's shape."""
+        """out = fn(inputs) with numpy broadcasting, iterating the output's shape (its run-time extents where
+        they vary)."""
         out = out or self.outputs[0]
         ins = [op for op in (ins if ins is not None else self.inputs) if op is not None]
-        domain = out.shape
-        self.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in ins],
-                     lambda values, idx: [fn(values)])
+        domain, capacity = self.domain(out, ins)
+        self.generic(domain, [out.identity_access()], [op.broadcast_access(out.shape) for op in ins],
+                     lambda values, idx: [fn(values)], capacity=capacity)
+
+    def domain(self, out: Operand, ins: Sequence[Operand] = ()) -> tuple[Sequence[int | ir.Value], tuple[int, ...] | None]:
+        """(extents, capacity) of an elementwise domain over `out`: its shape and None when nothing varies, else its
+        run-time extents and its capacity; InputError for an input dim that varies unlike the output's."""
+        if out.dyn is None and all(op.dyn is None for op in ins):
+            return out.shape, None
+        broadcast_check(self.node, out, ins)
+        return self.extents(out), tuple(out.shape)
 
     def copy(self, src: Operand, dst: Operand) -> None:
         """dst = src element by element (same logical shape; layouts may differ)."""
-        self.generic(dst.shape, [dst.identity_access()], [src.identity_access()], lambda v, i: [v[0]])
+        domain, capacity = self.domain(dst, [src])
+        self.generic(domain, [dst.identity_access()], [src.identity_access()], lambda v, i: [v[0]], capacity=capacity)
 
     # -- explicit vectors (hand-tuned kernels) ------------------------------------------------------
     def lanes(self, dtype) -> int:

@@ -40,11 +40,11 @@ def element(k, ptr, off):
 
 
 def nest(k, extents, fn, idx=()):
-    """Runtime loops over `extents` (outermost first); fn(list of index values)."""
+    """Runtime loops over `extents` (outermost first, ints or run-time values); fn(list of index values)."""
     if len(idx) == len(extents):
         fn(list(idx))
         return
-    if extents[len(idx)] == 1:
+    if not isinstance(extents[len(idx)], ir.Value) and extents[len(idx)] == 1:
         nest(k, extents, fn, (*idx, k.index(0)))
         return
     with k.for_range(extents[len(idx)]) as i:

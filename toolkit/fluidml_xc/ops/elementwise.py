@@ -169,7 +169,7 @@ def _register_unary(name, op: ScalarOp):
     dtypes = FLOATS if name in FLOAT_ONLY else (("bool",) if name == "Not" else None)
 
     @register(name, inplace=True, dtypes=dtypes, elementwise=True, fusable=True, lowp_native=name not in BITWISE,
-              work=op.work, epilogue_activation=op.epilogue_activation)
+              work=op.work, epilogue_activation=op.epilogue_activation, runtime_extents=True)
     def lower(k):
         _unary(k, op.fn)
 
@@ -237,7 +237,8 @@ COMPARE = {"Equal": "==", "Less": "<", "LessOrEqual": "<=", "Greater": ">", "Gre
 
 
 def _register_binary(name, op: ScalarOp):
-    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=name not in BITWISE, work=op.work)
+    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=name not in BITWISE, work=op.work,
+              runtime_extents=True)
     def lower(k):
         dt = k.inputs[0].dtype
         k.elementwise(lambda v: op.fn(k, dt, v[0], v[1]), ins=k.inputs[:2])

@@ -111,14 +111,14 @@ def ref_dtype(ref, input_dtypes: list, step_dtypes: list) -> np.dtype:
 
 
 @register(FUSED_OP, domain=OUR_DOMAIN, inplace=True, notes="fused chain of elementwise ops (passes/elementwise_fusion.py)",
-          elementwise=True, lowp_native=True, heavy=False)
+          elementwise=True, lowp_native=True, heavy=False, runtime_extents=True)
 def lower_fused(k):
     program = k.attr("program")
     out = k.outputs[0]
     ins = [op for op in k.inputs if op is not None]
     in_dts = [op.dtype for op in ins]
     step_dts = [np.dtype(s["dtype"]) for s in program]
-    domain = out.shape
+    domain, capacity = k.domain(out, ins)
 
     def body(values, idx):
         results: list = []
@@ -135,7 +135,8 @@ def lower_fused(k):
             results.append(eval_step(k, step, args, dts))
         return [results[-1]]
     def emit(operands):
-        k.generic(domain, [out.identity_access()], [op.broadcast_access(domain) for op in operands], body)
+        k.generic(domain, [out.identity_access()], [op.broadcast_access(out.shape) for op in operands], body,
+                  capacity=capacity)
     k.point_work = element_work(step["op"] for step in program)
 
     first = ins[0] if ins else None
@@ -149,9 +150,10 @@ def lower_fused(k):
     # LLVM's dependence analysis proves element-wise (same address read, then written) and vectorizes.
     i64 = ir.IntType(64)
     # both copies run the same chunk of the same parallel split (Kernel.outer_chunk)
-    order = sorted(range(len(domain)), key=lambda d: -abs(out.identity_access().strides[d]))
-    plan = k.split_plan(domain, order, k.generic_work(domain, len(ins)))
-    with (k.parallel_tiles([plan[2]], k.generic_work(domain, len(ins))) if plan and k.tile_range is not None
+    sizes = capacity or domain
+    order = sorted(range(len(sizes)), key=lambda d: -abs(out.identity_access().strides[d]))
+    plan = k.split_plan(sizes, order, k.generic_work(sizes, len(ins)))
+    with (k.parallel_tiles([plan[2]], k.generic_work(sizes, len(ins))) if plan and k.tile_range is not None
           else nullcontext(None)) as chunk:
         if chunk is not None and k._in_region:
             k.outer_chunk = (chunk[0], plan[2])

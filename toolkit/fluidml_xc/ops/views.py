@@ -17,9 +17,18 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Squeeze", "Unsqueeze", "Identity"), view=True, inplace=False, lowp_native=True)
+@register(("Reshape", "Squeeze", "Unsqueeze"), view=True, inplace=False, lowp_native=True)
 @register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary")
 def lower_view(k):
+    _flat_copy(k)
+
+
+@register("Identity", view=True, inplace=False, lowp_native=True, runtime_extents=True)
+def lower_identity(k):
+    """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage)."""
+    if k.dynamic:
+        k.copy(k.inputs[0], k.outputs[0])
+        return
     _flat_copy(k)
 
 

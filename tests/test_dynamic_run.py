@@ -240,3 +240,68 @@ def test_runner_under_asan_and_ubsan_at_the_range_edges(host_artifact, tmp_path)
         else:
             assert proc.returncode == 0, proc.stderr
             _check([np.load(o) for o in outs], names, model, feeds)
+
+
+USER_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include "model.h"
+
+static unsigned char arena[FXC_ARENA_BYTES + 1] __attribute__((aligned(FXC_ARENA_ALIGN)));
+static float x[2 * 33 * 3], p[33 * 5], y[2 * 33 * 3], z[33 * 5], xo[2 * 33 * 3], y2[2 * 33 * 3];
+
+static int run(int64_t wx, int64_t wp)
+{
+    const int64_t xd[3] = {2, wx, 3}, pd[2] = {wp, 5};
+    const int64_t *shapes[2] = {xd, pd};
+    const void *in[2] = {x, p};
+    void *out[4] = {y, z, xo, y2};
+    return fxc_run_shaped(arena, in, shapes, out);
+}
+
+int main(void)
+{
+    if (fxc_init(arena, sizeof arena) != FXC_OK)
+        return 1;
+    for (int i = 0; i < 2 * 5 * 3; i++)
+        x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 5 * 5; i++)
+        p[i] = (float)(i % 5) - 2.0f;
+    int rc = run(5, 5);
+    const int64_t *dims = fxc_output_shape(arena, 0);
+    printf("%d %s %d %lld %lld %lld\n", rc, fxc_symbols[0].name, FXC_NUM_SYMBOLS, (long long)dims[0],
+           (long long)dims[1], (long long)dims[2]);
+    for (int i = 0; i < 2 * 5 * 3; i++)
+        printf("%g ", y[i]);
+    printf("\n");
+    memset(y, 0x55, sizeof y);
+    rc = run(5, 6);
+    int untouched = y[0] == y[sizeof y / sizeof y[0] - 1];
+    printf("%d %d %s\n", rc == FXC_ERR_SHAPE, untouched, fxc_shape_error());
+    rc = run(34, 34);
+    printf("%d %s\n", rc == FXC_ERR_SHAPE, fxc_strerror(rc));
+    const int64_t *none[2] = {NULL, NULL};
+    printf("%d %d\n", fxc_check_input_shapes(NULL) == FXC_ERR_NULL, fxc_check_input_shapes(none) == FXC_ERR_NULL);
+    return 0;
+}
+"""
+
+
+def test_user_program_gives_dims_and_reads_refusals(host_artifact, tmp_path):
+    """The C API as an application uses it: fxc_run_shaped, the output's actual dims, FXC_ERR_SHAPE and its message,
+    and no output byte written on a refusal."""
+    from fluidml_xc.emit.link import compile_c_program
+    from fluidml_xc.target.boards import get_board
+
+    result, model = host_artifact
+    art = result.artifact
+    src = tmp_path / "app.c"
+    src.write_text(USER_PROGRAM)
+    exe = compile_c_program(get_board(None).target, "", [src], [art], [art / "libmodel.a", "-lm"], tmp_path / "app")
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    assert lines[0] == "0 W 1 2 5 3"
+    x = ((np.arange(30) % 7) - 3).astype(np.float32).reshape(2, 5, 3)
+    np.testing.assert_array_equal(np.array(lines[1].split(), np.float32), np.maximum(x, 0).reshape(-1))
+    assert lines[2] == "1 1 input 'p' dim 0 is 6, but input 'x' set W=5"
+    assert lines[3] == f"1 input 'x' dim 1 is 34, outside W={LO}..{HI}"
+    assert lines[4] == "1 1"

@@ -154,7 +154,10 @@ class ArtifactModel:
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         from .execute import run_artifact
 
-        feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
+        if self.manifest.symbols:  # a dynamic build: feeds of any size in its ranges (run_artifact checks them)
+            feeds = {s.name: np.asarray(feeds[s.name], dtype=np.dtype(s.dtype)) for s in self.manifest.inputs}
+        else:
+            feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
         for s in self.manifest.outputs:

@@ -305,3 +305,27 @@ def test_user_program_gives_dims_and_reads_refusals(host_artifact, tmp_path):
     assert lines[2] == "1 1 input 'p' dim 0 is 6, but input 'x' set W=5"
     assert lines[3] == f"1 input 'x' dim 1 is 34, outside W={LO}..{HI}"
     assert lines[4] == "1 1"
+
+
+def test_staged_input_takes_a_gap_of_the_plan():
+    """x [2, W, 3] is read only by the first node: its staging buffer shares the offset of a buffer first written
+    later (no reuse under --opt plain: the plan has such a gap), so the arena does not grow; every size still
+    matches onnx.reference."""
+    from fluidml_xc.pipeline import LowerOptions, lower
+    from fluidml_xc.run.backend import JitModel
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    case = DynamicCase({"W": SymRange("W", LO, HI, 8)})
+    x = case.input("x", np.float32, (2, W, 3))
+    (a,) = case.node("Relu", [x], [(np.float32, (2, W, 3))], output=False)
+    (b,) = case.node("Neg", [a], [(np.float32, (2, W, 3))], output=False)
+    case.node("Relu", [b], [(np.float32, (2, W, 3))])
+    lowered = lower(case.graph, machine_spec(get_board(None)), LowerOptions(opt="plain"))
+    plan, staged = lowered.plan, lowered.emitter.boundary.staged
+    assert staged["x"] == plan.offsets[b] and lowered.emitter.boundary.staged_bytes == 0
+    assert lowered.tail.arena_bytes < plan.arena_bytes + 64  # only the output's dims slot after the plan
+    jit, model = JitModel(lowered), _onnx_model(case)
+    for w in SIZES:
+        feeds = {"x": np.random.default_rng(w).standard_normal((2, w, 3)).astype(np.float32)}
+        _check(jit(feeds), case.graph.outputs, model, feeds)

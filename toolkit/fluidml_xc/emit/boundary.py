@@ -4,8 +4,9 @@ Inside the model every tensor is stored with the strides of its capacity shape (
 
 - an input whose dense layout is a prefix of its capacity layout for every size (no dim of capacity > 1 before a
   varying dim: [1, seq, 128], [batch, 3, 224, 224]) is read from the caller's pointer as it is; any other input is
-  copied at entry into a staging buffer with capacity strides, placed in the arena's tail (after the planned
-  tensors and the dims table: live for the whole run, so the plan is untouched);
+  copied at entry into a staging buffer with capacity strides: in a gap of the memory plan that no buffer uses
+  from the entry to the input's last reader when there is one (the plan and its offsets are unchanged), else
+  after the arena's tail;
 - kernels write outputs with capacity strides into the caller's buffer (sized for the capacity); at exit a
   non-prefix output is compacted in place to dense (row by row, front to back: a row's dense offset never
   exceeds its capacity offset);
@@ -76,11 +77,32 @@ class Boundary:
     dims_slots: dict[str, int] = field(default_factory=dict)
     """Varying graph output -> arena offset of its actual dims (int64[rank])."""
     staged_bytes: int = 0
+    """Bytes of the staged inputs placed after the tail (those no gap of the plan holds)."""
 
 
-def extend_tail(graph: Graph, tail, alignment: int) -> Boundary:
+def _last_reader(graph: Graph, plan, name: str) -> int:
+    """The last step (index into plan.order) whose node reads `name`; -1 when none does."""
+    return max((step for step, i in enumerate(plan.order) if name in graph.nodes[i].inputs), default=-1)
+
+
+def _gap(graph: Graph, plan, last: int, nbytes: int, alignment: int, taken: list[tuple[int, int]]) -> int | None:
+    """The lowest aligned offset below the plan's arena where `nbytes` overlap no buffer live at steps 0..last (nor
+    the `taken` ranges): a staged input lives from the entry to its last reader. None when there is no such gap."""
+    busy = sorted([(plan.offsets[r], plan.offsets[r] + -(-graph.tensors[r].nbytes // alignment) * alignment)
+                   for r, (first, _) in plan.intervals.items() if first <= last] + taken)
+    offset = 0
+    for lo, hi in busy:
+        if offset + nbytes <= lo:
+            break
+        offset = max(offset, -(-hi // alignment) * alignment)
+    return offset if offset + nbytes <= plan.arena_bytes else None
+
+
+def extend_tail(graph: Graph, tail, alignment: int, plan=None) -> Boundary:
     """Add the varying outputs' dims slots and the staging buffers to `tail` (frontend/shapes.TailLayout) and grow
-    its arena; `tail.output_slots` / `output_dims` then name these outputs as shaped at run time."""
+    its arena; `tail.output_slots` / `output_dims` then name these outputs as shaped at run time. A staged input
+    goes into a gap of the plan (`plan`: its offsets and live intervals) when one holds it up to its last reader,
+    else after the tail."""
     input_dims(graph)
     layout = Boundary()
     top = -(-tail.arena_bytes // 8) * 8
@@ -93,12 +115,21 @@ def extend_tail(graph: Graph, tail, alignment: int) -> Boundary:
             top += 8 * max(len(t.shape), 1)
         tail.output_slots[k] = layout.dims_slots[name]
         tail.output_dims[k] = tuple(i for i, d in enumerate(t.dyn) if isinstance(d, Expr))
+    taken: list[tuple[int, int]] = []
     for name in graph.inputs:
-        if varies(graph, name) and not is_prefix(graph, name):
-            top = -(-top // alignment) * alignment
-            layout.staged[name] = top
-            top += graph.tensors[name].nbytes
-            layout.staged_bytes += graph.tensors[name].nbytes
+        if not varies(graph, name) or is_prefix(graph, name):
+            continue
+        nbytes = graph.tensors[name].nbytes
+        last = _last_reader(graph, plan, name) if hasattr(plan, "intervals") else len(graph.nodes)
+        if last < 0:
+            continue  # no node reads it (a graph output as it is: copied from the caller's buffer)
+        offset = _gap(graph, plan, last, nbytes, alignment, taken) if hasattr(plan, "intervals") else None
+        if offset is None:
+            offset = top = -(-top // alignment) * alignment
+            top += nbytes
+            layout.staged_bytes += nbytes
+        layout.staged[name] = offset
+        taken.append((offset, offset + -(-nbytes // alignment) * alignment))
     tail.arena_bytes = top
     return layout
 

@@ -157,7 +157,7 @@ class ModuleEmitter:
                                      {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes})
             if self.graph.symbols:
                 from .boundary import extend_tail
-                self.boundary = extend_tail(self.graph, self._tail, self.spec.alignment)
+                self.boundary = extend_tail(self.graph, self._tail, self.spec.alignment, self.plan)
         return self._tail
 
     @property

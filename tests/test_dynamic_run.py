@@ -329,3 +329,51 @@ def test_staged_input_takes_a_gap_of_the_plan():
     for w in SIZES:
         feeds = {"x": np.random.default_rng(w).standard_normal((2, w, 3)).astype(np.float32)}
         _check(jit(feeds), case.graph.outputs, model, feeds)
+
+
+DIMS_EDITS = [b"(2, 34, 3)", b"(2, 32, 3)", b"(2, 1, 3)", b"(2, 0, 3)", b"(2, 9999999999999, 3)", b"(2, 33)",
+              b"(2, 33, 3, 1)", b"(3, 33, 3)", b"(2, 33, 4)", b"(2, -33, 3)"]
+"""Header dims around the range's maximum (p, given no -i, runs at W=33: x must say 33 too)."""
+
+
+def test_fuzzed_npy_through_the_dynamic_runner_under_asan(host_artifact, tmp_path):
+    """Mutated .npy files of x (dims edited around the range's edges, header and payload mutations of
+    tests/fuzzing.py) through the ASan + UBSan runner: exit 0 with the right outputs or exit 2 with one line,
+    never a sanitizer report."""
+    import random
+
+    from fuzzing import mutate_npy, npy_bytes
+    from test_fuzz import SANITIZE, sanitizer_compiler
+    from fluidml_xc.emit.link import LIBRARY_SOURCES
+    from fluidml_xc.resources import data_dir
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("sanitizer builds run on x86_64 hosts")
+    cc = sanitizer_compiler(tmp_path)
+    if cc is None:
+        pytest.fail("no compiler here builds working AddressSanitizer programs (apt-get install gcc libasan8)")
+    result, model = host_artifact
+    art, src = result.artifact, data_dir("runtime_c")
+    runner = tmp_path / "runner_asan"
+    subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
+                    *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), "-lm",
+                    "-lpthread", "-o", str(runner)], check=True, capture_output=True, timeout=300)
+    base = npy_bytes(np.linspace(-1, 1, 2 * HI * 3, dtype=np.float32).reshape(2, HI, 3))
+    rng = random.Random(26)
+    cases = [base.replace(b"(2, 33, 3)", edit, 1) for edit in DIMS_EDITS] + [base[:-5]]
+    cases += [mutate_npy(base, rng)[0] for _ in range(40)]
+    accepted = 0
+    for k, data in enumerate(cases):
+        path, out = tmp_path / f"f{k}.npy", tmp_path / f"f{k}.out.npy"
+        path.write_bytes(data)
+        proc = subprocess.run([str(runner), "-i", str(path), "-o", str(out)], capture_output=True, text=True,
+                              errors="replace", timeout=120)
+        assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr[-2000:]
+        if proc.returncode == 2:
+            assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists(), proc.stderr
+            continue
+        assert proc.returncode == 0, proc.stderr
+        x = np.load(path, allow_pickle=False)
+        np.testing.assert_array_equal(np.load(out), np.maximum(np.maximum(x, 0), 0))
+        accepted += 1
+    assert 0 < accepted < len(cases)

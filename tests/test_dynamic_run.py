@@ -191,11 +191,13 @@ def test_cli_run_verify_inspect(host_artifact, tmp_path, capsys):
     assert f"the arena is planned at the maximum (W={HI})" in text and "at min: live peak" in text
 
 
-def test_artifact_runs_under_qemu_aarch64(board_runner, tmp_path):
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_artifact_runs_under_qemu(board, board_runner, tmp_path):
+    """64-bit and 32-bit targets (the entry's staging and compaction arithmetic is i64 on both)."""
     from fluidml_xc.build import BuildOptions, build_graph
     from fluidml_xc.run.execute import run_artifact
 
-    board = board_runner("qemu-aarch64").board
+    board = board_runner(board).board
     case = _case()
     result = build_graph(case.graph, BuildOptions(board=board, out_dir=tmp_path / "art", opt="plain", name="dyn",
                                                   profile_runner=False, record_last=False))  # named: the runner's mapped glue names

@@ -379,3 +379,24 @@ def test_fuzzed_npy_through_the_dynamic_runner_under_asan(host_artifact, tmp_pat
         np.testing.assert_array_equal(np.load(out), np.maximum(np.maximum(x, 0), 0))
         accepted += 1
     assert 0 < accepted < len(cases)
+
+
+def test_verify_and_profile_on_a_board_at_the_size_fed(host_artifact, loopback_sshd, tmp_path, capsys):
+    """Over SSH (a real sshd on 127.0.0.1): verify and profile --inputs at W=9 upload the feeds, run there and leave
+    no scratch directory; a feed out of range is refused before anything is uploaded."""
+    from fluidml_xc.cli import main
+    from fluidml_xc.run.execute import save_npz
+
+    result, _ = host_artifact
+    base = tmp_path / "board"
+    common = [*loopback_sshd.args(), "--base-dir", str(base)]
+    save_npz(tmp_path / "w9.npz", _feeds(9))
+    save_npz(tmp_path / "big.npz", REFUSALS[0][0])
+    assert main(["verify", str(result.artifact), "--inputs", str(tmp_path / "w9.npz"), "--oracle", "ort", *common]) == 0
+    assert "2x9x3" in capsys.readouterr().out
+    assert main(["profile", str(result.artifact), "--inputs", str(tmp_path / "w9.npz"), "--runs", "3", "--json",
+                 *common]) == 0
+    assert len(json.loads(capsys.readouterr().out)["ops"]) == len(result.manifest.ops)
+    assert not list(base.glob(".run-*")) and not list(base.glob(".profile-*"))
+    assert main(["profile", str(result.artifact), "--inputs", str(tmp_path / "big.npz"), *common]) == 2
+    assert f"outside W={LO}..{HI}" in capsys.readouterr().err

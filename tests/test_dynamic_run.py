@@ -124,7 +124,7 @@ def test_build_refuses_what_no_run_can_bind():
 
 
 def test_artifact_runs_every_size_here(host_artifact):
-    from fluidml_xc.run.execute import run_artifact
+    from fluidml_xc.run.execute import random_feeds, run_artifact
 
     result, model = host_artifact
     manifest, names = result.manifest, [o.name for o in result.manifest.outputs]
@@ -138,6 +138,9 @@ def test_artifact_runs_every_size_here(host_artifact):
     for w in SIZES:
         res = run_artifact(result.artifact, _feeds(w))
         _check(list(res.slots), names, model, _feeds(w))
+    small = random_feeds(manifest, symbols={"W": 4})
+    assert {k: v.shape for k, v in small.items()} == {"x": (2, 4, 3), "p": (4, 5)}
+    _check(list(run_artifact(result.artifact, small).slots), names, model, small)
     profiled = run_artifact(result.artifact, _feeds(5), profile=True)
     _check(list(profiled.slots), names, model, _feeds(5))
     assert [op["name"] for op in profiled.bench["ops"]] == [op["name"] for op in manifest.ops]

@@ -217,19 +217,34 @@ class BoundaryEmitter:
             out = self.b.mul(out, self.dims.value(d))
         return out
 
+    def dense_is_capacity(self, name: str) -> ir.Value:
+        """i1: at this run's sizes the dense layout is the capacity layout (every varying dim after the first dim of
+        capacity > 1 is at its capacity), so nothing needs staging or compacting."""
+        t, out = self.graph.tensors[name], ir.Constant(ir.IntType(1), 1)
+        first = next((k for k, c in enumerate(t.shape) if c > 1), len(t.shape))
+        for k, d in enumerate(t.dyn):
+            if k > first and isinstance(d, Expr):
+                out = self.b.and_(out, self.b.icmp_signed("==", self.dims.value(d), I64(t.shape[k])))
+        return out
+
     def stage(self, name: str, src: ir.Value, arena: ir.Value) -> ir.Value:
-        """Copy the caller's dense input into its staging buffer; the buffer's i8 pointer."""
+        """The input with capacity strides: the caller's buffer when its dense layout is that already, else a copy
+        into its staging buffer; an i8 pointer."""
         b = self.b
+        src = b.bitcast(src, I8P)
         dst = b.gep(arena, [I64(self.layout.staged[name])], inbounds=True)
-        _rows(b, self.dims, self.graph, name,
-              lambda cap, dense, n: b.call(self.memcpy, [_at(b, dst, cap), _at(b, src, dense), n, self._false]))
-        return dst
+        same = self.dense_is_capacity(name)
+        with b.if_then(b.not_(same)):
+            _rows(b, self.dims, self.graph, name,
+                  lambda cap, dense, n: b.call(self.memcpy, [_at(b, dst, cap), _at(b, src, dense), n, self._false]))
+        return b.select(same, src, dst)
 
     def compact(self, name: str, buf: ir.Value) -> None:
-        """Capacity strides -> dense, in place in the caller's output buffer."""
+        """Capacity strides -> dense, in place in the caller's output buffer (nothing to do when they coincide)."""
         b = self.b
-        _rows(b, self.dims, self.graph, name,
-              lambda cap, dense, n: b.call(self.memmove, [_at(b, buf, dense), _at(b, buf, cap), n, self._false]))
+        with b.if_then(b.not_(self.dense_is_capacity(name))):
+            _rows(b, self.dims, self.graph, name,
+                  lambda cap, dense, n: b.call(self.memmove, [_at(b, buf, dense), _at(b, buf, cap), n, self._false]))
 
     def write_dims(self, name: str, arena: ir.Value) -> None:
         b, t = self.b, self.graph.tensors[name]

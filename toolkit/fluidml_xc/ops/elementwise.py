@@ -269,7 +269,7 @@ def constant_power(k, dt, x, exponent) -> ir.Value | None:
     return None if fn is None else fn(k, dt, x)
 
 
-@register("Pow", inplace=True, elementwise=True, fusable=True, lowp_native=True, work=20)
+@register("Pow", inplace=True, elementwise=True, fusable=True, lowp_native=True, work=20, runtime_extents=True)
 def lower_pow(k):
     dt, ydt = k.inputs[0].dtype, k.inputs[1].dtype
     exponent = k.input_value(1)
@@ -280,7 +280,7 @@ def lower_pow(k):
 
 
 def _register_compare(name, op):
-    @register(name, elementwise=True, fusable=True, lowp_native=True)
+    @register(name, elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
     def lower(k):
         dt = k.inputs[0].dtype
         k.elementwise(lambda v: k.s.to_bool(k.s.cmp(dt, op, v[0], v[1])), ins=k.inputs[:2])
@@ -290,7 +290,7 @@ for _name, _op in COMPARE.items():
     _register_compare(_name, _op)
 
 
-@register("BitShift", elementwise=True)
+@register("BitShift", elementwise=True, runtime_extents=True)
 def lower_bitshift(k):
     """numpy semantics: a shift by the bit width or more, or by a negative amount, shifts everything out
     (0, or -1 for an arithmetic right shift of a negative signed value) instead of C's undefined result."""
@@ -312,7 +312,7 @@ def lower_bitshift(k):
 
 
 def _variadic(name, combine, finish=None):
-    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=True)
+    @register(name, inplace=True, elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
     def lower(k):
         dt = k.outputs[0].dtype
         ins = [op for op in k.inputs if op is not None]
@@ -331,13 +331,13 @@ _variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
 _variadic("Mean", ieee_add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
-@register("Where", elementwise=True, fusable=True, lowp_native=True)
+@register("Where", elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
 def lower_where(k):
     k.elementwise(lambda v: k.b.select(k.b.trunc(v[0], ir.IntType(1)), v[1], v[2]), ins=k.inputs[:3])
 
 
-@register("Cast", elementwise=True, fusable=True, lowp_native=True)
-@register("CastLike", elementwise=True, fusable=True, lowp_native=True, type_only_inputs=(1,))
+@register("Cast", elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
+@register("CastLike", elementwise=True, fusable=True, lowp_native=True, type_only_inputs=(1,), runtime_extents=True)
 def lower_cast(k):
     """ONNX Cast; to the storage-only dtypes with `saturate` and `round_mode` (kernels/lowp.py). A Cast the
     lowp_compute pass inserted (`_astype`) rounds as a kernel's store does (ml_dtypes' astype)."""
@@ -350,7 +350,8 @@ def lower_cast(k):
     k.elementwise(lambda v: k.s.cast(src, dst, v[0], saturate, round_mode), ins=[k.inputs[0]])
 
 
-@register("Clip", inplace=True, elementwise=True, fusable=True, lowp_native=True, epilogue_activation=True)
+@register("Clip", inplace=True, elementwise=True, fusable=True, lowp_native=True, epilogue_activation=True,
+          runtime_extents=True)
 def lower_clip(k):
     dt = k.inputs[0].dtype
     if k.graph.opset < 11:
@@ -369,21 +370,21 @@ def lower_clip(k):
     k.elementwise(lambda v: k.s.clamp(dt, v[0], bounds[0], bounds[1]), ins=[k.inputs[0]])
 
 
-@register("PRelu", inplace=True, elementwise=True, lowp_native=True)
+@register("PRelu", inplace=True, elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_prelu(k):
     dt = k.inputs[0].dtype
     zero = const(dt, 0)
     k.elementwise(lambda v: k.b.select(k.s.cmp(dt, "<", v[0], zero), _mul(k, dt, v[0], v[1]), v[0]), ins=k.inputs[:2])
 
 
-@register("ThresholdedRelu", inplace=True, elementwise=True, lowp_native=True)
+@register("ThresholdedRelu", inplace=True, elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_thresholded_relu(k):
     dt = k.inputs[0].dtype
     alpha = const(dt, k.attr("alpha", 1.0))
     k.elementwise(lambda v: k.b.select(k.s.cmp(dt, ">", v[0], alpha), v[0], const(dt, 0)), ins=[k.inputs[0]])
 
 
-@register("Celu", inplace=True, elementwise=True, lowp_native=True)
+@register("Celu", inplace=True, elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_celu(k):
     dt = k.inputs[0].dtype
     alpha = const(dt, k.attr("alpha", 1.0))
@@ -395,12 +396,12 @@ def lower_celu(k):
     k.elementwise(fn, ins=[k.inputs[0]])
 
 
-@register("IsNaN", elementwise=True, lowp_native=True)
+@register("IsNaN", elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_isnan(k):
     k.elementwise(lambda v: k.s.to_bool(k.b.fcmp_unordered("uno", v[0], v[0])), ins=[k.inputs[0]])
 
 
-@register("IsInf", elementwise=True, lowp_native=True)
+@register("IsInf", elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_isinf(k):
     dt = k.inputs[0].dtype
     pos, neg = k.attr("detect_positive", 1), k.attr("detect_negative", 1)
@@ -417,7 +418,7 @@ def lower_isinf(k):
 
 
 
-@register("BitCast", elementwise=True, lowp_native=True)
+@register("BitCast", elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_bitcast(k):
     """Reinterpret each element's bits as the output dtype (same item size)."""
     src, dst = k.inputs[0].dtype, k.outputs[0].dtype
@@ -429,14 +430,15 @@ def lower_bitcast(k):
             bits = np.dtype(np.uint16 if np.dtype(op.dtype).itemsize == 2 else np.uint8) if lowp.is_lowp(op.dtype) else op.dtype
             return Access(acc.storage, bits, acc.strides, acc.offset)
         target = lowp.storage_type(dst) if lowp.is_lowp(dst) else llvm_type(dst)
-        k.generic(k.outputs[0].shape, [raw(k.outputs[0])], [raw(k.inputs[0])],
-                  lambda v, i: [v[0] if v[0].type == target else k.b.bitcast(v[0], target)])
+        domain, capacity = k.domain(k.outputs[0], k.inputs[:1])
+        k.generic(domain, [raw(k.outputs[0])], [raw(k.inputs[0])],
+                  lambda v, i: [v[0] if v[0].type == target else k.b.bitcast(v[0], target)], capacity=capacity)
         return
     target = llvm_type(dst)
     k.elementwise(lambda v: v[0] if v[0].type == target else k.b.bitcast(v[0], target), ins=[k.inputs[0]])
 
 
-@register("EyeLike", elementwise=True, lowp_native=True)
+@register("EyeLike", elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_eyelike(k):
     """Ones on diagonal `k` (column - row == k) of a 2-D output, zeros elsewhere."""
     out = k.outputs[0]
@@ -447,7 +449,8 @@ def lower_eyelike(k):
     def body(values, idx):
         hit = k.b.icmp_signed("==", k.b.sub(idx[1], idx[0]), k.index(diagonal))
         return [k.b.select(hit, one, zero)]
-    k.generic(out.shape, [out.identity_access()], [], body)
+    domain, capacity = k.domain(out)
+    k.generic(domain, [out.identity_access()], [], body, capacity=capacity)
 
 
 def _quant_param(k, op, x, axis: int, block: int, idx):
@@ -475,13 +478,14 @@ def _quant_setup(k):
     return x, axis, int(k.attr("block_size", 0))
 
 
-@register("DequantizeLinear", since=10, elementwise=True, lowp_native=True)
+@register("DequantizeLinear", since=10, elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_dequantize(k):
     """y = (x - zero_point) * scale, computed in float32 (float64 for a float64 scale)."""
     x, axis, block = _quant_setup(k)
     scale = k.inputs[1]
     zp = k.inputs[2] if len(k.inputs) > 2 else None
     out = k.outputs[0]
+    domain, capacity = k.domain(out, [x])
     work = np.float64 if scale.dtype == np.float64 else np.float32
 
     def body(values, idx):
@@ -490,10 +494,10 @@ def lower_dequantize(k):
             v = k.b.fsub(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
         v = k.b.fmul(v, k.s.cast(scale.dtype, work, _quant_param(k, scale, x, axis, block, idx)))
         return [k.s.cast(work, out.dtype, v)]
-    k.generic(out.shape, [out.identity_access()], [x.identity_access()], body)
+    k.generic(domain, [out.identity_access()], [x.identity_access()], body, capacity=capacity)
 
 
-@register("QuantizeLinear", since=10, elementwise=True, lowp_native=True)
+@register("QuantizeLinear", since=10, elementwise=True, lowp_native=True, runtime_extents=True)
 def lower_quantize(k):
     """y = saturate(round_half_even(x / scale) + zero_point) to the output integer type; float8 outputs:
     cast(x / scale) honouring `saturate`; float4: cast(x / scale + zero_point) (onnx.reference's rules)."""
@@ -507,6 +511,7 @@ def lower_quantize(k):
         raise InputError(f"node {k.node.name!r} (QuantizeLinear): output dtype {out.dtype} is not supported")
     work = np.float64 if np.float64 in (x.dtype, scale.dtype) else np.float32
     saturate = bool(k.attr("saturate", 1))
+    domain, capacity = k.domain(out, [x])
 
     def scaled(values, idx):
         return k.b.fdiv(k.s.cast(x.dtype, work, values[0]), k.s.cast(scale.dtype, work, _quant_param(k, scale, x, axis, block, idx)))
@@ -517,7 +522,7 @@ def lower_quantize(k):
             if name == "float4_e2m1fn" and zp is not None:
                 v = k.b.fadd(v, k.s.cast(zp.dtype, work, _quant_param(k, zp, x, axis, block, idx)))
             return [k.s.cast(work, out.dtype, v, saturate)]
-        k.generic(out.shape, [out.identity_access()], [x.identity_access()], fbody)
+        k.generic(domain, [out.identity_access()], [x.identity_access()], fbody, capacity=capacity)
         return
     lo_v, hi_v = lowp.int_info(odt) if name else (np.iinfo(odt).min, np.iinfo(odt).max)
     lo, hi = const(work, lo_v), const(work, hi_v)
@@ -532,4 +537,4 @@ def lower_quantize(k):
             conv = k.b.fptosi if odt.kind == "i" else k.b.fptoui
             return [conv(v, llvm_type(odt))]
         return [k.s.cast(work, out.dtype, v)]
-    k.generic(out.shape, [out.identity_access()], [x.identity_access()], body)
+    k.generic(domain, [out.identity_access()], [x.identity_access()], body, capacity=capacity)

@@ -1,5 +1,5 @@
-"""Assorted ops: ReverseSequence, TensorScatter, Det, TfIdfVectorizer (integer pools) and the
-ai.onnx.ml Binarizer and ArrayFeatureExtractor.
+"""Assorted ops: ConstantOfShape left to run time (its output's size varies: ir.Tensor.dyn), ReverseSequence, TensorScatter, Det, TfIdfVectorizer (integer pools) and the ai.onnx.ml Binarizer and
+ArrayFeatureExtractor.
 
 Det runs Gaussian elimination with partial pivoting in double precision on a stack copy of each
 matrix. TfIdfVectorizer turns its n-gram pool (attributes, so known at build time) into constant
@@ -27,6 +27,17 @@ def _index_dtype(k):
 
 def _as_index(k, dtype, value):
     return k.s.cast(dtype, _index_dtype(k), value)
+
+
+@register("ConstantOfShape", since=9, runtime_extents=True)
+def lower_constant_of_shape(k):
+    """The `value` attribute (default float 0) over the output's extents (run-time where they vary); the shape
+    input's values are the output's dims, which the output's shape (or its dyn) already holds."""
+    out = k.outputs[0]
+    value = np.asarray(k.attr("value", np.zeros(1, np.float32))).reshape(-1)
+    fill = const(out.dtype, value[0] if value.size else 0)
+    domain, capacity = k.domain(out)
+    k.generic(domain, [out.identity_access()], [], lambda v, i: [fill], capacity=capacity)
 
 
 @register("ReverseSequence")

@@ -146,9 +146,12 @@ def lower_split(k):
         start += size
 
 
-@register("Expand", lowp_native=True)
+@register("Expand", lowp_native=True, runtime_extents=True)
 def lower_expand(k):
     x, out = k.inputs[0], k.outputs[0]
+    if k.dynamic:  # the output's run-time extents; x broadcast against them
+        k.elementwise(lambda v: v[0], out, [x])
+        return
     _copy(k, out.shape, out.identity_access(), x.broadcast_access(out.shape))
 
 

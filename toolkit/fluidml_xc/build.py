@@ -91,7 +91,9 @@ def _tensor_entries(graph: Graph, names: list[str], dynamic_dims: list[tuple[int
 
 def _symbolic_dims(dyn: tuple | None) -> tuple[int | str, ...]:
     """The manifest's `dims` of a varying tensor: sizes and expressions (an input's: its symbols' names)."""
-    return tuple(d if isinstance(d, int) else str(d) for d in dyn) if dyn is not None else ()
+    from .symbolic import is_static
+
+    return tuple(int(d) if is_static(d) else str(d) for d in dyn) if dyn is not None else ()
 
 
 def _dims_label(dyn: tuple | None) -> str:

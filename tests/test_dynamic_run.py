@@ -192,6 +192,7 @@ def test_cli_run_verify_inspect(host_artifact, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "-> 2xWx3 float32 (W=1..33)" in text
     assert f"the arena is planned at the maximum (W={HI})" in text and "at min: live peak" in text
+    assert "input x staged with the maximum's strides at offset" in text and "(after the tail)" in text
 
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])

@@ -213,7 +213,8 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
         (workdir / api.object).write_bytes(codes[0])
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
     memory = {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
-              **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})}
+              **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {}),
+              **({"staged_inputs": dict(emitter.boundary.staged)} if emitter.boundary and emitter.boundary.staged else {})}
     watch.mark("objects")
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),

@@ -157,6 +157,9 @@ def _print_at_min(manifest: Manifest, mem: Mapping, plan: Mapping) -> None:
     print(f"  at max: live peak {_kb(peak_max)} of the arena {_kb(mem['arena_bytes'])}"
           + (f" (+ {_kb(tail)} tail: dims slots, staged inputs)" if tail else ""))
     print(f"  at min: live peak {_kb(peak_min)} (bytes in use at the same offsets)")
+    for name, offset in mem.get("staged_inputs", {}).items():
+        where = "in a gap of the plan" if offset < mem["arena_bytes"] else "after the tail"
+        print(f"  input {name} staged with the maximum's strides at offset {offset:,} ({where})")
     print("memory map at min (rows: execution steps, columns: arena bytes):")
     steps = max((e for _, e in intervals.values()), default=-1) + 1
     for line in memory_map(intervals, plan["offsets"], plan["sizes_at_min"], mem["arena_bytes"], steps):

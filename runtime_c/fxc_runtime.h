@@ -40,6 +40,11 @@ typedef struct {
 #define fxc_set_threads FXC_CAT(FXC_PREFIX, set_threads)
 #define fxc_get_threads FXC_CAT(FXC_PREFIX, get_threads)
 #define fxc_cpu_check FXC_CAT(FXC_PREFIX, cpu_check)
+#define fxc_num_symbols FXC_CAT(FXC_PREFIX, num_symbols)
+#define fxc_run_shaped FXC_CAT(FXC_PREFIX, run_shaped)
+#define fxc_run_shaped_profiled FXC_CAT(FXC_PREFIX, run_shaped_profiled)
+#define fxc_check_input_shapes FXC_CAT(FXC_PREFIX, check_input_shapes)
+#define fxc_shape_error FXC_CAT(FXC_PREFIX, shape_error)
 #endif
 extern const int32_t fxc_num_inputs;
 extern const int32_t fxc_num_outputs;
@@ -55,6 +60,13 @@ int fxc_run(void *arena, const void *const *inputs, void *const *outputs);
 int fxc_run_profiled(void *arena, const void *const *inputs, void *const *outputs,
                      void (*enter)(int32_t op), void (*exit)(int32_t op));
 const char *fxc_strerror(int code);
+/* A dynamic model (fxc_num_symbols > 0): runs with each input's actual dims, checked against the ranges first. */
+extern const int32_t fxc_num_symbols;
+int fxc_run_shaped(void *arena, const void *const *inputs, const int64_t *const *shapes, void *const *outputs);
+int fxc_run_shaped_profiled(void *arena, const void *const *inputs, const int64_t *const *shapes, void *const *outputs,
+                            void (*enter)(int32_t op), void (*exit)(int32_t op));
+int fxc_check_input_shapes(const int64_t *const *shapes);
+const char *fxc_shape_error(void);
 /* Output i's actual shape after a run (data-dependent outputs: written into the arena). */
 const int64_t *fxc_output_shape(const void *arena, int32_t i);
 int fxc_output_is_dynamic(int32_t i);
@@ -87,6 +99,11 @@ const char *fxc_cpu_check(void);
 size_t fxc_dtype_size(int32_t dtype);
 const char *fxc_dtype_name(int32_t dtype);
 int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len);
+/* A dynamic model's input: the file's dims (spec's rank and dtype checked), then its data dense at those dims (each
+ * dim at most spec's: the buffer holds spec->nbytes). */
+int fxc_npy_shape(const char *path, const fxc_tensor_spec *spec, int64_t *shape, char *err, size_t err_len);
+int fxc_npy_read_shaped(const char *path, const fxc_tensor_spec *spec, const int64_t *shape, void *data, char *err,
+                        size_t err_len);
 int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len);
 void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index);
 

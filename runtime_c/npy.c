@@ -217,11 +217,16 @@ bad: {
 
 static int read_exact(FILE *fh, void *buf, size_t n) { return fread(buf, 1, n, fh) == n ? 0 : -1; }
 
-int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len)
+/* Open a .npy file, check its header and its dtype against spec's; the file positioned at its data, or NULL with the
+   message in err. */
+static FILE *npy_open(const char *path, const fxc_tensor_spec *spec, int32_t *rank, int64_t *shape, int *fortran,
+                      char *err, size_t err_len)
 {
     FILE *fh = fopen(path, "rb");
-    if (!fh)
-        return fail(err, err_len, "%s: cannot open", path);
+    if (!fh) {
+        fail(err, err_len, "%s: cannot open", path);
+        return NULL;
+    }
     unsigned char magic[8], len_bytes[4];
     char *header = NULL;
     int rc = -1;
@@ -252,10 +257,7 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
     header[header_len] = '\0';
 
     const dtype_info *dtype;
-    int fortran;
-    int32_t rank;
-    int64_t shape[FXC_MAX_RANK];
-    if (parse_header(header, path, &dtype, &fortran, &rank, shape, err, err_len) != 0)
+    if (parse_header(header, path, &dtype, fortran, rank, shape, err, err_len) != 0)
         goto done;
     const dtype_info *want = find_dtype(spec->dtype);
     if (!want || want->kind != dtype->kind || want->size != dtype->size) {
@@ -264,6 +266,41 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
              want && want->dtype >= 16 ? (want->size == 2 ? " (stored as uint16 bits)" : " (stored as uint8 bits)") : "");
         goto done;
     }
+    rc = 0;
+done:
+    free(header);
+    if (rc != 0) {
+        fclose(fh);
+        return NULL;
+    }
+    return fh;
+}
+
+/* Read `nbytes` of C-order data of `shape` from fh (closed here). */
+static int npy_data(FILE *fh, const char *path, int fortran, int32_t rank, const int64_t *shape, void *data,
+                    size_t nbytes, char *err, size_t err_len)
+{
+    int big_dims = 0, rc = -1;
+    for (int32_t d = 0; d < rank; d++)
+        big_dims += shape[d] > 1;
+    if (fortran && big_dims > 1)
+        fail(err, err_len, "%s: Fortran-order .npy is not supported; save np.ascontiguousarray(arr)", path);
+    else if (read_exact(fh, data, nbytes) != 0)
+        fail(err, err_len, "%s: truncated .npy data (expected %zu bytes)", path, nbytes);
+    else
+        rc = 0;
+    fclose(fh);
+    return rc;
+}
+
+int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len)
+{
+    int fortran;
+    int32_t rank;
+    int64_t shape[FXC_MAX_RANK];
+    FILE *fh = npy_open(path, spec, &rank, shape, &fortran, err, err_len);
+    if (!fh)
+        return -1;
     int same_shape = rank == spec->rank;
     for (int32_t d = 0; same_shape && d < rank; d++)
         same_shape = shape[d] == spec->shape[d];
@@ -271,25 +308,54 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
         char got[256], want[256];
         format_shape(got, sizeof got, rank, shape);
         format_shape(want, sizeof want, spec->rank, spec->shape);
-        fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
-        goto done;
+        fclose(fh);
+        return fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
     }
-    int big_dims = 0;
-    for (int32_t d = 0; d < rank; d++)
-        big_dims += shape[d] > 1;
-    if (fortran && big_dims > 1) {
-        fail(err, err_len, "%s: Fortran-order .npy is not supported; save np.ascontiguousarray(arr)", path);
-        goto done;
-    }
-    if (read_exact(fh, data, spec->nbytes) != 0) {
-        fail(err, err_len, "%s: truncated .npy data (expected %zu bytes)", path, spec->nbytes);
-        goto done;
-    }
-    rc = 0;
-done:
-    free(header);
+    return npy_data(fh, path, fortran, rank, shape, data, spec->nbytes, err, err_len);
+}
+
+int fxc_npy_shape(const char *path, const fxc_tensor_spec *spec, int64_t *shape, char *err, size_t err_len)
+{
+    int fortran;
+    int32_t rank;
+    int64_t dims[FXC_MAX_RANK];
+    FILE *fh = npy_open(path, spec, &rank, dims, &fortran, err, err_len);
+    if (!fh)
+        return -1;
     fclose(fh);
-    return rc;
+    if (rank != spec->rank) {
+        char got[256];
+        format_shape(got, sizeof got, rank, dims);
+        return fail(err, err_len, "%s: shape %s has rank %d, '%s' has rank %d", path, got, (int)rank, spec->name,
+                    (int)spec->rank);
+    }
+    memcpy(shape, dims, sizeof *dims * (size_t)rank);
+    return 0;
+}
+
+int fxc_npy_read_shaped(const char *path, const fxc_tensor_spec *spec, const int64_t *shape, void *data, char *err,
+                        size_t err_len)
+{
+    int fortran;
+    int32_t rank;
+    int64_t dims[FXC_MAX_RANK];
+    size_t nbytes = fxc_dtype_size(spec->dtype);
+    FILE *fh = npy_open(path, spec, &rank, dims, &fortran, err, err_len);
+    if (!fh)
+        return -1;
+    int fits = rank == spec->rank;
+    for (int32_t d = 0; fits && d < rank; d++) {
+        fits = dims[d] == shape[d] && dims[d] <= spec->shape[d];
+        nbytes *= (size_t)dims[d];
+    }
+    if (!fits) { /* the file changed since fxc_npy_shape, or a caller skipped the check: never read past the buffer */
+        char got[256], most[256];
+        format_shape(got, sizeof got, rank, dims);
+        format_shape(most, sizeof most, spec->rank, spec->shape);
+        fclose(fh);
+        return fail(err, err_len, "%s: shape %s is not within %s, the most '%s' takes", path, got, most, spec->name);
+    }
+    return npy_data(fh, path, fortran, rank, dims, data, nbytes, err, err_len);
 }
 
 int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len)

@@ -119,12 +119,47 @@ static holdings now_holding(void)
     return h;
 }
 
-static void run_once(void *arena, const void **inputs, void **outputs, int profile)
+/* shapes: each input's actual dims for a dynamic model (fxc_num_symbols > 0), else NULL */
+static void run_once(void *arena, const void **inputs, const int64_t **shapes, void **outputs, int profile)
 {
-    int rc = profile ? fxc_run_profiled(arena, inputs, outputs, fxc_prof_enter, fxc_prof_exit)
+    int rc;
+    if (shapes)
+        rc = profile ? fxc_run_shaped_profiled(arena, inputs, shapes, outputs, fxc_prof_enter, fxc_prof_exit)
+                     : fxc_run_shaped(arena, inputs, shapes, outputs);
+    else
+        rc = profile ? fxc_run_profiled(arena, inputs, outputs, fxc_prof_enter, fxc_prof_exit)
                      : fxc_run(arena, inputs, outputs);
     if (rc != 0)
         die("fxc_run failed: %s", fxc_strerror(rc));
+}
+
+/* A dynamic model's inputs: the dims of each -i file (the others at their maximum), checked against the model's
+   ranges before any data is read, then the data dense at those dims. */
+static const int64_t **read_shaped_inputs(const char **in_paths, int32_t n_in, const void **inputs, char *err, size_t len)
+{
+    const int64_t **shapes = calloc((size_t)fxc_num_inputs + 1, sizeof *shapes);
+    if (!shapes)
+        die("out of memory allocating %s", "shapes");
+    for (int32_t i = 0; i < fxc_num_inputs; i++) {
+        int64_t *dims = calloc((size_t)fxc_input_specs[i].rank + 1, sizeof *dims);
+        if (!dims)
+            die("out of memory allocating %s", "shapes");
+        if (i >= n_in)
+            memcpy(dims, fxc_input_specs[i].shape, sizeof *dims * (size_t)fxc_input_specs[i].rank);
+        else if (fxc_npy_shape(in_paths[i], &fxc_input_specs[i], dims, err, len) != 0)
+            die("%s", err);
+        shapes[i] = dims;
+    }
+    if (fxc_check_input_shapes(shapes) != 0)
+        die("%s: feed sizes within the model's ranges (model.h lists them)", fxc_shape_error());
+    for (int32_t i = 0; i < fxc_num_inputs; i++) {
+        void *buffer = (void *)inputs[i];
+        if (i >= n_in)
+            fxc_fill_random(&fxc_input_specs[i], buffer, 0, i);
+        else if (fxc_npy_read_shaped(in_paths[i], &fxc_input_specs[i], shapes[i], buffer, err, len) != 0)
+            die("%s", err);
+    }
+    return shapes;
 }
 
 static void print_report(double *times, int32_t runs, int32_t warmup, int64_t *samples, int profile, double cpu_ms,
@@ -246,9 +281,12 @@ int main(int argc, char **argv)
     int64_t *samples = calloc(profile ? (size_t)fxc_num_ops * (size_t)runs + 1 : 1, sizeof *samples);
     if (!inputs || !outputs || !times || !samples)
         die("out of memory allocating %s", "buffers");
+    const int64_t **shapes = NULL;
     for (int32_t i = 0; i < fxc_num_inputs; i++) {
         void *buffer = aligned_buffer(fxc_input_specs[i].nbytes, BUFFER_ALIGN);
-        if (i < n_in) {
+        if (fxc_num_symbols > 0) {
+            /* read below, once every input's dims are known and checked */
+        } else if (i < n_in) {
             if (fxc_npy_read(in_paths[i], &fxc_input_specs[i], buffer, err, sizeof err) != 0)
                 die("%s", err);
         } else {
@@ -256,20 +294,22 @@ int main(int argc, char **argv)
         }
         inputs[i] = buffer;
     }
+    if (fxc_num_symbols > 0)
+        shapes = read_shaped_inputs(in_paths, n_in, inputs, err, sizeof err);
     for (int32_t i = 0; i < fxc_num_outputs; i++)
         outputs[i] = aligned_buffer(fxc_output_specs[i].nbytes, BUFFER_ALIGN);
 
     double cpu_ms = 0.0;
     holdings held[2];
     if (runs == 0) {
-        run_once(arena, inputs, outputs, profile);
+        run_once(arena, inputs, shapes, outputs, profile);
     } else {
         if (profile)
             fxc_prof_attach(samples, fxc_num_ops, runs);
         for (int32_t w = 0; w < warmup; w++) {
             if (profile)
                 fxc_prof_begin_run(-1);
-            run_once(arena, inputs, outputs, profile);
+            run_once(arena, inputs, shapes, outputs, profile);
         }
         /* CPU time over the whole timed loop: Linux adds a running worker's time to the process clock
            at scheduler ticks, so per-run differences would miss most of it */
@@ -281,7 +321,7 @@ int main(int argc, char **argv)
             if (profile)
                 fxc_prof_begin_run(r);
             int64_t start = fxc_now_ns();
-            run_once(arena, inputs, outputs, profile);
+            run_once(arena, inputs, shapes, outputs, profile);
             times[r] = (double)(fxc_now_ns() - start) / 1e6;
         }
         cpu_ms = (double)(fxc_cpu_ns() - cpu_start) / 1e6;
@@ -289,7 +329,7 @@ int main(int argc, char **argv)
     }
     for (int32_t i = 0; i < n_out; i++) {
         fxc_tensor_spec actual = fxc_output_specs[i];
-        if (fxc_output_is_dynamic(i)) { /* the shape depends on the data: write the actual shape */
+        if (fxc_output_is_dynamic(i)) { /* the shape depends on the data or the input dims: write the actual shape */
             const int64_t *dims = fxc_output_shape(arena, i);
             size_t nbytes = fxc_dtype_size(actual.dtype);
             for (int32_t d = 0; d < actual.rank; d++) {
@@ -312,6 +352,9 @@ int main(int argc, char **argv)
         free((void *)inputs[i]);
     for (int32_t i = 0; i < fxc_num_outputs; i++)
         free(outputs[i]);
+    for (int32_t i = 0; shapes && i < fxc_num_inputs; i++)
+        free((void *)shapes[i]);
+    free(shapes);
     free(inputs);
     free(outputs);
     free(times);

@@ -1,8 +1,8 @@
 """Kernels over dims that vary at run time, tested without the frontend: a hand-made ir.Graph whose tensors carry
 symbolic dims (ir.Tensor.dyn), emitted and JIT-compiled once, then run at many sizes against onnx.reference.
 
-Tensors are stored with their capacity strides (fluidml_xc/symbolic.py): a feed of the actual size is placed at
-the start of each capacity-sized dim, and an output is read back from the same positions.
+Tensors are stored with their capacity strides (fluidml_xc/symbolic.py); the entry takes each input dense at its
+actual dims and leaves each output dense at its actual dims (emit/boundary.py), in buffers sized for the capacity.
 
     W = Sym("W")
     case = DynamicCase({"W": SymRange("W", 1, 64, 16)})
@@ -92,8 +92,8 @@ class DynamicRun:
             actual = at(t.dyn or t.shape, env)
             feed = np.asarray(feeds[name], dtype=t.dtype)
             assert feed.shape == actual, f"feed {name}: {feed.shape} for actual shape {actual}"
-            buf = np.full(t.shape, 0x7F if t.dtype.kind != "f" else np.nan, dtype=t.dtype) if t.size else np.zeros(1, t.dtype)
-            buf[tuple(slice(0, d) for d in actual)] = feed
+            buf = np.full(max(t.size, 1), 0x7F if t.dtype.kind != "f" else np.nan, dtype=t.dtype)
+            buf[:feed.size] = feed.reshape(-1)  # dense at the actual dims; the capacity's tail is garbage
             keep.append(buf)
             in_ptrs.append(buf.ctypes.data)
         for name in g.outputs:
@@ -111,8 +111,7 @@ class DynamicRun:
         for name, buf in zip(g.outputs, outs):
             t = g.tensors[name]
             actual = at(t.dyn or t.shape, env)
-            full = buf[:t.size].reshape(t.shape)
-            result.append(full[tuple(slice(0, d) for d in actual)].copy())
+            result.append(buf[:int(np.prod(actual, dtype=np.int64))].reshape(actual).copy())  # dense at the exit
         del raw, keep
         return result
 

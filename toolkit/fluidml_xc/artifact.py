@@ -45,10 +45,20 @@ class TensorEntry:
     shape: tuple[int, ...]
     dtype: str
     dynamic_dims: tuple[int, ...] = ()
+    dims: tuple[int | str, ...] = ()
+    """A dynamic model's tensor whose dims vary with the run's input dims: per dim its size, or its symbolic
+    expression (an input's: the symbol's name); `shape` is then the capacity. Empty: static."""
 
     def to_json(self) -> dict:
         entry = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
-        return {**entry, "dynamic_dims": list(self.dynamic_dims)} if self.dynamic_dims else entry
+        if self.dynamic_dims:
+            entry["dynamic_dims"] = list(self.dynamic_dims)
+        return {**entry, "dims": list(self.dims)} if self.dims else entry
+
+    @property
+    def symbolic(self) -> tuple[str, tuple[int | str, ...]]:
+        """(name, dims) for symbolic.bind_inputs: the entry's dims, or its static shape."""
+        return self.name, tuple(self.dims or self.shape)
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs", "timings")
+_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs", "timings", "symbols")
 """Written only when not empty."""
 
 
@@ -97,6 +107,8 @@ class Manifest:
     """Sequence/optional inputs and outputs -> ABI descriptor (frontend/sequences.py)."""
     bound: Mapping[str, Mapping] = field(default_factory=dict)
     """--bind values (frontend/binding.manifest_entry)."""
+    symbols: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """A dynamic model's symbols: name -> {"min", "max", "opt"}, in the order of the run-time values (empty: static)."""
     op_counts: Mapping[str, int] = field(default_factory=dict)
     ops: tuple[Mapping, ...] = ()
     """Per kernel in execution order: name, type and `fused`."""
@@ -153,6 +165,18 @@ class Manifest:
                 raise ManifestError(path, f"has a malformed field {f.name!r} ({_preview(data[f.name])})") from None
         return cls(**values)
 
+    def ranges(self) -> dict:
+        """symbolic.SymRange per symbol."""
+        from .symbolic import SymRange
+
+        return {k: SymRange(k, v["min"], v["max"], v["opt"]) for k, v in self.symbols.items()}
+
+    def bind_feeds(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+        """The symbols' values for feeds of these shapes (symbolic.bind_inputs: InputError when out of range)."""
+        from .symbolic import bind_inputs
+
+        return bind_inputs([t.symbolic for t in self.inputs], self.ranges(), shapes)
+
     def model_path(self, artifact_dir: Path) -> Path | None:
         """The model the artifact was built from (its recorded path resolved against ARTIFACT_DIR); None when
         not recorded."""
@@ -207,8 +231,18 @@ def _opt_object(value) -> dict | None:
 def _tensors(value) -> tuple[TensorEntry, ...]:
     if not isinstance(value, list):
         raise TypeError(value)
-    return tuple(TensorEntry(_str(e["name"]), _dims(e["shape"]), _str(e["dtype"]), _dims(e.get("dynamic_dims", [])))
-                 for e in value)
+    return tuple(TensorEntry(_str(e["name"]), _dims(e["shape"]), _str(e["dtype"]), _dims(e.get("dynamic_dims", [])),
+                             _sym_dims(e.get("dims", []))) for e in value)
+
+
+def _sym_dims(value) -> tuple[int | str, ...]:
+    if not isinstance(value, list):
+        raise TypeError(value)
+    return tuple(v if isinstance(v, str) else _int(v) for v in value)
+
+
+def _symbols(value) -> dict[str, dict[str, int]]:
+    return {_str(k): {key: _int(_object(v)[key]) for key in ("min", "max", "opt")} for k, v in _object(value).items()}
 
 
 def _strings(value) -> tuple[str, ...]:
@@ -248,7 +282,7 @@ _READERS: dict[str, Callable] = {
     "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
     "features": _str, "cpu_variants": _strings, "cpu_needs": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
     "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "declared_shapes": _declared_by_name,
-    "structures": _object, "bound": _object,
+    "structures": _object, "bound": _object, "symbols": _symbols,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,
     "parallel_ops": _dims_by_name, "c_api": _opt_object, "optimizer": _object, "footprint": _object,
     "files": _opt_object, "timings": lambda v: None if v is None else BuildTimings.from_json(_object(v)),

@@ -88,8 +88,23 @@ def default_out_dir(model_path: Path, board: Board) -> Path:
 
 def _tensor_entries(graph: Graph, names: list[str], dynamic_dims: list[tuple[int, ...]] | None = None) -> tuple[TensorEntry, ...]:
     dims = list(dynamic_dims or []) + [()] * len(names)
-    return tuple(TensorEntry(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, tuple(d or ()))
-                 for n, d in zip(names, dims))
+    return tuple(TensorEntry(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, tuple(d or ()),
+                             _symbolic_dims(graph.tensors[n].dyn)) for n, d in zip(names, dims))
+
+
+def _symbolic_dims(dyn: tuple | None) -> tuple[int | str, ...]:
+    """The manifest's `dims` of a varying tensor: sizes and expressions (an input's: its symbols' names)."""
+    from .symbolic import is_static
+
+    return tuple(int(d) if is_static(d) else str(d) for d in dyn) if dyn is not None else ()
+
+
+def _dims_label(dyn: tuple | None) -> str:
+    return "[" + ", ".join(map(str, _symbolic_dims(dyn))) + "]" if dyn is not None else ""
+
+
+def _symbols_entry(graph: Graph) -> dict:
+    return {r.name: {"min": r.lo, "max": r.hi, "opt": r.opt} for r in graph.symbols.values()}
 
 
 def _tool_versions() -> dict[str, str]:
@@ -119,9 +134,24 @@ def _plan_facts(graph: Graph, plan) -> dict:
     """Per arena buffer: live steps [first, last] in the execution order, arena offset and aligned size
     (what `inspect` and `report` draw as the memory map)."""
     align = plan.alignment
-    return {"intervals": {r: list(iv) for r, iv in plan.intervals.items()},
-            "offsets": {r: plan.offsets[r] for r in plan.intervals},
-            "sizes": {r: -(-graph.tensors[r].nbytes // align) * align for r in plan.intervals}}
+    facts = {"intervals": {r: list(iv) for r, iv in plan.intervals.items()},
+             "offsets": {r: plan.offsets[r] for r in plan.intervals},
+             "sizes": {r: -(-graph.tensors[r].nbytes // align) * align for r in plan.intervals}}
+    if graph.symbols:
+        facts["sizes_at_min"] = _sizes_at(graph, plan, {r.name: r.lo for r in graph.symbols.values()})
+    return facts
+
+
+def _sizes_at(graph: Graph, plan, env: dict[str, int]) -> dict[str, int]:
+    """Per arena buffer: its aligned bytes with the symbols at `env` (what is live of its capacity there)."""
+    from .symbolic import at
+
+    align, sizes = plan.alignment, {}
+    for r in plan.intervals:
+        t = graph.tensors[r]
+        n = int(np.prod(at(t.dyn, env), dtype=np.int64)) * t.dtype.itemsize if t.dyn is not None else t.nbytes
+        sizes[r] = -(-n // align) * align
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -186,7 +216,8 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
         (workdir / api.object).write_bytes(codes[0])
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
     memory = {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
-              **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {})}
+              **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {}),
+              **({"staged_inputs": dict(emitter.boundary.staged)} if emitter.boundary and emitter.boundary.staged else {})}
     watch.mark("objects")
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
@@ -206,18 +237,23 @@ def _code_variant(board: Board, spec: MachineSpec, native: bool):
 def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool, watch: Stopwatch) -> bool:
     """Render the glue and link the artifact's programs and libraries (stages "runtime" and "link" marked);
     True when the runtime was built now rather than found in the cache."""
-    from .emit.capi import DEFAULT_CPU_HINT, ModelSpec, TensorSpec, render_sources
+    from .emit.boundary import input_dims
+    from .emit.capi import DEFAULT_CPU_HINT, ModelSpec, SymbolSpec, TensorSpec, render_sources
     from .target.cpus import REFUSAL_HINTS
 
     built = not runtime_cached(board.target)
     runtime_objects(board.target)
     watch.mark("runtime")
     tail, api, spec = compiled.tail, compiled.api, compiled.spec
+    symbols = tuple(SymbolSpec(r.name, r.lo, r.hi, r.opt) for r in graph.symbols.values())
+    index = {s.name: i for i, s in enumerate(symbols)}
     model_spec = ModelSpec(
-        name=graph.name,
-        inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name) for n in graph.inputs],
-        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot)
-                 for n, slot in zip(graph.outputs, tail.output_slots)],
+        name=graph.name, symbols=symbols,
+        inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name,
+                           dim_symbols=tuple(index[d] if isinstance(d, str) else -1 for d in dims) if symbols else ())
+                for n, dims in input_dims(graph)],
+        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot,
+                            label=_dims_label(graph.tensors[n].dyn)) for n, slot in zip(graph.outputs, tail.output_slots)],
         arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
         ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api,
         variants=compiled.code_variants, cpu_hint=REFUSAL_HINTS.get(board.target.name, DEFAULT_CPU_HINT))
@@ -337,7 +373,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     """Compile one ONNX model into an artifact directory, written under a temporary name and renamed when complete."""
     watch = Stopwatch()
     stage = options.progress or (lambda name: None)
-    api = CApi(options.name)
+    CApi(options.name)  # a bad --name is refused before anything is read
     model_path = Path(model_path)
     board = get_board(options.board)
     stage(BUILD_STAGES[0])
@@ -352,6 +388,35 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
                          on_imported=imported, ranges=options.ranges)
     watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
+
+    def record(target: Path) -> dict:
+        return dict(model=ModelRecord(os.path.relpath(model_path.resolve(), target.resolve()), model_path.stem,
+                                      sha256_file(model_path)),
+                    declared_shapes=declared_shapes(model, graph.inputs),
+                    bound=manifest_entry(bound, options.bind, target) if bound else {})
+    return _assemble(graph, board, options, out_dir, record, watch)
+
+
+def build_graph(graph: Graph, options: BuildOptions, model_path: Path | None = None) -> BuildResult:
+    """An artifact from a graph made without an ONNX file (tests of the later stages: dynamic graphs built by hand);
+    `model_path`: an ONNX file to record as its model (what `verify` compares with)."""
+    board = get_board(options.board)
+    out_dir = Path(options.out_dir) if options.out_dir else Path("build") / f"{graph.name}-{board.name}"
+
+    def record(target: Path) -> dict:
+        if model_path is None:
+            return {}
+        path = Path(model_path)
+        return dict(model=ModelRecord(os.path.relpath(path.resolve(), target.resolve()), path.stem, sha256_file(path)))
+    return _assemble(graph, board, options, out_dir, record, Stopwatch())
+
+
+def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, record: Callable[[Path], dict],
+              watch: Stopwatch) -> BuildResult:
+    """Compile, link and write the artifact directory of an imported graph; `record(target)`: the manifest's
+    fields about the model it came from."""
+    stage = options.progress or (lambda name: None)
+    api = CApi(options.name)
     target = replaceable_target(out_dir)
     sweep_build(target)
     sweep_system_tmp()
@@ -374,15 +439,14 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
         weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
         manifest = Manifest(
-            model=ModelRecord(os.path.relpath(model_path.resolve(), target.resolve()), model_path.stem, sha256_file(model_path)),
+            **record(target),
             board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
             cpu_variants=tuple(s.cpu for s in compiled.specs) if len(compiled.specs) > 1 else (),
             cpu_needs=tuple(f.name for f in compiled.code_variants[-1].needs),
             emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
             inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
             input_shapes={k: tuple(v) for k, v in options.input_shapes.items()},
-            declared_shapes=declared_shapes(model, graph.inputs), structures=graph.structures or {},
-            bound=manifest_entry(bound, options.bind, target) if bound else {},
+            structures=graph.structures or {}, symbols=_symbols_entry(graph),
             op_counts=dict(collections.Counter(op["type"] for op in compiled.ops)), ops=tuple(compiled.ops),
             memory=compiled.memory, weights_bytes=int(weights), threads=compiled.threads,
             parallel_ops=compiled.parallel_ops, c_api=api.manifest(),
@@ -405,4 +469,3 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     watch.mark("artifact")
     return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built))
-

@@ -270,3 +270,35 @@ def _text(e: Dim, parent: str = "") -> str:
         return f"floor({_text(e.args[0], 'floordiv')} / {e.args[1]})"
     return f"{e.op}({_text(e.args[0])}, {_text(e.args[1])})"
 
+
+
+# ---- binding symbols from actual input shapes -----------------------------------------------------
+def bind_inputs(inputs: Iterable[tuple[str, tuple]], ranges: Mapping[str, SymRange],
+                shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """The symbols' values from actual input shapes. `inputs`: (name, dims) with each dim a fixed int or a symbol's
+    name. A fixed dim given another size, a size outside its symbol's range, or two sizes for one symbol is an
+    InputError naming the input, the dim and the range (the C glue's `check_input_shapes` says the same)."""
+    from .errors import InputError
+
+    env: dict[str, int] = {}
+    setter: dict[str, str] = {}
+    for name, dims in inputs:
+        shape = tuple(int(d) for d in shapes[name])
+        if len(shape) != len(dims):
+            raise InputError(f"input {name!r} has rank {len(shape)}, the model's has rank {len(dims)}: feed "
+                             f"[{', '.join(str(d) for d in dims)}]")
+        for k, (size, dim) in enumerate(zip(shape, dims)):
+            if not isinstance(dim, str):
+                if size != dim:
+                    raise InputError(f"input {name!r} dim {k} is {size}, but the model fixes it at {dim}: feed {dim}")
+                continue
+            r = ranges[dim]
+            if not r.lo <= size <= r.hi:
+                raise InputError(f"input {name!r} dim {k} is {size}, outside {r}: feed a size in the range "
+                                 f"(or rebuild with a wider --dim {dim}=MIN..MAX)")
+            if dim in env and env[dim] != size:
+                raise InputError(f"input {name!r} dim {k} is {size}, but input {setter[dim]!r} set {dim}={env[dim]}: "
+                                 f"feed one size for {dim} in every input")
+            env.setdefault(dim, size)
+            setter.setdefault(dim, name)
+    return env

@@ -135,7 +135,35 @@ def main(args) -> int:
                 print(line)
         else:
             print("  " + _fallback_map(mem))
+        if manifest.symbols and plan and "sizes_at_min" in plan:
+            _print_at_min(manifest, mem, plan)
     return 0
+
+
+def _live_peak(intervals: Mapping, sizes: Mapping) -> int:
+    steps = max((e for _, e in intervals.values()), default=-1) + 1
+    return max((sum(sizes[r] for r, (s, e) in intervals.items() if s <= t <= e) for t in range(steps)), default=0)
+
+
+def _print_at_min(manifest: Manifest, mem: Mapping, plan: Mapping) -> None:
+    """A dynamic build's plan at the minimum of every range: the same offsets, each buffer's bytes there."""
+    at_min = ", ".join(f"{k}={v['min']}" for k, v in manifest.symbols.items())
+    at_max = ", ".join(f"{k}={v['max']}" for k, v in manifest.symbols.items())
+    intervals = {k: tuple(v) for k, v in plan["intervals"].items()}
+    peak_max, peak_min = _live_peak(intervals, plan["sizes"]), _live_peak(intervals, plan["sizes_at_min"])
+    tail = mem.get("dynamic_tail_bytes", 0)
+    print(f"\ndynamic shapes: the arena is planned at the maximum ({at_max}) and serves every size down to the "
+          f"minimum ({at_min})")
+    print(f"  at max: live peak {_kb(peak_max)} of the arena {_kb(mem['arena_bytes'])}"
+          + (f" (+ {_kb(tail)} tail: dims slots, staged inputs)" if tail else ""))
+    print(f"  at min: live peak {_kb(peak_min)} (bytes in use at the same offsets)")
+    for name, offset in mem.get("staged_inputs", {}).items():
+        where = "in a gap of the plan" if offset < mem["arena_bytes"] else "after the tail"
+        print(f"  input {name} staged with the maximum's strides at offset {offset:,} ({where})")
+    print("memory map at min (rows: execution steps, columns: arena bytes):")
+    steps = max((e for _, e in intervals.values()), default=-1) + 1
+    for line in memory_map(intervals, plan["offsets"], plan["sizes_at_min"], mem["arena_bytes"], steps):
+        print(line)
 
 
 def _print_inputs(manifest: Manifest) -> None:
@@ -148,7 +176,9 @@ def _print_inputs(manifest: Manifest) -> None:
     for entry in manifest.inputs:
         dims = manifest.declared_shapes.get(entry.name)
         declared = "(not recorded)" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
-        print(f"  {entry.name:<{width}}  {declared} -> {'x'.join(map(str, entry.shape)) or 'scalar'} {entry.dtype}")
+        built = "x".join(map(str, entry.dims or entry.shape)) or "scalar"
+        ranges = [f"{d}={manifest.symbols[d]['min']}..{manifest.symbols[d]['max']}" for d in entry.dims if isinstance(d, str)]
+        print(f"  {entry.name:<{width}}  {declared} -> {built} {entry.dtype}" + (f" ({', '.join(ranges)})" if ranges else ""))
     for name, bound in manifest.bound.items():
         value = bound.get("value")
         shown = f"the file {bound.get('file')}" if value is None else value[0] if bound.get("shape") == [] else value

@@ -1,12 +1,15 @@
 """`fluidml-xc profile [DIR] --host HOST | --local`: latency, per-op times, memory and board telemetry."""
 from __future__ import annotations
 
+from pathlib import Path
+
 
 from ..errors import InputError
 from ..fleet.command import FleetProfile, run_fleet
 from ..remote.profile import ProfileOptions, profile_local, profile_remote
 from ..remote.runner import DEFAULT_RUN_TIMEOUT
 from ..remote.session import connect_for, ensure_deployed, open_artifact
+from ..remote.verify import make_feeds
 from ..emit.threads import check_run_threads
 from ..results import emit
 from .output import add_json_arguments
@@ -23,6 +26,9 @@ def add_arguments(parser) -> None:
     add_artifact_argument(parser)
     parser.add_argument("--local", action="store_true", help="profile on this machine (qemu-user for foreign targets)")
     parser.add_argument("--threads", type=int, metavar="N", help="threads the runner uses (default: the count built in)")
+    parser.add_argument("--inputs", type=Path, metavar="FEED.npz",
+                        help="inputs by name (a dynamic build: at the size to profile; default: the runner's own, "
+                             "at the maximum)")
     parser.add_argument("--runs", type=int, default=100, metavar="N", help="timed runs (default 100)")
     parser.add_argument("--warmup", type=int, default=10, metavar="W", help="warm-up runs (default 10)")
     parser.add_argument("--top", type=int, metavar="N", help="list the N slowest ops, slowest first, instead of every op "
@@ -53,7 +59,7 @@ def main(args) -> int:
     check_artifact_argument(args.dir, NAME, fleet_hint=True)
     artifact = open_artifact(args.dir)
     check_run_threads(artifact.manifest.threads, args.threads)
-    options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads)
+    options = ProfileOptions(args.runs, args.warmup, args.timeout, args.threads, _feeds(artifact, args.inputs))
     if args.local:
         report = profile_local(artifact, options)
     else:
@@ -66,3 +72,8 @@ def main(args) -> int:
         write_profile_html(artifact.path, report.to_dict(), args.html)
     emit(report.to_dict(), args.json, args.json_out, lambda: report.table(args.top))
     return 0
+
+
+def _feeds(artifact, inputs: Path | None) -> dict | None:
+    """--inputs checked against the artifact's inputs (a dynamic build's ranges), or None."""
+    return None if inputs is None else make_feeds(artifact, inputs)

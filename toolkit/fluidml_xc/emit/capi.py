@@ -31,8 +31,14 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str
     dims_offset: int = -1
-    """Outputs whose shape depends on the data: `shape` is the upper bound and the run writes the actual
-    dims (int64[rank]) at this byte offset of the arena (fxc_output_shape); -1 for a static shape."""
+    """Outputs whose shape depends on the data or on the run's input dims: `shape` is the upper bound (the
+    capacity) and the run writes the actual dims (int64[rank]) at this byte offset of the arena
+    (fxc_output_shape); -1 for a static shape."""
+    dim_symbols: tuple[int, ...] = ()
+    """Inputs of a dynamic model: per dim the index of its symbol in ModelSpec.symbols, -1 for a fixed dim
+    (empty: every dim fixed)."""
+    label: str = ""
+    """A varying output's dims as model.h shows them ("[1, seq, 128]"; empty: its shape)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
@@ -139,6 +145,16 @@ class CodeVariant:
 DEFAULT_CPU_HINT = "build the model for this board (`fluidml-xc boards detect --host BOARD` names it)"
 
 
+@dataclass(frozen=True)
+class SymbolSpec:
+    """A symbol a dynamic model's input dims give at run time: its declared range and the size optimized for."""
+
+    name: str
+    lo: int
+    hi: int
+    opt: int
+
+
 @dataclass
 class ModelSpec:
     name: str
@@ -154,6 +170,8 @@ class ModelSpec:
     """Widest first; the glue runs the first whose needs this CPU has and refuses (ERR_CPU) when the last's fail."""
     cpu_hint: str = DEFAULT_CPU_HINT
     """What the refusal tells the user to do."""
+    symbols: tuple[SymbolSpec, ...] = ()
+    """A dynamic model's symbols (empty: every shape static); model_run then takes their values (int64_t *syms)."""
 
 
 def cpu_summary(variants: tuple[CodeVariant, ...]) -> str:
@@ -187,6 +205,14 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def _dims_text(t: TensorSpec, symbols: tuple[SymbolSpec, ...]) -> str:
+    """An input's dims for model.h: sizes, and symbols with their ranges."""
+    if not t.dim_symbols:
+        return f"{t.label}, at most {_shape_text(t.shape)}" if t.label else _shape_text(t.shape)
+    return "[" + ", ".join(str(d) if s < 0 else f"{symbols[s].name}={symbols[s].lo}..{symbols[s].hi}"
+                           for d, s in zip(t.shape, t.dim_symbols)) + "]"
+
+
 @cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
@@ -206,7 +232,10 @@ def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
                    arena_align=align, threads=max(1, int(spec.threads)), ops=[(str(n), str(t)) for n, t in spec.ops],
                    dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]), api=spec.api,
                    p=spec.api.prefix, P=spec.api.macro_prefix, variants=spec.variants, cpu_hint=spec.cpu_hint,
-                   cpu_summary=cpu_summary(spec.variants))
+                   cpu_summary=cpu_summary(spec.variants), symbols=spec.symbols,
+                   dim_symbols=[t.dim_symbols or (-1,) * len(t.shape) for t in spec.inputs],
+                   dims_text=[_dims_text(t, spec.symbols) for t in spec.inputs],
+                   out_text=[_dims_text(t, spec.symbols) for t in spec.outputs])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

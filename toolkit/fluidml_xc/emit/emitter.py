@@ -15,6 +15,7 @@ from ..kernels.kernel import Kernel, Operand, layout_strides
 from ..kernels.scalar import storage_type
 from ..opspec import lookup
 from ..target.machine import MachineSpec, data_layout
+from .boundary import Boundary, BoundaryEmitter, extend_tail, finish_outputs
 
 I8P = ir.IntType(8).as_pointer()
 I64 = ir.IntType(64)
@@ -142,6 +143,7 @@ class ModuleEmitter:
         self.sym_index = {name: i for i, name in enumerate(graph.symbols)}
         self._takes_syms: set[str] = set()
         """Names of the nodes whose function takes the symbols' run-time values as its last pointer argument."""
+        self._boundary: Boundary | None = None
 
     @property
     def tail(self):
@@ -153,7 +155,14 @@ class ModuleEmitter:
 
             self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment,
                                      {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes})
+            if self.graph.symbols:
+                self._boundary = extend_tail(self.graph, self._tail, self.spec.alignment, self.plan)
         return self._tail
+
+    @property
+    def boundary(self) -> Boundary | None:
+        """A dynamic graph's staged inputs and varying outputs' dims slots (boundary.py); None for a static graph."""
+        return self._boundary if self.tail is not None else None
 
     @property
     def arena_bytes(self) -> int:
@@ -217,6 +226,10 @@ class ModuleEmitter:
         pointers: dict[str, ir.Value] = {}
         for k, name in enumerate(graph.inputs):
             pointers[name] = b.load(b.gep(inputs_arg, [ir.Constant(ir.IntType(32), k)]))
+        raw_inputs, edge = dict(pointers), None
+        if graph.symbols:
+            edge = BoundaryEmitter(self.module, b, graph, self.boundary, run.args[3], self.sym_index)
+            pointers.update({name: edge.stage(name, raw_inputs[name], arena) for name in self.boundary.staged})
         for k, name in enumerate(graph.outputs):
             if not graph.tensors[name].is_const:
                 pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
@@ -241,7 +254,10 @@ class ModuleEmitter:
             b.call(fn, args)
             if hook:
                 b.call(hooks[1], [ir.Constant(ir.IntType(32), step)])
-        self._copy_passthrough_outputs(b, pointer)
+        if edge is None:
+            self._copy_passthrough_outputs(b, pointer)
+        else:
+            finish_outputs(edge, graph, outputs_arg, arena, raw_inputs, self.constant_global)
         b.ret_void()
 
     def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:

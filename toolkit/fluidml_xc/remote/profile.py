@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import json
+import posixpath
+import secrets
 from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
 
 from ..errors import RunError
 from ..shortnames import shorten_unique
 from .artifact import Artifact
 from .deploy import Deployment
 from .progress import human_bytes
-from .runner import DEFAULT_RUN_TIMEOUT, run_runner
+from .runner import DEFAULT_RUN_TIMEOUT, run_runner, upload_feeds
 from .shell import LocalShell
 from .ssh import Connection
 from .telemetry import Telemetry, snapshot
@@ -25,6 +30,9 @@ class ProfileOptions:
     timeout: float = DEFAULT_RUN_TIMEOUT
     threads: int | None = None
     """The runner's --threads (None: the count the artifact was built for)."""
+    feeds: Mapping[str, np.ndarray] | None = None
+    """Inputs by name, checked (run/execute.check_feeds): a dynamic build's at the size to profile; None: the
+    runner's own inputs (a dynamic build's at the maximum)."""
 
 
 @dataclass
@@ -163,7 +171,14 @@ def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
         args.append("--profile")
     if options.threads is not None:
         args += ["--threads", str(options.threads)]
-    result = run_runner(conn, deployment, artifact, args, profiling=True, timeout=options.timeout)
+    scratch = posixpath.join(deployment.base_dir, f".profile-{secrets.token_hex(4)}")
+    try:
+        if options.feeds is not None:
+            args += upload_feeds(conn, scratch, artifact.manifest.inputs, options.feeds)
+        result = run_runner(conn, deployment, artifact, args, profiling=True, timeout=options.timeout)
+    finally:
+        if options.feeds is not None and conn.alive:
+            conn.run(["rm", "-rf", "--", scratch])
     after = snapshot(conn)
     bench = parse_bench(result.out, artifact.runner(True))
     return make_report(artifact, bench, conn.label, deployment.plan.emulator, before, after)
@@ -175,7 +190,7 @@ def profile_local(artifact: Artifact, options: ProfileOptions = ProfileOptions()
 
     local = LocalShell()
     before = snapshot(local)
-    result = run_artifact(artifact.path, bench=options.runs, warmup=options.warmup, profile=True,
+    result = run_artifact(artifact.path, feeds=options.feeds, bench=options.runs, warmup=options.warmup, profile=True,
                           timeout=options.timeout, threads=options.threads)
     after = snapshot(local)
     emulator = " ".join(emulator_command(artifact.manifest))

@@ -1,7 +1,11 @@
 """Start a deployed runner on the board (directly or through its emulator) and report crashes clearly."""
 from __future__ import annotations
 
-from typing import Sequence
+import io
+import posixpath
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from ..errors import RemoteError, RunError
 from .artifact import Artifact
@@ -28,3 +32,17 @@ def run_runner(conn: Connection, deployment: Deployment, artifact: Artifact, arg
     if not result.ok:
         raise RunError(f"{name} on {conn.label}{how} {result.failure()}")
     return result
+
+
+def upload_feeds(conn: Connection, scratch: str, inputs: Sequence, feeds: Mapping[str, np.ndarray]) -> list[str]:
+    """Write each input's feed as SCRATCH/in<i>.npy on the board (the directory made here); the runner's -i args."""
+    conn.run(["mkdir", "-p", "--", scratch])
+    sftp = conn.sftp()
+    args: list[str] = []
+    for i, spec in enumerate(inputs):
+        path = posixpath.join(scratch, f"in{i}.npy")
+        buffer = io.BytesIO()
+        np.save(buffer, feeds[spec.name], allow_pickle=False)
+        sftp.putfo(io.BytesIO(buffer.getvalue()), path)
+        args += ["-i", path]
+    return args

@@ -20,7 +20,7 @@ from ..artifact import sha256_file
 from ..reference import reason
 from .artifact import Artifact
 from .deploy import Deployment
-from .runner import DEFAULT_RUN_TIMEOUT, run_runner
+from .runner import DEFAULT_RUN_TIMEOUT, run_runner, upload_feeds
 from .ssh import Connection
 
 
@@ -278,14 +278,8 @@ def run_remote(conn: Connection, deployment: Deployment, artifact: Artifact, fee
     specs = artifact.manifest.inputs, artifact.manifest.outputs
     args: list[str] = []
     try:
-        conn.run(["mkdir", "-p", "--", scratch])
+        args += upload_feeds(conn, scratch, specs[0], feeds)
         sftp = conn.sftp()
-        for i, spec in enumerate(specs[0]):
-            path = posixpath.join(scratch, f"in{i}.npy")
-            buffer = io.BytesIO()
-            np.save(buffer, feeds[spec.name], allow_pickle=False)
-            sftp.putfo(io.BytesIO(buffer.getvalue()), path)
-            args += ["-i", path]
         for i in range(len(specs[1])):
             args += ["-o", posixpath.join(scratch, f"out{i}.npy")]
         if threads is not None:

@@ -43,6 +43,9 @@ def jit_available(board: Board) -> bool:
 
 
 _RUN_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+_RUN_DYN_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                               ctypes.POINTER(ctypes.c_int64))
+"""A dynamic graph's entry: it takes the symbols' values too (emit/boundary.py)."""
 
 
 class JitModel:
@@ -57,7 +60,11 @@ class JitModel:
         address = self.engine.get_function_address("fxc_model_run")
         if not address:
             raise InputError("JIT: fxc_model_run was not emitted")
-        self._fn = _RUN_FN(address)
+        self.symbols = dict(self.graph.symbols)
+        self._fn = (_RUN_DYN_FN if self.symbols else _RUN_FN)(address)
+        if self.symbols:
+            from ..emit.boundary import input_dims
+            self._input_dims = input_dims(self.graph)
         self.alignment = spec.alignment
         self.arena_bytes = int(lowered.tail.arena_bytes)
         self.output_slots = list(lowered.tail.output_slots)
@@ -71,8 +78,17 @@ class JitModel:
         return raw, raw.ctypes.data + shift
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Outputs in graph order for feeds {graph input name: array}."""
-        arrays = [_coerce_input(name, dtype, shape, feeds[name]) for name, dtype, shape in self.input_specs]
+        """Outputs in graph order for feeds {graph input name: array}; a dynamic graph's feeds are of any size in its
+        ranges (dense), and its outputs come at their actual sizes."""
+        syms = []
+        if self.symbols:
+            from ..symbolic import bind_inputs
+            shapes = {name: np.shape(feeds[name]) for name, _, _ in self.input_specs}
+            env = bind_inputs(self._input_dims, self.symbols, shapes)
+            syms = [(ctypes.c_int64 * max(len(env), 1))(*[env[s] for s in self.symbols])]
+            arrays = [_in_capacity(np.asarray(feeds[name], dtype=dtype), shape) for name, dtype, shape in self.input_specs]
+        else:
+            arrays = [_coerce_input(name, dtype, shape, feeds[name]) for name, dtype, shape in self.input_specs]
         outputs = [np.zeros(shape, dtype=dtype) for _, dtype, shape in self.output_specs]
         # every buffer gets at least one byte so that no pointer is NULL (zero-sized tensors)
         keep = [a if a.nbytes else np.zeros(1, np.uint8) for a in arrays]
@@ -80,15 +96,22 @@ class JitModel:
         in_ptrs = (ctypes.c_void_p * max(len(keep), 1))(*[a.ctypes.data for a in keep])
         out_ptrs = (ctypes.c_void_p * max(len(out_keep), 1))(*[o.ctypes.data for o in out_keep])
         raw, arena = self._arena()
-        self._fn(in_ptrs, out_ptrs, ctypes.c_void_p(arena))
+        self._fn(in_ptrs, out_ptrs, ctypes.c_void_p(arena), *syms)
         for k, offset in enumerate(self.output_slots):
-            if offset >= 0:  # a data-dependent shape: the kernel wrote the actual dims into the arena
+            if offset >= 0:  # a data-dependent or varying shape: the run wrote the actual dims into the arena
                 rank = outputs[k].ndim
                 at = arena - raw.ctypes.data + offset
                 dims = tuple(int(d) for d in raw[at:at + 8 * rank].view(np.int64))
                 outputs[k] = outputs[k].reshape(-1)[:int(np.prod(dims, dtype=np.int64))].reshape(dims).copy()
         del raw, keep, out_keep
         return outputs
+
+
+def _in_capacity(arr: np.ndarray, capacity: tuple[int, ...]) -> np.ndarray:
+    """A dense feed at the start of a buffer of the capacity's size (the C API's input buffers)."""
+    buf = np.zeros(int(np.prod(capacity, dtype=np.int64)), dtype=arr.dtype)
+    buf[:arr.size] = arr.reshape(-1)
+    return buf
 
 
 def _coerce_input(name: str, dtype: np.dtype, shape: tuple[int, ...], value) -> np.ndarray:
@@ -131,7 +154,10 @@ class ArtifactModel:
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         from .execute import run_artifact
 
-        feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
+        if self.manifest.symbols:  # a dynamic build: feeds of any size in its ranges (run_artifact checks them)
+            feeds = {s.name: np.asarray(feeds[s.name], dtype=np.dtype(s.dtype)) for s in self.manifest.inputs}
+        else:
+            feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
         for s in self.manifest.outputs:

@@ -82,11 +82,16 @@ def _lowp_fill(dtype: np.dtype, v: np.ndarray) -> np.ndarray:
     return ((small - 5) / 4).astype(np.float32).astype(dtype)
 
 
-def random_feeds(manifest: Manifest, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic inputs: floats in [-1, 1), integers in [0, 10), bools.
+def random_feeds(manifest: Manifest, seed: int = 0, symbols: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Deterministic inputs: floats in [-1, 1), integers in [0, 10), bools; a dynamic model's at the sizes `symbols`
+    gives (default: the maximum of each range).
 
-    With seed 0 these are exactly the values the runner fills in for inputs given no -i file."""
-    return {spec.name: _random_tensor(spec.shape, np.dtype(spec.dtype), seed, i) for i, spec in enumerate(manifest.inputs)}
+    With seed 0 and no `symbols` these are exactly the values the runner fills in for inputs given no -i file."""
+    def shape(spec: TensorEntry) -> tuple[int, ...]:
+        if not symbols or not spec.dims:
+            return spec.shape
+        return tuple(int(symbols[d]) if isinstance(d, str) else d for d in spec.dims)
+    return {spec.name: _random_tensor(shape(spec), np.dtype(spec.dtype), seed, i) for i, spec in enumerate(manifest.inputs)}
 
 
 def _load_array(path: Path) -> np.ndarray:
@@ -112,8 +117,9 @@ def load_feeds(source: str | Path | Sequence[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _coerce(spec: TensorEntry, value: np.ndarray) -> np.ndarray:
-    name, dtype, shape = spec.name, np.dtype(spec.dtype), spec.shape
+def _coerce(spec: TensorEntry, value: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """`value` as the model's dtype, little-endian, C order; its shape must be `shape` (default: the spec's)."""
+    name, dtype, shape = spec.name, np.dtype(spec.dtype), spec.shape if shape is None else shape
     arr = np.asarray(value)
     if arr.shape != shape:
         raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
@@ -147,6 +153,10 @@ def check_feeds(manifest: Manifest, feeds: Mapping[str, np.ndarray]) -> list[np.
                    ([f"missing {', '.join(map(repr, missing))}"] if missing else [])
         raise InputError(f"feeds do not match the model's inputs ({'; '.join(problems)}); "
                          f"expected names: {', '.join(map(repr, expected))}")
+    if manifest.symbols:  # a dynamic model: any size within its ranges, the same size for one symbol everywhere
+        shapes = {spec.name: np.shape(feeds[spec.name]) for spec in manifest.inputs}
+        manifest.bind_feeds(shapes)
+        return [_coerce(spec, feeds[spec.name], shapes[spec.name]) for spec in manifest.inputs]
     return [_coerce(spec, feeds[spec.name]) for spec in manifest.inputs]
 
 

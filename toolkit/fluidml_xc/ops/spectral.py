@@ -1,4 +1,6 @@
-"""Spectral ops: DFT (opset 17 and 20 forms; forward, inverse, onesided rfft, irfft) and STFT.
+"""Spectral ops: DFT (opset 17 and 20 forms; forward, inverse, onesided rfft, irfft) and STFT (a real signal
+[batch, length] as ONNX Runtime reads it, or [batch, length, 1 or 2]; frontend/signal_checks.py refuses at import
+the forms ORT refuses).
 
 Forward transforms, rfft, irfft and STFT run a direct DFT per signal: bin k sums
 x[t] * exp(-+2 pi i k t / n) with the twiddles read from build-time cos/sin tables of length n (the

@@ -12,7 +12,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from fluidml_xc.errors import InputError
-from fluidml_xc.pipeline import import_graph
+from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import machine_spec
 from modelrun import compile_and_run, graph_model, require_emulator
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="native builds for x86_64")
@@ -191,6 +193,7 @@ RUN_TIME_LENGTHS = {
     # label: (nodes, graph inputs that decide a length, other feeds, consts)
     "stft_frame_step": ([node("STFT", ["x", "s", "w"], ["y"])], {"s": i64(6)}, {"x": _sig(2, 40)}, {"w": f32(np.hanning(10))}),
     "dft_length": ([node("DFT", ["x", "n"], ["y"])], {"n": i64(5)}, {"x": _sig(3, 8, 1)}, {}),
+    "dft_axis": ([node("DFT", ["x", "", "a"], ["y"])], {"a": i64(-2)}, {"x": _sig(3, 8, 1)}, {}),
     "mel_sample_rate": ([node("MelWeightMatrix", MEL, ["m"]), node("MatMul", ["x", "m"], ["y"])], {"sr": i64(8000)},
                         {"x": _sig(2, 9)}, {"nb": i64(4), "dl": i64(16), "lo": f32(0), "hi": f32(4000)}),
 }
@@ -203,7 +206,7 @@ def test_run_time_lengths_ask_for_bind_and_bound_match_ort(case):
     nodes, lengths, feeds, consts = RUN_TIME_LENGTHS[case]
     m = model(nodes, {**feeds, **lengths}, ["y"], consts, 20)
     with pytest.raises(InputError, match="--bind") as info:
-        import_graph(m)
+        lower(import_graph(m), machine_spec(get_board(None)), LowerOptions())
     assert "\n" not in str(info.value)
     bound = model(nodes, feeds, ["y"], {**consts, **lengths}, 20)
     got = jit_run(bound, feeds)["y"]

@@ -62,19 +62,26 @@ def check_against_ort(m, feeds, got):
 
 
 def front_end(samples: int = 400):
-    """A log-mel front end as onnxscript exports torch.stft + a mel filterbank: the STFT reads the signal as
-    [batch, length] (no trailing 1), its window comes from a HannWindow node, the filterbank from MelWeightMatrix."""
+    """A log-mel front end as torch.stft + a mel filterbank export through onnxscript's torch_lib (before it added the
+    trailing 1): the signal centred by a reflect Pad and read by STFT as [batch, length], the window from a HannWindow
+    node made CastLike the signal, both window and frame_length given, the result transposed to [batch, bins, frames];
+    the filterbank from MelWeightMatrix."""
     nodes = [
-        node("HannWindow", ["n_fft"], ["window"]),
-        node("STFT", ["audio", "hop", "window"], ["spec"]),
-        node("ReduceSumSquare", ["spec", "last"], ["power"], keepdims=0),
+        node("Pad", ["audio", "centre"], ["padded"], mode="reflect"),
+        node("HannWindow", ["n_fft"], ["hann"]),
+        node("CastLike", ["hann", "audio"], ["window"]),
+        node("STFT", ["padded", "hop", "window", "n_fft"], ["stft"], onesided=1),
+        node("Transpose", ["stft"], ["spec"], perm=[0, 2, 1, 3]),
+        node("ReduceL2", ["spec", "last"], ["magnitude"], keepdims=0),
+        node("Pow", ["magnitude", "two"], ["power"]),
+        node("Transpose", ["power"], ["power_t"], perm=[0, 2, 1]),
         node("MelWeightMatrix", ["n_mels", "n_fft", "rate", "f_lo", "f_hi"], ["fbank"]),
-        node("MatMul", ["power", "fbank"], ["mel"]),
-        node("Add", ["mel", "eps"], ["mel_eps"]),
-        node("Log", ["mel_eps"], ["logmel"]),
+        node("MatMul", ["power_t", "fbank"], ["mel"]),
+        node("Clip", ["mel", "floor"], ["mel_floor"]),
+        node("Log", ["mel_floor"], ["logmel"]),
     ]
-    consts = {"n_fft": i64(64), "hop": i64(24), "last": i64([-1]), "n_mels": i64(10), "rate": i64(8000),
-              "f_lo": f32(60), "f_hi": f32(3800), "eps": f32(1e-6)}
+    consts = {"centre": i64([0, 32, 0, 32]), "n_fft": i64(64), "hop": i64(24), "last": i64([-1]), "two": f32(2),
+              "n_mels": i64(10), "rate": i64(8000), "f_lo": f32(60), "f_hi": f32(3800), "floor": f32(1e-10)}
     feeds = {"audio": rng.standard_normal((1, samples)).astype(np.float32)}
     return nodes, feeds, ["logmel", "spec"], consts
 

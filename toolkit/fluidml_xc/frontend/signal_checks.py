@@ -81,9 +81,9 @@ def _mel(op: str, name: str, attrs: dict, inputs: list) -> None:
         return  # the output shape depends on run-time values: the frontend's unresolved-shape message names them
     for which, t in zip(formal[2:], inputs[2:]):
         if t is not None and not t.is_const:
-            raise InputError(f"MelWeightMatrix node {name!r}: {which} is computed at run time; fluidml-xc computes the "
-                             "matrix at build time: make it a constant in the model, or freeze the graph input it comes "
-                             "from with --bind NAME=VALUE")
+            raise InputError(f"MelWeightMatrix node {name!r}: {which} ({t.name!r}) is computed at run time; fluidml-xc "
+                             "computes the matrix at build time: make it a constant in the model, or freeze the graph "
+                             "input it comes from with --bind NAME=VALUE")
     if None in values:
         return
     _, dft_length, sample_rate, lower, upper = values

@@ -17,6 +17,7 @@ checks that ONNX Runtime runs each over its range).
         feeds = m.feeds(values)
         shapes = m.output_shapes(values)        # {"logits": (4, 1, 12)}
     m.dim_flags()                               # ["--dim", "W=16..256"]
+    m.fixed({"W": 61})                          # the same graph with W = 61 declared: a static model
 """
 from __future__ import annotations
 
@@ -50,9 +51,29 @@ class DynamicModel:
     def output_shapes(self, values: Values) -> dict[str, tuple[int, ...]]:
         return self.shapes(values)
 
+    def fixed(self, values: Values) -> onnx.ModelProto:
+        """A copy whose input dims are `values` (a static model of the same graph: what a per-size build compiles)."""
+        return fix_dims(self.model, values)
+
     def dim_flags(self) -> list[str]:
         """The CLI's --dim flags for the declared ranges."""
         return [part for name, (lo, hi) in self.ranges.items() for part in ("--dim", f"{name}={lo}..{hi}")]
+
+
+def fix_dims(model: onnx.ModelProto, values: Values) -> onnx.ModelProto:
+    """A copy of `model` with each input dim_param in `values` set to its value; output shapes left to inference."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.dim_param in values:
+                size = values[dim.dim_param]
+                dim.Clear()
+                dim.dim_value = size
+    for vi in fixed.graph.output:
+        if any(d.dim_param for d in vi.type.tensor_type.shape.dim):
+            vi.type.tensor_type.ClearField("shape")
+    return fixed
 
 
 class Builder:

@@ -1,7 +1,8 @@
 """The signal ops (STFT, DFT, MelWeightMatrix, the windows) in the forms exporters write and ONNX Runtime runs
 (issue #26): each accepted form is built through the normal path and compared with ORT (x86_64 natively, the
 onnxscript-style log-mel front end also under qemu-aarch64); each form ORT refuses is refused at build time in
-one line; a length computed at run time asks for --bind and, bound, matches ORT."""
+one line; a length computed at run time asks for --bind and, bound, matches ORT; MelWeightMatrix over a run-time
+sample rate and edges matches ORT exactly."""
 from __future__ import annotations
 
 import platform
@@ -61,11 +62,11 @@ def check_against_ort(m, feeds, got):
         np.testing.assert_allclose(got[name], want, err_msg=name, **tol)
 
 
-def front_end(samples: int = 400):
+def front_end(samples: int = 400, rate_input: bool = False):
     """A log-mel front end as torch.stft + a mel filterbank export through onnxscript's torch_lib (before it added the
     trailing 1): the signal centred by a reflect Pad and read by STFT as [batch, length], the window from a HannWindow
     node made CastLike the signal, both window and frame_length given, the result transposed to [batch, bins, frames];
-    the filterbank from MelWeightMatrix."""
+    the filterbank from MelWeightMatrix (over the graph input `rate` when rate_input)."""
     nodes = [
         node("Pad", ["audio", "centre"], ["padded"], mode="reflect"),
         node("HannWindow", ["n_fft"], ["hann"]),
@@ -83,6 +84,8 @@ def front_end(samples: int = 400):
     consts = {"centre": i64([0, 32, 0, 32]), "n_fft": i64(64), "hop": i64(24), "last": i64([-1]), "two": f32(2),
               "n_mels": i64(10), "rate": i64(8000), "f_lo": f32(60), "f_hi": f32(3800), "floor": f32(1e-10)}
     feeds = {"audio": rng.standard_normal((1, samples)).astype(np.float32)}
+    if rate_input:
+        feeds["rate"] = consts.pop("rate")
     return nodes, feeds, ["logmel", "spec"], consts
 
 
@@ -139,7 +142,7 @@ def test_signal_forms_match_ort(tmp_path):
 
 def test_front_end_opset18_aarch64(tmp_path):
     require_emulator("qemu-aarch64")
-    nodes, feeds, outputs, consts = front_end(samples=333)
+    nodes, feeds, outputs, consts = front_end(samples=333, rate_input=True)
     m = model(nodes, feeds, outputs, consts, 18)
     check_against_ort(m, feeds, compile_and_run(m, feeds, tmp_path, "qemu-aarch64", profile_runner=False))
 
@@ -201,8 +204,6 @@ RUN_TIME_LENGTHS = {
     "stft_frame_step": ([node("STFT", ["x", "s", "w"], ["y"])], {"s": i64(6)}, {"x": _sig(2, 40)}, {"w": f32(np.hanning(10))}),
     "dft_length": ([node("DFT", ["x", "n"], ["y"])], {"n": i64(5)}, {"x": _sig(3, 8, 1)}, {}),
     "dft_axis": ([node("DFT", ["x", "", "a"], ["y"])], {"a": i64(-2)}, {"x": _sig(3, 8, 1)}, {}),
-    "mel_sample_rate": ([node("MelWeightMatrix", MEL, ["m"]), node("MatMul", ["x", "m"], ["y"])], {"sr": i64(8000)},
-                        {"x": _sig(2, 9)}, {"nb": i64(4), "dl": i64(16), "lo": f32(0), "hi": f32(4000)}),
 }
 
 
@@ -219,3 +220,25 @@ def test_run_time_lengths_ask_for_bind_and_bound_match_ort(case):
     got = jit_run(bound, feeds)["y"]
     want = ort_run(m, {**feeds, **lengths})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+MEL_CONFIGS = [(8, 16, 8000, 0.0, 4000.0), (80, 400, 16000, 20.0, 8000.0), (40, 256, 16000, 125.0, 7600.0),
+               (26, 512, 16000, 300.0, 8000.0), (8, 16, 8000, 3000.0, 100.0)]
+
+
+@pytest.mark.parametrize("config", MEL_CONFIGS, ids=[f"{c[0]}x{c[1]}@{c[2]}_{c[3]:g}-{c[4]:g}" for c in MEL_CONFIGS])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32], ids=["f32", "f64", "i32"])
+def test_mel_weight_matrix_with_run_time_rate_and_edges_matches_ort(config, dtype):
+    """ORT computes the matrix when sample_rate and the edges are graph inputs (the shape needs only num_mel_bins and
+    dft_length): the build computes it at run time too (frontend/mel.py), the same values, reversed edges included."""
+    from modelrun import jit_run
+
+    nb, dl, rate, lo, hi = config
+    feeds = {"sr": i64(rate), "lo": f32(lo), "hi": f32(hi)}
+    m = model([node("MelWeightMatrix", MEL, ["y"], output_datatype=dtype)], feeds, ["y"], {"nb": i64(nb), "dl": i64(dl)}, 20)
+    graph = import_graph(m)
+    assert set(graph.inputs) == set(feeds) and "MelWeightMatrix" not in {n.op_type for n in graph.nodes}
+    want = ort_run(m, feeds)["y"]
+    got = jit_run(m, feeds)["y"]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

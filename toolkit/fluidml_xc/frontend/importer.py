@@ -20,7 +20,7 @@ from ..cast_rules import REFERENCE_OPS
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
-from . import ml_ops, subgraphs  # noqa: F401 - they register their expansions
+from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured

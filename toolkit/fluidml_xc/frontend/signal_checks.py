@@ -8,8 +8,8 @@ is refused here, before the node is folded or lowered, in one line naming the fi
 - STFT: the signal is [batch, length] (real, as ORT reads it) or [batch, length, 1 or 2]; frame_step is positive; a
   window or frame_length gives the frame length, at most the signal length.
 - MelWeightMatrix: ORT computes its matrix only when both edges fall on a spectrogram bin,
-  floor((dft_length + 1) * edge / sample_rate) in [0, dft_length / 2 + 1), in float32 as ORT does; its inputs must be
-  build-time constants (it is folded: there is no kernel).
+  floor((dft_length + 1) * edge / sample_rate) in [0, dft_length / 2 + 1), in float32 as ORT does (checked when the
+  node is folded, its inputs all constants; frontend/mel.py expands it when the rate or an edge comes at run time).
 """
 from __future__ import annotations
 
@@ -75,15 +75,7 @@ def _stft(op: str, name: str, attrs: dict, inputs: list) -> None:
 
 
 def _mel(op: str, name: str, attrs: dict, inputs: list) -> None:
-    formal = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
     values = [_scalar(t) for t in inputs]
-    if None in values[:2]:
-        return  # the output shape depends on run-time values: the frontend's unresolved-shape message names them
-    for which, t in zip(formal[2:], inputs[2:]):
-        if t is not None and not t.is_const:
-            raise InputError(f"MelWeightMatrix node {name!r}: {which} ({t.name!r}) is computed at run time; fluidml-xc "
-                             "computes the matrix at build time: make it a constant in the model, or freeze the graph "
-                             "input it comes from with --bind NAME=VALUE")
     if None in values:
         return
     _, dft_length, sample_rate, lower, upper = values

@@ -3,7 +3,7 @@ runs, and no others: what ORT refuses at load or at run time while onnx's infere
 is refused here, before the node is folded or lowered, in one line naming the fix.
 
 - every op: the inputs bound to one type parameter of the schema share their dtype (ORT: "Type parameter (T1) bound
-  to different types"); MelWeightMatrix's integers (or its two edges) may not mix int32 and int64.
+  to different types"): MelWeightMatrix's three integer inputs one integer type, its two edges one float type.
 - windows: a build-time size must be positive.
 - STFT: the signal is [batch, length] (real, as ORT reads it) or [batch, length, 1 or 2]; frame_step is positive; a
   window or frame_length gives the frame length, at most the signal length.

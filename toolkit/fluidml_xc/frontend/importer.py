@@ -20,7 +20,7 @@ from ..cast_rules import REFERENCE_OPS
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
-from . import ml_ops, subgraphs  # noqa: F401 - they register their expansions
+from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured
@@ -28,6 +28,7 @@ from .input_shapes import resolve_shapes, suggestions
 from .names import rename_repeated, unique_names
 from .sequences import descriptor, flat_names, input_structure, output_elements, type_kind
 from .shapes import ATTR
+from .signal_checks import check_signal_node
 from .unsupported import Missing, check_strings, check_training, unresolved_shape
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
 
@@ -282,6 +283,9 @@ class _Folder:
         check = SHAPE_CHECKS.get(node.op_type)
         if check is not None and is_onnx_domain(node.domain):
             check(node.op_type, node.name or node.op_type, attrs, [self.tensors[n].shape if n else None for n in node.input])
+        if is_onnx_domain(node.domain):
+            check_signal_node(node.op_type, node.name or node.op_type, self.opsets.version(node.domain), attrs,
+                              [self.tensors[n] if n else None for n in node.input])
         if can_fold and all(self.tensors[n].is_const or n in type_only for n in inputs) and is_onnx_domain(node.domain):
             try:
                 planned = self.infer(node)

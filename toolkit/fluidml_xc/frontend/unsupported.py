@@ -37,7 +37,7 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Slice": (1, 2, 3, 4), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,), "Pad": (1, 3),
     "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "CenterCropPad": (1, 2), "ReduceSum": (1,), "ReduceMean": (1,),
     "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
-    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "STFT": (2, 3), "DFT": (1, 2),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "STFT": (1, 3), "DFT": (1, 2),
     "MaxUnpool": (2,), "Loop": (0, 1), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1),
 }
 """op -> inputs whose values (not only shapes) decide its output shape."""

@@ -143,7 +143,8 @@ class Kernel:
         value = self.input_value(i)
         if value is None:
             raise NeedsConstant(f"node {self.node.name!r} ({self.node.op_type}): {what} (input {i}) must be a "
-                                "build-time constant", self.node.name)
+                                "build-time constant: make it a constant in the model, or freeze the graph input it "
+                                "comes from with --bind NAME=VALUE", self.node.name)
         return value
 
     def _inline_constant(self, value: np.ndarray) -> ir.Value:

@@ -1,4 +1,6 @@
-"""Spectral ops: DFT (opset 17 and 20 forms; forward, inverse, onesided rfft, irfft) and STFT.
+"""Spectral ops: DFT (opset 17 and 20 forms; forward, inverse, onesided rfft, irfft) and STFT (a real signal
+[batch, length] as ONNX Runtime reads it, or [batch, length, 1 or 2]; frontend/signal_checks.py refuses at import
+the forms ORT refuses).
 
 Forward transforms, rfft, irfft and STFT run a direct DFT per signal: bin k sums
 x[t] * exp(-+2 pi i k t / n) with the twiddles read from build-time cos/sin tables of length n (the
@@ -246,10 +248,9 @@ class IRArith:
         return ir.Constant(self.ty, float(self.dtype.type(v)))
 
 
-def _loader(k, x, base, step: int, weight=None):
-    """load(t) for a signal x[base + t*step (+ last-dim stride for the imaginary part)], as float64."""
+def _loader(k, x, base, step: int, complex_in: bool, weight=None):
+    """load(t) for a signal x[base + t*step (+ last-dim stride for the imaginary part when complex_in)], as float64."""
     b = k.b
-    complex_in = x.shape[-1] == 2
 
     def load(t):
         off = offset(k, 0, (base, 1), (t, step))
@@ -294,7 +295,7 @@ def lower_dft(k):
     def row(ix):
         xbase = offset(k, 0, *((i, x.strides[d]) for i, d in zip(ix, rows)))
         obase = offset(k, 0, *((i, out.strides[d]) for i, d in zip(ix, rows)))
-        load = _loader(k, x, xbase, x.strides[axis])
+        load = _loader(k, x, xbase, x.strides[axis], x.shape[-1] == 2)
 
         def put(pos, value, comp):
             o = offset(k, comp * out.strides[-1], (obase, 1), (pos, out.strides[axis]))
@@ -348,8 +349,9 @@ def lower_dft(k):
 def lower_stft(k):
     x, out = k.inputs[0], k.outputs[0]
     b = k.b
-    if x.rank != 3 or x.shape[-1] not in (1, 2):
-        raise InputError(f"node {k.node.name!r} (STFT): the signal must be [batch, length, 1 or 2], not {list(x.shape)}")
+    if x.rank not in (2, 3) or (x.rank == 3 and x.shape[-1] not in (1, 2)):
+        raise InputError(f"node {k.node.name!r} (STFT): the signal must be [batch, length] or [batch, length, 1 or 2], "
+                         f"not {list(x.shape)}")
     step = _const_int(k, 1, "frame_step")
     window = k.inputs[2] if len(k.inputs) > 2 else None
     length = _const_int(k, 3, "frame_length")
@@ -371,7 +373,8 @@ def lower_stft(k):
         bi, f = ix
         xbase = offset(k, 0, (bi, x.strides[0]), (f, step * x.strides[1]))
         obase = offset(k, 0, (bi, out.strides[0]), (f, out.strides[1]))
-        load = _loader(k, x, xbase, x.strides[1], window_at if window is not None else None)
+        load = _loader(k, x, xbase, x.strides[1], x.rank == 3 and x.shape[-1] == 2,
+                       window_at if window is not None else None)
 
         def store(kb, re, im):
             o = offset(k, 0, (obase, 1), (kb, out.strides[2]))

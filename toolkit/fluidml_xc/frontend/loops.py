@@ -72,8 +72,8 @@ def _max_trips(node: onnx.NodeProto, body: onnx.GraphProto, where: str, tensors:
             return max_dims[name], False
     source = f"trip count {trip!r} is computed at run time" if trip else "loop has no trip count"
     alt = f" (or --max-dim {scans[0]}=N)" if scans else ""
-    raise InputError(f"Loop node {where!r}: its {source}, so the most steps it may run is not known at build time: "
-                     f"give it with --max-dim {where}=N{alt}")
+    raise UnresolvedShape(f"Loop node {where!r}: its {source}, so the most steps it may run is not known at build "
+                          f"time: give it with --max-dim {where}=N{alt}", next((o for o in node.output if o), None))
 
 
 def _body_model(model: onnx.ModelProto, body: onnx.GraphProto, inputs: list[Tensor], consts: dict[str, np.ndarray],

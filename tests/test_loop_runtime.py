@@ -70,7 +70,7 @@ def _ort(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-def _feeds(seed: int) -> dict[str, np.ndarray]:
+def feeds_for(seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {"h0": rng.standard_normal((1, HIDDEN)).astype(np.float32), "start": np.array([seed % VOCAB], np.int64),
             "end": np.array([-1], np.int64)}
@@ -80,7 +80,7 @@ def stopping_feeds(model: onnx.ModelProto) -> list[tuple[dict, int]]:
     """Feeds that stop at step 1, at a middle step and never (MAX_STEPS), each with its number of steps: the end
     token is chosen from the tokens ORT decodes without one."""
     for seed in range(50):
-        feeds = _feeds(seed)
+        feeds = feeds_for(seed)
         tokens = list(_ort(model, feeds)[1].ravel())
         middle = next((t for t in tokens[3:MAX_STEPS - 3] if t not in tokens[:tokens.index(t)] and t != tokens[0]), None)
         if middle is not None:
@@ -113,7 +113,7 @@ def test_decoder_stops_at_the_end_token_jit():
 def test_run_time_trip_count_with_max_dim_jit():
     model = decoder(trip_input=True)
     compiled = compile_model(model, max_dims={"decode": MAX_STEPS})
-    feeds = _feeds(3)
+    feeds = feeds_for(3)
     for m in (0, 1, 7, MAX_STEPS):
         feeds["M"] = np.array(m, np.int64)
         check(compiled(feeds), _ort(model, feeds), m)

@@ -192,3 +192,33 @@ def test_decoder_build_and_run(board, board_runner, tmp_path):
         feeds = {**cases[2][0], "M": np.array(6, np.int64)}
         got = run(artifact, feeds)
         check([got["h_final"], got["tokens"], got["scores"]], _ort(model, feeds), 6)
+
+
+@on_x86
+def test_nested_loops():
+    """A Loop in a Loop's body: x = 0.9 x + 0.1 while sum(x) > lim (at most 50 steps, its scan output unused), six
+    times, doubling x after each inner loop."""
+    inner = helper.make_graph([
+        helper.make_node("Mul", ["x_in", "k"], ["xm"]), helper.make_node("Add", ["xm", "b"], ["x_out"]),
+        helper.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "lim"], ["c_out"]),
+        helper.make_node("Identity", ["s"], ["s_scan"])], "inner",
+        [_value("j", TensorProto.INT64, []), _value("ci", TensorProto.BOOL, []), _value("x_in", TensorProto.FLOAT, [4])],
+        [_value("c_out", TensorProto.BOOL, []), _value("x_out", TensorProto.FLOAT, [4]), _value("s_scan", TensorProto.FLOAT, [])])
+    outer = helper.make_graph([
+        helper.make_node("Loop", ["fifty", "", "y_in"], ["y_mid", "sums"], name="inner", body=inner),
+        helper.make_node("Mul", ["y_mid", "two"], ["y_out"]), helper.make_node("Identity", ["co"], ["c_out"]),
+        helper.make_node("ReduceSum", ["y_out"], ["tot"], keepdims=0)], "outer",
+        [_value("i", TensorProto.INT64, []), _value("co", TensorProto.BOOL, []), _value("y_in", TensorProto.FLOAT, [4])],
+        [_value("c_out", TensorProto.BOOL, []), _value("y_out", TensorProto.FLOAT, [4]), _value("tot", TensorProto.FLOAT, [])])
+    consts = {"six": np.array(6, np.int64), "fifty": np.array(50, np.int64), "k": np.full(4, 0.9, np.float32),
+              "b": np.full(4, 0.1, np.float32), "two": np.array(2.0, np.float32)}
+    graph = helper.make_graph([helper.make_node("Loop", ["six", "", "x"], ["y", "tots"], name="outer", body=outer)], "g",
+                              [_value("x", TensorProto.FLOAT, [4]), _value("lim", TensorProto.FLOAT, [])],
+                              [_value("y", TensorProto.FLOAT, [4]), _value("tots", TensorProto.FLOAT, [6])],
+                              [numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = compile_model(model)
+    for lim in (0.5, 3.0, 100.0):
+        feeds = {"x": np.array([1, 2, 3, 4], np.float32), "lim": np.array(lim, np.float32)}
+        for g, w in zip(compiled(feeds), _ort(model, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-5)

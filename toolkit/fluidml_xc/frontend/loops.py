@@ -25,6 +25,7 @@ from ..errors import InputError, UnresolvedShape
 from ..ir import BODY_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Tensor
 from .builder import outer_references
 from .shapes import ATTR, analyze
+from .unsupported import unresolved_shape
 
 EXTRA_INPUTS_ATTR = "_extra_inputs"
 """Outer-scope tensors the body reads, appended to the node's inputs by the importer."""
@@ -55,12 +56,11 @@ def _const_scalar(tensors: dict[str, Tensor], name: str):
     return np.ravel(tensors[name].value)[0]
 
 
-def _max_trips(node: onnx.NodeProto, body: onnx.GraphProto, where: str, tensors: dict[str, Tensor],
-               max_dims: dict[str, int], n_state: int) -> tuple[int, bool]:
+def _max_trips(folder, node: onnx.NodeProto, body: onnx.GraphProto, where: str, n_state: int) -> tuple[int, bool]:
     """(most steps the loop runs, whether it always runs exactly that many)."""
     inputs = list(node.input) + ["", ""]
     trip, cond = inputs[0], inputs[1]
-    m, c = _const_scalar(tensors, trip), _const_scalar(tensors, cond)
+    m, c = _const_scalar(folder.tensors, trip), _const_scalar(folder.tensors, cond)
     if cond and c is not None and not bool(c):
         return 0, True
     exact = m is not None and (not cond or c is not None) and always_true(body)
@@ -68,12 +68,12 @@ def _max_trips(node: onnx.NodeProto, body: onnx.GraphProto, where: str, tensors:
         return max(int(m), 0), exact
     scans = [o for o in node.output[n_state:] if o]
     for name in [where, *scans]:
-        if name in max_dims:
-            return max_dims[name], False
-    source = f"trip count {trip!r} is computed at run time" if trip else "loop has no trip count"
+        if name in folder.max_dims:
+            return folder.max_dims[name], False
+    named = (scans or [o for o in node.output if o] or [where])[0]
     alt = f" (or --max-dim {scans[0]}=N)" if scans else ""
-    raise UnresolvedShape(f"Loop node {where!r}: its {source}, so the most steps it may run is not known at build "
-                          f"time: give it with --max-dim {where}=N{alt}", next((o for o in node.output if o), None))
+    raise UnresolvedShape(f"{unresolved_shape(folder, node, named)}; or give the most steps the loop may run with "
+                          f"--max-dim {where}=N{alt}", named)
 
 
 def _body_model(model: onnx.ModelProto, body: onnx.GraphProto, inputs: list[Tensor], consts: dict[str, np.ndarray],
@@ -141,7 +141,7 @@ def import_loop(folder, node: onnx.NodeProto, attrs: dict, import_body: Callable
     if len(body.input) != 2 + n_state:
         raise InputError(f"Loop node {where!r}: its body has {len(body.input)} inputs, {2 + n_state} expected "
                          "(iteration, condition, carried values): the model is malformed")
-    trips, exact = _max_trips(node, body, where, folder.tensors, folder.max_dims, n_state)
+    trips, exact = _max_trips(folder, node, body, where, n_state)
     states = [folder.tensors[n] for n in node.input[2:]]
     consts, extras = _outer_inputs(body, where, folder)
     inputs = [Tensor("iter", np.dtype(np.int64), ()), Tensor("cond", np.dtype(np.bool_), ()), *states]

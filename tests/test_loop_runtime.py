@@ -6,6 +6,7 @@ after the step whose token is the end token (a graph input the body reads from t
 MAX_STEPS steps. Scan outputs: the tokens and the scores, whose length depends on the data."""
 from __future__ import annotations
 
+import json
 import platform
 
 import numpy as np
@@ -182,6 +183,8 @@ def test_decoder_build_and_run(board, board_runner, tmp_path):
     model = decoder(trip_input=board == "x86_64")
     ranges = ShapeRanges(max_dims={"tokens": MAX_STEPS}) if board == "x86_64" else ShapeRanges()
     artifact = runner.build(model, tmp_path, ranges=ranges, profile_runner=False)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["weights_bytes"] == sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer)  # the body's
     cases = stopping_feeds(decoder())
     for feeds, steps in cases:
         if board == "x86_64":
@@ -222,3 +225,20 @@ def test_nested_loops():
         feeds = {"x": np.array([1, 2, 3, 4], np.float32), "lim": np.array(lim, np.float32)}
         for g, w in zip(compiled(feeds), _ort(model, feeds)):
             np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+@on_x86
+def test_range_with_a_data_dependent_limit():
+    """Range's ONNX function is a Loop whose trip count comes from its inputs: with --max-dim on its output, a limit
+    computed from the data (ArgMax) builds, and the output's length is reported per run."""
+    nodes = [helper.make_node("ArgMax", ["x"], ["k"], keepdims=0, axis=0), helper.make_node("Add", ["k", "one"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"], name="ramp")]
+    graph = helper.make_graph(nodes, "g", [_value("x", TensorProto.FLOAT, [6])], [_value("r", TensorProto.INT64, None)],
+                              [numpy_helper.from_array(np.array(1, np.int64), "one"),
+                               numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = compile_model(model, max_dims={"r": 6})
+    for i in (0, 3, 5):
+        x = np.zeros(6, np.float32)
+        x[i] = 1
+        np.testing.assert_array_equal(compiled({"x": x})[0], _ort(model, {"x": x})[0])

@@ -22,6 +22,7 @@ from .target.machine import MachineSpec, llvm_version, machine_specs
 from .target.objects import compile_objects
 from .errors import InputError
 from .frontend.importer import load_model
+from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
 from .pipeline import Lowered, LowerOptions, import_graph, lower_variants
@@ -151,6 +152,12 @@ class Compiled:
     @property
     def tail(self):
         return self.lowered.tail
+
+
+def _constant_bytes(graph: Graph) -> int:
+    """Bytes of the constants `graph`'s nodes read or its outputs are (a run-time Loop's body: its own)."""
+    used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
+    return sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
 
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path, watch: Stopwatch | None = None) -> Compiled:
@@ -371,8 +378,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         stage(BUILD_STAGES[3])
         runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch)
         stage(BUILD_STAGES[4])
-        used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
-        weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
+        weights = sum(_constant_bytes(g) for g in [graph, *bodies(graph)])
         manifest = Manifest(
             model=ModelRecord(os.path.relpath(model_path.resolve(), target.resolve()), model_path.stem, sha256_file(model_path)),
             board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,

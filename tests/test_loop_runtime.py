@@ -242,3 +242,21 @@ def test_range_with_a_data_dependent_limit():
         x = np.zeros(6, np.float32)
         x[i] = 1
         np.testing.assert_array_equal(compiled({"x": x})[0], _ort(model, {"x": x})[0])
+
+
+def test_static_loop_in_a_dynamic_model_imports_once():
+    """A model imported over a range (--dim W=4..32) holding a run-time Loop that does not vary: the imports at
+    the range's sizes see one body (frontend/loops.py BodyGraph), so the Loop is kept, not refused as size-dependent."""
+    from fluidml_xc.frontend.ranges import parse_ranges
+    from fluidml_xc.ir import BODY_ATTR
+    from fluidml_xc.pipeline import import_unchecked
+
+    model = decoder()
+    model.graph.input.append(_value("z", TensorProto.FLOAT, [1, "W"]))
+    model.graph.node.append(helper.make_node("Relu", ["z"], ["zr"]))
+    model.graph.output.append(_value("zr", TensorProto.FLOAT, [1, "W"]))
+    graph = import_unchecked(model, ranges=parse_ranges({}, ["W=4..32"], [], []))
+    assert list(graph.symbols) == ["W"] and [n.op_type for n in graph.nodes] == ["Loop", "Relu"]
+    loop = graph.nodes[0]
+    assert loop.attrs[BODY_ATTR] == import_graph(decoder()).nodes[0].attrs[BODY_ATTR]
+    assert graph.tensors["tokens"].dyn is None and graph.tensors["tokens"].shape == (MAX_STEPS, 1)

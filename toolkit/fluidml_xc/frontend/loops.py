@@ -15,6 +15,8 @@ steps to unroll) stays one node when its body imports with static shapes:
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -29,6 +31,30 @@ from .unsupported import unresolved_shape
 
 EXTRA_INPUTS_ATTR = "_extra_inputs"
 """Outer-scope tensors the body reads, appended to the node's inputs by the importer."""
+
+
+class BodyGraph(Graph):
+    """A run-time Loop's body: equal to another by structure (nodes, names, shapes, dtypes, constants' bytes), so
+    the imports of a dynamic model at several sizes (frontend/dynamic.py) see one body where it does not vary."""
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Graph) and _canonical(self) == _canonical(other)
+
+    __hash__ = None
+
+
+def _canonical(value):
+    if isinstance(value, Graph):
+        return ("graph", tuple(value.inputs), tuple(value.outputs), value.opset,
+                tuple((n.op_type, n.name, n.domain, tuple(n.inputs), tuple(n.outputs), _canonical(n.attrs)) for n in value.nodes),
+                tuple((k, np.dtype(t.dtype).str, tuple(t.shape), _canonical(t.value)) for k, t in sorted(value.tensors.items())))
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest())
+    if isinstance(value, dict):
+        return tuple((str(k), _canonical(v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(v) for v in value)
+    return repr(value)
 
 
 def always_true(body: onnx.GraphProto) -> bool:
@@ -147,7 +173,8 @@ def import_loop(folder, node: onnx.NodeProto, attrs: dict, import_body: Callable
     inputs = [Tensor("iter", np.dtype(np.int64), ()), Tensor("cond", np.dtype(np.bool_), ()), *states]
     model = _body_model(folder.model, body, inputs, consts, extras)
     shapes = {f.name: tuple(t.shape) for f, t in zip(body.input, inputs)} | {t.name: tuple(t.shape) for t in extras}
-    graph = import_body(model, shapes, f"{where}/body")
+    imported = import_body(model, shapes, f"{where}/body")
+    graph = BodyGraph(**{f.name: getattr(imported, f.name) for f in dataclasses.fields(imported)})
     _check_body(graph, where, states, 1 + len(node.output))
     result, marks = {}, {}
     for i, name in enumerate(node.output):

@@ -67,6 +67,7 @@ NOT_INDEX_INPUTS: dict[tuple[str, str], str] = {
         *((f"Reduce{r}", "axes") for r in ("L1", "L2", "LogSum", "LogSumExp", "Max", "Mean", "Min", "Prod", "Sum",
                                            "SumSquare"))]},
     ("MaxUnpool", "I"): CHECKED + " (unsigned compare with the unpooled size)",
+    ("Loop", "M"): CHECKED + " (clamped to [0, the most steps the scan outputs are sized for])",
     ("RoiAlign", "batch_indices"): CHECKED + " (clamped to [0, N - 1])",
     ("ReverseSequence", "sequence_lens"): CHECKED + " (at most the time axis' length)",
     **{(op, "sequence_lens"): CHECKED + " (at most seq_length; a step past it is inactive)" for op in ("RNN", "GRU", "LSTM")},

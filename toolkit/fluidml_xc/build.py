@@ -22,6 +22,7 @@ from .target.machine import MachineSpec, llvm_version, machine_specs
 from .target.objects import compile_objects
 from .errors import InputError
 from .frontend.importer import load_model
+from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
 from .pipeline import Lowered, LowerOptions, import_graph, lower_variants
@@ -181,6 +182,12 @@ class Compiled:
     @property
     def tail(self):
         return self.lowered.tail
+
+
+def _constant_bytes(graph: Graph) -> int:
+    """Bytes of the constants `graph`'s nodes read or its outputs are (a run-time Loop's body: its own)."""
+    used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
+    return sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
 
 
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path, watch: Stopwatch | None = None) -> Compiled:
@@ -436,8 +443,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         stage(BUILD_STAGES[3])
         runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch)
         stage(BUILD_STAGES[4])
-        used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
-        weights = sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
+        weights = sum(_constant_bytes(g) for g in [graph, *bodies(graph)])
         manifest = Manifest(
             **record(target),
             board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,

@@ -10,6 +10,14 @@ ONNX_DOMAINS = ("", "ai.onnx")
 """The default ONNX operator set's two spellings."""
 
 
+BODY_ATTR = "_body_graph"
+"""Node attribute holding the imported body Graph of a Loop run at run time (frontend/loops.py, ops/control.py)."""
+MAX_TRIPS_ATTR = "_max_trips"
+"""The most steps such a Loop runs (its constant trip count, else --max-dim)."""
+STATES_ATTR = "_loop_states"
+"""How many loop-carried values such a Loop has."""
+
+
 def is_onnx_domain(domain: str) -> bool:
     """True for the default ONNX domain ("" or "ai.onnx"), False for ai.onnx.ml, com.microsoft, ours, ..."""
     return domain in ONNX_DOMAINS

@@ -20,6 +20,7 @@ from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.dynamic import graph_at, import_ranges
 from .frontend.importer import FrontendOptions, import_model
+from .frontend.loops import bodies
 from .frontend.ranges import ShapeRanges, resolve_ranges
 from .frontend.nonfinite import warn_nonfinite
 from .ir import Graph
@@ -71,11 +72,15 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
     bound = bind_inputs(model, bind or {})
 
     def at(sizes: dict[str, tuple[int, ...]], notify: Callable[[], None] | None = None) -> Graph:
-        options = FrontendOptions(input_shapes=dict(sizes), structures=dict(structures or {}), **({"limits": limits} if limits else {}))
+        options = FrontendOptions(input_shapes=dict(sizes), structures=dict(structures or {}),
+                                  max_dims=dict(ranges.max_dims) if ranges is not None else {},
+                                  **({"limits": limits} if limits else {}))
         graph = import_model(bound, options, name=name)
         if notify:
             notify()
         run_passes(graph)
+        for body in bodies(graph):
+            run_passes(body)
         return graph
     if not ranges:
         return at(shapes, on_imported)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,7 +11,7 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..frontend.unsupported import unsupported_message
-from ..ir import Graph, Node
+from ..ir import BODY_ATTR, Graph, Node
 from ..kernels.kernel import Kernel, Operand, layout_strides
 from ..kernels.scalar import storage_type
 from ..opspec import lookup
@@ -106,6 +107,9 @@ def check_supported(graph: Graph) -> None:
     from ..frontend.shapes import check as check_dynamic
 
     check_dynamic(graph)
+    for node in graph.nodes:
+        if BODY_ATTR in node.attrs:
+            check_supported(node.attrs[BODY_ATTR])
     missing = unsupported_ops(graph)
     if missing:
         raise InputError(unsupported_message([(n.op_type if not n.domain else f"{n.domain}.{n.op_type}", n.name) for n in missing]))
@@ -144,6 +148,8 @@ class ModuleEmitter:
         self._takes_syms: set[str] = set()
         """Names of the nodes whose function takes the symbols' run-time values as its last pointer argument."""
         self._boundary: Boundary | None = None
+        self._bodies: dict[str, ModuleEmitter] = {}
+        """Loop node name -> the emitter of its body (on this module), `body_emitter`."""
 
     @property
     def tail(self):
@@ -151,10 +157,14 @@ class ModuleEmitter:
         planned arena (a plan without `arena_bytes`, as the cost model's, counts as an empty arena)."""
         if self._tail is None:
             from ..frontend.shapes import tail_layout
+            from ..ops.control import loop_scratch
             from ..ops.dynamic import scratch_bytes
 
-            self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment,
-                                     {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes})
+            scratch = {n.name: scratch_bytes(self.graph, n) for n in self.graph.nodes}
+            for n in self.graph.nodes:
+                if BODY_ATTR in n.attrs:
+                    scratch[n.name] = loop_scratch(self.graph, n, self.body_emitter(n).arena_bytes, self.spec.alignment).total
+            self._tail = tail_layout(self.graph, getattr(self.plan, "arena_bytes", 0), self.spec.alignment, scratch)
             if self.graph.symbols:
                 self._boundary = extend_tail(self.graph, self._tail, self.spec.alignment, self.plan)
         return self._tail
@@ -175,6 +185,8 @@ class ModuleEmitter:
         data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
         if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
             offset = self.weights.add(data, self.spec.alignment)
+            if self.blob_var is None:
+                self.blob_var = self.module.globals.get(self.options.weights_symbol)  # a Loop body's emitter shares it
             if self.blob_var is None:
                 self.blob_var = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), self.options.weights_symbol)
                 self.blob_var.global_constant = True
@@ -233,6 +245,18 @@ class ModuleEmitter:
         for k, name in enumerate(graph.outputs):
             if not graph.tensors[name].is_const:
                 pointers.setdefault(name, b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
+        pointer = self._calls(b, steps, pointers, arena, run.args[3] if syms_t else None, hooks)
+        if edge is None:
+            self._copy_passthrough_outputs(b, pointer, lambda k: b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])))
+        else:
+            finish_outputs(edge, graph, outputs_arg, arena, raw_inputs, self.constant_global)
+        b.ret_void()
+
+    def _calls(self, b: ir.IRBuilder, steps, pointers: dict[str, ir.Value], arena: ir.Value, syms: ir.Value | None,
+               hooks) -> Callable[[str], ir.Value]:
+        """The node functions called in order on `pointers` (graph inputs and outputs) and the arena; returns how a
+        tensor's pointer is found (for the pass-through outputs the caller copies)."""
+        graph = self.graph
 
         def pointer(name: str) -> ir.Value:
             if name in pointers:
@@ -248,19 +272,15 @@ class ModuleEmitter:
             for offset, a in zip(self._extra_offsets(node), fn.args[len(names):]):
                 args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
             if node.name in self._takes_syms:
-                args.append(run.args[3])
-            if hook:
+                args.append(syms)
+            if hooks:
                 b.call(hooks[0], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
-            if hook:
+            if hooks:
                 b.call(hooks[1], [ir.Constant(ir.IntType(32), step)])
-        if edge is None:
-            self._copy_passthrough_outputs(b, pointer)
-        else:
-            finish_outputs(edge, graph, outputs_arg, arena, raw_inputs, self.constant_global)
-        b.ret_void()
+        return pointer
 
-    def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer) -> None:
+    def _copy_passthrough_outputs(self, b: ir.IRBuilder, pointer, output: Callable[[int], ir.Value]) -> None:
         """Graph outputs that are constants or graph inputs, and every repeat of an output listed more than once
         (its nodes write the first one's buffer), are copied into the caller's buffer."""
         produced = {o for n in self.graph.nodes for o in n.outputs}
@@ -269,7 +289,7 @@ class ModuleEmitter:
             tensor = self.graph.tensors[name]
             if name in produced and not tensor.is_const and self.graph.outputs.index(name) == k:
                 continue
-            dst = b.load(b.gep(b.function.args[1], [ir.Constant(ir.IntType(32), k)]))
+            dst = output(k)
             src = self.constant_global(name) if tensor.is_const else pointer(name)
             if src is dst:
                 continue
@@ -294,7 +314,7 @@ class ModuleEmitter:
     def _extra_offsets(self, node: Node) -> list[int]:
         """Arena offsets passed after the tensors: one dims slot per dynamic output, then the scratch."""
         from ..frontend.shapes import node_marks
-        if not node_marks(node):
+        if not node_marks(node) and BODY_ATTR not in node.attrs:
             return []
         return [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]
 
@@ -345,6 +365,7 @@ class ModuleEmitter:
         if tiled:
             kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data
+        kernel.compile_subgraph = lambda body: self.body_call(node)
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
         kernel.scratch = fn.args[len(names) + len(extra) - 1] if len(extra) > len(dims_outputs) else None
         if takes_syms:
@@ -376,6 +397,35 @@ class ModuleEmitter:
             fn.type = fn.ftype.as_pointer()
             return fn
         return self._tiled_entry(fn, types, kernel, node, step)
+
+    def body_emitter(self, node: Node) -> "ModuleEmitter":
+        """The emitter of a run-time Loop's body on this module: its own verified memory plan (the body runs in
+        the Loop's scratch memory), its node functions named after the Loop's (`op3_loop7...`)."""
+        from ..planning import PlanOptions, plan_memory, verify_plan
+
+        if node.name not in self._bodies:
+            body = node.attrs[BODY_ATTR]
+            plan = plan_memory(body, PlanOptions(alignment=self.spec.alignment))
+            verify_plan(body, plan)
+            step = self.plan.order.index(self.graph.nodes.index(node))
+            options = EmitOptions(weights_symbol=self.options.weights_symbol, parallel=self.options.parallel,
+                                  symbol_prefix=self.options.symbol_prefix, variant=f"_loop{step}{self.options.variant}",
+                                  blob=self.weights)
+            nested = ModuleEmitter(body, plan, self.spec, options)
+            nested.module = self.module
+            self._bodies[node.name] = nested
+        return self._bodies[node.name]
+
+    def body_call(self, node: Node) -> "BodyCall":
+        """Emits the Loop body's node functions once; the BodyCall emits one run of the body."""
+        nested = self.body_emitter(node)
+        steps = []
+        for step, node_index in enumerate(nested.plan.order):
+            fn = nested.node_function(nested.graph.nodes[node_index], step)
+            if fn is not None:
+                fn.attributes.add("noinline")
+                steps.append((step, nested.graph.nodes[node_index], fn))
+        return BodyCall(nested, steps)
 
     def _parallel_for(self) -> ir.Function:
         """`fxc_parallel_for`, defined weak and serial (tile by tile) for the JIT; runtime_c/pool.c's wins at link."""
@@ -436,6 +486,28 @@ class ModuleEmitter:
         b.ret_void()
         self.parallel[node.name] = kernel.tile_split
         return entry
+
+
+@dataclass
+class BodyCall:
+    """One run of a Loop body's node functions, emitted where a kernel asks (Kernel.compile_subgraph)."""
+
+    emitter: ModuleEmitter
+    steps: list
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.emitter.arena_bytes
+
+    def __call__(self, b: ir.IRBuilder, inputs: list[ir.Value], outputs: list[ir.Value], arena: ir.Value) -> None:
+        """The body on `inputs`/`outputs` (i8* per graph input/output, in order) with `arena` as its arena."""
+        graph = self.emitter.graph
+        pointers = dict(zip(graph.inputs, inputs))
+        for name, ptr in zip(graph.outputs, outputs):
+            if not graph.tensors[name].is_const:
+                pointers.setdefault(name, ptr)
+        pointer = self.emitter._calls(b, self.steps, pointers, arena, None, ())
+        self.emitter._copy_passthrough_outputs(b, pointer, lambda k: outputs[k])
 
 
 def emit_module(graph: Graph, plan, spec: MachineSpec, options: EmitOptions = EmitOptions()) -> str:

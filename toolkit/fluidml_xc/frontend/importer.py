@@ -25,6 +25,7 @@ from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured
 from .input_shapes import resolve_shapes, suggestions
+from .loops import EXTRA_INPUTS_ATTR, import_loop
 from .names import rename_repeated, unique_names
 from .sequences import descriptor, flat_names, input_structure, output_elements, type_kind
 from .shapes import ATTR
@@ -52,6 +53,8 @@ class FrontendOptions:
     `NAME.K` entries of input_shapes. Without one, a sequence's length is the number of such entries."""
     limits: Limits = field(default_factory=Limits)
     """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
+    max_dims: dict[str, int] = field(default_factory=dict)
+    """--max-dim: the most steps of a run-time Loop, by node or scan output name (loops.py)."""
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -127,8 +130,10 @@ def _graph_inputs(model: onnx.ModelProto, options: FrontendOptions, structs: dic
 class _Folder:
     """Walks nodes in order, folding constants and inferring static shapes."""
 
-    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits | None = None):
+    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits | None = None,
+                 max_dims: dict[str, int] | None = None):
         self.model, self.tensors, self.fold, self.limits = model, tensors, fold, limits or Limits()
+        self.max_dims = dict(max_dims or {})
         self.opsets = Opsets.of_model(model)
         self.opset = self.opsets.default
         self.opset_imports = list(model.opset_import)
@@ -248,6 +253,10 @@ class _Folder:
             return {}
         return {n: Tensor(n, dtype, shape) for n, (dtype, shape) in zip([o for o in node.output if o], shapes[0])}
 
+    def import_body(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], name: str) -> Graph:
+        """A run-time Loop's body as its own graph, with this import's limits and --max-dim."""
+        return import_model(model, FrontendOptions(input_shapes=shapes, limits=self.limits, max_dims=self.max_dims), name)
+
     def check_sizes(self, node: onnx.NodeProto, tensors: dict[str, Tensor]) -> None:
         for name, t in tensors.items():
             self.limits.check_tensor(f"tensor {name!r} (output of {node.op_type} node {node.name or node.op_type!r})", t.shape, t.dtype)
@@ -302,7 +311,9 @@ class _Folder:
                     self.const(name, value)
                 return True
         spec = lookup(node.op_type, self.opsets.version(node.domain), node.domain)
-        if spec is not None and spec.output_bound is not None:
+        if node.op_type == "Loop" and is_onnx_domain(node.domain):
+            inferred = import_loop(self, node, attrs, self.import_body)
+        elif spec is not None and spec.output_bound is not None:
             inferred = self.infer_dynamic(node, attrs, spec.output_bound)
         else:
             inferred = self.infer(node)
@@ -444,7 +455,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     for init in model.graph.initializer:
         value = numpy_helper.to_array(init)
         tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
-    folder = _Folder(model, tensors, options.fold_constants, options.limits)
+    folder = _Folder(model, tensors, options.fold_constants, options.limits, options.max_dims)
     opsets = Opsets.of_model(model)
     opset = opsets.default
     nodes, missing = [], Missing(opsets)
@@ -478,7 +489,9 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
                 continue
         values = attrs(onnx_node)
         if not folder.visit(onnx_node, values):
-            nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input), list(onnx_node.output), values, onnx_node.domain))
+            extra = values.pop(EXTRA_INPUTS_ATTR, [])
+            nodes.append(Node(onnx_node.op_type, node_name, list(onnx_node.input) + extra, list(onnx_node.output), values,
+                              onnx_node.domain))
     missing.check(nodes)
     outputs, structures = [], {"inputs": {}, "outputs": {}}
     flat_nodes = []

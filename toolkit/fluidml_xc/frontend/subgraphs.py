@@ -5,7 +5,7 @@
   step, state outputs feed the next step, and each scan output is the Concat of the steps' values
   (Unsqueezed along its axis, in its direction).
 - Loop with a trip count and condition known at build time, whose body keeps the condition true,
-  is unrolled the same way.
+  is unrolled the same way; any other Loop stays one node that runs its body at run time (loops.py).
 - If with a condition known at build time (a constant, or a graph input frozen with --bind) becomes
   the nodes of the branch taken. With a run-time condition both branches are computed and each output
   is Where(cond, then, else), when the branches' shapes, inferred inside them with the static shapes
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..errors import InputError, NeedsConstant, UnresolvedShape
 from ..ir import is_onnx_domain
 from .bind_hints import bind_hint, inputs_behind
 from .builder import NodeBuilder, attr, attrs, op_types
 from .expanders import Scope, expand_tensors, expands
+from .loops import always_true
 from ..opspec import indexing_op_types, traits
 
 MAX_UNROLLED_NODES = 4096
@@ -187,7 +187,7 @@ def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[o
     """Static shapes of `nodes` run through a copy of the frontend's folder (constants folded, nested
     control flow expanded) without touching the real one: (tensors, nodes kept, data-dependent tensors).
     Raises the InputError the real import would raise."""
-    dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits)
+    dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits, folder.max_dims)
     dry.unresolved, dry.dynamic = dict(folder.unresolved), dict(folder.dynamic)
     work, kept = list(reversed(nodes)), []
     while work:
@@ -298,29 +298,11 @@ def _expand_if_declared(node, bld: NodeBuilder, cond, then_g, else_g, opset: int
     return bld.nodes
 
 
-def _always_true(body: onnx.GraphProto) -> bool:
-    """The body's condition output is its condition input (through Identity) or a constant true."""
-    producers = {o: n for n in body.node for o in n.output}
-    name, cond_in = body.output[0].name, body.input[1].name
-    while True:
-        if name == cond_in:
-            return True
-        node = producers.get(name)
-        if node is None:
-            return False
-        if node.op_type == "Identity":
-            name = node.input[0]
-            continue
-        if node.op_type == "Constant":
-            value = attr(node, "value")
-            return value is not None and bool(np.ravel(numpy_helper.to_array(value))[0])
-        return False
-
-
 @expands("", "Loop")
 def expand_loop(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     """A Loop whose trip count and condition are known at build time and whose body keeps the
-    condition true: unrolled like a Scan (scan outputs stacked along a new first axis)."""
+    condition true: unrolled like a Scan (scan outputs stacked along a new first axis). Any other Loop stays
+    one node (loops.py)."""
     tensors, opset = scope.tensors, scope.opset
     body = attr(node, "body")
     inputs = list(node.input) + ["", ""]
@@ -335,7 +317,7 @@ def expand_loop(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx
             trips = 0
     carried = [n for n in node.input[2:]]
     n_state = len(carried)
-    if trips <= 0 or not _always_true(body) or trips * max(1, len(body.node)) > MAX_UNROLLED_NODES:
+    if trips <= 0 or not always_true(body) or trips * max(1, len(body.node)) > MAX_UNROLLED_NODES:
         return None
     bld = NodeBuilder(node_name, opset)
     true = bld.constant(np.array(True), "cond")

@@ -126,6 +126,9 @@ class Kernel:
         """i64* to the run-time values of the graph's symbols (Graph.symbols order) when the node reads or writes a
         tensor whose dims vary (ir.Tensor.dyn), else None."""
         self.sym_index: dict[str, int] = {}
+        self.compile_subgraph: Callable[[Graph], Callable] | None = None
+        """Set by the module emitter: a run-time Loop's body graph -> a callable (with `arena_bytes`) that emits one
+        run of the body's node functions, `call(builder, input pointers, output pointers, arena)` (ops/control.py)."""
 
     # -- attributes and constants -------------------------------------------------------------
     def attr(self, name: str, default=None):

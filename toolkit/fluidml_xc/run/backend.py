@@ -27,6 +27,7 @@ from ..target.boards import Board, get_board
 from ..errors import InputError, NeedsConstant, UnresolvedShape
 from ..frontend.builder import outer_references
 from ..frontend.names import unique_names
+from ..frontend.ranges import ShapeRanges
 from ..frontend.sequences import VALUE_INPUTS, describe_value, flat_names, regroup, structured_if, type_kind
 from ..pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
 from ..ir import is_onnx_domain
@@ -176,17 +177,20 @@ class ArtifactModel:
 
 def compile_model(model: onnx.ModelProto, board: str | Board | None = None, input_shapes: dict | None = None,
                   opt: str = DEFAULT_OPT, timeout: float | None = 600, workdir: Path | None = None,
-                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None):
+                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
+                  max_dims: dict[str, int] | None = None):
     """A callable `f({input name: array}) -> list of output arrays` for `board` (JIT on x86_64 hosts).
 
     `bind`: graph inputs compiled as constants with these values (they are then not fed).
     `structures`: sequence/optional inputs -> ABI descriptor (frontend/sequences.py); the compiled model's inputs
-    and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`."""
+    and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`.
+    `max_dims`: --max-dim (the most steps of a run-time Loop, frontend/loops.py); JIT only."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
         from ..target.machine import machine_spec
 
-        graph = import_graph(model, input_shapes, bind=bind, structures=structures)
+        graph = import_graph(model, input_shapes, bind=bind, structures=structures,
+                             ranges=ShapeRanges(max_dims=dict(max_dims)) if max_dims else None)
         return JitModel(lower(graph, machine_spec(board), LowerOptions(opt=opt)))
     return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind, structures)
 

@@ -74,15 +74,17 @@ class BoardRun(DynamicRun):
         data += struct.pack(f"<{len(g.symbols)}q", *[int(env[s]) for s in g.symbols])
         for name in g.inputs:
             t = g.tensors[name]
-            buf = np.full(t.shape, np.nan if t.dtype.kind == "f" else 0x7F, dtype=t.dtype)
-            buf[tuple(slice(0, d) for d in at(t.dyn or t.shape, env))] = np.asarray(feeds[name], dtype=t.dtype)
+            buf = np.full(t.size, np.nan if t.dtype.kind == "f" else 0x7F, dtype=t.dtype)  # dense at the actual size
+            feed = np.asarray(feeds[name], dtype=t.dtype).ravel()
+            buf[:feed.size] = feed
             data += struct.pack("<q", buf.nbytes) + buf.tobytes()
         data += b"".join(struct.pack("<q", g.tensors[n].nbytes) for n in g.outputs)
         proc = subprocess.run([*self.prefix, str(self.runner)], input=data, capture_output=True, timeout=120, check=True)
         result, offset = [], 0
         for name in g.outputs:
             t = g.tensors[name]
-            full = np.frombuffer(proc.stdout[offset:offset + t.nbytes], dtype=t.dtype).reshape(t.shape)
+            full = np.frombuffer(proc.stdout[offset:offset + t.nbytes], dtype=t.dtype)
             offset += t.nbytes
-            result.append(full[tuple(slice(0, d) for d in at(t.dyn or t.shape, env))].copy())
+            actual = at(t.dyn or t.shape, env)
+            result.append(full[:int(np.prod(actual, dtype=np.int64))].reshape(actual).copy())
         return result

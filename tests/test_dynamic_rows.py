@@ -169,7 +169,8 @@ def test_slice_starts_against_a_varying_end():
 
 def test_split_and_pad_and_tile():
     case = _case(2, 64)
-    x = case.input("x", np.float32, (4, W * 2))
+    halves = [case.input(f"x{i}", np.float32, (4, W)) for i in range(2)]  # graph inputs' varying dims are symbols
+    (x,) = case.node("Concat", halves, [(np.float32, (4, W * 2))], {"axis": 1})
     case.node("Split", [x], [(np.float32, (4, W)), (np.float32, (4, W))], {"axis": 1, "num_outputs": 2})
     sizes = case.const("sizes", np.array([1, 3], np.int64))
     case.node("Split", [x, sizes], [(np.float32, (1, W * 2)), (np.float32, (3, W * 2))], {"axis": 0})
@@ -181,7 +182,8 @@ def test_split_and_pad_and_tile():
     case.node("Tile", [y, reps], [(np.float32, (6, W * 2))])
     run = case.compile()
     r = _rng()
-    _check_sizes(run, lambda n: {"x": r.standard_normal((4, 2 * n)).astype(np.float32), "y": r.standard_normal((2, n)).astype(np.float32)},
+    _check_sizes(run, lambda n: {"x0": r.standard_normal((4, n)).astype(np.float32), "x1": r.standard_normal((4, n)).astype(np.float32),
+                                 "y": r.standard_normal((2, n)).astype(np.float32)},
                  (2, 3, 8, 13, 31, 64))
 
 
@@ -483,7 +485,8 @@ def test_depth_space_and_lrn_over_varying_height_and_width(mode):
     case = DynamicCase({"H": SymRange("H", 1, 12, 8), "W": SymRange("W", 1, 10, 8)})
     x = case.input("x", np.float32, (1, 8, H, W))
     case.node("DepthToSpace", [x], [(np.float32, (1, 2, H * 2, W * 2))], {"blocksize": 2, "mode": mode})
-    y = case.input("y", np.float32, (1, 2, H * 2, W * 2))
+    y0 = case.input("y", np.float32, (1, 2, H, W))  # graph inputs' varying dims are symbols
+    (y,) = case.node("Tile", [y0, case.const("reps", np.array([1, 1, 2, 2], np.int64))], [(np.float32, (1, 2, H * 2, W * 2))])
     case.node("SpaceToDepth", [y], [(np.float32, (1, 8, H, W))], {"blocksize": 2})
     run = case.compile()
     lrn = DynamicCase(dict(case.ranges))
@@ -493,7 +496,7 @@ def test_depth_space_and_lrn_over_varying_height_and_width(mode):
     for h, w in ((1, 1), (12, 10), (5, 7), (8, 3), (11, 10)):
         r = _rng(h * 100 + w)
         xs = r.standard_normal((1, 8, h, w)).astype(np.float32)
-        run.check({"H": h, "W": w}, {"x": xs, "y": r.standard_normal((1, 2, 2 * h, 2 * w)).astype(np.float32)})
+        run.check({"H": h, "W": w}, {"x": xs, "y": r.standard_normal((1, 2, h, w)).astype(np.float32)})
         np.testing.assert_allclose(lrn_run({"H": h, "W": w}, {"x": xs})[0], _lrn(xs.astype(np.float64), 3, 1e-3, 0.75, 1.0),
                                    rtol=1e-5, atol=1e-6)
 

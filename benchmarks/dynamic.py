@@ -1,0 +1,124 @@
+"""Dynamic builds against static builds at the same size (issue #26), with ONNX Runtime beside them.
+
+One dynamic build per model over its range; one static build per measured size; all run here, A/B in one run
+(alternating rounds, the median of each runner's own bench loop per round, the least over rounds). Prints the
+latency ratio dynamic / static per size, its geo-mean and worst, ORT at the same thread count, and both arenas.
+
+    python benchmarks/dynamic.py --bert bert_tiny.onnx --mobilenet mobilenetv2.onnx [--threads 1] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dynamic_models import dynamic_sequence  # noqa: E402
+from fluidml_xc.build import BuildOptions, build_model  # noqa: E402
+from fluidml_xc.frontend.ranges import DimSpec, ShapeRanges  # noqa: E402
+from fluidml_xc.run.execute import run_artifact  # noqa: E402
+
+
+def _fixed(model: onnx.ModelProto, values: dict[str, int]) -> onnx.ModelProto:
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in values:
+                value = values[d.dim_param]
+                d.Clear()
+                d.dim_value = value
+    return model
+
+
+def _feeds(model: onnx.ModelProto, values: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    feeds = {}
+    inits = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [values.get(d.dim_param, d.dim_value) for d in vi.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = (rng.integers(0, 100, shape) if dtype.kind in "iu" else rng.standard_normal(shape)).astype(dtype)
+        if "mask" in vi.name:
+            feeds[vi.name] = np.ones(shape, dtype)
+    return feeds
+
+
+def _build(model: onnx.ModelProto, work: Path, tag: str, threads: int, ranges: ShapeRanges | None = None):
+    path = work / f"{tag}.onnx"
+    onnx.save(model, str(path))
+    options = BuildOptions(board="x86_64", out_dir=work / tag, threads=threads, profile_runner=False, record_last=False,
+                           **({"ranges": ranges} if ranges else {}))
+    result = build_model(path, options)
+    manifest = json.loads((result.artifact / "manifest.json").read_text())
+    return result.artifact, manifest["memory"]["arena_bytes"]
+
+
+def _latency(artifact: Path, feeds, bench: int, threads: int) -> float:
+    result = run_artifact(artifact, feeds, bench=bench, threads=threads, timeout=900)
+    return float(result.bench["median_ms"])
+
+
+def _ort_ms(model: onnx.ModelProto, feeds, threads: int, runs: int) -> float:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for _ in range(5):
+        sess.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t) * 1e3)
+    return float(np.median(times))
+
+
+def compare(name: str, model: onnx.ModelProto, symbol: str, lo: int, hi: int, sizes: list[int], args, work: Path) -> list[float]:
+    ranges = ShapeRanges(dims={symbol: DimSpec(lo, hi)})
+    dyn, dyn_arena = _build(model, work, f"{name}_dyn", args.threads, ranges)
+    static = {s: _build(_fixed(model, {symbol: s}), work, f"{name}_{s}", args.threads) for s in sizes}
+    rng = np.random.default_rng(0)
+    ratios = []
+    print(f"\n{name}: one build over {symbol}={lo}..{hi}; x86_64, {args.threads} thread(s)")
+    print(f"{'size':>6} {'dynamic ms':>11} {'static ms':>10} {'dyn/static':>10} {'ORT ms':>8} {'dyn/ORT':>8}")
+    for s in sizes:
+        feeds = _feeds(model, {symbol: s}, rng)
+        d = min(_latency(dyn, feeds, args.bench, args.threads) for _ in range(args.rounds))
+        st = min(_latency(static[s][0], feeds, args.bench, args.threads) for _ in range(args.rounds))
+        o = _ort_ms(_fixed(model, {symbol: s}), feeds, args.threads, args.bench)
+        ratios.append(d / st)
+        print(f"{s:>6} {d:>11.3f} {st:>10.3f} {d / st:>10.3f} {o:>8.3f} {d / o:>8.3f}")
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"geo-mean dyn/static {geo:.3f}, worst {max(ratios):.3f}; arena: dynamic {dyn_arena} B, static at {hi}: "
+          f"{static[hi][1] if hi in static else 'not built'} B")
+    return ratios
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bert", type=Path, help="bert_tiny.onnx (inputs [1, 128]): made dynamic over seq 8..128")
+    ap.add_argument("--mobilenet", type=Path, help="mobilenetv2.onnx: made dynamic over batch 1..4")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bench", type=int, default=50, help="runs per runner call")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fxc-dyn-") as tmp:
+        work = Path(tmp)
+        if args.bert:
+            model = dynamic_sequence(onnx.load(str(args.bert)), dim=1, name="seq")
+            compare("bert_tiny", model, "seq", 8, 128, [16, 32, 64, 128], args, work)
+        if args.mobilenet:
+            model = dynamic_sequence(onnx.load(str(args.mobilenet)), dim=0, name="N")
+            compare("mobilenetv2", model, "N", 1, 4, [1, 2, 3, 4], args, work)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,8 @@
 qemu) and run at its minimum, maximum and three sizes between against ONNX Runtime; a feed outside a range refused."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -45,6 +47,8 @@ def test_one_build_serves_the_range(name, board, tmp_path):
 def test_a_feed_outside_the_range_is_refused(tmp_path):
     model = dm.crnn()
     artifact = _build(model, "x86_64", tmp_path)
+    choice = json.loads((artifact / "manifest.json").read_text())["optimizer"]["range_choice"]
+    assert set(choice["predicted_ns"]) >= {"min", "opt"} and choice["worst_ratio"] >= 1.0
     (symbol, (lo, hi)), = model.ranges.items()
     with pytest.raises(InputError) as err:
         run_artifact(artifact, model.feeds({symbol: hi + 1}), timeout=600)

@@ -152,6 +152,7 @@ def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()
     if graph.symbols:
         choice = decide_over_range(_size_points(graph), spec, options.opt, options.costs, options.threads, None)
         decisions = choice.decisions
+        decisions.range_choice = choice.summary()
     else:
         timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
         decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)

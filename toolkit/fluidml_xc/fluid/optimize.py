@@ -68,13 +68,16 @@ class Decisions:
     """Threads the cost model split heavy kernels over (the build's --threads)."""
     pinned: int = 0
     variable: int = 0
+    range_choice: dict = field(default_factory=dict)
+    """A dynamic build's: which size's decisions serve the range and their cost ratios (fluid/range_choice.py)."""
 
     def summary(self) -> dict:
         return {"mode": self.mode, "costs": self.costs, "threads": self.threads, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
                 "gains_ns": {k: round(v, 1) for k, v in self.gains.items()},
                 "loop_orders": dict(self.loop_orders), "kernel_layouts": dict(self.kernel_layouts), "views": list(self.views), "segments": list(self.segments), "votes": list(self.votes),
                 "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
-                "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4)}
+                "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4),
+                **({"range_choice": self.range_choice} if self.range_choice else {})}
 
 
 def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> bool:

@@ -19,7 +19,7 @@ from modelrun import build, cli, graph_model, one_line_error, reference, require
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64"]
 SHARED_MACROS = {"FXC_TENSOR_SPEC_DEFINED", "FXC_DTYPE_DEFINED", "FXC_PARALLEL_FOR_DEFINED", "FXC_PROF_HOOK_DEFINED",
-                 "FXC_ARENA_MAX"}
+                 "FXC_ARENA_MAX", "FXC_SYMBOL_RANGE_DEFINED"}
 """The runtime's vocabulary a named header may define (guarded, the same in every header)."""
 
 

@@ -49,3 +49,9 @@ def test_plain_mode_takes_the_preferred_size(points):
     spec = machine_spec(get_board("x86_64-v3"))
     choice = decide_over_range(points, spec, "plain")
     assert choice.chosen == "opt" and choice.decisions.layouts == {} and choice.ratios == {}
+
+
+def test_plain_mode_summary_has_no_ratios(points):
+    """--opt plain/greedy searches nothing: the summary (the manifest's range_choice) says so without ratios."""
+    choice = decide_over_range(points, machine_spec(get_board("x86_64-v3")), "plain")
+    assert choice.summary()["worst_ratio"] == 1.0 and choice.summary()["ratios"] == {}

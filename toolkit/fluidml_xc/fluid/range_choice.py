@@ -43,7 +43,7 @@ class RangeChoice:
 
     @property
     def worst(self) -> float:
-        return max(self.ratios[self.chosen].values(), default=1.0)
+        return max(self.ratios.get(self.chosen, {}).values(), default=1.0)
 
 
 def layouts_cost(graph: Graph, layouts: Mapping[str, tuple[int, ...]], spec: MachineSpec, costs: str, threads: int,

@@ -212,9 +212,8 @@ def test_artifact_runs_under_qemu(board, board_runner, tmp_path):
         run_artifact(result.artifact, REFUSALS[0][0])
 
 
-def test_runner_under_asan_and_ubsan_at_the_range_edges(host_artifact, tmp_path):
-    """The runner, glue and model built with AddressSanitizer + UBSan: min and max run clean, one past either end
-    and a conflicting symbol are refused before any read or write."""
+def _sanitized_runner(host_artifact, tmp_path):
+    """The dynamic artifact's runner rebuilt with AddressSanitizer + UBSan: (build result, model, runner path)."""
     from test_fuzz import SANITIZE, sanitizer_compiler
     from fluidml_xc.emit.link import LIBRARY_SOURCES
     from fluidml_xc.resources import data_dir
@@ -230,6 +229,13 @@ def test_runner_under_asan_and_ubsan_at_the_range_edges(host_artifact, tmp_path)
     subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
                     *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), "-lm",
                     "-lpthread", "-o", str(runner)], check=True, capture_output=True, timeout=300)
+    return result, model, runner
+
+
+def test_runner_under_asan_and_ubsan_at_the_range_edges(host_artifact, tmp_path):
+    """The runner, glue and model built with AddressSanitizer + UBSan: min and max run clean, one past either end
+    and a conflicting symbol are refused before any read or write."""
+    result, model, runner = _sanitized_runner(host_artifact, tmp_path)
     names = [o.name for o in result.manifest.outputs]
     cases = [(_feeds(LO), None), (_feeds(HI), None), *REFUSALS[:2], REFUSALS[3]]
     for k, (feeds, refusal) in enumerate(cases):
@@ -349,21 +355,7 @@ def test_fuzzed_npy_through_the_dynamic_runner_under_asan(host_artifact, tmp_pat
     import random
 
     from fuzzing import mutate_npy, npy_bytes
-    from test_fuzz import SANITIZE, sanitizer_compiler
-    from fluidml_xc.emit.link import LIBRARY_SOURCES
-    from fluidml_xc.resources import data_dir
-
-    if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("sanitizer builds run on x86_64 hosts")
-    cc = sanitizer_compiler(tmp_path)
-    if cc is None:
-        pytest.fail("no compiler here builds working AddressSanitizer programs (apt-get install gcc libasan8)")
-    result, model = host_artifact
-    art, src = result.artifact, data_dir("runtime_c")
-    runner = tmp_path / "runner_asan"
-    subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
-                    *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), "-lm",
-                    "-lpthread", "-o", str(runner)], check=True, capture_output=True, timeout=300)
+    result, model, runner = _sanitized_runner(host_artifact, tmp_path)
     base = npy_bytes(np.linspace(-1, 1, 2 * HI * 3, dtype=np.float32).reshape(2, HI, 3))
     rng = random.Random(26)
     cases = [base.replace(b"(2, 33, 3)", edit, 1) for edit in DIMS_EDITS] + [base[:-5]]

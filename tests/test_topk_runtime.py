@@ -2,7 +2,7 @@
 --max-dim NODE=N), written dense at their actual dims per run, against ONNX Runtime; a K outside [0, bound] fails the
 run in one line (RunCheckFailed from the JIT, the runner's exit status 3, FXC_ERR_RUN); a constant K above a
 varying axis' minimum builds and fails only the runs whose axis is shorter. The JIT, a built x86_64 runner, the
-CLI and one qemu-aarch64 run."""
+CLI, and one run each under qemu-aarch64 and qemu-armv7."""
 from __future__ import annotations
 
 import subprocess
@@ -190,12 +190,15 @@ def test_built_runner_and_cli(dynamic_artifact, capsys):
     assert err[-1].startswith("fluidml-xc: error: TopK node 'topk': K read in this run is negative")
 
 
-def test_one_run_under_qemu_aarch64(board_runner, tmp_path):
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_one_run_under_qemu(board, board_runner, tmp_path):
+    """64-bit and 32-bit index arithmetic (K is read as int64 and checked before it is narrowed)."""
     from fluidml_xc.build import BuildOptions, build_model
     from fluidml_xc.frontend.ranges import parse_ranges
     from fluidml_xc.run.execute import run_artifact
 
-    board = board_runner("qemu-aarch64").board
+    board = board_runner(board).board
     model = _model((3, "W"), largest=0)
     onnx.save(model, str(tmp_path / "topk.onnx"))
     result = build_model(tmp_path / "topk.onnx", BuildOptions(board=board, out_dir=tmp_path / "art", record_last=False,
@@ -205,3 +208,22 @@ def test_one_run_under_qemu_aarch64(board_runner, tmp_path):
     _same(list(run_artifact(result.artifact, feeds, timeout=300).slots), _ort(model, feeds))
     with pytest.raises(RunCheckFailed, match="TopK node 'topk'"):
         run_artifact(result.artifact, {"x": _ties((3, 5)), "k": np.array([6], np.int64)}, timeout=300)
+
+
+@pytest.mark.ssh
+def test_a_failed_check_on_a_board_is_one_line(dynamic_artifact, loopback_sshd, tmp_path, capsys):
+    """Over SSH (a real sshd on 127.0.0.1): verify with a good K passes against ONNX Runtime; profiling with a K above
+    the axis fails the run there (the runner's exit 3) and the command says the node's line, exit 2."""
+    from fluidml_xc.cli import main
+    from fluidml_xc.run.execute import save_npz
+
+    work = dynamic_artifact
+    common = [*loopback_sshd.args(), "--base-dir", str(tmp_path / "board")]
+    save_npz(tmp_path / "good.npz", {"x": _ties((2, 11)), "k": np.array([4], np.int64)})
+    save_npz(tmp_path / "bad.npz", {"x": _ties((2, 11)), "k": np.array([12], np.int64)})
+    assert main(["verify", str(work / "art"), "--inputs", str(tmp_path / "good.npz"), "--oracle", "ort", *common]) == 0
+    capsys.readouterr()
+    assert main(["profile", str(work / "art"), "--inputs", str(tmp_path / "bad.npz"), "--runs", "2", *common]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "fluidml-xc: error: TopK node 'topk': K read in this run is negative or above the length of axis 1 (W); the "
+        "outputs are not valid: feed a K in that range")

@@ -188,9 +188,11 @@ RUNNER_EXIT_RUN = 3
 
 
 def run_check_failed(status: int, stderr: str) -> None:
-    """RunCheckFailed with the runner's one line (without its prefix) when the runner exited RUNNER_EXIT_RUN."""
-    if status == RUNNER_EXIT_RUN:
-        raise RunCheckFailed(_last_line(stderr).removeprefix("runner: error: "))
+    """RunCheckFailed with the runner's one line (without its prefix) when our runner exited RUNNER_EXIT_RUN (its
+    line starts with "runner: error: "; another program's exit status 3 stays a RunError)."""
+    line = _last_line(stderr)
+    if status == RUNNER_EXIT_RUN and line.startswith("runner: error: "):
+        raise RunCheckFailed(line.removeprefix("runner: error: "))
 
 
 def _check_exit(proc: subprocess.CompletedProcess, runner: str) -> None:

@@ -304,7 +304,7 @@ class FxcBackendRep(BackendRep):
     """A prepared model, compiled in prepare when every input shape is static.
 
     Otherwise (shapes to take from the first inputs, or an output shape that depends on the values of
-    inputs such as Reshape's shape, Resize's sizes, a Reduce's axes or TopK's K) it is compiled on
+    inputs such as Reshape's shape, Resize's sizes or a Reduce's axes) it is compiled on
     run, specialized to those input shapes and values: such inputs become build-time constants and the
     compiled model is reused only for the same shapes and values (`specialized` names them)."""
 

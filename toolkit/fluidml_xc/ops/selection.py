@@ -174,10 +174,22 @@ def _topk_runtime(k, x, outs, axis: int, largest: int, ext) -> None:
 
 
 def _select(k, x, v_acc, i_acc, axis: int, count, cap: int, largest: int, ext) -> None:
-    """The K best along `axis` into the accesses; `count` K (an int, or a run-time value at most `cap`)."""
+    """The K best along `axis` into the accesses; `count` K (an int, or a run-time value at most `cap`: up to
+    PARTIAL_MAX the stack buffer, above it the K passes, chosen at run time when `cap` allows both)."""
     if cap <= PARTIAL_MAX:
         _topk_partial(k, x, v_acc, i_acc, axis, count, cap, largest, ext)
-        return
+    elif isinstance(count, int):
+        _topk_passes(k, x, v_acc, i_acc, axis, count, largest, ext)
+    else:
+        with k.b.if_else(k.b.icmp_signed("<=", count, k.index(PARTIAL_MAX))) as (few, many):
+            with few:
+                _topk_partial(k, x, v_acc, i_acc, axis, count, PARTIAL_MAX, largest, ext)
+            with many:
+                _topk_passes(k, x, v_acc, i_acc, axis, count, largest, ext)
+
+
+def _topk_passes(k, x, v_acc, i_acc, axis: int, count, largest: int, ext) -> None:
+    """Pass j picks the best element strictly after pass j-1's pick (O(n * K), no scratch memory)."""
     dt = x.dtype
     n = x.shape[axis] if ext is None else ext[axis]
     x_acc = x.identity_access()

@@ -12,6 +12,8 @@
 
 #define EXIT_BAD 2
 #define EXIT_CPU 4 /* this CPU lacks an extension the model's code uses */
+#define EXIT_RUN 3 /* the run's data failed a kernel's check (FXC_ERR_RUN): no output written */
+#define ERR_RUN (-7) /* FXC_ERR_RUN (model.h; a named build prefixes it) */
 #define DEFAULT_WARMUP 5
 #define BUFFER_ALIGN 64
 
@@ -129,6 +131,10 @@ static void run_once(void *arena, const void **inputs, const int64_t **shapes, v
     else
         rc = profile ? fxc_run_profiled(arena, inputs, outputs, fxc_prof_enter, fxc_prof_exit)
                      : fxc_run(arena, inputs, outputs);
+    if (rc == ERR_RUN) {
+        fprintf(stderr, "runner: error: %s\n", fxc_strerror(rc));
+        exit(EXIT_RUN);
+    }
     if (rc != 0)
         die("fxc_run failed: %s", fxc_strerror(rc));
 }

@@ -396,3 +396,55 @@ def test_verify_and_profile_on_a_board_at_the_size_fed(host_artifact, loopback_s
     assert not list(base.glob(".run-*")) and not list(base.glob(".profile-*"))
     assert main(["profile", str(result.artifact), "--inputs", str(tmp_path / "big.npz"), *common]) == 2
     assert f"outside W={LO}..{HI}" in capsys.readouterr().err
+
+
+def test_deploy_smoke_run_at_the_size_fed(host_artifact, loopback_sshd, tmp_path, capsys):
+    """deploy --inputs runs the model once on the board at the size fed (outputs at their actual shapes); a feed out
+    of range is refused before anything is uploaded; the `run` line says the runner's own inputs are the maximum."""
+    from fluidml_xc.cli import main
+    from fluidml_xc.run.execute import save_npz
+
+    result, _ = host_artifact
+    base = tmp_path / "board"
+    common = [*loopback_sshd.args(), "--base-dir", str(base)]
+    save_npz(tmp_path / "big.npz", REFUSALS[0][0])
+    assert main(["deploy", str(result.artifact), "--inputs", str(tmp_path / "big.npz"), *common]) == 2
+    assert f"outside W={LO}..{HI}" in capsys.readouterr().err and not base.exists()
+    save_npz(tmp_path / "w9.npz", _feeds(9))
+    assert main(["deploy", str(result.artifact), "--inputs", str(tmp_path / "w9.npz"), *common]) == 0
+    out = capsys.readouterr().out
+    assert f"(inputs at the maximum of W={LO}..{HI}; -i FILE.npy takes any size in them)" in out
+    assert "smoke run ok at W=9: relu1_0 2x9x3, relu2_0 9x5, x 2x9x3" in out
+    assert main(["deploy", str(result.artifact), "--inputs", str(tmp_path / "w9.npz"), "--json", *common]) == 0
+    smoke = json.loads(capsys.readouterr().out)["smoke_run"]
+    assert smoke == {"sizes": {"W": 9}, "outputs": {"relu1_0": [2, 9, 3], "relu2_0": [9, 5], "x": [2, 9, 3]}}
+    assert not list(base.glob(".run-*"))
+
+
+def test_report_shows_the_ranges_and_the_size_of_each_profile(host_artifact, tmp_path):
+    """report: the ranges, the inputs' dims, the arena planned at the maximum and what is in use at the minimum, and
+    the size each profile was taken at (profile --json records it: the size fed, else the maximum)."""
+    import html
+    import re
+
+    from fluidml_xc.cli import main
+    from fluidml_xc.run.execute import save_npz
+
+    result, _ = host_artifact
+    save_npz(tmp_path / "w9.npz", _feeds(9))
+    for name, extra in (("p9", ["--inputs", str(tmp_path / "w9.npz")]), ("pmax", [])):
+        assert main(["profile", str(result.artifact), "--local", "--runs", "3", *extra,
+                     "--json-out", str(tmp_path / f"{name}.json")]) == 0
+    assert json.loads((tmp_path / "p9.json").read_text())["sizes"] == {"W": 9}
+    assert json.loads((tmp_path / "pmax.json").read_text())["sizes"] == {"W": HI}
+    assert main(["report", str(result.artifact), "--profile", str(tmp_path / "p9.json"), "--profile",
+                 str(tmp_path / "pmax.json"), "-o", str(tmp_path / "r.html")]) == 0
+    page = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<svg.*?</svg>", "", (
+        tmp_path / "r.html").read_text(), flags=re.S))))
+    plan = result.manifest.memory["plan"]
+    at_min = max(plan["offsets"][n] + s for n, s in plan["sizes_at_min"].items())
+    for text in (f"ranges W {LO}..{HI} (opt 8)", f"inputs x [2, W={LO}..{HI}, 3]; p [W={LO}..{HI}, 5]",
+                 f"(planned at max W={HI})", f"arena in use at min {at_min / 1024:,.1f} KiB at min W={LO}",
+                 "live peak at min", f"one build for W {LO}..{HI} (opt 8)", "size profiled W=9",
+                 f"size profiled W={HI}", f"the same offsets at the minimum W={LO}"):
+        assert text in page, text

@@ -263,7 +263,8 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
                             label=_dims_label(graph.tensors[n].dyn)) for n, slot in zip(graph.outputs, tail.output_slots)],
         arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
         ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api,
-        variants=compiled.code_variants, cpu_hint=REFUSAL_HINTS.get(board.target.name, DEFAULT_CPU_HINT))
+        variants=compiled.code_variants, cpu_hint=REFUSAL_HINTS.get(board.target.name, DEFAULT_CPU_HINT),
+        status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks))
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
                   workdir / api.glue, workdir, workdir, api)

@@ -32,6 +32,11 @@ class NeedsConstant(InputError):
         self.node = node
 
 
+class RunCheckFailed(InputError):
+    """A run's data failed a check its kernels make at run time (a TopK's K outside its axis): the outputs are
+    not valid (the C API's FXC_ERR_RUN, the runner's exit status 3)."""
+
+
 class ToolchainError(FxcError):
     """Compiler, linker or emulator missing or failing."""
 

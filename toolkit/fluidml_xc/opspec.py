@@ -21,6 +21,7 @@ from .ir import is_onnx_domain
 
 LowerFn = Callable[..., None]
 BoundFn = Callable[..., list]
+CheckFn = Callable[..., "str | None"]
 LoopOrders = Literal["matmul", "conv"]
 CostKind = Literal["conv", "pool", "global_pool", "concat", "channel_affine", "transpose", "matmul"]
 AxisRange = Literal["dim", "boundary"]
@@ -67,8 +68,9 @@ class OpSpec:
     heavy: bool = False
     """Too costly to recompute for a later consumer (passes/rematerialize.py)."""
     output_bound: BoundFn | None = None
-    """Ops whose output shapes depend on the data: (op_type, attrs, input tensors, opset, where) -> per output
-    (dtype, upper-bound shape, data-dependent dims), called by the frontend."""
+    """Ops whose output shapes depend on the data: (op_type, attrs, input tensors, opset, where, max_dims=) -> per
+    output (dtype, upper-bound shape, data-dependent dims), called by the frontend; `max_dims` holds the --max-dim
+    values the user gave for the node's or its outputs' names."""
     work: float = 1.0
     """Scalar operations one element of an elementwise op costs beyond its loads and store: transcendental
     functions are calls or long polynomials, so a chain of them is split for threads much earlier
@@ -89,6 +91,9 @@ class OpSpec:
     type_only_inputs: tuple[int, ...] = ()
     """Inputs of which only the dtype counts, never the values (CastLike's target): a fused chain does not read
     them (passes/elementwise_fusion.py)."""
+    run_check: CheckFn | None = None
+    """(graph, node) -> the one-line message of a run its kernel fails at run time (a TopK's K outside the axis), or
+    None when this node's kernel cannot fail: the kernel then gets the run's status word (frontend/shapes.py)."""
     runtime_extents: bool = False
     """Its lowering honours dims that vary at run time (Operand.dyn, Kernel.extent): loops over such a dim run to
     its run-time value and nothing is unrolled or decided over it at build time. A dynamic build refuses a node
@@ -111,7 +116,7 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
              heavy: bool | None = None, output_bound: BoundFn | None = None, work: float = 1.0,
              cost_kind: CostKind | None = None, axis_attr: AxisRange | None = None, index_inputs: tuple[int, ...] = (),
              epilogue_activation: bool = False, type_only_inputs: tuple[int, ...] = (),
-             runtime_extents: bool = False) -> Callable[[LowerFn], LowerFn]:
+             runtime_extents: bool = False, run_check: CheckFn | None = None) -> Callable[[LowerFn], LowerFn]:
     """Register the decorated lowering for OP_TYPES with these traits. `heavy` defaults to True outside the
     ONNX domain (contrib and our ops are not recomputed unless they say so)."""
     names = (op_types,) if isinstance(op_types, str) else op_types
@@ -122,7 +127,7 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
             spec = OpSpec(name, fn, since, domain, view, inplace, frozenset(dtypes) if dtypes else None, notes,
                           elementwise, strided, layout_anchor, image, loop_orders, fusable, lowp_native, heavy,
                           output_bound, work, cost_kind, axis_attr, tuple(index_inputs), epilogue_activation,
-                          tuple(type_only_inputs), runtime_extents)
+                          tuple(type_only_inputs), run_check, runtime_extents)
             versions = _REGISTRY.setdefault((domain, name), [])
             versions.append(spec)
             versions.sort(key=lambda s: s.since)

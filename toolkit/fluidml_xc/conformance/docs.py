@@ -144,7 +144,7 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
     lines += [
         "",
         "*Specialized*: an output shape depends on the value of an input (Reshape's shape, a Reduce's axes,",
-        "Resize's sizes, TopK's K, ...); fluidml-xc compiles for static shapes, so the backend compiles such",
+        "Resize's sizes, Tile's repeats, ...); fluidml-xc compiles for static shapes, so the backend compiles such",
         "inputs as build-time constants with the case's values (`fluidml_xc.run.backend`, reused only for equal",
         "values). A case whose every output is then computed at build time (Range, ConstantOfShape, the window",
         "functions) counts as passed, as ONNX's own BackendTest harness counts it (`benchmarks/onnx_backend_test.py`",

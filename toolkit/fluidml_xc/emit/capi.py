@@ -172,6 +172,10 @@ class ModelSpec:
     """What the refusal tells the user to do."""
     symbols: tuple[SymbolSpec, ...] = ()
     """A dynamic model's symbols (empty: every shape static); model_run then takes their values (int64_t *syms)."""
+    status_offset: int = -1
+    """The arena offset of the run's status word (frontend/shapes.py TailLayout), -1 when no kernel checks its data."""
+    run_errors: tuple[str, ...] = ()
+    """Per kernel that may fail the run (TailLayout.checks), the FXC_ERR_RUN message."""
 
 
 def cpu_summary(variants: tuple[CodeVariant, ...]) -> str:
@@ -232,7 +236,8 @@ def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
                    arena_align=align, threads=max(1, int(spec.threads)), ops=[(str(n), str(t)) for n, t in spec.ops],
                    dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]), api=spec.api,
                    p=spec.api.prefix, P=spec.api.macro_prefix, variants=spec.variants, cpu_hint=spec.cpu_hint,
-                   cpu_summary=cpu_summary(spec.variants), symbols=spec.symbols,
+                   cpu_summary=cpu_summary(spec.variants), symbols=spec.symbols, status_offset=spec.status_offset,
+                   run_errors=spec.run_errors,
                    dim_symbols=[t.dim_symbols or (-1,) * len(t.shape) for t in spec.inputs],
                    dims_text=[_dims_text(t, spec.symbols) for t in spec.inputs],
                    out_text=[_dims_text(t, spec.symbols) for t in spec.outputs])

@@ -311,12 +311,19 @@ class ModuleEmitter:
         from ..frontend.shapes import node_marks
         return [i for i in sorted(node_marks(node)) if i < len(node.outputs) and node.outputs[i] in self.tail.slots]
 
-    def _extra_offsets(self, node: Node) -> list[int]:
-        """Arena offsets passed after the tensors: one dims slot per dynamic output, then the scratch."""
+    def _has_scratch(self, node: Node) -> bool:
         from ..frontend.shapes import node_marks
-        if not node_marks(node) and BODY_ATTR not in node.attrs:
-            return []
-        return [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]
+        return bool(node_marks(node)) or BODY_ATTR in node.attrs
+
+    def _extra_offsets(self, node: Node) -> list[int]:
+        """Arena offsets passed after the tensors: one dims slot per dynamic output, then the scratch; then the
+        run's status word for a node whose kernel may fail the run (OpSpec.run_check)."""
+        out = []
+        if self._has_scratch(node):
+            out = [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]
+        if node.name in self.tail.check_codes:
+            out.append(self.tail.status_offset)
+        return out
 
     def _constant_pointer(self, name: str) -> ir.Value:
         """A constant stored in its layout (permuted at build time), as a typed pointer constant expression."""
@@ -367,7 +374,9 @@ class ModuleEmitter:
         kernel.constant_data = self.constant_data
         kernel.compile_subgraph = lambda body: self.body_call(node)
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
-        kernel.scratch = fn.args[len(names) + len(extra) - 1] if len(extra) > len(dims_outputs) else None
+        kernel.scratch = fn.args[len(names) + len(dims_outputs)] if self._has_scratch(node) else None
+        if node.name in self.tail.check_codes:
+            kernel.status, kernel.check_code = fn.args[len(names) + len(extra) - 1], self.tail.check_codes[node.name]
         if takes_syms:
             kernel.syms, kernel.sym_index = fn.args[len(types) - 1], self.sym_index
         by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}

@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..ir import Graph, Tensor
 from ..symbolic import Dim, Expr, Sym, SymRange, add, at, bounds, capacity, ceildiv, floordiv, maximum, minimum, mul
 from .ranges import Resolved
+from .shapes import analyze
 
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,)}
 """op -> inputs read as the output's shape: a constant folded from a varying size may feed them with its capacity
@@ -286,10 +287,13 @@ def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Res
     for other in points[1:]:
         _check_nodes(points[0], other, resolved.symbols)
     d = _Deriver(list(points), inferred, resolved, probe)
+    data_dependent = analyze(graph).root
     for name, t in graph.tensors.items():
         if any(tensor_at(p.graph, name) is None for p in points[1:]):
             raise InputError(f"{_varying_text(name, graph)} exists only at some sizes: {_fix_hint(resolved.symbols)}")
-        if t.is_const:
+        if name in data_dependent:  # stored at its bound, written dense at its actual dims (frontend/shapes.py)
+            dims = None
+        elif t.is_const:
             dims = _constant_dyn(d, name, graph)
         elif name in resolved.shapes:
             dims = resolved.shapes[name]

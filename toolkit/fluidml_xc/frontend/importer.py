@@ -166,7 +166,9 @@ class _Folder:
         """Ops whose output shapes depend on input data: static upper bounds (the op's OpSpec.output_bound); the
         data-dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
         inputs = [self.tensors[n] if n else None for n in node.input]
-        bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type)
+        asked = {n: self.max_dims[n] for n in [node.name, *node.output] if n and n in self.max_dims}
+        bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
+                       max_dims=asked)
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:

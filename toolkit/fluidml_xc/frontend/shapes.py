@@ -11,6 +11,9 @@ The dims table and the dynamic kernels' scratch memory sit after the planned are
 
     [0, plan.arena_bytes)   planned tensors
     dims table              one int64[rank] slot per dynamic root tensor, 8-byte aligned
+    status                  int64, when a kernel may fail the run (OpSpec.run_check: a TopK's K outside its axis):
+                            0, or k when the k-th such node (`TailLayout.checks`) failed it (the glue returns
+                            FXC_ERR_RUN, the JIT raises RunCheckFailed)
     scratch                 the largest scratch any dynamic kernel needs (they run one at a time)
 
 A dynamic tensor may be a graph output, or reach one through shape-preserving ops (Identity, Cast,
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from ..ir import Graph, Node
+from ..opspec import traits
 
 ATTR = "_dynamic_dims"
 PASS_THROUGH = frozenset({"Identity", "Cast", "CastLike"})
@@ -84,6 +88,25 @@ def check(graph: Graph) -> None:
     analyze(graph)
 
 
+@dataclass(frozen=True)
+class RunCheck:
+    """A node whose kernel may fail the run, and the one line a failed run reports."""
+
+    node: str
+    message: str
+
+
+def run_checks(graph: Graph) -> list[RunCheck]:
+    """The nodes whose kernels may fail the run (OpSpec.run_check), in graph order."""
+    out = []
+    for node in graph.nodes:
+        check = traits(node.op_type, graph.opset, node.domain).run_check
+        message = check(graph, node) if check is not None else None
+        if message:
+            out.append(RunCheck(node.name, message))
+    return out
+
+
 @dataclass
 class TailLayout:
     """Where the dims table and the dynamic kernels' scratch live, after the planned arena."""
@@ -98,6 +121,15 @@ class TailLayout:
     """Per graph output: the byte offset of its actual dims in the arena, or -1 when its shape is static."""
     output_dims: list[tuple[int, ...]] = field(default_factory=list)
     """Per graph output: the dims that depend on the data (empty when static)."""
+    checks: list[RunCheck] = field(default_factory=list)
+    """The nodes whose kernels may fail the run: status k names checks[k - 1]."""
+    status_offset: int = -1
+    """Byte offset of the int64 status word, or -1 when no kernel may fail the run."""
+
+    @property
+    def check_codes(self) -> dict[str, int]:
+        """Node name -> the status its kernel writes when it fails the run."""
+        return {c.node: i + 1 for i, c in enumerate(self.checks)}
 
     @property
     def tail_bytes(self) -> int:
@@ -116,6 +148,11 @@ def tail_layout(graph: Graph, planned_bytes: int, alignment: int, scratch: dict[
         for root in dict.fromkeys(info.root.values()):
             layout.slots[root] = top
             top += 8 * max(len(graph.tensors[root].shape), 1)
+    layout.checks = run_checks(graph)
+    if layout.checks:
+        top = -(-top // 8) * 8
+        layout.status_offset = top
+        top += 8
     need = max((scratch or {}).values(), default=0)
     if need:
         top = -(-top // alignment) * alignment

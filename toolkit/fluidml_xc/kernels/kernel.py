@@ -106,6 +106,10 @@ class Kernel:
         """Output index -> int64* slot for the actual dims of a data-dependent output (dynamic.py)."""
         self.scratch: ir.Value | None = None
         """i8* scratch memory of a data-dependent op (ops/dynamic.py scratch_bytes), else None."""
+        self.status: ir.Value | None = None
+        """i8* to the run's int64 status word when this kernel may fail the run (OpSpec.run_check), else None."""
+        self.check_code = 0
+        """What a failed run's kernel stores there: its node's place among the nodes that may fail the run, + 1."""
         self.tile_range: tuple[ir.Value, ir.Value] | None = None
         """(begin, end) arguments when this function may run as tiles on several threads (emit/emitter.py)."""
         self.tiles = 0

@@ -47,8 +47,9 @@ def _axis_attr(attrs: dict, rank: int, where: str):
     return axis % max(rank, 1)
 
 
-def bound_outputs(op_type: str, attrs: dict, inputs: list, opset: int, where: str) -> list[tuple]:
-    """[(dtype, bound shape, data-dependent dims)] per output of a node of `op_type`."""
+def bound_outputs(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None) -> list[tuple]:
+    """[(dtype, bound shape, data-dependent dims)] per output of a node of `op_type` (`max_dims`: the --max-dim
+    values given for the node's or its outputs' names; these bounds do not take any)."""
     x = inputs[0]
     if x is None:
         raise InputError(f"node {where!r} ({op_type}) has no input")

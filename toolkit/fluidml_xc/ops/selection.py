@@ -6,51 +6,193 @@ and the worse entries move down one slot (memmove). Elements arrive in index ord
 keep the lower index first as ONNX requires; NaN ranks above every number, as in ONNX Runtime. O(n) compares per row plus
 the insertions (about K log(n / K) of them on unordered data). A larger K picks the elements one
 pass at a time: pass j scans the row for the best element strictly after pass j-1's pick in the same
-order (NaN above numbers, ties by index), O(n * K), no scratch memory. K must be a build-time constant (an attribute before opset 10,
-an input after).
+order (NaN above numbers, ties by index), O(n * K), no scratch memory.
+
+K is an attribute before opset 10, an input after. A constant K fixes the outputs' shape. A K computed at run time
+makes them data-dependent outputs (frontend/shapes.py, as NonZero's): stored at their bound along the axis (its
+length, or a smaller --max-dim NODE=N), written dense at their actual dims, which the kernel reports per run. A K
+outside [0, min(axis length, bound)] at run time, or a constant K above a varying axis' actual length, fails the
+run (`RUN_CHECKS`: the run's error code, nothing read past the axis): the outputs are then not valid.
 """
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
 
-from ..errors import InputError, NeedsConstant
+from ..errors import InputError
 from ..kernels import lowp
 from ..kernels.rows import each_row, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
-from ..symbolic import bounds
+from ..symbolic import Expr, bounds
+
+I64 = ir.IntType(64)
 
 
-@register("TopK", heavy=True, axis_attr="dim", runtime_extents=True)
+def bound_topk(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None) -> list[tuple]:
+    """[(dtype, shape, data-dependent dims)] of TopK's values and indices: K along the axis when it is a constant,
+    else the axis' length (or a smaller --max-dim NODE=N, `max_dims`), data-dependent."""
+    x = inputs[0]
+    shape = tuple(x.shape)
+    axis = normalize_axis(int(attrs.get("axis", -1)), len(shape))
+    i64 = np.dtype(np.int64)
+    kt = inputs[1] if opset >= 10 and len(inputs) > 1 else None
+    if opset < 10 or (kt is not None and kt.is_const):
+        count = int(attrs["k"]) if opset < 10 else int(np.ravel(kt.value)[0])
+        if count < 0:
+            raise InputError(f"node {where!r} (TopK): K = {count} is negative: K counts the elements to keep, 0 or more")
+        out = shape[:axis] + (count,) + shape[axis + 1:]
+        return [(x.dtype, out, ()), (i64, out, ())]
+    if kt is None or kt.size != 1:
+        raise InputError(f"node {where!r} (TopK): K must be one int64 value (shape [1])")
+    bound = shape[axis]
+    for name, value in (max_dims or {}).items():
+        bound = min(bound, int(value))
+    out = shape[:axis] + (bound,) + shape[axis + 1:]
+    return [(x.dtype, out, (axis,)), (i64, out, (axis,))]
+
+
+def _constant_k(k) -> int | None:
+    if k.graph.opset < 10:
+        return int(k.attr("k"))
+    value = k.input_value(1)
+    return None if value is None else int(np.ravel(value)[0])
+
+
+class _Dense:
+    """An output written dense at run-time dims (a data-dependent output), through index values as strides."""
+
+    def __init__(self, k, op, dims: list):
+        self.k, self.op = k, op
+        self.strides = [k.as_index(k.product(dims[d + 1:])) for d in range(len(dims))]
+
+    def store(self, ix, value) -> None:
+        b, at = self.k.b, self.k.index(0)
+        for i, s in zip(ix, self.strides):
+            at = b.add(at, b.mul(i, s))
+        self.k.store_ptr(value, self.op.ptr, self.op.dtype, at)
+
+
+def _put(k, acc, ix, value) -> None:
+    if isinstance(acc, _Dense):
+        acc.store(ix, value)
+    else:
+        k.store(acc, ix, value)
+
+
+def _write_dims(k, i: int, dims: list) -> None:
+    ptr = k.dims_out.get(i)
+    if ptr is None:
+        return
+    for d, v in enumerate(dims):
+        value = I64(v) if isinstance(v, int) else (k.b.sext(v, I64) if v.type.width < 64 else v)
+        k.b.store(value, k.b.gep(ptr, [k.index(d)], inbounds=True))
+
+
+def _fail(k, bad: ir.Value) -> None:
+    """The run fails when `bad` holds: the status word (frontend/shapes.py) gets this node's code (run_check_topk)."""
+    with k.b.if_then(bad, likely=False):
+        k.b.store(I64(k.check_code), k.b.bitcast(k.status, I64.as_pointer()))
+
+
+def _runtime_count(k, n_act, cap: int) -> ir.Value:
+    """K read at run time, checked against [0, min(actual axis length, cap)]: 0 (nothing to do) when outside."""
+    b = k.b
+    raw = b.load(b.bitcast(k.inputs[1].ptr, I64.as_pointer()))
+    top = b.sext(k.as_index(n_act), I64) if k.idx_t.width < 64 else k.as_index(n_act)
+    top = b.select(b.icmp_signed("<", top, I64(cap)), top, I64(cap))
+    ok = b.and_(b.icmp_signed(">=", raw, I64(0)), b.icmp_signed("<=", raw, top))
+    _fail(k, b.not_(ok))
+    raw = b.select(ok, raw, I64(0))
+    return b.trunc(raw, k.idx_t) if k.idx_t.width < 64 else raw
+
+
+def run_check_topk(graph, node) -> str | None:
+    """The message of a run this TopK fails: a K read at run time outside [0, min(axis length, bound)], or a
+    constant K above a varying axis' minimum; None when no run can fail."""
+    x = graph.tensors[node.inputs[0]]
+    axis = normalize_axis(int(node.attrs.get("axis", -1)), len(x.shape))
+    varying = x.dyn is not None and isinstance(x.dyn[axis], Expr)
+    length = f"{x.dyn[axis]}" if varying else f"{x.shape[axis]}"
+    where = f"TopK node {node.name!r}"
+    k_in = graph.tensors[node.inputs[1]] if graph.opset >= 10 and len(node.inputs) > 1 and node.inputs[1] else None
+    if graph.opset < 10 or (k_in is not None and k_in.value is not None):
+        count = int(node.attrs["k"]) if graph.opset < 10 else int(np.ravel(k_in.value)[0])
+        if not varying or count <= bounds(x.dyn[axis], graph.symbols)[0]:
+            return None
+        return (f"{where}: K = {count} is above the length of axis {axis} ({length}) in this run; the outputs are not "
+                f"valid: feed inputs where {length} is {count} or more")
+    out = graph.tensors[next(o for o in node.outputs if o)]
+    cap = out.shape[axis]
+    limit = f"the length of axis {axis} ({length})"
+    if cap < x.shape[axis]:
+        limit += f" or its bound {cap} (a larger --max-dim {node.name}=N raises it)"
+    return f"{where}: K read in this run is negative or above {limit}; the outputs are not valid: feed a K in that range"
+
+
+@register("TopK", heavy=True, axis_attr="dim", runtime_extents=True, output_bound=bound_topk, run_check=run_check_topk)
 def lower_topk(k):
     x, values, indices = k.inputs[0], k.outputs[0], k.outputs[1]
-    r, dt = x.rank, x.dtype
+    r = x.rank
     axis = normalize_axis(int(k.attr("axis", -1)), r)
-    if k.graph.opset < 10:
-        count = int(k.attr("k"))
-    else:
-        value = k.input_value(1)
-        if value is None:
-            raise NeedsConstant(f"node {k.node.name!r} (TopK): K must be a build-time constant", k.node.name)
-        count = int(np.ravel(value)[0])
     largest = int(k.attr("largest", 1))
     n = x.shape[axis]
-    if count < 0 or count > n:
-        raise InputError(f"node {k.node.name!r} (TopK): K = {count} is outside [0, {n}] (the axis' length)")
     ext = k.extents(x) if k.dynamic else None
-    if ext is not None and x.varies(axis) and count > bounds(x.dyn[axis], k.graph.symbols)[0]:
-        raise InputError(f"node {k.node.name!r} (TopK): K = {count} is above the axis' length {x.dyn[axis]} at its "
-                         f"minimum {bounds(x.dyn[axis], k.graph.symbols)[0]}: raise the range's minimum to {count} or more")
-    if count == 0 or x.size == 0:
-        return
-    if count <= PARTIAL_MAX:
-        _topk_partial(k, x, values, indices, axis, count, largest, ext)
-        return
-    n = n if ext is None else ext[axis]
-    x_acc = x.identity_access()
+    count = _constant_k(k)
     v_acc = values.identity_access() if values is not None else None
     i_acc = indices.identity_access() if indices is not None else None
+    if count is None:
+        _topk_runtime(k, x, (values, indices), axis, largest, ext)
+        return
+    if count < 0 or count > n:
+        raise InputError(f"node {k.node.name!r} (TopK): K = {count} is outside [0, {n}] (the axis' length)")
+    short = ext is not None and x.varies(axis) and count > bounds(x.dyn[axis], k.graph.symbols)[0]
+    if count == 0 or x.size == 0:
+        return
+    if short:  # the axis may be shorter than K at run time: that run fails and nothing is read
+        too_short = k.b.icmp_signed("<", k.as_index(ext[axis]), k.index(count))
+        _fail(k, too_short)
+        with k.b.if_then(k.b.not_(too_short)):
+            _select(k, x, v_acc, i_acc, axis, count, count, largest, ext)
+        return
+    _select(k, x, v_acc, i_acc, axis, count, count, largest, ext)
+
+
+def _topk_runtime(k, x, outs, axis: int, largest: int, ext) -> None:
+    """K read at run time: the outputs dense at their actual dims, which are reported per run."""
+    cap = next(o.shape[axis] for o in outs if o is not None) if any(o is not None for o in outs) else x.shape[axis]
+    n_act = x.shape[axis] if ext is None else ext[axis]
+    count = _runtime_count(k, n_act, cap)
+    dims = [count if d == axis else (x.shape[d] if ext is None else ext[d]) for d in range(x.rank)]
+    for i in range(2):
+        _write_dims(k, i, dims)
+    if x.size == 0 or cap == 0:
+        return
+    accs = [_Dense(k, o, dims) if o is not None else None for o in outs]
+    with k.b.if_then(k.b.icmp_signed(">", count, k.index(0))):
+        _select(k, x, accs[0], accs[1], axis, count, cap, largest, ext)
+
+
+def _select(k, x, v_acc, i_acc, axis: int, count, cap: int, largest: int, ext) -> None:
+    """The K best along `axis` into the accesses; `count` K (an int, or a run-time value at most `cap`: up to
+    PARTIAL_MAX the stack buffer, above it the K passes, chosen at run time when `cap` allows both)."""
+    if cap <= PARTIAL_MAX:
+        _topk_partial(k, x, v_acc, i_acc, axis, count, cap, largest, ext)
+    elif isinstance(count, int):
+        _topk_passes(k, x, v_acc, i_acc, axis, count, largest, ext)
+    else:
+        with k.b.if_else(k.b.icmp_signed("<=", count, k.index(PARTIAL_MAX))) as (few, many):
+            with few:
+                _topk_partial(k, x, v_acc, i_acc, axis, count, PARTIAL_MAX, largest, ext)
+            with many:
+                _topk_passes(k, x, v_acc, i_acc, axis, count, largest, ext)
+
+
+def _topk_passes(k, x, v_acc, i_acc, axis: int, count, largest: int, ext) -> None:
+    """Pass j picks the best element strictly after pass j-1's pick (O(n * K), no scratch memory)."""
+    dt = x.dtype
+    n = x.shape[axis] if ext is None else ext[axis]
+    x_acc = x.identity_access()
     idx_dt = np.dtype(f"int{k.idx_t.width}")
     op = ">" if largest else "<"
     b = k.b
@@ -80,9 +222,9 @@ def lower_topk(k):
             b.store(bi, prev_i)
             ix[axis] = j
             if v_acc is not None:
-                k.store(v_acc, ix, bv)
+                _put(k, v_acc, ix, bv)
             if i_acc is not None:
-                k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, bi))
+                _put(k, i_acc, ix, k.s.cast(idx_dt, np.int64, bi))
         ix[axis] = k.index(0)
     each_row(k, x.shape, x.strides, [axis], row, ext)
 
@@ -110,23 +252,24 @@ PARTIAL_MAX = 256
 """The largest K kept in a stack buffer (K * (element + index) bytes per row)."""
 
 
-def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int, ext=None) -> None:
-    """`ext`: x's run-time extents when a dim varies (the vector scan is chosen at the capacity)."""
+def _topk_partial(k, x, v_acc, i_acc, axis: int, count, cap: int, largest: int, ext=None) -> None:
+    """`ext`: x's run-time extents when a dim varies (the vector scan is chosen at the capacity); `count`: K, an int
+    or a run-time value (the stack buffers then hold `cap`)."""
     dt, b = x.dtype, k.b
     n = x.shape[axis]
     x_acc = x.identity_access()
-    v_acc = values.identity_access() if values is not None else None
-    i_acc = indices.identity_access() if indices is not None else None
     idx_dt = np.dtype(f"int{k.idx_t.width}")
     op = ">" if largest else "<"
     lanes = k.lanes(dt)
-    vectorized = x.strides[axis] == 1 and not lowp.is_lowp(dt) and lanes > 1 and n - count >= lanes
+    fixed = isinstance(count, int)
+    vectorized = x.strides[axis] == 1 and not lowp.is_lowp(dt) and lanes > 1 and n - (count if fixed else 1) >= lanes
+    runtime = ext is not None or not fixed
 
     def row(ix, inner):
         with b.goto_entry_block():
-            buf_v = b.alloca(llvm_type(dt), size=count)
-            buf_i = b.alloca(k.idx_t, size=count)
-        last = k.index(count - 1)
+            buf_v = b.alloca(llvm_type(dt), size=cap)
+            buf_i = b.alloca(k.idx_t, size=cap)
+        last = k.index(count - 1) if fixed else b.sub(count, k.index(1))
 
         i8p = ir.IntType(8).as_pointer()
         memmove = k.module.declare_intrinsic("llvm.memmove", [i8p, i8p, ir.IntType(64)])
@@ -176,9 +319,10 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int, ex
             # (unordered compares let NaN through to the exact scalar test)
             ix[axis] = k.index(0)
             base = k.address(x_acc, ix)
-            blocks = (n - count) // lanes if ext is None else b.udiv(b.sub(k.as_index(ext[axis]), k.index(count)), k.index(lanes))
+            length = n if ext is None else ext[axis]
+            blocks = b.udiv(b.sub(k.as_index(length), k.as_index(count)), k.index(lanes)) if runtime else (n - count) // lanes
             with k.for_range(blocks) as blk:
-                i0 = b.add(k.index(count), b.mul(blk, k.index(lanes)))
+                i0 = b.add(k.as_index(count), b.mul(blk, k.index(lanes)))
                 vec = k.vload(base, dt, i0, lanes)
                 threshold = k.splat(b.load(b.gep(buf_v, [last])), lanes)
                 if is_float(dt):
@@ -189,15 +333,15 @@ def _topk_partial(k, x, values, indices, axis: int, count: int, largest: int, ex
                 with b.if_then(any_hit, likely=False):
                     with k.for_range(lanes) as t:
                         step(b.add(i0, t))
-            tail_from = count + blocks * lanes if ext is None else b.add(k.index(count), b.mul(blocks, k.index(lanes)))
+            tail_from = b.add(k.as_index(count), b.mul(blocks, k.index(lanes))) if runtime else count + blocks * lanes
         with k.for_range(n if ext is None else ext[axis], start=tail_from) as i:
             step(i)
         with k.for_range(count) as j:
             ix[axis] = j
             if v_acc is not None:
-                k.store(v_acc, ix, b.load(b.gep(buf_v, [j])))
+                _put(k, v_acc, ix, b.load(b.gep(buf_v, [j])))
             if i_acc is not None:
-                k.store(i_acc, ix, k.s.cast(idx_dt, indices.dtype, b.load(b.gep(buf_i, [j]))))
+                _put(k, i_acc, ix, k.s.cast(idx_dt, np.int64, b.load(b.gep(buf_i, [j]))))
         ix[axis] = k.index(0)
     each_row(k, x.shape, x.strides, [axis], row, ext)
 

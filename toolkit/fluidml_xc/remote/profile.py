@@ -58,6 +58,10 @@ class ProfileReport:
     threads: int | None = None
     """Threads the model ran on, and CPU time of all threads / wall time over the timed runs."""
     cpu_over_wall: float | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    """A dynamic build's symbols at the size profiled ({} for a static build)."""
+    ranges: dict[str, list[int]] = field(default_factory=dict)
+    """A dynamic build's symbols' ranges, [min, max]."""
 
     def to_dict(self) -> dict:
         return {
@@ -68,6 +72,7 @@ class ProfileReport:
             "lower_bound_bytes": self.lower_bound_bytes, "weights_bytes": self.weights_bytes, "ops": self.ops,
             "telemetry": {"before": self.telemetry_before.to_dict(), "after": self.telemetry_after.to_dict()},
             "artifact": self.artifact, "threads": self.threads, "cpu_over_wall": self.cpu_over_wall,
+            **({"sizes": self.sizes, "ranges": self.ranges} if self.sizes else {}),
         }
 
     def table(self, top: int | None = None) -> str:
@@ -82,6 +87,9 @@ class ProfileReport:
             + f"  weights {_bytes(self.weights_bytes)}",
             "cpu       " + _telemetry_line(self.telemetry_before, self.telemetry_after),
         ]
+        if self.sizes:
+            lines.insert(1, "size      " + ", ".join(f"{k}={v} (of {lo}..{hi})" for k, v in self.sizes.items()
+                                                    for lo, hi in [self.ranges.get(k, (v, v))]))
         if self.threads is not None:
             lines.append(f"threads   {self.threads}" + (f"  CPU time / wall time {self.cpu_over_wall:.2f} (per-op times: wall clock)"
                                                        if self.cpu_over_wall is not None else ""))
@@ -144,8 +152,18 @@ def parse_bench(stdout: str, runner: str) -> dict:
     raise RunError(f"{runner} printed no benchmark JSON (is the artifact from this fluidml-xc version?)")
 
 
+def profiled_sizes(artifact: Artifact, feeds: Mapping[str, np.ndarray] | None) -> dict[str, int]:
+    """A dynamic build's symbols at the size the feeds give (no feeds: the runner's inputs, at the maximum)."""
+    manifest = artifact.manifest
+    if not manifest.symbols:
+        return {}
+    if feeds is None:
+        return {k: int(v["max"]) for k, v in manifest.symbols.items()}
+    return manifest.bind_feeds({spec.name: np.shape(feeds[spec.name]) for spec in manifest.inputs})
+
+
 def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
-                before: Telemetry, after: Telemetry) -> ProfileReport:
+                before: Telemetry, after: Telemetry, feeds: Mapping[str, np.ndarray] | None = None) -> ProfileReport:
     memory = artifact.manifest.memory or {}
     try:
         latency = {key: float(bench[f"{key}_ms"]) for key in LATENCY_KEYS}
@@ -159,7 +177,8 @@ def make_report(artifact: Artifact, bench: dict, where: str, emulator: str,
         lower_bound_bytes=memory.get("lower_bound_bytes"), weights_bytes=artifact.manifest.weights_bytes,
         ops=ops, telemetry_before=before, telemetry_after=after,
         artifact={"dir": str(artifact.path.resolve()), "digest": artifact.digest, "opt": artifact.manifest.opt},
-        threads=bench.get("threads"), cpu_over_wall=bench.get("cpu_over_wall"))
+        threads=bench.get("threads"), cpu_over_wall=bench.get("cpu_over_wall"), sizes=profiled_sizes(artifact, feeds),
+        ranges={k: [int(v["min"]), int(v["max"])] for k, v in artifact.manifest.symbols.items()})
 
 
 def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
@@ -181,7 +200,7 @@ def profile_remote(conn: Connection, deployment: Deployment, artifact: Artifact,
             conn.run(["rm", "-rf", "--", scratch])
     after = snapshot(conn)
     bench = parse_bench(result.out, artifact.runner(True))
-    return make_report(artifact, bench, conn.label, deployment.plan.emulator, before, after)
+    return make_report(artifact, bench, conn.label, deployment.plan.emulator, before, after, options.feeds)
 
 
 def profile_local(artifact: Artifact, options: ProfileOptions = ProfileOptions()) -> ProfileReport:
@@ -194,4 +213,4 @@ def profile_local(artifact: Artifact, options: ProfileOptions = ProfileOptions()
                           timeout=options.timeout, threads=options.threads)
     after = snapshot(local)
     emulator = " ".join(emulator_command(artifact.manifest))
-    return make_report(artifact, result.bench or {}, "localhost", emulator.rsplit("/", 1)[-1], before, after)
+    return make_report(artifact, result.bench or {}, "localhost", emulator.rsplit("/", 1)[-1], before, after, options.feeds)

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import RemoteError, RunError
+from ..run.execute import run_check_failed
 from .artifact import Artifact
 from .deploy import Deployment
 from .shell import CommandResult, in_dir
@@ -29,6 +30,7 @@ def run_runner(conn: Connection, deployment: Deployment, artifact: Artifact, arg
     if plan.has_timeout and result.status == 137 and result.seconds >= timeout:
         raise RunError(f"{name} on {conn.label}{how} timed out after {timeout:g}s and was killed "
                        f"(--timeout raises the limit)")
+    run_check_failed(result.status, result.err)
     if not result.ok:
         raise RunError(f"{name} on {conn.label}{how} {result.failure()}")
     return result

@@ -37,6 +37,29 @@ class MemoryPlan:
         """The highest byte any buffer reaches (equals the arena when the plan is the manifest's)."""
         return max((self.offsets[n] + self.sizes.get(n, 0) for n in self.offsets), default=0)
 
+    def at(self, sizes: dict[str, int]) -> "MemoryPlan":
+        """The same offsets and live steps with each buffer's bytes from `sizes` (a dynamic build's at its minimum)."""
+        return MemoryPlan(self.intervals, self.offsets, {n: int(sizes.get(n, self.sizes.get(n, 0))) for n in self.intervals})
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """A dynamic build's ranges: one artifact for every size in them, planned at the maximum."""
+
+    symbols: dict[str, tuple[int, int, int]]
+    """Symbol -> (min, max, opt)."""
+    inputs: dict[str, str]
+    """Input -> its dims with the ranges ("[2, W=2..40]")."""
+    plan_at_min: MemoryPlan | None
+    """The plan's offsets with each buffer's bytes at the minimum of every range."""
+
+    def text(self) -> str:
+        return ", ".join(f"{k} {lo}..{hi} (opt {opt})" for k, (lo, hi, opt) in self.symbols.items())
+
+    def at(self, end: str) -> str:
+        """'W=2' at "min", 'W=40' at "max"."""
+        return ", ".join(f"{k}={v[0] if end == 'min' else v[1]}" for k, v in self.symbols.items())
+
 
 @dataclass(frozen=True)
 class ArtifactFacts:
@@ -63,6 +86,8 @@ class ArtifactFacts:
     optimizer: dict
     plan: MemoryPlan | None
     label: str = ""
+    ranges: Ranges | None = None
+    """A dynamic build's ranges (None: every shape static)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -91,10 +116,16 @@ class ProfileFacts:
     artifact_dir: str = ""
     opt: str = ""
     label: str = ""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """A dynamic build's symbols at the size profiled (empty: a static build, or a profile that does not say)."""
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.model, self.board)
+
+    @property
+    def size_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.sizes.items())
 
     @property
     def emulated(self) -> bool:
@@ -134,7 +165,20 @@ def load_artifact(directory: str | Path) -> ArtifactFacts:
         lower_bound_bytes=_int(memory.get("lower_bound_bytes")), live_peak_bytes=_int(memory.get("live_peak_bytes")),
         order_bound_bytes=_int(memory.get("order_bound_bytes")), naive_bytes=_int(memory.get("naive_bytes")),
         strategy=str(memory.get("strategy", "")), strategies=dict(memory.get("strategies") or {}),
-        footprint=dict(m.footprint), tools=dict(m.tools), ops=list(m.ops), optimizer=dict(m.optimizer), plan=_plan(memory))
+        footprint=dict(m.footprint), tools=dict(m.tools), ops=list(m.ops), optimizer=dict(m.optimizer), plan=_plan(memory),
+        ranges=_ranges(m, _plan(memory), memory))
+
+
+def _ranges(m, plan: MemoryPlan | None, memory: dict) -> Ranges | None:
+    if not m.symbols:
+        return None
+    symbols = {k: (int(v["min"]), int(v["max"]), int(v["opt"])) for k, v in m.symbols.items()}
+
+    def dims(entry) -> str:
+        return "[" + ", ".join(f"{d}={symbols[d][0]}..{symbols[d][1]}" if isinstance(d, str) else str(d)
+                               for d in (entry.dims or entry.shape)) + "]"
+    at_min = (memory.get("plan") or {}).get("sizes_at_min")
+    return Ranges(symbols, {e.name: dims(e) for e in m.inputs}, plan.at(at_min) if plan and at_min else None)
 
 
 def profile_from_dict(data: dict, source: str) -> ProfileFacts:
@@ -147,7 +191,8 @@ def profile_from_dict(data: dict, source: str) -> ProfileFacts:
                             runs=_int(data.get("runs")), threads=_int(data.get("threads"), 0), latency_ms=latency,
                             peak_rss_bytes=data.get("peak_rss_bytes"), arena_bytes=data.get("arena_bytes"), ops=ops,
                             artifact_dir=str((data.get("artifact") or {}).get("dir") or ""),
-                            opt=str((data.get("artifact") or {}).get("opt") or ""))
+                            opt=str((data.get("artifact") or {}).get("opt") or ""),
+                            sizes={str(k): int(v) for k, v in (data.get("sizes") or {}).items()})
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{source} is not a `fluidml-xc profile --json` result (bad or missing {exc}): "
                          f"write it with `fluidml-xc profile ... --json-out FILE`") from None
@@ -200,7 +245,8 @@ def label_all(artifacts: list[ArtifactFacts], profiles: list[ProfileFacts]) -> t
 
     def prof_label(p: ProfileFacts) -> str:
         return (f"{p.model} · {p.board} @ {p.where or '?'}" + (f" · --opt {p.opt}" if prof_opts and p.opt else "")
-                + (f" · {p.threads} threads" if threads and p.threads else "") + (" · emulated" if p.emulated else ""))
+                + (f" · {p.threads} threads" if threads and p.threads else "") + (f" · {p.size_text}" if p.sizes else "")
+                + (" · emulated" if p.emulated else ""))
 
     arts = [replace(a, label=lab) for a, lab in zip(artifacts, _distinct_labels(artifacts, art_label))]
     profs = [replace(p, label=lab) for p, lab in zip(profiles, _distinct_labels(profiles, prof_label))]

@@ -1,7 +1,7 @@
 """The report page: one self-contained HTML file (inline CSS and SVG, no script, no network)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import jinja2
 
@@ -125,7 +125,9 @@ def _summary(arts: list[ArtifactFacts]) -> list[tuple[str, list[Cell]]]:
         row("model", lambda a: a.model), row("board", lambda a: a.board), row("triple", lambda a: a.triple),
         row("cpu", lambda a: a.cpu), row("threads", lambda a: str(a.threads), True), row("--opt", lambda a: a.opt),
         row("ops", lambda a: str(len(a.ops)), True),
-        row("weights", lambda a: kib(a.weights_bytes), True), row("arena", lambda a: kib(a.arena_bytes), True),
+        *(_range_rows(arts) if any(a.ranges for a in arts) else []),
+        row("weights", lambda a: kib(a.weights_bytes), True),
+        row("arena", lambda a: kib(a.arena_bytes) + (f" (planned at max {a.ranges.at('max')})" if a.ranges else ""), True),
         row("lower bound", lambda a: kib(a.lower_bound_bytes), True),
         row("arena / lower bound", lambda a: f"{a.arena_bytes / a.lower_bound_bytes:.3f}" if a.lower_bound_bytes else "-", True),
         row("live peak", lambda a: kib(a.live_peak_bytes), True),
@@ -135,6 +137,19 @@ def _summary(arts: list[ArtifactFacts]) -> list[tuple[str, list[Cell]]]:
         row("build tools", lambda a: ", ".join(f"{k} {v}" for k, v in a.tools.items())),
         row("directory", lambda a: str(a.path)),
     ]
+
+
+def _range_rows(arts: list[ArtifactFacts]) -> list[tuple[str, list[Cell]]]:
+    """A dynamic build's ranges, its inputs' dims and its memory at the minimum (static builds: "static")."""
+    def row(name: str, fn, num: bool = False) -> tuple[str, list[Cell]]:
+        return name, [Cell(fn(a.ranges) if a.ranges else "static", num) for a in arts]
+
+    def at_min(r, fn) -> str:
+        return f"{kib(fn(r.plan_at_min))} at min {r.at('min')}" if r.plan_at_min else "-"
+    return [row("ranges", lambda r: r.text()),
+            row("inputs", lambda r: "; ".join(f"{n} {d}" for n, d in r.inputs.items())),
+            row("arena in use at min", lambda r: at_min(r, lambda p: p.extent()), True),
+            row("live peak at min", lambda r: at_min(r, lambda p: max(p.live_bytes(), default=0)), True)]
 
 
 def _decisions(art: ArtifactFacts) -> list[Table]:
@@ -171,7 +186,10 @@ def _profile_tables(prof: ProfileFacts, fused: set[str]) -> Table:
         ("min", ms(lat.get("min"))), ("runs", str(prof.runs)), ("peak RSS", kib(prof.peak_rss_bytes)),
         ("arena", kib(prof.arena_bytes)), ("threads", str(prof.threads or "-")),
         ("fused kernels' share of op time", f"{100 * fused_ms / total:.1f}%" if prof.ops else "-"))]
-    return Table(f"profile at {prof.where}{via}", ["", ""], rows, "latency", f"from {prof.source}")
+    if prof.sizes:
+        rows.insert(0, [Cell("size profiled"), Cell(prof.size_text)])
+    at = f" at size {prof.size_text}" if prof.sizes else ""
+    return Table(f"profile at {prof.where}{at}{via}", ["", ""], rows, "latency", f"from {prof.source}")
 
 
 def _latency_rows(profiles: list[ProfileFacts]) -> list[dict]:
@@ -183,7 +201,8 @@ def _latency_rows(profiles: list[ProfileFacts]) -> list[dict]:
         if p.emulated:
             return "emulated: not compared"
         return f"{p.latency_ms.get('median', 0) / first:.2f}x" if first else "-"
-    return [{"label": p.label, "where": p.where + (f" via {p.emulator} (emulated)" if p.emulated else ""),
+    return [{"label": p.label, "where": p.where + (f" via {p.emulator} (emulated)" if p.emulated else "")
+             + (f", size {p.size_text}" if p.sizes else ""),
              "median": ms(p.latency_ms.get("median")), "p90": ms(p.latency_ms.get("p90")),
              "p99": ms(p.latency_ms.get("p99")), "min": ms(p.latency_ms.get("min")), "rss": kib(p.peak_rss_bytes),
              "ratio": ratio(p)} for p in profiles]
@@ -215,12 +234,20 @@ def render(artifacts: list[ArtifactFacts], profiles: list[ProfileFacts], title: 
     for i, art in enumerate(artifacts):
         sec = Section(f"artifact-{i}", art.label, f"{art.path} · {art.triple} · cpu {art.cpu}")
         if art.plan:
+            at_max = f", at the maximum {art.ranges.at('max')}" if art.ranges else ""
             sec.figures.append(Figure(f"memory-map-{i}", "memory-map", plots.memory_map(art, f"mm{i}"),
-                                      "each bar is one tensor: its live steps (x) at its arena offset (y)"))
+                                      f"each bar is one tensor: its live steps (x) at its arena offset (y){at_max}"))
             sec.figures.append(Figure(f"live-bytes-{i}", "live-bytes", plots.live_bytes(art, f"lb{i}"),
-                                      "bytes live while each op runs, against the arena and the bounds"))
+                                      f"bytes live while each op runs, against the arena and the bounds{at_max}"))
+            if art.ranges and art.ranges.plan_at_min:
+                small = replace(art, plan=art.ranges.plan_at_min)
+                sec.figures.append(Figure(f"memory-map-min-{i}", "memory-map", plots.memory_map(small, f"mn{i}"),
+                                          f"the same offsets at the minimum {art.ranges.at('min')}: each buffer's bytes there"))
         else:
             sec.note = "this manifest has no per-buffer memory plan (built by an older fluidml-xc): rebuild for the memory map"
+        if art.ranges:
+            sec.note += (f" · one build for {art.ranges.text()}: the arena is planned at the maximum and serves every "
+                         "size in the ranges")
         for j, prof in enumerate(profiles):
             if artifact_for(prof, artifacts) is art:
                 used.add(j)

@@ -24,7 +24,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
 from ..target.boards import Board, get_board
-from ..errors import InputError, NeedsConstant, UnresolvedShape
+from ..errors import InputError, NeedsConstant, RunCheckFailed, UnresolvedShape
 from ..frontend.builder import outer_references
 from ..frontend.names import unique_names
 from ..frontend.ranges import ShapeRanges
@@ -69,6 +69,7 @@ class JitModel:
         self.alignment = spec.alignment
         self.arena_bytes = int(lowered.tail.arena_bytes)
         self.output_slots = list(lowered.tail.output_slots)
+        self.status_offset, self.checks = lowered.tail.status_offset, list(lowered.tail.checks)
         self.input_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.inputs]
         self.output_specs = [(n, np.dtype(self.graph.tensors[n].dtype), tuple(self.graph.tensors[n].shape)) for n in self.graph.outputs]
         self.structures = self.graph.structures
@@ -98,6 +99,11 @@ class JitModel:
         out_ptrs = (ctypes.c_void_p * max(len(out_keep), 1))(*[o.ctypes.data for o in out_keep])
         raw, arena = self._arena()
         self._fn(in_ptrs, out_ptrs, ctypes.c_void_p(arena), *syms)
+        if self.status_offset >= 0:
+            at = arena - raw.ctypes.data + self.status_offset
+            status = int(raw[at:at + 8].view(np.int64)[0])
+            if status:
+                raise RunCheckFailed(self.checks[status - 1].message)
         for k, offset in enumerate(self.output_slots):
             if offset >= 0:  # a data-dependent or varying shape: the run wrote the actual dims into the arena
                 rank = outputs[k].ndim
@@ -298,7 +304,7 @@ class FxcBackendRep(BackendRep):
     """A prepared model, compiled in prepare when every input shape is static.
 
     Otherwise (shapes to take from the first inputs, or an output shape that depends on the values of
-    inputs such as Reshape's shape, Resize's sizes, a Reduce's axes or TopK's K) it is compiled on
+    inputs such as Reshape's shape, Resize's sizes or a Reduce's axes) it is compiled on
     run, specialized to those input shapes and values: such inputs become build-time constants and the
     compiled model is reused only for the same shapes and values (`specialized` names them)."""
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..artifact import Manifest, TensorEntry, read_manifest
 from ..target.boards import get_target
 from ..dtypes import is_storage_only
-from ..errors import InputError, RunError, ToolchainError
+from ..errors import InputError, RunCheckFailed, RunError, ToolchainError
 from ..emit.link import is_host_target
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -183,9 +183,22 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message on stderr"
 
 
+RUNNER_EXIT_RUN = 3
+"""The runner's exit status when the run's data failed a kernel's check (FXC_ERR_RUN, runtime_c/runner.c)."""
+
+
+def run_check_failed(status: int, stderr: str) -> None:
+    """RunCheckFailed with the runner's one line (without its prefix) when our runner exited RUNNER_EXIT_RUN (its
+    line starts with "runner: error: "; another program's exit status 3 stays a RunError)."""
+    line = _last_line(stderr)
+    if status == RUNNER_EXIT_RUN and line.startswith("runner: error: "):
+        raise RunCheckFailed(line.removeprefix("runner: error: "))
+
+
 def _check_exit(proc: subprocess.CompletedProcess, runner: str) -> None:
     if proc.returncode == 0:
         return
+    run_check_failed(proc.returncode, proc.stderr)
     if proc.returncode < 0:
         try:
             status = f"was killed by signal {signal.Signals(-proc.returncode).name}"

@@ -17,6 +17,7 @@ from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, co
 from ..kernels.rows_runtime import copy as copy_runtime
 from ..kernels.rows_runtime import count_as, runtime_span
 from ..kernels.scalar import FAST, const, is_float, llvm_type
+from ..kernels.size_classes import lower_by_size
 from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -444,14 +445,22 @@ def _softmax_vector_rows(k, dims, log: bool, ext=None) -> None:
     each_row(k, x.shape, x.strides, dims, row, ext)
 
 
+def _softmax_by_size(k, log: bool) -> None:
+    """_softmax in the size classes of its row length (kernels/size_classes.py)."""
+    x = k.inputs[0]
+    dims = _softmax_dims(k, x.rank)
+    lower_by_size(k, "softmax", x.dyn[dims[-1]] if x.dyn is not None and len(dims) == 1 else None,
+                  lambda k: _softmax(k, log))
+
+
 @register("Softmax", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_softmax(k):
-    _softmax(k, False)
+    _softmax_by_size(k, False)
 
 
 @register("LogSoftmax", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_log_softmax(k):
-    _softmax(k, True)
+    _softmax_by_size(k, True)
 
 
 @register("Hardmax", axis_attr="dim", runtime_extents=True)

@@ -1,0 +1,143 @@
+"""Size classes (issue #26): one node function over a varying dim that dispatches at run time on the dim's extent to
+one of a few bodies, each lowered for its own sub-range of the symbol (its own capacity, tile and unroll decisions);
+a class of one size is lowered as static code at that size. Tensors keep their capacity strides in every class.
+
+`SizeClassRule`s are the measured thresholds per kernel family (docs/DYNAMIC.md, "Size classes"); `lower_in_classes`
+emits the dispatch and the bodies. In a function that may run as parallel tiles only the last class (the widest
+sizes) may open a parallel region; the others run whole on tile 0."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ..symbolic import Sym, SymRange, bounds, evaluate, free_symbols, is_static
+from .extents import dim_value
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """Sizes lo..hi of `symbol`; lo == hi: static code at that size."""
+
+    symbol: str
+    lo: int
+    hi: int
+
+    @property
+    def exact(self) -> bool:
+        return self.lo == self.hi
+
+
+@dataclass(frozen=True)
+class SizeClassRule:
+    """A kernel family's classes over one symbol: each size in `exact` as static code, sub-ranges split before each
+    of `splits`, the rest of the range as one run-time body."""
+
+    exact: tuple[int, ...] = ()
+    splits: tuple[int, ...] = ()
+
+    def classes(self, r: SymRange) -> list[SizeClass]:
+        """The classes covering r.lo..r.hi in increasing order (one class when the rule does not cut the range)."""
+        cuts = sorted({*(e for e in self.exact if r.lo <= e <= r.hi), *(e + 1 for e in self.exact if r.lo <= e < r.hi),
+                       *(s for s in self.splits if r.lo < s <= r.hi)} - {r.lo})
+        edges = [r.lo, *cuts, r.hi + 1]
+        return [SizeClass(r.name, lo, hi - 1) for lo, hi in zip(edges, edges[1:])]
+
+
+def _narrowed(op, symbol: str, size: SizeClass, ranges):
+    """Operand `op` over the class's sub-range: dims of the symbol alone evaluated in an exact class, the capacity of
+    each varying dim at the sub-range's maximum (the strides stay the full capacity's)."""
+    if op is None or op.dyn is None:
+        return op
+    dyn = tuple(evaluate(d, {symbol: size.lo}) if size.exact and not is_static(d) and free_symbols([d]) == {symbol} else d
+                for d in op.dyn)
+    shape = tuple(int(d) if is_static(d) else bounds(d, ranges)[1] for d in dyn)
+    return dataclasses.replace(op, shape=shape, dyn=None if all(is_static(d) for d in dyn) else dyn)
+
+
+def _memo(constant_data: Callable[[np.ndarray], ir.Value]) -> Callable[[np.ndarray], ir.Value]:
+    """constant_data that stores an array the classes pack alike once."""
+    seen: dict[bytes, ir.Value] = {}
+
+    def data(value: np.ndarray) -> ir.Value:
+        value = np.ascontiguousarray(value)
+        key = hashlib.sha256(str((value.dtype, value.shape)).encode() + value.tobytes()).digest()
+        if key not in seen:
+            seen[key] = constant_data(value)
+        return seen[key]
+    return data
+
+
+def _lower_class(k, size: SizeClass, lower: Callable, inputs, outputs, graph) -> None:
+    ranges = dict(graph.symbols)
+    r = ranges[size.symbol]
+    ranges[size.symbol] = SymRange(size.symbol, size.lo, size.hi, min(max(r.opt, size.lo), size.hi))
+    view = copy.copy(graph)
+    view.symbols = ranges
+    k.graph = view
+    k.inputs = [_narrowed(op, size.symbol, size, ranges) for op in inputs]
+    k.outputs = [_narrowed(op, size.symbol, size, ranges) for op in outputs]
+    lower(k)
+
+
+def lower_in_classes(k, classes: Sequence[SizeClass], lower: Callable) -> None:
+    """`lower(k)` once per class, behind a run-time dispatch on the class symbol's value (classes in increasing order,
+    covering its range). `lower` reads the class's operands, graph and ranges from k; k is restored afterwards."""
+    inputs, outputs, graph, tile_range, data = k.inputs, k.outputs, k.graph, k.tile_range, k.constant_data
+    if len(classes) < 2:
+        lower(k)
+        return
+    b, fn = k.b, k.fn
+    value = dim_value(k, Sym(classes[0].symbol))
+    done = fn.append_basic_block("classes.done")
+    guards, side_blocks = [], set()
+    k.constant_data = _memo(data)
+    try:
+        for size in classes[:-1]:
+            body, rest = fn.append_basic_block(f"class.{size.lo}"), fn.append_basic_block("class.next")
+            b.cbranch(b.icmp_signed("<=", value, k.index(size.hi)), body, rest)
+            b.position_at_end(body)
+            first = len(fn.blocks)
+            if tile_range is not None:  # run whole on tile 0 only
+                run = fn.append_basic_block(f"class.{size.lo}.run")
+                guards.append(b.icmp_unsigned("==", tile_range[0], k.index(0)))
+                b.cbranch(guards[-1], run, done)
+                b.position_at_end(run)
+            k.tile_range = None
+            _lower_class(k, size, lower, inputs, outputs, graph)
+            k.tile_range = tile_range
+            b.branch(done)
+            side_blocks |= {body, *fn.blocks[first:]} - {rest, done}
+            b.position_at_end(rest)
+        _lower_class(k, classes[-1], lower, inputs, outputs, graph)
+        b.branch(done)
+    finally:
+        k.inputs, k.outputs, k.graph, k.tile_range, k.constant_data = inputs, outputs, graph, tile_range, data
+    b.position_at_end(done)
+    if k.tiles:
+        k.region_blocks = set(k.region_blocks) | side_blocks
+    else:  # no parallel region: the emitter drops (begin, end); every class runs whole
+        for guard in guards:
+            guard.replace_usage(tile_range[0], k.index(0))
+
+
+SIZE_CLASSES: dict[str, SizeClassRule] = {
+    "softmax": SizeClassRule(exact=tuple(range(1, 17))),
+}
+"""Kernel family -> its classes over the symbol of the dim they key on (docs/DYNAMIC.md "Size classes": the
+dynamic/static ratios that justify each)."""
+
+
+def lower_by_size(k, family: str, dim, lower: Callable) -> None:
+    """`lower(k)` in the classes of `family`'s rule when `dim` (the dim the rule keys on) is one varying symbol whose
+    range the rule cuts, else once as it is."""
+    rule = SIZE_CLASSES.get(family)
+    if rule is None or dim is None or is_static(dim) or dim != Sym(next(iter(free_symbols([dim])))):
+        lower(k)
+        return
+    lower_in_classes(k, rule.classes(k.graph.symbols[next(iter(free_symbols([dim])))]), lower)

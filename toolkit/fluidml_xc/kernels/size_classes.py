@@ -22,42 +22,52 @@ from .extents import dim_value
 
 @dataclass(frozen=True)
 class SizeClass:
-    """Sizes lo..hi of `symbol`; lo == hi: static code at that size."""
+    """Sizes lo..hi of `symbol`; a dim that takes one value over them is static code in the class."""
 
     symbol: str
     lo: int
     hi: int
 
-    @property
-    def exact(self) -> bool:
-        return self.lo == self.hi
-
 
 @dataclass(frozen=True)
 class SizeClassRule:
-    """A kernel family's classes over one symbol: each size in `exact` as static code, sub-ranges split before each
-    of `splits`, the rest of the range as one run-time body."""
+    """A kernel family's classes over the extent of the dim it keys on: each extent in `exact` as static code,
+    sub-ranges split before each extent of `splits`, the rest as one run-time body."""
 
     exact: tuple[int, ...] = ()
     splits: tuple[int, ...] = ()
 
-    def classes(self, r: SymRange) -> list[SizeClass]:
-        """The classes covering r.lo..r.hi in increasing order (one class when the rule does not cut the range)."""
-        cuts = sorted({*(e for e in self.exact if r.lo <= e <= r.hi), *(e + 1 for e in self.exact if r.lo <= e < r.hi),
-                       *(s for s in self.splits if r.lo < s <= r.hi)} - {r.lo})
-        edges = [r.lo, *cuts, r.hi + 1]
-        return [SizeClass(r.name, lo, hi - 1) for lo, hi in zip(edges, edges[1:])]
+    def key(self, extent: int) -> tuple[int, int]:
+        return (0, extent) if extent in self.exact else (1, sum(extent >= s for s in self.splits))
+
+    def classes(self, r: SymRange, dim) -> list[SizeClass]:
+        """The classes of symbol values r.lo..r.hi (increasing, contiguous) over which `dim` (an expression of r's
+        symbol alone, non-decreasing in it) keeps one key."""
+        classes: list[SizeClass] = []
+        last = None
+        for v in range(r.lo, r.hi + 1):
+            key = self.key(evaluate(dim, {r.name: v}))
+            if key == last:
+                classes[-1] = dataclasses.replace(classes[-1], hi=v)
+            else:
+                classes.append(SizeClass(r.name, v, v))
+            last = key
+        return classes
 
 
-def _narrowed(op, symbol: str, size: SizeClass, ranges):
-    """Operand `op` over the class's sub-range: dims of the symbol alone evaluated in an exact class, the capacity of
-    each varying dim at the sub-range's maximum (the strides stay the full capacity's)."""
+CLASS_SCAN_LIMIT = 1 << 16
+"""Ranges of more symbol values than this are not cut into classes."""
+
+
+def _narrowed(op, ranges):
+    """Operand `op` over a class's ranges: a dim with one value over them static, the capacity of each varying dim at
+    the ranges' maximum (the strides stay the full capacity's)."""
     if op is None or op.dyn is None:
         return op
-    dyn = tuple(evaluate(d, {symbol: size.lo}) if size.exact and not is_static(d) and free_symbols([d]) == {symbol} else d
-                for d in op.dyn)
-    shape = tuple(int(d) if is_static(d) else bounds(d, ranges)[1] for d in dyn)
-    return dataclasses.replace(op, shape=shape, dyn=None if all(is_static(d) for d in dyn) else dyn)
+    spans = [(d, d) if is_static(d) else bounds(d, ranges) for d in op.dyn]
+    dyn = tuple(lo if lo == hi else d for d, (lo, hi) in zip(op.dyn, spans))
+    return dataclasses.replace(op, shape=tuple(int(hi) for _, hi in spans),
+                               dyn=None if all(is_static(d) for d in dyn) else dyn)
 
 
 def _memo(constant_data: Callable[[np.ndarray], ir.Value]) -> Callable[[np.ndarray], ir.Value]:
@@ -80,8 +90,8 @@ def _lower_class(k, size: SizeClass, lower: Callable, inputs, outputs, graph) ->
     view = copy.copy(graph)
     view.symbols = ranges
     k.graph = view
-    k.inputs = [_narrowed(op, size.symbol, size, ranges) for op in inputs]
-    k.outputs = [_narrowed(op, size.symbol, size, ranges) for op in outputs]
+    k.inputs = [_narrowed(op, ranges) for op in inputs]
+    k.outputs = [_narrowed(op, ranges) for op in outputs]
     lower(k)
 
 
@@ -134,10 +144,12 @@ dynamic/static ratios that justify each)."""
 
 
 def lower_by_size(k, family: str, dim, lower: Callable) -> None:
-    """`lower(k)` in the classes of `family`'s rule when `dim` (the dim the rule keys on) is one varying symbol whose
-    range the rule cuts, else once as it is."""
+    """`lower(k)` in the classes of `family`'s rule when `dim` (the dim the rule keys on) varies with one symbol
+    whose range the rule cuts, else once as it is."""
     rule = SIZE_CLASSES.get(family)
-    if rule is None or dim is None or is_static(dim) or dim != Sym(next(iter(free_symbols([dim])))):
+    names = free_symbols([dim]) if dim is not None and not is_static(dim) else frozenset()
+    if rule is None or len(names) != 1:
         lower(k)
         return
-    lower_in_classes(k, rule.classes(k.graph.symbols[next(iter(free_symbols([dim])))]), lower)
+    r = k.graph.symbols[next(iter(names))]
+    lower_in_classes(k, rule.classes(r, dim) if r.hi - r.lo < CLASS_SCAN_LIMIT else [], lower)

@@ -55,6 +55,13 @@ class SizeClassRule:
         return classes
 
 
+SIZE_CLASSES: dict[str, SizeClassRule] = {
+    "softmax": SizeClassRule(exact=tuple(range(1, 17))),
+}
+"""Kernel family -> its classes over the symbol of the dim they key on (docs/DYNAMIC.md "Size classes": the
+dynamic/static ratios that justify each)."""
+
+
 CLASS_SCAN_LIMIT = 1 << 16
 """Ranges of more symbol values than this are not cut into classes."""
 
@@ -134,13 +141,6 @@ def lower_in_classes(k, classes: Sequence[SizeClass], lower: Callable) -> None:
     else:  # no parallel region: the emitter drops (begin, end); every class runs whole
         for guard in guards:
             guard.replace_usage(tile_range[0], k.index(0))
-
-
-SIZE_CLASSES: dict[str, SizeClassRule] = {
-    "softmax": SizeClassRule(exact=tuple(range(1, 17))),
-}
-"""Kernel family -> its classes over the symbol of the dim they key on (docs/DYNAMIC.md "Size classes": the
-dynamic/static ratios that justify each)."""
 
 
 def lower_by_size(k, family: str, dim, lower: Callable) -> None:

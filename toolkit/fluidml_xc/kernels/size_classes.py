@@ -73,7 +73,7 @@ def _narrowed(op, ranges):
         return op
     spans = [(d, d) if is_static(d) else bounds(d, ranges) for d in op.dyn]
     dyn = tuple(lo if lo == hi else d for d, (lo, hi) in zip(op.dyn, spans))
-    return dataclasses.replace(op, shape=tuple(int(hi) for _, hi in spans),
+    return dataclasses.replace(op, shape=tuple(min(int(hi), cap) for (_, hi), cap in zip(spans, op.shape)),
                                dyn=None if all(is_static(d) for d in dyn) else dyn)
 
 
@@ -148,8 +148,8 @@ def lower_by_size(k, family: str, dim, lower: Callable) -> None:
     whose range the rule cuts, else once as it is."""
     rule = SIZE_CLASSES.get(family)
     names = free_symbols([dim]) if dim is not None and not is_static(dim) else frozenset()
-    if rule is None or len(names) != 1:
+    r = k.graph.symbols.get(next(iter(names))) if len(names) == 1 else None
+    if rule is None or r is None or r.hi - r.lo >= CLASS_SCAN_LIMIT:
         lower(k)
         return
-    r = k.graph.symbols[next(iter(names))]
-    lower_in_classes(k, rule.classes(r, dim) if r.hi - r.lo < CLASS_SCAN_LIMIT else [], lower)
+    lower_in_classes(k, rule.classes(r, dim), lower)

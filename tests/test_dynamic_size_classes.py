@@ -14,10 +14,11 @@ from fluidml_xc.kernels.size_classes import SIZE_CLASSES, SizeClass, SizeClassRu
 from fluidml_xc.symbolic import Sym, SymRange, floordiv
 
 W = Sym("W")
-TOP = max(SIZE_CLASSES["softmax"].exact)
+EXACT = SIZE_CLASSES["softmax"].exact
+TOP = max(EXACT)
 """The last exact Softmax row length: sizes above it run the run-time body."""
-EDGES = (1, 2, TOP - 1, TOP, TOP + 1, 40)
-"""W over 1..40: the ends, and both sides of the last exact class and of the run-time body."""
+EDGES = tuple(sorted({1, 40, *(e + d for e in EXACT for d in (-1, 0, 1) if 1 <= e + d <= 40)}))
+"""W over 1..40: the ends, and both sides of every class boundary (an exact length and the run-time body's)."""
 
 
 def _softmax_case(op: str, rows, lo: int = 1, hi: int = 40) -> DynamicCase:
@@ -32,22 +33,22 @@ def _feeds(rows: int):
 
 
 def test_rule_cuts_the_range_into_exact_sizes_and_sub_ranges():
-    rule = SizeClassRule(exact=(4, 5, 6), splits=(10, 20))
+    rule = SizeClassRule(exact=(4, 5, 12), splits=(10, 20))
     assert rule.classes(SymRange("W", 1, 30, 30), W) == [
-        SizeClass("W", 1, 3), SizeClass("W", 4, 4), SizeClass("W", 5, 5), SizeClass("W", 6, 6), SizeClass("W", 7, 9),
-        SizeClass("W", 10, 19), SizeClass("W", 20, 30)]
+        SizeClass("W", 4, 4, ((4, 4),)), SizeClass("W", 5, 5, ((5, 5),)), SizeClass("W", 1, 9, ((1, 3), (6, 9))),
+        SizeClass("W", 12, 12, ((12, 12),)), SizeClass("W", 10, 19, ((10, 11), (13, 19))), SizeClass("W", 20, 30, ((20, 30),))]
     # the rule keys on the dim's extent: W // 2 is 4 at W = 8, 9
-    assert rule.classes(SymRange("W", 7, 12, 12), floordiv(W, 2)) == [
-        SizeClass("W", 7, 7), SizeClass("W", 8, 9), SizeClass("W", 10, 11), SizeClass("W", 12, 12)]
-    assert rule.classes(SymRange("W", 30, 40, 40), W) == [SizeClass("W", 30, 40)]
+    assert rule.classes(SymRange("W", 7, 10, 10), floordiv(W, 2)) == [
+        SizeClass("W", 7, 7, ((7, 7),)), SizeClass("W", 8, 9, ((8, 9),)), SizeClass("W", 10, 10, ((10, 10),))]
+    assert rule.classes(SymRange("W", 30, 40, 40), W) == [SizeClass("W", 30, 40, ((30, 40),))]
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_softmax_class_boundaries(op, parallel):
     run = _softmax_case(op, 3).compile(parallel=parallel)
-    assert len(re.findall(r"^class\.\d+:", run.ir_text, re.M)) == TOP  # one dispatch per exact row length
-    for n in (*EDGES, 7, 8, 9):
+    assert len(re.findall(r"^class\.\d+:", run.ir_text, re.M)) == len(EXACT) + 1  # the exact lengths, one run-time body
+    for n in EDGES:
         run.check({"W": n}, _feeds(3)(n))
 
 

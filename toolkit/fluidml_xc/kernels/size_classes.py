@@ -22,17 +22,19 @@ from .extents import dim_value
 
 @dataclass(frozen=True)
 class SizeClass:
-    """Sizes lo..hi of `symbol`; a dim that takes one value over them is static code in the class."""
+    """One body for the sizes `spans` ((lo, hi) sub-ranges of `symbol`), lowered over lo..hi, their hull; a dim that
+    takes one value over the hull is static code in the body."""
 
     symbol: str
     lo: int
     hi: int
+    spans: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
 class SizeClassRule:
     """A kernel family's classes over the extent of the dim it keys on: each extent in `exact` as static code,
-    sub-ranges split before each extent of `splits`, the rest as one run-time body."""
+    sub-ranges split before each extent of `splits`; the sizes between shared by one run-time body per sub-range."""
 
     exact: tuple[int, ...] = ()
     splits: tuple[int, ...] = ()
@@ -41,22 +43,23 @@ class SizeClassRule:
         return (0, extent) if extent in self.exact else (1, sum(extent >= s for s in self.splits))
 
     def classes(self, r: SymRange, dim) -> list[SizeClass]:
-        """The classes of symbol values r.lo..r.hi (increasing, contiguous) over which `dim` (an expression of r's
-        symbol alone, non-decreasing in it) keeps one key."""
-        classes: list[SizeClass] = []
+        """The bodies for symbol values r.lo..r.hi, ordered by their largest size: `dim` (an expression of r's symbol
+        alone) keeps one key over each body's spans."""
+        spans: dict[tuple[int, int], list[list[int]]] = {}
         last = None
         for v in range(r.lo, r.hi + 1):
             key = self.key(evaluate(dim, {r.name: v}))
             if key == last:
-                classes[-1] = dataclasses.replace(classes[-1], hi=v)
+                spans[key][-1][1] = v
             else:
-                classes.append(SizeClass(r.name, v, v))
+                spans.setdefault(key, []).append([v, v])
             last = key
-        return classes
+        out = [SizeClass(r.name, s[0][0], s[-1][1], tuple((lo, hi) for lo, hi in s)) for s in spans.values()]
+        return sorted(out, key=lambda c: c.hi)
 
 
 SIZE_CLASSES: dict[str, SizeClassRule] = {
-    "softmax": SizeClassRule(exact=tuple(range(1, 17))),
+    "softmax": SizeClassRule(exact=(1, 2, 3, 4, 5, 6, 7, 8, 16)),
 }
 """Kernel family -> its classes over the symbol of the dim they key on (docs/DYNAMIC.md "Size classes": the
 dynamic/static ratios that justify each)."""
@@ -103,36 +106,41 @@ def _lower_class(k, size: SizeClass, lower: Callable, inputs, outputs, graph) ->
 
 
 def lower_in_classes(k, classes: Sequence[SizeClass], lower: Callable) -> None:
-    """`lower(k)` once per class, behind a run-time dispatch on the class symbol's value (classes in increasing order,
-    covering its range). `lower` reads the class's operands, graph and ranges from k; k is restored afterwards."""
-    inputs, outputs, graph, tile_range, data = k.inputs, k.outputs, k.graph, k.tile_range, k.constant_data
+    """`lower(k)` once per class, behind a run-time dispatch on the class symbol's value to the class whose spans hold
+    it (the classes cover the range; the last holds its largest sizes). `lower` reads the class's operands, graph and
+    ranges from k; k is restored afterwards."""
     if len(classes) < 2:
         lower(k)
         return
+    inputs, outputs, graph, tile_range, data = k.inputs, k.outputs, k.graph, k.tile_range, k.constant_data
     b, fn = k.b, k.fn
     value = dim_value(k, Sym(classes[0].symbol))
+    entries = {c: fn.append_basic_block(f"class.{c.lo}") for c in classes}
+    spans = sorted((span, c) for c in classes for span in c.spans)
+    for (_, hi), c in spans[:-1]:
+        rest = fn.append_basic_block("class.next")
+        b.cbranch(b.icmp_signed("<=", value, k.index(hi)), entries[c], rest)
+        b.position_at_end(rest)
+    b.branch(entries[spans[-1][1]])
     done = fn.append_basic_block("classes.done")
     guards, side_blocks = [], set()
     k.constant_data = _memo(data)
     try:
-        for size in classes[:-1]:
-            body, rest = fn.append_basic_block(f"class.{size.lo}"), fn.append_basic_block("class.next")
-            b.cbranch(b.icmp_signed("<=", value, k.index(size.hi)), body, rest)
-            b.position_at_end(body)
+        for size in classes:
+            b.position_at_end(entries[size])
             first = len(fn.blocks)
-            if tile_range is not None:  # run whole on tile 0 only
+            side = size is not classes[-1]
+            if side and tile_range is not None:  # run whole on tile 0 only
                 run = fn.append_basic_block(f"class.{size.lo}.run")
                 guards.append(b.icmp_unsigned("==", tile_range[0], k.index(0)))
                 b.cbranch(guards[-1], run, done)
                 b.position_at_end(run)
-            k.tile_range = None
+            k.tile_range = None if side else tile_range
             _lower_class(k, size, lower, inputs, outputs, graph)
             k.tile_range = tile_range
             b.branch(done)
-            side_blocks |= {body, *fn.blocks[first:]} - {rest, done}
-            b.position_at_end(rest)
-        _lower_class(k, classes[-1], lower, inputs, outputs, graph)
-        b.branch(done)
+            if side:
+                side_blocks |= {entries[size], *fn.blocks[first:]}
     finally:
         k.inputs, k.outputs, k.graph, k.tile_range, k.constant_data = inputs, outputs, graph, tile_range, data
     b.position_at_end(done)

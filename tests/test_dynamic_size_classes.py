@@ -72,3 +72,11 @@ def test_softmax_class_boundaries_under_qemu_aarch64(tmp_path):
     run = BoardRun(_softmax_case("Softmax", 3), "qemu-aarch64", tmp_path)
     for n in EDGES:
         run.check({"W": n}, _feeds(3)(n), rtol=1e-5, atol=1e-6)
+
+
+def test_run_time_rows_end_in_one_masked_vector():
+    """Above the exact lengths a row's last n % lanes elements are one masked vector, not a scalar exp each."""
+    run = _softmax_case("LogSoftmax", 3, TOP + 1, 40).compile(parallel=False)
+    assert "llvm.masked.load" in run.ir_text and "llvm.masked.store" in run.ir_text
+    for n in (TOP + 1, 31, 33, 40):
+        run.check({"W": n}, _feeds(3)(n))

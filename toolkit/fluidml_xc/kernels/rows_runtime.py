@@ -58,6 +58,47 @@ def walk_run_dynamic(k, n: ir.Value, lanes: int, vec, tail, unroll: int) -> None
         tail(t)
 
 
+def walk_run_masked(k, n: ir.Value, lanes: int, vec, last, unroll: int) -> None:
+    """walk_run_dynamic with the last n % lanes elements as one masked vector: last(offset, mask) when any is left
+    (mask: lanes below the count left)."""
+    b = k.b
+    group = lanes * unroll
+    steps = b.udiv(n, k.index(group))
+    with loop(k, steps) as g:
+        at = b.mul(g, k.index(group), flags=("nsw",))
+        for u in range(unroll):
+            vec(u, b.add(at, k.index(u * lanes), flags=("nsw",)) if u else at)
+    start = b.mul(steps, k.index(group), flags=("nsw",))
+    left = b.urem(n, k.index(lanes))
+    whole = b.sub(n, left)
+    if unroll > 1:
+        with _serial(k, whole, start, lanes) as at:
+            vec(0, at)
+    with b.if_then(b.icmp_signed(">", left, k.index(0))):
+        lane = ir.Constant(ir.VectorType(k.idx_t, lanes), list(range(lanes)))
+        last(whole, b.icmp_signed("<", lane, k.splat(left, lanes)))
+
+
+def _masked_fn(k, op: str, vt: ir.VectorType):
+    mt = ir.VectorType(ir.IntType(1), vt.count)
+    name = f"llvm.masked.{op}.v{vt.count}f32.p0v{vt.count}f32"
+    args = [vt.as_pointer(), ir.IntType(32), mt, vt] if op == "load" else [vt, vt.as_pointer(), ir.IntType(32), mt]
+    return k.module.globals.get(name) or ir.Function(k.module, ir.FunctionType(vt if op == "load" else ir.VoidType(), args), name)
+
+
+def masked_load(k, ptr: ir.Value, index: ir.Value, mask: ir.Value, passthru: float) -> ir.Value:
+    """float32 lanes of `mask` from ptr[index] (the others `passthru`); masked-off lanes are not read."""
+    vt = ir.VectorType(ir.FloatType(), mask.type.count)
+    at = k.b.bitcast(k.b.gep(ptr, [index], inbounds=True), vt.as_pointer())
+    return k.b.call(_masked_fn(k, "load", vt), [at, ir.Constant(ir.IntType(32), 4), mask, ir.Constant(vt, [passthru] * vt.count)])
+
+
+def masked_store(k, value: ir.Value, ptr: ir.Value, index: ir.Value, mask: ir.Value) -> None:
+    """float32 lanes of `mask` to ptr[index]; masked-off lanes are not written."""
+    at = k.b.bitcast(k.b.gep(ptr, [index], inbounds=True), value.type.as_pointer())
+    k.b.call(_masked_fn(k, "store", value.type), [value, at, ir.Constant(ir.IntType(32), 4), mask])
+
+
 @contextmanager
 def _serial(k, stop, start, step: int = 1):
     """k.for_range that LLVM neither unrolls nor vectorizes: a run's last few vectors or elements (fewer than a

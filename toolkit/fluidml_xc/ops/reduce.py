@@ -15,8 +15,9 @@ from ..errors import NeedsConstant
 from ..kernels.rows import (UNROLL, RowAccumulators, column_fold, column_run, contiguous_span, dims_by_stride, each_in_run,
                             each_row, fast_add, fold_row, greater, normalize_axis, over_row, row_ptr, vector_rows, walk_run)
 from ..kernels.rows_runtime import copy as copy_runtime
-from ..kernels.rows_runtime import count_as, runtime_span
+from ..kernels.rows_runtime import count_as, masked_load, masked_store, runtime_span, walk_run_masked
 from ..kernels.scalar import FAST, const, is_float, llvm_type
+from ..kernels.size_classes import lower_by_size
 from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -416,42 +417,64 @@ def _softmax_vector_rows(k, dims, log: bool, ext=None) -> None:
     def row(ix, inner):
         src, dst = row_ptr(k, x, ix, inner), row_ptr(k, out, ix, inner)
 
-        def at(ptr, off, lanes):
+        def at(ptr, off, lanes, mask=None, fill=0.0):
+            if mask is not None:
+                return masked_load(k, ptr, off, mask, fill)
             return k.vload(ptr, f32, off, lanes) if lanes > 1 else b.load(b.gep(ptr, [off], inbounds=True))
 
+        def put(value, off, mask=None):
+            if mask is not None:
+                masked_store(k, value, dst, off, mask)
+            else:
+                k.vstore(value, dst, f32, off)
+
         def each(fn, unroll=UNROLL):
-            each_in_run(k, n, V, fn, unroll)
+            """fn(slot, offset, lanes, mask): a run-time row ends in one masked vector (mask: its lanes in the row)."""
+            if isinstance(n, ir.Value):
+                walk_run_masked(k, n, V, lambda u, off: fn(u, off, V, None), lambda off, m: fn(0, off, V, m), unroll)
+            else:
+                each_in_run(k, n, V, lambda u, off, lanes: fn(u, off, lanes, None), unroll)
 
         top = RowAccumulators(k, vt, -np.inf)
-        each(lambda u, off, lanes: top.update(u, lambda a: larger(a, at(src, off, lanes))))
+        each(lambda u, off, lanes, m: top.update(u, lambda a: larger(a, at(src, off, lanes, m, -np.inf))))
         top = top.result(larger)
         total = RowAccumulators(k, vt, 0.0)
 
-        def exp_sum(u, off, lanes):
-            e = s.exp_f32(b.fsub(at(src, off, lanes), k.splat(top, lanes), flags=FAST), nonpositive=True)
+        def exp_sum(u, off, lanes, m):
+            e = s.exp_f32(b.fsub(at(src, off, lanes, m, -np.inf), k.splat(top, lanes), flags=FAST), nonpositive=True)
+            if m is not None:
+                e = b.select(m, e, k.vzero(f32, lanes))
             if not log:
-                k.vstore(e, dst, f32, off)
+                put(e, off, m)
             total.update(u, lambda a: add(a, e))
         each(exp_sum, 2)  # exp needs many registers: two vectors in flight, no spills
         total = total.result(add)
         if log:  # (x - max) - log(sum), no reassociation: x - (max + log(sum)) loses log(sum) beside a huge max
             lse = s.intrinsic("llvm.log", total)
-            each(lambda u, off, lanes: k.vstore(b.fsub(b.fsub(at(src, off, lanes), k.splat(top, lanes)), k.splat(lse, lanes)),
-                                                dst, f32, off))
+            each(lambda u, off, lanes, m: put(b.fsub(b.fsub(at(src, off, lanes, m), k.splat(top, lanes)), k.splat(lse, lanes)),
+                                              off, m))
         else:
             inv = b.fdiv(const(f32, 1), total)
-            each(lambda u, off, lanes: k.vstore(b.fmul(at(dst, off, lanes), k.splat(inv, lanes), flags=FAST), dst, f32, off))
+            each(lambda u, off, lanes, m: put(b.fmul(at(dst, off, lanes, m), k.splat(inv, lanes), flags=FAST), off, m))
     each_row(k, x.shape, x.strides, dims, row, ext)
+
+
+def _softmax_by_size(k, log: bool) -> None:
+    """_softmax in the size classes of its row length (kernels/size_classes.py)."""
+    x = k.inputs[0]
+    dims = _softmax_dims(k, x.rank)
+    lower_by_size(k, "softmax", x.dyn[dims[-1]] if x.dyn is not None and len(dims) == 1 else None,
+                  lambda k: _softmax(k, log))
 
 
 @register("Softmax", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_softmax(k):
-    _softmax(k, False)
+    _softmax_by_size(k, False)
 
 
 @register("LogSoftmax", dtypes=FLOATS, axis_attr="dim", runtime_extents=True)
 def lower_log_softmax(k):
-    _softmax(k, True)
+    _softmax_by_size(k, True)
 
 
 @register("Hardmax", axis_attr="dim", runtime_extents=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
+import json
 import multiprocessing
 import os
 import random
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fluidml_xc.cli import main
 from fluidml_xc.errors import InputError
 from fluidml_xc.target import kernel_cache
 from fluidml_xc.target.kernel_cache import HEADER, CacheSettings, KernelCache, default_settings
@@ -132,7 +135,7 @@ def test_processes_share_a_cache_without_corrupt_reads(tmp_path, limit):
     for key in keys:
         assert cache.get(key) in (None, payload_of(key))
     assert not temp_files(tmp_path)
-    assert cache.stats().bytes <= limit
+    assert cache.stats().bytes <= limit + 4 * (limit // 10)
 
 
 def test_limit_evicts_least_recently_used(tmp_path):
@@ -149,6 +152,16 @@ def test_limit_evicts_least_recently_used(tmp_path):
     assert cache.prune(size) == 2 * size
     assert [cache.path(k).exists() for k in keys] == [False, False, False, True]
     assert cache.prune() == 0
+
+
+def test_one_writer_never_exceeds_the_limit(tmp_path):
+    size = HEADER.size + 1000
+    cache = make_cache(tmp_path, 10 * size)
+    keys = [key_of(f"w{i}") for i in range(60)]
+    for i, key in enumerate(keys):
+        assert cache.put(key, payload_of(key, 1000))
+        assert cache.stats().bytes <= 10 * size
+    assert [cache.get(k) is not None for k in keys[-9:]] == [True] * 9
 
 
 def test_an_entry_over_the_limit_is_not_stored(tmp_path):
@@ -249,3 +262,72 @@ def test_default_settings(tmp_path, monkeypatch):
         with pytest.raises(InputError, match=r"FLUIDML_XC_CACHE_LIMIT=.* is not a size: set it to") as info:
             default_settings()
         assert "\n" not in str(info.value)
+
+
+def fill_caches(root: Path) -> list[str]:
+    """Three kernels, a measured-cost file with two entries and a runtime build under ROOT; the kernel keys."""
+    keys = [key_of(f"cli {i}") for i in range(3)]
+    cache = make_cache(root / "kernels")
+    for key in keys:
+        cache.put(key, payload_of(key, 1000))
+    (root / "costs").mkdir()
+    (root / "costs" / "x86_64-linux-musl--x86-64-v3.json").write_text(
+        json.dumps({"format": 1, "entries": {"a": {"ms": 1.0}, "b": {"ms": 2.0}}}))
+    runtime = root / "runtime" / "x86_64-0123456789abcdef"
+    runtime.mkdir(parents=True)
+    for name in ("npy.o", "pool.o"):
+        (runtime / name).write_bytes(bytes(100))
+    return keys
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path))
+    monkeypatch.setenv("FLUIDML_XC_CACHE_LIMIT", "64M")
+    return tmp_path
+
+
+def test_cli_show(cache_env):
+    fill_caches(cache_env)
+    code, out, _ = run_cli("cache", "--json")
+    assert code == 0
+    data = json.loads(out)
+    size = 3 * (HEADER.size + 1000)
+    assert data["kernels"] == {"root": str(cache_env / "kernels"), "entries": 3, "bytes": size, "limit_bytes": 64 << 20}
+    assert {k: v for k, v in data["costs"].items() if k != "bytes"} == {"root": str(cache_env / "costs"),
+                                                                       "targets": 1, "entries": 2}
+    assert data["runtimes"] == {"root": str(cache_env / "runtime"), "builds": 1, "objects": 2, "bytes": 200}
+    code, out, _ = run_cli("cache", "show")
+    assert code == 0 and str(cache_env / "kernels") in out and "3 entries, 3.1 KiB of 64.0 MiB" in out
+    assert "2 entries for 1 target(s)" in out and "1 build(s), 2 objects" in out
+
+
+def test_cli_clear(cache_env):
+    keys = fill_caches(cache_env)
+    code, out, _ = run_cli("cache", "clear")
+    assert code == 0 and "removed 3 compiled kernel(s)" in out
+    assert all(make_cache(cache_env / "kernels").get(k) is None for k in keys)
+    assert (cache_env / "costs" / "x86_64-linux-musl--x86-64-v3.json").is_file()
+    assert (cache_env / "runtime" / "x86_64-0123456789abcdef" / "npy.o").is_file()
+    assert make_cache(cache_env / "kernels").put(keys[0], b"k")
+    code, out, _ = run_cli("cache", "clear", "--all", "--json")
+    assert code == 0
+    assert json.loads(out) == {"removed": {"kernels": 1, "costs": 1, "runtimes": 1}, "kernels_left": 0}
+    assert not list((cache_env / "costs").iterdir()) and not list((cache_env / "runtime").iterdir())
+
+
+def test_cli_errors(cache_env, monkeypatch):
+    code, out, err = run_cli("cache", "show", "--all")
+    assert code == 2 and not out and err.count("\n") == 1 and "--all goes with `cache clear`" in err
+    monkeypatch.setenv("FLUIDML_XC_CACHE_LIMIT", "2 gigs")
+    for action in ("show", "clear"):
+        code, out, err = run_cli("cache", action)
+        assert code == 2 and not out and err.count("\n") == 1, err
+        assert err.startswith("fluidml-xc: error: FLUIDML_XC_CACHE_LIMIT='2 gigs' is not a size"), err

@@ -1,6 +1,6 @@
 """Compiled kernels on disk, keyed by their content (issue #27): one file per key under
 cache_root()/kernels/<key[:2]>/<key>, checked by a sha256 on every read, written atomically, pruned least
-recently used first when over a size limit ($FLUIDML_XC_CACHE_LIMIT, default 1 GiB).
+recently used first when over a size limit ($FLUIDML_XC_CACHE_LIMIT, default 1 GiB; `_enforce_limit`).
 
 An entry is a header (magic, format version, payload length, sha256 of the payload) and the payload. A writer
 fills a temporary file in the entry's directory and renames it over the entry, so readers in other processes
@@ -105,8 +105,10 @@ class KernelCache:
 
     def __init__(self, settings: CacheSettings | None = None):
         self.settings = settings or default_settings()
-        self._bytes: int | None = None
-        """Entry bytes as last counted plus what this object stored since (None: not counted yet)."""
+        self._counted: int | None = None
+        """Entry bytes at the last count (None: not counted yet)."""
+        self._unchecked = 0
+        """Bytes this object stored since that count."""
 
     @property
     def root(self) -> Path:
@@ -155,13 +157,19 @@ class KernelCache:
         except OSError as exc:
             _warn_once("store a kernel in " + str(self.root), exc)
             return False
-        if self._bytes is None:
-            self._bytes = self._count()
-        else:
-            self._bytes += len(blob)
-        if self._bytes > self.settings.limit_bytes:
-            self.prune(self.settings.limit_bytes - self.settings.limit_bytes // 10)
+        self._enforce_limit(len(blob))
         return True
+
+    def _enforce_limit(self, stored: int) -> None:
+        """Count the entries on the first put, after every tenth of the limit stored, and when the count plus what
+        was stored since passes the limit; over it, prune to 90 %. So N processes storing at once overshoot the
+        limit by at most N tenths of it."""
+        limit = self.settings.limit_bytes
+        self._unchecked += stored
+        if self._counted is None or self._unchecked > limit // 10 or self._counted + self._unchecked > limit:
+            self._counted, self._unchecked = self._count(), 0
+            if self._counted > limit:
+                self.prune(limit - limit // 10)
 
     @staticmethod
     def _write(path: Path, blob: bytes) -> None:
@@ -231,7 +239,7 @@ class KernelCache:
                 break
             if _unlink(entry.path):
                 freed += entry.size
-        self._bytes = total - freed
+        self._counted, self._unchecked = total - freed, 0
         return freed
 
     def clear(self) -> int:
@@ -245,7 +253,7 @@ class KernelCache:
                 shard.rmdir()
             except OSError:
                 pass
-        self._bytes = 0
+        self._counted, self._unchecked = 0, 0
         return removed
 
 

@@ -5,7 +5,7 @@ Each build runs in a fresh Python process through `build_model` (what `build --t
 stage). Cold: $FLUIDML_XC_CACHE is an empty directory, except the C runtime for the board, built beforehand
 (the issue's definition: a one-time cost, announced); warm: the same model built again with that cache. Models:
 the ONNX files given, onnx's light model zoo (`--light`, default all that onnx ships), the PicoDet-like
-detector of tests/detector_model.py (`--no-detector` to skip).
+detector of tests/detector_model.py (`--no-detector` to skip) and with `--yolo` its YOLOv8n-sized one.
 
     python benchmarks/build_time.py /work/models/mobilenetv2.onnx [--boards x86_64,rpi4] [--light none] [--json]
 """
@@ -30,7 +30,7 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "toolkit"))
 sys.path.insert(0, str(ROOT / "tests"))
-from detector_model import detector  # noqa: E402
+from detector_model import detector, yolov8n_like  # noqa: E402
 from fluidml_xc.target.boards import Board, get_board  # noqa: E402
 from fluidml_xc.target.cpus import cache_root  # noqa: E402
 
@@ -163,10 +163,11 @@ def models(args: argparse.Namespace, work: Path) -> list[Path]:
     if args.light != "none" and LIGHT.is_dir():
         wanted = None if args.light == "all" else set(args.light.split(","))
         paths += [p for p in sorted(LIGHT.glob("light_*.onnx")) if wanted is None or p.stem[6:] in wanted]
-    if not args.no_detector:
-        path = work / "detector.onnx"
-        onnx.save(detector(), str(path))
-        paths.append(path)
+    made = {"detector": not args.no_detector, "yolov8n": args.yolo}
+    for name, make in (("detector", detector), ("yolov8n", yolov8n_like)):
+        if made[name]:
+            paths.append(work / f"{name}.onnx")
+            onnx.save(make(), str(paths[-1]))
     return paths
 
 
@@ -213,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boards", default="x86_64,rpi4", help="comma-separated (default x86_64,rpi4)")
     ap.add_argument("--light", default="all", help="onnx's light models: all (default), none, or names (resnet50,...)")
     ap.add_argument("--no-detector", action="store_true", help="skip the PicoDet-like detector")
+    ap.add_argument("--yolo", action="store_true", help="add the YOLOv8n-sized detector of tests/detector_model.py")
     ap.add_argument("--others", default="iree,tvm", help="external compilers to time beside ours: iree,tvm or none")
     ap.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     args = ap.parse_args(argv)

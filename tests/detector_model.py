@@ -4,7 +4,8 @@ ESNet/ShuffleNetV2-like backbone of depthwise/pointwise blocks (channel split, s
 (3 depthwise 3x3 + pointwise 1x1 pairs, then class and box convs): 100 Convs, random weights from a fixed seed.
 Outputs: `scores` [1, N, CLASSES] (sigmoid) and `boxes` [1, N, 4 * BINS] over the N anchor points of all levels.
 
-`python tests/detector_model.py OUT.onnx` writes it (benchmarks/build_time.py imports it)."""
+`yolov8n_like` is a YOLOv8n-sized detector (640x640, C2f blocks, SPPF, PAN, decoupled heads, DFL: 64 Convs).
+`python tests/detector_model.py OUT.onnx [yolo]` writes one (benchmarks/build_time.py imports both)."""
 from __future__ import annotations
 
 import sys
@@ -17,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 INPUT = (1, 3, 800, 608)
 STAGES = ((96, 3), (192, 7), (384, 3))
 """Backbone stages at /8, /16, /32: output channels and stride-1 blocks after the stride-2 one."""
+INPUT_YOLO = (1, 3, 640, 640)
 NECK = 128
 CLASSES = 5
 BINS = 8
@@ -154,7 +156,81 @@ def detector(seed: int = 27) -> onnx.ModelProto:
     return model
 
 
+def _silu_conv(net: _Net, x: str, cin: int, cout: int, k: int = 1, stride: int = 1) -> str:
+    """Ultralytics' Conv (BatchNorm folded) with SiLU as exported: Conv, Sigmoid, Mul."""
+    y = net.conv(x, cin, cout, k, stride, act=None)
+    return net.node("Mul", [y, net.node("Sigmoid", [y])])
+
+
+def _c2f(net: _Net, x: str, cin: int, cout: int, n: int, shortcut: bool) -> str:
+    """YOLOv8's C2f: a 1x1 conv split in two halves, N bottlenecks (two 3x3 convs) on the second, all concatenated."""
+    half = cout // 2
+    y = _silu_conv(net, x, cin, cout)
+    split = net.name("split")
+    parts = [split + "_0", split + "_1"]
+    net.nodes.append(helper.make_node("Split", [y, net.const(np.array([half, half], np.int64), "split")], parts,
+                                      name=split, axis=1))
+    for _ in range(n):
+        b = _silu_conv(net, _silu_conv(net, parts[-1], half, half, 3), half, half, 3)
+        parts.append(net.node("Add", [parts[-1], b]) if shortcut else b)
+    return _silu_conv(net, net.node("Concat", parts, axis=1), (2 + n) * half, cout)
+
+
+def _sppf(net: _Net, x: str, channels: int) -> str:
+    y = [_silu_conv(net, x, channels, channels // 2)]
+    for _ in range(3):
+        y.append(net.node("MaxPool", [y[-1]], kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]))
+    return _silu_conv(net, net.node("Concat", y, axis=1), 2 * channels, channels)
+
+
+def _yolo_detect(net: _Net, levels: list[tuple[str, int]], classes: int, bins: int = 16) -> None:
+    """Decoupled heads (box: 3x3, 3x3, 1x1 to 4 * BINS; class: 3x3, 3x3, 1x1) and the DFL as exported: softmax
+    over the bins, a fixed 1x1 conv with weights 0..BINS-1. -> output0 [1, 4 + classes, N]."""
+    boxes, scores = [], []
+    flat = net.const(np.array([1, 0, -1], np.int64), "shape")
+    for x, c in levels:
+        box = _silu_conv(net, _silu_conv(net, x, c, 64, 3), 64, 64, 3)
+        cls = _silu_conv(net, _silu_conv(net, x, c, classes, 3), classes, classes, 3)
+        boxes.append(net.node("Reshape", [net.conv(box, 64, 4 * bins, act=None), flat]))
+        scores.append(net.node("Reshape", [net.conv(cls, classes, classes, act=None), flat]))
+    box = net.node("Concat", boxes, axis=2)
+    n = sum((INPUT_YOLO[2] // s) * (INPUT_YOLO[3] // s) for s in (8, 16, 32))
+    dist = net.node("Reshape", [box, net.const(np.array([1, 4, bins, n], np.int64), "shape")])
+    prob = net.node("Softmax", [net.node("Transpose", [dist], perm=[0, 2, 1, 3])], axis=1)
+    dfl = net.const(np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1), "dfl")
+    sides = net.node("Reshape", [net.node("Conv", [prob, dfl]), net.const(np.array([1, 4, n], np.int64), "shape")])
+    probs = net.node("Sigmoid", [net.node("Concat", scores, axis=2)])
+    net.nodes.append(helper.make_node("Concat", [sides, probs], ["output0"], name="output0", axis=1))
+
+
+def yolov8n_like(seed: int = 8, classes: int = 80) -> onnx.ModelProto:
+    """A YOLOv8n-sized detector (width 0.25, depth 0.33): images [1, 3, 640, 640] -> output0 [1, 84, 8400];
+    64 Convs, 3.2 M weights, random from a fixed seed."""
+    net = _Net(np.random.default_rng(seed))
+    x = _silu_conv(net, _silu_conv(net, "images", 3, 16, 3, 2), 16, 32, 3, 2)
+    x = _c2f(net, x, 32, 32, 1, True)
+    p3 = _c2f(net, _silu_conv(net, x, 32, 64, 3, 2), 64, 64, 2, True)
+    p4 = _c2f(net, _silu_conv(net, p3, 64, 128, 3, 2), 128, 128, 2, True)
+    p5 = _sppf(net, _c2f(net, _silu_conv(net, p4, 128, 256, 3, 2), 256, 256, 1, True), 256)
+    scales = net.const(np.array([1, 1, 2, 2], np.float32), "scales")
+
+    def up(t: str) -> str:
+        return net.node("Resize", [t, "", scales], mode="nearest")
+    n4 = _c2f(net, net.node("Concat", [up(p5), p4], axis=1), 384, 128, 1, False)
+    o3 = _c2f(net, net.node("Concat", [up(n4), p3], axis=1), 192, 64, 1, False)
+    o4 = _c2f(net, net.node("Concat", [_silu_conv(net, o3, 64, 64, 3, 2), n4], axis=1), 192, 128, 1, False)
+    o5 = _c2f(net, net.node("Concat", [_silu_conv(net, o4, 128, 128, 3, 2), p5], axis=1), 384, 256, 1, False)
+    _yolo_detect(net, [(o3, 64), (o4, 128), (o5, 256)], classes)
+    graph = helper.make_graph(net.nodes, "yolov8n_like",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, INPUT_YOLO)],
+                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 4 + classes, 8400])],
+                              net.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="fluidml-xc tests")
+    model.ir_version = 8
+    return model
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tests/detector_model.py OUT.onnx")
-    onnx.save(detector(), sys.argv[1])
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["yolo"]):
+        sys.exit("usage: python tests/detector_model.py OUT.onnx [yolo]")
+    onnx.save(yolov8n_like() if sys.argv[2:] else detector(), sys.argv[1])

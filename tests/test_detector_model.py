@@ -1,5 +1,5 @@
-"""The PicoDet-like detector that benchmarks/build_time.py builds (tests/detector_model.py, issue #27): valid
-ONNX of the promised structure and size, and ONNX Runtime runs it."""
+"""The PicoDet-like detector and the YOLOv8n-sized one that benchmarks/build_time.py builds (tests/detector_model.py,
+issue #27): valid ONNX of the promised structure and size, and ONNX Runtime runs them."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from detector_model import BINS, CLASSES, INPUT, anchor_points, detector
+from detector_model import BINS, CLASSES, INPUT, INPUT_YOLO, anchor_points, detector, yolov8n_like
 
 
 def test_detector_is_valid_onnx_of_the_promised_structure():
@@ -32,3 +32,15 @@ def test_detector_runs_in_onnxruntime():
     assert anchor_points() == 100 * 76 + 50 * 38 + 25 * 19 + 13 * 10
     assert np.isfinite(boxes).all() and ((scores >= 0) & (scores <= 1)).all()
     assert scores.std() > 0.01 and boxes.std() > 0.01
+
+
+def test_yolov8n_like_is_valid_and_runs_in_onnxruntime():
+    model = yolov8n_like()
+    onnx.checker.check_model(model, full_check=True)
+    ops = Counter(n.op_type for n in model.graph.node)
+    assert ops["Conv"] == 64 and ops["Split"] == 8 and ops["MaxPool"] == 3
+    assert 3.0e6 < sum(np.prod(t.dims) for t in model.graph.initializer) < 3.3e6
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {"images": np.random.default_rng(0).standard_normal(INPUT_YOLO).astype(np.float32)})
+    assert out.shape == (1, 84, 8400) and np.isfinite(out).all()
+    assert ((out[:, 4:] >= 0) & (out[:, 4:] <= 1)).all() and (out[:, :4] >= 0).all() and (out[:, :4] <= 15).all()

@@ -7,7 +7,7 @@ stage). Cold: $FLUIDML_XC_CACHE is an empty directory, except the C runtime for 
 the ONNX files given, onnx's light model zoo (`--light`, default all that onnx ships), the PicoDet-like
 detector of tests/detector_model.py (`--no-detector` to skip) and with `--yolo` its YOLOv8n-sized one.
 
-    python benchmarks/build_time.py /work/models/mobilenetv2.onnx [--boards x86_64,rpi4] [--light none] [--json]
+    python benchmarks/build_time.py mobilenetv2.onnx bert_tiny.onnx [--boards x86_64,rpi4] [--light none] [--yolo] [--json]
 """
 from __future__ import annotations
 

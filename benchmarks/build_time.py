@@ -208,6 +208,11 @@ def table(rows: list[Row], others: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _machine_line(machine: dict) -> str:
+    return (f"machine: {machine['cpus']} cpus, load average {machine['load_before']} before, {machine['load_after']} "
+            "after (1, 5, 15 min; above the cpu count: other work shared the machine)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="ONNX files (the shared models)")
@@ -217,7 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--yolo", action="store_true", help="add the YOLOv8n-sized detector of tests/detector_model.py")
     ap.add_argument("--others", default="iree,tvm", help="external compilers to time beside ours: iree,tvm or none")
     ap.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
+    ap.add_argument("--show", metavar="FILE", help="print the table of a saved --json output and exit")
     args = ap.parse_args(argv)
+    if args.show:
+        data = json.loads(Path(args.show).read_text())
+        rows = [Row(**{**r, **{k: Build(**r[k]) if r[k] else None for k in ("cold", "warm")}}) for r in data["rows"]]
+        print(table(rows, list(rows[0].others) if rows else []))
+        print(_machine_line(data["machine"]))
+        return 0
     others = [] if args.others == "none" else args.others.split(",")
     unknown = [o for o in others if o not in EXTERNAL]
     if unknown:
@@ -236,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"machine": machine, "rows": [asdict(r) for r in rows]}, indent=1))
     else:
         print(table(rows, others))
-        print(f"machine: {machine['cpus']} cpus, load average {machine['load_before']} before, "
-              f"{machine['load_after']} after (a shared machine: other work ran beside these builds)")
+        print(_machine_line(machine))
     return 1 if any(r.error for r in rows) else 0
 
 

@@ -62,6 +62,119 @@ def base_models() -> list[onnx.ModelProto]:
     return models
 
 
+@dataclass(frozen=True)
+class DynamicBase:
+    """A small model with symbolic dims, built once over `ranges` (symbol -> (lo, hi)) with --dim."""
+    name: str
+    model: onnx.ModelProto
+    ranges: dict[str, tuple[int, int]]
+    inputs: dict[str, tuple[int | str, ...]]
+
+    def dim_args(self) -> list[str]:
+        return [a for s, (lo, hi) in self.ranges.items() for a in ("--dim", f"{s}={lo}..{hi}")]
+
+    def feeds(self, sizes: dict[str, int], seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {name: rng.standard_normal([sizes[d] if isinstance(d, str) else d for d in dims]).astype(np.float32)
+                for name, dims in self.inputs.items()}
+
+    def in_range(self, feeds: dict[str, np.ndarray]) -> bool:
+        """Whether float32 feeds (either byte order) of these shapes bind every symbol to one in-range size (what
+        a run must accept)."""
+        bound: dict[str, int] = {}
+        for name, dims in self.inputs.items():
+            shape = feeds[name].shape
+            if len(shape) != len(dims) or feeds[name].dtype.str[1:] != "f4":
+                return False
+            for d, n in zip(dims, shape):
+                if isinstance(d, int) and d != n or isinstance(d, str) and bound.setdefault(d, n) != n:
+                    return False
+        return all(lo <= bound[s] <= hi for s, (lo, hi) in self.ranges.items())
+
+
+def dynamic_base_models() -> list[DynamicBase]:
+    """A sequence model (MatMul, Softmax, LayerNormalization; two inputs share `seq`), an image model (Conv, MaxPool,
+    AveragePool over H and W) and a batch range (Gemm over N)."""
+    rng = np.random.default_rng(1)
+    f32 = lambda *s: numpy_helper.from_array(rng.standard_normal(s).astype(np.float32))  # noqa: E731
+
+    def init(name, *shape):
+        tensor = f32(*shape)
+        tensor.name = name
+        return tensor
+
+    seq = _finish([helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "k"], ["a"]),
+                   helper.make_node("Softmax", ["a"], ["s"], axis=-1),
+                   helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1)],
+                  [_vi("x", [1, "seq", 16]), _vi("k", [1, "seq", 8])], [_vi("y", [1, "seq", 8])],
+                  [init("W", 16, 8), init("g", 8), init("b", 8)])
+    image = _finish([helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                     helper.make_node("Relu", ["c"], ["r"]),
+                     helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                     helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 1],
+                                      count_include_pad=0)],
+                    [_vi("x", [1, 2, "H", "W"])], [_vi("y", [1, 3, "Hp", "Wp"])], [init("W", 3, 2, 3, 3), init("B", 3)])
+    batch = _finish([helper.make_node("Gemm", ["x", "W", "B"], ["g"], transB=1), helper.make_node("Relu", ["g"], ["y"])],
+                    [_vi("x", ["N", 8])], [_vi("y", ["N", 5])], [init("W", 5, 8), init("B", 5)])
+    return [DynamicBase("sequence", seq, {"seq": (3, 20)}, {"x": (1, "seq", 16), "k": (1, "seq", 8)}),
+            DynamicBase("image", image, {"H": (4, 13), "W": (4, 13)}, {"x": (1, 2, "H", "W")}),
+            DynamicBase("batch", batch, {"N": (1, 5)}, {"x": ("N", 8)})]
+
+
+def _with_shape(npy: bytes, shape: tuple[int, ...]) -> bytes:
+    """The .npy file `npy` with a well-formed header claiming `shape` (its payload unchanged)."""
+    source = io.BytesIO(npy)
+    np.lib.format.read_magic(source)
+    _, fortran, dtype = np.lib.format.read_array_header_1_0(source)
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": fortran,
+                                               "shape": shape})
+    return out.getvalue() + npy[source.tell():]
+
+
+def dynamic_edge_feeds(base: DynamicBase, rng: random.Random, extra: int) -> list[tuple[str, dict[str, bytes], bool]]:
+    """(what, input -> .npy bytes, must run) around the edges of every range: each symbol at min-1, min, min+1,
+    max-1, max, max+1 and 0 (the others in range), a huge dim in the header, a wrong rank, a fixed dim changed,
+    two inputs giving a symbol two sizes, a truncated file; then `extra` mutations (tests/fuzzing.mutate_npy) of
+    in-range feeds. `must run`: the feeds are in range, so the run must accept them."""
+    mid = {s: (lo + hi) // 2 for s, (lo, hi) in base.ranges.items()}
+
+    def case(what, sizes, edit=None):
+        arrays = base.feeds(sizes, rng.randrange(1 << 30))
+        if edit:
+            edit(arrays)
+        return what, {n: npy_bytes(a) for n, a in arrays.items()}, base.in_range(arrays)
+
+    first, dims = next(iter(base.inputs.items()))
+    cases = []
+    for s, (lo, hi) in base.ranges.items():
+        for n in sorted({lo - 1, lo, lo + 1, hi - 1, hi, hi + 1, 0}):
+            cases.append(case(f"{s}={n}", {**mid, s: max(n, 0)}))
+    fixed = next(i for i, d in enumerate(dims) if isinstance(d, int)) if any(isinstance(d, int) for d in dims) else None
+    cases.append(case("wrong rank", mid, lambda a: a.update({first: a[first][..., None]})))
+    if fixed is not None:
+        cases.append(case(f"fixed dim {fixed} changed", mid, lambda a: a.update({first: np.concatenate([a[first]] * 2, fixed)})))
+    shared = [s for s in base.ranges if sum(s in d for d in base.inputs.values()) > 1]
+    for s in shared:
+        other = [n for n, d in base.inputs.items() if s in d][1]
+        lo, hi = base.ranges[s]
+        edit = lambda a, o=other, ax=base.inputs[other].index(s): a.update({o: np.take(a[o], range(a[o].shape[ax] - 1), ax)})
+        cases.append(case(f"inputs disagree on {s}", {**mid, s: lo + 1}, edit))
+    what, members, _ = case("in range", mid)
+    symbol = next(i for i, d in enumerate(dims) if isinstance(d, str))
+    shape = tuple(mid[d] if isinstance(d, str) else d for d in dims)
+    huge = tuple(2 ** 40 if i == symbol else n for i, n in enumerate(shape))
+    cases.append(("huge dim", {**members, first: _with_shape(members[first], huge)}, False))
+    cases.append(("truncated .npy", {**members, first: members[first][:-7]}, False))
+    for _ in range(extra):
+        sizes = {s: rng.randint(lo, hi) for s, (lo, hi) in base.ranges.items()}
+        what, members, _ = case("", sizes)
+        name = rng.choice(sorted(members))
+        members[name], what = mutate_npy(members[name], rng)
+        cases.append((f"{name}: {what}", members, False))
+    return cases
+
+
 # ------------------------------------------------------------------------------------------- model mutations
 
 INTS = [-(2 ** 62), -(2 ** 31), -7, -3, -2, -1, 0, 1, 2, 3, 5, 7, 64, 2 ** 31, 2 ** 40, 2 ** 62]

@@ -214,22 +214,10 @@ def test_artifact_runs_under_qemu(board, board_runner, tmp_path):
 
 def _sanitized_runner(host_artifact, tmp_path):
     """The dynamic artifact's runner rebuilt with AddressSanitizer + UBSan: (build result, model, runner path)."""
-    from test_fuzz import SANITIZE, sanitizer_compiler
-    from fluidml_xc.emit.link import LIBRARY_SOURCES
-    from fluidml_xc.resources import data_dir
+    from test_fuzz import sanitized_runner
 
-    if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("sanitizer builds run on x86_64 hosts")
-    cc = sanitizer_compiler(tmp_path)
-    if cc is None:
-        pytest.fail("no compiler here builds working AddressSanitizer programs (apt-get install gcc libasan8)")
     result, model = host_artifact
-    art, src = result.artifact, data_dir("runtime_c")
-    runner = tmp_path / "runner_asan"
-    subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
-                    *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), "-lm",
-                    "-lpthread", "-o", str(runner)], check=True, capture_output=True, timeout=300)
-    return result, model, runner
+    return result, model, sanitized_runner(result.artifact, tmp_path)
 
 
 def test_runner_under_asan_and_ubsan_at_the_range_edges(host_artifact, tmp_path):

@@ -12,17 +12,21 @@ import random
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
-from fuzzing import (Worker, base_models, mutate_model, mutate_npy, mutate_npz, npy_bytes,
-                     one_error_line, oracle, our_temporaries)
+from fuzzing import (Worker, base_models, dynamic_base_models, dynamic_edge_feeds, mutate_model, mutate_npy, mutate_npz,
+                     npy_bytes, one_error_line, oracle, our_temporaries)
 
 FUZZ_MODELS = 240
 FUZZ_FEEDS = 120
 FUZZ_NPY = 300
+FUZZ_DYNAMIC = 24
+"""Random .npy mutations of in-range feeds, split over the dynamic models (beside their fixed edge cases)."""
 SEED = 11
 
 
@@ -234,11 +238,24 @@ def sanitizer_compiler(tmp_path: Path) -> list[str] | None:
     return None
 
 
-def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_artifact):
-    """The reader's fuzz cases through npy.c and through a whole runner, both built with ASan + UBSan."""
-    import platform
+def sanitized_runner(art: Path, tmp_path: Path, cc: list[str] | None = None) -> Path:
+    """The artifact's runner rebuilt with AddressSanitizer + UBSan (runner, runtime, glue and model.o) by `cc`
+    (default: sanitizer_cc)."""
     from fluidml_xc.emit.link import LIBRARY_SOURCES
     from fluidml_xc.resources import data_dir
+
+    cc = cc or sanitizer_cc(tmp_path)
+    src = data_dir("runtime_c")
+    runner = tmp_path / f"runner_asan_{art.name}"
+    subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
+                    *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), "-lm",
+                    "-lpthread", "-o", str(runner)], check=True, capture_output=True, timeout=300)
+    return runner
+
+
+def sanitizer_cc(tmp_path: Path) -> list[str]:
+    """sanitizer_compiler's choice; skips off x86_64, fails when no compiler here builds ASan programs."""
+    import platform
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("sanitizer builds run on x86_64 hosts")
@@ -246,6 +263,18 @@ def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_
     if cc is None:
         pytest.fail("no compiler here builds working AddressSanitizer programs (zig cc lacks the ASan runtime; "
                     "apt-get install gcc libasan8)")
+    return cc
+
+
+def _sanitizer_report(stderr: str) -> bool:
+    return "Sanitizer" in stderr or "runtime error" in stderr
+
+
+def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_artifact):
+    """The reader's fuzz cases through npy.c and through a whole runner, both built with ASan + UBSan."""
+    from fluidml_xc.resources import data_dir
+
+    cc = sanitizer_cc(tmp_path)
     art, bias = add_relu_artifact
     src = data_dir("runtime_c")
     driver = tmp_path / "drv.c"
@@ -260,14 +289,10 @@ def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_
     reader = tmp_path / "reader"
     subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", str(driver), str(src / "npy.c"), "-o", str(reader)],
                    check=True, capture_output=True, timeout=300)
-    runner = tmp_path / "runner_asan"
-    runtime = [str(src / name) for name in LIBRARY_SOURCES if name != "npy.c"]
-    subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
-                    str(src / "npy.c"), *runtime, str(art / "model_glue.c"), str(art / "model.o"), "-lm", "-lpthread",
-                    "-o", str(runner)], check=True, capture_output=True, timeout=300)
+    runner = sanitized_runner(art, tmp_path, cc)
     cases = _npy_cases(_cases(request, FUZZ_NPY), tmp_path, _seed(request))
     proc = subprocess.run([str(reader), *[str(p) for p, _ in cases]], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0 and not _sanitizer_report(proc.stderr), proc.stderr[-3000:]
     total, refused = map(int, proc.stdout.split())
     assert total == len(cases) and 0 < refused < total
     failures = []
@@ -275,9 +300,109 @@ def test_npy_reader_and_runner_under_asan_and_ubsan(request, tmp_path, add_relu_
         out = path.with_suffix(".out.npy")
         run = subprocess.run([str(runner), "-i", str(path), "-o", str(out)], capture_output=True, text=True, errors="replace",
                              timeout=120)
-        if "Sanitizer" in run.stderr or "runtime error" in run.stderr:
+        if _sanitizer_report(run.stderr):
             failures.append(f"{path.name} ({what}): {run.stderr[-1500:]}")
         elif verdict := _runner_verdict(run, path, out, bias, "runner: error: "):
             failures.append(f"{path.name} ({what}): {verdict}")
         out.unlink(missing_ok=True)
     _report(f"ASan+UBSan runner ({' '.join(cc[-3:])}), {len(cases)} .npy cases", collections.Counter(refused=refused), failures)
+
+
+# ------------------------------------------------------------------------- dynamic builds at the edges of a range
+
+
+@pytest.fixture(scope="module")
+def dynamic_artifacts(tmp_path_factory):
+    """Each of fuzzing.dynamic_base_models built once over its ranges: [(base, artifact dir)]."""
+    from fluidml_xc.cli import main
+
+    work = tmp_path_factory.mktemp("fuzzdyn")
+    built = []
+    for base in dynamic_base_models():
+        onnx.save(base.model, str(work / f"{base.name}.onnx"))
+        art = work / base.name
+        assert main(["build", str(work / f"{base.name}.onnx"), "-o", str(art), *base.dim_args(), "--no-profile-runner"]) == 0
+        built.append((base, art))
+    return built
+
+
+def _edge_cases(request, base):
+    return dynamic_edge_feeds(base, random.Random(_seed(request) + 3), _cases(request, FUZZ_DYNAMIC) // 3)
+
+
+def _accepted_verdict(base, feeds: dict[str, np.ndarray], got: list[np.ndarray]) -> str | None:
+    if not base.in_range(feeds):
+        return f"accepted shapes {[f.shape for f in feeds.values()]} outside the ranges {base.ranges}"
+    want = oracle(base.model.SerializeToString(), {n: f.astype(np.float32) for n, f in feeds.items()})
+    return None if len(want) == len(got) and all(_close(g, w) for g, w in zip(got, want)) else "outputs differ from ORT"
+
+
+def test_fuzz_dynamic_run_at_range_edges(request, tmp_path, dynamic_artifacts):
+    """`run` on feeds around each range's edges: exit 0 with ORT's outputs (every in-range feed must run), or
+    exit 2 with one line and no output file."""
+    from fluidml_xc.npyio import load_npz
+
+    worker = Worker()
+    counts: collections.Counter = collections.Counter()
+    failures: list[str] = []
+    try:
+        for base, art in dynamic_artifacts:
+            for k, (what, members, must_run) in enumerate(_edge_cases(request, base)):
+                case = tmp_path / f"{base.name}{k}"
+                case.mkdir()
+                with zipfile.ZipFile(case / "in.npz", "w") as archive:
+                    for name, data in members.items():
+                        archive.writestr(f"{name}.npy", data)
+                result = worker.run(case, "run", str(art), "--inputs", "in.npz", "--outputs", "out.npz", "--timeout", "60")
+                tag = f"{base.name} case {k} ({what})"
+                if result.code == 0:
+                    got = load_npz(case / "out.npz")
+                    verdict = _accepted_verdict(base, load_npz(case / "in.npz"), list(got.values()))
+                    counts["ran, outputs match ORT"] += verdict is None
+                elif result.code == 2 and one_error_line(result.stderr) is not None:
+                    verdict = "refused an in-range feed" if must_run else None
+                    verdict = verdict or ("refused but wrote out.npz" if (case / "out.npz").exists() else None)
+                    counts["refused (exit 2)"] += 1
+                else:
+                    verdict = f"exit {result.code}: {result.stderr[-800:]!r}"
+                if verdict:
+                    failures.append(f"{tag}: {verdict}")
+    finally:
+        worker.close()
+    _report("dynamic run fuzz at the range edges", counts, failures)
+
+
+def test_fuzz_dynamic_runner_under_asan_at_range_edges(request, tmp_path, dynamic_artifacts):
+    """The same feeds as .npy files through each dynamic artifact's runner built with ASan + UBSan: no sanitizer
+    report; exit 0 with ORT's outputs, or exit 2 with one `runner: error:` line and no output file."""
+    cc = sanitizer_cc(tmp_path)
+    counts: collections.Counter = collections.Counter()
+    failures: list[str] = []
+    for base, art in dynamic_artifacts:
+        runner = sanitized_runner(art, tmp_path, cc)
+        for k, (what, members, must_run) in enumerate(_edge_cases(request, base)):
+            paths = [tmp_path / f"{base.name}{k}.{name}.npy" for name in base.inputs]
+            for path, name in zip(paths, base.inputs):
+                path.write_bytes(members[name])
+            out = tmp_path / f"{base.name}{k}.out.npy"
+            proc = subprocess.run([str(runner), *[a for p in paths for a in ("-i", str(p))], "-o", str(out)],
+                                  capture_output=True, text=True, errors="replace", timeout=120)
+            lines = [line for line in proc.stderr.splitlines() if line.strip()]
+            if _sanitizer_report(proc.stderr):
+                verdict = proc.stderr[-1500:]
+            elif proc.returncode == 0:
+                try:
+                    feeds = {name: np.load(p, allow_pickle=False) for p, name in zip(paths, base.inputs)}
+                except Exception:
+                    feeds = None
+                verdict = _accepted_verdict(base, feeds, [np.load(out)]) if feeds else "accepted a file numpy cannot read"
+                counts["ran, outputs match ORT"] += verdict is None
+            elif proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("runner: error: "):
+                verdict = "refused an in-range feed" if must_run else ("refused but wrote" if out.exists() else None)
+                counts["refused (exit 2)"] += 1
+            else:
+                verdict = f"exit {proc.returncode}: {proc.stderr[-500:]!r}"
+            if verdict:
+                failures.append(f"{base.name} case {k} ({what}): {verdict}")
+            out.unlink(missing_ok=True)
+    _report("dynamic runners under ASan+UBSan at the range edges", counts, failures)

@@ -7,7 +7,6 @@ listed twice. Feeds outside the range, a fixed dim given another size and one sy
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 
 import numpy as np

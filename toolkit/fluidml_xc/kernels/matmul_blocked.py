@@ -174,13 +174,14 @@ def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body
     return True
 
 
-def _ranged(k, rng, full: int, has_rest: bool, each, rest) -> None:
-    """each(i) for full units i in [lo, min(hi, full)), then rest() when the range reaches the partial unit."""
+def ranged_blocks(k, rng, full, has_rest: bool, each, rest) -> None:
+    """each(i) for full units i in [lo, min(hi, full)), then rest() when the range reaches the partial unit; `full`
+    an int or a run-time value."""
     lo, hi = rng
-    with k.for_range(k.imin(hi, k.index(full)), lo) as i:
+    with k.for_range(k.imin(hi, k.as_index(full)), lo) as i:
         each(i)
     if has_rest:
-        with k.b.if_then(k.b.icmp_signed(">", hi, k.index(full))):
+        with k.b.if_then(k.b.icmp_signed(">", hi, k.as_index(full))):
             rest()
 
 
@@ -245,6 +246,143 @@ def i32(v: int):
     return ir.Constant(ir.IntType(32), v)
 
 
+def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx, widths: list[int]) -> list:
+    """The accumulators (per row, one vector per width) of one mr x sum(widths) outer-product tile of C at
+    (i0, col0) over kk steps of K: an int, or a run-time value (kernels/matmul_runtime.py). B is P.b: its panel pidx
+    of nr columns when packed, else read at col0."""
+    dt, a, b = P.dtype, P.a, P.b
+    ab, bb, _ = bases
+    slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
+    if b.panel:
+        bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
+    else:
+        bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
+        bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
+    arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
+    with k.for_range(kk) as kv:
+        bk = mul_index(k, kv, kstride)
+        bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
+        ak = mul_index(k, kv, a.cs)
+        for r in range(mr):
+            av = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], ak)], inbounds=True))
+            splats = {}
+            for g, w in enumerate(widths):
+                if w not in splats:
+                    splats[w] = k.splat(av, w)
+                k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+    return slots
+
+
+def store_tile(k, P: Problem, slots, cb, i0, mr: int, col0, widths: list[int], valid, scratch=None) -> None:
+    """C[i0 + r, col0 + q] for q < valid from outer_accumulate's slots, through the epilogue and the residual.
+    `valid` an int, or a run-time count (kernels/matmul_runtime.py): then each vector group is stored whole when
+    all its columns are valid, else element by element through `scratch` (a stack vector)."""
+    dt, c = P.dtype, P.c
+    for r in range(mr):
+        row = add_index(k, i0, r)
+        crow = add_index(k, cb, mul_index(k, row, c.rs))
+        off = 0
+        for g, w in enumerate(widths):
+            if not isinstance(valid, int):
+                _store_valid(k, P, k.b.load(slots[r][g]), row, crow, add_index(k, col0, off), w, k.b.sub(valid, k.index(off)),
+                             scratch)
+                off += w
+                continue
+            count = min(w, valid - off)
+            if count <= 0:
+                break
+            col = add_index(k, col0, off)
+            acc = epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
+            at = add_index(k, crow, mul_index(k, col, c.cs))
+            acc = add_residual(k, P, acc, at, c.cs, w, count)
+            k.vscatter(acc, c.ptr, dt, at, c.cs, count)
+            off += w
+
+
+def _store_valid(k, P: Problem, vec, row, crow, col0, w: int, valid, scratch) -> None:
+    """One vector group of a row at col0 whose first `valid` columns (a run-time count) are stored."""
+    dt, c = P.dtype, P.c
+    with k.b.if_else(k.b.icmp_signed(">=", valid, k.index(w))) as (whole, part):
+        with whole:
+            at = add_index(k, crow, mul_index(k, col0, c.cs))
+            acc = add_residual(k, P, epilogue(k, P, vec, row, col0, w, w), at, c.cs, w, w)
+            k.vscatter(acc, c.ptr, dt, at, c.cs)
+        with part:
+            k.vstore(vec, scratch, dt, k.index(0))
+            with k.for_range(valid) as q:
+                col = add_index(k, col0, q)
+                acc = epilogue(k, P, k.b.load(k.b.gep(scratch, [q], inbounds=True)), row, col, 1, 1)
+                at = add_index(k, crow, mul_index(k, col, c.cs))
+                acc = add_residual(k, P, acc, at, c.cs, 1, 1)
+                k.b.store(acc, k.b.gep(c.ptr, [at], inbounds=True))
+
+
+def _dot_tails(k, P: Problem, arows, bcols, kmain, kk) -> list:
+    """Per row, the sums over K in [kmain, kk) per column (what the vector loop left) when kk is a run-time value:
+    one loop emitted before the rows are stored. For an int kk: None per row (_dot_tail unrolls each row's)."""
+    dt, a, b = P.dtype, P.a, P.b
+    if isinstance(kk, int):
+        return [None] * len(arows)
+    slots = [[k.local(llvm_type(dt), const(dt, 0)) for _ in bcols] for _ in arows]
+    with k.for_range(kk, kmain) as kv:
+        xs = [k.b.load(k.b.gep(a.ptr, [add_index(k, arow, kv)], inbounds=True)) for arow in arows]
+        for q, bcol in enumerate(bcols):
+            y = k.b.load(k.b.gep(b.ptr, [add_index(k, bcol, kv)], inbounds=True))
+            for r in range(len(arows)):
+                k.b.store(fma(k, k.b.load(slots[r][q]), xs[r], y), slots[r][q])
+    return [[k.b.load(s) for s in row] for row in slots]
+
+
+def _dot_tail(k, P: Problem, arow, bcols, kmain: int, kk: int) -> list:
+    """One row's sums over K in [kmain, kk) per column, unrolled."""
+    tails = []
+    for bcol in bcols:
+        t = const(P.dtype, 0)
+        for kv in range(kmain, kk):
+            x = k.b.load(k.b.gep(P.a.ptr, [add_index(k, arow, kv)], inbounds=True))
+            y = k.b.load(k.b.gep(P.b.ptr, [add_index(k, bcol, kv)], inbounds=True))
+            t = fma(k, t, x, y)
+        tails.append(t)
+    return tails
+
+
+def dot_tile(k, P: Problem, kk, bases, i0, mr: int, j0, nc: int) -> None:
+    """One mr x nc dot-product tile of C at (i0, j0) over kk steps of K (an int, or a run-time value): a loop over
+    K's whole vectors, a scalar tail, each row reduced and stored through the epilogue and the residual."""
+    dt, V, a, b, c = P.dtype, k.lanes(P.dtype), P.a, P.b, P.c
+    ab, bb, cb = bases
+    kmain = kk // V * V if isinstance(kk, int) else mul_index(k, k.b.udiv(kk, k.index(V)) if V > 1 else kk, V)
+    slots = [[k.local(k.vector_type(dt, V), k.vzero(dt, V)) for _ in range(nc)] for _ in range(mr)]
+    arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
+    bcols = [add_index(k, bb, mul_index(k, add_index(k, j0, q), b.cs)) for q in range(nc)]
+    if not (isinstance(kmain, int) and kmain == 0):
+        with k.for_range(kmain, 0, V) as kv:
+            avs = [k.vload(a.ptr, dt, add_index(k, arows[r], kv), V) for r in range(mr)]
+            for q in range(nc):
+                bv = k.vload(b.ptr, dt, add_index(k, bcols[q], kv), V)
+                for r in range(mr):
+                    k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
+    run_tails = _dot_tails(k, P, arows, bcols, kmain, kk)
+    for r in range(mr):
+        sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])
+        tails = run_tails[r]
+        if tails is None and kmain < kk:
+            tails = _dot_tail(k, P, arows[r], bcols, kmain, kk)
+        if tails is not None:
+            if nc == 1:
+                sums = k.b.fadd(sums, tails[0], flags=FAST)
+            else:
+                vec = k.vzero(dt, nc)
+                for q, t in enumerate(tails):
+                    vec = k.b.insert_element(vec, t, i32(q))
+                sums = k.b.fadd(sums, vec, flags=FAST)
+        row = add_index(k, i0, r)
+        acc = epilogue(k, P, sums, row, j0, nc, nc)
+        at = add_index(k, add_index(k, cb, mul_index(k, row, c.rs)), mul_index(k, j0, c.cs))
+        acc = add_residual(k, P, acc, at, c.cs, nc, nc)
+        k.vscatter(acc, c.ptr, dt, at, c.cs)
+
+
 def _emit_outer(k, P: Problem) -> None:
     dt, V = P.dtype, k.lanes(P.dtype)
     M, N, K = P.m, P.n, P.kk
@@ -259,7 +397,7 @@ def _emit_outer(k, P: Problem) -> None:
             buf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), max(1, K * nr)))
         stack = (src, buf)
         P = replace(P, b=Mat(buf, tuple(0 for _ in P.batch), nr, 1, None, nr))
-    a, b, c = P.a, P.b, P.c
+    b = P.b
     full_p, rem = N // nr, N % nr
 
     def gather_panel(bb, col0, valid):
@@ -275,44 +413,13 @@ def _emit_outer(k, P: Problem) -> None:
                     k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
 
     def tile(bases, i0, mr, col0, pidx, widths, valid):
-        ab, bb, cb = bases
-        slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
-        if b.panel:
-            bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, K, [sum(widths[:g]) for g in range(len(widths))]), b.panel
-        else:
-            bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
-            bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
-        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-        with k.for_range(K) as kv:
-            bk = mul_index(k, kv, kstride)
-            bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
-            ak = mul_index(k, kv, a.cs)
-            for r in range(mr):
-                av = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], ak)], inbounds=True))
-                splats = {}
-                for g, w in enumerate(widths):
-                    if w not in splats:
-                        splats[w] = k.splat(av, w)
-                    k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
-        for r in range(mr):
-            row = add_index(k, i0, r)
-            crow = add_index(k, cb, mul_index(k, row, c.rs))
-            off = 0
-            for g, w in enumerate(widths):
-                count = min(w, valid - off)
-                if count <= 0:
-                    break
-                col = add_index(k, col0, off)
-                acc = epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
-                at = add_index(k, crow, mul_index(k, col, c.cs))
-                acc = add_residual(k, P, acc, at, c.cs, w, count)
-                k.vscatter(acc, c.ptr, dt, at, c.cs, count)
-                off += w
+        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths)
+        store_tile(k, P, slots, bases[2], i0, mr, col0, widths, valid)
 
     def rows(bases, col0, pidx, widths, valid, rng=None):
         full_r = M // mr_main
         if rng is not None:
-            _ranged(k, rng, full_r, M % mr_main > 0, lambda ib: tile(bases, mul_index(k, ib, mr_main), mr_main, col0, pidx, widths, valid),
+            ranged_blocks(k, rng, full_r, M % mr_main > 0, lambda ib: tile(bases, mul_index(k, ib, mr_main), mr_main, col0, pidx, widths, valid),
                     lambda: tile(bases, full_r * mr_main, M % mr_main, col0, pidx, widths, valid))
             return
         if full_r == 1:
@@ -334,7 +441,7 @@ def _emit_outer(k, P: Problem) -> None:
 
     def ranged(bases, rngs):
         prng, rrng = rngs
-        _ranged(k, prng, full_p, rem > 0, lambda p: panel(bases, mul_index(k, p, nr), p, [V] * (nr // V), nr, rrng),
+        ranged_blocks(k, prng, full_p, rem > 0, lambda p: panel(bases, mul_index(k, p, nr), p, [V] * (nr // V), nr, rrng),
                 lambda: panel(bases, full_p * nr, full_p, rem_widths(), rem, rrng))
 
     def body(*bases):
@@ -353,56 +460,26 @@ def _emit_outer(k, P: Problem) -> None:
         _emit_batched(k, P, body, mats)
 
 
-def _emit_dot(k, P: Problem) -> None:
-    dt, V = P.dtype, k.lanes(P.dtype)
-    M, N, K = P.m, P.n, P.kk
-    nb = len(P.batch)
+def dot_problem(k, P: Problem) -> tuple[Problem, int, int]:
+    """P with its constant operands packed K-contiguous for dot tiles, and the tiles' rows and columns (at P's
+    capacity)."""
+    dt, nb = P.dtype, len(P.batch)
     if P.a.value is not None:
         ptr, bs, rs = pack_rows(k, P.a.value, nb, dt)
         P = replace(P, a=Mat(ptr, bs, rs, 1))
     if P.b.value is not None:
         ptr, bs, rs = pack_rows(k, np.swapaxes(P.b.value, -1, -2), nb, dt)
         P = replace(P, b=Mat(ptr, bs, 1, rs))
-    a, b, c = P.a, P.b, P.c
-    mr_main = max(1, min(MR_DOT, M))
-    nc_main = min(NC_DOT, V, 16 // np.dtype(dt).itemsize, 1 << (max(N, 1).bit_length() - 1))
-    kmain = K // V * V
+    nc = min(NC_DOT, k.lanes(dt), 16 // np.dtype(dt).itemsize, 1 << (max(P.n, 1).bit_length() - 1))
+    return P, max(1, min(MR_DOT, P.m)), nc
+
+
+def _emit_dot(k, P: Problem) -> None:
+    M, N, K = P.m, P.n, P.kk
+    P, mr_main, nc_main = dot_problem(k, P)
 
     def tile(bases, i0, mr, j0, nc):
-        ab, bb, cb = bases
-        slots = [[k.local(k.vector_type(dt, V), k.vzero(dt, V)) for _ in range(nc)] for _ in range(mr)]
-        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-        bcols = [add_index(k, bb, mul_index(k, add_index(k, j0, q), b.cs)) for q in range(nc)]
-        if kmain:
-            with k.for_range(kmain, 0, V) as kv:
-                avs = [k.vload(a.ptr, dt, add_index(k, arows[r], kv), V) for r in range(mr)]
-                for q in range(nc):
-                    bv = k.vload(b.ptr, dt, add_index(k, bcols[q], kv), V)
-                    for r in range(mr):
-                        k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
-        for r in range(mr):
-            sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])
-            if kmain < K:
-                tails = []
-                for q in range(nc):
-                    t = const(dt, 0)
-                    for kv in range(kmain, K):
-                        x = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], kv)], inbounds=True))
-                        y = k.b.load(k.b.gep(b.ptr, [add_index(k, bcols[q], kv)], inbounds=True))
-                        t = fma(k, t, x, y)
-                    tails.append(t)
-                if nc == 1:
-                    sums = k.b.fadd(sums, tails[0], flags=FAST)
-                else:
-                    vec = k.vzero(dt, nc)
-                    for q, t in enumerate(tails):
-                        vec = k.b.insert_element(vec, t, i32(q))
-                    sums = k.b.fadd(sums, vec, flags=FAST)
-            row = add_index(k, i0, r)
-            acc = epilogue(k, P, sums, row, j0, nc, nc)
-            at = add_index(k, add_index(k, cb, mul_index(k, row, c.rs)), mul_index(k, j0, c.cs))
-            acc = add_residual(k, P, acc, at, c.cs, nc, nc)
-            k.vscatter(acc, c.ptr, dt, at, c.cs)
+        dot_tile(k, P, K, bases, i0, mr, j0, nc)
 
     def cols(bases, i0, mr):
         full_c = N // nc_main
@@ -429,7 +506,7 @@ def _emit_dot(k, P: Problem) -> None:
 
     def ranged(bases, rngs):
         full_r = M // mr_main
-        _ranged(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, mul_index(k, ib, mr_main), mr_main),
+        ranged_blocks(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, mul_index(k, ib, mr_main), mr_main),
                 lambda: cols(bases, full_r * mr_main, M % mr_main))
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
     if not _emit_tiled(k, P, (P.a, P.b, P.c), float(nbp) * M * N * K, (M // mr_main + (M % mr_main > 0),), ranged):

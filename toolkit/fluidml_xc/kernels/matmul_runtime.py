@@ -6,9 +6,11 @@ run-time values. Whole row blocks run to the run-time block count and the remain
 at run time) branch to one tile per possible row count. A varying N's last, partial panel reads its whole vectors
 in place (one tile per possible vector count) and gathers only its partial vector, zero-padded, into a stack buffer
 (B gathered anyway: the whole edge, then a tile of as many vectors as it needs); columns past the run-time N are
-computed in spare lanes and never stored. A varying K is the trip count of the K loop (outer products) or of the vector loop plus a scalar tail loop (dot
-products). Parallel tiles keep their build-time count; each one's range is a run-time fraction of the block count
-and a tile past a varying batch extent does nothing. Nothing beyond an operand's actual extents is read.
+computed in spare lanes and never stored. A varying K is the trip count of the K loop (outer products) or of the
+vector loop plus a scalar tail loop (dot products). Parallel tiles keep their build-time count; each one's range is
+a run-time fraction of the block count and a tile past a varying batch extent does nothing. Nothing beyond an
+operand's actual extents is read. The tile bodies are the static kernels' own (`outer_accumulate`, `store_tile`,
+`dot_tile`), given run-time trip counts.
 """
 from __future__ import annotations
 
@@ -19,11 +21,10 @@ import numpy as np
 from llvmlite import ir
 
 from .kernel import PARALLEL_MIN_WORK, Access
-from .matmul_blocked import (Mat, Problem, add_index, add_residual, emit_blocked, epilogue, i32, mul_index, pack_panels,
-                             pack_rows, panel_bases, panel_columns, split_chunks)
-from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
-from .scalar import FAST, const, llvm_type
-from .vectors import fma
+from .matmul_blocked import (Mat, Problem, add_index, dot_problem, dot_tile, emit_blocked, mul_index, outer_accumulate,
+                             pack_panels, panel_columns, ranged_blocks, split_chunks, store_tile)
+from .matmul_geometry import outer_tile
+from .scalar import llvm_type
 
 
 def emit_matmul(k, P: Problem, kind: str) -> None:
@@ -73,16 +74,6 @@ def _remainder(k, count, most: int, emit_for) -> None:
         emit_for(r)
         b.branch(done)
     b.position_at_end(done)
-
-
-def _ranged(k, rng, full, has_rest: bool, each, rest) -> None:
-    """each(i) for whole blocks i in [lo, min(hi, full)), then rest() when the range reaches the partial block."""
-    lo, hi = rng
-    with k.for_range(k.imin(hi, k.as_index(full)), lo) as i:
-        each(i)
-    if has_rest:
-        with k.b.if_then(k.b.icmp_signed(">", hi, k.as_index(full))):
-            rest()
 
 
 @contextmanager
@@ -162,7 +153,7 @@ def _emit_outer(k, P: Problem) -> None:
             _remainder(k, rem_r, mr_main - 1,
                        lambda r: tile(bases, b, mul_index(k, full_r, mr_main), r, col0, pidx, widths, valid))
         if rng is not None:
-            _ranged(k, rng, full_r, not isinstance(rem_r, int) or rem_r > 0, each, rest)
+            ranged_blocks(k, rng, full_r, not isinstance(rem_r, int) or rem_r > 0, each, rest)
             return
         with _range(k, full_r) as ib:
             if ib is not None:
@@ -205,7 +196,7 @@ def _emit_outer(k, P: Problem) -> None:
 
     def ranged(bases, rngs):
         prng, rrng = rngs
-        _ranged(k, prng, full_p, has_edge, lambda p: panel(bases, mul_index(k, p, nr), p, full_widths, nr, rrng),
+        ranged_blocks(k, prng, full_p, has_edge, lambda p: panel(bases, mul_index(k, p, nr), p, full_widths, nr, rrng),
                 lambda: edge(bases, rrng))
 
     def body(*bases):
@@ -239,138 +230,21 @@ def _gather(k, src: Mat, buf, kk, bb, col0, valid, width: int) -> None:
 
 
 def _outer_tile(k, P: Problem, geometry, bases, b: Mat, i0, mr: int, col0, pidx, widths, valid) -> None:
-    """One mr x sum(widths) tile of C over the run-time K (kernels/matmul_blocked.py's outer-product tile); valid
-    (the columns to store) an int, or a run-time count stored by _store_valid. geometry: (nr, scratch)."""
-    dt, a, c, run = P.dtype, P.a, P.c, P.run
+    """One mr x sum(widths) outer-product tile of C over the run-time K (kernels/matmul_blocked.py's); valid (the
+    columns to store) an int or a run-time count. geometry: (nr, scratch)."""
     nr, scratch = geometry
-    ab, bb, cb = bases
-    slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
-    if b.panel:
-        bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
-    else:
-        bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
-        bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
-    arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-    with k.for_range(run.kk) as kv:
-        bk = mul_index(k, kv, kstride)
-        bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
-        ak = mul_index(k, kv, a.cs)
-        for r in range(mr):
-            av = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], ak)], inbounds=True))
-            splats = {}
-            for g, w in enumerate(widths):
-                if w not in splats:
-                    splats[w] = k.splat(av, w)
-                k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
-    if not isinstance(valid, int):
-        _store_valid(k, P, slots, cb, i0, mr, col0, widths, valid, scratch)
-        return
-    for r in range(mr):
-        row = add_index(k, i0, r)
-        crow = add_index(k, cb, mul_index(k, row, c.rs))
-        off = 0
-        for g, w in enumerate(widths):
-            count = min(w, valid - off)
-            if count <= 0:
-                break
-            col = add_index(k, col0, off)
-            acc = epilogue(k, P, k.b.load(slots[r][g]), row, col, w, count)
-            at = add_index(k, crow, mul_index(k, col, c.cs))
-            acc = add_residual(k, P, acc, at, c.cs, w, count)
-            k.vscatter(acc, c.ptr, dt, at, c.cs, count)
-            off += w
-
-
-def _store_valid(k, P: Problem, slots, cb, i0, mr: int, col0, widths, valid, scratch) -> None:
-    """C[i0 + r, col0 + q] for q < valid (a run-time count) from the tile's accumulators: a vector group whose
-    columns are all valid as a vector, the partial one element by element."""
-    dt, c = P.dtype, P.c
-    for r in range(mr):
-        row = add_index(k, i0, r)
-        crow = add_index(k, cb, mul_index(k, row, c.rs))
-        off = 0
-        for g, w in enumerate(widths):
-            vec = k.b.load(slots[r][g])
-            with k.b.if_else(k.b.icmp_signed(">=", valid, k.index(off + w))) as (whole, part):
-                with whole:
-                    col = add_index(k, col0, off)
-                    at = add_index(k, crow, mul_index(k, col, c.cs))
-                    acc = add_residual(k, P, epilogue(k, P, vec, row, col, w, w), at, c.cs, w, w)
-                    k.vscatter(acc, c.ptr, dt, at, c.cs)
-                with part:
-                    k.vstore(vec, scratch, dt, k.index(0))
-                    with k.for_range(k.b.sub(valid, k.index(off))) as q:
-                        col = add_index(k, col0, add_index(k, q, off))
-                        acc = epilogue(k, P, k.b.load(k.b.gep(scratch, [q], inbounds=True)), row, col, 1, 1)
-                        at = add_index(k, crow, mul_index(k, col, c.cs))
-                        acc = add_residual(k, P, acc, at, c.cs, 1, 1)
-                        k.b.store(acc, k.b.gep(c.ptr, [at], inbounds=True))
-            off += w
+    slots = outer_accumulate(k, replace(P, b=b), nr, P.run.kk, bases, i0, mr, col0, pidx, widths)
+    store_tile(k, P, slots, bases[2], i0, mr, col0, widths, valid, scratch)
 
 
 # -- dot products --------------------------------------------------------------------------------------
 def _emit_dot(k, P: Problem) -> None:
-    dt, V, nb = P.dtype, k.lanes(P.dtype), len(P.batch)
     M, N, K = P.m, P.n, P.kk
     run = P.run
-    if P.a.value is not None:
-        ptr, bs, rs = pack_rows(k, P.a.value, nb, dt)
-        P = replace(P, a=Mat(ptr, bs, rs, 1))
-    if P.b.value is not None:
-        ptr, bs, rs = pack_rows(k, np.swapaxes(P.b.value, -1, -2), nb, dt)
-        P = replace(P, b=Mat(ptr, bs, 1, rs))
-    a, b, c = P.a, P.b, P.c
-    mr_main = max(1, min(MR_DOT, M))
-    nc_main = min(NC_DOT, V, 16 // np.dtype(dt).itemsize, 1 << (max(N, 1).bit_length() - 1))
-    kmain = run.kk // V * V if isinstance(run.kk, int) else mul_index(k, _div(k, run.kk, V), V)
-
-    def tails(arows, bcols, mr, nc):
-        """Per row r and column q the sum over k in [kmain, K) (the part the vector loop left)."""
-        if isinstance(run.kk, int):
-            out = [[const(dt, 0) for _ in range(nc)] for _ in range(mr)]
-            for kv in range(kmain, run.kk):
-                for r in range(mr):
-                    x = k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], kv)], inbounds=True))
-                    for q in range(nc):
-                        y = k.b.load(k.b.gep(b.ptr, [add_index(k, bcols[q], kv)], inbounds=True))
-                        out[r][q] = fma(k, out[r][q], x, y)
-            return out
-        slots = [[k.local(llvm_type(dt), const(dt, 0)) for _ in range(nc)] for _ in range(mr)]
-        with k.for_range(run.kk, kmain) as kv:
-            xs = [k.b.load(k.b.gep(a.ptr, [add_index(k, arows[r], kv)], inbounds=True)) for r in range(mr)]
-            for q in range(nc):
-                y = k.b.load(k.b.gep(b.ptr, [add_index(k, bcols[q], kv)], inbounds=True))
-                for r in range(mr):
-                    k.b.store(fma(k, k.b.load(slots[r][q]), xs[r], y), slots[r][q])
-        return [[k.b.load(s) for s in row] for row in slots]
+    P, mr_main, nc_main = dot_problem(k, P)
 
     def tile(bases, i0, mr, j0, nc):
-        ab, bb, cb = bases
-        slots = [[k.local(k.vector_type(dt, V), k.vzero(dt, V)) for _ in range(nc)] for _ in range(mr)]
-        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-        bcols = [add_index(k, bb, mul_index(k, add_index(k, j0, q), b.cs)) for q in range(nc)]
-        if not (isinstance(kmain, int) and kmain == 0):
-            with k.for_range(kmain, 0, V) as kv:
-                avs = [k.vload(a.ptr, dt, add_index(k, arows[r], kv), V) for r in range(mr)]
-                for q in range(nc):
-                    bv = k.vload(b.ptr, dt, add_index(k, bcols[q], kv), V)
-                    for r in range(mr):
-                        k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
-        sums_tail = tails(arows, bcols, mr, nc)
-        for r in range(mr):
-            sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])
-            if nc == 1:
-                sums = k.b.fadd(sums, sums_tail[r][0], flags=FAST)
-            else:
-                vec = k.vzero(dt, nc)
-                for q, t in enumerate(sums_tail[r]):
-                    vec = k.b.insert_element(vec, t, i32(q))
-                sums = k.b.fadd(sums, vec, flags=FAST)
-            row = add_index(k, i0, r)
-            acc = epilogue(k, P, sums, row, j0, nc, nc)
-            at = add_index(k, add_index(k, cb, mul_index(k, row, c.rs)), mul_index(k, j0, c.cs))
-            acc = add_residual(k, P, acc, at, c.cs, nc, nc)
-            k.vscatter(acc, c.ptr, dt, at, c.cs)
+        dot_tile(k, P, run.kk, bases, i0, mr, j0, nc)
 
     def cols(bases, i0, mr):
         full_c = _div(k, run.n, nc_main)
@@ -400,7 +274,7 @@ def _emit_dot(k, P: Problem) -> None:
         rest(bases)
 
     def ranged(bases, rngs):
-        _ranged(k, rngs[0], full_r, not isinstance(rem_r, int) or rem_r > 0,
+        ranged_blocks(k, rngs[0], full_r, not isinstance(rem_r, int) or rem_r > 0,
                 lambda ib: cols(bases, mul_index(k, ib, mr_main), mr_main), lambda: rest(bases))
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
     if not _emit_tiled(k, P, (P.a, P.b, P.c), float(nbp) * M * N * K, (-(-M // mr_main),),

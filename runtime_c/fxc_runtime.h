@@ -99,11 +99,20 @@ const char *fxc_cpu_check(void);
 size_t fxc_dtype_size(int32_t dtype);
 const char *fxc_dtype_name(int32_t dtype);
 int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len);
-/* A dynamic model's input: the file's dims (spec's rank and dtype checked), then its data dense at those dims (each
- * dim at most spec's: the buffer holds spec->nbytes). */
-int fxc_npy_shape(const char *path, const fxc_tensor_spec *spec, int64_t *shape, char *err, size_t err_len);
-int fxc_npy_read_shaped(const char *path, const fxc_tensor_spec *spec, const int64_t *shape, void *data, char *err,
-                        size_t err_len);
+/* A dynamic model's input file, its header read and parsed once: fxc_npy_open gives its dims (spec's rank and dtype
+ * checked), fxc_npy_read_open then reads its data dense at those dims (each dim at most spec's: the buffer holds
+ * spec->nbytes) and closes it. A file opened but never read: fxc_npy_close. */
+#define FXC_NPY_MAX_RANK 32
+typedef struct {
+    void *fh;
+    const char *path;
+    int fortran;
+    int32_t rank;
+    int64_t shape[FXC_NPY_MAX_RANK];
+} fxc_npy_file;
+int fxc_npy_open(const char *path, const fxc_tensor_spec *spec, fxc_npy_file *file, char *err, size_t err_len);
+int fxc_npy_read_open(fxc_npy_file *file, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len);
+void fxc_npy_close(fxc_npy_file *file);
 int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len);
 void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index);
 

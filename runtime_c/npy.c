@@ -8,7 +8,6 @@
 
 #include "fxc_runtime.h"
 
-#define FXC_MAX_RANK 32
 
 typedef struct {
     char kind;
@@ -170,7 +169,7 @@ static int parse_header(const char *header, const char *path, const dtype_info *
                 p = skip_spaces(p);
                 if (*p == ')')
                     break;
-                if (*p < '0' || *p > '9' || *rank >= FXC_MAX_RANK)
+                if (*p < '0' || *p > '9' || *rank >= FXC_NPY_MAX_RANK)
                     return fail(err, err_len, "%s: bad shape in .npy header", path);
                 int64_t dim = 0;
                 while (*p >= '0' && *p <= '9') {
@@ -297,7 +296,7 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
 {
     int fortran;
     int32_t rank;
-    int64_t shape[FXC_MAX_RANK];
+    int64_t shape[FXC_NPY_MAX_RANK];
     FILE *fh = npy_open(path, spec, &rank, shape, &fortran, err, err_len);
     if (!fh)
         return -1;
@@ -314,48 +313,48 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
     return npy_data(fh, path, fortran, rank, shape, data, spec->nbytes, err, err_len);
 }
 
-int fxc_npy_shape(const char *path, const fxc_tensor_spec *spec, int64_t *shape, char *err, size_t err_len)
+int fxc_npy_open(const char *path, const fxc_tensor_spec *spec, fxc_npy_file *file, char *err, size_t err_len)
 {
-    int fortran;
-    int32_t rank;
-    int64_t dims[FXC_MAX_RANK];
-    FILE *fh = npy_open(path, spec, &rank, dims, &fortran, err, err_len);
+    FILE *fh = npy_open(path, spec, &file->rank, file->shape, &file->fortran, err, err_len);
+    file->fh = fh;
+    file->path = path;
     if (!fh)
         return -1;
-    fclose(fh);
-    if (rank != spec->rank) {
+    if (file->rank != spec->rank) {
         char got[256];
-        format_shape(got, sizeof got, rank, dims);
-        return fail(err, err_len, "%s: shape %s has rank %d, '%s' has rank %d", path, got, (int)rank, spec->name,
+        format_shape(got, sizeof got, file->rank, file->shape);
+        fxc_npy_close(file);
+        return fail(err, err_len, "%s: shape %s has rank %d, '%s' has rank %d", path, got, (int)file->rank, spec->name,
                     (int)spec->rank);
     }
-    memcpy(shape, dims, sizeof *dims * (size_t)rank);
     return 0;
 }
 
-int fxc_npy_read_shaped(const char *path, const fxc_tensor_spec *spec, const int64_t *shape, void *data, char *err,
-                        size_t err_len)
+int fxc_npy_read_open(fxc_npy_file *file, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len)
 {
-    int fortran;
-    int32_t rank;
-    int64_t dims[FXC_MAX_RANK];
     size_t nbytes = fxc_dtype_size(spec->dtype);
-    FILE *fh = npy_open(path, spec, &rank, dims, &fortran, err, err_len);
-    if (!fh)
-        return -1;
-    int fits = rank == spec->rank;
-    for (int32_t d = 0; fits && d < rank; d++) {
-        fits = dims[d] == shape[d] && dims[d] <= spec->shape[d];
-        nbytes *= (size_t)dims[d];
+    int fits = file->fh && file->rank == spec->rank;
+    for (int32_t d = 0; fits && d < file->rank; d++) {
+        fits = file->shape[d] <= spec->shape[d];
+        nbytes *= (size_t)file->shape[d];
     }
-    if (!fits) { /* the file changed since fxc_npy_shape, or a caller skipped the check: never read past the buffer */
+    if (!fits) { /* a caller that skipped fxc_check_input_shapes: never read past the buffer */
         char got[256], most[256];
-        format_shape(got, sizeof got, rank, dims);
+        format_shape(got, sizeof got, file->rank, file->shape);
         format_shape(most, sizeof most, spec->rank, spec->shape);
-        fclose(fh);
-        return fail(err, err_len, "%s: shape %s is not within %s, the most '%s' takes", path, got, most, spec->name);
+        fxc_npy_close(file);
+        return fail(err, err_len, "%s: shape %s is not within %s, the most '%s' takes", file->path, got, most, spec->name);
     }
-    return npy_data(fh, path, fortran, rank, dims, data, nbytes, err, err_len);
+    FILE *fh = file->fh;
+    file->fh = NULL;
+    return npy_data(fh, file->path, file->fortran, file->rank, file->shape, data, nbytes, err, err_len);
+}
+
+void fxc_npy_close(fxc_npy_file *file)
+{
+    if (file->fh)
+        fclose(file->fh);
+    file->fh = NULL;
 }
 
 int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len)

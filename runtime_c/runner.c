@@ -140,11 +140,12 @@ static void run_once(void *arena, const void **inputs, const int64_t **shapes, v
 }
 
 /* A dynamic model's inputs: the dims of each -i file (the others at their maximum), checked against the model's
-   ranges before any data is read, then the data dense at those dims. */
+   ranges before any data is read, then the data dense at those dims (each file's header read once). */
 static const int64_t **read_shaped_inputs(const char **in_paths, int32_t n_in, const void **inputs, char *err, size_t len)
 {
     const int64_t **shapes = calloc((size_t)fxc_num_inputs + 1, sizeof *shapes);
-    if (!shapes)
+    fxc_npy_file *files = calloc((size_t)fxc_num_inputs + 1, sizeof *files);
+    if (!shapes || !files)
         die("out of memory allocating %s", "shapes");
     for (int32_t i = 0; i < fxc_num_inputs; i++) {
         int64_t *dims = calloc((size_t)fxc_input_specs[i].rank + 1, sizeof *dims);
@@ -152,8 +153,10 @@ static const int64_t **read_shaped_inputs(const char **in_paths, int32_t n_in, c
             die("out of memory allocating %s", "shapes");
         if (i >= n_in)
             memcpy(dims, fxc_input_specs[i].shape, sizeof *dims * (size_t)fxc_input_specs[i].rank);
-        else if (fxc_npy_shape(in_paths[i], &fxc_input_specs[i], dims, err, len) != 0)
+        else if (fxc_npy_open(in_paths[i], &fxc_input_specs[i], &files[i], err, len) != 0)
             die("%s", err);
+        else
+            memcpy(dims, files[i].shape, sizeof *dims * (size_t)fxc_input_specs[i].rank);
         shapes[i] = dims;
     }
     if (fxc_check_input_shapes(shapes) != 0)
@@ -162,9 +165,10 @@ static const int64_t **read_shaped_inputs(const char **in_paths, int32_t n_in, c
         void *buffer = (void *)inputs[i];
         if (i >= n_in)
             fxc_fill_random(&fxc_input_specs[i], buffer, 0, i);
-        else if (fxc_npy_read_shaped(in_paths[i], &fxc_input_specs[i], shapes[i], buffer, err, len) != 0)
+        else if (fxc_npy_read_open(&files[i], &fxc_input_specs[i], buffer, err, len) != 0)
             die("%s", err);
     }
+    free(files);
     return shapes;
 }
 

@@ -9,8 +9,8 @@ latency ratio dynamic / static per size, its geo-mean and worst, ORT at the same
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import math
 import sys
 import tempfile
 import time
@@ -20,22 +20,24 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
+from ab_timing import alternate, summary  # noqa: E402
 from dynamic_models import dynamic_sequence  # noqa: E402
 from fluidml_xc.build import BuildOptions, build_model  # noqa: E402
 from fluidml_xc.frontend.ranges import DimSpec, ShapeRanges  # noqa: E402
 from fluidml_xc.run.execute import run_artifact  # noqa: E402
 
 
-def _fixed(model: onnx.ModelProto, values: dict[str, int]) -> onnx.ModelProto:
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    for vi in model.graph.input:
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param in values:
-                value = values[d.dim_param]
-                d.Clear()
-                d.dim_value = value
-    return model
+def _tests_module(name: str):
+    """tests/NAME.py (tests/dynamic_models.py shares its module name with benchmarks/dynamic_models.py)."""
+    spec = importlib.util.spec_from_file_location(f"tests_{name}", ROOT / "tests" / f"{name}.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fix_dims = _tests_module("dynamic_models").fix_dims
 
 
 def _feeds(model: onnx.ModelProto, values: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -84,20 +86,19 @@ def _ort_ms(model: onnx.ModelProto, feeds, threads: int, runs: int) -> float:
 def compare(name: str, model: onnx.ModelProto, symbol: str, lo: int, hi: int, sizes: list[int], args, work: Path) -> list[float]:
     ranges = ShapeRanges(dims={symbol: DimSpec(lo, hi)})
     dyn, dyn_arena = _build(model, work, f"{name}_dyn", args.threads, ranges)
-    static = {s: _build(_fixed(model, {symbol: s}), work, f"{name}_{s}", args.threads) for s in sizes}
+    static = {s: _build(fix_dims(model, {symbol: s}), work, f"{name}_{s}", args.threads) for s in sizes}
     rng = np.random.default_rng(0)
     ratios = []
     print(f"\n{name}: one build over {symbol}={lo}..{hi}; x86_64, {args.threads} thread(s)")
     print(f"{'size':>6} {'dynamic ms':>11} {'static ms':>10} {'dyn/static':>10} {'ORT ms':>8} {'dyn/ORT':>8}")
     for s in sizes:
         feeds = _feeds(model, {symbol: s}, rng)
-        d = min(_latency(dyn, feeds, args.bench, args.threads) for _ in range(args.rounds))
-        st = min(_latency(static[s][0], feeds, args.bench, args.threads) for _ in range(args.rounds))
-        o = _ort_ms(_fixed(model, {symbol: s}), feeds, args.threads, args.bench)
+        d, st = alternate([lambda: _latency(dyn, feeds, args.bench, args.threads),
+                           lambda: _latency(static[s][0], feeds, args.bench, args.threads)], args.rounds)
+        o = _ort_ms(fix_dims(model, {symbol: s}), feeds, args.threads, args.bench)
         ratios.append(d / st)
         print(f"{s:>6} {d:>11.3f} {st:>10.3f} {d / st:>10.3f} {o:>8.3f} {d / o:>8.3f}")
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    print(f"geo-mean dyn/static {geo:.3f}, worst {max(ratios):.3f}; arena: dynamic {dyn_arena} B, static at {hi}: "
+    print(f"dyn/static {summary(ratios)}; arena: dynamic {dyn_arena} B, static at {hi}: "
           f"{static[hi][1] if hi in static else 'not built'} B")
     return ratios
 

@@ -3,7 +3,7 @@
 Each layer (MobileNetV2's shapes and a CRNN-like stack, channels-last as the optimizer lays them out) is emitted
 twice for this machine and JIT-compiled: once with its batch or spatial dims as symbols over a range, once static at
 each size of the table. Both run on one thread (the JIT's serial fxc_parallel_for), timed alternately (the least
-time of each); the table gives the dynamic/static latency ratio per layer and size, their geometric mean and worst.
+time of each, benchmarks/ab_timing.py); the table gives the dynamic/static latency ratio per layer and size, their geometric mean and worst.
 
     PYTHONPATH=toolkit python benchmarks/dynamic_conv.py [--vary hw|n|w] [--repeat 30] [--json out.json]
 
@@ -19,17 +19,20 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter, check_supported
-from fluidml_xc.ir import Graph, Node, Tensor
-from fluidml_xc.planning import PlanOptions, plan_memory
-from fluidml_xc.symbolic import Sym, SymRange, at, capacity, evaluate, floordiv, is_static
-from fluidml_xc.target.boards import get_board
-from fluidml_xc.target.jit import jit_engine
-from fluidml_xc.target.machine import machine_spec
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_timing import least_times, summary  # noqa: E402
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter, check_supported  # noqa: E402
+from fluidml_xc.ir import Graph, Node, Tensor  # noqa: E402
+from fluidml_xc.planning import PlanOptions, plan_memory  # noqa: E402
+from fluidml_xc.symbolic import Sym, SymRange, at, capacity, evaluate, floordiv, is_static  # noqa: E402
+from fluidml_xc.target.boards import get_board  # noqa: E402
+from fluidml_xc.target.jit import jit_engine  # noqa: E402
+from fluidml_xc.target.machine import machine_spec  # noqa: E402
 
 NHWC = (0, 2, 3, 1)
 F32 = np.dtype(np.float32)
@@ -116,18 +119,6 @@ def runner(g: Graph, compiled, env: dict[str, int]):
     return lambda: fn(ctypes.addressof(keep[4]), ctypes.addressof(keep[5]), base, keep[3])
 
 
-def timed_pair(a, b, repeat: int) -> tuple[float, float]:
-    """Least seconds of one run of a and of b, timed alternately in rounds (a shared machine's load hits both)."""
-    best = [float("inf"), float("inf")]
-    for _ in range(repeat):
-        for i, f in enumerate((a, b)):
-            f()
-            t0 = time.perf_counter()
-            f()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best[0], best[1]
-
-
 def cases(vary: str):
     """(name, Layers, input dims, sizes to time)."""
     H, W, N = Sym("H"), Sym("W"), Sym("N")
@@ -191,7 +182,7 @@ def model_rows(args) -> list[dict]:
     for text in args.sizes:
         env = {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
         g_st, st = model_build(model, args.static.format(**env))
-        t_dyn, t_st = timed_pair(runner(g_dyn, dyn, env), runner(g_st, st, env), args.repeat)
+        t_dyn, t_st = least_times([runner(g_dyn, dyn, env), runner(g_st, st, env)], args.repeat)
         rows.append({"layer": "model", "env": env, "static_ms": t_st * 1e3, "dynamic_ms": t_dyn * 1e3, "ratio": t_dyn / t_st,
                      "static_arena": st[2], "dynamic_arena": dyn[2]})
         print(f"{text:<20} static {t_st * 1e3:8.3f} ms (arena {st[2]} B)  dynamic {t_dyn * 1e3:8.3f} ms  "
@@ -216,12 +207,11 @@ def main() -> None:
         dyn = compile_graph(g_dyn, lay)
         for env in envs:
             g_st, lay_st = layers.graph(dims, env)
-            t_dyn, t_st = timed_pair(runner(g_dyn, dyn, env), runner(g_st, compile_graph(g_st, lay_st), env), args.repeat)
+            t_dyn, t_st = least_times([runner(g_dyn, dyn, env), runner(g_st, compile_graph(g_st, lay_st), env)], args.repeat)
             rows.append({"layer": name, "env": env, "static_ms": t_st * 1e3, "dynamic_ms": t_dyn * 1e3, "ratio": t_dyn / t_st})
             print(f"{name:<16} {str(at(dims, {**env, **{k: v.hi for k, v in layers.ranges.items() if k not in env}})):<22} "
                   f"static {t_st * 1e3:8.3f} ms  dynamic {t_dyn * 1e3:8.3f} ms  ratio {t_dyn / t_st:5.2f}", flush=True)
-    ratios = np.array([r["ratio"] for r in rows])
-    print(f"geo-mean ratio {float(np.exp(np.log(ratios).mean())):.3f}, worst {ratios.max():.3f}")
+    print(summary([r["ratio"] for r in rows]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

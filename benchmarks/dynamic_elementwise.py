@@ -1,8 +1,8 @@
 """Elementwise kernels with run-time extents against the same kernels built static at each size (#26).
 
 For each op, one dynamic build over W in 1..MAX (JIT, this host) and, per size W, a static build at W; both run
-on the same data. Prints per size the dynamic build's time divided by the static one's (best of --repeat batches
-of --number calls each, interleaved), and the geometric mean and worst ratio.
+on the same data. Prints per size the dynamic build's time divided by the static one's (benchmarks/ab_timing.py:
+the least of --repeat alternating rounds of --number calls each), and the geometric mean and worst ratio.
 
     python benchmarks/dynamic_elementwise.py --sizes 16 64 100 256 --max 256
 """
@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab_timing import least_times, summary  # noqa: E402
 from dynamic_harness import DynamicCase  # noqa: E402
 from fluidml_xc.passes.elementwise_fusion import fuse_groups  # noqa: E402
 from fluidml_xc.symbolic import Sym, SymRange, at  # noqa: E402
@@ -36,8 +37,8 @@ def _add_row(case, w):
 
 
 def _sigmoid_inner(case, w):
-    x = case.input("x", np.float32, (8, w * 16))
-    case.node("Sigmoid", [x], [(np.float32, (8, w * 16))])
+    x = case.input("x", np.float32, (8, 16, w))
+    case.node("Sigmoid", [x], [(np.float32, (8, 16, w))])
 
 
 def _fused(case, w):
@@ -48,21 +49,8 @@ def _fused(case, w):
     fuse_groups(case.graph)
 
 
-OPS = {"Relu [W, 4096]": _relu, "Add row [W, 4096]": _add_row, "Sigmoid [8, 16W]": _sigmoid_inner,
+OPS = {"Relu [W, 4096]": _relu, "Add row [W, 4096]": _add_row, "Sigmoid [8, 16, W]": _sigmoid_inner,
        "Add-Mul-Tanh fused [W, 4096]": _fused}
-
-
-def _times(fns, number: int, repeat: int) -> list[float]:
-    """Seconds per call of each of `fns`: the best of `repeat` batches of `number` calls, the functions' batches
-    interleaved so that load from other processes hits them alike."""
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for j, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            best[j] = min(best[j], (time.perf_counter() - t0) / number)
-    return best
 
 
 def _feeds(case, env, rng):
@@ -90,18 +78,15 @@ def _native(run, env, feeds):
     return lambda: run._fn(ctypes.addressof(keep[4]), ctypes.addressof(keep[5]), arena, keep[3])
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 100, 256])
-    parser.add_argument("--max", type=int, default=256)
-    parser.add_argument("--number", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--parallel", action="store_true", help="tile-capable builds (the JIT runs tiles serially)")
-    args = parser.parse_args(argv)
-    rng = np.random.default_rng(0)
+def compare_ops(ops: dict, args, feeds=lambda case, env, w: _feeds(case, env, np.random.default_rng(0)), rtol=1e-6,
+                atol=0.0) -> None:
+    """Per op of `ops` (label -> build(case, W)): one dynamic build over W in 1..args.max, one static build per size
+    in args.sizes, checked equal on the same feeds, then timed A/B (ab_timing.least_times); prints a row per size and
+    the summary."""
     ratios = []
-    print(f"{'op':30} {'W':>5} {'static us':>10} {'dynamic us':>11} {'ratio':>6}")
-    for label, build in OPS.items():
+    width = max(map(len, ops)) + 2
+    print(f"{'op':{width}} {'W':>5} {'static us':>10} {'dynamic us':>11} {'ratio':>6}")
+    for label, build in ops.items():
         dyn = DynamicCase({"W": SymRange("W", 1, args.max, args.max)})
         build(dyn, Sym("W"))
         dyn_run = dyn.compile(parallel=args.parallel)
@@ -110,12 +95,27 @@ def main(argv=None) -> int:
             build(static, w)
             static_run = static.compile(parallel=args.parallel)
             env = {"W": w}
-            feeds = _feeds(dyn, env, rng)
-            np.testing.assert_allclose(dyn_run(env, feeds)[0], static_run({}, feeds)[0], rtol=1e-6)
-            t_static, t_dyn = _times([_native(static_run, {}, feeds), _native(dyn_run, env, feeds)], args.number, args.repeat)
+            given = feeds(dyn, env, w)
+            np.testing.assert_allclose(dyn_run(env, given)[0], static_run({}, given)[0], rtol=rtol, atol=atol)
+            t_static, t_dyn = least_times([_native(static_run, {}, given), _native(dyn_run, env, given)], args.repeat,
+                                          number=args.number)
             ratios.append(t_dyn / t_static)
-            print(f"{label:30} {w:>5} {t_static * 1e6:>10.1f} {t_dyn * 1e6:>11.1f} {t_dyn / t_static:>6.3f}")
-    print(f"geo-mean {float(np.exp(np.mean(np.log(ratios)))):.3f}, worst {max(ratios):.3f} over {len(ratios)} (op, size)")
+            print(f"{label:{width}} {w:>5} {t_static * 1e6:>10.1f} {t_dyn * 1e6:>11.1f} {t_dyn / t_static:>6.3f}")
+    print(f"{summary(ratios)} (op, size)")
+
+
+def arguments(doc: str, sizes: list[int], most: int, number: int) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=sizes)
+    parser.add_argument("--max", type=int, default=most)
+    parser.add_argument("--number", type=int, default=number)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--parallel", action="store_true", help="tile-capable builds (the JIT runs tiles serially)")
+    return parser.parse_args()
+
+
+def main() -> int:
+    compare_ops(OPS, arguments(__doc__, [16, 64, 100, 256], 256, 20))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Latency of the MatMul / LSTM kernels built once for a range of sizes (#26, run-time extents) against a build at
 each size, JIT-compiled for this host, one thread: the kernel alone (fxc_model_run on prepared buffers, the fastest
-single call of 15 alternating rounds), so the ratio is what the run-time trip counts and capacity strides cost.
+single call of 15 alternating rounds, benchmarks/ab_timing.py), so the ratio is what the run-time trip counts and capacity strides cost.
 
     python benchmarks/dynamic_matmul.py [--max 128] [--sizes 16 32 64 128]
 
@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_timing import least_times, summary  # noqa: E402
 from dynamic_harness import DynamicCase  # noqa: E402
 from fluidml_xc.symbolic import Sym, SymRange  # noqa: E402
 
@@ -66,22 +67,6 @@ def _caller(run, env: dict[str, int]):
     return call
 
 
-def latencies(calls, rounds: int = 15, reps: int = 200) -> list[float]:
-    """Seconds per call of each: the fastest single call over `rounds` rounds that alternate between them (on a
-    shared machine a round's mean includes other processes' time slices; the fastest call does not)."""
-    best = [float("inf")] * len(calls)
-    clock = time.perf_counter
-    for call in calls:
-        call()
-    for _ in range(rounds):
-        for j, call in enumerate(calls):
-            for _ in range(reps):
-                start = clock()
-                call()
-                best[j] = min(best[j], clock() - start)
-    return best
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max", type=int, default=128, help="the range's maximum (the dynamic build's capacity)")
@@ -93,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         dynamic = build(kind, None, args.max)
         for size in args.sizes:
             static = build(kind, size, args.max)
-            t_dyn, t_static = latencies([_caller(dynamic, {"S": size}), _caller(static, {})])
+            t_dyn, t_static = least_times([_caller(dynamic, {"S": size}), _caller(static, {})], 15, reps=200)
             ratios.append(t_dyn / t_static)
             print(f"{kind:6s} {size:5d} {t_dyn * 1e6:11.2f} {t_static * 1e6:10.2f} {ratios[-1]:6.3f}", flush=True)
-    print(f"geo-mean {float(np.exp(np.mean(np.log(ratios)))):.3f}, worst {max(ratios):.3f}")
+    print(summary(ratios))
     return 0
 
 

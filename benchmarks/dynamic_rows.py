@@ -2,14 +2,13 @@
 
 For each op (shapes of a BERT-style encoder layer with sequence length W), one dynamic build over W in 1..MAX (JIT,
 this host) and, per size W, a static build at W; both run on the same data and must agree. Prints per size the
-dynamic build's time divided by the static one's (best of --repeat batches of --number calls each, interleaved), and
-the geometric mean and worst ratio.
+dynamic build's time divided by the static one's (benchmarks/ab_timing.py: the least of --repeat alternating rounds
+of --number calls each), and the geometric mean and worst ratio.
 
     python benchmarks/dynamic_rows.py --sizes 16 32 64 128 --max 128
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,9 +17,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dynamic_elementwise import _feeds, _native, _times  # noqa: E402
-from dynamic_harness import DynamicCase  # noqa: E402
-from fluidml_xc.symbolic import Sym, SymRange  # noqa: E402
+from dynamic_elementwise import _feeds, arguments, compare_ops  # noqa: E402
 
 HEADS, HIDDEN = 4, 256
 
@@ -61,32 +58,13 @@ OPS = {"Softmax [4, W, W]": _softmax, "LayerNorm [W, 256]": _layer_norm, "Reduce
        "Transpose heads [1, W, 4, 64]": _heads_transpose, "Concat [2W, 256]": _concat, "Gather [W] of [1000, 256]": _gather_rows}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128])
-    parser.add_argument("--max", type=int, default=128)
-    parser.add_argument("--number", type=int, default=50)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--parallel", action="store_true", help="tile-capable builds (the JIT runs tiles serially)")
-    args = parser.parse_args(argv)
-    ratios = []
-    print(f"{'op':32} {'W':>5} {'static us':>10} {'dynamic us':>11} {'ratio':>6}")
-    for label, build in OPS.items():
-        dyn = DynamicCase({"W": SymRange("W", 1, args.max, args.max)})
-        build(dyn, Sym("W"))
-        dyn_run = dyn.compile(parallel=args.parallel)
-        for w in args.sizes:
-            static = DynamicCase({})
-            build(static, w)
-            static_run = static.compile(parallel=args.parallel)
-            env = {"W": w}
-            rng = np.random.default_rng(w)
-            feeds = {n: (rng.integers(0, 1000, v.shape) if v.dtype == np.int64 else v) for n, v in _feeds(dyn, env, rng).items()}
-            np.testing.assert_allclose(dyn_run(env, feeds)[0], static_run({}, feeds)[0], rtol=1e-5, atol=1e-6)
-            t_static, t_dyn = _times([_native(static_run, {}, feeds), _native(dyn_run, env, feeds)], args.number, args.repeat)
-            ratios.append(t_dyn / t_static)
-            print(f"{label:32} {w:>5} {t_static * 1e6:>10.1f} {t_dyn * 1e6:>11.1f} {t_dyn / t_static:>6.3f}")
-    print(f"geo-mean {float(np.exp(np.mean(np.log(ratios)))):.3f}, worst {max(ratios):.3f} over {len(ratios)} (op, size)")
+def _feeds_rows(case, env, w):
+    rng = np.random.default_rng(w)
+    return {n: (rng.integers(0, 1000, v.shape) if v.dtype == np.int64 else v) for n, v in _feeds(case, env, rng).items()}
+
+
+def main() -> int:
+    compare_ops(OPS, arguments(__doc__, [16, 32, 64, 128], 128, 50), _feeds_rows, rtol=1e-5, atol=1e-6)
     return 0
 
 

@@ -256,6 +256,10 @@ static FILE *npy_open(const char *path, const fxc_tensor_spec *spec, int32_t *ra
     header[header_len] = '\0';
 
     const dtype_info *dtype;
+    if (memchr(header, '\0', header_len)) { /* the C string would end there; numpy refuses the file */
+        fail(err, err_len, "%s: malformed .npy header: a NUL byte in it", path);
+        goto done;
+    }
     if (parse_header(header, path, &dtype, fortran, rank, shape, err, err_len) != 0)
         goto done;
     const dtype_info *want = find_dtype(spec->dtype);

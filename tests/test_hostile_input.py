@@ -272,3 +272,32 @@ def test_profile_and_verify_arguments_are_one_line_exit_2(relu_artifact, tmp_pat
         result = xc(*args, cwd=tmp_path)
         assert result.code == 2, (args, result.stderr)
         result.error_line()
+
+
+def test_npy_headers_numpy_refuses_or_warns_about(relu_artifact, tmp_path):
+    """(fuzz) A NUL byte in a .npy header's padding: numpy refuses the file, the runner's reader took it (its C
+    string ended at the NUL). A header numpy parses only with its Python 2 fallback (`4L`), data short: `run` printed
+    numpy's UserWarning beside its error line. Both are one line and exit 2 now."""
+    import io
+    import subprocess
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(4, dtype=np.float32))
+    good = buffer.getvalue()
+    nul = good.replace(b"}     ", b"}  \0  ", 1)
+    with pytest.raises(ValueError):
+        np.load(io.BytesIO(nul))
+    (tmp_path / "nul.npy").write_bytes(nul)
+    out = tmp_path / "y.npy"
+    proc = subprocess.run([str(relu_artifact / "runner"), "-i", str(tmp_path / "nul.npy"), "-o", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and not out.exists(), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "malformed .npy header" in proc.stderr, proc.stderr
+    python2 = good.replace(b"(4,), }", b"(4L,), }", 1).replace(b"}      ", b"}     ", 1)[:-4]
+    with pytest.warns(UserWarning, match="Python 2"), pytest.raises(ValueError):
+        np.load(io.BytesIO(python2))
+    (tmp_path / "py2.npy").write_bytes(python2)
+    from modelrun import cli, one_line_error
+
+    proc = cli("run", str(relu_artifact), "--input", "x=py2.npy", cwd=tmp_path)  # a fresh process: warnings on stderr
+    assert proc.returncode == 2 and "truncated .npy data" in one_line_error(proc)

@@ -4,6 +4,7 @@ compressed with an unknown method or given twice. Every refusal is one InputErro
 from __future__ import annotations
 
 import io
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -23,13 +24,15 @@ def read_npy(fh, available: int, what: str, max_bytes: int | None = None) -> np.
     """One .npy array from `fh`, whose remaining size is `available` bytes."""
     max_bytes = default_max_bytes() if max_bytes is None else max_bytes
     try:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh, max_header_size=MAX_HEADER)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_HEADER)
-        else:
-            raise ValueError(f"unsupported .npy format version {version}")
+        with warnings.catch_warnings():  # a header numpy parses with its Python 2 fallback: no warning on stderr
+            warnings.simplefilter("ignore")
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh, max_header_size=MAX_HEADER)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_HEADER)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
     except Exception as exc:  # numpy's header parser raises ValueError, SyntaxError, tokenize.TokenError, ...
         raise InputError(f"{what}: not a valid .npy file ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
     if dtype.hasobject or dtype.names is not None or dtype.subdtype is not None:

@@ -179,7 +179,7 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
     texts: list[str] = []
 
     def entries_here() -> None:
-        texts.extend(emit_entry(e, {step: unit_symbol(keys[v][step]) for step, _ in steps}) for v, e in enumerate(entries))
+        texts.extend(emit_entry(e, {step: unit_symbol(keys[v][step], specs[v]) for step, _ in steps}) for v, e in enumerate(entries))
     workers = options.workers or build_workers(len(missed))
     for job, result in zip(missed, compile_units(missed, workers, entries_here)):
         results[job.key] = result

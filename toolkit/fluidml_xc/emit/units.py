@@ -5,7 +5,7 @@ A unit is emitted from a node-local view (`UnitView`): a Graph holding only the 
 symbols and opset (a Loop's body whole), a plan holding only which of its arguments share storage, its layouts and
 loop order. A kernel that reads anything else fails (KeyError) instead of being cached wrongly, and the key
 (`unit_key`) digests that view whole with the code-changing EmitOptions, the MachineSpec, LLVM's and llvmlite's
-versions and this package's sources. The unit's function is `fxc_k_<key[:24]>` (hidden, weak_odr: two models
+versions and this package's sources. The unit's function is `fxc_k_<key[:24]><variant>` (hidden, weak_odr: two models
 with the same kernel link into one program); its large constants are hidden symbols named by their content
 (emitter.constant_symbol), defined in the weights object.
 """
@@ -140,8 +140,10 @@ def unit_key(view_sha: str, spec: MachineSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def unit_symbol(key: str) -> str:
-    return f"fxc_k_{key[:24]}"
+def unit_symbol(key: str, spec: MachineSpec) -> str:
+    """The unit's exported function: its key's first 24 hex digits and the code variant's suffix (for a reader of
+    the object: the key covers the spec already)."""
+    return f"fxc_k_{key[:24]}{spec.variant}"
 
 
 @dataclass(frozen=True)
@@ -184,12 +186,13 @@ class EmittedUnit:
 
 
 def emit_unit(view: UnitView, spec: MachineSpec, key: str) -> EmittedUnit:
-    """The node's functions in a module of their own, the node function exported as unit_symbol(key)."""
-    emitter = ModuleEmitter(view.graph, view.plan, spec, view.options)
+    """The node's functions in a module of their own, the node function exported as unit_symbol(key, spec); its
+    helpers are named after the variant too (op0_x86_64_v3.tile)."""
+    emitter = ModuleEmitter(view.graph, view.plan, spec, dataclasses.replace(view.options, variant=spec.variant))
     emitter.tail = TailLayout(slots={name: 0 for name in view.slots})
     fn = emitter.node_function(view.node, 0)
     fn.attributes.add("noinline")
-    _rename(emitter.module, fn, unit_symbol(key))
+    _rename(emitter.module, fn, unit_symbol(key, spec))
     fn.linkage, fn.visibility = "weak_odr", "hidden"
     constants = {hashlib.sha256(data).hexdigest(): data for data in emitter.content.values()}
     split = emitter.parallel.get(view.node.name)

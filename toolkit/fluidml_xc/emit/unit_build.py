@@ -8,6 +8,7 @@ saves. The objects, the weights blob and its labels come out in step order, what
 """
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import time
@@ -220,3 +221,21 @@ def _assemble(specs, steps, keys, results, entries, texts, entry_codes, cached: 
     pids = {r.pid for r in results.values() if r.pid} - {os.getpid()}
     return UnitsBuild(objects, bytes(blob), sorted(labels.items(), key=lambda kv: kv[1]), entries, texts, splits,
                       cached, compiled, 1 + len(pids), seconds)
+
+
+def unit_texts(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptions) -> tuple[list[str], bytes]:
+    """Per variant, its units' IR text in step order and then its entry module's; and the constants' bytes in the
+    blob's order (what benchmarks/codegen_digest.py digests: no LLVM, no cache)."""
+    entries = _entry_emitters(graph, plan, specs, options)
+    steps = [(step, graph.nodes[i]) for step, i in enumerate(plan.order) if entries[0].emits_function(graph.nodes[i])]
+    views = {step: local_view(entries[0], node) for step, node in steps}
+    texts, constants = [], {}
+    for spec, entry in zip(specs, entries):
+        keys = {step: unit_key(view_digest(views[step]), spec) for step, _ in steps}
+        emitted = [emit_unit(views[step], spec, keys[step]) for step, _ in steps]
+        for unit in emitted:
+            constants.update(unit.constants)
+        text = emit_entry(entry, {step: unit_symbol(keys[step], spec) for step, _ in steps})
+        constants.update({hashlib.sha256(data).hexdigest(): data for data in entry.content.values()})
+        texts.append("\n".join([*(unit.ir_text for unit in emitted), text]))
+    return texts, b"".join(constants.values())

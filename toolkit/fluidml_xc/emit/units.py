@@ -1,8 +1,8 @@
 """A model as independent per-node units (issue #27): one LLVM module per node function and one entry module per
 code variant, each unit named and cached by a key computed before it is emitted.
 
-A unit is emitted from a node-local view (`UnitView`): a Graph holding only the node's own tensors, the graph's
-symbols and opset (a Loop's body whole), a plan holding only which of its arguments share storage, its layouts and
+A unit is emitted from a node-local view (`UnitView`): a Graph holding only the node's own tensors (those that are
+graph inputs or outputs listed as such), the graph's symbols and opset (a Loop's body whole), a plan holding only which of its arguments share storage, its layouts and
 loop order. A kernel that reads anything else fails (KeyError) instead of being cached wrongly, and the key
 (`unit_key`) digests that view whole with the code-changing EmitOptions, the MachineSpec, LLVM's and llvmlite's
 versions and this package's sources. The unit's function is `fxc_k_<key[:24]><variant>` (hidden, weak_odr: two models
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import llvmlite
 import numpy as np
+from google.protobuf.message import Message
 from llvmlite import ir
 
 from ..frontend.shapes import TailLayout
@@ -70,7 +71,8 @@ def local_view(emitter: ModuleEmitter, node: Node) -> UnitView:
         groups.setdefault(root, name)
         if groups[root] != name:
             alias[name] = groups[root]
-    view = Graph("unit", {n: graph.tensors[n] for n in names}, [node], [], [], graph.opset, {}, dict(graph.symbols))
+    view = Graph("unit", {n: graph.tensors[n] for n in names}, [node], [n for n in graph.inputs if n in names],
+                 [n for n in graph.outputs if n in names], graph.opset, {}, dict(graph.symbols))
     layouts = {n: emitter.options.layouts[n] for n in names if n in emitter.options.layouts}
     orders = {node.name: emitter.options.loop_orders[node.name]} if node.name in emitter.options.loop_orders else {}
     options = EmitOptions(layouts=layouts, loop_orders=orders, parallel=emitter.options.parallel, unit=True)
@@ -105,6 +107,8 @@ def describe(value) -> object:
     if isinstance(value, dict):
         items = [[describe(k), describe(v)] for k, v in value.items()]
         return ["m", sorted(items, key=lambda kv: json.dumps(kv[0]))]
+    if isinstance(value, Message):
+        return ["pb", type(value).__qualname__, hashlib.sha256(value.SerializeToString(deterministic=True)).hexdigest()]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return ["o", type(value).__qualname__, {f.name: describe(getattr(value, f.name)) for f in dataclasses.fields(value)}]
     raise TypeError(f"a unit key cannot describe a {type(value).__module__}.{type(value).__qualname__} "

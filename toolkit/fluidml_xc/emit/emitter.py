@@ -450,8 +450,9 @@ class ModuleEmitter:
             step = self.plan.order.index(self.graph.nodes.index(node))
             options = EmitOptions(weights_symbol=self.options.weights_symbol, parallel=self.options.parallel,
                                   symbol_prefix=self.options.symbol_prefix, variant=f"_loop{step}{self.options.variant}",
-                                  blob=self.weights)
+                                  blob=self.weights, unit=self.options.unit)
             nested = ModuleEmitter(body, plan, self.spec, options)
+            nested.content = self.content
             nested.module = self.module
             self._bodies[node.name] = nested
         return self._bodies[node.name]

@@ -3,8 +3,9 @@
 Keys are computed and looked up here; the units missed are emitted, printed and compiled by a pool of processes
 forked after the graph is planned (the children inherit the jobs and receive only their indices; llvmlite starts
 no threads, so none is lost at the fork), while this process emits and compiles the entry modules. Below
-FORK_MIN_UNITS missed units, everything runs here: a pool's start (about 20 ms a worker) would cost more than it
-saves. The objects, the weights blob and its labels come out in step order, whatever the workers and the cache did.
+FORK_MIN_UNITS missed units, everything runs here: a pool's start and stop (70 ms on a loaded 2-core machine)
+would cost more than it saves. The objects, the weights blob and its labels come out in step order, whatever the
+workers and the cache did.
 """
 from __future__ import annotations
 

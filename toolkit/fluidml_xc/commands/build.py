@@ -56,7 +56,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from ..emit.capi import check_c_name
-    from ..frontend.validate import parse_size
+    from ..sizes import parse_size
 
     check_model_argument(args.model, NAME)
     if args.name is not None:

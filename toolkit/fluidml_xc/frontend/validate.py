@@ -4,7 +4,6 @@ InputError naming the node or tensor. Per-node checks that need shapes run from 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
@@ -17,21 +16,6 @@ from ..errors import InputError
 from ..ir import is_onnx_domain
 from ..opspec import all_specs, traits
 from ..sizes import MAX_RANK, format_bytes, host_memory_bytes
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """'512M', '2G', '1.5GiB', '1000000' -> bytes (powers of 1024)."""
-    match = _SIZE.fullmatch(str(text).strip())
-    if not match:
-        raise InputError(f"bad size {text!r}: write a byte count or a number with K, M, G or T (e.g. 2G)")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    if value <= 0:
-        raise InputError(f"bad size {text!r}: it must be positive")
-    return value
-
 
 def default_max_memory(board) -> int:
     """Half the board's RAM (its board file's memory_mb; this machine's when the file gives none): the rest is

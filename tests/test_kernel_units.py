@@ -185,3 +185,19 @@ def test_units_runner_matches_onnx_runtime(tmp_path):
     artifact = build(model, tmp_path, "x86_64", profile_runner=False, threads=2, cache=False)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(run(artifact, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_cache_on_disk_serves_a_rebuild(tmp_path, monkeypatch):
+    """The build's own cache (target/kernel_cache.py under $FLUIDML_XC_CACHE): a second build compiles nothing."""
+    from fluidml_xc.target.kernel_cache import KernelCache
+
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path / "cache"))
+    workdirs = []
+    for name in ("cold", "warm"):
+        workdirs.append(tmp_path / name)
+        workdirs[-1].mkdir()
+        compiled = compile_graph(import_graph(_model()), get_board("qemu-aarch64"), BuildOptions(board="qemu-aarch64"),
+                                 workdirs[-1])
+        assert (compiled.kernels.cached > 0) == (name == "warm") and (compiled.kernels.compiled > 0) == (name == "cold")
+    assert KernelCache().stats().entries > 0
+    assert (workdirs[0] / "model.o").read_bytes() == (workdirs[1] / "model.o").read_bytes()

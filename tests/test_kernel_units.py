@@ -201,3 +201,21 @@ def test_kernel_cache_on_disk_serves_a_rebuild(tmp_path, monkeypatch):
         assert (compiled.kernels.cached > 0) == (name == "warm") and (compiled.kernels.compiled > 0) == (name == "cold")
     assert KernelCache().stats().entries > 0
     assert (workdirs[0] / "model.o").read_bytes() == (workdirs[1] / "model.o").read_bytes()
+
+
+def test_a_dying_worker_costs_time_not_the_build(tmp_path, monkeypatch):
+    """A worker killed mid-unit (os._exit): the build's process compiles what the pool lost, same model.o."""
+    import os
+
+    from fluidml_xc.emit import unit_build
+
+    parent, original = os.getpid(), unit_build.compile_unit
+
+    def dies_in_a_worker(job):
+        if os.getpid() != parent:
+            os._exit(3)
+        return original(job)
+    one, _ = _compile(_model(), tmp_path, "one", monkeypatch, workers=1)
+    monkeypatch.setattr(unit_build, "compile_unit", dies_in_a_worker)
+    two, compiled = _compile(_model(), tmp_path, "two", monkeypatch, workers=2)
+    assert compiled.kernels.processes == 1 and one == two

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -114,14 +115,23 @@ def compile_units(jobs: list[UnitJob], workers: int, meanwhile=lambda: None) -> 
         meanwhile()
         return [compile_unit(job) for job in jobs]
     _FORKED = jobs
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {i: pool.submit(_forked, i) for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
-            meanwhile()
-            done = [futures[i].result() for i in range(len(jobs))]
-    finally:
+        futures = {i: pool.submit(_forked, i) for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
+        meanwhile()
+        done = [_result(futures[i]) for i in range(len(jobs))]
+    finally:  # an error or a signal here: the units not started are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
         _FORKED = []
     return [result if result is not None else compile_unit(job) for job, result in zip(jobs, done)]
+
+
+def _result(future) -> UnitResult | None:
+    """A worker's unit; None when the worker died (this process redoes it)."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return None
 
 
 def cached_unit(cache: UnitCache | None, key: str) -> UnitResult | None:

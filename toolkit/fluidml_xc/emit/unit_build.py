@@ -9,9 +9,12 @@ workers and the cache did.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
+import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -114,16 +117,48 @@ def compile_units(jobs: list[UnitJob], workers: int, meanwhile=lambda: None) -> 
     if workers <= 1 or len(jobs) < FORK_MIN_UNITS:
         meanwhile()
         return [compile_unit(job) for job in jobs]
-    _FORKED = jobs
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    _FORKED, pool = jobs, None
     try:
-        futures = {i: pool.submit(_forked, i) for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
+        with _signals_held():  # the workers fork at the first submit
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_signals)
+            futures = {i: pool.submit(_forked, i) for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
         meanwhile()
         done = [_result(futures[i]) for i in range(len(jobs))]
     finally:  # an error or a signal here: the units not started are dropped
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         _FORKED = []
     return [result if result is not None else compile_unit(job) for job, result in zip(jobs, done)]
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """The build's stop signals recorded while the pool forks and raised again after: Python runs a handler in
+    the main thread at its next instruction, which may be an at-fork hook, where the exception it raises (Ctrl-C's
+    KeyboardInterrupt) would be printed and lost."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda sig, frame: held.append(sig)) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)
+
+
+def _worker_signals() -> None:
+    """A worker ignores Ctrl-C (sent to the whole process group: the build's process stops the pool and reports
+    the interruption in its one line) and dies of SIGTERM and SIGHUP."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in STOP_SIGNALS[1:]:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _result(future) -> UnitResult | None:

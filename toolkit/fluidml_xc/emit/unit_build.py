@@ -224,14 +224,16 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
     missed = [job for key, job in jobs.items() if results[key] is None]
     on_keys()
     texts: list[str] = []
+    entry_codes: list[tuple[bytes, float, float]] = []
 
     def entries_here() -> None:
-        texts.extend(emit_entry(e, {step: unit_symbol(keys[v][step], specs[v]) for step, _ in steps}) for v, e in enumerate(entries))
+        for v, entry in enumerate(entries):
+            texts.append(emit_entry(entry, {step: unit_symbol(keys[v][step], specs[v]) for step, _ in steps}))
+            entry_codes.append(compile_module_timed(texts[-1], specs[v]))
     workers = options.workers or build_workers(len(missed))
     for job, result in zip(missed, compile_units(missed, workers, entries_here)):
         results[job.key] = result
         store_unit(cache, job.key, result)
-    entry_codes = [compile_module_timed(text, spec) for text, spec in zip(texts, specs)]
     return _assemble(specs, steps, keys, results, entries, texts, entry_codes, len(jobs) - len(missed), len(missed))
 
 

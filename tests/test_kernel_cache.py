@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import random
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,11 @@ def test_damaged_entry_is_a_miss_removed_and_rebuilt(tmp_path, damage):
 
 def _hammer(root: str, limit: int, keys: list[str], seed: int, rounds: int, clears: bool) -> tuple[int, int, int]:
     """One process: random puts and gets over shared KEYS (and some clears); (hits, misses, wrong reads)."""
-    cache = make_cache(Path(root), limit)
+    return _exercise(make_cache(Path(root), limit), keys, seed, rounds, clears)
+
+
+def _exercise(cache: KernelCache, keys: list[str], seed: int, rounds: int = 300,
+              clears: bool = False) -> tuple[int, int, int]:
     rng = random.Random(seed)
     hits = misses = wrong = 0
     for i in range(rounds):
@@ -136,6 +141,15 @@ def test_processes_share_a_cache_without_corrupt_reads(tmp_path, limit):
         assert cache.get(key) in (None, payload_of(key))
     assert not temp_files(tmp_path)
     assert cache.stats().bytes <= limit + 4 * (limit // 10)
+
+
+def test_threads_share_one_cache_object(tmp_path):
+    keys = [key_of(f"thread {i}") for i in range(30)]
+    cache = make_cache(tmp_path, 40 << 10)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda seed: _exercise(cache, keys, seed), range(8)))
+    assert sum(r[2] for r in results) == 0 and sum(r[0] for r in results) > 100, results
+    assert not temp_files(tmp_path) and cache.stats().bytes <= 40 << 10
 
 
 def test_limit_evicts_least_recently_used(tmp_path):

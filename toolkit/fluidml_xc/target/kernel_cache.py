@@ -15,6 +15,7 @@ import re
 import struct
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,9 @@ class KernelCache:
         self._counted: int | None = None
         """Entry bytes at the last count (None: not counted yet)."""
         self._unchecked = 0
-        """Bytes this object stored since that count."""
+        """Bytes this object stored since that count (or more: an overestimate only brings the next count sooner)."""
+        self._lock = threading.Lock()
+        """Guards the two counts: a build's threads share one KernelCache."""
 
     @property
     def root(self) -> Path:
@@ -165,11 +168,14 @@ class KernelCache:
         was stored since passes the limit; over it, prune to 90 %. So N processes storing at once overshoot the
         limit by at most N tenths of it."""
         limit = self.settings.limit_bytes
-        self._unchecked += stored
-        if self._counted is None or self._unchecked > limit // 10 or self._counted + self._unchecked > limit:
+        with self._lock:
+            self._unchecked += stored
+            if self._counted is not None and self._unchecked <= limit // 10 and self._counted + self._unchecked <= limit:
+                return
             self._counted, self._unchecked = self._count(), 0
-            if self._counted > limit:
-                self.prune(limit - limit // 10)
+            over = self._counted > limit
+        if over:
+            self.prune(limit - limit // 10)
 
     @staticmethod
     def _write(path: Path, blob: bytes) -> None:
@@ -239,7 +245,8 @@ class KernelCache:
                 break
             if _unlink(entry.path):
                 freed += entry.size
-        self._counted, self._unchecked = total - freed, 0
+        with self._lock:
+            self._counted = total - freed
         return freed
 
     def clear(self) -> int:
@@ -253,7 +260,8 @@ class KernelCache:
                 shard.rmdir()
             except OSError:
                 pass
-        self._counted, self._unchecked = 0, 0
+        with self._lock:
+            self._counted = 0
         return removed
 
 

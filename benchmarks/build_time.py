@@ -35,7 +35,7 @@ from fluidml_xc.target.boards import Board, get_board  # noqa: E402
 from fluidml_xc.target.cpus import cache_root  # noqa: E402
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-SHOWN_STAGES = ("emit", "ir text", "llvm", "link")
+SHOWN_STAGES = ("kernels", "units", "objects", "link")
 
 CHILD = """
 import json, sys, time

@@ -4,7 +4,7 @@ Three parts, each a set of keys -> sha256, written to OUT/digest.json (with the 
 OUT/ir/ so a difference can be read with diff):
 
 - models: every board file x threads (1 and 4) x each model given (and the package's example models): the LLVM
-  IR of every code variant, the weights blob and the memory plan's facts. Compiled only, never run.
+  IR of every code variant's units and entry module, their constants and the memory plan's facts. Never run.
 - data-dependent: the ONNX node cases whose ops have data-dependent output shapes (OpSpec.output_bound), on the
   same boards and thread counts.
 - conformance: every ONNX node case imported at its first data set's shapes and lowered for the architectures
@@ -45,19 +45,21 @@ def _sha(data: bytes | str) -> str:
 
 
 def _lowered_text(graph, board, threads: int) -> str:
-    """Every variant's IR, the weights blob's digest and the plan's facts of GRAPH built for BOARD."""
+    """Every variant's units (IR text in step order, then its entry module), the digest of the unit constants'
+    bytes and the plan's facts of GRAPH built for BOARD (as `build` emits them: emit/unit_build.py)."""
     from fluidml_xc.emit.threads import resolve_threads
-    from fluidml_xc.pipeline import LowerOptions, lower_variants
+    from fluidml_xc.emit.unit_build import UnitOptions, unit_texts
+    from fluidml_xc.pipeline import LowerOptions, plan
     from fluidml_xc.target.machine import machine_specs
 
     specs = machine_specs(board)
     n = resolve_threads(board, threads)
-    variants = lower_variants(graph, specs, LowerOptions(threads=n, parallel=n > 1, weights_symbol="fxc_weights_digest",
-                                                         symbol_prefix="fxc_"))
-    head = variants[0]
-    facts = json.dumps(head.plan.manifest_facts(), sort_keys=True, default=str)
-    blob = _sha(bytes(head.emitter.blob))
-    return "\n".join([f"; plan {facts}", f"; blob {blob}", *(v.ir_text for v in variants)])
+    planned = plan(graph, specs[0], LowerOptions(threads=n, parallel=n > 1))
+    texts, constants = unit_texts(planned.graph, planned.plan, specs,
+                                  UnitOptions(planned.decisions.layouts, planned.decisions.loop_orders, n > 1, "fxc_"))
+    facts = json.dumps(planned.plan.manifest_facts(), sort_keys=True, default=str)
+    blob = _sha(constants)
+    return "\n".join([f"; plan {facts}", f"; blob {blob}", *texts])
 
 
 def _model_job(job: tuple[str, str, str, int]) -> tuple[str, str]:

@@ -54,8 +54,10 @@ def _check_timings(timings: dict) -> None:
     assert sum(stages.values()) == pytest.approx(timings["total"], abs=1e-3)
     variants = timings["llvm_variants"]
     assert variants and all(v["optimize"] >= 0 and v["codegen"] >= 0 for v in variants)
-    if timings["llvm_processes"] == 1:  # one process: its variants ran one after another inside the llvm stage
-        assert sum(v["optimize"] + v["codegen"] for v in variants) <= stages["llvm"] + 1e-3
+    if timings["llvm_processes"] == 1:  # one process: its units ran one after another inside the units stage
+        assert sum(v["emit"] + v["optimize"] + v["codegen"] for v in variants) <= stages["units"] + 1e-3
+    kernels = timings["kernels"]
+    assert kernels["cached"] >= 0 and kernels["compiled"] >= 0 and kernels["cached"] + kernels["compiled"] > 0
 
 
 def test_manifest_records_stages_that_add_up(timed_build):
@@ -79,6 +81,8 @@ def test_timings_flag_prints_the_table_and_json_has_them(timed_build):
         assert float(seconds) >= 0 and share.endswith("%")
         if name != "total":
             assert float(seconds) == pytest.approx(result["timings"]["stages"][name], abs=1e-3)
+    kernels = result["timings"]["kernels"]
+    assert f"kernels: {kernels['cached']} cached, {kernels['compiled']} compiled" in table
 
 
 def test_build_json_has_timings_and_the_manifest_only_with_the_flag(tmp_path, capsys, monkeypatch):

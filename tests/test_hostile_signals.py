@@ -91,3 +91,37 @@ def test_next_build_sweeps_stale_temporaries_and_restores_a_lost_artifact(tmp_pa
     assert not stale_tmp.exists()
     live.rmdir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out"]
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_ctrl_c_while_units_compile_on_workers_is_one_line(tmp_path):
+    """Ctrl-C reaches the whole process group, the build's forked unit workers too: they ignore it, the build
+    drops the units not started and says its one line; nothing is left behind."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    names = ["x", *(f"t{k}" for k in range(7)), "y"]
+    weights = [numpy_helper.from_array(np.full((64, 64), k / 64, np.float32), f"w{k}") for k in range(8)]
+    graph = helper.make_graph([helper.make_node("MatMul", [a, f"w{k}"], [b]) for k, (a, b) in enumerate(zip(names, names[1:]))],
+                              "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    code = (f"import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            f"sys.path.insert(0, {str(ROOT / 'toolkit')!r}); from fluidml_xc.cli import main; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", code, "build", "m.onnx", "--board", "x86_64", "-o", "out", "--no-cache",
+                             "--build-workers", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(_children(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert proc.poll() is None, "the build ended before its unit workers were seen"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and stderr.strip() == "fluidml-xc: interrupted", stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert _ours(proc.pid) == []

@@ -106,7 +106,8 @@ def test_named_artifact_files_header_and_manifest(named):
 
 def test_libraries_export_disjoint_symbols(named):
     """Each library defines only its own name's symbols (plus the runtime's weak serial parallel-for, which the
-    shared runtime's strong one replaces); the runtime archive only fxc_ ones."""
+    shared runtime's strong one replaces, and the weak per-node units fxc_k_* and constants fxc_c_*, named by their
+    key or content: two models with the same ones share them); the runtime archive only fxc_ ones."""
     exported = {}
     for name, (artifact, _, _) in named.items():
         symbols: dict[str, str] = {}
@@ -115,7 +116,9 @@ def test_libraries_export_disjoint_symbols(named):
         own = {s for s in symbols if s.startswith(f"{name}_")}
         assert {f"{name}_init", f"{name}_run", f"{name}_model_run", f"{name}_input_specs"} <= own
         assert any(s.startswith(f"{name}_weights_") for s in own), "the weights blob carries the name"
-        assert set(symbols) - own <= {"fxc_parallel_for"} and symbols.get("fxc_parallel_for", "STB_WEAK") == "STB_WEAK"
+        shared = {s for s in symbols if s.startswith(("fxc_k_", "fxc_c_"))}
+        assert shared and all(symbols[s] == "STB_WEAK" for s in shared)
+        assert set(symbols) - own - shared <= {"fxc_parallel_for"} and symbols.get("fxc_parallel_for", "STB_WEAK") == "STB_WEAK"
         exported[name] = own
         runtime = {}
         for member in _archive_members(artifact / "libfxc_runtime.a"):

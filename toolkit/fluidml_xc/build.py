@@ -7,6 +7,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 import dataclasses
 from dataclasses import dataclass, field
@@ -19,13 +20,12 @@ from . import __version__
 from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
 from .target.boards import Board, get_board
 from .target.machine import MachineSpec, llvm_version, machine_specs
-from .target.objects import compile_objects
 from .errors import InputError
 from .frontend.importer import load_model
 from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
-from .pipeline import Lowered, LowerOptions, import_graph, lower_variants
+from .pipeline import Lowered, LowerOptions, import_graph, plan
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
@@ -33,8 +33,9 @@ from .frontend.input_shapes import declared_shapes, resolve_shapes
 from .frontend.ranges import ShapeRanges
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
+from .emit.unit_build import UnitOptions, build_units
 from .emit.link import attach_weights, link_artifact, merge_objects, runtime_cached, runtime_objects
-from .timings import BuildTimings, Stopwatch, VariantTiming
+from .timings import BuildTimings, KernelCounts, Stopwatch, VariantTiming
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -68,6 +69,10 @@ class BuildOptions:
     """--timings: record the stage timings in manifest.json too (BuildResult always has them). Off by default: a
     manifest with timings differs from build to build, and reproducible artifacts (docs/GUARANTEES.md) and
     deploy's content address need the same bytes."""
+    cache: bool = True
+    """Read and write the kernel cache ($FLUIDML_XC_CACHE/kernels); --no-cache: neither."""
+    workers: int | None = None
+    """Processes the units compile on (None: one per core; 1: this one alone)."""
 
 
 @dataclass
@@ -172,7 +177,9 @@ class Compiled:
     code_variants: tuple = ()
     """capi.CodeVariant per spec: entry suffix and the CPU extensions the glue checks."""
     llvm: tuple[VariantTiming, ...] = ()
-    """Per spec: LLVM's optimization and code generation seconds, and the process that compiled it."""
+    """Per spec: its units' emission, LLVM optimization and code generation seconds (summed over processes)."""
+    kernels: KernelCounts = KernelCounts()
+    """Units found in the kernel cache, units compiled, and the processes that compiled them."""
 
     @property
     def spec(self) -> MachineSpec:
@@ -190,8 +197,18 @@ def _constant_bytes(graph: Graph) -> int:
     return sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
 
 
+def kernel_cache():
+    """The kernel cache builds read and write (target/kernel_cache.py), or None before that store exists."""
+    try:
+        from .target.kernel_cache import KernelCache
+    except ImportError:
+        return None
+    return KernelCache()
+
+
 def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path, watch: Stopwatch | None = None) -> Compiled:
-    """Lower `graph` and write model.o (NAME.o; code + weights) into workdir (`watch`: its stages marked, from
+    """Plan `graph`, compile its per-node units (emit/unit_build.py; cached unless options.cache is off) and link
+    them with the entry modules and the weights into model.o (NAME.o) in workdir (`watch`: its stages marked, from
     "optimize" to "objects")."""
     watch = watch or Stopwatch()
     api = CApi(options.name)
@@ -199,36 +216,41 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     spec = specs[0]
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    variants = lower_variants(graph, specs, LowerOptions(opt=options.opt, costs=options.costs, threads=threads,
-                                                         parallel=threads > 1, weights_symbol=symbol, symbol_prefix=api.prefix),
-                              watch)
-    lowered = variants[0]
-    emitter, plan, graph = lowered.emitter, lowered.plan, lowered.graph
-    build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(emitter.blob):,} B)",
-                                       emitter.tail.arena_bytes + len(emitter.blob))
-    objects = compile_objects([(v.ir_text, v.spec) for v in variants])
-    watch.mark("llvm")
-    codes = [obj.code for obj in objects]
-    if emitter.blob or len(codes) > 1:
-        code_objs = [workdir / f"model_code{k}.o" for k in range(len(codes))]
-        for path, code in zip(code_objs, codes):
-            path.write_bytes(code)
-        if emitter.blob:
-            attach_weights(board.target, code_objs, bytes(emitter.blob), symbol, workdir / api.object, spec.alignment)
-        else:
-            merge_objects(code_objs, workdir / api.object)
-        for path in code_objs:
-            path.unlink()
-    else:
-        (workdir / api.object).write_bytes(codes[0])
-    ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan.order]
-    memory = {**plan.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan),
+    planned = plan(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads), watch)
+    plan_, graph = planned.plan, planned.graph
+    units = build_units(graph, plan_, specs, UnitOptions(planned.decisions.layouts, planned.decisions.loop_orders, threads > 1,
+                                                         api.prefix, options.workers),
+                        kernel_cache() if options.cache else None, lambda: watch.mark("kernels"))
+    watch.mark("units")
+    emitter = units.entries[0]
+    build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(units.blob):,} B)",
+                                       emitter.tail.arena_bytes + len(units.blob))
+    _link_units(board, units, symbol, workdir / api.object, spec.alignment)
+    ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan_.order]
+    memory = {**plan_.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan_),
               **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {}),
               **({"staged_inputs": dict(emitter.boundary.staged)} if emitter.boundary and emitter.boundary.staged else {})}
     watch.mark("objects")
-    return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in emitter.parallel.items()},
+    lowered = Lowered(graph, spec, planned.decisions, plan_, emitter, units.entry_texts[0])
+    return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in units.splits.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
-                    tuple(VariantTiming(s.cpu, o.optimize, o.codegen, o.process) for s, o in zip(specs, objects)))
+                    tuple(VariantTiming(v.cpu, v.optimize, v.codegen, 0, v.emit) for v in units.seconds),
+                    KernelCounts(units.cached, units.compiled, units.processes))
+
+
+def _link_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:
+    """The units' and entries' objects (in their order) and the weights, merged into `out` by one ld.lld -r."""
+    parts = Path(tempfile.mkdtemp(prefix=".units-", dir=out.parent))
+    try:
+        paths = [parts / f"u{k:05d}.o" for k in range(len(units.objects))]
+        for path, code in zip(paths, units.objects):
+            path.write_bytes(code)
+        if units.blob:
+            attach_weights(board.target, paths, units.blob, symbol, out, alignment, units.labels)
+        else:
+            merge_objects(paths, out)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
 
 
 def _code_variant(board: Board, spec: MachineSpec, native: bool):
@@ -462,7 +484,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
         watch.mark("artifact")
         if options.timings:
-            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built))
+            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels))
         (workdir / MANIFEST).write_text(manifest.to_json())
         _replace_artifact(workdir, out_dir)
     except BaseException:
@@ -475,4 +497,4 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         except OSError as exc:
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     watch.mark("artifact")
-    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built))
+    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels))

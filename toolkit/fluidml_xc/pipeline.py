@@ -1,9 +1,9 @@
 """The one compiler pipeline, shared by `build`, the ONNX backend and `inspect`.
 
     model -> import_graph (frontend, passes, support check) -> plan (optimizer decisions, verified memory plan)
-          -> lower (one LLVM module)
+          -> lower (one LLVM module; `build` emits per-node units instead: emit/unit_build.py)
 
-`build` then compiles and links the module, the backend JIT-compiles it, `inspect` redraws the plan.
+`build` compiles and links its units, the backend JIT-compiles the one module, `inspect` redraws the plan.
 """
 from __future__ import annotations
 
@@ -175,11 +175,10 @@ def _size_points(graph: Graph) -> list[SizePoint]:
 
 
 def _ir_text(emitter: ModuleEmitter, watch: Stopwatch) -> str:
-    """emitter.emit() with the stages "emit" (llvmlite objects) and "ir text" (their text) marked apart."""
+    """emitter.emit() with the stage "units" (the one module's emission and text) marked."""
     emitter.emit_module()
-    watch.mark("emit")
     text = str(emitter.module)
-    watch.mark("ir text")
+    watch.mark("units")
     return text
 
 

@@ -14,10 +14,9 @@ STAGES: dict[str, str] = {
     "passes": "graph rewrites and the support check",
     "optimize": "FluidML layouts and loop orders (the optimizer's search)",
     "memory plan": "arena plan and its verification",
-    "emit": "lowering every kernel into llvmlite IR objects",
-    "ir text": "the llvmlite module turned into LLVM IR text",
-    "llvm": "LLVM parse, O3 optimization and code generation (all code variants, wall time)",
-    "objects": "code objects written, weights attached",
+    "kernels": "per-node unit keys computed and looked up in the kernel cache",
+    "units": "the units missed: emitted, as IR text, LLVM O3 and code generation, on every core; the entry modules",
+    "objects": "unit and entry objects, weights and their labels merged (ld.lld -r)",
     "runtime": "the C runtime for the board's architecture (built once, then cached)",
     "link": "glue, runners and libraries (zig)",
     "artifact": "footprint, digests, manifest, directory renamed into place",
@@ -45,16 +44,27 @@ class Stopwatch:
 
 @dataclass(frozen=True)
 class VariantTiming:
-    """One code variant's LLVM work (seconds; `process`: 0 this one, k > 0 the k-th child, target/objects.py)."""
+    """One code variant's work (seconds summed over the processes that compiled its units): LLVM optimization and
+    code generation, and Python emission with the IR text (`emit`); `process`: 0 this one, k > 0 the k-th child."""
 
     cpu: str
     optimize: float
     codegen: float
     process: int = 0
+    emit: float = 0.0
 
     def to_json(self) -> dict:
-        return {"cpu": self.cpu, "optimize": round(self.optimize, 4), "codegen": round(self.codegen, 4),
-                "process": self.process}
+        return {"cpu": self.cpu, "emit": round(self.emit, 4), "optimize": round(self.optimize, 4),
+                "codegen": round(self.codegen, 4), "process": self.process}
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """A build's units: found in the kernel cache, compiled, and the processes that compiled them."""
+
+    cached: int = 0
+    compiled: int = 0
+    processes: int = 1
 
 
 @dataclass(frozen=True)
@@ -67,26 +77,32 @@ class BuildTimings:
     variants: tuple[VariantTiming, ...] = ()
     llvm_processes: int = 1
     runtime_built: bool = False
+    kernels: KernelCounts = KernelCounts()
 
     @classmethod
-    def of(cls, watch: Stopwatch, variants: tuple[VariantTiming, ...] = (), runtime_built: bool = False) -> BuildTimings:
+    def of(cls, watch: Stopwatch, variants: tuple[VariantTiming, ...] = (), runtime_built: bool = False,
+           kernels: KernelCounts = KernelCounts()) -> BuildTimings:
         stages = {name: watch.seconds[name] for name in STAGES if name in watch.seconds}
-        return cls(stages, watch.total(), variants, len({v.process for v in variants}) or 1, runtime_built)
+        return cls(stages, watch.total(), variants, kernels.processes, runtime_built, kernels)
 
     def to_json(self) -> dict:
         return {"total": round(self.total, 4), "stages": {k: round(v, 4) for k, v in self.stages.items()},
                 "llvm_variants": [v.to_json() for v in self.variants], "llvm_processes": self.llvm_processes,
-                "runtime_built": self.runtime_built}
+                "runtime_built": self.runtime_built,
+                "kernels": {"cached": self.kernels.cached, "compiled": self.kernels.compiled}}
 
     @classmethod
     def from_json(cls, data: Mapping) -> BuildTimings:
         """The manifest's `timings` (TypeError/ValueError/KeyError when malformed)."""
         if not isinstance(data, Mapping) or not isinstance(data["stages"], Mapping):
             raise TypeError(data)
-        variants = tuple(VariantTiming(str(v["cpu"]), _seconds(v["optimize"]), _seconds(v["codegen"]), int(v.get("process", 0)))
-                         for v in data.get("llvm_variants", []))
+        variants = tuple(VariantTiming(str(v["cpu"]), _seconds(v["optimize"]), _seconds(v["codegen"]), int(v.get("process", 0)),
+                                       _seconds(v.get("emit", 0.0))) for v in data.get("llvm_variants", []))
+        kernels = data.get("kernels", {})
+        processes = int(data.get("llvm_processes", 1))
         return cls({str(k): _seconds(v) for k, v in data["stages"].items()}, _seconds(data["total"]), variants,
-                   int(data.get("llvm_processes", 1)), bool(data.get("runtime_built", False)))
+                   processes, bool(data.get("runtime_built", False)),
+                   KernelCounts(int(kernels.get("cached", 0)), int(kernels.get("compiled", 0)), processes))
 
     def table(self) -> str:
         """Stage, seconds and share of the total, one line each, then the per-variant LLVM figures."""
@@ -96,10 +112,12 @@ class BuildTimings:
             note = (" (built now, once per architecture)" if self.runtime_built else " (cached)") if name == "runtime" else ""
             lines.append(f"  {name:<12} {seconds:8.3f} {seconds / total:6.1%}{note}")
         lines.append(f"  {'total':<12} {self.total:8.3f} {1:6.1%}")
+        if self.kernels.cached or self.kernels.compiled:
+            lines.append(f"  kernels: {self.kernels.cached} cached, {self.kernels.compiled} compiled")
         if self.variants:
-            lines.append(f"  llvm per code variant ({self.llvm_processes} process{'es' if self.llvm_processes > 1 else ''}):")
+            lines.append(f"  per code variant, summed over {self.llvm_processes} process{'es' if self.llvm_processes > 1 else ''}:")
         for v in self.variants:
-            lines.append(f"    {v.cpu:<18} optimize {v.optimize:.3f} s, codegen {v.codegen:.3f} s"
+            lines.append(f"    {v.cpu:<18} emit {v.emit:.3f} s, optimize {v.optimize:.3f} s, codegen {v.codegen:.3f} s"
                          + (f" (child {v.process})" if v.process else ""))
         return "\n".join(lines)
 

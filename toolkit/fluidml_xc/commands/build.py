@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..build import BUILD_STAGES, BuildOptions, build_model
+from ..errors import InputError
 from ..pipeline import OPT_MODES
 from ..frontend.binding import HELP as BIND_HELP, parse_binds
 from ..frontend.input_shapes import BASE_HELP as SHAPE_HELP
@@ -43,8 +44,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-memory", metavar="SIZE", help="largest tensor, constants, and arena + weights (e.g. 2G; "
                         "default: half the board's RAM from its board file, or half of this machine's)")
     parser.add_argument("--timings", action="store_true", help="print the seconds each build stage took (load, import, "
-                        "passes, optimize, memory plan, emit, ir text, llvm, objects, runtime, link, artifact) and their "
-                        "share, and record them in manifest.json (build --json has them always)")
+                        "passes, optimize, memory plan, kernels, units, objects, runtime, link, artifact) and their "
+                        "share, the kernels cached and compiled, and record them in manifest.json (build --json has them "
+                        "always)")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the kernel cache "
+                        "($FLUIDML_XC_CACHE/kernels): compile every per-node unit")
+    parser.add_argument("--build-workers", type=int, metavar="N", help="processes the per-node units compile on "
+                        "(default: one per core; 1: this process alone)")
     add_json_arguments(parser)
 
 
@@ -59,13 +65,15 @@ def main(args) -> int:
     ranges = parse_ranges(ranged, args.dim, args.opt_shape, args.max_dim)
     bind = parse_binds(args.bind)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
+    if args.build_workers is not None and args.build_workers < 1:
+        raise InputError(f"--build-workers {args.build_workers}: give 1 or more processes")
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges,
                                                       opt=args.opt,
                                                       costs=args.costs, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       cpu=args.cpu, features=args.features, timings=args.timings,
-                                                      progress=stages))
+                                                      cache=not args.no_cache, workers=args.build_workers, progress=stages))
     emit(_result(result), args.json, args.json_out, lambda: _table(result, args.timings))
     return 0
 

@@ -94,6 +94,10 @@ class EmitOptions:
     """Suffix of the entries and node functions of one code variant (MachineSpec.variant: `_x86_64_v3`)."""
     blob: WeightsBlob | None = None
     """The weights blob shared with the build's other code variants (None: this module's own)."""
+    unit: bool = False
+    """Emit for a per-node unit (emit/units.py): a constant of INLINE_LIMIT bytes or more is an external hidden
+    symbol named by its content (`constant_symbol`, defined in the weights object; recorded in `ModuleEmitter.
+    content`) instead of an offset into the blob, and `fxc_parallel_for` is declared (the entry module defines it)."""
 
 
 INLINE_LIMIT = 256
@@ -150,6 +154,8 @@ class ModuleEmitter:
         self._boundary: Boundary | None = None
         self._bodies: dict[str, ModuleEmitter] = {}
         """Loop node name -> the emitter of its body (on this module), `body_emitter`."""
+        self.content: dict[str, bytes] = {}
+        """With EmitOptions.unit: constant symbol -> its bytes, in the order the module first used them."""
 
     @property
     def tail(self):
@@ -169,6 +175,11 @@ class ModuleEmitter:
                 self._boundary = extend_tail(self.graph, self._tail, self.spec.alignment, self.plan)
         return self._tail
 
+    @tail.setter
+    def tail(self, layout) -> None:
+        """A unit's tail (emit/units.py): its node's dims slots as the whole graph's has them, no scratch offset."""
+        self._tail = layout
+
     @property
     def boundary(self) -> Boundary | None:
         """A dynamic graph's staged inputs and varying outputs' dims slots (boundary.py); None for a static graph."""
@@ -183,6 +194,8 @@ class ModuleEmitter:
         """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
         value = np.ascontiguousarray(value)
         data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
+        if self.options.unit and len(data) >= INLINE_LIMIT:
+            return self._content_constant(data)
         if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
             offset = self.weights.add(data, self.spec.alignment)
             if self.blob_var is None:
@@ -199,6 +212,17 @@ class ModuleEmitter:
         var.unnamed_addr = True
         var.align = self.spec.alignment
         var.initializer = ir.Constant(ty, bytearray(data))
+        return var.bitcast(I8P)
+
+    def _content_constant(self, data: bytes) -> ir.Value:
+        """An external hidden i8 array named by `data`'s hash (a Loop body's emitter shares the module's)."""
+        symbol = constant_symbol(data)
+        self.content.setdefault(symbol, data)
+        var = self.module.globals.get(symbol)
+        if var is None:
+            var = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), symbol)
+            var.global_constant = True
+            var.visibility = "hidden"
         return var.bitcast(I8P)
 
     def constant_global(self, name: str) -> ir.Value:
@@ -223,6 +247,11 @@ class ModuleEmitter:
             if fn is not None:
                 fn.attributes.add("noinline")
                 steps.append((step, node, fn))
+        self.emit_entries(steps)
+
+    def emit_entries(self, steps: list[tuple[int, Node, ir.Function]]) -> None:
+        """`fxc_model_run` and `fxc_model_run_profiled` (hooks passed as pointers) calling `steps`' functions."""
+        self._takes_syms.update(node.name for _, node, _ in steps if touches_varying(self.graph, node))
         hook = ir.FunctionType(ir.VoidType(), [ir.IntType(32)]).as_pointer()
         self._entry(f"{self.options.symbol_prefix}model_run{self.options.variant}", steps, None)
         self._entry(f"{self.options.symbol_prefix}model_run_profiled{self.options.variant}", steps, hook)
@@ -300,7 +329,7 @@ class ModuleEmitter:
         pointer (so LLVM sees one pointer and vectorizes); constants are read from read-only data directly."""
         names, roots = [], set()
         for n in [n for n in node.inputs if n and not self.graph.tensors[n].is_const] + [n for n in node.outputs if n]:
-            root = self._storage_root(n)
+            root = self.storage_root(n)
             if root not in roots:
                 roots.add(root)
                 names.append(n)
@@ -335,27 +364,38 @@ class ModuleEmitter:
             self.globals[key] = self.constant_data(value)
         return self.globals[key].bitcast(storage_type(tensor.dtype).as_pointer())
 
-    def _storage_root(self, name: str) -> str:
+    def storage_root(self, name: str) -> str:
+        """The tensor whose storage `name` is (the plan's aliases followed)."""
         alias = self.plan.alias_of
         while name in alias:
             name = alias[name]
         return name
 
-    def node_function(self, node: Node, step: int) -> ir.Function | None:
+    def emits_function(self, node: Node) -> bool:
+        """False for a view the memory plan aliases to its input (no code)."""
         from ..planning import is_alias_view
 
+        return not (lookup(node.op_type, self.graph.opset, node.domain).view and is_alias_view(self.graph, node))
+
+    def signature(self, node: Node) -> list[ir.Type]:
+        """The parameter types of `node`'s function: a pointer per storage (arg_names), a dims slot pointer per
+        dynamic output, the scratch, the symbols' values when it touches a varying tensor."""
+        types = [storage_type(self.graph.tensors[n].dtype).as_pointer() for n in self.arg_names(node)]
+        dims_outputs = self._dims_outputs(node)
+        types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(self._extra_offsets(node)) - len(dims_outputs))
+        return types + [I64.as_pointer()] * touches_varying(self.graph, node)
+
+    def node_function(self, node: Node, step: int) -> ir.Function | None:
         graph = self.graph
         spec = lookup(node.op_type, graph.opset, node.domain)
-        if spec.view and is_alias_view(graph, node):
+        if not self.emits_function(node):
             return None
         names = self.arg_names(node)
-        types = [storage_type(graph.tensors[n].dtype).as_pointer() for n in names]
         dims_outputs = self._dims_outputs(node)
         extra = self._extra_offsets(node)
-        types += [ir.IntType(64).as_pointer()] * len(dims_outputs) + [I8P] * (len(extra) - len(dims_outputs))
+        types = self.signature(node)
         takes_syms = touches_varying(graph, node)
         if takes_syms:
-            types.append(I64.as_pointer())
             self._takes_syms.add(node.name)
         idx_t = ir.IntType(self.spec.pointer_bits)
         tiled = self.options.parallel
@@ -379,7 +419,7 @@ class ModuleEmitter:
             kernel.status, kernel.check_code = fn.args[len(names) + len(extra) - 1], self.tail.check_codes[node.name]
         if takes_syms:
             kernel.syms, kernel.sym_index = fn.args[len(types) - 1], self.sym_index
-        by_root = {self._storage_root(n): arg for n, arg in zip(names, fn.args)}
+        by_root = {self.storage_root(n): arg for n, arg in zip(names, fn.args)}
 
         def operand(name: str) -> Operand | None:
             if not name:
@@ -388,7 +428,7 @@ class ModuleEmitter:
             if t.is_const:
                 storage = lambda: self._constant_pointer(name)  # noqa: E731
             else:
-                arg = by_root[self._storage_root(name)]
+                arg = by_root[self.storage_root(name)]
                 ptr_type = storage_type(t.dtype).as_pointer()
                 storage = arg if arg.type == ptr_type else kernel.b.bitcast(arg, ptr_type)
             return Operand(name, np.dtype(t.dtype), t.shape, layout_strides(t.shape, self.layout(name)), storage, t.value,
@@ -419,8 +459,9 @@ class ModuleEmitter:
             step = self.plan.order.index(self.graph.nodes.index(node))
             options = EmitOptions(weights_symbol=self.options.weights_symbol, parallel=self.options.parallel,
                                   symbol_prefix=self.options.symbol_prefix, variant=f"_loop{step}{self.options.variant}",
-                                  blob=self.weights)
+                                  blob=self.weights, unit=self.options.unit)
             nested = ModuleEmitter(body, plan, self.spec, options)
+            nested.content = self.content
             nested.module = self.module
             self._bodies[node.name] = nested
         return self._bodies[node.name]
@@ -436,30 +477,37 @@ class ModuleEmitter:
                 steps.append((step, nested.graph.nodes[node_index], fn))
         return BodyCall(nested, steps)
 
-    def _parallel_for(self) -> ir.Function:
-        """`fxc_parallel_for`, defined weak and serial (tile by tile) for the JIT; runtime_c/pool.c's wins at link."""
+    def parallel_for(self) -> ir.Function:
+        """`fxc_parallel_for`: a unit's declaration, else serial_parallel_for's definition."""
         if self._pfor is None:
             existing = self.module.globals.get(PARALLEL_FOR)
             if existing is not None:
                 self._pfor = existing
-                return existing
-            pfor = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [TASK_T.as_pointer(), I8P, I64]), PARALLEL_FOR)
-            pfor.linkage = "weak"
-            task, ctx, n = pfor.args
-            entry, loop, done = pfor.append_basic_block("entry"), pfor.append_basic_block("loop"), pfor.append_basic_block("done")
-            b = ir.IRBuilder(entry)
-            b.cbranch(b.icmp_signed(">", n, I64(0)), loop, done)
-            b.position_at_end(loop)
-            i = b.phi(I64)
-            i.add_incoming(I64(0), entry)
-            nxt = b.add(i, I64(1))
-            b.call(task, [ctx, i, nxt])
-            i.add_incoming(nxt, loop)
-            b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
-            b.position_at_end(done)
-            b.ret_void()
-            self._pfor = pfor
+            elif self.options.unit:
+                self._pfor = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [TASK_T.as_pointer(), I8P, I64]),
+                                         PARALLEL_FOR)
+            else:
+                self._pfor = self.serial_parallel_for()
         return self._pfor
+
+    def serial_parallel_for(self) -> ir.Function:
+        """`fxc_parallel_for` defined weak and serial (tile by tile) for the JIT; runtime_c/pool.c's wins at link."""
+        pfor = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [TASK_T.as_pointer(), I8P, I64]), PARALLEL_FOR)
+        pfor.linkage = "weak"
+        task, ctx, n = pfor.args
+        entry, loop, done = pfor.append_basic_block("entry"), pfor.append_basic_block("loop"), pfor.append_basic_block("done")
+        b = ir.IRBuilder(entry)
+        b.cbranch(b.icmp_signed(">", n, I64(0)), loop, done)
+        b.position_at_end(loop)
+        i = b.phi(I64)
+        i.add_incoming(I64(0), entry)
+        nxt = b.add(i, I64(1))
+        b.call(task, [ctx, i, nxt])
+        i.add_incoming(nxt, loop)
+        b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
+        b.position_at_end(done)
+        b.ret_void()
+        return pfor
 
     def _tiled_entry(self, body: ir.Function, types: list, kernel: Kernel, node: Node, step: int) -> ir.Function:
         """The node function for a body with a parallel region: its arguments go into a context struct on
@@ -491,10 +539,15 @@ class ModuleEmitter:
         slot = b.alloca(ctx_t)
         for i, arg in enumerate(entry.args):
             b.store(arg, b.gep(slot, [zero, ir.Constant(ir.IntType(32), i)], inbounds=True))
-        b.call(self._parallel_for(), [tile, b.bitcast(slot, I8P), I64(kernel.tiles)])
+        b.call(self.parallel_for(), [tile, b.bitcast(slot, I8P), I64(kernel.tiles)])
         b.ret_void()
         self.parallel[node.name] = kernel.tile_split
         return entry
+
+
+def constant_symbol(data: bytes) -> str:
+    """The hidden symbol of a unit's constant: named by its content, so it does not move when another one changes."""
+    return "fxc_c_" + hashlib.sha256(data).hexdigest()[:32]
 
 
 @dataclass

@@ -140,9 +140,10 @@ def merge_objects(objects: Sequence[Path], out_obj: Path) -> Path:
 
 
 def attach_weights(target: Target, code_objs: Sequence[Path], weights: bytes, symbol: str, out_obj: Path,
-                   alignment: int = 64) -> Path:
-    """One relocatable object = the model code (one object per code variant) + the weights blob as `symbol` in
-    .rodata (hidden), shared by the variants.
+                   alignment: int = 64, labels: Sequence[tuple[str, int]] = ()) -> Path:
+    """One relocatable object = the model code (one object per code variant, or per unit) + the weights blob as
+    `symbol` in .rodata (hidden), shared by the variants; `labels` (name, offset): a hidden weak symbol per unit
+    constant at its offset in the blob (weak: two models with the same constant link into one program).
 
     The blob is assembled from a .incbin by zig cc and merged with a relocatable link (ld.lld -r),
     so the weights never pass through LLVM IR text. zig caches that assembly in a private directory
@@ -153,11 +154,12 @@ def attach_weights(target: Target, code_objs: Sequence[Path], weights: bytes, sy
         blob = work / "weights.bin"
         blob.write_bytes(weights)
         asm = work / "weights.S"
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", symbol):
-            raise ValueError(f"weights symbol {symbol!r} is not an identifier")
+        for name in [symbol, *(name for name, _ in labels)]:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"weights symbol {name!r} is not an identifier")
         # names relative to `work`: no directory (a user's -o path, a random temporary name) reaches the object
         asm.write_text(f'.section .rodata.{symbol},"a"\n.p2align {max(alignment.bit_length() - 1, 0)}\n'
-                       f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n.incbin "weights.bin"\n')
+                       f'.globl {symbol}\n.hidden {symbol}\n{symbol}:\n{_labelled_blob(len(weights), labels)}')
         blob_obj = work / "weights.o"
         with _plain_alias(work) as plain:
             _zig("cc", [*_base_args(target, RUNTIME_CPU), "-g0", "-fdebug-compilation-dir=.", "-c", "weights.S", "-o",
@@ -167,6 +169,19 @@ def attach_weights(target: Target, code_objs: Sequence[Path], weights: bytes, sy
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out_obj
+
+
+def _labelled_blob(size: int, labels: Sequence[tuple[str, int]]) -> str:
+    """weights.bin included piece by piece, a hidden weak label at each offset of `labels`."""
+    lines, at = [], 0
+    for name, offset in sorted(labels, key=lambda label: label[1]):
+        if offset > at:
+            lines.append(f'.incbin "weights.bin", {at}, {offset - at}')
+        at = max(at, offset)
+        lines += [f".weak {name}", f".hidden {name}", f"{name}:"]
+    if size > at or not lines:
+        lines.append(f'.incbin "weights.bin", {at}, {size - at}' if labels else '.incbin "weights.bin"')
+    return "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager

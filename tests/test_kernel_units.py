@@ -1,0 +1,221 @@
+"""Per-node units and their cache (issue #27): a unit's key changes with everything its code depends on and
+nothing else; a rebuild reuses every unit and gives the same model.o; a changed layer recompiles that unit alone;
+--no-cache touches no cache; the worker count does not change model.o; the runner agrees with ONNX Runtime."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from fluidml_xc import build as build_mod
+from fluidml_xc.build import BuildOptions, compile_graph
+from fluidml_xc.emit import units
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
+from fluidml_xc.emit.unit_build import FORK_MIN_UNITS
+from fluidml_xc.pipeline import LowerOptions, import_graph, plan
+from fluidml_xc.frontend.ranges import DimSpec, ShapeRanges
+from fluidml_xc.ir import Graph
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import machine_spec
+from modelrun import build, float_model, rand, run
+
+
+class FakeCache:
+    """KernelCache's interface (target/kernel_cache.py) in memory, counting what a build asks."""
+
+    def __init__(self):
+        self.data: dict[str, bytes] = {}
+        self.gets: list[str] = []
+        self.puts: list[str] = []
+
+    def get(self, key: str) -> bytes | None:
+        assert len(key) == 64 and int(key, 16) >= 0
+        self.gets.append(key)
+        return self.data.get(key)
+
+    def put(self, key: str, data: bytes) -> bool:
+        assert len(key) == 64 and int(key, 16) >= 0
+        self.puts.append(key)
+        self.data[key] = bytes(data)
+        return True
+
+
+def _model(alpha: float = 0.1, scale: float = 1.0) -> onnx.ModelProto:
+    """Conv (weights over the inline limit) -> LeakyRelu(alpha) -> MatMul (weights * scale) -> Softmax."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c"], ["r"], name="leaky", alpha=alpha),
+             helper.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "m"], ["y0"], name="fc"),
+             helper.make_node("Softmax", ["y0"], ["y"], name="soft", axis=-1)]
+    inits = {"w": rand(8, 3, 3, 3, seed=1), "b": rand(8, seed=2), "shape": np.array([1, 8 * 6 * 6], np.int64),
+             "m": rand(8 * 6 * 6, 10, seed=3) * np.float32(scale)}
+    return float_model(nodes, inits, {"x": np.zeros((1, 3, 6, 6), np.float32)}, ["y"])
+
+
+def _keys(model: onnx.ModelProto | Graph, board: str = "x86_64-v3", parallel: bool = True, spec=None, edit=None) -> dict[str, str]:
+    """Node name -> its unit's key on `board` (the build's plan; `edit(emitter)` changes the emitter first)."""
+    spec = spec or machine_spec(get_board(board))
+    planned = plan(model if isinstance(model, Graph) else import_graph(model), spec, LowerOptions())
+    options = EmitOptions(layouts=dict(planned.decisions.layouts), loop_orders=dict(planned.decisions.loop_orders),
+                          parallel=parallel, unit=True)
+    emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)
+    if edit:
+        edit(emitter)
+    graph = emitter.graph
+    return {graph.nodes[i].name: units.unit_key(units.view_digest(units.local_view(emitter, graph.nodes[i])), spec)
+            for i in planned.plan.order if emitter.emits_function(graph.nodes[i])}
+
+
+def _changed(a: dict[str, str], b: dict[str, str]) -> set[str]:
+    return {name for name in a if a[name] != b.get(name)}
+
+
+@pytest.fixture(scope="module")
+def base_keys():
+    return _keys(_model())
+
+
+def test_key_is_stable_and_a_64_hex_digest(base_keys):
+    assert base_keys == _keys(_model())
+    assert all(len(k) == 64 and int(k, 16) >= 0 for k in base_keys.values())
+    assert len(set(base_keys.values())) == len(base_keys)
+
+
+def test_an_attribute_or_a_weight_changes_its_own_unit_only(base_keys):
+    assert _changed(base_keys, _keys(_model(alpha=0.2))) == {"conv"}  # LeakyRelu is the Conv's epilogue
+    assert _changed(base_keys, _keys(_model(scale=2.0))) == {"fc"}
+
+
+def test_layout_and_loop_order_change_the_key(base_keys):
+    def relayout(emitter):
+        out = next(n for n in emitter.graph.nodes if n.name == "conv").outputs[0]
+        emitter.options.layouts[out] = (0, 2, 3, 1) if emitter.options.layouts.get(out) != (0, 2, 3, 1) else (0, 1, 2, 3)
+
+    def reorder(emitter):
+        emitter.options.loop_orders["fc"] = "reordered"
+    assert "conv" in _changed(base_keys, _keys(_model(), edit=relayout))
+    assert _changed(base_keys, _keys(_model(), edit=reorder)) == {"fc"}
+
+
+def _dynamic_model() -> onnx.ModelProto:
+    """MatMul + Relu on x[N, 16]."""
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                               helper.make_node("Relu", ["m"], ["y"], name="relu")], "dyn",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 8])],
+                              [onnx.numpy_helper.from_array(rand(16, 8, seed=4), "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_symbol_ranges_change_the_key():
+    def keys(hi: int) -> dict[str, str]:
+        return _keys(import_graph(_dynamic_model(), ranges=ShapeRanges(dims={"N": DimSpec(1, hi)})))
+    assert keys(8) == keys(8)
+    assert _changed(keys(8), keys(16)) == set(keys(8))
+
+
+def test_spec_options_and_tools_change_every_key(base_keys, monkeypatch):
+    spec = machine_spec(get_board("x86_64-v3"))
+    for other in (dataclasses.replace(spec, cpu="x86-64-v2"), dataclasses.replace(spec, features=spec.features + ",-fma"),
+                  dataclasses.replace(spec, accumulators=spec.accumulators - 1)):
+        assert _changed(base_keys, _keys(_model(), spec=other)) == set(base_keys)
+    assert _changed(base_keys, _keys(_model(), parallel=False)) == set(base_keys)
+    monkeypatch.setattr(units, "package_digest", lambda: "0" * 64)
+    assert _changed(base_keys, _keys(_model())) == set(base_keys)
+    monkeypatch.undo()
+    monkeypatch.setattr(units, "llvm_version", lambda: "0.0.1")
+    assert _changed(base_keys, _keys(_model())) == set(base_keys)
+
+
+def test_describe_refuses_what_it_does_not_know():
+    with pytest.raises(TypeError, match="cannot describe"):
+        units.describe(object())
+
+
+def _compile(model: onnx.ModelProto, tmp: Path, name: str, monkeypatch, cache=None, **options):
+    """compile_graph for x86_64 (three code variants) with `cache`: (model.o bytes, Compiled)."""
+    monkeypatch.setattr(build_mod, "kernel_cache", lambda: cache)
+    workdir = tmp / name
+    workdir.mkdir()
+    compiled = compile_graph(import_graph(model), get_board("x86_64"), BuildOptions(board="x86_64", threads=2, **options),
+                             workdir)
+    return (workdir / "model.o").read_bytes(), compiled
+
+
+def test_rebuild_hits_every_unit_and_a_changed_layer_recompiles_alone(tmp_path, monkeypatch):
+    cache = FakeCache()
+    cold, first = _compile(_model(), tmp_path, "cold", monkeypatch, cache)
+    units_per_variant = first.kernels.compiled // 3
+    assert first.kernels.cached == 0 and units_per_variant == 3  # conv (with its LeakyRelu), fc, softmax
+    warm, second = _compile(_model(), tmp_path, "warm", monkeypatch, cache)
+    assert (second.kernels.cached, second.kernels.compiled) == (first.kernels.compiled, 0)
+    assert warm == cold
+    _, third = _compile(_model(scale=2.0), tmp_path, "changed", monkeypatch, cache)
+    assert (third.kernels.cached, third.kernels.compiled) == (first.kernels.compiled - 3, 3)
+
+
+def test_no_cache_touches_no_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path / "cache"))
+
+    def refuse():
+        raise AssertionError("--no-cache opened the kernel cache")
+    monkeypatch.setattr(build_mod, "kernel_cache", refuse)
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    compiled = compile_graph(import_graph(_model()), get_board("x86_64"), BuildOptions(board="x86_64", cache=False), workdir)
+    assert compiled.kernels.cached == 0 and compiled.kernels.compiled > 0
+    assert not (tmp_path / "cache").exists()
+
+
+def test_worker_count_and_cache_state_do_not_change_model_o(tmp_path, monkeypatch):
+    one, alone = _compile(_model(), tmp_path, "one", monkeypatch, workers=1)
+    two, forked = _compile(_model(), tmp_path, "two", monkeypatch, workers=2)
+    assert alone.kernels.processes == 1 and forked.kernels.compiled >= FORK_MIN_UNITS and forked.kernels.processes > 1
+    assert one == two
+
+
+def test_units_runner_matches_onnx_runtime(tmp_path):
+    model = _model()
+    x = rand(1, 3, 6, 6, seed=9)
+    artifact = build(model, tmp_path, "x86_64", profile_runner=False, threads=2, cache=False)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(artifact, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_cache_on_disk_serves_a_rebuild(tmp_path, monkeypatch):
+    """The build's own cache (target/kernel_cache.py under $FLUIDML_XC_CACHE): a second build compiles nothing."""
+    from fluidml_xc.target.kernel_cache import KernelCache
+
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path / "cache"))
+    workdirs = []
+    for name in ("cold", "warm"):
+        workdirs.append(tmp_path / name)
+        workdirs[-1].mkdir()
+        compiled = compile_graph(import_graph(_model()), get_board("qemu-aarch64"), BuildOptions(board="qemu-aarch64"),
+                                 workdirs[-1])
+        assert (compiled.kernels.cached > 0) == (name == "warm") and (compiled.kernels.compiled > 0) == (name == "cold")
+    assert KernelCache().stats().entries > 0
+    assert (workdirs[0] / "model.o").read_bytes() == (workdirs[1] / "model.o").read_bytes()
+
+
+def test_a_dying_worker_costs_time_not_the_build(tmp_path, monkeypatch):
+    """A worker killed mid-unit (os._exit): the build's process compiles what the pool lost, same model.o."""
+    import os
+
+    from fluidml_xc.emit import unit_build
+
+    parent, original = os.getpid(), unit_build.compile_unit
+
+    def dies_in_a_worker(job):
+        if os.getpid() != parent:
+            os._exit(3)
+        return original(job)
+    one, _ = _compile(_model(), tmp_path, "one", monkeypatch, workers=1)
+    monkeypatch.setattr(unit_build, "compile_unit", dies_in_a_worker)
+    two, compiled = _compile(_model(), tmp_path, "two", monkeypatch, workers=2)
+    assert compiled.kernels.processes == 1 and one == two

@@ -186,6 +186,40 @@ def test_a_constant_computed_from_a_varying_size_is_refused():
     assert "--dim N=N" in line and "\n" not in line
 
 
+def _pad_to_multiple_of_4() -> onnx.ModelProto:
+    """y = x padded on W up to a multiple of 4: pads = (4 - W % 4) % 4, folded from Shape (a detector's idiom)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "two"], ["w"], axis=0, name="w"),
+             helper.make_node("Mod", ["w", "four"], ["r"], name="mod"),
+             helper.make_node("Sub", ["four", "r"], ["q"], name="sub"),
+             helper.make_node("Mod", ["q", "four"], ["p"], name="mod4"),
+             helper.make_node("Unsqueeze", ["p", "zero"], ["pu"], name="unsq"),
+             helper.make_node("Concat", ["z5", "pu"], ["pads"], axis=0, name="concat"),
+             helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant", name="pad")]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("two", 2), ("four", 4), ("zero", [0]), ("z5", [0] * 5))]
+    return _model(nodes, [_vi("x", [1, 2, "W"])], [_vi("y", None)], inits, opset=18)
+
+
+def test_a_constant_equal_at_min_opt_max_is_checked_at_a_probe_size():
+    """W=12..48: pads are 0 at 12 and at 48 (opt = max) but 1 at the probe size 47; without the probe the build
+    gave [1, 2, 13] at W=13 where ONNX Runtime gives [1, 2, 16]. Refused in one line naming the constant."""
+    with pytest.raises(InputError) as err:
+        import_unchecked(_pad_to_multiple_of_4(), ranges=ShapeRanges(dims={"W": DimSpec(12, 48)}))
+    line = str(err.value)
+    assert "constant 'pads' (read by Pad node 'pad')" in line and "--dim W=N" in line and "\n" not in line
+
+
+def test_probe_sizes_are_not_special():
+    from fluidml_xc.frontend.dynamic import probe_sizes
+
+    assert probe_sizes({"W": SymRange("W", 12, 48, 48)}) == {"W": 47}
+    assert probe_sizes({"H": SymRange("H", 16, 64, 64), "W": SymRange("W", 16, 64, 64)}) == {"H": 61, "W": 59}
+    assert probe_sizes({"N": SymRange("N", 8, 24, 23)}) == {"N": 19}  # 23 is the opt
+    assert probe_sizes({"N": SymRange("N", 8, 10, 10)}) == {"N": 9}  # no prime inside: an odd value
+    assert probe_sizes({"N": SymRange("N", 2, 3, 3)}) == {"N": 2}  # every value imported already
+
+
 def test_build_refuses_bad_ranges_in_one_line(tmp_path):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2, "N"])], [_vi("y", [2, "N"])])
     path = tmp_path / "m.onnx"

@@ -1,5 +1,6 @@
 """One graph for every size in the declared ranges: the model imported statically at the maximum (the capacity),
-the minimum and the optimization size, and each tensor's varying dims as `symbolic.Expr`s.
+the minimum, the optimization size and one size that is not special (`probe_sizes`: a prime inside the range), and
+each tensor's varying dims as `symbolic.Expr`s.
 
 The expressions come from ONNX Runtime's symbolic shape inference where it names the tensor and its expression
 holds at every imported size; tensors the frontend or the passes create, and any ORT gets wrong, are matched
@@ -214,8 +215,8 @@ def _varying_text(name: str, graph: Graph) -> str:
 class _Deriver:
     """Per tensor its dims over the ranges, from the imports at `points` (points[0] is the capacity import)."""
 
-    def __init__(self, points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved, probe: Callable[[], Point]):
-        self.points, self.inferred, self.resolved, self.probe = points, inferred, resolved, probe
+    def __init__(self, points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved):
+        self.points, self.inferred, self.resolved = points, inferred, resolved
         self.ranges = resolved.symbols
         known = [d for dims in [*inferred.values(), *resolved.shapes.values()] for d in dims]
         self.candidates = _Candidates(known + [Sym(s) for s in self.ranges], points, self.ranges)
@@ -239,10 +240,6 @@ class _Deriver:
                 out.append(values[0])
                 continue
             found = self.candidates.match(values)
-            if len(found) > 1 and all(p.label != "probe" for p in self.points):
-                self.points.append(self.probe())
-                self.candidates = _Candidates(self.candidates.exprs, self.points, self.ranges)
-                return self.dims(name)
             if len(found) != 1:
                 return None
             out.append(found[0])
@@ -282,11 +279,13 @@ def _constant_dyn(d: _Deriver, name: str, graph: Graph) -> tuple | None:
 
 
 def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved, probe: Callable[[], Point]) -> Graph:
-    """The capacity import (points[0]) with every tensor's `dyn`, capacity shapes and `symbols` set."""
+    """The capacity import (points[0]) with every tensor's `dyn`, capacity shapes and `symbols` set; every graph,
+    dim and constant is checked at the given points and at one import at `probe` sizes no other point uses."""
     graph = points[0].graph
+    points = list(points) if any(p.label == "probe" for p in points) else [*points, probe()]
     for other in points[1:]:
         _check_nodes(points[0], other, resolved.symbols)
-    d = _Deriver(list(points), inferred, resolved, probe)
+    d = _Deriver(points, inferred, resolved)
     data_dependent = analyze(graph).root
     for name, t in graph.tensors.items():
         if any(tensor_at(p.graph, name) is None for p in points[1:]):
@@ -324,8 +323,24 @@ def graph_at(graph: Graph, env: Mapping[str, int]) -> Graph:
     return replace(graph, tensors=tensors, symbols={})
 
 
+def _is_prime(n: int) -> bool:
+    return n > 1 and all(n % k for k in range(2, math.isqrt(n) + 1))
+
+
+def probe_sizes(symbols: Mapping[str, SymRange]) -> dict[str, int]:
+    """One more size that is not special, for each symbol: the largest prime inside its range that is not its
+    min/opt/max and no other symbol takes, else the largest such odd value, else any such value (else its min:
+    then every value of the range is imported already)."""
+    env: dict[str, int] = {}
+    for s, r in symbols.items():
+        free = [v for v in range(r.hi - 1, r.lo, -1) if v not in {r.opt, *env.values()}]
+        env[s] = next((v for v in free if _is_prime(v)), next((v for v in free if v % 2), free[0] if free else r.lo))
+    return env
+
+
 def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer) -> Graph:
-    """The model imported at the capacity, the minimum and the optimization size, merged into one graph with dyn."""
+    """The model imported at the capacity, the minimum, the optimization size and a probe size (probe_sizes), merged
+    into one graph with dyn."""
     labels = resolved.points()
     points: list[Point] = []
     for label in ("max", "min", "opt"):
@@ -335,10 +350,6 @@ def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer
         points.append(Point(label, env, importer(resolved.at(env))))
 
     def probe() -> Point:
-        """One more size, each symbol at a value no other import used and no other symbol takes."""
-        env: dict[str, int] = {}
-        for s, r in resolved.symbols.items():
-            used = {r.lo, r.opt, r.hi, *env.values()}
-            env[s] = next((v for v in range(r.hi - 1, r.lo, -1) if v not in used), r.lo)
+        env = probe_sizes(resolved.symbols)
         return Point("probe", env, importer(resolved.at(env)))
     return attach_dyn(points, ort_dims(model, resolved), resolved, probe)

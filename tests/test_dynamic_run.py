@@ -105,6 +105,46 @@ def test_jit_runs_every_size_and_refuses_bad_feeds():
             jit(feeds)
 
 
+def _causal_mask_model() -> onnx.ModelProto:
+    """x [1, seq, 4]; mask [seq, seq] = Cast(Range(seq)[None] < Range(seq)[:, None]) folded from Shape (a constant
+    stored with capacity strides) is a graph output, and y = x @ x^T + mask reads it."""
+    from onnx import TensorProto, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("one", 1), ("zero", 0), ("step", 1), ("a0", [0]), ("a1", [1]))]
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "step"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "a0"], ["r0"]), helper.make_node("Unsqueeze", ["r", "a1"], ["r1"]),
+             helper.make_node("Less", ["r0", "r1"], ["lower"]),
+             helper.make_node("Cast", ["lower"], ["mask"], to=TensorProto.FLOAT),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["x", "xt"], ["s"]),
+             helper.make_node("Add", ["s", "mask"], ["y"])]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 4])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("mask", "y")], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_varying_constant_output_is_copied_dense():
+    """The mask is stored with capacity strides [8, 8]: at seq=3 its first 9 floats were returned
+    ([[0,0,0],[0,0,0],[0,0,1]]), now its rows are, at every size of seq=2..8."""
+    from fluidml_xc.frontend.ranges import parse_ranges
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.run.backend import JitModel
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    model = _causal_mask_model()
+    graph = import_graph(model, ranges=parse_ranges({}, ["seq=2..8"], [], []))
+    assert graph.tensors["mask"].is_const and graph.tensors["mask"].shape == (8, 8)
+    jit = JitModel(lower(graph, machine_spec(get_board(None)), LowerOptions(opt="plain")))
+    for seq in range(2, 9):
+        feeds = {"x": np.random.default_rng(seq).standard_normal((1, seq, 4)).astype(np.float32)}
+        mask, y = jit(feeds)
+        want_mask, want_y = ReferenceEvaluator(model).run(None, feeds)
+        np.testing.assert_array_equal(mask, want_mask, err_msg=f"seq={seq}")
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5, err_msg=f"seq={seq}")
+
+
 def test_build_refuses_what_no_run_can_bind():
     from fluidml_xc.pipeline import LowerOptions, lower
     from fluidml_xc.target.boards import get_board

@@ -210,6 +210,23 @@ def test_a_constant_equal_at_min_opt_max_is_checked_at_a_probe_size():
     assert "constant 'pads' (read by Pad node 'pad')" in line and "--dim W=N" in line and "\n" not in line
 
 
+def test_ort_warnings_do_not_precede_the_error_line(tmp_path):
+    """W = 4*floor(W/4) is what ORT cannot decide ('Unable to determine if ...' on its logger): the build's stderr is
+    our one error line alone."""
+    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
+             (("sc", [1, 1, 1, 4], np.float32), ("i3", [3], np.int64), ("i4", [4], np.int64), ("z", [0], np.int64))]
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[1, 4], strides=[1, 4], name="pool"),
+             helper.make_node("Resize", ["p", "", "sc"], ["r"], mode="nearest", name="resize"),
+             helper.make_node("Shape", ["r"], ["rs"], name="shape"),
+             helper.make_node("Slice", ["rs", "i3", "i4"], ["rw"], name="width"),
+             helper.make_node("Slice", ["x", "z", "rw", "i3"], ["xc"], name="crop"),
+             helper.make_node("Add", ["xc", "r"], ["y"], name="add")]
+    onnx.save(_model(nodes, [_vi("x", [1, 2, 4, "W"])], [_vi("y", None)], inits, opset=18), tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "--dim", "W=12..48", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 2 and "constant 'rw' (read by Slice node 'crop')" in one_line_error(proc)
+    assert "fxc_s0" not in proc.stderr
+
+
 def test_probe_sizes_are_not_special():
     from fluidml_xc.frontend.dynamic import probe_sizes
 

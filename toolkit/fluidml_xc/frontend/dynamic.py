@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -124,10 +125,15 @@ def ort_dims(model: onnx.ModelProto, resolved: Resolved) -> dict[str, tuple[Dim 
                     d.dim_value = r
     for vi in m.graph.output:
         vi.type.tensor_type.ClearField("shape")
+    logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its warnings ("Unable to determine if ...") are not ours to print
     try:
         inferred = SymbolicShapeInference.infer_shapes(m, auto_merge=True)
     except Exception:  # its failures are not errors of the model: every tensor is then matched instead
         return {}
+    finally:
+        logger.setLevel(level)
     out = {}
     for vi in [*inferred.graph.value_info, *inferred.graph.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):

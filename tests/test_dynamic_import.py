@@ -70,7 +70,8 @@ def test_flags_parse_into_ranges():
 @pytest.mark.parametrize("texts, message", [
     (dict(dims=["W=9..3"]), "minimum 9 is above the maximum 3"),
     (dict(dims=["W=3..9@12"]), "optimization size 12 is outside 3..9"),
-    (dict(dims=["W=3..9", "W=4..9"]), "gives 'W' twice"),
+    (dict(dims=["W=3..9", "W=4..9"]), "--dim gives 'W' twice (W=3..9 and W=4..9): pass it once"),
+    (dict(dims=["W=3..9@4", "W=3..9"]), "(W=3..9@4 and W=3..9)"),
     (dict(max_dims=["steps=0"]), "bad --max-dim"),
     (dict(shapes=["x=1x9..3"]), "range 9..3 has its minimum above its maximum"),
     (dict(shapes=["x=1x3..a"]), "each dim is a size (48) or a range"),
@@ -96,6 +97,20 @@ def test_range_conflicts_are_one_line(shapes, ranges, message):
     with pytest.raises(InputError) as err:
         resolve_ranges(model, shapes, ranges)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_max_dim_naming_nothing_is_refused_like_a_dim(tmp_path):
+    """--max-dim Z=5 where no node or node output is Z: one line, exit 2, nothing written; a name that is the
+    output of a node builds."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [2, "N"])], [_vi("y", None)])
+    onnx.save(model, tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "--dim", "N=2..8", "--max-dim", "Z=5", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 2 and "--max-dim Z=5 names no node or node output of the model" in one_line_error(proc)
+    assert not (tmp_path / "out").exists()
+    for name in ("relu", "y"):
+        assert import_unchecked(model, ranges=ShapeRanges(dims={"N": DimSpec(2, 8)}, max_dims={name: 5})).symbols
+    with pytest.raises(InputError, match="--max-dim Z=5 names no node"):
+        import_unchecked(model, {"x": (2, 4)}, ranges=ShapeRanges(max_dims={"Z": 5}))
 
 
 def test_commands_without_ranges_refuse_one_in_one_line():

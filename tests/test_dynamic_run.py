@@ -145,6 +145,24 @@ def test_a_varying_constant_output_is_copied_dense():
         np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5, err_msg=f"seq={seq}")
 
 
+def test_build_table_says_what_the_arena_tail_holds(tmp_path):
+    """x [2, W, 3] is staged after the plan (its dense layout is no prefix of the capacity's): the build's summary
+    names it, with the dims slots, instead of calling the tail "dims/scratch of data-dependent outputs"."""
+    from modelrun import cli
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "m",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, "W", 3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, "W", 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "--dim", "W=1..33", "-o", "out", "--no-profile-runner", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    memory = json.loads((tmp_path / "out" / "manifest.json").read_text())["memory"]
+    tail = memory["dynamic_tail_bytes"]
+    assert memory["staged_inputs"]["x"] >= memory["arena_bytes"] and tail >= 2 * 33 * 3 * 4
+    assert f" + {tail:,} B after it (dims slots, run status, kernel scratch; staged input 'x')" in proc.stdout
+    assert "data-dependent" not in proc.stdout
+
+
 def test_build_refuses_what_no_run_can_bind():
     from fluidml_xc.pipeline import LowerOptions, lower
     from fluidml_xc.target.boards import get_board
@@ -207,6 +225,11 @@ def test_runner_refuses_bad_feeds_in_one_line(host_artifact, tmp_path):
     assert proc.returncode == 2 and "has rank 2, 'x' has rank 3" in proc.stderr
     proc = subprocess.run([str(runner), "-o", str(tmp_path / "max.npy")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and np.load(tmp_path / "max.npy").shape == (2, HI, 3)  # no -i: every input at its maximum
+    np.save(tmp_path / "x5.npy", _feeds(5)["x"])  # p not given: it takes its maximum W=33, x sets W=5
+    proc = subprocess.run([str(runner), "-i", str(tmp_path / "x5.npy")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == (
+        f"runner: error: input 'p' dim 0 is {HI}, but input 'x' set W=5: input 'p' got no -i and took the maximum "
+        "shape: give every input with -i, at sizes within the model's ranges\n")
 
 
 def test_cli_run_verify_inspect(host_artifact, tmp_path, capsys):
@@ -357,6 +380,18 @@ def test_user_program_gives_dims_and_reads_refusals(host_artifact, tmp_path):
     assert lines[2] == "1 1 input 'p' dim 0 is 6, but input 'x' set W=5"
     assert lines[3] == f"1 input 'x' dim 1 is 34, outside W={LO}..{HI}"
     assert lines[4] == "1 1"
+    header = (art / "model.h").read_text()
+    assert "FXC_OK when fxc_run_shaped would take these input dims, FXC_ERR_NULL when `shapes` or the dims" in header
+
+
+def test_docs_show_dims_as_model_h_prints_them():
+    """docs/DYNAMIC_RUN.md's example of a varying output's dims is the text model.h prints for W // 4, and its
+    fxc_check_input_shapes line names the FXC_ERR_NULL that the program above gets."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "DYNAMIC_RUN.md").read_text()
+    assert f"`[1, {W // 4}, 37], at most [1, 256, 37]`" in text and "W//4" not in text
+    assert "fxc_check_input_shapes(shapes);          /* FXC_OK, FXC_ERR_SHAPE, or FXC_ERR_NULL" in text
 
 
 def test_staged_input_takes_a_gap_of_the_plan():

@@ -201,8 +201,8 @@ def test_a_constant_computed_from_a_varying_size_is_refused():
     assert "--dim N=N" in line and "\n" not in line
 
 
-def _pad_to_multiple_of_4() -> onnx.ModelProto:
-    """y = x padded on W up to a multiple of 4: pads = (4 - W % 4) % 4, folded from Shape (a detector's idiom)."""
+def _pad_to_multiple(k: int) -> onnx.ModelProto:
+    """y = x padded on W up to a multiple of k: pads = (k - W % k) % k, folded from Shape (a detector's idiom)."""
     nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
              helper.make_node("Gather", ["s", "two"], ["w"], axis=0, name="w"),
              helper.make_node("Mod", ["w", "four"], ["r"], name="mod"),
@@ -212,15 +212,18 @@ def _pad_to_multiple_of_4() -> onnx.ModelProto:
              helper.make_node("Concat", ["z5", "pu"], ["pads"], axis=0, name="concat"),
              helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant", name="pad")]
     inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-             (("two", 2), ("four", 4), ("zero", [0]), ("z5", [0] * 5))]
+             (("two", 2), ("four", k), ("zero", [0]), ("z5", [0] * 5))]
     return _model(nodes, [_vi("x", [1, 2, "W"])], [_vi("y", None)], inits, opset=18)
 
 
-def test_a_constant_equal_at_min_opt_max_is_checked_at_a_probe_size():
-    """W=12..48: pads are 0 at 12 and at 48 (opt = max) but 1 at the probe size 47; without the probe the build
-    gave [1, 2, 13] at W=13 where ONNX Runtime gives [1, 2, 16]. Refused in one line naming the constant."""
+@pytest.mark.parametrize("k, lo, hi", [(4, 12, 48), (3, 7, 37)])
+def test_a_constant_equal_at_min_opt_max_is_checked_at_probe_sizes(k, lo, hi):
+    """Padding to a multiple of 4 over W=12..48: pads are 0 at 12 and at 48 (opt = max) but 1 at the probe size 47;
+    without a probe the build gave [1, 2, 13] at W=13 where ONNX Runtime gives [1, 2, 16]. To a multiple of 3 over
+    7..37, pads are 2 at 7, 37 and the prime 31 too: the size next to it (30) tells. Refused in one line naming
+    the constant."""
     with pytest.raises(InputError) as err:
-        import_unchecked(_pad_to_multiple_of_4(), ranges=ShapeRanges(dims={"W": DimSpec(12, 48)}))
+        import_unchecked(_pad_to_multiple(k), ranges=ShapeRanges(dims={"W": DimSpec(lo, hi)}))
     line = str(err.value)
     assert "constant 'pads' (read by Pad node 'pad')" in line and "--dim W=N" in line and "\n" not in line
 
@@ -245,11 +248,13 @@ def test_ort_warnings_do_not_precede_the_error_line(tmp_path):
 def test_probe_sizes_are_not_special():
     from fluidml_xc.frontend.dynamic import probe_sizes
 
-    assert probe_sizes({"W": SymRange("W", 12, 48, 48)}) == {"W": 47}
-    assert probe_sizes({"H": SymRange("H", 16, 64, 64), "W": SymRange("W", 16, 64, 64)}) == {"H": 61, "W": 59}
-    assert probe_sizes({"N": SymRange("N", 8, 24, 23)}) == {"N": 19}  # 23 is the opt
-    assert probe_sizes({"N": SymRange("N", 8, 10, 10)}) == {"N": 9}  # no prime inside: an odd value
-    assert probe_sizes({"N": SymRange("N", 2, 3, 3)}) == {"N": 2}  # every value imported already
+    assert probe_sizes({"W": SymRange("W", 12, 48, 48)}) == [{"W": 47}, {"W": 46}]
+    assert probe_sizes({"H": SymRange("H", 16, 64, 64), "W": SymRange("W", 16, 64, 64)}) == \
+        [{"H": 61, "W": 59}, {"H": 60, "W": 58}]
+    assert probe_sizes({"N": SymRange("N", 8, 24, 23)}) == [{"N": 19}, {"N": 18}]  # 23 is the opt
+    assert probe_sizes({"N": SymRange("N", 8, 12, 12)}) == [{"N": 11}, {"N": 10}]
+    assert probe_sizes({"N": SymRange("N", 8, 10, 10)}) == [{"N": 9}]  # no prime inside: an odd value, 8 and 10 taken
+    assert probe_sizes({"N": SymRange("N", 2, 3, 3)}) == [{"N": 2}]  # every value imported already
 
 
 def test_build_refuses_bad_ranges_in_one_line(tmp_path):
@@ -281,7 +286,7 @@ def test_tensors_ort_does_not_name_are_matched_and_equal_ranges_told_apart(monke
              helper.make_node("Relu", ["t"], ["y"], name="relu")]
     model = _model(nodes, [_vi("x", [1, 3, "H", "W"])], [_vi("y", None)])
     graph = import_unchecked(model, ranges=ShapeRanges(dims={"H": DimSpec(16, 64), "W": DimSpec(16, 64)}))
-    assert graph.tensors["y"].dyn == (1, 3, Sym("W"), Sym("H")) and len(calls) == 3  # max, min (opt = max), probe
+    assert graph.tensors["y"].dyn == (1, 3, Sym("W"), Sym("H")) and len(calls) == 4  # max, min (opt = max), 2 probes
 
 
 def test_copies_a_pass_makes_only_at_larger_sizes_are_decided_at_the_capacity():
@@ -376,6 +381,6 @@ def test_a_dim_two_expressions_fit_at_min_and_max_is_settled_at_a_probe_size():
 
     def probe():
         probes.append(127)
-        return Point("probe", {"N": 127}, graph(127))
+        return [Point("probe0", {"N": 127}, graph(127))]
     g = attach_dyn([Point("max", {"N": 128}, graph(128)), Point("min", {"N": 8}, graph(8))], {"h": (half,)}, resolved, probe)
     assert g.tensors["y"].dyn == (N,) and g.tensors["h"].dyn == (half,) and probes == [127]

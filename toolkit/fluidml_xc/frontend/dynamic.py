@@ -1,6 +1,6 @@
 """One graph for every size in the declared ranges: the model imported statically at the maximum (the capacity),
-the minimum, the optimization size and one size that is not special (`probe_sizes`: a prime inside the range), and
-each tensor's varying dims as `symbolic.Expr`s.
+the minimum, the optimization size and sizes that are not special (`probe_sizes`: a prime inside the range and the
+size next to it), and each tensor's varying dims as `symbolic.Expr`s.
 
 The expressions come from ONNX Runtime's symbolic shape inference where it names the tensor and its expression
 holds at every imported size; tensors the frontend or the passes create, and any ORT gets wrong, are matched
@@ -284,11 +284,12 @@ def _constant_dyn(d: _Deriver, name: str, graph: Graph) -> tuple | None:
     return dims
 
 
-def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved, probe: Callable[[], Point]) -> Graph:
+def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved,
+               probe: Callable[[], list[Point]]) -> Graph:
     """The capacity import (points[0]) with every tensor's `dyn`, capacity shapes and `symbols` set; every graph,
-    dim and constant is checked at the given points and at one import at `probe` sizes no other point uses."""
+    dim and constant is checked at the given points and at the imports `probe` makes at sizes no other uses."""
     graph = points[0].graph
-    points = list(points) if any(p.label == "probe" for p in points) else [*points, probe()]
+    points = list(points) if any(p.label.startswith("probe") for p in points) else [*points, *probe()]
     for other in points[1:]:
         _check_nodes(points[0], other, resolved.symbols)
     d = _Deriver(points, inferred, resolved)
@@ -333,20 +334,25 @@ def _is_prime(n: int) -> bool:
     return n > 1 and all(n % k for k in range(2, math.isqrt(n) + 1))
 
 
-def probe_sizes(symbols: Mapping[str, SymRange]) -> dict[str, int]:
-    """One more size that is not special, for each symbol: the largest prime inside its range that is not its
-    min/opt/max and no other symbol takes, else the largest such odd value, else any such value (else its min:
-    then every value of the range is imported already)."""
-    env: dict[str, int] = {}
+def probe_sizes(symbols: Mapping[str, SymRange]) -> list[dict[str, int]]:
+    """Sizes that are not special. First, per symbol, the largest prime inside its range that is not its opt and
+    that no other symbol takes (else the largest such odd value; else its min: every value is imported already).
+    Then, where free, the value next to it: consecutive sizes differ modulo every k >= 2, so a constant computed
+    from W % k (padding up to a multiple of k) differs between them, whatever it is at min/opt/max."""
+    first: dict[str, int] = {}
     for s, r in symbols.items():
-        free = [v for v in range(r.hi - 1, r.lo, -1) if v not in {r.opt, *env.values()}]
-        env[s] = next((v for v in free if _is_prime(v)), next((v for v in free if v % 2), free[0] if free else r.lo))
-    return env
+        free = [v for v in range(r.hi - 1, r.lo, -1) if v not in {r.opt, *first.values()}]
+        first[s] = next((v for v in free if _is_prime(v)), next((v for v in free if v % 2), free[0] if free else r.lo))
+    second: dict[str, int] = {}
+    for s, r in symbols.items():
+        taken = {r.lo, r.opt, r.hi, *first.values(), *second.values()}
+        second[s] = next((v for v in (first[s] - 1, first[s] + 1) if r.lo < v < r.hi and v not in taken), first[s])
+    return [first] + ([second] if second != first else [])
 
 
 def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer) -> Graph:
-    """The model imported at the capacity, the minimum, the optimization size and a probe size (probe_sizes), merged
-    into one graph with dyn."""
+    """The model imported at the capacity, the minimum, the optimization size and the probe sizes (probe_sizes),
+    merged into one graph with dyn."""
     labels = resolved.points()
     points: list[Point] = []
     for label in ("max", "min", "opt"):
@@ -355,7 +361,6 @@ def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer
             continue
         points.append(Point(label, env, importer(resolved.at(env))))
 
-    def probe() -> Point:
-        env = probe_sizes(resolved.symbols)
-        return Point("probe", env, importer(resolved.at(env)))
+    def probe() -> list[Point]:
+        return [Point(f"probe{k}", env, importer(resolved.at(env))) for k, env in enumerate(probe_sizes(resolved.symbols))]
     return attach_dyn(points, ort_dims(model, resolved), resolved, probe)

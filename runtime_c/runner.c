@@ -159,8 +159,14 @@ static const int64_t **read_shaped_inputs(const char **in_paths, int32_t n_in, c
             memcpy(dims, files[i].shape, sizeof *dims * (size_t)fxc_input_specs[i].rank);
         shapes[i] = dims;
     }
-    if (fxc_check_input_shapes(shapes) != 0)
-        die("%s: feed sizes within the model's ranges (model.h lists them)", fxc_shape_error());
+    if (fxc_check_input_shapes(shapes) != 0) {
+        if (n_in >= fxc_num_inputs)
+            die("%s: feed sizes within the model's ranges (model.h lists them)", fxc_shape_error());
+        int used = snprintf(err, len, "%s: input%s", fxc_shape_error(), fxc_num_inputs - n_in > 1 ? "s" : "");
+        for (int32_t i = n_in; i < fxc_num_inputs && used >= 0 && (size_t)used < len; i++)
+            used += snprintf(err + used, len - (size_t)used, "%s '%s'", i > n_in ? "," : "", fxc_input_specs[i].name);
+        die("%s got no -i and took the maximum shape: give every input with -i, at sizes within the model's ranges", err);
+    }
     for (int32_t i = 0; i < fxc_num_inputs; i++) {
         void *buffer = (void *)inputs[i];
         if (i >= n_in)

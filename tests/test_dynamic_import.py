@@ -70,7 +70,8 @@ def test_flags_parse_into_ranges():
 @pytest.mark.parametrize("texts, message", [
     (dict(dims=["W=9..3"]), "minimum 9 is above the maximum 3"),
     (dict(dims=["W=3..9@12"]), "optimization size 12 is outside 3..9"),
-    (dict(dims=["W=3..9", "W=4..9"]), "gives 'W' twice"),
+    (dict(dims=["W=3..9", "W=4..9"]), "--dim gives 'W' twice (W=3..9 and W=4..9): pass it once"),
+    (dict(dims=["W=3..9@4", "W=3..9"]), "(W=3..9@4 and W=3..9)"),
     (dict(max_dims=["steps=0"]), "bad --max-dim"),
     (dict(shapes=["x=1x9..3"]), "range 9..3 has its minimum above its maximum"),
     (dict(shapes=["x=1x3..a"]), "each dim is a size (48) or a range"),
@@ -96,6 +97,20 @@ def test_range_conflicts_are_one_line(shapes, ranges, message):
     with pytest.raises(InputError) as err:
         resolve_ranges(model, shapes, ranges)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_max_dim_naming_nothing_is_refused_like_a_dim(tmp_path):
+    """--max-dim Z=5 where no node or node output is Z: one line, exit 2, nothing written; a name that is the
+    output of a node builds."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [2, "N"])], [_vi("y", None)])
+    onnx.save(model, tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "--dim", "N=2..8", "--max-dim", "Z=5", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 2 and "--max-dim Z=5 names no node or node output of the model" in one_line_error(proc)
+    assert not (tmp_path / "out").exists()
+    for name in ("relu", "y"):
+        assert import_unchecked(model, ranges=ShapeRanges(dims={"N": DimSpec(2, 8)}, max_dims={name: 5})).symbols
+    with pytest.raises(InputError, match="--max-dim Z=5 names no node"):
+        import_unchecked(model, {"x": (2, 4)}, ranges=ShapeRanges(max_dims={"Z": 5}))
 
 
 def test_commands_without_ranges_refuse_one_in_one_line():
@@ -186,6 +201,62 @@ def test_a_constant_computed_from_a_varying_size_is_refused():
     assert "--dim N=N" in line and "\n" not in line
 
 
+def _pad_to_multiple(k: int) -> onnx.ModelProto:
+    """y = x padded on W up to a multiple of k: pads = (k - W % k) % k, folded from Shape (a detector's idiom)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "two"], ["w"], axis=0, name="w"),
+             helper.make_node("Mod", ["w", "four"], ["r"], name="mod"),
+             helper.make_node("Sub", ["four", "r"], ["q"], name="sub"),
+             helper.make_node("Mod", ["q", "four"], ["p"], name="mod4"),
+             helper.make_node("Unsqueeze", ["p", "zero"], ["pu"], name="unsq"),
+             helper.make_node("Concat", ["z5", "pu"], ["pads"], axis=0, name="concat"),
+             helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant", name="pad")]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("two", 2), ("four", k), ("zero", [0]), ("z5", [0] * 5))]
+    return _model(nodes, [_vi("x", [1, 2, "W"])], [_vi("y", None)], inits, opset=18)
+
+
+@pytest.mark.parametrize("k, lo, hi", [(4, 12, 48), (3, 7, 37)])
+def test_a_constant_equal_at_min_opt_max_is_checked_at_probe_sizes(k, lo, hi):
+    """Padding to a multiple of 4 over W=12..48: pads are 0 at 12 and at 48 (opt = max) but 1 at the probe size 47;
+    without a probe the build gave [1, 2, 13] at W=13 where ONNX Runtime gives [1, 2, 16]. To a multiple of 3 over
+    7..37, pads are 2 at 7, 37 and the prime 31 too: the size next to it (30) tells. Refused in one line naming
+    the constant."""
+    with pytest.raises(InputError) as err:
+        import_unchecked(_pad_to_multiple(k), ranges=ShapeRanges(dims={"W": DimSpec(lo, hi)}))
+    line = str(err.value)
+    assert "constant 'pads' (read by Pad node 'pad')" in line and "--dim W=N" in line and "\n" not in line
+
+
+def test_ort_warnings_do_not_precede_the_error_line(tmp_path):
+    """W = 4*floor(W/4) is what ORT cannot decide ('Unable to determine if ...' on its logger): the build's stderr is
+    our one error line alone."""
+    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
+             (("sc", [1, 1, 1, 4], np.float32), ("i3", [3], np.int64), ("i4", [4], np.int64), ("z", [0], np.int64))]
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[1, 4], strides=[1, 4], name="pool"),
+             helper.make_node("Resize", ["p", "", "sc"], ["r"], mode="nearest", name="resize"),
+             helper.make_node("Shape", ["r"], ["rs"], name="shape"),
+             helper.make_node("Slice", ["rs", "i3", "i4"], ["rw"], name="width"),
+             helper.make_node("Slice", ["x", "z", "rw", "i3"], ["xc"], name="crop"),
+             helper.make_node("Add", ["xc", "r"], ["y"], name="add")]
+    onnx.save(_model(nodes, [_vi("x", [1, 2, 4, "W"])], [_vi("y", None)], inits, opset=18), tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "--dim", "W=12..48", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 2 and "constant 'rw' (read by Slice node 'crop')" in one_line_error(proc)
+    assert "fxc_s0" not in proc.stderr
+
+
+def test_probe_sizes_are_not_special():
+    from fluidml_xc.frontend.dynamic import probe_sizes
+
+    assert probe_sizes({"W": SymRange("W", 12, 48, 48)}) == [{"W": 47}, {"W": 46}]
+    assert probe_sizes({"H": SymRange("H", 16, 64, 64), "W": SymRange("W", 16, 64, 64)}) == \
+        [{"H": 61, "W": 59}, {"H": 60, "W": 58}]
+    assert probe_sizes({"N": SymRange("N", 8, 24, 23)}) == [{"N": 19}, {"N": 18}]  # 23 is the opt
+    assert probe_sizes({"N": SymRange("N", 8, 12, 12)}) == [{"N": 11}, {"N": 10}]
+    assert probe_sizes({"N": SymRange("N", 8, 10, 10)}) == [{"N": 9}]  # no prime inside: an odd value, 8 and 10 taken
+    assert probe_sizes({"N": SymRange("N", 2, 3, 3)}) == [{"N": 2}]  # every value imported already
+
+
 def test_build_refuses_bad_ranges_in_one_line(tmp_path):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2, "N"])], [_vi("y", [2, "N"])])
     path = tmp_path / "m.onnx"
@@ -215,7 +286,7 @@ def test_tensors_ort_does_not_name_are_matched_and_equal_ranges_told_apart(monke
              helper.make_node("Relu", ["t"], ["y"], name="relu")]
     model = _model(nodes, [_vi("x", [1, 3, "H", "W"])], [_vi("y", None)])
     graph = import_unchecked(model, ranges=ShapeRanges(dims={"H": DimSpec(16, 64), "W": DimSpec(16, 64)}))
-    assert graph.tensors["y"].dyn == (1, 3, Sym("W"), Sym("H")) and len(calls) == 3  # max, min (opt = max), probe
+    assert graph.tensors["y"].dyn == (1, 3, Sym("W"), Sym("H")) and len(calls) == 4  # max, min (opt = max), 2 probes
 
 
 def test_copies_a_pass_makes_only_at_larger_sizes_are_decided_at_the_capacity():
@@ -310,6 +381,6 @@ def test_a_dim_two_expressions_fit_at_min_and_max_is_settled_at_a_probe_size():
 
     def probe():
         probes.append(127)
-        return Point("probe", {"N": 127}, graph(127))
+        return [Point("probe0", {"N": 127}, graph(127))]
     g = attach_dyn([Point("max", {"N": 128}, graph(128)), Point("min", {"N": 8}, graph(8))], {"h": (half,)}, resolved, probe)
     assert g.tensors["y"].dyn == (N,) and g.tensors["h"].dyn == (half,) and probes == [127]

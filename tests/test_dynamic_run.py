@@ -104,6 +104,64 @@ def test_jit_runs_every_size_and_refuses_bad_feeds():
             jit(feeds)
 
 
+def _causal_mask_model() -> onnx.ModelProto:
+    """x [1, seq, 4]; mask [seq, seq] = Cast(Range(seq)[None] < Range(seq)[:, None]) folded from Shape (a constant
+    stored with capacity strides) is a graph output, and y = x @ x^T + mask reads it."""
+    from onnx import TensorProto, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("one", 1), ("zero", 0), ("step", 1), ("a0", [0]), ("a1", [1]))]
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "step"], ["r"]),
+             helper.make_node("Unsqueeze", ["r", "a0"], ["r0"]), helper.make_node("Unsqueeze", ["r", "a1"], ["r1"]),
+             helper.make_node("Less", ["r0", "r1"], ["lower"]),
+             helper.make_node("Cast", ["lower"], ["mask"], to=TensorProto.FLOAT),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]), helper.make_node("MatMul", ["x", "xt"], ["s"]),
+             helper.make_node("Add", ["s", "mask"], ["y"])]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 4])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("mask", "y")], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_varying_constant_output_is_copied_dense():
+    """The mask is stored with capacity strides [8, 8]: at seq=3 its first 9 floats were returned
+    ([[0,0,0],[0,0,0],[0,0,1]]), now its rows are, at every size of seq=2..8."""
+    from fluidml_xc.frontend.ranges import parse_ranges
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.run.backend import JitModel
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    model = _causal_mask_model()
+    graph = import_graph(model, ranges=parse_ranges({}, ["seq=2..8"], [], []))
+    assert graph.tensors["mask"].is_const and graph.tensors["mask"].shape == (8, 8)
+    jit = JitModel(lower(graph, machine_spec(get_board(None)), LowerOptions(opt="plain")))
+    for seq in range(2, 9):
+        feeds = {"x": np.random.default_rng(seq).standard_normal((1, seq, 4)).astype(np.float32)}
+        mask, y = jit(feeds)
+        want_mask, want_y = ReferenceEvaluator(model).run(None, feeds)
+        np.testing.assert_array_equal(mask, want_mask, err_msg=f"seq={seq}")
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5, err_msg=f"seq={seq}")
+
+
+def test_build_table_says_what_the_arena_tail_holds(tmp_path):
+    """x [2, W, 3] is staged after the plan (its dense layout is no prefix of the capacity's): the build's summary
+    names it, with the dims slots, instead of calling the tail "dims/scratch of data-dependent outputs"."""
+    from modelrun import cli
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "m",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, "W", 3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, "W", 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "--dim", "W=1..33", "-o", "out", "--no-profile-runner", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    memory = json.loads((tmp_path / "out" / "manifest.json").read_text())["memory"]
+    tail = memory["dynamic_tail_bytes"]
+    assert memory["staged_inputs"]["x"] >= memory["arena_bytes"] and tail >= 2 * 33 * 3 * 4
+    assert f" + {tail:,} B after it (dims slots, run status, kernel scratch; staged input 'x')" in proc.stdout
+    assert "data-dependent" not in proc.stdout
+
+
 def test_build_refuses_what_no_run_can_bind():
     from fluidml_xc.pipeline import LowerOptions, lower
     from fluidml_xc.target.boards import get_board
@@ -166,6 +224,11 @@ def test_runner_refuses_bad_feeds_in_one_line(host_artifact, tmp_path):
     assert proc.returncode == 2 and "has rank 2, 'x' has rank 3" in proc.stderr
     proc = subprocess.run([str(runner), "-o", str(tmp_path / "max.npy")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and np.load(tmp_path / "max.npy").shape == (2, HI, 3)  # no -i: every input at its maximum
+    np.save(tmp_path / "x5.npy", _feeds(5)["x"])  # p not given: it takes its maximum W=33, x sets W=5
+    proc = subprocess.run([str(runner), "-i", str(tmp_path / "x5.npy")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == (
+        f"runner: error: input 'p' dim 0 is {HI}, but input 'x' set W=5: input 'p' got no -i and took the maximum "
+        "shape: give every input with -i, at sizes within the model's ranges\n")
 
 
 def test_cli_run_verify_inspect(host_artifact, tmp_path, capsys):
@@ -304,6 +367,18 @@ def test_user_program_gives_dims_and_reads_refusals(host_artifact, tmp_path):
     assert lines[2] == "1 1 input 'p' dim 0 is 6, but input 'x' set W=5"
     assert lines[3] == f"1 input 'x' dim 1 is 34, outside W={LO}..{HI}"
     assert lines[4] == "1 1"
+    header = (art / "model.h").read_text()
+    assert "FXC_OK when fxc_run_shaped would take these input dims, FXC_ERR_NULL when `shapes` or the dims" in header
+
+
+def test_docs_show_dims_as_model_h_prints_them():
+    """docs/DYNAMIC_RUN.md's example of a varying output's dims is the text model.h prints for W // 4, and its
+    fxc_check_input_shapes line names the FXC_ERR_NULL that the program above gets."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "DYNAMIC_RUN.md").read_text()
+    assert f"`[1, {W // 4}, 37], at most [1, 256, 37]`" in text and "W//4" not in text
+    assert "fxc_check_input_shapes(shapes);          /* FXC_OK, FXC_ERR_SHAPE, or FXC_ERR_NULL" in text
 
 
 def test_staged_input_takes_a_gap_of_the_plan():

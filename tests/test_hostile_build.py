@@ -137,3 +137,28 @@ def test_quotes_and_newlines_in_paths_reach_no_generated_source(tmp_path):
     w = np.arange(64, dtype=np.float32).reshape(8, 8) / 7
     np.testing.assert_allclose(run(art, {"x": x})["y"], x @ w, rtol=1e-5)
     assert sorted(p.name for p in weird.iterdir()) == sorted([model.name, 'out "x"'])
+
+
+def test_hostile_input_and_dim_names_stay_inside_model_h_comments(tmp_path):
+    """An input named 'x*/y' whose dim is named 'len */ int bad; /*', built with a range: model.h's comment shows
+    them quoted (before: the dim name ended the comment and declared `int bad;`, the input name failed in zig cc),
+    and the artifact runs at a size inside the range."""
+    import re
+
+    import numpy as np
+    from fluidml_xc.run.execute import run_artifact
+
+    dim = "len */ int bad; /*"
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x*/y"], ["y"])], "m",
+        [helper.make_tensor_value_info("x*/y", TensorProto.FLOAT, [2, dim])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, dim])]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, tmp_path / "m.onnx")
+    proc = cli("build", "m.onnx", "-o", "out", "--no-profile-runner", "--dim", f"{dim}=1..8", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    header = (tmp_path / "out" / "model.h").read_text()
+    code = re.sub(r"/\*.*?\*/", "", header, flags=re.S)
+    assert "bad" not in code and "x*/y" not in header
+    assert '[0] "x\\u002a/y" float32 [2, "len \\u002a/ int bad; /\\u002a"=1..8]' in header
+    x = np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)
+    np.testing.assert_array_equal(run_artifact(tmp_path / "out", {"x*/y": x}, timeout=60).outputs["y"], np.maximum(x, 0))

@@ -21,7 +21,7 @@ from .errors import InputError
 from .frontend.dynamic import graph_at, import_ranges
 from .frontend.importer import FrontendOptions, import_model
 from .frontend.loops import bodies
-from .frontend.ranges import ShapeRanges, resolve_ranges
+from .frontend.ranges import ShapeRanges, check_max_dims, resolve_ranges
 from .frontend.nonfinite import warn_nonfinite
 from .ir import Graph
 from .fluid.optimize import Decisions, apply_views, optimize
@@ -70,6 +70,8 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
     """import_graph without the final support check (a dynamic graph's ops may not take run-time sizes yet)."""
     shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
     bound = bind_inputs(model, bind or {})
+    if ranges is not None:
+        check_max_dims(bound, ranges.max_dims)
 
     def at(sizes: dict[str, tuple[int, ...]], notify: Callable[[], None] | None = None) -> Graph:
         options = FrontendOptions(input_shapes=dict(sizes), structures=dict(structures or {}),

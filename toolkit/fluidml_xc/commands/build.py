@@ -89,13 +89,23 @@ def _result(result) -> dict:
             "c_api": dict(m.c_api), "footprint": dict(m.footprint), "timings": result.timings.to_json()}
 
 
+def _tail_text(mem) -> str:
+    """What the arena holds after the plan: the run's dims slots, status word and kernel scratch, and the inputs
+    staged there (those no gap of the plan holds)."""
+    if not mem.get("dynamic_tail_bytes"):
+        return ""
+    staged = [name for name, offset in mem.get("staged_inputs", {}).items() if offset >= mem["arena_bytes"]]
+    return (f" + {mem['dynamic_tail_bytes']:,} B after it (dims slots, run status, kernel scratch"
+            + (f"; staged input{'s' if len(staged) > 1 else ''} {', '.join(map(repr, staged))}" if staged else "") + ")")
+
+
 def _table(result, timings: bool = False) -> str:
     m = result.manifest
     mem, fp = m.memory, m.footprint
     lines = [f"built {result.artifact}/ for {m.board} ({m.triple}, {m.cpu}) in {result.seconds:.1f} s",
              f"  ops {sum(m.op_counts.values())}, weights {m.weights_bytes:,} B, arena {mem['arena_bytes']:,} B "
              f"(lower bound {mem['lower_bound_bytes']:,}, no reuse {mem['naive_bytes']:,}, {mem['strategy']})"
-             + (f" + {mem['dynamic_tail_bytes']:,} B dims/scratch of data-dependent outputs" if mem.get("dynamic_tail_bytes") else "")]
+             + _tail_text(mem)]
     api = m.c_api
     if api["name"]:
         lines.append(f"  C API {api['prefix']}* / {api['macro_prefix']}* in {api['header']}; link {api['library']} and, "

@@ -256,11 +256,18 @@ class BoundaryEmitter:
         """A dense tensor's actual bytes from src to dst."""
         self.b.call(self.memcpy, [self.b.bitcast(dst, I8P), self.b.bitcast(src, I8P), self.nbytes(name), self._false])
 
+    def copy_rows(self, name: str, dst: ir.Value, src: ir.Value) -> None:
+        """A capacity-strided tensor at src to its dense form at dst, row by row."""
+        b = self.b
+        _rows(b, self.dims, self.graph, name,
+              lambda cap, dense, n: b.call(self.memcpy, [_at(b, dst, dense), _at(b, src, cap), n, self._false]))
+
 
 def finish_outputs(em: BoundaryEmitter, graph: Graph, outputs_arg: ir.Value, arena: ir.Value, raw_inputs: dict,
                    constant: Callable[[str], ir.Value]) -> None:
     """At exit: compact the non-prefix outputs the nodes wrote, write the varying outputs' dims, then copy the
-    outputs that are graph inputs or constants, and repeats of an output, at their actual bytes (the dense form)."""
+    outputs that are graph inputs or constants, and repeats of an output, at their actual bytes (the dense form; a
+    non-prefix varying constant is stored with capacity strides, so it is copied row by row)."""
     b = em.b
     produced = {o for n in graph.nodes for o in n.outputs}
     slot = [b.load(b.gep(outputs_arg, [ir.Constant(ir.IntType(32), k)])) for k in range(len(graph.outputs))]
@@ -274,6 +281,9 @@ def finish_outputs(em: BoundaryEmitter, graph: Graph, outputs_arg: ir.Value, are
     for k, name in enumerate(graph.outputs):
         tensor, first = graph.tensors[name], graph.outputs.index(name)
         if name in produced and not tensor.is_const and first == k:
+            continue
+        if tensor.is_const and not is_prefix(graph, name):
+            em.copy_rows(name, slot[k], constant(name))
             continue
         if tensor.is_const:
             src = constant(name)

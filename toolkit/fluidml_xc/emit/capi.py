@@ -205,15 +205,20 @@ def c_comment(text: str) -> str:
     return json.dumps(text).replace("*", "\\u002a").replace("?", "\\u003f")
 
 
+def comment_text(text: str) -> str:
+    """`text` as it is where it cannot end or open a block comment or start a trigraph, else quoted by c_comment."""
+    return text if text.isprintable() and not any(s in text for s in ("*/", "/*", "??")) else c_comment(text)
+
+
 def _shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _dims_text(t: TensorSpec, symbols: tuple[SymbolSpec, ...]) -> str:
-    """An input's dims for model.h: sizes, and symbols with their ranges."""
+    """A tensor's dims for model.h (safe inside its block comment): sizes, and symbols with their ranges."""
     if not t.dim_symbols:
-        return f"{t.label}, at most {_shape_text(t.shape)}" if t.label else _shape_text(t.shape)
-    return "[" + ", ".join(str(d) if s < 0 else f"{symbols[s].name}={symbols[s].lo}..{symbols[s].hi}"
+        return f"{comment_text(t.label)}, at most {_shape_text(t.shape)}" if t.label else _shape_text(t.shape)
+    return "[" + ", ".join(str(d) if s < 0 else f"{comment_text(symbols[s].name)}={symbols[s].lo}..{symbols[s].hi}"
                            for d, s in zip(t.shape, t.dim_symbols)) + "]"
 
 

@@ -1,5 +1,6 @@
 """One graph for every size in the declared ranges: the model imported statically at the maximum (the capacity),
-the minimum and the optimization size, and each tensor's varying dims as `symbolic.Expr`s.
+the minimum, the optimization size and sizes that are not special (`probe_sizes`: a prime inside the range and the
+size next to it), and each tensor's varying dims as `symbolic.Expr`s.
 
 The expressions come from ONNX Runtime's symbolic shape inference where it names the tensor and its expression
 holds at every imported size; tensors the frontend or the passes create, and any ORT gets wrong, are matched
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -123,10 +125,15 @@ def ort_dims(model: onnx.ModelProto, resolved: Resolved) -> dict[str, tuple[Dim 
                     d.dim_value = r
     for vi in m.graph.output:
         vi.type.tensor_type.ClearField("shape")
+    logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its warnings ("Unable to determine if ...") are not ours to print
     try:
         inferred = SymbolicShapeInference.infer_shapes(m, auto_merge=True)
     except Exception:  # its failures are not errors of the model: every tensor is then matched instead
         return {}
+    finally:
+        logger.setLevel(level)
     out = {}
     for vi in [*inferred.graph.value_info, *inferred.graph.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
@@ -214,8 +221,8 @@ def _varying_text(name: str, graph: Graph) -> str:
 class _Deriver:
     """Per tensor its dims over the ranges, from the imports at `points` (points[0] is the capacity import)."""
 
-    def __init__(self, points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved, probe: Callable[[], Point]):
-        self.points, self.inferred, self.resolved, self.probe = points, inferred, resolved, probe
+    def __init__(self, points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved):
+        self.points, self.inferred, self.resolved = points, inferred, resolved
         self.ranges = resolved.symbols
         known = [d for dims in [*inferred.values(), *resolved.shapes.values()] for d in dims]
         self.candidates = _Candidates(known + [Sym(s) for s in self.ranges], points, self.ranges)
@@ -239,10 +246,6 @@ class _Deriver:
                 out.append(values[0])
                 continue
             found = self.candidates.match(values)
-            if len(found) > 1 and all(p.label != "probe" for p in self.points):
-                self.points.append(self.probe())
-                self.candidates = _Candidates(self.candidates.exprs, self.points, self.ranges)
-                return self.dims(name)
             if len(found) != 1:
                 return None
             out.append(found[0])
@@ -281,12 +284,15 @@ def _constant_dyn(d: _Deriver, name: str, graph: Graph) -> tuple | None:
     return dims
 
 
-def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved, probe: Callable[[], Point]) -> Graph:
-    """The capacity import (points[0]) with every tensor's `dyn`, capacity shapes and `symbols` set."""
+def attach_dyn(points: list[Point], inferred: Mapping[str, tuple], resolved: Resolved,
+               probe: Callable[[], list[Point]]) -> Graph:
+    """The capacity import (points[0]) with every tensor's `dyn`, capacity shapes and `symbols` set; every graph,
+    dim and constant is checked at the given points and at the imports `probe` makes at sizes no other uses."""
     graph = points[0].graph
+    points = list(points) if any(p.label.startswith("probe") for p in points) else [*points, *probe()]
     for other in points[1:]:
         _check_nodes(points[0], other, resolved.symbols)
-    d = _Deriver(list(points), inferred, resolved, probe)
+    d = _Deriver(points, inferred, resolved)
     data_dependent = analyze(graph).root
     for name, t in graph.tensors.items():
         if any(tensor_at(p.graph, name) is None for p in points[1:]):
@@ -324,8 +330,29 @@ def graph_at(graph: Graph, env: Mapping[str, int]) -> Graph:
     return replace(graph, tensors=tensors, symbols={})
 
 
+def _is_prime(n: int) -> bool:
+    return n > 1 and all(n % k for k in range(2, math.isqrt(n) + 1))
+
+
+def probe_sizes(symbols: Mapping[str, SymRange]) -> list[dict[str, int]]:
+    """Sizes that are not special. First, per symbol, the largest prime inside its range that is not its opt and
+    that no other symbol takes (else the largest such odd value; else its min: every value is imported already).
+    Then, where free, the value next to it: consecutive sizes differ modulo every k >= 2, so a constant computed
+    from W % k (padding up to a multiple of k) differs between them, whatever it is at min/opt/max."""
+    first: dict[str, int] = {}
+    for s, r in symbols.items():
+        free = [v for v in range(r.hi - 1, r.lo, -1) if v not in {r.opt, *first.values()}]
+        first[s] = next((v for v in free if _is_prime(v)), next((v for v in free if v % 2), free[0] if free else r.lo))
+    second: dict[str, int] = {}
+    for s, r in symbols.items():
+        taken = {r.lo, r.opt, r.hi, *first.values(), *second.values()}
+        second[s] = next((v for v in (first[s] - 1, first[s] + 1) if r.lo < v < r.hi and v not in taken), first[s])
+    return [first] + ([second] if second != first else [])
+
+
 def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer) -> Graph:
-    """The model imported at the capacity, the minimum and the optimization size, merged into one graph with dyn."""
+    """The model imported at the capacity, the minimum, the optimization size and the probe sizes (probe_sizes),
+    merged into one graph with dyn."""
     labels = resolved.points()
     points: list[Point] = []
     for label in ("max", "min", "opt"):
@@ -334,11 +361,6 @@ def import_ranges(model: onnx.ModelProto, resolved: Resolved, importer: Importer
             continue
         points.append(Point(label, env, importer(resolved.at(env))))
 
-    def probe() -> Point:
-        """One more size, each symbol at a value no other import used and no other symbol takes."""
-        env: dict[str, int] = {}
-        for s, r in resolved.symbols.items():
-            used = {r.lo, r.opt, r.hi, *env.values()}
-            env[s] = next((v for v in range(r.hi - 1, r.lo, -1) if v not in used), r.lo)
-        return Point("probe", env, importer(resolved.at(env)))
+    def probe() -> list[Point]:
+        return [Point(f"probe{k}", env, importer(resolved.at(env))) for k, env in enumerate(probe_sizes(resolved.symbols))]
     return attach_dyn(points, ort_dims(model, resolved), resolved, probe)

@@ -77,6 +77,9 @@ class DimSpec:
     hi: int
     opt: int | None = None
 
+    def __str__(self) -> str:
+        return _text(self.lo, self.hi) + (f"@{self.opt}" if self.opt is not None else "")
+
 
 def parse_dim(text: str) -> tuple[str, DimSpec]:
     """`W=16..1024@320` -> ("W", DimSpec(16, 1024, 320)); `W=320` -> ("W", DimSpec(320, 320))."""
@@ -116,11 +119,11 @@ class ShapeRanges:
         return bool(self.inputs or self.dims or self.opt_shapes)
 
 
-def _once(flag: str, pairs) -> dict:
+def _once(flag: str, pairs, show=str) -> dict:
     out: dict = {}
     for name, value in pairs:
         if name in out and out[name] != value:
-            raise InputError(f"{flag} gives {name!r} twice ({out[name]} and {value}): pass it once")
+            raise InputError(f"{flag} gives {name!r} twice ({name}={show(out[name])} and {name}={show(value)}): pass it once")
         out[name] = value
     return out
 
@@ -132,8 +135,28 @@ def parse_ranges(input_ranges: dict[str, Given], dims: list[str], opt_shapes: li
         name, sep, value = text.rpartition("=")
         if not sep or not name or not re.fullmatch(r"\d+(x\d+)*|", value):
             raise InputError(f"bad --opt-shape {text!r}: write NAME=1x3x48x320 (one size per dim)")
-        opt = {**opt, **_once("--opt-shape", [(name, tuple(int(d) for d in value.split("x")) if value else ())])}
+        opt = {**opt, **_once("--opt-shape", [(name, tuple(int(d) for d in value.split("x")) if value else ())], dims_text)}
     return ShapeRanges(dict(input_ranges), _once("--dim", map(parse_dim, dims)), opt, _once("--max-dim", map(parse_max_dim, max_dims)))
+
+
+def _node_names(graph: onnx.GraphProto) -> set[str]:
+    """Every node's name and output names, in nested subgraphs too."""
+    out: set[str] = set()
+    for node in graph.node:
+        out.update(n for n in (node.name, *node.output) if n)
+        for a in node.attribute:
+            for g in (*([a.g] if a.type == onnx.AttributeProto.GRAPH else ()), *a.graphs):
+                out |= _node_names(g)
+    return out
+
+
+def check_max_dims(model: onnx.ModelProto, max_dims: Mapping[str, int]) -> None:
+    """InputError for a --max-dim that names no node and no node output of the model (it could bound nothing)."""
+    names = _node_names(model.graph)
+    for name, value in max_dims.items():
+        if name not in names:
+            raise InputError(f"--max-dim {name}={value} names no node or node output of the model: give the name of the "
+                             "node whose bound it is (a Loop, a TopK with a run-time K) or of its output")
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,15 @@ def test_float_build_verified_against_ort(tmp_path):
     assert spec.returncode == 0 and "against onnx.reference" in spec.stdout
     bad = cli("verify", "out", "--quant-steps", "-1", cwd=tmp_path)
     assert bad.returncode == 2 and "--quant-steps must be >= 0" in one_line_error(bad)
+
+
+def test_an_output_of_another_shape_is_reported_as_such():
+    from fluidml_xc.remote.verify import VerifyReport
+
+    ref = np.zeros((1, 2, 16), np.float32)
+    report = VerifyReport.of("host", Tolerance(), {"y": np.zeros((1, 2, 13), np.float32)}, Reference({"y": ref}))
+    check = report.outputs[0]
+    assert not report.ok and check.got_shape == (1, 2, 13)
+    assert "FAIL (shape 1x2x13, expected 1x2x16)" in report.table()
+    assert report.failure().endswith("'y' has shape 1x2x13 where the reference has 1x2x16")
+    assert report.to_dict()["outputs"][0]["got_shape"] == [1, 2, 13]

@@ -44,11 +44,24 @@ class OutputCheck:
     ok: bool
     allowed: str = ""
     worst: float = 0.0
+    got_shape: tuple[int, ...] | None = None
+    """The output's shape when it differs from the reference's `shape` (then nothing else is compared)."""
+
+    @property
+    def verdict(self) -> str:
+        if self.got_shape is not None:
+            return f"FAIL (shape {_shape_text(self.got_shape)}, expected {_shape_text(self.shape)})"
+        return "ok" if self.ok else f"FAIL ({self.mismatched} elements out of tolerance)"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "max_abs_err": _finite(self.max_abs),
                 "max_rel_err": _finite(self.max_rel), "allowed": self.allowed, "worst_over_allowed": _finite(self.worst),
-                "mismatched": self.mismatched, "ok": self.ok}
+                "mismatched": self.mismatched, "ok": self.ok,
+                **({"got_shape": list(self.got_shape)} if self.got_shape is not None else {})}
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) or "scalar"
 
 
 def _finite(value: float) -> float | str:
@@ -78,10 +91,8 @@ class VerifyReport:
                  f"{'output':<{width}}  {'shape':<16}  {'max abs err':>12}  {'max rel err':>12}  "
                  f"{'allowed':<{allowed}}  {'worst/allowed':>13}  result"]
         for o in self.outputs:
-            shape = "x".join(map(str, o.shape)) or "scalar"
-            verdict = "ok" if o.ok else f"FAIL ({o.mismatched} elements out of tolerance)"
-            lines.append(f"{o.name:<{width}}  {shape:<16}  {o.max_abs:12.3e}  {o.max_rel:12.3e}  "
-                         f"{o.allowed:<{allowed}}  {o.worst:13.3g}  {verdict}")
+            lines.append(f"{o.name:<{width}}  {_shape_text(o.shape):<16}  {o.max_abs:12.3e}  {o.max_rel:12.3e}  "
+                         f"{o.allowed:<{allowed}}  {o.worst:13.3g}  {o.verdict}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -95,6 +106,11 @@ class VerifyReport:
 
     def failure(self) -> str:
         failed = [o for o in self.outputs if not o.ok]
+        shaped = [o for o in failed if o.got_shape is not None]
+        if shaped:
+            o = shaped[0]
+            return (f"{len(failed)} of {len(self.outputs)} outputs differ from {ORACLE_LABELS[self.oracle]}: {o.name!r} has "
+                    f"shape {_shape_text(o.got_shape)} where the reference has {_shape_text(o.shape)}")
         worst = max(failed, key=lambda o: o.max_abs)
         return (f"{len(failed)} of {len(self.outputs)} outputs differ from {ORACLE_LABELS[self.oracle]} beyond "
                 f"tolerance (worst: {worst.name!r}, max abs err {worst.max_abs:.3e}, allowed {worst.allowed})")
@@ -249,7 +265,7 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Reference, tol: Tolera
             allowed_text = f"{step:g}" if step else "0 (exact)"
         if out.shape != ref.shape:
             checks.append(OutputCheck(name, ref.shape, float("inf"), float("inf"), int(ref.size), False,
-                                      allowed_text, float("inf")))
+                                      allowed_text, float("inf"), tuple(out.shape)))
             continue
         if ref.dtype.kind in "fc":
             a, b = out.astype(np.float64), ref.astype(np.float64)

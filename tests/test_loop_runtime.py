@@ -149,6 +149,28 @@ def test_loop_past_its_max_dim_is_an_error_jit():
         compiled(never)
 
 
+@on_x86
+def test_loop_and_topk_share_one_status_word():
+    """A bounded Loop and a TopK with a run-time K in one graph: one status word, each failed check named by its
+    own line; both within their bounds, the outputs are ORT's."""
+    model = decoder(trip_input=True)
+    model.graph.node.append(helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", axis=-1))
+    model.graph.input.extend([_value("x", TensorProto.FLOAT, [1, 10]), _value("k", TensorProto.INT64, [1])])
+    model.graph.output.extend([_value("v", TensorProto.FLOAT, None), _value("i", TensorProto.INT64, None)])
+    compiled = compile_model(model, max_dims={"decode": 6})
+    feeds = {**feeds_for(3), "M": np.array(6, np.int64), "x": np.arange(10, dtype=np.float32)[None] % 7,
+             "k": np.array([4], np.int64)}
+    got, want = compiled(feeds), _ort(model, feeds)
+    check(got[:3], want[:3], 6)
+    for g, w in zip(got[3:], want[3:]):
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(RunCheckFailed) as err:
+        compiled({**feeds, "M": np.array(7, np.int64)})
+    assert str(err.value) == BOUND_MESSAGE.format(n=6)
+    with pytest.raises(RunCheckFailed, match="^TopK node 'topk': K read in this run is negative"):
+        compiled({**feeds, "k": np.array([11], np.int64)})
+
+
 @pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64"])
 def test_loop_past_its_max_dim_fails_the_run(board, board_runner, tmp_path):
     """A real build: the C API returns FXC_ERR_RUN, the runner exits 3 with one line and writes no output, `run`

@@ -3,7 +3,9 @@ against ONNX Runtime, through the JIT and through real builds (x86_64, qemu-aarc
 
 The decoder: h = tanh(h @ W + E[token]); logits = h @ V; token = ArgMax(logits); score = max(logits); it stops
 after the step whose token is the end token (a graph input the body reads from the outer scope), at most
-MAX_STEPS steps. Scan outputs: the tokens and the scores, whose length depends on the data."""
+MAX_STEPS steps. Scan outputs: the tokens and the scores, whose length depends on the data. A Loop bounded by
+--max-dim that needs more steps fails the run (a run check: RunCheckFailed, FXC_ERR_RUN, the runner's exit 3),
+also from inside another Loop's body and beside a TopK's own check; at the bound it runs."""
 from __future__ import annotations
 
 import json
@@ -171,7 +173,7 @@ def test_loop_and_topk_share_one_status_word():
         compiled({**feeds, "k": np.array([11], np.int64)})
 
 
-@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64"])
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
 def test_loop_past_its_max_dim_fails_the_run(board, board_runner, tmp_path):
     """A real build: the C API returns FXC_ERR_RUN, the runner exits 3 with one line and writes no output, `run`
     and `verify` exit 2 with one line naming the Loop, its bound and the fix; at the bound the run is ORT's."""

@@ -3,7 +3,9 @@ against ONNX Runtime, through the JIT and through real builds (x86_64, qemu-aarc
 
 The decoder: h = tanh(h @ W + E[token]); logits = h @ V; token = ArgMax(logits); score = max(logits); it stops
 after the step whose token is the end token (a graph input the body reads from the outer scope), at most
-MAX_STEPS steps. Scan outputs: the tokens and the scores, whose length depends on the data."""
+MAX_STEPS steps. Scan outputs: the tokens and the scores, whose length depends on the data. A Loop bounded by
+--max-dim that needs more steps fails the run (a run check: RunCheckFailed, FXC_ERR_RUN, the runner's exit 3),
+also from inside another Loop's body and beside a TopK's own check; at the bound it runs."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fluidml_xc.errors import InputError, UnresolvedShape
+from fluidml_xc.errors import InputError, RunCheckFailed, UnresolvedShape
 from fluidml_xc.frontend.ranges import ShapeRanges
 from fluidml_xc.pipeline import import_graph
 from fluidml_xc.run.backend import compile_model
@@ -30,8 +32,9 @@ def _value(name, elem, shape):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def decoder(trip_input: bool = False, seed: int = 0) -> onnx.ModelProto:
-    """The greedy decoder Loop; `trip_input`: its trip count is the graph input M instead of MAX_STEPS."""
+def decoder(trip_input: bool = False, seed: int = 0, no_trip: bool = False) -> onnx.ModelProto:
+    """The greedy decoder Loop; `trip_input`: its trip count is the graph input M instead of MAX_STEPS; `no_trip`:
+    it has none (it stops only at the end token)."""
     rng = np.random.default_rng(seed)
     body = helper.make_graph([
         helper.make_node("Gather", ["E", "tok_in"], ["emb"], axis=0),
@@ -57,9 +60,9 @@ def decoder(trip_input: bool = False, seed: int = 0) -> onnx.ModelProto:
               _value("end", TensorProto.INT64, [1])]
     if trip_input:
         inputs.append(_value("M", TensorProto.INT64, []))
-    else:
+    elif not no_trip:
         inits.append(numpy_helper.from_array(np.array(MAX_STEPS, np.int64), "M"))
-    loop = helper.make_node("Loop", ["M", "go", "h0", "start"], ["h_final", "tok_final", "tokens", "scores"],
+    loop = helper.make_node("Loop", ["" if no_trip else "M", "go", "h0", "start"], ["h_final", "tok_final", "tokens", "scores"],
                             name="decode", body=body)
     graph = helper.make_graph([loop], "decoder", inputs,
                               [_value("h_final", TensorProto.FLOAT, [1, HIDDEN]), _value("tokens", TensorProto.INT64, None),
@@ -120,6 +123,82 @@ def test_run_time_trip_count_with_max_dim_jit():
         check(compiled(feeds), _ort(model, feeds), m)
     stop = {**feeds, "end": np.array([_ort(model, {**feeds, "M": np.array(5, np.int64)})[1][2, 0]], np.int64)}
     check(compiled(stop), _ort(model, stop), int(_ort(model, stop)[1].shape[0]))
+
+
+BOUND_MESSAGE = "Loop node 'decode' needs more than its bound of {n} steps (--max-dim decode={n}); the outputs are not valid: rebuild with a larger --max-dim decode=N"
+
+
+@on_x86
+def test_loop_past_its_max_dim_is_an_error_jit():
+    """A Loop bounded by --max-dim that would run past it raises RunCheckFailed (it used to stop there silently); one
+    that stops exactly at the bound (its trip count, or its end token at the last step) runs."""
+    model = decoder(trip_input=True)
+    compiled = compile_model(model, max_dims={"decode": 6})
+    feeds = feeds_for(3)
+    for m in (0, 6):
+        feeds["M"] = np.array(m, np.int64)
+        check(compiled(feeds), _ort(model, feeds), m)
+    for m in (7, 1 << 40):
+        with pytest.raises(RunCheckFailed) as err:
+            compiled({**feeds, "M": np.array(m, np.int64)})
+        assert str(err.value) == BOUND_MESSAGE.format(n=6)
+    model = decoder(no_trip=True)
+    (first, _), (middle, at), (never, _) = stopping_feeds(decoder())
+    compiled = compile_model(model, max_dims={"tokens": at})
+    for feeds, steps in ((first, 1), (middle, at)):
+        check(compiled(feeds), _ort(model, feeds), steps)
+    with pytest.raises(RunCheckFailed, match=f"bound of {at} steps .*--max-dim tokens=N"):
+        compiled(never)
+
+
+@on_x86
+def test_loop_and_topk_share_one_status_word():
+    """A bounded Loop and a TopK with a run-time K in one graph: one status word, each failed check named by its
+    own line; both within their bounds, the outputs are ORT's."""
+    model = decoder(trip_input=True)
+    model.graph.node.append(helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", axis=-1))
+    model.graph.input.extend([_value("x", TensorProto.FLOAT, [1, 10]), _value("k", TensorProto.INT64, [1])])
+    model.graph.output.extend([_value("v", TensorProto.FLOAT, None), _value("i", TensorProto.INT64, None)])
+    compiled = compile_model(model, max_dims={"decode": 6})
+    feeds = {**feeds_for(3), "M": np.array(6, np.int64), "x": np.arange(10, dtype=np.float32)[None] % 7,
+             "k": np.array([4], np.int64)}
+    got, want = compiled(feeds), _ort(model, feeds)
+    check(got[:3], want[:3], 6)
+    for g, w in zip(got[3:], want[3:]):
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(RunCheckFailed) as err:
+        compiled({**feeds, "M": np.array(7, np.int64)})
+    assert str(err.value) == BOUND_MESSAGE.format(n=6)
+    with pytest.raises(RunCheckFailed, match="^TopK node 'topk': K read in this run is negative"):
+        compiled({**feeds, "k": np.array([11], np.int64)})
+
+
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
+def test_loop_past_its_max_dim_fails_the_run(board, board_runner, tmp_path):
+    """A real build: the C API returns FXC_ERR_RUN, the runner exits 3 with one line and writes no output, `run`
+    and `verify` exit 2 with one line naming the Loop, its bound and the fix; at the bound the run is ORT's."""
+    from fluidml_xc.run.execute import save_npz
+
+    runner = board_runner(board)
+    model = decoder(trip_input=True)
+    artifact = runner.build(model, tmp_path, ranges=ShapeRanges(max_dims={"decode": 6}), profile_runner=False)
+    feeds = {**feeds_for(3), "M": np.array(6, np.int64)}
+    got = run(artifact, feeds)
+    check([got["h_final"], got["tokens"], got["scores"]], _ort(model, feeds), 6)
+    args = []
+    for name, value in {**feeds, "M": np.array(7, np.int64)}.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["-i", str(tmp_path / f"{name}.npy")]
+    outs = [tmp_path / f"out{i}.npy" for i in range(3)]
+    proc = runner.exec([artifact / "runner", *args, *[a for o in outs for a in ("-o", str(o))]], timeout=300)
+    assert proc.returncode == 3 and proc.stderr == f"runner: error: {BOUND_MESSAGE.format(n=6)}\n", proc.stderr
+    assert not any(o.exists() for o in outs)
+    save_npz(tmp_path / "m7.npz", {**feeds, "M": np.array(7, np.int64)})
+    for command in (["run", str(artifact), "--inputs", str(tmp_path / "m7.npz"), "--outputs", str(tmp_path / "o.npz")],
+                    ["verify", str(artifact), "--inputs", str(tmp_path / "m7.npz")]):
+        proc = cli(*command)
+        assert proc.returncode == 2 and one_line_error(proc) == f"fluidml-xc: error: {BOUND_MESSAGE.format(n=6)}"
+    assert not (tmp_path / "o.npz").exists()
 
 
 def test_run_time_trip_count_without_max_dim_is_one_line():
@@ -197,10 +276,10 @@ def test_decoder_build_and_run(board, board_runner, tmp_path):
         check([got["h_final"], got["tokens"], got["scores"]], _ort(model, feeds), 6)
 
 
-@on_x86
-def test_nested_loops():
-    """A Loop in a Loop's body: x = 0.9 x + 0.1 while sum(x) > lim (at most 50 steps, its scan output unused), six
-    times, doubling x after each inner loop."""
+def nested_loops(inner_trips: str = "fifty", outer_runs: bool = False) -> onnx.ModelProto:
+    """A Loop in a Loop's body: x = 0.9 x + 0.1 while sum(x) > lim (at most 50 steps, or with `inner_trips` ""
+    no trip count; its scan output unused), six times, doubling x after each inner loop. `outer_runs`: the outer
+    condition is computed (i < 6), so the outer Loop runs at run time instead of being unrolled."""
     inner = helper.make_graph([
         helper.make_node("Mul", ["x_in", "k"], ["xm"]), helper.make_node("Add", ["xm", "b"], ["x_out"]),
         helper.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "lim"], ["c_out"]),
@@ -208,8 +287,9 @@ def test_nested_loops():
         [_value("j", TensorProto.INT64, []), _value("ci", TensorProto.BOOL, []), _value("x_in", TensorProto.FLOAT, [4])],
         [_value("c_out", TensorProto.BOOL, []), _value("x_out", TensorProto.FLOAT, [4]), _value("s_scan", TensorProto.FLOAT, [])])
     outer = helper.make_graph([
-        helper.make_node("Loop", ["fifty", "", "y_in"], ["y_mid", "sums"], name="inner", body=inner),
-        helper.make_node("Mul", ["y_mid", "two"], ["y_out"]), helper.make_node("Identity", ["co"], ["c_out"]),
+        helper.make_node("Loop", [inner_trips, "", "y_in"], ["y_mid", "sums"], name="inner", body=inner),
+        helper.make_node("Mul", ["y_mid", "two"], ["y_out"]),
+        helper.make_node("Less", ["i", "six"], ["c_out"]) if outer_runs else helper.make_node("Identity", ["co"], ["c_out"]),
         helper.make_node("ReduceSum", ["y_out"], ["tot"], keepdims=0)], "outer",
         [_value("i", TensorProto.INT64, []), _value("co", TensorProto.BOOL, []), _value("y_in", TensorProto.FLOAT, [4])],
         [_value("c_out", TensorProto.BOOL, []), _value("y_out", TensorProto.FLOAT, [4]), _value("tot", TensorProto.FLOAT, [])])
@@ -219,12 +299,44 @@ def test_nested_loops():
                               [_value("x", TensorProto.FLOAT, [4]), _value("lim", TensorProto.FLOAT, [])],
                               [_value("y", TensorProto.FLOAT, [4]), _value("tots", TensorProto.FLOAT, [6])],
                               [numpy_helper.from_array(v, n) for n, v in consts.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@on_x86
+def test_nested_loops():
+    model = nested_loops()
     compiled = compile_model(model)
     for lim in (0.5, 3.0, 100.0):
         feeds = {"x": np.array([1, 2, 3, 4], np.float32), "lim": np.array(lim, np.float32)}
         for g, w in zip(compiled(feeds), _ort(model, feeds)):
             np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+@on_x86
+def test_nested_loop_past_its_max_dim_is_an_error():
+    """The inner Loop, with no trip count, bounded by --max-dim inner=N: a run whose inner loop needs more than N
+    steps raises RunCheckFailed naming it (its status passed up through the outer Loop); one that needs N runs."""
+    model = nested_loops(inner_trips="", outer_runs=True)
+    assert [n.op_type for n in import_graph(model, ranges=ShapeRanges(max_dims={"inner": 9})).nodes] == ["Loop"]
+    x = np.array([1, 2, 3, 4], np.float32)
+    steps = []
+    for lim in (6.0, 5.0):  # the inner loop's most steps over the six outer ones (sum(x) tends to 4)
+        y, most = x, 0
+        for _ in range(6):
+            n = 0
+            while n < 100:
+                y, n = y * np.float32(0.9) + np.float32(0.1), n + 1
+                if not y.sum() > lim:
+                    break
+            y, most = y * 2, max(most, n)
+        steps.append(most)
+    assert steps[0] < steps[1] < 100
+    compiled = compile_model(model, max_dims={"inner": steps[0]})
+    feeds = {"x": x, "lim": np.array(6.0, np.float32)}
+    for g, w in zip(compiled(feeds), _ort(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-5)
+    with pytest.raises(RunCheckFailed, match=rf"Loop node '.*inner' needs more than its bound of {steps[0]} steps"):
+        compiled({**feeds, "lim": np.array(5.0, np.float32)})
 
 
 @on_x86

@@ -16,6 +16,9 @@ MAX_TRIPS_ATTR = "_max_trips"
 """The most steps such a Loop runs (its constant trip count, else --max-dim)."""
 STATES_ATTR = "_loop_states"
 """How many loop-carried values such a Loop has."""
+BOUND_ATTR = "_max_dim"
+"""The --max-dim name bounding such a Loop whose trip count is not a constant: a run that needs more steps fails
+(FXC_ERR_RUN, ops/control.py run_check_loop) instead of stopping at the bound."""
 
 
 def is_onnx_domain(domain: str) -> bool:

@@ -350,7 +350,7 @@ class ModuleEmitter:
         out = []
         if self._has_scratch(node):
             out = [self.tail.slots[node.outputs[i]] for i in self._dims_outputs(node)] + [self.tail.scratch_offset]
-        if node.name in self.tail.check_codes:
+        if self.tail.takes_status(node.name):
             out.append(self.tail.status_offset)
         return out
 
@@ -415,8 +415,9 @@ class ModuleEmitter:
         kernel.compile_subgraph = lambda body: self.body_call(node)
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
         kernel.scratch = fn.args[len(names) + len(dims_outputs)] if self._has_scratch(node) else None
-        if node.name in self.tail.check_codes:
-            kernel.status, kernel.check_code = fn.args[len(names) + len(extra) - 1], self.tail.check_codes[node.name]
+        if self.tail.takes_status(node.name):
+            kernel.status, kernel.check_code = fn.args[len(names) + len(extra) - 1], self.tail.check_codes.get(node.name, 0)
+            kernel.status_base = self.tail.status_base(node.name)
         if takes_syms:
             kernel.syms, kernel.sym_index = fn.args[len(types) - 1], self.sym_index
         by_root = {self.storage_root(n): arg for n, arg in zip(names, fn.args)}
@@ -560,6 +561,11 @@ class BodyCall:
     @property
     def arena_bytes(self) -> int:
         return self.emitter.arena_bytes
+
+    @property
+    def status_offset(self) -> int:
+        """The body's status word in its arena (a check in the body may fail the run), -1 when it has none."""
+        return self.emitter.tail.status_offset
 
     def __call__(self, b: ir.IRBuilder, inputs: list[ir.Value], outputs: list[ir.Value], arena: ir.Value) -> None:
         """The body on `inputs`/`outputs` (i8* per graph input/output, in order) with `arena` as its arena."""

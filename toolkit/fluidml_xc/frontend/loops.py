@@ -9,7 +9,8 @@ steps to unroll) stays one node when its body imports with static shapes:
   appended to the Loop node's inputs; its outputs are [condition, carried..., scan steps...];
 - carried values keep their shape and dtype from step to step (else a one-line error);
 - the most steps it runs (`node.attrs[MAX_TRIPS_ATTR]`) is the trip count when it is a constant, else
-  `--max-dim NAME=N` for the Loop node's name or one of its scan outputs' (asked for by name when missing);
+  `--max-dim NAME=N` for the Loop node's name or one of its scan outputs' (asked for by name when missing; the
+  name kept in `node.attrs[BOUND_ATTR]`: a run that needs more steps fails, ops/control.py);
 - scan outputs are (max steps, *step shape); when the loop may stop early their dim 0 is data-dependent
   (frontend/shapes.py: the kernel writes the actual count into their dims slots, ops/control.py).
 """
@@ -24,7 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import InputError, UnresolvedShape
-from ..ir import BODY_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Tensor
+from ..ir import BODY_ATTR, BOUND_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Tensor
 from .builder import outer_references
 from .shapes import ATTR, analyze
 from .unsupported import unresolved_shape
@@ -82,20 +83,21 @@ def _const_scalar(tensors: dict[str, Tensor], name: str):
     return np.ravel(tensors[name].value)[0]
 
 
-def _max_trips(folder, node: onnx.NodeProto, body: onnx.GraphProto, where: str, n_state: int) -> tuple[int, bool]:
-    """(most steps the loop runs, whether it always runs exactly that many)."""
+def _max_trips(folder, node: onnx.NodeProto, body: onnx.GraphProto, where: str, n_state: int) -> tuple[int, bool, str | None]:
+    """(most steps the loop runs, whether it always runs exactly that many, the --max-dim name bounding it when
+    its trip count is not a constant)."""
     inputs = list(node.input) + ["", ""]
     trip, cond = inputs[0], inputs[1]
     m, c = _const_scalar(folder.tensors, trip), _const_scalar(folder.tensors, cond)
     if cond and c is not None and not bool(c):
-        return 0, True
+        return 0, True, None
     exact = m is not None and (not cond or c is not None) and always_true(body)
     if m is not None:
-        return max(int(m), 0), exact
+        return max(int(m), 0), exact, None
     scans = [o for o in node.output[n_state:] if o]
     for name in [where, *scans]:
         if name in folder.max_dims:
-            return folder.max_dims[name], False
+            return folder.max_dims[name], False, name
     named = (scans or [o for o in node.output if o] or [where])[0]
     alt = f" (or --max-dim {scans[0]}=N)" if scans else ""
     raise UnresolvedShape(f"{unresolved_shape(folder, node, named)}; or give the most steps the loop may run with "
@@ -167,7 +169,7 @@ def import_loop(folder, node: onnx.NodeProto, attrs: dict, import_body: Callable
     if len(body.input) != 2 + n_state:
         raise InputError(f"Loop node {where!r}: its body has {len(body.input)} inputs, {2 + n_state} expected "
                          "(iteration, condition, carried values): the model is malformed")
-    trips, exact = _max_trips(folder, node, body, where, n_state)
+    trips, exact, bound = _max_trips(folder, node, body, where, n_state)
     states = [folder.tensors[n] for n in node.input[2:]]
     consts, extras = _outer_inputs(body, where, folder)
     inputs = [Tensor("iter", np.dtype(np.int64), ()), Tensor("cond", np.dtype(np.bool_), ()), *states]
@@ -189,6 +191,8 @@ def import_loop(folder, node: onnx.NodeProto, attrs: dict, import_body: Callable
     if marks:
         attrs[ATTR] = marks
     attrs[BODY_ATTR], attrs[MAX_TRIPS_ATTR], attrs[STATES_ATTR] = graph, trips, n_state
+    if bound is not None:
+        attrs[BOUND_ATTR] = bound
     attrs[EXTRA_INPUTS_ATTR] = [t.name for t in extras]
     return result
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..ir import Graph, Node
+from ..ir import BODY_ATTR, Graph, Node
 from ..opspec import traits
 
 ATTR = "_dynamic_dims"
@@ -94,16 +94,21 @@ class RunCheck:
 
     node: str
     message: str
+    via: str | None = None
+    """The run-time Loop of this graph whose body holds the node (its kernel passes the body's status up), or None."""
 
 
 def run_checks(graph: Graph) -> list[RunCheck]:
-    """The nodes whose kernels may fail the run (OpSpec.run_check), in graph order."""
+    """The nodes whose kernels may fail the run (OpSpec.run_check), in graph order; after a run-time Loop, those of
+    its body (depth first, `via` the Loop)."""
     out = []
     for node in graph.nodes:
         check = traits(node.op_type, graph.opset, node.domain).run_check
         message = check(graph, node) if check is not None else None
         if message:
             out.append(RunCheck(node.name, message))
+        if BODY_ATTR in node.attrs:
+            out += [RunCheck(c.node, c.message, node.name) for c in run_checks(node.attrs[BODY_ATTR])]
     return out
 
 
@@ -129,7 +134,15 @@ class TailLayout:
     @property
     def check_codes(self) -> dict[str, int]:
         """Node name -> the status its kernel writes when it fails the run."""
-        return {c.node: i + 1 for i, c in enumerate(self.checks)}
+        return {c.node: i + 1 for i, c in enumerate(self.checks) if c.via is None}
+
+    def status_base(self, node: str) -> int | None:
+        """What a run-time Loop adds to its body's status to pass it up (None: no check in its body)."""
+        return next((i for i, c in enumerate(self.checks) if c.via == node), None)
+
+    def takes_status(self, node: str) -> bool:
+        """Whether `node`'s kernel gets the status word: it may fail the run, or a check in its body may."""
+        return node in self.check_codes or self.status_base(node) is not None
 
     @property
     def tail_bytes(self) -> int:

@@ -110,6 +110,8 @@ class Kernel:
         """i8* to the run's int64 status word when this kernel may fail the run (OpSpec.run_check), else None."""
         self.check_code = 0
         """What a failed run's kernel stores there: its node's place among the nodes that may fail the run, + 1."""
+        self.status_base: int | None = None
+        """A run-time Loop whose body may fail the run: the run's status is this + the body's (frontend/shapes.py)."""
         self.tile_range: tuple[ir.Value, ir.Value] | None = None
         """(begin, end) arguments when this function may run as tiles on several threads (emit/emitter.py)."""
         self.tiles = 0

@@ -10,8 +10,12 @@ run-time loop in the node's scratch memory (`loop_scratch`):
         swap A and B;  cond = the body's condition;  i += 1
     final carried values copied to their outputs; the scan outputs' actual dims (i, *step shape) written
 
-The most steps (`MAX_TRIPS_ATTR`, the constant trip count or --max-dim) bounds the scan outputs' buffers, so a
-run-time trip count above it, or a condition that stays true, stops there: nothing is written past the bound.
+The most steps (`MAX_TRIPS_ATTR`, the constant trip count or --max-dim) bounds the scan outputs' buffers: nothing
+is written past it. A Loop bounded by --max-dim (`BOUND_ATTR`) whose run stops at the bound with steps left (its
+trip count above the bound, or its condition still true) fails the run (`run_check_loop`, OpSpec.run_check): its
+kernel stores its code in the run's status word, the glue returns FXC_ERR_RUN and the JIT raises RunCheckFailed.
+A Loop whose body holds such checks (a bounded Loop, a TopK with a run-time K) clears the body's status word,
+stops after a step that set it and passes it up as `Kernel.status_base` + the body's status.
 """
 from __future__ import annotations
 
@@ -20,12 +24,22 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ..ir import BODY_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Node
+from ..ir import BODY_ATTR, BOUND_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Node
 from ..opspec import register
 
 I8 = ir.IntType(8)
 I8P = I8.as_pointer()
 I64 = ir.IntType(64)
+
+
+def run_check_loop(graph: Graph, node: Node) -> str | None:
+    """The message of a run this Loop fails: bounded by --max-dim (`BOUND_ATTR`), it needed more steps."""
+    name = node.attrs.get(BOUND_ATTR)
+    if name is None:
+        return None
+    steps = int(node.attrs[MAX_TRIPS_ATTR])
+    return (f"Loop node {node.name!r} needs more than its bound of {steps} steps (--max-dim {name}={steps}); "
+            f"the outputs are not valid: rebuild with a larger --max-dim {name}=N")
 
 
 def _align(n: int, alignment: int) -> int:
@@ -96,6 +110,36 @@ def _first_condition(k) -> ir.Value:
     return k.b.icmp_unsigned("!=", k.b.load(k.b.bitcast(c.ptr, I8P)), I8(0))
 
 
+def _status(k) -> ir.Value:
+    return k.b.bitcast(k.status, I64.as_pointer())
+
+
+def _pass_body_status(k, body_status: ir.Value | None, going: ir.Value) -> None:
+    """After a step: a check in the body that failed stops this loop and passes its status up."""
+    if body_status is None:
+        return
+    b = k.b
+    failed = b.load(body_status)
+    b.store(b.and_(b.load(going), b.icmp_signed("==", failed, I64(0))), going)
+    with b.if_then(b.icmp_signed("!=", failed, I64(0)), likely=False):
+        b.store(b.add(failed, I64(k.status_base)), _status(k))
+
+
+def _flag_overrun(k, going: ir.Value, count: ir.Value) -> None:
+    """After the loop: the run fails when it stopped at its --max-dim bound with steps left to run."""
+    if not k.check_code:
+        return
+    b = k.b
+    more = b.load(going)
+    m = k.inputs[0] if k.inputs else None
+    if m is not None:
+        steps = b.load(count)
+        more = b.and_(more, b.icmp_signed(">", b.load(b.bitcast(m.ptr, I64.as_pointer())),
+                                          b.sext(steps, I64) if k.idx_t.width < 64 else steps))
+    with b.if_then(more, likely=False):
+        b.store(I64(k.check_code), _status(k))
+
+
 def _write_dims(k, i: int, dims: list) -> None:
     ptr = k.dims_out.get(i)
     if ptr is None:
@@ -105,9 +149,10 @@ def _write_dims(k, i: int, dims: list) -> None:
         k.b.store(value, k.b.gep(ptr, [k.index(d)], inbounds=True))
 
 
-@register("Loop", since=1, heavy=True,
+@register("Loop", since=1, heavy=True, run_check=run_check_loop,
           notes="a trip count and condition known at build time with a body that keeps it true: unrolled; "
-                "otherwise run at run time with a static-shape body (bounded by the trip count or --max-dim)")
+                "otherwise run at run time with a static-shape body (bounded by the trip count or --max-dim; a run "
+                "needing more steps than --max-dim fails)")
 def lower_loop(k) -> None:
     node, b = k.node, k.b
     body, trips, n_state = node.attrs[BODY_ATTR], node.attrs[MAX_TRIPS_ATTR], node.attrs[STATES_ATTR]
@@ -123,6 +168,10 @@ def lower_loop(k) -> None:
         _memcpy(k, at(a), k.inputs[2 + j].ptr, state_bytes[j])
         cur.append(k.local(I8P, at(a)))
         nxt.append(k.local(I8P, at(bb)))
+    body_status = None
+    if k.status_base is not None and call.status_offset >= 0:
+        body_status = b.bitcast(at(call.status_offset), I64.as_pointer())
+        b.store(I64(0), body_status)
     limit = _trip_limit(k, trips)
     count = k.local(k.idx_t, k.index(0))
     going = k.local(ir.IntType(1), _first_condition(k))
@@ -150,9 +199,11 @@ def lower_loop(k) -> None:
         b.store(y, p)
         b.store(x, q)
     b.store(b.icmp_unsigned("!=", b.load(at(layout.cond_out)), I8(0)), going)
+    _pass_body_status(k, body_status, going)
     b.store(b.add(i, k.index(1)), count)
     b.branch(header)
     b.position_at_end(done)
+    _flag_overrun(k, going, count)
     for j, out in enumerate(k.outputs[:n_state]):
         if out is not None:
             _memcpy(k, out.ptr, b.load(cur[j]), state_bytes[j])

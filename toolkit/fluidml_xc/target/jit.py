@@ -7,6 +7,7 @@ import ctypes.util
 from functools import cache
 
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 from .machine import MachineSpec, initialize_llvm, optimized_module
 
@@ -39,10 +40,27 @@ def jit_target_machine(spec: MachineSpec, like_object: bool = False):
                                         codemodel="jitdefault", jit=True)
 
 
+class JitEngine(llvm.ExecutionEngine):
+    """An MCJIT engine that disposes its module's own context after itself. The garbage collector finalizes a
+    reference cycle's objects in any order: a context disposed before the engine made the engine's disposal crash
+    (its module leaves a freed context)."""
+
+    _context = None
+
+    def _dispose(self):
+        context = self._context
+        super()._dispose()
+        if context is not None:
+            ffi.lib.LLVMPY_ContextDispose(context)
+
+
 def jit_engine(llvm_ir: str, spec: MachineSpec, like_object: bool = False) -> llvm.ExecutionEngine:
     """A finalized MCJIT engine holding `llvm_ir` optimized at O3 (compile_module's pipeline) for `spec`; the
     caller keeps it alive while it calls into it."""
     tm = jit_target_machine(spec, like_object)
-    engine = llvm.create_mcjit_compiler(optimized_module(llvm_ir, tm), tm)
+    module = optimized_module(llvm_ir, tm)
+    engine = llvm.create_mcjit_compiler(module, tm)
+    engine.__class__ = JitEngine
+    engine._context, module._context._owned = module._context._ptr, True
     engine.finalize_object()
     return engine

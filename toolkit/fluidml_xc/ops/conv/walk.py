@@ -217,13 +217,20 @@ class ConvKernel:
                     inside = k.b.and_(k.b.icmp_signed("<=", r0, k.index(oh)), k.b.icmp_signed(">", r1, k.index(oh)))
                     with k.b.if_then(inside):
                         emit_row(oh, self.border_taps(0, oh))
-            border(0, lo)
+            if self.plan.border_loop:
+                self.border_rows(lo, hi, emit_row)
+            else:
+                border(0, lo)
             if hi > lo:
                 stop = k.imin(r1, k.index(hi))
                 interior(k.imax(r0, k.index(lo)), stop)
-            border(hi, s.OH)
+            if not self.plan.border_loop:
+                border(hi, s.OH)
             return
-        self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+        if self.plan.border_loop:
+            self.border_rows(lo, hi, emit_row)
+        else:
+            self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
         if carry is not None and hi - lo >= 4:
             carry(k.index(lo), (hi - lo) // 2)
             if (hi - lo) % 2:
@@ -234,7 +241,21 @@ class ConvKernel:
                 emit_row(hi - 1, full)
         else:
             self.span(lo, hi, lambda oh: emit_row(oh, full))
-        self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+        if not self.plan.border_loop:
+            self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+
+    def border_rows(self, lo: int, hi: int, emit_row):
+        """The padded rows [0, lo) and [hi, OH) in one loop (plan.border_loop), each with its tap range from the
+        table (under row_rng: the rows of [r0, r1) among them)."""
+        k, b = self.k, self.k.b
+        with loop(k, lo + self.plan.shape.OH - hi) as j:
+            oh = b.select(b.icmp_signed("<", j, k.index(lo)), j, b.add(j, k.index(hi - lo), flags=("nsw",)))
+            cond = None
+            if self.row_rng is not None:
+                r0, r1 = self.row_rng
+                cond = b.and_(b.icmp_signed("<=", r0, oh), b.icmp_signed(">", r1, oh))
+            with self.when(cond):
+                emit_row(oh, self.border_taps(0, oh))
 
     def rows_varying(self, emit_row):
         """rows() over a run-time row count: the rows before the interior one by one (each while it exists), the

@@ -227,19 +227,19 @@ class ConvKernel:
             if not self.plan.border_loop:
                 border(hi, s.OH)
             return
-        if self.plan.border_loop:
-            self.border_rows(lo, hi, emit_row)
+        paired = carry is not None and hi - lo >= 4 or emit_pair is not None and hi - lo >= 2
+        odd = (hi - lo) % 2 if paired else 0
+        if self.plan.border_loop:  # with the odd interior row after the pairs, its table range the full one
+            self.border_rows(lo, hi - odd, emit_row)
         else:
             self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
         if carry is not None and hi - lo >= 4:
             carry(k.index(lo), (hi - lo) // 2)
-            if (hi - lo) % 2:
-                emit_row(hi - 1, full)
-        elif emit_pair is not None and hi - lo >= 2:
+        elif paired:
             self.span(0, (hi - lo) // 2, lambda p: emit_pair(offset(k, lo, (p, 2))))
-            if (hi - lo) % 2:
-                emit_row(hi - 1, full)
-        else:
+        if odd and not self.plan.border_loop:
+            emit_row(hi - 1, full)
+        if not paired:
             self.span(lo, hi, lambda oh: emit_row(oh, full))
         if not self.plan.border_loop:
             self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))

@@ -110,7 +110,8 @@ class ConvKernel:
         return self.k.b.load(element(self.k, lo, o)), self.k.b.load(element(self.k, hi, o))
 
     def each(self, rng, fn, unroll: bool):
-        """fn(t) for t in [lo, hi): unrolled when the bounds are constant and unroll is set."""
+        """fn(t) for t in [lo, hi): unrolled when the bounds are constant and unroll is set, else a loop (not
+        vectorized when unroll is set: a few taps of a border row, from the tables)."""
         lo, hi = rng
         if isinstance(lo, int) and isinstance(hi, int):
             if unroll or hi - lo <= 1:
@@ -119,7 +120,7 @@ class ConvKernel:
                 return
             if hi <= lo:
                 return
-        with loop(self.k, hi, lo) as t:
+        with loop(self.k, hi, lo, vectorize=not unroll) as t:
             fn(t)
 
     def span(self, lo, hi, fn):

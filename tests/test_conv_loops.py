@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from fluidml_xc.kernels.conv_plan import conv_shape, plan_conv
+from fluidml_xc.kernels.conv_plan import BORDER_LOOP_ROWS, conv_shape, plan_conv
 from fluidml_xc.kernels.conv_geometry import TargetForms
 from fluidml_xc.pipeline import LowerOptions, import_graph, lower
 from fluidml_xc.target.boards import get_board
@@ -39,8 +39,8 @@ def test_rows_padded_on_both_sides_cost_no_more_code_than_one_side(board, group,
     assert both <= top, (both, top)
 
 
-def _plan(pads, k=3, strides=(1, 1), group=1, triple="x86_64-unknown-linux-gnu"):
-    H = W = 20
+def _plan(pads, k=3, strides=(1, 1), group=1, triple="x86_64-unknown-linux-gnu", H=30):
+    W = 20
     oh = (H + pads[0] + pads[2] - k) // strides[0] + 1
     ow = (W + pads[1] + pads[3] - k) // strides[1] + 1
     C = 8
@@ -51,19 +51,20 @@ def _plan(pads, k=3, strides=(1, 1), group=1, triple="x86_64-unknown-linux-gnu")
 
 
 def test_border_loop_rule():
-    """Rows padded on both sides loop; one side alone (a stride-2 conv over an even size) stays the one peeled
-    row with its constant taps; armv7's depthwise rows, whose taps are lanes of constant weight vectors, keep
-    their constant tap ranges."""
+    """Rows padded on both sides loop, from BORDER_LOOP_ROWS rows on; one side alone (a stride-2 conv over an even
+    size) stays the one peeled row with its constant taps; armv7's depthwise rows, whose taps are lanes of constant
+    weight vectors, keep their constant tap ranges."""
     assert _plan([1, 1, 1, 1]).border_loop
+    assert not _plan([1, 1, 1, 1], H=BORDER_LOOP_ROWS - 1).border_loop
     assert _plan([2, 2, 2, 2], k=5).border_loop
-    assert not _plan([1, 1, 1, 1], strides=(2, 2)).border_loop
+    assert not _plan([1, 1, 1, 1], strides=(2, 2), H=60).border_loop
     assert not _plan([0, 0, 0, 0]).border_loop
     assert not _plan([1, 1, 1, 1], group=8, triple="armv7-unknown-linux-gnueabihf").border_loop
 
 
 def _convs():
-    """Padded on both sides (3x3 dense, depthwise, 5x5, asymmetric, dilated), rows of 1-3 interior rows, and a
-    stride-2 conv padded on one side."""
+    """Padded on both sides (3x3 dense, depthwise, 5x5, asymmetric, dilated) over 33 rows, over 3 rows (too few
+    for the loop), and a stride-2 conv padded on one side."""
     N = helper.make_node
     inits = {"w1": rand(24, 8, 3, 3, seed=1), "b1": rand(24, seed=2), "w2": rand(8, 1, 3, 3, seed=3), "b2": rand(8, seed=4),
              "w3": rand(16, 8, 5, 5, seed=5), "w4": rand(8, 1, 3, 3, seed=6), "w5": rand(16, 8, 3, 3, seed=7),
@@ -75,7 +76,7 @@ def _convs():
              N("Conv", ["x", "w5", "b5"], ["y5"], pads=[2, 2, 2, 2], dilations=[2, 2]),
              N("Conv", ["s", "w6"], ["y6"], pads=[1, 1, 1, 1]),
              N("Conv", ["x", "w5", "b5"], ["y7"], pads=[1, 1, 1, 1], strides=[2, 2])]
-    feeds = {"x": rand(1, 8, 23, 18, seed=10), "s": rand(2, 8, 3, 12, seed=11)}
+    feeds = {"x": rand(1, 8, 33, 18, seed=10), "s": rand(2, 8, 3, 12, seed=11)}
     return float_model(nodes, inits, feeds, [f"y{i}" for i in range(1, 8)]), feeds
 
 
@@ -95,8 +96,8 @@ def test_row_pairs_odd_interior_row_joins_the_border_loop(tmp_path):
     """aarch64 depthwise rows in pairs without lane weights (5x5): an odd number of interior rows, its last row
     run in the border loop; 1 and 3 threads agree bit for bit and match onnx.reference."""
     require_emulator("qemu-aarch64")
-    model = one_conv([2, 2, 2, 2], 16, (1, 16, 27, 21), 16, k=5)
-    feeds = {"x": rand(1, 16, 27, 21, seed=3)}
+    model = one_conv([2, 2, 2, 2], 16, (1, 16, 29, 21), 16, k=5)
+    feeds = {"x": rand(1, 16, 29, 21, seed=3)}
     want = reference(model, feeds)["y"]
     runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", "qemu-aarch64", opt="plain", threads=t,
                             profile_runner=False)["y"] for t in (1, 3)]

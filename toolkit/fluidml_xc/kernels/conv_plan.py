@@ -23,6 +23,10 @@ UNROLL_TAPS = 49
 """Kernel windows up to this many taps (7x7) run with their tap rows unrolled."""
 UNROLL_KW = 16
 """Kernel rows up to this many taps run their taps unrolled."""
+BORDER_LOOP_ROWS = 28
+"""Convs with at least this many output rows run their padded rows as one loop (`border_loop`); fewer rows keep a
+copy per side with constant taps (A/B on x86_64, single thread: a table-driven tap loop cost 3-5% over 7-20 rows,
+50% on 7x7 depthwise row vectors; none from 28 rows on)."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,8 @@ class ConvPlan:
     and "pixels channels co>px" / "pixels channels px>co" (_pointwise_over_rows)."""
     spans: ConvSpans | None = None
     """Run-time geometry when dims vary (the ranges above are then the capacity's and unused for a varying dim)."""
+    border_loop: bool = False
+    """The padded rows above and below the interior run as one loop, tap ranges from the tables (`border_loop`)."""
 
 
 def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
@@ -294,6 +300,15 @@ def _edges(s: ConvShape, b: ConvBlocking, V: int, cols: tuple[int, int]) -> tupl
     return span, tuple(sorted({c for c in edge if c < 0 or c + V > s.W}))
 
 
+def border_loop(s: ConvShape, b: ConvBlocking, rows: tuple[int, int]) -> bool:
+    """Padded rows on both sides of the interior, at least BORDER_LOOP_ROWS rows, static, each row's taps not lanes
+    of constant weight vectors (lane_taps need constant taps): those rows run as one loop (one copy of a row's code
+    instead of one per side)."""
+    lo, hi = rows[0], max(rows)
+    return (lo >= 1 and s.OH - hi >= 1 and s.OH >= BORDER_LOOP_ROWS and not b.lane_taps
+            and (s.dyn is None or not s.dyn.spatial))
+
+
 def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: int | None = None, w_const: bool,
               finite: bool, bias_const: bool = False, order: str | None = None,
               epilogue: Epilogue | None = None) -> ConvPlan:
@@ -327,15 +342,16 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         form = "rows px>co"
     elif pointwise and channels:
         form, px_tiles = "pixels " + form, OH * OW // b.P
+    rows = inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0)
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
-        s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0), cols,
+        s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, rows, cols,
         inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0), col_blocks, px_tiles, span, edge_columns,
         b.row_pairs and b.lane_taps and s.Cig == 1 and span is not None and 0 < (s.KH - 1) * len(edge_columns) <= 4,
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
-        form, conv_spans(s, b, V, margin, form.startswith("pixels")))
+        form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows))
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

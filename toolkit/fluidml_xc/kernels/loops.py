@@ -24,14 +24,19 @@ def offset(k, const_part: int, *terms):
 
 
 @contextmanager
-def loop(k, stop, start=0):
-    """k.for_range that LLVM must not unroll: bodies here are unrolled already, more only bloats code."""
+def loop(k, stop, start=0, vectorize: bool = True):
+    """k.for_range that LLVM must not unroll: bodies here are unrolled already, more only bloats code.
+    vectorize=False: nor vectorize it (a loop of a few taps, whose reduction LLVM would vectorize into a vector
+    body, its remainder and their checks: more code and compile time for a loop that never runs 8 times)."""
     with k.for_range(stop, start) as i:
         yield i
     module = k.module
     flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    loop_id = module.add_metadata([flag, ir.MetaDataString(module, f"loop{len(module.metadata)}")])
-    loop_id.operands = (loop_id, flag)
+    flags = (flag,)
+    if not vectorize:
+        flags += (module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)]),)
+    loop_id = module.add_metadata([*flags, ir.MetaDataString(module, f"loop{len(module.metadata)}")])
+    loop_id.operands = (loop_id, *flags)
     i.incomings[-1][1].terminator.set_metadata("llvm.loop", loop_id)
 
 

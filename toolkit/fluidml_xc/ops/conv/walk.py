@@ -110,7 +110,8 @@ class ConvKernel:
         return self.k.b.load(element(self.k, lo, o)), self.k.b.load(element(self.k, hi, o))
 
     def each(self, rng, fn, unroll: bool):
-        """fn(t) for t in [lo, hi): unrolled when the bounds are constant and unroll is set."""
+        """fn(t) for t in [lo, hi): unrolled when the bounds are constant and unroll is set, else a loop (not
+        vectorized when unroll is set: a few taps of a border row, from the tables)."""
         lo, hi = rng
         if isinstance(lo, int) and isinstance(hi, int):
             if unroll or hi - lo <= 1:
@@ -119,7 +120,7 @@ class ConvKernel:
                 return
             if hi <= lo:
                 return
-        with loop(self.k, hi, lo) as t:
+        with loop(self.k, hi, lo, vectorize=not unroll) as t:
             fn(t)
 
     def span(self, lo, hi, fn):
@@ -217,24 +218,45 @@ class ConvKernel:
                     inside = k.b.and_(k.b.icmp_signed("<=", r0, k.index(oh)), k.b.icmp_signed(">", r1, k.index(oh)))
                     with k.b.if_then(inside):
                         emit_row(oh, self.border_taps(0, oh))
-            border(0, lo)
+            if self.plan.border_loop:
+                self.border_rows(lo, hi, emit_row)
+            else:
+                border(0, lo)
             if hi > lo:
                 stop = k.imin(r1, k.index(hi))
                 interior(k.imax(r0, k.index(lo)), stop)
-            border(hi, s.OH)
+            if not self.plan.border_loop:
+                border(hi, s.OH)
             return
-        self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+        paired = carry is not None and hi - lo >= 4 or emit_pair is not None and hi - lo >= 2
+        odd = (hi - lo) % 2 if paired else 0
+        if self.plan.border_loop:  # with the odd interior row after the pairs, its table range the full one
+            self.border_rows(lo, hi - odd, emit_row)
+        else:
+            self.span(0, lo, lambda oh: emit_row(oh, self.border_taps(0, oh)))
         if carry is not None and hi - lo >= 4:
             carry(k.index(lo), (hi - lo) // 2)
-            if (hi - lo) % 2:
-                emit_row(hi - 1, full)
-        elif emit_pair is not None and hi - lo >= 2:
+        elif paired:
             self.span(0, (hi - lo) // 2, lambda p: emit_pair(offset(k, lo, (p, 2))))
-            if (hi - lo) % 2:
-                emit_row(hi - 1, full)
-        else:
+        if odd and not self.plan.border_loop:
+            emit_row(hi - 1, full)
+        if not paired:
             self.span(lo, hi, lambda oh: emit_row(oh, full))
-        self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+        if not self.plan.border_loop:
+            self.span(hi, s.OH, lambda oh: emit_row(oh, self.border_taps(0, oh)))
+
+    def border_rows(self, lo: int, hi: int, emit_row):
+        """The padded rows [0, lo) and [hi, OH) in one loop (plan.border_loop), each with its tap range from the
+        table (under row_rng: the rows of [r0, r1) among them)."""
+        k, b = self.k, self.k.b
+        with loop(k, lo + self.plan.shape.OH - hi) as j:
+            oh = b.select(b.icmp_signed("<", j, k.index(lo)), j, b.add(j, k.index(hi - lo), flags=("nsw",)))
+            cond = None
+            if self.row_rng is not None:
+                r0, r1 = self.row_rng
+                cond = b.and_(b.icmp_signed("<=", r0, oh), b.icmp_signed(">", r1, oh))
+            with self.when(cond):
+                emit_row(oh, self.border_taps(0, oh))
 
     def rows_varying(self, emit_row):
         """rows() over a run-time row count: the rows before the interior one by one (each while it exists), the

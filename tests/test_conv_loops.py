@@ -1,0 +1,105 @@
+"""Conv rows as loops, not copies (#27, ConvPlan.border_loop): the padded rows above and below the interior run as
+one loop with their tap ranges from the build-time tables, so a conv padded on both sides emits no more code than
+the same conv padded on one side; row pairs (aarch64) take their odd interior row into that loop. Outputs against
+onnx.reference, bit-identical across thread counts (rows split at run time), on x86_64, aarch64 and armv7."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from fluidml_xc.kernels.conv_plan import BORDER_LOOP_ROWS, conv_shape, plan_conv
+from fluidml_xc.kernels.conv_geometry import TargetForms
+from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import machine_spec
+from modelrun import compile_and_run, float_model, rand, reference, require_emulator
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def one_conv(pads, group: int, x_shape, oc: int, k: int = 3, **attrs):
+    c = x_shape[1]
+    return float_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, group=group, **attrs)],
+                       {"w": rand(oc, c // group, k, k, seed=1), "b": rand(oc, seed=2)}, {"x": rand(*x_shape, seed=3)}, ["y"])
+
+
+def instructions(model, board: str, opt: str) -> int:
+    text = lower(import_graph(model), machine_spec(get_board(board)), LowerOptions(opt=opt, parallel=False)).ir_text
+    return sum(1 for line in text.splitlines() if line.startswith("  ") and not line.lstrip().startswith(";"))
+
+
+@pytest.mark.parametrize("board,group,opt", [("x86_64-v3", 1, "plain"), ("x86_64-v3", 16, "fluid"),
+                                             ("qemu-aarch64", 1, "plain"), ("qemu-armv7", 1, "fluid")])
+def test_rows_padded_on_both_sides_cost_no_more_code_than_one_side(board, group, opt):
+    """Each row needs its code once for the interior and once for the padded rows, however many sides are padded
+    (before: a copy per side, 1.4x the code)."""
+    both = instructions(one_conv([1, 1, 1, 1], group, (1, 16, 31, 29), 16), board, opt)
+    top = instructions(one_conv([1, 1, 0, 1], group, (1, 16, 31, 29), 16), board, opt)
+    assert both <= top, (both, top)
+
+
+def _plan(pads, k=3, strides=(1, 1), group=1, triple="x86_64-unknown-linux-gnu", H=30):
+    W = 20
+    oh = (H + pads[0] + pads[2] - k) // strides[0] + 1
+    ow = (W + pads[1] + pads[3] - k) // strides[1] + 1
+    C = 8
+    s = conv_shape(((1, C, H, W), (C * H * W, H * W, W, 1)), ((1, 8, oh, ow), (8 * oh * ow, oh * ow, ow, 1)),
+                   ((8, C // group, k, k), (C // group * k * k, k * k, k, 1)), None, strides, (1, 1), pads[:2], group)
+    return plan_conv(s, TargetForms(triple, 16), dtype="float32", V=4 if "armv7" in triple else 8, w_const=True,
+                     finite=True)
+
+
+def test_border_loop_rule():
+    """Rows padded on both sides loop, from BORDER_LOOP_ROWS rows on; one side alone (a stride-2 conv over an even
+    size) stays the one peeled row with its constant taps; armv7's depthwise rows, whose taps are lanes of constant
+    weight vectors, keep their constant tap ranges."""
+    assert _plan([1, 1, 1, 1]).border_loop
+    assert not _plan([1, 1, 1, 1], H=BORDER_LOOP_ROWS - 1).border_loop
+    assert _plan([2, 2, 2, 2], k=5).border_loop
+    assert not _plan([1, 1, 1, 1], strides=(2, 2), H=60).border_loop
+    assert not _plan([0, 0, 0, 0]).border_loop
+    assert not _plan([1, 1, 1, 1], group=8, triple="armv7-unknown-linux-gnueabihf").border_loop
+
+
+def _convs():
+    """Padded on both sides (3x3 dense, depthwise, 5x5, asymmetric, dilated) over 33 rows, over 3 rows (too few
+    for the loop), and a stride-2 conv padded on one side."""
+    N = helper.make_node
+    inits = {"w1": rand(24, 8, 3, 3, seed=1), "b1": rand(24, seed=2), "w2": rand(8, 1, 3, 3, seed=3), "b2": rand(8, seed=4),
+             "w3": rand(16, 8, 5, 5, seed=5), "w4": rand(8, 1, 3, 3, seed=6), "w5": rand(16, 8, 3, 3, seed=7),
+             "b5": rand(16, seed=8), "w6": rand(16, 8, 3, 3, seed=9)}
+    nodes = [N("Conv", ["x", "w1", "b1"], ["y1"], pads=[1, 1, 1, 1]),
+             N("Conv", ["x", "w2", "b2"], ["y2"], pads=[1, 1, 1, 1], group=8),
+             N("Conv", ["x", "w3"], ["y3"], pads=[2, 2, 2, 2]),
+             N("Conv", ["x", "w4"], ["y4"], pads=[2, 1, 1, 0], group=8),
+             N("Conv", ["x", "w5", "b5"], ["y5"], pads=[2, 2, 2, 2], dilations=[2, 2]),
+             N("Conv", ["s", "w6"], ["y6"], pads=[1, 1, 1, 1]),
+             N("Conv", ["x", "w5", "b5"], ["y7"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    feeds = {"x": rand(1, 8, 33, 18, seed=10), "s": rand(2, 8, 3, 12, seed=11)}
+    return float_model(nodes, inits, feeds, [f"y{i}" for i in range(1, 8)]), feeds
+
+
+@pytest.mark.parametrize("board,opt", [("x86_64", "plain"), ("x86_64", "fluid"), ("qemu-aarch64", "fluid"),
+                                       ("qemu-armv7", "plain")])
+def test_border_rows_loop_matches_reference_at_any_thread_count(tmp_path, board, opt):
+    require_emulator(board) if board != "x86_64" else None
+    model, feeds = _convs()
+    want = reference(model, feeds)
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", board, opt=opt, threads=t, profile_runner=False) for t in (1, 3)]
+    for name, expected in want.items():
+        np.testing.assert_allclose(runs[0][name], expected, rtol=RTOL, atol=ATOL, err_msg=name)
+        assert runs[0][name].tobytes() == runs[1][name].tobytes(), name
+
+
+def test_row_pairs_odd_interior_row_joins_the_border_loop(tmp_path):
+    """aarch64 depthwise rows in pairs without lane weights (5x5): an odd number of interior rows, its last row
+    run in the border loop; 1 and 3 threads agree bit for bit and match onnx.reference."""
+    require_emulator("qemu-aarch64")
+    model = one_conv([2, 2, 2, 2], 16, (1, 16, 29, 21), 16, k=5)
+    feeds = {"x": rand(1, 16, 29, 21, seed=3)}
+    want = reference(model, feeds)["y"]
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", "qemu-aarch64", opt="plain", threads=t,
+                            profile_runner=False)["y"] for t in (1, 3)]
+    np.testing.assert_allclose(runs[0], want, rtol=RTOL, atol=ATOL)
+    assert runs[0].tobytes() == runs[1].tobytes()

@@ -54,6 +54,9 @@ class UnitView:
     options: EmitOptions
     slots: tuple[str, ...]
     """The node's outputs that have a dims slot in the whole graph's tail (dynamic roots)."""
+    checks: tuple = ()
+    """The whole graph's run checks (frontend.shapes.RunCheck) when the node takes the run's status word (its
+    kernel may fail the run, or a check in its Loop body may): its status codes are positions in that list."""
 
     @property
     def node(self) -> Node:
@@ -77,7 +80,8 @@ def local_view(emitter: ModuleEmitter, node: Node) -> UnitView:
     orders = {node.name: emitter.options.loop_orders[node.name]} if node.name in emitter.options.loop_orders else {}
     options = EmitOptions(layouts=layouts, loop_orders=orders, parallel=emitter.options.parallel, unit=True)
     slots = tuple(o for o in node.outputs if o and o in emitter.tail.slots)
-    return UnitView(view, LocalPlan(alias, emitter.spec.alignment), options, slots)
+    checks = tuple(emitter.tail.checks) if emitter.tail.takes_status(node.name) else ()
+    return UnitView(view, LocalPlan(alias, emitter.spec.alignment), options, slots, checks)
 
 
 def describe(value) -> object:
@@ -120,7 +124,8 @@ def view_digest(view: UnitView) -> str:
     loop order; dims slots; the EmitOptions fields a unit's code depends on)."""
     options = view.options
     text = json.dumps([describe(view.graph), sorted(view.plan.alias_of.items()), view.plan.alignment,
-                       describe(options.layouts), describe(options.loop_orders), options.parallel, list(view.slots)])
+                       describe(options.layouts), describe(options.loop_orders), options.parallel, list(view.slots),
+                       describe(view.checks)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -193,7 +198,8 @@ def emit_unit(view: UnitView, spec: MachineSpec, key: str) -> EmittedUnit:
     """The node's functions in a module of their own, the node function exported as unit_symbol(key, spec); its
     helpers are named after the variant too (op0_x86_64_v3.tile)."""
     emitter = ModuleEmitter(view.graph, view.plan, spec, dataclasses.replace(view.options, variant=spec.variant))
-    emitter.tail = TailLayout(slots={name: 0 for name in view.slots})
+    emitter.tail = TailLayout(slots={name: 0 for name in view.slots}, checks=list(view.checks),
+                              status_offset=0 if view.checks else -1)
     fn = emitter.node_function(view.node, 0)
     fn.attributes.add("noinline")
     _rename(emitter.module, fn, unit_symbol(key, spec))

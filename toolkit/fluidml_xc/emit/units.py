@@ -1,13 +1,15 @@
 """A model as independent per-node units (issue #27): one LLVM module per node function and one entry module per
-code variant, each unit named and cached by a key computed before it is emitted.
+code variant; a unit is found by a key computed before it is emitted, and its object by a key of its IR.
 
 A unit is emitted from a node-local view (`UnitView`): a Graph holding only the node's own tensors (those that are
-graph inputs or outputs listed as such), the graph's symbols and opset (a Loop's body whole), a plan holding only which of its arguments share storage, its layouts and
-loop order. A kernel that reads anything else fails (KeyError) instead of being cached wrongly, and the key
-(`unit_key`) digests that view whole with the code-changing EmitOptions, the MachineSpec, LLVM's and llvmlite's
-versions and this package's sources. The unit's function is `fxc_k_<key[:24]><variant>` (hidden, weak_odr: two models
-with the same kernel link into one program); its large constants are hidden symbols named by their content
-(emitter.constant_symbol), defined in the weights object.
+graph inputs or outputs listed as such), named by position, the graph's symbols and opset (a Loop's body whole), a
+plan holding only which of its arguments share storage, its layouts and loop order. A kernel that reads anything
+else fails (KeyError) instead of being cached wrongly, and the view key (`unit_key`) digests that view whole with
+the code-changing EmitOptions, the MachineSpec, LLVM's and llvmlite's versions and this package's sources. Its large
+constants are pointer arguments (emit/unit_args.py), so layers of the same shapes emit the same IR; the object is
+keyed by that IR (`code_key`) and its function is `fxc_k_<code key[:24]><variant>` (hidden, weak_odr: two models
+with the same kernel link into one program); the entry passes the constants' hidden symbols, named by their content
+(emitter.constant_symbol) and defined in the weights object.
 """
 from __future__ import annotations
 

@@ -263,9 +263,11 @@ def test_code_by_ir_hash_gives_the_no_cache_model_o(tmp_path, monkeypatch):
 
 
 def test_names_do_not_change_a_unit_and_errors_name_the_model(monkeypatch):
-    renamed = _model()
+    renamed, inner = _model(), {"c", "r", "f", "y0"}
     for node in renamed.graph.node:
         node.name = "other_" + node.name
+        node.input[:] = ["other_" + n if n in inner else n for n in node.input]
+        node.output[:] = ["other_" + n if n in inner else n for n in node.output]
     assert sorted(_keys(renamed).values()) == sorted(_keys(_model()).values())
     spec = machine_spec(get_board("x86_64-v3"))
     planned = plan(import_graph(_model()), spec, LowerOptions())

@@ -80,7 +80,7 @@ def local_view(emitter: ModuleEmitter, node: Node) -> UnitView:
     rename = canonical_names(node, names)
     new = lambda name: rename.get(name, name)  # noqa: E731
     local = Node(node.op_type, rename.get(UNIT_NODE, node.name), [new(n) if n else n for n in node.inputs],
-                 [new(n) if n else n for n in node.outputs], _renamed(node.attrs, rename), node.domain)
+                 [new(n) if n else n for n in node.outputs], _local_attrs(node.attrs, rename), node.domain)
     view = Graph("unit", {new(n): dataclasses.replace(graph.tensors[n], name=new(n)) for n in names}, [local],
                  [new(n) for n in graph.inputs if n in names], [new(n) for n in graph.outputs if n in names],
                  graph.opset, {}, dict(graph.symbols))
@@ -105,15 +105,12 @@ def canonical_names(node: Node, names: list[str]) -> dict[str, str]:
     return {UNIT_NODE: "u.n0", **{name: f"u.t{i}" for i, name in enumerate(names)}}
 
 
-def _renamed(value, rename: dict[str, str]):
-    """An attribute with every string that names one of the node's tensors renamed (a fused node's references)."""
-    if isinstance(value, str):
-        return rename.get(value, value) if value != UNIT_NODE else value
-    if isinstance(value, dict):
-        return {k: _renamed(v, rename) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_renamed(v, rename) for v in value)
-    return value
+def _local_attrs(attrs: dict, rename: dict[str, str]) -> dict:
+    """The node's attributes in its view: the fused nodes' names (`_fused_nodes`, read only by the manifest) by
+    position once the names are; no attribute names a tensor (fused steps refer to inputs by index)."""
+    if not rename or "_fused_nodes" not in attrs:
+        return attrs
+    return {**attrs, "_fused_nodes": [f"u.f{i}" for i in range(len(attrs["_fused_nodes"]))]}
 
 
 def real_names(error: BaseException, names: dict[str, str]) -> BaseException:

@@ -82,7 +82,8 @@ def test_timings_flag_prints_the_table_and_json_has_them(timed_build):
         if name != "total":
             assert float(seconds) == pytest.approx(result["timings"]["stages"][name], abs=1e-3)
     kernels = result["timings"]["kernels"]
-    assert f"kernels: {kernels['cached']} cached, {kernels['compiled']} compiled" in table
+    assert any(line.startswith(f"kernels: {kernels['cached']} cached, {kernels['emitted']} emitted, "
+                               f"{kernels['compiled']} compiled") for line in table)
 
 
 def test_build_json_has_timings_and_the_manifest_only_with_the_flag(tmp_path, capsys, monkeypatch):

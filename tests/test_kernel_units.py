@@ -1,6 +1,8 @@
 """Per-node units and their cache (issue #27): a unit's key changes with everything its code depends on and
-nothing else; a rebuild reuses every unit and gives the same model.o; a changed layer recompiles that unit alone;
---no-cache touches no cache; the worker count does not change model.o; the runner agrees with ONNX Runtime."""
+nothing else; a rebuild reuses every unit and gives the same model.o; a changed layer is emitted again alone and its
+code, the same IR, is not compiled again; layers of the same shapes compile once (their constants are arguments) but
+one whose code depends on its weights' values does not share; --no-cache touches no cache; the worker count does not
+change model.o; the runner agrees with ONNX Runtime."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,12 +19,13 @@ from fluidml_xc.build import BuildOptions, compile_graph
 from fluidml_xc.emit import units
 from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
 from fluidml_xc.emit.unit_build import FORK_MIN_UNITS
+from fluidml_xc.errors import InputError
 from fluidml_xc.pipeline import LowerOptions, import_graph, plan
 from fluidml_xc.frontend.ranges import DimSpec, ShapeRanges
 from fluidml_xc.ir import Graph
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import build, float_model, rand, run
+from modelrun import build, float_model, rand, reference, run
 
 
 class FakeCache:
@@ -156,7 +159,8 @@ def test_rebuild_hits_every_unit_and_a_changed_layer_recompiles_alone(tmp_path, 
     assert (second.kernels.cached, second.kernels.compiled) == (first.kernels.compiled, 0)
     assert warm == cold
     _, third = _compile(_model(scale=2.0), tmp_path, "changed", monkeypatch, cache)
-    assert (third.kernels.cached, third.kernels.compiled) == (first.kernels.compiled - 3, 3)
+    # the fc layer's other weights: emitted again, but its IR is the same (weights are arguments): no compile
+    assert (third.kernels.cached, third.kernels.emitted, third.kernels.compiled) == (first.kernels.compiled - 3, 3, 0)
 
 
 def test_no_cache_touches_no_cache(tmp_path, monkeypatch):
@@ -209,13 +213,70 @@ def test_a_dying_worker_costs_time_not_the_build(tmp_path, monkeypatch):
 
     from fluidml_xc.emit import unit_build
 
-    parent, original = os.getpid(), unit_build.compile_unit
+    parent, original = os.getpid(), unit_build.emit_job
 
     def dies_in_a_worker(job):
         if os.getpid() != parent:
             os._exit(3)
         return original(job)
     one, _ = _compile(_model(), tmp_path, "one", monkeypatch, workers=1)
-    monkeypatch.setattr(unit_build, "compile_unit", dies_in_a_worker)
+    monkeypatch.setattr(unit_build, "emit_job", dies_in_a_worker)
     two, compiled = _compile(_model(), tmp_path, "two", monkeypatch, workers=2)
     assert compiled.kernels.processes == 1 and one == two
+
+
+def _three_convs() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x -> three Convs of the same shapes: c1 and c2 with other finite weights (the same code: weights are the
+    unit's arguments), c3 with a NaN weight (its conv plan depends on the weights being finite: other code)."""
+    w3 = rand(16, 8, 3, 3, seed=2)
+    w3[2, 1, 0, 0] = np.nan
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"y{i}"], pads=[1, 1, 1, 1], name=f"c{i}") for i in (1, 2, 3)]
+    inits = {"w1": rand(16, 8, 3, 3, seed=1), "w2": rand(16, 8, 3, 3, seed=3), "w3": w3}
+    model = float_model(nodes, inits, {"x": np.zeros((1, 8, 10, 10), np.float32)}, ["y1", "y2", "y3"])
+    return model, {"x": rand(1, 8, 10, 10, seed=7)}
+
+
+def test_layers_of_the_same_shapes_compile_once_and_match_onnx_runtime(tmp_path, monkeypatch):
+    model, feeds = _three_convs()
+    _, compiled = _compile(model, tmp_path, "counts", monkeypatch, FakeCache())
+    assert (compiled.kernels.emitted, compiled.kernels.compiled) == (9, 6)  # 3 variants x (c1 = c2, c3)
+    artifact = build(model, tmp_path / "a", "x86_64", profile_runner=False, threads=2, cache=False)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = run(artifact, feeds)
+    for name, expected in zip(("y1", "y2"), want):
+        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
+    # c3 against onnx.reference: it multiplies the padded zeros by the NaN tap too (ORT skips padded taps)
+    np.testing.assert_allclose(got["y3"], reference(model, feeds)["y3"], rtol=1e-5, atol=1e-5)
+    assert np.isnan(got["y3"][0, 2, 0]).all() and not np.isnan(got["y2"]).any()
+
+
+def test_code_by_ir_hash_gives_the_no_cache_model_o(tmp_path, monkeypatch):
+    """A cold build (objects by IR hash), a warm one, a model changed in one layer's weights (its code found by
+    its IR hash, not compiled) and the same builds without a cache: the same model.o."""
+    cache = FakeCache()
+    cold, _ = _compile(_model(), tmp_path, "cold", monkeypatch, cache)
+    warm, _ = _compile(_model(), tmp_path, "warm", monkeypatch, cache)
+    changed, shared = _compile(_model(scale=2.0), tmp_path, "changed", monkeypatch, cache)
+    assert shared.kernels.compiled == 0
+    assert cold == warm == _compile(_model(), tmp_path, "none", monkeypatch, None)[0]
+    assert changed == _compile(_model(scale=2.0), tmp_path, "none2", monkeypatch, None)[0] != cold
+
+
+def test_names_do_not_change_a_unit_and_errors_name_the_model(monkeypatch):
+    renamed, inner = _model(), {"c", "r", "f", "y0"}
+    for node in renamed.graph.node:
+        node.name = "other_" + node.name
+        node.input[:] = ["other_" + n if n in inner else n for n in node.input]
+        node.output[:] = ["other_" + n if n in inner else n for n in node.output]
+    assert sorted(_keys(renamed).values()) == sorted(_keys(_model()).values())
+    spec = machine_spec(get_board("x86_64-v3"))
+    planned = plan(import_graph(_model()), spec, LowerOptions())
+    emitter = ModuleEmitter(planned.graph, planned.plan, spec, EmitOptions(unit=True))
+    view = units.local_view(emitter, next(n for n in planned.graph.nodes if n.name == "fc"))
+    assert view.node.name == "u.n0" and "f" not in view.graph.tensors
+
+    def fails(self, node, step):
+        raise InputError(f"node {node.name!r}: input {node.inputs[0]!r} is bad")
+    monkeypatch.setattr(units.ModuleEmitter, "node_function", fails)
+    with pytest.raises(InputError, match="node 'fc': input 'f' is bad"):
+        units.emit_unit(view, spec)

@@ -235,7 +235,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in units.splits.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
                     tuple(VariantTiming(v.cpu, v.optimize, v.codegen, 0, v.emit) for v in units.seconds),
-                    KernelCounts(units.cached, units.compiled, units.processes))
+                    KernelCounts(units.cached, units.compiled, units.processes, units.emitted))
 
 
 def _link_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:

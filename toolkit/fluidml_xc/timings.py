@@ -60,11 +60,13 @@ class VariantTiming:
 
 @dataclass(frozen=True)
 class KernelCounts:
-    """A build's units: found in the kernel cache, compiled, and the processes that compiled them."""
+    """A build's units: found in the kernel cache, compiled (distinct objects: units with the same IR compile once),
+    the processes that compiled them, and the units emitted."""
 
     cached: int = 0
     compiled: int = 0
     processes: int = 1
+    emitted: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class BuildTimings:
         return {"total": round(self.total, 4), "stages": {k: round(v, 4) for k, v in self.stages.items()},
                 "llvm_variants": [v.to_json() for v in self.variants], "llvm_processes": self.llvm_processes,
                 "runtime_built": self.runtime_built,
-                "kernels": {"cached": self.kernels.cached, "compiled": self.kernels.compiled}}
+                "kernels": {"cached": self.kernels.cached, "emitted": self.kernels.emitted,
+                            "compiled": self.kernels.compiled}}
 
     @classmethod
     def from_json(cls, data: Mapping) -> BuildTimings:
@@ -102,7 +105,8 @@ class BuildTimings:
         processes = int(data.get("llvm_processes", 1))
         return cls({str(k): _seconds(v) for k, v in data["stages"].items()}, _seconds(data["total"]), variants,
                    processes, bool(data.get("runtime_built", False)),
-                   KernelCounts(int(kernels.get("cached", 0)), int(kernels.get("compiled", 0)), processes))
+                   KernelCounts(int(kernels.get("cached", 0)), int(kernels.get("compiled", 0)), processes,
+                                int(kernels.get("emitted", 0))))
 
     def table(self) -> str:
         """Stage, seconds and share of the total, one line each, then the per-variant LLVM figures."""
@@ -113,7 +117,8 @@ class BuildTimings:
             lines.append(f"  {name:<12} {seconds:8.3f} {seconds / total:6.1%}{note}")
         lines.append(f"  {'total':<12} {self.total:8.3f} {1:6.1%}")
         if self.kernels.cached or self.kernels.compiled:
-            lines.append(f"  kernels: {self.kernels.cached} cached, {self.kernels.compiled} compiled")
+            lines.append(f"  kernels: {self.kernels.cached} cached, {self.kernels.emitted} emitted, "
+                         f"{self.kernels.compiled} compiled (units with the same code once)")
         if self.variants:
             lines.append(f"  per code variant, summed over {self.llvm_processes} process{'es' if self.llvm_processes > 1 else ''}:")
         for v in self.variants:

@@ -17,6 +17,7 @@ from ..kernels.scalar import storage_type
 from ..opspec import lookup
 from ..target.machine import MachineSpec, data_layout
 from .boundary import Boundary, BoundaryEmitter, extend_tail, finish_outputs
+from .unit_args import ConstantArgs
 
 I8P = ir.IntType(8).as_pointer()
 I64 = ir.IntType(64)
@@ -98,6 +99,9 @@ class EmitOptions:
     """Emit for a per-node unit (emit/units.py): a constant of INLINE_LIMIT bytes or more is an external hidden
     symbol named by its content (`constant_symbol`, defined in the weights object; recorded in `ModuleEmitter.
     content`) instead of an offset into the blob, and `fxc_parallel_for` is declared (the entry module defines it)."""
+    constant_args: bool = False
+    """With `unit`: the node function's large constants are pointer arguments after its others (ConstantArgs), so
+    its code does not depend on which layer it is; the entry passes their symbols (`unit_arguments`)."""
 
 
 INLINE_LIMIT = 256
@@ -156,6 +160,12 @@ class ModuleEmitter:
         """Loop node name -> the emitter of its body (on this module), `body_emitter`."""
         self.content: dict[str, bytes] = {}
         """With EmitOptions.unit: constant symbol -> its bytes, in the order the module first used them."""
+        self.const_args: ConstantArgs | None = None
+        """While a unit's node function is lowered with EmitOptions.constant_args: its constant arguments."""
+        self.arg_constants: list[bytes] = []
+        """After: the bytes of those arguments, in order."""
+        self.unit_arguments: dict[int, list[bytes]] = {}
+        """An entry module's steps -> the constants passed after the other arguments of their unit function."""
 
     @property
     def tail(self):
@@ -194,6 +204,8 @@ class ModuleEmitter:
         """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
         value = np.ascontiguousarray(value)
         data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
+        if self.const_args is not None and len(data) >= INLINE_LIMIT and self.const_args.here():
+            return self.const_args.get(data)
         if self.options.unit and len(data) >= INLINE_LIMIT:
             return self._content_constant(data)
         if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
@@ -302,6 +314,7 @@ class ModuleEmitter:
                 args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
             if node.name in self._takes_syms:
                 args.append(syms)
+            args += [self._content_constant(data) for data in self.unit_arguments.get(step, ())]
             if hooks:
                 b.call(hooks[0], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
@@ -362,6 +375,8 @@ class ModuleEmitter:
         if key not in self.globals:
             value = np.transpose(tensor.value, layout) if layout else tensor.value
             self.globals[key] = self.constant_data(value)
+        if isinstance(self.globals[key], ir.Argument):
+            return self.const_args.cast(self.globals[key], storage_type(tensor.dtype).as_pointer())
         return self.globals[key].bitcast(storage_type(tensor.dtype).as_pointer())
 
     def storage_root(self, name: str) -> str:
@@ -437,8 +452,15 @@ class ModuleEmitter:
 
         kernel.inputs = [operand(n) for n in node.inputs]
         kernel.outputs = [operand(n) for n in node.outputs]
-        spec.lower(kernel)
+        if self.options.constant_args:
+            self.const_args = ConstantArgs(fn, kernel, self.spec.alignment)
+        try:
+            spec.lower(kernel)
+        finally:
+            const_args, self.const_args = self.const_args, None
         kernel.b.ret_void()
+        if const_args is not None and const_args.args:
+            types, self.arg_constants = const_args.splice(types), const_args.data
         if not tiled:
             return fn
         if not kernel.tiles:  # one plain function: drop the unused (begin, end)

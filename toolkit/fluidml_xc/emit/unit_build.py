@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,7 +25,8 @@ from ..ir import Graph
 from ..target.machine import MachineSpec, compile_module_timed
 from ..target.objects import build_workers
 from .emitter import EmitOptions, ModuleEmitter
-from .units import UnitRecord, UnitView, emit_entry, emit_unit, local_view, unit_key, unit_symbol, view_digest
+from .units import (OBJECT_MAGIC, EmittedUnit, UnitRecord, UnitView, code_key, emit_entry, emit_unit, local_view, unit_key,
+                    unit_symbol, view_digest)
 
 FORK_MIN_UNITS = 4
 
@@ -51,16 +52,31 @@ class UnitJob:
 
 
 @dataclass(frozen=True)
+class Emitted:
+    """A unit emitted (its IR named by its code key) with the seconds it took and the process that emitted it."""
+
+    unit: EmittedUnit
+    key: str
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    """A unit's object with the seconds LLVM took (0 when cached) and the process that compiled it."""
+
+    code: bytes
+    optimize: float = 0.0
+    codegen: float = 0.0
+    pid: int = 0
+
+
+@dataclass(frozen=True)
 class UnitResult:
-    """A unit's record and constants (sha256 hex -> bytes), with the seconds it took (0 when cached): emission and
-    IR text, LLVM optimization, code generation; `pid`: the process that compiled it."""
+    """A unit's record and constants (sha256 hex -> bytes), with its emission's seconds (0 when cached)."""
 
     record: UnitRecord
     constants: dict[str, bytes]
     emit: float = 0.0
-    optimize: float = 0.0
-    codegen: float = 0.0
-    pid: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,8 +89,8 @@ class VariantSeconds:
 
 @dataclass
 class UnitsBuild:
-    """The objects to link (per variant: its entry, then its units in step order), the weights blob with each
-    constant's symbol and offset, and what happened."""
+    """The objects to link (per variant: its entry, then its units' distinct objects in step order), the weights
+    blob with each constant's symbol and offset, and what happened."""
 
     objects: list[bytes]
     blob: bytes
@@ -84,51 +100,100 @@ class UnitsBuild:
     splits: dict[str, tuple[int, ...]]
     """Variant 0's parallel nodes: node name -> tiles per split dimension (the manifest's parallel_ops)."""
     cached: int = 0
+    emitted: int = 0
     compiled: int = 0
+    """Units found by their view key, units emitted, and distinct objects compiled (units with the same IR once)."""
     processes: int = 1
     seconds: list[VariantSeconds] = field(default_factory=list)
 
 
-def compile_unit(job: UnitJob) -> UnitResult:
+def emit_job(job: UnitJob) -> Emitted:
     started = time.perf_counter()
-    unit = emit_unit(job.view, job.spec, job.key)
-    emitted = time.perf_counter() - started
-    code, optimize, codegen = compile_module_timed(unit.ir_text, job.spec)
-    return UnitResult(UnitRecord(code, tuple(unit.constants), unit.split), unit.constants, emitted, optimize, codegen,
-                      os.getpid())
+    unit = emit_unit(job.view, job.spec)
+    return Emitted(unit, code_key(unit.ir_text, job.spec), time.perf_counter() - started)
+
+
+def compile_code(text: str, spec: MachineSpec) -> CodeResult:
+    code, optimize, codegen = compile_module_timed(text, spec)
+    return CodeResult(code, optimize, codegen, os.getpid())
 
 
 _FORKED: list[UnitJob] = []
 """The jobs a forked worker inherits (set just before the pool forks)."""
 
 
-def _forked(index: int) -> UnitResult | None:
-    """A worker's unit; None on any error (this process redoes it, so the error is the unit's own)."""
+def _forked_emit(index: int) -> Emitted | None:
+    """A worker's emission; None on any error (this process redoes it, so the error is the unit's own)."""
     try:
-        return compile_unit(_FORKED[index])
+        return emit_job(_FORKED[index])
     except BaseException:
         return None
 
 
-def compile_units(jobs: list[UnitJob], workers: int, meanwhile=lambda: None) -> list[UnitResult]:
-    """compile_unit of each job, in order, on `workers` forked processes (1: here); `meanwhile` runs here while
-    the workers work."""
-    global _FORKED
-    if workers <= 1 or len(jobs) < FORK_MIN_UNITS:
-        meanwhile()
-        return [compile_unit(job) for job in jobs]
-    _FORKED, pool = jobs, None
+def _forked_compile(text: str, spec: MachineSpec) -> CodeResult | None:
     try:
-        with _signals_held():  # the workers fork at the first submit
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_signals)
-            futures = {i: pool.submit(_forked, i) for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
-        meanwhile()
-        done = [_result(futures[i]) for i in range(len(jobs))]
-    finally:  # an error or a signal here: the units not started are dropped
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        _FORKED = []
-    return [result if result is not None else compile_unit(job) for job, result in zip(jobs, done)]
+        return compile_code(text, spec)
+    except BaseException:
+        return None
+
+
+class Compiler:
+    """Emits the units missed (on forked workers when there are enough) and compiles each distinct IR once: a
+    code key already compiled in this build, or in the cache, is not compiled again."""
+
+    def __init__(self, cache, workers: int):
+        self.cache, self.workers, self.pool = cache, workers, None
+        self.codes: dict[str, CodeResult | object] = {}
+        """code key -> its CodeResult, or the future compiling it."""
+
+    def want(self, key: str, text: str, spec: MachineSpec) -> None:
+        if key in self.codes:
+            return
+        cached = cached_code(self.cache, key)
+        if cached is not None:
+            self.codes[key] = cached
+        else:
+            try:
+                self.codes[key] = self.pool.submit(_forked_compile, text, spec) if self.pool else compile_code(text, spec)
+            except BrokenProcessPool:  # a worker died: this process compiles the rest
+                self.pool = None
+                self.codes[key] = compile_code(text, spec)
+
+    def run(self, jobs: list[UnitJob], meanwhile) -> tuple[list[Emitted], dict[str, CodeResult], set[str]]:
+        """Every job emitted (in order) and every distinct code compiled or found; `meanwhile(emitted)` runs here
+        once all are emitted, while the workers compile. Returns the code keys compiled now too."""
+        global _FORKED
+        texts: dict[str, tuple[str, MachineSpec]] = {}
+        if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS:
+            emitted = [emit_job(job) for job in jobs]
+            for job, e in zip(jobs, emitted):
+                self.want(e.key, e.unit.named(e.key, job.spec), job.spec)
+            meanwhile(emitted)
+            return emitted, self.codes, {k for k, c in self.codes.items() if c.pid}
+        _FORKED, pool = jobs, None
+        try:
+            with _signals_held():  # the workers fork at the first submit
+                self.pool = pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
+                                                       initializer=_worker_signals)
+                futures = {self.pool.submit(_forked_emit, i): i
+                           for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
+            done: dict[int, Emitted] = {}
+            for future in as_completed(futures):
+                i, job = futures[future], jobs[futures[future]]
+                done[i] = _result(future) or emit_job(job)
+                texts.setdefault(done[i].key, (done[i].unit.named(done[i].key, job.spec), job.spec))
+                self.want(done[i].key, *texts[done[i].key])
+            emitted = [done[i] for i in range(len(jobs))]
+            meanwhile(emitted)
+            for key, value in list(self.codes.items()):
+                if isinstance(value, Future):
+                    self.codes[key] = _result(value) or compile_code(*texts[key])
+        finally:  # an error or a signal here: the units not started are dropped
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+            _FORKED = []
+        self.pool = None
+        return emitted, self.codes, {k for k, c in self.codes.items() if c.pid}
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -161,8 +226,8 @@ def _worker_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _result(future) -> UnitResult | None:
-    """A worker's unit; None when the worker died (this process redoes it)."""
+def _result(future):
+    """A worker's result; None when the worker died (this process redoes it)."""
     try:
         return future.result()
     except BrokenProcessPool:
@@ -170,7 +235,7 @@ def _result(future) -> UnitResult | None:
 
 
 def cached_unit(cache: UnitCache | None, key: str) -> UnitResult | None:
-    """The unit under `key` with every constant it names, or None (a miss)."""
+    """The unit under its view key `key` with every constant it names, or None (a miss)."""
     record = UnitRecord.from_bytes(cache.get(key) or b"") if cache is not None else None
     if record is None:
         return None
@@ -181,6 +246,11 @@ def cached_unit(cache: UnitCache | None, key: str) -> UnitResult | None:
             return None
         constants[digest] = data
     return UnitResult(record, constants)
+
+
+def cached_code(cache: UnitCache | None, key: str) -> CodeResult | None:
+    data = cache.get(key) if cache is not None else None
+    return CodeResult(data[len(OBJECT_MAGIC):]) if data is not None and data.startswith(OBJECT_MAGIC) else None
 
 
 def store_unit(cache: UnitCache | None, key: str, result: UnitResult) -> None:
@@ -216,28 +286,44 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
     views = {step: local_view(entries[0], node) for step, node in steps}
     digests = {step: view_digest(view) for step, view in views.items()}
     keys = [{step: unit_key(digests[step], spec) for step, _ in steps} for spec in specs]
-    jobs = {}
+    jobs: dict[str, UnitJob] = {}
     for v, spec in enumerate(specs):
         for step, _ in steps:
             jobs.setdefault(keys[v][step], UnitJob(views[step], spec, keys[v][step]))
+    compiler = Compiler(cache, options.workers or 1)
     results = {key: cached_unit(cache, key) for key in jobs}
+    for key, result in results.items():
+        code = cached_code(cache, result.record.code) if result is not None else None
+        if code is None:
+            results[key] = None
+        else:
+            compiler.codes[result.record.code] = code
     missed = [job for key, job in jobs.items() if results[key] is None]
     on_keys()
+    compiler.workers = options.workers or build_workers(len(missed))
     texts: list[str] = []
     entry_codes: list[tuple[bytes, float, float]] = []
 
-    def entries_here() -> None:
+    def entries_here(emitted: list[Emitted]) -> None:
+        for job, e in zip(missed, emitted):
+            record = UnitRecord(e.key, tuple(e.unit.constants), e.unit.arguments, e.unit.split)
+            results[job.key] = UnitResult(record, e.unit.constants, e.seconds)
         for v, entry in enumerate(entries):
-            texts.append(emit_entry(entry, {step: unit_symbol(keys[v][step], specs[v]) for step, _ in steps}))
+            units = {step: results[keys[v][step]] for step, _ in steps}
+            texts.append(emit_entry(entry, {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()},
+                                    {step: [u.constants[d] for d in u.record.arguments] for step, u in units.items()}))
             entry_codes.append(compile_module_timed(texts[-1], specs[v]))
-    workers = options.workers or build_workers(len(missed))
-    for job, result in zip(missed, compile_units(missed, workers, entries_here)):
-        results[job.key] = result
-        store_unit(cache, job.key, result)
-    return _assemble(specs, steps, keys, results, entries, texts, entry_codes, len(jobs) - len(missed), len(missed))
+    _, codes, fresh = compiler.run(missed, entries_here)
+    if cache is not None:
+        for key in sorted(fresh):
+            cache.put(key, OBJECT_MAGIC + codes[key].code)
+        for job in missed:
+            store_unit(cache, job.key, results[job.key])
+    counts = (len(jobs) - len(missed), len(missed), len(fresh))
+    return _assemble(specs, steps, keys, results, codes, entries, texts, entry_codes, counts)
 
 
-def _assemble(specs, steps, keys, results, entries, texts, entry_codes, cached: int, compiled: int) -> UnitsBuild:
+def _assemble(specs, steps, keys, results, codes, entries, texts, entry_codes, counts) -> UnitsBuild:
     """The objects, blob and labels in step order (the same bytes whatever was cached or where it compiled)."""
     objects, blob, labels, seen = [], bytearray(), {}, set()
     alignment = specs[0].alignment
@@ -247,28 +333,31 @@ def _assemble(specs, steps, keys, results, entries, texts, entry_codes, cached: 
             blob.extend(b"\0" * (-len(blob) % alignment))
             labels[symbol] = len(blob)
             blob.extend(data)
-    seconds = []
+    seconds, emitted = [], set()
     for v, spec in enumerate(specs):
         objects.append(entry_codes[v][0])
         emit = optimize = codegen = 0.0
         for step, _ in steps:
-            key = keys[v][step]
-            result = results[key]
-            if key in seen:
-                continue
-            seen.add(key)
-            objects.append(result.record.code)
+            result = results[keys[v][step]]
+            if keys[v][step] not in emitted:
+                emitted.add(keys[v][step])
+                emit += result.emit
             for digest in result.record.constants:
                 add("fxc_c_" + digest[:32], result.constants[digest])
-            emit, optimize, codegen = emit + result.emit, optimize + result.optimize, codegen + result.codegen
+            if result.record.code in seen:
+                continue
+            seen.add(result.record.code)
+            code = codes[result.record.code]
+            objects.append(code.code)
+            optimize, codegen = optimize + code.optimize, codegen + code.codegen
         for symbol, data in entries[v].content.items():
             add(symbol, data)
         seconds.append(VariantSeconds(spec.cpu, emit, optimize + entry_codes[v][1], codegen + entry_codes[v][2]))
     splits = {node.name: results[keys[0][step]].record.split for step, node in steps
               if results[keys[0][step]].record.split is not None}
-    pids = {r.pid for r in results.values() if r.pid} - {os.getpid()}
+    pids = {c.pid for c in codes.values() if c.pid} - {os.getpid()}
     return UnitsBuild(objects, bytes(blob), sorted(labels.items(), key=lambda kv: kv[1]), entries, texts, splits,
-                      cached, compiled, 1 + len(pids), seconds)
+                      *counts, 1 + len(pids), seconds)
 
 
 def unit_texts(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptions) -> tuple[list[str], bytes]:
@@ -279,11 +368,11 @@ def unit_texts(graph: Graph, plan, specs: list[MachineSpec], options: UnitOption
     views = {step: local_view(entries[0], node) for step, node in steps}
     texts, constants = [], {}
     for spec, entry in zip(specs, entries):
-        keys = {step: unit_key(view_digest(views[step]), spec) for step, _ in steps}
-        emitted = [emit_unit(views[step], spec, keys[step]) for step, _ in steps]
-        for unit in emitted:
-            constants.update(unit.constants)
-        text = emit_entry(entry, {step: unit_symbol(keys[step], spec) for step, _ in steps})
+        emitted = {step: emit_job(UnitJob(views[step], spec, "")) for step, _ in steps}
+        for e in emitted.values():
+            constants.update(e.unit.constants)
+        text = emit_entry(entry, {step: unit_symbol(e.key, spec) for step, e in emitted.items()},
+                          {step: [e.unit.constants[d] for d in e.unit.arguments] for step, e in emitted.items()})
         constants.update({hashlib.sha256(data).hexdigest(): data for data in entry.content.values()})
-        texts.append("\n".join([*(unit.ir_text for unit in emitted), text]))
+        texts.append("\n".join([*dict.fromkeys(e.unit.named(e.key, spec) for e in emitted.values()), text]))
     return texts, b"".join(constants.values())

@@ -1,13 +1,15 @@
 """A model as independent per-node units (issue #27): one LLVM module per node function and one entry module per
-code variant, each unit named and cached by a key computed before it is emitted.
+code variant; a unit is found by a key computed before it is emitted, and its object by a key of its IR.
 
 A unit is emitted from a node-local view (`UnitView`): a Graph holding only the node's own tensors (those that are
-graph inputs or outputs listed as such), the graph's symbols and opset (a Loop's body whole), a plan holding only which of its arguments share storage, its layouts and
-loop order. A kernel that reads anything else fails (KeyError) instead of being cached wrongly, and the key
-(`unit_key`) digests that view whole with the code-changing EmitOptions, the MachineSpec, LLVM's and llvmlite's
-versions and this package's sources. The unit's function is `fxc_k_<key[:24]><variant>` (hidden, weak_odr: two models
-with the same kernel link into one program); its large constants are hidden symbols named by their content
-(emitter.constant_symbol), defined in the weights object.
+graph inputs or outputs listed as such), named by position, the graph's symbols and opset (a Loop's body whole), a
+plan holding only which of its arguments share storage, its layouts and loop order. A kernel that reads anything
+else fails (KeyError) instead of being cached wrongly, and the view key (`unit_key`) digests that view whole with
+the code-changing EmitOptions, the MachineSpec, LLVM's and llvmlite's versions and this package's sources. Its large
+constants are pointer arguments (emit/unit_args.py), so layers of the same shapes emit the same IR; the object is
+keyed by that IR (`code_key`) and its function is `fxc_k_<code key[:24]><variant>` (hidden, weak_odr: two models
+with the same kernel link into one program); the entry passes the constants' hidden symbols, named by their content
+(emitter.constant_symbol) and defined in the weights object.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,7 +33,7 @@ from ..ir import Graph, Node
 from ..target.machine import MachineSpec, llvm_version
 from .emitter import EmitOptions, ModuleEmitter
 
-KEY_FORMAT = 1
+KEY_FORMAT = 2
 """Bumped when the unit record or the key's description changes shape."""
 
 
@@ -57,6 +60,8 @@ class UnitView:
     checks: tuple = ()
     """The whole graph's run checks (frontend.shapes.RunCheck) when the node takes the run's status word (its
     kernel may fail the run, or a check in its Loop body may): its status codes are positions in that list."""
+    real: dict[str, str] = field(default_factory=dict)
+    """Positional name -> the node's or tensor's name in the model (for error messages; not part of the key)."""
 
     @property
     def node(self) -> Node:
@@ -64,7 +69,8 @@ class UnitView:
 
 
 def local_view(emitter: ModuleEmitter, node: Node) -> UnitView:
-    """`node` cut out of `emitter`'s graph, plan and options (the whole-graph emitter of one code variant)."""
+    """`node` cut out of `emitter`'s graph, plan and options (the whole-graph emitter of one code variant), its
+    node and tensors named by position (canonical_names) so that its code does not depend on which layer it is."""
     graph = emitter.graph
     names = list(dict.fromkeys(n for n in [*node.inputs, *node.outputs] if n))
     groups: dict[str, str] = {}
@@ -74,14 +80,64 @@ def local_view(emitter: ModuleEmitter, node: Node) -> UnitView:
         groups.setdefault(root, name)
         if groups[root] != name:
             alias[name] = groups[root]
-    view = Graph("unit", {n: graph.tensors[n] for n in names}, [node], [n for n in graph.inputs if n in names],
-                 [n for n in graph.outputs if n in names], graph.opset, {}, dict(graph.symbols))
-    layouts = {n: emitter.options.layouts[n] for n in names if n in emitter.options.layouts}
-    orders = {node.name: emitter.options.loop_orders[node.name]} if node.name in emitter.options.loop_orders else {}
-    options = EmitOptions(layouts=layouts, loop_orders=orders, parallel=emitter.options.parallel, unit=True)
-    slots = tuple(o for o in node.outputs if o and o in emitter.tail.slots)
-    checks = tuple(emitter.tail.checks) if emitter.tail.takes_status(node.name) else ()
-    return UnitView(view, LocalPlan(alias, emitter.spec.alignment), options, slots, checks)
+    rename = canonical_names(node, names)
+    new = lambda name: rename.get(name, name)  # noqa: E731
+    local = Node(node.op_type, rename.get(UNIT_NODE, node.name), [new(n) if n else n for n in node.inputs],
+                 [new(n) if n else n for n in node.outputs], _local_attrs(node.attrs, rename), node.domain)
+    view = Graph("unit", {new(n): dataclasses.replace(graph.tensors[n], name=new(n)) for n in names}, [local],
+                 [new(n) for n in graph.inputs if n in names], [new(n) for n in graph.outputs if n in names],
+                 graph.opset, {}, dict(graph.symbols))
+    layouts = {new(n): emitter.options.layouts[n] for n in names if n in emitter.options.layouts}
+    orders = {local.name: emitter.options.loop_orders[node.name]} if node.name in emitter.options.loop_orders else {}
+    options = EmitOptions(layouts=layouts, loop_orders=orders, parallel=emitter.options.parallel, unit=True,
+                          constant_args=True)
+    slots = tuple(new(o) for o in node.outputs if o and o in emitter.tail.slots)
+    plan = LocalPlan({new(a): new(b) for a, b in alias.items()}, emitter.spec.alignment)
+    checks = _local_checks(emitter.tail.checks, node.name, local.name, bool(rename)) if emitter.tail.takes_status(node.name) else ()
+    return UnitView(view, plan, options, slots, checks, {v: k for k, v in rename.items() if k != UNIT_NODE} | (
+        {rename[UNIT_NODE]: node.name} if UNIT_NODE in rename else {}))
+
+
+def _local_checks(checks: list, name: str, local: str, renamed: bool) -> tuple:
+    """The run checks as the unit sees them: only their positions (status codes) and which are this node's count;
+    the other nodes' names and every message are left out, so that they do not change the key."""
+    if not renamed:
+        return tuple(checks)
+    return tuple(dataclasses.replace(c, node=local if c.node == name else f"u.c{i}", message="",
+                                     via=None if c.via is None else (local if c.via == name else "u.loop"))
+                 for i, c in enumerate(checks))
+
+
+UNIT_NODE = "\0node"
+
+
+def canonical_names(node: Node, names: list[str]) -> dict[str, str]:
+    """Real name -> positional one (`u.n0` for the node under UNIT_NODE, `u.t<i>` for its tensors); none for a node
+    holding a graph (a Loop body reads the outer names)."""
+    if any(isinstance(v, Graph) for v in node.attrs.values()):
+        return {}
+    return {UNIT_NODE: "u.n0", **{name: f"u.t{i}" for i, name in enumerate(names)}}
+
+
+def _local_attrs(attrs: dict, rename: dict[str, str]) -> dict:
+    """The node's attributes in its view: the fused nodes' names (`_fused_nodes`, read only by the manifest) by
+    position once the names are; no attribute names a tensor (fused steps refer to inputs by index)."""
+    if not rename or "_fused_nodes" not in attrs:
+        return attrs
+    return {**attrs, "_fused_nodes": [f"u.f{i}" for i in range(len(attrs["_fused_nodes"]))]}
+
+
+def real_names(error: BaseException, names: dict[str, str]) -> BaseException:
+    """`error` (raised while lowering a unit) with the positional names in its messages put back to the real ones."""
+    if not names:
+        return error
+    pattern = re.compile(r"u\.[nt]\d+\b")
+    fix = lambda v: pattern.sub(lambda m: names.get(m.group(0), m.group(0)), v) if isinstance(v, str) else v  # noqa: E731
+    error.args = tuple(fix(a) for a in error.args)
+    for attr, value in list(vars(error).items()):
+        if isinstance(value, str):
+            setattr(error, attr, fix(value))
+    return error
 
 
 def describe(value) -> object:
@@ -150,63 +206,90 @@ def unit_key(view_sha: str, spec: MachineSpec) -> str:
 
 
 def unit_symbol(key: str, spec: MachineSpec) -> str:
-    """The unit's exported function: its key's first 24 hex digits and the code variant's suffix (for a reader of
-    the object: the key covers the spec already)."""
+    """A unit's exported function: its code key's first 24 hex digits and the code variant's suffix (for a reader
+    of the object: the key covers the spec already)."""
     return f"fxc_k_{key[:24]}{spec.variant}"
+
+
+PLACEHOLDER = "fxc_k_unit_function"
+"""The unit's function name in the IR text its code key digests (code_key), replaced by unit_symbol after."""
+
+
+def code_key(ir_text: str, spec: MachineSpec) -> str:
+    """The key of a unit's object (64 hex): its IR text (the function named PLACEHOLDER), every MachineSpec field,
+    the tools' versions and this package's code. Units with the same IR are compiled once and share the object."""
+    text = json.dumps([KEY_FORMAT, "code", hashlib.sha256(ir_text.encode()).hexdigest(), describe(spec),
+                       tool_versions(), package_digest()])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class UnitRecord:
-    """What the cache keeps of a unit: its object, the content hashes (sha256 hex) of the constants it names, and
-    its tiles per split dimension (None: not handed to fxc_parallel_for)."""
+    """What the cache keeps under a unit's view key: its code key (the object is cached under it), the content
+    hashes (sha256 hex) of the constants it uses (each cached under its own hash), those passed as its arguments
+    in order, and its tiles per split dimension (None: not handed to fxc_parallel_for)."""
 
-    code: bytes
+    code: str
     constants: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()
     split: tuple[int, ...] | None = None
 
-    MAGIC = b"FXCUNIT1"
+    MAGIC = b"FXCUNIT2"
 
     def to_bytes(self) -> bytes:
-        head = json.dumps({"constants": list(self.constants), "split": self.split}).encode()
-        return self.MAGIC + struct.pack("<I", len(head)) + head + self.code
+        return self.MAGIC + json.dumps({"code": self.code, "constants": list(self.constants),
+                                        "arguments": list(self.arguments), "split": self.split}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UnitRecord | None:
         """The record, or None for bytes that are not one (another format)."""
-        if not data.startswith(cls.MAGIC) or len(data) < len(cls.MAGIC) + 4:
+        if not data.startswith(cls.MAGIC):
             return None
-        start = len(cls.MAGIC) + 4
-        (size,) = struct.unpack("<I", data[len(cls.MAGIC):start])
         try:
-            head = json.loads(data[start:start + size])
+            head = json.loads(data[len(cls.MAGIC):])
             split = None if head["split"] is None else tuple(int(v) for v in head["split"])
-            return cls(data[start + size:], tuple(str(c) for c in head["constants"]), split)
+            return cls(str(head["code"]), tuple(str(c) for c in head["constants"]),
+                       tuple(str(c) for c in head["arguments"]), split)
         except (ValueError, KeyError, TypeError):
             return None
 
 
+OBJECT_MAGIC = b"FXCOBJ1\0"
+"""The prefix of a unit's object in the cache (under its code key)."""
+
+
 @dataclass(frozen=True)
 class EmittedUnit:
-    """A unit's IR text, its constants (content hash -> bytes, in first use order) and tiles per split dimension."""
+    """A unit's IR text (its function named PLACEHOLDER), its constants (content hash -> bytes, in first use order),
+    the hashes of those passed as arguments (in order) and its tiles per split dimension."""
 
     ir_text: str
     constants: dict[str, bytes]
+    arguments: tuple[str, ...]
     split: tuple[int, ...] | None
 
+    def named(self, key: str, spec: MachineSpec) -> str:
+        """The IR text with the function named after its code key."""
+        return self.ir_text.replace(PLACEHOLDER, unit_symbol(key, spec))
 
-def emit_unit(view: UnitView, spec: MachineSpec, key: str) -> EmittedUnit:
-    """The node's functions in a module of their own, the node function exported as unit_symbol(key, spec); its
-    helpers are named after the variant too (op0_x86_64_v3.tile)."""
+
+def emit_unit(view: UnitView, spec: MachineSpec) -> EmittedUnit:
+    """The node's functions in a module of their own, the node function exported as PLACEHOLDER; its helpers are
+    named after the variant too (op0_x86_64_v3.tile). An error names the node and tensors as the model does."""
     emitter = ModuleEmitter(view.graph, view.plan, spec, dataclasses.replace(view.options, variant=spec.variant))
     emitter.tail = TailLayout(slots={name: 0 for name in view.slots}, checks=list(view.checks),
                               status_offset=0 if view.checks else -1)
-    fn = emitter.node_function(view.node, 0)
+    try:
+        fn = emitter.node_function(view.node, 0)
+    except Exception as error:
+        raise real_names(error, view.real)
     fn.attributes.add("noinline")
-    _rename(emitter.module, fn, unit_symbol(key, spec))
+    _rename(emitter.module, fn, PLACEHOLDER)
     fn.linkage, fn.visibility = "weak_odr", "hidden"
-    constants = {hashlib.sha256(data).hexdigest(): data for data in emitter.content.values()}
+    arguments = tuple(hashlib.sha256(data).hexdigest() for data in emitter.arg_constants)
+    constants = {hashlib.sha256(data).hexdigest(): data for data in [*emitter.arg_constants, *emitter.content.values()]}
     split = emitter.parallel.get(view.node.name)
-    return EmittedUnit(str(emitter.module), constants, tuple(split) if split is not None else None)
+    return EmittedUnit(str(emitter.module), constants, arguments, tuple(split) if split is not None else None)
 
 
 def _rename(module: ir.Module, fn: ir.Function, name: str) -> None:
@@ -215,9 +298,11 @@ def _rename(module: ir.Module, fn: ir.Function, name: str) -> None:
     module.globals[name] = fn
 
 
-def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str]) -> str:
+def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str], arguments: dict[int, list[bytes]]) -> str:
     """The entry module of one code variant: `emitter` (the whole graph, EmitOptions.unit) declares each step's
-    unit function (step -> symbol) and calls them; it defines the weak serial fxc_parallel_for of a parallel build."""
+    unit function (step -> symbol) and calls them with their constants' symbols last (step -> the constants' bytes);
+    it defines the weak serial fxc_parallel_for of a parallel build."""
+    emitter.unit_arguments = arguments
     steps = []
     for step, node_index in enumerate(emitter.plan.order):
         if step not in symbols:
@@ -225,7 +310,8 @@ def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str]) -> str:
         node = emitter.graph.nodes[node_index]
         fn = emitter.module.globals.get(symbols[step])
         if fn is None:
-            fn = ir.Function(emitter.module, ir.FunctionType(ir.VoidType(), emitter.signature(node)), symbols[step])
+            types = emitter.signature(node) + [ir.IntType(8).as_pointer()] * len(arguments.get(step, ()))
+            fn = ir.Function(emitter.module, ir.FunctionType(ir.VoidType(), types), symbols[step])
             fn.visibility = "hidden"
             for arg in fn.args:
                 arg.add_attribute("noalias")

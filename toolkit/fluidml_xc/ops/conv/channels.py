@@ -19,8 +19,6 @@ class ChannelVectors:
     def __init__(self, kernel: ConvKernel, plan: ConvPlan):
         self.c, self.p, self.k = kernel, plan, kernel.k
         self.s, self.bl = plan.shape, plan.blocking
-        self.lanes: ir.Value | None = None
-        """The stack copy a strided store reads its lanes from (store_vector)."""
 
     def weight_bases(self, g, cb, nv: int) -> list:
         """Per vector of channel block cb (self.bl.R channels) of group g: the offset of its first tap in the packed
@@ -57,10 +55,10 @@ class ChannelVectors:
         if step == 1 or V == 1:
             store_lanes(k, self.c.op, off, value, V, step)
             return
-        if self.lanes is None:
-            self.lanes = k.local(value.type)
-        b.store(value, self.lanes)
-        lanes = b.bitcast(self.lanes, value.type.element.as_pointer())
+        if self.c.lanes is None:
+            self.c.lanes = k.local(value.type)
+        b.store(value, self.c.lanes)
+        lanes = b.bitcast(self.c.lanes, value.type.element.as_pointer())
         base = element(k, self.c.op, off)
         with k.for_range(V) as i:
             b.store(b.load(b.gep(lanes, [i], inbounds=True)), element(k, base, b.mul(i, k.index(step), flags=("nsw",))))

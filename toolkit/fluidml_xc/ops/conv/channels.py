@@ -13,6 +13,10 @@ from ...kernels.vectors import load_lanes, mac, store_lanes
 from .walk import ConvKernel
 
 
+LANE_LOOP_MIN = 8
+"""Vector lanes from which a strided store loops over them (ChannelVectors.store_vector)."""
+
+
 class ChannelVectors:
     """Channel-vector blocks of one conv: reads only the ConvKernel (walk.py) and its ConvPlan."""
 
@@ -49,10 +53,11 @@ class ChannelVectors:
         return init
 
     def store_vector(self, off, value: ir.Value, step: int) -> None:
-        """A vector of channels to output[off + lane * step]: one store when contiguous, else one lane per turn of a
-        loop through a stack copy (LLVM unrolls it: the IR stays one lane long whatever the vector width)."""
+        """A vector of channels to output[off + lane * step]: one store when contiguous; strided, lane by lane, from
+        LANE_LOOP_MIN lanes on as a loop through a stack copy (LLVM unrolls it: the IR stays one lane long whatever
+        the vector width; fewer lanes cost less IR, and emit faster, unrolled here)."""
         k, b, V = self.k, self.k.b, self.p.V
-        if step == 1 or V == 1:
+        if step == 1 or V < LANE_LOOP_MIN:
             store_lanes(k, self.c.op, off, value, V, step)
             return
         if self.c.lanes is None:
@@ -70,7 +75,8 @@ class ChannelVectors:
         k, b, dt, V = self.k, self.k.b, self.p.dtype, self.p.V
         nv, npix = -(-R // V), len(pixels)  # a rest block (R < bl.R) computes only the vectors it stores
         vt = ir.VectorType(llvm_type(dt), V)
-        slots = [[k.local(vt, self.bias_vector(g, cb, v, min(V, R - v * V), vt)) for _ in range(npix)] for v in range(nv)]
+        inits = [self.bias_vector(g, cb, v, min(V, R - v * V), vt) for v in range(nv)]
+        slots = [[k.local(vt, init) for _ in range(npix)] for init in inits]
         xs = self.s.xs
         per_ci = self.s.KH * self.s.KW * self.p.RP
         wbases = self.weight_bases(g, cb, nv)

@@ -13,10 +13,6 @@ from ...kernels.vectors import load_lanes, mac, store_lanes
 from .walk import ConvKernel
 
 
-LANE_LOOP_MIN = 8
-"""Vector lanes from which a strided store loops over them (ChannelVectors.store_vector)."""
-
-
 class ChannelVectors:
     """Channel-vector blocks of one conv: reads only the ConvKernel (walk.py) and its ConvPlan."""
 
@@ -53,20 +49,15 @@ class ChannelVectors:
         return init
 
     def store_vector(self, off, value: ir.Value, step: int) -> None:
-        """A vector of channels to output[off + lane * step]: one store when contiguous; strided, lane by lane, from
-        LANE_LOOP_MIN lanes on as a loop through a stack copy (LLVM unrolls it: the IR stays one lane long whatever
-        the vector width; fewer lanes cost less IR, and emit faster, unrolled here)."""
+        """A vector of channels to output[off + lane * step]: one store when contiguous, else lane by lane from one
+        base pointer (three instructions a lane: its element, its address at a constant index, the store)."""
         k, b, V = self.k, self.k.b, self.p.V
-        if step == 1 or V < LANE_LOOP_MIN:
+        if step == 1 or V == 1:
             store_lanes(k, self.c.op, off, value, V, step)
             return
-        if self.c.lanes is None:
-            self.c.lanes = k.local(value.type)
-        b.store(value, self.c.lanes)
-        lanes = b.bitcast(self.c.lanes, value.type.element.as_pointer())
         base = element(k, self.c.op, off)
-        with k.for_range(V) as i:
-            b.store(b.load(b.gep(lanes, [i], inbounds=True)), element(k, base, b.mul(i, k.index(step), flags=("nsw",))))
+        for lane in range(V):
+            b.store(b.extract_element(value, ir.Constant(ir.IntType(32), lane)), element(k, base, lane * step))
 
     def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
         """Channels [cb*R, cb*R + R) (R valid of self.bl.R, in vectors) x pixels (their kw ranges) of row oh from column ow.

@@ -56,8 +56,6 @@ class ConvKernel:
     px_ends: tuple | None = None
     """Parallel tile over a run-time count of pixel tiles: (first chunk, last chunk) conditions (chunks may be
     empty, so the columns before and after the tiles go with the chunk, not with its tiles)."""
-    lanes: ir.Value | None = None
-    """The stack copy of a vector whose lanes a strided channel-vector store writes one by one (channels.py)."""
     rt: dict | None = None
     """Varying dims (plan.spans): the spans' fields as values of the node function (ints where they cannot vary),
     computed once at its start (`start_spans`)."""

@@ -33,22 +33,41 @@ class ChannelVectors:
         hi, lo = divmod(cb, ratio) if isinstance(cb, int) else (k.b.udiv(cb, k.index(ratio)), k.b.urem(cb, k.index(ratio)))
         return [offset(k, v * V, group, (hi, block), (lo, R)) for v in range(nv)]
 
+    def bias_vector(self, g, cb, v: int, valid: int, vt: ir.VectorType) -> ir.Value:
+        """Vector v's accumulator start: zeros, or the bias of its `valid` channels of block cb (one vector load
+        when they are V contiguous ones, else lane by lane)."""
+        k, b, V, init = self.k, self.k.b, self.p.V, ir.Constant(vt, [0.0] * vt.count)
+        if self.c.bias is None:
+            return init
+        bs = self.c.bias.strides[0]
+        first = offset(k, v * V * bs, (g, self.s.Cog * bs), (cb, self.bl.R * bs))
+        if valid == V and bs == 1:
+            return load_lanes(k, self.c.bias.ptr, first, V, 1, False)
+        for lane in range(valid):
+            c = offset(k, lane * bs, (first, 1)) if not isinstance(first, int) else first + lane * bs
+            init = b.insert_element(init, b.load(element(k, self.c.bias.ptr, c)), ir.Constant(ir.IntType(32), lane))
+        return init
+
+    def store_vector(self, off, value: ir.Value, step: int) -> None:
+        """A vector of channels to output[off + lane * step]: one store when contiguous, else lane by lane from one
+        base pointer (three instructions a lane: its element, its address at a constant index, the store)."""
+        k, b, V = self.k, self.k.b, self.p.V
+        if step == 1 or V == 1:
+            store_lanes(k, self.c.op, off, value, V, step)
+            return
+        base = element(k, self.c.op, off)
+        for lane in range(V):
+            b.store(b.extract_element(value, ir.Constant(ir.IntType(32), lane)), element(k, base, lane * step))
+
     def block_c(self, n, g, cb, R, oh, ow, pixels, kh_range, spots=None):
         """Channels [cb*R, cb*R + R) (R valid of self.bl.R, in vectors) x pixels (their kw ranges) of row oh from column ow.
 
         spots: per pixel its constant (oh, ow) offset from (oh, ow) instead of (0, p) (1x1 tiles across rows)."""
         k, b, dt, V = self.k, self.k.b, self.p.dtype, self.p.V
-        nv, npix = self.bl.R // V, len(pixels)
+        nv, npix = -(-R // V), len(pixels)  # a rest block (R < bl.R) computes only the vectors it stores
         vt = ir.VectorType(llvm_type(dt), V)
-        slots = []
-        for v in range(nv):
-            init = ir.Constant(vt, [0.0] * V)
-            if self.c.bias is not None:
-                bs = self.c.bias.strides[0]
-                for lane in range(min(V, R - v * V)):
-                    c = offset(k, (v * V + lane) * bs, (g, self.s.Cog * bs), (cb, self.bl.R * bs))
-                    init = b.insert_element(init, b.load(element(k, self.c.bias.ptr, c)), ir.Constant(ir.IntType(32), lane))
-            slots.append([k.local(vt, init) for _ in range(npix)])
+        inits = [self.bias_vector(g, cb, v, min(V, R - v * V), vt) for v in range(nv)]
+        slots = [[k.local(vt, init) for _ in range(npix)] for init in inits]
         xs = self.s.xs
         per_ci = self.s.KH * self.s.KW * self.p.RP
         wbases = self.weight_bases(g, cb, nv)
@@ -106,7 +125,7 @@ class ChannelVectors:
                     roff = offset(k, c0, *spot, (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
                 if valid == V:
                     residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
-                    store_lanes(k, self.c.op, off, epilogue(k, self.p.epilogue, value, residual), V, os_[1])
+                    self.store_vector(off, epilogue(k, self.p.epilogue, value, residual), os_[1])
                 else:
                     for lane in range(valid):
                         x = b.extract_element(value, ir.Constant(ir.IntType(32), lane))

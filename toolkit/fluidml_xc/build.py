@@ -25,7 +25,8 @@ from .frontend.importer import load_model
 from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
-from .pipeline import Lowered, LowerOptions, import_graph, plan
+from .pipeline import Lowered, LowerOptions, import_graph
+from .plan_cache import cached_plan, plan_store
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
@@ -70,7 +71,7 @@ class BuildOptions:
     manifest with timings differs from build to build, and reproducible artifacts (docs/GUARANTEES.md) and
     deploy's content address need the same bytes."""
     cache: bool = True
-    """Read and write the kernel cache ($FLUIDML_XC_CACHE/kernels); --no-cache: neither."""
+    """Read and write the kernel and plan caches ($FLUIDML_XC_CACHE/kernels, /plans); --no-cache: neither."""
     workers: int | None = None
     """Processes the units compile on (None: one per core; 1: this one alone)."""
 
@@ -180,6 +181,8 @@ class Compiled:
     """Per spec: its units' emission, LLVM optimization and code generation seconds (summed over processes)."""
     kernels: KernelCounts = KernelCounts()
     """Units found in the kernel cache, units compiled, and the processes that compiled them."""
+    plan_cached: bool = False
+    """The optimizer's decisions and the memory plan came from the plan cache (plan_cache.py)."""
 
     @property
     def spec(self) -> MachineSpec:
@@ -216,7 +219,9 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     spec = specs[0]
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    planned = plan(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads), watch)
+    lookup = cached_plan(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads),
+                         plan_store() if options.cache else None, watch)
+    planned = lookup.planned
     plan_, graph = planned.plan, planned.graph
     units = build_units(graph, plan_, specs, UnitOptions(planned.decisions.layouts, planned.decisions.loop_orders, threads > 1,
                                                          api.prefix, options.workers),
@@ -235,7 +240,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in units.splits.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
                     tuple(VariantTiming(v.cpu, v.optimize, v.codegen, 0, v.emit) for v in units.seconds),
-                    KernelCounts(units.cached, units.compiled, units.processes))
+                    KernelCounts(units.cached, units.compiled, units.processes), lookup.hit)
 
 
 def _link_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:
@@ -484,7 +489,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
         watch.mark("artifact")
         if options.timings:
-            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels))
+            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels, compiled.plan_cached))
         (workdir / MANIFEST).write_text(manifest.to_json())
         _replace_artifact(workdir, out_dir)
     except BaseException:
@@ -497,4 +502,4 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         except OSError as exc:
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     watch.mark("artifact")
-    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels))
+    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels, compiled.plan_cached))

@@ -27,7 +27,7 @@ from .ir import Graph
 from .pipeline import LowerOptions, Planned, plan
 from .planning import verify_plan
 from .target.host import host_can_run
-from .target.kernel_cache import CacheSettings, KernelCache, default_settings
+from .target.kernel_cache import PLANS_FOLDER, KernelCache, default_settings
 from .target.machine import MachineSpec
 from .timings import Stopwatch
 
@@ -37,8 +37,7 @@ PLAN_FORMAT = 1
 
 def plan_store() -> KernelCache:
     """The store of plans: the kernel cache's root and limit, its own subfolder `plans`."""
-    settings = default_settings()
-    return KernelCache(CacheSettings(settings.root.parent / "plans", settings.limit_bytes))
+    return KernelCache(default_settings(PLANS_FOLDER))
 
 
 def _measured_costs(spec: MachineSpec, options: LowerOptions) -> list | None:

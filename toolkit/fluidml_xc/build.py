@@ -320,9 +320,35 @@ def elf_footprint(path: Path) -> dict[str, int]:
     return sizes
 
 
+_VERIFIED: dict[Path, tuple] = {}
+"""Directory -> the fingerprint of its entries when _foreign_entry last found it an artifact of ours."""
+
+
+def _fingerprint(directory: Path) -> tuple | None:
+    """Each entry's name, inode, size, modification and change times (a write or a utime changes the ctime)."""
+    try:
+        with os.scandir(directory) as entries:
+            stats = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+    except OSError:
+        return None
+    return tuple(sorted((n, st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for n, st in stats))
+
+
 def _foreign_entry(directory: Path) -> str | None:
     """Why `directory` is not provably an artifact of ours, or None: its entries must be exactly manifest.json
-    and the regular files its `files` lists, each with the sha256 recorded there."""
+    and the regular files its `files` lists, each with the sha256 recorded there. The digests are read once per
+    process while the entries' fingerprint stays the same (a build checks its output directory three times)."""
+    key = directory.resolve()
+    before = _fingerprint(directory)
+    if before is not None and _VERIFIED.get(key) == before:
+        return None
+    reason = _hashed_foreign_entry(directory)
+    if reason is None and before is not None and _fingerprint(directory) == before:
+        _VERIFIED[key] = before
+    return reason
+
+
+def _hashed_foreign_entry(directory: Path) -> str | None:
     if not (directory / MANIFEST).exists():
         return "it has no manifest.json"
     try:

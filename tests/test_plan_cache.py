@@ -1,5 +1,6 @@
-"""The plan cache (issue #27, plan_cache.py): a warm rebuild reuses the optimizer's decisions and the memory plan,
-and every input they depend on changes the key (a change seen as a miss, never as a wrong reuse)."""
+"""What a warm rebuild reuses (issue #27): the optimizer's decisions and the memory plan (plan_cache.py) and the
+glue's object (emit/link.glue_key, in the kernel cache); every input they depend on changes the key (a change
+seen as a miss, never as a wrong reuse)."""
 from __future__ import annotations
 
 import copy
@@ -13,6 +14,7 @@ from onnx import helper
 from modelrun import float_model
 from fluidml_xc import plan_cache
 from fluidml_xc.build import BuildOptions, build_model
+from fluidml_xc.emit import link
 from fluidml_xc.fluid.cost_cache import target_key
 from fluidml_xc.pipeline import LowerOptions, import_graph, plan
 from fluidml_xc.target.boards import get_board
@@ -140,16 +142,47 @@ def test_a_damaged_entry_is_planned_again(cache_env, planned_calls, damage):
     assert plan_cache.cached_plan(graph, spec, LowerOptions(), store, Stopwatch()).hit
 
 
-def test_warm_build_reuses_the_plan_byte_identically(cache_env, tmp_path, planned_calls):
+def test_warm_build_reuses_the_plan_byte_identically(cache_env, tmp_path, planned_calls, monkeypatch):
+    compiled = []
+    compile_c = link._compile
+    monkeypatch.setattr(link, "_compile", lambda *args, **kw: compiled.append(args[2].name) or compile_c(*args, **kw))
     model = tmp_path / "cnn.onnx"
     model.write_bytes(_cnn().SerializeToString())
     common = dict(board="x86_64", profile_runner=False, record_last=False)
     cold = build_model(model, BuildOptions(out_dir=tmp_path / "cold", **common))
     warm = build_model(model, BuildOptions(out_dir=tmp_path / "warm", **common))
+    assert compiled.count("model_glue.c") == 1  # the warm build found the glue's object (the rest: the runtime)
     fresh = build_model(model, BuildOptions(out_dir=tmp_path / "fresh", cache=False, **common))
+    assert compiled.count("model_glue.c") == 2
     assert [r.timings.plan_cached for r in (cold, warm, fresh)] == [False, True, False]
     assert len(planned_calls) == 2 and plan_cache.plan_store().stats().entries == 1
     for name in sorted(p.name for p in (tmp_path / "fresh").iterdir()):
         assert (tmp_path / "warm" / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
     assert "(plan cached)" in warm.timings.table() and "(plan cached)" not in cold.timings.table()
     assert warm.timings.to_json()["plan_cached"] is True
+
+
+def test_every_component_changes_the_glue_key(tmp_path, monkeypatch):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "model_glue.c").write_text('#include "model.h"\nint fxc_probe(void) { return MODEL_PROBE; }\n')
+    (source / "model.h").write_text("#define MODEL_PROBE 1\n")
+    target = get_board("x86_64").target
+
+    def key() -> str:
+        return link.glue_key(target, source / "model_glue.c", source)
+    keys = {"base": key()}
+    assert key() == keys["base"]
+    (source / "model_glue.c").write_text('#include "model.h"\nint fxc_probe(void) { return MODEL_PROBE + 1; }\n')
+    keys["glue source"] = key()
+    (source / "model.h").write_text("#define MODEL_PROBE 2\n")
+    keys["header"] = key()
+    (source / "other.h").write_text("\n")
+    keys["another header"] = key()
+    target = get_board("rpi4").target
+    keys["target"] = key()
+    monkeypatch.setattr(link, "C_FLAGS", (*link.C_FLAGS, "-O3"))
+    keys["flags"] = key()
+    monkeypatch.setattr(link.metadata, "version", lambda name: "0.0.0")
+    keys["zig version"] = key()
+    assert len(set(keys.values())) == len(keys), keys

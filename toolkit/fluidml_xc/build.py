@@ -71,7 +71,8 @@ class BuildOptions:
     manifest with timings differs from build to build, and reproducible artifacts (docs/GUARANTEES.md) and
     deploy's content address need the same bytes."""
     cache: bool = True
-    """Read and write the kernel and plan caches ($FLUIDML_XC_CACHE/kernels, /plans); --no-cache: neither."""
+    """Read and write the kernel cache (units, the glue's object) and the plan cache ($FLUIDML_XC_CACHE/kernels,
+    /plans); --no-cache: neither."""
     workers: int | None = None
     """Processes the units compile on (None: one per core; 1: this one alone)."""
 
@@ -268,7 +269,8 @@ def _code_variant(board: Board, spec: MachineSpec, native: bool):
     return CodeVariant(spec.cpu, spec.variant, needs)
 
 
-def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool, watch: Stopwatch) -> bool:
+def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool, watch: Stopwatch,
+          cache: bool = True) -> bool:
     """Render the glue and link the artifact's programs and libraries (stages "runtime" and "link" marked);
     True when the runtime was built now rather than found in the cache."""
     from .emit.boundary import input_dims
@@ -294,7 +296,7 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
         status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks))
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
-                  workdir / api.glue, workdir, workdir, api)
+                  workdir / api.glue, workdir, workdir, api, kernel_cache() if cache else None)
     watch.mark("link")
     return built
 
@@ -495,7 +497,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         compiled = compile_graph(graph, board, options, workdir, watch)
         spec = compiled.spec
         stage(BUILD_STAGES[3])
-        runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch)
+        runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch, options.cache)
         stage(BUILD_STAGES[4])
         weights = sum(_constant_bytes(g) for g in [graph, *bodies(graph)])
         manifest = Manifest(

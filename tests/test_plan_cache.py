@@ -1,5 +1,6 @@
 """What a warm rebuild reuses (issue #27): the optimizer's decisions and the memory plan (plan_cache.py) and the
-glue's object (emit/link.glue_key, in the kernel cache); every input they depend on changes the key (a change
+glue's object (emit/link.glue_key) and the merged model object (emit/link.model_object_key), both in the kernel
+cache; every input they depend on changes the key (a change
 seen as a miss, never as a wrong reuse)."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from onnx import helper
 
 from modelrun import float_model
-from fluidml_xc import plan_cache
+from fluidml_xc import build as build_module, plan_cache
 from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.emit import link
 from fluidml_xc.fluid.cost_cache import target_key
@@ -144,16 +145,17 @@ def test_a_damaged_entry_is_planned_again(cache_env, planned_calls, damage):
 
 def test_warm_build_reuses_the_plan_byte_identically(cache_env, tmp_path, planned_calls, monkeypatch):
     compiled = []
-    compile_c = link._compile
+    compile_c, merge = link._compile, build_module._merge_units
     monkeypatch.setattr(link, "_compile", lambda *args, **kw: compiled.append(args[2].name) or compile_c(*args, **kw))
+    monkeypatch.setattr(build_module, "_merge_units", lambda *args: compiled.append("merge") or merge(*args))
     model = tmp_path / "cnn.onnx"
     model.write_bytes(_cnn().SerializeToString())
     common = dict(board="x86_64", profile_runner=False, record_last=False)
     cold = build_model(model, BuildOptions(out_dir=tmp_path / "cold", **common))
     warm = build_model(model, BuildOptions(out_dir=tmp_path / "warm", **common))
-    assert compiled.count("model_glue.c") == 1  # the warm build found the glue's object (the rest: the runtime)
+    assert compiled.count("model_glue.c") == compiled.count("merge") == 1  # found by the warm build (the rest: the runtime)
     fresh = build_model(model, BuildOptions(out_dir=tmp_path / "fresh", cache=False, **common))
-    assert compiled.count("model_glue.c") == 2
+    assert compiled.count("model_glue.c") == compiled.count("merge") == 2
     assert [r.timings.plan_cached for r in (cold, warm, fresh)] == [False, True, False]
     assert len(planned_calls) == 2 and plan_cache.plan_store().stats().entries == 1
     for name in sorted(p.name for p in (tmp_path / "fresh").iterdir()):
@@ -185,4 +187,19 @@ def test_every_component_changes_the_glue_key(tmp_path, monkeypatch):
     keys["flags"] = key()
     monkeypatch.setattr(link.metadata, "version", lambda name: "0.0.0")
     keys["zig version"] = key()
+    assert len(set(keys.values())) == len(keys), keys
+
+
+def test_every_component_changes_the_model_object_key(monkeypatch):
+    target = get_board("x86_64").target
+    base = dict(target=target, objects=[b"unit 1", b"unit 2"], weights=b"w" * 64, symbol="fxc_weights_0", alignment=64,
+                labels=[("fxc_c_1", 0), ("fxc_c_2", 32)])
+    changes = {"object bytes": dict(objects=[b"unit 1", b"unit 3"]), "object order": dict(objects=[b"unit 2", b"unit 1"]),
+               "weights": dict(weights=b"w" * 63 + b"x"), "symbol": dict(symbol="fxc_weights_1"),
+               "alignment": dict(alignment=32), "label offset": dict(labels=[("fxc_c_1", 0), ("fxc_c_2", 0)]),
+               "label name": dict(labels=[("fxc_c_1", 0), ("fxc_c_3", 32)]), "target": dict(target=get_board("rpi4").target)}
+    keys = {"base": link.model_object_key(**base)}
+    keys.update({what: link.model_object_key(**{**base, **change}) for what, change in changes.items()})
+    monkeypatch.setattr(link.metadata, "version", lambda name: "0.0.0")
+    keys["zig version"] = link.model_object_key(**base)
     assert len(set(keys.values())) == len(keys), keys

@@ -35,7 +35,7 @@ from .frontend.ranges import ShapeRanges
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
 from .emit.unit_build import UnitOptions, build_units
-from .emit.link import attach_weights, link_artifact, merge_objects, runtime_cached, runtime_objects
+from .emit.link import attach_weights, link_artifact, merge_objects, model_object_key, runtime_cached, runtime_objects
 from .timings import BuildTimings, KernelCounts, Stopwatch, VariantTiming
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     emitter = units.entries[0]
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(units.blob):,} B)",
                                        emitter.tail.arena_bytes + len(units.blob))
-    _link_units(board, units, symbol, workdir / api.object, spec.alignment)
+    _link_units(board, units, symbol, workdir / api.object, spec.alignment, kernel_cache() if options.cache else None)
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan_.order]
     memory = {**plan_.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan_),
               **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {}),
@@ -244,8 +244,20 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
                     KernelCounts(units.cached, units.compiled, units.processes), lookup.hit)
 
 
-def _link_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:
-    """The units' and entries' objects (in their order) and the weights, merged into `out` by one ld.lld -r."""
+def _link_units(board: Board, units, symbol: str, out: Path, alignment: int, cache=None) -> None:
+    """The units' and entries' objects (in their order) and the weights, merged into `out` by one ld.lld -r, or
+    found in the kernel cache `cache` under model_object_key."""
+    key = model_object_key(board.target, units.objects, units.blob, symbol, alignment, units.labels) if cache else None
+    code = cache.get(key) if key else None
+    if code is not None:
+        out.write_bytes(code)
+        return
+    _merge_units(board, units, symbol, out, alignment)
+    if key:
+        cache.put(key, out.read_bytes())
+
+
+def _merge_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:
     parts = Path(tempfile.mkdtemp(prefix=".units-", dir=out.parent))
     try:
         paths = [parts / f"u{k:05d}.o" for k in range(len(units.objects))]

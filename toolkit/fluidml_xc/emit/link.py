@@ -141,6 +141,16 @@ def merge_objects(objects: Sequence[Path], out_obj: Path) -> Path:
     return out_obj
 
 
+def model_object_key(target: Target, objects: Sequence[bytes], weights: bytes, symbol: str, alignment: int,
+                     labels: Sequence[tuple[str, int]]) -> str:
+    """The cache key of a model object merged by attach_weights (or merge_objects when there are no weights): its
+    objects' bytes in order, the weights, their symbol, alignment and labels, the target and zig's version."""
+    text = json.dumps(["model object", 1, [hashlib.sha256(code).hexdigest() for code in objects],
+                       hashlib.sha256(weights).hexdigest(), symbol, alignment, [[n, int(o)] for n, o in labels],
+                       _base_args(target, RUNTIME_CPU), metadata.version("ziglang")])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def attach_weights(target: Target, code_objs: Sequence[Path], weights: bytes, symbol: str, out_obj: Path,
                    alignment: int = 64, labels: Sequence[tuple[str, int]] = ()) -> Path:
     """One relocatable object = the model code (one object per code variant, or per unit) + the weights blob as

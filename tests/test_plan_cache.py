@@ -203,3 +203,25 @@ def test_every_component_changes_the_model_object_key(monkeypatch):
     monkeypatch.setattr(link.metadata, "version", lambda name: "0.0.0")
     keys["zig version"] = link.model_object_key(**base)
     assert len(set(keys.values())) == len(keys), keys
+
+
+def test_a_dynamic_plan_round_trips_with_its_range_choice(cache_env, planned_calls):
+    from onnx import TensorProto, numpy_helper
+
+    from fluidml_xc.frontend.ranges import ShapeRanges
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    dynamic = import_graph(model, ranges=ShapeRanges(inputs={"x": ((1, 32), 8)}))
+    assert dynamic.symbols
+    spec, store = machine_spec(get_board("x86_64")), plan_cache.plan_store()
+    cold = plan_cache.cached_plan(dynamic, spec, LowerOptions(), store, Stopwatch())
+    warm = plan_cache.cached_plan(dynamic, spec, LowerOptions(), store, Stopwatch())
+    assert (cold.hit, warm.hit, len(planned_calls)) == (False, True, 1)
+    assert warm.planned.range_choice == cold.planned.range_choice and warm.planned.range_choice is not None
+    assert warm.planned.decisions.summary() == cold.planned.decisions.summary() and warm.planned.plan == cold.planned.plan
+    narrower = import_graph(model, ranges=ShapeRanges(inputs={"x": ((1, 16), 8)}))
+    assert not plan_cache.cached_plan(narrower, spec, LowerOptions(), store, Stopwatch()).hit

@@ -5,8 +5,9 @@ An entry lives in the kernel cache's store (target/kernel_cache.py: checked by a
 pruned least recently used first) under cache_root()/plans, keyed by `plan_key`: the graph the optimizer sees whole
 (nodes, attributes, shapes, dtypes, symbols, constants by their sha256: emit/units.describe), every MachineSpec
 field, --opt, --costs, the thread count, with --costs measure whether this machine times kernels and the
-measured-cost file's bytes, the tools' versions and this package's sources. A hit re-applies the views to the
-graph and verifies the memory plan again (planning.verify_plan), so a plan that does not fit the graph fails loudly.
+measured-cost file's bytes, the tools' versions and this package's sources. A hit checks the graph's support as
+pipeline.plan does, re-applies the views and verifies the memory plan again (planning.verify_plan), so a plan that
+does not fit the graph fails loudly.
 The payload is a pickle of the decisions, the memory plan and the range choice; like the kernel cache's objects,
 which builds link and run, it is trusted as the user's own.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .emit.emitter import check_supported
 from .emit.units import describe, package_digest, tool_versions
 from .fluid.cost_cache import cache_dir as costs_dir, target_key
 from .fluid.optimize import apply_views
@@ -71,6 +73,7 @@ def _restore(graph: Graph, payload: bytes, watch: Stopwatch) -> Planned | None:
         decisions, memory_plan, choice = pickle.loads(payload)
     except Exception:  # another format under a colliding key: plan again
         return None
+    check_supported(graph)
     viewed = apply_views(graph, decisions.layouts)
     watch.mark("optimize")
     verify_plan(viewed, memory_plan)

@@ -130,11 +130,12 @@ def test_version_answers_without_importing_the_compiler():
 
 def test_a_build_imports_its_command_alone(tmp_path):
     """`build` parses with the build command's module only: deploy's SSH stack (paramiko), the fleet and the
-    remote modules stay unimported (issue #27: the CLI's start is part of a warm rebuild)."""
+    remote modules stay unimported, and onnx.reference too when no node is folded (issue #27: the CLI's start is
+    part of a warm rebuild)."""
     model = _model(tmp_path)
     code = ("import sys; from fluidml_xc.cli import main; code = main(['--debug', 'build', sys.argv[1], '-o', sys.argv[2], "
             "'--no-profile-runner']); print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'paramiko' or "
-            "m.startswith(('fluidml_xc.fleet', 'fluidml_xc.remote', 'fluidml_xc.commands.deploy'))))")
+            "m.startswith(('fluidml_xc.fleet', 'fluidml_xc.remote', 'fluidml_xc.commands.deploy', 'onnx.reference'))))")
     done = subprocess.run([sys.executable, "-c", code, str(model), str(tmp_path / "out")], capture_output=True, text=True,
                           env={"PYTHONPATH": TOOLKIT, "HOME": str(Path.home())}, timeout=300, cwd=tmp_path)
     assert done.stdout.splitlines()[-1] == "0 []", (done.stdout, done.stderr)

@@ -71,8 +71,8 @@ class BuildOptions:
     manifest with timings differs from build to build, and reproducible artifacts (docs/GUARANTEES.md) and
     deploy's content address need the same bytes."""
     cache: bool = True
-    """Read and write the kernel cache (units, the glue's object) and the plan cache ($FLUIDML_XC_CACHE/kernels,
-    /plans); --no-cache: neither."""
+    """Read and write the kernel cache (units, the merged model object, the glue's object) and the plan cache
+    ($FLUIDML_XC_CACHE/kernels, /plans); --no-cache: neither."""
     workers: int | None = None
     """Processes the units compile on (None: one per core; 1: this one alone)."""
 

@@ -141,3 +141,32 @@ def test_builds_leave_no_weights_in_zigs_cache(tmp_path):
     # only this build's weights count: builds on other test workers add their own objects meanwhile
     new = [p for p in set(zig_cache.rglob("*")) - before if p.is_file() and p.stat().st_size >= w.nbytes]
     assert [p for p in new if w.tobytes() in p.read_bytes()] == []
+
+
+def test_a_rebuild_hashes_the_old_artifact_once_and_still_sees_a_change(tmp_path, monkeypatch):
+    """The output directory is checked three times a build (issue #27: warm rebuild); its files' digests are read
+    once while their fingerprint (inode, size, times) stays, and a file changed after a check is still refused."""
+    import collections
+    import os
+    from pathlib import Path
+
+    from modelrun import matmul_relu_model
+    from fluidml_xc import build as build_module
+    from fluidml_xc.build import BuildOptions, build_model
+
+    model = tmp_path / "m.onnx"
+    onnx.save(matmul_relu_model(0), str(model))
+    out = tmp_path / "out"
+    options = BuildOptions(board="x86_64", out_dir=out, record_last=False, profile_runner=False)
+    build_model(model, options)
+    hashed, real = [], build_module.sha256_file
+    monkeypatch.setattr(build_module, "sha256_file", lambda path: hashed.append(Path(path)) or real(path))
+    build_model(model, options)
+    old = collections.Counter(p.name for p in hashed if p.parent == out.resolve())
+    assert old and set(old.values()) == {1}, old
+    assert build_module._foreign_entry(out) is None and build_module._foreign_entry(out) is None
+    header = out / "model.h"
+    stat, text = header.stat(), header.read_bytes()
+    header.write_bytes(text.replace(b"#", b" ", 1))
+    os.utime(header, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert build_module._foreign_entry(out) == "'model.h' was changed after the build"

@@ -129,6 +129,29 @@ def test_version_answers_without_importing_the_compiler():
     assert (done.returncode, done.stdout) == (0, f"fluidml-xc {__version__}\n")
 
 
+def test_a_build_imports_its_command_alone(tmp_path):
+    """`build` parses with the build command's module only: deploy's SSH stack (paramiko), the fleet and the
+    remote modules stay unimported, and onnx.reference too when no node is folded (issue #27: the CLI's start is
+    part of a warm rebuild)."""
+    model = _model(tmp_path)
+    code = ("import sys; from fluidml_xc.cli import main; code = main(['--debug', 'build', sys.argv[1], '-o', sys.argv[2], "
+            "'--no-profile-runner']); print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'paramiko' or "
+            "m.startswith(('fluidml_xc.fleet', 'fluidml_xc.remote', 'fluidml_xc.commands.deploy', 'onnx.reference'))))")
+    done = subprocess.run([sys.executable, "-c", code, str(model), str(tmp_path / "out")], capture_output=True, text=True,
+                          env={"PYTHONPATH": TOOLKIT, "HOME": str(Path.home())}, timeout=300, cwd=tmp_path)
+    assert done.stdout.splitlines()[-1] == "0 []", (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h", "build"], ["biuld"], ["--", "build"], []])
+def test_the_whole_parser_without_a_known_command(argv):
+    from fluidml_xc.cli import build_parser
+
+    choices = next(a for a in build_parser(argv)._actions if a.dest == "command").choices
+    assert {"build", "deploy", "profile", "cache", "boards"} <= set(choices)
+    only = next(a for a in build_parser(["--debug", "build", "m.onnx"])._actions if a.dest == "command").choices
+    assert list(only) == ["build"]
+
+
 def test_help_still_lists_version_and_commands(capsys):
     with pytest.raises(SystemExit):
         main(["-h", "--version"])

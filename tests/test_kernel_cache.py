@@ -279,11 +279,13 @@ def test_default_settings(tmp_path, monkeypatch):
 
 
 def fill_caches(root: Path) -> list[str]:
-    """Three kernels, a measured-cost file with two entries and a runtime build under ROOT; the kernel keys."""
+    """Three kernels, an optimizer plan, a measured-cost file with two entries and a runtime build under ROOT; the
+    kernel keys."""
     keys = [key_of(f"cli {i}") for i in range(3)]
     cache = make_cache(root / "kernels")
     for key in keys:
         cache.put(key, payload_of(key, 1000))
+    make_cache(root / "plans").put(key_of("plan"), bytes(10))
     (root / "costs").mkdir()
     (root / "costs" / "x86_64-linux-musl--x86-64-v3.json").write_text(
         json.dumps({"format": 1, "entries": {"a": {"ms": 1.0}, "b": {"ms": 2.0}}}))
@@ -318,22 +320,25 @@ def test_cli_show(cache_env):
     assert {k: v for k, v in data["costs"].items() if k != "bytes"} == {"root": str(cache_env / "costs"),
                                                                        "targets": 1, "entries": 2}
     assert data["runtimes"] == {"root": str(cache_env / "runtime"), "builds": 1, "objects": 2, "bytes": 200}
+    assert data["plans"] == {"root": str(cache_env / "plans"), "entries": 1, "bytes": HEADER.size + 10}
     code, out, _ = run_cli("cache", "show")
     assert code == 0 and str(cache_env / "kernels") in out and "3 entries, 3.1 KiB of 64.0 MiB" in out
     assert "2 entries for 1 target(s)" in out and "1 build(s), 2 objects" in out
+    assert str(cache_env / "plans") in out and f"1 entries, {HEADER.size + 10} B" in out
 
 
 def test_cli_clear(cache_env):
     keys = fill_caches(cache_env)
     code, out, _ = run_cli("cache", "clear")
-    assert code == 0 and "removed 3 compiled kernel(s)" in out
+    assert code == 0 and "removed 3 compiled kernel(s) and 1 optimizer plan(s)" in out
+    assert make_cache(cache_env / "plans").stats().entries == 0
     assert all(make_cache(cache_env / "kernels").get(k) is None for k in keys)
     assert (cache_env / "costs" / "x86_64-linux-musl--x86-64-v3.json").is_file()
     assert (cache_env / "runtime" / "x86_64-0123456789abcdef" / "npy.o").is_file()
     assert make_cache(cache_env / "kernels").put(keys[0], b"k")
     code, out, _ = run_cli("cache", "clear", "--all", "--json")
     assert code == 0
-    assert json.loads(out) == {"removed": {"kernels": 1, "costs": 1, "runtimes": 1}, "kernels_left": 0}
+    assert json.loads(out) == {"removed": {"kernels": 1, "plans": 0, "costs": 1, "runtimes": 1}, "kernels_left": 0}
     assert not list((cache_env / "costs").iterdir()) and not list((cache_env / "runtime").iterdir())
 
 

@@ -41,7 +41,7 @@ STAGES: dict[str, str] = {
     "ops": "ops",
     "emit": "emit",
     "target": "target",
-    "pipeline": "pipeline", "artifact": "pipeline", "build": "pipeline",
+    "pipeline": "pipeline", "artifact": "pipeline", "build": "pipeline", "plan_cache": "pipeline",
     "run": "run", "reference": "run", "conformance": "run",
     "remote": "remote",
     "quantize": "apps", "report": "apps", "fleet": "apps", "examples": "apps",

@@ -25,7 +25,8 @@ from .frontend.importer import load_model
 from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
-from .pipeline import Lowered, LowerOptions, import_graph, plan
+from .pipeline import Lowered, LowerOptions, import_graph
+from .plan_cache import cached_plan, plan_store
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
@@ -34,7 +35,7 @@ from .frontend.ranges import ShapeRanges
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
 from .emit.unit_build import UnitOptions, build_units
-from .emit.link import attach_weights, link_artifact, merge_objects, runtime_cached, runtime_objects
+from .emit.link import attach_weights, link_artifact, merge_objects, model_object_key, runtime_cached, runtime_objects
 from .timings import BuildTimings, KernelCounts, Stopwatch, VariantTiming
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ class BuildOptions:
     manifest with timings differs from build to build, and reproducible artifacts (docs/GUARANTEES.md) and
     deploy's content address need the same bytes."""
     cache: bool = True
-    """Read and write the kernel cache ($FLUIDML_XC_CACHE/kernels); --no-cache: neither."""
+    """Read and write the kernel cache (units, the merged model object, the glue's object) and the plan cache
+    ($FLUIDML_XC_CACHE/kernels, /plans); --no-cache: neither."""
     workers: int | None = None
     """Processes the units compile on (None: one per core; 1: this one alone)."""
 
@@ -180,6 +182,8 @@ class Compiled:
     """Per spec: its units' emission, LLVM optimization and code generation seconds (summed over processes)."""
     kernels: KernelCounts = KernelCounts()
     """Units found in the kernel cache, units compiled, and the processes that compiled them."""
+    plan_cached: bool = False
+    """The optimizer's decisions and the memory plan came from the plan cache (plan_cache.py)."""
 
     @property
     def spec(self) -> MachineSpec:
@@ -216,7 +220,9 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     spec = specs[0]
     symbol = f"{api.prefix}weights_{hashlib.sha256(graph.name.encode() + spec.triple.encode()).hexdigest()[:12]}"
     threads = resolve_threads(board, options.threads)
-    planned = plan(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads), watch)
+    lookup = cached_plan(graph, spec, LowerOptions(opt=options.opt, costs=options.costs, threads=threads),
+                         plan_store() if options.cache else None, watch)
+    planned = lookup.planned
     plan_, graph = planned.plan, planned.graph
     units = build_units(graph, plan_, specs, UnitOptions(planned.decisions.layouts, planned.decisions.loop_orders, threads > 1,
                                                          api.prefix, options.workers),
@@ -225,7 +231,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     emitter = units.entries[0]
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(units.blob):,} B)",
                                        emitter.tail.arena_bytes + len(units.blob))
-    _link_units(board, units, symbol, workdir / api.object, spec.alignment)
+    _link_units(board, units, symbol, workdir / api.object, spec.alignment, kernel_cache() if options.cache else None)
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan_.order]
     memory = {**plan_.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan_),
               **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {}),
@@ -235,11 +241,23 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in units.splits.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
                     tuple(VariantTiming(v.cpu, v.optimize, v.codegen, 0, v.emit) for v in units.seconds),
-                    KernelCounts(units.cached, units.compiled, units.processes, units.emitted))
+                    KernelCounts(units.cached, units.compiled, units.processes, units.emitted), lookup.hit)
 
 
-def _link_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:
-    """The units' and entries' objects (in their order) and the weights, merged into `out` by one ld.lld -r."""
+def _link_units(board: Board, units, symbol: str, out: Path, alignment: int, cache=None) -> None:
+    """The units' and entries' objects (in their order) and the weights, merged into `out` by one ld.lld -r, or
+    found in the kernel cache `cache` under model_object_key."""
+    key = model_object_key(board.target, units.objects, units.blob, symbol, alignment, units.labels) if cache else None
+    code = cache.get(key) if key else None
+    if code is not None:
+        out.write_bytes(code)
+        return
+    _merge_units(board, units, symbol, out, alignment)
+    if key:
+        cache.put(key, out.read_bytes())
+
+
+def _merge_units(board: Board, units, symbol: str, out: Path, alignment: int) -> None:
     parts = Path(tempfile.mkdtemp(prefix=".units-", dir=out.parent))
     try:
         paths = [parts / f"u{k:05d}.o" for k in range(len(units.objects))]
@@ -263,7 +281,8 @@ def _code_variant(board: Board, spec: MachineSpec, native: bool):
     return CodeVariant(spec.cpu, spec.variant, needs)
 
 
-def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool, watch: Stopwatch) -> bool:
+def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile: bool, watch: Stopwatch,
+          cache: bool = True) -> bool:
     """Render the glue and link the artifact's programs and libraries (stages "runtime" and "link" marked);
     True when the runtime was built now rather than found in the cache."""
     from .emit.boundary import input_dims
@@ -289,7 +308,7 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
         status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks))
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
-                  workdir / api.glue, workdir, workdir, api)
+                  workdir / api.glue, workdir, workdir, api, kernel_cache() if cache else None)
     watch.mark("link")
     return built
 
@@ -315,9 +334,35 @@ def elf_footprint(path: Path) -> dict[str, int]:
     return sizes
 
 
+_VERIFIED: dict[Path, tuple] = {}
+"""Directory -> the fingerprint of its entries when _foreign_entry last found it an artifact of ours."""
+
+
+def _fingerprint(directory: Path) -> tuple | None:
+    """Each entry's name, inode, size, modification and change times (a write or a utime changes the ctime)."""
+    try:
+        with os.scandir(directory) as entries:
+            stats = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+    except OSError:
+        return None
+    return tuple(sorted((n, st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for n, st in stats))
+
+
 def _foreign_entry(directory: Path) -> str | None:
     """Why `directory` is not provably an artifact of ours, or None: its entries must be exactly manifest.json
-    and the regular files its `files` lists, each with the sha256 recorded there."""
+    and the regular files its `files` lists, each with the sha256 recorded there. The digests are read once per
+    process while the entries' fingerprint stays the same (a build checks its output directory three times)."""
+    key = directory.resolve()
+    before = _fingerprint(directory)
+    if before is not None and _VERIFIED.get(key) == before:
+        return None
+    reason = _hashed_foreign_entry(directory)
+    if reason is None and before is not None and _fingerprint(directory) == before:
+        _VERIFIED[key] = before
+    return reason
+
+
+def _hashed_foreign_entry(directory: Path) -> str | None:
     if not (directory / MANIFEST).exists():
         return "it has no manifest.json"
     try:
@@ -464,7 +509,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         compiled = compile_graph(graph, board, options, workdir, watch)
         spec = compiled.spec
         stage(BUILD_STAGES[3])
-        runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch)
+        runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch, options.cache)
         stage(BUILD_STAGES[4])
         weights = sum(_constant_bytes(g) for g in [graph, *bodies(graph)])
         manifest = Manifest(
@@ -484,7 +529,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
         watch.mark("artifact")
         if options.timings:
-            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels))
+            manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels, compiled.plan_cached))
         (workdir / MANIFEST).write_text(manifest.to_json())
         _replace_artifact(workdir, out_dir)
     except BaseException:
@@ -497,4 +542,4 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
         except OSError as exc:
             print(f"fluidml-xc: warning: could not record the build in {LAST_BUILD} ({exc.strerror or exc})", file=sys.stderr)
     watch.mark("artifact")
-    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels))
+    return BuildResult(out_dir, manifest, watch.total(), BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels, compiled.plan_cached))

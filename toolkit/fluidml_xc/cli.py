@@ -15,9 +15,28 @@ from .errors import FxcError, Terminated, describe_unexpected
 from .results import json_stdout
 
 
-def _command_modules():
-    modules = [importlib.import_module(f"{commands.__name__}.{info.name}") for info in pkgutil.iter_modules(commands.__path__)]
+def _command_modules(argv: list[str] | None = None):
+    """The command modules, in their ORDER; when `argv` names a command whose module is commands/NAME.py, that one
+    alone (a build does not import deploy's SSH stack)."""
+    names = [info.name for info in pkgutil.iter_modules(commands.__path__)]
+    chosen = named_command(argv or [], names)
+    if chosen:
+        module = importlib.import_module(f"{commands.__name__}.{chosen}")
+        if getattr(module, "NAME", None) == chosen:
+            return [module]
+    modules = [importlib.import_module(f"{commands.__name__}.{name}") for name in names]
     return sorted((m for m in modules if hasattr(m, "NAME")), key=lambda m: getattr(m, "ORDER", 50))
+
+
+def named_command(argv: list[str], names: list[str]) -> str | None:
+    """The command `argv` gives (its first argument that is not an option) when it is one of `names`; None when
+    it gives none, asks for help first, or names an unknown one (argparse then lists every command)."""
+    for arg in argv:
+        if arg in ("--", "-h") or (len(arg) > 2 and "--help".startswith(arg)):
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in names else None
+    return None
 
 
 def asks_version(argv: list[str]) -> bool:
@@ -33,12 +52,13 @@ def asks_version(argv: list[str]) -> bool:
     return False
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv` (every command's when None or naming none; see _command_modules)."""
     parser = argparse.ArgumentParser(prog="fluidml-xc", description="Cross-compile ONNX models for edge boards, deploy over SSH, profile.")
     parser.add_argument("--version", action="version", version=f"fluidml-xc {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    for module in _command_modules(argv):
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(handler=module.main)
@@ -88,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fluidml-xc {__version__}")
         return 0
     try:
-        parser = build_parser()
+        parser = build_parser(list(args_given))
         args = parser.parse_args(argv)
         if not getattr(args, "handler", None):
             parser.print_help()

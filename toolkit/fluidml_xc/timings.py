@@ -80,17 +80,19 @@ class BuildTimings:
     llvm_processes: int = 1
     runtime_built: bool = False
     kernels: KernelCounts = KernelCounts()
+    plan_cached: bool = False
+    """The optimizer's decisions and the memory plan came from the plan cache (plan_cache.py)."""
 
     @classmethod
     def of(cls, watch: Stopwatch, variants: tuple[VariantTiming, ...] = (), runtime_built: bool = False,
-           kernels: KernelCounts = KernelCounts()) -> BuildTimings:
+           kernels: KernelCounts = KernelCounts(), plan_cached: bool = False) -> BuildTimings:
         stages = {name: watch.seconds[name] for name in STAGES if name in watch.seconds}
-        return cls(stages, watch.total(), variants, kernels.processes, runtime_built, kernels)
+        return cls(stages, watch.total(), variants, kernels.processes, runtime_built, kernels, plan_cached)
 
     def to_json(self) -> dict:
         return {"total": round(self.total, 4), "stages": {k: round(v, 4) for k, v in self.stages.items()},
                 "llvm_variants": [v.to_json() for v in self.variants], "llvm_processes": self.llvm_processes,
-                "runtime_built": self.runtime_built,
+                "runtime_built": self.runtime_built, "plan_cached": self.plan_cached,
                 "kernels": {"cached": self.kernels.cached, "emitted": self.kernels.emitted,
                             "compiled": self.kernels.compiled}}
 
@@ -106,14 +108,15 @@ class BuildTimings:
         return cls({str(k): _seconds(v) for k, v in data["stages"].items()}, _seconds(data["total"]), variants,
                    processes, bool(data.get("runtime_built", False)),
                    KernelCounts(int(kernels.get("cached", 0)), int(kernels.get("compiled", 0)), processes,
-                                int(kernels.get("emitted", 0))))
+                                int(kernels.get("emitted", 0))),
+                   bool(data.get("plan_cached", False)))
 
     def table(self) -> str:
         """Stage, seconds and share of the total, one line each, then the per-variant LLVM figures."""
         total = self.total or 1.0
         lines = [f"  {'stage':<12} {'seconds':>8} {'share':>6}"]
         for name, seconds in self.stages.items():
-            note = (" (built now, once per architecture)" if self.runtime_built else " (cached)") if name == "runtime" else ""
+            note = _NOTES.get(name, lambda t: "")(self)
             lines.append(f"  {name:<12} {seconds:8.3f} {seconds / total:6.1%}{note}")
         lines.append(f"  {'total':<12} {self.total:8.3f} {1:6.1%}")
         if self.kernels.cached or self.kernels.compiled:
@@ -125,6 +128,11 @@ class BuildTimings:
             lines.append(f"    {v.cpu:<18} emit {v.emit:.3f} s, optimize {v.optimize:.3f} s, codegen {v.codegen:.3f} s"
                          + (f" (child {v.process})" if v.process else ""))
         return "\n".join(lines)
+
+
+_NOTES = {"runtime": lambda t: " (built now, once per architecture)" if t.runtime_built else " (cached)",
+          "optimize": lambda t: " (plan cached)" if t.plan_cached else ""}
+"""Stage -> the note its row of the table carries."""
 
 
 def _seconds(value) -> float:

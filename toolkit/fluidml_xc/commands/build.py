@@ -47,8 +47,8 @@ def add_arguments(parser) -> None:
                         "passes, optimize, memory plan, kernels, units, objects, runtime, link, artifact) and their "
                         "share, the kernels cached and compiled, and record them in manifest.json (build --json has them "
                         "always)")
-    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the kernel cache "
-                        "($FLUIDML_XC_CACHE/kernels): compile every per-node unit")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the kernel and plan caches "
+                        "($FLUIDML_XC_CACHE/kernels, /plans): optimize again and compile every per-node unit")
     parser.add_argument("--build-workers", type=int, metavar="N", help="processes the per-node units compile on "
                         "(default: one per core; 1: this process alone)")
     add_json_arguments(parser)

@@ -11,17 +11,17 @@ from ..fluid.cost_cache import cache_dir as costs_dir
 from ..results import emit
 from ..sizes import format_bytes
 from ..target.cpus import cache_root
-from ..target.kernel_cache import LIMIT_ENV, KernelCache
+from ..target.kernel_cache import LIMIT_ENV, PLANS_FOLDER, KernelCache, default_settings
 from .output import add_json_arguments
 
 NAME = "cache"
-HELP = "show or clear the caches: compiled kernels (and with --all the measured costs and the built runtimes)"
+HELP = "show or clear the caches: compiled kernels and optimizer plans (and with --all the measured costs and the built runtimes)"
 ORDER = 75
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("action", nargs="?", choices=["show", "clear"], default="show",
-                        help="show (default): location, entries, size and limit; clear: remove the compiled kernels")
+                        help="show (default): location, entries, size and limit; clear: remove the compiled kernels and plans")
     parser.add_argument("--all", action="store_true", help="clear also the measured kernel costs (--costs measure, "
                         "board measurements) and the C runtimes built per architecture (rebuilt by the next build)")
     add_json_arguments(parser)
@@ -81,19 +81,27 @@ def runtime_folder() -> Folder:
                   sum(map(_tree_bytes, builds)), "builds", "objects")
 
 
+def plans_cache() -> KernelCache:
+    """The optimizer's plans (plan_cache.py), beside the kernels."""
+    return KernelCache(default_settings(PLANS_FOLDER))
+
+
 def _show(cache) -> dict:
-    stats = cache.stats()
+    stats, plans = cache.stats(), plans_cache().stats()
     return {"kernels": {"root": str(stats.root), "entries": stats.entries, "bytes": stats.bytes,
                         "limit_bytes": stats.limit_bytes},
+            "plans": {"root": str(plans.root), "entries": plans.entries, "bytes": plans.bytes},
             "costs": costs_folder().to_json(), "runtimes": runtime_folder().to_json()}
 
 
 def _show_text(data: dict) -> str:
-    k, c, r = data["kernels"], data["costs"], data["runtimes"]
+    k, p, c, r = data["kernels"], data["plans"], data["costs"], data["runtimes"]
     return "\n".join([
         f"compiled kernels  {k['root']}",
         f"                  {k['entries']} entries, {format_bytes(k['bytes'])} of {format_bytes(k['limit_bytes'])} "
         f"(limit: {LIMIT_ENV}, default 1 GiB; least recently used removed first)",
+        f"optimizer plans   {p['root']}",
+        f"                  {p['entries']} entries, {format_bytes(p['bytes'])}",
         f"measured costs    {c['root']}",
         f"                  {c['entries']} entries for {c['targets']} target(s), {format_bytes(c['bytes'])}",
         f"runtimes          {r['root']}",
@@ -102,7 +110,7 @@ def _show_text(data: dict) -> str:
 
 
 def _clear(cache, everything: bool) -> dict:
-    removed = {"kernels": cache.clear()}
+    removed = {"kernels": cache.clear(), "plans": plans_cache().clear()}
     if everything:
         costs = _cost_files()
         for path in costs:
@@ -116,7 +124,7 @@ def _clear(cache, everything: bool) -> dict:
 
 def _clear_text(data: dict) -> str:
     r = data["removed"]
-    lines = [f"removed {r['kernels']} compiled kernel(s)"]
+    lines = [f"removed {r['kernels']} compiled kernel(s) and {r['plans']} optimizer plan(s)"]
     if "costs" in r:
         lines.append(f"removed {r['costs']} measured-cost file(s) and {r['runtimes']} runtime build(s)")
     if data["kernels_left"]:

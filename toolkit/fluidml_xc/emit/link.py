@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import platform
@@ -29,6 +30,7 @@ from .. import tempfiles
 from ..progress import progress_bar
 from ..target.boards import Target
 from ..target.cpus import cache_root
+from ..target.kernel_cache import KernelCache
 from ..errors import ToolchainError
 from ..resources import data_dir
 from .capi import CApi
@@ -137,6 +139,16 @@ def merge_objects(objects: Sequence[Path], out_obj: Path) -> Path:
         _zig("ld.lld", ["-r", *objects, "-o", plain / name], "merging the code variants")
     os.replace(out_obj.parent / name, out_obj)
     return out_obj
+
+
+def model_object_key(target: Target, objects: Sequence[bytes], weights: bytes, symbol: str, alignment: int,
+                     labels: Sequence[tuple[str, int]]) -> str:
+    """The cache key of a model object merged by attach_weights (or merge_objects when there are no weights): its
+    objects' bytes in order, the weights, their symbol, alignment and labels, the target and zig's version."""
+    text = json.dumps(["model object", 1, [hashlib.sha256(code).hexdigest() for code in objects],
+                       hashlib.sha256(weights).hexdigest(), symbol, alignment, [[n, int(o)] for n, o in labels],
+                       _base_args(target, RUNTIME_CPU), metadata.version("ziglang")])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def attach_weights(target: Target, code_objs: Sequence[Path], weights: bytes, symbol: str, out_obj: Path,
@@ -279,17 +291,42 @@ def _link(target: Target, inputs: Sequence[Path | str], out: Path, what: str) ->
     return out
 
 
+def glue_key(target: Target, glue_c: Path, include_dir: Path) -> str:
+    """The cache key of the glue's object: its source and name, the headers beside it (model.h), the target, the
+    flags and zig's version (the rest it includes is zig's libc)."""
+    def digest(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    headers = [[h.name, digest(h)] for h in sorted(Path(include_dir).glob("*.h"))]
+    text = json.dumps(["glue object", 1, Path(glue_c).name, digest(Path(glue_c)), headers, _base_args(target, RUNTIME_CPU),
+                       list(C_FLAGS), _prefix_maps(), metadata.version("ziglang")])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _glue_object(target: Target, glue_c: Path, include_dir: Path, out: Path, cache: KernelCache | None) -> Path:
+    """The glue compiled into `out`, or its object from `cache` (the kernel cache, under glue_key)."""
+    key = glue_key(target, glue_c, include_dir) if cache is not None else None
+    code = cache.get(key) if key else None
+    if code is not None:
+        out.write_bytes(code)
+        return out
+    _compile(target, RUNTIME_CPU, glue_c, [include_dir], out)
+    if key:
+        cache.put(key, out.read_bytes())
+    return out
+
+
 def link_artifact(target: Target, model_obj: Path, prof_obj: Path | None, glue_c: Path,
-                  include_dir: Path, out_dir: Path, api: CApi = CApi()) -> LinkResult:
+                  include_dir: Path, out_dir: Path, api: CApi = CApi(), cache: KernelCache | None = None) -> LinkResult:
     """Link `runner`, `runner_prof` (when prof_obj is given) and the library into out_dir: libmodel.a with the
-    runtime inside, or for a named API libNAME.a (model + glue) and libfxc_runtime.a (the runtime, shared)."""
+    runtime inside, or for a named API libNAME.a (model + glue) and libfxc_runtime.a (the runtime, shared); the
+    glue's object comes from `cache` when it holds one for the same source, headers, target and zig."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rt = runtime_objects(target)
     library_objs = [rt[name] for name in LIBRARY_SOURCES]
     # outputs through a plain-named alias of out_dir (_plain_alias)
     with tempfile.TemporaryDirectory(prefix=tempfiles.prefix("link")) as tmp, _plain_alias(out_dir) as plain:
-        glue_o = _compile(target, RUNTIME_CPU, Path(glue_c), [Path(include_dir)], Path(tmp) / (Path(glue_c).stem + ".o"))
+        glue_o = _glue_object(target, Path(glue_c), Path(include_dir), Path(tmp) / (Path(glue_c).stem + ".o"), cache)
         runner_o = rt["runner.c"]
         if api.name:  # the runner calls the glue by its fxc_ names: map them to this API's (fxc_runtime.h)
             src = data_dir("runtime_c")

@@ -26,6 +26,8 @@ from .cpus import cache_root
 
 LIMIT_ENV = "FLUIDML_XC_CACHE_LIMIT"
 DEFAULT_LIMIT = 1 << 30
+PLANS_FOLDER = "plans"
+"""The folder beside `kernels` where plan_cache.py keeps the optimizer's plans in the same kind of store."""
 MAGIC = b"FXCKERN\0"
 VERSION = 1
 HEADER = struct.Struct("<8sIQ32s")
@@ -60,15 +62,16 @@ class _Entry:
     mtime_ns: int
 
 
-def default_settings() -> CacheSettings:
-    """cache_root()/kernels; the limit from $FLUIDML_XC_CACHE_LIMIT (bytes, 512M, 2G), else 1 GiB."""
+def default_settings(folder: str = "kernels") -> CacheSettings:
+    """cache_root()/FOLDER (kernels; plans: plan_cache.py's); the limit from $FLUIDML_XC_CACHE_LIMIT (bytes, 512M,
+    2G), else 1 GiB."""
     text = os.environ.get(LIMIT_ENV, "").strip()
     try:
         limit = parse_size(text) if text else DEFAULT_LIMIT
     except InputError as exc:
         raise InputError(f"{LIMIT_ENV}={text!r} is not a size: set it to a byte count or a number with K, M or G "
                          f"(512M, 2G), or unset it for {format_bytes(DEFAULT_LIMIT)}") from exc
-    return CacheSettings(cache_root() / "kernels", limit)
+    return CacheSettings(cache_root() / folder, limit)
 
 
 def check_key(key: str) -> str:

@@ -3,8 +3,9 @@
 Helpers the tests import: modelrun.py (build/run a model natively or under qemu, `require_emulator`,
 `board_runner`, the node JIT `jit_node`, the CLI in a subprocess `cli`, model builders `graph_model`,
 `float_model`, `proto_model`, `matmul_relu_model`) and sshd.py (a real sshd on 127.0.0.1). Fixtures here:
-`board_runner` (a board's runner; its missing emulator fails the test) and `loopback_sshd` (a running sshd and an
-empty ssh_config, stopped after the test; a missing sshd fails the test).
+`board_runner` (a board's runner; its missing emulator fails the test), `loopback_sshd` (a running sshd and an
+empty ssh_config, stopped after the test; a missing sshd fails the test) and `patched_compiler` (for a test that
+patches the compiler: builds bypass the kernel and plan caches and compile their units in this process).
 """
 import sys
 from pathlib import Path
@@ -34,6 +35,20 @@ def loopback_sshd(tmp_path):
         yield Loopback(server, config)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def patched_compiler(monkeypatch):
+    """The monkeypatch of a test that patches the compiler (an emitter, a planner, a constant). The caches' keys
+    cover the sources, not a patch: a build reads and writes no cache, so a patched build neither reuses code built
+    without the patch nor leaves code behind for later builds; units are compiled here, not in forked workers, so
+    what a patched function records stays in this process."""
+    from fluidml_xc import build
+    from fluidml_xc.emit import unit_build
+    monkeypatch.setattr(build, "kernel_cache", lambda: None)
+    monkeypatch.setattr(build, "plan_store", lambda: None)
+    monkeypatch.setattr(unit_build, "FORK_MIN_UNITS", 1 << 30)
+    return monkeypatch
 
 
 def pytest_addoption(parser):

@@ -57,7 +57,7 @@ def _pointwise_model():
 
 
 @pytest.mark.parametrize("board,pack_bytes", [("x86_64", None), ("x86_64", 16384), ("qemu-aarch64", 16384), ("qemu-armv7", None)])
-def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypatch, board, pack_bytes):
+def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, patched_compiler, board, pack_bytes):
     """The packed input, in one group (before the parallel region) or several (pack_bytes: a stack budget of 16 KiB,
     so each group is a parallel tile packing its own pixels); the cost model sees the same groups."""
     from fluidml_xc.fluid.geometry import conv_geometry
@@ -67,7 +67,7 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
     from modelrun import require_emulator
     require_emulator(board)
     if pack_bytes is not None:
-        monkeypatch.setattr(forms, "PACK_MAX_BYTES", pack_bytes)
+        patched_compiler.setattr(forms, "PACK_MAX_BYTES", pack_bytes)
     seen = []
     emit = conv.emit_conv
 
@@ -77,7 +77,7 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, monkeypa
         geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
         seen.append((c.plan.blocking.pack_groups, geo.pack_groups))
         emit(c)
-    monkeypatch.setattr(conv, "emit_conv", record)
+    patched_compiler.setattr(conv, "emit_conv", record)
     model, feeds = _pointwise_model()
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     runs = [compile_and_run(model, feeds, tmp_path / f"t{threads}", board, threads=threads) for threads in ((1, 2, 4) if board == "x86_64" else (1, 2))]

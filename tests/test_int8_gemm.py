@@ -30,14 +30,14 @@ ISAS = {"host": None, "avx2": {"+avx2", "+avx"}, "sse2": {"+sse2"}}
 
 
 @pytest.fixture(params=list(ISAS))
-def isa(request, monkeypatch):
+def isa(request, patched_compiler):
     """The x86 kernel variants on this host: as the host has it (VNNI where present), pmaddwd on AVX2, SSE2."""
     from fluidml_xc.kernels import qgemm
     if ISAS[request.param] is not None:
         host = qgemm._host_flags()
         if not ISAS[request.param] <= host:
             pytest.skip(f"host lacks {request.param}")
-        monkeypatch.setattr(qgemm, "target_flags", lambda k: frozenset(ISAS[request.param]))
+        patched_compiler.setattr(qgemm, "target_flags", lambda k: frozenset(ISAS[request.param]))
     return request.param
 
 

@@ -225,6 +225,32 @@ def test_a_dying_worker_costs_time_not_the_build(tmp_path, monkeypatch):
     assert compiled.kernels.processes == 1 and one == two
 
 
+def _daemon_build(conn, model_bytes: bytes, workdir: str) -> None:
+    try:
+        compiled = compile_graph(import_graph(onnx.load_from_string(model_bytes)), get_board("x86_64"),
+                                 BuildOptions(board="x86_64", cache=False, workers=2), Path(workdir))
+        conn.send(compiled.kernels.processes)
+    except BaseException as error:  # noqa: BLE001  (sent to the test, which fails with it)
+        conn.send(repr(error))
+
+
+def test_a_daemonic_process_builds_alone(tmp_path):
+    """A build in a pool's worker or a conformance case worker (daemonic: may not start children) compiles its
+    units in that process, even when workers are asked for."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    worker = ctx.Process(target=_daemon_build, args=(child, _model().SerializeToString(), str(tmp_path)), daemon=True)
+    worker.start()
+    try:
+        assert parent.poll(300), "the daemonic build did not finish"
+        assert parent.recv() == 1
+    finally:
+        worker.join(10)
+    assert (tmp_path / "model.o").stat().st_size > 0
+
+
 def _three_convs() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """x -> three Convs of the same shapes: c1 and c2 with other finite weights (the same code: weights are the
     unit's arguments), c3 with a NaN weight (its conv plan depends on the weights being finite: other code)."""

@@ -222,7 +222,7 @@ def layout_model():
     return m, {"x": x, "y": y, "ids": ids % 3 - 1}
 
 
-def test_non_row_major_layouts(tmp_path, monkeypatch):
+def test_non_row_major_layouts(tmp_path, patched_compiler):
     """Every intermediate stored with its dimensions reversed: kernels must address through strides."""
     import fluidml_xc.pipeline as pipeline
     real = pipeline.optimize
@@ -232,7 +232,7 @@ def test_non_row_major_layouts(tmp_path, monkeypatch):
         decisions.layouts = {name: tuple(reversed(range(len(graph.tensors[name].shape)))) for name in graph.activations()
                              if name not in graph.outputs and len(graph.tensors[name].shape) > 1}
         return decisions
-    monkeypatch.setattr(pipeline, "optimize", reversed_layouts)
+    patched_compiler.setattr(pipeline, "optimize", reversed_layouts)
     m, feeds = layout_model()
     got = compile_and_run(m, feeds, tmp_path, opt="plain", profile_runner=False)
     for name, expected in reference(m, feeds).items():

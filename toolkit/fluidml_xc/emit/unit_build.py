@@ -164,7 +164,7 @@ class Compiler:
         once all are emitted, while the workers compile. Returns the code keys compiled now too."""
         global _FORKED
         texts: dict[str, tuple[str, MachineSpec]] = {}
-        if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS:
+        if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS or multiprocessing.current_process().daemon:
             emitted = [emit_job(job) for job in jobs]
             for job, e in zip(jobs, emitted):
                 self.want(e.key, e.unit.named(e.key, job.spec), job.spec)

@@ -18,7 +18,6 @@ import enum
 import hashlib
 import json
 import re
-import struct
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import compute_dtype
 from ..symbolic import Dim, SymRange, floordiv, is_static, maximum, minimum
-from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle, tap_range
+from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle
 from .epilogue import Epilogue
 
 UNROLL_TAPS = 49
@@ -142,9 +142,9 @@ def conv_shape(x: tuple, out: tuple, w: tuple, residual: tuple | None, strides, 
 def inside(n_out: int, stride: int, dil: int, pad: int, taps: int, size: int, margin: int) -> tuple[int, int]:
     """[lo, hi) of the output positions whose windows lie entirely inside the input (margin: extra elements a wide
     strided load reads past the last tap); (0, 0) when none does."""
-    full = [o for o in range(n_out) if tap_range(o, stride, dil, pad, taps, size) == (0, taps)
-            and o * stride + (taps - 1) * dil - pad + margin <= size - 1]
-    return (full[0], full[-1] + 1) if full else (0, 0)
+    lo = max(0, -(-pad // stride))
+    hi = min(n_out, (size - 1 - (taps - 1) * dil + pad - max(0, margin)) // stride + 1)
+    return (lo, hi) if lo < hi else (0, 0)
 
 
 def tap_span(o: int, stride: int, dil: int, pad: int, taps: int, size: Dim,

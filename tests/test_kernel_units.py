@@ -6,6 +6,7 @@ change model.o; the runner agrees with ONNX Runtime."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,42 @@ def test_spec_options_and_tools_change_every_key(base_keys, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(units, "llvm_version", lambda: "0.0.1")
     assert _changed(base_keys, _keys(_model())) == set(base_keys)
+
+
+def test_dtypes_numpy_codes_alike_have_other_keys():
+    """ml_dtypes' float8_e4m3fn and float8_e4m3fnuz (and int4, float4_e2m1fn) share numpy's code '<V1': a Cast from
+    one must not reuse the other's unit (their values differ by a factor of 2)."""
+    import ml_dtypes
+
+    names = ["float8_e4m3fn", "float8_e4m3fnuz", "int4", "float4_e2m1fn", "uint8"]
+    described = [json.dumps(units.describe(np.dtype(getattr(ml_dtypes, n, np.uint8)))) for n in names]
+    assert len(set(described)) == len(names)
+    arrays = [json.dumps(units.describe(np.zeros(3, getattr(ml_dtypes, n)))) for n in names[:2]]
+    assert arrays[0] != arrays[1]
+
+
+def test_a_cast_from_each_float8_has_its_own_unit_and_matches_onnx_reference(tmp_path):
+    """Casts from float8_e4m3fn and float8_e4m3fnuz inputs of the same shape: other unit keys (one's cached object
+    would give the other's values doubled), and both runs match onnx.reference."""
+    import ml_dtypes
+    from onnx import TensorProto
+    from onnx.reference import ReferenceEvaluator
+
+    from fluidml_xc.run.backend import compile_model
+
+    bits = np.arange(1, 17, dtype=np.uint8) * 7
+    keys = []
+    for name, code, dtype in (("fn", TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn),
+                              ("fnuz", TensorProto.FLOAT8E4M3FNUZ, ml_dtypes.float8_e4m3fnuz)):
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT, name="cast")], "cast",
+            [helper.make_tensor_value_info("x", code, [16])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])]),
+            opset_imports=[helper.make_opsetid("", 21)])
+        keys.append(_keys(model)["cast"])
+        feeds = {"x": bits.view(dtype)}
+        got = compile_model(model, board="x86_64", workdir=tmp_path / name)(feeds)
+        np.testing.assert_array_equal(got[0], ReferenceEvaluator(model).run(None, feeds)[0], err_msg=name)
+    assert keys[0] != keys[1]
 
 
 def test_describe_refuses_what_it_does_not_know():

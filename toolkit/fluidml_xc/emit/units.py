@@ -150,13 +150,13 @@ def describe(value) -> object:
         return ["b", hashlib.sha256(value).hexdigest()]
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
-        return ["a", data.dtype.str, list(data.shape), hashlib.sha256(data.tobytes()).hexdigest()]
+        return ["a", _dtype(data.dtype), list(data.shape), hashlib.sha256(data.tobytes()).hexdigest()]
     if isinstance(value, np.generic):
-        return ["s", value.dtype.str, repr(value.item())]
+        return ["s", _dtype(value.dtype), repr(value.item())]
     if isinstance(value, np.dtype):
-        return ["d", value.str]
+        return ["d", _dtype(value)]
     if isinstance(value, type) and issubclass(value, np.generic):
-        return ["d", np.dtype(value).str]
+        return ["d", _dtype(np.dtype(value))]
     if isinstance(value, enum.Enum):
         return ["e", type(value).__qualname__, value.name]
     if isinstance(value, (list, tuple)):
@@ -172,6 +172,11 @@ def describe(value) -> object:
         return ["o", type(value).__qualname__, {f.name: describe(getattr(value, f.name)) for f in dataclasses.fields(value)}]
     raise TypeError(f"a unit key cannot describe a {type(value).__module__}.{type(value).__qualname__} "
                     "(add it to emit/units.describe)")
+
+
+def _dtype(dtype: np.dtype) -> str:
+    """numpy's code and the name: ml_dtypes' types share codes (float8_e4m3fn, float8_e4m3fnuz, int4: '<V1')."""
+    return f"{dtype.str}:{dtype.name}"
 
 
 def view_digest(view: UnitView) -> str:

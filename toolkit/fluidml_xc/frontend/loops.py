@@ -48,9 +48,9 @@ def _canonical(value):
     if isinstance(value, Graph):
         return ("graph", tuple(value.inputs), tuple(value.outputs), value.opset,
                 tuple((n.op_type, n.name, n.domain, tuple(n.inputs), tuple(n.outputs), _canonical(n.attrs)) for n in value.nodes),
-                tuple((k, np.dtype(t.dtype).str, tuple(t.shape), _canonical(t.value)) for k, t in sorted(value.tensors.items())))
+                tuple((k, np.dtype(t.dtype).str, np.dtype(t.dtype).name, tuple(t.shape), _canonical(t.value)) for k, t in sorted(value.tensors.items())))
     if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest())
+        return ("array", value.dtype.str, value.dtype.name, value.shape, hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest())
     if isinstance(value, dict):
         return tuple((str(k), _canonical(v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
     if isinstance(value, (list, tuple)):

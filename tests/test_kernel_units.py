@@ -172,6 +172,55 @@ def test_a_cast_from_each_float8_has_its_own_unit_and_matches_onnx_reference(tmp
     assert keys[0] != keys[1]
 
 
+def test_symbol_order_is_in_the_key():
+    """Kernels read the run-time sizes by their position in graph.symbols (the inputs' order): a model whose inputs
+    come in the other order gives the same node other code, so another key."""
+    def two_inputs(order):
+        ins = {"x": helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", 4]),
+               "y": helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["S", 4])}
+        return helper.make_model(helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["a"], name="rx"), helper.make_node("Relu", ["y"], ["b"], name="ry")], "g",
+            [ins[n] for n in order], [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, ["B", 4]),
+                                      helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, ["S", 4])]),
+            opset_imports=[helper.make_opsetid("", 17)])
+    ranges = ShapeRanges(dims={"B": DimSpec(1, 8), "S": DimSpec(1, 8)})
+    keys = [_keys(import_graph(two_inputs(order), ranges=ranges))["ry"] for order in (["x", "y"], ["y", "x"])]
+    assert keys[0] != keys[1]
+
+
+def test_builds_in_two_threads_keep_their_own_jobs(tmp_path, monkeypatch):
+    """Two builds in threads of one process, each forking workers, both pools created after both builds started:
+    each pool's workers emit that build's units (the jobs are the pool's, not a module global)."""
+    import threading
+
+    from fluidml_xc.emit import unit_build
+
+    models = {"a": _model(), "b": _three_convs()[0]}
+    alone = {name: _compile(m, tmp_path, f"alone_{name}", monkeypatch, workers=1)[0] for name, m in models.items()}
+    barrier, real = threading.Barrier(2), unit_build.ProcessPoolExecutor
+
+    class Together(real):
+        def __init__(self, *args, **kwargs):
+            barrier.wait(60)
+            super().__init__(*args, **kwargs)
+    monkeypatch.setattr(unit_build, "ProcessPoolExecutor", Together)
+    monkeypatch.setattr(build_mod, "kernel_cache", lambda: None)
+    out = {}
+
+    def build_in_thread(name):
+        workdir = tmp_path / f"thread_{name}"
+        workdir.mkdir()
+        compile_graph(import_graph(models[name]), get_board("x86_64"),
+                      BuildOptions(board="x86_64", threads=2, workers=2), workdir)
+        out[name] = (workdir / "model.o").read_bytes()
+    threads = [threading.Thread(target=build_in_thread, args=(name,)) for name in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert out == alone
+
+
 def test_describe_refuses_what_it_does_not_know():
     with pytest.raises(TypeError, match="cannot describe"):
         units.describe(object())

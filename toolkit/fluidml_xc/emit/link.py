@@ -32,7 +32,7 @@ from ..target.boards import Target
 from ..target.cpus import cache_root
 from ..target.kernel_cache import KernelCache
 from ..errors import ToolchainError
-from ..resources import data_dir
+from ..resources import data_dir, package_digest
 from .capi import CApi
 
 C_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fdebug-compilation-dir=.")
@@ -144,8 +144,9 @@ def merge_objects(objects: Sequence[Path], out_obj: Path) -> Path:
 def model_object_key(target: Target, objects: Sequence[bytes], weights: bytes, symbol: str, alignment: int,
                      labels: Sequence[tuple[str, int]]) -> str:
     """The cache key of a model object merged by attach_weights (or merge_objects when there are no weights): its
-    objects' bytes in order, the weights, their symbol, alignment and labels, the target and zig's version."""
-    text = json.dumps(["model object", 1, [hashlib.sha256(code).hexdigest() for code in objects],
+    objects' bytes in order, the weights, their symbol, alignment and labels, the target, zig's version and our
+    sources (how the blob is assembled)."""
+    text = json.dumps(["model object", 1, package_digest(), [hashlib.sha256(code).hexdigest() for code in objects],
                        hashlib.sha256(weights).hexdigest(), symbol, alignment, [[n, int(o)] for n, o in labels],
                        _base_args(target, RUNTIME_CPU), metadata.version("ziglang")])
     return hashlib.sha256(text.encode()).hexdigest()
@@ -293,11 +294,11 @@ def _link(target: Target, inputs: Sequence[Path | str], out: Path, what: str) ->
 
 def glue_key(target: Target, glue_c: Path, include_dir: Path) -> str:
     """The cache key of the glue's object: its source and name, the headers beside it (model.h), the target, the
-    flags and zig's version (the rest it includes is zig's libc)."""
+    flags, zig's version and our sources (the rest it includes is zig's libc)."""
     def digest(path: Path) -> str:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     headers = [[h.name, digest(h)] for h in sorted(Path(include_dir).glob("*.h"))]
-    text = json.dumps(["glue object", 1, Path(glue_c).name, digest(Path(glue_c)), headers, _base_args(target, RUNTIME_CPU),
+    text = json.dumps(["glue object", 1, package_digest(), Path(glue_c).name, digest(Path(glue_c)), headers, _base_args(target, RUNTIME_CPU),
                        list(C_FLAGS), _prefix_maps(), metadata.version("ziglang")])
     return hashlib.sha256(text.encode()).hexdigest()
 

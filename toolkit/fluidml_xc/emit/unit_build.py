@@ -119,7 +119,14 @@ def compile_code(text: str, spec: MachineSpec) -> CodeResult:
 
 
 _FORKED: list[UnitJob] = []
-"""The jobs a forked worker inherits (set just before the pool forks)."""
+"""A forked worker's jobs: its pool's, set by the pool's initializer (forked, not pickled), so that builds in
+threads of one process never hand their jobs to each other's workers."""
+
+
+def _worker_init(jobs: list[UnitJob]) -> None:
+    global _FORKED
+    _FORKED = jobs
+    _worker_signals()
 
 
 def _forked_emit(index: int) -> Emitted | None:
@@ -162,7 +169,6 @@ class Compiler:
     def run(self, jobs: list[UnitJob], meanwhile) -> tuple[list[Emitted], dict[str, CodeResult], set[str]]:
         """Every job emitted (in order) and every distinct code compiled or found; `meanwhile(emitted)` runs here
         once all are emitted, while the workers compile. Returns the code keys compiled now too."""
-        global _FORKED
         texts: dict[str, tuple[str, MachineSpec]] = {}
         if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS or multiprocessing.current_process().daemon:
             emitted = [emit_job(job) for job in jobs]
@@ -170,11 +176,11 @@ class Compiler:
                 self.want(e.key, e.unit.named(e.key, job.spec), job.spec)
             meanwhile(emitted)
             return emitted, self.codes, {k for k, c in self.codes.items() if c.pid}
-        _FORKED, pool = jobs, None
+        pool = None
         try:
             with _signals_held():  # the workers fork at the first submit
                 self.pool = pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
-                                                       initializer=_worker_signals)
+                                                       initializer=_worker_init, initargs=(jobs,))
                 futures = {self.pool.submit(_forked_emit, i): i
                            for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
             done: dict[int, Emitted] = {}
@@ -191,7 +197,6 @@ class Compiler:
         finally:  # an error or a signal here: the units not started are dropped
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-            _FORKED = []
         self.pool = None
         return emitted, self.codes, {k for k, c in self.codes.items() if c.pid}
 
@@ -234,6 +239,11 @@ def _result(future):
         return None
 
 
+def constant_key(digest: str) -> str:
+    """A constant's cache key: its sha256 in a key space of its own (no record or object key can equal it)."""
+    return hashlib.sha256(b"unit constant\0" + digest.encode()).hexdigest()
+
+
 def cached_unit(cache: UnitCache | None, key: str) -> UnitResult | None:
     """The unit under its view key `key` with every constant it names, or None (a miss)."""
     record = UnitRecord.from_bytes(cache.get(key) or b"") if cache is not None else None
@@ -241,8 +251,8 @@ def cached_unit(cache: UnitCache | None, key: str) -> UnitResult | None:
         return None
     constants = {}
     for digest in record.constants:
-        data = cache.get(digest)
-        if data is None:
+        data = cache.get(constant_key(digest))
+        if data is None or hashlib.sha256(data).hexdigest() != digest:
             return None
         constants[digest] = data
     return UnitResult(record, constants)
@@ -257,7 +267,7 @@ def store_unit(cache: UnitCache | None, key: str, result: UnitResult) -> None:
     if cache is None:
         return
     for digest, data in result.constants.items():
-        cache.put(digest, data)
+        cache.put(constant_key(digest), data)
     cache.put(key, result.record.to_bytes())
 
 

@@ -18,17 +18,19 @@ import enum
 import hashlib
 import json
 import re
+import struct
+import sys
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 
 import llvmlite
+import ml_dtypes
 import numpy as np
 from google.protobuf.message import Message
 from llvmlite import ir
 
 from ..frontend.shapes import TailLayout
 from ..ir import Graph, Node
+from ..resources import package_digest
 from ..target.machine import MachineSpec, llvm_version
 from .emitter import EmitOptions, ModuleEmitter
 
@@ -145,14 +147,14 @@ def describe(value) -> object:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return ["f", repr(value)]
+        return ["f", struct.pack("<d", value).hex()]  # bits: NaN's sign and payload too
     if isinstance(value, (bytes, bytearray)):
         return ["b", hashlib.sha256(value).hexdigest()]
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
         return ["a", _dtype(data.dtype), list(data.shape), hashlib.sha256(data.tobytes()).hexdigest()]
     if isinstance(value, np.generic):
-        return ["s", _dtype(value.dtype), repr(value.item())]
+        return ["s", _dtype(value.dtype), value.tobytes().hex()]
     if isinstance(value, np.dtype):
         return ["d", _dtype(value)]
     if isinstance(value, type) and issubclass(value, np.generic):
@@ -169,7 +171,10 @@ def describe(value) -> object:
     if isinstance(value, Message):
         return ["pb", type(value).__qualname__, hashlib.sha256(value.SerializeToString(deterministic=True)).hexdigest()]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return ["o", type(value).__qualname__, {f.name: describe(getattr(value, f.name)) for f in dataclasses.fields(value)}]
+        fields = {f.name: describe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, Graph):  # the symbols' order is the order of the run-time values kernels read
+            fields["symbols"] = ["ordered", [[name, describe(r)] for name, r in value.symbols.items()]]
+        return ["o", type(value).__qualname__, fields]
     raise TypeError(f"a unit key cannot describe a {type(value).__module__}.{type(value).__qualname__} "
                     "(add it to emit/units.describe)")
 
@@ -189,18 +194,11 @@ def view_digest(view: UnitView) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@cache
-def package_digest() -> str:
-    """sha256 of this package's .py sources (path and bytes), once per process: new code, new keys."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
 def tool_versions() -> dict[str, str]:
-    return {"llvm": llvm_version(), "llvmlite": llvmlite.__version__}
+    """What computes code and constants besides our sources: LLVM, llvmlite, numpy (folded and packed constants,
+    twiddles), ml_dtypes (the low-precision conversions), Python."""
+    return {"llvm": llvm_version(), "llvmlite": llvmlite.__version__, "numpy": np.__version__,
+            "ml_dtypes": ml_dtypes.__version__, "python": sys.version}
 
 
 def unit_key(view_sha: str, spec: MachineSpec) -> str:

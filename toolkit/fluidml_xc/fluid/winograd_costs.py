@@ -1,0 +1,75 @@
+"""The price of a Winograd Conv (ops/conv/winograd.py) in the analytic model's figures (fluid/costs.py passes them):
+the input transform per tile and channel group, the blocked GEMM's tile per point (as costs.py prices the MatMul
+kernel: vector FMAs, B loads, A broadcasts), the output transform and its stores, and the transformed weights re-read
+once per block of tiles when they exceed the cache. The layout search sees these orders next to the direct ones."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels.winograd import ALLOWED_ATTR, ORDERS, TRANSFORMS, WinogradPlan, plan_winograd
+from .geometry import ConvGeometry
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The analytic model's unit costs (ns), fluid/costs.py's constants."""
+
+    vfma: float
+    vload: float
+    bcast: float
+    store: float
+    flop: float
+    scatter: float
+    line: float
+    line_bytes: int
+    cache_bytes: int
+
+
+def allowed_orders(node, geo: ConvGeometry | None, accumulators: int) -> dict[str, WinogradPlan]:
+    """The Winograd orders passes/winograd.py allowed on `node` whose blocking fits, with their plans."""
+    if geo is None:
+        return {}
+    plans = {}
+    for m in node.attrs.get(ALLOWED_ATTR) or ():
+        wp = plan_winograd(geo.plan.shape, m, geo.V, accumulators)
+        if wp is not None:
+            plans[f"wino{m}"] = wp
+    return plans
+
+
+def tiles(geo: ConvGeometry, wp: WinogradPlan) -> int:
+    """Parallel tiles of the kernel: images x blocks of tiles."""
+    n = geo.N * wp.blocks
+    return n if n >= 2 else 1
+
+
+def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> float:
+    """ns of the Winograd kernel for this geometry (one thread)."""
+    t = TRANSFORMS[wp.m]
+    a2, V, C, OC = wp.alpha ** 2, geo.V, geo.C, geo.OC
+    blocks = geo.N * wp.blocks
+    padded_tiles = blocks * wp.T
+    lanes = V if geo.xs[1] == 1 and C >= V else 1
+    ops_in = 2 * wp.alpha * int(np.count_nonzero(t.BT))
+    load = f.vload if lanes > 1 or geo.xs[1] == 1 else f.vload * 2
+    input_ns = padded_tiles * -(-C // lanes) * (a2 * (load + f.store) + ops_in * f.flop / 2)
+    nv = wp.NR // V
+    groups = -(-OC // wp.NR) * nv
+    gemm = blocks * a2 * (wp.T * C * groups * f.vfma + -(-wp.T // wp.MR) * C * groups * f.vload
+                          + wp.T * C * -(-OC // wp.NR) * f.bcast + wp.T * groups * f.store)
+    ops_out = (wp.alpha + wp.m) * int(np.count_nonzero(t.AT))
+    out_vecs = padded_tiles * groups
+    stores = wp.m ** 2 * (f.store if geo.os[1] == 1 else V * f.scatter)
+    res = 0.0 if geo.residual is None else wp.m ** 2 * (f.vload if geo.residual[1] == 1 else V * f.scatter)
+    output_ns = out_vecs * (a2 * f.vload + ops_out * f.flop / 2 + stores + res)
+    u_bytes = a2 * C * OC * 4
+    rereads = blocks if u_bytes > f.cache_bytes else 1
+    traffic = (rereads * u_bytes + geo.N * (C * geo.H * geo.W + OC * geo.OH * geo.OW) * 4) / f.line_bytes * f.line * 0.25
+    return input_ns + gemm + output_ns + traffic
+
+
+def order_tile_size(order: str) -> int | None:
+    """The m of a Winograd loop order, None for a direct one."""
+    return ORDERS.get(order)

@@ -12,6 +12,10 @@ from ..kernels.winograd import ALLOWED_ATTR, ORDERS, TRANSFORMS, WinogradPlan, p
 from .geometry import ConvGeometry
 
 
+L2_FACTOR = 4
+MEMORY_FACTOR = 4.0
+
+
 @dataclass(frozen=True)
 class Figures:
     """The analytic model's unit costs (ns), fluid/costs.py's constants."""
@@ -64,10 +68,19 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> float:
     stores = wp.m ** 2 * (f.store if geo.os[1] == 1 else V * f.scatter)
     res = 0.0 if geo.residual is None else wp.m ** 2 * (f.vload if geo.residual[1] == 1 else V * f.scatter)
     output_ns = out_vecs * (a2 * f.vload + ops_out * f.flop / 2 + stores + res)
-    u_bytes = a2 * C * OC * 4
-    rereads = blocks if u_bytes > f.cache_bytes else 1
-    traffic = (rereads * u_bytes + geo.N * (C * geo.H * geo.W + OC * geo.OH * geo.OW) * 4) / f.line_bytes * f.line * 0.25
-    return input_ns + gemm + output_ns + traffic
+    return input_ns + gemm + output_ns + weight_traffic(a2 * C * OC * 4, blocks, f) + \
+        geo.N * (C * geo.H * geo.W + OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
+
+
+def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:
+    """ns of reading the transformed weights once per block of tiles: free while they stay in the cache, a line per
+    LINE_NS up to L2_FACTOR caches, then a line per MEMORY_FACTOR * LINE_NS (calibrated on this AVX-512 Xeon: F(4x4)
+    on 512x7x7 streams its 38 MB of weights twice at about 28 GB/s, 2.7 ms; benchmarks/winograd.py)."""
+    lines = u_bytes / f.line_bytes
+    if u_bytes <= f.cache_bytes:
+        return lines * f.line * 0.25
+    per_line = f.line if u_bytes <= L2_FACTOR * f.cache_bytes else MEMORY_FACTOR * f.line
+    return blocks * lines * per_line
 
 
 def order_tile_size(order: str) -> int | None:

@@ -5,7 +5,7 @@ build's --conv-algo and --max-memory (not a registered pass: it needs them).
 
 Budget: the transformed weights replace the direct kernel's (alpha^2 / 9 of their bytes: F(2x2) 16/9, F(4x4) 4x);
 the bytes they add over the whole model may not exceed GROWTH_BUDGET times the model's constant bytes, nor take
-constants past --max-memory. Layers are served in order of weight bytes per multiply-add (cheapest growth per
+weights plus every activation's bytes (the arena's bound before it is planned) past --max-memory. Layers are served in order of weight bytes per multiply-add (cheapest growth per
 saved multiplication first), each the largest tile that still fits."""
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
         return {}
     weights = sum(t.nbytes for t in graph.tensors.values() if t.is_const)
     left = GROWTH_BUDGET * weights
-    if max_bytes is not None:
-        left = min(left, max_bytes - weights)
+    if max_bytes is not None:  # the arena at most every activation apart (the memory plan comes later)
+        left = min(left, max_bytes - weights - sum(t.nbytes for t in graph.tensors.values() if not t.is_const))
 
     def per_mac(node: Node) -> float:
         out, w = graph.tensors[node.outputs[0]], graph.tensors[node.inputs[1]]

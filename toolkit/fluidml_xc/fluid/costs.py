@@ -305,7 +305,8 @@ class AnalyticModel:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
         for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators).items():
-            costs[order] = self.threaded(CALL_NS + winograd_ns(geo, wp, FIGURES), winograd_tiles(geo, wp))
+            work, shared = winograd_ns(geo, wp, FIGURES)
+            costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp)) + shared
         best = min(costs, key=costs.get)
         default = geo.default_order()
         if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):

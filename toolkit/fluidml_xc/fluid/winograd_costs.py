@@ -49,8 +49,9 @@ def tiles(geo: ConvGeometry, wp: WinogradPlan) -> int:
     return n if n >= 2 else 1
 
 
-def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> float:
-    """ns of the Winograd kernel for this geometry (one thread)."""
+def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float, float]:
+    """ns of the Winograd kernel for this geometry on one thread: (the work threads divide, the transformed weights'
+    traffic from beyond the cache, which they share)."""
     t = TRANSFORMS[wp.m]
     a2, V, C, OC = wp.alpha ** 2, geo.V, geo.C, geo.OC
     blocks = geo.N * wp.blocks
@@ -68,8 +69,8 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> float:
     stores = wp.m ** 2 * (f.store if geo.os[1] == 1 else V * f.scatter)
     res = 0.0 if geo.residual is None else wp.m ** 2 * (f.vload if geo.residual[1] == 1 else V * f.scatter)
     output_ns = out_vecs * (a2 * f.vload + ops_out * f.flop / 2 + stores + res)
-    return input_ns + gemm + output_ns + weight_traffic(a2 * C * OC * 4, blocks, f) + \
-        geo.N * (C * geo.H * geo.W + OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
+    io = geo.N * (C * geo.H * geo.W + OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
+    return input_ns + gemm + output_ns + io, weight_traffic(a2 * C * OC * 4, blocks, f)
 
 
 def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:

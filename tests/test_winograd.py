@@ -196,3 +196,18 @@ def test_max_memory_build_falls_back_to_direct(tmp_path):
     art = build(model, tmp_path, max_memory=64 * 64 * 9 * 4 + 2 * 64 * 28 * 28 * 4 + 50_000)
     manifest = json.loads((art / "manifest.json").read_text())
     assert "winograd" not in manifest["optimizer"] and not manifest["optimizer"]["loop_orders"]["conv"].startswith("wino")
+
+
+def test_cli_conv_algo_and_inspect(tmp_path):
+    """`build --conv-algo auto|direct` and `inspect`'s per-layer algorithm and weight growth."""
+    from modelrun import cli
+
+    path = tmp_path / "conv.onnx"
+    onnx.save(conv_model(64, 64, 56, 56), path)
+    for algo in ("auto", "direct"):
+        proc = cli("build", str(path), "--conv-algo", algo, "-o", str(tmp_path / algo), "--no-profile-runner")
+        assert proc.returncode == 0, proc.stderr
+    shown = cli("inspect", str(tmp_path / "auto"))
+    assert shown.returncode == 0 and "conv: F(4x4, 3x3)  weights 147,456 B (144.0 KiB) -> 589,824 B (576.0 KiB) (4.00x)" in shown.stdout
+    assert "winograd:" not in cli("inspect", str(tmp_path / "direct")).stdout
+    assert "invalid choice" in cli("build", str(path), "--conv-algo", "fast").stderr

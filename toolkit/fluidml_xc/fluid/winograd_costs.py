@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.winograd import ALLOWED_ATTR, ORDERS, TRANSFORMS, WinogradPlan, plan_winograd
+from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, WinogradPlan, plan_winograd
 from .geometry import ConvGeometry
 
 
@@ -82,8 +82,3 @@ def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:
         return lines * f.line * 0.25
     per_line = f.line if u_bytes <= L2_FACTOR * f.cache_bytes else MEMORY_FACTOR * f.line
     return blocks * lines * per_line
-
-
-def order_tile_size(order: str) -> int | None:
-    """The m of a Winograd loop order, None for a direct one."""
-    return ORDERS.get(order)

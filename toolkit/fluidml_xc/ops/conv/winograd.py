@@ -14,7 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...kernels.conv_plan import ConvPlan
-from ...kernels.epilogue import activate
+from ...kernels.epilogue import activate, fill
 from ...kernels.matmul_blocked import Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns
 from ...kernels.scalar import llvm_type
 from ...kernels.winograd import TRANSFORMS, transform_weights
@@ -29,18 +29,12 @@ def _combine(k, coefs, vals):
         if abs(c) == 1:
             term, neg = v, c < 0
         else:
-            term, neg = k.b.fmul(v, _fill(v.type, abs(float(c)))), c < 0
+            term, neg = k.b.fmul(v, fill(v.type, abs(float(c)))), c < 0
         if acc is None:
-            acc = k.b.fsub(_fill(v.type, 0.0), term) if neg else term
+            acc = k.b.fsub(fill(v.type, 0.0), term) if neg else term
         else:
             acc = k.b.fsub(acc, term) if neg else k.b.fadd(acc, term)
-    return acc if acc is not None else _fill(vals[0].type, 0.0)
-
-
-def _fill(ty, value: float):
-    if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
-    return ir.Constant(ty, value)
+    return acc if acc is not None else fill(vals[0].type, 0.0)
 
 
 def sandwich(k, left: np.ndarray, d: list[list]) -> list[list]:
@@ -136,7 +130,7 @@ class WinogradConv:
                     continue
                 ok = valid[i][j]
                 v = k.vgather(self.xp, dt, b.select(ok, at, mul_index(k, c0, s.xs[1])), s.xs[1], L)
-                row.append(b.select(ok, v, _fill(v.type, 0.0)))
+                row.append(b.select(ok, v, fill(v.type, 0.0)))
             d.append(row)
         v = sandwich(k, self.t.BT, d)
         for i in range(a):

@@ -158,7 +158,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for spec in filter(None, args.layers.split(",")):
             c, hw = (int(v) for v in spec.split("x"))
-            compare(f"conv{c}x{hw}", conv_layer(c, hw), ["direct", "wino2", "wino4", None], args, Path(tmp))
+            compare(f"conv{c}x{hw}", conv_layer(c, hw), ["direct", "wino2", "wino4", "wino6", None], args, Path(tmp))
         if args.model:
             compare("resnet18_like", resnet18_like(), ["direct", None], args, Path(tmp))
     return 0

@@ -73,7 +73,7 @@ def jit_conv(model, order: str, channels_last: bool):
     return logical[node.inputs[0]], out
 
 
-@pytest.mark.parametrize("order", ["wino2", "wino4"])
+@pytest.mark.parametrize("order", ["wino2", "wino4", "wino6"])
 @pytest.mark.parametrize("c, oc, h, w, pads, channels_last", [
     (16, 16, 12, 12, (1, 1, 1, 1), False),
     (3, 17, 7, 5, (2, 1, 0, 2), False),     # odd channels, uneven pads, partial tiles on both edges

@@ -21,6 +21,13 @@ _BT4 = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2,
 _G4 = [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6],
        [0, 0, 1]]
 _AT4 = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
+_BT6 = [[1, 0, -21 / 4, 0, 21 / 4, 0, -1, 0], [0, 1, 1, -17 / 4, -17 / 4, 1, 1, 0], [0, -1, 1, 17 / 4, -17 / 4, -1, 1, 0],
+        [0, 1 / 2, 1 / 4, -5 / 2, -5 / 4, 2, 1, 0], [0, -1 / 2, 1 / 4, 5 / 2, -5 / 4, -2, 1, 0],
+        [0, 2, 4, -5 / 2, -5, 1 / 2, 1, 0], [0, -2, 4, 5 / 2, -5, -1 / 2, 1, 0], [0, -1, 0, 21 / 4, 0, -21 / 4, 0, 1]]
+_G6 = [[1, 0, 0], [-2 / 9, -2 / 9, -2 / 9], [-2 / 9, 2 / 9, -2 / 9], [1 / 90, 1 / 45, 2 / 45], [1 / 90, -1 / 45, 2 / 45],
+       [32 / 45, 16 / 45, 8 / 45], [32 / 45, -16 / 45, 8 / 45], [0, 0, 1]]
+_AT6 = [[1, 1, 1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 1 / 2, -1 / 2, 0], [0, 1, 1, 4, 4, 1 / 4, 1 / 4, 0],
+        [0, 1, -1, 8, -8, 1 / 8, -1 / 8, 0], [0, 1, 1, 16, 16, 1 / 16, 1 / 16, 0], [0, 1, -1, 32, -32, 1 / 32, -1 / 32, 1]]
 
 
 @dataclass(frozen=True)
@@ -37,10 +44,9 @@ class Transforms:
         return self.m + 2
 
 
-TRANSFORMS = {2: Transforms(2, np.array(_BT2, float), np.array(_G2, float), np.array(_AT2, float)),
-              4: Transforms(4, np.array(_BT4, float), np.array(_G4, float), np.array(_AT4, float))}
-"""The tile sizes built: F(6x6, 3x3) is left out (its points 1/2 and 2 put float32 errors near 1e-3 relative on
-256-channel layers)."""
+TRANSFORMS = {m: Transforms(m, np.array(bt, float), np.array(g, float), np.array(at, float))
+              for m, bt, g, at in ((2, _BT2, _G2, _AT2), (4, _BT4, _G4, _AT4), (6, _BT6, _G6, _AT6))}
+"""The tile sizes built: F(2x2), F(4x4) (points 0, +-1, +-2) and F(6x6) (0, +-1, +-2, +-1/2; wincnn's matrices)."""
 ORDERS = {f"wino{m}": m for m in TRANSFORMS}
 """The Conv loop orders that select Winograd (fluid picks them like the direct orders, fluid/winograd_costs.py)."""
 ALLOWED_ATTR = "_winograd"

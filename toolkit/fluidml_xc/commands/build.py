@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
     parser.add_argument("--conv-algo", choices=("auto", "direct"), default="auto",
-                        help="auto: 3x3 stride-1 convs may run as Winograd F(2x2)/F(4x4) where the cost model prices it "
+                        help="auto: 3x3 stride-1 convs may run as Winograd F(2x2)/F(4x4)/F(6x6) where the cost model prices it "
                              "faster, within the weight budget (docs/WINOGRAD.md); direct: never")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
     parser.add_argument("--threads", type=int, metavar="N", help="threads the model runs on (default: the board's cores; "

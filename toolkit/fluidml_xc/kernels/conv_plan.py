@@ -265,7 +265,7 @@ class ConvPlan:
     border_loop: bool = False
     """The padded rows above and below the interior run as one loop, tap ranges from the tables (`border_loop`)."""
     winograd: WinogradPlan | None = None
-    """Winograd F(m x m, 3 x 3) instead of the direct form (loop order "wino2" / "wino4", kernels/winograd.py)."""
+    """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6": kernels/winograd.py ORDERS)."""
 
 
 def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:

@@ -19,14 +19,14 @@ RTOL = 1e-4
 
 
 def conv_model(c: int, oc: int, h: int, w: int, pads=(1, 1, 1, 1), bias: bool = True, residual_relu: bool = False,
-               seed: int = 0) -> onnx.ModelProto:
+               seed: int = 0, group: int = 1) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
-    inits = [numpy_helper.from_array((rng.standard_normal((oc, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32), "w")]
+    inits = [numpy_helper.from_array((rng.standard_normal((oc, c // group, 3, 3)) / np.sqrt(9 * c)).astype(np.float32), "w")]
     ins = ["x", "w"]
     if bias:
         inits.append(numpy_helper.from_array(rng.standard_normal(oc).astype(np.float32), "b"))
         ins.append("b")
-    nodes = [helper.make_node("Conv", ins, ["y"], pads=list(pads), name="conv")]
+    nodes = [helper.make_node("Conv", ins, ["y"], pads=list(pads), group=group, name="conv")]
     out = "y"
     oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
     if residual_relu:
@@ -91,6 +91,22 @@ def test_kernel_matches_ort(order, c, oc, h, w, pads, channels_last):
     bias = numpy_helper.to_array(model.graph.initializer[1]).reshape(1, -1, 1, 1)
     ours = reference(x, numpy_helper.to_array(model.graph.initializer[0]), pads[:2], ORDERS[order], want.shape[2:]) + bias
     assert rel_error(got, ours) < 1e-5  # the transforms' own arithmetic, not a direct conv
+
+
+@pytest.mark.parametrize("order", ["wino2", "wino4", "wino6"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_grouped_matches_ort(order, channels_last):
+    """Two groups of 16 -> 20 channels (groups of at least 8 channels qualify; depthwise does not)."""
+    from fluidml_xc.passes.winograd import eligible
+    from fluidml_xc.pipeline import import_graph
+
+    model = conv_model(32, 40, 11, 9, (1, 2, 0, 1), group=2)
+    x, got = jit_conv(model, order, channels_last)
+    assert rel_error(got, ort(model, x)) < RTOL
+    graph = import_graph(model)
+    assert eligible(graph, next(n for n in graph.nodes if n.op_type == "Conv"))
+    depthwise = import_graph(conv_model(16, 16, 12, 12, group=16))
+    assert not eligible(depthwise, depthwise.nodes[0])
 
 
 def test_plan_marks_winograd_on_ir():

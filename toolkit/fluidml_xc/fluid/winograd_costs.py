@@ -44,8 +44,8 @@ def allowed_orders(node, geo: ConvGeometry | None, accumulators: int) -> dict[st
 
 
 def tiles(geo: ConvGeometry, wp: WinogradPlan) -> int:
-    """Parallel tiles of the kernel: images x blocks of tiles."""
-    n = geo.N * wp.blocks
+    """Parallel tiles of the kernel: images x groups x blocks of tiles."""
+    n = geo.N * geo.G * wp.blocks
     return n if n >= 2 else 1
 
 
@@ -53,8 +53,8 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float,
     """ns of the Winograd kernel for this geometry on one thread: (the work threads divide, the transformed weights'
     traffic from beyond the cache, which they share)."""
     t = TRANSFORMS[wp.m]
-    a2, V, C, OC = wp.alpha ** 2, geo.V, geo.C, geo.OC
-    blocks = geo.N * wp.blocks
+    a2, V, C, OC = wp.alpha ** 2, geo.V, geo.Cig, geo.Cog
+    blocks = geo.N * geo.G * wp.blocks
     padded_tiles = blocks * wp.T
     lanes = V if geo.xs[1] == 1 and C >= V else 1
     ops_in = 2 * wp.alpha * int(np.count_nonzero(t.BT))
@@ -69,7 +69,7 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float,
     stores = wp.m ** 2 * (f.store if geo.os[1] == 1 else V * f.scatter)
     res = 0.0 if geo.residual is None else wp.m ** 2 * (f.vload if geo.residual[1] == 1 else V * f.scatter)
     output_ns = out_vecs * (a2 * f.vload + ops_out * f.flop / 2 + stores + res)
-    io = geo.N * (C * geo.H * geo.W + OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
+    io = geo.N * (geo.C * geo.H * geo.W + geo.OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
     return input_ns + gemm + output_ns + io, weight_traffic(a2 * C * OC * 4, blocks, f)
 
 

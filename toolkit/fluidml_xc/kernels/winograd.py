@@ -57,12 +57,21 @@ MAX_BLOCK_TILES = 4 * MR_OUTER
 """Tiles per block at most: more only lengthens the transformed input's stay in cache."""
 
 
+MIN_GROUP_CHANNELS = 8
+"""A grouped conv qualifies with at least this many input and output channels per group (depthwise never)."""
+
+
+def grouped_ok(groups: int, cin: int, cout: int) -> bool:
+    """One group, or groups of at least MIN_GROUP_CHANNELS input and output channels."""
+    return groups == 1 or (cin // groups >= MIN_GROUP_CHANNELS and cout // groups >= MIN_GROUP_CHANNELS)
+
+
 def eligible(shape, dtype: str, w_const: bool, finite: bool) -> bool:
-    """A 2-D float32 3x3 conv at stride 1, dilation 1, one group, constant finite weights, static dims, outputs of at
-    least 2 x 2 (any padding)."""
+    """A 2-D float32 3x3 conv at stride 1, dilation 1, groups as grouped_ok allows, constant finite weights, static
+    dims, outputs of at least 2 x 2 (any padding)."""
     s = shape
     return (dtype == "float32" and w_const and finite and s.dyn is None and not s.flat and (s.KH, s.KW) == (3, 3)
-            and (s.sh, s.sw, s.dh, s.dw) == (1, 1, 1, 1) and s.G == 1 and s.OH >= 2 and s.OW >= 2)
+            and (s.sh, s.sw, s.dh, s.dw) == (1, 1, 1, 1) and grouped_ok(s.G, s.C, s.OC) and s.OH >= 2 and s.OW >= 2)
 
 
 def growth(m: int) -> float:
@@ -72,8 +81,8 @@ def growth(m: int) -> float:
 
 @dataclass(frozen=True)
 class WinogradPlan:
-    """The Winograd kernel's blocking: blocks of T tiles per image, each transformed into a stack buffer, then per
-    panel of NR output channels and per MR tiles the alpha^2 GEMM tiles, then the output transform."""
+    """The Winograd kernel's blocking: blocks of T tiles per image and group, each transformed into a stack buffer,
+    then per panel of NR output channels and per MR tiles the alpha^2 GEMM tiles, then the output transform."""
 
     m: int
     alpha: int
@@ -83,7 +92,7 @@ class WinogradPlan:
     T: int
     """Tiles per block."""
     blocks: int
-    """Blocks per image."""
+    """Blocks per image and group."""
     MR: int
     NR: int
     """The GEMM's register tile: MR tiles x NR output channels (outer_tile)."""
@@ -97,7 +106,7 @@ def plan_winograd(s, m: int, V: int, accumulators: int) -> WinogradPlan | None:
     """The blocking of F(m x m, 3 x 3) for conv shape `s` at V lanes; None when one tile's transformed input does not
     fit the stack budget."""
     alpha = m + 2
-    per_tile = alpha * alpha * s.C * 4
+    per_tile = alpha * alpha * s.Cig * 4
     fit = STACK_BYTES // per_tile
     if fit < 1:
         return None
@@ -106,7 +115,7 @@ def plan_winograd(s, m: int, V: int, accumulators: int) -> WinogradPlan | None:
     T = min(fit, TH * TW, MAX_BLOCK_TILES)
     if T >= mr0:
         T -= T % mr0
-    mr, nr = outer_tile(T, s.OC, V, accumulators)
+    mr, nr = outer_tile(T, s.Cog, V, accumulators)
     return WinogradPlan(m, alpha, TH, TW, T, -(-TH * TW // T), mr, nr)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, Node
-from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, growth
+from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, grouped_ok, growth
 
 CONV_ALGOS = ("auto", "direct")
 """--conv-algo: auto (the cost model chooses per layer) or direct (never Winograd)."""
@@ -26,7 +26,8 @@ def _ints(node: Node, name: str, default) -> list[int]:
 
 
 def eligible(graph: Graph, node: Node) -> bool:
-    """A float32 2-D Conv, 3x3, stride 1, dilation 1, one group, constant finite weights, static dims, output >= 2x2."""
+    """A float32 2-D Conv, 3x3, stride 1, dilation 1, one group or groups of at least 8 channels in and out, constant
+    finite weights, a constant bias or none, static dims, output >= 2x2."""
     if node.op_type != "Conv" or len(node.inputs) < 2 or node.domain not in ("", "ai.onnx"):
         return False
     x, w, out = (graph.tensors.get(n) for n in (node.inputs[0], node.inputs[1], node.outputs[0]))
@@ -34,7 +35,7 @@ def eligible(graph: Graph, node: Node) -> bool:
         return False
     if not w.is_const or w.value is None or tuple(w.shape[2:]) != (3, 3) or not np.isfinite(w.value).all():
         return False
-    if x.dyn is not None or out.dyn is not None or int(node.attrs.get("group", 1)) != 1:
+    if x.dyn is not None or out.dyn is not None or not grouped_ok(int(node.attrs.get("group", 1)), x.shape[1], out.shape[1]):
         return False
     if _ints(node, "strides", [1, 1]) != [1, 1] or _ints(node, "dilations", [1, 1]) != [1, 1]:
         return False

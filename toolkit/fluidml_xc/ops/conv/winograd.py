@@ -54,39 +54,42 @@ class WinogradConv:
         s, wp, dt = self.s, self.wp, self.dt
         self.V = k.lanes(dt)
         self.A2 = wp.alpha * wp.alpha
-        u = transform_weights(np.asarray(w.value).reshape(s.OC, s.C, 3, 3), wp.m)
-        self.panel = panel_columns(k, wp.T, s.OC, wp.NR, dt)
-        self.B = pack_panels(k, Mat(None, (0,), s.OC, 1, u), 1, self.panel, dt)
-        self.P = Problem(dt, (self.A2,), wp.T, s.OC, s.C, Mat(None, (wp.T * s.C,), s.C, 1), self.B, self.B)
-        self.bias = bias
-        if bias is not None and bias.value is not None:  # padded so a panel's last vector reads no further
-            padded = np.zeros(-(-s.OC // wp.NR) * wp.NR + self.V, dt)
-            padded[:s.OC] = np.asarray(bias.value).reshape(-1)
-            self.bias = k.constant_array(padded)
+        self.Ci, self.Co = s.Cig, s.Cog
+        groups = np.asarray(w.value).reshape(s.G, self.Co, self.Ci, 3, 3)
+        u = np.concatenate([transform_weights(g, wp.m) for g in groups])  # (G * alpha^2, Cin/G, Cout/G)
+        self.panel = panel_columns(k, wp.T, self.Co, wp.NR, dt)
+        self.B = pack_panels(k, Mat(None, (0,), self.Co, 1, u), 1, self.panel, dt)
+        self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.Ci, Mat(None, (wp.T * self.Ci,), self.Ci, 1), self.B, self.B)
+        self.bias, self.bias_run = bias, self.Co
+        if bias is not None and bias.value is not None:  # per group, padded so a panel's last vector reads no further
+            self.bias_run = -(-self.Co // wp.NR) * wp.NR + self.V
+            padded = np.zeros((s.G, self.bias_run), dt)
+            padded[:, :self.Co] = np.asarray(bias.value).reshape(s.G, self.Co)
+            self.bias = k.constant_array(padded.reshape(-1))
         with k.b.goto_entry_block():
-            self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * s.C))
+            self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * self.Ci))
             self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.MR * wp.NR))
         self.P.a.storage = self.vbuf
 
     def emit(self) -> None:
         s, wp, k = self.s, self.wp, self.k
-        work = float(s.N) * s.OC * s.OH * s.OW * s.C * 9
-        with k.parallel_tiles([s.N, wp.blocks], work) as (n, blk):
-            self.block(n, blk)
+        work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * 9
+        with k.parallel_tiles([s.N, s.G, wp.blocks], work) as (n, g, blk):
+            self.block(n, g, blk)
 
-    def block(self, n, blk) -> None:
+    def block(self, n, g, blk) -> None:
         k, wp = self.k, self.wp
         with k.for_range(wp.T) as t:
-            self.transform_input(n, add_index(k, mul_index(k, blk, wp.T), t), t)
-        full_p, rem = divmod(self.s.OC, wp.NR)
+            self.transform_input(n, g, add_index(k, mul_index(k, blk, wp.T), t), t)
+        full_p, rem = divmod(self.Co, wp.NR)
         if full_p:
             with k.for_range(full_p) as p:
-                self.panel_tiles(n, blk, mul_index(k, p, wp.NR), p, [self.V] * (wp.NR // self.V), wp.NR)
+                self.panel_tiles(n, g, blk, mul_index(k, p, wp.NR), p, [self.V] * (wp.NR // self.V), wp.NR)
         if rem:
-            self.panel_tiles(n, blk, k.index(full_p * wp.NR), full_p, [self.V] * -(-rem // self.V), rem)
+            self.panel_tiles(n, g, blk, k.index(full_p * wp.NR), full_p, [self.V] * -(-rem // self.V), rem)
 
     # -- 1. input transform ------------------------------------------------------------------------
-    def transform_input(self, n, tt, t) -> None:
+    def transform_input(self, n, g, tt, t) -> None:
         k, s, wp, b = self.k, self.s, self.wp, self.k.b
         a = wp.alpha
         th, tw = b.udiv(tt, k.index(wp.TW)), b.urem(tt, k.index(wp.TW))
@@ -96,7 +99,8 @@ class WinogradConv:
         rows = [b.and_(live, self._within(add_index(k, ih0, i), s.H)) for i in range(a)]
         cols = [self._within(add_index(k, iw0, j), s.W) for j in range(a)]
         inside = b.and_(b.and_(rows[0], rows[-1]), b.and_(cols[0], cols[-1]))
-        base = add_index(k, mul_index(k, n, s.xs[0]), add_index(k, b.mul(ih0, k.index(s.xs[2])), b.mul(iw0, k.index(s.xs[3]))))
+        base = add_index(k, add_index(k, mul_index(k, n, s.xs[0]), mul_index(k, g, self.Ci * s.xs[1])),
+                         add_index(k, b.mul(ih0, k.index(s.xs[2])), b.mul(iw0, k.index(s.xs[3]))))
         with b.if_else(inside) as (fast, slow):
             with fast:
                 self.channels(base, t, None)
@@ -109,17 +113,18 @@ class WinogradConv:
 
     def channels(self, base, t, valid) -> None:
         k, s = self.k, self.s
-        L = self.V if s.xs[1] == 1 and s.C >= self.V else 1
-        full = s.C // L
+        L = self.V if s.xs[1] == 1 and self.Ci >= self.V else 1
+        full = self.Ci // L
         with k.for_range(full) as cg:
             self.patch(base, t, mul_index(k, cg, L), L, valid)
-        for c in range(full * L, s.C):
+        for c in range(full * L, self.Ci):
             self.patch(base, t, k.index(c), 1, valid)
 
     def patch(self, base, t, c0, L: int, valid) -> None:
         k, s, wp, b, dt = self.k, self.s, self.wp, self.k.b, self.dt
         a = wp.alpha
         cbase = add_index(k, base, mul_index(k, c0, s.xs[1]))
+        cbase_safe = mul_index(k, c0, s.xs[1]) if valid is not None else None  # image 0, group 0: always in bounds
         d = []
         for i in range(a):
             row = []
@@ -129,33 +134,34 @@ class WinogradConv:
                     row.append(k.vgather(self.xp, dt, at, s.xs[1], L))
                     continue
                 ok = valid[i][j]
-                v = k.vgather(self.xp, dt, b.select(ok, at, mul_index(k, c0, s.xs[1])), s.xs[1], L)
+                v = k.vgather(self.xp, dt, b.select(ok, at, cbase_safe), s.xs[1], L)
                 row.append(b.select(ok, v, fill(v.type, 0.0)))
             d.append(row)
         v = sandwich(k, self.t.BT, d)
         for i in range(a):
             for j in range(a):
-                at = add_index(k, add_index(k, mul_index(k, t, s.C), (i * a + j) * wp.T * s.C), c0)
+                at = add_index(k, add_index(k, mul_index(k, t, self.Ci), (i * a + j) * wp.T * self.Ci), c0)
                 k.vstore(v[i][j], self.vbuf, dt, at)
 
     # -- 2. the GEMM tiles, 3. output transform --------------------------------------------------------
-    def panel_tiles(self, n, blk, col0, pidx, widths: list[int], valid: int) -> None:
+    def panel_tiles(self, n, g, blk, col0, pidx, widths: list[int], valid: int) -> None:
         k, wp = self.k, self.wp
         with k.for_range(wp.T // wp.MR) as rt:
             i0 = mul_index(k, rt, wp.MR)
             with k.for_range(self.A2) as xi:
-                bases = (mul_index(k, xi, wp.T * self.s.C), mul_index(k, xi, self.B.bstrides[0]), None)
-                slots = outer_accumulate(k, self.P, wp.NR, self.s.C, bases, i0, wp.MR, col0, pidx, widths)
+                point = add_index(k, mul_index(k, g, self.A2), xi)
+                bases = (mul_index(k, xi, wp.T * self.Ci), mul_index(k, point, self.B.bstrides[0]), None)
+                slots = outer_accumulate(k, self.P, wp.NR, self.Ci, bases, i0, wp.MR, col0, pidx, widths)
                 for r in range(wp.MR):
                     row = mul_index(k, add_index(k, mul_index(k, xi, wp.MR), r), wp.NR)
-                    for g, w in enumerate(widths):
-                        k.vstore(k.b.load(slots[r][g]), self.mbuf, self.dt, add_index(k, row, sum(widths[:g])))
+                    for q in range(len(widths)):
+                        k.vstore(k.b.load(slots[r][q]), self.mbuf, self.dt, add_index(k, row, sum(widths[:q])))
             with k.for_range(wp.MR) as r:
                 tt = add_index(k, mul_index(k, blk, wp.T), add_index(k, i0, r))
                 with k.b.if_then(k.b.icmp_signed("<", tt, k.index(wp.tiles))):
-                    self.transform_output(n, tt, r, col0, widths, valid)
+                    self.transform_output(n, g, tt, r, col0, widths, valid)
 
-    def transform_output(self, n, tt, r, col0, widths: list[int], valid: int) -> None:
+    def transform_output(self, n, g, tt, r, col0, widths: list[int], valid: int) -> None:
         k, s, wp, b = self.k, self.s, self.wp, self.k.b
         m, a = wp.m, wp.alpha
         oh0 = mul_index(k, b.udiv(tt, k.index(wp.TW)), m)
@@ -163,22 +169,24 @@ class WinogradConv:
         whole = b.and_(b.icmp_signed("<=", add_index(k, oh0, m), k.index(s.OH)),
                        b.icmp_signed("<=", add_index(k, ow0, m), k.index(s.OW)))
         ys = []
-        for g, w in enumerate(widths):
-            off = sum(widths[:g])
+        for q, w in enumerate(widths):
+            off = sum(widths[:q])
             grid = [[k.vload(self.mbuf, self.dt, add_index(k, mul_index(k, add_index(k, r, (i * a + j) * wp.MR),
                                                                           wp.NR), off), w)
                      for j in range(a)] for i in range(a)]
-            ys.append((off, w, min(w, valid - off), self._add_bias(sandwich(k, self.t.AT, grid), add_index(k, col0, off), w,
+            ys.append((off, w, min(w, valid - off), self._add_bias(sandwich(k, self.t.AT, grid), g, add_index(k, col0, off), w,
                                                                      min(w, valid - off))))
+        co0 = add_index(k, mul_index(k, g, self.Co), col0)
         with b.if_else(whole) as (fast, slow):
             with fast:
-                self.store(n, oh0, ow0, col0, ys, None)
+                self.store(n, oh0, ow0, co0, ys, None)
             with slow:
-                self.store(n, oh0, ow0, col0, ys, (s.OH, s.OW))
+                self.store(n, oh0, ow0, co0, ys, (s.OH, s.OW))
 
-    def _add_bias(self, y, co, w: int, count: int):
+    def _add_bias(self, y, g, co, w: int, count: int):
         if self.bias is None:
             return y
+        co = add_index(self.k, mul_index(self.k, g, self.bias_run), co)
         if isinstance(self.bias, ir.Value):
             bv = self.k.vload(self.bias, self.dt, co, w)
         else:

@@ -122,12 +122,12 @@ def test_plan_marks_winograd_on_ir():
 
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
-@pytest.mark.parametrize("order", ["wino2", "wino4"])
-def test_arm_under_qemu(board, order, tmp_path, patched_compiler):
+@pytest.mark.parametrize("order, group", [("wino2", 1), ("wino4", 1), ("wino4", 2), ("wino6", 1)])
+def test_arm_under_qemu(board, order, group, tmp_path, patched_compiler):
     require_emulator(board)
     force(patched_compiler, order)
-    model = conv_model(12, 20, 10, 9, (1, 0, 1, 2), residual_relu=True)
-    x = np.random.default_rng(3).standard_normal((1, 12, 10, 9)).astype(np.float32)
+    model = conv_model(16, 20, 10, 9, (1, 0, 1, 2), residual_relu=True, group=group)
+    x = np.random.default_rng(3).standard_normal((1, 16, 10, 9)).astype(np.float32)
     art = build(model, tmp_path, board)
     assert json.loads((art / "manifest.json").read_text())["optimizer"]["loop_orders"]["conv"] == order
     assert rel_error(run_runner(art, x), ort(model, x)) < RTOL

@@ -1,5 +1,5 @@
-"""The Winograd Conv kernel (plan: kernels/winograd.py WinogradPlan in ConvPlan.winograd). Per image and block of T
-tiles (the parallel split: tiles never share a reduction, so every thread count gives the same bits):
+"""The Winograd Conv kernel (plan: kernels/winograd.py WinogradPlan in ConvPlan.winograd). Per image, group and block
+of T tiles (the parallel split: tiles never share a reduction, so every thread count gives the same bits):
 
 1. input transform: each tile's alpha x alpha patch (zeros outside the input) of every input channel to
    V[xi][tile][channel] on the stack (channels as vectors when the input stores them innermost);

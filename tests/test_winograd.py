@@ -19,7 +19,7 @@ RTOL = 1e-4
 
 
 def conv_model(c: int, oc: int, h: int, w: int, pads=(1, 1, 1, 1), bias: bool = True, residual_relu: bool = False,
-               seed: int = 0, group: int = 1) -> onnx.ModelProto:
+               seed: int = 0, group: int = 1, batch: int = 1) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((oc, c // group, 3, 3)) / np.sqrt(9 * c)).astype(np.float32), "w")]
     ins = ["x", "w"]
@@ -30,11 +30,11 @@ def conv_model(c: int, oc: int, h: int, w: int, pads=(1, 1, 1, 1), bias: bool = 
     out = "y"
     oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
     if residual_relu:
-        inits.append(numpy_helper.from_array(rng.standard_normal((1, oc, oh, ow)).astype(np.float32), "r"))
+        inits.append(numpy_helper.from_array(rng.standard_normal((batch, oc, oh, ow)).astype(np.float32), "r"))
         nodes += [helper.make_node("Add", ["y", "r"], ["s"]), helper.make_node("Relu", ["s"], ["z"])]
         out = "z"
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])],
-                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, oc, oh, ow])], inits)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, h, w])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, oc, oh, ow])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -107,6 +107,13 @@ def test_grouped_matches_ort(order, channels_last):
     assert eligible(graph, next(n for n in graph.nodes if n.op_type == "Conv"))
     depthwise = import_graph(conv_model(16, 16, 12, 12, group=16))
     assert not eligible(depthwise, depthwise.nodes[0])
+
+
+@pytest.mark.parametrize("order", ["wino2", "wino4"])
+def test_batch_of_three(order):
+    model = conv_model(16, 24, 9, 13, group=2, batch=3)
+    x, got = jit_conv(model, order, True)
+    assert rel_error(got, ort(model, x)) < RTOL
 
 
 def test_plan_marks_winograd_on_ir():

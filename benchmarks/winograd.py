@@ -4,10 +4,11 @@
     python benchmarks/winograd.py [--threads 1,2] [--rounds 5] [--runs 20] [--board x86_64] [--cpu x86-64-v3]
                                   [--layers 64x56,128x28] [--model]
 
-Per layer (C in = C out, 3x3, pad 1, one image): builds the conv with the loop order forced to direct (what
---conv-algo direct gives), wino2 and wino4, and with the cost model's own choice (auto), all for the largest thread
-count; then `--rounds` A/B rounds (benchmarks/ab_timing.py: each round runs every build's runner `--runs` times and
-ORT as many, the least per build kept) at each thread count. Error: max |ours - ORT| / max |ORT| of each build.
+Per layer (C in = C out, 3x3, pad 1, one image): builds the conv with --conv-algo direct, with the loop order forced
+to wino2, wino4 and wino6, and with the cost model's own choice (auto), all for the largest thread count; then
+`--rounds` A/B rounds (benchmarks/ab_timing.py alternate: each round runs every build's runner `--runs` times and ORT
+as many; a time is the least single run over all rounds, ours (the runner's min_ms) and ORT's alike) at each thread
+count. Error: max |ours - ORT| / max |ORT| of each build.
 --model: a ResNet-18-like model (built here, random weights, 1x3x224x224), auto against direct and ORT.
 """
 from __future__ import annotations

@@ -69,6 +69,8 @@ class Case:
     model: onnx.ModelProto
     work: float = 0.0
     """FLOP (fp) or MAC (int8) of the whole op, for --measure; 0: not a single op."""
+    conv_algo: str = "direct"
+    """--conv-algo of the build: "auto" lets the cost model run 3x3 convs as Winograd (docs/WINOGRAD.md)."""
 
 
 def _model(nodes, inputs: dict, consts: dict, outputs=("y",), opset=13) -> onnx.ModelProto:
@@ -105,17 +107,21 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
         {"x": f32(1, 16, 28, 28)}, {"w1": f32(96, 16, 1, 1), "wd": f32(96, 1, 3, 3), "w2": f32(24, 96, 1, 1),
                                     "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}), ))
+    # the cost model's choice: Winograd on ARM (the hot loop is its GEMM tile over input channels), FLOP of the direct conv
+    out.append(Case("fp32 Conv 3x3 64->64 28x28 (auto: Winograd GEMM)", "fp", _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4)],
+        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 64, 3, 3), "bias": f32(64)}), 2.0 * 64 * 64 * 9 * 28 * 28, "auto"))
     out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0], 64.0 * 256 * 256))
     out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0], 32.0 * 32 * 9 * 28 * 28))
     return out
 
 
-def model_object(model: onnx.ModelProto, board) -> bytes:
+def model_object(model: onnx.ModelProto, board, conv_algo: str = "direct") -> bytes:
     from fluidml_xc.pipeline import LowerOptions, import_graph, lower
     from fluidml_xc.target.machine import compile_module, machine_spec
 
     spec = machine_spec(board)
-    lowered = lower(import_graph(model), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
+    lowered = lower(import_graph(model, conv_algo=conv_algo), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
     return compile_module(lowered.ir_text, spec), spec
 
 
@@ -299,7 +305,7 @@ def main() -> int:
             board = get_board(bname)
             arch = board.target.name
             try:
-                obj, spec = model_object(case.model, board)
+                obj, spec = model_object(case.model, board, case.conv_algo)
             except Exception as exc:  # a case this board cannot build is reported, not fatal
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue

@@ -1,7 +1,8 @@
 """Conv rows as loops, not copies (#27, ConvPlan.border_loop): the padded rows above and below the interior run as
 one loop with their tap ranges from the build-time tables, so a conv padded on both sides emits no more code than
 the same conv padded on one side; row pairs (aarch64) take their odd interior row into that loop. Outputs against
-onnx.reference, bit-identical across thread counts (rows split at run time), on x86_64, aarch64 and armv7.
+onnx.reference, bit-identical across thread counts (rows split at run time), on x86_64, aarch64 and armv7 (built
+with --conv-algo direct: these are the direct kernels' rows, tests/test_winograd.py tests Winograd's).
 Channel-vector blocks at 16 lanes: a strided (NCHW) store takes three instructions a lane from one base pointer, a bias
 vector one load, and a rest block of channels computes only the vectors it stores."""
 from __future__ import annotations
@@ -28,7 +29,7 @@ def one_conv(pads, group: int, x_shape, oc: int, k: int = 3, **attrs):
 
 def instructions(model, board: str, opt: str, spec=None) -> int:
     spec = spec or machine_spec(get_board(board))
-    text = lower(import_graph(model), spec, LowerOptions(opt=opt, parallel=False)).ir_text
+    text = lower(import_graph(model, conv_algo="direct"), spec, LowerOptions(opt=opt, parallel=False)).ir_text
     return sum(1 for line in text.splitlines() if line.startswith("  ") and not line.lstrip().startswith(";"))
 
 
@@ -89,7 +90,8 @@ def test_border_rows_loop_matches_reference_at_any_thread_count(tmp_path, board,
     require_emulator(board) if board != "x86_64" else None
     model, feeds = _convs()
     want = reference(model, feeds)
-    runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", board, opt=opt, threads=t, profile_runner=False) for t in (1, 3)]
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", board, opt=opt, threads=t, profile_runner=False, conv_algo="direct")
+            for t in (1, 3)]
     for name, expected in want.items():
         np.testing.assert_allclose(runs[0][name], expected, rtol=RTOL, atol=ATOL, err_msg=name)
         assert runs[0][name].tobytes() == runs[1][name].tobytes(), name

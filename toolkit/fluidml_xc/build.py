@@ -75,6 +75,9 @@ class BuildOptions:
     ($FLUIDML_XC_CACHE/kernels, /plans); --no-cache: neither."""
     workers: int | None = None
     """Processes the units compile on (None: one per core; 1: this one alone)."""
+    conv_algo: str = "auto"
+    """--conv-algo: auto (3x3 stride-1 convs may run as Winograd where the cost model prices it faster, within the
+    weight budget: passes/winograd.py) or direct."""
 
 
 @dataclass
@@ -460,7 +463,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         watch.mark("import")
         stage(BUILD_STAGES[1])
     graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
-                         on_imported=imported, ranges=options.ranges)
+                         on_imported=imported, ranges=options.ranges, conv_algo=options.conv_algo)
     watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
 

@@ -27,6 +27,7 @@ from .ir import Graph
 from .fluid.optimize import Decisions, apply_views, optimize
 from .fluid.range_choice import RangeChoice, SizePoint, decide_over_range
 from .passes import run_passes
+from .passes.winograd import mark_winograd
 from .planning import MemoryPlan, PlanOptions, plan_memory, verify_plan
 from .frontend.validate import Limits
 from .timings import Stopwatch
@@ -53,11 +54,12 @@ def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.M
 def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
                  limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
-                 ranges: ShapeRanges | None = None) -> Graph:
+                 ranges: ShapeRanges | None = None, conv_algo: str = "auto") -> Graph:
     """The graph the optimizer sees: imported (inputs in `bind` frozen to constants), passes run, every op supported.
     `on_imported` is called between import and passes (build's progress stages). With `ranges` (--dim, ranged
-    --input-shape), one graph for every size in them: capacity shapes plus Tensor.dyn (frontend/dynamic.py)."""
-    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges)
+    --input-shape), one graph for every size in them: capacity shapes plus Tensor.dyn (frontend/dynamic.py).
+    conv_algo: --conv-algo, the convs that may run as Winograd (passes/winograd.py, under `limits`)."""
+    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges, conv_algo)
     check_supported(graph)
     warn_nonfinite(model)  # once the model is known good: a refused one gets its one error line alone
     return graph
@@ -66,7 +68,7 @@ def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]
 def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                      bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
                      limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
-                     ranges: ShapeRanges | None = None) -> Graph:
+                     ranges: ShapeRanges | None = None, conv_algo: str = "auto") -> Graph:
     """import_graph without the final support check (a dynamic graph's ops may not take run-time sizes yet)."""
     shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
     bound = bind_inputs(model, bind or {})
@@ -83,6 +85,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
         run_passes(graph)
         for body in bodies(graph):
             run_passes(body)
+        mark_winograd(graph, conv_algo, limits.max_bytes if limits else None)
         return graph
     if not ranges:
         return at(shapes, on_imported)

@@ -35,6 +35,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help=BIND_HELP)
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
+    parser.add_argument("--conv-algo", choices=("auto", "direct"), default="auto",
+                        help="auto: 3x3 stride-1 convs may run as Winograd F(2x2)/F(4x4)/F(6x6) where the cost model prices it "
+                             "faster, within the weight budget (docs/WINOGRAD.md); direct: never")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
     parser.add_argument("--threads", type=int, metavar="N", help="threads the model runs on (default: the board's cores; "
                         "this machine's for x86_64); 1 starts no thread; the runner's --threads may lower it")
@@ -70,7 +73,7 @@ def main(args) -> int:
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges,
                                                       opt=args.opt,
-                                                      costs=args.costs, profile_runner=not args.no_profile_runner,
+                                                      costs=args.costs, conv_algo=args.conv_algo, profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       cpu=args.cpu, features=args.features, timings=args.timings,
                                                       cache=not args.no_cache, workers=args.build_workers, progress=stages))

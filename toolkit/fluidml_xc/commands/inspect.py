@@ -99,10 +99,12 @@ def main(args) -> int:
     print(f"\nloop orders: {len(orders)} heavy kernels" + ("" if orders else " (kernel defaults)"))
     kinds = {"ikj": "register-blocked outer products", "ijk": "register-blocked dot products",
              "jki": "register-blocked outer products on C^T", "kij": "scalar",
-             "co>px": "Conv: output-channel blocks outermost", "px>co": "Conv: pixel rows outermost"}
+             "co>px": "Conv: output-channel blocks outermost", "px>co": "Conv: pixel rows outermost",
+             "wino2": "Conv: Winograd F(2x2, 3x3)", "wino4": "Conv: Winograd F(4x4, 3x3)"}
     under = opt.get("kernel_layouts", {})
     for name, order in orders.items():
         print(f"  {name}: {order} ({kinds.get(order, '')})" + (f"  under {under[name]}" if name in under else ""))
+    _winograd(opt.get("winograd", {}))
     split = manifest.parallel_ops
     print(f"\nthreads: {manifest.threads}; {len(split)} ops split into tiles (tiles per split dimension; "
           "the rest run on the calling thread)")
@@ -183,6 +185,18 @@ def _print_inputs(manifest: Manifest) -> None:
         value = bound.get("value")
         shown = f"the file {bound.get('file')}" if value is None else value[0] if bound.get("shape") == [] else value
         print(f"  {name:<{width}}  bound at build time (--bind) to {shown}")
+
+
+def _winograd(convs: Mapping) -> None:
+    """The convs run as Winograd and their weight growth (docs/WINOGRAD.md)."""
+    if not convs:
+        return
+    before = sum(c["weight_bytes"] for c in convs.values())
+    after = sum(c["transformed_bytes"] for c in convs.values())
+    print(f"\nwinograd: {len(convs)} convs, weights {_kb(before)} -> {_kb(after)} ({after / max(before, 1):.2f}x)")
+    for name, c in convs.items():
+        print(f"  {name}: F({c['m']}x{c['m']}, 3x3)  weights {_kb(c['weight_bytes'])} -> {_kb(c['transformed_bytes'])} "
+              f"({c['transformed_bytes'] / max(c['weight_bytes'], 1):.2f}x)")
 
 
 def _replan(manifest: Manifest, directory: Path) -> dict | None:

@@ -36,6 +36,7 @@ from ..opspec import CostKind, OpSpec
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
+from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
 from .layouts import Perm
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
                                        matmul_geometry, outer_tile)
@@ -303,6 +304,9 @@ class AnalyticModel:
         if geo is None:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
+        for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators).items():
+            work, shared = winograd_ns(geo, wp, FIGURES)
+            costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp)) + shared
         best = min(costs, key=costs.get)
         default = geo.default_order()
         if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
@@ -461,6 +465,7 @@ class AnalyticModel:
 CONV_SCATTER_NS = 0.15
 """One element of a vector of output channels stored to a tensor whose channels are not innermost
 (measured: 3x3 convs into NCHW vs NHWC, AVX-512)."""
+FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
 FMA_IN_FLIGHT = 8
@@ -566,7 +571,9 @@ class Costs:
             strides = lambda n: self.model.strides(n, layouts)  # noqa: E731
             if kind == "conv":
                 geo = conv_geometry(self.graph, node, strides, self.model.vector_bits, self.model.forms)
-                return ns if geo is None else self.model.threaded(ns, self.model.conv_tiles(geo, order))
+                wino = allowed_orders(node, geo, self.model.forms.conv_accumulators).get(order)
+                tiles = None if geo is None else winograd_tiles(geo, wino) if wino else self.model.conv_tiles(geo, order)
+                return ns if geo is None else self.model.threaded(ns, tiles)
             return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides), order))
         serial = self.serial.cost_and_order(node, layouts)[0]
         return ns * self.model.cost_and_order(node, layouts)[0] / serial if serial > 0 else ns
@@ -578,7 +585,8 @@ class Costs:
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if self._loop_orders(node) == "conv":
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
-            return list(geo.orders()) if geo is not None else [None]
+            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators))
+            return list(geo.orders()) + wino if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts))
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)
         return [o for c, o in scored if c <= 2 * scored[0][0]][:2]

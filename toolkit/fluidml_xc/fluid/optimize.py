@@ -22,6 +22,7 @@ from .voting import vote_layouts
 from ..ir import Graph, Node
 from .. import opspec
 from ..opspec import OpSpec
+from ..kernels.winograd import ORDERS as WINOGRAD_ORDERS, growth
 
 MIN_GAIN = 0.01
 """The DP's layouts are kept only if they are predicted this much (fraction) faster than row-major;
@@ -70,6 +71,8 @@ class Decisions:
     variable: int = 0
     range_choice: dict = field(default_factory=dict)
     """A dynamic build's: which size's decisions serve the range and their cost ratios (fluid/range_choice.py)."""
+    winograd: dict[str, dict] = field(default_factory=dict)
+    """Conv run as Winograd -> {"m": tile size, "weight_bytes": direct's, "transformed_bytes": Winograd's}."""
 
     def summary(self) -> dict:
         return {"mode": self.mode, "costs": self.costs, "threads": self.threads, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
@@ -77,7 +80,8 @@ class Decisions:
                 "loop_orders": dict(self.loop_orders), "kernel_layouts": dict(self.kernel_layouts), "views": list(self.views), "segments": list(self.segments), "votes": list(self.votes),
                 "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
                 "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4),
-                **({"range_choice": self.range_choice} if self.range_choice else {})}
+                **({"range_choice": self.range_choice} if self.range_choice else {}),
+                **({"winograd": dict(self.winograd)} if self.winograd else {})}
 
 
 def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> bool:
@@ -88,6 +92,12 @@ def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> 
         return (not int(node.attrs.get("training_mode", 0)) and len([o for o in node.outputs if o]) == 1
                 and all(n and graph.tensors[n].is_const for n in node.inputs[1:5]) and len(node.inputs) >= 5)
     return spec.layout_safe
+
+
+def winograd_entry(graph: Graph, node, m: int) -> dict:
+    """Decisions.winograd's entry of a conv run as F(m x m, 3 x 3)."""
+    w = graph.tensors[node.inputs[1]]
+    return {"m": m, "weight_bytes": int(w.nbytes), "transformed_bytes": int(round(w.nbytes * growth(m)))}
 
 
 def build_problem(graph: Graph, costs: Costs):
@@ -215,6 +225,8 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
             order = model.cost_and_order(node, decisions.layouts, varies=True)[1]
             if order:
                 decisions.loop_orders[node.name] = order
+                if order in WINOGRAD_ORDERS:
+                    decisions.winograd[node.name] = winograd_entry(graph, node, WINOGRAD_ORDERS[order])
                 activations = 1 if spec.loop_orders == "conv" else 2
                 names = [t for t in (*node.inputs[:activations], node.outputs[0]) if t]
                 decisions.kernel_layouts[node.name] = " -> ".join(

@@ -18,6 +18,7 @@ from ..dtypes import compute_dtype
 from ..symbolic import Dim, SymRange, floordiv, is_static, maximum, minimum
 from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle
 from .epilogue import Epilogue
+from .winograd import ORDERS as WINOGRAD_ORDERS, WinogradPlan, eligible as winograd_eligible, plan_winograd
 
 UNROLL_TAPS = 49
 """Kernel windows up to this many taps (7x7) run with their tap rows unrolled."""
@@ -263,6 +264,8 @@ class ConvPlan:
     """Run-time geometry when dims vary (the ranges above are then the capacity's and unused for a varying dim)."""
     border_loop: bool = False
     """The padded rows above and below the interior run as one loop, tap ranges from the tables (`border_loop`)."""
+    winograd: WinogradPlan | None = None
+    """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6": kernels/winograd.py ORDERS)."""
 
 
 def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
@@ -314,7 +317,8 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
               epilogue: Epilogue | None = None) -> ConvPlan:
     """The plan of conv `s` on `forms` at V lanes (pack_V: the widest code variant's lanes, which the packed weights
     follow); finite: every constant weight is finite; bias_const: the bias is a build-time constant; order: the
-    optimizer's loop order (CONV_ORDERS), else the blocking's default."""
+    optimizer's loop order (CONV_ORDERS; a Winograd order, kernels/winograd.py ORDERS, on an eligible conv sets
+    `winograd`), else the blocking's default."""
     itemsize = np.dtype(dtype).itemsize
     pointwise = _pointwise_over_rows(s)
     H, W, OH, OW = (1, s.H * s.W, 1, s.OH * s.OW) if pointwise else (s.H, s.W, s.OH, s.OW)
@@ -343,6 +347,9 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     elif pointwise and channels:
         form, px_tiles = "pixels " + form, OH * OW // b.P
     rows = inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0)
+    wino = None
+    if order in WINOGRAD_ORDERS and winograd_eligible(s, dtype, w_const, finite):
+        wino = plan_winograd(s, WINOGRAD_ORDERS[order], V, forms.conv_accumulators)
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
         s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, rows, cols,
@@ -351,7 +358,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
-        form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows))
+        form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows), wino)
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

@@ -72,6 +72,7 @@ from .generic import conv_generic
 from .padding import store_padding_nan
 from .rows import RowVectors
 from .walk import ConvKernel
+from .winograd import emit_winograd
 
 
 def _packed(c: ConvKernel, p: ConvPlan) -> None:
@@ -251,5 +252,9 @@ def lower_conv(k):
                          w_const=value is not None, finite=value is not None and bool(np.isfinite(value).all()),
                          bias_const=bias is not None and getattr(bias, "value", None) is not None, order=k.loop_order,
                          epilogue=epi)
-        emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, None if residual is None else (s.rs, residual.ptr)))
+        res = None if residual is None else (s.rs, residual.ptr)
+        if plan.winograd is not None:
+            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi)
+        else:
+            emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, res))
     store_padding_nan(k, x, w, out, strides, dils, pads)

@@ -1,0 +1,241 @@
+"""The Winograd Conv kernel (plan: kernels/winograd.py WinogradPlan in ConvPlan.winograd). Per image, group and block
+of T tiles (the parallel split: tiles never share a reduction, so every thread count gives the same bits):
+
+1. input transform: each tile's alpha x alpha patch (zeros outside the input) of every input channel to
+   V[xi][tile][channel] on the stack (channels as vectors when the input stores them innermost);
+2. per panel of NR output channels and group of MR tiles, for each of the alpha^2 points xi the blocked GEMM's
+   register tile (kernels/matmul_blocked.py outer_accumulate) over the channels: V[xi] (tiles x Cin) times the
+   build-time transformed weights U[xi] (Cin x Cout, packed in panels as the MatMul kernel packs B), to M on the stack;
+3. output transform of those tiles, vectors over the panel's channels: Y = A^T M A, then the bias, the fused residual
+   and activation, stored through the output's strides (pixels past the image's edge skipped)."""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ...kernels.conv_plan import ConvPlan
+from ...kernels.epilogue import activate, fill
+from ...kernels.matmul_blocked import Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns
+from ...kernels.scalar import llvm_type
+from ...kernels.winograd import TRANSFORMS, transform_weights
+
+
+def _combine(k, coefs, vals):
+    """sum_i coefs[i] * vals[i] over the non-zero coefficients (+-1 as adds and subtracts)."""
+    acc = None
+    for c, v in zip(coefs, vals):
+        if c == 0:
+            continue
+        if abs(c) == 1:
+            term, neg = v, c < 0
+        else:
+            term, neg = k.b.fmul(v, fill(v.type, abs(float(c)))), c < 0
+        if acc is None:
+            acc = k.b.fsub(fill(v.type, 0.0), term) if neg else term
+        else:
+            acc = k.b.fsub(acc, term) if neg else k.b.fadd(acc, term)
+    return acc if acc is not None else fill(vals[0].type, 0.0)
+
+
+def sandwich(k, left: np.ndarray, d: list[list]) -> list[list]:
+    """left @ d @ left^T on a square grid of values (scalars or vectors)."""
+    rows = [[_combine(k, left[i], [d[r][j] for r in range(len(d))]) for j in range(len(d[0]))] for i in range(left.shape[0])]
+    return [[_combine(k, left[j], rows[i]) for j in range(left.shape[0])] for i in range(left.shape[0])]
+
+
+class WinogradConv:
+    """One Winograd conv being emitted: operands, scratch buffers and the three stages."""
+
+    def __init__(self, k, plan: ConvPlan, xp, op, w, bias, res, epilogue):
+        self.k, self.p, self.s, self.wp = k, plan, plan.shape, plan.winograd
+        self.xp, self.op, self.res, self.epi = xp, op, res, epilogue
+        self.dt = np.dtype(plan.dtype)
+        self.t = TRANSFORMS[self.wp.m]
+        s, wp, dt = self.s, self.wp, self.dt
+        self.V = k.lanes(dt)
+        self.A2 = wp.alpha * wp.alpha
+        self.Ci, self.Co = s.Cig, s.Cog
+        groups = np.asarray(w.value).reshape(s.G, self.Co, self.Ci, 3, 3)
+        u = np.concatenate([transform_weights(g, wp.m) for g in groups])  # (G * alpha^2, Cin/G, Cout/G)
+        self.panel = panel_columns(k, wp.T, self.Co, wp.NR, dt)
+        self.B = pack_panels(k, Mat(None, (0,), self.Co, 1, u), 1, self.panel, dt)
+        self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.Ci, Mat(None, (wp.T * self.Ci,), self.Ci, 1), self.B, self.B)
+        self.bias, self.bias_run = bias, self.Co
+        if bias is not None and bias.value is not None:  # per group, padded so a panel's last vector reads no further
+            self.bias_run = -(-self.Co // wp.NR) * wp.NR + self.V
+            padded = np.zeros((s.G, self.bias_run), dt)
+            padded[:, :self.Co] = np.asarray(bias.value).reshape(s.G, self.Co)
+            self.bias = k.constant_array(padded.reshape(-1))
+        with k.b.goto_entry_block():
+            self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * self.Ci))
+            self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.MR * wp.NR))
+        self.P.a.storage = self.vbuf
+
+    def emit(self) -> None:
+        s, wp, k = self.s, self.wp, self.k
+        work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * 9
+        with k.parallel_tiles([s.N, s.G, wp.blocks], work) as (n, g, blk):
+            self.block(n, g, blk)
+
+    def block(self, n, g, blk) -> None:
+        k, wp = self.k, self.wp
+        with k.for_range(wp.T) as t:
+            self.transform_input(n, g, add_index(k, mul_index(k, blk, wp.T), t), t)
+        full_p, rem = divmod(self.Co, wp.NR)
+        if full_p:
+            with k.for_range(full_p) as p:
+                self.panel_tiles(n, g, blk, mul_index(k, p, wp.NR), p, [self.V] * (wp.NR // self.V), wp.NR)
+        if rem:
+            self.panel_tiles(n, g, blk, k.index(full_p * wp.NR), full_p, [self.V] * -(-rem // self.V), rem)
+
+    # -- 1. input transform ------------------------------------------------------------------------
+    def transform_input(self, n, g, tt, t) -> None:
+        k, s, wp, b = self.k, self.s, self.wp, self.k.b
+        a = wp.alpha
+        th, tw = b.udiv(tt, k.index(wp.TW)), b.urem(tt, k.index(wp.TW))
+        ih0 = b.sub(mul_index(k, th, wp.m), k.index(s.ph))
+        iw0 = b.sub(mul_index(k, tw, wp.m), k.index(s.pw))
+        live = b.icmp_signed("<", tt, k.index(wp.tiles))
+        rows = [b.and_(live, self._within(add_index(k, ih0, i), s.H)) for i in range(a)]
+        cols = [self._within(add_index(k, iw0, j), s.W) for j in range(a)]
+        inside = b.and_(b.and_(rows[0], rows[-1]), b.and_(cols[0], cols[-1]))
+        base = add_index(k, add_index(k, mul_index(k, n, s.xs[0]), mul_index(k, g, self.Ci * s.xs[1])),
+                         add_index(k, b.mul(ih0, k.index(s.xs[2])), b.mul(iw0, k.index(s.xs[3]))))
+        with b.if_else(inside) as (fast, slow):
+            with fast:
+                self.channels(base, t, None)
+            with slow:
+                self.channels(base, t, [[b.and_(r, c) for c in cols] for r in rows])
+
+    def _within(self, i, size: int):
+        b = self.k.b
+        return b.and_(b.icmp_signed(">=", i, self.k.index(0)), b.icmp_signed("<", i, self.k.index(size)))
+
+    def channels(self, base, t, valid) -> None:
+        k, s = self.k, self.s
+        L = self.V if s.xs[1] == 1 and self.Ci >= self.V else 1
+        full = self.Ci // L
+        with k.for_range(full) as cg:
+            self.patch(base, t, mul_index(k, cg, L), L, valid)
+        for c in range(full * L, self.Ci):
+            self.patch(base, t, k.index(c), 1, valid)
+
+    def patch(self, base, t, c0, L: int, valid) -> None:
+        k, s, wp, b, dt = self.k, self.s, self.wp, self.k.b, self.dt
+        a = wp.alpha
+        cbase = add_index(k, base, mul_index(k, c0, s.xs[1]))
+        cbase_safe = mul_index(k, c0, s.xs[1]) if valid is not None else None  # image 0, group 0: always in bounds
+        d = []
+        for i in range(a):
+            row = []
+            for j in range(a):
+                at = add_index(k, cbase, i * s.xs[2] + j * s.xs[3])
+                if valid is None:
+                    row.append(k.vgather(self.xp, dt, at, s.xs[1], L))
+                    continue
+                ok = valid[i][j]
+                v = k.vgather(self.xp, dt, b.select(ok, at, cbase_safe), s.xs[1], L)
+                row.append(b.select(ok, v, fill(v.type, 0.0)))
+            d.append(row)
+        v = sandwich(k, self.t.BT, d)
+        for i in range(a):
+            for j in range(a):
+                at = add_index(k, add_index(k, mul_index(k, t, self.Ci), (i * a + j) * wp.T * self.Ci), c0)
+                k.vstore(v[i][j], self.vbuf, dt, at)
+
+    # -- 2. the GEMM tiles, 3. output transform --------------------------------------------------------
+    def panel_tiles(self, n, g, blk, col0, pidx, widths: list[int], valid: int) -> None:
+        k, wp = self.k, self.wp
+        with k.for_range(wp.T // wp.MR) as rt:
+            i0 = mul_index(k, rt, wp.MR)
+            with k.for_range(self.A2) as xi:
+                point = add_index(k, mul_index(k, g, self.A2), xi)
+                bases = (mul_index(k, xi, wp.T * self.Ci), mul_index(k, point, self.B.bstrides[0]), None)
+                slots = outer_accumulate(k, self.P, wp.NR, self.Ci, bases, i0, wp.MR, col0, pidx, widths)
+                for r in range(wp.MR):
+                    row = mul_index(k, add_index(k, mul_index(k, xi, wp.MR), r), wp.NR)
+                    for q in range(len(widths)):
+                        k.vstore(k.b.load(slots[r][q]), self.mbuf, self.dt, add_index(k, row, sum(widths[:q])))
+            with k.for_range(wp.MR) as r:
+                tt = add_index(k, mul_index(k, blk, wp.T), add_index(k, i0, r))
+                with k.b.if_then(k.b.icmp_signed("<", tt, k.index(wp.tiles))):
+                    self.transform_output(n, g, tt, r, col0, widths, valid)
+
+    def transform_output(self, n, g, tt, r, col0, widths: list[int], valid: int) -> None:
+        k, s, wp, b = self.k, self.s, self.wp, self.k.b
+        m, a = wp.m, wp.alpha
+        oh0 = mul_index(k, b.udiv(tt, k.index(wp.TW)), m)
+        ow0 = mul_index(k, b.urem(tt, k.index(wp.TW)), m)
+        whole = b.and_(b.icmp_signed("<=", add_index(k, oh0, m), k.index(s.OH)),
+                       b.icmp_signed("<=", add_index(k, ow0, m), k.index(s.OW)))
+        ys = []
+        for q, w in enumerate(widths):
+            off = sum(widths[:q])
+            grid = [[k.vload(self.mbuf, self.dt, add_index(k, mul_index(k, add_index(k, r, (i * a + j) * wp.MR),
+                                                                          wp.NR), off), w)
+                     for j in range(a)] for i in range(a)]
+            ys.append((off, w, min(w, valid - off), self._add_bias(sandwich(k, self.t.AT, grid), g, add_index(k, col0, off), w,
+                                                                     min(w, valid - off))))
+        co0 = add_index(k, mul_index(k, g, self.Co), col0)
+        with b.if_else(whole) as (fast, slow):
+            with fast:
+                self.store(n, oh0, ow0, co0, ys, None)
+            with slow:
+                self.store(n, oh0, ow0, co0, ys, (s.OH, s.OW))
+
+    def _add_bias(self, y, g, co, w: int, count: int):
+        if self.bias is None:
+            return y
+        co = add_index(self.k, mul_index(self.k, g, self.bias_run), co)
+        if isinstance(self.bias, ir.Value):
+            bv = self.k.vload(self.bias, self.dt, co, w)
+        else:
+            step = self.bias.strides[0]
+            bv = self._lanes(self.bias.ptr, mul_index(self.k, co, step), step, w, max(count, 1))
+        return [[self.k.b.fadd(v, bv) for v in row] for row in y]
+
+    def store(self, n, oh0, ow0, col0, ys, edge) -> None:
+        k, s, b = self.k, self.s, self.k.b
+        for i in range(self.wp.m):
+            for j in range(self.wp.m):
+                oh, ow = add_index(k, oh0, i), add_index(k, ow0, j)
+                if edge is None:
+                    self.store_pixel(n, oh, ow, col0, ys, i, j)
+                    continue
+                inside = b.and_(b.icmp_signed("<", oh, k.index(edge[0])), b.icmp_signed("<", ow, k.index(edge[1])))
+                with b.if_then(inside):
+                    self.store_pixel(n, oh, ow, col0, ys, i, j)
+
+    def store_pixel(self, n, oh, ow, col0, ys, i: int, j: int) -> None:
+        k, s = self.k, self.s
+        for off, w, count, y in ys:
+            if count <= 0:
+                continue
+            co = add_index(k, col0, off)
+            value = y[i][j]
+            if self.res is not None:
+                rs, rptr = self.res
+                at = self._at(rs, n, co, oh, ow)
+                value = k.b.fadd(value, self._lanes(rptr, at, rs[1], w, count))
+            value = activate(k, self.epi, value)
+            k.vscatter(value, self.op, self.dt, self._at(s.os, n, co, oh, ow), s.os[1], count)
+
+    def _at(self, st, n, co, oh, ow):
+        k = self.k
+        return add_index(k, add_index(k, mul_index(k, n, st[0]), mul_index(k, co, st[1])),
+                         add_index(k, mul_index(k, oh, st[2]), mul_index(k, ow, st[3])))
+
+    def _lanes(self, ptr, at, stride: int, w: int, count: int):
+        k = self.k
+        if count == w:
+            return k.vgather(ptr, self.dt, at, stride, w)
+        vec = k.vzero(self.dt, w)
+        for l in range(count):
+            x = k.b.load(k.b.gep(ptr, [add_index(k, at, l * stride)], inbounds=True))
+            vec = k.b.insert_element(vec, x, ir.Constant(ir.IntType(32), l))
+        return vec
+
+
+def emit_winograd(k, plan: ConvPlan, xp, op, w, bias, res, epilogue) -> None:
+    """The conv of `plan` (plan.winograd set) as Winograd tiles."""
+    WinogradConv(k, plan, xp, op, w, bias, res, epilogue).emit()

@@ -195,7 +195,7 @@ class WinogradConv:
         return [[self.k.b.fadd(v, bv) for v in row] for row in y]
 
     def store(self, n, oh0, ow0, col0, ys, edge) -> None:
-        k, s, b = self.k, self.s, self.k.b
+        k, b = self.k, self.k.b
         for i in range(self.wp.m):
             for j in range(self.wp.m):
                 oh, ow = add_index(k, oh0, i), add_index(k, ow0, j)

@@ -27,6 +27,7 @@ from .bind_hints import bind_hint, inputs_behind
 from .builder import NodeBuilder, attr, attrs, op_types
 from .expanders import Scope, expand_tensors, expands
 from .loops import always_true
+from .scan_batch import batch_scanned_dft
 from ..opspec import indexing_op_types, traits
 
 MAX_UNROLLED_NODES = 4096
@@ -121,7 +122,13 @@ def expand_scan(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx
     if len(lengths) != 1:
         return None
     length = lengths.pop()
-    if length == 0 or length * max(1, len(body.node)) > MAX_UNROLLED_NODES:
+    if length == 0:
+        return None
+    if (n_state == 0 and m == 1 and n_out == 1 and node.output[0]
+            and batch_scanned_dft(bld, body, scans[0], ranks[0], in_axes[0], in_dirs[0], out_axes_raw[0] % ranks[0],
+                                  out_dirs[0], node.output[0], tensors, opset)):
+        return bld.nodes
+    if length * max(1, len(body.node)) > MAX_UNROLLED_NODES:
         return None
     # an output axis may be negative: relative to the scan output's rank (the step value's rank + 1)
     out_ranks = []

@@ -180,6 +180,13 @@ def cases() -> list[Case]:
         c.append(Case(f"STFT 1x16000 frame {n} hop 160 hann onesided", "STFT", {"x": f32(1, 16000, 1)},
                       {"step": np.array(160, np.int64), "w": np.hanning(n).astype(np.float32)}, {"onesided": 1},
                       flops=2.5 * n * math.log2(n) * ((16000 - n) // 160 + 1), opset=17))
+    frame = helper.make_tensor_value_info("frame", onnx.TensorProto.FLOAT, [1, 400, 1])
+    body = helper.make_graph([helper.make_node("DFT", ["frame", "", "axis"], ["spec"], onesided=1)], "body", [frame],
+                             [helper.make_tensor_value_info("spec", onnx.TensorProto.FLOAT, None)],
+                             [numpy_helper.from_array(np.array(1, np.int64), "axis")])
+    c.append(Case("Scan of a DFT per frame 1x100x400x1", "Scan", {"x": f32(1, 100, 400, 1)},
+                  attrs={"body": body, "num_scan_inputs": 1, "scan_input_axes": [1], "scan_output_axes": [1]},
+                  flops=2.5 * 400 * math.log2(400) * 100, opset=20))
     return c
 
 

@@ -146,3 +146,12 @@ def test_scan_body_beyond_one_dft_still_unrolls(tmp_path):
     graph = import_graph(m)
     assert [n.op_type for n in graph.nodes].count("DFT") == 6
     check(m, feeds, compile_and_run(m, feeds, tmp_path, profile_runner=False), rtol=1e-3)
+
+
+def test_frames_split_over_threads_match_one_thread(tmp_path):
+    """The FFT's groups of frames are the tiles of the op's parallel region: 2 threads give the same bits as 1."""
+    m, feeds = dft_model(frames=13)
+    one = compile_and_run(m, feeds, tmp_path / "t1", threads=1, profile_runner=False)
+    two = compile_and_run(m, feeds, tmp_path / "t2", threads=2, profile_runner=False)
+    for name in one:
+        np.testing.assert_array_equal(one[name], two[name], err_msg=name)

@@ -3,7 +3,8 @@
 - Scan (opset 8 without sequence_lens, opset 9+) over a static number of steps is unrolled: each
   step's scan-input slices are Gathers, the body's nodes are copied with their tensors renamed per
   step, state outputs feed the next step, and each scan output is the Concat of the steps' values
-  (Unsqueezed along its axis, in its direction).
+  (Unsqueezed along its axis, in its direction). A stateless Scan whose body is one DFT of its step becomes one
+  DFT of the whole scan input instead (scan_batch.py), whatever its length.
 - Loop with a trip count and condition known at build time, whose body keeps the condition true,
   is unrolled the same way; any other Loop stays one node that runs its body at run time (loops.py).
 - If with a condition known at build time (a constant, or a graph input frozen with --bind) becomes

@@ -2,16 +2,17 @@
 [batch, length] as ONNX Runtime reads it, or [batch, length, 1 or 2]; frontend/signal_checks.py refuses at import
 the forms ORT refuses).
 
-Forward transforms, rfft, irfft and STFT run a direct DFT per signal: bin k sums
-x[t] * exp(-+2 pi i k t / n) with the twiddles read from build-time cos/sin tables of length n (the
-table index k*t mod n is kept incrementally, so there is no trigonometry and no division at run
-time), accumulated in float64 whatever the tensor dtype (the expected outputs come from numpy's FFT
-in double). O(n^2) per signal, no scratch memory.
+DFT, rfft, irfft and STFT run as one batched mixed-radix FFT over all their signals (kernels/fft.py: float64
+whatever the tensor dtype, every leading dim and every frame in one kernel, a signal per vector lane, twiddles
+as build-time tables); irfft transforms the full Hermitian spectrum and keeps the real part. A transform longer
+than the FFT's stack budget (n > 4096) runs a direct DFT per signal instead: bin k sums x[t] * exp(-+2 pi i k t / n)
+with the twiddles read from build-time cos/sin tables of length n (the table index k*t mod n kept
+incrementally), accumulated in float64.
 
 The complex inverse of float32/float64 signals (numpy computes it in the input precision) runs a
 straight-line mixed-radix FFT for lengths whose factors are 2, 3, 4, 5 and 8 (up to 128), with
 pocketfft's pass structure and operation order, so that it rounds as numpy does; other lengths use
-the direct DFT. The length, axis and frame step must be build-time constants.
+the batched FFT. The length, axis and frame step must be build-time constants.
 """
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def check_numpy(feeds, got):
 def test_radices_and_lanes():
     assert fft_radices(400) == [4, 4, 5, 5] and fft_radices(512) == [4, 4, 4, 4, 2]
     assert fft_radices(154) == [2, 7, 11] and fft_radices(401) == [401] and fft_radices(1) == []
-    assert fft_lanes(512, 256) == 4 and fft_lanes(512, 512) == 8 and fft_lanes(4096, 256) == 1 and fft_lanes(8192, 256) == 0
+    assert fft_lanes(512, 256) == 4 and fft_lanes(512, 512) == 4 and fft_lanes(4096, 256) == 1 and fft_lanes(8192, 256) == 0
 
 
 def dft_model(signal_len: int = 400, frames: int = 5):

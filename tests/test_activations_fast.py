@@ -49,3 +49,45 @@ def test_log_accuracy_and_special_values():
     finite = np.isfinite(want)
     assert (np.abs(got[finite] - want[finite]) <= 1.5 * np.spacing(np.abs(want[finite]).astype(np.float32))).all()
     np.testing.assert_array_equal(got[~finite], want[~finite].astype(np.float32))  # -inf at +-0, inf at inf, NaN below 0
+
+
+def _sigmoid_points() -> np.ndarray:
+    return np.concatenate([np.linspace(-90, 90, 200_001), np.geomspace(1e-30, 87, 20_001), -np.geomspace(1e-30, 87, 20_001),
+                           SPECIALS]).astype(np.float32)
+
+
+def _check_sigmoid(x: np.ndarray, got: np.ndarray, ulps: float) -> None:
+    """Within `ulps` of the float64 value where that is a normal float32; subnormal results within 1.2e-38 absolute."""
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-x.astype(np.float64)))
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all()
+    normal = ~nan & (want >= np.finfo(np.float32).tiny)
+    err = np.abs(got.astype(np.float64) - want)
+    assert (err[normal] <= ulps * np.spacing(want[normal].astype(np.float32))).all(), err[normal].max()
+    assert (err[~nan & ~normal] <= 1.2e-38).all()
+    assert got[x == np.inf][0] == 1.0 and got[x == -np.inf][0] == 0.0 and (got[x == 0] == 0.5).all()
+
+
+def test_sigmoid_accuracy():
+    """Sigmoid in one division over exp(-|x|) (kernels/scalar.py sigmoid_f32): 2.4 ulps at most over every float32
+    (x86-64-v3, docs/OPS.md), so 3 here; tiny results keep their relative precision."""
+    x = _sigmoid_points()
+    _check_sigmoid(x, _unary("Sigmoid", x), 3)
+
+
+@pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])
+def test_sigmoid_and_tanh_on_arm(tmp_path, board):
+    from modelrun import compile_and_run, require_emulator
+    require_emulator(board)
+    x = np.concatenate([_sigmoid_points()[::7], SPECIALS]).astype(np.float32)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Tanh", ["x"], ["t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [x.size]) for n in ("s", "t")])
+    got = compile_and_run(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), {"x": x}, tmp_path, board,
+                          profile_runner=False)
+    _check_sigmoid(x, got["s"], 3)
+    finite = ~np.isnan(x)
+    want = np.tanh(x[finite].astype(np.float64))
+    assert (np.abs(got["t"][finite] - want) <= 5 * np.spacing(np.abs(want).astype(np.float32))).all()
+    assert np.isnan(got["t"][~finite]).all()

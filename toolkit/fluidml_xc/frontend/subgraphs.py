@@ -3,7 +3,8 @@
 - Scan (opset 8 without sequence_lens, opset 9+) over a static number of steps is unrolled: each
   step's scan-input slices are Gathers, the body's nodes are copied with their tensors renamed per
   step, state outputs feed the next step, and each scan output is the Concat of the steps' values
-  (Unsqueezed along its axis, in its direction).
+  (Unsqueezed along its axis, in its direction). A stateless Scan whose body is one DFT of its step becomes one
+  DFT of the whole scan input instead (scan_batch.py), whatever its length.
 - Loop with a trip count and condition known at build time, whose body keeps the condition true,
   is unrolled the same way; any other Loop stays one node that runs its body at run time (loops.py).
 - If with a condition known at build time (a constant, or a graph input frozen with --bind) becomes
@@ -27,6 +28,7 @@ from .bind_hints import bind_hint, inputs_behind
 from .builder import NodeBuilder, attr, attrs, op_types
 from .expanders import Scope, expand_tensors, expands
 from .loops import always_true
+from .scan_batch import batch_scanned_dft
 from ..opspec import indexing_op_types, traits
 
 MAX_UNROLLED_NODES = 4096
@@ -121,7 +123,13 @@ def expand_scan(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx
     if len(lengths) != 1:
         return None
     length = lengths.pop()
-    if length == 0 or length * max(1, len(body.node)) > MAX_UNROLLED_NODES:
+    if length == 0:
+        return None
+    if (n_state == 0 and m == 1 and n_out == 1 and node.output[0]
+            and batch_scanned_dft(bld, body, scans[0], ranks[0], in_axes[0], in_dirs[0], out_axes_raw[0] % ranks[0],
+                                  out_dirs[0], node.output[0], tensors, opset)):
+        return bld.nodes
+    if length * max(1, len(body.node)) > MAX_UNROLLED_NODES:
         return None
     # an output axis may be negative: relative to the scan output's rank (the step value's rank + 1)
     out_ranks = []

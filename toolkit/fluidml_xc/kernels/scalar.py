@@ -80,6 +80,9 @@ def _poly(b: ir.IRBuilder, x: ir.Value, coefficients: tuple[float, ...]) -> ir.V
 
 
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_SIGMOID_EXP_POLY = (0.0013750663492828608, 0.00836912076920271, 0.0416695661842823, 0.16666516661643982, 0.49999988079071045)
+"""exp(r) = 1 + r + r^2 p(r) on |r| <= ln(2) / 2 with p of degree 4 (least squares weighted by r^2 / e^r, float32
+coefficients): within 0.07 ulp of e^r, one multiply-add fewer than Cephes' degree 5 (_EXP_POLY)."""
 _ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
             -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
@@ -331,9 +334,10 @@ class Scalar:
         return b.select(b.fcmp_unordered("<", x, k(0.0)), k(float("nan")), r)
 
     def tanh_f32(self, x: ir.Value) -> ir.Value:
-        """tanhf as Eigen's rational approximation (as ORT's MLAS), vectorizable, < 5 ulps. Its argument is clamped
-        to +-9.5, where it exceeds 1, and its result to [-1, 1], so large |x| give +-1 exactly (tanh's float32 value
-        there to within 5 ulps); |x| < 4e-4 gives x; NaN stays NaN (ordered compares keep it through both clamps).
+        """tanhf as Eigen's rational approximation (as ORT's MLAS), vectorizable, < 5 ulps: x * (P(x^2) / Q(x^2)).
+        The argument is clamped to +-9.5, where the ratio exceeds 1, and the result to [-1, 1], so large |x| give
+        +-1 exactly (tanh's float32 value there to within 5 ulps). P(0) / Q(0) is 1 - 1.3e-7, so tiny and subnormal
+        x give x to within 2 ulps with no test for them; NaN stays NaN (ordered compares keep it through both clamps).
         `x` a float32 scalar or vector."""
         b, f32 = self.b, x.type
 
@@ -343,9 +347,36 @@ class Scalar:
             return b.select(b.fcmp_ordered(">", v, hi), hi, v)
         clamped = clamp(x, 9.5)
         x2 = b.fmul(clamped, clamped, flags=FAST)
-        ratio = clamp(b.fdiv(b.fmul(clamped, _poly(b, x2, _TANH_NUM), flags=FAST), _poly(b, x2, _TANH_DEN)), 1.0)
-        tiny = b.fcmp_ordered("<", self.intrinsic("llvm.fabs", x), splat_const(f32, 0.0004))
-        return b.select(tiny, x, ratio)
+        return clamp(b.fmul(b.fdiv(_poly(b, x2, _TANH_NUM), _poly(b, x2, _TANH_DEN)), clamped, flags=FAST), 1.0)
+
+    def sigmoid(self, dtype, x: ir.Value) -> ir.Value:
+        if _is_f32(x.type):
+            return self.sigmoid_f32(x)
+        one = const(dtype, 1)
+        return self.b.fdiv(one, self.b.fadd(one, self.intrinsic("llvm.exp", self.b.fneg(x))))
+
+    def sigmoid_f32(self, x: ir.Value) -> ir.Value:
+        """1 / (1 + exp(-x)) with one division and no overflow: e = exp(-|x|) in (0, 1], then 1 / (1 + e) for x >= +0
+        and e / (1 + e) for x <= -0 (so tiny results keep their relative precision). exp as exp_f32 (Cephes'
+        reduction) with a degree-6 polynomial in one Horner chain, n = round(x log2 e) by adding 1.5 * 2^23 (n in the
+        low mantissa bits), the argument clamped at -88, where 2^n is 0: sigmoid(x) is 0 below about -87.7 (true
+        values there are under 1.2e-38), sigmoid(+-inf) = 1 or 0, NaN stays NaN. `x` a float32 scalar or vector."""
+        b, f32 = self.b, x.type
+        i32 = _same_shape(f32, ir.IntType(32))
+
+        def k(value):
+            return splat_const(f32, value)
+        c = ("contract",)
+        a = b.fneg(self.intrinsic("llvm.fabs", x))
+        a = b.select(b.fcmp_ordered("<", a, k(-88.0)), k(-88.0), a)  # maxps
+        t = b.fadd(b.fmul(a, k(1.44269504088896341), flags=c), k(12582912.0), flags=c)
+        fx = b.fsub(t, k(12582912.0))
+        r = b.fsub(b.fsub(a, b.fmul(fx, k(0.693359375), flags=c), flags=c), b.fmul(fx, k(-2.12194440e-4), flags=c), flags=c)
+        y = _poly(b, r, (*_SIGMOID_EXP_POLY, 1.0, 1.0))
+        scale = b.bitcast(b.shl(b.add(b.bitcast(t, i32), splat_const(i32, 127)), splat_const(i32, 23)), f32)
+        e = b.fmul(y, scale)
+        negative = b.icmp_signed("<", b.bitcast(x, i32), splat_const(i32, 0))  # the sign bit: blendvps takes x as the mask
+        return b.fdiv(b.select(negative, e, k(1.0)), b.fadd(e, k(1.0)))
 
     def erf_f32(self, x: ir.Value) -> ir.Value:
         """erff as a rational approximation on [-4, 4] (the one Eigen and XLA use), vectorizable, < 5e-7 abs."""

@@ -37,8 +37,7 @@ def _relu(k, dt, x):
 
 
 def _sigmoid(k, dt, x):
-    one = const(dt, 1)
-    return k.b.fdiv(one, k.b.fadd(one, k.s.intrinsic("llvm.exp", k.b.fneg(x))))
+    return k.s.sigmoid(dt, x)
 
 
 def _leaky(k, dt, x):

@@ -2,16 +2,17 @@
 [batch, length] as ONNX Runtime reads it, or [batch, length, 1 or 2]; frontend/signal_checks.py refuses at import
 the forms ORT refuses).
 
-Forward transforms, rfft, irfft and STFT run a direct DFT per signal: bin k sums
-x[t] * exp(-+2 pi i k t / n) with the twiddles read from build-time cos/sin tables of length n (the
-table index k*t mod n is kept incrementally, so there is no trigonometry and no division at run
-time), accumulated in float64 whatever the tensor dtype (the expected outputs come from numpy's FFT
-in double). O(n^2) per signal, no scratch memory.
+DFT, rfft, irfft and STFT run as one batched mixed-radix FFT over all their signals (kernels/fft.py: float64
+whatever the tensor dtype, every leading dim and every frame in one kernel, a signal per vector lane, twiddles
+as build-time tables); irfft transforms the full Hermitian spectrum and keeps the real part. A transform longer
+than the FFT's stack budget (n > 4096) runs a direct DFT per signal instead: bin k sums x[t] * exp(-+2 pi i k t / n)
+with the twiddles read from build-time cos/sin tables of length n (the table index k*t mod n kept
+incrementally), accumulated in float64.
 
 The complex inverse of float32/float64 signals (numpy computes it in the input precision) runs a
 straight-line mixed-radix FFT for lengths whose factors are 2, 3, 4, 5 and 8 (up to 128), with
 pocketfft's pass structure and operation order, so that it rounds as numpy does; other lengths use
-the direct DFT. The length, axis and frame step must be build-time constants.
+the batched FFT. The length, axis and frame step must be build-time constants.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
+from ..kernels.fft import FFTJob, emit_fft, fft_lanes
 from ..kernels.loops import element, loop, nest, offset
 from ..kernels.scalar import llvm_type
 from ..opspec import register
@@ -264,6 +266,27 @@ def _loader(k, x, base, step: int, complex_in: bool, weight=None):
     return load
 
 
+def _dft_as_fft(k, x, out, axis: int, rows: list[int], n: int, inverse: bool, onesided: bool, lanes: int) -> None:
+    """DFT over `axis` of every signal in one batched FFT (irfft: the inverse of the full Hermitian spectrum)."""
+    b, m = k.b, x.shape[axis]
+    irfft = inverse and onesided
+
+    def load(ix, t):
+        xbase = offset(k, 0, *((i, x.strides[d]) for i, d in zip(ix, rows)))
+        return _loader(k, x, xbase, x.strides[axis], x.shape[-1] == 2)(t)
+
+    def store(ix, j, re, im):
+        obase = offset(k, 0, *((i, out.strides[d]) for i, d in zip(ix, rows)))
+        o = offset(k, 0, (obase, 1), (j, out.strides[axis]))
+        b.store(k.s.cast(F64, out.dtype, re), element(k, out.ptr, o))
+        if not irfft:
+            b.store(k.s.cast(F64, out.dtype, im), element(k, out.ptr, offset(k, out.strides[-1], (o, 1))))
+    used = min(m, n // 2 + 1) if irfft else min(m, n)
+    job = FFTJob(n, int(np.prod([x.shape[d] for d in rows], dtype=np.int64)), used, out.shape[axis], not inverse,
+                 1.0 / n if inverse else 1.0, load, store, hermitian=irfft)
+    emit_fft(k, job, [x.shape[d] for d in rows], lanes)
+
+
 @register("DFT", since=17, dtypes=FLOATS, heavy=True)
 def lower_dft(k):
     x, out = k.inputs[0], k.outputs[0]
@@ -289,8 +312,12 @@ def lower_dft(k):
         return
     fft_inverse = (inverse and not onesided and x.dtype in (np.float32, np.float64) and out.dtype == x.dtype
                    and n <= FFT_MAX_UNROLLED and fft_factors(n) is not None)
-    tables = None if fft_inverse else twiddles(k, n)
     rows = [d for d in range(x.rank - 1) if d != axis]
+    lanes = fft_lanes(n, k.vector_bits)
+    if lanes and not fft_inverse:
+        _dft_as_fft(k, x, out, axis, rows, n, inverse, onesided, lanes)
+        return
+    tables = None if fft_inverse else twiddles(k, n)
 
     def row(ix):
         xbase = offset(k, 0, *((i, x.strides[d]) for i, d in zip(ix, rows)))
@@ -363,18 +390,31 @@ def lower_stft(k):
         raise InputError(f"node {k.node.name!r} (STFT): frame_step must be a positive build-time constant")
     if out.size == 0:
         return
-    tables = twiddles(k, length)
     frames, nbins = out.shape[1], out.shape[2]
 
     def window_at(t):
         return k.s.cast(window.dtype, F64, b.load(element(k, window.ptr, offset(k, 0, (t, window.strides[0])))))
 
+    def frame_loader(bi, f):
+        xbase = offset(k, 0, (bi, x.strides[0]), (f, step * x.strides[1]))
+        return _loader(k, x, xbase, x.strides[1], x.rank == 3 and x.shape[-1] == 2, window_at if window is not None else None)
+
+    lanes = fft_lanes(length, k.vector_bits)
+    if lanes:
+        def store_bin(ix, kb, re, im):
+            o = offset(k, 0, (ix[0], out.strides[0]), (ix[1], out.strides[1]), (kb, out.strides[2]))
+            b.store(k.s.cast(F64, out.dtype, re), element(k, out.ptr, o))
+            b.store(k.s.cast(F64, out.dtype, im), element(k, out.ptr, offset(k, out.strides[3], (o, 1))))
+        job = FFTJob(length, x.shape[0] * frames, min(length, x.shape[1]), nbins, True, 1.0,
+                     lambda ix, t: frame_loader(*ix)(t), store_bin)
+        emit_fft(k, job, [x.shape[0], frames], lanes)
+        return
+    tables = twiddles(k, length)
+
     def frame(ix):
         bi, f = ix
-        xbase = offset(k, 0, (bi, x.strides[0]), (f, step * x.strides[1]))
         obase = offset(k, 0, (bi, out.strides[0]), (f, out.strides[1]))
-        load = _loader(k, x, xbase, x.strides[1], x.rank == 3 and x.shape[-1] == 2,
-                       window_at if window is not None else None)
+        load = frame_loader(bi, f)
 
         def store(kb, re, im):
             o = offset(k, 0, (obase, 1), (kb, out.strides[2]))

@@ -86,6 +86,16 @@ def f32(*shape):
     return (rng.standard_normal(shape) * 0.1).astype(np.float32)
 
 
+def _mobilenet_block(cin: int, hidden: int, cout: int, hw: int):
+    """MobileNetV2's block at hw x hw: 1x1 expand to `hidden`, Clip6, depthwise 3x3, Clip6, 1x1 project."""
+    return _model(
+        [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+         helper.make_node("Conv", ["e6", "wd"], ["d"], pads=[1] * 4, group=hidden),
+         helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
+        {"x": f32(1, cin, hw, hw)}, {"w1": f32(hidden, cin, 1, 1), "wd": f32(hidden, 1, 3, 3), "w2": f32(cout, hidden, 1, 1),
+                                     "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)})
+
+
 def cases() -> list[Case]:
     from bench_int8 import qlinear_conv, qlinear_matmul
 
@@ -101,24 +111,15 @@ def cases() -> list[Case]:
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 64 * 9 * 28 * 28))
     # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise)
-    out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _model(
-        [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
-         helper.make_node("Conv", ["e6", "wd"], ["d"], pads=[1] * 4, group=96),
-         helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
-        {"x": f32(1, 16, 28, 28)}, {"w1": f32(96, 16, 1, 1), "wd": f32(96, 1, 3, 3), "w2": f32(24, 96, 1, 1),
-                                    "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}), ))
+    out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))
     # the cost model's choice: Winograd on ARM (the hot loop is its GEMM tile over input channels), FLOP of the direct conv
     out.append(Case("fp32 Conv 3x3 64->64 28x28 (auto: Winograd GEMM)", "fp", _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4)],
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 64, 3, 3), "bias": f32(64)}), 2.0 * 64 * 64 * 9 * 28 * 28, "auto"))
     # the same block at MobileNetV2's 56x56 stage (144 channels): its channels-last depthwise loop reloads input row
     # pointers from the stack on armv7 (the 28x28 block above keeps them in registers)
-    out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp", _model(
-        [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
-         helper.make_node("Conv", ["e6", "wd"], ["d"], pads=[1] * 4, group=144),
-         helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
-        {"x": f32(1, 24, 56, 56)}, {"w1": f32(144, 24, 1, 1), "wd": f32(144, 1, 3, 3), "w2": f32(24, 144, 1, 1),
-                                    "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}), ))
+    out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
+                    _mobilenet_block(24, 144, 24, 56), ))
     out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0], 64.0 * 256 * 256))
     out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0], 32.0 * 32 * 9 * 28 * 28))
     return out

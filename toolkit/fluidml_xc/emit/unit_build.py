@@ -170,7 +170,7 @@ class Compiler:
         """Every job emitted (in order) and every distinct code compiled or found; `meanwhile(emitted)` runs here
         once all are emitted, while the workers compile. Returns the code keys compiled now too."""
         texts: dict[str, tuple[str, MachineSpec]] = {}
-        if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS or multiprocessing.current_process().daemon:
+        if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS or multiprocessing.current_process().daemon:  # may not fork
             emitted = [emit_job(job) for job in jobs]
             for job, e in zip(jobs, emitted):
                 self.want(e.key, e.unit.named(e.key, job.spec), job.spec)

@@ -8,7 +8,6 @@ and LLVM alone, so it is byte-identical to the one compiled in this process.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 import subprocess
@@ -29,10 +28,7 @@ more than it saves."""
 
 
 def build_workers(jobs: int) -> int:
-    """Processes for `jobs` modules: one per core this process may run on, at most one per module; 1 in a daemonic
-    process (a worker of a multiprocessing pool, a conformance case worker), which may not start children."""
-    if multiprocessing.current_process().daemon:
-        return 1
+    """Processes for `jobs` modules: one per core this process may run on, at most one per module."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(jobs, cores))
 

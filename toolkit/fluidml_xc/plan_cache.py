@@ -16,10 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-import sys
 from dataclasses import dataclass
 
-import numpy as np
 
 from .emit.emitter import check_supported
 from .emit.units import describe, package_digest, tool_versions
@@ -56,7 +54,7 @@ def _measured_costs(spec: MachineSpec, options: LowerOptions) -> list | None:
 def plan_key(graph: Graph, spec: MachineSpec, options: LowerOptions) -> str:
     """The plan's cache key (64 hex) over everything the optimizer and the memory planner read."""
     text = json.dumps([PLAN_FORMAT, describe(graph), describe(spec), options.opt, options.costs, options.threads,
-                       _measured_costs(spec, options), tool_versions(), np.__version__, sys.version, package_digest()])
+                       _measured_costs(spec, options), tool_versions(), package_digest()])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -28,10 +28,7 @@ PARALLEL_MIN_WORK = 500_000
 """Estimated scalar operations (multiply-adds, element ops) below which an op stays on the calling thread:
 waking workers costs microseconds, so a small op is faster alone (docs/THREADS.md)."""
 UNSHARED_MAC_WORK = 4
-"""Work of a multiply-add whose operands no other one reuses from registers (depthwise convs, a one-row MatMul:
-each weight read once per run) in the split estimates: they run at about a quarter of a dense conv's or GEMM's
-rate (shufflenet on a 2-core Xeon: its depthwise convs 16 GMAC/s median, its other convs 73; mlp's one-row Gemms
-19), so counted as one multiply-add each, 30 us depthwise convs ran on the calling thread (docs/THREADS.md)."""
+"""Split work of a multiply-add reusing no register (depthwise, one-row MatMul): 16 vs 73 GMAC/s, docs/THREADS.md."""
 TARGET_TILES = 12
 """Tiles an op is split into when its work allows (divisible by 2, 3, 4 and 6 threads; the pool hands
 tiles out one at a time, so more tiles than threads also even out unequal tiles)."""

@@ -116,8 +116,8 @@ def cases() -> list[Case]:
     out.append(Case("fp32 Conv 3x3 64->64 28x28 (auto: Winograd GEMM)", "fp", _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4)],
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 64, 3, 3), "bias": f32(64)}), 2.0 * 64 * 64 * 9 * 28 * 28, "auto"))
-    # the same block at MobileNetV2's 56x56 stage (144 channels): its channels-last depthwise loop reloads input row
-    # pointers from the stack on armv7 (the 28x28 block above keeps them in registers)
+    # the same block at MobileNetV2's 56x56 stage (144 channels): its armv7 channels-last depthwise loop reloaded
+    # hoisted input-row and pixel bases from the stack until each block took one address (docs/ARM_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
                     _mobilenet_block(24, 144, 24, 56), ))
     out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0], 64.0 * 256 * 256))

@@ -110,7 +110,7 @@ def main() -> int:
     total = one.serial + tiled
     ordered = one.serial + sum(in_order(t, n) for t in one.tiles_ms)
     perfect = one.serial + tiled / n
-    contention = sum(map(sum, many.tiles_ms)) / tiled
+    contention = sum(map(sum, many.tiles_ms)) / tiled if tiled else 1.0  # no op split (mlp before #28): all serial
     print(f"{args.model.stem} ({artifact}): CPU time at 1 thread {total:.3f} ms = serial {one.serial:.3f} ms "
           f"({100 * one.serial / total:.1f}%) + {len(names)} split ops {tiled:.3f} ms")
     print(f"  {n} threads, tiles timed on 1: in-order claims {ordered:.3f} ms ({total / ordered:.3f}x), "

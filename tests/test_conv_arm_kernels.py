@@ -89,6 +89,75 @@ def test_channels_last_depthwise_armv7_rows(tmp_path):
     np.testing.assert_allclose(got["y"], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)
 
 
+def wide_depthwise_blocks() -> "onnx.ModelProto":
+    """Two MobileNetV2-like blocks over 144 channels at 28x28: the depthwise 3x3 at stride 1 and at stride 2, with
+    bias, channels-last under --opt fluid."""
+    N = helper.make_node
+    six = (np.array(0.0, np.float32), np.array(6.0, np.float32))
+    inits = {"w1": rand(144, 8, 1, 1, seed=41), "lo": six[0], "hi": six[1], "w2": rand(8, 144, 1, 1, seed=46)}
+    nodes = [N("Conv", ["x", "w1"], ["e"]), N("Clip", ["e", "lo", "hi"], ["e6"])]
+    for i, stride in ((1, 1), (2, 2)):
+        inits.update({f"wd{i}": rand(144, 1, 3, 3, seed=41 + 2 * i), f"bd{i}": rand(144, seed=42 + 2 * i)})
+        src = "e6" if i == 1 else "d1"
+        nodes += [N("Conv", [src, f"wd{i}", f"bd{i}"], [f"c{i}"], pads=[1, 1, 1, 1], group=144, strides=[stride, stride]),
+                  N("Clip", [f"c{i}", "lo", "hi"], [f"d{i}"])]
+    nodes.append(N("Conv", ["d2", "w2"], ["y"]))
+    return float_model(nodes, inits, {"x": rand(1, 8, 28, 28, seed=47)}, ["y"])
+
+
+def innermost_loops(obj: bytes) -> list[list[str]]:
+    """The innermost loops (a backward branch enclosing no other) of an ARM object, as instruction lists."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    objdump = shutil.which("llvm-objdump")
+    assert objdump, "llvm-objdump is needed (Debian package llvm)"
+    with tempfile.NamedTemporaryFile(suffix=".o") as fh:
+        fh.write(obj)
+        fh.flush()
+        text = subprocess.run([objdump, "-d", "--no-show-raw-insn", fh.name], capture_output=True, text=True, check=True).stdout
+    insns = [(int(a, 16), s.strip()) for a, s in re.findall(r"^\s*([0-9a-f]+):\s+(.*)$", text, re.M)]
+    spans = []
+    for i, (addr, insn) in enumerate(insns):
+        target = re.match(r"b\w*\s+(?:0x)?([0-9a-f]+)\s*<", insn)
+        if target and int(target.group(1), 16) <= addr:
+            spans.append((int(target.group(1), 16), addr))
+    inner = [s for s in spans if not any(s[0] <= o[0] and o[1] <= s[1] and o != s for o in spans)]
+    return [[insn for a, insn in insns if lo <= a <= hi] for lo, hi in inner]
+
+
+def test_channels_last_depthwise_armv7_no_stack(tmp_path):
+    """armv7 channels-last depthwise: one input and one output address per block, so no 4-pixel block loop (36
+    `vfma`) touches the stack (at 144 channels LLVM kept a base per input row and pixel and reloaded them: 6-24 stack
+    instructions per block); outputs against onnx.reference under qemu-armv7 and bit-identical at 1, 2 and 4 threads."""
+    import json
+    import subprocess
+
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import compile_module, machine_spec
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from modelrun import build
+    m = wide_depthwise_blocks()
+    spec = machine_spec(get_board("qemu-armv7"))
+    obj = compile_module(lower(import_graph(m), spec, LowerOptions(opt="fluid", parallel=False)).ir_text, spec)
+    blocks = [body for body in innermost_loops(obj) if sum(i.startswith("vfma.f32") for i in body) >= 36]
+    assert len(blocks) >= 2
+    assert all(not any("[sp" in i or ", sp," in i for i in body) for body in blocks)
+    require_emulator("qemu-armv7")
+    feeds = {"x": rand(1, 8, 28, 28, seed=47)}
+    artifact = build(m, tmp_path, "qemu-armv7", threads=4, opt="fluid", profile_runner=False)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    np.save(tmp_path / "x.npy", feeds["x"])
+    got = {}
+    for threads in (1, 2, 4):
+        subprocess.run([manifest["emulator"], str(artifact / "runner"), "-i", str(tmp_path / "x.npy"), "-o",
+                        str(tmp_path / f"y{threads}.npy"), "--threads", str(threads)], check=True, timeout=600, capture_output=True)
+        got[threads] = np.load(tmp_path / f"y{threads}.npy")
+    assert got[1].tobytes() == got[2].tobytes() == got[4].tobytes()
+    np.testing.assert_allclose(got[1], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)
+
+
 def depthwise_rows():
     """NCHW depthwise with bias: 3x3 +Clip6 (28 interior rows), 5x5 (pairs without lane weights), strided
     (single rows), 2 channels of 321 rows (rows split over threads: chunks of odd length), and 3x3 dilated

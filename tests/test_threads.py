@@ -134,9 +134,23 @@ def lrn_reference(model: onnx.ModelProto, feeds: dict) -> dict:
     return {"y": lrn_numpy(x, 5, 1e-2), "z": lrn_numpy(x, 4, 1e-2, 0.6, 1.5), "p": pool}
 
 
-MODELS = {"cnn": cnn, "transformer": transformer, "int8": int8_graph, "lrn": lrn}
+def unshared() -> tuple[onnx.ModelProto, dict]:
+    """ShuffleNet's 272-channel depthwise 3x3 over 14x14 (480K multiply-adds) and mlp's one-row Gemm 784 -> 512 (401K):
+    under PARALLEL_MIN_WORK as plain multiply-adds, so they ran on the calling thread; counted at UNSHARED_MAC_WORK
+    they split, the depthwise conv's 272 groups in chunks (not a tile per group)."""
+    rng = np.random.default_rng(6)
+    consts = {"wd": _w(rng, (272, 1, 3, 3)), "bd": _w(rng, (272,)), "fc": _w(rng, (512, 784), 0.05), "fcb": _w(rng, (512,))}
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["c"], pads=[1, 1, 1, 1], group=272),
+             helper.make_node("Relu", ["c"], ["y"]),
+             helper.make_node("Gemm", ["v", "fc", "fcb"], ["g"], transB=1),
+             helper.make_node("Relu", ["g"], ["z"])]
+    feeds = {"x": rng.standard_normal((1, 272, 14, 14)).astype(np.float32), "v": rng.standard_normal((1, 784)).astype(np.float32)}
+    return graph_model(nodes, feeds, ["y", "z"], consts), feeds
+
+
+MODELS = {"cnn": cnn, "transformer": transformer, "int8": int8_graph, "lrn": lrn, "unshared": unshared}
 HEAVY = {"cnn": {"Conv", "MaxPool", "FusedElementwise"}, "transformer": {"MatMul"}, "int8": {"QLinearConv", "QLinearMatMul", "MatMulInteger"},
-         "lrn": {"LRN"}}
+         "lrn": {"LRN"}, "unshared": {"Conv", "Gemm"}}
 REFERENCES = {"lrn": lrn_reference}
 NARROW_X86 = {"lrn": {"MaxPool"}}
 """Split only where their rows are narrower than a vector (8 float lanes on x86_64, 4 on ARM)."""
@@ -169,6 +183,8 @@ def test_bit_identical_across_threads(name, board, tmp_path):
     split = {op["type"] for op in manifest["ops"] if op["name"] in manifest["parallel_ops"]}
     heavy = HEAVY[name] | (NARROW_X86.get(name, set()) if board == "x86_64" else set())
     assert heavy <= split, f"heavy ops not split over threads: {heavy - split} (split: {split}, {types})"
+    if name == "unshared":
+        assert all(int(np.prod(tiles)) <= 24 for tiles in manifest["parallel_ops"].values()), manifest["parallel_ops"]
     results = {t: _run(artifact, feeds, tmp_path, t) for t in (1, 2, 3, 4)}
     for t in (2, 3, 4):
         for one, other in zip(results[1], results[t]):

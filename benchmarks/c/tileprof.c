@@ -18,7 +18,7 @@
 #include "model.h"
 
 #define MAX_CALLS 1024
-#define MAX_TILES 64
+#define MAX_TILES 1024
 #define MAX_HELPERS 15
 
 static unsigned char arena[FXC_ARENA_BYTES + 1] __attribute__((aligned(FXC_ARENA_ALIGN)));

@@ -27,6 +27,8 @@ from .scalar import FAST, Scalar, const, llvm_type, storage_type
 PARALLEL_MIN_WORK = 500_000
 """Estimated scalar operations (multiply-adds, element ops) below which an op stays on the calling thread:
 waking workers costs microseconds, so a small op is faster alone (docs/THREADS.md)."""
+UNSHARED_MAC_WORK = 4
+"""Split work of a multiply-add reusing no register (depthwise, one-row MatMul): 16 vs 73 GMAC/s, docs/THREADS.md."""
 TARGET_TILES = 12
 """Tiles an op is split into when its work allows (divisible by 2, 3, 4 and 6 threads; the pool hands
 tiles out one at a time, so more tiles than threads also even out unequal tiles)."""

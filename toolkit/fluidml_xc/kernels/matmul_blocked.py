@@ -9,7 +9,7 @@ import numpy as np
 from llvmlite import ir
 
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
-from .kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, row_major_strides
+from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
 from .vectors import fma
 
@@ -158,6 +158,11 @@ def split_chunks(batch: tuple[int, ...], work: float, extents: tuple[int, ...], 
         chunks.append(c)
         have *= c
     return chunks
+
+
+def gemm_work(nbp: int, M: int, N: int, K: int) -> float:
+    """The split estimate of nbp M x N x K products: a one-row product's multiply-adds read each B element once."""
+    return float(nbp) * M * N * K * (UNSHARED_MAC_WORK if M == 1 else 1)
 
 
 def _emit_tiled(k, P: Problem, mats, work: float, extents: tuple[int, ...], body_ranged, splittable=None) -> bool:
@@ -456,7 +461,7 @@ def _emit_outer(k, P: Problem) -> None:
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
     # a gathered B panel is reused by every row: then tiles take whole panels (rows are not split)
     extents = (full_p + (rem > 0), M // mr_main + (M % mr_main > 0))
-    if not _emit_tiled(k, P, mats, float(nbp) * M * N * K, extents, ranged, (True, stack is None)):
+    if not _emit_tiled(k, P, mats, gemm_work(nbp, M, N, K), extents, ranged, (True, stack is None)):
         _emit_batched(k, P, body, mats)
 
 
@@ -509,7 +514,7 @@ def _emit_dot(k, P: Problem) -> None:
         ranged_blocks(k, rngs[0], full_r, M % mr_main > 0, lambda ib: cols(bases, mul_index(k, ib, mr_main), mr_main),
                 lambda: cols(bases, full_r * mr_main, M % mr_main))
     nbp = int(np.prod(P.batch, dtype=np.int64)) if P.batch else 1
-    if not _emit_tiled(k, P, (P.a, P.b, P.c), float(nbp) * M * N * K, (M // mr_main + (M % mr_main > 0),), ranged):
+    if not _emit_tiled(k, P, (P.a, P.b, P.c), gemm_work(nbp, M, N, K), (M // mr_main + (M % mr_main > 0),), ranged):
         _emit_batched(k, P, body)
 
 

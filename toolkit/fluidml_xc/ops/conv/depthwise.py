@@ -34,9 +34,21 @@ class ChannelsLastDepthwise:
         xs, os_, gp = self.s.xs, self.s.os, -(-self.s.G // self.p.V) * self.p.V
         kw_lo, kw_hi = pixels[0] if len(pixels) == 1 else (min(r[0] for r in pixels), max(r[1] for r in pixels))
 
+        xblk, oblk = self.c.xp, self.c.op
+        if self.p.settle_rows and lanes > 1:
+            # armv7: one input and one output address per block, rows and pixels at offsets from them; where
+            # LLVM hoisted a base per input row and per pixel, 13 registers could not hold them and the loop
+            # reloaded them from the stack
+            xblk = self.c.opaque(element(k, xblk, offset(k, -self.s.ph * xs[2] - self.s.pw * xs[3], (n, xs[0]), (c0, xs[1]),
+                                                           (oh, self.s.sh * xs[2]), (ow, self.s.sw * xs[3]))))
+            oblk = self.c.opaque(element(k, oblk, offset(k, 0, (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))))
+
         def row_taps(kh):
-            ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
-            row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (c0, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
+            if xblk is self.c.xp:
+                ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
+                row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (c0, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
+            else:
+                row = offset(k, 0, (kh, self.s.dh * xs[2]))
             wrow = offset(k, 0, (kh, self.s.KW * gp), (c0, 1))
 
             def tap(kw):
@@ -46,7 +58,7 @@ class ChannelsLastDepthwise:
                     if isinstance(kw, int) and not plo <= kw < phi:
                         continue
                     for v in range(nvec):
-                        xv = load_lanes(k, self.c.xp, offset(k, p * self.s.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
+                        xv = load_lanes(k, xblk, offset(k, p * self.s.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
             if self.p.settle_rows and lanes > 1:
@@ -64,13 +76,16 @@ class ChannelsLastDepthwise:
             return
         for p in range(len(pixels)):
             for v in range(nvec):
-                off = offset(k, p * os_[3] + v * lanes * os_[1], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+                if oblk is self.c.op:
+                    off = offset(k, p * os_[3] + v * lanes * os_[1], (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))
+                else:
+                    off = p * os_[3] + v * lanes * os_[1]
                 residual = None
                 if self.c.res is not None:
                     rs, rp = self.c.res
                     roff = offset(k, p * rs[3] + v * lanes * rs[1], (n, rs[0]), (c0, rs[1]), (oh, rs[2]), (ow, rs[3]))
                     residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
-                store_lanes(k, self.c.op, off, epilogue(k, self.p.epilogue, b.load(slots[v][p]), residual), lanes, os_[1])
+                store_lanes(k, oblk, off, epilogue(k, self.p.epilogue, b.load(slots[v][p]), residual), lanes, os_[1])
 
     def channels_dw(self, fn):
         """fn(c0, lanes, nvec): units of dw_vec channel vectors in a loop, then the remaining vectors

@@ -13,7 +13,7 @@ from llvmlite import ir
 from ...kernels.conv_geometry import runtime_tap_range, tap_range
 from ...kernels.conv_plan import ConvPlan, ConvSpans, tap_span
 from ...symbolic import bounds, is_static
-from ...kernels.kernel import PARALLEL_MIN_WORK, Kernel, Operand, chunk_count
+from ...kernels.kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Kernel, Operand, chunk_count
 from ...kernels.loops import element, loop, offset
 
 
@@ -450,38 +450,40 @@ class ConvKernel:
                 fixed(hi, s.OW)
 
     def split(self):
-        """Parallel split: (work, chunks of channel blocks, chunks of rows or row tiles, which of the two
-        `rows` / `px` the second is), outer loop of the order first, about TARGET_TILES tiles in all."""
+        """Parallel split: (work, chunks of the groups tiled, chunks of channel blocks, chunks of rows or row tiles,
+        which of the two `rows` / `px` the last is), outer loop of the order first, about TARGET_TILES tiles in all."""
         p, s = self.plan, self.plan.shape
-        work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * s.KH * s.KW
+        work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * s.KH * s.KW * (UNSHARED_MAC_WORK if s.Cig == s.Cog == 1 else 1)
         if self.k.tile_range is None or work < PARALLEL_MIN_WORK:
             return None
-        want = -(-chunk_count(1 << 30, work) // (s.N * p.groups_tiled))
+        # groups in chunks: a depthwise conv's 272 groups were 272 tiles of a 14x14 plane each
+        gc = chunk_count(p.groups_tiled, work, -(-chunk_count(1 << 30, work) // s.N))
+        want = -(-chunk_count(1 << 30, work) // (s.N * gc))
         kind = p.blocking.kind
         if kind == "depthwise_c":  # rows, then channel vectors when the rows are few
             rc = chunk_count(s.OH, work, want)
-            return work, chunk_count(p.dw_units, work, -(-want // rc)), rc, "rows"
+            return work, gc, chunk_count(p.dw_units, work, -(-want // rc)), rc, "rows"
         if p.blocking.pointwise_tiles:
-            return work, chunk_count(p.NB, work, want), 1, "rows"
+            return work, gc, chunk_count(p.NB, work, want), 1, "rows"
         unit, units = ("px", p.px_tiles) if s.flat or p.form.startswith("pixels") else ("rows", s.OH)
         if p.blocks_outer if kind == "channels" else not s.flat:
             cbc = chunk_count(p.NB, work, want)
-            return work, cbc, chunk_count(units, work, -(-want // cbc)), unit
+            return work, gc, cbc, chunk_count(units, work, -(-want // cbc)), unit
         uc = chunk_count(units, work, want)
-        return work, chunk_count(p.NB, work, -(-want // uc)), uc, unit
+        return work, gc, chunk_count(p.NB, work, -(-want // uc)), uc, unit
 
     def emit_tiled(self, per_image) -> bool:
         """per_image(n, g) as parallel tiles (setting cb_rng / row_rng / px_rng per tile); False when not split."""
         p, s = self.plan, self.plan.shape
         split = self.split()
-        if split is None or s.N * p.groups_tiled * split[1] * split[2] < 2:
+        if split is None or s.N * split[1] * split[2] * split[3] < 2:
             return False
-        work, cbc, uc, unit = split
+        work, gc, cbc, uc, unit = split
         k = self.k
         units = s.OH if unit == "rows" else p.px_tiles
         if self.varies(0 if unit == "rows" else 1) or unit == "px" and self.rt is not None and not s.flat:
             units = self.rt["OH" if unit == "rows" else "tiles"]
-        with k.parallel_tiles([s.N, p.groups_tiled, cbc, uc], work) as (n, g, c, u):
+        with k.parallel_tiles([s.N, gc, cbc, uc], work) as (n, g, c, u):
             with self.when(None if isinstance(self.N, int) else k.b.icmp_signed("<", n, self.N)):
                 if cbc > 1:
                     self.cb_rng = k.chunk(c, cbc, p.dw_units if p.blocking.kind == "depthwise_c" else p.NB)
@@ -492,6 +494,11 @@ class ConvKernel:
                         self.px_rng = k.chunk(u, uc, units)
                         if not isinstance(units, int):
                             self.px_ends = (k.b.icmp_signed("==", u, k.index(0)), k.b.icmp_signed("==", u, k.index(uc - 1)))
-                per_image(n, g)
+                if gc == p.groups_tiled:
+                    per_image(n, g)
+                else:
+                    lo, hi = k.chunk(g, gc, p.groups_tiled)
+                    with loop(k, hi, lo) as gi:
+                        per_image(n, gi)
         self.cb_rng = self.row_rng = self.px_rng = self.px_ends = None
         return True

@@ -97,3 +97,29 @@ def test_qlinear_conv_full_range_weights_keep_the_k_pairs():
     x = rng.integers(0, 256, (1, 16, 10, 10)).astype(np.uint8)
     w = rng.integers(-128, 128, (16, 16, 3, 3)).astype(np.int8)
     _check(_qconv(x, w, 1, 1, 1), x, False)
+
+
+def test_matmul_integer_uint8_weights_near_their_zero_point():
+    """uint8 B with zero point 128 and values within 128 +- 64: B - zp fits the pair sums; batched A (rows fold)."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, (3, 17, 40)).astype(np.uint8)
+    w = rng.integers(64, 193, (40, 36)).astype(np.uint8)
+    node = helper.make_node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"])
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(9, np.uint8), "xz"),
+                               numpy_helper.from_array(np.array(128, np.uint8), "wz")])
+    _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), x, True)
+
+
+def test_conv_integer_with_a_weight_zero_point():
+    """ConvInteger (int32 out), int8 weights minus a zero point of 3 within +-64."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 256, (1, 8, 9, 11)).astype(np.uint8)
+    w = (rng.integers(-61, 62, (12, 8, 3, 3)) + 3).astype(np.int8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1] * 4)
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(17, np.uint8), "xz"),
+                               numpy_helper.from_array(np.array(3, np.int8), "wz")])
+    _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), x, True)

@@ -373,19 +373,20 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
     if cfg.sdot:
         bytes_t = ir.VectorType(I8, 4 * L)
         sdot = _fn(k, f"llvm.aarch64.neon.sdot.v{L}i32.v{4 * L}i8", vt, [vt, bytes_t, bytes_t])
-        fn = None
     elif cfg.pairs:
         bytes_t, words_t = ir.VectorType(I8, 4 * L), ir.VectorType(I16, 2 * L)
         pair_sums = _fn(k, "llvm.x86.avx2.pmadd.ub.sw", words_t, [bytes_t, bytes_t])
         widen = _fn(k, "llvm.x86.avx2.pmadd.wd", vt, [words_t, words_t])
         ones = ir.Constant(words_t, [ir.Constant(I16, 1)] * (2 * L))
 
-        def fn_pairs(acc, u, sg):
+        def dot(acc, u, sg):
             words = b.call(pair_sums, [b.bitcast(u, bytes_t), b.bitcast(sg, bytes_t)])
             return b.add(acc, b.call(widen, [words, ones]))
-        fn = None
     else:
-        fn = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
+        vpdpbusd = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
+
+        def dot(acc, u, sg):
+            return b.call(vpdpbusd, [acc, u, sg])
     zero = ir.Constant(vt, None)
     slots = [[k.local(vt, zero) for _ in range(nv)] for _ in range(mr)]
     rows = [a_row(r) for r in range(mr)]
@@ -405,7 +406,7 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
                     b.store(b.call(sdot, [b.load(slot), b.bitcast(bvecs[v], bytes_t), b.bitcast(av, bytes_t)]), slot)
                 else:
                     u, sg = (av, bvecs[v]) if rows_unsigned else (bvecs[v], av)
-                    b.store(fn_pairs(b.load(slot), u, sg) if cfg.pairs else b.call(fn, [b.load(slot), u, sg]), slot)
+                    b.store(dot(b.load(slot), u, sg), slot)
 
     def broadcast(p):
         return lambda r: k.splat(b.load(b.gep(rows[r], [p], inbounds=True)), L)

@@ -341,6 +341,8 @@ def test_bad_calibration_data(cnn_dir):
     assert "no such file or directory" in _bad(cnn_dir, "nowhere")
     (cnn_dir / "corrupt.npz").write_bytes(b"not a zip")
     assert "not a valid .npz" in _bad(cnn_dir, "corrupt.npz")
+    (cnn_dir / "zero.npz").write_bytes(b"")
+    assert "not a valid .npz" in _bad(cnn_dir, "zero.npz")
     (cnn_dir / "mixed").mkdir()
     np.savez(cnn_dir / "mixed" / "a.npz", image=good)
     np.savez(cnn_dir / "mixed" / "b.npz", image=good.astype(np.float16))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Quantized int8 kernels against ONNX Runtime (single thread), side by side in one run.
 
-    PYTHONPATH=toolkit python benchmarks/bench_int8.py [--runs 200] [--rounds 5] [--only NAME]
+    PYTHONPATH=toolkit python benchmarks/bench_int8.py [--runs 200] [--rounds 5] [--only NAME] [--board x86_64-v3]
+        [--weight-bits 7]
 
 Models: QLinearMatMul / MatMulInteger with constant weights (uint8 x int8, int8 x int8, per-column
 zero points), QLinearConv 3x3 / 1x1 / strided / grouped, and a small quantized CNN made by
@@ -162,10 +163,19 @@ CASES = {
 }
 
 
-def our_runner(model):
+def our_runner(model, board: str = "x86_64"):
     from fluidml_xc.run.backend import compile_model
-    jit = compile_model(model, "x86_64")
+    jit = compile_model(model, board)
     return jit
+
+
+def seven_bit_weights(model):
+    """The model with every constant int8 weight halved into [-64, 63] (onnxruntime.quantization's reduce_range
+    range): what AVX2's exact pair sums (kernels/qgemm.py PAIR_SUM_LIMIT) take."""
+    for init in model.graph.initializer:
+        if init.data_type == onnx.TensorProto.INT8 and len(init.dims) >= 2:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) // 2, init.name))
+    return model
 
 
 def time_calls(fn, runs, warmup=5):
@@ -184,6 +194,10 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="")
+    ap.add_argument("--board", default="x86_64", help="our code's board (x86_64-v3: AVX2 without VNNI; ORT still "
+                    "picks its kernels for the host)")
+    ap.add_argument("--weight-bits", type=int, choices=(7, 8), default=8,
+                    help="7: int8 weights halved into [-64, 63] (reduce_range), where AVX2 runs exact pair sums")
     args = ap.parse_args()
     import onnxruntime as ort
     from onnx.reference import ReferenceEvaluator
@@ -193,7 +207,9 @@ def main():
         if args.only and args.only not in name:
             continue
         model, feeds = build()
-        jit = our_runner(model)
+        if args.weight_bits == 7:
+            model = seven_bit_weights(model)
+        jit = our_runner(model, args.board)
         arrays = [np.ascontiguousarray(feeds[n], dtype=dt) for n, dt, _ in jit.input_specs]
         outs = [np.zeros(shape, dtype=dt) for _, dt, shape in jit.output_specs]
         in_ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])

@@ -105,6 +105,11 @@ def cases() -> list[Case]:
     out.append(Case("fp32 Conv 3x3 32->32 28x28 +Relu", "fp", _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])],
         {"x": f32(1, 32, 28, 28)}, {"w": f32(32, 32, 3, 3), "bias": f32(32)}), 2.0 * 32 * 32 * 9 * 28 * 28))
+    # 1x1 convs: a flat image (row vectors, x86's 6 channels x 2 vectors) and a small one (channel vectors, packed input)
+    for cin, cout, hw in ((256, 64, 56), (1024, 256, 14)):
+        out.append(Case(f"fp32 Conv 1x1 {cin}->{cout} {hw}x{hw}", "fp", _model(
+            [helper.make_node("Conv", ["x", "w"], ["y"])], {"x": f32(1, cin, hw, hw)}, {"w": f32(cout, cin, 1, 1)}),
+            2.0 * cin * cout * hw * hw))
     out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28 +Clip6", "fp", _model(
         [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, group=64),
          helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
@@ -297,6 +302,8 @@ def main() -> int:
                     help="also time the single-op x86_64 cases on this host (JIT, one thread, best of --runs calls "
                          "of the thread's CPU time) and print the clock at which the estimate would match the measurement")
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--x86-cpus", default="", help="x86 boards: llvm-mca's models of these CPUs, one row each "
+                    "(e.g. haswell,skylake,znver3; default the board's cpu)")
     args = ap.parse_args()
     checks = []
 
@@ -322,36 +329,13 @@ def main() -> int:
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue
-            if arch == "x86_64":
-                model_cpu, peak = spec.cpu, None
-            else:
-                fp_peak, i8_peak, model_cpu, _src = PEAKS[spec.cpu]
-                peak = fp_peak if case.kind == "fp" else i8_peak
             asm = mca_input(loop.body, arch)
             if args.asm_dir:
                 args.asm_dir.mkdir(parents=True, exist_ok=True)
                 (args.asm_dir / f"{bname}-{re.sub(r'[^a-z0-9]+', '_', case.name.lower())}.s").write_text(asm)
             attrs = spec.features if arch != "x86_64" else ""
-            try:
-                cycles, rthr, busiest = run_mca(asm, args.mca, MCA_TRIPLE[arch], model_cpu, attrs)
-            except RuntimeError as exc:
-                print(f"{case.name:52} {bname:17} llvm-mca: {exc}")
-                continue
-            if peak is None:  # x86_64: the same model's throughput of independent FMAs (x86_peak)
-                peak = x86_peak(args.mca, model_cpu, case.kind, spec.vector_bits, spec.features)
-            work = 2 * loop.lanes + loop.mul_lanes if case.kind == "fp" else loop.lanes
-            per_cycle, bound = work / cycles, 100 * work / rthr / peak
-            neck = "deps" if cycles > 1.15 * rthr else busiest
-            if args.measure and arch == "x86_64" and case.work:
-                checks.append((case.name, spec.cpu, per_cycle, case.work / measure(case.model, args.runs) / 1e9, case.kind))
-            if args.markdown:
-                print(f"| {case.name} | {bname} | {spec.cpu} ({model_cpu}) | {len(loop.body)} | {loop.macs} | {loop.lanes} | {loop.mul_lanes} | "
-                      f"{loop.stack} | {cycles:.2f} | {rthr:.2f} | {per_cycle:.1f} | {peak:.0f} | "
-                      f"{100 * per_cycle / peak:.0f}% | {bound:.0f}% | {neck} |", flush=True)
-                continue
-            print(f"{case.name:52} {bname:17} {spec.cpu + ' (' + model_cpu + ')':26} {len(loop.body):5} {loop.macs:4} "
-                  f"{loop.lanes:5} {loop.mul_lanes:4} {loop.stack:5} {cycles:6.2f} {rthr:6.2f} {per_cycle:6.1f} {peak:5.0f} "
-                  f"{100 * per_cycle / peak:4.0f}% {bound:4.0f}% {neck}", flush=True)
+            for model_cpu in (args.x86_cpus.split(",") if arch == "x86_64" and args.x86_cpus else [spec.cpu]):
+                _mca_row(args, case, bname, spec, arch, loop, asm, attrs, model_cpu, checks)
     if checks:
         ghz = host_ghz()
         print(f"\nx86_64 estimates against a measurement on this host, one thread: the whole op's best rate, the hot "
@@ -428,15 +412,44 @@ def host_ghz(runs: int = 20) -> float:
     return 20000 * 1000 / best
 
 
+def _mca_row(args, case: Case, bname: str, spec, arch: str, loop, asm: str, attrs: str, model_cpu: str, checks: list) -> None:
+    """One row of the table: `loop` through llvm-mca's model of `model_cpu` (x86: the board's cpu or --x86-cpus)."""
+    peak = None
+    if arch != "x86_64":
+        fp_peak, i8_peak, model_cpu, _src = PEAKS[spec.cpu]
+        peak = fp_peak if case.kind == "fp" else i8_peak
+    try:
+        cycles, rthr, busiest = run_mca(asm, args.mca, MCA_TRIPLE[arch], model_cpu, attrs)
+    except RuntimeError as exc:
+        print(f"{case.name:52} {bname:17} llvm-mca: {exc}")
+        return
+    if peak is None:  # x86_64: the same model's throughput of independent FMAs (x86_peak)
+        peak = x86_peak(args.mca, model_cpu, case.kind, spec.vector_bits, spec.features)
+    work = 2 * loop.lanes + loop.mul_lanes if case.kind == "fp" else loop.lanes
+    per_cycle, bound = work / cycles, 100 * work / rthr / peak
+    neck = "deps" if cycles > 1.15 * rthr else busiest
+    if args.measure and arch == "x86_64" and case.work:
+        checks.append((case.name, spec.cpu, per_cycle, case.work / measure(case.model, args.runs) / 1e9, case.kind))
+    if args.markdown:
+        print(f"| {case.name} | {bname} | {spec.cpu} ({model_cpu}) | {len(loop.body)} | {loop.macs} | {loop.lanes} | {loop.mul_lanes} | "
+              f"{loop.stack} | {cycles:.2f} | {rthr:.2f} | {per_cycle:.1f} | {peak:.0f} | "
+              f"{100 * per_cycle / peak:.0f}% | {bound:.0f}% | {neck} |", flush=True)
+        return
+    print(f"{case.name:52} {bname:17} {spec.cpu + ' (' + model_cpu + ')':26} {len(loop.body):5} {loop.macs:4} "
+          f"{loop.lanes:5} {loop.mul_lanes:4} {loop.stack:5} {cycles:6.2f} {rthr:6.2f} {per_cycle:6.1f} {peak:5.0f} "
+          f"{100 * per_cycle / peak:4.0f}% {bound:4.0f}% {neck}", flush=True)
+
+
 def x86_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:
-    """FLOP (fp: vfmadd231ps) or MAC (int8: vpdpbusd with VNNI, else vpmaddubsw) per cycle of 8 independent
-    instructions on the machine's widest vectors under the same mca model."""
+    """FLOP (fp: vfmadd231ps) or MAC (int8: vpdpbusd with VNNI, else vpmaddubsw) per cycle of 16 independent
+    instructions on the machine's widest vectors under the same mca model (8 left Haswell's 2 ports x 5 cycles of
+    FMA latency a third idle)."""
     reg = {512: "zmm", 256: "ymm"}.get(bits, "xmm")
     vnni = {"+avx512vnni", "+avxvnni"} & set(features.split(","))
     op = "vfmadd231ps" if kind == "fp" else "vpdpbusd" if vnni else "vpmaddubsw"
-    asm = "\n".join(f"{op} %{reg}20, %{reg}20, %{reg}{d}" for d in range(8)) + "\n"
+    asm = "\n".join(f"{op} %{reg}20, %{reg}20, %{reg}{d}" for d in range(16)) + "\n"
     cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["x86_64"], cpu, "")
-    return 8 * (bits // 16 if kind == "fp" else bits // 8) / cycles
+    return 16 * (bits // 16 if kind == "fp" else bits // 8) / cycles
 
 
 if __name__ == "__main__":

@@ -216,6 +216,16 @@ def timed_pair(ours, theirs, runs: int, clock=time.perf_counter) -> tuple[float,
     return float(np.median(times[ours])), float(np.median(times[theirs]))
 
 
+def jit_with_conv_algo(model, board: str, conv_algo: str):
+    """The JIT-compiled model as compile_model builds it, its convs under `conv_algo` (passes/winograd.py)."""
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.run.backend import JitModel
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    return JitModel(lower(import_graph(model, conv_algo=conv_algo), machine_spec(get_board(board)), LowerOptions()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="only cases whose name contains this")
@@ -227,6 +237,8 @@ def main() -> int:
                          "16 or 32 bytes past a 64-byte boundary)")
     ap.add_argument("--board", default="x86_64", help="the board our code is built for (x86_64-v3: AVX2 code on an "
                     "AVX-512 host; ORT still picks its kernels for the host)")
+    ap.add_argument("--conv-algo", choices=("auto", "direct"), default="auto",
+                    help="build's --conv-algo (direct: the Conv cases run the direct kernels' register tiles, not Winograd)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time with the calling thread's CPU clock, not the wall clock (steadier on a busy machine; "
@@ -247,7 +259,7 @@ def main() -> int:
             continue
         model = case.model()
         try:
-            jit = compile_model(model, args.board)
+            jit = compile_model(model, args.board) if args.conv_algo == "auto" else jit_with_conv_algo(model, args.board, args.conv_algo)
         except Exception as exc:  # noqa: BLE001 - a case we cannot build is a row, not the end of the sweep
             print(f"{case.name:58s} build failed: {str(exc).splitlines()[0][:120]}", flush=True)
             continue

@@ -45,16 +45,16 @@ def _qlinear_matmul() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("board, expected", [
-    ("x86_64-v2", (True, 4, 4, 2, False, False)),     # SSE: pmaddwd on xmm
-    ("x86_64-v3", (True, 8, 4, 2, False, False)),     # AVX2: 4 x 2 ymm
-    ("x86_64-v4", (True, 16, 6, 2, False, False)),    # AVX-512BW: 6 x 2 zmm (x86-64-v4 has no VNNI)
-    ("qemu-aarch64", (False, 4, 4, 2, False, False)),  # NEON widening k-pairs
-    ("rpi5", (False, 4, 4, 4, True, True)),           # +dotprod: sdot k-quads
-    ("qemu-armv7", (False, 4, 2, 2, False, False)),   # 16 q registers
+    ("x86_64-v2", (True, 4, 4, 2, False, False, False)),     # SSE: pmaddwd on xmm
+    ("x86_64-v3", (True, 8, 4, 2, True, False, True)),       # AVX2: 4 x 2 ymm, vpmaddubsw pair sums (7-bit weights)
+    ("x86_64-v4", (True, 16, 6, 2, False, False, False)),    # AVX-512BW: 6 x 2 zmm (x86-64-v4 has no VNNI)
+    ("qemu-aarch64", (False, 4, 4, 2, False, False, False)),  # NEON widening k-pairs
+    ("rpi5", (False, 4, 4, 4, True, True, False)),           # +dotprod: sdot k-quads
+    ("qemu-armv7", (False, 4, 2, 2, False, False, False)),   # 16 q registers
 ])
 def test_int8_register_block_per_board(board, expected):
     cfg = qgemm.config(_kernel(machine_spec(get_board(board))))
-    assert (cfg.x86, cfg.lanes, cfg.mr, cfg.nv, cfg.quad, cfg.sdot) == expected
+    assert (cfg.x86, cfg.lanes, cfg.mr, cfg.nv, cfg.quad, cfg.sdot, cfg.pairs) == expected
 
 
 def test_every_architecture_has_an_int8_register_block():

@@ -341,6 +341,8 @@ def test_bad_calibration_data(cnn_dir):
     assert "no such file or directory" in _bad(cnn_dir, "nowhere")
     (cnn_dir / "corrupt.npz").write_bytes(b"not a zip")
     assert "not a valid .npz" in _bad(cnn_dir, "corrupt.npz")
+    (cnn_dir / "zero.npz").write_bytes(b"")
+    assert "not a valid .npz" in _bad(cnn_dir, "zero.npz")
     (cnn_dir / "mixed").mkdir()
     np.savez(cnn_dir / "mixed" / "a.npz", image=good)
     np.savez(cnn_dir / "mixed" / "b.npz", image=good.astype(np.float16))
@@ -495,3 +497,31 @@ def test_progress_bar_over_calibration_samples_when_asked(tmp_path, capsys):
     assert "calibrating (minmax)" in err and "/3 [" in err
     run_quantize(QuantizeOptions(model=tmp_path / "cnn.onnx", calibration=calib, output=tmp_path / "q2.onnx", build=False, progress=False))
     assert capsys.readouterr().err == ""
+
+
+def test_reduce_range_weights_run_avx2_pair_sums(tmp_path):
+    """--reduce-range: 7-bit weights (within +-64), which x86_64-v3 (AVX2, no VNNI) runs as exact vpmaddubsw pair
+    sums (kernels/qgemm.py Config.pairs); the build matches onnx.reference."""
+    from onnx import version_converter
+    from onnx.reference import ReferenceEvaluator
+
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.quantize import QuantConfig, QuantizeOptions, run_quantize
+    from fluidml_xc.run.backend import compile_model
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    model_path, out = tmp_path / "cnn.onnx", tmp_path / "q.onnx"
+    onnx.save(small_cnn(), str(model_path))
+    calib = write_samples(tmp_path / "calib", "image", (1, 3, 12, 12), 4, seed=5)
+    report = run_quantize(QuantizeOptions(model=model_path, calibration=calib, output=out, build=False, progress=False,
+                                          config=QuantConfig(format="qoperator", per_channel=True, reduce_range=True)))
+    assert "7-bit weights" in report.table()
+    model = onnx.load(str(out))
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    weights = [inits[n.input[3]] for n in model.graph.node if n.op_type == "QLinearConv"]
+    assert weights and all(w.dtype == np.int8 and np.abs(w.astype(int)).max() <= 64 for w in weights)
+    assert "llvm.x86.avx2.pmadd.ub.sw" in lower(import_graph(model), machine_spec(get_board("x86_64-v3")), LowerOptions()).ir_text
+    feeds = {"image": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    reference = ReferenceEvaluator(version_converter.convert_version(model, 21))  # its QLinear ops' oldest kernels
+    np.testing.assert_allclose(compile_model(model, "x86_64-v3")(feeds)[0], reference.run(None, feeds)[0], rtol=1e-5, atol=1e-5)

@@ -51,9 +51,9 @@ class _ConvGemm:
         wv = np.asarray(w.value).astype(np.int32).reshape(m_out, cg, taps)
         wz = np.zeros(m_out, np.int32) if w_zp is None else np.broadcast_to(np.asarray(w_zp.value).reshape(-1).astype(np.int32), (m_out,))
         wv = self.wv = wv - wz[:, None, None]
-        quad = self.quad = cfg.quad and wv.min() >= -128 and wv.max() <= 127
+        quad = self.quad = cfg.quad and cfg.fits(wv)
         if cfg.quad and not quad:
-            cfg = qgemm.Config(cfg.x86, cfg.lanes, cfg.mr, cfg.nv, False)
+            cfg = cfg.without_quads()
         self.cfg = cfg
         G = self.G = 4 if quad else 2
         self.cgr = -(-cg // G)

@@ -81,8 +81,9 @@ def fast_matmul(k, a, b_op, a_zp, b_zp, quant=None) -> bool:
     if cfg.mr * kp * 4 > MAX_PACK_BYTES:
         return False
     if cfg.quad:
-        _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant)
-        return True
+        if _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
+            return True
+        cfg = cfg.without_quads()
     b = k.b
     L, nr = cfg.lanes, cfg.nr
     rows = a.size // kk
@@ -290,7 +291,8 @@ def _pack_b_pairs(k, b_op, b_zp, b_zero, b0, bpack, kk: int, n: int, nr: int):
 def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
     """fast_matmul with VNNI (qgemm.quad_kernel): rows of A packed as uint8 (int8 with the top bit
     flipped), B packed at build time as int8 k-quads; zero points through per-column terms:
-    acc = sum u*s + zu * (K * zs[n] - colsum_s[n]) - zs[n] * rowsum_u[r]."""
+    acc = sum u*s + zu * (K * zs[n] - colsum_s[n]) - zs[n] * rowsum_u[r]. False (nothing emitted) when B's signed
+    operand does not fit the k-quads (Config.fits)."""
     out = k.outputs[0]
     b = k.b
     m, kk, n = a.shape[-2], a.shape[-1], b_op.shape[-1]
@@ -300,6 +302,8 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
     bv = np.asarray(b_op.value).reshape(kk, n).astype(np.int32)
     zb = np.zeros(n, np.int32) if b_zp is None else np.broadcast_to(np.asarray(b_zp.value).reshape(-1).astype(np.int32), (n,))
     bs, zs = qgemm.signed_operand(bv, zb, b_op.dtype.kind == "u")
+    if not cfg.fits(bs):
+        return False
     nblocks, ntail = n // nr, n % nr
     npad = (nblocks + (1 if ntail else 0)) * nr
     t = np.zeros(npad, np.int64)
@@ -367,3 +371,4 @@ def _matmul_quad(k, cfg, a, b_op, a_zp, b_zp, quant):
                     _store_vec(k, out, acc, col, lambda: b.add(b.mul(ri, k.index(n)), col), min(c, L), (mult, y_zero) if quant is not None else None)
         qgemm.blocks(k, n, nr, col_block)
     qgemm.tiled_blocks(k, [], rows, cfg.mr, float(rows) * n * kk, lambda _, i, mr: row_block(b.mul(i, k.index(cfg.mr)), mr))
+    return True

@@ -32,6 +32,9 @@ from .kernel import PARALLEL_MIN_WORK, chunk_count
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 F64 = ir.DoubleType()
+PAIR_SUM_LIMIT = 64
+"""vpmaddubsw adds two uint8 x int8 products in int16 with saturation: |u0 s0 + u1 s1| <= 255 * (|s0| + |s1|) stays
+within 32767 when |s| <= 64 (7-bit weights, onnxruntime.quantization's reduce_range), so the pair sums are exact."""
 
 
 @lru_cache(maxsize=None)
@@ -55,6 +58,19 @@ class Config:
     nv: int  # accumulator vectors per row (columns per block = nv * lanes)
     quad: bool = False  # k-quads of bytes: x86 VNNI (vpdpbusd, uint8 x int8) or aarch64 sdot (int8 x int8)
     sdot: bool = False
+    pairs: bool = False
+    """x86 AVX2 without VNNI: the k-quads through vpmaddubsw (uint8 x int8 pair sums in int16) and vpmaddwd by ones,
+    exact only when every signed operand lies within +-PAIR_SUM_LIMIT (`fits`), which the op checks on its
+    constant weights (else it runs the k-pairs)."""
+
+    def fits(self, signed: np.ndarray) -> bool:
+        """May the k-quads take these signed-operand values (int8; for `pairs` within +-PAIR_SUM_LIMIT)?"""
+        bound = PAIR_SUM_LIMIT if self.pairs else 128
+        return signed.size == 0 or (int(signed.min()) >= -bound and int(signed.max()) <= min(bound, 127))
+
+    def without_quads(self) -> Config:
+        """The same block over k-pairs (pmaddwd on int16)."""
+        return Config(self.x86, self.lanes, self.mr, self.nv)
 
     @property
     def nr(self) -> int:
@@ -80,7 +96,8 @@ def _x86_config(flags: frozenset, vector_bits: int) -> Config:
     if "+avx2" in flags and vector_bits >= 256:
         if "+avx512bw" in flags and vector_bits >= 512:
             return Config(True, 16, 6, 2, "+avx512vnni" in flags)
-        return Config(True, 8, 4, 2, "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags)
+        vnni = "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags
+        return Config(True, 8, 4, 2, True, pairs=not vnni)
     return Config(True, 4, 4, 2)
 
 
@@ -356,9 +373,20 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
     if cfg.sdot:
         bytes_t = ir.VectorType(I8, 4 * L)
         sdot = _fn(k, f"llvm.aarch64.neon.sdot.v{L}i32.v{4 * L}i8", vt, [vt, bytes_t, bytes_t])
-        fn = None
+    elif cfg.pairs:
+        bytes_t, words_t = ir.VectorType(I8, 4 * L), ir.VectorType(I16, 2 * L)
+        pair_sums = _fn(k, "llvm.x86.avx2.pmadd.ub.sw", words_t, [bytes_t, bytes_t])
+        widen = _fn(k, "llvm.x86.avx2.pmadd.wd", vt, [words_t, words_t])
+        ones = ir.Constant(words_t, [ir.Constant(I16, 1)] * (2 * L))
+
+        def dot(acc, u, sg):
+            words = b.call(pair_sums, [b.bitcast(u, bytes_t), b.bitcast(sg, bytes_t)])
+            return b.add(acc, b.call(widen, [words, ones]))
     else:
-        fn = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
+        vpdpbusd = _fn(k, f"llvm.x86.avx512.vpdpbusd.{32 * L}", vt, [vt, vt, vt])
+
+        def dot(acc, u, sg):
+            return b.call(vpdpbusd, [acc, u, sg])
     zero = ir.Constant(vt, None)
     slots = [[k.local(vt, zero) for _ in range(nv)] for _ in range(mr)]
     rows = [a_row(r) for r in range(mr)]
@@ -378,7 +406,7 @@ def quad_kernel(k, cfg: Config, mr: int, a_row, b_ptr, kq: int, rows_unsigned: b
                     b.store(b.call(sdot, [b.load(slot), b.bitcast(bvecs[v], bytes_t), b.bitcast(av, bytes_t)]), slot)
                 else:
                     u, sg = (av, bvecs[v]) if rows_unsigned else (bvecs[v], av)
-                    b.store(b.call(fn, [b.load(slot), u, sg]), slot)
+                    b.store(dot(b.load(slot), u, sg), slot)
 
     def broadcast(p):
         return lambda r: k.splat(b.load(b.gep(rows[r], [p], inbounds=True)), L)

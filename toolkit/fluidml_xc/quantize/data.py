@@ -60,7 +60,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             return {name: npz[name] for name in npz.files}
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
         raise InputError(f"{path}: not a valid .npz file ({exc})") from None
 
 

@@ -32,6 +32,9 @@ class QuantConfig:
     activation_type: str | None = None
     """int8 or uint8; None: int8 for QDQ (ORT's recommendation), uint8 for QOperator (u8s8 on x86)."""
     weight_type: str = "int8"
+    reduce_range: bool = False
+    """7-bit weights (int8 within +-64): exact vpmaddubsw pair sums on x86 without VNNI, ours (kernels/qgemm.py
+    PAIR_SUM_LIMIT) and ORT's alike."""
     exclude: tuple[str, ...] = ()
     """node names or op types left in float"""
     extra_options: dict = field(default_factory=dict)
@@ -191,7 +194,7 @@ def _run(src: Path, dst: Path, config: QuantConfig, calibration: Samples, progre
     qtype = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
     if config.dynamic:
         quantize_dynamic(str(src), str(dst), op_types_to_quantize=_op_types(config, op_types), per_channel=config.per_channel,
-                         weight_type=qtype[config.weight_type], nodes_to_exclude=nodes or None,
+                         reduce_range=config.reduce_range, weight_type=qtype[config.weight_type], nodes_to_exclude=nodes or None,
                          extra_options=dict(config.extra_options) or None)
         return
     activation = config.activation_type or ("int8" if config.format == "qdq" else "uint8")
@@ -200,6 +203,7 @@ def _run(src: Path, dst: Path, config: QuantConfig, calibration: Samples, progre
     fmt = QuantFormat.QDQ if config.format == "qdq" else QuantFormat.QOperator
     reader = _Reader(calibration, f"calibrating ({config.method})", progress)
     quantize_static(str(src), str(dst), reader, quant_format=fmt, op_types_to_quantize=_op_types(config, op_types),
-                    per_channel=config.per_channel, activation_type=qtype[activation], weight_type=qtype[config.weight_type],
+                    per_channel=config.per_channel, reduce_range=config.reduce_range, activation_type=qtype[activation],
+                    weight_type=qtype[config.weight_type],
                     nodes_to_exclude=nodes or None, calibrate_method=method,
                     extra_options=dict(config.extra_options) or None)

@@ -25,6 +25,8 @@ def render(report) -> str:
     cfg = report.config
     mode = "dynamic (weights int8, activations quantized at run time)" if cfg["dynamic"] else \
         f"static {cfg['format']}, {cfg['method']} calibration, {'per-channel' if cfg['per_channel'] else 'per-tensor'} weights"
+    if cfg.get("reduce_range"):
+        mode += ", 7-bit weights (--reduce-range)"
     lines = [f"quantized {report.model} -> {report.output}: {mode}",
              (f"evaluation: {report.eval_samples} samples ({report.eval_from})" if cfg["dynamic"] else
               f"calibration: {report.calibration_samples} samples; evaluation: {report.eval_samples} samples ({report.eval_from})")]

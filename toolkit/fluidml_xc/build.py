@@ -25,7 +25,7 @@ from .frontend.importer import load_model
 from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
-from .pipeline import Lowered, LowerOptions, import_graph
+from .pipeline import Lowered, LowerOptions, check_precision, import_graph
 from .plan_cache import cached_plan, plan_store
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
@@ -78,6 +78,9 @@ class BuildOptions:
     conv_algo: str = "auto"
     """--conv-algo: auto (3x3 stride-1 convs may run as Winograd where the cost model prices it faster, within the
     weight budget: passes/winograd.py) or direct."""
+    precision: str = "fp32"
+    """--precision: fp32, or fp16 (float16 arithmetic where it keeps accuracy, passes/precision.py; boards whose CPU
+    has float16 vectors only, pipeline.check_precision)."""
 
 
 @dataclass
@@ -454,6 +457,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     CApi(options.name)  # a bad --name is refused before anything is read
     model_path = Path(model_path)
     board = get_board(options.board)
+    check_precision(options.precision, machine_specs(board, options.cpu, options.features), board.name)
     stage(BUILD_STAGES[0])
     model = load_model(model_path)
     bound, input_shapes = _bind(model, options)
@@ -463,7 +467,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         watch.mark("import")
         stage(BUILD_STAGES[1])
     graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
-                         on_imported=imported, ranges=options.ranges, conv_algo=options.conv_algo)
+                         on_imported=imported, ranges=options.ranges, conv_algo=options.conv_algo,
+                         precision=options.precision)
     watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
 

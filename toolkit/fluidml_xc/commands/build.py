@@ -38,6 +38,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--conv-algo", choices=("auto", "direct"), default="auto",
                         help="auto: 3x3 stride-1 convs may run as Winograd F(2x2)/F(4x4)/F(6x6) where the cost model prices it "
                              "faster, within the weight budget (docs/WINOGRAD.md); direct: never")
+    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                        help="fp16: weights and activations in float16 where it keeps accuracy (GEMMs sum in float32 "
+                             "blocks; Softmax, normalizations, exp/log in float32), inputs and outputs stay float; boards "
+                             "with float16 arithmetic only (rpi5, jetson-orin-nano); docs/FP16.md")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
     parser.add_argument("--threads", type=int, metavar="N", help="threads the model runs on (default: the board's cores; "
                         "this machine's for x86_64); 1 starts no thread; the runner's --threads may lower it")
@@ -73,7 +77,8 @@ def main(args) -> int:
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
         result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges,
                                                       opt=args.opt,
-                                                      costs=args.costs, conv_algo=args.conv_algo, profile_runner=not args.no_profile_runner,
+                                                      costs=args.costs, conv_algo=args.conv_algo, precision=args.precision,
+                                                      profile_runner=not args.no_profile_runner,
                                                       max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
                                                       cpu=args.cpu, features=args.features, timings=args.timings,
                                                       cache=not args.no_cache, workers=args.build_workers, progress=stages))

@@ -152,8 +152,7 @@ class AnalyticModel:
     def __init__(self, graph: Graph, vector_bits: int = 256, threads: int = 1, forms: TargetForms | None = None,
                  half: bool = False):
         self.graph = graph
-        self.half = half
-        """The target computes float16 in the blocked MatMul kernels (kernels/matmul_geometry.py blocked_dtype)."""
+        self.half = half  # the target computes float16 in the blocked MatMul kernels (matmul_geometry.blocked_dtype)
         self.vector_bits = vector_bits
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""

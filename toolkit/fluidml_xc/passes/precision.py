@@ -43,7 +43,7 @@ def _computes_half(graph: Graph, node: Node, half: set[str]) -> bool:
         return True
     if node.op_type not in HALF_FOLLOWERS:
         return False
-    acts = [n for n in node.inputs if _is_f32(graph, n) and not graph.tensors[n].is_const]
+    acts = [n for n in node.inputs if (n in half or _is_f32(graph, n)) and not graph.tensors[n].is_const]
     return bool(acts) and all(n in half for n in acts)
 
 

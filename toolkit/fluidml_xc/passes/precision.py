@@ -3,7 +3,8 @@ accuracy (docs/FP16.md), for CPUs with float16 vectors (target/arch.py half_arit
 
 A node computes in float16 when it is a GEMM (Conv, MatMul, Gemm: their kernels sum float16 products in short
 float16 blocks added into float32, kernels/matmul_blocked.py and ops/conv/), or when it is a cheap elementwise,
-pooling or data-movement op (HALF_FOLLOWERS) whose float32 activations all come from float16 nodes. Everything else
+pooling or data-movement op (HALF_FOLLOWERS) whose float32 activations all come from float16 nodes, or a lookup in a
+constant table (HALF_LOOKUPS: embeddings). Everything else
 (Softmax, LayerNormalization, reductions, Exp/Log/Erf/Sigmoid/Tanh, Resize, ...) keeps float32. Its float32 tensors
 become float16: constants converted at build time (saturated to float16's finite range, so a -1e9 mask stays
 finite), activations stored as float16 (half the arena), a Cast node wherever a float16 value meets a float32 node
@@ -28,6 +29,8 @@ HALF_FOLLOWERS = frozenset({
     "Identity", "Gather", "Expand", "Pad", "Tile", "DepthToSpace", "SpaceToDepth"})
 """float16 when every float32 activation they read is float16: rounding once per value, no long sums, no
 exponentials."""
+HALF_LOOKUPS = frozenset({"Gather"})
+"""float16 when their data is a constant table (embeddings: the table's bytes halve, each value rounds once)."""
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 HALF_MAX = float(np.finfo(np.float16).max)
 
@@ -40,6 +43,8 @@ def _computes_half(graph: Graph, node: Node, half: set[str]) -> bool:
     if not is_onnx_domain(node.domain) or not any(_is_f32(graph, o) for o in node.outputs):
         return False
     if node.op_type in HALF_ANCHORS:
+        return True
+    if node.op_type in HALF_LOOKUPS and node.inputs and graph.tensors[node.inputs[0]].is_const:
         return True
     if node.op_type not in HALF_FOLLOWERS:
         return False

@@ -182,3 +182,8 @@ def test_accuracy_report_compares_with_the_fp32_build(tmp_path):
     assert report["samples"] == 2 and report["reference"] == f"{out}.fp32" and (tmp_path / "half.fp32" / "runner").is_file()
     (probs,) = report["outputs"]
     assert probs["name"] == "probs" and probs["top1_agreement"] == 1.0 and 0 < probs["rel_err"] <= TOLERANCE
+    half, full = (json.loads((d / "manifest.json").read_text()) for d in (out, tmp_path / "half.fp32"))
+    assert "precision" not in full and set(half["precision"]["weights"]) == {"float16"}
+    assert half["weights_bytes"] * 2 == full["weights_bytes"] and half["memory"]["arena_bytes"] < full["memory"]["arena_bytes"]
+    shown = cli("inspect", str(out)).stdout
+    assert f"precision fp16: weights {half['weights_bytes']:,} B" in shown

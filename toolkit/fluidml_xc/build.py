@@ -207,6 +207,20 @@ def _constant_bytes(graph: Graph) -> int:
     return sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
 
 
+def _precision_entry(graph: Graph, precision: str) -> dict:
+    """--precision fp16's manifest entry: bytes of the used constants and of the activations (before the arena
+    reuses them) per float dtype, what `inspect` shows; {} for fp32 (the key is not written)."""
+    if precision == "fp32":
+        return {}
+    used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
+    made = {o for node in graph.nodes for o in node.outputs if o}
+    split = {"weights": collections.Counter(), "activations": collections.Counter()}
+    for name, t in graph.tensors.items():
+        if np.dtype(t.dtype).kind == "f" and (name in used if t.is_const else name in made):
+            split["weights" if t.is_const else "activations"][np.dtype(t.dtype).name] += t.nbytes
+    return {"mode": precision, **{k: dict(sorted(v.items())) for k, v in split.items()}}
+
+
 def kernel_cache():
     """The kernel cache builds read and write (target/kernel_cache.py), or None before that store exists."""
     try:
@@ -525,7 +539,8 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
             board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
             cpu_variants=tuple(s.cpu for s in compiled.specs) if len(compiled.specs) > 1 else (),
             cpu_needs=tuple(f.name for f in compiled.code_variants[-1].needs),
-            emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
+            emulator=board.target.emulator, opt=options.opt, precision=_precision_entry(graph, options.precision),
+            tools=_tool_versions(),
             inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
             input_shapes={k: tuple(v) for k, v in options.input_shapes.items()},
             structures=graph.structures or {}, symbols=_symbols_entry(graph),

@@ -187,3 +187,23 @@ def test_accuracy_report_compares_with_the_fp32_build(tmp_path):
     assert half["weights_bytes"] * 2 == full["weights_bytes"] and half["memory"]["arena_bytes"] < full["memory"]["arena_bytes"]
     shown = cli("inspect", str(out)).stdout
     assert f"precision fp16: weights {half['weights_bytes']:,} B" in shown
+
+
+def test_a_reduction_that_varies_at_run_time(tmp_path, board_runner):
+    """MatMul over K in 1..300 (--dim): the float16 blocks run to the run-time K (whole blocks, then the rest)."""
+    from fluidml_xc.run.execute import run_artifact
+
+    board_runner("rpi5")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [5, "k"]),
+         helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, ["k", 20])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [5, 20])]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    proc = cli("build", str(path), "--board", "rpi5", "--precision", "fp16", "--dim", "k=1..300", "-o", str(tmp_path / "a"),
+               "--no-profile-runner")
+    assert proc.returncode == 0, proc.stderr
+    for k in (1, 33, 300):
+        feeds = {"a": rand(5, k, seed=k), "b": rand(k, 20, seed=k + 1)}
+        _check_half(run_artifact(tmp_path / "a", feeds).outputs, _ort(model, feeds))

@@ -3,9 +3,9 @@ accuracy (docs/FP16.md), for CPUs with float16 vectors (target/arch.py half_arit
 
 A node computes in float16 when it is a GEMM (Conv, MatMul, Gemm: their kernels sum float16 products in short
 float16 blocks added into float32, kernels/matmul_blocked.py and ops/conv/), or when it is a cheap elementwise,
-pooling or data-movement op (HALF_FOLLOWERS) whose float32 activations all come from float16 nodes, or a lookup in a
-constant table (HALF_LOOKUPS: embeddings). Everything else
-(Softmax, LayerNormalization, reductions, Exp/Log/Erf/Sigmoid/Tanh, Resize, ...) keeps float32. Its float32 tensors
+pooling or data-movement op (HALF_FOLLOWERS) whose float32 activations all come from float16 nodes, a LayerNormalization fed by float16
+(HALF_STORAGE: its kernel computes in float32 inside), or a lookup in a constant table (HALF_LOOKUPS: embeddings). Everything else
+(Softmax, reductions, Exp/Log/Erf/Sigmoid/Tanh, Resize, ...) keeps float32. Its float32 tensors
 become float16: constants converted at build time (saturated to float16's finite range, so a -1e9 mask stays
 finite), activations stored as float16 (half the arena), a Cast node wherever a float16 value meets a float32 node
 (fused into its neighbours' chains by elementwise_fusion, which runs after). Graph inputs and outputs keep float32,
@@ -29,6 +29,9 @@ HALF_FOLLOWERS = frozenset({
     "Identity", "Gather", "Expand", "Pad", "Tile", "DepthToSpace", "SpaceToDepth"})
 """float16 when every float32 activation they read is float16: rounding once per value, no long sums, no
 exponentials."""
+HALF_STORAGE = frozenset({"LayerNormalization"})
+"""float16 in and out when their float32 activations are float16; their kernels compute in float32 inside (ops/reduce.py:
+the mean, the variance and the scaling of a float16 row in float32, rounded once on store)."""
 HALF_LOOKUPS = frozenset({"Gather"})
 """float16 when their data is a constant table (embeddings: the table's bytes halve, each value rounds once)."""
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -46,7 +49,7 @@ def _computes_half(graph: Graph, node: Node, half: set[str]) -> bool:
         return True
     if node.op_type in HALF_LOOKUPS and node.inputs and graph.tensors[node.inputs[0]].is_const:
         return True
-    if node.op_type not in HALF_FOLLOWERS:
+    if node.op_type not in HALF_FOLLOWERS | HALF_STORAGE:
         return False
     acts = [n for n in node.inputs if (n in half or _is_f32(graph, n)) and not graph.tensors[n].is_const]
     return bool(acts) and all(n in half for n in acts)

@@ -65,7 +65,7 @@ def _feeds(model_path: Path, artifact: Path, data: str | None, count: int) -> tu
     if count < 1:
         raise InputError(f"--accuracy-samples {count}: give 1 or more samples")
     manifest = read_manifest(artifact)
-    return [random_feeds(manifest, seed) for seed in range(1, count + 1)], "random inputs, floats in [-1, 1)"
+    return [random_feeds(manifest, seed) for seed in range(1, count + 1)], "random inputs: floats in [-1, 1), integers in [0, 10)"
 
 
 def half_accuracy(model_path: Path, half: BuildResult, options: BuildOptions, data: str | None = None,

@@ -65,12 +65,14 @@ MCA_TRIPLE = {"aarch64": "aarch64-unknown-linux-gnu", "armv7": "armv7-unknown-li
 @dataclass
 class Case:
     name: str
-    kind: str  # "fp" or "int8"
+    kind: str  # "fp", "fp16" (build --precision fp16: float16 FMAs, docs/FP16.md) or "int8"
     model: onnx.ModelProto
     work: float = 0.0
     """FLOP (fp) or MAC (int8) of the whole op, for --measure; 0: not a single op."""
     conv_algo: str = "direct"
     """--conv-algo of the build: "auto" lets the cost model run 3x3 convs as Winograd (docs/WINOGRAD.md)."""
+    precision: str = "fp32"
+    """--precision of the build (fp16 cases: boards without float16 arithmetic report the refusal)."""
 
 
 def _model(nodes, inputs: dict, consts: dict, outputs=("y",), opset=13) -> onnx.ModelProto:
@@ -125,17 +127,21 @@ def cases() -> list[Case]:
     # hoisted input-row and pixel bases from the stack until each block took one address (docs/ARM_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
                     _mobilenet_block(24, 144, 24, 56), ))
+    # the same MatMul and Conv built with --precision fp16 (float16 FMAs in blocks added into float32, docs/FP16.md)
+    out.append(Case("fp16 MatMul 64x256x256", "fp16", out[0].model, out[0].work, precision="fp16"))
+    out.append(Case("fp16 Conv 3x3 32->32 28x28 +Relu", "fp16", out[1].model, out[1].work, precision="fp16"))
     out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0], 64.0 * 256 * 256))
     out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0], 32.0 * 32 * 9 * 28 * 28))
     return out
 
 
-def model_object(model: onnx.ModelProto, board, conv_algo: str = "direct") -> bytes:
-    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+def model_object(model: onnx.ModelProto, board, conv_algo: str = "direct", precision: str = "fp32") -> bytes:
+    from fluidml_xc.pipeline import LowerOptions, check_precision, import_graph, lower
     from fluidml_xc.target.machine import compile_module, machine_spec
 
     spec = machine_spec(board)
-    lowered = lower(import_graph(model, conv_algo=conv_algo), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
+    check_precision(precision, [spec], board.name)
+    lowered = lower(import_graph(model, conv_algo=conv_algo, precision=precision), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
     return compile_module(lowered.ir_text, spec), spec
 
 
@@ -151,11 +157,12 @@ _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.comp
            "x86_64": re.compile(r"^(j\w+)\s")}
 
 
-def disassemble(obj: bytes, objdump: str) -> list[tuple[int, str]]:
+def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
+    """`attrs`: the spec's features (llvm-objdump prints fp16 fmla as <unknown> without +fullfp16)."""
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        text = subprocess.run([objdump, "-d", "--no-show-raw-insn", fh.name], capture_output=True, text=True, check=True).stdout
+        text = subprocess.run([objdump, "-d", "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
     insns = []
     for line in text.splitlines():
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
@@ -321,11 +328,11 @@ def main() -> int:
             board = get_board(bname)
             arch = board.target.name
             try:
-                obj, spec = model_object(case.model, board, case.conv_algo)
+                obj, spec = model_object(case.model, board, case.conv_algo, case.precision)
             except Exception as exc:  # a case this board cannot build is reported, not fatal
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue
-            loop = hot_loop(disassemble(obj, args.objdump), arch)
+            loop = hot_loop(disassemble(obj, args.objdump, spec.features if arch != "x86_64" else ""), arch)
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue
@@ -417,7 +424,7 @@ def _mca_row(args, case: Case, bname: str, spec, arch: str, loop, asm: str, attr
     peak = None
     if arch != "x86_64":
         fp_peak, i8_peak, model_cpu, _src = PEAKS[spec.cpu]
-        peak = fp_peak if case.kind == "fp" else i8_peak
+        peak = {"fp": fp_peak, "fp16": 2 * fp_peak}.get(case.kind, i8_peak)
     try:
         cycles, rthr, busiest = run_mca(asm, args.mca, MCA_TRIPLE[arch], model_cpu, attrs)
     except RuntimeError as exc:
@@ -425,7 +432,7 @@ def _mca_row(args, case: Case, bname: str, spec, arch: str, loop, asm: str, attr
         return
     if peak is None:  # x86_64: the same model's throughput of independent FMAs (x86_peak)
         peak = x86_peak(args.mca, model_cpu, case.kind, spec.vector_bits, spec.features)
-    work = 2 * loop.lanes + loop.mul_lanes if case.kind == "fp" else loop.lanes
+    work = 2 * loop.lanes + loop.mul_lanes if case.kind != "int8" else loop.lanes
     per_cycle, bound = work / cycles, 100 * work / rthr / peak
     neck = "deps" if cycles > 1.15 * rthr else busiest
     if args.measure and arch == "x86_64" and case.work:

@@ -73,7 +73,7 @@ class ModelRecord:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs", "timings", "symbols")
+_OPTIONAL_KEYS = ("declared_shapes", "structures", "bound", "cpu_variants", "cpu_needs", "timings", "symbols", "precision")
 """Written only when not empty."""
 
 
@@ -96,6 +96,9 @@ class Manifest:
     emulator: str = ""
     """The emulator the runner needs off its target ("" runs natively)."""
     opt: str = "fluid"
+    precision: Mapping = field(default_factory=dict)
+    """build --precision fp16: {"mode": "fp16", "weights"/"activations": {dtype: bytes}} (build._precision_entry);
+    empty (not written) for fp32."""
     tools: Mapping[str, str] = field(default_factory=dict)
     inputs: tuple[TensorEntry, ...]
     outputs: tuple[TensorEntry, ...]
@@ -280,7 +283,7 @@ def _declared_by_name(value) -> dict[str, tuple[int | str | None, ...]]:
 
 _READERS: dict[str, Callable] = {
     "format": _int, "model": _model, "board": _opt_str, "target": _opt_str, "triple": _str, "cpu": _str,
-    "features": _str, "cpu_variants": _strings, "cpu_needs": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "tools": _object,
+    "features": _str, "cpu_variants": _strings, "cpu_needs": _strings, "emulator": lambda v: "" if v is None else _str(v), "opt": _str, "precision": _object, "tools": _object,
     "inputs": _tensors, "outputs": _tensors, "input_shapes": _dims_by_name, "declared_shapes": _declared_by_name,
     "structures": _object, "bound": _object, "symbols": _symbols,
     "op_counts": _object, "ops": _ops, "memory": _opt_object, "weights_bytes": _int, "threads": _int,

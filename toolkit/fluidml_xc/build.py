@@ -25,7 +25,7 @@ from .frontend.importer import load_model
 from .frontend.loops import bodies
 from .ir import Graph
 from .kernels.epilogue import EPILOGUE_ATTR
-from .pipeline import Lowered, LowerOptions, import_graph
+from .pipeline import Lowered, LowerOptions, check_precision, import_graph
 from .plan_cache import cached_plan, plan_store
 from .tempfiles import build_prefix, sweep_build, sweep_system_tmp
 from .frontend.validate import Limits, default_max_memory
@@ -78,6 +78,9 @@ class BuildOptions:
     conv_algo: str = "auto"
     """--conv-algo: auto (3x3 stride-1 convs may run as Winograd where the cost model prices it faster, within the
     weight budget: passes/winograd.py) or direct."""
+    precision: str = "fp32"
+    """--precision: fp32, or fp16 (float16 arithmetic where it keeps accuracy, passes/precision.py; boards whose CPU
+    has float16 vectors only, pipeline.check_precision)."""
 
 
 @dataclass
@@ -202,6 +205,20 @@ def _constant_bytes(graph: Graph) -> int:
     """Bytes of the constants `graph`'s nodes read or its outputs are (a run-time Loop's body: its own)."""
     used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
     return sum(t.nbytes for name, t in graph.tensors.items() if t.is_const and name in used)
+
+
+def _precision_entry(graph: Graph, precision: str) -> dict:
+    """--precision fp16's manifest entry: bytes of the used constants and of the activations (before the arena
+    reuses them) per float dtype, what `inspect` shows; {} for fp32 (the key is not written)."""
+    if precision == "fp32":
+        return {}
+    used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
+    made = {o for node in graph.nodes for o in node.outputs if o}
+    split = {"weights": collections.Counter(), "activations": collections.Counter()}
+    for name, t in graph.tensors.items():
+        if np.dtype(t.dtype).kind == "f" and (name in used if t.is_const else name in made):
+            split["weights" if t.is_const else "activations"][np.dtype(t.dtype).name] += t.nbytes
+    return {"mode": precision, **{k: dict(sorted(v.items())) for k, v in split.items()}}
 
 
 def kernel_cache():
@@ -454,6 +471,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     CApi(options.name)  # a bad --name is refused before anything is read
     model_path = Path(model_path)
     board = get_board(options.board)
+    check_precision(options.precision, machine_specs(board, options.cpu, options.features), board.name)
     stage(BUILD_STAGES[0])
     model = load_model(model_path)
     bound, input_shapes = _bind(model, options)
@@ -463,7 +481,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
         watch.mark("import")
         stage(BUILD_STAGES[1])
     graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
-                         on_imported=imported, ranges=options.ranges, conv_algo=options.conv_algo)
+                         on_imported=imported, ranges=options.ranges, conv_algo=options.conv_algo,
+                         precision=options.precision)
     watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
 
@@ -520,7 +539,8 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
             board=board.ref or board.name, target=board.target.name, triple=spec.triple, cpu=spec.cpu, features=spec.features,
             cpu_variants=tuple(s.cpu for s in compiled.specs) if len(compiled.specs) > 1 else (),
             cpu_needs=tuple(f.name for f in compiled.code_variants[-1].needs),
-            emulator=board.target.emulator, opt=options.opt, tools=_tool_versions(),
+            emulator=board.target.emulator, opt=options.opt, precision=_precision_entry(graph, options.precision),
+            tools=_tool_versions(),
             inputs=_tensor_entries(graph, graph.inputs), outputs=_tensor_entries(graph, graph.outputs, compiled.tail.output_dims),
             input_shapes={k: tuple(v) for k, v in options.input_shapes.items()},
             structures=graph.structures or {}, symbols=_symbols_entry(graph),

@@ -73,6 +73,8 @@ class Graph:
     is the order of the run-time symbol values the entry and the kernels read (`Kernel.syms`)."""
     """Sequence/optional graph inputs and outputs: {"inputs": {name: descriptor}, "outputs": {...}}
     (frontend/sequences.py); `inputs`/`outputs` list their element tensors (`name.0`, ...)."""
+    precision: str = "fp32"
+    """build --precision: "fp16" narrows float32 arithmetic to float16 in the passes (passes/precision.py)."""
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]

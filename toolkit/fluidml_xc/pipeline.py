@@ -16,6 +16,7 @@ import onnx
 from .emit.emitter import EmitOptions, ModuleEmitter, WeightsBlob, check_supported
 from .emit.measure import Measurer
 from .target.host import host_can_run
+from .target.arch import half_arithmetic
 from .target.machine import MachineSpec
 from .errors import InputError
 from .frontend.dynamic import graph_at, import_ranges
@@ -27,6 +28,7 @@ from .ir import Graph
 from .fluid.optimize import Decisions, apply_views, optimize
 from .fluid.range_choice import RangeChoice, SizePoint, decide_over_range
 from .passes import run_passes
+from .passes.precision import PRECISIONS
 from .passes.winograd import mark_winograd
 from .planning import MemoryPlan, PlanOptions, plan_memory, verify_plan
 from .frontend.validate import Limits
@@ -54,12 +56,13 @@ def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.M
 def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
                  limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
-                 ranges: ShapeRanges | None = None, conv_algo: str = "auto") -> Graph:
+                 ranges: ShapeRanges | None = None, conv_algo: str = "auto", precision: str = "fp32") -> Graph:
     """The graph the optimizer sees: imported (inputs in `bind` frozen to constants), passes run, every op supported.
     `on_imported` is called between import and passes (build's progress stages). With `ranges` (--dim, ranged
     --input-shape), one graph for every size in them: capacity shapes plus Tensor.dyn (frontend/dynamic.py).
-    conv_algo: --conv-algo, the convs that may run as Winograd (passes/winograd.py, under `limits`)."""
-    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges, conv_algo)
+    conv_algo: --conv-algo, the convs that may run as Winograd (passes/winograd.py, under `limits`); precision:
+    --precision, fp16 narrows the float32 arithmetic (passes/precision.py; the board's check is check_precision)."""
+    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges, conv_algo, precision)
     check_supported(graph)
     warn_nonfinite(model)  # once the model is known good: a refused one gets its one error line alone
     return graph
@@ -68,7 +71,7 @@ def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]
 def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                      bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
                      limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
-                     ranges: ShapeRanges | None = None, conv_algo: str = "auto") -> Graph:
+                     ranges: ShapeRanges | None = None, conv_algo: str = "auto", precision: str = "fp32") -> Graph:
     """import_graph without the final support check (a dynamic graph's ops may not take run-time sizes yet)."""
     shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
     bound = bind_inputs(model, bind or {})
@@ -82,6 +85,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
         graph = import_model(bound, options, name=name)
         if notify:
             notify()
+        graph.precision = precision
         run_passes(graph)
         for body in bodies(graph):
             run_passes(body)
@@ -94,6 +98,19 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
         return at(resolved.at({}), on_imported)
     calls = iter([on_imported])
     return import_ranges(bound, resolved, lambda sizes: at(sizes, next(calls, None)))
+
+
+def check_precision(precision: str, specs, board_name: str) -> None:
+    """--precision fp16 only for CPUs with float16 vector arithmetic (every code variant): else one InputError line."""
+    if precision not in PRECISIONS:
+        raise InputError(f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return
+    for spec in specs:
+        if not half_arithmetic(spec.triple, spec.features):
+            raise InputError(f"--precision fp16 needs float16 vector arithmetic, which board {board_name!r} "
+                             f"({spec.cpu}, {spec.triple.split('-')[0]}) lacks: build for rpi5 or jetson-orin-nano (ARMv8.2 "
+                             "+fullfp16), or drop --precision fp16")
 
 
 def plan_options(opt: str, alignment: int) -> PlanOptions:

@@ -38,6 +38,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--conv-algo", choices=("auto", "direct"), default="auto",
                         help="auto: 3x3 stride-1 convs may run as Winograd F(2x2)/F(4x4)/F(6x6) where the cost model prices it "
                              "faster, within the weight budget (docs/WINOGRAD.md); direct: never")
+    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                        help="fp16: weights and activations in float16 where it keeps accuracy (GEMMs sum in float32 "
+                             "blocks; Softmax, normalizations, exp/log in float32), inputs and outputs stay float; boards "
+                             "with float16 arithmetic only (rpi5, jetson-orin-nano); docs/FP16.md")
+    parser.add_argument("--accuracy", nargs="?", const="", metavar="DATA",
+                        help="with --precision fp16: also build the fp32 artifact (<output>.fp32), run both on sample inputs "
+                             "(DATA: a directory of .npz feeds or one .npz with a leading sample axis, as quantize reads; "
+                             "default random inputs) and report each output's error and top-1 agreement")
+    parser.add_argument("--accuracy-samples", type=int, default=4, metavar="N", help="random samples for --accuracy (default 4)")
     parser.add_argument("--no-profile-runner", action="store_true", help="skip the per-op profiling runner")
     parser.add_argument("--threads", type=int, metavar="N", help="threads the model runs on (default: the board's cores; "
                         "this machine's for x86_64); 1 starts no thread; the runner's --threads may lower it")
@@ -70,14 +79,23 @@ def main(args) -> int:
     max_memory = parse_size(args.max_memory) if args.max_memory else None
     if args.build_workers is not None and args.build_workers < 1:
         raise InputError(f"--build-workers {args.build_workers}: give 1 or more processes")
+    if args.accuracy is not None and args.precision != "fp16":
+        raise InputError("--accuracy compares a --precision fp16 build with the fp32 one: add --precision fp16 "
+                         "(int8 models: fluidml-xc quantize)")
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
-        result = build_model(args.model, BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges,
-                                                      opt=args.opt,
-                                                      costs=args.costs, conv_algo=args.conv_algo, profile_runner=not args.no_profile_runner,
-                                                      max_memory=max_memory, threads=args.threads, bind=bind, name=args.name,
-                                                      cpu=args.cpu, features=args.features, timings=args.timings,
-                                                      cache=not args.no_cache, workers=args.build_workers, progress=stages))
-    emit(_result(result), args.json, args.json_out, lambda: _table(result, args.timings))
+        options = BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges, opt=args.opt,
+                               costs=args.costs, conv_algo=args.conv_algo, precision=args.precision,
+                               profile_runner=not args.no_profile_runner, max_memory=max_memory, threads=args.threads,
+                               bind=bind, name=args.name, cpu=args.cpu, features=args.features, timings=args.timings,
+                               cache=not args.no_cache, workers=args.build_workers, progress=stages)
+        result = build_model(args.model, options)
+    report = None
+    if args.accuracy is not None:
+        from ..quantize.half import half_accuracy
+
+        report = half_accuracy(Path(args.model), result, options, args.accuracy or None, args.accuracy_samples)
+    data = _result(result) | ({"accuracy": report.as_dict()} if report else {})
+    emit(data, args.json, args.json_out, lambda: _table(result, args.timings) + (f"\n{report.table()}" if report else ""))
     return 0
 
 

@@ -67,13 +67,15 @@ def main(args) -> int:
     mem = manifest.memory or {}
     api = manifest.c_api or {"name": None, "prefix": "fxc_", "macro_prefix": "FXC_", "header": "model.h",
                                     "library": "libmodel.a", "runtime_library": None}
-    emit({"c_api": api, "optimizer": opt, "memory": mem}, args.json, args.json_out)
+    emit({"c_api": api, "optimizer": opt, "memory": mem} | ({"precision": dict(manifest.precision)} if manifest.precision else {}),
+         args.json, args.json_out)
     if args.json:
         return 0
     print(f"{manifest.model.name} for {manifest.board} ({manifest.triple}), --opt {manifest.opt}, "
           f"costs {opt.get('costs', 'analytic')}" + (f", optimizer {opt['seconds'] * 1e3:.0f} ms" if 'seconds' in opt else ""))
     print(f"C API: name {api['name'] or '(none)'}, {api['prefix']}* / {api['macro_prefix']}* in {api['header']}, "
           f"{api['library']}" + (f" + the shared runtime {api['runtime_library']}" if api["runtime_library"] else " (runtime inside)"))
+    _print_precision(manifest)
     _print_inputs(manifest)
     segments = opt.get("segments", [])
     print(f"\nsegments: {len(segments)} (longest cost-weighted sequence first)")
@@ -199,6 +201,18 @@ def _winograd(convs: Mapping) -> None:
               f"({c['transformed_bytes'] / max(c['weight_bytes'], 1):.2f}x)")
 
 
+def _print_precision(manifest: Manifest) -> None:
+    """build --precision fp16: the weights and activations by float dtype (docs/FP16.md)."""
+    p = manifest.precision
+    if not p:
+        return
+
+    def split(kind: str) -> str:
+        return " + ".join(f"{_kb(n)} {dt}" for dt, n in p.get(kind, {}).items()) or "none"
+    print(f"precision {p.get('mode')}: weights {split('weights')}; activations {split('activations')} (before the "
+          f"arena reuses them; {_kb(manifest.weights_bytes)} weights, {_kb((manifest.memory or {}).get('arena_bytes', 0))} arena)")
+
+
 def _replan(manifest: Manifest, directory: Path) -> dict | None:
     """Per-buffer offsets and intervals of a manifest without them (older builds), re-planned from the model
     through the build's own pipeline (optimizer included; deterministic)."""
@@ -211,7 +225,8 @@ def _replan(manifest: Manifest, directory: Path) -> dict | None:
         if path is None:
             raise KeyError("model.path")
         graph = import_graph(load_model(path), dict(manifest.input_shapes), name=path.stem,
-                             structures=dict(manifest.structures) or None)
+                             structures=dict(manifest.structures) or None,
+                             precision=manifest.precision.get("mode", "fp32"))
         spec = machine_spec(get_board(manifest.board))
         options = LowerOptions(opt=manifest.opt, costs=manifest.optimizer.get("costs", "analytic"), threads=manifest.threads)
         memory_plan = plan(graph, spec, options).plan

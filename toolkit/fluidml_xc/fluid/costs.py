@@ -38,6 +38,7 @@ from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
 from .layouts import Perm
+from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
                                        matmul_geometry, outer_tile)
 
@@ -148,8 +149,10 @@ def _dom_strides(shape: Sequence[int], strides: Sequence[int], dims: Sequence[in
 class AnalyticModel:
     """cost(node, layouts) in estimated nanoseconds; layouts map activation tensors to permutations."""
 
-    def __init__(self, graph: Graph, vector_bits: int = 256, threads: int = 1, forms: TargetForms | None = None):
+    def __init__(self, graph: Graph, vector_bits: int = 256, threads: int = 1, forms: TargetForms | None = None,
+                 half: bool = False):
         self.graph = graph
+        self.half = half  # the target computes float16 in the blocked MatMul kernels (matmul_geometry.blocked_dtype)
         self.vector_bits = vector_bits
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
@@ -226,7 +229,7 @@ class AnalyticModel:
         return self.threaded(nest_cost(shape, order, [Use(out_strides, item), Use(in_strides, item)], 0.0, self.lanes(out)), tiles), None
 
     def matmul(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str]:
-        geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts))
+        geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.half)
         costs = {order: self.threaded(self.matmul_order_cost(geo, order), self.matmul_tiles(geo, order)) for order in MATMUL_ORDERS}
         best = min(costs, key=costs.get)
         default = default_order(geo.a, geo.b, geo.c, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
@@ -525,8 +528,9 @@ class Costs:
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
         forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12))
-        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms)
-        self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms) if threads > 1 else self.model
+        half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
+        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
+        self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model
         self.cache = cache
         self.measurer = None
         if mode == "measure":
@@ -574,7 +578,7 @@ class Costs:
                 wino = allowed_orders(node, geo, self.model.forms.conv_accumulators).get(order)
                 tiles = None if geo is None else winograd_tiles(geo, wino) if wino else self.model.conv_tiles(geo, order)
                 return ns if geo is None else self.model.threaded(ns, tiles)
-            return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides), order))
+            return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides, self.model.half), order))
         serial = self.serial.cost_and_order(node, layouts)[0]
         return ns * self.model.cost_and_order(node, layouts)[0] / serial if serial > 0 else ns
 
@@ -587,7 +591,7 @@ class Costs:
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
             wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators))
             return list(geo.orders()) + wino if geo is not None else [None]
-        geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts))
+        geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.half)
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)
         return [o for c, o in scored if c <= 2 * scored[0][0]][:2]
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
@@ -264,7 +265,8 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
         bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
         bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
     arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-    with k.for_range(kk) as kv:
+
+    def step(kv):
         bk = mul_index(k, kv, kstride)
         bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
         ak = mul_index(k, kv, a.cs)
@@ -275,6 +277,7 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
                 if w not in splats:
                     splats[w] = k.splat(av, w)
                 k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+    reduce_in_blocks(k, dt, kk, [s for row in slots for s in row], step)
     return slots
 
 
@@ -361,12 +364,13 @@ def dot_tile(k, P: Problem, kk, bases, i0, mr: int, j0, nc: int) -> None:
     arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
     bcols = [add_index(k, bb, mul_index(k, add_index(k, j0, q), b.cs)) for q in range(nc)]
     if not (isinstance(kmain, int) and kmain == 0):
-        with k.for_range(kmain, 0, V) as kv:
+        def step(kv):
             avs = [k.vload(a.ptr, dt, add_index(k, arows[r], kv), V) for r in range(mr)]
             for q in range(nc):
                 bv = k.vload(b.ptr, dt, add_index(k, bcols[q], kv), V)
                 for r in range(mr):
                     k.b.store(fma(k, k.b.load(slots[r][q]), avs[r], bv), slots[r][q])
+        reduce_in_blocks(k, dt, kmain, [s for row in slots for s in row], step, 0, V)
     run_tails = _dot_tails(k, P, arows, bcols, kmain, kk)
     for r in range(mr):
         sums = k.reduce_lanes([k.b.load(s) for s in slots[r]])

@@ -36,7 +36,14 @@ jki: C columns stream over A columns (unit stride in i); kij: outer products."""
 outermost; ops/conv/ implements both for its channel-vector blocking)."""
 
 BLOCKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-"""Dtypes the register-blocked kernels (kernels/matmul_blocked.py) handle."""
+"""Dtypes the register-blocked kernels (kernels/matmul_blocked.py) handle; float16 too on a CPU with float16 vector
+arithmetic (`blocked_dtype`), in kernels/half_blocks.py's blocks."""
+
+
+def blocked_dtype(dtype, half: bool = False) -> bool:
+    """The blocked kernels handle `dtype`; `half`: the target has float16 vector arithmetic (target/arch.py)."""
+    dt = np.dtype(dtype)
+    return dt in BLOCKED_DTYPES or (half and dt == np.float16)
 
 MR_OUTER, ACC_BUDGET = 6, 12
 """Outer-product tiles: up to MR_OUTER rows of C, NR columns in vectors, about ACC_BUDGET accumulators."""
@@ -110,7 +117,8 @@ class MatmulGeometry:
     is_float: bool = True
 
 
-def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
+def matmul_geometry(graph: Graph, node: Node, strides_of, half: bool = False) -> MatmulGeometry:
+    """`half`: the target computes float16 in the blocked kernels (blocked_dtype)."""
     ta, tb, tc = (graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]])
     sa, sb, sc = strides_of(node.inputs[0]), strides_of(node.inputs[1]), strides_of(node.outputs[0])
     if node.op_type == "Gemm":
@@ -120,7 +128,7 @@ def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
         m, kk = (ta.shape[1], ta.shape[0]) if trans_a else ta.shape
         n = tb.shape[0] if trans_b else tb.shape[1]
         return MatmulGeometry(m, n, kk, 1, a, b, (sc[0], sc[1]), ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
-                              np.dtype(tc.dtype) in BLOCKED_DTYPES)
+                              blocked_dtype(tc.dtype, half))
     a_shape, b_shape = ta.shape, tb.shape
     a = (sa[-2], sa[-1]) if len(a_shape) >= 2 else (0, sa[-1])
     b = (sb[-2], sb[-1]) if len(b_shape) >= 2 else (sb[-1], 0)
@@ -138,4 +146,4 @@ def matmul_geometry(graph: Graph, node: Node, strides_of) -> MatmulGeometry:
     batch = int(np.prod(tc.shape[:-2], dtype=np.int64)) if len(a_shape) >= 2 and len(b_shape) >= 2 else \
         int(np.prod(tc.shape[:-1], dtype=np.int64)) if len(tc.shape) >= 1 and (len(a_shape) >= 2) != (len(b_shape) >= 2) else 1
     return MatmulGeometry(m, n, kk, max(batch, 1), a, b, c, ta.is_const, tb.is_const, np.dtype(tc.dtype).itemsize,
-                          np.dtype(tc.dtype) in BLOCKED_DTYPES)
+                          blocked_dtype(tc.dtype, half))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..target.arch import arch_of
+from ..target.arch import arch_of, half_arithmetic
 from .loops import element, offset
 from .scalar import is_float
 
@@ -21,9 +21,19 @@ def fma(k, acc, x, y):
     LLVM's ARM backend never fuses a NEON fmul + fadd and emits the unfused vmla.f32 (two roundings,
     unlike aarch64's fmla)."""
     elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+    if elem == ir.HalfType() and fused_f16(k):
+        return fused(k, acc, x, y)
     if elem != ir.FloatType() or not fused_f32(k):
         return k.fma(acc, x, y)
     return fused(k, acc, x, y)
+
+
+def fused_f16(k) -> bool:
+    """float16 multiply-adds as llvm.fma on a CPU with float16 vector arithmetic (target/arch.py half_arithmetic):
+    AArch64's instruction selection then takes a broadcast operand by lane (`ldr h` + `fmla v.8h, v.8h, v.h[0]`)
+    where a contracted fmul + fadd gets an `ld1r` per broadcast, a second vector micro-op beside each row's fmlas."""
+    spec = k.spec
+    return spec is not None and half_arithmetic(spec.triple, spec.features)
 
 
 def fused(k, acc, x, y):

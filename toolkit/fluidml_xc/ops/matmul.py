@@ -26,18 +26,24 @@ from dataclasses import replace
 import numpy as np
 
 from ..kernels.epilogue import fused_epilogue
-from ..kernels.matmul_geometry import BLOCKED_DTYPES, MATMUL_ORDERS, blocked_kind, default_order, domain_order
+from ..kernels.matmul_geometry import MATMUL_ORDERS, blocked_dtype, blocked_kind, default_order, domain_order
 from ..kernels.kernel import Access, Operand, row_major_strides
 from ..kernels.scalar import const, llvm_type
 from ..kernels.loops import nest
 from ..kernels.matmul_blocked import Mat, Problem, RunDims, repacked
 from ..kernels.matmul_runtime import emit_matmul
 from ..opspec import register
+from ..target.arch import half_arithmetic
+
+def _blocked(k, dtype) -> bool:
+    """The blocked kernels take `dtype` on this target (float16 where the CPU has float16 vectors)."""
+    return blocked_dtype(dtype, k.spec is not None and half_arithmetic(k.spec.triple, k.spec.features))
+
 
 def _order(k, a_mk, b_kn, c_mn, m=2, n=2, a_const=False, b_const=False, dtype=np.float32) -> str:
     order = k.loop_order
     return order if order in MATMUL_ORDERS else default_order(a_mk, b_kn, c_mn, m, n, a_const, b_const,
-                                                             np.dtype(dtype) in BLOCKED_DTYPES)
+                                                             _blocked(k, dtype))
 
 
 def matmul_accumulate(k, a: Access, b: Access, c: Access, batch: tuple[int, ...], m: int, n: int, kk: int, dtype, scale=None,
@@ -180,7 +186,7 @@ def lower_matmul(k):
     a_mk = (a_op.strides[-2], a_op.strides[-1])
     b_kn = (b_op.strides[-2], b_op.strides[-1])
     order = _order(k, a_mk, b_kn, c_mn, m, n, a.value is not None, b.value is not None, dt)
-    kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, np.dtype(dt) in BLOCKED_DTYPES)
+    kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, _blocked(k, dt))
     batch = tuple(np.broadcast_shapes(a_op.shape[:-2], b_op.shape[:-2]))
     nb = len(batch)
     ndom = nb + 3
@@ -246,7 +252,7 @@ def lower_gemm(k):
     m, kk = (a.shape[1], a.shape[0]) if trans_a else a.shape
     n = b.shape[0] if trans_b else b.shape[1]
     order = _order(k, a_mk, b_kn, (out.strides[0], out.strides[1]), m, n, a.value is not None, b.value is not None, dt)
-    kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, np.dtype(dt) in BLOCKED_DTYPES)
+    kind = blocked_kind(order, a_mk, b_kn, m, n, a.value is not None, b.value is not None, _blocked(k, dt))
     run = None if not k.dynamic else RunDims((), k.extent(a, 1 if trans_a else 0), k.extent(b, 0 if trans_b else 1),
                                              k.extent(a, 0 if trans_a else 1))
     if kind is not None:

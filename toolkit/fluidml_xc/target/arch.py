@@ -20,6 +20,9 @@ class Arch:
     explicit_fma: bool
     """LLVM never fuses a vector fmul + fadd here on its own (armv7 NEON emits vmla.f32): float32 multiply-adds
     that must round once are spelled as llvm.fma when the CPU has VFPv4."""
+    half_feature: str = ""
+    """The LLVM feature that gives float16 vector arithmetic at twice float32's rate (aarch64: fullfp16, ARMv8.2's
+    FEAT_FP16); "" where we emit none (x86's avx512fp16 is not implemented: --precision fp16 refuses x86)."""
 
     @property
     def x86(self) -> bool:
@@ -35,7 +38,7 @@ class Arch:
 
 
 X86 = Arch("x86", nan_propagating_minmax=False, explicit_fma=False)
-AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False)
+AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False, half_feature="fullfp16")
 ARM32 = Arch("arm32", nan_propagating_minmax=True, explicit_fma=True)
 
 ARCHES: dict[str, Arch] = {
@@ -54,3 +57,9 @@ def arch_of(triple: str) -> Arch:
         return ARCHES[name]
     raise InputError(f"no kernels for the architecture of triple {triple!r}; known: {', '.join(sorted(ARCHES))} "
                      "(add a row to target/arch.py ARCHES and a targets/*.toml)")
+
+
+def half_arithmetic(triple: str, features: str) -> bool:
+    """float16 vector arithmetic on this triple with these (explicit, target/cpus.explicit_features) LLVM features."""
+    feature = arch_of(triple).half_feature
+    return bool(feature) and f"+{feature}" in str(features).split(",")

@@ -102,7 +102,8 @@ class ChannelVectors:
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
 
-        self.c.each((0, self.s.Cig), lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps), False)
+        self.c.input_channels([s for row in slots for s in row],
+                              lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps))
         os_ = self.s.os
         for v in range(nv):
             valid = min(V, R - v * V)

@@ -12,6 +12,7 @@ from llvmlite import ir
 
 from ...kernels.conv_geometry import runtime_tap_range, tap_range
 from ...kernels.conv_plan import ConvPlan, ConvSpans, tap_span
+from ...kernels.half_blocks import HALF_BLOCK, in_blocks, is_half
 from ...symbolic import bounds, is_static
 from ...kernels.kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Kernel, Operand, chunk_count
 from ...kernels.loops import element, loop, offset
@@ -122,6 +123,16 @@ class ConvKernel:
                 return
         with loop(self.k, hi, lo, vectorize=not unroll) as t:
             fn(t)
+
+    def input_channels(self, slots: list, fn) -> None:
+        """fn(ci) for every input channel of a group, accumulating into `slots`; float16 in blocks of channels
+        whose taps make about HALF_BLOCK multiply-adds per accumulator, summed in float32 (kernels/half_blocks.py)."""
+        cig, p = self.plan.shape.Cig, self.plan
+        if not is_half(p.dtype):
+            self.each((0, cig), fn, False)
+            return
+        per = max(1, HALF_BLOCK // (p.shape.KH * p.shape.KW))
+        in_blocks(self.k, cig, slots, lambda lo, hi: self.each((lo, hi), fn, False), 0, per)
 
     def span(self, lo, hi, fn):
         """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""

@@ -154,13 +154,13 @@ def _dw_plan(W, triple="x86_64-unknown-linux-gnu", V=8, strides=(1, 1), dils=(1,
 
 def test_edge_loop_rule():
     """Depthwise rows with a tile of P and at most EDGE_LOOP_SHARE of their columns outside the tiles loop over those
-    columns (20 = 1 + 2 x 8 + 3: 4 of 20); a row with a larger share (12 = 1 + 8 + 3), no tile or run-time widths
-    keeps its blocks of constant taps; strided and dilated rows alike."""
+    columns (20 = 1 + 2 x 8 + 3: 4 of 20; 12 = 1 + 8 + 3: 4 of 12); a row with a larger share (17 = 1 + 8 + 8: 9
+    of 17) or no tile keeps its blocks of constant taps; strided and dilated rows alike."""
     plan = _dw_plan(20)
     assert plan.form == "depthwise_c" and plan.edge_loop and plan.col_blocks == (1, 2)
     assert (20 - 2 * plan.blocking.P) <= EDGE_LOOP_SHARE * 20
-    assert not _dw_plan(12).edge_loop and not _dw_plan(6).edge_loop
-    assert _dw_plan(61, strides=(2, 2)).edge_loop and not _dw_plan(29, strides=(2, 2)).edge_loop
+    assert _dw_plan(12).edge_loop and not _dw_plan(17).edge_loop and not _dw_plan(7).edge_loop
+    assert _dw_plan(61, strides=(2, 2)).edge_loop and not _dw_plan(33, strides=(2, 2)).edge_loop
     assert _dw_plan(29, dils=(2, 2), pads=(2, 2)).col_blocks == (2, 3)
     assert _dw_plan(29, triple="aarch64-unknown-linux-gnu", V=4).edge_loop
     assert not _plan([1, 1, 1, 1], H=30).edge_loop  # dense convs keep their blocks

@@ -1,6 +1,8 @@
 """Conv rows as loops, not copies (#27, ConvPlan.border_loop): the padded rows above and below the interior run as
 one loop with their tap ranges from the build-time tables, so a conv padded on both sides emits no more code than
-the same conv padded on one side; row pairs (aarch64) take their odd interior row into that loop. Outputs against
+the same conv padded on one side; row pairs (aarch64) take their odd interior row into that loop. Channels-last
+depthwise rows run their tiles of P in a loop however narrow the row and the columns outside the tiles as one loop of
+single pixels with guarded taps (ConvPlan.edge_loop), so a row's code does not grow with its width. Outputs against
 onnx.reference, bit-identical across thread counts (rows split at run time), on x86_64, aarch64 and armv7 (built
 with --conv-algo direct: these are the direct kernels' rows, tests/test_winograd.py tests Winograd's).
 Channel-vector blocks at 16 lanes: a strided (NCHW) store takes three instructions a lane from one base pointer, a bias
@@ -11,7 +13,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from fluidml_xc.kernels.conv_plan import BORDER_LOOP_ROWS, conv_shape, plan_conv
+from fluidml_xc.ops.conv import conv2d
+from fluidml_xc.kernels.conv_plan import BORDER_LOOP_ROWS, EDGE_LOOP_SHARE, conv_shape, plan_conv
 from fluidml_xc.kernels.conv_geometry import TargetForms
 from fluidml_xc.pipeline import LowerOptions, import_graph, lower
 from fluidml_xc.target.boards import get_board
@@ -137,3 +140,87 @@ def test_channel_vectors_rest_blocks_and_strided_stores_match_reference(tmp_path
     got = compile_and_run(model, feeds, tmp_path, "x86_64", opt="plain", profile_runner=False)
     for name, expected in want.items():
         np.testing.assert_allclose(got[name], expected, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def _dw_plan(W, triple="x86_64-unknown-linux-gnu", V=8, strides=(1, 1), dils=(1, 1), pads=(1, 1), k=3, H=30, C=16):
+    """plan_conv of a channels-last depthwise conv of C channels over H x W."""
+    oh = (H + 2 * pads[0] - dils[0] * (k - 1) - 1) // strides[0] + 1
+    ow = (W + 2 * pads[1] - dils[1] * (k - 1) - 1) // strides[1] + 1
+    s = conv_shape(((1, C, H, W), (C * H * W, 1, W * C, C)), ((1, C, oh, ow), (C * oh * ow, 1, ow * C, C)),
+                   ((C, 1, k, k), (k * k, k * k, k, 1)), None, strides, dils, pads, C)
+    return plan_conv(s, TargetForms(triple, 16 if "x86" in triple else 32), dtype="float32", V=V, w_const=True,
+                     finite=True)
+
+
+def test_edge_loop_rule():
+    """Depthwise rows with a tile of P and at most EDGE_LOOP_SHARE of their columns outside the tiles loop over those
+    columns (20 = 1 + 2 x 8 + 3: 4 of 20; 12 = 1 + 8 + 3: 4 of 12); a row with a larger share (17 = 1 + 8 + 8: 9
+    of 17) or no tile keeps its blocks of constant taps; strided and dilated rows alike."""
+    plan = _dw_plan(20)
+    assert plan.form == "depthwise_c" and plan.edge_loop and plan.col_blocks == (1, 2)
+    assert (20 - 2 * plan.blocking.P) <= EDGE_LOOP_SHARE * 20
+    assert _dw_plan(12).edge_loop and not _dw_plan(17).edge_loop and not _dw_plan(7).edge_loop
+    assert _dw_plan(61, strides=(2, 2)).edge_loop and not _dw_plan(33, strides=(2, 2)).edge_loop
+    assert _dw_plan(29, dils=(2, 2), pads=(2, 2)).col_blocks == (2, 3)
+    assert _dw_plan(29, triple="aarch64-unknown-linux-gnu", V=4).edge_loop
+    assert not _plan([1, 1, 1, 1], H=30).edge_loop  # dense convs keep their blocks
+
+
+def _inverted_block(W: int, C: int = 64) -> "onnx.ModelProto":
+    """1x1 expand, 3x3 depthwise, 1x1 project over 9 x W: the optimizer lays the depthwise conv channels-last."""
+    N = helper.make_node
+    inits = {"w1": rand(C, 16, 1, 1, seed=1), "w2": rand(C, 1, 3, 3, seed=2), "w3": rand(16, C, 1, 1, seed=3)}
+    nodes = [N("Conv", ["x", "w1"], ["a"]), N("Conv", ["a", "w2"], ["b"], pads=[1, 1, 1, 1], group=C), N("Conv", ["b", "w3"], ["y"])]
+    return float_model(nodes, inits, {"x": rand(1, 16, 9, W)}, ["y"])
+
+
+@pytest.mark.parametrize("board", ["x86_64-v3", "qemu-aarch64"])
+def test_depthwise_row_code_does_not_grow_with_its_width(board):
+    """An inverted residual block over 20 columns emits at most 5 % more code than over 60 (before: 1.42x on
+    x86_64-v3, 1.54x on aarch64, its 20 columns each in a block of constant taps)."""
+    narrow, wide = (instructions(_inverted_block(W), board, "fluid") for W in (20, 60))
+    assert narrow <= 1.05 * wide, (narrow, wide)
+
+
+def _depthwise_convs():
+    """Inverted blocks (1x1, depthwise, 1x1: the depthwise convs laid channels-last) whose depthwise rows take the
+    edge loop: 3x3 padded, stride 2, dilation 2, 5x5 with asymmetric pads, and 36 channels (a rest of vectors and
+    of single channels) over an odd width with a fused Clip."""
+    N = helper.make_node
+    inits = {"e": rand(32, 16, 1, 1, seed=1), "e5": rand(36, 16, 1, 1, seed=2), "lo": np.float32(-0.5), "hi": np.float32(0.7),
+             "w1": rand(32, 1, 3, 3, seed=3), "b1": rand(32, seed=4), "w2": rand(32, 1, 3, 3, seed=5),
+             "w3": rand(32, 1, 3, 3, seed=6), "w4": rand(32, 1, 5, 5, seed=7), "w5": rand(36, 1, 3, 3, seed=8),
+             "b5": rand(36, seed=9), **{f"p{i}": rand(16, 36 if i == 5 else 32, 1, 1, seed=10 + i) for i in range(1, 6)}}
+    nodes = [N("Conv", ["x", "e"], ["a"]), N("Conv", ["z", "e5"], ["a5"]),
+             N("Conv", ["a", "w1", "b1"], ["d1"], pads=[1, 1, 1, 1], group=32),
+             N("Conv", ["a", "w2"], ["d2"], pads=[1, 1, 1, 1], strides=[2, 2], group=32),
+             N("Conv", ["a", "w3"], ["d3"], pads=[2, 2, 2, 2], dilations=[2, 2], group=32),
+             N("Conv", ["a", "w4"], ["d4"], pads=[2, 1, 1, 2], group=32),
+             N("Conv", ["a5", "w5", "b5"], ["c5"], pads=[1, 1, 1, 1], group=36), N("Clip", ["c5", "lo", "hi"], ["d5"]),
+             *(N("Conv", [f"d{i}", f"p{i}"], [f"y{i}"]) for i in range(1, 6))]
+    feeds = {"x": rand(1, 16, 11, 61, seed=20), "z": rand(1, 16, 7, 27, seed=21)}
+    return float_model(nodes, inits, feeds, [f"y{i}" for i in range(1, 6)]), feeds
+
+
+@pytest.mark.parametrize("board", ["x86_64", "x86_64-v3", "qemu-aarch64", "qemu-armv7"])
+def test_depthwise_edge_loop_matches_reference_at_any_thread_count(tmp_path, board, patched_compiler):
+    """The edge columns' loop and the tiles' loop of depthwise rows (borders, strides 1 and 2, dilation, odd
+    widths, rest channels) match onnx.reference; 1 and 3 threads agree bit for bit; each depthwise conv was emitted
+    with the edge loop (x86_64: every variant, v4's 16 lanes too)."""
+    require_emulator(board) if not board.startswith("x86_64") else None
+    looped = set()
+    emit_conv = conv2d.emit_conv
+
+    def recording(c):
+        if c.plan.edge_loop:
+            looped.add((c.plan.shape.G, c.plan.shape.OW, c.plan.shape.KW, c.plan.shape.sw, c.plan.shape.dw))
+        emit_conv(c)
+    patched_compiler.setattr(conv2d, "emit_conv", recording)
+    model, feeds = _depthwise_convs()
+    want = reference(model, feeds)
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", board, opt="fluid", threads=t, profile_runner=False,
+                            conv_algo="direct") for t in (1, 3)]
+    assert looped == {(32, 61, 3, 1, 1), (32, 31, 3, 2, 1), (32, 61, 3, 1, 2), (32, 60, 5, 1, 1), (36, 27, 3, 1, 1)}, looped
+    for name, expected in want.items():
+        np.testing.assert_allclose(runs[0][name], expected, rtol=RTOL, atol=ATOL, err_msg=name)
+        assert runs[0][name].tobytes() == runs[1][name].tobytes(), name

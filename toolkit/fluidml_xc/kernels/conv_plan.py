@@ -28,6 +28,10 @@ BORDER_LOOP_ROWS = 28
 """Convs with at least this many output rows run their padded rows as one loop (`border_loop`); fewer rows keep a
 copy per side with constant taps (A/B on x86_64, single thread: a table-driven tap loop cost 3-5% over 7-20 rows,
 50% on 7x7 depthwise row vectors; none from 28 rows on)."""
+EDGE_LOOP_SHARE = 0.5
+"""Channels-last depthwise rows whose columns outside the tiles of P (the padded ones and the interior's rest) are
+at most this share of the row run those columns as one loop of single pixels (`edge_loop`; A/B on x86_64 v4 and v3,
+one thread: 14x14 (6 of 14 columns), 28x28, 56x56 stride 2 and 112x112 rows within 0.7 % of the blocks)."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +268,9 @@ class ConvPlan:
     """Run-time geometry when dims vary (the ranges above are then the capacity's and unused for a varying dim)."""
     border_loop: bool = False
     """The padded rows above and below the interior run as one loop, tap ranges from the tables (`border_loop`)."""
+    edge_loop: bool = False
+    """Channels-last depthwise: a row's columns outside its tiles run as one loop of single pixels, their tap ranges
+    from the tables (`edge_loop`), instead of a block of constant tap ranges per group of them."""
     winograd: WinogradPlan | None = None
     """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6": kernels/winograd.py ORDERS)."""
 
@@ -312,6 +319,19 @@ def border_loop(s: ConvShape, b: ConvBlocking, rows: tuple[int, int]) -> bool:
             and (s.dyn is None or not s.dyn.spatial))
 
 
+def edge_loop(s: ConvShape, b: ConvBlocking) -> tuple[int, int] | None:
+    """The col_blocks of a channels-last depthwise row whose columns outside its tiles of P (at least one tile, at
+    least two such columns) are at most EDGE_LOOP_SHARE of the row, static, its taps not lanes of constant weight
+    vectors: those columns run as one loop (one copy of a pixel's code instead of a block per group of them; the
+    tiles stay the unrolled hot body, in a loop however narrow the row). None otherwise."""
+    if b.kind != "depthwise_c" or b.lane_taps or b.P == 0 or (s.dyn is not None and s.dyn.spatial):
+        return None
+    lo, hi = inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0)
+    tiles = max(hi - lo, 0) // b.P
+    edges = s.OW - tiles * b.P
+    return (lo, tiles) if tiles >= 1 and 2 <= edges <= EDGE_LOOP_SHARE * s.OW else None
+
+
 def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: int | None = None, w_const: bool,
               finite: bool, bias_const: bool = False, order: str | None = None,
               epilogue: Epilogue | None = None) -> ConvPlan:
@@ -331,7 +351,8 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     wide = s.xs[3] == 1 and 1 < s.sw <= 4
     margin = s.sw - 1 if wide else 0
     cols = inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, margin)
-    col_blocks = _col_blocks(s, b)
+    edges = edge_loop(s, b)
+    col_blocks = edges or _col_blocks(s, b)
     span, edge_columns = _edges(s, b, V, cols)
     if b.packs_input or b.kind == "depthwise_c":
         px_tiles = 0
@@ -358,7 +379,8 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
-        form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows), wino)
+        form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows),
+        edges is not None, wino)
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

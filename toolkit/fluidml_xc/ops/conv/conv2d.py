@@ -47,7 +47,10 @@ Padding never reaches the hot loop: output rows and columns whose windows lie in
 found at build time and run with constant, unrolled tap ranges; border rows and columns take their
 tap ranges from build-time constants or tables. The padded rows above and below the interior of a conv of
 BORDER_LOOP_ROWS rows or more run as one loop with table tap ranges (ConvPlan.border_loop: one copy of a row's code,
-not one per side; below that many rows the copies with constant taps measured faster). Other ranks and ConvTranspose use a generic nest with
+not one per side; below that many rows the copies with constant taps measured faster). A channels-last depthwise
+row runs its tiles of P pixels in a loop however narrow the row, and the columns outside them (padded or the
+interior's rest, up to EDGE_LOOP_SHARE of the row) as one loop of single pixels, each tap under a guard from the
+column tables (ConvPlan.edge_loop: one pixel's code instead of a block per group of columns). Other ranks and ConvTranspose use a generic nest with
 per-position tap ranges from build-time tables.
 
 Here: lower_conv, which views the conv as 2-D (kernels/conv_plan.py conv_shape), plans it (plan_conv: every fact the

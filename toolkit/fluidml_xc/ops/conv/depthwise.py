@@ -55,12 +55,15 @@ class ChannelsLastDepthwise:
                 wv = [load_lanes(k, self.c.packed, offset(k, v * lanes, (wrow, 1), (kw, gp)), lanes, 1, False) for v in range(nvec)]
                 xbase = offset(k, 0, (row, 1), (kw, self.s.dw * xs[3]))
                 for p, (plo, phi) in enumerate(pixels):
-                    if isinstance(kw, int) and not plo <= kw < phi:
+                    if isinstance(kw, int) and isinstance(plo, int) and not plo <= kw < phi:
                         continue
                     for v in range(nvec):
                         xv = load_lanes(k, xblk, offset(k, p * self.s.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
-            self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
+            if not isinstance(kw_lo, int) and self.p.unroll_kw:  # an edge column (edge_loop): its taps guarded
+                self.c.guarded((kw_lo, kw_hi), self.s.KW, tap)
+            else:
+                self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
             if self.p.settle_rows and lanes > 1:
                 # armv7: one kernel row at a time, or the scheduler hoists the next rows' loads and spills
                 self.c.settle(slots)

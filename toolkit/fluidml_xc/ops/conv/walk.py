@@ -442,6 +442,10 @@ class ConvKernel:
                 self.span(0, count, lambda t: emit(offset(k, c, (t, size)), [(0, 1)] * size))
             return
         first, last, trange = self.px_parts(tiles)
+        if self.plan.edge_loop and trange is None:
+            self.span(0, tiles, lambda t: emit(offset(k, lo, (t, P)), [(0, s.KW)] * P))
+            self.edge_columns(lo, lo + tiles * P, emit)
+            return
         with self.when(first):
             fixed(0, lo)
         if trange is not None:
@@ -459,6 +463,23 @@ class ConvKernel:
                 hi = max(lo, self.plan.taps_inside[1])
                 fixed(lo + tiles * P, hi)
                 fixed(hi, s.OW)
+
+    def edge_columns(self, a: int, b: int, emit):
+        """The columns [0, a) and [b, OW) of a row in one loop (plan.edge_loop): emit(ow, [its tap range from the
+        table]) per column."""
+        k = self.k
+        with loop(k, a + self.plan.shape.OW - b) as j:
+            ow = k.b.select(k.b.icmp_signed("<", j, k.index(a)), j, k.b.add(j, k.index(b - a), flags=("nsw",)))
+            emit(ow, [self.border_taps(1, ow)])
+
+    def guarded(self, rng, taps: int, fn):
+        """fn(t) for each constant t in [0, taps) under `if lo <= t < hi` (rng: run-time bounds): constant offsets
+        for a range known only at run time."""
+        b, (lo, hi) = self.k.b, rng
+        for t in range(taps):
+            idx = self.k.index(t)
+            with b.if_then(b.and_(b.icmp_signed("<=", lo, idx), b.icmp_signed(">", hi, idx))):
+                fn(t)
 
     def split(self):
         """Parallel split: (work, chunks of the groups tiled, chunks of channel blocks, chunks of rows or row tiles,

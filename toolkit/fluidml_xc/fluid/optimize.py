@@ -24,6 +24,7 @@ from ..ir import Graph, Node
 from .. import opspec
 from ..opspec import OpSpec
 from ..kernels.winograd import ORDERS as WINOGRAD_ORDERS, WHOLE_ORDERS, growth
+from ..passes.winograd import v_bytes
 
 MIN_GAIN = 0.01
 """The DP's layouts are kept only if they are predicted this much (fraction) faster than row-major;
@@ -99,7 +100,7 @@ def winograd_entry(graph: Graph, node, m: int, whole: bool = False) -> dict:
     """Decisions.winograd's entry of a conv run as F(m x m, 3 x 3)."""
     w = graph.tensors[node.inputs[1]]
     return {"m": m, "weight_bytes": int(w.nbytes), "transformed_bytes": int(round(w.nbytes * growth(m))),
-            **({"form": "whole image"} if whole else {})}
+            **({"form": "whole image", "v_bytes": v_bytes(graph, node, m)} if whole else {})}
 
 
 def build_problem(graph: Graph, costs: Costs):

@@ -61,8 +61,8 @@ def test_v_is_a_planned_arena_buffer(monkeypatch):
 @pytest.mark.parametrize("order", ["wimg2", "wimg4"])
 def test_same_bits_at_every_thread_count(order, tmp_path, patched_compiler):
     force(patched_compiler, order)
-    model = conv_model(32, 48, 20, 20)
-    x = np.random.default_rng(4).standard_normal((1, 32, 20, 20)).astype(np.float32)
+    model = conv_model(64, 48, 24, 24)
+    x = np.random.default_rng(4).standard_normal((1, 64, 24, 24)).astype(np.float32)
     art = build(model, tmp_path / "t4", threads=4)
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["parallel_ops"]["conv"] and manifest["parallel_ops"]["conv.winograd_input"]

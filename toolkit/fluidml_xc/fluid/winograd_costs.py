@@ -14,6 +14,8 @@ from .geometry import ConvGeometry
 
 L2_FACTOR = 4
 MEMORY_FACTOR = 4.0
+V_LINE_FACTOR = 2.0
+"""The whole-image form's V beyond the cache: a line per this many LINE_NS, written once and read once per panel."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,9 @@ def tiles(geo: ConvGeometry, wp: WinogradPlan) -> int:
 def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float, float]:
     """ns of the Winograd kernel for this geometry on one thread: (the work threads divide, the transformed weights'
     traffic from beyond the cache, which they share). The whole-image form splits the weights among the threads
-    (panels of output channels) and reads them once per chunk of tiles; its V goes to the arena and back once per
-    panel (from the cache while a chunk's V fits)."""
+    (panels of output channels) and streams them once per chunk of tiles, overlapped with the GEMM's multiply-adds
+    (one sequential pass: the time is the larger of the two); its V is written once and read once per panel, a line
+    per V_LINE_FACTOR * LINE_NS when V exceeds the cache (calibrated: 64x56x56 stays blocked, docs/WINOGRAD.md)."""
     t = TRANSFORMS[wp.m]
     a2, V, C, OC = wp.alpha ** 2, geo.V, geo.Cig, geo.Cog
     blocks = geo.N * geo.G * wp.blocks
@@ -76,9 +79,10 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float,
     io = geo.N * (geo.C * geo.H * geo.W + geo.OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
     if not wp.whole:
         return input_ns + gemm + output_ns + io, weight_traffic(a2 * C * OC * 4, blocks, f)
-    v_lines = geo.N * geo.G * a2 * wp.tiles * C * 4 / f.line_bytes
-    v_ns = v_lines * (2 * f.line * 0.25 + -(-OC // wp.NR) * f.line * (0.25 if wp.T * a2 * C * 4 <= f.cache_bytes else 1))
-    return input_ns + gemm + output_ns + io + v_ns + weight_traffic(a2 * C * OC * 4, blocks, f), 0.0
+    v_bytes = a2 * wp.tiles * C * 4
+    v_ns = geo.N * geo.G * v_bytes / f.line_bytes * (1 + -(-OC // wp.NR)) * (
+        f.line * 0.25 if v_bytes <= f.cache_bytes else V_LINE_FACTOR * f.line)
+    return input_ns + max(gemm, weight_traffic(a2 * C * OC * 4, blocks, f)) + output_ns + io + v_ns, 0.0
 
 
 def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:

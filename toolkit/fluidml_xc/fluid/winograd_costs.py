@@ -14,7 +14,7 @@ from .geometry import ConvGeometry
 
 L2_FACTOR = 4
 MEMORY_FACTOR = 4.0
-V_LINE_FACTOR = 2.0
+V_LINE_FACTOR = 3.0
 """The whole-image form's V beyond the cache: a line per this many LINE_NS, written once and read once per panel."""
 
 
@@ -82,7 +82,7 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float,
     v_bytes = a2 * wp.tiles * C * 4
     v_ns = geo.N * geo.G * v_bytes / f.line_bytes * (1 + -(-OC // wp.NR)) * (
         f.line * 0.25 if v_bytes <= f.cache_bytes else V_LINE_FACTOR * f.line)
-    return input_ns + max(gemm, weight_traffic(a2 * C * OC * 4, blocks, f)) + output_ns + io + v_ns, 0.0
+    return input_ns + max(gemm, weight_traffic(a2 * C * OC * 4, blocks, f)) + output_ns + io, v_ns
 
 
 def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:

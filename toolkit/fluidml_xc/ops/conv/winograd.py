@@ -7,7 +7,11 @@ of T tiles (the parallel split: tiles never share a reduction, so every thread c
    register tile (kernels/matmul_blocked.py outer_accumulate) over the channels: V[xi] (tiles x Cin) times the
    build-time transformed weights U[xi] (Cin x Cout, packed in panels as the MatMul kernel packs B), to M on the stack;
 3. output transform of those tiles, vectors over the panel's channels: Y = A^T M A, then the bias, the fused residual
-   and activation, stored through the output's strides (pixels past the image's edge skipped)."""
+   and activation, stored through the output's strides (pixels past the image's edge skipped).
+
+The whole-image form (plan.winograd.whole, emit_whole): stage 1 is its own node (winograd_input.py) writing V to the
+arena; here, per image, group and panel of NR output channels (the parallel split), per chunk of T tiles and point,
+stage 2 over every MR tiles of the chunk with the point's weight panel kept in the cache, then stage 3."""
 from __future__ import annotations
 
 import numpy as np

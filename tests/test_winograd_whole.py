@@ -116,3 +116,34 @@ def test_max_memory_build_falls_back(tmp_path):
     manifest = json.loads((tight / "manifest.json").read_text())
     assert not manifest["optimizer"]["loop_orders"]["conv"].startswith("wimg")
     assert "conv.winograd_input" not in json.dumps(manifest)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_channels_last_nodes_against_numpy(m):
+    """Each node alone (JIT) with channels-last input or output: WinogradInput's V equals the numpy transform of the
+    padded tiles, and the conv's output equals A^T (sum_c U V) A + bias from that V, in either layout."""
+    from fluidml_xc.fluid.winograd_split import split_whole_image
+    from fluidml_xc.kernels.winograd import TRANSFORMS, transform_weights
+    from fluidml_xc.pipeline import import_graph
+    from modelrun import jit_node
+
+    graph = split_whole_image(import_graph(conv_model(16, 24, 9, 7, (1, 0, 1, 2))), {"conv": f"wimg{m}"})
+    transform, conv = graph.nodes
+    nhwc = (0, 2, 3, 1)
+    x, v = jit_node(graph, transform, {"x": nhwc})
+    assert np.array_equal(v, jit_node(graph, transform, {})[1])
+    t, a = TRANSFORMS[m], m + 2
+    oh, ow = graph.tensors["y"].shape[2:]
+    th, tw = -(-oh // m), -(-ow // m)
+    padded = np.zeros((1, 16, th * m + 2, tw * m + 2))
+    padded[:, :, 1:10, 0:7] = x["x"][:, :, :, :min(7, tw * m + 2)]
+    want = np.stack([np.einsum("ik,nckl,jl->ijnc", t.BT, padded[:, :, i * m:i * m + a, j * m:j * m + a], t.BT)
+                     for i in range(th) for j in range(tw)], axis=3).reshape(a * a, 1, th * tw, 16)
+    assert np.abs(v[0, 0] - want[:, 0]).max() < 1e-4 * np.abs(want).max()
+    logical, y = jit_node(graph, conv, {"y": nhwc}, f"wimg{m}")
+    assert np.array_equal(y, jit_node(graph, conv, {}, f"wimg{m}")[1])
+    u = transform_weights(logical["w"], m).astype(np.float64)
+    mm = np.einsum("ptc,pco->pto", logical[conv.inputs[-1]][0, 0].astype(np.float64), u).reshape(a, a, th, tw, 24)
+    full = np.einsum("ki,ijhwo,lj->ohkwl", t.AT, mm, t.AT).reshape(24, th * m, tw * m)[:, :oh, :ow]
+    full += logical["b"].reshape(-1, 1, 1)
+    assert np.abs(y[0] - full).max() < 1e-4 * np.abs(full).max()

@@ -147,3 +147,20 @@ def test_channels_last_nodes_against_numpy(m):
     full = np.einsum("ki,ijhwo,lj->ohkwl", t.AT, mm, t.AT).reshape(24, th * m, tw * m)[:, :oh, :ow]
     full += logical["b"].reshape(-1, 1, 1)
     assert np.abs(y[0] - full).max() < 1e-4 * np.abs(full).max()
+
+
+def test_plan_cache_hit_restores_the_split(tmp_path, monkeypatch):
+    """A warm plan (fluid/optimize.py apply_views with the loop orders) gives the same two nodes and the same V."""
+    from fluidml_xc import plan_cache
+    from fluidml_xc.pipeline import LowerOptions, import_graph
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+    from fluidml_xc.timings import Stopwatch
+
+    monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path / "cache"))
+    graph, spec, store = import_graph(conv_model(256, 256, 14, 14)), machine_spec(get_board("x86_64")), plan_cache.plan_store()
+    cold = plan_cache.cached_plan(graph, spec, LowerOptions(), store, Stopwatch())
+    warm = plan_cache.cached_plan(graph, spec, LowerOptions(), store, Stopwatch())
+    assert (cold.hit, warm.hit) == (False, True)
+    assert [n.op_type for n in warm.planned.graph.nodes] == [n.op_type for n in cold.planned.graph.nodes] == ["WinogradInput", "Conv"]
+    assert warm.planned.plan.offsets == cold.planned.plan.offsets and "conv.winograd_v" in warm.planned.plan.offsets

@@ -2,10 +2,11 @@
 """Winograd against direct convolution and ONNX Runtime on the 3x3 layers of VGG/ResNet (issue #28).
 
     python benchmarks/winograd.py [--threads 1,2] [--rounds 5] [--runs 20] [--board x86_64] [--cpu x86-64-v3]
-                                  [--layers 64x56,128x28] [--model]
+                                  [--layers 64x56,128x28] [--variants direct,wino4,wimg4,auto] [--model]
 
 Per layer (C in = C out, 3x3, pad 1, one image): builds the conv with --conv-algo direct, with the loop order forced
-to wino2, wino4 and wino6, and with the cost model's own choice (auto), all for the largest thread count; then
+to each of --variants (wino2, wino4, wino6: the blocked form; wimg2, wimg4: the whole-image form), and with the cost
+model's own choice (auto), all for the largest thread count; then
 `--rounds` A/B rounds (benchmarks/ab_timing.py alternate: each round runs every build's runner `--runs` times and ORT
 as many; a time is the least single run over all rounds, ours (the runner's min_ms) and ORT's alike) at each thread
 count. Error: max |ours - ORT| / max |ORT| of each build.
@@ -155,11 +156,14 @@ def main() -> int:
     ap.add_argument("--cpu", default=None, help="an LLVM CPU (x86-64-v3: AVX2 only; ORT still uses what the host has)")
     ap.add_argument("--layers", default=",".join(f"{c}x{hw}" for c, hw in LAYERS))
     ap.add_argument("--model", action="store_true", help="also the ResNet-18-like model")
+    ap.add_argument("--variants", default="direct,wino2,wino4,wino6,wimg2,wimg4,auto",
+                    help="builds per layer: direct, a forced loop order (wino*: blocked, wimg*: whole image), auto")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for spec in filter(None, args.layers.split(",")):
             c, hw = (int(v) for v in spec.split("x"))
-            compare(f"conv{c}x{hw}", conv_layer(c, hw), ["direct", "wino2", "wino4", "wino6", None], args, Path(tmp))
+            variants = [None if v == "auto" else v for v in args.variants.split(",")]
+            compare(f"conv{c}x{hw}", conv_layer(c, hw), variants, args, Path(tmp))
         if args.model:
             compare("resnet18_like", resnet18_like(), ["direct", None], args, Path(tmp))
     return 0

@@ -180,7 +180,7 @@ def test_cost_model_picks_per_layer(board):
 
 
 def test_direct_switch_gives_the_direct_kernels():
-    from fluidml_xc.kernels.winograd import ALLOWED_ATTR
+    from fluidml_xc.kernels.winograd import ALLOWED_ATTR, WHOLE_ATTR
     from fluidml_xc.pipeline import LowerOptions, import_graph, lower
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.target.machine import machine_spec
@@ -191,6 +191,7 @@ def test_direct_switch_gives_the_direct_kernels():
     assert auto.nodes[0].attrs.get(ALLOWED_ATTR) and ALLOWED_ATTR not in direct.nodes[0].attrs
     old = import_graph(model)
     old.nodes[0].attrs.pop(ALLOWED_ATTR)  # the graph as it was before Winograd existed
+    old.nodes[0].attrs.pop(WHOLE_ATTR)
     lowered = lower(direct, spec, LowerOptions())
     assert not lowered.decisions.winograd and lowered.decisions.loop_orders["conv"] in ("co>px", "px>co")
     assert lowered.ir_text == lower(old, spec, LowerOptions()).ir_text

@@ -178,7 +178,7 @@ def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()
     else:
         timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
         decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
-    graph = apply_views(graph, decisions.layouts)
+    graph = apply_views(graph, decisions.layouts, decisions.loop_orders)
     watch.mark("optimize")
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)

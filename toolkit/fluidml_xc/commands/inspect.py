@@ -102,7 +102,8 @@ def main(args) -> int:
     kinds = {"ikj": "register-blocked outer products", "ijk": "register-blocked dot products",
              "jki": "register-blocked outer products on C^T", "kij": "scalar",
              "co>px": "Conv: output-channel blocks outermost", "px>co": "Conv: pixel rows outermost",
-             "wino2": "Conv: Winograd F(2x2, 3x3)", "wino4": "Conv: Winograd F(4x4, 3x3)"}
+             **{f"wino{m}": f"Conv: Winograd F({m}x{m}, 3x3)" for m in (2, 4, 6)},
+             **{f"wimg{m}": f"Conv: Winograd F({m}x{m}, 3x3), whole image" for m in (2, 4, 6)}}
     under = opt.get("kernel_layouts", {})
     for name, order in orders.items():
         print(f"  {name}: {order} ({kinds.get(order, '')})" + (f"  under {under[name]}" if name in under else ""))
@@ -197,8 +198,9 @@ def _winograd(convs: Mapping) -> None:
     after = sum(c["transformed_bytes"] for c in convs.values())
     print(f"\nwinograd: {len(convs)} convs, weights {_kb(before)} -> {_kb(after)} ({after / max(before, 1):.2f}x)")
     for name, c in convs.items():
+        whole = f"  whole image: V {_kb(c['v_bytes'])} in the arena ({name}.winograd_v)" if "v_bytes" in c else ""
         print(f"  {name}: F({c['m']}x{c['m']}, 3x3)  weights {_kb(c['weight_bytes'])} -> {_kb(c['transformed_bytes'])} "
-              f"({c['transformed_bytes'] / max(c['weight_bytes'], 1):.2f}x)")
+              f"({c['transformed_bytes'] / max(c['weight_bytes'], 1):.2f}x){whole}")
 
 
 def _print_precision(manifest: Manifest) -> None:

@@ -36,6 +36,7 @@ from ..opspec import CostKind, OpSpec
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
+from ..kernels.winograd import WHOLE_ORDERS
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
 from .layouts import Perm
 from ..target.arch import half_arithmetic
@@ -589,7 +590,7 @@ class Costs:
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if self._loop_orders(node) == "conv":
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
-            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators))
+            wino = [o for o in allowed_orders(node, geo, self.model.forms.conv_accumulators) if o not in WHOLE_ORDERS]
             return list(geo.orders()) + wino if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.half)
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)

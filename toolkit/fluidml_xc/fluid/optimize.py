@@ -19,10 +19,12 @@ from .costs import Costs, KernelTimer, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 from .segmentation import segment_graph
 from .voting import vote_layouts
+from .winograd_split import split_whole_image
 from ..ir import Graph, Node
 from .. import opspec
 from ..opspec import OpSpec
-from ..kernels.winograd import ORDERS as WINOGRAD_ORDERS, growth
+from ..kernels.winograd import ORDERS as WINOGRAD_ORDERS, WHOLE_ORDERS, growth
+from ..passes.winograd import v_bytes
 
 MIN_GAIN = 0.01
 """The DP's layouts are kept only if they are predicted this much (fraction) faster than row-major;
@@ -94,10 +96,11 @@ def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> 
     return spec.layout_safe
 
 
-def winograd_entry(graph: Graph, node, m: int) -> dict:
+def winograd_entry(graph: Graph, node, m: int, whole: bool = False) -> dict:
     """Decisions.winograd's entry of a conv run as F(m x m, 3 x 3)."""
     w = graph.tensors[node.inputs[1]]
-    return {"m": m, "weight_bytes": int(w.nbytes), "transformed_bytes": int(round(w.nbytes * growth(m)))}
+    return {"m": m, "weight_bytes": int(w.nbytes), "transformed_bytes": int(round(w.nbytes * growth(m))),
+            **({"form": "whole image", "v_bytes": v_bytes(graph, node, m)} if whole else {})}
 
 
 def build_problem(graph: Graph, costs: Costs):
@@ -167,8 +170,11 @@ def view_transposes(graph: Graph, layouts) -> list[int]:
     return [i for i, n in enumerate(graph.nodes) if n.op_type == "Transpose" and transpose_is_view(graph, n, layouts)]
 
 
-def apply_views(graph: Graph, layouts) -> Graph:
-    """`graph` with the Transposes that `layouts` make byte copies replaced by VIEW_OP nodes; the others shared."""
+def apply_views(graph: Graph, layouts, loop_orders=None) -> Graph:
+    """`graph` with the Transposes that `layouts` make byte copies replaced by VIEW_OP nodes, the others shared; with
+    `loop_orders`, every whole-image Winograd conv split in two (fluid/winograd_split.py)."""
+    if loop_orders:
+        graph = split_whole_image(graph, loop_orders)
     views = set(view_transposes(graph, layouts))
     if not views:
         return graph
@@ -226,7 +232,7 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
             if order:
                 decisions.loop_orders[node.name] = order
                 if order in WINOGRAD_ORDERS:
-                    decisions.winograd[node.name] = winograd_entry(graph, node, WINOGRAD_ORDERS[order])
+                    decisions.winograd[node.name] = winograd_entry(graph, node, WINOGRAD_ORDERS[order], order in WHOLE_ORDERS)
                 activations = 1 if spec.loop_orders == "conv" else 2
                 names = [t for t in (*node.inputs[:activations], node.outputs[0]) if t]
                 decisions.kernel_layouts[node.name] = " -> ".join(

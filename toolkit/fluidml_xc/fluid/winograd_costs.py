@@ -8,12 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, WinogradPlan, plan_winograd
+from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, WHOLE_ATTR, WinogradPlan, plan_winograd
 from .geometry import ConvGeometry
 
 
 L2_FACTOR = 4
 MEMORY_FACTOR = 4.0
+V_LINE_FACTOR = 3.0
+"""The whole-image form's V beyond the cache: a line per this many LINE_NS, written once and read once per panel."""
 
 
 @dataclass(frozen=True)
@@ -40,18 +42,23 @@ def allowed_orders(node, geo: ConvGeometry | None, accumulators: int) -> dict[st
         wp = plan_winograd(geo.plan.shape, m, geo.V, accumulators)
         if wp is not None:
             plans[f"wino{m}"] = wp
+    for m in node.attrs.get(WHOLE_ATTR) or ():
+        plans[f"wimg{m}"] = plan_winograd(geo.plan.shape, m, geo.V, accumulators, whole=True)
     return plans
 
 
 def tiles(geo: ConvGeometry, wp: WinogradPlan) -> int:
-    """Parallel tiles of the kernel: images x groups x blocks of tiles."""
-    n = geo.N * geo.G * wp.blocks
+    """Parallel tiles of the kernel: images x groups x blocks of tiles (whole image: x panels of output channels)."""
+    n = geo.N * geo.G * (-(-geo.Cog // wp.NR) if wp.whole else wp.blocks)
     return n if n >= 2 else 1
 
 
 def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float, float]:
     """ns of the Winograd kernel for this geometry on one thread: (the work threads divide, the transformed weights'
-    traffic from beyond the cache, which they share)."""
+    traffic from beyond the cache, which they share). The whole-image form splits the weights among the threads
+    (panels of output channels) and streams them once per chunk of tiles, overlapped with the GEMM's multiply-adds
+    (one sequential pass: the time is the larger of the two); its V is written once and read once per panel, a line
+    per V_LINE_FACTOR * LINE_NS when V exceeds the cache (calibrated: 64x56x56 stays blocked, docs/WINOGRAD.md)."""
     t = TRANSFORMS[wp.m]
     a2, V, C, OC = wp.alpha ** 2, geo.V, geo.Cig, geo.Cog
     blocks = geo.N * geo.G * wp.blocks
@@ -70,7 +77,12 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float,
     res = 0.0 if geo.residual is None else wp.m ** 2 * (f.vload if geo.residual[1] == 1 else V * f.scatter)
     output_ns = out_vecs * (a2 * f.vload + ops_out * f.flop / 2 + stores + res)
     io = geo.N * (geo.C * geo.H * geo.W + geo.OC * geo.OH * geo.OW) * 4 / f.line_bytes * f.line * 0.25
-    return input_ns + gemm + output_ns + io, weight_traffic(a2 * C * OC * 4, blocks, f)
+    if not wp.whole:
+        return input_ns + gemm + output_ns + io, weight_traffic(a2 * C * OC * 4, blocks, f)
+    v_bytes = a2 * wp.tiles * C * 4
+    v_ns = geo.N * geo.G * v_bytes / f.line_bytes * (1 + -(-OC // wp.NR)) * (
+        f.line * 0.25 if v_bytes <= f.cache_bytes else V_LINE_FACTOR * f.line)
+    return input_ns + max(gemm, weight_traffic(a2 * C * OC * 4, blocks, f)) + output_ns + io, v_ns
 
 
 def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:

@@ -18,7 +18,7 @@ from ..dtypes import compute_dtype
 from ..symbolic import Dim, SymRange, floordiv, is_static, maximum, minimum
 from .conv_geometry import CONV_ORDERS, ConvBlocking, TargetForms, settle
 from .epilogue import Epilogue
-from .winograd import ORDERS as WINOGRAD_ORDERS, WinogradPlan, eligible as winograd_eligible, plan_winograd
+from .winograd import ORDERS as WINOGRAD_ORDERS, WHOLE_ORDERS, WinogradPlan, eligible as winograd_eligible, plan_winograd
 
 UNROLL_TAPS = 49
 """Kernel windows up to this many taps (7x7) run with their tap rows unrolled."""
@@ -272,7 +272,8 @@ class ConvPlan:
     """Channels-last depthwise: a row's columns outside its tiles run as one loop of single pixels, their tap ranges
     from the tables (`edge_loop`), instead of a block of constant tap ranges per group of them."""
     winograd: WinogradPlan | None = None
-    """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6": kernels/winograd.py ORDERS)."""
+    """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6" blocked, "wimg2", "wimg4", "wimg6"
+    whole-image: kernels/winograd.py ORDERS)."""
 
 
 def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
@@ -370,7 +371,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     rows = inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0)
     wino = None
     if order in WINOGRAD_ORDERS and winograd_eligible(s, dtype, w_const, finite):
-        wino = plan_winograd(s, WINOGRAD_ORDERS[order], V, forms.conv_accumulators)
+        wino = plan_winograd(s, WINOGRAD_ORDERS[order], V, forms.conv_accumulators, order in WHOLE_ORDERS)
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
         s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, rows, cols,

@@ -252,10 +252,11 @@ def i32(v: int):
     return ir.Constant(ir.IntType(32), v)
 
 
-def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx, widths: list[int]) -> list:
+def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx, widths: list[int],
+                     last_row: int | None = None) -> list:
     """The accumulators (per row, one vector per width) of one mr x sum(widths) outer-product tile of C at
     (i0, col0) over kk steps of K: an int, or a run-time value (kernels/matmul_runtime.py). B is P.b: its panel pidx
-    of nr columns when packed, else read at col0."""
+    of nr columns when packed, else read at col0. last_row: rows past it read that row (their results unused)."""
     dt, a, b = P.dtype, P.a, P.b
     ab, bb, _ = bases
     slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
@@ -264,7 +265,10 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
     else:
         bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
         bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
-    arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
+    if last_row is None:
+        arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
+    else:
+        arows = [add_index(k, ab, mul_index(k, k.imin(add_index(k, i0, r), k.index(last_row)), a.rs)) for r in range(mr)]
 
     def step(kv):
         bk = mul_index(k, kv, kstride)

@@ -47,10 +47,19 @@ class Transforms:
 TRANSFORMS = {m: Transforms(m, np.array(bt, float), np.array(g, float), np.array(at, float))
               for m, bt, g, at in ((2, _BT2, _G2, _AT2), (4, _BT4, _G4, _AT4), (6, _BT6, _G6, _AT6))}
 """The tile sizes built: F(2x2), F(4x4) (points 0, +-1, +-2) and F(6x6) (0, +-1, +-2, +-1/2; wincnn's matrices)."""
-ORDERS = {f"wino{m}": m for m in TRANSFORMS}
+BLOCKED_ORDERS = {f"wino{m}": m for m in TRANSFORMS}
+"""The blocked form: each block of tiles transformed into a stack buffer, the weights read once per block."""
+WHOLE_ORDERS = {f"wimg{m}": m for m in TRANSFORMS}
+"""The whole-image form: the input transform is its own node (WinogradInput, fluid/winograd_split.py) writing V to a
+planned arena tensor; the conv reads V, split over panels of output channels, each weight read once per chunk."""
+ORDERS = {**BLOCKED_ORDERS, **WHOLE_ORDERS}
 """The Conv loop orders that select Winograd (fluid picks them like the direct orders, fluid/winograd_costs.py)."""
 ALLOWED_ATTR = "_winograd"
 """Node attribute (passes/winograd.py): the tile sizes this conv may use, largest first; absent: direct only."""
+WHOLE_ATTR = "_winograd_whole"
+"""Node attribute (passes/winograd.py): the tile sizes whose whole-image V fits the memory budget too."""
+V_INPUT_ATTR = "_winograd_v"
+"""Set on a conv split by fluid/winograd_split.py: its last input is the transformed input V."""
 STACK_BYTES = 160 * 1024
 """The transformed input of one block of tiles (alpha^2 x tiles x Cin floats) lives on the stack within this."""
 MAX_BLOCK_TILES = 4 * MR_OUTER
@@ -97,15 +106,30 @@ class WinogradPlan:
     NR: int
     """The GEMM's register tile: MR tiles x NR output channels (outer_tile)."""
 
+    whole: bool = False
+    """The whole-image form: T is the chunk of tiles whose GEMM results (alpha^2 x T x NR) stay on the stack while
+    one point's weight panel serves them all; V (v_shape) is an arena tensor."""
+
     @property
     def tiles(self) -> int:
         return self.TH * self.TW
 
 
-def plan_winograd(s, m: int, V: int, accumulators: int) -> WinogradPlan | None:
+def v_shape(s, m: int) -> tuple[int, int, int, int, int]:
+    """The whole-image transformed input V[image][group][point][tile][channel] of conv shape `s` at F(m x m)."""
+    return (s.N, s.G, (m + 2) ** 2, -(-s.OH // m) * -(-s.OW // m), s.Cig)
+
+
+def plan_winograd(s, m: int, V: int, accumulators: int, whole: bool = False) -> WinogradPlan | None:
     """The blocking of F(m x m, 3 x 3) for conv shape `s` at V lanes; None when one tile's transformed input does not
-    fit the stack budget."""
+    fit the stack budget (blocked form)."""
     alpha = m + 2
+    if whole:
+        TH, TW = -(-s.OH // m), -(-s.OW // m)
+        mr, nr = outer_tile(TH * TW, s.Cog, V, accumulators)
+        fit = max(mr, STACK_BYTES // (alpha * alpha * nr * 4) // mr * mr)
+        T = min(fit, -(-TH * TW // mr) * mr)
+        return WinogradPlan(m, alpha, TH, TW, T, -(-TH * TW // T), mr, nr, True)
     per_tile = alpha * alpha * s.Cig * 4
     fit = STACK_BYTES // per_tile
     if fit < 1:

@@ -6,14 +6,15 @@ build's --conv-algo and --max-memory (not a registered pass: it needs them).
 Budget: the transformed weights replace the direct kernel's (alpha^2 / 9 of their bytes: F(2x2) 16/9, F(4x4) 4x);
 the bytes they add over the whole model may not exceed GROWTH_BUDGET times the model's constant bytes, nor take
 weights plus every activation's bytes (the arena's bound before it is planned) past --max-memory. Layers are served in order of weight bytes per multiply-add (cheapest growth per
-saved multiplication first), each the largest tile that still fits."""
+saved multiplication first), each the largest tile that still fits. The whole-image form (WHOLE_ATTR) is allowed
+where its transformed input V (an arena tensor) fits under --max-memory too, after the growth."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, Node
-from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, grouped_ok, growth
+from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, WHOLE_ATTR, grouped_ok, growth
 
 CONV_ALGOS = ("auto", "direct")
 """--conv-algo: auto (the cost model chooses per layer) or direct (never Winograd)."""
@@ -50,6 +51,7 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
         raise InputError(f"unknown --conv-algo {algo!r}; choose one of {', '.join(CONV_ALGOS)}")
     for node in graph.nodes:
         node.attrs.pop(ALLOWED_ATTR, None)
+        node.attrs.pop(WHOLE_ATTR, None)
     if algo == "direct":
         return {}
     convs = [n for n in graph.nodes if eligible(graph, n)]
@@ -57,8 +59,10 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
         return {}
     weights = sum(t.nbytes for t in graph.tensors.values() if t.is_const)
     left = GROWTH_BUDGET * weights
+    room = None  # bytes under --max-memory for the weights' growth and every whole-image V
     if max_bytes is not None:  # the arena at most every activation apart (the memory plan comes later)
-        left = min(left, max_bytes - weights - sum(t.nbytes for t in graph.tensors.values() if not t.is_const))
+        room = max_bytes - weights - sum(t.nbytes for t in graph.tensors.values() if not t.is_const)
+        left = min(left, room)
 
     def per_mac(node: Node) -> float:
         out, w = graph.tensors[node.outputs[0]], graph.tensors[node.inputs[1]]
@@ -68,7 +72,21 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
         w_bytes = graph.tensors[node.inputs[1]].nbytes
         sizes = [m for m in sorted(TRANSFORMS, reverse=True) if (growth(m) - 1) * w_bytes <= left]
         if sizes:
-            left -= (growth(sizes[0]) - 1) * w_bytes
+            grown = (growth(sizes[0]) - 1) * w_bytes
+            left -= grown
             node.attrs[ALLOWED_ATTR] = tuple(sizes)
             chosen[node.name] = sizes[0]
+            if room is not None:
+                room -= grown
+            whole = [m for m in sizes if room is None or v_bytes(graph, node, m) <= room]
+            if whole:
+                node.attrs[WHOLE_ATTR] = tuple(whole)
+                room = None if room is None else room - v_bytes(graph, node, whole[0])
     return chosen
+
+
+def v_bytes(graph: Graph, node: Node, m: int) -> int:
+    """Bytes of the whole-image form's transformed input V (kernels/winograd.py v_shape) of conv `node`."""
+    x, out = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+    tiles = -(-out.shape[2] // m) * -(-out.shape[3] // m)
+    return x.shape[0] * (m + 2) ** 2 * tiles * x.shape[1] * 4

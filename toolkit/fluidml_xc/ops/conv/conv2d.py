@@ -68,6 +68,7 @@ from ...kernels.conv_plan import ConvPlan, conv_shape, pack_weights, plan_conv
 from ...kernels.epilogue import EPILOGUE_ATTR
 from ...kernels.loops import loop
 from ...kernels.scalar import is_float
+from ...kernels.winograd import V_INPUT_ATTR
 from ...opspec import register
 from .channels import ChannelVectors
 from .depthwise import ChannelsLastDepthwise
@@ -232,10 +233,11 @@ def varying_dims(k, x, w, out, pads) -> tuple | None:
 @register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True, cost_kind="conv",
           runtime_extents=True)
 def lower_conv(k):
-    x, w = k.inputs[0], k.inputs[1]
-    bias = k.inputs[2] if len(k.inputs) > 2 else None
+    ins, v = (k.inputs[:-1], k.inputs[-1]) if k.attr(V_INPUT_ATTR) else (k.inputs, None)
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
     epi = k.attr(EPILOGUE_ATTR)
-    residual = k.inputs[3] if epi and epi.residual and len(k.inputs) > 3 else None
+    residual = ins[3] if epi and epi.residual and len(ins) > 3 else None
     out = k.outputs[0]
     if out.size == 0:
         return
@@ -256,8 +258,11 @@ def lower_conv(k):
                          bias_const=bias is not None and getattr(bias, "value", None) is not None, order=k.loop_order,
                          epilogue=epi)
         res = None if residual is None else (s.rs, residual.ptr)
+        if (v is not None) != (plan.winograd is not None and plan.winograd.whole):
+            raise InputError(f"node {k.node.name!r} (Conv): loop order {k.loop_order!r} does not match its "
+                             f"{'transformed input' if v is not None else 'missing WinogradInput'}: rebuild with --no-cache")
         if plan.winograd is not None:
-            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi)
+            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, None if v is None else (v.ptr, tuple(v.strides)))
         else:
             emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, res))
     store_padding_nan(k, x, w, out, strides, dils, pads)

@@ -7,7 +7,11 @@ of T tiles (the parallel split: tiles never share a reduction, so every thread c
    register tile (kernels/matmul_blocked.py outer_accumulate) over the channels: V[xi] (tiles x Cin) times the
    build-time transformed weights U[xi] (Cin x Cout, packed in panels as the MatMul kernel packs B), to M on the stack;
 3. output transform of those tiles, vectors over the panel's channels: Y = A^T M A, then the bias, the fused residual
-   and activation, stored through the output's strides (pixels past the image's edge skipped)."""
+   and activation, stored through the output's strides (pixels past the image's edge skipped).
+
+The whole-image form (plan.winograd.whole, emit_whole): stage 1 is its own node (winograd_input.py) writing V to the
+arena; here, per image, group and panel of NR output channels (the parallel split), per chunk of T tiles and point,
+stage 2 over every MR tiles of the chunk with the point's weight panel kept in the cache, then stage 3."""
 from __future__ import annotations
 
 import numpy as np
@@ -46,7 +50,7 @@ def sandwich(k, left: np.ndarray, d: list[list]) -> list[list]:
 class WinogradConv:
     """One Winograd conv being emitted: operands, scratch buffers and the three stages."""
 
-    def __init__(self, k, plan: ConvPlan, xp, op, w, bias, res, epilogue):
+    def __init__(self, k, plan: ConvPlan, xp, op, w, bias, res, epilogue, v_operand=None):
         self.k, self.p, self.s, self.wp = k, plan, plan.shape, plan.winograd
         self.xp, self.op, self.res, self.epi = xp, op, res, epilogue
         self.dt = np.dtype(plan.dtype)
@@ -66,16 +70,64 @@ class WinogradConv:
             padded = np.zeros((s.G, self.bias_run), dt)
             padded[:, :self.Co] = np.asarray(bias.value).reshape(s.G, self.Co)
             self.bias = k.constant_array(padded.reshape(-1))
+        self.mstride = wp.T if wp.whole else wp.MR
+        """Tiles between two points' rows of the GEMM results M[point][tile][NR] on the stack."""
         with k.b.goto_entry_block():
-            self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * self.Ci))
-            self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.MR * wp.NR))
-        self.P.a.storage = self.vbuf
+            if not wp.whole:
+                self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * self.Ci))
+            self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * self.mstride * wp.NR))
+        if wp.whole:
+            vp, self.vs = v_operand
+            self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
+        else:
+            self.P.a.storage = self.vbuf
 
     def emit(self) -> None:
         s, wp, k = self.s, self.wp, self.k
         work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * 9
         with k.parallel_tiles([s.N, s.G, wp.blocks], work) as (n, g, blk):
             self.block(n, g, blk)
+
+    def emit_whole(self) -> None:
+        """The whole-image form's GEMM and output transform, split over images, groups and panels of NR output
+        channels: per chunk of T tiles, each point's weight panel serves every tile of the chunk."""
+        s, wp, k = self.s, self.wp, self.k
+        full_p, rem = divmod(self.Co, wp.NR)
+        work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * 9
+        with k.parallel_tiles([s.N, s.G, full_p + (1 if rem else 0)], work) as (n, g, p):
+            if not rem:
+                self.chunks(n, g, p, [self.V] * (wp.NR // self.V), wp.NR)
+            elif not full_p:
+                self.chunks(n, g, p, [self.V] * -(-rem // self.V), rem)
+            else:
+                with k.b.if_else(k.b.icmp_signed("<", p, k.index(full_p))) as (whole, last):
+                    with whole:
+                        self.chunks(n, g, p, [self.V] * (wp.NR // self.V), wp.NR)
+                    with last:
+                        self.chunks(n, g, p, [self.V] * -(-rem // self.V), rem)
+
+    def chunks(self, n, g, pidx, widths: list[int], valid: int) -> None:
+        k, wp, vs = self.k, self.wp, self.vs
+        col0 = mul_index(k, pidx, wp.NR)
+        vbase = add_index(k, mul_index(k, n, vs[0]), mul_index(k, g, vs[1]))
+        with k.for_range(wp.blocks) as blk:
+            t0 = mul_index(k, blk, wp.T)
+            with k.for_range(self.A2) as xi:
+                point = add_index(k, mul_index(k, g, self.A2), xi)
+                bases = (add_index(k, vbase, mul_index(k, xi, vs[2])), mul_index(k, point, self.B.bstrides[0]), None)
+                with k.for_range(wp.T // wp.MR) as rt:
+                    i0 = add_index(k, t0, mul_index(k, rt, wp.MR))
+                    slots = outer_accumulate(k, self.P, wp.NR, self.Ci, bases, i0, wp.MR, col0, pidx, widths,
+                                             last_row=wp.tiles - 1)
+                    for r in range(wp.MR):
+                        row = mul_index(k, add_index(k, add_index(k, mul_index(k, xi, wp.T), mul_index(k, rt, wp.MR)), r),
+                                        wp.NR)
+                        for q in range(len(widths)):
+                            k.vstore(k.b.load(slots[r][q]), self.mbuf, self.dt, add_index(k, row, sum(widths[:q])))
+            with k.for_range(wp.T) as r:
+                tt = add_index(k, t0, r)
+                with k.b.if_then(k.b.icmp_signed("<", tt, k.index(wp.tiles))):
+                    self.transform_output(n, g, tt, r, col0, widths, valid)
 
     def block(self, n, g, blk) -> None:
         k, wp = self.k, self.wp
@@ -140,8 +192,12 @@ class WinogradConv:
         v = sandwich(k, self.t.BT, d)
         for i in range(a):
             for j in range(a):
-                at = add_index(k, add_index(k, mul_index(k, t, self.Ci), (i * a + j) * wp.T * self.Ci), c0)
-                k.vstore(v[i][j], self.vbuf, dt, at)
+                k.vstore(v[i][j], self.vbuf, dt, self.v_at(t, i * a + j, c0))
+
+    def v_at(self, t, point: int, c0):
+        """Where tile t's channel c0 at `point` goes in the block's transformed input."""
+        k = self.k
+        return add_index(k, add_index(k, mul_index(k, t, self.Ci), point * self.wp.T * self.Ci), c0)
 
     # -- 2. the GEMM tiles, 3. output transform --------------------------------------------------------
     def panel_tiles(self, n, g, blk, col0, pidx, widths: list[int], valid: int) -> None:
@@ -171,7 +227,7 @@ class WinogradConv:
         ys = []
         for q, w in enumerate(widths):
             off = sum(widths[:q])
-            grid = [[k.vload(self.mbuf, self.dt, add_index(k, mul_index(k, add_index(k, r, (i * a + j) * wp.MR),
+            grid = [[k.vload(self.mbuf, self.dt, add_index(k, mul_index(k, add_index(k, r, (i * a + j) * self.mstride),
                                                                           wp.NR), off), w)
                      for j in range(a)] for i in range(a)]
             ys.append((off, w, min(w, valid - off), self._add_bias(sandwich(k, self.t.AT, grid), g, add_index(k, col0, off), w,
@@ -236,6 +292,11 @@ class WinogradConv:
         return vec
 
 
-def emit_winograd(k, plan: ConvPlan, xp, op, w, bias, res, epilogue) -> None:
-    """The conv of `plan` (plan.winograd set) as Winograd tiles."""
-    WinogradConv(k, plan, xp, op, w, bias, res, epilogue).emit()
+def emit_winograd(k, plan: ConvPlan, xp, op, w, bias, res, epilogue, v_operand=None) -> None:
+    """The conv of `plan` (plan.winograd set) as Winograd tiles; v_operand: (pointer, strides) of the whole-image
+    form's transformed input V (plan.winograd.whole)."""
+    conv = WinogradConv(k, plan, xp, op, w, bias, res, epilogue, v_operand)
+    if plan.winograd.whole:
+        conv.emit_whole()
+    else:
+        conv.emit()

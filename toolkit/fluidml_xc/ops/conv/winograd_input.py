@@ -1,0 +1,67 @@
+"""WinogradInput (domain "fluidml"): the whole-image Winograd form's input transform (fluid/winograd_split.py puts it
+before a conv whose loop order is a kernels/winograd.py WHOLE_ORDERS one). Input X (N, C, H, W) in any layout, output
+V[image][group][point][tile][channel] (kernels/winograd.py v_shape), an ordinary planned arena tensor; attributes m,
+pads (top, left), group and the conv's output size out_hw. Split over images, groups and tiles: every tile writes its
+own V entries, so every thread count gives the same bits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import InputError
+from ...kernels.matmul_blocked import add_index, mul_index
+from ...kernels.winograd import TRANSFORMS, WinogradPlan
+from ...opspec import OUR_DOMAIN, register
+from .winograd import WinogradConv
+
+
+@dataclass(frozen=True)
+class _Image:
+    """The conv shape facts the input transform reads."""
+
+    N: int
+    G: int
+    H: int
+    W: int
+    ph: int
+    pw: int
+    xs: tuple[int, ...]
+
+
+class InputTransform(WinogradConv):
+    """WinogradConv's input transform (stage 1) writing every tile of the image to the arena tensor V."""
+
+    def __init__(self, k, x, v, m: int, pads: tuple[int, int], groups: int, out_hw: tuple[int, int]):
+        self.k, self.dt, self.t = k, np.dtype(v.dtype), TRANSFORMS[m]
+        N, C, H, W = x.shape
+        self.s = _Image(N, groups, H, W, pads[0], pads[1], tuple(x.strides))
+        TH, TW = -(-out_hw[0] // m), -(-out_hw[1] // m)
+        self.wp = WinogradPlan(m, m + 2, TH, TW, TH * TW, 1, 1, 1)
+        self.V, self.A2, self.Ci = k.lanes(self.dt), (m + 2) ** 2, C // groups
+        self.xp, self.vbuf, self.vs = x.ptr, v.ptr, tuple(v.strides)
+        if tuple(v.shape) != (N, groups, self.A2, TH * TW, self.Ci) or self.vs[4] != 1:
+            raise InputError(f"node {k.node.name!r} (WinogradInput): output {v.name!r} is {tuple(v.shape)} with strides "
+                             f"{self.vs}; the transform writes a row-major {(N, groups, self.A2, TH * TW, self.Ci)}")
+        self.n = self.g = None
+
+    def emit(self) -> None:
+        s, wp, k = self.s, self.wp, self.k
+        work = float(s.N) * s.G * wp.tiles * self.A2 * self.Ci * 8
+        with k.parallel_tiles([s.N, s.G, wp.tiles], work) as (n, g, tt):
+            self.n, self.g = n, g
+            self.transform_input(n, g, tt, tt)
+
+    def v_at(self, t, point: int, c0):
+        k = self.k
+        base = add_index(k, add_index(k, mul_index(k, self.n, self.vs[0]), mul_index(k, self.g, self.vs[1])),
+                         mul_index(k, t, self.vs[3]))
+        return add_index(k, add_index(k, base, point * self.vs[2]), c0)
+
+
+@register("WinogradInput", domain=OUR_DOMAIN, strided=True, heavy=True,
+          notes="the whole-image Winograd input transform (fluid/winograd_split.py)")
+def lower_winograd_input(k):
+    pads = tuple(int(p) for p in k.attr("pads"))
+    InputTransform(k, k.inputs[0], k.outputs[0], int(k.attr("m")), (pads[0], pads[1]), int(k.attr("group", 1)),
+                   tuple(int(v) for v in k.attr("out_hw"))).emit()

@@ -279,3 +279,26 @@ def test_bad_accuracy_inputs_are_refused_before_the_build(tmp_path):
                    cwd=tmp_path)
         assert proc.returncode == 2 and named in one_line_error(proc)
         assert not (tmp_path / "out").exists() and not (tmp_path / "build").exists()
+
+
+def test_fleet_builds_keep_the_precision(tmp_path, capsys):
+    """fleet/builds.py: an fp16 artifact is not reused for an fp32 request nor the other way round; a rebuild of an
+    fp16 artifact for another board stays fp16, and one for a board without float16 arithmetic is refused in one
+    line, as build refuses it."""
+    from fluidml_xc.errors import InputError
+    from fluidml_xc.fleet.builds import artifacts_for, build_once
+    from fluidml_xc.fleet.inventory import FleetHost
+
+    path = tmp_path / "m.onnx"
+    onnx.save(EXAMPLES["tiny_mlp"](), str(path))
+    out = tmp_path / "m-rpi5"
+    modes = []
+    for options in ({"precision": "fp16"}, {"precision": "fp16"}, {}, {"precision": "fp16"}):
+        artifact = build_once(path, "rpi5", out, options)
+        modes.append((artifact.manifest.precision or {}).get("mode", "fp32"))
+    assert modes == ["fp16", "fp16", "fp32", "fp16"]
+    assert [line.split()[0] for line in capsys.readouterr().err.splitlines()] == ["building", "using", "building", "building"]
+    hosts = [FleetHost("a", "127.0.0.1", board="rpi5"), FleetHost("b", "127.0.0.1", board="rpi4")]
+    with pytest.raises(InputError, match="--precision fp16 needs float16 vector arithmetic, which board 'rpi4'"):
+        artifacts_for(hosts, str(out))
+    assert not (tmp_path / "m-rpi4").exists()

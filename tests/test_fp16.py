@@ -178,8 +178,10 @@ def test_accuracy_report_compares_with_the_fp32_build(tmp_path):
     onnx.save(EXAMPLES["tiny_cnn"](), str(path))
     out = tmp_path / "half"
     proc = cli("build", str(path), "--board", "rpi5", "--precision", "fp16", "-o", str(out), "--no-profile-runner",
-               "--accuracy", "--accuracy-samples", "2", "--json")
+               "--accuracy", "--accuracy-samples", "2", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "precision fp16" in cli("inspect", cwd=tmp_path).stdout  # build/.last names the fp16 artifact
+    assert not (tmp_path / "half.fp32" / "runner_prof").exists()
     report = json.loads(proc.stdout)["accuracy"]
     assert report["samples"] == 2 and report["reference"] == f"{out}.fp32" and (tmp_path / "half.fp32" / "runner").is_file()
     (probs,) = report["outputs"]
@@ -209,3 +211,94 @@ def test_a_reduction_that_varies_at_run_time(tmp_path, board_runner):
     for k in (1, 33, 300):
         feeds = {"a": rand(5, k, seed=k), "b": rand(k, 20, seed=k + 1)}
         _check_half(run_artifact(tmp_path / "a", feeds).outputs, _ort(model, feeds))
+
+
+def _clip_conv(high: float) -> tuple[onnx.ModelProto, dict]:
+    """Conv -> Clip(0, high): the Clip fused into the Conv's epilogue with its bounds as build-time floats."""
+    x = rand(1, 8, 6, 6, seed=1)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    inits = {"w": rand(8, 8, 3, 3, seed=2), "lo": np.array(0, np.float32), "hi": np.array(high, np.float32)}
+    return float_model(nodes, inits, {"x": x}, ["y"]), {"x": x}
+
+
+def _scalar_attributes() -> tuple[onnx.ModelProto, dict, dict]:
+    """Gemm alpha 1e5, LeakyRelu alpha 1e6, HardSigmoid alpha = beta = 1e5 in float16 nodes: each saturates to 65504
+    (the float32 answers overflow float16 anyway); the expected outputs computed with the saturated values."""
+    x, w = rand(4, 16, seed=5), rand(16, 8, seed=3) / 1e3
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["y1"], alpha=1e5), helper.make_node("MatMul", ["x", "w"], ["g"]),
+             helper.make_node("LeakyRelu", ["g"], ["y2"], alpha=1e6),
+             helper.make_node("HardSigmoid", ["g"], ["y3"], alpha=1e5, beta=1e5)]
+    g = x.astype(np.float64) @ w
+    want = {"y1": 65504 * g, "y2": np.where(g < 0, 65504 * g, g), "y3": np.clip(65504 * g + 65504, 0, 1)}
+    return float_model(nodes, {"w": w}, {"x": x}, list(want)), {"x": x}, {k: v.astype(np.float32) for k, v in want.items()}
+
+
+def _clip_fused_1e5() -> tuple[onnx.ModelProto, dict, dict]:
+    model, feeds = _clip_conv(1e5)
+    return model, feeds, _ort(model, feeds)
+
+
+@pytest.mark.parametrize("make", [_clip_fused_1e5, _scalar_attributes], ids=["fused_clip_1e5", "attributes"])
+def test_build_time_scalars_saturate_like_constants(make, tmp_path, board_runner):
+    """A Clip bound of 1e5 fused into a Conv, Gemm's, LeakyRelu's and HardSigmoid's attributes beyond +-65504: the
+    float16 constants saturate as constant tensors do (the build used to stop with an internal error, exit 70), the
+    build warns once, and the outputs are the saturated computation's within the float16 tolerance."""
+    from modelrun import run
+
+    model, feeds, want = make()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    board_runner("rpi5")
+    proc = cli("build", str(path), "--board", "rpi5", "--precision", "fp16", "-o", str(tmp_path / "a"), "--no-profile-runner")
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert "saturates" in warning and "65504" in warning
+    _check_half(run(tmp_path / "a", feeds), want)
+
+
+def test_fullfp16_turned_off_by_features_or_cpu_refuses(tmp_path):
+    """rpi5 with --features=-fullfp16 (the features string ends "+fullfp16,-fullfp16": the last mention decides) or
+    --cpu cortex-a72: refused in one line naming the flag, exit 2, nothing written."""
+    path = tmp_path / "m.onnx"
+    onnx.save(EXAMPLES["tiny_mlp"](), str(path))
+    for flags, named in ((["--features=-fullfp16"], "--features"), (["--cpu", "cortex-a72"], "--cpu")):
+        proc = cli("build", str(path), "--board", "rpi5", *flags, "--precision", "fp16", "-o", str(tmp_path / "out"))
+        line = one_line_error(proc)
+        assert proc.returncode == 2 and "float16 vector arithmetic" in line and f"drop {named}" in line, line
+        assert not (tmp_path / "out").exists()
+
+
+def test_bad_accuracy_inputs_are_refused_before_the_build(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(EXAMPLES["tiny_mlp"](), str(path))
+    (tmp_path / "bad.npz").write_text("not an npz")
+    for flags, named in ((["--accuracy", "--accuracy-samples", "0"], "--accuracy-samples 0"),
+                         (["--accuracy", str(tmp_path / "none.npz")], "--accuracy"),
+                         (["--accuracy", str(tmp_path / "bad.npz")], "bad.npz")):
+        proc = cli("build", str(path), "--board", "rpi5", "--precision", "fp16", "-o", str(tmp_path / "out"), *flags,
+                   cwd=tmp_path)
+        assert proc.returncode == 2 and named in one_line_error(proc)
+        assert not (tmp_path / "out").exists() and not (tmp_path / "build").exists()
+
+
+def test_fleet_builds_keep_the_precision(tmp_path, capsys):
+    """fleet/builds.py: an fp16 artifact is not reused for an fp32 request nor the other way round; a rebuild of an
+    fp16 artifact for another board stays fp16, and one for a board without float16 arithmetic is refused in one
+    line, as build refuses it."""
+    from fluidml_xc.errors import InputError
+    from fluidml_xc.fleet.builds import artifacts_for, build_once
+    from fluidml_xc.fleet.inventory import FleetHost
+
+    path = tmp_path / "m.onnx"
+    onnx.save(EXAMPLES["tiny_mlp"](), str(path))
+    out = tmp_path / "m-rpi5"
+    modes = []
+    for options in ({"precision": "fp16"}, {"precision": "fp16"}, {}, {"precision": "fp16"}):
+        artifact = build_once(path, "rpi5", out, options)
+        modes.append((artifact.manifest.precision or {}).get("mode", "fp32"))
+    assert modes == ["fp16", "fp16", "fp32", "fp16"]
+    assert [line.split()[0] for line in capsys.readouterr().err.splitlines()] == ["building", "using", "building", "building"]
+    hosts = [FleetHost("a", "127.0.0.1", board="rpi5"), FleetHost("b", "127.0.0.1", board="rpi4")]
+    with pytest.raises(InputError, match="--precision fp16 needs float16 vector arithmetic, which board 'rpi4'"):
+        artifacts_for(hosts, str(out))
+    assert not (tmp_path / "m-rpi4").exists()

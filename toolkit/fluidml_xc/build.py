@@ -471,7 +471,8 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     CApi(options.name)  # a bad --name is refused before anything is read
     model_path = Path(model_path)
     board = get_board(options.board)
-    check_precision(options.precision, machine_specs(board, options.cpu, options.features), board.name)
+    check_precision(options.precision, machine_specs(board, options.cpu, options.features), board.name, options.cpu,
+                    options.features)
     stage(BUILD_STAGES[0])
     model = load_model(model_path)
     bound, input_shapes = _bind(model, options)

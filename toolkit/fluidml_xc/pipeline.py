@@ -100,17 +100,21 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
     return import_ranges(bound, resolved, lambda sizes: at(sizes, next(calls, None)))
 
 
-def check_precision(precision: str, specs, board_name: str) -> None:
-    """--precision fp16 only for CPUs with float16 vector arithmetic (every code variant): else one InputError line."""
+def check_precision(precision: str, specs, board_name: str, cpu: str | None = None, features: str | None = None) -> None:
+    """--precision fp16 only for CPUs with float16 vector arithmetic (every code variant): else one InputError line
+    naming the board and the --cpu / --features that took the arithmetic away."""
     if precision not in PRECISIONS:
         raise InputError(f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if precision == "fp32":
         return
     for spec in specs:
         if not half_arithmetic(spec.triple, spec.features):
-            raise InputError(f"--precision fp16 needs float16 vector arithmetic, which board {board_name!r} "
-                             f"({spec.cpu}, {spec.triple.split('-')[0]}) lacks: build for rpi5 or jetson-orin-nano (ARMv8.2 "
-                             "+fullfp16), or drop --precision fp16")
+            flags = [f for f in (f"--cpu {cpu}" if cpu else "", f"--features={features}" if features else "") if f]
+            given = f" with {' '.join(flags)}" if flags else ""
+            fix = (f"drop {' / '.join(f.split('=')[0].split()[0] for f in flags)} or keep +fullfp16 (e.g. --cpu cortex-a76)"
+                   if flags else "build for rpi5 or jetson-orin-nano (ARMv8.2 +fullfp16)")
+            raise InputError(f"--precision fp16 needs float16 vector arithmetic, which board {board_name!r}{given} "
+                             f"({spec.cpu}, {spec.triple.split('-')[0]}) lacks: {fix}, or drop --precision fp16")
 
 
 def plan_options(opt: str, alignment: int) -> PlanOptions:

@@ -82,6 +82,11 @@ def main(args) -> int:
     if args.accuracy is not None and args.precision != "fp16":
         raise InputError("--accuracy compares a --precision fp16 build with the fp32 one: add --precision fp16 "
                          "(int8 models: fluidml-xc quantize)")
+    accuracy = None
+    if args.accuracy is not None:
+        from ..quantize.half import accuracy_inputs
+
+        accuracy = accuracy_inputs(Path(args.model), args.accuracy or None, args.accuracy_samples)
     with Stages(f"building {Path(args.model).name}", BUILD_STAGES) as stages:
         options = BuildOptions(board=args.board, out_dir=args.output, input_shapes=shapes, ranges=ranges, opt=args.opt,
                                costs=args.costs, conv_algo=args.conv_algo, precision=args.precision,
@@ -90,10 +95,10 @@ def main(args) -> int:
                                cache=not args.no_cache, workers=args.build_workers, progress=stages)
         result = build_model(args.model, options)
     report = None
-    if args.accuracy is not None:
+    if accuracy is not None:
         from ..quantize.half import half_accuracy
 
-        report = half_accuracy(Path(args.model), result, options, args.accuracy or None, args.accuracy_samples)
+        report = half_accuracy(Path(args.model), result, options, accuracy)
     data = _result(result) | ({"accuracy": report.as_dict()} if report else {})
     emit(data, args.json, args.json_out, lambda: _table(result, args.timings) + (f"\n{report.table()}" if report else ""))
     return 0

@@ -12,9 +12,14 @@ from ..artifact import Manifest
 from ..remote.artifact import Artifact, load_artifact, resolve_artifact_dir
 from .inventory import FleetHost
 
-REBUILD_KEYS = ("opt", "input_shapes")
+REBUILD_KEYS = ("opt", "input_shapes", "precision")
 """Build options a rebuild for another board takes from the given artifact's manifest (threads are left to
-each board's default: the given build's count is its own board's cores)."""
+each board's default: the given build's count is its own board's cores). An fp16 build's rebuild for a board
+without float16 arithmetic is refused as `build --precision fp16` refuses it (pipeline.check_precision)."""
+
+
+def _precision(manifest: Manifest) -> str:
+    return (manifest.precision or {}).get("mode", "fp32")
 
 
 def _board_of(host: FleetHost, default: str | None) -> str:
@@ -31,7 +36,7 @@ def _options_from(manifest: Manifest) -> dict:
     fields = {f.name for f in dataclasses.fields(BuildOptions)}
     out = {}
     for key in REBUILD_KEYS:
-        value = getattr(manifest, key)
+        value = _precision(manifest) if key == "precision" else getattr(manifest, key)
         if key in fields and value:
             out[key] = dict(value) if key == "input_shapes" else value
     return out
@@ -68,7 +73,8 @@ def artifacts_for(hosts: list[FleetHost], source: str | None,
 
 
 def _up_to_date(out_dir: Path, model: Path, board: str, options: dict) -> Artifact | None:
-    """The artifact already in OUT_DIR when it is this model (sha256), board, options and fluidml-xc version."""
+    """The artifact already in OUT_DIR when it is this model (sha256), board, options (opt, input shapes, precision)
+    and fluidml-xc version."""
     from .. import __version__
     from ..artifact import sha256_file
 
@@ -78,7 +84,7 @@ def _up_to_date(out_dir: Path, model: Path, board: str, options: dict) -> Artifa
         return None
     m = artifact.manifest
     same = (m.board == board and m.model.sha256 == sha256_file(model) and m.tools.get("fluidml-xc") == __version__
-            and m.opt == options.get("opt", "fluid")
+            and m.opt == options.get("opt", "fluid") and _precision(m) == options.get("precision", "fp32")
             and dict(m.input_shapes) == {k: tuple(v) for k, v in (options.get("input_shapes") or {}).items()})
     return artifact if same else None
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..target.arch import arch_of
+from .scalar import splat_const
 
 EPILOGUE_ATTR = "_epilogue"
 """The node attribute holding a fused Epilogue."""
@@ -53,10 +54,8 @@ def fused_epilogue(k) -> Epilogue:
 
 
 def fill(ty, value: float):
-    """A float constant of type ty (scalar or vector), every lane `value`."""
-    if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
-    return ir.Constant(ty, value)
+    """A float constant of type ty (scalar or vector), every lane `value` (float16 saturated: kernels/scalar.py)."""
+    return splat_const(ty, value)
 
 
 def activate(k, epi, value):

@@ -1,6 +1,8 @@
 """Scalar arithmetic over numpy dtypes for kernel bodies: one call per operation, whatever the dtype."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 
@@ -41,18 +43,43 @@ def is_signed(dtype) -> bool:
     return compute_dtype(dtype).kind in "if"
 
 
+HALF_MAX = 65504.0
+"""float16's largest finite value."""
+
+
+def saturate_half(value: float) -> float:
+    """A build-time float as a float16 constant holds it: finite values clamped to +-65504 (as passes/precision.py
+    narrows constant tensors, so a bound of 1e5 or a -1e9 mask stays finite), NaN and +-inf kept."""
+    return min(max(value, -HALF_MAX), HALF_MAX) if math.isfinite(value) else value
+
+
+def saturated(values: np.ndarray, dtype) -> np.ndarray:
+    """values converted to dtype; to float16 with saturate_half's clamping (numpy would give +-inf)."""
+    values = np.asarray(values)
+    if np.dtype(dtype) == np.float16:
+        values = np.where(np.isfinite(values), np.clip(values, -HALF_MAX, HALF_MAX), values)
+    return values.astype(dtype)
+
+
+def scalar_const(ty: ir.Type, value) -> ir.Constant:
+    """A scalar constant of type ty; a float16 one saturated (saturate_half): llvmlite cannot encode |x| > 65504."""
+    if isinstance(ty, ir.HalfType):
+        return ir.Constant(ty, saturate_half(float(value)))
+    return ir.Constant(ty, value)
+
+
 def const(dtype, value) -> ir.Constant:
     dtype = compute_dtype(dtype)
     if is_float(dtype):
-        return ir.Constant(llvm_type(dtype), float(value))
+        return scalar_const(llvm_type(dtype), float(value))
     return ir.Constant(llvm_type(dtype), int(value))
 
 
 def splat_const(ty: ir.Type, value) -> ir.Constant:
-    """A constant of `ty`, a scalar or every lane of a vector."""
+    """A constant of `ty`, a scalar or every lane of a vector (float16 saturated, scalar_const)."""
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
-    return ir.Constant(ty, value)
+        return ir.Constant(ty, [scalar_const(ty.element, value)] * ty.count)
+    return scalar_const(ty, value)
 
 
 def _same_shape(ty: ir.Type, element: ir.Type) -> ir.Type:

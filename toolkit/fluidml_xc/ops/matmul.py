@@ -28,7 +28,7 @@ import numpy as np
 from ..kernels.epilogue import fused_epilogue
 from ..kernels.matmul_geometry import MATMUL_ORDERS, blocked_dtype, blocked_kind, default_order, domain_order
 from ..kernels.kernel import Access, Operand, row_major_strides
-from ..kernels.scalar import const, llvm_type
+from ..kernels.scalar import const, llvm_type, saturated
 from ..kernels.loops import nest
 from ..kernels.matmul_blocked import Mat, Problem, RunDims, repacked
 from ..kernels.matmul_runtime import emit_matmul
@@ -265,7 +265,7 @@ def lower_gemm(k):
         bias_beta = beta
         if c is not None and beta != 0.0:
             if c.value is not None:
-                folded = np.ascontiguousarray((np.asarray(c.value, dtype=np.float64) * beta).astype(dt))
+                folded = np.ascontiguousarray(saturated(np.asarray(c.value, dtype=np.float64) * beta, dt))
                 c = Operand(c.name + ".scaled", c.dtype, c.shape, row_major_strides(c.shape), k.constant_array(folded), folded)
                 bias_beta = 1.0
             bs = c.broadcast_access((m, n)).strides

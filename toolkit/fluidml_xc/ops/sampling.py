@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..kernels.loops import element, loop, nest, offset
-from ..kernels.scalar import const, llvm_type
+from ..kernels.scalar import const, llvm_type, scalar_const
 from ..opspec import register
 
 FLOATS = ("float32", "float64", "float16")
@@ -31,7 +31,7 @@ def compute_dtype(dtype) -> np.dtype:
 
 
 def fconst(ty: ir.Type, value: float) -> ir.Constant:
-    return ir.Constant(ty, float(value))
+    return scalar_const(ty, float(value))
 
 
 def clampf(k, x, lo: float, hi: float):

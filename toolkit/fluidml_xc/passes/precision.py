@@ -13,10 +13,14 @@ so the C API does not change: a Cast at each edge.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from onnx import TensorProto
 
 from ..ir import Graph, Node, Tensor, is_onnx_domain
+from ..kernels.epilogue import Epilogue
+from ..kernels.scalar import HALF_MAX, saturated
 from . import graph_pass
 
 PRECISIONS = ("fp32", "fp16")
@@ -35,7 +39,6 @@ the mean, the variance and the scaling of a float16 row in float32, rounded once
 HALF_LOOKUPS = frozenset({"Gather"})
 """float16 when their data is a constant table (embeddings: the table's bytes halve, each value rounds once)."""
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
-HALF_MAX = float(np.finfo(np.float16).max)
 
 
 def _is_f32(graph: Graph, name: str) -> bool:
@@ -63,12 +66,28 @@ def _cast(graph: Graph, name: str, src: str, to: np.dtype) -> tuple[str, Node]:
     return dst, Node("Cast", name, [src], [dst], {"to": code})
 
 
+def _beyond_half(values) -> bool:
+    v = np.asarray(values, dtype=np.float64)
+    return bool(np.any(np.isfinite(v) & (np.abs(v) > HALF_MAX)))
+
+
 def _half_constant(graph: Graph, name: str) -> str:
     t = graph.tensors[name]
-    value = np.asarray(t.value)
-    finite = np.isfinite(value)
-    narrowed = np.where(finite, np.clip(value, -HALF_MAX, HALF_MAX), value).astype(F16)
-    return graph.add_tensor(f"{name}/f16", F16, t.shape, narrowed)
+    return graph.add_tensor(f"{name}/f16", F16, t.shape, saturated(t.value, F16))
+
+
+def _clamped_scalars(node: Node) -> list[str]:
+    """The build-time float attributes of a float16 node (its own and its fused epilogue's) that the kernels
+    saturate (kernels/scalar.py saturate_half)."""
+    found = []
+    for key, value in node.attrs.items():
+        if isinstance(value, Epilogue):
+            floats = [p for p in value.params if isinstance(p, float)] if value.activation in ("clip", "leaky_relu") else []
+            if floats and _beyond_half(floats):
+                found.append(f"the fused {value.activation} of {node.op_type} {node.name!r}")
+        elif isinstance(value, float) and _beyond_half([value]):
+            found.append(f"{key}={value:g} of {node.op_type} {node.name!r}")
+    return found
 
 
 class _Narrowing:
@@ -79,6 +98,8 @@ class _Narrowing:
         self.half: set[str] = set()
         self.copies: dict[tuple[str, str], str] = {}
         self.nodes: list[Node] = []
+        self.clamped: list[str] = []
+        """What held finite values beyond float16's range (saturated to +-65504), for the build's warning."""
 
     def read_as(self, name: str, want: np.dtype) -> str:
         """The tensor holding `name`'s value in `want` (a Cast or a converted constant made once)."""
@@ -89,6 +110,8 @@ class _Narrowing:
         key = (name, want.name)
         if key not in self.copies:
             if g.tensors[name].is_const:
+                if _beyond_half(g.tensors[name].value):
+                    self.clamped.append(f"constant {name!r}")
                 self.copies[key] = _half_constant(g, name)
             else:
                 dst, cast = _cast(g, f"{name}/to_{want.name}", name, want)
@@ -103,6 +126,7 @@ class _Narrowing:
         self.nodes.append(node)
         if not half:
             return
+        self.clamped.extend(_clamped_scalars(node))
         edges = []
         for i, out in enumerate(node.outputs):
             if not _is_f32(g, out):
@@ -130,6 +154,10 @@ def narrow_to_half(graph: Graph) -> None:
     for node in graph.nodes:
         state.visit(node)
     graph.nodes[:] = state.nodes
+    if state.clamped:
+        more = f" and {len(state.clamped) - 3} more" if len(state.clamped) > 3 else ""
+        print(f"fluidml-xc: warning: --precision fp16 saturates {', '.join(state.clamped[:3])}{more} to float16's range "
+              "(+-65504); activations beyond it become +-inf (docs/FP16.md)", file=sys.stderr)
 
 
 @graph_pass(order=45)

@@ -55,25 +55,42 @@ class HalfReport:
         return "\n".join(lines)
 
 
-def _feeds(model_path: Path, artifact: Path, data: str | None, count: int) -> tuple[list[dict], str]:
-    from ..artifact import read_manifest
+@dataclass(frozen=True)
+class AccuracyInputs:
+    """What --accuracy runs, checked before the build: the samples of DATA, or `count` random ones (made once the
+    artifact's manifest gives the inputs)."""
+
+    count: int
+    samples: tuple[dict, ...] = ()
+    source: str = "random inputs: floats in [-1, 1), integers in [0, 10)"
+
+    def feeds(self, artifact: Path) -> list[dict]:
+        from ..artifact import read_manifest
+
+        if self.samples:
+            return list(self.samples)
+        manifest = read_manifest(artifact)
+        return [random_feeds(manifest, seed) for seed in range(1, self.count + 1)]
+
+
+def accuracy_inputs(model_path: Path, data: str | None, count: int = SAMPLES) -> AccuracyInputs:
+    """--accuracy [DATA] and --accuracy-samples N checked (one InputError line) before anything is built."""
     from ..frontend.importer import load_model
 
-    if data:
-        samples = load_samples(data, load_model(model_path), "--accuracy")
-        return samples.feeds, samples.source
     if count < 1:
         raise InputError(f"--accuracy-samples {count}: give 1 or more samples")
-    manifest = read_manifest(artifact)
-    return [random_feeds(manifest, seed) for seed in range(1, count + 1)], "random inputs: floats in [-1, 1), integers in [0, 10)"
+    if data:
+        samples = load_samples(data, load_model(Path(model_path)), "--accuracy")
+        return AccuracyInputs(len(samples.feeds), tuple(samples.feeds), samples.source)
+    return AccuracyInputs(count)
 
 
-def half_accuracy(model_path: Path, half: BuildResult, options: BuildOptions, data: str | None = None,
-                  count: int = SAMPLES) -> HalfReport:
-    """Build the fp32 reference next to the fp16 artifact (`<artifact>.fp32`), run both on the samples, compare."""
-    feeds, source = _feeds(Path(model_path), half.artifact, data, count)
+def half_accuracy(model_path: Path, half: BuildResult, options: BuildOptions, inputs: AccuracyInputs) -> HalfReport:
+    """Build the fp32 reference next to the fp16 artifact (`<artifact>.fp32`: neither recorded as the last build nor
+    given a profile runner), run both on the samples, compare."""
+    feeds = inputs.feeds(half.artifact)
     reference = build_model(model_path, replace(options, precision="fp32", out_dir=Path(f"{half.artifact}.fp32"),
-                                                progress=None))
+                                                progress=None, record_last=False, profile_runner=False))
     ref = [run_artifact(reference.artifact, f).outputs for f in feeds]
     got = [run_artifact(half.artifact, f).outputs for f in feeds]
     outputs = []
@@ -84,4 +101,4 @@ def half_accuracy(model_path: Path, half: BuildResult, options: BuildOptions, da
         top = max(float(np.max(np.abs(x))) if x.size else 0.0 for x in r)
         acc = output_accuracy(name, r, g)
         outputs.append(HalfAccuracy(acc, acc.max_abs_err / top if top else 0.0))
-    return HalfReport(half.manifest.board, len(feeds), source, str(reference.artifact), tuple(outputs))
+    return HalfReport(half.manifest.board, len(feeds), inputs.source, str(reference.artifact), tuple(outputs))

@@ -62,4 +62,13 @@ def arch_of(triple: str) -> Arch:
 def half_arithmetic(triple: str, features: str) -> bool:
     """float16 vector arithmetic on this triple with these (explicit, target/cpus.explicit_features) LLVM features."""
     feature = arch_of(triple).half_feature
-    return bool(feature) and f"+{feature}" in str(features).split(",")
+    return bool(feature) and feature_enabled(features, feature)
+
+
+def feature_enabled(features: str, feature: str) -> bool:
+    """Whether the LLVM features string turns FEATURE on: the last "+feature" / "-feature" in it decides, as in LLVM
+    ("+neon,+fullfp16,-fullfp16" has it off)."""
+    for token in reversed(str(features).split(",")):
+        if token.strip() in (f"+{feature}", f"-{feature}"):
+            return token.strip()[0] == "+"
+    return False

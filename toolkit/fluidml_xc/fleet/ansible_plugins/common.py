@@ -9,7 +9,7 @@ from ..builds import build_once
 from ..inventory import ALIASES, HOST_VARS, FleetHost
 from ..tasks import HostUnreachable, Reach
 
-COMMON_ARGS = frozenset({"artifact", "model", "board", "opt", "build_dir", "base_dir", "known_hosts",
+COMMON_ARGS = frozenset({"artifact", "model", "board", "opt", "precision", "build_dir", "base_dir", "known_hosts",
                          "accept_new_host_key", "ssh_config", "connect_timeout"})
 
 
@@ -56,7 +56,7 @@ def artifact_for_host(args: dict, host: FleetHost) -> Artifact:
     if not host.board:
         raise InputError(f"{host.name} has no fluidml_board variable (nor a board: argument): set it to build for it")
     board = host.board_name()
-    options = {"opt": args["opt"]} if args.get("opt") else {}
+    options = {key: args[key] for key in ("opt", "precision") if args.get(key)}
     return build_once(model, board, Path(args.get("build_dir") or "build") / f"{model.stem}-{board}", options,
                       quiet=True)
 

@@ -1,8 +1,8 @@
 """Ansible action `fluidml_xc_deploy`: deploy a fluidml-xc build to the host (content-addressed, sha256-checked).
 
-Arguments: artifact (a build directory) or model (an ONNX file, built once per fluidml_board), opt,
-build_dir, base_dir, known_hosts, accept_new_host_key, ssh_config, connect_timeout. Check mode reports
-whether the deploy would upload (changed) without changing the board. Returns `deployed` (remote_dir,
+Arguments: artifact (a build directory) or model (an ONNX file, built once per fluidml_board), opt, precision
+(fp32 or fp16, as build --precision), build_dir, base_dir, known_hosts, accept_new_host_key, ssh_config,
+connect_timeout. Check mode reports whether the deploy would upload (changed) without changing the board. Returns `deployed` (remote_dir,
 current, digest, uploaded_files, uploaded_bytes, already_present, previous, emulator).
 """
 from __future__ import annotations

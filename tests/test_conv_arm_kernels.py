@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+import onnx
 from onnx import helper
 
 from modelrun import compile_and_run, float_model, rand, reference, require_emulator
@@ -89,7 +90,7 @@ def test_channels_last_depthwise_armv7_rows(tmp_path):
     np.testing.assert_allclose(got["y"], reference(m, feeds)["y"], rtol=RTOL, atol=1e-4)
 
 
-def wide_depthwise_blocks() -> "onnx.ModelProto":
+def wide_depthwise_blocks() -> onnx.ModelProto:
     """Two MobileNetV2-like blocks over 144 channels at 28x28: the depthwise 3x3 at stride 1 and at stride 2, with
     bias, channels-last under --opt fluid."""
     N = helper.make_node

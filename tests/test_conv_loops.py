@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import onnx
 from onnx import helper
 
 from fluidml_xc.ops.conv import conv2d
@@ -166,7 +167,7 @@ def test_edge_loop_rule():
     assert not _plan([1, 1, 1, 1], H=30).edge_loop  # dense convs keep their blocks
 
 
-def _inverted_block(W: int, C: int = 64) -> "onnx.ModelProto":
+def _inverted_block(W: int, C: int = 64) -> onnx.ModelProto:
     """1x1 expand, 3x3 depthwise, 1x1 project over 9 x W: the optimizer lays the depthwise conv channels-last."""
     N = helper.make_node
     inits = {"w1": rand(C, 16, 1, 1, seed=1), "w2": rand(C, 1, 3, 3, seed=2), "w3": rand(16, C, 1, 1, seed=3)}

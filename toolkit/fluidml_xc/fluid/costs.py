@@ -65,8 +65,7 @@ SCATTER_NS = 0.4
 GATHER_NS = 0.3
 """Gathering one element of a strided B into the outer-product kernel's stack panel."""
 PARALLEL_FOR_NS = 2000.0
-"""Handing an op's tiles to the pool (runtime_c/pool.c): publishing the job, the workers picking tiles up,
-waiting for the last tile."""
+"""Handing an op's tiles to the pool (runtime_c/pool.c): publishing the job, workers taking tiles, the wait."""
 PARALLEL_EFFICIENCY = 0.87
 """Per-core efficiency of split tiles (a 512^3 and a 128^3 MatMul scale 1.70x / 1.78x on 2 threads, docs/THREADS.md)."""
 

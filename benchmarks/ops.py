@@ -98,6 +98,11 @@ def cases() -> list[Case]:
     for cin, cout, h in ((256, 64, 56), (64, 256, 56), (512, 2048, 7), (256, 1024, 14), (1024, 256, 14), (2048, 512, 7)):
         c.append(Case(f"Conv 1x1 1x{cin}x{h}x{h} -> {cout}", "Conv", {"x": f32(1, cin, h, h)}, {"w": f32(cout, cin, 1, 1, scale=0.1)},
                       flops=conv_flops(1, cin, cout, (h, h), (1, 1))))
+    # ResNet-50's stride-2 downsampling: 1x1 projections of the shortcut and the 3x3 of the first bottleneck
+    for cin, cout, h, k in ((512, 1024, 28, 1), (1024, 2048, 14, 1), (512, 512, 14, 3)):
+        c.append(Case(f"Conv {k}x{k} s2 1x{cin}x{h}x{h} -> {cout}", "Conv", {"x": f32(1, cin, h, h)},
+                      {"w": f32(cout, cin, k, k, scale=0.05)}, {"strides": [2, 2], "pads": [k // 2] * 4},
+                      flops=conv_flops(1, cin, cout, (h // 2, h // 2), (k, k))))
     c.append(Case("Conv 3x3 1x256x14x14 -> 256", "Conv", {"x": f32(1, 256, 14, 14)}, {"w": f32(256, 256, 3, 3, scale=0.05)},
                   {"pads": [1] * 4}, flops=conv_flops(1, 256, 256, (14, 14), (3, 3))))
     # activations and elementwise math

@@ -72,7 +72,8 @@ def _blocked(shape, dims: tuple[int, ...]) -> tuple:
 
 def signature(op: str, inputs: list[list[int]], output: list[int]) -> tuple:
     op = FUSED_TYPES.get(op, op)
-    weight = _blocked(inputs[1], (0, 1)) if op in WEIGHTED and len(inputs) > 1 else ()
+    # ORT prepacks a Gemm/MatMul's constant B and leaves it out of the node's input shapes: no weight for those
+    weight = _blocked(inputs[1], (0, 1)) if op in WEIGHTED - {"Gemm", "MatMul"} and len(inputs) > 1 else ()
     first = _blocked(inputs[0], (1,)) if inputs else ()
     return op, first, weight, _blocked(output, (1,))
 

@@ -134,6 +134,10 @@ def cases() -> list[Case]:
     c.append(Case("GlobalMaxPool 2x256x56x56", "GlobalMaxPool", {"x": f32(2, 256, 56, 56)}))
     c.append(Case("MaxPool 3x3 s2 1x64x112x112", "MaxPool", {"x": f32(1, 64, 112, 112)}, attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}))
     c.append(Case("AveragePool 3x3 s1 1x64x56x56", "AveragePool", {"x": f32(1, 64, 56, 56)}, attrs={"kernel_shape": [3, 3], "pads": [1] * 4}))
+    # Inception-v2's pool branch: 3x3 stride 1 over 14x14 and 28x28 (its NHWC-free NCHW form)
+    for cin, h in ((576, 14), (256, 28)):
+        c.append(Case(f"AveragePool 3x3 s1 1x{cin}x{h}x{h}", "AveragePool", {"x": f32(1, cin, h, h)},
+                      attrs={"kernel_shape": [3, 3], "pads": [1] * 4}))
     c.append(Case("LpPool 2x2 s2 1x64x56x56", "LpPool", {"x": f32(1, 64, 56, 56)}, attrs={"kernel_shape": [2, 2], "strides": [2, 2]}))
     # reductions over each axis
     for axes in ([0], [1], [2], [3], [2, 3]):

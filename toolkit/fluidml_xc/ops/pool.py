@@ -237,6 +237,8 @@ class _VectorPool:
         margin = sw - 1 if wide else 0
         full = [o for o in range(OW) if tap_range(o, sw, dw, pw, KW, W) == (0, KW) and o * sw + (KW - 1) * dw - pw + margin <= W - 1]
         lo, hi = (full[0], full[-1] + 1) if full else (0, 0)
+        if not self.vary[1]:
+            V = column_lanes(V, hi - lo)
         if hi - lo < V:
             lo = hi = 0
         step = sw * xs[3]
@@ -332,6 +334,15 @@ class _VectorPool:
             with loop(k, OW, hi) as ow:
                 scalar_col(n, c, oh, ow)
         return out_row
+
+
+def column_lanes(V: int, width: int) -> int:
+    """Lanes of the output-column vectors over a padding-free interior of `width` columns: the target's V, halved
+    while the interior is narrower, down to 4 (a 3x3 pool over 14x14 has 12 interior columns: scalar at 16 lanes, an
+    8-lane vector and an overlapping one at 8)."""
+    while V > 4 and width < V:
+        V //= 2
+    return V
 
 
 def vector_pool(k, kind: str) -> bool:

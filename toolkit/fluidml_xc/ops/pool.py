@@ -19,7 +19,7 @@ from ..kernels.conv_plan import as_2d, padding_free
 from ..kernels.epilogue import fill
 from ..kernels.loops import element, loop, nest, offset, table_nest
 from ..kernels.scalar import const, llvm_type
-from ..kernels.vectors import load_lanes, store_lanes
+from ..kernels.vectors import column_lanes, load_lanes, store_lanes
 from ..opspec import register
 from .conv.generic import nest_ranges
 
@@ -299,8 +299,9 @@ class _VectorPool:
             span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
         if self.vary[1]:
             out_row = self.varying_row(scalar_col, vector_cols, margin)
-        # rows narrower than a vector take the scalar taps: each costs about what a vector of V taps does
-        work = float(self.N) * self.C * self.OH * OW * self.KH * KW * (V if OW < V else 1)
+        # rows narrower than a column vector take the scalar taps: each costs about what a vector of V taps does
+        # (fluid/costs.py prices the same)
+        work = float(self.N) * self.C * self.OH * OW * self.KH * KW * (self.V if OW < V else 1)
         self.tiled(("N", self.C, "OH"), out_row, work)
 
     def varying_row(self, scalar_col, vector_cols, margin: int):
@@ -334,15 +335,6 @@ class _VectorPool:
             with loop(k, OW, hi) as ow:
                 scalar_col(n, c, oh, ow)
         return out_row
-
-
-def column_lanes(V: int, width: int) -> int:
-    """Lanes of the output-column vectors over a padding-free interior of `width` columns: the target's V, halved
-    while the interior is narrower, down to 4 (a 3x3 pool over 14x14 has 12 interior columns: scalar at 16 lanes, an
-    8-lane vector and an overlapping one at 8)."""
-    while V > 4 and width < V:
-        V //= 2
-    return V
 
 
 def vector_pool(k, kind: str) -> bool:

@@ -98,6 +98,11 @@ def cases() -> list[Case]:
     for cin, cout, h in ((256, 64, 56), (64, 256, 56), (512, 2048, 7), (256, 1024, 14), (1024, 256, 14), (2048, 512, 7)):
         c.append(Case(f"Conv 1x1 1x{cin}x{h}x{h} -> {cout}", "Conv", {"x": f32(1, cin, h, h)}, {"w": f32(cout, cin, 1, 1, scale=0.1)},
                       flops=conv_flops(1, cin, cout, (h, h), (1, 1))))
+    # ResNet-50's stride-2 downsampling: 1x1 projections of the shortcut and the 3x3 of the first bottleneck
+    for cin, cout, h, k in ((512, 1024, 28, 1), (1024, 2048, 14, 1), (512, 512, 14, 3)):
+        c.append(Case(f"Conv {k}x{k} s2 1x{cin}x{h}x{h} -> {cout}", "Conv", {"x": f32(1, cin, h, h)},
+                      {"w": f32(cout, cin, k, k, scale=0.05)}, {"strides": [2, 2], "pads": [k // 2] * 4},
+                      flops=conv_flops(1, cin, cout, (h // 2, h // 2), (k, k))))
     c.append(Case("Conv 3x3 1x256x14x14 -> 256", "Conv", {"x": f32(1, 256, 14, 14)}, {"w": f32(256, 256, 3, 3, scale=0.05)},
                   {"pads": [1] * 4}, flops=conv_flops(1, 256, 256, (14, 14), (3, 3))))
     # activations and elementwise math
@@ -129,6 +134,10 @@ def cases() -> list[Case]:
     c.append(Case("GlobalMaxPool 2x256x56x56", "GlobalMaxPool", {"x": f32(2, 256, 56, 56)}))
     c.append(Case("MaxPool 3x3 s2 1x64x112x112", "MaxPool", {"x": f32(1, 64, 112, 112)}, attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}))
     c.append(Case("AveragePool 3x3 s1 1x64x56x56", "AveragePool", {"x": f32(1, 64, 56, 56)}, attrs={"kernel_shape": [3, 3], "pads": [1] * 4}))
+    # Inception-v2's pool branch: 3x3 stride 1 over 14x14 and 28x28 (its NHWC-free NCHW form)
+    for cin, h in ((576, 14), (256, 28)):
+        c.append(Case(f"AveragePool 3x3 s1 1x{cin}x{h}x{h}", "AveragePool", {"x": f32(1, cin, h, h)},
+                      attrs={"kernel_shape": [3, 3], "pads": [1] * 4}))
     c.append(Case("LpPool 2x2 s2 1x64x56x56", "LpPool", {"x": f32(1, 64, 56, 56)}, attrs={"kernel_shape": [2, 2], "strides": [2, 2]}))
     # reductions over each axis
     for axes in ([0], [1], [2], [3], [2, 3]):

@@ -144,6 +144,58 @@ def test_pools_wide_rows(tmp_path):
     net.check(tmp_path, opset=18, expected=dict(zip(net.outputs, session.run(None, net.feeds))))
 
 
+def narrow_pools() -> Net:
+    """Pools over NCHW rows narrower than a 16- or 8-lane vector (Inception's 3x3 pools at 14x14 and 7x7)."""
+    net = Net(x=rand(1, 5, 14, 14), x2=rand(2, 3, 9, 7), x3=rand(1, 4, 11, 10))
+    net.node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    net.node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)
+    net.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    net.node("MaxPool", ["x2"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    net.node("AveragePool", ["x2"], kernel_shape=[2, 2], strides=[1, 1])
+    net.node("MaxPool", ["x3"], kernel_shape=[3, 3], strides=[1, 1], pads=[0, 1, 0, 1])
+    net.node("AveragePool", ["x3"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    return net
+
+
+def _ort_outputs(net: Net, opset: int = 18) -> dict:
+    import onnxruntime as ort
+    model = net.model(opset)
+    for out in model.graph.output:
+        out.type.tensor_type.elem_type = TensorProto.FLOAT
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip(net.outputs, session.run(None, net.feeds)))
+
+
+def test_narrow_pool_rows_take_narrower_vectors():
+    """A 14-wide row has 12 padding-free columns of a 3x3 pool: at 16 lanes (AVX-512) they ran one by one (5.9x ORT's
+    time in benchmarks/ops.py); now in 8-lane vectors. At 8 lanes (AVX2) a 7-wide row's 5 columns take 4 lanes."""
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    net = Net(x=rand(1, 5, 14, 14))
+    net.node("AveragePool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    ir16 = lower(import_graph(net.model(18)), machine_spec(get_board("x86_64-v4")), LowerOptions()).ir_text
+    assert "<8 x float>" in ir16
+    net = Net(x=rand(1, 5, 7, 7))
+    net.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    ir8 = lower(import_graph(net.model(18)), machine_spec(get_board("x86_64-v3")), LowerOptions()).ir_text
+    assert "<4 x float>" in ir8
+
+
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64", "qemu-armv7"])
+def test_narrow_pool_rows_against_ort(tmp_path, board):
+    """The narrower column vectors against ONNX Runtime on every target; on x86_64 also bit-identical at 2 threads."""
+    require_emulator(board)
+    net = narrow_pools()
+    want = _ort_outputs(net)
+    got = net.check(tmp_path / "t1", board=board, opset=18, expected=want)
+    if board == "x86_64":
+        two = compile_and_run(net.model(18), net.feeds, tmp_path / "t2", board=board, threads=2)
+        for name in want:
+            assert got[name].tobytes() == two[name].tobytes(), name
+
+
 def test_normalizations(tmp_path):
     x = rand(2, 6, 5, 7)
     scale, bias, mean, var = rand(6, seed=1), rand(6, seed=2), rand(6, seed=3), np.abs(rand(6, seed=4)) + 0.5

@@ -33,6 +33,7 @@ from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
 from ..opspec import CostKind, OpSpec
+from ..kernels.vectors import column_lanes
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
@@ -420,7 +421,8 @@ class AnalyticModel:
             lanes = 1
         work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
         n, c, oh, ow = to.shape
-        scalar_rows = not (xs[1] == 1 and os_[1] == 1 and c >= V) and ow < V  # ops/pool.py: V times the work per tap
+        # ops/pool.py: rows narrower than their column vectors take V times the work per tap
+        scalar_rows = not (xs[1] == 1 and os_[1] == 1 and c >= V) and ow < column_lanes(V, ow)
         tiles = generic_tiles((n, oh, ow) if xs[1] == 1 and os_[1] == 1 else (n, c, oh), [0, 1, 2],
                               float(to.size) * taps * (V if scalar_rows else 1))
         return self.threaded(CALL_NS + work + (tx.nbytes + to.nbytes) / LINE * LINE_NS, tiles), None

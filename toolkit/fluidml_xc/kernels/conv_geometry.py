@@ -165,6 +165,13 @@ class TargetForms:
         """Channel vectors per channels-last depthwise block: two on aarch64 (their loads and stores pair)."""
         return 2 if self.aarch64 else 1
 
+    def channel_pixels(self, vectors: int, vector_bytes: int) -> int:
+        """Pixels per channel-vector block of `vectors` vectors of output channels: conv_accumulators / vectors (6 or
+        12 at 12); a two-vector block on x86 at 64-byte vectors (AVX-512: 32 zmm, twice AVX2's 16) keeps twice the
+        accumulators, 12 pixels (docs/CNN_OPS.md)."""
+        acc = self.conv_accumulators * (2 if self.x86 and vectors == 2 and vector_bytes >= 64 else 1)
+        return max(1, acc // vectors)
+
     def dw_pixels(self) -> int:
         return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())
 
@@ -292,7 +299,7 @@ class ConvBlocking:
             R, P, dw_vec = 1, forms.dw_pixels(), forms.dw_vectors()
         elif kind == "channels":
             R = 2 * V if Cog >= 2 * V else V
-            P = max(1, forms.conv_accumulators // (R // V))  # 6 or 12 pixels at 12 accumulators
+            P = forms.channel_pixels(R // V, V * itemsize)
         else:
             R, P = forms.row_channels(Cog, flat and w_const), 0
             by_lane = w_const and forms.by_lane(f32, V, Cog, taps)

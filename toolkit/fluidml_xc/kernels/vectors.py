@@ -83,3 +83,12 @@ def store_lanes(k, ptr, off, value, lanes: int, step: int):
     else:
         for i in range(lanes):
             b.store(b.extract_element(value, ir.Constant(ir.IntType(32), i)), element(k, ptr, offset(k, i * step, (off, 1))))
+
+
+def column_lanes(V: int, width: int) -> int:
+    """Lanes of the output-column vectors over a padding-free interior of `width` columns: the target's V, halved
+    while the interior is narrower, down to 4 (a 3x3 pool over 14x14 has 12 interior columns: scalar at 16 lanes, an
+    8-lane vector and an overlapping one at 8)."""
+    while V > 4 and width < V:
+        V //= 2
+    return V

@@ -19,7 +19,7 @@ from ..kernels.conv_plan import as_2d, padding_free
 from ..kernels.epilogue import fill
 from ..kernels.loops import element, loop, nest, offset, table_nest
 from ..kernels.scalar import const, llvm_type
-from ..kernels.vectors import load_lanes, store_lanes
+from ..kernels.vectors import column_lanes, load_lanes, store_lanes
 from ..opspec import register
 from .conv.generic import nest_ranges
 
@@ -237,6 +237,8 @@ class _VectorPool:
         margin = sw - 1 if wide else 0
         full = [o for o in range(OW) if tap_range(o, sw, dw, pw, KW, W) == (0, KW) and o * sw + (KW - 1) * dw - pw + margin <= W - 1]
         lo, hi = (full[0], full[-1] + 1) if full else (0, 0)
+        if not self.vary[1]:
+            V = column_lanes(V, hi - lo)
         if hi - lo < V:
             lo = hi = 0
         step = sw * xs[3]
@@ -297,8 +299,9 @@ class _VectorPool:
             span(hi, OW, lambda ow: scalar_col(n, c, oh, ow))
         if self.vary[1]:
             out_row = self.varying_row(scalar_col, vector_cols, margin)
-        # rows narrower than a vector take the scalar taps: each costs about what a vector of V taps does
-        work = float(self.N) * self.C * self.OH * OW * self.KH * KW * (V if OW < V else 1)
+        # rows narrower than a column vector take the scalar taps: each costs about what a vector of V taps does
+        # (fluid/costs.py prices the same)
+        work = float(self.N) * self.C * self.OH * OW * self.KH * KW * (self.V if OW < V else 1)
         self.tiled(("N", self.C, "OH"), out_row, work)
 
     def varying_row(self, scalar_col, vector_cols, margin: int):

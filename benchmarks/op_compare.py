@@ -209,7 +209,7 @@ def print_result(res: dict, top: int) -> None:
         share = r["ours_ms"] / res["ours_ms"] if res["ours_ms"] else 0.0
         print(f"| {r['kind']} | {r['n_ours']}/{r['n_ort']} | {r['ours_ms']:.3f} | {r['ort_ms']:.3f} | "
               f"{r['ratio']:.2f} | {share:.0%} |")
-    print(f"\nmost ms lost (signature: op, input, weight, output):")
+    print("\nmost ms lost (signature: op, input, weight, output):")
     for r in res["signatures"][:top]:
         print(f"  {r['lost_ms']:+.3f} ms  {r['kind']:<22} {r['signature']}  ours {r['ours_ms']:.3f} ORT {r['ort_ms']:.3f}")
 

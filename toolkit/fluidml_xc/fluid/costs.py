@@ -37,7 +37,6 @@ from ..kernels.vectors import column_lanes
 from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
-from ..kernels.winograd import WHOLE_ORDERS
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
 from .layouts import Perm
 from ..target.arch import half_arithmetic
@@ -421,8 +420,7 @@ class AnalyticModel:
             lanes = 1
         work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
         n, c, oh, ow = to.shape
-        # ops/pool.py: rows narrower than their column vectors take V times the work per tap
-        scalar_rows = not (xs[1] == 1 and os_[1] == 1 and c >= V) and ow < column_lanes(V, ow)
+        scalar_rows = not (xs[1] == 1 and os_[1] == 1 and c >= V) and ow < column_lanes(V, ow)  # ops/pool.py: V x work per tap
         tiles = generic_tiles((n, oh, ow) if xs[1] == 1 and os_[1] == 1 else (n, c, oh), [0, 1, 2],
                               float(to.size) * taps * (V if scalar_rows else 1))
         return self.threaded(CALL_NS + work + (tx.nbytes + to.nbytes) / LINE * LINE_NS, tiles), None
@@ -591,7 +589,7 @@ class Costs:
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if self._loop_orders(node) == "conv":
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
-            wino = [o for o in allowed_orders(node, geo, self.model.forms.conv_accumulators) if o not in WHOLE_ORDERS]
+            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators, whole=False))
             return list(geo.orders()) + wino if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.half)
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)

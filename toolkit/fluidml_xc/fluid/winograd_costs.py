@@ -33,8 +33,9 @@ class Figures:
     cache_bytes: int
 
 
-def allowed_orders(node, geo: ConvGeometry | None, accumulators: int) -> dict[str, WinogradPlan]:
-    """The Winograd orders passes/winograd.py allowed on `node` whose blocking fits, with their plans."""
+def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: bool = True) -> dict[str, WinogradPlan]:
+    """The Winograd orders passes/winograd.py allowed on `node` whose blocking fits, with their plans (the
+    whole-image forms too unless `whole` is False)."""
     if geo is None:
         return {}
     plans = {}
@@ -42,7 +43,7 @@ def allowed_orders(node, geo: ConvGeometry | None, accumulators: int) -> dict[st
         wp = plan_winograd(geo.plan.shape, m, geo.V, accumulators)
         if wp is not None:
             plans[f"wino{m}"] = wp
-    for m in node.attrs.get(WHOLE_ATTR) or ():
+    for m in (node.attrs.get(WHOLE_ATTR) or ()) if whole else ():
         plans[f"wimg{m}"] = plan_winograd(geo.plan.shape, m, geo.V, accumulators, whole=True)
     return plans
 

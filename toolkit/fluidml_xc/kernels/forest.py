@@ -4,7 +4,7 @@ target, the aggregate, base values and post transform, with ONNX Runtime's seman
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -232,3 +232,73 @@ def ensemble_v5(attrs: dict, where: str) -> Forest:
     aggregate = AGGREGATES[int(attrs.get("aggregate_function", 1))]
     post = V5_POST.get(int(attrs.get("post_transform", 0)), "?")
     return _finish(trees, int(attrs.get("n_targets", 1)), attrs, where, aggregate, post)
+
+
+ORDERED_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ")
+
+
+@dataclass(frozen=True)
+class NodeTables:
+    """A forest laid out for a fixed-depth walk: node i is (feature, threshold bits, index of its true child) in
+    `records` [nodes, 4] int32, its false child next to its true one, so one step is i = true[i] + (not cond).
+    A leaf reads feature 0 against a NaN threshold, whose comparison is `leaf_cond` on every row, and steps to
+    itself. Trees are padded with zero-weight leaves to a multiple of the lanes walked together."""
+
+    records: np.ndarray
+    roots: np.ndarray
+    """int32 [trees rounded up to the lanes]."""
+    weights: np.ndarray
+    """float32 [nodes, targets]: a leaf's weights (summed per target), zeros elsewhere."""
+    depth: int
+    mode: str
+    missing_true: bool
+
+
+def walk_form(forest: Forest) -> tuple[str, bool] | None:
+    """(mode, missing_true) when every branch shares one ordered comparison and one missing-value track (what
+    the table walk evaluates), else None."""
+    kinds = set()
+    for tree in forest.trees:
+        stack = [tree]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Branch):
+                kinds.add((n.mode, n.missing_true))
+                stack += [n.true, n.false]
+    if len(kinds) > 1 or (kinds and next(iter(kinds))[0] not in ORDERED_MODES):
+        return None
+    return next(iter(kinds)) if kinds else ("BRANCH_LEQ", False)
+
+
+def node_tables(forest: Forest, lanes: int) -> NodeTables:
+    mode, missing = walk_form(forest)
+    leaf_cond = missing
+    records, weights, roots = [], [], []
+    nan_bits = int(np.array(np.nan, np.float32).view(np.int32))
+
+    def add(node) -> int:
+        records.append([0, 0, 0, 0])
+        weights.append(np.zeros(forest.targets, np.float64))
+        return len(records) - 1
+
+    def fill(i: int, node) -> list:
+        if isinstance(node, Leaf):
+            records[i] = [0, nan_bits, i if leaf_cond else i - 1, 0]
+            for t, w in node.weights:
+                weights[i][t] += w
+            return []
+        yes = add(node.true)
+        add(node.false)
+        records[i] = [node.feature, int(np.array(node.value, np.float32).view(np.int32)), yes, 0]
+        return [(yes, node.true), (yes + 1, node.false)]
+
+    padded = list(forest.trees) + [Leaf(())] * (-len(forest.trees) % lanes)
+    for tree in padded:
+        root = add(tree)
+        roots.append(root)
+        queue = deque([(root, tree)])
+        while queue:
+            queue.extend(fill(*queue.popleft()))
+    return NodeTables(np.asarray(records, np.int32), np.asarray(roots, np.int32),
+                      np.asarray(weights, np.float64).astype(np.float32),
+                      max(tree_depth(t) for t in forest.trees) if forest.trees else 0, mode, missing)

@@ -1,8 +1,14 @@
 """Tree ensembles (ai.onnx.ml TreeEnsembleRegressor/Classifier v1-3, TreeEnsemble v5) compiled from their constant
-trees into code: per row, each tree is nested compare-and-branch blocks whose leaves meet in one block, where a phi
-per target picks the leaf's weight (LLVM turns small ones into selects or lookup tables); the scores are aggregated
-in registers, then base values, the post transform and a classifier's label follow ONNX Runtime
-(kernels/forest.py reads the attributes; docs/CLASSIC_ML.md). Rows are split into tiles over the threads.
+trees, in one of two forms chosen per model (docs/CLASSIC_ML.md has the measurements):
+
+- a table walk (`_Walk`): the nodes as (feature, threshold, true child) records, false child next to the true one,
+  walked a fixed depth without branches (i = true[i] + not cond), LANES trees at a time so their loads overlap;
+  for float32 SUM/AVERAGE forests whose branches share one comparison, of WALK_MIN_NODES leaves or more;
+- branch code (`_Row`): per tree nested compare-and-branch blocks whose leaves meet in one block, where a phi per
+  target picks the leaf's weight; every mode (MEMBER sets too), aggregate and dtype.
+
+The scores are aggregated in registers, then base values, the post transform and a classifier's label follow ONNX
+Runtime (kernels/forest.py reads the attributes). Rows are split into tiles over the threads.
 """
 from __future__ import annotations
 
@@ -12,12 +18,17 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from ..kernels.forest import Branch, Forest, Leaf, classifier, ensemble_v5, regressor, tree_depth, tree_presence
+from ..kernels.forest import (Branch, Forest, Leaf, NodeTables, classifier, ensemble_v5, node_tables, regressor, tree_depth,
+                              tree_presence, walk_form)
 from ..kernels.scalar import const
 from ..opspec import register
 
 ML = "ai.onnx.ml"
 IDENTITY = {"SUM": 0.0, "AVERAGE": 0.0, "MIN": math.inf, "MAX": -math.inf}
+LANES = 8
+"""Trees the table walk steps together (independent loads the core overlaps)."""
+WALK_MIN_NODES = 64
+"""Forests with fewer nodes stay branch code (measured: docs/CLASSIC_ML.md)."""
 COMPARE = {"BRANCH_LEQ": "<=", "BRANCH_LT": "<", "BRANCH_GTE": ">=", "BRANCH_GT": ">", "BRANCH_EQ": "=="}
 
 
@@ -108,6 +119,48 @@ class _Row:
         if self.f.aggregate in ("SUM", "AVERAGE"):
             return b.fadd(acc, w)
         return b.select(b.fcmp_ordered("<" if self.f.aggregate == "MIN" else ">", w, acc), w, acc)
+
+
+class _Walk:
+    """Emits one row's evaluation as a fixed-depth walk of the node tables (kernels/forest.py NodeTables), LANES
+    trees at a time so their independent steps overlap; for SUM/AVERAGE forests of one comparison kind, float32."""
+
+    def __init__(self, k, forest: Forest, dt, x_acc, row, tables: NodeTables):
+        self.k, self.b, self.f, self.dt, self.t = k, k.b, forest, dt, tables
+        self.x_acc, self.row = x_acc, row
+        self.records = k.constant_array(tables.records.reshape(-1))
+        self.roots = k.constant_array(tables.roots)
+        self.weights = k.constant_array(tables.weights.reshape(-1))
+
+    def step(self, i: ir.Value) -> ir.Value:
+        k, b = self.k, self.b
+        at = b.mul(b.sext(i, k.idx_t), k.index(4))
+        feature = k.load_ptr(self.records, np.int32, at)
+        bits = k.load_ptr(self.records, np.int32, b.add(at, k.index(1)))
+        yes = k.load_ptr(self.records, np.int32, b.add(at, k.index(2)))
+        idx = [self.row, b.sext(feature, k.idx_t)] if len(self.x_acc.strides) == 2 else [b.sext(feature, k.idx_t)]
+        x = k.s.cast(self.x_acc.dtype, self.dt, k.load(self.x_acc, idx))
+        op = COMPARE[self.t.mode]
+        threshold = b.bitcast(bits, ir.FloatType())
+        cond = b.fcmp_unordered(op, x, threshold) if self.t.missing_true else b.fcmp_ordered(op, x, threshold)
+        return b.add(yes, b.zext(b.not_(cond), ir.IntType(32)))
+
+    def scores(self) -> tuple[list[ir.Value], list]:
+        k, b, f, T = self.k, self.b, self.f, self.f.targets
+        slots = [k.local(ir.FloatType(), const(np.float32, 0)) for _ in range(T)]
+        groups = len(self.t.roots) // LANES
+        with k.for_range(groups) as g:
+            base = b.mul(g, k.index(LANES))
+            lanes = [k.load_ptr(self.roots, np.int32, b.add(base, k.index(j))) for j in range(LANES)]
+            for _ in range(self.t.depth):
+                lanes = [self.step(i) for i in lanes]
+            for c in range(T):
+                total = b.load(slots[c])
+                for i in lanes:
+                    at = b.add(b.mul(b.sext(i, k.idx_t), k.index(T)), k.index(c))
+                    total = b.fadd(total, k.load_ptr(self.weights, np.float32, at))
+                b.store(total, slots[c])
+        return [b.load(s) for s in slots], [p == "always" for p in f.target_presence()]
 
 
 def _combine(aggregate: str, weights: list[float], identity: float) -> float:
@@ -264,9 +317,11 @@ def _lower(k, forest: Forest, op: str, classify: bool) -> None:
     width = forest.targets
     nodes = sum(tree_depth(t) + 1 for t in forest.trees)
 
+    tables = node_tables(forest, LANES) if _walks(forest, dt) else None
+
     def body(idx):
         row = idx[0]
-        ev = _Row(k, forest, dt, x_acc, row)
+        ev = _Row(k, forest, dt, x_acc, row) if tables is None else _Walk(k, forest, dt, x_acc, row, tables)
         scores, has = ev.scores()
         if classify:
             label, scores = _classification(k, forest, dt, scores, has)
@@ -280,6 +335,15 @@ def _lower(k, forest: Forest, op: str, classify: bool) -> None:
                 k.store(acc, _at(k, score_out, row, j), k.s.cast(dt, score_out.dtype, v))
     if rows:
         k.loops_tiled([rows], [0], [None], body, work=float(rows) * nodes * 8)
+
+
+def _walks(forest: Forest, dt) -> bool:
+    """The table walk evaluates this forest: float32, SUM/AVERAGE, one comparison kind, no target whose presence
+    depends on the row, and enough nodes to pay for it."""
+    nodes = sum(tree_depth(t) for t in forest.trees)
+    presence = forest.target_presence()
+    return (np.dtype(dt) == np.float32 and forest.aggregate in ("SUM", "AVERAGE") and "sometimes" not in presence
+            and walk_form(forest) is not None and forest.leaves >= WALK_MIN_NODES)
 
 
 def _at(k, out, row, col):

@@ -1,10 +1,11 @@
-"""ai.onnx.ml ops that skl2onnx writes for linear models, expanded at import into standard ops (as
+"""ai.onnx.ml ops that skl2onnx writes for linear models and their normalization, expanded at import into standard ops (as
 subgraphs.py does for control flow; tensor expansions in expanders.py's registry), so they fold, fuse and lower like the rest of the graph:
 
 - Scaler: (X - offset) * scale
 - LinearRegressor: X @ coefficients^T + intercepts (post_transform NONE)
 - LinearClassifier: scores = X @ coefficients^T + intercepts, post_transform NONE / LOGISTIC / SOFTMAX;
   label = the class label (classlabels_ints) at the first maximum score
+- Normalizer: each row over its MAX, L1 or L2 norm (rows whose norm is 0 copied)
 
 Inputs of another dtype than float are cast to float first (as ONNX Runtime computes them). A variant
 outside these (rank other than 2, PROBIT or SOFTMAX_ZERO, string labels, a single score column) is
@@ -112,3 +113,32 @@ def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope)
         post(bld, scores, node.output[1])
     return bld.nodes
 
+
+
+def _row_reduce(bld: NodeBuilder, op: str, x: str) -> str:
+    """op over axis 1 with keepdims (axes an input from ReduceSum 13 / ReduceMax 18 on)."""
+    if bld.opset >= (13 if op == "ReduceSum" else 18):
+        return bld.add(op, [x, bld.constant(np.array([1], np.int64), "axes")], keepdims=1)[0]
+    return bld.add(op, [x], axes=[1], keepdims=1)[0]
+
+
+NORMS: dict[str, Callable[[NodeBuilder, str], str]] = {
+    "MAX": lambda bld, x: _row_reduce(bld, "ReduceMax", x),
+    "L1": lambda bld, x: _row_reduce(bld, "ReduceSum", bld.add("Abs", [x])[0]),
+    "L2": lambda bld, x: bld.add("Sqrt", [_row_reduce(bld, "ReduceSum", bld.add("Mul", [x, x])[0])])[0],
+}
+
+
+@expands(ML_DOMAIN, "Normalizer")
+def expand_normalizer(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    """Each row divided by its largest value (MAX), its sum of magnitudes (L1) or its Euclidean norm (L2); a row
+    whose divisor is 0 is copied (ONNX Runtime's rule)."""
+    bld = NodeBuilder(node_name, scope.opset)
+    x = _float_input(bld, node, scope.tensors)
+    norm = NORMS.get(_text(attr(node, "norm", b"MAX")))
+    if x is None or norm is None:
+        return None
+    divisor = norm(bld, x)
+    zero = bld.add("Equal", [divisor, bld.constant(np.zeros(1, np.float32), "zero")])[0]
+    bld.add("Where", [zero, x, bld.add("Div", [x, divisor])[0]], [node.output[0]])
+    return bld.nodes

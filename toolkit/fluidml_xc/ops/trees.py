@@ -49,14 +49,20 @@ class _Row:
         if node.mode == "BRANCH_NEQ":
             return b.fcmp_unordered("!=", x, const(self.dt, node.value))
         if node.mode == "BRANCH_MEMBER":
-            cond = ir.Constant(ir.IntType(1), 0)
-            for v in node.members:
-                cond = b.or_(cond, b.fcmp_ordered("==", x, const(self.dt, v)))
+            cond = self.member(x, node.members)
         else:
             cond = b.fcmp_ordered(COMPARE[node.mode], x, const(self.dt, node.value))
         if node.missing_true:
             cond = b.or_(cond, b.fcmp_unordered("uno", x, x))
         return cond
+
+    def member(self, x: ir.Value, members: tuple[float, ...]) -> ir.Value:
+        """x equal to one of the set's values (the ONNX specification; ONNX Runtime takes integer members only and
+        tests them its own way, docs/CLASSIC_ML.md)."""
+        hit = ir.Constant(ir.IntType(1), 0)
+        for v in sorted(set(members)):
+            hit = self.b.or_(hit, self.b.fcmp_ordered("==", x, const(self.dt, v)))
+        return hit
 
     def tree(self, root: Branch | Leaf) -> list[tuple[ir.Block, Leaf]]:
         """Blocks for every node of the tree; returns (leaf block, leaf) with the builder at the join block."""
@@ -201,11 +207,12 @@ class _Post:
         b, s, c = self.b, self.k.s, self.c
         x = b.fsub(b.fmul(c(2), v), c(1))
         sgn = b.select(b.fcmp_ordered("<", x, c(0)), c(-1), c(1))
-        lg = s.intrinsic("llvm.log", b.fmul(b.fsub(c(1), x), b.fadd(c(1), x)))
-        v1 = b.fadd(c(2 / (3.14159 * 0.147)), b.fmul(c(0.5), lg))
-        v2 = b.fmul(c(1 / 0.147), lg)
+        lg = s.libm("log", self.dt, b.fmul(b.fsub(c(1), x), b.fadd(c(1), x)))
+        f = np.float32
+        v1 = b.fadd(c(f(2) / (f(np.pi) * f(0.147))), b.fmul(c(0.5), lg))
+        v2 = b.fmul(c(f(1) / f(0.147)), lg)
         v3 = b.fsub(s.intrinsic("llvm.sqrt", b.fsub(b.fmul(v1, v1), v2)), v1)
-        return b.fmul(c(1.41421356), b.fmul(sgn, s.intrinsic("llvm.sqrt", v3)))
+        return b.fmul(c(np.float32(1.41421356)), b.fmul(sgn, s.intrinsic("llvm.sqrt", v3)))
 
     def softmax(self, vals, zero: bool = False):
         b, s, c = self.b, self.k.s, self.c
@@ -263,41 +270,47 @@ def _classification(k, f: Forest, dt, p, has):
             take = b.and_(flag, b.or_(b.not_(found), b.fcmp_ordered(">", p[j], best_w)))
             best, best_w, found = b.select(take, labels[j], best), b.select(take, p[j], best_w), b.or_(found, take)
         return best, post.apply(f.post_transform, p)
-    if not isinstance(has[1], bool):
-        raise InputError(f"node {k.node.name!r} (TreeEnsembleClassifier): class 1 has weights on some leaves only; "
-                         "ONNX Runtime's two-class output then depends on the row: give every leaf both classes' weights")
-    wide = True
-    base = f.base_values
+    if isinstance(has[1], bool):
+        return _two_classes(k, f, dt, list(p), has[1], has[0])
+    (label1, z1), (label0, z0) = (_two_classes(k, f, dt, list(p), known, has[0]) for known in (True, False))
+    return b.select(has[1], label1, label0), [b.select(has[1], u, v) for u, v in zip(z1, z0)]
+
+
+def _two_classes(k, f: Forest, dt, p, has1: bool, has0):
+    """Two labels, with class 1 scored (`has1`) or not: ONNX Runtime's binary rules (docs/CLASSIC_ML.md)."""
+    b, c, post = k.b, lambda v: const(dt, v), _Post(k, dt)
+    labels = [const(np.int64, v) for v in f.labels]
+    wide, base, second = True, f.base_values, None
     if len(base) == 2:
-        if has[1]:
+        if has1:
             p[1] = b.fadd(c(base[1]), p[0])
             p[0] = b.fneg(p[1])
         else:
-            p = [b.fadd(p[0], c(base[0])), b.fadd(p[1], c(base[1]))]
+            p[0] = b.fadd(p[0], c(base[0]))
     elif len(base) == 1:
         p[0] = b.fadd(p[0], c(base[0]))
-        wide = has[1]
+        wide = has1
     elif not base:
-        wide = has[1]
-    pos = p[1] if has[1] else pick(b, has[0], p[0], c(0))
+        wide, second = has1, "mixed"
+    pos = p[1] if has1 else pick(b, has0, p[0], c(0))
     if f.binary:
         high = b.fcmp_ordered(">", pos, c(0.5 if f.all_positive else 0))
         label = b.select(high, labels[1], labels[0])
-    else:
+        second = "positive" if f.all_positive else "mixed"
+    else:  # ONNX Runtime's positive_label_ / negative_label_: 1 and 0, not the class labels
         high = b.fcmp_ordered(">", pos, c(0))
-        label = b.select(high, labels[1], labels[0])
+        label = b.select(high, const(np.int64, 1), const(np.int64, 0))
     if wide:
         return label, post.apply(f.post_transform, p)
     s = p[0]
-    if f.post_transform == "PROBIT":
-        return label, [post.probit(s), c(0)]
-    if f.binary and f.all_positive:
+    if f.post_transform == "PROBIT" or second is None:
+        return label, [post.probit(s) if f.post_transform == "PROBIT" else s, c(0)]
+    if second == "positive":
+        s = post.logistic(s) if f.post_transform == "LOGISTIC" else s
         return label, [b.fsub(c(1), s), s]
     if f.post_transform == "LOGISTIC":
         return label, [post.logistic(b.fneg(s)), post.logistic(s)]
-    if not f.binary:
-        return label, [s, c(0)]
-    return label, [b.select(high, b.fneg(s), s), b.select(high, s, b.fneg(s))]
+    return label, [b.fneg(s), s]
 
 
 def _lower(k, forest: Forest, op: str, classify: bool) -> None:
@@ -316,7 +329,6 @@ def _lower(k, forest: Forest, op: str, classify: bool) -> None:
     label_out = outs[0] if classify else None
     width = forest.targets
     nodes = sum(tree_depth(t) + 1 for t in forest.trees)
-
     tables = node_tables(forest, LANES) if _walks(forest, dt) else None
 
     def body(idx):

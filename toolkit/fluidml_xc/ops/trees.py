@@ -374,6 +374,8 @@ def lower_tree_ensemble_classifier(k):
     _lower(k, classifier(k.node.attrs, f"node {k.node.name!r} (TreeEnsembleClassifier)"), "TreeEnsembleClassifier", True)
 
 
-@register("TreeEnsemble", since=5, domain=ML)
+@register("TreeEnsemble", domain=ML)
 def lower_tree_ensemble(k):
+    """ai.onnx.ml 5, its only version: registered from 1, since the emitter looks ops up at the default domain's
+    version (a model importing only ai.onnx.ml 5 has no other)."""
     _lower(k, ensemble_v5(k.node.attrs, f"node {k.node.name!r} (TreeEnsemble)"), "TreeEnsemble", False)

@@ -1,6 +1,6 @@
 """ai.onnx.ml encoders expanded at import (frontend/ml_ops.py) against ONNX Runtime: LabelEncoder with numeric keys
 and values (attribute lists and v4 tensors), OneHotEncoder with integer categories, Imputer (NaN and a value),
-FeatureVectorizer (cut, padded, rank-1 inputs; ORT binds every input to one type)."""
+FeatureVectorizer (cut, padded, rank-1 inputs; ORT binds every input to one type), SVMRegressor (every kernel)."""
 from __future__ import annotations
 
 import numpy as np
@@ -76,3 +76,24 @@ def test_feature_vectorizer_cuts_and_pads():
     _check(node, {"a": a, "b": b, "c": c}, [V("y", TP.FLOAT, [2, 7])], 1)
     node = helper.make_node("FeatureVectorizer", ["a", "c"], ["y"], domain="ai.onnx.ml", inputdimensions=[3, 2])
     _check(node, {"a": a[:1], "c": c[0]}, [V("y", TP.FLOAT, [1, 5])], 1)  # rank 1: one row
+
+
+@pytest.mark.parametrize("kernel", ["linear", "poly", "rbf", "sigmoid"])
+def test_svm_regressor_from_sklearn(kernel):
+    """skl2onnx's SVR of each kernel against ORT (the kernel matrix by MatMul: |x - v|^2 as |x|^2 - 2 x.v + |v|^2)."""
+    import warnings
+
+    from sklearn.svm import SVR
+    from skl2onnx import to_onnx
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((120, 5)).astype(np.float32)
+    y = x[:, 0] * 1.5 - np.sin(x[:, 1]) + 0.1 * rng.standard_normal(120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = to_onnx(SVR(kernel=kernel, degree=2, gamma=0.3, coef0=0.5).fit(x, y), x[:1],
+                        target_opset={"": 17, "ai.onnx.ml": 3})
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_value = 9
+    feeds = {model.graph.input[0].name: x[-9:]}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(compile_model(model)(feeds)[0], want[0], rtol=1e-4, atol=1e-4)

@@ -7,6 +7,7 @@ subgraphs.py does for control flow; tensor expansions in expanders.py's registry
   label = the class label (classlabels_ints) at the first maximum score
 - Normalizer: each row over its MAX, L1 or L2 norm (rows whose norm is 0 copied)
 - LabelEncoder (numeric keys and values), OneHotEncoder (integer categories), Imputer, FeatureVectorizer
+- SVMRegressor: kernel matrix by MatMul, then the support coefficients and rho
 
 Inputs of another dtype than float are cast to float first (as ONNX Runtime computes them). A variant
 outside these (rank other than 2, PROBIT or SOFTMAX_ZERO, string labels, a single score column) is
@@ -255,4 +256,60 @@ def expand_feature_vectorizer(node: onnx.NodeProto, node_name: str, scope: Scope
             col = bld.add("Pad", [col, bld.constant(np.array([0, 0, 0, width - have], np.int64), "pads")])[0]
         parts.append(col)
     bld.add("Concat", parts, [node.output[0]], axis=1)
+    return bld.nodes
+
+
+def _kernel_matrix(bld: NodeBuilder, x: str, vectors: np.ndarray, kernel: str, params) -> str | None:
+    """K[rows, vectors] of an SVM kernel: LINEAR x.v, POLY (gamma x.v + coef0)^degree, RBF exp(-gamma |x - v|^2)
+    (as |x|^2 - 2 x.v + |v|^2), SIGMOID tanh(gamma x.v + coef0)."""
+    gamma, coef0, degree = (list(params or []) + [0.0, 0.0, 0.0])[:3]
+    dot = bld.add("MatMul", [x, bld.constant(vectors.T.copy(), "support_vectors")])[0]
+    if kernel == "LINEAR":
+        return dot
+    if kernel == "RBF":
+        x2 = _row_reduce(bld, "ReduceSum", bld.add("Mul", [x, x])[0])
+        v2 = bld.constant((vectors.astype(np.float64) ** 2).sum(axis=1).astype(np.float32), "norms")
+        dist = bld.add("Add", [bld.add("Sub", [x2, bld.add("Mul", [dot, bld.constant(np.float32(2.0), "two")])[0]])[0], v2])[0]
+        dist = bld.add("Max", [dist, bld.constant(np.float32(0.0), "zero")])[0]
+        return bld.add("Exp", [bld.add("Mul", [dist, bld.constant(np.float32(-gamma), "gamma")])[0]])[0]
+    affine = bld.add("Add", [bld.add("Mul", [dot, bld.constant(np.float32(gamma), "gamma")])[0],
+                             bld.constant(np.float32(coef0), "coef0")])[0]
+    if kernel == "SIGMOID":
+        return bld.add("Tanh", [affine])[0]
+    if kernel == "POLY":
+        return bld.add("Pow", [affine, bld.constant(np.float32(int(degree)), "degree")])[0]
+    return None
+
+
+@expands(ML_DOMAIN, "SVMRegressor")
+def expand_svm_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    """sum_i coefficients[i] K(x, support_vectors[i]) + rho (n_supports 0: the linear x.coefficients + rho);
+    one_class: 1 where that is positive, else -1. Post transform NONE only."""
+    bld = NodeBuilder(node_name, scope.opset)
+    x = _float_input(bld, node, scope.tensors)
+    if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
+        return None
+    columns = scope.tensors[node.input[0]].shape[1]
+    coef = np.asarray(attr(node, "coefficients", None) or [], np.float32)
+    rho = np.asarray((attr(node, "rho", None) or [0.0])[:1], np.float32)
+    supports = int(attr(node, "n_supports", 0))
+    if supports > 0:
+        vectors = np.asarray(attr(node, "support_vectors", None) or [], np.float32)
+        if vectors.size != supports * columns or coef.size != supports:
+            return None
+        k = _kernel_matrix(bld, x, vectors.reshape(supports, columns), _text(attr(node, "kernel_type", b"LINEAR")),
+                           attr(node, "kernel_params", None))
+        if k is None:
+            return None
+        score = bld.add("MatMul", [k, bld.constant(coef.reshape(supports, 1), "coefficients")])[0]
+    elif coef.size == columns:
+        score = bld.add("MatMul", [x, bld.constant(coef.reshape(columns, 1), "coefficients")])[0]
+    else:
+        return None
+    score = bld.add("Add", [score, bld.constant(rho, "rho")])[0]
+    if int(attr(node, "one_class", 0)):
+        positive = bld.add("Greater", [score, bld.constant(np.zeros(1, np.float32), "zero")])[0]
+        score = bld.add("Where", [positive, bld.constant(np.ones(1, np.float32), "one"),
+                                  bld.constant(-np.ones(1, np.float32), "minus_one")])[0]
+    bld.add("Identity", [score], [node.output[0]])
     return bld.nodes

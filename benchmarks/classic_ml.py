@@ -3,7 +3,7 @@
 one thread, batch 1 and 1,000 rows.
 
     python benchmarks/classic_ml.py [--only SUBSTR] [--runs 200] [--rounds 7] [--batches 1,1000] [--markdown]
-                                    [--board x86_64]
+                                    [--board x86_64] [--forms]
 
 Models (20 features, 3 classes, trained on 5,000 rows of make_classification): a random forest of 100 trees of
 depth 8, gradient boosting of 300 trees (depth 3), logistic regression, an RBF SVM. Each is checked against ORT
@@ -12,6 +12,9 @@ caller-owned 64-byte aligned buffers (one thread: the JIT's serial tiles), ORT =
 intra_op_num_threads 1. `rounds` rounds of `runs` calls each, ours and ORT alternating call by call
 (benchmarks/ops.py timed_pair); the ratio is the median over rounds of ours / ORT medians (below 1: we are faster).
 A model we cannot build is a row saying why.
+
+--forms: the two tree-ensemble evaluators of ops/trees.py against each other instead (table walk / branch code,
+A/B the same way) on random forests of growing size, with each one's JIT build time: what WALK_MIN_NODES rests on.
 """
 from __future__ import annotations
 
@@ -88,6 +91,44 @@ def measure(name: str, model, x: np.ndarray, batch: int, args) -> tuple | str:
     return a, b, float(np.median([r[0] / r[1] for r in rounds])), check
 
 
+def _jit_call(model, rows: np.ndarray, board: str):
+    from fluidml_xc.run.backend import compile_model
+    started = time.perf_counter()
+    jit = compile_model(model, board, input_shapes={model.graph.input[0].name: rows.shape})
+    seconds = time.perf_counter() - started
+    arrays = [aligned(rows, 64)]
+    outs = [aligned(np.zeros(shape, dtype=dt), 64) for _, dt, shape in jit.output_specs]
+    in_ptrs = (ctypes.c_void_p * 1)(arrays[0].ctypes.data)
+    out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+    _, arena = jit._arena()
+    arena = ctypes.c_void_p(arena)
+    return (lambda: jit._fn(in_ptrs, out_ptrs, arena)), seconds, outs
+
+
+def forms(x: np.ndarray, y: np.ndarray, args) -> None:
+    """Table walk against branch code per forest size and batch (ratio below 1: the walk is faster)."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from fluidml_xc.ops import trees
+    print(f"{'forest':14s} {'leaves':>7s} {'batch':>6s} {'walk ms':>9s} {'branch ms':>10s} {'walk/branch':>11s} "
+          f"{'build walk s':>12s} {'build branch s':>14s}")
+    for count, depth in ((4, 3), (16, 4), (32, 6), (100, 8)):
+        model = export(RandomForestClassifier(count, max_depth=depth, random_state=0), x, y)
+        leaves = sum(1 for n in model.graph.node for a in n.attribute if a.name == "nodes_modes" for m in a.strings
+                     if m == b"LEAF")
+        for batch in [int(v) for v in args.batches.split(",")]:
+            calls = []
+            for threshold in (0, 1 << 30):
+                trees.WALK_MIN_NODES = threshold
+                calls.append(_jit_call(model, x[:batch].copy(), args.board))
+            for a, b in zip(calls[0][2], calls[1][2]):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+            rounds = [timed_pair(calls[0][0], calls[1][0], args.runs) for _ in range(args.rounds)]
+            walk, branch = (float(np.median([r[j] for r in rounds])) for j in (0, 1))
+            print(f"{count:>4d} x depth {depth:<2d} {leaves:>7d} {batch:>6d} {walk * 1e3:>9.4f} {branch * 1e3:>10.4f} "
+                  f"{np.median([r[0] / r[1] for r in rounds]):>11.2f} {calls[0][1]:>12.1f} {calls[1][1]:>14.1f}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="only models whose name contains this")
@@ -96,11 +137,15 @@ def main() -> int:
     ap.add_argument("--batches", default="1,1000")
     ap.add_argument("--board", default="x86_64")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--forms", action="store_true", help="time the two tree evaluators against each other")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     from sklearn.datasets import make_classification
     x, y = make_classification(5000, FEATURES, n_informative=10, n_classes=CLASSES, random_state=0)
     x = x.astype(np.float32)
+    if args.forms:
+        forms(x, y, args)
+        return 0
     header = ("model", "batch", "ours ms", "ORT ms", "ratio", "check")
     print(f"load average {os.getloadavg()[0]:.2f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     if args.markdown:

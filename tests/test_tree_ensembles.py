@@ -291,3 +291,25 @@ def test_normalizer(norm, onnx_opset):
                         opsets=(("", onnx_opset), ("ai.onnx.ml", 1)), check=True)
     x = np.array([[1, -2, 3], [0, 0, 0], [-1, -2, -4], [0.5, 0, -0.5]], np.float32)
     _same(compile_model(model)({"X": x}), _ort(model, {"X": x}), norm)
+
+
+def test_forest_rows_split_over_threads(tmp_path):
+    """A forest big enough to split its rows into tiles, built for 4 threads and run by the runner: ORT's results,
+    and the manifest lists the node among its parallel ops."""
+    import json
+
+    from sklearn.ensemble import RandomForestRegressor
+    from skl2onnx import to_onnx
+    x, y = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = to_onnx(RandomForestRegressor(40, max_depth=8, random_state=0).fit(x, x[:, 0] + y), x[:1],
+                        target_opset={"": 17, "ai.onnx.ml": 3})
+    model = _static(model, 400)
+    feeds = {model.graph.input[0].name: x[:400]}
+    from modelrun import build, run
+    artifact = build(model, tmp_path, threads=4)
+    got = run(artifact, feeds)
+    np.testing.assert_allclose(got[model.graph.output[0].name], _ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    parallel = json.loads((artifact / "manifest.json").read_text())["parallel_ops"]
+    assert parallel.get("TreeEnsembleRegressor", [1])[0] > 1, parallel

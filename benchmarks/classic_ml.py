@@ -14,7 +14,7 @@ intra_op_num_threads 1. `rounds` rounds of `runs` calls each, ours and ORT alter
 A model we cannot build is a row saying why.
 
 --forms: the two tree-ensemble evaluators of ops/trees.py against each other instead (table walk / branch code,
-A/B the same way) on random forests of growing size, with each one's JIT build time: what WALK_MIN_NODES rests on.
+A/B the same way) on random forests of growing size, with each one's JIT build time: what WALK_MIN_LEAVES rests on.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def forms(x: np.ndarray, y: np.ndarray, args) -> None:
         for batch in [int(v) for v in args.batches.split(",")]:
             calls = []
             for threshold in (0, 1 << 30):
-                trees.WALK_MIN_NODES = threshold
+                trees.WALK_MIN_LEAVES = threshold
                 calls.append(_jit_call(model, x[:batch].copy(), args.board))
             for a, b in zip(calls[0][2], calls[1][2]):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

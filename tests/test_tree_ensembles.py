@@ -88,7 +88,7 @@ KINDS = ["forest_classifier", "forest_regressor", "boosting_3_classes", "boostin
 @pytest.mark.parametrize("kind", KINDS)
 def test_sklearn_model_matches_ort(kind, evaluator, patched_compiler):
     from fluidml_xc.ops import trees
-    patched_compiler.setattr(trees, "WALK_MIN_NODES", EVALUATORS[evaluator])
+    patched_compiler.setattr(trees, "WALK_MIN_LEAVES", EVALUATORS[evaluator])
     model, feeds = _export(kind)
     _same(compile_model(model)(feeds), _ort(model, feeds), kind)
 
@@ -119,7 +119,7 @@ def _forest(depth: int, trees: int, modes: list[str], seed: int, targets: int = 
             for key, value in (("treeids", t), ("nodeids", i), ("featureids", 0 if leaf else int(rng.integers(FEATURES))),
                                ("values", 0.0 if leaf else float(np.round(rng.standard_normal(), 1))), ("modes", mode),
                                ("truenodeids", 0 if leaf else 2 * i + 1), ("falsenodeids", 0 if leaf else 2 * i + 2),
-                               ("missing_value_tracks_true", int(missing and rng.integers(2)))):
+                               ("missing_value_tracks_true", int(missing == "all" or (missing and rng.integers(2))))):
                 cols[key].append(value)
             if leaf:
                 leaves.append((t, i))
@@ -184,10 +184,10 @@ ALL_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", 
 
 @pytest.mark.parametrize("evaluator", sorted(EVALUATORS))
 @pytest.mark.parametrize("mode", [*ALL_MODES, "mixed"])
-@pytest.mark.parametrize("missing", [False, True], ids=["nan-false", "nan-tracks"])
+@pytest.mark.parametrize("missing", [False, True, "all"], ids=["nan-false", "nan-tracks", "nan-all-true"])
 def test_node_modes_and_missing_values(mode, missing, evaluator, patched_compiler):
     from fluidml_xc.ops import trees
-    patched_compiler.setattr(trees, "WALK_MIN_NODES", EVALUATORS[evaluator])
+    patched_compiler.setattr(trees, "WALK_MIN_LEAVES", EVALUATORS[evaluator])
     modes = ALL_MODES if mode == "mixed" else (mode,)
     _check(_regressor(modes=modes, missing=missing, seed=len(mode)), seed=3, name=mode)
 

@@ -3,7 +3,7 @@ trees, in one of two forms chosen per model (docs/CLASSIC_ML.md has the measurem
 
 - a table walk (`_Walk`): the nodes as (feature, threshold, true child) records, false child next to the true one,
   walked a fixed depth without branches (i = true[i] + not cond), LANES trees at a time so their loads overlap;
-  for float32 SUM/AVERAGE forests whose branches share one comparison, of WALK_MIN_NODES leaves or more;
+  for float32 SUM/AVERAGE forests whose branches share one comparison, of WALK_MIN_LEAVES leaves or more;
 - branch code (`_Row`): per tree nested compare-and-branch blocks whose leaves meet in one block, where a phi per
   target picks the leaf's weight; every mode (MEMBER sets too), aggregate and dtype.
 
@@ -27,8 +27,8 @@ ML = "ai.onnx.ml"
 IDENTITY = {"SUM": 0.0, "AVERAGE": 0.0, "MIN": math.inf, "MAX": -math.inf}
 LANES = 8
 """Trees the table walk steps together (independent loads the core overlaps)."""
-WALK_MIN_NODES = 64
-"""Forests with fewer nodes stay branch code (measured: docs/CLASSIC_ML.md)."""
+WALK_MIN_LEAVES = 64
+"""Forests with fewer leaves stay branch code (measured: docs/CLASSIC_ML.md)."""
 COMPARE = {"BRANCH_LEQ": "<=", "BRANCH_LT": "<", "BRANCH_GTE": ">=", "BRANCH_GT": ">", "BRANCH_EQ": "=="}
 
 
@@ -355,7 +355,7 @@ def _walks(forest: Forest, dt) -> bool:
     nodes = sum(tree_depth(t) for t in forest.trees)
     presence = forest.target_presence()
     return (np.dtype(dt) == np.float32 and forest.aggregate in ("SUM", "AVERAGE") and "sometimes" not in presence
-            and walk_form(forest) is not None and forest.leaves >= WALK_MIN_NODES)
+            and walk_form(forest) is not None and forest.leaves >= WALK_MIN_LEAVES)
 
 
 def _at(k, out, row, col):

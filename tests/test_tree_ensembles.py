@@ -313,3 +313,16 @@ def test_forest_rows_split_over_threads(tmp_path):
     np.testing.assert_allclose(got[model.graph.output[0].name], _ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
     parallel = json.loads((artifact / "manifest.json").read_text())["parallel_ops"]
     assert parallel.get("TreeEnsembleRegressor", [1])[0] > 1, parallel
+
+
+def test_cyclic_tree_is_a_one_line_error():
+    node = helper.make_node("TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml", nodes_treeids=[0, 0],
+                            nodes_nodeids=[0, 1], nodes_featureids=[0, 0], nodes_values=[0.0, 0.0],
+                            nodes_modes=["BRANCH_LEQ", "BRANCH_LEQ"], nodes_truenodeids=[1, 0],
+                            nodes_falsenodeids=[1, 0], target_treeids=[0], target_nodeids=[1], target_ids=[0],
+                            target_weights=[1.0])
+    model = proto_model([node], [V("X", TP.FLOAT, [2, 2])], [V("Y", TP.FLOAT, [2, 1])],
+                        opsets=(("", 17), ("ai.onnx.ml", 3)), check=True)
+    with pytest.raises(InputError) as err:
+        compile_model(model)({"X": np.zeros((2, 2), np.float32)})
+    assert "twice" in str(err.value) and "\n" not in str(err.value), err.value

@@ -313,3 +313,38 @@ def expand_svm_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> 
                                   bld.constant(-np.ones(1, np.float32), "minus_one")])[0]
     bld.add("Identity", [score], [node.output[0]])
     return bld.nodes
+
+
+def _tree_rows(x) -> int | None:
+    return int(x.shape[0]) if len(x.shape) == 2 else 1 if len(x.shape) == 1 else None
+
+
+def _regressor_shapes(node: onnx.NodeProto, x) -> dict:
+    """Y [rows, n_targets]: float32 for v1-3, X's dtype for TreeEnsemble 5."""
+    rows = _tree_rows(x)
+    if rows is None:
+        return {}
+    dtype = np.dtype(x.dtype) if node.op_type == "TreeEnsemble" else np.dtype(np.float32)
+    return {node.output[0]: (dtype, (rows, int(attr(node, "n_targets", 1))))}
+
+
+def _classifier_shapes(node: onnx.NodeProto, x) -> dict:
+    """label [rows] int64 (integer labels) and scores [rows, labels] float32."""
+    rows, labels = _tree_rows(x), attr(node, "classlabels_int64s", None)
+    if rows is None or not labels:
+        return {}
+    out = {node.output[0]: (np.dtype(np.int64), (rows,))}
+    if len(node.output) > 1:
+        out[node.output[1]] = (np.dtype(np.float32), (rows, len(labels)))
+    return out
+
+
+OUTPUT_SHAPES: dict[tuple[str, str], Callable[[onnx.NodeProto, object], dict]] = {
+    (ML_DOMAIN, "TreeEnsembleRegressor"): _regressor_shapes,
+    (ML_DOMAIN, "TreeEnsemble"): _regressor_shapes,
+    (ML_DOMAIN, "TreeEnsembleClassifier"): _classifier_shapes,
+}
+"""Output (dtype, shape) per op whose shapes ONNX's inference leaves open, from input 0 and the attributes: the
+importer would otherwise run the node in onnx.reference on stand-in inputs (slow for a big forest, endless for a
+cyclic one)."""
+

@@ -16,6 +16,8 @@ V5_MODES = dict(enumerate(MODES))
 AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 V5_POST = dict(enumerate(POST_TRANSFORMS))
+MAX_DEPTH = 256
+"""Deepest tree read (the readers recurse; scikit-learn's deepest trees stay far below)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class _Builder:
         self.index = {(t, i): j for j, (t, i) in enumerate(zip(tree_ids, node_ids))}
         self.cols, self.modes, self.tree_ids, self.node_ids = cols, modes, tree_ids, node_ids
         self.weights: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+        self.seen: set[int] = set()
         w = _floats(attrs, f"{prefix}_weights")
         for t, i, c, v in zip(_ints(attrs, f"{prefix}_treeids"), _ints(attrs, f"{prefix}_nodeids"),
                               _ints(attrs, f"{prefix}_ids"), w if w is not None else []):
@@ -124,13 +127,18 @@ class _Builder:
         j = self.index.get((tree, node_id))
         if j is None:
             raise InputError(f"{self.where}: tree {tree} refers to node {node_id}, which it does not define")
-        if depth > 4096:
-            raise InputError(f"{self.where}: tree {tree} is deeper than 4096 nodes or has a cycle")
+        if depth > MAX_DEPTH:
+            raise InputError(f"{self.where}: tree {tree} is deeper than {MAX_DEPTH} levels or has a cycle; "
+                             "deeper trees are not supported")
         mode = self.modes[j]
         if mode == "LEAF":
             return Leaf(tuple(self.weights.get((tree, node_id), ())))
         if mode not in MODES[:6]:
             raise InputError(f"{self.where}: node mode {mode!r} is not one of {', '.join(MODES[:6])} or LEAF")
+        if j in self.seen:
+            raise InputError(f"{self.where}: tree {tree} reaches node {node_id} twice (a cycle or a shared subtree): "
+                             "export the model again")
+        self.seen.add(j)
         missing = self.cols["missing_value_tracks_true"]
         return Branch(self.cols["featureids"][j], mode, float(self.values[j]), (),
                       bool(missing[j]) if j < len(missing) else False,
@@ -209,17 +217,23 @@ def ensemble_v5(attrs: dict, where: str) -> Forest:
                 raise InputError(f"{where}: membership_values holds fewer NaN-ended sets than MEMBER nodes")
             member_of[j] = sets[len(member_of)]
 
+    seen: set[int] = set()
+
     def leaf(i):
         if not 0 <= i < len(leaf_targets):
             raise InputError(f"{where}: leaf index {i} is outside leaf_targetids")
         return Leaf(((leaf_targets[i], float(leaf_weights[i])),))
 
     def node(j, depth=0):
-        if not 0 <= j < len(feats) or depth > 4096:
-            raise InputError(f"{where}: node index {j} is outside the nodes_* arrays or the tree has a cycle")
+        if not 0 <= j < len(feats) or depth > MAX_DEPTH:
+            raise InputError(f"{where}: node index {j} is outside the nodes_* arrays, or a tree is deeper than "
+                             f"{MAX_DEPTH} levels or has a cycle")
         mode = V5_MODES.get(modes[j])
         if mode is None:
             raise InputError(f"{where}: nodes_modes value {modes[j]} is not 0..6")
+        if j in seen:
+            raise InputError(f"{where}: node {j} is reached twice (a cycle or a shared subtree): export the model again")
+        seen.add(j)
         sub = [leaf(i) if is_leaf else node(i, depth + 1) for i, is_leaf in ((true_ids[j], true_leaf[j]),
                                                                               (false_ids[j], false_leaf[j]))]
         return Branch(feats[j], mode, float(splits[j]) if splits is not None else 0.0, member_of.get(j, ()),

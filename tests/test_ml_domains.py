@@ -62,12 +62,15 @@ def _tree_classifier() -> onnx.NodeProto:
         classlabels_int64s=[0, 1], post_transform="NONE")
 
 
-def test_tree_classifier_of_ml_opset_1_beside_onnx_21_is_an_unsupported_op(tmp_path):
-    """skl2onnx's tree classifier: read at ai.onnx.ml 21 it was 'deprecated since version 5' (a schema error)."""
+def test_tree_classifier_of_ml_opset_1_beside_onnx_21_matches_ort():
+    """skl2onnx's tree classifier: read at ai.onnx.ml 21 it was 'deprecated since version 5' (a schema error); read
+    at its own version it compiles (ops/trees.py)."""
     model = _model([_tree_classifier()], [V("X", TP.FLOAT, [3, 2])],
                    [V("label", TP.INT64, [3]), V("probabilities", TP.FLOAT, [3, 2])], (("", 21), ("ai.onnx.ml", 1)))
-    line = _fails(tmp_path, model)
-    assert "unsupported ops: ai.onnx.ml.TreeEnsembleClassifier" in line and "deprecated" not in line, line
+    feeds = {"X": np.array([[0.2, 1.0], [0.7, -1.0], [0.5, 0.0]], np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for w, g in zip(want, compile_model(model)(feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
 def test_label_encoder_attributes_of_its_own_version(tmp_path):

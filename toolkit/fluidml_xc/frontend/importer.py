@@ -214,6 +214,11 @@ class _Folder:
         if node.op_type in SHAPE_OF_INPUT_0 and node.output[0]:
             source = self.tensors[node.input[0]]
             result[node.output[0]] = Tensor(node.output[0], source.dtype, source.shape)
+        shapes_of = ml_ops.OUTPUT_SHAPES.get((node.domain, node.op_type))
+        if shapes_of is not None and node.input and node.input[0] in self.tensors:
+            for name, (dtype, dims) in shapes_of(node, self.tensors[node.input[0]]).items():
+                if name:
+                    result[name] = Tensor(name, dtype, dims)
         for name, tp in out_types.items():
             tt = tp.tensor_type
             if not tp.HasField("tensor_type") or not tt.HasField("shape"):

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Classic machine learning (issue #29): scikit-learn models exported with skl2onnx, ours against ONNX Runtime at
+one thread, batch 1 and 1,000 rows.
+
+    python benchmarks/classic_ml.py [--only SUBSTR] [--runs 200] [--rounds 7] [--batches 1,1000] [--markdown]
+                                    [--board x86_64] [--forms]
+
+Models (20 features, 3 classes, trained on 5,000 rows of make_classification): a random forest of 100 trees of
+depth 8, gradient boosting of 300 trees (depth 3), logistic regression, an RBF SVM. Each is checked against ORT
+first (labels equal, scores within 1e-4), then timed: ours = the JIT-compiled model called through ctypes into
+caller-owned 64-byte aligned buffers (one thread: the JIT's serial tiles), ORT = InferenceSession.run with
+intra_op_num_threads 1. `rounds` rounds of `runs` calls each, ours and ORT alternating call by call
+(benchmarks/ops.py timed_pair); the ratio is the median over rounds of ours / ORT medians (below 1: we are faster).
+A model we cannot build is a row saying why.
+
+--forms: the two tree-ensemble evaluators of ops/trees.py against each other instead (table walk / branch code,
+A/B the same way) on random forests of growing size, with each one's JIT build time: what WALK_MIN_LEAVES rests on.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent / "toolkit"))
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from ops import aligned, timed_pair  # noqa: E402
+
+FEATURES, CLASSES = 20, 3
+
+
+def models() -> list[tuple[str, object]]:
+    from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import SVC
+    return [("random forest 100x8", RandomForestClassifier(100, max_depth=8, random_state=0)),
+            ("gradient boosting 300", GradientBoostingClassifier(n_estimators=300, max_depth=3, random_state=0)),
+            ("logistic regression", LogisticRegression(max_iter=500)),
+            ("SVM rbf", SVC(kernel="rbf", probability=True, random_state=0))]
+
+
+def export(estimator, x: np.ndarray, y: np.ndarray):
+    from skl2onnx import to_onnx
+    estimator.fit(x, y)
+    return to_onnx(estimator, x[:1], options={id(estimator): {"zipmap": False}},
+                   target_opset={"": 17, "ai.onnx.ml": 3})
+
+
+def measure(name: str, model, x: np.ndarray, batch: int, args) -> tuple | str:
+    import onnxruntime as ort
+
+    from fluidml_xc.run.backend import compile_model
+    feed_name = model.graph.input[0].name
+    rows = x[:batch].copy()
+    try:
+        jit = compile_model(model, args.board, input_shapes={feed_name: rows.shape})
+    except Exception as exc:  # noqa: BLE001 - a model we cannot build is a row, not the end of the sweep
+        return f"build failed: {str(exc).splitlines()[0][:100]}"
+    arrays = [aligned(rows, 64)]
+    outs = [aligned(np.zeros(shape, dtype=dt), 64) for _, dt, shape in jit.output_specs]
+    in_ptrs = (ctypes.c_void_p * 1)(arrays[0].ctypes.data)
+    out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+    _, arena = jit._arena()
+    arena = ctypes.c_void_p(arena)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {feed_name: arrays[0]}
+
+    def ours():
+        jit._fn(in_ptrs, out_ptrs, arena)
+
+    def theirs():
+        sess.run(None, feeds)
+
+    ours()
+    want = sess.run(None, feeds)
+    labels_equal = np.array_equal(outs[0], want[0])
+    err = float(np.max(np.abs(outs[1].astype(np.float64) - want[1])))
+    check = "ok" if labels_equal and err < 1e-4 else f"ERR labels {labels_equal} scores {err:.2g}"
+    rounds = [timed_pair(ours, theirs, args.runs) for _ in range(args.rounds)]
+    a, b = float(np.median([r[0] for r in rounds])), float(np.median([r[1] for r in rounds]))
+    return a, b, float(np.median([r[0] / r[1] for r in rounds])), check
+
+
+def _jit_call(model, rows: np.ndarray, board: str):
+    from fluidml_xc.run.backend import compile_model
+    started = time.perf_counter()
+    jit = compile_model(model, board, input_shapes={model.graph.input[0].name: rows.shape})
+    seconds = time.perf_counter() - started
+    arrays = [aligned(rows, 64)]
+    outs = [aligned(np.zeros(shape, dtype=dt), 64) for _, dt, shape in jit.output_specs]
+    in_ptrs = (ctypes.c_void_p * 1)(arrays[0].ctypes.data)
+    out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+    _, arena = jit._arena()
+    arena = ctypes.c_void_p(arena)
+    return (lambda: jit._fn(in_ptrs, out_ptrs, arena)), seconds, outs
+
+
+def forms(x: np.ndarray, y: np.ndarray, args) -> None:
+    """Table walk against branch code per forest size and batch (ratio below 1: the walk is faster)."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from fluidml_xc.ops import trees
+    print(f"{'forest':14s} {'leaves':>7s} {'batch':>6s} {'walk ms':>9s} {'branch ms':>10s} {'walk/branch':>11s} "
+          f"{'build walk s':>12s} {'build branch s':>14s}")
+    for count, depth in ((4, 3), (16, 4), (32, 6), (100, 8)):
+        model = export(RandomForestClassifier(count, max_depth=depth, random_state=0), x, y)
+        leaves = sum(1 for n in model.graph.node for a in n.attribute if a.name == "nodes_modes" for m in a.strings
+                     if m == b"LEAF")
+        for batch in [int(v) for v in args.batches.split(",")]:
+            calls = []
+            for threshold in (0, 1 << 30):
+                trees.WALK_MIN_LEAVES = threshold
+                calls.append(_jit_call(model, x[:batch].copy(), args.board))
+            for a, b in zip(calls[0][2], calls[1][2]):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+            rounds = [timed_pair(calls[0][0], calls[1][0], args.runs) for _ in range(args.rounds)]
+            walk, branch = (float(np.median([r[j] for r in rounds])) for j in (0, 1))
+            print(f"{count:>4d} x depth {depth:<2d} {leaves:>7d} {batch:>6d} {walk * 1e3:>9.4f} {branch * 1e3:>10.4f} "
+                  f"{np.median([r[0] / r[1] for r in rounds]):>11.2f} {calls[0][1]:>12.1f} {calls[1][1]:>14.1f}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="only models whose name contains this")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--batches", default="1,1000")
+    ap.add_argument("--board", default="x86_64")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--forms", action="store_true", help="time the two tree evaluators against each other")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    from sklearn.datasets import make_classification
+    x, y = make_classification(5000, FEATURES, n_informative=10, n_classes=CLASSES, random_state=0)
+    x = x.astype(np.float32)
+    if args.forms:
+        forms(x, y, args)
+        return 0
+    header = ("model", "batch", "ours ms", "ORT ms", "ratio", "check")
+    print(f"load average {os.getloadavg()[0]:.2f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    if args.markdown:
+        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for name, estimator in models():
+        if args.only and args.only.lower() not in name.lower():
+            continue
+        model = export(estimator, x, y)
+        for batch in [int(v) for v in args.batches.split(",")]:
+            result = measure(name, model, x, batch, args)
+            cells = (name, str(batch), "", "", "", result) if isinstance(result, str) else (
+                name, str(batch), f"{result[0] * 1e3:.4f}", f"{result[1] * 1e3:.4f}", f"{result[2]:.2f}", result[3])
+            print("| " + " | ".join(cells) + " |" if args.markdown else
+                  f"{cells[0]:24s} {cells[1]:>6s} {cells[2]:>10s} {cells[3]:>10s} {cells[4]:>6s}  {cells[5]}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -76,6 +76,7 @@ class WinogradConv:
             if not wp.whole:
                 self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * self.Ci))
             self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * self.mstride * wp.NR))
+            self.ebuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), wp.m * wp.m * wp.NR))
         if wp.whole:
             vp, self.vs = v_operand
             self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
@@ -233,11 +234,15 @@ class WinogradConv:
             ys.append((off, w, min(w, valid - off), self._add_bias(sandwich(k, self.t.AT, grid), g, add_index(k, col0, off), w,
                                                                      min(w, valid - off))))
         co0 = add_index(k, mul_index(k, g, self.Co), col0)
+        rows = s.os[3] == 1 and s.os[1] != 1 and self.V % 4 == 0
         with b.if_else(whole) as (fast, slow):
             with fast:
-                self.store(n, oh0, ow0, co0, ys, None)
+                if rows:
+                    self.store_rows(n, oh0, ow0, co0, ys)
+                else:
+                    self.store(n, oh0, ow0, co0, ys)
             with slow:
-                self.store(n, oh0, ow0, co0, ys, (s.OH, s.OW))
+                self.store_edge(n, oh0, ow0, co0, ys)
 
     def _add_bias(self, y, g, co, w: int, count: int):
         if self.bias is None:
@@ -250,25 +255,56 @@ class WinogradConv:
             bv = self._lanes(self.bias.ptr, mul_index(self.k, co, step), step, w, max(count, 1))
         return [[self.k.b.fadd(v, bv) for v in row] for row in y]
 
-    def store(self, n, oh0, ow0, col0, ys, edge) -> None:
-        k, b = self.k, self.k.b
+    def store(self, n, oh0, ow0, col0, ys) -> None:
+        k = self.k
         for i in range(self.wp.m):
             for j in range(self.wp.m):
-                oh, ow = add_index(k, oh0, i), add_index(k, ow0, j)
-                if edge is None:
-                    self.store_pixel(n, oh, ow, col0, ys, i, j)
-                    continue
-                inside = b.and_(b.icmp_signed("<", oh, k.index(edge[0])), b.icmp_signed("<", ow, k.index(edge[1])))
-                with b.if_then(inside):
-                    self.store_pixel(n, oh, ow, col0, ys, i, j)
+                self.store_pixel(n, add_index(k, oh0, i), add_index(k, ow0, j), col0,
+                                 [(off, w, count, y[i][j]) for off, w, count, y in ys])
 
-    def store_pixel(self, n, oh, ow, col0, ys, i: int, j: int) -> None:
-        k, s = self.k, self.s
+    def store_edge(self, n, oh0, ow0, col0, ys) -> None:
+        """A tile on the bottom or right edge: its values to the stack, then a loop over the pixels inside the
+        output (one copy of the pixel's stores instead of m x m)."""
+        k, s, m, b = self.k, self.s, self.wp.m, self.k.b
         for off, w, count, y in ys:
+            for i in range(m):
+                for j in range(m):
+                    k.vstore(y[i][j], self.ebuf, self.dt, k.index((i * m + j) * self.wp.NR + off))
+        rows, cols = (b.select(b.icmp_signed("<", left, k.index(m)), left, k.index(m))
+                      for left in (b.sub(k.index(s.OH), oh0), b.sub(k.index(s.OW), ow0)))
+        with k.for_range(rows) as i:
+            with k.for_range(cols) as j:
+                at = mul_index(k, add_index(k, mul_index(k, i, m), j), self.wp.NR)
+                self.store_pixel(n, add_index(k, oh0, i), add_index(k, ow0, j), col0,
+                                 [(off, w, count, k.vload(self.ebuf, self.dt, add_index(k, at, off), w))
+                                  for off, w, count, _ in ys])
+
+    def store_rows(self, n, oh0, ow0, col0, ys) -> None:
+        """A whole tile into a channels-first output: each tile row's pixels of one channel are contiguous, so the
+        row's channel vectors are transposed in registers (4 x 4 blocks) and stored as one vector per channel and
+        row piece (pieces of 4 and 2 pixels)."""
+        k = self.k
+        for off, w, count, y in ys:
+            for i in range(self.wp.m):
+                oh = add_index(k, oh0, i)
+                for j0, lanes in row_pieces(k, w, y[i]):
+                    for c in range(count):
+                        self.store_row(n, oh, add_index(k, ow0, j0), add_index(k, col0, off + c), lanes[c])
+
+    def store_row(self, n, oh, ow, co, value) -> None:
+        k, s = self.k, self.s
+        if self.res is not None:
+            rs, rptr = self.res
+            value = k.b.fadd(value, k.vgather(rptr, self.dt, self._at(rs, n, co, oh, ow), rs[3], value.type.count))
+        k.vstore(activate(k, self.epi, value), self.op, self.dt, self._at(s.os, n, co, oh, ow))
+
+    def store_pixel(self, n, oh, ow, col0, values) -> None:
+        """One pixel's (first channel, lanes, valid lanes, vector) pieces, with the residual and activation."""
+        k, s = self.k, self.s
+        for off, w, count, value in values:
             if count <= 0:
                 continue
             co = add_index(k, col0, off)
-            value = y[i][j]
             if self.res is not None:
                 rs, rptr = self.res
                 at = self._at(rs, n, co, oh, ow)
@@ -290,6 +326,49 @@ class WinogradConv:
             x = k.b.load(k.b.gep(ptr, [add_index(k, at, l * stride)], inbounds=True))
             vec = k.b.insert_element(vec, x, ir.Constant(ir.IntType(32), l))
         return vec
+
+
+def _shuffle(k, a, b, picks: list[int]):
+    return k.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(picks)), picks))
+
+
+def _interleave(k, a, b, w: int, half: int):
+    """unpacklo (half 0) / unpackhi (half 1) of a and b within each block of 4 lanes."""
+    picks = []
+    for blk in range(0, w, 4):
+        for q in (0, 1):
+            picks += [blk + 2 * half + q, w + blk + 2 * half + q]
+    return _shuffle(k, a, b, picks)
+
+
+def _transpose4(k, cols: list, w: int) -> list:
+    """Four w-lane vectors (pixels) -> per lane l, the 4 pixels' values as a <4 x T> vector (4 x 4 block transpose
+    within each block of 4 lanes, then one block picked per lane)."""
+    lo01, hi01 = _interleave(k, cols[0], cols[1], w, 0), _interleave(k, cols[0], cols[1], w, 1)
+    lo23, hi23 = _interleave(k, cols[2], cols[3], w, 0), _interleave(k, cols[2], cols[3], w, 1)
+    rows = []
+    for x, z in ((lo01, lo23), (hi01, hi23)):
+        for q in (0, 2):
+            rows.append(_shuffle(k, x, z, [p for blk in range(0, w, 4) for p in (blk + q, blk + q + 1, w + blk + q, w + blk + q + 1)]))
+    return [_shuffle(k, rows[l % 4], rows[l % 4], list(range(l - l % 4, l - l % 4 + 4))) for l in range(w)]
+
+
+def _transpose2(k, cols: list, w: int) -> list:
+    """Two w-lane vectors (pixels) -> per lane l, the 2 pixels' values as a <2 x T> vector."""
+    lo, hi = _interleave(k, cols[0], cols[1], w, 0), _interleave(k, cols[0], cols[1], w, 1)
+    return [_shuffle(k, src, src, [start, start + 1]) for l in range(w)
+            for src, start in [((lo, hi)[l % 4 // 2], l - l % 4 + 2 * (l % 2))]]
+
+
+def row_pieces(k, w: int, row: list) -> list[tuple[int, list]]:
+    """A tile row's m pixel vectors (w lanes each, w a multiple of 4) as pieces of 4 and 2 pixels: (first pixel,
+    per lane the piece's values as one vector)."""
+    pieces, j = [], 0
+    while j < len(row):
+        size = 4 if len(row) - j >= 4 else 2
+        pieces.append((j, (_transpose4 if size == 4 else _transpose2)(k, row[j:j + size], w)))
+        j += size
+    return pieces
 
 
 def emit_winograd(k, plan: ConvPlan, xp, op, w, bias, res, epilogue, v_operand=None) -> None:

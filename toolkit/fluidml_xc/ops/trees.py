@@ -351,8 +351,7 @@ def _lower(k, forest: Forest, op: str, classify: bool) -> None:
 
 def _walks(forest: Forest, dt) -> bool:
     """The table walk evaluates this forest: float32, SUM/AVERAGE, one comparison kind, no target whose presence
-    depends on the row, and enough nodes to pay for it."""
-    nodes = sum(tree_depth(t) for t in forest.trees)
+    depends on the row, and enough leaves to pay for it (WALK_MIN_LEAVES)."""
     presence = forest.target_presence()
     return (np.dtype(dt) == np.float32 and forest.aggregate in ("SUM", "AVERAGE") and "sometimes" not in presence
             and walk_form(forest) is not None and forest.leaves >= WALK_MIN_LEAVES)

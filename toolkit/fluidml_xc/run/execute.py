@@ -161,18 +161,21 @@ def check_feeds(manifest: Manifest, feeds: Mapping[str, np.ndarray]) -> list[np.
 
 
 def emulator_command(manifest: Manifest) -> list[str]:
-    """The emulator prefix for the artifact's runner ([] when it runs natively here)."""
+    """The emulator prefix for the artifact's runner ([] when it runs natively here), with the options its code
+    needs (qemu-riscv64's -cpu with V for RVV code)."""
     name = manifest.emulator
     if not name:
         return []
+    target = None
     try:
-        if manifest.target and is_host_target(get_target(manifest.target)):
+        target = get_target(manifest.target) if manifest.target else None
+        if target is not None and is_host_target(target):
             return []
     except InputError:
         pass
     path = shutil.which(name)
     if path:
-        return [path]
+        return [path, *(target.emulator_args(manifest.features) if target is not None else ())]
     if name.startswith("qemu-"):
         raise ToolchainError(f"{name} not found: install the Debian package qemu-user-static (apt-get install qemu-user-static)")
     raise ToolchainError(f"emulator {name} not found on PATH")

@@ -13,10 +13,11 @@ from ..errors import InputError
 @dataclass(frozen=True)
 class Arch:
     family: str
-    """"x86", "aarch64" or "arm32": the instruction set the kernels' tiles and forms are written for."""
+    """"x86", "aarch64", "arm32" or "riscv": the instruction set the kernels' tiles and forms are written for."""
     nan_propagating_minmax: bool
     """float32 llvm.maximum / llvm.minimum are one NaN-propagating instruction (ARM's fmax/fmin, vmax/vmin);
-    x86 has none, so a compare + select is shorter."""
+    x86 has none, so a compare + select is shorter; RISC-V's fmax/fmin return the number, not the NaN (its
+    NaN-propagating fmaxm needs Zfa)."""
     explicit_fma: bool
     """LLVM never fuses a vector fmul + fadd here on its own (armv7 NEON emits vmla.f32): float32 multiply-adds
     that must round once are spelled as llvm.fma when the CPU has VFPv4."""
@@ -33,15 +34,21 @@ class Arch:
     def arm32(self) -> bool:
         return self.family == "arm32"
 
+    @property
+    def riscv(self) -> bool:
+        return self.family == "riscv"
+
 
 X86 = Arch("x86", nan_propagating_minmax=False, explicit_fma=False)
 AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False)
 ARM32 = Arch("arm32", nan_propagating_minmax=True, explicit_fma=True)
+RISCV = Arch("riscv", nan_propagating_minmax=False, explicit_fma=False)
 
 ARCHES: dict[str, Arch] = {
     "x86_64": X86, "i386": X86, "i686": X86,
     "aarch64": AARCH64, "arm64": AARCH64,
     "arm": ARM32, "thumb": ARM32,
+    "riscv64": RISCV,
 }
 
 

@@ -199,3 +199,45 @@ def test_c_library_init_returns_err_cpu_on_a_smaller_vlen(tmp_path):
     fits = subprocess.run([qemu, "-cpu", "rv64,v=true,vlen=256,vext_spec=v1.0", str(exe)], capture_output=True,
                           text=True, timeout=60).stdout
     assert fits.startswith("0 -"), fits
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from sshd import start_server
+
+    srv = start_server(tmp_path_factory.mktemp("sshd"))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.ssh
+@pytest.mark.qemu
+def test_deploy_profile_verify_over_ssh_to_the_rvv_pseudo_board(server, tmp_path):
+    """sshd on 127.0.0.1 as a board whose runners run through qemu-riscv64-static with V at VLEN 256 (the
+    emulator's -cpu goes with the run plan); the profile says its emulated time is not the board's."""
+    from modelrun import cli, matmul_relu_model
+    from sshd import ssh_args
+
+    (tmp_path / "ssh_config").write_text("")
+    artifact = build(matmul_relu_model(3), tmp_path / "build", "qemu-riscv64-rvv")
+    common = ssh_args(server, tmp_path / "ssh_config") + ["--base-dir", str(tmp_path / "board")]
+    proc = cli("deploy", str(artifact), *common)
+    assert proc.returncode == 0 and "qemu-riscv64-static" in proc.stdout, proc.stderr
+    report_path = tmp_path / "profile.json"
+    proc = cli("profile", str(artifact), *common, "--runs", "5", "--warmup", "1", "--json-out", str(report_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "MatMul" in proc.stdout and "emulated timing is not the board's" in proc.stdout, proc.stdout
+    report = json.loads(report_path.read_text())
+    assert report["emulated"] and report["emulator"].startswith("qemu-riscv64-static")
+    proc = cli("verify", str(artifact), *common)
+    assert proc.returncode == 0 and " ok" in proc.stdout, proc.stderr
+
+
+def test_run_plan_passes_the_vector_cpu_to_qemu(tmp_path):
+    from fluidml_xc.remote.artifact import load_artifact
+    from fluidml_xc.remote.fit import BoardFacts, plan_run
+
+    artifact = load_artifact(build(cnn_model(), tmp_path, "qemu-riscv64-rvv", profile_runner=False))
+    plan = plan_run(artifact, BoardFacts("x86_64", 64, None, frozenset({"qemu-riscv64-static"})), "b")
+    assert plan.argv("/x/runner", ["--bench", "1"]) == [
+        "qemu-riscv64-static", "-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0", "/x/runner", "--bench", "1"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from ..target.arch import arch_of
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
 from .kernel import PARALLEL_MIN_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
@@ -259,7 +260,8 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
         bcol, kstride = add_index(k, bb, mul_index(k, col0, b.cs)), b.rs
         bcols = [add_index(k, bcol, sum(widths[:g]) * b.cs) for g in range(len(widths))]
     arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
-    with k.for_range(kk) as kv:
+
+    def step(kv):
         bk = mul_index(k, kv, kstride)
         bvals = [k.vgather(b.ptr, dt, add_index(k, bcol, bk), 1 if b.panel else b.cs, w) for bcol, w in zip(bcols, widths)]
         ak = mul_index(k, kv, a.cs)
@@ -270,7 +272,20 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
                 if w not in splats:
                     splats[w] = k.splat(av, w)
                 k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
+
+    steps = k_steps(k) if isinstance(kk, int) else 1
+    with k.for_range(kk // steps if steps > 1 else kk) as kv:
+        base = mul_index(k, kv, steps)
+        for s in range(steps):
+            step(add_index(k, base, s))
+    for s in range(kk - kk % steps, kk) if steps > 1 else ():
+        step(k.index(s))
     return slots
+
+
+def k_steps(k) -> int:
+    """K steps per iteration of the outer-product loop for the kernel's target (target/arch.py Arch.k_steps)."""
+    return arch_of(k.spec.triple).k_steps if k.spec is not None else 1
 
 
 def store_tile(k, P: Problem, slots, cb, i0, mr: int, col0, widths: list[int], valid, scratch=None) -> None:

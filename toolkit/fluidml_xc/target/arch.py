@@ -21,6 +21,10 @@ class Arch:
     explicit_fma: bool
     """LLVM never fuses a vector fmul + fadd here on its own (armv7 NEON emits vmla.f32): float32 multiply-adds
     that must round once are spelled as llvm.fma when the CPU has VFPv4."""
+    k_steps: int = 1
+    """K steps per iteration of the GEMM outer-product loop (kernels/matmul_blocked.py): 2 on RISC-V, whose cores
+    (U74, X60) issue in order and stall on an operand loaded right before its multiply-add; with two steps in
+    one block the scheduler issues the second step's loads beside the first step's multiply-adds."""
 
     @property
     def x86(self) -> bool:
@@ -42,7 +46,7 @@ class Arch:
 X86 = Arch("x86", nan_propagating_minmax=False, explicit_fma=False)
 AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False)
 ARM32 = Arch("arm32", nan_propagating_minmax=True, explicit_fma=True)
-RISCV = Arch("riscv", nan_propagating_minmax=False, explicit_fma=False)
+RISCV = Arch("riscv", nan_propagating_minmax=False, explicit_fma=False, k_steps=2)
 
 ARCHES: dict[str, Arch] = {
     "x86_64": X86, "i386": X86, "i686": X86,

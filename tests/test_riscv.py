@@ -241,3 +241,24 @@ def test_run_plan_passes_the_vector_cpu_to_qemu(tmp_path):
     plan = plan_run(artifact, BoardFacts("x86_64", 64, None, frozenset({"qemu-riscv64-static"})), "b")
     assert plan.argv("/x/runner", ["--bench", "1"]) == [
         "qemu-riscv64-static", "-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0", "/x/runner", "--bench", "1"]
+
+
+@pytest.mark.qemu
+def test_named_rvv_build_runs_and_its_library_links(tmp_path):
+    """A --name build for the RVV board: libdet.a beside libfxc_runtime.a, its runner under qemu with V matches
+    ONNX Runtime, and a C program linking the library sees the refusal of a VLEN-128 CPU through det_init."""
+    from fluidml_xc.emit.link import compile_c_program
+
+    x = {"x": np.random.default_rng(4).standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    artifact = build(cnn_model(), tmp_path, "qemu-riscv64-rvv", name="det", profile_runner=False)
+    assert (artifact / "libdet.a").is_file() and (artifact / "libfxc_runtime.a").is_file()
+    got = run(artifact, x)
+    np.testing.assert_allclose(got["y"], ort(cnn_model(), x)["y"], rtol=1e-4, atol=1e-5)
+    (tmp_path / "app.c").write_text(APP.replace('"model.h"', '"det.h"').replace("FXC_ARENA", "DET_ARENA")
+                                    .replace("fxc_init", "det_init").replace("FXC_ERR_CPU", "DET_ERR_CPU")
+                                    .replace("fxc_strerror", "det_strerror"))
+    exe = compile_c_program(get_board("qemu-riscv64-rvv").target, "", [tmp_path / "app.c"], [artifact],
+                            [artifact / "libdet.a", artifact / "libfxc_runtime.a"], tmp_path / "app")
+    out = subprocess.run([require_program("qemu-riscv64-static"), "-cpu", "rv64,v=true,vlen=128,vext_spec=v1.0",
+                          str(exe)], capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith("-5 this CPU lacks zvl256b"), out

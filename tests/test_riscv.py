@@ -262,3 +262,19 @@ def test_named_rvv_build_runs_and_its_library_links(tmp_path):
     out = subprocess.run([require_program("qemu-riscv64-static"), "-cpu", "rv64,v=true,vlen=128,vext_spec=v1.0",
                           str(exe)], capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("-5 this CPU lacks zvl256b"), out
+
+
+def test_rvv_refuses_a_qemu_that_cannot_run_it(monkeypatch):
+    """Debian 12's qemu-riscv64 7.2 aborts on vfcvt.rtz: RVV artifacts refuse it in one line; RV64GC ones run."""
+    from fluidml_xc.artifact import Manifest
+    from fluidml_xc.errors import ToolchainError
+    from fluidml_xc.run import execute
+
+    monkeypatch.setattr(execute, "_qemu_major", lambda path: 7)
+    monkeypatch.setattr(execute.shutil, "which", lambda name: f"/usr/bin/{name}")
+    rvv = Manifest(target="riscv64", emulator="qemu-riscv64-static", features="+m,+a,+f,+d,+c,+v,+zvl256b",
+                   inputs=(), outputs=())
+    with pytest.raises(ToolchainError, match=r"qemu-riscv64-static 7 cannot run RVV code.*qemu-user 8 or later"):
+        execute.emulator_command(rvv)
+    scalar = Manifest(target="riscv64", emulator="qemu-riscv64-static", features="+m,+a,+f,+d,+c", inputs=(), outputs=())
+    assert execute.emulator_command(scalar) == ["/usr/bin/qemu-riscv64-static"]

@@ -2,6 +2,7 @@
 """Static throughput of our hot loops on every board's core: llvm-mca over each kernel's innermost loop.
 
     python benchmarks/mca.py [--boards rpi3,rpi4,...] [--only SUBSTR] [--mca llvm-mca-19] [--markdown]
+    python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
 Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
 compiled to model.o; `llvm-objdump -d` disassembles it; the hot loop is the innermost backward branch
@@ -13,7 +14,8 @@ mul = lanes of plain float multiplies (fmul: a conv tap starting its accumulator
 stack = instructions touching the stack inside the loop (spills/reloads; on armv7 also `add rN, sp, #imm`
 that address spilled q-registers for vldmia/vstmia), cyc = mca cycles per iteration, rthr = mca's
 resource bound per iteration (Block RThroughput), FLOP/c (2 per fp MAC) or MAC/c (int8), % of the
-core's peak (PEAKS below, with sources) at cyc cycles, %rthr the same at the resource bound (the figure
+core's peak (PEAKS below, with sources; RISC-V: the same mca model's rate of 8 independent multiply-adds of
+the kind the loop uses, riscv_peak) at cyc cycles, %rthr the same at the resource bound (the figure
 for the in-order A53, whose loops run through the out-of-order A57 model), and the bottleneck: "deps" when cyc > 1.15 x rthr (a latency
 chain), else the busiest resource in mca's pressure table.
 """
@@ -59,7 +61,15 @@ PEAKS = {
                      "Cortex-A78 Software Optimization Guide: FMLA Q-form throughput 2 = 16 FLOP; sdot 2/cycle = 32 MAC; "
                      "LLVM 19 gives cortex-a78 the A57 model (1 FMLA/cycle), so neoverse-n1's (same FP/ASIMD pipes) is used"),
 }
-MCA_TRIPLE = {"aarch64": "aarch64-unknown-linux-gnu", "armv7": "armv7-unknown-linux-gnueabihf", "x86_64": "x86_64-unknown-linux-gnu"}
+RISCV_PEAKS = {
+    "sifive-u74": "SiFive U74 (in-order, dual issue, one FP pipe): LLVM's SiFive7 model, fmadd.s 1/cycle = 2 FLOP; "
+                  "no vector unit (int8: mul + add, 1 multiply/cycle)",
+    "spacemit-x60": "SpacemiT X60 (in-order, dual issue, RVV 1.0 VLEN 256): LLVM 22's SpacemitX60 model (RISCVSchedSpacemitX60.td; "
+                    "LLVM 19 has the CPU without a scheduling model): vfmacc.vf at e32 m1 = 8 lanes; int8 vwmacc.vx",
+}
+"""RISC-V cores: their peak is what the same mca model gives for independent multiply-adds (riscv_peak)."""
+MCA_TRIPLE = {"aarch64": "aarch64-unknown-linux-gnu", "armv7": "armv7-unknown-linux-gnueabihf", "x86_64": "x86_64-unknown-linux-gnu",
+              "riscv64": "riscv64-unknown-linux-gnu"}
 
 
 @dataclass
@@ -151,10 +161,12 @@ _MAC = {
     "aarch64": re.compile(r"^(fmla|fmadd|mla|smlal2?|umlal2?|sdot|udot|usdot)\b"),
     "armv7": re.compile(r"^(vfma|vmla|vmlal|vsdot|vudot)\b"),
     "x86_64": re.compile(r"^(vfmadd\d+|vfnmadd\d+|vpdpbusds?|vpdpwssds?|vpmaddwd|vpmaddubsw)"),
+    "riscv64": re.compile(r"^(vfmacc|vfmadd|vfnmsac|vmacc|vmadd|vwmacc\w*|fmadd\.[sd]|fnmsub\.[sd])\b"),
 }
-_FMUL = {"aarch64": re.compile(r"^fmul\b"), "armv7": re.compile(r"^vmul\.f32\b"), "x86_64": re.compile(r"^vmulp[sd]\b")}
+_FMUL = {"aarch64": re.compile(r"^fmul\b"), "armv7": re.compile(r"^vmul\.f32\b"), "x86_64": re.compile(r"^vmulp[sd]\b"),
+         "riscv64": re.compile(r"^(vfmul\.v[vf]|fmul\.s)\b")}
 _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.compile(r"^(b\w*)\s"),
-           "x86_64": re.compile(r"^(j\w+)\s")}
+           "x86_64": re.compile(r"^(j\w+)\s"), "riscv64": re.compile(r"^(b[a-z]+|j)\s")}
 
 
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
@@ -174,13 +186,16 @@ def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, st
 def clean(insn: str, arch: str) -> str:
     """One instruction without objdump's trailing comment."""
     insn = re.sub(r"\s+", " ", insn.strip())
-    marker = {"aarch64": "//", "armv7": "@", "x86_64": " #"}[arch]
+    marker = {"aarch64": "//", "armv7": "@", "x86_64": " #", "riscv64": " #"}[arch]
     return insn.split(marker)[0].strip()
 
 
-def mac_lanes(insn: str, arch: str) -> int:
-    """Multiply-accumulates one MAC instruction does."""
+def mac_lanes(insn: str, arch: str, vtype: tuple[int, float] = (32, 1.0), vlen: int = 0) -> int:
+    """Multiply-accumulates one MAC instruction does (RISC-V vectors: VLEN x LMUL / SEW of the vtype in force)."""
     op = insn.split()[0]
+    if arch == "riscv64":
+        sew, lmul = vtype
+        return max(1, int(vlen * lmul // sew)) if op.startswith("v") else 1
     if arch == "aarch64":
         if op in ("sdot", "udot", "usdot"):
             m = re.search(r"v\d+\.(\d+)s", insn)
@@ -209,6 +224,8 @@ def is_stack(insn: str, arch: str) -> bool:
         return "(%rsp)" in insn
     if arch == "armv7" and re.match(r"^add\w* \w+, sp, #", insn):
         return True
+    if arch == "riscv64":
+        return "(sp)" in insn
     return "[sp" in insn
 
 
@@ -236,9 +253,23 @@ class Loop:
     stack: int
     mul_lanes: int = 0
     """lanes of float multiplies (not fused): a first tap starting its accumulator at zero"""
+    vtype: tuple[int, float] = (32, 1.0)
+    """RISC-V: (SEW, LMUL) in force in the loop (its vsetvli may be outside it)"""
 
 
-def hot_loop(insns: list[tuple[int, str]], arch: str) -> Loop | None:
+_VTYPE = re.compile(r"^vset\w* [^,]+, [^,]+, e(\d+), (m|mf)(\d+)")
+
+
+def vtype_at(insns: list[tuple[int, str]], lo: int, hi: int) -> tuple[int, float]:
+    """RISC-V: (SEW, LMUL) of the loop's vector code: its own last vsetvli, else the nearest one before it."""
+    for i in [*range(hi, lo - 1, -1), *range(lo - 1, -1, -1)]:
+        m = _VTYPE.match(re.sub(r"\s+", " ", insns[i][1].strip()))
+        if m:
+            return int(m.group(1)), (1 / int(m.group(3)) if m.group(2) == "mf" else float(m.group(3)))
+    return 32, 1.0
+
+
+def hot_loop(insns: list[tuple[int, str]], arch: str, vlen: int = 0) -> Loop | None:
     addr_index = {a: i for i, (a, _) in enumerate(insns)}
     loops = []
     for i, (addr, insn) in enumerate(insns):
@@ -256,20 +287,32 @@ def hot_loop(insns: list[tuple[int, str]], arch: str) -> Loop | None:
             continue  # not innermost
         body = [clean(s, arch) for _, s in insns[lo:hi + 1]]
         macs = [s for s in body if _MAC[arch].match(s)]
-        loop = Loop(body, len(macs), sum(mac_lanes(s, arch) for s in macs), stack_count(body, arch),
-                    sum(mac_lanes(s, arch) for s in body if _FMUL[arch].match(s)))
+        vtype = vtype_at(insns, lo, hi) if arch == "riscv64" else (32, 1.0)
+        loop = Loop(body, len(macs), sum(mac_lanes(s, arch, vtype, vlen) for s in macs), stack_count(body, arch),
+                    sum(mac_lanes(s, arch, vtype, vlen) for s in body if _FMUL[arch].match(s)), vtype)
         if best is None or (loop.macs, -len(body)) > (best.macs, -len(best.body)):
             best = loop
     return best
 
 
-def mca_input(body: list[str], arch: str) -> str:
-    lines = [".Lhot:"]
+def riscv_instruments(vtype: tuple[int, float]) -> list[str]:
+    """llvm-mca's RISC-V instruments: the SEW and LMUL the loop's vector instructions run at (without them mca
+    prices each at the worst LMUL when the loop's vsetvli is outside it)."""
+    sew, lmul = vtype
+    return [f"# LLVM-MCA-RISCV-LMUL {'MF' + str(round(1 / lmul)) if lmul < 1 else 'M' + str(int(lmul))}",
+            f"# LLVM-MCA-RISCV-SEW E{sew}"]
+
+
+def mca_input(body: list[str], arch: str, vtype: tuple[int, float] = (32, 1.0)) -> str:
+    lines = [*(riscv_instruments(vtype) if arch == "riscv64" else []), ".Lhot:"]
     for s in body:
         if _BRANCH[arch].match(s + " "):
             parts = s.split(" ", 1)
             ops = [o.strip() for o in parts[1].split(",")] if len(parts) > 1 else []
-            ops = [re.sub(r"^(0x)?[0-9a-f]+( <.*>)?$", ".Lhot", o) for o in ops]
+            if arch == "riscv64":  # register names (a0, fa1) look like hex: only the last operand is the target
+                ops = ops[:-1] + [".Lhot"] if ops else ops
+            else:
+                ops = [re.sub(r"^(0x)?[0-9a-f]+( <.*>)?$", ".Lhot", o) for o in ops]
             s = parts[0] + " " + ", ".join(ops)
         lines.append(re.sub(r"\s*<[^>]*>", "", s))
     return "\n".join(lines) + "\n"
@@ -303,6 +346,9 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--mca", default="llvm-mca-19" if Path("/usr/bin/llvm-mca-19").exists() else "llvm-mca")
     ap.add_argument("--objdump", default="llvm-objdump-19" if Path("/usr/bin/llvm-objdump-19").exists() else "llvm-objdump")
+    ap.add_argument("--mca-riscv", default="llvm-mca-22",
+                    help="llvm-mca for RISC-V: one with the SpacemiT X60 model (LLVM 21+; Debian 12: apt-get install llvm-22)")
+    ap.add_argument("--objdump-riscv", default="llvm-objdump-22")
     ap.add_argument("--asm-dir", type=Path, help="write each hot loop's assembly here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table (docs/ARM_KERNELS.md)")
     ap.add_argument("--measure", action="store_true",
@@ -332,11 +378,12 @@ def main() -> int:
             except Exception as exc:  # a case this board cannot build is reported, not fatal
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue
-            loop = hot_loop(disassemble(obj, args.objdump, spec.features if arch != "x86_64" else ""), arch)
+            objdump = args.objdump_riscv if arch == "riscv64" else args.objdump
+            loop = hot_loop(disassemble(obj, objdump, spec.features if arch != "x86_64" else ""), arch, spec.vector_bits)
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue
-            asm = mca_input(loop.body, arch)
+            asm = mca_input(loop.body, arch, loop.vtype)
             if args.asm_dir:
                 args.asm_dir.mkdir(parents=True, exist_ok=True)
                 (args.asm_dir / f"{bname}-{re.sub(r'[^a-z0-9]+', '_', case.name.lower())}.s").write_text(asm)
@@ -421,17 +468,18 @@ def host_ghz(runs: int = 20) -> float:
 
 def _mca_row(args, case: Case, bname: str, spec, arch: str, loop, asm: str, attrs: str, model_cpu: str, checks: list) -> None:
     """One row of the table: `loop` through llvm-mca's model of `model_cpu` (x86: the board's cpu or --x86-cpus)."""
-    peak = None
-    if arch != "x86_64":
+    riscv, peak = arch == "riscv64", None
+    mca = args.mca_riscv if riscv else args.mca
+    if arch not in ("x86_64", "riscv64"):
         fp_peak, i8_peak, model_cpu, _src = PEAKS[spec.cpu]
         peak = {"fp": fp_peak, "fp16": 2 * fp_peak}.get(case.kind, i8_peak)
     try:
-        cycles, rthr, busiest = run_mca(asm, args.mca, MCA_TRIPLE[arch], model_cpu, attrs)
+        cycles, rthr, busiest = run_mca(asm, mca, MCA_TRIPLE[arch], model_cpu, attrs)
     except RuntimeError as exc:
         print(f"{case.name:52} {bname:17} llvm-mca: {exc}")
         return
-    if peak is None:  # x86_64: the same model's throughput of independent FMAs (x86_peak)
-        peak = x86_peak(args.mca, model_cpu, case.kind, spec.vector_bits, spec.features)
+    if peak is None:  # x86_64 / riscv64: the same model's throughput of independent multiply-adds
+        peak = (riscv_peak if riscv else x86_peak)(mca, model_cpu, case.kind, spec.vector_bits, spec.features)
     work = 2 * loop.lanes + loop.mul_lanes if case.kind != "int8" else loop.lanes
     per_cycle, bound = work / cycles, 100 * work / rthr / peak
     neck = "deps" if cycles > 1.15 * rthr else busiest
@@ -457,6 +505,24 @@ def x86_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:
     asm = "\n".join(f"{op} %{reg}20, %{reg}20, %{reg}{d}" for d in range(16)) + "\n"
     cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["x86_64"], cpu, "")
     return 16 * (bits // 16 if kind == "fp" else bits // 8) / cycles
+
+
+def riscv_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:
+    """FLOP (fp) or MAC (int8) per cycle of 8 independent multiply-adds under the cpu's mca model: vfmacc.vf at
+    e32 m1 (int8: vwmacc.vx at e8 mf2, whose 16-bit products the int8 kernels accumulate) with V, else fmadd.s
+    (int8: mul)."""
+    vector = "+v" in features.split(",")
+    if vector:
+        vtype = (32, 1.0) if kind == "fp" else (8, 0.5)
+        op = "vfmacc.vf v{d}, fa0, v24" if kind == "fp" else "vwmacc.vx v{d}, a0, v24"
+        lanes = bits // 32 if kind == "fp" else bits // 16
+        asm = "\n".join([*riscv_instruments(vtype), *(op.format(d=d + 8) for d in range(16))]) + "\n"
+        cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["riscv64"], cpu, features)
+        return 16 * lanes * (2 if kind == "fp" else 1) / cycles
+    op = "fmadd.s fa{d}, fa0, fa1, fa{d}" if kind == "fp" else "mul a{d}, a0, a1"
+    asm = "\n".join(op.format(d=d + 2) for d in range(6)) + "\n"
+    cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["riscv64"], cpu, features)
+    return 6 * (2 if kind == "fp" else 1) / cycles
 
 
 if __name__ == "__main__":

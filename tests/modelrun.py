@@ -25,7 +25,7 @@ from fluidml_xc.build import BuildOptions, build_model
 from fluidml_xc.emit.measure import compile_node
 from fluidml_xc.pipeline import import_graph
 from fluidml_xc.run.backend import compile_model
-from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.boards import get_board, get_target
 from fluidml_xc.target.machine import machine_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,9 +109,11 @@ def require_program(name: str, package: str = QEMU_PACKAGE) -> str:
 
 
 def require_emulator(board: str) -> list[str]:
-    """The command prefix that runs `board`'s programs here: [] natively, [emulator] else (missing: a failure)."""
-    emulator = get_board(board).target.emulator
-    return [require_program(emulator)] if emulator else []
+    """The command prefix that runs `board`'s programs here: [] natively, [emulator, its options] else (missing: a
+    failure); qemu-riscv64-rvv's code needs `-cpu rv64,v=true,vlen=256`."""
+    resolved = get_board(board)
+    emulator = resolved.target.emulator
+    return [require_program(emulator), *resolved.target.emulator_args(resolved.features)] if emulator else []
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,8 @@ def run(artifact: Path, feeds: dict[str, np.ndarray], timeout: float = 600) -> d
         for k, _ in enumerate(manifest["outputs"]):
             outs.append(f"{tmp}/out{k}.npy")
             args += ["-o", outs[-1]]
-        emulator = [require_program(manifest["emulator"])] if manifest["emulator"] else []
+        emulator = [require_program(manifest["emulator"]),
+                    *get_target(manifest["target"]).emulator_args(manifest["features"])] if manifest["emulator"] else []
         subprocess.run(emulator + [str(Path(artifact) / "runner"), *args], check=True, timeout=timeout, capture_output=True)
         return {spec["name"]: np.load(path) for spec, path in zip(manifest["outputs"], outs)}
 

@@ -31,6 +31,16 @@ EXPECTATIONS = expectations.load_expectations()
 TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_TIMEOUT", cases.DEFAULT_TIMEOUT))
 CROSS_TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_CROSS_TIMEOUT", 180))
 CROSS_BOARDS = {"aarch64": "qemu-aarch64", "armv7": "qemu-armv7"}
+RISCV_BOARDS = {"riscv64": "qemu-riscv64", "riscv64-rvv": "qemu-riscv64-rvv"}
+"""Both riscv64 pseudo-boards, without and with RVV (expectations: target riscv64)."""
+RISCV_DEFAULT_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                     "ConvInteger", "QuantizeLinear", "DequantizeLinear", "Relu", "Sigmoid", "Tanh", "Erf", "Exp",
+                     "Softmax", "LayerNormalization", "BatchNormalization", "MaxPool", "AveragePool",
+                     "GlobalAveragePool", "ReduceMean", "ReduceMax", "Round", "Cast", "Max", "Min", "Clip", "Resize",
+                     "LSTM", "DFT", "TopK"}
+"""Ops whose first case runs on the riscv64 boards in the default suite (the kernels the vector width and register
+tiles change, and rounding / conversions); every op's first case needs --runslow, all cases FXC_CONFORMANCE_ALL_TARGETS=1
+(docs/BOARDS.md: conformance on riscv64)."""
 
 
 def _params(names, target):
@@ -86,6 +96,23 @@ def _cross_params():
 @pytest.mark.parametrize(("target", "name"), list(_cross_params()))
 def test_node_cross(target, name, cross_workers):
     board = CROSS_BOARDS[target]
+    require_emulator(board)
+    worker = cross_workers.setdefault(target, pool.CaseWorker(board))
+    _check(worker.run(name, CROSS_TIMEOUT))
+
+
+def _riscv_params():
+    for target in sorted(RISCV_BOARDS):
+        for param in _params(CROSS, "riscv64"):
+            name = param.values[0]
+            slow = [] if cases.op_of(name) in RISCV_DEFAULT_OPS else [pytest.mark.slow]
+            yield pytest.param(target, name, marks=[*param.marks, *slow], id=f"{target}-{param.id}")
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize(("target", "name"), list(_riscv_params()))
+def test_node_riscv(target, name, cross_workers):
+    board = RISCV_BOARDS[target]
     require_emulator(board)
     worker = cross_workers.setdefault(target, pool.CaseWorker(board))
     _check(worker.run(name, CROSS_TIMEOUT))

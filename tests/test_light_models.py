@@ -15,14 +15,16 @@ LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 CASES = {case.model_name: case for case in load_model_tests(kind="real")}
 NAMES = sorted(CASES)
 VARIANTS = {"squeezenet", "shufflenet"}  # x86_64: these build the default board's three code variants, the rest --cpu native
-QUICK = {"rpi4": ["squeezenet", "shufflenet", "bvlc_alexnet"], "rpi3": ["squeezenet"]}
-SLOW = {"rpi4": NAMES, "rpi3": ["squeezenet", "shufflenet", "bvlc_alexnet", "densenet121"]}
+QUICK = {"rpi4": ["squeezenet", "shufflenet", "bvlc_alexnet"], "rpi3": ["squeezenet"], "qemu-riscv64": ["squeezenet"],
+         "qemu-riscv64-rvv": ["squeezenet"]}
+SLOW = {"rpi4": NAMES, "rpi3": ["squeezenet", "shufflenet", "bvlc_alexnet", "densenet121"], "qemu-riscv64": NAMES,
+        "qemu-riscv64-rvv": NAMES}
 
 
 def _params():
     params = [pytest.param(name, "x86_64", id=f"{name}-x86_64") if name in VARIANTS else
               pytest.param(name, "x86_64", id=f"{name}-x86_64-native") for name in NAMES]
-    for board in ("rpi4", "rpi3"):
+    for board in ("rpi4", "rpi3", "qemu-riscv64", "qemu-riscv64-rvv"):
         for name in SLOW[board]:
             marks = [] if name in QUICK[board] else [pytest.mark.slow]
             params.append(pytest.param(name, board, id=f"{name}-{board}", marks=marks))

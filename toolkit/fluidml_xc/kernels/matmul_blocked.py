@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
+from ..target.arch import arch_of
 from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
@@ -281,8 +282,22 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
                 if w not in splats:
                     splats[w] = k.splat(av, w)
                 k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
-    reduce_in_blocks(k, dt, kk, [s for row in slots for s in row], step)
+    steps = k_steps(k) if isinstance(kk, int) else 1
+    if steps == 1:  # float16 sums (half_blocks) never meet a target of several K steps: RISC-V has no fp16 path
+        reduce_in_blocks(k, dt, kk, [s for row in slots for s in row], step)
+        return slots
+    with k.for_range(kk // steps) as kv:
+        base = mul_index(k, kv, steps)
+        for s in range(steps):
+            step(add_index(k, base, s))
+    for s in range(kk - kk % steps, kk):
+        step(k.index(s))
     return slots
+
+
+def k_steps(k) -> int:
+    """K steps per iteration of the outer-product loop for the kernel's target (target/arch.py Arch.k_steps)."""
+    return arch_of(k.spec.triple).k_steps if k.spec is not None else 1
 
 
 def store_tile(k, P: Problem, slots, cb, i0, mr: int, col0, widths: list[int], valid, scratch=None) -> None:

@@ -114,8 +114,15 @@ def _arm32_config(flags: frozenset, vector_bits: int) -> Config:
     return Config(False, max(1, vector_bits // 32), 2, 2)
 
 
+def _riscv_config(flags: frozenset, vector_bits: int) -> Config:
+    """Widened k-pairs: RVV (32 vector registers) 4 rows x 2 vectors; RV64GC's scalarized 4-lane vectors 2 x 2
+    (16 int32 accumulators in the 31 integer registers)."""
+    lanes = max(1, vector_bits // 32)
+    return Config(False, lanes, 4 if "+v" in flags else 2, 2)
+
+
 CONFIGS: dict[str, Callable[[frozenset, int], Config]] = {
-    "x86": _x86_config, "aarch64": _aarch64_config, "arm32": _arm32_config}
+    "x86": _x86_config, "aarch64": _aarch64_config, "arm32": _arm32_config, "riscv": _riscv_config}
 """Arch.family (target/arch.py) -> the register block for the target's flags and vector width."""
 
 

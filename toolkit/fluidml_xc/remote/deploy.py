@@ -50,7 +50,7 @@ cd -- "$1" || exit 3
 ln -s -- "$2" "$3" && mv -T -- "$3" current
 '''
 
-_CPU_FLAGS = r'''grep -m 1 -i -E '^(flags|features)[[:space:]]*:' /proc/cpuinfo 2>/dev/null; exit 0'''
+_CPU_FLAGS = r'''grep -m 1 -i -E '^(flags|features|isa)[[:space:]]*:' /proc/cpuinfo 2>/dev/null; exit 0'''
 
 _FREE = r'''df -Pk -- "$1" 2>/dev/null | { read -r header; read -r fs blocks used avail rest; echo "$avail"; }'''
 

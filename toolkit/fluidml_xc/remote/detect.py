@@ -1,12 +1,12 @@
 """`fluidml-xc boards detect --host H`: probe a board over SSH and name the matching board file: its rules
-(machine, device-tree model, L4T release) and the CPU extensions its /proc/cpuinfo shows (flags on x86, Features on
-ARM) against what each board's code uses; and what is deployed in the base directory, with the space left there."""
+(machine, device-tree model, L4T release, RISC-V uarch) and the CPU extensions its /proc/cpuinfo shows (flags on
+x86, Features on ARM, the isa line on RISC-V) against what each board's code uses; and what is deployed in the base directory, with the space left there."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..target.boards import Board, boards
-from ..target.cpus import CpuFeature, cpuinfo_flags, missing_on, required_features
+from ..target.cpus import RVV_LEAF, CpuFeature, cpuinfo_flags, missing_on, required_features
 from ..resources import data_dir
 from .progress import human_bytes
 from .shell import Shell, ascii_int, sh, shown
@@ -29,6 +29,9 @@ ARM_PARTS = {"0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55"
              "0xd08": "Cortex-A72", "0xd09": "Cortex-A73", "0xd0a": "Cortex-A75", "0xd0b": "Cortex-A76",
              "0xd0d": "Cortex-A77", "0xd41": "Cortex-A78", "0xd42": "Cortex-A78AE", "0xd4b": "Cortex-A78C"}
 
+THEAD_VENDOR = "0x5b7"
+"""T-Head's mvendorid: its C906/C910 (Lichee Pi 4A, Milk-V Duo) have RVV 0.7.1, whose encoding is not RVV 1.0's."""
+
 
 @dataclass(frozen=True)
 class BoardInfo:
@@ -43,7 +46,10 @@ class BoardInfo:
     cores: int
     memory_kb: int | None
     flags: frozenset[str] = field(default_factory=frozenset)
-    """/proc/cpuinfo's flags (x86) or Features (ARM) of the first processor."""
+    """/proc/cpuinfo's flags (x86), Features (ARM) or isa extensions (RISC-V) of the first processor."""
+    uarch: str = ""
+    """RISC-V: /proc/cpuinfo's uarch (sifive,u74-mc; spacemit,x60; thead,c910)."""
+    mvendorid: str = ""
     base_free_kb: int | None = None
     current: str = ""
     """What `current` in the base directory points to (the deployed artifact), "" for none."""
@@ -69,7 +75,7 @@ def parse_probe(text: str) -> BoardInfo:
         if key == "processor":
             cores += 1
         fields.setdefault(key, value.strip())
-    cpu = fields.get("model name") or fields.get("hardware") or ""
+    cpu = fields.get("model name") or fields.get("hardware") or fields.get("uarch") or ""
     part = ARM_PARTS.get(fields.get("cpu part", "").lower())
     if part and part not in cpu:
         cpu = f"{part} ({cpu})" if cpu else part
@@ -80,7 +86,14 @@ def parse_probe(text: str) -> BoardInfo:
                      tegra_release=shown(first("tegra"), 120), cpu=shown(cpu or fields.get("model") or "unknown", 120),
                      cores=cores, memory_kb=ascii_int(mem[1]) if len(mem) > 1 else None,
                      flags=cpuinfo_flags("\n".join(cpuinfo)), base_free_kb=ascii_int(first("base")),
-                     current=shown(first("current"), 120))
+                     current=shown(first("current"), 120), uarch=shown(fields.get("uarch", ""), 80),
+                     mvendorid=shown(fields.get("mvendorid", "").lower(), 20))
+
+
+def rvv_071(info: BoardInfo) -> bool:
+    """A T-Head core whose vector unit is RVV 0.7.1 (its kernel may still show `v` in the isa line)."""
+    return (info.uarch.lower().startswith("thead,") or info.mvendorid == THEAD_VENDOR
+            or bool({"xtheadvector", "xtheadv"} & info.flags))
 
 
 def _matches(board: Board, info: BoardInfo) -> bool:
@@ -94,6 +107,8 @@ def _matches(board: Board, info: BoardInfo) -> bool:
         return False
     if rules.get("nv_tegra_release") and rules["nv_tegra_release"] not in info.tegra_release:
         return False
+    if rules.get("uarch") and rules["uarch"] not in info.uarch:
+        return False
     return True
 
 
@@ -104,7 +119,11 @@ def board_needs(board: Board) -> tuple[CpuFeature, ...]:
 
 
 def lacks(board: Board, info: BoardInfo) -> list[CpuFeature]:
-    return missing_on(board_needs(board), info.flags, board.target.name)
+    needs = board_needs(board)
+    missing = missing_on(needs, info.flags, board.target.name)
+    if rvv_071(info):  # RVV 1.0 code on RVV 0.7.1: refused, whatever the isa line says
+        missing += [f for f in needs if f.leaf == RVV_LEAF and f not in missing]
+    return missing
 
 
 def candidates(info: BoardInfo) -> list[Board]:
@@ -179,4 +198,7 @@ def describe(where: str, info: BoardInfo, matches: list[Board], base_dir: str = 
     if base_dir:
         free = human_bytes(info.base_free_kb * 1024) if info.base_free_kb is not None else "unknown"
         lines.append(f"base dir  {base_dir}: {free} free; deployed: {info.current or 'nothing'}")
+    if rvv_071(info):
+        lines.append(f"vector    RVV 0.7.1 ({info.uarch or 'T-Head'}): not RVV 1.0, so no board with V runs here; "
+                     "--board riscv64 builds without vectors")
     return "\n".join(lines)

@@ -41,9 +41,11 @@ class RunPlan:
 
     emulator: str = ""
     has_timeout: bool = False
+    emulator_args: tuple[str, ...] = ()
+    """The emulator's options (qemu-riscv64's -cpu with V for RVV code: Target.emulator_args)."""
 
     def argv(self, executable: str, args: Sequence[str]) -> list[str]:
-        return [self.emulator, executable, *args] if self.emulator else [executable, *args]
+        return [self.emulator, *self.emulator_args, executable, *args] if self.emulator else [executable, *args]
 
 
 def probe(shell: Shell, base_dir: str, emulator: str = "") -> BoardFacts:
@@ -77,10 +79,10 @@ def plan_run(artifact: Artifact, facts: BoardFacts, where: str) -> RunPlan:
         if artifact.emulator not in facts.tools:
             raise RemoteError(f"board {board.name} runs its runner through {artifact.emulator}, which is not installed "
                               f"on {where} ({facts.machine}): install qemu-user-static there")
-        return RunPlan(artifact.emulator, "timeout" in facts.tools)
+        return RunPlan(artifact.emulator, "timeout" in facts.tools, target.emulator_args(artifact.manifest.features))
     raise RemoteError(f"{where} is {facts.machine} ({userland}) but the artifact is for {target.name} "
                       f"(board {board.name}): rebuild with the board's --board (`fluidml-xc boards detect --host ...` "
-                      f"names it), or use an emulated board (qemu-aarch64, qemu-armv7) to run under qemu there")
+                      f"names it), or use an emulated board (qemu-aarch64, qemu-armv7, qemu-riscv64) to run under qemu there")
 
 
 def check_space(facts: BoardFacts, needed: int, base_dir: str, where: str) -> None:

@@ -1,8 +1,10 @@
 """Run an artifact's runner here (natively or under qemu-user): feeds in, outputs and bench JSON out."""
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -160,19 +162,42 @@ def check_feeds(manifest: Manifest, feeds: Mapping[str, np.ndarray]) -> list[np.
     return [_coerce(spec, feeds[spec.name]) for spec in manifest.inputs]
 
 
+RVV_QEMU = 8
+"""The first qemu-riscv64 that runs RVV 1.0 code: 7.2 (Debian 12's) aborts on vfcvt.rtz (decode_save_opc assertion)."""
+
+
+@functools.cache
+def _qemu_major(path: str) -> int:
+    """The major version of the qemu at PATH (`--version`'s first line), 0 when unreadable."""
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    match = re.search(r"version (\d+)\.", text)
+    return int(match.group(1)) if match else 0
+
+
 def emulator_command(manifest: Manifest) -> list[str]:
-    """The emulator prefix for the artifact's runner ([] when it runs natively here)."""
+    """The emulator prefix for the artifact's runner ([] when it runs natively here), with the options its code
+    needs (qemu-riscv64's -cpu with V for RVV code)."""
     name = manifest.emulator
     if not name:
         return []
+    target = None
     try:
-        if manifest.target and is_host_target(get_target(manifest.target)):
+        target = get_target(manifest.target) if manifest.target else None
+        if target is not None and is_host_target(target):
             return []
     except InputError:
         pass
     path = shutil.which(name)
     if path:
-        return [path]
+        args = target.emulator_args(manifest.features) if target is not None else ()
+        if args and name.startswith("qemu-riscv") and _qemu_major(path) < RVV_QEMU:
+            raise ToolchainError(f"{name} {_qemu_major(path)} cannot run RVV code (qemu 7 aborts on vector float-to-int "
+                                 f"conversions): install qemu-user {RVV_QEMU} or later (Debian 12: bookworm-backports' "
+                                 f"qemu-user, as .ci/run does), or build for qemu-riscv64 (no vectors)")
+        return [path, *args]
     if name.startswith("qemu-"):
         raise ToolchainError(f"{name} not found: install the Debian package qemu-user-static (apt-get install qemu-user-static)")
     raise ToolchainError(f"emulator {name} not found on PATH")

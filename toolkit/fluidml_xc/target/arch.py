@@ -13,16 +13,21 @@ from ..errors import InputError
 @dataclass(frozen=True)
 class Arch:
     family: str
-    """"x86", "aarch64" or "arm32": the instruction set the kernels' tiles and forms are written for."""
+    """"x86", "aarch64", "arm32" or "riscv": the instruction set the kernels' tiles and forms are written for."""
     nan_propagating_minmax: bool
     """float32 llvm.maximum / llvm.minimum are one NaN-propagating instruction (ARM's fmax/fmin, vmax/vmin);
-    x86 has none, so a compare + select is shorter."""
+    x86 has none, so a compare + select is shorter; RISC-V's fmax/fmin return the number, not the NaN (its
+    NaN-propagating fmaxm needs Zfa)."""
     explicit_fma: bool
     """LLVM never fuses a vector fmul + fadd here on its own (armv7 NEON emits vmla.f32): float32 multiply-adds
     that must round once are spelled as llvm.fma when the CPU has VFPv4."""
     half_feature: str = ""
     """The LLVM feature that gives float16 vector arithmetic at twice float32's rate (aarch64: fullfp16, ARMv8.2's
     FEAT_FP16); "" where we emit none (x86's avx512fp16 is not implemented: --precision fp16 refuses x86)."""
+    k_steps: int = 1
+    """K steps per iteration of the GEMM outer-product loop (kernels/matmul_blocked.py): 2 on RISC-V, whose cores
+    (U74, X60) issue in order and stall on an operand loaded right before its multiply-add; with two steps in
+    one block the scheduler issues the second step's loads beside the first step's multiply-adds."""
 
     @property
     def x86(self) -> bool:
@@ -36,15 +41,21 @@ class Arch:
     def arm32(self) -> bool:
         return self.family == "arm32"
 
+    @property
+    def riscv(self) -> bool:
+        return self.family == "riscv"
+
 
 X86 = Arch("x86", nan_propagating_minmax=False, explicit_fma=False)
 AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False, half_feature="fullfp16")
 ARM32 = Arch("arm32", nan_propagating_minmax=True, explicit_fma=True)
+RISCV = Arch("riscv", nan_propagating_minmax=False, explicit_fma=False, k_steps=2)
 
 ARCHES: dict[str, Arch] = {
     "x86_64": X86, "i386": X86, "i686": X86,
     "aarch64": AARCH64, "arm64": AARCH64,
     "arm": ARM32, "thumb": ARM32,
+    "riscv64": RISCV,
 }
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -29,10 +30,25 @@ class Target:
     """Vector registers the float GEMM register tile keeps accumulators in (targets/*.toml)."""
     conv_accumulators: int = 12
     """The same for the Conv and depthwise tiles (their taps are unrolled: more operands live at once)."""
+    vector_accumulators: int = 0
+    """`accumulators` when the cpu and features enable an optional vector unit (RISC-V's V); 0: the same."""
+    vector_conv_accumulators: int = 0
+    """`conv_accumulators` likewise."""
+    emulator_vector_cpu: str = ""
+    """The emulator's -cpu for code using the optional vector unit ({vlen}: the VLEN the code assumes)."""
 
     @property
     def pointer_bits(self) -> int:
         return self.elf_class
+
+    def emulator_args(self, features: str) -> tuple[str, ...]:
+        """The emulator's options for code built with `features` (a manifest's, explicit): qemu-riscv64's
+        default CPU has no V, so RVV code runs under `-cpu rv64,v=true,vlen=N` at the largest +zvlNb (128: +v)."""
+        flags = set(features.split(","))
+        if not self.emulator_vector_cpu or "+v" not in flags:
+            return ()
+        vlens = [int(m.group(1)) for f in flags if (m := re.fullmatch(r"\+zvl(\d+)b", f))]
+        return ("-cpu", self.emulator_vector_cpu.format(vlen=max([128, *vlens])))
 
 
 @dataclass(frozen=True)

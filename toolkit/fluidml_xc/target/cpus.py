@@ -4,8 +4,9 @@ whether its CPU has them.
 A CPU (an LLVM name such as x86-64-v3, haswell, cortex-a76, or native) plus a feature string (+avx512f,-fma)
 implies a set of instruction-set extensions. zig's clang tells which (its predefined macros for the same
 -mcpu); each extension we check is one `CpuFeature`: the macro that says the code may use it, where a program
-finds it at run time (cpuid + xgetbv on x86, getauxval(AT_HWCAP/AT_HWCAP2) on ARM, rendered into the C glue)
-and its name in a board's /proc/cpuinfo (deploy and `boards detect`)."""
+finds it at run time (cpuid + xgetbv on x86, getauxval(AT_HWCAP/AT_HWCAP2) on ARM and RISC-V, the vlenb CSR for
+RISC-V's vector length; rendered into the C glue) and its name in a board's /proc/cpuinfo (deploy and `boards
+detect`)."""
 from __future__ import annotations
 
 import hashlib
@@ -33,7 +34,8 @@ def cache_root() -> Path:
 class CpuFeature:
     """One instruction-set extension. x86: cpuid(leaf, subleaf) register `reg` (0 eax .. 3 edx) bit `bit`, and the
     XCR0 bits the OS must enable (`xcr0`: AVX state 0x6, AVX-512 0xe6). ARM: getauxval(AT_HWCAP) (leaf 1) or
-    AT_HWCAP2 (leaf 2) bit `bit`."""
+    AT_HWCAP2 (leaf 2) bit `bit`. RISC-V: AT_HWCAP (leaf 1) bit letter - 'a', or (leaf 3) an RVV 1.0 vector unit
+    whose VLEN (8 x the vlenb CSR, read with SIGILL caught: T-Head's RVV 0.7.1 has no vlenb) is at least `bit`."""
 
     name: str
     macro: str
@@ -45,6 +47,8 @@ class CpuFeature:
     xcr0: int = 0
     llvm: str = ""
     """LLVM's name when it differs from `name`."""
+    min_value: int = 0
+    """Needed only when clang defines `macro` to at least this value (RISC-V's __riscv_v_min_vlen); 0: when defined."""
 
     @property
     def llvm_name(self) -> str:
@@ -105,8 +109,20 @@ ARMV7_FEATURES = (  # Linux arch/arm/include/uapi/asm/hwcap.h
     CpuFeature("vfp4", "__ARM_FEATURE_FMA", "vfpv4", 1, 16),
     CpuFeature("hwdiv-arm", "__ARM_FEATURE_IDIV", "idiva", 1, 17),
 )
+RVV_LEAF = 3
+"""RISC-V's leaf for "an RVV 1.0 vector unit of VLEN >= bit" (runtime_c/cpu.c)."""
+RISCV64_FEATURES = (  # Linux arch/riscv/include/uapi/asm/hwcap.h: COMPAT_HWCAP_ISA_<letter> = 1 << (letter - 'a')
+    CpuFeature("m", "__riscv_m", "m", 1, ord("m") - ord("a")),
+    CpuFeature("a", "__riscv_a", "a", 1, ord("a") - ord("a")),
+    CpuFeature("f", "__riscv_f", "f", 1, ord("f") - ord("a")),
+    CpuFeature("d", "__riscv_d", "d", 1, ord("d") - ord("a")),
+    CpuFeature("c", "__riscv_c", "c", 1, ord("c") - ord("a")),
+    CpuFeature("v", "__riscv_v", "v", RVV_LEAF, 128),
+    CpuFeature("zvl256b", "__riscv_v_min_vlen", "", RVV_LEAF, 256, min_value=256),
+    CpuFeature("zvl512b", "__riscv_v_min_vlen", "", RVV_LEAF, 512, min_value=512),
+)
 FEATURES: dict[str, tuple[CpuFeature, ...]] = {"x86_64": X86_FEATURES, "aarch64": AARCH64_FEATURES,
-                                               "armv7": ARMV7_FEATURES}
+                                               "armv7": ARMV7_FEATURES, "riscv64": RISCV64_FEATURES}
 """Per target (targets/*.toml `name`): the extensions the runtime check and deploy know."""
 
 REFUSAL_HINTS = {
@@ -114,6 +130,8 @@ REFUSAL_HINTS = {
               "(`fluidml-xc boards detect --host BOARD`)",
     "aarch64": "rebuild for this board (`fluidml-xc boards detect --host BOARD` names its board file) or with a lower --cpu",
     "armv7": "rebuild for this board (`fluidml-xc boards detect --host BOARD` names its board file) or with a lower --cpu",
+    "riscv64": "v is an RVV 1.0 vector unit (T-Head's RVV 0.7.1 is not one), zvlNb a VLEN of at least N bits: rebuild "
+               "for this board (`fluidml-xc boards detect --host BOARD`) or with --board riscv64 (no vectors, any RV64GC)",
 }
 """What the runner and fxc_strerror(FXC_ERR_CPU) tell the user, per target."""
 
@@ -204,10 +222,36 @@ def compiler_macros(zig_target: str, cpu: str, features: str = "") -> frozenset[
     return macros
 
 
+@cache
+def macro_values(zig_target: str, cpu: str, features: str = "") -> dict[str, int]:
+    """The integer values of the macros clang predefines for cpu + features (__riscv_v_min_vlen: 256)."""
+    status, text = _zig_macros(zig_target, "native" if cpu == "native" else zig_cpu(cpu, features))
+    if status != 0:
+        compiler_macros(zig_target, cpu, features)  # raises the InputError naming the bad cpu or feature
+        raise ToolchainError(f"zig cc cannot tell what CPU {cpu!r} implies")
+    values = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "#define" and parts[2].isdigit():
+            values[parts[1]] = int(parts[2])
+    return values
+
+
 def required_features(target_name: str, zig_target: str, cpu: str, features: str = "") -> tuple[CpuFeature, ...]:
     """The extensions (of FEATURES[target_name]) that code built for cpu + features may use."""
     macros = compiler_macros(zig_target, cpu, features)
-    return tuple(f for f in FEATURES.get(target_name, ()) if f.macro in macros)
+    found = [f for f in FEATURES.get(target_name, ()) if f.macro in macros]
+    if any(f.min_value for f in found):
+        values = macro_values(zig_target, cpu, features)
+        found = [f for f in found if values.get(f.macro, 0) >= f.min_value]
+    return tuple(found)
+
+
+def vector_length(zig_target: str, cpu: str, features: str = "") -> int:
+    """RISC-V: the minimum VLEN in bits code for cpu + features may assume (0 without V; V alone means 128)."""
+    if "__riscv_v" not in compiler_macros(zig_target, cpu, features):
+        return 0
+    return macro_values(zig_target, cpu, features).get("__riscv_v_min_vlen", 128)
 
 
 def explicit_features(target_name: str, zig_target: str, cpu: str, features: str = "") -> str:
@@ -219,12 +263,25 @@ def explicit_features(target_name: str, zig_target: str, cpu: str, features: str
     return ",".join(given + implied)
 
 
+def isa_extensions(isa: str) -> frozenset[str]:
+    """A RISC-V `isa` line's extensions: rv64imafdcv_zicsr_zba -> i m a f d c v zicsr zba (single letters up to
+    the first multi-letter name, which start with z, s or x; older kernels glue them on: rv64imafdcxtheadc)."""
+    first, *rest = isa.strip().lower().split("_")
+    base = first[4:] if first.startswith(("rv64", "rv32")) else ""
+    cut = min([i for i, ch in enumerate(base) if ch in "zsx"] + [len(base)])
+    named = ([base[cut:]] if base[cut:] else []) + rest
+    return frozenset(list(base[:cut]) + [name for name in named if name])
+
+
 def cpuinfo_flags(cpuinfo: str) -> frozenset[str]:
-    """The flags of a /proc/cpuinfo text: `flags` on x86, `Features` on ARM (the first processor's)."""
+    """The flags of a /proc/cpuinfo text: `flags` on x86, `Features` on ARM, the `isa` line's extensions on
+    RISC-V (the first processor's)."""
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip().lower() in ("flags", "features"):
             return frozenset(value.split())
+        if sep and key.strip().lower() == "isa":
+            return isa_extensions(value)
     return frozenset()
 
 
@@ -233,4 +290,4 @@ def missing_on(required: tuple[CpuFeature, ...], flags: frozenset[str], target_n
     kernel sees the 64-bit names (asimd ...): ARMv8 has every armv7 extension we check."""
     if not flags or (target_name == "armv7" and "asimd" in flags):
         return []
-    return [f for f in required if f.cpuinfo not in flags]
+    return [f for f in required if f.cpuinfo and f.cpuinfo not in flags]

@@ -12,7 +12,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from .boards import Board
-from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features
+from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features, vector_length
 from .host import host_can_run
 from ..errors import InputError, ToolchainError
 
@@ -45,8 +45,11 @@ def initialize_llvm() -> None:
 
 
 def _vector_bits(board: Board, cpu: str, features: str) -> int:
-    """The widest vector registers the code may use: x86 from what cpu + features imply, else the target's."""
+    """The widest vector registers the code may use: x86 from what cpu + features imply, RISC-V the minimum VLEN
+    when they enable V, else the target's."""
     target = board.target
+    if target.vector_accumulators and cpu != "native":
+        return vector_length(target.zig_target, cpu, features) or target.vector_bits
     if target.name != "x86_64":
         return target.vector_bits
     if cpu == "native":
@@ -54,6 +57,13 @@ def _vector_bits(board: Board, cpu: str, features: str) -> int:
         return 512 if "+avx512f" in flags else 256 if flags & {"+avx2", "+avx"} else 128
     macros = compiler_macros(target.zig_target, cpu, features)
     return 512 if "__AVX512F__" in macros else 256 if "__AVX__" in macros else 128
+
+
+def _has_vector_unit(target, cpu: str, features: str) -> bool:
+    """The cpu + features enable the target's optional vector unit (RISC-V's V)."""
+    if cpu == "native":
+        return "+v" in features.split(",")
+    return vector_length(target.zig_target, cpu, features) > 0
 
 
 def _here_level(board: Board) -> str:
@@ -84,8 +94,10 @@ def machine_spec(board: Board, cpu: str | None = None, features: str | None = No
     else:
         vector_bits = _vector_bits(board, cpu, features)
         features = explicit_features(target.name, target.zig_target, cpu, features)
+    vector_unit = bool(target.vector_accumulators) and _has_vector_unit(target, cpu, features)
     spec = MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment,
-                       target.accumulators, target.conv_accumulators)
+                       target.vector_accumulators if vector_unit else target.accumulators,
+                       target.vector_conv_accumulators if vector_unit else target.conv_accumulators)
     check_accepted(spec)
     return spec
 

@@ -1,0 +1,280 @@
+"""RISC-V boards (#30): the riscv64 target's machine specs (RV64GC scalar tiles, RVV 1.0 at the VLEN the
+features give), lp64d objects, the example models against ONNX Runtime under qemu-riscv64 with and without V,
+threads bit-identical at 1, 4 and 8, int8, the runner's and the C library's refusal of a smaller VLEN (and of no
+V), and `boards detect` on the isa / uarch lines of a VisionFive 2, a BPI-F3 and a T-Head (RVV 0.7.1) board."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from fluidml_xc.examples import EXAMPLES, example_feeds
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import machine_spec
+from modelrun import build, require_program, run
+from test_cpu_targets import APP, cnn_model
+from test_threads import int8_graph
+
+BOARDS = ("qemu-riscv64", "qemu-riscv64-rvv")
+EM_RISCV, EF_RISCV_FLOAT_ABI = 243, 0x6
+EF_RISCV_FLOAT_ABI_DOUBLE = 0x4
+
+
+def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
+    import onnxruntime as ort_
+
+    session = ort_.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def test_board_specs_vector_length_and_tiles():
+    """bpi-f3 (alias milkv-jupiter) and qemu-riscv64-rvv: RVV at VLEN 256, 8-float vectors and the vector
+    register budget; visionfive2 and qemu-riscv64: scalar RV64GC with the FP-register budget; qemu's -cpu follows."""
+    assert get_board("milkv-jupiter").name == "bpi-f3" and get_board("vf2").name == "visionfive2"
+    for name in ("bpi-f3", "qemu-riscv64-rvv"):
+        board = get_board(name)
+        spec = machine_spec(board)
+        assert spec.triple == "riscv64-unknown-linux-gnu" and spec.vector_bits == 256
+        assert {"+v", "+zvl256b", "+d"} <= set(spec.features.split(","))
+        assert (spec.accumulators, spec.conv_accumulators) == (24, 16)
+        assert board.target.emulator_args(spec.features) == ("-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0")
+    for name in ("visionfive2", "qemu-riscv64", "riscv64"):
+        board = get_board(name)
+        spec = machine_spec(board)
+        assert spec.vector_bits == 128 and "+v" not in spec.features.split(",")
+        assert (spec.accumulators, spec.conv_accumulators) == (4, 4)
+        assert board.target.emulator_args(spec.features) == ()
+    assert machine_spec(get_board("visionfive2")).cpu == "sifive-u74"
+    assert machine_spec(get_board("bpi-f3")).cpu == "spacemit-x60"
+
+
+def _probe(isa: str, uarch: str, model: str = "", mvendorid: str = "") -> str:
+    cpu = "".join(f"processor\t: {i}\nhart\t\t: {i}\nisa\t\t: {isa}\nmmu\t\t: sv39\nuarch\t\t: {uarch}\n"
+                  + (f"mvendorid\t: {mvendorid}\n" if mvendorid else "") + "\n" for i in range(4))
+    return (f"@uname\nLinux 6.6.20 riscv64\n@long_bit\n64\n@model\n{model}\n@tegra\n@meminfo\n"
+            f"MemTotal:        3959048 kB\n@cpuinfo\n{cpu}")
+
+
+def test_detect_reads_isa_and_uarch_and_refuses_rvv_071():
+    from fluidml_xc.remote.detect import describe, match_boards, parse_probe
+    from fluidml_xc.target.cpus import isa_extensions
+
+    assert isa_extensions("rv64imafdcv_zicbom_zicsr_zba_zvl256b") >= {"i", "m", "a", "f", "d", "c", "v", "zicsr", "zba"}
+    assert isa_extensions("rv64imafdcsu") == frozenset("imafdc") | {"su"}
+    vf2 = parse_probe(_probe("rv64imafdc_zicntr_zicsr_zifencei_zihpm_zba_zbb", "sifive,u74-mc",
+                             "StarFive VisionFive 2 v1.3B"))
+    assert [b.name for b in match_boards(vf2)] == ["visionfive2", "riscv64"] and vf2.cpu == "sifive,u74-mc"
+    k1 = parse_probe(_probe("rv64imafdcv_zicbom_zicboz_zicntr_zicond_zicsr_zifencei_zihintpause_zihpm_zfh_zfhmin_zca_"
+                            "zcd_zba_zbb_zbc_zbs_zkt_zve32f_zve32x_zve64d_zve64f_zve64i_zvfh_zvfhmin", "spacemit,x60"))
+    assert [b.name for b in match_boards(k1)] == ["bpi-f3", "riscv64"]
+    no_v = parse_probe(_probe("rv64imafdc_zicsr", "spacemit,x60"))
+    assert [b.name for b in match_boards(no_v)] == ["riscv64"]
+    assert "not       bpi-f3 (spacemit-x60): this CPU lacks v" in describe("k1", no_v, match_boards(no_v))
+    # a Lichee Pi 4A's vendor kernel shows `v` for its RVV 0.7.1 unit: never RVV 1.0 code, the no-vector build
+    thead = parse_probe(_probe("rv64imafdcvsu", "thead,c910", "T-HEAD Light Lichee Pi 4A", "0x5b7"))
+    text = describe("lpi4a", thead, match_boards(thead))
+    assert [b.name for b in match_boards(thead)] == ["riscv64"]
+    assert "board     riscv64 (boards/riscv64.toml)" in text
+    assert "vector    RVV 0.7.1 (thead,c910): not RVV 1.0" in text
+
+
+def test_objects_are_lp64d_and_rvv_uses_vectors(tmp_path):
+    """model.o's ELF header: RISC-V, double-float ABI (what zig's musl links against); the RVV build's code
+    holds vector instructions (vsetvli), the scalar build's none."""
+    texts = {}
+    for board in BOARDS:
+        artifact = build(cnn_model(), tmp_path / board, board, profile_runner=False)
+        data = (artifact / "model.o").read_bytes()
+        machine = int.from_bytes(data[18:20], "little")
+        flags = int.from_bytes(data[48:52], "little")
+        assert machine == EM_RISCV and flags & EF_RISCV_FLOAT_ABI == EF_RISCV_FLOAT_ABI_DOUBLE, (board, hex(flags))
+        dump = subprocess.run([require_program("llvm-objdump", "llvm"), "-d", "--mattr=+v", str(artifact / "model.o")],
+                              capture_output=True, text=True, check=True).stdout
+        texts[board] = dump
+    assert "vsetvli" in texts["qemu-riscv64-rvv"] or "vsetivli" in texts["qemu-riscv64-rvv"]
+    assert "vsetvli" not in texts["qemu-riscv64"] and "vsetivli" not in texts["qemu-riscv64"]
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("name", ["tiny_mlp", "tiny_cnn", "tiny_transformer"])
+def test_examples_match_onnxruntime(name, board, tmp_path):
+    model = EXAMPLES[name]()
+    feeds = example_feeds(model)
+    got = run(build(model, tmp_path, board, profile_runner=False), feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {out} on {board}")
+
+
+def _run_threads(artifact: Path, feeds: dict, tmp: Path, threads: int, prefix: list[str]) -> list[np.ndarray]:
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    args = []
+    for k, spec in enumerate(manifest["inputs"]):
+        np.save(tmp / f"in{k}.npy", feeds[spec["name"]])
+        args += ["-i", str(tmp / f"in{k}.npy")]
+    outs = [tmp / f"out{k}-{threads}.npy" for k in range(len(manifest["outputs"]))]
+    for path in outs:
+        args += ["-o", str(path)]
+    subprocess.run([*prefix, str(artifact / "runner"), *args, "--threads", str(threads)], check=True, timeout=600,
+                   capture_output=True)
+    return [np.load(p) for p in outs]
+
+
+def _prefix(board: str) -> list[str]:
+    from modelrun import require_emulator
+    return require_emulator(board)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("graph", ["cnn", "int8"])
+def test_threads_bit_identical_at_1_4_8(graph, board, tmp_path):
+    """A float CNN (Conv, MatMul) and an int8 graph (QLinearConv 3x3 + 1x1, QLinearMatMul, MatMulInteger: the
+    generic widened k-pair block) built for 8 threads: 1, 4 and 8 threads give the same bytes, which match
+    ONNX Runtime."""
+    if graph == "cnn":
+        model = cnn_model()
+        feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    else:
+        model, feeds = int8_graph()
+    artifact = build(model, tmp_path, board, threads=8, profile_runner=False)
+    assert json.loads((artifact / "manifest.json").read_text())["threads"] == 8
+    results = {t: _run_threads(artifact, feeds, tmp_path, t, _prefix(board)) for t in (1, 4, 8)}
+    for t in (4, 8):
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(results[1], results[t])), f"{t} threads differ from 1"
+    for (out, want), got in zip(ort(model, feeds).items(), results[1]):
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=out)
+        else:
+            assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1, out
+
+
+@pytest.mark.qemu
+def test_vlen256_runner_refuses_vlen128_in_one_line_and_scalar_build_runs_anywhere(tmp_path):
+    """Code built for VLEN 256 is wrong on a VLEN-128 core: its runner refuses one (exit 4, one line) and a core
+    without V; the RV64GC build runs on all three with the same outputs."""
+    qemu = require_program("qemu-riscv64-static")
+    cpus = {"vlen256": "rv64,v=true,vlen=256,vext_spec=v1.0", "vlen128": "rv64,v=true,vlen=128,vext_spec=v1.0",
+            "no-v": "rv64"}
+    x = np.random.default_rng(2).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    rvv = build(cnn_model(), tmp_path / "rvv", "qemu-riscv64-rvv", profile_runner=False)
+    scalar = build(cnn_model(), tmp_path / "scalar", "qemu-riscv64", profile_runner=False)
+
+    def runner(artifact: Path, cpu: str) -> tuple[subprocess.CompletedProcess, np.ndarray | None]:
+        out = tmp_path / f"y-{artifact.parent.name}-{cpu}.npy"
+        proc = subprocess.run([qemu, "-cpu", cpus[cpu], str(artifact / "runner"), "-i", str(tmp_path / "x.npy"),
+                               "-o", str(out)], capture_output=True, text=True, timeout=300)
+        return proc, (np.load(out) if proc.returncode == 0 else None)
+
+    proc, want = runner(rvv, "vlen256")
+    assert proc.returncode == 0, proc.stderr
+    for cpu, lacking in (("vlen128", "zvl256b (1 extension"), ("no-v", "v, zvl256b (2 extensions")):
+        proc, _ = runner(rvv, cpu)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 4 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith(f"runner: error: this CPU lacks {lacking}") and "VLEN" in lines[0], lines[0]
+    for cpu in cpus:
+        proc, got = runner(scalar, cpu)
+        assert proc.returncode == 0, (cpu, proc.stderr)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.qemu
+def test_c_library_init_returns_err_cpu_on_a_smaller_vlen(tmp_path):
+    from fluidml_xc.emit.link import compile_c_program
+
+    qemu = require_program("qemu-riscv64-static")
+    artifact = build(cnn_model(), tmp_path, "qemu-riscv64-rvv", profile_runner=False)
+    (tmp_path / "app.c").write_text(APP)
+    exe = compile_c_program(get_board("qemu-riscv64-rvv").target, "", [tmp_path / "app.c"], [artifact],
+                            [artifact / "libmodel.a"], tmp_path / "app")
+    small = subprocess.run([qemu, "-cpu", "rv64,v=true,vlen=128,vext_spec=v1.0", str(exe)], capture_output=True,
+                           text=True, timeout=60).stdout
+    assert small.startswith("-5 this CPU lacks zvl256b") and "VLEN" in small, small
+    fits = subprocess.run([qemu, "-cpu", "rv64,v=true,vlen=256,vext_spec=v1.0", str(exe)], capture_output=True,
+                          text=True, timeout=60).stdout
+    assert fits.startswith("0 -"), fits
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from sshd import start_server
+
+    srv = start_server(tmp_path_factory.mktemp("sshd"))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.ssh
+@pytest.mark.qemu
+def test_deploy_profile_verify_over_ssh_to_the_rvv_pseudo_board(server, tmp_path):
+    """sshd on 127.0.0.1 as a board whose runners run through qemu-riscv64-static with V at VLEN 256 (the
+    emulator's -cpu goes with the run plan); the profile says its emulated time is not the board's."""
+    from modelrun import cli, matmul_relu_model
+    from sshd import ssh_args
+
+    (tmp_path / "ssh_config").write_text("")
+    artifact = build(matmul_relu_model(3), tmp_path / "build", "qemu-riscv64-rvv")
+    common = ssh_args(server, tmp_path / "ssh_config") + ["--base-dir", str(tmp_path / "board")]
+    proc = cli("deploy", str(artifact), *common)
+    assert proc.returncode == 0 and "qemu-riscv64-static" in proc.stdout, proc.stderr
+    report_path = tmp_path / "profile.json"
+    proc = cli("profile", str(artifact), *common, "--runs", "5", "--warmup", "1", "--json-out", str(report_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "MatMul" in proc.stdout and "emulated timing is not the board's" in proc.stdout, proc.stdout
+    report = json.loads(report_path.read_text())
+    assert report["emulated"] and report["emulator"].startswith("qemu-riscv64-static")
+    proc = cli("verify", str(artifact), *common)
+    assert proc.returncode == 0 and " ok" in proc.stdout, proc.stderr
+
+
+def test_run_plan_passes_the_vector_cpu_to_qemu(tmp_path):
+    from fluidml_xc.remote.artifact import load_artifact
+    from fluidml_xc.remote.fit import BoardFacts, plan_run
+
+    artifact = load_artifact(build(cnn_model(), tmp_path, "qemu-riscv64-rvv", profile_runner=False))
+    plan = plan_run(artifact, BoardFacts("x86_64", 64, None, frozenset({"qemu-riscv64-static"})), "b")
+    assert plan.argv("/x/runner", ["--bench", "1"]) == [
+        "qemu-riscv64-static", "-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0", "/x/runner", "--bench", "1"]
+
+
+@pytest.mark.qemu
+def test_named_rvv_build_runs_and_its_library_links(tmp_path):
+    """A --name build for the RVV board: libdet.a beside libfxc_runtime.a, its runner under qemu with V matches
+    ONNX Runtime, and a C program linking the library sees the refusal of a VLEN-128 CPU through det_init."""
+    from fluidml_xc.emit.link import compile_c_program
+
+    x = {"x": np.random.default_rng(4).standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    artifact = build(cnn_model(), tmp_path, "qemu-riscv64-rvv", name="det", profile_runner=False)
+    assert (artifact / "libdet.a").is_file() and (artifact / "libfxc_runtime.a").is_file()
+    got = run(artifact, x)
+    np.testing.assert_allclose(got["y"], ort(cnn_model(), x)["y"], rtol=1e-4, atol=1e-5)
+    (tmp_path / "app.c").write_text(APP.replace('"model.h"', '"det.h"').replace("FXC_ARENA", "DET_ARENA")
+                                    .replace("fxc_init", "det_init").replace("FXC_ERR_CPU", "DET_ERR_CPU")
+                                    .replace("fxc_strerror", "det_strerror"))
+    exe = compile_c_program(get_board("qemu-riscv64-rvv").target, "", [tmp_path / "app.c"], [artifact],
+                            [artifact / "libdet.a", artifact / "libfxc_runtime.a"], tmp_path / "app")
+    out = subprocess.run([require_program("qemu-riscv64-static"), "-cpu", "rv64,v=true,vlen=128,vext_spec=v1.0",
+                          str(exe)], capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith("-5 this CPU lacks zvl256b"), out
+
+
+def test_rvv_refuses_a_qemu_that_cannot_run_it(monkeypatch):
+    """Debian 12's qemu-riscv64 7.2 aborts on vfcvt.rtz: RVV artifacts refuse it in one line; RV64GC ones run."""
+    from fluidml_xc.artifact import Manifest
+    from fluidml_xc.errors import ToolchainError
+    from fluidml_xc.run import execute
+
+    monkeypatch.setattr(execute, "_qemu_major", lambda path: 7)
+    monkeypatch.setattr(execute.shutil, "which", lambda name: f"/usr/bin/{name}")
+    rvv = Manifest(target="riscv64", emulator="qemu-riscv64-static", features="+m,+a,+f,+d,+c,+v,+zvl256b",
+                   inputs=(), outputs=())
+    with pytest.raises(ToolchainError, match=r"qemu-riscv64-static 7 cannot run RVV code.*qemu-user 8 or later"):
+        execute.emulator_command(rvv)
+    scalar = Manifest(target="riscv64", emulator="qemu-riscv64-static", features="+m,+a,+f,+d,+c", inputs=(), outputs=())
+    assert execute.emulator_command(scalar) == ["/usr/bin/qemu-riscv64-static"]

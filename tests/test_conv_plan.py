@@ -72,6 +72,6 @@ def test_an_unknown_architecture_is_refused_not_given_another_familys_forms():
     s = conv_shape(((1, 8, 10, 10), (800, 100, 10, 1)), ((1, 8, 10, 10), (800, 100, 10, 1)),
                    ((8, 1, 3, 3), (9, 9, 3, 1)), None, [1, 1], [1, 1], [1, 1], 8)
     with pytest.raises(InputError, match="target/arch.py"):
-        plan_conv(s, TargetForms("riscv64-unknown-linux-gnu"), dtype="float32", V=4, w_const=True, finite=True)
+        plan_conv(s, TargetForms("powerpc64le-unknown-linux-gnu"), dtype="float32", V=4, w_const=True, finite=True)
     aarch64 = plan_conv(s, TargetForms("aarch64-unknown-linux-gnu"), dtype="float32", V=4, w_const=True, finite=True)
     assert aarch64.blocking.row_pairs and aarch64.blocking.edges

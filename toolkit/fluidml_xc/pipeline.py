@@ -78,7 +78,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
     if ranges is not None:
         check_max_dims(bound, ranges.max_dims)
 
-    def at(sizes: dict[str, tuple[int, ...]], notify: Callable[[], None] | None = None) -> Graph:
+    def at(sizes: dict[str, tuple[int, ...]], notify: Callable[[], None] | None = None, whole_image: bool = True) -> Graph:
         options = FrontendOptions(input_shapes=dict(sizes), structures=dict(structures or {}),
                                   max_dims=dict(ranges.max_dims) if ranges is not None else {},
                                   **({"limits": limits} if limits else {}))
@@ -89,7 +89,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
         run_passes(graph)
         for body in bodies(graph):
             run_passes(body)
-        mark_winograd(graph, conv_algo, limits.max_bytes if limits else None)
+        mark_winograd(graph, conv_algo, limits.max_bytes if limits else None, whole_image)
         return graph
     if not ranges:
         return at(shapes, on_imported)
@@ -97,7 +97,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
     if not resolved.dynamic:
         return at(resolved.at({}), on_imported)
     calls = iter([on_imported])
-    return import_ranges(bound, resolved, lambda sizes: at(sizes, next(calls, None)))
+    return import_ranges(bound, resolved, lambda sizes: at(sizes, next(calls, None), whole_image=False))
 
 
 def check_precision(precision: str, specs, board_name: str, cpu: str | None = None, features: str | None = None) -> None:

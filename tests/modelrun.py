@@ -151,7 +151,9 @@ def build(model: onnx.ModelProto | Path, workdir: Path, board: str = "x86_64", *
     return build_model(path, BuildOptions(board=board, out_dir=out, record_last=False, **options)).artifact
 
 
-def run(artifact: Path, feeds: dict[str, np.ndarray], timeout: float = 600) -> dict[str, np.ndarray]:
+def run(artifact: Path, feeds: dict[str, np.ndarray], timeout: float = 600, threads: int | None = None) -> dict[str, np.ndarray]:
+    """The artifact's runner on `feeds` (under its emulator, with the CPU options its features need), outputs by
+    name; `threads`: the runner's --threads."""
     manifest = json.loads((Path(artifact) / "manifest.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         args = []
@@ -165,6 +167,7 @@ def run(artifact: Path, feeds: dict[str, np.ndarray], timeout: float = 600) -> d
             args += ["-o", outs[-1]]
         emulator = [require_program(manifest["emulator"]),
                     *get_target(manifest["target"]).emulator_args(manifest["features"])] if manifest["emulator"] else []
+        args += ["--threads", str(threads)] if threads is not None else []
         subprocess.run(emulator + [str(Path(artifact) / "runner"), *args], check=True, timeout=timeout, capture_output=True)
         return {spec["name"]: np.load(path) for spec, path in zip(manifest["outputs"], outs)}
 

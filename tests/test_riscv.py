@@ -110,25 +110,6 @@ def test_examples_match_onnxruntime(name, board, tmp_path):
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {out} on {board}")
 
 
-def _run_threads(artifact: Path, feeds: dict, tmp: Path, threads: int, prefix: list[str]) -> list[np.ndarray]:
-    manifest = json.loads((artifact / "manifest.json").read_text())
-    args = []
-    for k, spec in enumerate(manifest["inputs"]):
-        np.save(tmp / f"in{k}.npy", feeds[spec["name"]])
-        args += ["-i", str(tmp / f"in{k}.npy")]
-    outs = [tmp / f"out{k}-{threads}.npy" for k in range(len(manifest["outputs"]))]
-    for path in outs:
-        args += ["-o", str(path)]
-    subprocess.run([*prefix, str(artifact / "runner"), *args, "--threads", str(threads)], check=True, timeout=600,
-                   capture_output=True)
-    return [np.load(p) for p in outs]
-
-
-def _prefix(board: str) -> list[str]:
-    from modelrun import require_emulator
-    return require_emulator(board)
-
-
 @pytest.mark.qemu
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("graph", ["cnn", "int8"])
@@ -143,7 +124,7 @@ def test_threads_bit_identical_at_1_4_8(graph, board, tmp_path):
         model, feeds = int8_graph()
     artifact = build(model, tmp_path, board, threads=8, profile_runner=False)
     assert json.loads((artifact / "manifest.json").read_text())["threads"] == 8
-    results = {t: _run_threads(artifact, feeds, tmp_path, t, _prefix(board)) for t in (1, 4, 8)}
+    results = {t: list(run(artifact, feeds, threads=t).values()) for t in (1, 4, 8)}
     for t in (4, 8):
         assert all(a.tobytes() == b.tobytes() for a, b in zip(results[1], results[t])), f"{t} threads differ from 1"
     for (out, want), got in zip(ort(model, feeds).items(), results[1]):

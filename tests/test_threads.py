@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from modelrun import build, graph_model, lrn_numpy, reference, require_emulator
+from modelrun import build, graph_model, lrn_numpy, reference, require_emulator, run
 
 C_DIR = Path(__file__).resolve().parent / "c"
 BOARDS = ["x86_64", "qemu-aarch64", "qemu-armv7"]
@@ -155,21 +155,6 @@ HEAVY = {"cnn": {"Conv", "MaxPool", "FusedElementwise"}, "transformer": {"MatMul
 REFERENCES = {"lrn": lrn_reference}
 
 
-def _run(artifact: Path, feeds: dict, tmp: Path, threads: int) -> list[np.ndarray]:
-    manifest = json.loads((artifact / "manifest.json").read_text())
-    args = []
-    for k, spec in enumerate(manifest["inputs"]):
-        np.save(tmp / f"in{k}.npy", feeds[spec["name"]])
-        args += ["-i", str(tmp / f"in{k}.npy")]
-    outs = [tmp / f"out{k}-{threads}.npy" for k in range(len(manifest["outputs"]))]
-    for path in outs:
-        args += ["-o", str(path)]
-    emulator = [manifest["emulator"]] if manifest["emulator"] else []
-    subprocess.run(emulator + [str(artifact / "runner"), *args, "--threads", str(threads)], check=True, timeout=600,
-                   capture_output=True)
-    return [np.load(p) for p in outs]
-
-
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bit_identical_across_threads(name, board, tmp_path):
@@ -184,7 +169,7 @@ def test_bit_identical_across_threads(name, board, tmp_path):
     assert heavy <= split, f"heavy ops not split over threads: {heavy - split} (split: {split}, {types})"
     if name == "unshared":
         assert all(int(np.prod(tiles)) <= 24 for tiles in manifest["parallel_ops"].values()), manifest["parallel_ops"]
-    results = {t: _run(artifact, feeds, tmp_path, t) for t in (1, 2, 3, 4)}
+    results = {t: list(run(artifact, feeds, threads=t).values()) for t in (1, 2, 3, 4)}
     for t in (2, 3, 4):
         for one, other in zip(results[1], results[t]):
             assert one.dtype == other.dtype and one.shape == other.shape
@@ -226,7 +211,7 @@ def test_c_api_threads(program, board, tmp_path):
     require_emulator(board)
     model, feeds = MODELS["transformer"]()
     artifact = build(model, tmp_path, board, threads=4, profile_runner=False)
-    expected = _run(artifact, feeds, tmp_path, 4)
+    expected = list(run(artifact, feeds, threads=4).values())
     target = get_board(board).target
     manifest = json.loads((artifact / "manifest.json").read_text())
     exe = compile_c_program(target, manifest["cpu"], [C_DIR / f"{program}.c"], [artifact, C_DIR],
@@ -291,7 +276,7 @@ def test_cost_model_knows_threads(tmp_path):
         manifest = json.loads((artifact / "manifest.json").read_text())
         assert manifest["optimizer"]["threads"] == t and ("yt" in manifest["optimizer"]["non_row_major"]) == (t == 1)
         assert int(np.prod(manifest["parallel_ops"].get(mm.name, [1]))) == (tiles[t] if t > 1 else 1)
-        outs = [_run(artifact, feeds, artifact.parent, n)[0] for n in range(1, t + 1)]
+        outs = [list(run(artifact, feeds, threads=n).values())[0] for n in range(1, t + 1)]
         assert all(o.tobytes() == outs[0].tobytes() for o in outs)
         np.testing.assert_allclose(outs[0], feeds["x"] @ feeds["y"].T, rtol=1e-4, atol=1e-4)
 

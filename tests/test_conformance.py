@@ -92,15 +92,6 @@ def _cross_params():
             yield pytest.param(target, *param.values, marks=param.marks, id=f"{target}-{param.id}")
 
 
-@pytest.mark.qemu
-@pytest.mark.parametrize(("target", "name"), list(_cross_params()))
-def test_node_cross(target, name, cross_workers):
-    board = CROSS_BOARDS[target]
-    require_emulator(board)
-    worker = cross_workers.setdefault(target, pool.CaseWorker(board))
-    _check(worker.run(name, CROSS_TIMEOUT))
-
-
 def _riscv_params():
     for target in sorted(RISCV_BOARDS):
         for param in _params(CROSS, "riscv64"):
@@ -110,9 +101,9 @@ def _riscv_params():
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize(("target", "name"), list(_riscv_params()))
-def test_node_riscv(target, name, cross_workers):
-    board = RISCV_BOARDS[target]
+@pytest.mark.parametrize(("target", "name"), [*_cross_params(), *_riscv_params()])
+def test_node_cross(target, name, cross_workers):
+    board = {**CROSS_BOARDS, **RISCV_BOARDS}[target]
     require_emulator(board)
     worker = cross_workers.setdefault(target, pool.CaseWorker(board))
     _check(worker.run(name, CROSS_TIMEOUT))

@@ -214,6 +214,41 @@ def test_deploy_profile_verify_over_ssh_to_the_rvv_pseudo_board(server, tmp_path
     assert proc.returncode == 0 and " ok" in proc.stdout, proc.stderr
 
 
+class _CannedBoard:
+    """A board whose /proc/cpuinfo is a file of the test's: deploy's own shell snippet runs on it here."""
+
+    label = "lpi4a"
+
+    def __init__(self, cpuinfo: Path):
+        self.cpuinfo = cpuinfo
+
+    def run(self, argv, timeout=None, stdin=None):
+        from fluidml_xc.remote.shell import LocalShell
+
+        return LocalShell().run([a.replace("/proc/cpuinfo", str(self.cpuinfo)) for a in argv], timeout, stdin)
+
+
+@pytest.mark.parametrize("uarch, mvendorid, isa", [("thead,c910", "0x5b7", "rv64imafdcv"),
+                                                   ("", "0x5b7", "rv64imafdcv"),
+                                                   ("", "", "rv64imafdc_xtheadvector")])
+def test_deploy_refuses_rvv_code_on_a_t_head_core_before_uploading(tmp_path, uarch, mvendorid, isa):
+    """A T-Head core's kernel may show `v`: its RVV 0.7.1 is refused for RVV 1.0 code (bpi-f3) in one line, by
+    its uarch, its mvendorid or an xthead vector extension; the same core takes a build without V."""
+    from fluidml_xc.errors import RemoteError
+    from fluidml_xc.remote.artifact import load_artifact
+    from fluidml_xc.remote.deploy import check_cpu
+
+    lines = f"processor\t: 0\nisa\t\t: {isa}\n" + (f"uarch\t\t: {uarch}\n" if uarch else "") + (
+        f"mvendorid\t: {mvendorid}\n" if mvendorid else "")
+    (tmp_path / "cpuinfo").write_text(lines * 2)
+    board = _CannedBoard(tmp_path / "cpuinfo")
+    rvv = load_artifact(build(cnn_model(), tmp_path / "rvv", "bpi-f3", profile_runner=False))
+    with pytest.raises(RemoteError, match=r"^lpi4a is a T-Head core \(.+\) whose vector unit is RVV 0\.7\.1.*"
+                                          r"nothing uploaded: rebuild with --board riscv64"):
+        check_cpu(board, rvv)
+    check_cpu(board, load_artifact(build(cnn_model(), tmp_path / "gc", "riscv64", profile_runner=False)))
+
+
 def test_run_plan_passes_the_vector_cpu_to_qemu(tmp_path):
     from fluidml_xc.remote.artifact import load_artifact
     from fluidml_xc.remote.fit import BoardFacts, plan_run

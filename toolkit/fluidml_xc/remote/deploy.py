@@ -10,8 +10,9 @@ from typing import Callable
 import paramiko
 
 from ..errors import RemoteError
-from ..target.cpus import FEATURES, cpuinfo_flags, missing_on
+from ..target.cpus import FEATURES, RVV_LEAF, cpuinfo_flags, missing_on
 from .artifact import Artifact
+from .detect import is_rvv_071
 from .fit import BoardFacts, RunPlan, check_space, plan_run, probe
 from .progress import human_bytes
 from .shell import ascii_int, sh
@@ -50,7 +51,10 @@ cd -- "$1" || exit 3
 ln -s -- "$2" "$3" && mv -T -- "$3" current
 '''
 
-_CPU_FLAGS = r'''grep -m 1 -i -E '^(flags|features|isa)[[:space:]]*:' /proc/cpuinfo 2>/dev/null; exit 0'''
+_CPU_LINES = r'''for key in 'flags|features|isa' uarch mvendorid; do
+  grep -m 1 -i -E "^($key)[[:space:]]*:" /proc/cpuinfo 2>/dev/null
+done; exit 0'''
+"""The first processor's extension line, and on RISC-V its uarch and mvendorid (a T-Head core's RVV 0.7.1)."""
 
 _FREE = r'''df -Pk -- "$1" 2>/dev/null | { read -r header; read -r fs blocks used avail rest; echo "$avail"; }'''
 
@@ -142,12 +146,28 @@ def check_cpu(conn: Connection, artifact: Artifact) -> None:
     needs = artifact_needs(artifact)
     if not needs:
         return
-    missing = missing_on(tuple(needs), cpuinfo_flags(conn.run(sh(_CPU_FLAGS)).out), artifact.target.name)
+    lines = conn.run(sh(_CPU_LINES)).out
+    flags = cpuinfo_flags(lines)
+    missing = missing_on(tuple(needs), flags, artifact.target.name)
+    if is_rvv_071(_field(lines, "uarch"), _field(lines, "mvendorid"), flags) and any(f.leaf == RVV_LEAF for f in needs):
+        core = _field(lines, "uarch") or _field(lines, "mvendorid") or "xtheadvector"
+        raise RemoteError(f"{conn.label} is a T-Head core ({core}) "
+                          "whose vector unit is RVV 0.7.1, not the RVV 1.0 the artifact's code uses (board "
+                          f"{artifact.board.name}); nothing uploaded: rebuild with --board riscv64 (no vectors)")
     if missing:
         built = artifact.manifest.cpu or artifact.board.cpu
         raise RemoteError(f"{conn.label}'s CPU lacks {', '.join(f.name for f in missing)} (/proc/cpuinfo), which the "
                           f"artifact's code uses (cpu {built}, board {artifact.board.name}); nothing uploaded: rebuild "
                           f"for this board (`fluidml-xc boards detect --host ...` names it)")
+
+
+def _field(cpuinfo: str, key: str) -> str:
+    """The value of the first `key : value` line of a /proc/cpuinfo text, "" when absent."""
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() == key:
+            return value.strip()
+    return ""
 
 
 def _upload(conn: Connection, artifact: Artifact, tmp: str, base: str, progress: Progress | None) -> int:

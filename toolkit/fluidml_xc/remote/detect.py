@@ -92,8 +92,13 @@ def parse_probe(text: str) -> BoardInfo:
 
 def rvv_071(info: BoardInfo) -> bool:
     """A T-Head core whose vector unit is RVV 0.7.1 (its kernel may still show `v` in the isa line)."""
-    return (info.uarch.lower().startswith("thead,") or info.mvendorid == THEAD_VENDOR
-            or bool({"xtheadvector", "xtheadv"} & info.flags))
+    return is_rvv_071(info.uarch, info.mvendorid, info.flags)
+
+
+def is_rvv_071(uarch: str, mvendorid: str, flags: frozenset[str]) -> bool:
+    """rvv_071 from /proc/cpuinfo's uarch and mvendorid lines and the isa line's extensions."""
+    return (uarch.strip().lower().startswith("thead,") or mvendorid.strip().lower() == THEAD_VENDOR
+            or bool({"xtheadvector", "xtheadv"} & flags))
 
 
 def _matches(board: Board, info: BoardInfo) -> bool:

@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
+from ..strings import DEFAULT_MAX_STRING_BYTES, use_slots
 from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
@@ -54,6 +55,8 @@ class FrontendOptions:
     """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
     max_dims: dict[str, int] = field(default_factory=dict)
     """--max-dim: the most steps of a run-time Loop, by node or scan output name (loops.py)."""
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
+    """--max-string-bytes: the bytes each string element holds (strings.py slots)."""
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -558,4 +561,5 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
         graph.structures = structures
     _remove_dead(graph)
     check_strings(graph)
+    use_slots(graph, options.max_string_bytes)
     return graph

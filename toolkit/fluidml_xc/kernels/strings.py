@@ -6,6 +6,7 @@ A per-string matcher `i1 match(i8 *bytes, i64 len)` (the regex automaton's) is c
 `elements` + `data` + `length`: nothing here assumes more than the bytes and their count."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable, Sequence
 
 import numpy as np
@@ -152,3 +153,70 @@ def is_space(k, c: ir.Value) -> ir.Value:
     for w in WHITESPACE:
         hit = k.b.or_(hit, k.b.icmp_unsigned("==", c, I8(w)))
     return hit
+
+
+@contextmanager
+def loop_while(k, cond: Callable[[], ir.Value]):
+    """while cond(): body (cond builds its i1 in the loop header)."""
+    b = k.b
+    header, body, done = (k.fn.append_basic_block(n) for n in ("while", "while_body", "while_done"))
+    b.branch(header)
+    b.position_at_end(header)
+    b.cbranch(cond(), body, done)
+    b.position_at_end(body)
+    k.loop_depth += 1
+    try:
+        yield
+    finally:
+        k.loop_depth -= 1
+    b.branch(header)
+    b.position_at_end(done)
+
+
+def split_parts(k, text: ir.Value, n: ir.Value, delimiter: ir.Value | None, delimiter_len: int, maxsplit: int,
+                on_part: Callable[[ir.Value, ir.Value], None]) -> None:
+    """Python's str.split(delimiter, maxsplit) over the n bytes at `text`: on_part(start, length) per part, in order
+    (i64 values). delimiter None: runs of ASCII whitespace (WHITESPACE), no empty parts; maxsplit < 0: no limit."""
+    b = k.b
+    pos, parts = k.local(I64, I64(0)), k.local(I64, I64(0))
+
+    def at(p):
+        return b.load(b.gep(text, [size_t(k, p)]))
+
+    def under_limit():
+        return ir.Constant(I1, 1) if maxsplit < 0 else b.icmp_signed("<", b.load(parts), I64(maxsplit))
+
+    def part(start, end):
+        on_part(start, b.sub(end, start))
+        b.store(b.add(b.load(parts), I64(1)), parts)
+    if delimiter is not None:
+        start = k.local(I64, I64(0))
+        with loop_while(k, lambda: b.and_(b.icmp_signed("<=", b.add(b.load(pos), I64(delimiter_len)), n), under_limit())):
+            p = b.load(pos)
+            hit = bytes_equal(k, b.gep(text, [size_t(k, p)]), I64(delimiter_len), delimiter, I64(delimiter_len))
+            with b.if_else(hit) as (found, other):
+                with found:
+                    part(b.load(start), p)
+                    b.store(b.add(p, I64(delimiter_len)), pos)
+                    b.store(b.load(pos), start)
+                with other:
+                    b.store(b.add(p, I64(1)), pos)
+        part(b.load(start), n)
+        return
+    going = k.local(I1, ir.Constant(I1, 1))
+    with loop_while(k, lambda: b.load(going)):
+        with loop_while(k, lambda: b.and_(b.icmp_signed("<", b.load(pos), n), is_space(k, at(b.load(pos))))):
+            b.store(b.add(b.load(pos), I64(1)), pos)
+        p = b.load(pos)
+        with b.if_else(b.icmp_signed("==", p, n)) as (end, more):
+            with end:
+                b.store(ir.Constant(I1, 0), going)
+            with more:
+                with b.if_else(under_limit()) as (word, rest):
+                    with word:
+                        with loop_while(k, lambda: b.and_(b.icmp_signed("<", b.load(pos), n), b.not_(is_space(k, at(b.load(pos)))))):
+                            b.store(b.add(b.load(pos), I64(1)), pos)
+                        part(p, b.load(pos))
+                    with rest:
+                        part(p, n)
+                        b.store(ir.Constant(I1, 0), going)

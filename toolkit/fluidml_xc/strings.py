@@ -54,6 +54,11 @@ def dtype_name(dtype) -> str:
     return "string" if is_string(dtype) else np.dtype(dtype).name
 
 
+def manifest_dtype(name: str) -> np.dtype:
+    """A manifest's dtype name as numpy's (object for "string", ONNX's in-memory form of strings)."""
+    return np.dtype(object) if name == "string" else np.dtype(name)
+
+
 def encode(value) -> bytes:
     """One ONNX string element as bytes (str as UTF-8; bytes as they are)."""
     if isinstance(value, (bytes, np.bytes_)):
@@ -101,3 +106,36 @@ def use_slots(graph, max_bytes: int = DEFAULT_MAX_STRING_BYTES) -> None:
         if is_string(t.dtype) and not is_slot(t.dtype):
             t.value = None if t.value is None else to_slots(t.value, dtype, f"string constant {t.name!r}")
             t.dtype = dtype
+
+
+def string_stages(graph, arena_bytes: int, alignment: int) -> dict:
+    """The C glue's staging slots of the graph's string inputs and outputs past `arena_bytes` (emit/capi.py
+    TensorSpec.slot_bytes / stage_offset by ("in" | "out", index)) and "arena_bytes", the arena with them; {} when
+    the graph has no string input or output."""
+    out: dict = {}
+    top = arena_bytes
+    for kind, names in (("in", graph.inputs), ("out", graph.outputs)):
+        for i, name in enumerate(names):
+            t = graph.tensors[name]
+            if not is_slot(t.dtype):
+                continue
+            top = -(-top // alignment) * alignment
+            out[(kind, i)] = {"slot_bytes": int(np.dtype(t.dtype).itemsize), "stage_offset": top}
+            top += max(t.nbytes, 1)
+    if out:
+        out["arena_bytes"] = -(-top // alignment) * alignment
+    return out
+
+
+def as_npy_strings(values, what: str) -> np.ndarray:
+    """Strings (object, U or S) as a numpy 'S' array of their UTF-8 bytes: what the runner reads (lossless: a str
+    from invalid UTF-8 bytes, decoded with surrogateescape, gets its bytes back)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "OSU":
+        raise InputError(f"{what}: dtype {arr.dtype} is not strings: feed str or bytes (a numpy 'U', 'S' or object array)")
+    if arr.dtype.kind == "S":
+        return np.ascontiguousarray(arr)
+    flat = [encode(v) for v in arr.reshape(-1)]
+    if any(b"\0" in b for b in flat):
+        raise InputError(f"{what}: a string holds a NUL byte, which ends a C string: remove it")
+    return np.array(flat, dtype=f"S{max([len(b) for b in flat] + [1])}").reshape(arr.shape)

@@ -30,7 +30,7 @@ from ..frontend.names import unique_names
 from ..frontend.ranges import ShapeRanges
 from ..frontend.sequences import VALUE_INPUTS, describe_value, flat_names, regroup, structured_if, type_kind
 from ..pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
-from ..strings import from_slots, is_slot, to_slots
+from ..strings import from_slots, is_slot, manifest_dtype, to_slots
 from ..ir import is_onnx_domain
 
 DEFAULT_OPT = "fluid"
@@ -167,11 +167,11 @@ class ArtifactModel:
         if self.manifest.symbols:  # a dynamic build: feeds of any size in its ranges (run_artifact checks them)
             feeds = {s.name: np.asarray(feeds[s.name], dtype=np.dtype(s.dtype)) for s in self.manifest.inputs}
         else:
-            feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
+            feeds = {s.name: _coerce_input(s.name, manifest_dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
         for s in self.manifest.outputs:
-            value = np.asarray(result.outputs[s.name], dtype=np.dtype(s.dtype))
+            value = np.asarray(result.outputs[s.name], dtype=manifest_dtype(s.dtype))
             outs.append(value if s.dynamic_dims else value.reshape(s.shape))
         return outs
 

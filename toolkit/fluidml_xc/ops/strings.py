@@ -12,9 +12,8 @@ from llvmlite import ir
 
 from ..errors import InputError
 from ..kernels import strings as ks
-from ..kernels.scalar import const, is_float, storage_type
 from ..opspec import register
-from ..strings import DEFAULT_MAX_STRING_BYTES, capacity, encode, is_slot, to_slots
+from ..strings import DEFAULT_MAX_STRING_BYTES, capacity, encode
 
 I64 = ks.I64
 ML_DOMAIN = "ai.onnx.ml"

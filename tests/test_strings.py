@@ -150,3 +150,19 @@ def test_c_api_strings_in_and_out(tmp_path):
     lines = proc.stdout.split(b"\n")
     assert lines[0] == b"rc=0 [ab\xff!] [\xc3(!]" and lines[1] == b"in-arena=1"
     assert lines[2].startswith(b"rc=-7 input 'a' element 1 is longer than the 7 bytes"), lines[2]
+
+
+def test_cli_run_and_verify_with_strings(tmp_path):
+    """`run --inputs feed.npz --outputs out.npz` (numpy 'U' in and out) and `verify` against ONNX Runtime, strings
+    compared element by element."""
+    from modelrun import cli
+
+    onnx.save(text_pipeline(), str(tmp_path / "text.onnx"))
+    np.savez(tmp_path / "feed.npz", text=np.array(WORDS))
+    assert cli("build", "text.onnx", "-o", "art", "--max-string-bytes", "31", cwd=tmp_path).returncode == 0
+    proc = cli("run", "art", "--inputs", "feed.npz", "--outputs", "out.npz", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = np.load(tmp_path / "out.npz")
+    assert out["norm"].tolist() == ["cat", "dog", "bird", "émile", "zebra", "cat"] and out["score"].tolist()[1] == 19
+    proc = cli("verify", "art", "--inputs", "feed.npz", cwd=tmp_path)
+    assert proc.returncode == 0 and "equal strings" in proc.stdout + proc.stderr, proc.stderr

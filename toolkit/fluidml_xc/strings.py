@@ -139,3 +139,11 @@ def as_npy_strings(values, what: str) -> np.ndarray:
     if any(b"\0" in b for b in flat):
         raise InputError(f"{what}: a string holds a NUL byte, which ends a C string: remove it")
     return np.array(flat, dtype=f"S{max([len(b) for b in flat] + [1])}").reshape(arr.shape)
+
+
+def as_text(values) -> np.ndarray:
+    """Strings (object, U or S) as a numpy 'U' array (bytes decoded as UTF-8, invalid bytes kept as surrogates):
+    what ONNX Runtime takes and .npz files hold."""
+    arr = np.asarray(values)
+    flat = [v.decode("utf-8", "surrogateescape") if isinstance(v, (bytes, np.bytes_)) else str(v) for v in arr.reshape(-1)]
+    return np.array(flat, dtype=f"U{max([len(v) for v in flat] + [1])}").reshape(arr.shape)

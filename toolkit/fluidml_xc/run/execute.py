@@ -19,7 +19,7 @@ import numpy as np
 from ..artifact import Manifest, TensorEntry, read_manifest
 from ..target.boards import get_target
 from ..dtypes import is_storage_only
-from ..strings import as_npy_strings
+from ..strings import as_npy_strings, as_text
 from ..errors import InputError, RunCheckFailed, RunError, ToolchainError
 from ..emit.link import is_host_target
 
@@ -325,7 +325,8 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray], force: bool = False) 
         with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as archive:
             for name, arr in arrays.items():
                 with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+                    arr = np.asanyarray(arr)
+                    np.lib.format.write_array(member, as_text(arr) if arr.dtype.kind == "O" else arr, allow_pickle=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -166,3 +166,32 @@ def test_cli_run_and_verify_with_strings(tmp_path):
     assert out["norm"].tolist() == ["cat", "dog", "bird", "émile", "zebra", "cat"] and out["score"].tolist()[1] == 19
     proc = cli("verify", "art", "--inputs", "feed.npz", cwd=tmp_path)
     assert proc.returncode == 0 and "equal strings" in proc.stdout + proc.stderr, proc.stderr
+
+
+def labels_model() -> onnx.ModelProto:
+    """A class index to its label (ArgMax -> Gather of a string table -> Unsqueeze), a string input echoed
+    (Identity) and reshaped: the movement ops that take strings copy whole slots."""
+    nodes = [helper.make_node("ArgMax", ["x"], ["idx"], axis=1, keepdims=0),
+             helper.make_node("Gather", ["labels", "idx"], ["label"], axis=0),
+             helper.make_node("Unsqueeze", ["label", "one"], ["label2"]),
+             helper.make_node("Identity", ["text"], ["echo"]),
+             helper.make_node("Reshape", ["text", "shape"], ["flat"])]
+    graph = helper.make_graph(nodes, "labels", [V("x", TP.FLOAT, [3, 4]), V("text", TP.STRING, [2, 2])],
+                              [V("label2", TP.STRING, [3, 1]), V("echo", TP.STRING, [2, 2]), V("flat", TP.STRING, [4])],
+                              [helper.make_tensor("labels", TP.STRING, [4], [b"cat", b"dog", "été".encode(), b""]),
+                               helper.make_tensor("one", TP.INT64, [1], [1]), helper.make_tensor("shape", TP.INT64, [1], [4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("board", [None, "x86_64", pytest.param("qemu-armv7", marks=pytest.mark.qemu)])
+def test_labels_from_a_string_table_match_onnxruntime(board, tmp_path):
+    model = labels_model()
+    feeds = {"x": np.array([[0, 1, 3, 2], [5, 0, 0, 0], [0, 0, 1, 9]], np.float32),
+             "text": np.array([["a", "bb"], ["ccc", ""]], dtype=object)}
+    expected = ort(model, feeds)
+    assert expected["label2"].ravel().tolist() == ["été", "cat", ""]
+    if board is None:
+        _check(jit_run(model, feeds), expected)
+        return
+    require_emulator(board)
+    _check(run_artifact(build(model, tmp_path, board, profile_runner=False), feeds).outputs, expected)

@@ -195,3 +195,22 @@ def test_labels_from_a_string_table_match_onnxruntime(board, tmp_path):
         return
     require_emulator(board)
     _check(run_artifact(build(model, tmp_path, board, profile_runner=False), feeds).outputs, expected)
+
+
+def test_label_encoder_binary_search_over_many_keys():
+    """300 string keys (sorted by length, then bytes, at build time): every key, its neighbours and misses found as
+    ONNX Runtime finds them; string values too."""
+    rng = np.random.default_rng(3)
+    keys = sorted({"".join(rng.choice(list("abcé"), int(rng.integers(0, 6)))) for _ in range(600)})[:300]
+    probes = np.array(keys + ["zz", "abcéabc", "É"] + [k + "a" for k in keys[:20]], dtype=object)
+    nodes = [helper.make_node("LabelEncoder", ["x"], ["ids"], domain="ai.onnx.ml", keys_strings=keys,
+                              values_int64s=list(range(len(keys))), default_int64=-7),
+             helper.make_node("LabelEncoder", ["x"], ["back"], domain="ai.onnx.ml", keys_strings=keys,
+                              values_strings=[k[::-1] for k in keys], default_string="?")]
+    graph = helper.make_graph(nodes, "many", [V("x", TP.STRING, [len(probes)])],
+                              [V("ids", TP.INT64, [len(probes)]), V("back", TP.STRING, [len(probes)])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.onnx.ml", 4)],
+                              ir_version=10)
+    expected = ort(model, {"x": probes})
+    assert (expected["ids"] >= 0).sum() >= len(keys)
+    _check(jit_run(model, {"x": probes}), expected)

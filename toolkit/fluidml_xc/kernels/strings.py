@@ -50,7 +50,7 @@ def size_t(k, n: ir.Value) -> ir.Value:
     return k.b.trunc(n, k.idx_t) if k.idx_t.width < 64 else n
 
 
-def _memcmp(k) -> ir.Function:
+def memcmp(k) -> ir.Function:
     fn = k.module.globals.get("memcmp")
     if fn is None:
         fn = ir.Function(k.module, ir.FunctionType(I32, [I8P, I8P, k.idx_t]), "memcmp")
@@ -66,7 +66,7 @@ def bytes_equal(k, a: ir.Value, a_len: ir.Value, b: ir.Value, b_len: ir.Value) -
     """i1: the a_len bytes at a equal the b_len bytes at b (memcmp only when the lengths agree)."""
     same = k.local(I1, k.b.icmp_signed("==", a_len, b_len))
     with k.b.if_then(k.b.load(same)):
-        k.b.store(k.b.icmp_signed("==", k.b.call(_memcmp(k), [a, b, size_t(k, a_len)]), I32(0)), same)
+        k.b.store(k.b.icmp_signed("==", k.b.call(memcmp(k), [a, b, size_t(k, a_len)]), I32(0)), same)
     return k.b.load(same)
 
 

@@ -1,7 +1,7 @@
 """ai.onnx.ml LabelEncoder and CategoryMapper where keys or values are strings (docs/STRINGS.md; numeric-only
 LabelEncoders are expanded at import, frontend/ml_ops.py): per element, the first key equal to it picks its value,
-else the default. Keys and values are build-time tables (kernels/strings.py `table`); the search is linear over
-the keys, with memcmp only for keys of the element's length."""
+else the default. Keys and values are build-time tables (kernels/strings.py `table`), string keys sorted by (length,
+bytes) at build time for a binary search per element (numeric keys: a linear search)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..kernels import strings as ks
 from ..kernels.scalar import is_float
 from ..opspec import register
-from ..strings import capacity, is_slot
+from ..strings import capacity, encode, is_slot
 
 ML_DOMAIN = "ai.onnx.ml"
 ONNX_DEFAULT_STRING = "_Unused"
@@ -55,6 +55,40 @@ def _matches(k, x, i, keys_ptr, j, key_cap: int):
     return b.fcmp_ordered("==", value, key) if is_float(x.dtype) else b.icmp_signed("==", value, key)
 
 
+def sorted_keys(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """String keys ordered by (byte length, bytes) for the binary search, each key once (its first value)."""
+    first: dict[bytes, int] = {}
+    for j, key in enumerate(keys):
+        first.setdefault(encode(key), j)
+    order = sorted(first, key=lambda kb: (len(kb), kb))
+    return np.array(order, dtype=object), np.asarray(values)[[first[kb] for kb in order]]
+
+
+def _binary_search(k, slot, cap: int, keys_ptr, key_cap: int, count: int, hit) -> None:
+    """hit = the index of the key equal to the slot's string among `count` keys sorted by (length, bytes)."""
+    b = k.b
+    n, text = ks.clamp_length(k, slot, cap), ks.data(k, slot)
+    lo, hi = k.local(k.idx_t, k.index(0)), k.local(k.idx_t, k.index(count))
+    with ks.loop_while(k, lambda: b.icmp_signed("<", b.load(lo), b.load(hi))):
+        mid = b.lshr(b.add(b.load(lo), b.load(hi)), k.index(1))
+        key = ks.slot_at(k, keys_ptr, mid)
+        m = ks.clamp_length(k, key, key_cap)
+        order = k.local(ks.I32, b.select(b.icmp_signed("<", n, m), ks.I32(-1), b.select(b.icmp_signed(">", n, m), ks.I32(1), ks.I32(0))))
+        with b.if_then(b.icmp_signed("==", b.load(order), ks.I32(0))):
+            b.store(b.call(ks.memcmp(k), [text, ks.data(k, key), ks.size_t(k, n)]), order)
+        c = b.load(order)
+        with b.if_else(b.icmp_signed("==", c, ks.I32(0))) as (found, other):
+            with found:
+                b.store(mid, hit)
+                b.store(b.load(hi), lo)
+            with other:
+                with b.if_else(b.icmp_signed("<", c, ks.I32(0))) as (below, above):
+                    with below:
+                        b.store(mid, hi)
+                    with above:
+                        b.store(b.add(mid, k.index(1)), lo)
+
+
 def lookup(k, keys: np.ndarray, values: np.ndarray, default) -> None:
     """out[i] = values[first j with keys[j] == x[i]], else default."""
     x, out = k.inputs[0], k.outputs[0]
@@ -62,6 +96,8 @@ def lookup(k, keys: np.ndarray, values: np.ndarray, default) -> None:
         raise InputError(f"node {k.node.name!r} ({k.node.op_type}): {len(keys)} keys but {len(values)} values: give one "
                          "value per key")
     b = k.b
+    if keys.dtype == object:
+        keys, values = sorted_keys(keys, values)
     keys_ptr, key_cap = _keys_table(k, keys, x)
     extended = np.concatenate([values.astype(object), np.array([default], dtype=object)])
     if is_slot(out.dtype):
@@ -71,10 +107,13 @@ def lookup(k, keys: np.ndarray, values: np.ndarray, default) -> None:
     count = k.index(len(keys))
     with k.for_range(x.size) as i:
         hit = k.local(k.idx_t, count)
-        with k.for_range(len(keys)) as j:
-            with b.if_then(b.icmp_signed("==", b.load(hit), count)):
-                with b.if_then(_matches(k, x, i, keys_ptr, j, key_cap)):
-                    b.store(j, hit)
+        if is_slot(x.dtype):
+            _binary_search(k, ks.slot_at(k, x.ptr, i), capacity(x.dtype), keys_ptr, key_cap, len(keys), hit)
+        else:
+            with k.for_range(len(keys)) as j:
+                with b.if_then(b.icmp_signed("==", b.load(hit), count)):
+                    with b.if_then(_matches(k, x, i, keys_ptr, j, key_cap)):
+                        b.store(j, hit)
         at = b.load(hit)
         if is_slot(out.dtype):
             cap = capacity(out.dtype)

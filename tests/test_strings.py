@@ -214,3 +214,16 @@ def test_label_encoder_binary_search_over_many_keys():
     expected = ort(model, {"x": probes})
     assert (expected["ids"] >= 0).sum() >= len(keys)
     _check(jit_run(model, {"x": probes}), expected)
+
+
+def test_where_picks_strings():
+    """Where over strings: a label where the score passes a threshold, "unknown" elsewhere (broadcast constant)."""
+    graph = helper.make_graph([helper.make_node("Greater", ["x", "t"], ["c"]), helper.make_node("Where", ["c", "s", "u"], ["y"])],
+                              "where", [V("x", TP.FLOAT, [2, 3]), V("s", TP.STRING, [2, 3])], [V("y", TP.STRING, [2, 3])],
+                              [helper.make_tensor("t", TP.FLOAT, [], [0.5]), helper.make_tensor("u", TP.STRING, [1], [b"unknown"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"x": np.array([[0.1, 0.9, 0.6], [1, 0, 0.7]], np.float32),
+             "s": np.array([["a", "bb", "été"], ["d", "e", ""]], dtype=object)}
+    expected = ort(model, feeds)
+    assert expected["y"].tolist() == [["unknown", "bb", "été"], ["d", "unknown", ""]]
+    _check(jit_run(model, feeds), expected)

@@ -334,7 +334,7 @@ _variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
 _variadic("Mean", ieee_add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
-@register("Where", elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
+@register("Where", elementwise=True, fusable=True, lowp_native=True, runtime_extents=True, strings=True)
 def lower_where(k):
     k.elementwise(lambda v: k.b.select(k.b.trunc(v[0], ir.IntType(1)), v[1], v[2]), ins=k.inputs[:3])
 

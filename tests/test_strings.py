@@ -227,3 +227,37 @@ def test_where_picks_strings():
     expected = ort(model, feeds)
     assert expected["y"].tolist() == [["unknown", "bb", "été"], ["d", "unknown", ""]]
     _check(jit_run(model, feeds), expected)
+
+
+@pytest.mark.parametrize("delimiter", [",", "", "ab"])
+def test_split_random_bytes_like_python(delimiter):
+    """Random bytes, invalid UTF-8 among them, split as Python's str.split splits them (bytes decoded with
+    surrogateescape, parts compared as the runner's U+FFFD-decoded text)."""
+    rng = np.random.default_rng(len(delimiter))
+    alphabet = [b"a", b"b", b" ", b"\t", b"\x1f", b",", b"\xff", b"\xc3", "é".encode(), b"ab"]
+    texts = [b"".join(rng.choice(alphabet, int(rng.integers(0, 12)))) for _ in range(64)]
+    graph = helper.make_graph([helper.make_node("StringSplit", ["x"], ["parts", "counts"], delimiter=delimiter)], "split",
+                              [V("x", TP.STRING, [64])], [V("parts", TP.STRING, None), V("counts", TP.INT64, [64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    got = jit_run(model, {"x": np.array(texts, dtype=object)})
+    expected = [t.decode("utf-8", "surrogateescape").split(delimiter or None) for t in texts]
+    assert got["counts"].tolist() == [len(p) for p in expected]
+    width = max(len(p) for p in expected)
+    assert got["parts"].shape == (64, width)
+    for row, parts in zip(got["parts"].tolist(), expected):
+        text = [p.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for p in parts]
+        assert row == text + [""] * (width - len(text))
+
+
+@pytest.mark.parametrize("action", ["LOWER", "UPPER"])
+def test_case_change_like_python_on_ascii_and_latin1_letters(action):
+    """Every ASCII and Latin-1 letter (Python maps them within Latin-1, ÿ and ß aside) and other text at random."""
+    letters = [chr(c) for c in [*range(0x41, 0x5B), *range(0x61, 0x7B), *range(0xC0, 0xDF), *range(0xE0, 0xFF)]
+               if chr(c) not in "×÷ß"] + ["日", " ", "1", "-"]
+    rng = np.random.default_rng(5)
+    texts = ["".join(rng.choice(letters, int(rng.integers(0, 10)))) for _ in range(128)]
+    graph = helper.make_graph([helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action=action)], "case",
+                              [V("x", TP.STRING, [128])], [V("y", TP.STRING, [128])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    got = jit_run(model, {"x": np.array(texts, dtype=object)})["y"].tolist()
+    assert got == [t.upper() if action == "UPPER" else t.lower() for t in texts]

@@ -114,6 +114,12 @@ int fxc_npy_open(const char *path, const fxc_tensor_spec *spec, fxc_npy_file *fi
 int fxc_npy_read_open(fxc_npy_file *file, const fxc_tensor_spec *spec, void *data, char *err, size_t err_len);
 void fxc_npy_close(fxc_npy_file *file);
 int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len);
+/* A string tensor (dtype 8) from a .npy 'U' or 'S' file: text[i] points into *pool (malloc'd, NUL-terminated UTF-8
+ * strings; free it after the run); to a .npy 'U' file (invalid UTF-8 becomes U+FFFD). */
+int fxc_npy_read_strings(const char *path, const fxc_tensor_spec *spec, const char **text, char **pool, char *err,
+                         size_t err_len);
+int fxc_npy_write_strings(const char *path, const fxc_tensor_spec *spec, const char *const *text, char *err,
+                          size_t err_len);
 void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index);
 
 /* timer.c */

@@ -26,6 +26,9 @@ static const dtype_info DTYPES[] = {
     {'u', 2, 16, "bfloat16"}, {'u', 1, 17, "float8_e4m3fn"}, {'u', 1, 18, "float8_e4m3fnuz"},
     {'u', 1, 19, "float8_e5m2"}, {'u', 1, 20, "float8_e5m2fnuz"}, {'u', 1, 21, "uint4"}, {'u', 1, 22, "int4"},
     {'u', 1, 23, "float4_e2m1fn"}, {'u', 1, 24, "float8_e8m0fnu"}, {'u', 1, 25, "uint2"}, {'u', 1, 26, "int2"},
+    /* Strings: numpy's fixed-width 'U' (UTF-32 code units, `size` bytes per character) and 'S' (bytes); the width
+       in characters is the descr's number (npy_strings below). */
+    {'U', 4, 8, "string"}, {'S', 1, 8, "string"},
 };
 #define NUM_DTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
@@ -94,10 +97,23 @@ static const char *skip_spaces(const char *p)
 }
 
 /* The dtype of a descr such as '<f4' / '|u1' (byte order checked), or -1 with the message in err. */
-static int parse_descr(const char *descr, size_t n, const char *path, const dtype_info **dtype, char *err, size_t err_len)
+static int parse_descr(const char *descr, size_t n, const char *path, const dtype_info **dtype, int64_t *width,
+                       char *err, size_t err_len)
 {
     char shown[64];
     printable(shown, sizeof shown, descr, n);
+    *width = 0;
+    if (n >= 3 && n <= 12 && (descr[1] == 'U' || descr[1] == 'S')) { /* '<U12', '|S5': a width in characters */
+        for (size_t i = 2; i < n; i++) {
+            if (descr[i] < '0' || descr[i] > '9')
+                return fail(err, err_len, "%s: unsupported .npy dtype '%s'", path, shown);
+            *width = *width * 10 + (descr[i] - '0');
+        }
+        *dtype = &DTYPES[NUM_DTYPES - (descr[1] == 'U' ? 2 : 1)];
+        if (descr[0] == '>' && descr[1] == 'U')
+            return fail(err, err_len, "%s: big-endian .npy data is not supported; save it with arr.astype(arr.dtype.newbyteorder('<'))", path);
+        return 0;
+    }
     if (n < 3 || n > 4 || descr[2] < '1' || descr[2] > '8' || (n == 4 && (descr[3] < '0' || descr[3] > '9')))
         return fail(err, err_len, "%s: unsupported .npy dtype '%s'", path, shown);
     char order = descr[0], kind = descr[1];
@@ -119,7 +135,7 @@ static int parse_descr(const char *descr, size_t n, const char *path, const dtyp
 
 /* The header dict, exactly as numpy writes and reads it: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
    in any key order, each key once, then spaces and a newline. Anything else is refused (numpy refuses it too). */
-static int parse_header(const char *header, const char *path, const dtype_info **dtype, int *fortran,
+static int parse_header(const char *header, const char *path, const dtype_info **dtype, int64_t *width, int *fortran,
                         int32_t *rank, int64_t *shape, char *err, size_t err_len)
 {
     int seen_descr = 0, seen_fortran = 0, seen_shape = 0;
@@ -146,7 +162,7 @@ static int parse_header(const char *header, const char *path, const dtype_info *
             const char *value_end = (q == '\'' || q == '"') ? strchr(p, q) : NULL;
             if (!value_end)
                 return fail(err, err_len, "%s: .npy header has no simple 'descr' (structured dtypes are not supported)", path);
-            if (parse_descr(p, (size_t)(value_end - p), path, dtype, err, err_len) != 0)
+            if (parse_descr(p, (size_t)(value_end - p), path, dtype, width, err, err_len) != 0)
                 return -1;
             p = value_end + 1;
             seen_descr = 1;
@@ -218,8 +234,8 @@ static int read_exact(FILE *fh, void *buf, size_t n) { return fread(buf, 1, n, f
 
 /* Open a .npy file, check its header and its dtype against spec's; the file positioned at its data, or NULL with the
    message in err. */
-static FILE *npy_open(const char *path, const fxc_tensor_spec *spec, int32_t *rank, int64_t *shape, int *fortran,
-                      char *err, size_t err_len)
+static FILE *npy_open_any(const char *path, const fxc_tensor_spec *spec, int32_t *rank, int64_t *shape, int *fortran,
+                          const dtype_info **found, int64_t *width, char *err, size_t err_len)
 {
     FILE *fh = fopen(path, "rb");
     if (!fh) {
@@ -260,10 +276,16 @@ static FILE *npy_open(const char *path, const fxc_tensor_spec *spec, int32_t *ra
         fail(err, err_len, "%s: malformed .npy header: a NUL byte in it", path);
         goto done;
     }
-    if (parse_header(header, path, &dtype, fortran, rank, shape, err, err_len) != 0)
+    if (parse_header(header, path, &dtype, width, fortran, rank, shape, err, err_len) != 0)
         goto done;
+    *found = dtype;
     const dtype_info *want = find_dtype(spec->dtype);
-    if (!want || want->kind != dtype->kind || want->size != dtype->size) {
+    if (spec->dtype == 8 && dtype->dtype != 8) {
+        fail(err, err_len, "%s: dtype %s does not match the strings expected for '%s' (save a numpy 'U' or 'S' array: "
+             "arr.astype(str))", path, dtype->name, spec->name);
+        goto done;
+    }
+    if (spec->dtype != 8 && (!want || want->kind != dtype->kind || want->size != dtype->size)) {
         fail(err, err_len, "%s: dtype %s does not match %s expected for '%s'%s", path, dtype->name,
              fxc_dtype_name(spec->dtype), spec->name,
              want && want->dtype >= 16 ? (want->size == 2 ? " (stored as uint16 bits)" : " (stored as uint8 bits)") : "");
@@ -277,6 +299,18 @@ done:
         return NULL;
     }
     return fh;
+}
+
+static FILE *npy_open(const char *path, const fxc_tensor_spec *spec, int32_t *rank, int64_t *shape, int *fortran,
+                      char *err, size_t err_len)
+{
+    const dtype_info *found;
+    int64_t width;
+    if (spec->dtype == 8) {
+        fail(err, err_len, "%s: '%s' is a string tensor: read it with fxc_npy_read_strings", path, spec->name);
+        return NULL;
+    }
+    return npy_open_any(path, spec, rank, shape, fortran, &found, &width, err, err_len);
 }
 
 /* Read `nbytes` of C-order data of `shape` from fh (closed here). */
@@ -361,15 +395,26 @@ void fxc_npy_close(fxc_npy_file *file)
     file->fh = NULL;
 }
 
+static int npy_write(const char *path, const fxc_tensor_spec *spec, const char *order_kind, int64_t size,
+                     const void *data, char *err, size_t err_len);
+
 int fxc_npy_write(const char *path, const fxc_tensor_spec *spec, const void *data, char *err, size_t err_len)
 {
     const dtype_info *info = find_dtype(spec->dtype);
-    if (!info)
+    if (!info || spec->dtype == 8)
         return fail(err, err_len, "%s: unsupported dtype code %d", path, (int)spec->dtype);
+    char order_kind[3] = {info->size == 1 ? '|' : '<', info->kind, '\0'};
+    return npy_write(path, spec, order_kind, info->size, data, err, err_len);
+}
+
+/* Write spec->nbytes of `data` under the descr order_kind + size ("<f" 4, "<U" 7). */
+static int npy_write(const char *path, const fxc_tensor_spec *spec, const char *order_kind, int64_t size,
+                     const void *data, char *err, size_t err_len)
+{
     char shape[1024], dict[1200];
     format_shape(shape, sizeof shape, spec->rank, spec->shape);
-    int dict_len = snprintf(dict, sizeof dict, "{'descr': '%c%c%d', 'fortran_order': False, 'shape': %s, }",
-                            info->size == 1 ? '|' : '<', info->kind, (int)info->size, shape);
+    int dict_len = snprintf(dict, sizeof dict, "{'descr': '%s%lld', 'fortran_order': False, 'shape': %s, }",
+                            order_kind, (long long)size, shape);
     /* Version 1: magic(6) + version(2) + u16 length; pad with spaces so the data starts 64-byte aligned. */
     size_t total = 10 + (size_t)dict_len + 1;
     size_t padded = (total + 63) / 64 * 64;
@@ -458,13 +503,20 @@ static const unsigned char LOWP_FILL[10][10] = {
    (splitmix64, counter based, mirrored by fluidml_xc.execute.random_feeds).
    Floats in [-1, 1) (float16 on a 1/512 grid, bfloat16 on a 1/64 grid), integers in [0, 10), bools 0/1,
    the other storage-only dtypes from LOWP_FILL. */
+static const char *const DIGIT_TEXT[10] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+
 void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index)
 {
-    size_t size = fxc_dtype_size(spec->dtype);
+    size_t size = spec->dtype == 8 ? sizeof(const char *) : fxc_dtype_size(spec->dtype);
     if (!size)
         return;
     size_t count = spec->nbytes / size;
     uint64_t stream = mix64(seed + (uint64_t)(index + 1) * GOLDEN);
+    if (spec->dtype == 8) { /* strings: the digit of the integers' filler, "0" to "9" */
+        for (size_t j = 0; j < count; j++)
+            ((const char **)data)[j] = DIGIT_TEXT[mix64(stream + (uint64_t)(j + 1) * GOLDEN) % 10u];
+        return;
+    }
     unsigned char *out = data;
     for (size_t j = 0; j < count; j++) {
         uint64_t v = mix64(stream + (uint64_t)(j + 1) * GOLDEN);
@@ -507,4 +559,148 @@ void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int
             break;
         }
     }
+}
+
+/* ---- string tensors (docs/STRINGS.md): .npy 'U' (UTF-32) or 'S' (bytes) <-> arrays of NUL-terminated UTF-8 ---- */
+
+/* Code point `c` as UTF-8 at out (4 bytes of room); U+FFFD for a surrogate or a value past U+10FFFF. */
+static size_t utf8_put(uint32_t c, unsigned char *out)
+{
+    if (c >= 0xD800 && c <= 0xDFFF)
+        c = 0xFFFD;
+    if (c > 0x10FFFF)
+        c = 0xFFFD;
+    if (c < 0x80) {
+        out[0] = (unsigned char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (unsigned char)(0xC0 | c >> 6), out[1] = (unsigned char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (unsigned char)(0xE0 | c >> 12), out[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+        out[2] = (unsigned char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xF0 | c >> 18), out[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
+    out[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F)), out[3] = (unsigned char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* The next code point of the NUL-terminated UTF-8 at *p (advanced past it); an invalid, overlong or truncated
+   sequence is one U+FFFD and consumes one byte. */
+static uint32_t utf8_next(const unsigned char **p)
+{
+    const unsigned char *s = *p;
+    uint32_t c = s[0];
+    int more = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : 0;
+    if (c < 0x80 || (more == 0)) {
+        *p = s + 1;
+        return c < 0x80 ? c : 0xFFFD;
+    }
+    uint32_t v = c & (0x3F >> more);
+    for (int i = 1; i <= more; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *p = s + 1;
+            return 0xFFFD;
+        }
+        v = v << 6 | (s[i] & 0x3F);
+    }
+    if ((more == 2 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) || (more == 3 && (v < 0x10000 || v > 0x10FFFF))) {
+        *p = s + 1;
+        return 0xFFFD;
+    }
+    *p = s + more + 1;
+    return v;
+}
+
+int fxc_npy_read_strings(const char *path, const fxc_tensor_spec *spec, const char **text, char **pool, char *err,
+                         size_t err_len)
+{
+    int fortran;
+    int32_t rank;
+    int64_t shape[FXC_NPY_MAX_RANK], width;
+    const dtype_info *kind;
+    *pool = NULL;
+    FILE *fh = npy_open_any(path, spec, &rank, shape, &fortran, &kind, &width, err, err_len);
+    if (!fh)
+        return -1;
+    int same_shape = rank == spec->rank;
+    size_t count = 1;
+    for (int32_t d = 0; same_shape && d < rank; d++) {
+        same_shape = shape[d] == spec->shape[d];
+        count *= (size_t)shape[d];
+    }
+    if (!same_shape) {
+        char got[256], want[256];
+        format_shape(got, sizeof got, rank, shape);
+        format_shape(want, sizeof want, spec->rank, spec->shape);
+        fclose(fh);
+        return fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
+    }
+    size_t unit = (size_t)kind->size, item = (size_t)width * unit;
+    if (width > (1 << 24) || (item && count > SIZE_MAX / 4 / (item + 1))) {
+        fclose(fh);
+        return fail(err, err_len, "%s: strings too wide (%lld characters)", path, (long long)width);
+    }
+    unsigned char *raw = malloc(count * item + 1);
+    char *out = malloc(count * ((size_t)width * 4 + 1) + 1);
+    if (!raw || !out) {
+        free(raw), free(out), fclose(fh);
+        return fail(err, err_len, "%s: out of memory", path);
+    }
+    if (npy_data(fh, path, fortran, rank, shape, raw, count * item, err, err_len) != 0) {
+        free(raw), free(out);
+        return -1;
+    }
+    size_t used = 0;
+    for (size_t e = 0; e < count; e++) {
+        text[e] = out + used;
+        for (int64_t j = 0; j < width; j++) {
+            const unsigned char *at = raw + e * item + (size_t)j * unit;
+            uint32_t c = unit == 4 ? (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16 | (uint32_t)at[3] << 24 : at[0];
+            if (c == 0)
+                break; /* numpy pads with NULs; a C string ends at its first */
+            if (unit == 4)
+                used += utf8_put(c, (unsigned char *)out + used);
+            else
+                out[used++] = (char)c;
+        }
+        out[used++] = '\0';
+    }
+    free(raw);
+    *pool = out;
+    return 0;
+}
+
+int fxc_npy_write_strings(const char *path, const fxc_tensor_spec *spec, const char *const *text, char *err,
+                          size_t err_len)
+{
+    size_t count = 1, width = 1;
+    for (int32_t d = 0; d < spec->rank; d++)
+        count *= (size_t)spec->shape[d];
+    for (size_t e = 0; e < count; e++) {
+        size_t n = 0;
+        for (const unsigned char *p = (const unsigned char *)text[e]; *p; n++)
+            (void)utf8_next(&p);
+        width = n > width ? n : width;
+    }
+    uint32_t *data = calloc(count * width + 1, sizeof *data);
+    if (!data)
+        return fail(err, err_len, "%s: out of memory", path);
+    for (size_t e = 0; e < count; e++) {
+        size_t j = 0;
+        for (const unsigned char *p = (const unsigned char *)text[e]; *p; j++) {
+            uint32_t c = utf8_next(&p);
+            unsigned char *le = (unsigned char *)&data[e * width + j];
+            le[0] = (unsigned char)c, le[1] = (unsigned char)(c >> 8), le[2] = (unsigned char)(c >> 16), le[3] = (unsigned char)(c >> 24);
+        }
+    }
+    fxc_tensor_spec as_chars = *spec;
+    as_chars.dtype = 8;
+    as_chars.nbytes = count * width * 4;
+    int rc = npy_write(path, &as_chars, "<U", (int64_t)width, data, err, err_len);
+    free(data);
+    return rc;
 }

@@ -11,6 +11,7 @@
 #include "fxc_runtime.h"
 
 #define EXIT_BAD 2
+#define FXC_STRING_DTYPE 8 /* ONNX TensorProto.STRING: const char * per element (docs/STRINGS.md) */
 #define EXIT_CPU 4 /* this CPU lacks an extension the model's code uses */
 #define EXIT_RUN 3 /* the run's data failed a kernel's check (FXC_ERR_RUN): no output written */
 #define ERR_RUN (-7) /* FXC_ERR_RUN (model.h; a named build prefixes it) */
@@ -298,10 +299,18 @@ int main(int argc, char **argv)
     if (!inputs || !outputs || !times || !samples)
         die("out of memory allocating %s", "buffers");
     const int64_t **shapes = NULL;
+    char **pools = calloc((size_t)fxc_num_inputs + 1, sizeof *pools); /* string inputs' bytes */
+    if (!pools)
+        die("out of memory allocating %s", "buffers");
     for (int32_t i = 0; i < fxc_num_inputs; i++) {
         void *buffer = aligned_buffer(fxc_input_specs[i].nbytes, BUFFER_ALIGN);
-        if (fxc_num_symbols > 0) {
+        if (fxc_input_specs[i].dtype == FXC_STRING_DTYPE && fxc_num_symbols > 0) {
+            die("input '%s' is a string tensor: a dynamic model's string inputs are not supported", fxc_input_specs[i].name);
+        } else if (fxc_num_symbols > 0) {
             /* read below, once every input's dims are known and checked */
+        } else if (i < n_in && fxc_input_specs[i].dtype == FXC_STRING_DTYPE) {
+            if (fxc_npy_read_strings(in_paths[i], &fxc_input_specs[i], buffer, &pools[i], err, sizeof err) != 0)
+                die("%s", err);
         } else if (i < n_in) {
             if (fxc_npy_read(in_paths[i], &fxc_input_specs[i], buffer, err, sizeof err) != 0)
                 die("%s", err);
@@ -356,7 +365,9 @@ int main(int argc, char **argv)
             actual.shape = dims;
             actual.nbytes = nbytes;
         }
-        if (fxc_npy_write(out_paths[i], &actual, outputs[i], err, sizeof err) != 0)
+        if (actual.dtype == FXC_STRING_DTYPE
+                ? fxc_npy_write_strings(out_paths[i], &actual, outputs[i], err, sizeof err) != 0
+                : fxc_npy_write(out_paths[i], &actual, outputs[i], err, sizeof err) != 0)
             die("%s", err);
     }
     if (runs > 0)
@@ -372,6 +383,9 @@ int main(int argc, char **argv)
         free((void *)shapes[i]);
     free(shapes);
     free(inputs);
+    for (int32_t i = 0; i < fxc_num_inputs; i++)
+        free(pools[i]);
+    free(pools);
     free(outputs);
     free(times);
     free(samples);

@@ -33,6 +33,7 @@ STAGES: dict[str, str] = {
     PACKAGE: "base", "ir": "base", "dtypes": "base", "errors": "base", "progress": "base", "tempfiles": "base",
     "resources": "base", "sizes": "base", "npyio": "base", "cast_rules": "base", "extras": "base",
     "opspec": "base", "einsum_equation": "base", "shortnames": "base", "results": "base", "timings": "base", "symbolic": "base",
+    "strings": "base",
     "frontend": "frontend",
     "passes": "passes",
     "fluid": "fluid",

@@ -24,6 +24,7 @@ from .errors import InputError
 from .frontend.importer import load_model
 from .frontend.loops import bodies
 from .ir import Graph
+from .strings import dtype_name, string_stages
 from .kernels.epilogue import EPILOGUE_ATTR
 from .pipeline import Lowered, LowerOptions, check_precision, import_graph
 from .plan_cache import cached_plan, plan_store
@@ -102,7 +103,7 @@ def default_out_dir(model_path: Path, board: Board) -> Path:
 
 def _tensor_entries(graph: Graph, names: list[str], dynamic_dims: list[tuple[int, ...]] | None = None) -> tuple[TensorEntry, ...]:
     dims = list(dynamic_dims or []) + [()] * len(names)
-    return tuple(TensorEntry(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, tuple(d or ()),
+    return tuple(TensorEntry(n, tuple(graph.tensors[n].shape), dtype_name(graph.tensors[n].dtype), tuple(d or ()),
                              _symbolic_dims(graph.tensors[n].dyn)) for n, d in zip(names, dims))
 
 
@@ -315,14 +316,17 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
     tail, api, spec = compiled.tail, compiled.api, compiled.spec
     symbols = tuple(SymbolSpec(r.name, r.lo, r.hi, r.opt) for r in graph.symbols.values())
     index = {s.name: i for i, s in enumerate(symbols)}
+    stages = string_stages(graph, tail.arena_bytes, spec.alignment)
     model_spec = ModelSpec(
         name=graph.name, symbols=symbols,
-        inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name,
-                           dim_symbols=tuple(index[d] if isinstance(d, str) else -1 for d in dims) if symbols else ())
-                for n, dims in input_dims(graph)],
-        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), np.dtype(graph.tensors[n].dtype).name, slot,
-                            label=_dims_label(graph.tensors[n].dyn)) for n, slot in zip(graph.outputs, tail.output_slots)],
-        arena_bytes=tail.arena_bytes, arena_align=spec.alignment,
+        inputs=[TensorSpec(n, tuple(graph.tensors[n].shape), dtype_name(graph.tensors[n].dtype),
+                           dim_symbols=tuple(index[d] if isinstance(d, str) else -1 for d in dims) if symbols else (),
+                           **stages.get(("in", i), {}))
+                for i, (n, dims) in enumerate(input_dims(graph))],
+        outputs=[TensorSpec(n, tuple(graph.tensors[n].shape), dtype_name(graph.tensors[n].dtype), slot,
+                            label=_dims_label(graph.tensors[n].dyn), **stages.get(("out", i), {}))
+                 for i, (n, slot) in enumerate(zip(graph.outputs, tail.output_slots))],
+        arena_bytes=stages.get("arena_bytes", tail.arena_bytes), arena_align=spec.alignment,
         ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api,
         variants=compiled.code_variants, cpu_hint=REFUSAL_HINTS.get(board.target.name, DEFAULT_CPU_HINT),
         status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks))

@@ -36,7 +36,8 @@ def read_npy(fh, available: int, what: str, max_bytes: int | None = None) -> np.
     except Exception as exc:  # numpy's header parser raises ValueError, SyntaxError, tokenize.TokenError, ...
         raise InputError(f"{what}: not a valid .npy file ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
     if dtype.hasobject or dtype.names is not None or dtype.subdtype is not None:
-        raise InputError(f"{what}: .npy dtype {dtype} is not a plain numeric type: save a numeric array")
+        raise InputError(f"{what}: .npy dtype {dtype} is not a plain numeric type: save a numeric array (strings: "
+                         "arr.astype(str), numpy's 'U', which needs no pickle)")
     if len(shape) > MAX_RANK or any(not isinstance(d, int) or d < 0 for d in shape):
         raise InputError(f"{what}: bad shape {shape} in the .npy header")
     count = 1

@@ -98,6 +98,9 @@ class OpSpec:
     """Its lowering honours dims that vary at run time (Operand.dyn, Kernel.extent): loops over such a dim run to
     its run-time value and nothing is unrolled or decided over it at build time. A dynamic build refuses a node
     that reads or writes a varying tensor unless its op says so (emit/emitter.py check_supported)."""
+    strings: bool = False
+    """Its lowering takes string tensors (strings.py slots, docs/STRINGS.md); the frontend refuses a string tensor
+    read or written by any other op."""
 
     @property
     def layout_safe(self) -> bool:
@@ -116,7 +119,8 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
              heavy: bool | None = None, output_bound: BoundFn | None = None, work: float = 1.0,
              cost_kind: CostKind | None = None, axis_attr: AxisRange | None = None, index_inputs: tuple[int, ...] = (),
              epilogue_activation: bool = False, type_only_inputs: tuple[int, ...] = (),
-             runtime_extents: bool = False, run_check: CheckFn | None = None) -> Callable[[LowerFn], LowerFn]:
+             runtime_extents: bool = False, run_check: CheckFn | None = None,
+             strings: bool = False) -> Callable[[LowerFn], LowerFn]:
     """Register the decorated lowering for OP_TYPES with these traits. `heavy` defaults to True outside the
     ONNX domain (contrib and our ops are not recomputed unless they say so)."""
     names = (op_types,) if isinstance(op_types, str) else op_types
@@ -127,7 +131,7 @@ def register(op_types: str | tuple[str, ...], since: int = 1, domain: str = "", 
             spec = OpSpec(name, fn, since, domain, view, inplace, frozenset(dtypes) if dtypes else None, notes,
                           elementwise, strided, layout_anchor, image, loop_orders, fusable, lowp_native, heavy,
                           output_bound, work, cost_kind, axis_attr, tuple(index_inputs), epilogue_activation,
-                          tuple(type_only_inputs), run_check, runtime_extents)
+                          tuple(type_only_inputs), run_check, runtime_extents, strings)
             versions = _REGISTRY.setdefault((domain, name), [])
             versions.append(spec)
             versions.sort(key=lambda s: s.since)

@@ -81,6 +81,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
     def at(sizes: dict[str, tuple[int, ...]], notify: Callable[[], None] | None = None, whole_image: bool = True) -> Graph:
         options = FrontendOptions(input_shapes=dict(sizes), structures=dict(structures or {}),
                                   max_dims=dict(ranges.max_dims) if ranges is not None else {},
+                                  **({"max_string_bytes": ranges.max_string_bytes} if ranges is not None else {}),
                                   **({"limits": limits} if limits else {}))
         graph = import_model(bound, options, name=name)
         if notify:

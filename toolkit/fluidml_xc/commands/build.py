@@ -8,9 +8,10 @@ from ..errors import InputError
 from ..pipeline import OPT_MODES
 from ..frontend.binding import HELP as BIND_HELP, parse_binds
 from ..frontend.input_shapes import BASE_HELP as SHAPE_HELP
-from ..frontend.ranges import DIM_HELP, MAX_DIM_HELP, OPT_SHAPE_HELP, RANGE_HELP, parse_ranges, split_input_shapes
+from ..frontend.ranges import DIM_HELP, MAX_DIM_HELP, MAX_STRING_BYTES_HELP, OPT_SHAPE_HELP, RANGE_HELP, parse_ranges, split_input_shapes
 from ..progress import Stages
 from ..results import emit
+from ..strings import DEFAULT_MAX_STRING_BYTES
 from .output import add_json_arguments
 from .paths import check_model_argument
 
@@ -32,6 +33,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[@OPT]", help=DIM_HELP)
     parser.add_argument("--opt-shape", action="append", default=[], metavar="NAME=1x3x48x320", help=OPT_SHAPE_HELP)
     parser.add_argument("--max-dim", action="append", default=[], metavar="NAME=N", help=MAX_DIM_HELP)
+    parser.add_argument("--max-string-bytes", type=int, default=DEFAULT_MAX_STRING_BYTES, metavar="N", help=MAX_STRING_BYTES_HELP)
     parser.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE", help=BIND_HELP)
     parser.add_argument("--opt", choices=OPT_MODES, default="fluid", help="plain: row-major, no reuse; greedy: planned memory; fluid: everything")
     parser.add_argument("--costs", choices=("analytic", "measure"), default="analytic", help="kernel cost source for the layout search")
@@ -74,7 +76,7 @@ def main(args) -> int:
     if args.name is not None:
         check_c_name(args.name)
     shapes, ranged = split_input_shapes(args.input_shape)
-    ranges = parse_ranges(ranged, args.dim, args.opt_shape, args.max_dim)
+    ranges = parse_ranges(ranged, args.dim, args.opt_shape, args.max_dim, args.max_string_bytes)
     bind = parse_binds(args.bind)
     max_memory = parse_size(args.max_memory) if args.max_memory else None
     if args.build_workers is not None and args.build_workers < 1:

@@ -22,6 +22,7 @@ DTYPE_CODES: dict[str, int] = {
     # storage-only dtypes (kernels/lowp.py): bfloat16 is 16 bits, the others one byte per element
     "bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20,
     "uint4": 21, "int4": 22, "float4_e2m1fn": 23, "float8_e8m0fnu": 24, "uint2": 25, "int2": 26,
+    "string": 8,  # const char * per element at the C API, slots inside the model (docs/STRINGS.md)
 }
 
 
@@ -39,6 +40,11 @@ class TensorSpec:
     (empty: every dim fixed)."""
     label: str = ""
     """A varying output's dims as model.h shows them ("[1, seq, 128]"; empty: its shape)."""
+    slot_bytes: int = 0
+    """A string tensor's slot size (strings.py: 8 length bytes, then the string's bytes and a NUL), else 0."""
+    stage_offset: int = -1
+    """A string tensor's slots in the arena, past everything the model uses, where the glue copies an input's
+    strings in or leaves an output's for the caller's pointers (-1: not a string)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
@@ -50,7 +56,21 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the caller's buffer (a string tensor's: 8 per element, a 64-bit pointer each; C_nbytes in C)."""
+        if self.dtype == "string":
+            return math.prod(self.shape) * 8
         return math.prod(self.shape) * np.dtype(STORAGE_ONLY.get(self.dtype, self.dtype)).itemsize
+
+    @property
+    def c_nbytes(self) -> str:
+        """nbytes as a C expression (a string tensor's: one const char * per element)."""
+        if self.dtype == "string":
+            return f"(size_t){math.prod(self.shape)}u * sizeof(const char *)"
+        return f"(size_t){self.nbytes}u"
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.shape)
 
 
 RUNTIME_PREFIX = "fxc"
@@ -242,7 +262,9 @@ def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
                    dtype_codes=sorted(DTYPE_CODES.items(), key=lambda item: item[1]), api=spec.api,
                    p=spec.api.prefix, P=spec.api.macro_prefix, variants=spec.variants, cpu_hint=spec.cpu_hint,
                    cpu_summary=cpu_summary(spec.variants), symbols=spec.symbols, status_offset=spec.status_offset,
-                   run_errors=spec.run_errors,
+                   run_errors=spec.run_errors, string_inputs=[(i, t) for i, t in enumerate(spec.inputs) if t.slot_bytes],
+                   string_outputs=[(i, t) for i, t in enumerate(spec.outputs) if t.slot_bytes],
+                   max_string_bytes=max([t.slot_bytes - 9 for t in (*spec.inputs, *spec.outputs)] + [0]),
                    dim_symbols=[t.dim_symbols or (-1,) * len(t.shape) for t in spec.inputs],
                    dims_text=[_dims_text(t, spec.symbols) for t in spec.inputs],
                    out_text=[_dims_text(t, spec.symbols) for t in spec.outputs])

@@ -14,6 +14,7 @@ from ..frontend.unsupported import unsupported_message
 from ..ir import BODY_ATTR, Graph, Node
 from ..kernels.kernel import Kernel, Operand, layout_strides
 from ..kernels.scalar import storage_type
+from ..strings import is_slot
 from ..opspec import lookup
 from ..target.machine import MachineSpec, data_layout
 from .boundary import Boundary, BoundaryEmitter, extend_tail, finish_outputs
@@ -84,6 +85,10 @@ def check_supported(graph: Graph) -> None:
     from ..frontend.shapes import check as check_dynamic
 
     check_dynamic(graph)
+    strings = [n for n in (*graph.inputs, *graph.outputs) if is_slot(graph.tensors[n].dtype)]
+    if graph.symbols and strings:
+        raise InputError(f"{strings[0]!r} is a string tensor of a model whose dims vary at run time, which fluidml-xc "
+                         "does not support yet: give every input dim one size (--input-shape)")
     for node in graph.nodes:
         if BODY_ATTR in node.attrs:
             check_supported(node.attrs[BODY_ATTR])

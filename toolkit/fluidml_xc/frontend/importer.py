@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
+from ..strings import DEFAULT_MAX_STRING_BYTES, use_slots
 from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
@@ -54,6 +55,8 @@ class FrontendOptions:
     """Largest tensor / constants / arena (--max-memory) and the target's pointer width (validate.py)."""
     max_dims: dict[str, int] = field(default_factory=dict)
     """--max-dim: the most steps of a run-time Loop, by node or scan output name (loops.py)."""
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
+    """--max-string-bytes: the bytes each string element holds (strings.py slots)."""
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -130,9 +133,10 @@ class _Folder:
     """Walks nodes in order, folding constants and inferring static shapes."""
 
     def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], fold: bool, limits: Limits | None = None,
-                 max_dims: dict[str, int] | None = None):
+                 max_dims: dict[str, int] | None = None, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES):
         self.model, self.tensors, self.fold, self.limits = model, tensors, fold, limits or Limits()
         self.max_dims = dict(max_dims or {})
+        self.max_string_bytes = max_string_bytes
         self.opsets = Opsets.of_model(model)
         self.opset = self.opsets.default
         self.opset_imports = list(model.opset_import)
@@ -163,13 +167,14 @@ class _Folder:
             results = ReferenceEvaluator(model, new_ops=REFERENCE_OPS).run(None, {n: stand_ins[n] if n in stand_ins else self.tensors[n].value for n in inputs})
         return [np.asarray(r) for r in results]
 
-    def infer_dynamic(self, node: onnx.NodeProto, attrs: dict, bound: BoundFn) -> dict[str, Tensor]:
+    def infer_dynamic(self, node: onnx.NodeProto, attrs: dict, bound: BoundFn, strings: bool = False) -> dict[str, Tensor]:
         """Ops whose output shapes depend on input data: static upper bounds (the op's OpSpec.output_bound); the
         data-dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
         inputs = [self.tensors[n] if n else None for n in node.input]
         asked = {n: self.max_dims[n] for n in [node.name, *node.output] if n and n in self.max_dims}
+        more = {"max_string_bytes": self.max_string_bytes} if strings else {}
         bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
-                       max_dims=asked)
+                       max_dims=asked, **more)
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:
@@ -263,7 +268,8 @@ class _Folder:
 
     def import_body(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], name: str) -> Graph:
         """A run-time Loop's body as its own graph, with this import's limits and --max-dim."""
-        return import_model(model, FrontendOptions(input_shapes=shapes, limits=self.limits, max_dims=self.max_dims), name)
+        return import_model(model, FrontendOptions(input_shapes=shapes, limits=self.limits, max_dims=self.max_dims,
+                                                   max_string_bytes=self.max_string_bytes), name)
 
     def check_sizes(self, node: onnx.NodeProto, tensors: dict[str, Tensor]) -> None:
         for name, t in tensors.items():
@@ -322,7 +328,7 @@ class _Folder:
         if node.op_type == "Loop" and is_onnx_domain(node.domain):
             inferred = import_loop(self, node, attrs, self.import_body)
         elif spec is not None and spec.output_bound is not None:
-            inferred = self.infer_dynamic(node, attrs, spec.output_bound)
+            inferred = self.infer_dynamic(node, attrs, spec.output_bound, spec.strings)
         else:
             inferred = self.infer(node)
             if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
@@ -463,7 +469,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
     for init in model.graph.initializer:
         value = numpy_helper.to_array(init)
         tensors[init.name] = Tensor(init.name, value.dtype, tuple(value.shape), value)
-    folder = _Folder(model, tensors, options.fold_constants, options.limits, options.max_dims)
+    folder = _Folder(model, tensors, options.fold_constants, options.limits, options.max_dims, options.max_string_bytes)
     opsets = Opsets.of_model(model)
     opset = opsets.default
     nodes, missing = [], Missing(opsets)
@@ -558,4 +564,5 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
         graph.structures = structures
     _remove_dead(graph)
     check_strings(graph)
+    use_slots(graph, options.max_string_bytes)
     return graph

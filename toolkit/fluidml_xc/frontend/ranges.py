@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from ..errors import InputError
+from ..strings import DEFAULT_MAX_STRING_BYTES, slot_dtype
 from ..symbolic import Dim as SymDim, Sym, SymRange
 from .input_shapes import Dim, tensor_inputs, declared, dims_text, shape_text
 
@@ -25,6 +26,8 @@ DIM_HELP = ("size or range of a dim the model names (dim_param) in every input t
 OPT_SHAPE_HELP = ("the size the optimizer decides layouts and loop orders at, for an input with ranged dims "
                   "(default: every range at its maximum, where a run costs most), repeatable")
 MAX_DIM_HELP = "upper bound of a data-dependent dim the build asks for by name (e.g. a Loop's trip count), repeatable"
+MAX_STRING_BYTES_HELP = (f"bytes each element of a string tensor holds (default {DEFAULT_MAX_STRING_BYTES}, rounded up to "
+                         "8k - 1): every string tensor is sized for it; a longer input or result fails the run (docs/STRINGS.md)")
 
 Given = tuple  # per dim: int, or (lo, hi)
 _RANGE = re.compile(r"(\d+)\.\.(\d+)")
@@ -114,6 +117,8 @@ class ShapeRanges:
     opt_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     max_dims: dict[str, int] = field(default_factory=dict)
     """--max-dim: bounds of data-dependent dims, kept for the ops that ask for them by name."""
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
+    """--max-string-bytes: the bytes each string element holds (strings.py, docs/STRINGS.md)."""
 
     def __bool__(self) -> bool:
         return bool(self.inputs or self.dims or self.opt_shapes)
@@ -128,7 +133,8 @@ def _once(flag: str, pairs, show=str) -> dict:
     return out
 
 
-def parse_ranges(input_ranges: dict[str, Given], dims: list[str], opt_shapes: list[str], max_dims: list[str]) -> ShapeRanges:
+def parse_ranges(input_ranges: dict[str, Given], dims: list[str], opt_shapes: list[str], max_dims: list[str],
+                 max_string_bytes: int = DEFAULT_MAX_STRING_BYTES) -> ShapeRanges:
     """The flags of build (and every command that imports a model) as one ShapeRanges."""
     opt = {}
     for text in opt_shapes:
@@ -136,7 +142,9 @@ def parse_ranges(input_ranges: dict[str, Given], dims: list[str], opt_shapes: li
         if not sep or not name or not re.fullmatch(r"\d+(x\d+)*|", value):
             raise InputError(f"bad --opt-shape {text!r}: write NAME=1x3x48x320 (one size per dim)")
         opt = {**opt, **_once("--opt-shape", [(name, tuple(int(d) for d in value.split("x")) if value else ())], dims_text)}
-    return ShapeRanges(dict(input_ranges), _once("--dim", map(parse_dim, dims)), opt, _once("--max-dim", map(parse_max_dim, max_dims)))
+    slot_dtype(max_string_bytes)  # its range checked
+    return ShapeRanges(dict(input_ranges), _once("--dim", map(parse_dim, dims)), opt, _once("--max-dim", map(parse_max_dim, max_dims)),
+                       int(max_string_bytes))
 
 
 def _node_names(graph: onnx.GraphProto) -> set[str]:

@@ -195,7 +195,8 @@ def probe(folder, nodes: list[onnx.NodeProto], opset: int) -> tuple[dict, list[o
     """Static shapes of `nodes` run through a copy of the frontend's folder (constants folded, nested
     control flow expanded) without touching the real one: (tensors, nodes kept, data-dependent tensors).
     Raises the InputError the real import would raise."""
-    dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits, folder.max_dims)
+    dry = type(folder)(folder.model, dict(folder.tensors), folder.fold, folder.limits, folder.max_dims,
+                       folder.max_string_bytes)
     dry.unresolved, dry.dynamic = dict(folder.unresolved), dict(folder.dynamic)
     work, kept = list(reversed(nodes)), []
     while work:

@@ -1,6 +1,6 @@
 """What the compiler does not support, each named with its own one-line message and fix (InputError, exit 2).
 
-- string tensors (graph inputs, outputs, constants or intermediates of dtype string): `check_strings`
+- string tensors read or written by an op whose lowering does not take strings: `check_strings`
 - training-only ops (Gradient, other ai.onnx.preview.training ops than the optimizers we lower, ORT
   training graphs' *Grad ops): `check_training`
 - ops we lack: `unsupported_message` (every op type with its nodes); `Missing` collects them while the graph
@@ -21,7 +21,8 @@ import onnx
 
 from ..errors import InputError
 from ..ir import is_onnx_domain
-from ..opspec import lookup
+from ..opspec import lookup, traits
+from ..strings import is_string
 from .bind_hints import inputs_behind
 from .builder import outer_references
 from .domains import Opsets
@@ -51,29 +52,20 @@ def _bindable(t) -> bool:
     return t.size == 1 or (np.dtype(t.dtype).kind in "biu" and t.size <= BINDABLE_MAX)
 
 
-def _is_string(dtype) -> bool:
-    return np.dtype(dtype).kind in "OSU"
-
-
 def check_strings(graph) -> None:
-    """After import: a string tensor left in the graph (one folded away at build time is fine)."""
-    fix = ("keep text processing (tokenizers, label lookups) in the application and compile the numeric part "
-           "(onnx.utils.extract_model cuts the model at numeric tensors)")
-    for name in graph.inputs:
-        if _is_string(graph.tensors[name].dtype):
-            raise InputError(f"input {name!r} is a string tensor, which fluidml-xc does not compile: feed numbers, {fix}")
-    for name in graph.outputs:
-        if _is_string(graph.tensors[name].dtype):
-            raise InputError(f"output {name!r} is a string tensor, which fluidml-xc does not compile: return the numeric "
-                             "result (e.g. a class index; skl2onnx: zipmap=False with integer labels) and map it to text in "
-                             f"the application, or {fix}")
+    """After import: a node that reads or writes a string tensor must be an op whose lowering takes strings
+    (OpSpec.strings)."""
     for node in graph.nodes:
+        if traits(node.op_type, graph.opset, node.domain).strings:
+            continue
         for name in (*node.inputs, *node.outputs):
             t = graph.tensors.get(name) if name else None
-            if t is not None and _is_string(t.dtype):
+            if t is not None and is_string(t.dtype):
                 what = "constant" if t.is_const else "tensor"
                 raise InputError(f"{what} {name!r} ({node.op_type} node {node.name!r}) is a string tensor, which "
-                                 f"fluidml-xc does not compile: {fix}")
+                                 f"{node.op_type} does not take in fluidml-xc (docs/STRINGS.md lists the string ops): "
+                                 "keep that text processing in the application and compile the rest "
+                                 "(onnx.utils.extract_model cuts the model at numeric tensors)")
 
 
 def _training_ops(model: onnx.ModelProto) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ from llvmlite import ir
 
 from . import lowp
 from ..dtypes import compute_dtype
+from ..strings import capacity, is_slot
 
 FAST = ("reassoc", "contract")
 """Reassociation for vectorized reductions and FMA contraction (docs/GUARANTEES.md: what each may change). No nnan
@@ -31,7 +32,10 @@ def llvm_type(dtype) -> ir.Type:
 
 
 def storage_type(dtype) -> ir.Type:
-    """The LLVM type of one element in memory: `llvm_type`, except for the storage-only dtypes (kernels/lowp.py)."""
+    """The LLVM type of one element in memory: `llvm_type`, except for the storage-only dtypes (kernels/lowp.py) and
+    string slots ({i64 length, [room x i8]}, strings.py)."""
+    if is_slot(dtype):
+        return ir.LiteralStructType([ir.IntType(64), ir.ArrayType(ir.IntType(8), capacity(dtype) + 1)])
     return lowp.storage_type(dtype) if lowp.is_lowp(dtype) else llvm_type(dtype)
 
 

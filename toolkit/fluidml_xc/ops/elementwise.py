@@ -14,6 +14,8 @@ from ..errors import InputError
 from ..kernels.kernel import Access
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
+from ..strings import is_slot
+from .strings import lower_string_equal
 
 FLOATS = ("float32", "float64", "float16")
 NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -279,9 +281,11 @@ def lower_pow(k):
 
 
 def _register_compare(name, op):
-    @register(name, elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
+    @register(name, elementwise=True, fusable=True, lowp_native=True, runtime_extents=True, strings=name == "Equal")
     def lower(k):
         dt = k.inputs[0].dtype
+        if is_slot(dt):
+            return lower_string_equal(k)
         k.elementwise(lambda v: k.s.to_bool(k.s.cmp(dt, op, v[0], v[1])), ins=k.inputs[:2])
 
 
@@ -330,7 +334,7 @@ _variadic("Min", lambda k, dt, a, b: k.s.minimum(dt, a, b))
 _variadic("Mean", ieee_add, lambda k, dt, acc, n: k.b.fdiv(acc, const(dt, n)))
 
 
-@register("Where", elementwise=True, fusable=True, lowp_native=True, runtime_extents=True)
+@register("Where", elementwise=True, fusable=True, lowp_native=True, runtime_extents=True, strings=True)
 def lower_where(k):
     k.elementwise(lambda v: k.b.select(k.b.trunc(v[0], ir.IntType(1)), v[1], v[2]), ins=k.inputs[:3])
 

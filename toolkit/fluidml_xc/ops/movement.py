@@ -291,7 +291,7 @@ def lower_pad(k):
 
 
 # -- gathers -------------------------------------------------------------------------------------
-@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,), runtime_extents=True)
+@register("Gather", lowp_native=True, axis_attr="dim", index_inputs=(1,), runtime_extents=True, strings=True)
 def lower_gather(k):
     data, indices, out = k.inputs[0], k.inputs[1], k.outputs[0]
     axis = normalize_axis(int(k.attr("axis", 0)), data.rank)

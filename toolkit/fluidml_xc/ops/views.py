@@ -18,8 +18,8 @@ def _flat(op):
     return Access(op.ptr, op.dtype, (1,), 0)
 
 
-@register(("Reshape", "Squeeze", "Unsqueeze"), view=True, inplace=False, lowp_native=True, runtime_extents=True)
-@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary", runtime_extents=True)
+@register(("Reshape", "Squeeze", "Unsqueeze"), view=True, inplace=False, lowp_native=True, runtime_extents=True, strings=True)
+@register("Flatten", view=True, inplace=False, lowp_native=True, axis_attr="boundary", runtime_extents=True, strings=True)
 def lower_view(k):
     if k.dynamic:
         view_copy(k)
@@ -27,7 +27,7 @@ def lower_view(k):
     _flat_copy(k)
 
 
-@register("Identity", view=True, inplace=False, lowp_native=True, runtime_extents=True)
+@register("Identity", view=True, inplace=False, lowp_native=True, runtime_extents=True, strings=True)
 def lower_identity(k):
     """A flat copy; over varying dims an element copy to the run-time extents (beyond them is garbage), through the
     permutation of a Transpose that fluid's layouts made a byte copy ("_transpose_perm")."""

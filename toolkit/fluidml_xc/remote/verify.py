@@ -17,6 +17,7 @@ import paramiko
 from ..errors import InputError, RemoteError, RunError
 from ..ir import is_onnx_domain
 from ..artifact import sha256_file
+from ..strings import as_text
 from ..reference import reason
 from .artifact import Artifact
 from .deploy import Deployment
@@ -123,7 +124,7 @@ def make_feeds(artifact: Artifact, inputs: Path | None) -> dict[str, np.ndarray]
     manifest = artifact.manifest
     feeds = load_feeds(inputs) if inputs else random_feeds(manifest)
     arrays = check_feeds(manifest, feeds)
-    return {spec.name: arr for spec, arr in zip(manifest.inputs, arrays)}
+    return {spec.name: as_text(arr) if arr.dtype.kind == "S" else arr for spec, arr in zip(manifest.inputs, arrays)}
 
 
 def with_bound(artifact: Artifact, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -259,7 +260,9 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Reference, tol: Tolera
             raise RunError(f"the runner produced no output named {name!r}")
         out, ref = np.asarray(outputs[name]), np.asarray(ref)
         step = reference.steps.get(name, 0.0)
-        if ref.dtype.kind in "fc":
+        if ref.dtype.kind in "OSU":
+            allowed_text = "equal strings"
+        elif ref.dtype.kind in "fc":
             allowed_text = f"{tol.atol:g} + {tol.rtol:g}*|ref|" + (f" + {step:.3g}" if step else "")
         else:
             allowed_text = f"{step:g}" if step else "0 (exact)"
@@ -267,7 +270,10 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Reference, tol: Tolera
             checks.append(OutputCheck(name, ref.shape, float("inf"), float("inf"), int(ref.size), False,
                                       allowed_text, float("inf"), tuple(out.shape)))
             continue
-        if ref.dtype.kind in "fc":
+        if ref.dtype.kind in "OSU":  # strings: an element differs or not (max abs err counts differing elements)
+            diff = (as_text(out).astype(object) != as_text(ref).astype(object)).astype(np.float64)
+            allowed, rel = np.zeros_like(diff), np.zeros_like(diff)
+        elif ref.dtype.kind in "fc":
             a, b = out.astype(np.float64), ref.astype(np.float64)
             both_nan = np.isnan(a) & np.isnan(b)
             diff = np.where(both_nan, 0.0, np.abs(a - b))

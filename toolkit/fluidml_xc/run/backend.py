@@ -30,6 +30,7 @@ from ..frontend.names import unique_names
 from ..frontend.ranges import ShapeRanges
 from ..frontend.sequences import VALUE_INPUTS, describe_value, flat_names, regroup, structured_if, type_kind
 from ..pipeline import Lowered, LowerOptions, bind_inputs, import_graph, lower
+from ..strings import from_slots, is_slot, manifest_dtype, to_slots
 from ..ir import is_onnx_domain
 
 DEFAULT_OPT = "fluid"
@@ -111,7 +112,7 @@ class JitModel:
                 dims = tuple(int(d) for d in raw[at:at + 8 * rank].view(np.int64))
                 outputs[k] = outputs[k].reshape(-1)[:int(np.prod(dims, dtype=np.int64))].reshape(dims).copy()
         del raw, keep, out_keep
-        return outputs
+        return [from_slots(o) if is_slot(o.dtype) else o for o in outputs]
 
 
 def _in_capacity(arr: np.ndarray, capacity: tuple[int, ...]) -> np.ndarray:
@@ -128,6 +129,8 @@ def _coerce_input(name: str, dtype: np.dtype, shape: tuple[int, ...], value) -> 
             arr = arr.reshape(shape)
         else:
             raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
+    if is_slot(dtype):
+        return np.ascontiguousarray(to_slots(arr, dtype, f"input {name!r}")).reshape(arr.shape)
     return np.asarray(arr, dtype=dtype, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
 
 
@@ -164,11 +167,11 @@ class ArtifactModel:
         if self.manifest.symbols:  # a dynamic build: feeds of any size in its ranges (run_artifact checks them)
             feeds = {s.name: np.asarray(feeds[s.name], dtype=np.dtype(s.dtype)) for s in self.manifest.inputs}
         else:
-            feeds = {s.name: _coerce_input(s.name, np.dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
+            feeds = {s.name: _coerce_input(s.name, manifest_dtype(s.dtype), s.shape, feeds[s.name]) for s in self.manifest.inputs}
         result = run_artifact(self.artifact, feeds, timeout=self.timeout)
         outs = []
         for s in self.manifest.outputs:
-            value = np.asarray(result.outputs[s.name], dtype=np.dtype(s.dtype))
+            value = np.asarray(result.outputs[s.name], dtype=manifest_dtype(s.dtype))
             outs.append(value if s.dynamic_dims else value.reshape(s.shape))
         return outs
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..artifact import Manifest, TensorEntry, read_manifest
 from ..target.boards import get_target
 from ..dtypes import is_storage_only
+from ..strings import as_npy_strings, as_text
 from ..errors import InputError, RunCheckFailed, RunError, ToolchainError
 from ..emit.link import is_host_target
 
@@ -93,7 +94,11 @@ def random_feeds(manifest: Manifest, seed: int = 0, symbols: Mapping[str, int] |
         if not symbols or not spec.dims:
             return spec.shape
         return tuple(int(symbols[d]) if isinstance(d, str) else d for d in spec.dims)
-    return {spec.name: _random_tensor(shape(spec), np.dtype(spec.dtype), seed, i) for i, spec in enumerate(manifest.inputs)}
+    def feed(spec: TensorEntry, i: int) -> np.ndarray:
+        if spec.dtype == "string":  # the runner's: the integers' digits as text
+            return _random_tensor(shape(spec), np.dtype(np.uint8), seed, i).astype(str).astype(object)
+        return _random_tensor(shape(spec), np.dtype(spec.dtype), seed, i)
+    return {spec.name: feed(spec, i) for i, spec in enumerate(manifest.inputs)}
 
 
 def _load_array(path: Path) -> np.ndarray:
@@ -121,10 +126,13 @@ def load_feeds(source: str | Path | Sequence[str]) -> dict[str, np.ndarray]:
 
 def _coerce(spec: TensorEntry, value: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """`value` as the model's dtype, little-endian, C order; its shape must be `shape` (default: the spec's)."""
-    name, dtype, shape = spec.name, np.dtype(spec.dtype), spec.shape if shape is None else shape
+    name, shape = spec.name, spec.shape if shape is None else shape
     arr = np.asarray(value)
     if arr.shape != shape:
         raise InputError(f"input {name!r}: shape {arr.shape} does not match the model's {shape}")
+    if spec.dtype == "string":
+        return as_npy_strings(arr, f"input {name!r}")
+    dtype = np.dtype(spec.dtype)
     if is_storage_only(dtype) and arr.dtype.kind == "V" and arr.dtype.names is None and arr.dtype.itemsize == dtype.itemsize:
         arr = arr.view(dtype)  # np.save writes ml_dtypes arrays as raw void items ('<V2'); np.load gives those back
     if arr.dtype != dtype and is_storage_only(dtype):
@@ -299,6 +307,8 @@ def _by_name(specs: Sequence[TensorEntry], slots: Sequence[np.ndarray], runner: 
 def _load_output(path: str, spec: TensorEntry) -> np.ndarray:
     """A runner output; storage-only dtypes come as their bits (uint8/uint16) and are viewed as the dtype."""
     arr = np.load(path, allow_pickle=False)
+    if spec.dtype == "string":
+        return arr.astype(object)
     dtype = np.dtype(spec.dtype)
     if is_storage_only(dtype) and arr.dtype == bits_dtype(dtype):
         arr = arr.view(dtype)
@@ -315,7 +325,8 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray], force: bool = False) 
         with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as archive:
             for name, arr in arrays.items():
                 with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+                    arr = np.asanyarray(arr)
+                    np.lib.format.write_array(member, as_text(arr) if arr.dtype.kind == "O" else arr, allow_pickle=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -61,6 +61,12 @@ class Assert:
     kind: str
 
 
+@dataclass(frozen=True)
+class Quoted:
+    """`\\Q...\\E` while it is parsed: its characters, each its own atom."""
+    items: tuple
+
+
 ASSERTIONS = ("begin_text", "end_text", "begin_line", "end_line", "word_boundary", "not_word_boundary")
 EMPTY = Concat(())
 
@@ -206,6 +212,11 @@ class Parser:
             atom = self.atom()
             if atom is None:  # a flag group: no atom
                 continue
+            if isinstance(atom, Quoted):  # \\Q...\\E: a repetition after it repeats its last character
+                if not atom.items:
+                    continue
+                items += atom.items[:-1]
+                atom = atom.items[-1]
             items.append(self.repeats(atom))
         return items[0] if len(items) == 1 else Concat(tuple(items))
 
@@ -333,7 +344,7 @@ class Parser:
             end = self.p.find("\\E", self.i)
             text = self.p[self.i:] if end < 0 else self.p[self.i:end]
             self.i = len(self.p) if end < 0 else end + 2
-            return Concat(tuple(self.chars(((ord(t), ord(t)),)) for t in text))
+            return Quoted(tuple(self.chars(((ord(t), ord(t)),)) for t in text))
         self.i -= 1
         member = self.class_escape()
         if isinstance(member, int):

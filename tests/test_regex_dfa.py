@@ -274,3 +274,57 @@ def test_matcher_runs_on_every_target(board, tmp_path):
     assert proc.returncode == 0, proc.stderr
     want = "".join("1" if dfa.fullmatch(t) else "0" for t in texts)
     assert proc.stdout.strip() == want and "1" in want
+
+
+def re2_fullmatch(pattern: str, texts: list[str], raw: list[bytes]) -> list[bool]:
+    """RE2's own answers, through ONNX Runtime's RegexFullMatch kernel: `texts` as str, then `raw` bytes (invalid
+    UTF-8: a numpy bytes array reaches the kernel unchanged; none may end in a NUL, numpy drops those)."""
+    import numpy as np
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)], "regex",
+                              [helper.make_tensor_value_info("x", TensorProto.STRING, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.BOOL, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [*session.run(None, {"x": np.array(texts, dtype=object)})[0].tolist(),
+            *session.run(None, {"x": np.array(raw, dtype="S")})[0].tolist()]
+
+
+ORACLE_FREE = [r"\pL+\PL?", r"\p{Lu}\p{Ll}|\pN", r"(?i)straße|ß|[^k]\W", r"(?i)i|ǆ", r"[😀-😂]{2}|\x{1F600}.."]
+RE2_LENIENT = (b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xe0\x80\xaf", b"\xf4\x90\x80\x80")
+"""RE2's `.` and negated classes take any 3- or 4-byte lead and continuation bytes for a character (surrogates,
+overlong forms, past U+10FFFF); here they are invalid UTF-8 and never match (docs/REGEX.md)."""
+
+
+@pytest.mark.parametrize("pattern", [c[0] for c in CASES] + ORACLE_FREE)
+def test_dfa_matches_re2(compiled, pattern):
+    """The DFA against RE2 itself (ONNX Runtime's kernel) on the generated strings and on invalid UTF-8."""
+    known = [c[0] for c in CASES]
+    dfa, texts, _ = compiled[known.index(pattern)] if pattern in known else (compile_dfa(pattern), None, None)
+    texts = texts if texts is not None else strings(pattern, dfa, seed=11)
+    raw = [t for t in INVALID if t not in RE2_LENIENT]
+    want = re2_fullmatch(pattern, texts, raw)
+    wrong = [(t, w) for t, w in zip([t.encode() for t in texts] + raw, want) if dfa.fullmatch(t) != w]
+    assert True in want and not wrong, f"{pattern!r}: {len(wrong)} of {len(want)} differ from RE2: {wrong[:5]}"
+
+
+def test_regex_full_match_op_matches_onnxruntime():
+    """The op over string tensors (ops/regex_full_match.py): a [2, 3] tensor through the JIT, against ONNX Runtime."""
+    import numpy as np
+    import onnxruntime
+    from modelrun import jit_run
+    from onnx import TensorProto, helper
+
+    pattern = r"(?i)[\w.]+@(gmail|yahoo)\.COM|\d{2,}|é+"
+    graph = helper.make_graph([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)], "regex",
+                              [helper.make_tensor_value_info("x", TensorProto.STRING, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.BOOL, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    x = np.array([["me@Gmail.com", "a@hotmail.com", "12"], ["", "ééÉ", "x.y@YAHOO.com"]], dtype=object)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
+    assert want.tolist() == [[True, False, True], [False, True, True]]
+    got = jit_run(model, {"x": x})["y"]
+    assert got.dtype == np.bool_ and got.tolist() == want.tolist()

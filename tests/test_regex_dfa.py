@@ -213,7 +213,8 @@ def test_unsupported_syntax_is_a_one_line_error(pattern, fragment):
 
 def test_minimal_dfa_and_smallest_state_type():
     """[ab]*a[ab]{8}: its minimal DFA remembers the last 9 of a/b (2^9 states) plus the dead state, over 3 byte
-    classes (a, b, any other byte); 513 states need i16 entries, a DFA of at most 256 states i8."""
+    classes (a, b, any other byte); its entries (states premultiplied by the class count, up to 1536) need i16,
+    a DFA whose states x classes stay below 256 i8."""
     big = compile_dfa(r"[ab]*a[ab]{8}")
     assert big.table.shape == (2 ** 9 + 1, 3) and big.dead == 2 ** 9
     module = ir.Module("t")

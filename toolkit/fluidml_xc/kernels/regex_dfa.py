@@ -297,49 +297,47 @@ def compile_dfa(pattern: str, where: str = "RegexFullMatch", max_states: int = M
     return Dfa(classes.astype(np.int64), out, start, accepting, dead_state)
 
 
-def table_type(states: int) -> ir.IntType:
-    """The smallest integer type that holds a state number."""
-    return ir.IntType(8 if states <= 256 else 16 if states <= 65536 else 32)
+def table_type(largest: int) -> ir.IntType:
+    """The smallest integer type that holds 0..largest."""
+    return ir.IntType(8 if largest < 256 else 16 if largest < 65536 else 32)
 
 
 def emit_matcher(module: ir.Module, name: str, dfa: Dfa, linkage: str = "") -> ir.Function:
     """`i1 name(i8* bytes, i64 len)`: does the DFA accept the `len` bytes? A walk of constant tables (byte -> class,
-    class x state -> state), leaving as soon as the dead state is reached; no target-specific IR."""
-    i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    state + class -> state; states are stored premultiplied by the class count, so a step is a load, an add and a
+    load), leaving as soon as the dead state is reached; no target-specific IR."""
+    i1, i8, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
     fn = ir.Function(module, ir.FunctionType(i1, [i8.as_pointer(), i64]), name)
     fn.return_value.add_attribute("zeroext")  # a C `bool` (the caller may read the whole register)
     if linkage:
         fn.linkage = linkage
     data, length = fn.args
-    n_classes = dfa.table.shape[1]
+    width = dfa.table.shape[1]
     cls_var = _table(module, f"{name}.classes", i8, dfa.classes)
-    state_t = table_type(dfa.states)
-    tab_var = _table(module, f"{name}.table", state_t, dfa.table.reshape(-1))
+    tab_var = _table(module, f"{name}.table", table_type(dfa.table.size - width), dfa.table.reshape(-1) * width)
     entry, head, body, done = (fn.append_basic_block(n) for n in ("entry", "head", "body", "done"))
     b = ir.IRBuilder(entry)
     b.branch(head)
     b.position_at_end(head)
-    pos, state = b.phi(i64, "i"), b.phi(i32, "s")
+    pos, state = b.phi(i64, "i"), b.phi(i64, "s")
     pos.add_incoming(ir.Constant(i64, 0), entry)
-    state.add_incoming(ir.Constant(i32, dfa.start), entry)
+    state.add_incoming(ir.Constant(i64, dfa.start * width), entry)
     b.cbranch(b.icmp_unsigned("<", pos, length), body, done)
     b.position_at_end(body)
     byte = b.zext(b.load(b.gep(data, [pos])), i64)
     cls = b.zext(b.load(b.gep(cls_var, [ir.Constant(i64, 0), byte])), i64)
-    at = b.add(b.mul(b.zext(state, i64), ir.Constant(i64, n_classes)), cls)
-    nxt = b.zext(b.load(b.gep(tab_var, [ir.Constant(i64, 0), at])), i32)
-    step = b.add(pos, ir.Constant(i64, 1))
-    pos.add_incoming(step, body)
+    nxt = b.zext(b.load(b.gep(tab_var, [ir.Constant(i64, 0), b.add(state, cls)])), i64)
+    pos.add_incoming(b.add(pos, ir.Constant(i64, 1)), body)
     state.add_incoming(nxt, body)
     if dfa.dead is None:
         b.branch(head)
     else:
         fail = fn.append_basic_block("fail")
-        b.cbranch(b.icmp_unsigned("==", nxt, ir.Constant(i32, dfa.dead)), fail, head)
+        b.cbranch(b.icmp_unsigned("==", nxt, ir.Constant(i64, dfa.dead * width)), fail, head)
         b.position_at_end(fail)
         b.ret(ir.Constant(i1, 0))
     b.position_at_end(done)
-    b.ret(b.icmp_unsigned("<", state, ir.Constant(i32, dfa.accepting)))
+    b.ret(b.icmp_unsigned("<", state, ir.Constant(i64, dfa.accepting * width)))
     return fn
 
 

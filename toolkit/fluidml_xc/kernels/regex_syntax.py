@@ -68,7 +68,6 @@ class Quoted:
 
 
 ASSERTIONS = ("begin_text", "end_text", "begin_line", "end_line", "word_boundary", "not_word_boundary")
-EMPTY = Concat(())
 
 
 def normalize(ranges) -> Ranges:

@@ -311,18 +311,54 @@ def test_dfa_matches_re2(compiled, pattern):
     assert True in want and not wrong, f"{pattern!r}: {len(wrong)} of {len(want)} differ from RE2: {wrong[:5]}"
 
 
+def regex_model(pattern: str, shape=(2, 3)):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern, name="rx")], "regex",
+                              [helper.make_tensor_value_info("x", TensorProto.STRING, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.BOOL, list(shape))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+
+
+@pytest.mark.parametrize("pattern,fragment", [(r"(a)\1", "backreferences (\\1) are not supported by RE2"),
+                                              (r"[ab]*a[ab]{14}", "more than 10000 states (MAX_DFA_STATES)")])
+def test_build_refuses_a_bad_pattern_in_one_line(tmp_path, pattern, fragment):
+    """`fluidml-xc build`: one line naming the node and the problem, exit status 2, no artifact."""
+    import onnx
+    from modelrun import cli, one_line_error
+
+    onnx.save(regex_model(pattern), tmp_path / "m.onnx")
+    proc = cli("build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"))
+    line = one_line_error(proc)
+    assert proc.returncode == 2 and "node 'rx' (RegexFullMatch)" in line and fragment in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_matcher_ir_is_the_same_under_any_hash_seed():
+    """Reproducible builds: the IR of a pattern with sets of states, classes and assertions does not depend on
+    Python's hash seed."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import hashlib, sys; sys.path.insert(0, sys.argv[1]); from test_regex_dfa import matcher_ir, PATTERN; "
+            "print(hashlib.sha256(matcher_ir(PATTERN).encode()).hexdigest())")
+    here = Path(__file__).parent
+    digests = {subprocess.run([sys.executable, "-c", code, str(here)], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed,
+                                   "PYTHONPATH": str(here.parent / "toolkit")}).stdout.strip() for seed in ("1", "2")}
+    assert digests == {hashlib.sha256(matcher_ir(PATTERN).encode()).hexdigest()}
+
+
 def test_regex_full_match_op_matches_onnxruntime():
     """The op over string tensors (ops/regex_full_match.py): a [2, 3] tensor through the JIT, against ONNX Runtime."""
     import numpy as np
     import onnxruntime
     from modelrun import jit_run
-    from onnx import TensorProto, helper
 
-    pattern = r"(?i)[\w.]+@(gmail|yahoo)\.COM|\d{2,}|é+"
-    graph = helper.make_graph([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)], "regex",
-                              [helper.make_tensor_value_info("x", TensorProto.STRING, [2, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.BOOL, [2, 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    model = regex_model(r"(?i)[\w.]+@(gmail|yahoo)\.COM|\d{2,}|é+")
     x = np.array([["me@Gmail.com", "a@hotmail.com", "12"], ["", "ééÉ", "x.y@YAHOO.com"]], dtype=object)
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"x": x})

@@ -210,8 +210,9 @@ def subset_dfa(nfa: Nfa, classes: np.ndarray, max_states: int) -> tuple[np.ndarr
             if new not in index:
                 if len(index) >= max_states:
                     raise InputError(f"{nfa.where}: the pattern's DFA has more than {max_states} states "
-                                     "(MAX_DFA_STATES): simplify it (fewer or smaller bounded repetitions after an "
-                                     "unbounded one, like [ab]*a[ab]{20})")
+                                     "(MAX_DFA_STATES): a bounded repetition multiplies the states of what it "
+                                     "repeats (a Unicode class like \\pL{1,64}, or [ab]*a[ab]{20}); use * or + or a "
+                                     "smaller count")
                 index[new] = len(order)
                 order.append(new)
                 queue.append(new)

@@ -1,7 +1,7 @@
 /* ImageDecoder's run-time half: encoded bytes -> an HxWxC uint8 image, by stb_image (Debian's libstb-dev,
  * public domain / MIT; only its JPEG, PNG, BMP, PNM and GIF decoders are compiled). Untrusted input: the header's
- * dimensions are checked against the caller's bound before stb allocates anything, a JPEG without its end marker
- * (a truncated file, which stb would pad with grey) is refused, and every failure returns 1 with nothing written
+ * dimensions are checked against the caller's bound before stb allocates anything, a truncated file is refused
+ * (stb would decode it padded), and every failure returns 1 with nothing written
  * past out[max_h * max_w * channels]. SIMD is off so every board decodes to the same bytes. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,8 +21,8 @@
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION
 #if defined(__clang__) || defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wunused-function" /* reported at the end of the file: stb's static API we do not call */
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -37,11 +37,62 @@
 int fxc_image_decode(const uint8_t *data, int64_t len, uint8_t *out, int64_t max_h, int64_t max_w, int64_t channels,
                      int64_t bgr, int64_t exact, int64_t *dims);
 
+/* Truncation checks: stb reads past the end of the data as zeros, so a cut file would decode with grey or black
+ * rows. A JPEG needs its end marker after the first scan's header, a GIF its trailer; BMP and PNM the pixel bytes
+ * their header implies (PNG's CRCs and zlib stream already fail a cut file in stb). Each returns 1 for another format. */
 static int jpeg_complete(const uint8_t *data, int64_t len) {
     if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) return 1;
-    for (int64_t i = len - 2; i >= 2; i--)
-        if (data[i] == 0xFF && data[i + 1] == 0xD9) return 1;
+    int64_t i = 2;
+    while (i + 4 <= len) {
+        uint8_t m = data[i + 1];
+        if (data[i] != 0xFF) return 0;
+        if (m == 0xDA) break;
+        if (m == 0xFF) i += 1;
+        else if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) i += 2;
+        else i += 2 + ((int64_t)data[i + 2] << 8 | data[i + 3]);
+    }
+    for (int64_t j = len - 2; j > i; j--)
+        if (data[j] == 0xFF && data[j + 1] == 0xD9) return 1;
     return 0;
+}
+
+static int gif_complete(const uint8_t *data, int64_t len) {
+    return len < 6 || memcmp(data, "GIF8", 4) != 0 || data[len - 1] == 0x3B;
+}
+
+static int pnm_complete(const uint8_t *data, int64_t len, int w, int h) {
+    if (len < 2 || data[0] != 'P' || (data[1] != '5' && data[1] != '6')) return 1;
+    int64_t i = 2;
+    uint64_t maxval = 0;
+    for (int k = 0; k < 3; k++) {
+        for (;;) {
+            while (i < len && (data[i] == ' ' || (data[i] >= '\t' && data[i] <= '\r'))) i++;
+            if (i < len && data[i] == '#') {
+                while (i < len && data[i] != '\n' && data[i] != '\r') i++;
+                continue;
+            }
+            break;
+        }
+        uint64_t v = 0;
+        while (i < len && data[i] >= '0' && data[i] <= '9' && v < 1000000) v = v * 10 + (uint64_t)(data[i++] - '0');
+        maxval = v;
+    }
+    uint64_t sample = maxval > 255 ? 2 : 1, comp = data[1] == '6' ? 3 : 1;
+    return (uint64_t)i + 1 + (uint64_t)w * (uint64_t)h * comp * sample <= (uint64_t)len;
+}
+
+static uint32_t le(const uint8_t *p, int bytes) {
+    uint32_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static int bmp_complete(const uint8_t *data, int64_t len, int w, int h) {
+    if (len < 30 || data[0] != 'B' || data[1] != 'M') return 1;
+    uint32_t header = le(data + 14, 4);
+    uint32_t bpp = header == 12 ? le(data + 24, 2) : le(data + 28, 2);
+    uint64_t row = (((uint64_t)w * bpp + 31) / 32) * 4;
+    return (uint64_t)le(data + 10, 4) + row * (uint64_t)h <= (uint64_t)len;
 }
 
 /* Decode data[0, len) into out (row-major H x W x channels, channels 3: RGB, or BGR when bgr; 1: ITU-R 601-2 luma
@@ -54,9 +105,11 @@ int fxc_image_decode(const uint8_t *data, int64_t len, uint8_t *out, int64_t max
     dims[0] = 0;
     dims[1] = 0;
     dims[2] = channels;
-    if (len <= 0 || len > INT32_MAX || (channels != 1 && channels != 3) || !jpeg_complete(data, len)) return 1;
+    if (len <= 0 || len > INT32_MAX || (channels != 1 && channels != 3)) return 1;
+    if (!jpeg_complete(data, len) || !gif_complete(data, len)) return 1;
     if (!stbi_info_from_memory(data, (int)len, &w, &h, &comp) || w <= 0 || h <= 0) return 1;
     if (exact ? (h != max_h || w != max_w) : (h > max_h || w > max_w)) return 1;
+    if (!bmp_complete(data, len, w, h) || !pnm_complete(data, len, w, h)) return 1;
     int dw = 0, dh = 0;
     unsigned char *rgb = stbi_load_from_memory(data, (int)len, &dw, &dh, &comp, 3);
     if (rgb == NULL) return 1;

@@ -46,7 +46,7 @@ class DynamicTensors:
         return bool(self.root)
 
 
-def declared_shapes(model, names) -> dict[str, tuple[int, ...]]:
+def declared_output_shapes(model, names) -> dict[str, tuple[int, ...]]:
     """Output name -> the shape the model declares for it (value_info or a graph output), for the names whose every
     dim is a fixed size (OpSpec.output_bound's `declared`: ImageDecoder takes it as the exact shape)."""
     wanted = {n for n in names if n}

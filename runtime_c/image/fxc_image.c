@@ -37,22 +37,60 @@
 int fxc_image_decode(const uint8_t *data, int64_t len, uint8_t *out, int64_t max_h, int64_t max_w, int64_t channels,
                      int64_t bgr, int64_t exact, int64_t *dims);
 
-/* Truncation checks: stb reads past the end of the data as zeros, so a cut file would decode with grey or black
- * rows. A JPEG needs its end marker after the first scan's header, a GIF its trailer; BMP and PNM the pixel bytes
- * their header implies (PNG's CRCs and zlib stream already fail a cut file in stb). Each returns 1 for another format. */
-static int jpeg_complete(const uint8_t *data, int64_t len) {
+/* Checks before stb sees the bytes. stb reads past the end of the data as zeros, so a cut file would decode with grey
+ * or black rows: a JPEG needs its end marker, a GIF its trailer, BMP and PNM the pixel bytes their header implies
+ * (PNG's CRCs and zlib stream already fail a cut file in stb). A JPEG's segments are walked (lengths within the data,
+ * entropy-coded data skipped to the next marker) and its Huffman tables must hold at most 256 codes: stb 2.27 writes
+ * past its tables otherwise (found by tests/test_image_decoder.py's fuzzing under UBSan). Each returns 1 for
+ * another format. */
+static int dht_ok(const uint8_t *p, int64_t left) {
+    while (left > 0) {
+        if (left < 17 || (p[0] >> 4) > 1 || (p[0] & 15) > 3) return 0;
+        int64_t n = 0;
+        for (int i = 1; i <= 16; i++) n += p[i];
+        if (n > 256 || 17 + n > left) return 0;
+        p += 17 + n;
+        left -= 17 + n;
+    }
+    return 1;
+}
+
+static int jpeg_ok(const uint8_t *data, int64_t len) {
     if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) return 1;
     int64_t i = 2;
-    while (i + 4 <= len) {
+    int scans = 0;
+    while (i + 1 < len) {
         uint8_t m = data[i + 1];
         if (data[i] != 0xFF) return 0;
-        if (m == 0xDA) break;
-        if (m == 0xFF) i += 1;
-        else if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) i += 2;
-        else i += 2 + ((int64_t)data[i + 2] << 8 | data[i + 3]);
+        if (m == 0xFF) { i += 1; continue; }
+        if (m == 0xD9) return scans > 0;
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) { i += 2; continue; }
+        if (i + 4 > len) return 0;
+        int64_t seg = (int64_t)data[i + 2] << 8 | data[i + 3];
+        if (seg < 2 || i + 2 + seg > len) return 0;
+        if (m == 0xC4 && !dht_ok(data + i + 4, seg - 2)) return 0;
+        i += 2 + seg;
+        if (m == 0xDA) {
+            scans++;
+            while (i + 1 < len && !(data[i] == 0xFF && data[i + 1] != 0 && (data[i + 1] < 0xD0 || data[i + 1] > 0xD7))) i++;
+        }
     }
-    for (int64_t j = len - 2; j > i; j--)
-        if (data[j] == 0xFF && data[j + 1] == 0xD9) return 1;
+    return 0;
+}
+
+/* A PNG's chunks must lie within the data, and no IDAT chunk may be empty (stb copies an empty one through a null
+ * pointer, undefined behaviour UBSan reports). */
+static int png_ok(const uint8_t *data, int64_t len) {
+    static const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    if (len < 8 || memcmp(data, signature, 8) != 0) return 1;
+    int64_t i = 8;
+    while (i + 8 <= len) {
+        int64_t n = (int64_t)data[i] << 24 | (int64_t)data[i + 1] << 16 | (int64_t)data[i + 2] << 8 | data[i + 3];
+        if (n > len - i - 12) return 0;
+        if (n == 0 && memcmp(data + i + 4, "IDAT", 4) == 0) return 0;
+        if (memcmp(data + i + 4, "IEND", 4) == 0) return 1;
+        i += 12 + n;
+    }
     return 0;
 }
 
@@ -106,7 +144,7 @@ int fxc_image_decode(const uint8_t *data, int64_t len, uint8_t *out, int64_t max
     dims[1] = 0;
     dims[2] = channels;
     if (len <= 0 || len > INT32_MAX || (channels != 1 && channels != 3)) return 1;
-    if (!jpeg_complete(data, len) || !gif_complete(data, len)) return 1;
+    if (!jpeg_ok(data, len) || !png_ok(data, len) || !gif_complete(data, len)) return 1;
     if (!stbi_info_from_memory(data, (int)len, &w, &h, &comp) || w <= 0 || h <= 0) return 1;
     if (exact ? (h != max_h || w != max_w) : (h > max_h || w > max_w)) return 1;
     if (!bmp_complete(data, len, w, h) || !pnm_complete(data, len, w, h)) return 1;

@@ -25,7 +25,10 @@ OP = "ImageDecoder"
 HEADER = "stb_image.h"
 HEADER_DIRS = ("/usr/include/stb", "/usr/local/include/stb")
 """Where Debian's libstb-dev puts stb_image.h ($FLUIDML_XC_STB_DIR first when set)."""
-HOST_FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC", "-g0")
+DECODER_FLAGS = ("-fwrapv",)
+"""Signed overflow wraps: stb's integer IDCT overflows on corrupt coefficients (UBSan under tests/test_image_decoder.py's
+fuzzing); the wrapped values are clamped to 0..255 like any other."""
+HOST_FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC", "-g0", *DECODER_FLAGS)
 
 
 def uses_decoder(graph: Graph) -> bool:
@@ -72,8 +75,8 @@ def _cached(name: str, build) -> Path:
 
 def decoder_object(target: Target) -> Path:
     """fxc_image.o for the target's baseline CPU (as the runtime), compiled once into the cache."""
-    name = f"{target.name}-image-{_key(target.zig_target, *C_FLAGS)}.o"
-    return _cached(name, lambda out: compile_runtime_source(target, _source(), [header_dir()], out))
+    name = f"{target.name}-image-{_key(target.zig_target, *C_FLAGS, *DECODER_FLAGS)}.o"
+    return _cached(name, lambda out: compile_runtime_source(target, _source(), [header_dir()], out, DECODER_FLAGS))
 
 
 def model_parts(graph: Graph, target: Target) -> list[Path]:

@@ -106,10 +106,11 @@ RUNTIME_CPU = ""
 """The runtime, glue and libc are compiled for zig's baseline CPU of the target (no -mcpu)."""
 
 
-def compile_runtime_source(target: Target, source: Path, include_dirs: Sequence[Path], out: Path) -> Path:
-    """One C source compiled as the runtime's are (baseline CPU, C_FLAGS, no directory in the object), for a runtime
-    part kept outside the runtime's cache entry (emit/image_runtime.py)."""
-    return _compile(target, RUNTIME_CPU, source, include_dirs, out)
+def compile_runtime_source(target: Target, source: Path, include_dirs: Sequence[Path], out: Path,
+                           flags: Sequence[str] = ()) -> Path:
+    """One C source compiled as the runtime's are (baseline CPU, C_FLAGS + `flags`, no directory in the object), for a
+    runtime part kept outside the runtime's cache entry (emit/image_runtime.py)."""
+    return _compile(target, RUNTIME_CPU, source, include_dirs, out, flags=flags)
 
 
 def zig_tool(tool: str, args: Sequence[str | os.PathLike], what: str, cwd: Path | None = None) -> None:
@@ -132,12 +133,12 @@ def _prefix_maps() -> list[str]:
 
 
 def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path], out: Path,
-             defines: Sequence[str] = ()) -> Path:
+             defines: Sequence[str] = (), flags: Sequence[str] = ()) -> Path:
     """Compile from the source's directory by relative name: no directory reaches the object's debug info, and
     none reaches zig's dependency files (which cannot hold quotes)."""
     source = Path(source).resolve()
     includes = ["-I." if Path(d).resolve() == source.parent else f"-I{Path(d).resolve()}" for d in include_dirs]
-    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *_prefix_maps(), *(f"-D{d}" for d in defines), *includes, "-c",
+    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *flags, *_prefix_maps(), *(f"-D{d}" for d in defines), *includes, "-c",
                 source.name, "-o", Path(out).resolve()], f"compiling {source.name}", cwd=source.parent)
     return out
 

@@ -70,7 +70,8 @@ def run_check_image(graph, node) -> str:
             f"for {node.outputs[0]!r}), or it is corrupt or truncated; the outputs are not valid: feed such an image")
 
 
-@register("ImageDecoder", since=20, heavy=True, runtime_extents=True, output_bound=bound_image, run_check=run_check_image)
+@register("ImageDecoder", since=20, heavy=True, runtime_extents=True, output_bound=bound_image, run_check=run_check_image,
+          notes="JPEG, PNG, BMP, PNM, GIF (stb_image; JPEG within 3 of libjpeg): docs/IMAGES.md")
 def lower_image_decoder(k):
     data, out = k.inputs[0], k.outputs[0]
     b = k.b

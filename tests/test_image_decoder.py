@@ -272,3 +272,33 @@ def test_decoder_fuzz_under_asan_and_ubsan(request, tmp_path):
     decoded = int(proc.stdout)
     assert 2 * len(bases) <= decoded < 2 * len(files)
     print(f"\nimage decoder fuzz: {len(files)} files, {decoded} of {2 * len(files)} decodes succeeded")
+
+
+def test_runner_under_asan_and_ubsan(request, tmp_path):
+    """The pipeline's runner (runtime, glue, model.o and the decoder) built with ASan + UBSan: valid images exit 0 with
+    Pillow's pixels, hostile and mutated bytes exit 0 or 3 (the node's line), never a sanitizer report."""
+    from test_fuzz import _sanitizer_report, sanitized_runner, sanitizer_cc
+
+    from fluidml_xc.emit.image_runtime import DECODER_FLAGS, header_dir
+    from fluidml_xc.resources import data_dir
+
+    cc = sanitizer_cc(tmp_path)
+    art = _build(tmp_path, pipeline_model(), "--input-shape", "data=1..16384")
+    runner = sanitized_runner(art, tmp_path, cc, (*DECODER_FLAGS, f"-I{header_dir()}",
+                                                   str(data_dir("runtime_c") / "image" / "fxc_image.c")))
+    rng = random.Random(int(request.config.getoption("--fuzz-seed") or 29))
+    images = _images(seed=6)
+    cases = [(fmt, bytes(d), True) for fmt, d in images.items()]
+    cases += [(what, bytes(d), False) for what, d in hostile_images().items()]
+    cases += [("mutated", _mutate(bytes(rng.choice(list(images.values()))), rng), None) for _ in range(40)]
+    for k, (what, data, valid) in enumerate(cases):
+        feed, out = tmp_path / f"in{k}.npy", tmp_path / f"image{k}.npy"
+        np.save(feed, np.frombuffer(data, np.uint8))
+        proc = subprocess.run([str(runner), "-i", str(feed), "-o", str(tmp_path / f"y{k}.npy"), "-o", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert not _sanitizer_report(proc.stderr), (what, proc.stderr[-3000:])
+        assert proc.returncode in ((0,) if valid else (3,) if valid is False else (0, 3)), (what, proc.stderr)
+        if valid:
+            _check_pixels(what, np.load(out), np.frombuffer(data, np.uint8))
+        elif proc.returncode == 3:
+            assert "ImageDecoder node 'dec'" in proc.stderr and not out.exists(), what

@@ -124,6 +124,11 @@ def test_pipeline_artifact_runtime_length(tmp_path):
         proc, _ = _run(tmp_path, art, {"data": data})
         assert "ImageDecoder node 'dec'" in one_line_error(proc)
         assert not (tmp_path / "out.npz").exists()
+    np.savez(tmp_path / "png.npz", data=_images(seed=1)["PNG"])
+    line = one_line_error(cli("verify", str(art), "--inputs", str(tmp_path / "png.npz")))
+    assert "it has no ImageDecoder: --oracle spec" in line
+    proc = cli("verify", str(art), "--inputs", str(tmp_path / "png.npz"), "--oracle", "spec")
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_bounded_artifact_and_runner_exit(tmp_path):

@@ -238,9 +238,9 @@ def sanitizer_compiler(tmp_path: Path) -> list[str] | None:
     return None
 
 
-def sanitized_runner(art: Path, tmp_path: Path, cc: list[str] | None = None) -> Path:
+def sanitized_runner(art: Path, tmp_path: Path, cc: list[str] | None = None, extra: tuple[str, ...] = ()) -> Path:
     """The artifact's runner rebuilt with AddressSanitizer + UBSan (runner, runtime, glue and model.o) by `cc`
-    (default: sanitizer_cc)."""
+    (default: sanitizer_cc); `extra`: more sources and flags (the image decoder's, tests/test_image_decoder.py)."""
     from fluidml_xc.emit.link import LIBRARY_SOURCES
     from fluidml_xc.resources import data_dir
 
@@ -248,7 +248,7 @@ def sanitized_runner(art: Path, tmp_path: Path, cc: list[str] | None = None) -> 
     src = data_dir("runtime_c")
     runner = tmp_path / f"runner_asan_{art.name}"
     subprocess.run([*cc, *SANITIZE, "-std=c99", f"-I{src}", f"-I{art}", str(src / "runner.c"), str(src / "noprof.c"),
-                    *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), "-lm",
+                    *[str(src / n) for n in LIBRARY_SOURCES], str(art / "model_glue.c"), str(art / "model.o"), *extra, "-lm",
                     "-lpthread", "-o", str(runner)], check=True, capture_output=True, timeout=300)
     return runner
 

@@ -308,6 +308,7 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
     True when the runtime was built now rather than found in the cache."""
     from .emit.boundary import input_dims
     from .emit.capi import DEFAULT_CPU_HINT, ModelSpec, SymbolSpec, TensorSpec, render_sources
+    from .emit.image_runtime import model_parts
     from .target.cpus import REFUSAL_HINTS
 
     built = not runtime_cached(board.target)
@@ -332,7 +333,8 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
         status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks))
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
-                  workdir / api.glue, workdir, workdir, api, kernel_cache() if cache else None)
+                  workdir / api.glue, workdir, workdir, api, kernel_cache() if cache else None,
+                  model_parts(graph, board.target))
     watch.mark("link")
     return built
 

@@ -68,9 +68,10 @@ class OpSpec:
     heavy: bool = False
     """Too costly to recompute for a later consumer (passes/rematerialize.py)."""
     output_bound: BoundFn | None = None
-    """Ops whose output shapes depend on the data: (op_type, attrs, input tensors, opset, where, max_dims=) -> per
-    output (dtype, upper-bound shape, data-dependent dims), called by the frontend; `max_dims` holds the --max-dim
-    values the user gave for the node's or its outputs' names."""
+    """Ops whose output shapes depend on the data: (op_type, attrs, input tensors, opset, where, max_dims=, declared=)
+    -> per output (dtype, upper-bound shape, data-dependent dims), called by the frontend; `max_dims` holds the
+    --max-dim values the user gave for the node's or its outputs' names, `declared` the fully static shapes the model
+    declares for its outputs (frontend/shapes.py declared_output_shapes)."""
     work: float = 1.0
     """Scalar operations one element of an elementwise op costs beyond its loads and store: transcendental
     functions are calls or long polynomials, so a chain of them is split for threads much earlier

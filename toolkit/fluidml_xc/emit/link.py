@@ -106,6 +106,18 @@ RUNTIME_CPU = ""
 """The runtime, glue and libc are compiled for zig's baseline CPU of the target (no -mcpu)."""
 
 
+def compile_runtime_source(target: Target, source: Path, include_dirs: Sequence[Path], out: Path,
+                           flags: Sequence[str] = ()) -> Path:
+    """One C source compiled as the runtime's are (baseline CPU, C_FLAGS + `flags`, no directory in the object), for a
+    runtime part kept outside the runtime's cache entry (emit/image_runtime.py)."""
+    return _compile(target, RUNTIME_CPU, source, include_dirs, out, flags=flags)
+
+
+def zig_tool(tool: str, args: Sequence[str | os.PathLike], what: str, cwd: Path | None = None) -> None:
+    """Run `python -m ziglang TOOL ARGS`; a failure is one ToolchainError line naming `what`."""
+    _zig(tool, args, what, cwd=cwd)
+
+
 def _ziglang_dir() -> Path | None:
     import importlib.util
 
@@ -121,12 +133,12 @@ def _prefix_maps() -> list[str]:
 
 
 def _compile(target: Target, cpu: str, source: Path, include_dirs: Sequence[Path], out: Path,
-             defines: Sequence[str] = ()) -> Path:
+             defines: Sequence[str] = (), flags: Sequence[str] = ()) -> Path:
     """Compile from the source's directory by relative name: no directory reaches the object's debug info, and
     none reaches zig's dependency files (which cannot hold quotes)."""
     source = Path(source).resolve()
     includes = ["-I." if Path(d).resolve() == source.parent else f"-I{Path(d).resolve()}" for d in include_dirs]
-    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *_prefix_maps(), *(f"-D{d}" for d in defines), *includes, "-c",
+    _zig("cc", [*_base_args(target, cpu), *C_FLAGS, *flags, *_prefix_maps(), *(f"-D{d}" for d in defines), *includes, "-c",
                 source.name, "-o", Path(out).resolve()], f"compiling {source.name}", cwd=source.parent)
     return out
 
@@ -317,10 +329,12 @@ def _glue_object(target: Target, glue_c: Path, include_dir: Path, out: Path, cac
 
 
 def link_artifact(target: Target, model_obj: Path, prof_obj: Path | None, glue_c: Path,
-                  include_dir: Path, out_dir: Path, api: CApi = CApi(), cache: KernelCache | None = None) -> LinkResult:
+                  include_dir: Path, out_dir: Path, api: CApi = CApi(), cache: KernelCache | None = None,
+                  model_parts: Sequence[Path] = ()) -> LinkResult:
     """Link `runner`, `runner_prof` (when prof_obj is given) and the library into out_dir: libmodel.a with the
     runtime inside, or for a named API libNAME.a (model + glue) and libfxc_runtime.a (the runtime, shared); the
-    glue's object comes from `cache` when it holds one for the same source, headers, target and zig."""
+    glue's object comes from `cache` when it holds one for the same source, headers, target and zig. `model_parts`:
+    runtime objects only this model's ops call (the image decoder), linked and archived beside the model."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rt = runtime_objects(target)
@@ -335,15 +349,17 @@ def link_artifact(target: Target, model_obj: Path, prof_obj: Path | None, glue_c
                                 [f"FXC_PREFIX={api.prefix}"])
         library = plain / api.library
         library.unlink(missing_ok=True)
-        archives = [(library, [model_obj, glue_o, *library_objs])]
+        parts = list(model_parts)
+        archives = [(library, [model_obj, *parts, glue_o, *library_objs])]
         runtime_library = None
         if api.runtime_library:
             runtime_library = plain / api.runtime_library
             runtime_library.unlink(missing_ok=True)
-            archives = [(library, [model_obj, glue_o]), (runtime_library, library_objs)]
-        jobs = [(_link, [runner_o, rt["noprof.c"], glue_o, model_obj, *library_objs], plain / "runner", "linking runner")]
+            archives = [(library, [model_obj, *parts, glue_o]), (runtime_library, library_objs)]
+        jobs = [(_link, [runner_o, rt["noprof.c"], glue_o, model_obj, *parts, *library_objs], plain / "runner",
+                 "linking runner")]
         if prof_obj is not None:
-            jobs.append((_link, [runner_o, rt["prof.c"], glue_o, prof_obj, *library_objs],
+            jobs.append((_link, [runner_o, rt["prof.c"], glue_o, prof_obj, *parts, *library_objs],
                          plain / "runner_prof", "linking runner_prof"))
         with ThreadPoolExecutor(max_workers=len(jobs) + len(archives)) as pool:
             futures = [pool.submit(fn, target, inputs, out, what) for fn, inputs, out, what in jobs]

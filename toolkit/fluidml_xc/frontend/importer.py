@@ -28,7 +28,7 @@ from .input_shapes import resolve_shapes, suggestions
 from .loops import EXTRA_INPUTS_ATTR, import_loop
 from .names import rename_repeated, unique_names
 from .sequences import descriptor, flat_names, input_structure, output_elements, type_kind
-from .shapes import ATTR
+from .shapes import ATTR, declared_output_shapes
 from .signal_checks import check_signal_node
 from .unsupported import Missing, check_strings, check_training, unresolved_shape
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
@@ -174,7 +174,11 @@ class _Folder:
         asked = {n: self.max_dims[n] for n in [node.name, *node.output] if n and n in self.max_dims}
         more = {"max_string_bytes": self.max_string_bytes} if strings else {}
         bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
+<<<<<<< HEAD
                        max_dims=asked, **more)
+=======
+                       max_dims=asked, declared=declared_output_shapes(self.model, node.output))
+>>>>>>> s8-img
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:

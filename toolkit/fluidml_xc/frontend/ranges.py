@@ -164,7 +164,7 @@ def check_max_dims(model: onnx.ModelProto, max_dims: Mapping[str, int]) -> None:
     for name, value in max_dims.items():
         if name not in names:
             raise InputError(f"--max-dim {name}={value} names no node or node output of the model: give the name of the "
-                             "node whose bound it is (a Loop, a TopK with a run-time K) or of its output")
+                             "node whose bound it is (a Loop, a TopK with a run-time K, an ImageDecoder) or of its output")
 
 
 @dataclass(frozen=True)

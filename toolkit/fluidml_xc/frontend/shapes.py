@@ -46,6 +46,19 @@ class DynamicTensors:
         return bool(self.root)
 
 
+def declared_output_shapes(model, names) -> dict[str, tuple[int, ...]]:
+    """Output name -> the shape the model declares for it (value_info or a graph output), for the names whose every
+    dim is a fixed size (OpSpec.output_bound's `declared`: ImageDecoder takes it as the exact shape)."""
+    wanted = {n for n in names if n}
+    out = {}
+    for vi in [*model.graph.value_info, *model.graph.output]:
+        if vi.name in wanted and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+                out[vi.name] = tuple(int(d.dim_value) for d in dims)
+    return out
+
+
 def node_marks(node: Node) -> dict[int, tuple[int, ...]]:
     marks = node.attrs.get(ATTR) or {}
     return {int(i): tuple(d) for i, d in marks.items()}

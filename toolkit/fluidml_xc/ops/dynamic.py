@@ -47,9 +47,11 @@ def _axis_attr(attrs: dict, rank: int, where: str):
     return axis % max(rank, 1)
 
 
-def bound_outputs(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None) -> list[tuple]:
+def bound_outputs(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None,
+                 declared=None) -> list[tuple]:
     """[(dtype, bound shape, data-dependent dims)] per output of a node of `op_type` (`max_dims`: the --max-dim
-    values given for the node's or its outputs' names; these bounds do not take any)."""
+    values given for the node's or its outputs' names, `declared`: the shapes the model declares; these bounds take
+    neither)."""
     x = inputs[0]
     if x is None:
         raise InputError(f"node {where!r} ({op_type}) has no input")

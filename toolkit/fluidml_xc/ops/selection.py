@@ -29,7 +29,8 @@ from ..symbolic import Expr, bounds
 I64 = ir.IntType(64)
 
 
-def bound_topk(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None) -> list[tuple]:
+def bound_topk(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None,
+               declared=None) -> list[tuple]:
     """[(dtype, shape, data-dependent dims)] of TopK's values and indices: K along the axis when it is a constant,
     else the axis' length (or a smaller --max-dim NODE=N, `max_dims`), data-dependent."""
     x = inputs[0]

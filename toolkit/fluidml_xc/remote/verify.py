@@ -214,7 +214,9 @@ def _ort_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, dict(feeds))))
     except Exception as exc:  # onnxruntime raises its own exception types
-        raise InputError(f"ONNX Runtime cannot run {path}: {reason(exc)}") from None
+        hint = " (it has no ImageDecoder: --oracle spec compares with onnx.reference, docs/IMAGES.md)" \
+            if any(n.op_type == "ImageDecoder" for n in model.graph.node) else ""
+        raise InputError(f"ONNX Runtime cannot run {path}: {reason(exc)}{hint}") from None
 
 
 def _spec_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -54,10 +54,12 @@ class JitModel:
     """An emitted module compiled in-process; call() runs fxc_model_run on numpy buffers."""
 
     def __init__(self, lowered: Lowered):
+        from ..emit.image_runtime import prepare_jit
         from ..target.jit import jit_engine
 
         spec = lowered.spec
         self.graph, self.plan = lowered.graph, lowered.plan
+        prepare_jit(self.graph)
         self.engine = jit_engine(lowered.ir_text, spec)
         address = self.engine.get_function_address("fxc_model_run")
         if not address:

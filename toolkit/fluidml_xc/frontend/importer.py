@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
-from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
+from . import mel, ml_ops, ml_svm, subgraphs, zipmap  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured
@@ -183,10 +183,13 @@ class _Folder:
         return result
 
     def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
+        shapes_of = ml_ops.OUTPUT_SHAPES.get((node.domain, node.op_type))
         try:
             schema = onnx.defs.get_schema(node.op_type, self.opsets.version(node.domain), node.domain)
         except onnx.defs.SchemaError:
-            return {}
+            if shapes_of is None or not node.input or node.input[0] not in self.tensors:
+                return {}
+            return {n: Tensor(n, d, s) for n, (d, s) in shapes_of(node, self.tensors[node.input[0]]).items() if n}
         types, data = {}, {}
         for name in node.input:
             if not name:
@@ -214,7 +217,6 @@ class _Folder:
         if node.op_type in SHAPE_OF_INPUT_0 and node.output[0]:
             source = self.tensors[node.input[0]]
             result[node.output[0]] = Tensor(node.output[0], source.dtype, source.shape)
-        shapes_of = ml_ops.OUTPUT_SHAPES.get((node.domain, node.op_type))
         if shapes_of is not None and node.input and node.input[0] in self.tensors:
             for name, (dtype, dims) in shapes_of(node, self.tensors[node.input[0]]).items():
                 if name:
@@ -513,8 +515,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             continue
         desc, elements = found
         structures["outputs"][vi.name] = desc
-        for k, element in enumerate(elements):
-            flat = f"{vi.name}.{k}"
+        for k, (element, flat) in enumerate(zip(elements, flat_names(vi.name, desc))):
             if flat in tensors:
                 raise InputError(f"output {vi.name!r} is a sequence/optional whose element name {flat!r} is taken by a tensor of the model")
             if element in folder.unresolved:

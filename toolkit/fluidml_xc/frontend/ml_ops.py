@@ -3,15 +3,15 @@ subgraphs.py does for control flow; tensor expansions in expanders.py's registry
 
 - Scaler: (X - offset) * scale
 - LinearRegressor: X @ coefficients^T + intercepts (post_transform NONE)
-- LinearClassifier: scores = X @ coefficients^T + intercepts, post_transform NONE / LOGISTIC / SOFTMAX;
-  label = the class label (classlabels_ints) at the first maximum score
+- LinearClassifier: scores = X @ coefficients^T + intercepts, every post transform and ONNX Runtime's one-column
+  binary form (ml_transforms.py); label = the class label (classlabels_ints) at the first maximum score
 - Normalizer: each row over its MAX, L1 or L2 norm (rows whose norm is 0 copied)
 - LabelEncoder (numeric keys and values), OneHotEncoder (integer categories), Imputer, FeatureVectorizer
 - SVMRegressor: kernel matrix by MatMul, then the support coefficients and rho
 
 Inputs of another dtype than float are cast to float first (as ONNX Runtime computes them). A variant
-outside these (rank other than 2, PROBIT or SOFTMAX_ZERO, string labels, a single score column) is
-left alone and reported as an unsupported op, or as a string tensor, by the frontend.
+outside these (rank other than 2, string values) is left alone and reported as an unsupported op, or as a string
+tensor, by the frontend; string class labels are refused with one line (ml_transforms.class_labels).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from onnx import TensorProto
 
 from .builder import NodeBuilder, attr
 from .expanders import Scope, expands
+from .ml_transforms import POST_TRANSFORMS, class_labels, gather_label, probit, second_class
 
 ML_DOMAIN = "ai.onnx.ml"
 
@@ -85,36 +86,46 @@ def expand_linear_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) 
     return bld.nodes
 
 
-POST_TRANSFORMS: dict[str, Callable[[NodeBuilder, str, str], None]] = {
-    "NONE": lambda bld, s, out: bld.add("Identity", [s], [out]),
-    "LOGISTIC": lambda bld, s, out: bld.add("Sigmoid", [s], [out]),
-    "SOFTMAX": lambda bld, s, out: bld.add("Softmax", [s], [out], axis=-1),
-}
-
-
 @expands(ML_DOMAIN, "LinearClassifier")
 def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    """scores = X @ coefficients^T + intercepts. Several columns: label = the label at the first maximum score, the
+    scores through the post transform. One column (ONNX Runtime's binary form): label = labels[1] where the score
+    is positive, else labels[0] (1 and 0 without two labels); with two labels the scores widen to [1 - s, s]
+    (PROBIT: probit(s) packed, ml_transforms.second_class)."""
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
     x = _float_input(bld, node, tensors)
-    labels = attr(node, "classlabels_ints", None)
-    post = POST_TRANSFORMS.get(_text(attr(node, "post_transform", b"NONE")))
-    if x is None or post is None or not labels or len(labels) < 2:
+    labels = class_labels(f"node {node_name!r} (LinearClassifier)", attr(node, "classlabels_ints", None),
+                          attr(node, "classlabels_strings", None))
+    name = _text(attr(node, "post_transform", b"NONE"))
+    post = POST_TRANSFORMS.get(name)
+    if x is None or post is None or labels is None:
         return None
     intercepts = attr(node, "intercepts", None)
-    columns = tensors[node.input[0]].shape[1]
+    rows, columns = tensors[node.input[0]].shape
     targets = len(attr(node, "coefficients", None) or []) // max(1, columns)
-    if targets != len(labels):
-        return None  # one score column for two classes: ONNX Runtime's own binary convention
+    if targets < 1 or (targets > 1 and targets != len(labels)):
+        return None
     scores = _linear(bld, x, attr(node, "coefficients", None), intercepts, columns, targets)
     if scores is None:
         return None
-    if len(node.output) > 0 and node.output[0]:
-        best = bld.add("ArgMax", [scores], axis=1, keepdims=0)[0]
-        bld.add("Gather", [bld.constant(np.asarray(labels, np.int64), "classlabels"), best], [node.output[0]], axis=0)
-    if len(node.output) > 1 and node.output[1]:
-        post(bld, scores, node.output[1])
+    out_label = node.output[0] if node.output and node.output[0] else None
+    out_scores = node.output[1] if len(node.output) > 1 and node.output[1] else None
+    if targets > 1:
+        if out_label:
+            gather_label(bld, labels, bld.add("ArgMax", [scores], axis=1, keepdims=0)[0], out_label)
+        if out_scores:
+            post(bld, scores, out_scores)
+        return bld.nodes
+    if out_label:
+        pair = labels[:2] if len(labels) == 2 else np.array([0, 1], np.int64)
+        high = bld.add("Greater", [bld.add("Reshape", [scores, bld.constant(np.array([-1], np.int64), "flat")])[0],
+                                   bld.constant(np.zeros(1, np.float32), "zero")])[0]
+        gather_label(bld, pair, bld.add("Cast", [high], to=TensorProto.INT64)[0], out_label)
+    if out_scores and len(labels) == 2:
+        second_class(bld, scores, rows, name, False, True, out_scores)
+    elif out_scores:
+        (probit if name == "PROBIT" else POST_TRANSFORMS["NONE"])(bld, scores, out_scores)
     return bld.nodes
-
 
 
 def _row_reduce(bld: NodeBuilder, op: str, x: str) -> str:

@@ -56,3 +56,10 @@ def zipmap_rows(labels, probabilities: np.ndarray) -> list[dict]:
     """The run-time value of a ZipMap output: per row {label: probability} (a [classes] tensor is one row)."""
     rows = np.asarray(probabilities, np.float32).reshape(-1, len(labels))
     return [dict(zip(labels, (float(v) for v in row))) for row in rows]
+
+
+def output_labels(graph) -> tuple[tuple[int, tuple], ...]:
+    """(index in graph.outputs, labels) of each ZipMap output (the C API's label tables)."""
+    described = (graph.structures or {}).get("outputs", {})
+    return tuple((graph.outputs.index(name), tuple(desc[1])) for name, desc in described.items()
+                 if isinstance(desc, list) and desc[0] == ZIPMAP and name in graph.outputs)

@@ -211,9 +211,16 @@ def _ort_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
     try:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, dict(feeds))))
+        return {name: _zipmap_as_tensor(value) for name, value in zip(names, session.run(names, dict(feeds)))}
     except Exception as exc:  # onnxruntime raises its own exception types
         raise InputError(f"ONNX Runtime cannot run {path}: {reason(exc)}") from None
+
+
+def _zipmap_as_tensor(value):
+    """ONNX Runtime's ZipMap output (a list of {label: probability}) as the build gives it: [rows, classes] float32."""
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return np.asarray([list(row.values()) for row in value], np.float32)
+    return value
 
 
 def _spec_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -182,6 +182,9 @@ class _Folder:
             attrs[ATTR] = marks
         return result
 
+    def _inputs(self, node: onnx.NodeProto) -> list:
+        return [self.tensors.get(n) if n else None for n in node.input]
+
     def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
         shapes_of = ml_ops.OUTPUT_SHAPES.get((node.domain, node.op_type))
         try:
@@ -189,7 +192,7 @@ class _Folder:
         except onnx.defs.SchemaError:
             if shapes_of is None or not node.input or node.input[0] not in self.tensors:
                 return {}
-            return {n: Tensor(n, d, s) for n, (d, s) in shapes_of(node, self.tensors[node.input[0]]).items() if n}
+            return {n: Tensor(n, d, s) for n, (d, s) in shapes_of(node, self._inputs(node)).items() if n}
         types, data = {}, {}
         for name in node.input:
             if not name:
@@ -218,7 +221,7 @@ class _Folder:
             source = self.tensors[node.input[0]]
             result[node.output[0]] = Tensor(node.output[0], source.dtype, source.shape)
         if shapes_of is not None and node.input and node.input[0] in self.tensors:
-            for name, (dtype, dims) in shapes_of(node, self.tensors[node.input[0]]).items():
+            for name, (dtype, dims) in shapes_of(node, self._inputs(node)).items():
                 if name:
                     result[name] = Tensor(name, dtype, dims)
         for name, tp in out_types.items():

@@ -21,9 +21,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ..errors import InputError
 from .builder import NodeBuilder, attr
 from .expanders import Scope, expands
-from .ml_transforms import POST_TRANSFORMS, class_labels, gather_label, probit, second_class
+from .ml_transforms import POST_TRANSFORMS, class_labels, gather_label, second_class
 
 ML_DOMAIN = "ai.onnx.ml"
 
@@ -89,9 +90,8 @@ def expand_linear_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) 
 @expands(ML_DOMAIN, "LinearClassifier")
 def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     """scores = X @ coefficients^T + intercepts. Several columns: label = the label at the first maximum score, the
-    scores through the post transform. One column (ONNX Runtime's binary form): label = labels[1] where the score
-    is positive, else labels[0] (1 and 0 without two labels); with two labels the scores widen to [1 - s, s]
-    (PROBIT: probit(s) packed, ml_transforms.second_class)."""
+    scores through the post transform. One column (ONNX Runtime's binary form, two labels): label = labels[1] where
+    the score is positive, else labels[0]; the scores widen to [1 - s, s] (ml_transforms.second_class)."""
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
     x = _float_input(bld, node, tensors)
     labels = class_labels(f"node {node_name!r} (LinearClassifier)", attr(node, "classlabels_ints", None),
@@ -105,6 +105,9 @@ def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope)
     targets = len(attr(node, "coefficients", None) or []) // max(1, columns)
     if targets < 1 or (targets > 1 and targets != len(labels)):
         return None
+    if targets == 1 and len(labels) != 2:
+        raise InputError(f"node {node_name!r} (LinearClassifier): one coefficient row (a binary classifier) with "
+                         f"{len(labels)} class labels; give exactly two (ONNX Runtime refuses other counts too)")
     scores = _linear(bld, x, attr(node, "coefficients", None), intercepts, columns, targets)
     if scores is None:
         return None
@@ -117,14 +120,11 @@ def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope)
             post(bld, scores, out_scores)
         return bld.nodes
     if out_label:
-        pair = labels[:2] if len(labels) == 2 else np.array([0, 1], np.int64)
         high = bld.add("Greater", [bld.add("Reshape", [scores, bld.constant(np.array([-1], np.int64), "flat")])[0],
                                    bld.constant(np.zeros(1, np.float32), "zero")])[0]
-        gather_label(bld, pair, bld.add("Cast", [high], to=TensorProto.INT64)[0], out_label)
-    if out_scores and len(labels) == 2:
+        gather_label(bld, labels, bld.add("Cast", [high], to=TensorProto.INT64)[0], out_label)
+    if out_scores:
         second_class(bld, scores, rows, name, False, True, out_scores)
-    elif out_scores:
-        (probit if name == "PROBIT" else POST_TRANSFORMS["NONE"])(bld, scores, out_scores)
     return bld.nodes
 
 
@@ -330,8 +330,9 @@ def _tree_rows(x) -> int | None:
     return int(x.shape[0]) if len(x.shape) == 2 else 1 if len(x.shape) == 1 else None
 
 
-def _regressor_shapes(node: onnx.NodeProto, x) -> dict:
+def _regressor_shapes(node: onnx.NodeProto, inputs: list) -> dict:
     """Y [rows, n_targets]: float32 for v1-3, X's dtype for TreeEnsemble 5."""
+    x = inputs[0]
     rows = _tree_rows(x)
     if rows is None:
         return {}
@@ -339,9 +340,9 @@ def _regressor_shapes(node: onnx.NodeProto, x) -> dict:
     return {node.output[0]: (dtype, (rows, int(attr(node, "n_targets", 1))))}
 
 
-def _classifier_shapes(node: onnx.NodeProto, x) -> dict:
+def _classifier_shapes(node: onnx.NodeProto, inputs: list) -> dict:
     """label [rows] int64 (integer labels) and scores [rows, labels] float32."""
-    rows, labels = _tree_rows(x), attr(node, "classlabels_int64s", None)
+    rows, labels = _tree_rows(inputs[0]), attr(node, "classlabels_int64s", None)
     if rows is None or not labels:
         return {}
     out = {node.output[0]: (np.dtype(np.int64), (rows,))}
@@ -350,12 +351,22 @@ def _classifier_shapes(node: onnx.NodeProto, x) -> dict:
     return out
 
 
-OUTPUT_SHAPES: dict[tuple[str, str], Callable[[onnx.NodeProto, object], dict]] = {
+def _extractor_shapes(node: onnx.NodeProto, inputs: list) -> dict:
+    """ArrayFeatureExtractor: X's shape with the last dim the indices' count ([1, count] for a rank-1 X), whatever
+    their values (ONNX's inference leaves it open)."""
+    x, indices = (inputs + [None, None])[:2]
+    if x is None or indices is None or not x.shape:
+        return {}
+    count = int(np.prod(indices.shape, dtype=np.int64))
+    return {node.output[0]: (np.dtype(x.dtype), (*x.shape[:-1], count) if len(x.shape) > 1 else (1, count))}
+
+
+OUTPUT_SHAPES: dict[tuple[str, str], Callable[[onnx.NodeProto, list], dict]] = {
     (ML_DOMAIN, "TreeEnsembleRegressor"): _regressor_shapes,
     (ML_DOMAIN, "TreeEnsemble"): _regressor_shapes,
     (ML_DOMAIN, "TreeEnsembleClassifier"): _classifier_shapes,
+    (ML_DOMAIN, "ArrayFeatureExtractor"): _extractor_shapes,
 }
-"""Output (dtype, shape) per op whose shapes ONNX's inference leaves open, from input 0 and the attributes: the
-importer would otherwise run the node in onnx.reference on stand-in inputs (slow for a big forest, endless for a
-cyclic one)."""
-
+"""Output (dtype, shape) per op whose shapes ONNX's inference leaves open, from the node's input tensors (None where
+absent) and the attributes: the importer would otherwise run the node in onnx.reference on stand-in inputs (slow for
+a big forest, endless for a cyclic one, impossible for integer indices)."""

@@ -8,8 +8,9 @@ following ONNX Runtime 1.32's kernel (svmclassifier.cc):
   the label is the class with the most votes (the first on a tie), also with probabilities and for two classes.
   Scores: with prob_a/prob_b, the pairwise probabilities 1 - logistic(A s + B), clamped to [1e-7, 1 - 1e-7] and
   coupled into one probability per class by ONNX Runtime's iterative solver (`fluidml.PairwiseCoupling`,
-  ops/svm.py); without, the decision values ([rows, pairs]; two classes: [-s, s], or [1 - s, s] after another
-  transform than NONE). Then the post transform (ml_transforms.py).
+  ops/svm.py); without, the decision values ([rows, pairs]; two classes: [-s, s] (NONE), [logistic(-s),
+  logistic(s)] (LOGISTIC), [1 - s, s] (SOFTMAX, SOFTMAX_ZERO), [probit(s), unset] (PROBIT), as ONNX Runtime 1.32
+  gives them). Then the post transform (ml_transforms.py).
 - no support vectors (the liblinear form): scores = X @ coefficients^T + rho[0] per class; the label is the first
   highest score's, except for two classes without probabilities: labels[1] when that score passes 0.5 (all
   coefficients >= 0) or 0 (mixed), ONNX Runtime's binary rule.
@@ -121,15 +122,15 @@ def expand_svm_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) ->
                                 prob_b=prob_b[:pairs])[0]
         post(bld, probabilities, out_scores)
     elif classes == 2:
-        second_class(bld, decision, rows, name, name == "NONE", False, out_scores)
+        second_class(bld, decision, rows, name, name in ("NONE", "LOGISTIC"), False, out_scores)
     else:
         post(bld, decision, out_scores)
     return bld.nodes
 
 
-def coupling_shapes(node: onnx.NodeProto, x) -> dict:
+def coupling_shapes(node: onnx.NodeProto, inputs: list) -> dict:
     """PairwiseCoupling: [rows, classes] float32 from the pairwise decision values [rows, pairs]."""
-    return {node.output[0]: (np.dtype(np.float32), (int(x.shape[0]), int(attr(node, "classes", 0))))}
+    return {node.output[0]: (np.dtype(np.float32), (int(inputs[0].shape[0]), int(attr(node, "classes", 0))))}
 
 
 OUTPUT_SHAPES[(OUR_DOMAIN, COUPLING)] = coupling_shapes

@@ -5,8 +5,9 @@ LinearClassifier (ml_ops.py) and SVMClassifier (ml_svm.py):
 - two or more score columns: NONE, LOGISTIC (Sigmoid), SOFTMAX (Softmax), SOFTMAX_ZERO (exp(s - max) for the
   scores with |s| > 1e-7, s * exp(-max) for the others, over the sum of the former; the max starts at -FLT_MAX),
   PROBIT (sqrt(2) ErfInv(2s - 1) with ONNX Runtime's closed-form ErfInv, in float32);
-- one score column widened to two (ONNX Runtime's `add_second_class`): [1 - s, s] or [-s, s], whatever the
-  transform but PROBIT, which writes probit(s) alone (the other values stay unset: 0 here).
+- one score column widened to two (ONNX Runtime's `add_second_class`): [1 - s, s] (s through LOGISTIC when asked),
+  or [-s, s] and after LOGISTIC [logistic(-s), logistic(s)]; PROBIT writes probit(s) alone (the other values stay
+  unset: 0 here).
 
 A class label is the label list gathered at a class index; string labels are refused here with one line until
 string tensors arrive (then they are one more `Gather` of a string constant).
@@ -69,9 +70,10 @@ POST_TRANSFORMS: dict[str, Callable[[NodeBuilder, str, str | None], str]] = {
 """Post transform name -> its ops over [rows, columns >= 2] scores."""
 
 
-def second_class(bld: NodeBuilder, s: str, rows: int, post: str, negate: bool, packed: bool, out: str | None) -> str:
-    """One score column [rows, 1] widened to two: [-s, s] (`negate`) or [1 - s, s]; PROBIT: [probit(s), unset] per
-    row, or (`packed`, LinearClassifier's buffer) probit(s) in the first `rows` values, then the unset ones (0 here)."""
+def second_class(bld: NodeBuilder, s: str, rows: int, post: str, mixed: bool, packed: bool, out: str | None) -> str:
+    """One score column [rows, 1] widened to two, ONNX Runtime's `add_second_class`: `mixed` (its cases 2 and 3)
+    [-s, s], or after LOGISTIC [logistic(-s), logistic(s)]; else [1 - s, s] (s through LOGISTIC first). PROBIT: [probit(s), unset] per row,
+    or (`packed`, LinearClassifier's buffer) probit(s) in the first `rows` values, then the unset ones (0 here)."""
     if post == "PROBIT" and packed:
         flat = bld.add("Reshape", [probit(bld, s), bld.constant(np.array([-1], np.int64), "flat")])[0]
         both = bld.add("Concat", [flat, bld.constant(np.zeros(rows, F32), "unset")], axis=0)[0]
@@ -79,7 +81,13 @@ def second_class(bld: NodeBuilder, s: str, rows: int, post: str, negate: bool, p
     if post == "PROBIT":
         return bld.add("Concat", [probit(bld, s), bld.constant(np.zeros((rows, 1), F32), "unset")], [out] if out else None,
                        axis=1)[0]
-    first = bld.add("Neg", [s])[0] if negate else bld.add("Sub", [_c(bld, 1.0, "one"), s])[0]
+    if mixed:
+        first = bld.add("Neg", [s])[0]
+        if post == "LOGISTIC":
+            first, s = bld.add("Sigmoid", [first])[0], bld.add("Sigmoid", [s])[0]
+    else:
+        s = bld.add("Sigmoid", [s])[0] if post == "LOGISTIC" else s
+        first = bld.add("Sub", [_c(bld, 1.0, "one"), s])[0]
     return bld.add("Concat", [first, s], [out] if out else None, axis=1)[0]
 
 

@@ -119,3 +119,25 @@ def test_scaler_any_input_dtype(dtype, size):
     node = helper.make_node("Scaler", ["x"], ["y"], domain="ai.onnx.ml", offset=[0.5, 1.0, 2.0][:size],
                             scale=[2.0, 0.5, -1.5][:size])
     _check(node, {"x": x}, [V("y", TP.FLOAT, [2, 3])], 1)
+
+
+def test_string_tfidf_expands_to_token_ids():
+    """TfIdfVectorizer over strings becomes a LabelEncoder onto the pool's token ids and the integer TfIdfVectorizer
+    (frontend/tfidf.py): ONNX Runtime gives both the same counts and weights, with skips, unknown and repeated
+    tokens (the compiled path waits for string tensors; the expansion is checked here)."""
+    from fluidml_xc.frontend.expanders import Scope, expand_tensors
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TFIDF", min_gram_length=1, max_gram_length=2,
+                            max_skip_count=1, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
+                            pool_strings=["a", "b", "c", "b", "c", "a", "a"], weights=[0.5, 1.0, 2.0, 1.5, 0.25])
+    x = np.array([["a", "b", "z", "c", "a", "a"], ["b", "c", "b", "a", "q", "a"]], dtype=object)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
+    inputs, outputs = [V("x", TP.STRING, [2, 6])], [V("y", TP.FLOAT, [2, 5])]
+    original = helper.make_model(helper.make_graph([node], "g", inputs, outputs), opset_imports=opsets)
+    replaced = expand_tensors(node, "tfidf", Scope({}, 17))
+    assert [n.op_type for n in replaced] == ["LabelEncoder", "TfIdfVectorizer"]
+    assert not any(a.name == "pool_strings" for a in replaced[1].attribute)
+    expanded = helper.make_model(helper.make_graph(replaced, "g", inputs, outputs), opset_imports=opsets)
+    want, got = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+                 for m in (original, expanded))
+    assert want.any()
+    np.testing.assert_array_equal(got, want)

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
-from . import mel, ml_ops, ml_svm, subgraphs, zipmap  # noqa: F401 - they register their expansions
+from . import mel, ml_ops, ml_svm, subgraphs, tfidf, zipmap  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured

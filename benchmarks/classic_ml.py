@@ -92,10 +92,10 @@ def _jit_call(model, rows: np.ndarray, board: str):
     outs = [aligned(np.zeros(shape, dtype=dt), 64) for _, dt, shape in jit.output_specs]
     in_ptrs = (ctypes.c_void_p * 1)(arrays[0].ctypes.data)
     out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
-    _, arena = jit._arena()
+    raw, arena = jit._arena()
     arena = ctypes.c_void_p(arena)
 
-    def call(inputs=arrays):  # holds the input buffer in_ptrs points at (a raw address keeps nothing alive)
+    def call(inputs=arrays, memory=raw):  # holds the input and arena buffers the raw addresses point into
         jit._fn(in_ptrs, out_ptrs, arena)
     return call, seconds, outs
 

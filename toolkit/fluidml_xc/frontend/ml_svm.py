@@ -4,7 +4,8 @@ following ONNX Runtime 1.32's kernel (svmclassifier.cc):
 - support vectors (vectors_per_class): K = the kernel matrix of X against the support vectors (ml_ops'
   `_kernel_matrix`: one MatMul, RBF's distance as |x|^2 - 2 x.v + |v|^2); the one-vs-one decision value of each
   class pair (i, j), i < j, is K @ W + rho, where W's column holds class i's vectors' coefficients of row j - 1
-  and class j's of row i (one MatMul for every pair); a pair votes for i when its value is positive, else for j;
+  and class j's of row i (one MatMul for every pair, summed in float64 as ONNX Runtime sums it, so that a near-tie
+  votes as there); a pair votes for i when its value is positive, else for j;
   the label is the class with the most votes (the first on a tie), also with probabilities and for two classes.
   Scores: with prob_a/prob_b, the pairwise probabilities 1 - logistic(A s + B), clamped to [1e-7, 1 - 1e-7] and
   coupled into one probability per class by ONNX Runtime's iterative solver (`fluidml.PairwiseCoupling`,
@@ -106,12 +107,14 @@ def expand_svm_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) ->
                        attr(node, "kernel_params", None))
     if k is None:
         return None
-    w = pair_weights(coef[:(classes - 1) * total].reshape(classes - 1, total), per_class)
-    decision = bld.add("Add", [bld.add("MatMul", [k, bld.constant(w, "pair_weights")])[0],
-                               bld.constant(rho[:pairs], "rho")])[0]
+    w = pair_weights(coef[:(classes - 1) * total].reshape(classes - 1, total), per_class).astype(np.float64)
+    exact = bld.add("Add", [bld.add("MatMul", [bld.add("Cast", [k], to=TensorProto.DOUBLE)[0],
+                                               bld.constant(w, "pair_weights")])[0],
+                            bld.constant(rho[:pairs].astype(np.float64), "rho")])[0]
+    decision = bld.add("Cast", [exact], to=TensorProto.FLOAT)[0]
     if out_label:
         m, base = vote_matrix(classes)
-        positive = bld.add("Cast", [bld.add("Greater", [decision, bld.constant(np.zeros(1, np.float32), "zero")])[0]],
+        positive = bld.add("Cast", [bld.add("Greater", [exact, bld.constant(np.zeros(1, np.float64), "zero")])[0]],
                            to=TensorProto.FLOAT)[0]
         votes = bld.add("Add", [bld.add("MatMul", [positive, bld.constant(m, "votes")])[0], bld.constant(base, "base")])[0]
         gather_label(bld, labels, bld.add("ArgMax", [votes], axis=1, keepdims=0)[0], out_label)

@@ -29,7 +29,7 @@ from .ml_transforms import POST_TRANSFORMS, class_labels, gather_label, second_c
 ML_DOMAIN = "ai.onnx.ml"
 
 
-def _float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str | None:
+def float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str | None:
     """Input 0 as a rank-2 float tensor (cast when needed); None when it is not a known rank-2 tensor."""
     if not node.input or node.input[0] not in tensors:
         return None
@@ -42,14 +42,14 @@ def _float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str |
     return bld.add("Cast", [name], to=TensorProto.FLOAT)[0]
 
 
-def _text(value) -> str:
+def text_attr(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "NONE")
 
 
 @expands(ML_DOMAIN, "Scaler")
 def expand_scaler(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
-    x = _float_input(bld, node, tensors)
+    x = float_input(bld, node, tensors)
     if x is None:
         return None
     offset = np.asarray(attr(node, "offset", None) or [0.0], np.float32)
@@ -75,8 +75,8 @@ def _linear(bld: NodeBuilder, x: str, coefficients, intercepts, columns: int, ta
 @expands(ML_DOMAIN, "LinearRegressor")
 def expand_linear_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
-    x = _float_input(bld, node, tensors)
-    if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
+    x = float_input(bld, node, tensors)
+    if x is None or text_attr(attr(node, "post_transform", b"NONE")) != "NONE":
         return None
     targets = int(attr(node, "targets", 1))
     scores = _linear(bld, x, attr(node, "coefficients", None), attr(node, "intercepts", None),
@@ -93,10 +93,10 @@ def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope)
     scores through the post transform. One column (ONNX Runtime's binary form, two labels): label = labels[1] where
     the score is positive, else labels[0]; the scores widen to [1 - s, s] (ml_transforms.second_class)."""
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
-    x = _float_input(bld, node, tensors)
+    x = float_input(bld, node, tensors)
     labels = class_labels(f"node {node_name!r} (LinearClassifier)", attr(node, "classlabels_ints", None),
                           attr(node, "classlabels_strings", None))
-    name = _text(attr(node, "post_transform", b"NONE"))
+    name = text_attr(attr(node, "post_transform", b"NONE"))
     post = POST_TRANSFORMS.get(name)
     if x is None or post is None or labels is None:
         return None
@@ -147,8 +147,8 @@ def expand_normalizer(node: onnx.NodeProto, node_name: str, scope: Scope) -> lis
     """Each row divided by its largest value (MAX), its sum of magnitudes (L1) or its Euclidean norm (L2); a row
     whose divisor is 0 is copied (ONNX Runtime's rule)."""
     bld = NodeBuilder(node_name, scope.opset)
-    x = _float_input(bld, node, scope.tensors)
-    norm = NORMS.get(_text(attr(node, "norm", b"MAX")))
+    x = float_input(bld, node, scope.tensors)
+    norm = NORMS.get(text_attr(attr(node, "norm", b"MAX")))
     if x is None or norm is None:
         return None
     divisor = norm(bld, x)
@@ -270,7 +270,7 @@ def expand_feature_vectorizer(node: onnx.NodeProto, node_name: str, scope: Scope
     return bld.nodes
 
 
-def _kernel_matrix(bld: NodeBuilder, x: str, vectors: np.ndarray, kernel: str, params) -> str | None:
+def kernel_matrix(bld: NodeBuilder, x: str, vectors: np.ndarray, kernel: str, params) -> str | None:
     """K[rows, vectors] of an SVM kernel: LINEAR x.v, POLY (gamma x.v + coef0)^degree, RBF exp(-gamma |x - v|^2)
     (as |x|^2 - 2 x.v + |v|^2), SIGMOID tanh(gamma x.v + coef0)."""
     gamma, coef0, degree = (list(params or []) + [0.0, 0.0, 0.0])[:3]
@@ -297,8 +297,8 @@ def expand_svm_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> 
     """sum_i coefficients[i] K(x, support_vectors[i]) + rho (n_supports 0: the linear x.coefficients + rho);
     one_class: 1 where that is positive, else -1. Post transform NONE only."""
     bld = NodeBuilder(node_name, scope.opset)
-    x = _float_input(bld, node, scope.tensors)
-    if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
+    x = float_input(bld, node, scope.tensors)
+    if x is None or text_attr(attr(node, "post_transform", b"NONE")) != "NONE":
         return None
     columns = scope.tensors[node.input[0]].shape[1]
     coef = np.asarray(attr(node, "coefficients", None) or [], np.float32)
@@ -308,7 +308,7 @@ def expand_svm_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> 
         vectors = np.asarray(attr(node, "support_vectors", None) or [], np.float32)
         if vectors.size != supports * columns or coef.size != supports:
             return None
-        k = _kernel_matrix(bld, x, vectors.reshape(supports, columns), _text(attr(node, "kernel_type", b"LINEAR")),
+        k = kernel_matrix(bld, x, vectors.reshape(supports, columns), text_attr(attr(node, "kernel_type", b"LINEAR")),
                            attr(node, "kernel_params", None))
         if k is None:
             return None

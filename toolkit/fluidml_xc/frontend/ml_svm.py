@@ -2,7 +2,7 @@
 following ONNX Runtime 1.32's kernel (svmclassifier.cc):
 
 - support vectors (vectors_per_class): K = the kernel matrix of X against the support vectors (ml_ops'
-  `_kernel_matrix`: one MatMul, RBF's distance as |x|^2 - 2 x.v + |v|^2); the one-vs-one decision value of each
+  `kernel_matrix`: one MatMul, RBF's distance as |x|^2 - 2 x.v + |v|^2); the one-vs-one decision value of each
   class pair (i, j), i < j, is K @ W + rho, where W's column holds class i's vectors' coefficients of row j - 1
   and class j's of row i (one MatMul for every pair, summed in float64 as ONNX Runtime sums it, so that a near-tie
   votes as there); a pair votes for i when its value is positive, else for j;
@@ -25,7 +25,7 @@ from onnx import TensorProto
 from ..opspec import OUR_DOMAIN
 from .builder import NodeBuilder, attr
 from .expanders import Scope, expands
-from .ml_ops import ML_DOMAIN, OUTPUT_SHAPES, _float_input, _kernel_matrix, _text
+from .ml_ops import ML_DOMAIN, OUTPUT_SHAPES, float_input, kernel_matrix, text_attr
 from .ml_transforms import POST_TRANSFORMS, class_labels, gather_label, second_class
 
 COUPLING = "PairwiseCoupling"
@@ -64,8 +64,8 @@ def expand_svm_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) ->
     where = f"node {node_name!r} (SVMClassifier)"
     bld = NodeBuilder(node_name, scope.opset)
     labels = class_labels(where, attr(node, "classlabels_ints", None), attr(node, "classlabels_strings", None))
-    x = _float_input(bld, node, scope.tensors)
-    name = _text(attr(node, "post_transform", b"NONE"))
+    x = float_input(bld, node, scope.tensors)
+    name = text_attr(attr(node, "post_transform", b"NONE"))
     post = POST_TRANSFORMS.get(name)
     if x is None or post is None or labels is None or len(labels) < 2:
         return None
@@ -103,7 +103,7 @@ def expand_svm_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) ->
     if (len(per_class) != classes or vectors.size != total * columns or coef.size < (classes - 1) * total
             or rho.size < pairs or (prob_a and len(prob_a) < pairs)):
         return None
-    k = _kernel_matrix(bld, x, vectors.reshape(total, columns), _text(attr(node, "kernel_type", b"LINEAR")),
+    k = kernel_matrix(bld, x, vectors.reshape(total, columns), text_attr(attr(node, "kernel_type", b"LINEAR")),
                        attr(node, "kernel_params", None))
     if k is None:
         return None

@@ -265,6 +265,8 @@ def test_zipmap_labels_in_the_c_api(tmp_path):
         row, label, value = line.split(" ")
         got[int(row)][label] = float(value)
     _same_maps(got, want)
+    from fluidml_xc.cli import main
+    assert main(["verify", str(artifact)]) == 0  # ONNX Runtime's maps (string keys sorted) by label
 
 
 def test_run_outputs_json_gives_zipmap_dicts(tmp_path):

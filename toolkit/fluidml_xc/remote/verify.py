@@ -17,6 +17,7 @@ import paramiko
 from ..errors import InputError, RemoteError, RunError
 from ..ir import is_onnx_domain
 from ..artifact import sha256_file
+from ..frontend.zipmap import labels_of
 from ..reference import reason
 from .artifact import Artifact
 from .deploy import Deployment
@@ -211,15 +212,19 @@ def _ort_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
     try:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return {name: _zipmap_as_tensor(value) for name, value in zip(names, session.run(names, dict(feeds)))}
+        zipmaps = {n.output[0]: labels_of(n) for n in model.graph.node if n.op_type == "ZipMap" and n.output}
+        return {name: _zipmap_as_tensor(value, zipmaps.get(name, ())) for name, value in
+                zip(names, session.run(names, dict(feeds)))}
     except Exception as exc:  # onnxruntime raises its own exception types
         raise InputError(f"ONNX Runtime cannot run {path}: {reason(exc)}") from None
 
 
-def _zipmap_as_tensor(value):
-    """ONNX Runtime's ZipMap output (a list of {label: probability}) as the build gives it: [rows, classes] float32."""
+def _zipmap_as_tensor(value, labels: tuple):
+    """ONNX Runtime's ZipMap output (a list of {label: probability}, string keys sorted) as the build gives it:
+    [rows, classes] float32, the columns in the ZipMap's label order."""
     if isinstance(value, list) and value and isinstance(value[0], dict):
-        return np.asarray([list(row.values()) for row in value], np.float32)
+        return np.asarray([[row[label] for label in labels] if labels else list(row.values()) for row in value],
+                          np.float32)
     return value
 
 

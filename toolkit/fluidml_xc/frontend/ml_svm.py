@@ -2,7 +2,8 @@
 following ONNX Runtime 1.32's kernel (svmclassifier.cc):
 
 - support vectors (vectors_per_class): K = the kernel matrix of X against the support vectors (ml_ops'
-  `kernel_matrix`: one MatMul, RBF's distance as |x|^2 - 2 x.v + |v|^2); the one-vs-one decision value of each
+  `kernel_matrix`: one MatMul, RBF's distance as |x|^2 - 2 x.v + |v|^2; LINEAR folds the support vectors into W at
+  build time, X @ (V^T W), a linear model's cost); the one-vs-one decision value of each
   class pair (i, j), i < j, is K @ W + rho, where W's column holds class i's vectors' coefficients of row j - 1
   and class j's of row i (one MatMul for every pair, summed in float64 as ONNX Runtime sums it, so that a near-tie
   votes as there); a pair votes for i when its value is positive, else for j;
@@ -103,11 +104,14 @@ def expand_svm_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) ->
     if (len(per_class) != classes or vectors.size != total * columns or coef.size < (classes - 1) * total
             or rho.size < pairs or (prob_a and len(prob_a) < pairs)):
         return None
-    k = kernel_matrix(bld, x, vectors.reshape(total, columns), text_attr(attr(node, "kernel_type", b"LINEAR")),
-                       attr(node, "kernel_params", None))
+    kernel = text_attr(attr(node, "kernel_type", b"LINEAR"))
+    w = pair_weights(coef[:(classes - 1) * total].reshape(classes - 1, total), per_class).astype(np.float64)
+    if kernel == "LINEAR":  # K @ W = X @ (V^T W): the pairs' weights folded through the support vectors
+        k, w = x, vectors.reshape(total, columns).T.astype(np.float64) @ w
+    else:
+        k = kernel_matrix(bld, x, vectors.reshape(total, columns), kernel, attr(node, "kernel_params", None))
     if k is None:
         return None
-    w = pair_weights(coef[:(classes - 1) * total].reshape(classes - 1, total), per_class).astype(np.float64)
     exact = bld.add("Add", [bld.add("MatMul", [bld.add("Cast", [k], to=TensorProto.DOUBLE)[0],
                                                bld.constant(w, "pair_weights")])[0],
                             bld.constant(rho[:pairs].astype(np.float64), "rho")])[0]

@@ -6,7 +6,8 @@ one thread, batch 1 and 1,000 rows.
                                     [--board x86_64] [--forms]
 
 Models (20 features, 3 classes, trained on 5,000 rows of make_classification): a random forest of 100 trees of
-depth 8, gradient boosting of 300 trees (depth 3), logistic regression, an RBF SVM. Each is checked against ORT
+depth 8, gradient boosting of 300 trees (depth 3), logistic regression, SVMs (RBF with probabilities, RBF and linear
+with one-vs-one votes only: decision values, no coupling). Each is checked against ORT
 first (labels equal, scores within 1e-4), then timed: ours = the JIT-compiled model called through ctypes into
 caller-owned 64-byte aligned buffers (one thread: the JIT's serial tiles), ORT = InferenceSession.run with
 intra_op_num_threads 1. `rounds` rounds of `runs` calls each, ours and ORT alternating call by call
@@ -44,7 +45,9 @@ def models() -> list[tuple[str, object]]:
     return [("random forest 100x8", RandomForestClassifier(100, max_depth=8, random_state=0)),
             ("gradient boosting 300", GradientBoostingClassifier(n_estimators=300, max_depth=3, random_state=0)),
             ("logistic regression", LogisticRegression(max_iter=500)),
-            ("SVM rbf", SVC(kernel="rbf", probability=True, random_state=0))]
+            ("SVM rbf", SVC(kernel="rbf", probability=True, random_state=0)),
+            ("SVM rbf votes", SVC(kernel="rbf", random_state=0)),
+            ("SVM linear votes", SVC(kernel="linear", random_state=0))]
 
 
 def export(estimator, x: np.ndarray, y: np.ndarray):
@@ -89,10 +92,10 @@ def _jit_call(model, rows: np.ndarray, board: str):
     outs = [aligned(np.zeros(shape, dtype=dt), 64) for _, dt, shape in jit.output_specs]
     in_ptrs = (ctypes.c_void_p * 1)(arrays[0].ctypes.data)
     out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
-    _, arena = jit._arena()
+    raw, arena = jit._arena()
     arena = ctypes.c_void_p(arena)
 
-    def call(inputs=arrays):  # holds the input buffer in_ptrs points at (a raw address keeps nothing alive)
+    def call(inputs=arrays, memory=raw):  # holds the input and arena buffers the raw addresses point into
         jit._fn(in_ptrs, out_ptrs, arena)
     return call, seconds, outs
 

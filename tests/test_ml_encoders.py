@@ -97,3 +97,47 @@ def test_svm_regressor_from_sklearn(kernel):
     feeds = {model.graph.input[0].name: x[-9:]}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(compile_model(model)(feeds)[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,dtype", [((3, 4), np.float32), ((4,), np.float32), ((2, 3, 4), np.int64), ((3, 4), np.int32)])
+@pytest.mark.parametrize("index_shape", [(2,), (1, 2)])
+def test_array_feature_extractor_shapes(x_shape, dtype, index_shape):
+    """The last axis picked at run-time indices: X's shape with the indices' count last ([1, count] for a rank-1 X);
+    the shape comes from the indices' count, not their values (skl2onnx's one-vs-rest labels read it so)."""
+    x = np.arange(int(np.prod(x_shape))).reshape(x_shape).astype(dtype)
+    out_shape = [*x_shape[:-1], 2] if len(x_shape) > 1 else [1, 2]
+    node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml")
+    _check(node, {"x": x, "i": np.array([3, 1], np.int64).reshape(index_shape)},
+           [V("y", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), out_shape)], 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32])
+@pytest.mark.parametrize("size", [1, 3])
+def test_scaler_any_input_dtype(dtype, size):
+    """(x - offset) * scale in float32 from every input dtype ORT takes; one value or one per column."""
+    x = np.array([[1, 2, 3], [4, 5, -6]], dtype)
+    node = helper.make_node("Scaler", ["x"], ["y"], domain="ai.onnx.ml", offset=[0.5, 1.0, 2.0][:size],
+                            scale=[2.0, 0.5, -1.5][:size])
+    _check(node, {"x": x}, [V("y", TP.FLOAT, [2, 3])], 1)
+
+
+def test_string_tfidf_expands_to_token_ids():
+    """TfIdfVectorizer over strings becomes a LabelEncoder onto the pool's token ids and the integer TfIdfVectorizer
+    (frontend/tfidf.py): ONNX Runtime gives both the same counts and weights, with skips, unknown and repeated
+    tokens (the compiled path waits for string tensors; the expansion is checked here)."""
+    from fluidml_xc.frontend.expanders import Scope, expand_tensors
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TFIDF", min_gram_length=1, max_gram_length=2,
+                            max_skip_count=1, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
+                            pool_strings=["a", "b", "c", "b", "c", "a", "a"], weights=[0.5, 1.0, 2.0, 1.5, 0.25])
+    x = np.array([["a", "b", "z", "c", "a", "a"], ["b", "c", "b", "a", "q", "a"]], dtype=object)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
+    inputs, outputs = [V("x", TP.STRING, [2, 6])], [V("y", TP.FLOAT, [2, 5])]
+    original = helper.make_model(helper.make_graph([node], "g", inputs, outputs), opset_imports=opsets)
+    replaced = expand_tensors(node, "tfidf", Scope({}, 17))
+    assert [n.op_type for n in replaced] == ["LabelEncoder", "TfIdfVectorizer"]
+    assert not any(a.name == "pool_strings" for a in replaced[1].attribute)
+    expanded = helper.make_model(helper.make_graph(replaced, "g", inputs, outputs), opset_imports=opsets)
+    want, got = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+                 for m in (original, expanded))
+    assert want.any()
+    np.testing.assert_array_equal(got, want)

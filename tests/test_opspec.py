@@ -41,13 +41,8 @@ def test_views_are_not_layout_safe():
 
 
 def test_the_data_dependent_ops_give_output_bounds():
-<<<<<<< HEAD
-    assert _names(lambda s: s.output_bound is not None) == ["Compress", "NonMaxSuppression", "NonZero", "StringNormalizer",
-                                                           "StringSplit", "TopK", "Unique"]
-=======
-    assert _names(lambda s: s.output_bound is not None) == ["Compress", "ImageDecoder", "NonMaxSuppression", "NonZero", "TopK",
-                                                            "Unique"]
->>>>>>> s8-img
+    assert _names(lambda s: s.output_bound is not None) == ["Compress", "ImageDecoder", "NonMaxSuppression", "NonZero",
+                                                           "StringNormalizer", "StringSplit", "TopK", "Unique"]
 
 
 def test_our_ops_are_heavy_unless_they_say_otherwise():

@@ -211,7 +211,7 @@ def test_double_input_and_deep_trees():
     _check(_regressor(depth=7, trees=3, seed=8, modes=("BRANCH_LT",)), name="depth 7")
 
 
-@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"])
 @pytest.mark.parametrize("base", [None, [0.1, -0.2, 0.3]], ids=["no-base", "base"])
 def test_classifier_many_classes(post, base):
     _check(_classifier(labels=(4, 7, 9), post=post, base=base, seed=9), name=post)

@@ -309,6 +309,7 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
     from .emit.boundary import input_dims
     from .emit.capi import DEFAULT_CPU_HINT, ModelSpec, SymbolSpec, TensorSpec, render_sources
     from .emit.image_runtime import model_parts
+    from .frontend.zipmap import output_labels
     from .target.cpus import REFUSAL_HINTS
 
     built = not runtime_cached(board.target)
@@ -330,7 +331,8 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
         arena_bytes=stages.get("arena_bytes", tail.arena_bytes), arena_align=spec.alignment,
         ops=[(op["name"], op["type"]) for op in compiled.ops], threads=compiled.threads, api=api,
         variants=compiled.code_variants, cpu_hint=REFUSAL_HINTS.get(board.target.name, DEFAULT_CPU_HINT),
-        status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks))
+        status_offset=tail.status_offset, run_errors=tuple(check.message for check in tail.checks),
+        output_labels=output_labels(graph))
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
                   workdir / api.glue, workdir, workdir, api, kernel_cache() if cache else None,

@@ -23,7 +23,9 @@ def add_arguments(parser) -> None:
     feeds = parser.add_mutually_exclusive_group()
     feeds.add_argument("--inputs", type=Path, metavar="FEED.npz", help="inputs as an .npz keyed by input name")
     feeds.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input (repeatable)")
-    parser.add_argument("--outputs", type=Path, metavar="OUT.npz", help="write the outputs, keyed by output name")
+    parser.add_argument("--outputs", type=Path, metavar="OUT.npz|OUT.json",
+                        help="write the outputs, keyed by output name (.json: nested lists, a ZipMap output as a list "
+                             "of {label: probability} per row)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --outputs file")
     parser.add_argument("--bench", type=int, metavar="N", help="time N runs and print the runner's JSON")
     parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs before timing (default 5)")
@@ -70,7 +72,10 @@ def check_run_arguments(args) -> None:
 
 
 def main(args) -> int:
-    from ..run.execute import load_feeds, run_artifact, save_npz
+    from ..artifact import read_manifest
+    from ..results import to_json
+    from ..run.execute import load_feeds, outputs_as_json, run_artifact, save_npz
+    from ..tempfiles import write_text_atomic
 
     check_run_arguments(args)
     check_artifact_argument(args.dir, NAME)
@@ -82,7 +87,10 @@ def main(args) -> int:
         feeds = load_feeds(args.input)
     result = run_artifact(artifact, feeds, bench=args.bench, warmup=args.warmup, profile=args.profile,
                           timeout=args.timeout, threads=args.threads)
-    if args.outputs:
+    if args.outputs and args.outputs.suffix.lower() == ".json":
+        structures = read_manifest(artifact).structures
+        write_text_atomic(args.outputs, to_json(outputs_as_json(result.outputs, structures)), "--outputs")
+    elif args.outputs:
         save_npz(args.outputs, result.outputs, force=args.force)
     data = {"artifact": str(artifact), "bench": result.bench,
             "outputs": {name: _facts(value) for name, value in result.outputs.items()},

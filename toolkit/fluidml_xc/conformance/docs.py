@@ -92,6 +92,17 @@ def _registry_table() -> dict[str, dict]:
     return table
 
 
+def _import_time_ops() -> dict[str, str]:
+    """Ops with no lowering that the frontend replaces (frontend/expanders.py's registry) or folds: name -> how."""
+    from ..frontend import importer  # noqa: F401 - imports every module that registers an expansion
+    from ..frontend.expanders import FOLDABLE_ONLY, REGISTRY
+    from ..frontend.sequences import SEQ_DOMAIN
+
+    ops = {(f"{domain}.{op}" if domain else op): "expanded at import" for domain, op in REGISTRY if domain != SEQ_DOMAIN}
+    ops.update({op: "folded at build time" for op in FOLDABLE_ONLY})
+    return ops
+
+
 def _is_function_op(op: str) -> bool:
     import onnx
 
@@ -159,15 +170,19 @@ def write_docs(results_path: Path = RESULTS_PATH, out: Path = DOCS_PATH) -> str:
         "`opsets`: the opset versions from which a lowering is registered (the newest one not above the",
         "model's opset is used). `dtypes`: input dtypes the lowering accepts (`any`: every dtype the code",
         "generator stores: float16/32/64, int8-64, uint8-64, bool). Pass counts are passed/run per target;",
-        "`-` means not run there. Ops without a lowering are listed with their case counts.",
+        "`-` means not run there. Ops without a lowering are listed with their case counts: `expanded at import`",
+        "(the frontend replaces them by other ops: control flow, sequences, the ai.onnx.ml linear models, SVMs,",
+        "encoders and ZipMap of docs/CLASSIC_ML.md), `folded at build time`, `inlined ONNX function` or `not supported`.",
         "",
         "| op | opsets | dtypes | cases | " + " | ".join(targets) + " | notes |",
         "|---|---|---|---|" + "---|" * len(targets) + "---|",
     ]
-    all_ops = sorted(set(registry) | set(case_count), key=str.lower)
+    replaced = _import_time_ops()
+    all_ops = sorted(set(registry) | set(case_count) | set(replaced), key=str.lower)
     for op in all_ops:
         reg = registry.get(op)
-        opsets = ", ".join(f"{v}+" for v in reg["since"]) if reg else ("inlined ONNX function" if _is_function_op(op) else "not supported")
+        opsets = ", ".join(f"{v}+" for v in reg["since"]) if reg else replaced.get(op) or (
+            "inlined ONNX function" if _is_function_op(op) else "not supported")
         dtypes = reg["dtypes"] if reg else ""
         cells = []
         for target in targets:

@@ -196,6 +196,20 @@ class ModelSpec:
     """The arena offset of the run's status word (frontend/shapes.py TailLayout), -1 when no kernel checks its data."""
     run_errors: tuple[str, ...] = ()
     """Per kernel that may fail the run (TailLayout.checks), the FXC_ERR_RUN message."""
+    output_labels: tuple[tuple[int, tuple], ...] = ()
+    """(output index, class labels) of each ZipMap output (frontend/zipmap.py): its probabilities [rows, classes],
+    column c being labels[c]; model.h declares `<prefix>output<index>_labels` (int64_t, or const char * for text)."""
+
+
+def _label_tables(spec: ModelSpec) -> list[dict]:
+    """model.h's label arrays: index, C element type and literals."""
+    tables = []
+    for index, labels in spec.output_labels:
+        text = any(isinstance(v, str) for v in labels)
+        tables.append(dict(index=index, count=len(labels), ctype="const char *const" if text else "const int64_t",
+                           values=[c_string(str(v)) if text else f"INT64_C({int(v)})" for v in labels],
+                           name=spec.outputs[index].name))
+    return tables
 
 
 def cpu_summary(variants: tuple[CodeVariant, ...]) -> str:
@@ -265,6 +279,7 @@ def render_sources(spec: ModelSpec, out_dir: Path) -> list[Path]:
                    run_errors=spec.run_errors, string_inputs=[(i, t) for i, t in enumerate(spec.inputs) if t.slot_bytes],
                    string_outputs=[(i, t) for i, t in enumerate(spec.outputs) if t.slot_bytes],
                    max_string_bytes=max([t.slot_bytes - 9 for t in (*spec.inputs, *spec.outputs)] + [0]),
+                   label_tables=_label_tables(spec),
                    dim_symbols=[t.dim_symbols or (-1,) * len(t.shape) for t in spec.inputs],
                    dims_text=[_dims_text(t, spec.symbols) for t in spec.inputs],
                    out_text=[_dims_text(t, spec.symbols) for t in spec.outputs])

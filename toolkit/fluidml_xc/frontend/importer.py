@@ -20,7 +20,7 @@ from ..errors import InputError, UnresolvedShape
 from ..ir import Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
 from ..strings import DEFAULT_MAX_STRING_BYTES, use_slots
-from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
+from . import mel, ml_ops, ml_svm, subgraphs, tfidf, zipmap  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured
@@ -174,11 +174,7 @@ class _Folder:
         asked = {n: self.max_dims[n] for n in [node.name, *node.output] if n and n in self.max_dims}
         more = {"max_string_bytes": self.max_string_bytes} if strings else {}
         bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
-<<<<<<< HEAD
-                       max_dims=asked, **more)
-=======
-                       max_dims=asked, declared=declared_output_shapes(self.model, node.output))
->>>>>>> s8-img
+                       max_dims=asked, declared=declared_output_shapes(self.model, node.output), **more)
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:
@@ -191,11 +187,17 @@ class _Folder:
             attrs[ATTR] = marks
         return result
 
+    def _inputs(self, node: onnx.NodeProto) -> list:
+        return [self.tensors.get(n) if n else None for n in node.input]
+
     def infer(self, node: onnx.NodeProto) -> dict[str, Tensor]:
+        shapes_of = ml_ops.OUTPUT_SHAPES.get((node.domain, node.op_type))
         try:
             schema = onnx.defs.get_schema(node.op_type, self.opsets.version(node.domain), node.domain)
         except onnx.defs.SchemaError:
-            return {}
+            if shapes_of is None or not node.input or node.input[0] not in self.tensors:
+                return {}
+            return {n: Tensor(n, d, s) for n, (d, s) in shapes_of(node, self._inputs(node)).items() if n}
         types, data = {}, {}
         for name in node.input:
             if not name:
@@ -223,9 +225,8 @@ class _Folder:
         if node.op_type in SHAPE_OF_INPUT_0 and node.output[0]:
             source = self.tensors[node.input[0]]
             result[node.output[0]] = Tensor(node.output[0], source.dtype, source.shape)
-        shapes_of = ml_ops.OUTPUT_SHAPES.get((node.domain, node.op_type))
         if shapes_of is not None and node.input and node.input[0] in self.tensors:
-            for name, (dtype, dims) in shapes_of(node, self.tensors[node.input[0]]).items():
+            for name, (dtype, dims) in shapes_of(node, self._inputs(node)).items():
                 if name:
                     result[name] = Tensor(name, dtype, dims)
         for name, tp in out_types.items():
@@ -523,8 +524,7 @@ def import_model(model: onnx.ModelProto, options: FrontendOptions = FrontendOpti
             continue
         desc, elements = found
         structures["outputs"][vi.name] = desc
-        for k, element in enumerate(elements):
-            flat = f"{vi.name}.{k}"
+        for k, (element, flat) in enumerate(zip(elements, flat_names(vi.name, desc))):
             if flat in tensors:
                 raise InputError(f"output {vi.name!r} is a sequence/optional whose element name {flat!r} is taken by a tensor of the model")
             if element in folder.unresolved:

@@ -3,15 +3,15 @@ subgraphs.py does for control flow; tensor expansions in expanders.py's registry
 
 - Scaler: (X - offset) * scale
 - LinearRegressor: X @ coefficients^T + intercepts (post_transform NONE)
-- LinearClassifier: scores = X @ coefficients^T + intercepts, post_transform NONE / LOGISTIC / SOFTMAX;
-  label = the class label (classlabels_ints) at the first maximum score
+- LinearClassifier: scores = X @ coefficients^T + intercepts, every post transform and ONNX Runtime's one-column
+  binary form (ml_transforms.py); label = the class label (classlabels_ints) at the first maximum score
 - Normalizer: each row over its MAX, L1 or L2 norm (rows whose norm is 0 copied)
 - LabelEncoder (numeric keys and values), OneHotEncoder (integer categories), Imputer, FeatureVectorizer
 - SVMRegressor: kernel matrix by MatMul, then the support coefficients and rho
 
 Inputs of another dtype than float are cast to float first (as ONNX Runtime computes them). A variant
-outside these (rank other than 2, PROBIT or SOFTMAX_ZERO, string labels, a single score column) is
-left alone and reported as an unsupported op, or as a string tensor, by the frontend.
+outside these (rank other than 2, string values) is left alone and reported as an unsupported op, or as a string
+tensor, by the frontend; string class labels are refused with one line (ml_transforms.class_labels).
 """
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ..errors import InputError
 from .builder import NodeBuilder, attr
 from .expanders import Scope, expands
+from .ml_transforms import POST_TRANSFORMS, class_labels, gather_label, second_class
 
 ML_DOMAIN = "ai.onnx.ml"
 
 
-def _float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str | None:
+def float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str | None:
     """Input 0 as a rank-2 float tensor (cast when needed); None when it is not a known rank-2 tensor."""
     if not node.input or node.input[0] not in tensors:
         return None
@@ -40,14 +42,14 @@ def _float_input(bld: NodeBuilder, node: onnx.NodeProto, tensors: dict) -> str |
     return bld.add("Cast", [name], to=TensorProto.FLOAT)[0]
 
 
-def _text(value) -> str:
+def text_attr(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "NONE")
 
 
 @expands(ML_DOMAIN, "Scaler")
 def expand_scaler(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
-    x = _float_input(bld, node, tensors)
+    x = float_input(bld, node, tensors)
     if x is None:
         return None
     offset = np.asarray(attr(node, "offset", None) or [0.0], np.float32)
@@ -73,8 +75,8 @@ def _linear(bld: NodeBuilder, x: str, coefficients, intercepts, columns: int, ta
 @expands(ML_DOMAIN, "LinearRegressor")
 def expand_linear_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
-    x = _float_input(bld, node, tensors)
-    if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
+    x = float_input(bld, node, tensors)
+    if x is None or text_attr(attr(node, "post_transform", b"NONE")) != "NONE":
         return None
     targets = int(attr(node, "targets", 1))
     scores = _linear(bld, x, attr(node, "coefficients", None), attr(node, "intercepts", None),
@@ -85,36 +87,45 @@ def expand_linear_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) 
     return bld.nodes
 
 
-POST_TRANSFORMS: dict[str, Callable[[NodeBuilder, str, str], None]] = {
-    "NONE": lambda bld, s, out: bld.add("Identity", [s], [out]),
-    "LOGISTIC": lambda bld, s, out: bld.add("Sigmoid", [s], [out]),
-    "SOFTMAX": lambda bld, s, out: bld.add("Softmax", [s], [out], axis=-1),
-}
-
-
 @expands(ML_DOMAIN, "LinearClassifier")
 def expand_linear_classifier(node: onnx.NodeProto, node_name: str, scope: Scope) -> list[onnx.NodeProto] | None:
+    """scores = X @ coefficients^T + intercepts. Several columns: label = the label at the first maximum score, the
+    scores through the post transform. One column (ONNX Runtime's binary form, two labels): label = labels[1] where
+    the score is positive, else labels[0]; the scores widen to [1 - s, s] (ml_transforms.second_class)."""
     bld, tensors = NodeBuilder(node_name, scope.opset), scope.tensors
-    x = _float_input(bld, node, tensors)
-    labels = attr(node, "classlabels_ints", None)
-    post = POST_TRANSFORMS.get(_text(attr(node, "post_transform", b"NONE")))
-    if x is None or post is None or not labels or len(labels) < 2:
+    x = float_input(bld, node, tensors)
+    labels = class_labels(f"node {node_name!r} (LinearClassifier)", attr(node, "classlabels_ints", None),
+                          attr(node, "classlabels_strings", None))
+    name = text_attr(attr(node, "post_transform", b"NONE"))
+    post = POST_TRANSFORMS.get(name)
+    if x is None or post is None or labels is None:
         return None
     intercepts = attr(node, "intercepts", None)
-    columns = tensors[node.input[0]].shape[1]
+    rows, columns = tensors[node.input[0]].shape
     targets = len(attr(node, "coefficients", None) or []) // max(1, columns)
-    if targets != len(labels):
-        return None  # one score column for two classes: ONNX Runtime's own binary convention
+    if targets < 1 or (targets > 1 and targets != len(labels)):
+        return None
+    if targets == 1 and len(labels) != 2:
+        raise InputError(f"node {node_name!r} (LinearClassifier): one coefficient row (a binary classifier) with "
+                         f"{len(labels)} class labels; give exactly two (ONNX Runtime refuses other counts too)")
     scores = _linear(bld, x, attr(node, "coefficients", None), intercepts, columns, targets)
     if scores is None:
         return None
-    if len(node.output) > 0 and node.output[0]:
-        best = bld.add("ArgMax", [scores], axis=1, keepdims=0)[0]
-        bld.add("Gather", [bld.constant(np.asarray(labels, np.int64), "classlabels"), best], [node.output[0]], axis=0)
-    if len(node.output) > 1 and node.output[1]:
-        post(bld, scores, node.output[1])
+    out_label = node.output[0] if node.output and node.output[0] else None
+    out_scores = node.output[1] if len(node.output) > 1 and node.output[1] else None
+    if targets > 1:
+        if out_label:
+            gather_label(bld, labels, bld.add("ArgMax", [scores], axis=1, keepdims=0)[0], out_label)
+        if out_scores:
+            post(bld, scores, out_scores)
+        return bld.nodes
+    if out_label:
+        high = bld.add("Greater", [bld.add("Reshape", [scores, bld.constant(np.array([-1], np.int64), "flat")])[0],
+                                   bld.constant(np.zeros(1, np.float32), "zero")])[0]
+        gather_label(bld, labels, bld.add("Cast", [high], to=TensorProto.INT64)[0], out_label)
+    if out_scores:
+        second_class(bld, scores, rows, name, False, True, out_scores)
     return bld.nodes
-
 
 
 def _row_reduce(bld: NodeBuilder, op: str, x: str) -> str:
@@ -136,8 +147,8 @@ def expand_normalizer(node: onnx.NodeProto, node_name: str, scope: Scope) -> lis
     """Each row divided by its largest value (MAX), its sum of magnitudes (L1) or its Euclidean norm (L2); a row
     whose divisor is 0 is copied (ONNX Runtime's rule)."""
     bld = NodeBuilder(node_name, scope.opset)
-    x = _float_input(bld, node, scope.tensors)
-    norm = NORMS.get(_text(attr(node, "norm", b"MAX")))
+    x = float_input(bld, node, scope.tensors)
+    norm = NORMS.get(text_attr(attr(node, "norm", b"MAX")))
     if x is None or norm is None:
         return None
     divisor = norm(bld, x)
@@ -259,7 +270,7 @@ def expand_feature_vectorizer(node: onnx.NodeProto, node_name: str, scope: Scope
     return bld.nodes
 
 
-def _kernel_matrix(bld: NodeBuilder, x: str, vectors: np.ndarray, kernel: str, params) -> str | None:
+def kernel_matrix(bld: NodeBuilder, x: str, vectors: np.ndarray, kernel: str, params) -> str | None:
     """K[rows, vectors] of an SVM kernel: LINEAR x.v, POLY (gamma x.v + coef0)^degree, RBF exp(-gamma |x - v|^2)
     (as |x|^2 - 2 x.v + |v|^2), SIGMOID tanh(gamma x.v + coef0)."""
     gamma, coef0, degree = (list(params or []) + [0.0, 0.0, 0.0])[:3]
@@ -286,8 +297,8 @@ def expand_svm_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> 
     """sum_i coefficients[i] K(x, support_vectors[i]) + rho (n_supports 0: the linear x.coefficients + rho);
     one_class: 1 where that is positive, else -1. Post transform NONE only."""
     bld = NodeBuilder(node_name, scope.opset)
-    x = _float_input(bld, node, scope.tensors)
-    if x is None or _text(attr(node, "post_transform", b"NONE")) != "NONE":
+    x = float_input(bld, node, scope.tensors)
+    if x is None or text_attr(attr(node, "post_transform", b"NONE")) != "NONE":
         return None
     columns = scope.tensors[node.input[0]].shape[1]
     coef = np.asarray(attr(node, "coefficients", None) or [], np.float32)
@@ -297,7 +308,7 @@ def expand_svm_regressor(node: onnx.NodeProto, node_name: str, scope: Scope) -> 
         vectors = np.asarray(attr(node, "support_vectors", None) or [], np.float32)
         if vectors.size != supports * columns or coef.size != supports:
             return None
-        k = _kernel_matrix(bld, x, vectors.reshape(supports, columns), _text(attr(node, "kernel_type", b"LINEAR")),
+        k = kernel_matrix(bld, x, vectors.reshape(supports, columns), text_attr(attr(node, "kernel_type", b"LINEAR")),
                            attr(node, "kernel_params", None))
         if k is None:
             return None
@@ -319,8 +330,9 @@ def _tree_rows(x) -> int | None:
     return int(x.shape[0]) if len(x.shape) == 2 else 1 if len(x.shape) == 1 else None
 
 
-def _regressor_shapes(node: onnx.NodeProto, x) -> dict:
+def _regressor_shapes(node: onnx.NodeProto, inputs: list) -> dict:
     """Y [rows, n_targets]: float32 for v1-3, X's dtype for TreeEnsemble 5."""
+    x = inputs[0]
     rows = _tree_rows(x)
     if rows is None:
         return {}
@@ -328,9 +340,9 @@ def _regressor_shapes(node: onnx.NodeProto, x) -> dict:
     return {node.output[0]: (dtype, (rows, int(attr(node, "n_targets", 1))))}
 
 
-def _classifier_shapes(node: onnx.NodeProto, x) -> dict:
+def _classifier_shapes(node: onnx.NodeProto, inputs: list) -> dict:
     """label [rows] int64 (integer labels) and scores [rows, labels] float32."""
-    rows, labels = _tree_rows(x), attr(node, "classlabels_int64s", None)
+    rows, labels = _tree_rows(inputs[0]), attr(node, "classlabels_int64s", None)
     if rows is None or not labels:
         return {}
     out = {node.output[0]: (np.dtype(np.int64), (rows,))}
@@ -339,12 +351,22 @@ def _classifier_shapes(node: onnx.NodeProto, x) -> dict:
     return out
 
 
-OUTPUT_SHAPES: dict[tuple[str, str], Callable[[onnx.NodeProto, object], dict]] = {
+def _extractor_shapes(node: onnx.NodeProto, inputs: list) -> dict:
+    """ArrayFeatureExtractor: X's shape with the last dim the indices' count ([1, count] for a rank-1 X), whatever
+    their values (ONNX's inference leaves it open)."""
+    x, indices = (inputs + [None, None])[:2]
+    if x is None or indices is None or not x.shape:
+        return {}
+    count = int(np.prod(indices.shape, dtype=np.int64))
+    return {node.output[0]: (np.dtype(x.dtype), (*x.shape[:-1], count) if len(x.shape) > 1 else (1, count))}
+
+
+OUTPUT_SHAPES: dict[tuple[str, str], Callable[[onnx.NodeProto, list], dict]] = {
     (ML_DOMAIN, "TreeEnsembleRegressor"): _regressor_shapes,
     (ML_DOMAIN, "TreeEnsemble"): _regressor_shapes,
     (ML_DOMAIN, "TreeEnsembleClassifier"): _classifier_shapes,
+    (ML_DOMAIN, "ArrayFeatureExtractor"): _extractor_shapes,
 }
-"""Output (dtype, shape) per op whose shapes ONNX's inference leaves open, from input 0 and the attributes: the
-importer would otherwise run the node in onnx.reference on stand-in inputs (slow for a big forest, endless for a
-cyclic one)."""
-
+"""Output (dtype, shape) per op whose shapes ONNX's inference leaves open, from the node's input tensors (None where
+absent) and the attributes: the importer would otherwise run the node in onnx.reference on stand-in inputs (slow for
+a big forest, endless for a cyclic one, impossible for integer indices)."""

@@ -22,7 +22,8 @@ Every expansion here is a structure expansion in expanders.py's registry.
 
 Graph inputs/outputs (the ABI): a sequence `x` of n tensors is n tensors `x.0` ... `x.{n-1}`; an
 optional is an absent value (no tensor) or its content (a tensor: `x.0`; a sequence: `x.0`, ...).
-Descriptors (JSON): "tensor", ["seq", n], ["opt"], ["opt", "tensor"], ["opt", ["seq", n]].
+Descriptors (JSON): "tensor", ["seq", n], ["opt"], ["opt", "tensor"], ["opt", ["seq", n]]; a ZipMap's output
+(zipmap.py) is ["zipmap", labels], one tensor under the output's own name.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from ..errors import InputError, NeedsConstant, UnresolvedShape
 from .builder import NodeBuilder, attr, op_types
 from .expanders import Scope, always, expands
 from .subgraphs import expand_loop, indexes_memory, taken_branch
+from .zipmap import ZIPMAP, ZipMapValue, zipmap_rows
 
 SEQ_DOMAIN = "fluidml_xc.structure"
 
@@ -85,7 +87,7 @@ def inner_kind(tp: onnx.TypeProto) -> str:
 
 
 def flat_names(name: str, desc) -> list[str]:
-    if desc == "tensor":
+    if desc == "tensor" or desc[0] == ZIPMAP:
         return [name]
     if desc[0] == "seq":
         return [f"{name}.{k}" for k in range(desc[1])]
@@ -118,6 +120,8 @@ def regroup(desc, values: list):
     """The run-time value of a graph output from its flat tensors."""
     if desc == "tensor":
         return values[0]
+    if desc[0] == ZIPMAP:
+        return zipmap_rows(desc[1], values[0])
     if desc[0] == "seq":
         return list(values)
     if len(desc) == 1:
@@ -158,6 +162,8 @@ def input_structure(name: str, tp: onnx.TypeProto, desc, shapes: dict[str, tuple
 
 
 def descriptor(struct) -> object:
+    if isinstance(struct, ZipMapValue):
+        return [ZIPMAP, list(struct.labels)]
     if isinstance(struct, tuple):
         return ["seq", len(struct)]
     if isinstance(struct, Opt):
@@ -170,6 +176,8 @@ def descriptor(struct) -> object:
 def output_elements(name: str, tp: onnx.TypeProto, structs: dict, tensors: dict):
     """(descriptor, element tensor names) of a graph output that is (or is declared as) a structure."""
     value = structs.get(name, name)
+    if isinstance(value, ZipMapValue):
+        return descriptor(value), [value.tensor]
     if type_kind(tp) == "opt" and not isinstance(value, Opt):
         value = Opt(value)
     if isinstance(value, str) and value not in tensors:

@@ -31,7 +31,7 @@ def most_parts(delimiter: bytes, max_bytes: int, maxsplit: int) -> int:
 
 
 def bound_split(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None,
-                max_string_bytes=DEFAULT_MAX_STRING_BYTES) -> list[tuple]:
+                declared=None, max_string_bytes=DEFAULT_MAX_STRING_BYTES) -> list[tuple]:
     x = inputs[0]
     parts = most_parts(_delimiter(attrs), room_for(max_string_bytes) - 1, _maxsplit(attrs))
     for name, value in (max_dims or {}).items():

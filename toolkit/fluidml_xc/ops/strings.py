@@ -54,7 +54,7 @@ def lower_string_concat(k):
 # StringNormalizer
 # --------------------------------------------------------------------------------------------------
 def bound_normalizer(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None,
-                     max_string_bytes=DEFAULT_MAX_STRING_BYTES) -> list[tuple]:
+                     declared=None, max_string_bytes=DEFAULT_MAX_STRING_BYTES) -> list[tuple]:
     """Output shape = the input's ([C] or [1, C]); with stopwords its last dim depends on the data (at least 1)."""
     x = inputs[0]
     if len(x.shape) not in (1, 2) or (len(x.shape) == 2 and x.shape[0] != 1):

@@ -18,6 +18,7 @@ from ..errors import InputError, RemoteError, RunError
 from ..ir import is_onnx_domain
 from ..artifact import sha256_file
 from ..strings import as_text
+from ..frontend.zipmap import labels_of
 from ..reference import reason
 from .artifact import Artifact
 from .deploy import Deployment
@@ -212,11 +213,22 @@ def _ort_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndar
     try:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, dict(feeds))))
+        zipmaps = {n.output[0]: labels_of(n) for n in model.graph.node if n.op_type == "ZipMap" and n.output}
+        return {name: _zipmap_as_tensor(value, zipmaps.get(name, ())) for name, value in
+                zip(names, session.run(names, dict(feeds)))}
     except Exception as exc:  # onnxruntime raises its own exception types
         hint = " (it has no ImageDecoder: --oracle spec compares with onnx.reference, docs/IMAGES.md)" \
             if any(n.op_type == "ImageDecoder" for n in model.graph.node) else ""
         raise InputError(f"ONNX Runtime cannot run {path}: {reason(exc)}{hint}") from None
+
+
+def _zipmap_as_tensor(value, labels: tuple):
+    """ONNX Runtime's ZipMap output (a list of {label: probability}, string keys sorted) as the build gives it:
+    [rows, classes] float32, the columns in the ZipMap's label order."""
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return np.asarray([[row[label] for label in labels] if labels else list(row.values()) for row in value],
+                          np.float32)
+    return value
 
 
 def _spec_outputs(path: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -332,3 +333,29 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray], force: bool = False) 
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _plain(value: np.ndarray):
+    """A tensor as nested JSON lists; non-finite floats as the strings "nan", "inf", "-inf" (strict JSON)."""
+    if value.dtype.kind != "f" and not is_storage_only(value.dtype):
+        return value.tolist()
+
+    def finite(v):
+        return [finite(x) for x in v] if isinstance(v, list) else v if math.isfinite(v) else str(v)
+    return finite(value.astype(np.float64).tolist())
+
+
+def outputs_as_json(outputs: Mapping[str, np.ndarray], structures: Mapping) -> dict:
+    """`run --outputs FILE.json`: each output by name as nested lists, a ZipMap output as ONNX gives it, a list of
+    {label: probability} per row (labels as JSON keys, so text)."""
+    from ..frontend.sequences import regroup
+
+    described = (structures or {}).get("outputs", {})
+    data = {}
+    for name, value in outputs.items():
+        desc = described.get(name, "tensor")
+        if desc != "tensor" and desc[0] == "zipmap":
+            data[name] = [{str(k): v for k, v in row.items()} for row in regroup(desc, [value])]
+        else:
+            data[name] = _plain(np.asarray(value))
+    return data

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ..errors import InputError, UnresolvedShape
-from ..ir import Graph, Node, Tensor, is_onnx_domain
+from ..errors import InputError, NeedsBound, UnresolvedShape
+from ..ir import DEFAULT_BOUND, Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
 from . import mel, ml_ops, subgraphs  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
@@ -167,9 +167,15 @@ class _Folder:
         """Ops whose output shapes depend on input data: static upper bounds (the op's OpSpec.output_bound); the
         data-dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
         inputs = [self.tensors[n] if n else None for n in node.input]
-        asked = {n: self.max_dims[n] for n in [node.name, *node.output] if n and n in self.max_dims}
-        bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
-                       max_dims=asked)
+        asked = {n: self.max_dims[n] for n in [node.name, *node.output, DEFAULT_BOUND] if n and n in self.max_dims}
+        try:
+            bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
+                           max_dims=asked)
+        except NeedsBound:
+            out = next(o for o in node.output if o)
+            label = node.name or node.op_type
+            raise UnresolvedShape(f"{unresolved_shape(self, node, out)}; or bound it with --max-dim {label}=N "
+                                  f"(--max-dim '{DEFAULT_BOUND}=N' bounds every such size)", out) from None
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:

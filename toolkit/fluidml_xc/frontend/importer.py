@@ -27,7 +27,7 @@ from .input_shapes import resolve_shapes, suggestions
 from .loops import EXTRA_INPUTS_ATTR, import_loop
 from .names import rename_repeated, unique_names
 from .sequences import descriptor, flat_names, input_structure, output_elements, type_kind
-from .shapes import ATTR
+from .shapes import ATTR, PASS_THROUGH, elementwise_over
 from .signal_checks import check_signal_node
 from .unsupported import Missing, check_strings, check_training, unresolved_shape
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
@@ -267,6 +267,14 @@ class _Folder:
             return {}
         return {n: Tensor(n, dtype, shape) for n, (dtype, shape) in zip([o for o in node.output if o], shapes[0])}
 
+    def keeps_dynamic(self, node: onnx.NodeProto, inferred: dict[str, Tensor], dynamic_in: list[str]) -> bool:
+        """An elementwise node over data-dependent tensors of one producer with scalar operands (shapes.elementwise_over)."""
+        if len({self.dynamic[n] for n in dynamic_in}) != 1:
+            return False
+        spec = traits(node.op_type, self.opsets.version(node.domain), node.domain)
+        inputs = [(self.tensors[n], n in self.dynamic) for n in node.input if n]
+        return elementwise_over(node.op_type, spec.elementwise, inputs, inferred.get(node.output[0]))
+
     def import_body(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], name: str) -> Graph:
         """A run-time Loop's body as its own graph, with this import's limits and --max-dim."""
         return import_model(model, FrontendOptions(input_shapes=shapes, limits=self.limits, max_dims=self.max_dims), name)
@@ -331,7 +339,8 @@ class _Folder:
             inferred = self.infer_dynamic(node, attrs, spec.output_bound)
         else:
             inferred = self.infer(node)
-            if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
+            if dynamic_in and node.output and node.output[0] and (
+                    node.op_type in PASS_THROUGH or self.keeps_dynamic(node, inferred, dynamic_in)):
                 self.dynamic[node.output[0]] = self.dynamic[dynamic_in[0]]
         self.check_sizes(node, inferred)
         check = OUTPUT_CHECKS.get(node.op_type)

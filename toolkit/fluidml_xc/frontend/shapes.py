@@ -53,9 +53,10 @@ def node_marks(node: Node) -> dict[int, tuple[int, ...]]:
 
 def elementwise_over(op_type: str, elementwise: bool, inputs: list, output) -> bool:
     """Whether an elementwise node keeps the data-dependent dims of its input: `inputs` [(tensor, is data-dependent)],
-    those that are data-dependent of the output's shape (one root, checked by the caller), every other of one
-    element (a scalar operand), so its kernel run over the bound keeps the actual tensor dense at its start."""
-    if not elementwise or output is None or op_type in PASS_THROUGH:
+    those that are data-dependent one-dimensional and of the output's shape (one root, checked by the caller), every
+    other of one element (a scalar operand), so its kernel run over the bound keeps the actual tensor dense at its
+    start (rank 1: no layout can reorder it)."""
+    if not elementwise or output is None or op_type in PASS_THROUGH or len(output.shape) != 1:
         return False
     dynamic = [t for t, d in inputs if d]
     return bool(dynamic) and all(t.shape == output.shape for t in dynamic) and all(t.size == 1 for t, d in inputs if not d)

@@ -220,8 +220,10 @@ def test_one_run_under_qemu(board, board_runner, tmp_path):
     model.graph.output.append(V("w", TP.FLOAT, None))
     onnx.save(model, str(tmp_path / "m.onnx"))
     result = build_model(tmp_path / "m.onnx", BuildOptions(board=board, out_dir=tmp_path / "art", record_last=False,
-                                                           profile_runner=False, ranges=ShapeRanges(max_dims={"*": 24})))
+                                                           profile_runner=False,
+                                                           ranges=ShapeRanges(max_dims={"*": 24, "hann": 32})))
     feeds = {"x": np.array(0.75, np.float32), "n": np.array(11, np.int64)}
     _same(list(run_artifact(result.artifact, feeds, timeout=300).slots), _ort(model, feeds), rtol=1e-5)
-    with pytest.raises(RunCheckFailed, match="Range node 'ramp'"):
-        run_artifact(result.artifact, {**feeds, "n": np.array(25, np.int64)}, timeout=300)
+    feeds["n"] = np.array(25, np.int64)  # above the Range's bound (24), within the window's (32)
+    with pytest.raises(RunCheckFailed, match=r"^Range node 'ramp': .* \(--max-dim '\*=24'\)"):
+        run_artifact(result.artifact, feeds, timeout=300)

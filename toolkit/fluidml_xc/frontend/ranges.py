@@ -158,7 +158,8 @@ def check_max_dims(model: onnx.ModelProto, max_dims: Mapping[str, int]) -> None:
     for name, value in max_dims.items():
         if name not in names and name != DEFAULT_BOUND:
             raise InputError(f"--max-dim {name}={value} names no node or node output of the model: give the name of the "
-                             "node whose bound it is (a Loop, a TopK with a run-time K) or of its output")
+                             "node whose bound it is (a Loop, a TopK with a run-time K, a Range or window sized at run "
+                             "time) or of its output, or '*=N' for every such size")
 
 
 @dataclass(frozen=True)

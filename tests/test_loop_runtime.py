@@ -341,8 +341,8 @@ def test_nested_loop_past_its_max_dim_is_an_error():
 
 @on_x86
 def test_range_with_a_data_dependent_limit():
-    """Range's ONNX function is a Loop whose trip count comes from its inputs: with --max-dim on its output, a limit
-    computed from the data (ArgMax) builds, and the output's length is reported per run."""
+    """A Range whose limit is computed from the data (ArgMax), lowered natively (its ONNX function is a Loop): with
+    --max-dim on its output it builds, and the output's length is reported per run (tests/test_runtime_sizes.py)."""
     nodes = [helper.make_node("ArgMax", ["x"], ["k"], keepdims=0, axis=0), helper.make_node("Add", ["k", "one"], ["n"]),
              helper.make_node("Range", ["zero", "n", "one"], ["r"], name="ramp")]
     graph = helper.make_graph(nodes, "g", [_value("x", TensorProto.FLOAT, [6])], [_value("r", TensorProto.INT64, None)],

@@ -135,15 +135,15 @@ def test_shape_from_a_runtime_input_asks_for_bind(tmp_path, op, nodes, inputs):
 
 
 def test_shape_from_the_data_is_named_a_data_dependent_shape(tmp_path):
-    """A Range whose limit comes from ArgMax of the data: the op (inlined Range) and the source are named."""
+    """A Range whose limit comes from ArgMax of the data: the op, the source and the --max-dim that bounds it are named."""
     nodes = [helper.make_node("ArgMax", ["x"], ["k"], keepdims=0, axis=0),
              helper.make_node("Add", ["k", "one"], ["n"]),
              helper.make_node("Range", ["zero", "n", "one"], ["r"], name="ramp")]
     model = proto_model(nodes, [V("x", TP.FLOAT, [6])], [V("r", TP.INT64, None)],
                    [_const("one", np.array(1, np.int64)), _const("zero", np.array(0, np.int64))])
     line = _fails(tmp_path, model)
-    assert "from Range node 'ramp'" in line and "computed from 'x': a data-dependent shape" in line
-    assert "--bind" not in line
+    assert "(Range node 'ramp')" in line and "computed from 'x': a data-dependent shape" in line
+    assert "--bind" not in line and line.endswith("or bound it with --max-dim ramp=N (--max-dim '*=N' bounds every such size)")
 
 
 def test_range_limit_from_a_scalar_input_builds_with_bind(tmp_path):
@@ -152,7 +152,7 @@ def test_range_limit_from_a_scalar_input_builds_with_bind(tmp_path):
     model = proto_model(nodes, [V("x", TP.FLOAT, []), V("n", TP.INT64, [])], [V("y", TP.FLOAT, None)],
                    [_const("one", np.array(1, np.int64)), _const("zero", np.array(0, np.int64))])
     line = _fails(tmp_path, model)
-    assert "from Range node 'ramp'" in line and "computed from input 'n'" in line and "--bind n=VALUE" in line
+    assert "(Range node 'ramp')" in line and "computed from input 'n'" in line and "--bind n=VALUE" in line
     proc = cli("build", "m.onnx", "--bind", "n=5", "-o", "out", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_array_equal(run(tmp_path / "out", {"x": np.array(2, np.float32)})["y"], [0, 2, 4, 6, 8])

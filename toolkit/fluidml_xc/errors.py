@@ -23,6 +23,16 @@ class UnresolvedShape(InputError):
         self.tensor = tensor
 
 
+class NeedsBound(UnresolvedShape):
+    """A data-dependent dim has no bound: its size comes at run time and no --max-dim names it (nor '*'). The
+    frontend rewrites the message to name the input that decides and the --max-dim to give (`node`: the node's
+    label)."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
 class NeedsConstant(InputError):
     """A node needs the value of an input at build time (a sequence position, split sizes). `node`: its label
     in the imported graph (frontend/names.unique_names for the model's own nodes)."""

@@ -19,6 +19,9 @@ STATES_ATTR = "_loop_states"
 BOUND_ATTR = "_max_dim"
 """The --max-dim name bounding such a Loop whose trip count is not a constant: a run that needs more steps fails
 (FXC_ERR_RUN, ops/control.py run_check_loop) instead of stopping at the bound."""
+DEFAULT_BOUND = "*"
+"""The --max-dim name that bounds every data-dependent dim no --max-dim names (`--max-dim '*=N'`): a run-time Loop's
+steps, the length of a Range, a window or a MelWeightMatrix computed at run time."""
 
 
 def is_onnx_domain(domain: str) -> bool:

@@ -33,7 +33,8 @@ def _run_record(results: Sequence[CaseResult], seconds: float, scope: str) -> di
         "folded_passes": sum(r.passed and r.folded for r in results),
         "date": time.strftime("%Y-%m-%d"),
         "results": {r.name: ([r.status] + (["specialized: " + ", ".join(r.specialized)] if r.specialized else [])
-                             + (["computed at build time"] if r.folded else []) if r.passed
+                             + (["computed at build time"] if r.folded else [])
+                             + (["bounded: --max-dim '*=N'"] if r.bounded else []) if r.passed
                              else [r.status, r.kind, r.message[:300]]) for r in results},
     }
 
@@ -66,8 +67,9 @@ def summarize(results: Sequence[CaseResult]) -> str:
             failing_ops[r.kind][r.op] += 1
     specialized = sum(r.passed and bool(r.specialized) for r in results)
     folded = sum(r.passed and r.folded for r in results)
+    bounded = sum(r.passed and r.bounded for r in results)
     lines = [f"passed {passed} of {total} (of the passes, {specialized} specialized on input values, "
-             f"{folded} of them computed entirely at build time)"]
+             f"{folded} of them computed entirely at build time; {bounded} built with --max-dim '*=N')"]
     for kind, count in by_kind.most_common():
         ops = ", ".join(f"{op} {n}" for op, n in sorted(failing_ops[kind].items(), key=lambda kv: (-kv[1], kv[0])))
         lines.append(f"  {kind}: {count}  [{ops}]")

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ..errors import InputError, UnresolvedShape
-from ..ir import Graph, Node, Tensor, is_onnx_domain
+from ..errors import InputError, NeedsBound, UnresolvedShape
+from ..ir import DEFAULT_BOUND, Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
 from ..strings import DEFAULT_MAX_STRING_BYTES, use_slots
 from . import mel, ml_ops, ml_svm, subgraphs, tfidf, zipmap  # noqa: F401 - they register their expansions
@@ -28,7 +28,7 @@ from .input_shapes import resolve_shapes, suggestions
 from .loops import EXTRA_INPUTS_ATTR, import_loop
 from .names import rename_repeated, unique_names
 from .sequences import descriptor, flat_names, input_structure, output_elements, type_kind
-from .shapes import ATTR, declared_output_shapes
+from .shapes import ATTR, PASS_THROUGH, declared_output_shapes, elementwise_over
 from .signal_checks import check_signal_node
 from .unsupported import Missing, check_strings, check_training, unresolved_shape
 from .validate import OUTPUT_CHECKS, SHAPE_CHECKS, Limits, check_external_data, check_opsets, validate_model
@@ -171,10 +171,16 @@ class _Folder:
         """Ops whose output shapes depend on input data: static upper bounds (the op's OpSpec.output_bound); the
         data-dependent dims are recorded in the node's `_dynamic_dims` attribute (see shapes.py)."""
         inputs = [self.tensors[n] if n else None for n in node.input]
-        asked = {n: self.max_dims[n] for n in [node.name, *node.output] if n and n in self.max_dims}
+        asked = {n: self.max_dims[n] for n in [node.name, *node.output, DEFAULT_BOUND] if n and n in self.max_dims}
         more = {"max_string_bytes": self.max_string_bytes} if strings else {}
-        bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
-                       max_dims=asked, declared=declared_output_shapes(self.model, node.output), **more)
+        try:
+            bounds = bound(node.op_type, attrs, inputs, self.opsets.version(node.domain), node.name or node.op_type,
+                           max_dims=asked, declared=declared_output_shapes(self.model, node.output), **more)
+        except NeedsBound:
+            out = next(o for o in node.output if o)
+            label = node.name or node.op_type
+            raise UnresolvedShape(f"{unresolved_shape(self, node, out)}; or bound it with --max-dim {label}=N "
+                                  f"(--max-dim '{DEFAULT_BOUND}=N' bounds every such size)", out) from None
         result, marks = {}, {}
         for i, (name, (dtype, shape, dims)) in enumerate(zip(node.output, bounds)):
             if not name:
@@ -271,6 +277,14 @@ class _Folder:
             return {}
         return {n: Tensor(n, dtype, shape) for n, (dtype, shape) in zip([o for o in node.output if o], shapes[0])}
 
+    def keeps_dynamic(self, node: onnx.NodeProto, inferred: dict[str, Tensor], dynamic_in: list[str]) -> bool:
+        """An elementwise node over data-dependent tensors of one producer with scalar operands (shapes.elementwise_over)."""
+        if len({self.dynamic[n] for n in dynamic_in}) != 1:
+            return False
+        spec = traits(node.op_type, self.opsets.version(node.domain), node.domain)
+        inputs = [(self.tensors[n], n in self.dynamic) for n in node.input if n]
+        return elementwise_over(node.op_type, spec.elementwise, inputs, inferred.get(node.output[0]))
+
     def import_body(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], name: str) -> Graph:
         """A run-time Loop's body as its own graph, with this import's limits and --max-dim."""
         return import_model(model, FrontendOptions(input_shapes=shapes, limits=self.limits, max_dims=self.max_dims,
@@ -336,7 +350,8 @@ class _Folder:
             inferred = self.infer_dynamic(node, attrs, spec.output_bound, spec.strings)
         else:
             inferred = self.infer(node)
-            if dynamic_in and node.op_type in ("Identity", "Cast", "CastLike") and node.output and node.output[0]:
+            if dynamic_in and node.output and node.output[0] and (
+                    node.op_type in PASS_THROUGH or self.keeps_dynamic(node, inferred, dynamic_in)):
                 self.dynamic[node.output[0]] = self.dynamic[dynamic_in[0]]
         self.check_sizes(node, inferred)
         check = OUTPUT_CHECKS.get(node.op_type)

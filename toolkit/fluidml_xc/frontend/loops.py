@@ -25,7 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import InputError, UnresolvedShape
-from ..ir import BODY_ATTR, BOUND_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Tensor
+from ..ir import BODY_ATTR, BOUND_ATTR, DEFAULT_BOUND, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Tensor
 from .builder import outer_references
 from .shapes import ATTR, analyze
 from .unsupported import unresolved_shape
@@ -95,7 +95,7 @@ def _max_trips(folder, node: onnx.NodeProto, body: onnx.GraphProto, where: str, 
     if m is not None:
         return max(int(m), 0), exact, None
     scans = [o for o in node.output[n_state:] if o]
-    for name in [where, *scans]:
+    for name in [where, *scans, DEFAULT_BOUND]:
         if name in folder.max_dims:
             return folder.max_dims[name], False, name
     named = (scans or [o for o in node.output if o] or [where])[0]

@@ -15,6 +15,7 @@ import onnx
 
 from ..errors import InputError
 from ..strings import DEFAULT_MAX_STRING_BYTES, slot_dtype
+from ..ir import DEFAULT_BOUND
 from ..symbolic import Dim as SymDim, Sym, SymRange
 from .input_shapes import Dim, tensor_inputs, declared, dims_text, shape_text
 
@@ -25,7 +26,8 @@ DIM_HELP = ("size or range of a dim the model names (dim_param) in every input t
             "W=16..1024, W=16..1024@320 (optimize the layouts at 320; default: at the maximum), repeatable")
 OPT_SHAPE_HELP = ("the size the optimizer decides layouts and loop orders at, for an input with ranged dims "
                   "(default: every range at its maximum, where a run costs most), repeatable")
-MAX_DIM_HELP = "upper bound of a data-dependent dim the build asks for by name (e.g. a Loop's trip count), repeatable"
+MAX_DIM_HELP = ("upper bound of a data-dependent dim the build asks for by name (a Loop's trip count, a Range's or "
+                "window's length from run-time values), repeatable; '*=N' bounds every such dim not named")
 MAX_STRING_BYTES_HELP = (f"bytes each element of a string tensor holds (default {DEFAULT_MAX_STRING_BYTES}, rounded up to "
                          "8k - 1): every string tensor is sized for it; a longer input or result fails the run (docs/STRINGS.md)")
 
@@ -162,9 +164,10 @@ def check_max_dims(model: onnx.ModelProto, max_dims: Mapping[str, int]) -> None:
     """InputError for a --max-dim that names no node and no node output of the model (it could bound nothing)."""
     names = _node_names(model.graph)
     for name, value in max_dims.items():
-        if name not in names:
+        if name not in names and name != DEFAULT_BOUND:
             raise InputError(f"--max-dim {name}={value} names no node or node output of the model: give the name of the "
-                             "node whose bound it is (a Loop, a TopK with a run-time K, an ImageDecoder) or of its output")
+                             "node whose bound it is (a Loop, a TopK with a run-time K, an ImageDecoder, a Range or "
+                             "window sized at run time) or of its output, or '*=N' for every such size")
 
 
 @dataclass(frozen=True)

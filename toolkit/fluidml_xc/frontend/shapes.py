@@ -64,6 +64,28 @@ def node_marks(node: Node) -> dict[int, tuple[int, ...]]:
     return {int(i): tuple(d) for i, d in marks.items()}
 
 
+def elementwise_over(op_type: str, elementwise: bool, inputs: list, output) -> bool:
+    """Whether an elementwise node keeps the data-dependent dims of its input: `inputs` [(tensor, is data-dependent)],
+    those that are data-dependent one-dimensional and of the output's shape (one root, checked by the caller), every
+    other of one element (a scalar operand), so its kernel run over the bound keeps the actual tensor dense at its
+    start (rank 1: no layout can reorder it)."""
+    if not elementwise or output is None or op_type in PASS_THROUGH or len(output.shape) != 1:
+        return False
+    dynamic = [t for t, d in inputs if d]
+    return bool(dynamic) and all(t.shape == output.shape for t in dynamic) and all(t.size == 1 for t, d in inputs if not d)
+
+
+def _shared_root(graph: Graph, node: Node, info: DynamicTensors) -> str | None:
+    """The root whose dims slot output 0 of an elementwise `node` shares (elementwise_over), else None."""
+    out = node.outputs[0] if node.outputs and node.outputs[0] else None
+    roots = {info.root[n] for n in node.inputs if n and n in info.root}
+    if out is None or len(roots) != 1:
+        return None
+    inputs = [(graph.tensors[n], n in info.root) for n in node.inputs if n]
+    spec = traits(node.op_type, graph.opset, node.domain)
+    return roots.pop() if elementwise_over(node.op_type, spec.elementwise, inputs, graph.tensors[out]) else None
+
+
 def analyze(graph: Graph) -> DynamicTensors:
     """The dynamic tensors of `graph`; InputError if one feeds an op that would need its real shape."""
     info = DynamicTensors()
@@ -78,10 +100,14 @@ def analyze(graph: Graph) -> DynamicTensors:
     while changed:  # through shape-preserving consumers (graph.nodes is topological; loop for safety)
         changed = False
         for node in graph.nodes:
-            if node.op_type in PASS_THROUGH and node.inputs and node.inputs[0] in info.root and node.outputs \
-                    and node.outputs[0] and node.outputs[0] not in info.root:
+            if not node.outputs or not node.outputs[0] or node.outputs[0] in info.root:
+                continue
+            if node.op_type in PASS_THROUGH and node.inputs and node.inputs[0] in info.root:
                 info.root[node.outputs[0]] = info.root[node.inputs[0]]
                 info.dims[node.outputs[0]] = info.dims[node.inputs[0]]
+                changed = True
+            elif (root := _shared_root(graph, node, info)) is not None:
+                info.root[node.outputs[0]], info.dims[node.outputs[0]] = root, info.dims[root]
                 changed = True
     for node in graph.nodes:
         for k, name in enumerate(node.inputs):
@@ -89,11 +115,13 @@ def analyze(graph: Graph) -> DynamicTensors:
                 continue
             if node.op_type in PASS_THROUGH and (k == 0 or node.op_type == "CastLike"):
                 continue
+            if node.outputs and node.outputs[0] and info.root.get(node.outputs[0], node.outputs[0]) != node.outputs[0]:
+                continue  # an elementwise node over it: its output shares the dims
             src = info.producer[info.root[name]]
             raise InputError(
                 f"node {node.name!r} ({node.op_type}) reads {name!r}, whose shape depends on the data "
                 f"({src.op_type} node {src.name!r}): such tensors are supported only as graph outputs, "
-                f"directly or through {', '.join(sorted(PASS_THROUGH))}")
+                f"directly or through {', '.join(sorted(PASS_THROUGH))} or elementwise ops with scalar operands")
     return info
 
 

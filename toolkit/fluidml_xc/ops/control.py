@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ..ir import BODY_ATTR, BOUND_ATTR, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Node
+from ..ir import BODY_ATTR, BOUND_ATTR, DEFAULT_BOUND, MAX_TRIPS_ATTR, STATES_ATTR, Graph, Node
 from ..opspec import register
 
 I8 = ir.IntType(8)
@@ -38,8 +38,10 @@ def run_check_loop(graph: Graph, node: Node) -> str | None:
     if name is None:
         return None
     steps = int(node.attrs[MAX_TRIPS_ATTR])
-    return (f"Loop node {node.name!r} needs more than its bound of {steps} steps (--max-dim {name}={steps}); "
-            f"the outputs are not valid: rebuild with a larger --max-dim {name}=N")
+    flag = f"--max-dim '{name}" if name == DEFAULT_BOUND else f"--max-dim {name}"
+    end = "'" if name == DEFAULT_BOUND else ""
+    return (f"Loop node {node.name!r} needs more than its bound of {steps} steps ({flag}={steps}{end}); "
+            f"the outputs are not valid: rebuild with a larger {flag}=N{end}")
 
 
 def _align(n: int, alignment: int) -> int:

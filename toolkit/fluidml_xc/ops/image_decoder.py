@@ -18,6 +18,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
+from ..ir import DEFAULT_BOUND
 from ..opspec import register
 
 I64 = ir.IntType(64)
@@ -55,7 +56,8 @@ def bound_image(op_type: str, attrs: dict, inputs: list, opset: int, where: str,
         raise InputError(f"node {where!r} (ImageDecoder): the decoded image's size depends on the data: bound it with "
                          f"--max-dim {where}=N (the largest height and width accepted), or declare the output's "
                          f"shape [H, W, {c}] in the model")
-    n = min(int(v) for v in max_dims.values())
+    named = {k: v for k, v in max_dims.items() if k != DEFAULT_BOUND} or max_dims
+    n = min(int(v) for v in named.values())
     return [(np.dtype(np.uint8), (n, n, c), (0, 1))]
 
 

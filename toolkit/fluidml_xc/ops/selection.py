@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..kernels import lowp
 from ..kernels.rows import each_row, normalize_axis
 from ..kernels.scalar import const, is_float, llvm_type
+from ..ir import DEFAULT_BOUND
 from ..opspec import register
 from ..symbolic import Expr, bounds
 
@@ -48,7 +49,8 @@ def bound_topk(op_type: str, attrs: dict, inputs: list, opset: int, where: str, 
         raise InputError(f"node {where!r} (TopK): K must be one int64 value (shape [1])")
     bound = shape[axis]
     for name, value in (max_dims or {}).items():
-        bound = min(bound, int(value))
+        if name != DEFAULT_BOUND:  # the axis' length bounds K already
+            bound = min(bound, int(value))
     out = shape[:axis] + (bound,) + shape[axis + 1:]
     return [(x.dtype, out, (axis,)), (i64, out, (axis,))]
 

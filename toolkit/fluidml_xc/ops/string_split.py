@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from ..ir import DEFAULT_BOUND
 from ..kernels import strings as ks
 from ..opspec import register
 from ..strings import DEFAULT_MAX_STRING_BYTES, capacity, encode, room_for
@@ -34,7 +35,8 @@ def bound_split(op_type: str, attrs: dict, inputs: list, opset: int, where: str,
                 declared=None, max_string_bytes=DEFAULT_MAX_STRING_BYTES) -> list[tuple]:
     x = inputs[0]
     parts = most_parts(_delimiter(attrs), room_for(max_string_bytes) - 1, _maxsplit(attrs))
-    for name, value in (max_dims or {}).items():
+    named = {k: v for k, v in (max_dims or {}).items() if k != DEFAULT_BOUND} or (max_dims or {})
+    for name, value in named.items():
         if value < 0:
             raise InputError(f"--max-dim {name}={value}: give a count of parts, 0 or more")
         parts = min(parts, int(value))

@@ -144,7 +144,7 @@ class ArtifactModel:
 
     def __init__(self, model: onnx.ModelProto, board: Board, input_shapes: dict, opt: str = DEFAULT_OPT,
                  timeout: float | None = 600, workdir: Path | None = None, bind: dict | None = None,
-                 structures: dict | None = None):
+                 structures: dict | None = None, max_dims: dict[str, int] | None = None):
         from ..build import BuildOptions, build_model
 
         model = bind_inputs(model, bind or {})
@@ -159,7 +159,8 @@ class ArtifactModel:
         onnx.save(model, str(path))
         result = build_model(path, BuildOptions(board=board.name, out_dir=workdir / "artifact", input_shapes=input_shapes,
                                                 opt=opt, profile_runner=False, record_last=False,
-                                                structures=dict(structures or {})))
+                                                structures=dict(structures or {}),
+                                                ranges=ShapeRanges(max_dims=dict(max_dims or {}))))
         self.artifact, self.manifest, self.timeout = result.artifact, result.manifest, timeout
         self.structures = self.manifest.structures
 
@@ -195,7 +196,8 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
     `bind`: graph inputs compiled as constants with these values (they are then not fed).
     `structures`: sequence/optional inputs -> ABI descriptor (frontend/sequences.py); the compiled model's inputs
     and outputs are then their element tensors (`x.0`, ...), grouped back by `regroup_outputs`.
-    `max_dims`: --max-dim (the most steps of a run-time Loop, frontend/loops.py); JIT only."""
+    `max_dims`: --max-dim (the bounds of data-dependent dims: a run-time Loop's steps, a Range's length, ...;
+    "*": every such dim not named)."""
     board = board if isinstance(board, Board) else get_board(board)
     if jit_available(board):
         from ..target.machine import machine_spec
@@ -203,7 +205,7 @@ def compile_model(model: onnx.ModelProto, board: str | Board | None = None, inpu
         graph = import_graph(model, input_shapes, bind=bind, structures=structures,
                              ranges=ShapeRanges(max_dims=dict(max_dims)) if max_dims else None)
         return JitModel(lower(graph, machine_spec(board), LowerOptions(opt=opt)))
-    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind, structures)
+    return ArtifactModel(model, board, dict(input_shapes or {}), opt, timeout, workdir, bind, structures, max_dims)
 
 
 def regroup_outputs(model: onnx.ModelProto, compiled, flat: list) -> list:
@@ -315,8 +317,11 @@ class FxcBackendRep(BackendRep):
 
     MAX_SPECIALIZE_ROUNDS = 8
 
-    def __init__(self, model: onnx.ModelProto, board: Board, opt: str = DEFAULT_OPT, timeout: float | None = 600):
+    def __init__(self, model: onnx.ModelProto, board: Board, opt: str = DEFAULT_OPT, timeout: float | None = 600,
+                 max_dims: dict[str, int] | None = None):
         self.model, self.board, self.opt, self.timeout = model, board, opt, timeout
+        self.max_dims = dict(max_dims or {})
+        """--max-dim for every build (the conformance harness: '*' for sizes that come at run time)."""
         self.input_names = _graph_input_names(model)
         self.output_names = [vi.name for vi in model.graph.output]
         self._compiled: dict[tuple, tuple[Any, dict]] = {}
@@ -326,7 +331,7 @@ class FxcBackendRep(BackendRep):
         self._static = None
         if _declared_static(model):
             try:
-                self._static = compile_model(model, board, None, opt, timeout)
+                self._static = compile_model(model, board, None, opt, timeout, max_dims=self.max_dims)
             except InputError as exc:
                 if not _needs_values(exc):
                     raise
@@ -336,7 +341,8 @@ class FxcBackendRep(BackendRep):
         bound: dict[str, np.ndarray] = {}
         for _ in range(self.MAX_SPECIALIZE_ROUNDS):
             try:
-                compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound, structures=structures)
+                compiled = compile_model(self.model, self.board, shapes, self.opt, self.timeout, bind=bound,
+                                         structures=structures, max_dims=self.max_dims)
                 break
             except InputError as exc:
                 more = _shape_inputs(self.model, _node_needing_values(self.model, exc), arrays, bound)
@@ -416,10 +422,10 @@ class FxcBackend(Backend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", board: str | None = None, opt: str = DEFAULT_OPT,
-                timeout: float | None = 600, **kwargs: Any) -> FxcBackendRep:
+                timeout: float | None = 600, max_dims: dict[str, int] | None = None, **kwargs: Any) -> FxcBackendRep:
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load_model_from_string(model) if isinstance(model, bytes) else onnx.load(str(model))
-        return FxcBackendRep(model, _board_for(device, board), opt, timeout)
+        return FxcBackendRep(model, _board_for(device, board), opt, timeout, max_dims)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:

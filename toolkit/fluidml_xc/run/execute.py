@@ -141,10 +141,10 @@ def _coerce(spec: TensorEntry, value: np.ndarray, shape: tuple[int, ...] | None 
         if (arr.dtype.kind == "f" or is_storage_only(arr.dtype)) if floatlike else arr.dtype.kind in "iu":
             cast = arr.astype(dtype)
             if floatlike or np.array_equal(cast.astype(np.int64), arr):
-                return np.ascontiguousarray(cast)
+                return np.asarray(cast, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
         raise InputError(f"input {name!r}: dtype {arr.dtype} cannot be converted to the model's {dtype}")
     if is_storage_only(dtype):
-        return np.ascontiguousarray(arr)
+        return np.asarray(arr, order="C")
     if arr.dtype != dtype:
         same_family = (arr.dtype.kind == "f" and dtype.kind == "f") or (arr.dtype.kind in "iub" and dtype.kind in "iu")
         cast = arr.astype(dtype)

@@ -17,6 +17,7 @@ from ..kernels.scalar import storage_type
 from ..strings import is_slot
 from ..opspec import lookup
 from ..target.machine import MachineSpec, data_layout
+from .ir_text import module_text
 from .boundary import Boundary, BoundaryEmitter, extend_tail, finish_outputs
 from .parallel_safety import parallel_safe
 from .unit_args import ConstantArgs
@@ -222,7 +223,7 @@ class ModuleEmitter:
     def emit(self) -> str:
         """The module (emit_module) as LLVM IR text."""
         self.emit_module()
-        return str(self.module)
+        return module_text(self.module)
 
     def emit_module(self) -> None:
         """Node functions, then `fxc_model_run` and `fxc_model_run_profiled` (hooks passed as pointers) calling them."""

@@ -33,6 +33,7 @@ from ..ir import Graph, Node
 from ..resources import package_digest
 from ..target.machine import MachineSpec, llvm_version
 from .emitter import EmitOptions, ModuleEmitter
+from .ir_text import module_text
 
 KEY_FORMAT = 2
 """Bumped when the unit record or the key's description changes shape."""
@@ -291,7 +292,7 @@ def emit_unit(view: UnitView, spec: MachineSpec) -> EmittedUnit:
     arguments = tuple(hashlib.sha256(data).hexdigest() for data in emitter.arg_constants)
     constants = {hashlib.sha256(data).hexdigest(): data for data in [*emitter.arg_constants, *emitter.content.values()]}
     split = emitter.parallel.get(view.node.name)
-    return EmittedUnit(str(emitter.module), constants, arguments, tuple(split) if split is not None else None)
+    return EmittedUnit(module_text(emitter.module), constants, arguments, tuple(split) if split is not None else None)
 
 
 def _rename(module: ir.Module, fn: ir.Function, name: str) -> None:
@@ -321,4 +322,4 @@ def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str], arguments: dict[
     emitter.emit_entries(steps)
     if emitter.options.parallel:
         emitter.serial_parallel_for()
-    return str(emitter.module)
+    return module_text(emitter.module)

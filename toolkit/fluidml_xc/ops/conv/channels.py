@@ -11,6 +11,7 @@ from ...kernels.loops import element, offset
 from ...kernels.scalar import llvm_type
 from ...kernels.vectors import load_lanes, mac, store_lanes
 from .walk import ConvKernel
+from .winograd import row_pieces
 
 
 class ChannelVectors:
@@ -105,8 +106,10 @@ class ChannelVectors:
         self.c.input_channels([s for row in slots for s in row],
                               lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps))
         os_ = self.s.os
+        by_rows = self.transposes(npix, spots)
         for v in range(nv):
             valid = min(V, R - v * V)
+            row = []
             for p in range(npix):
                 dy, dx = (0, p) if spots is None else spots[p]
 
@@ -126,12 +129,35 @@ class ChannelVectors:
                     roff = offset(k, c0, *spot, (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
                 if valid == V:
                     residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
-                    self.store_vector(off, epilogue(k, self.p.epilogue, value, residual), os_[1])
+                    row.append((off, epilogue(k, self.p.epilogue, value, residual)))
+                    if not by_rows:
+                        self.store_vector(*row.pop(), os_[1])
                 else:
                     for lane in range(valid):
                         x = b.extract_element(value, ir.Constant(ir.IntType(32), lane))
                         residual = None if rp is None else (lambda lane=lane: b.load(element(k, rp, offset(k, lane * rs[1], (roff, 1)))))
                         b.store(epilogue(k, self.p.epilogue, x, residual), element(k, self.c.op, offset(k, lane * os_[1], (off, 1))))
+            if row:
+                self.store_row(row)
+
+    def transposes(self, npix: int, spots) -> bool:
+        """Are a block's pixel vectors stored as rows: channels-first output (channel step > 1), the block's pixels
+        contiguous in one output row, vectors of a multiple of 4 lanes, at least 2 pixels."""
+        os_ = self.s.os
+        return spots is None and npix >= 2 and os_[3] == 1 and os_[1] != 1 and self.p.V % 4 == 0
+
+    def store_row(self, row: list) -> None:
+        """Pixel vectors (offset, value) of consecutive output pixels, channels-first: transposed in registers
+        (winograd.row_pieces: blocks of 4 and 2 pixels) and stored as one vector per channel and piece; an odd last
+        pixel lane by lane. A piece's store replaces its pixels x V scalar stores (LLVM's DSE and SLP time grows
+        with the scalar stores of a unit)."""
+        k, step = self.k, self.s.os[1]
+        first, even = row[0][0], len(row) - len(row) % 2
+        for j, lanes in row_pieces(k, self.p.V, [value for _, value in row[:even]]):
+            for c, piece in enumerate(lanes):
+                store_lanes(k, self.c.op, offset(k, j + c * step, (first, 1)), piece, piece.type.count, 1)
+        if even < len(row):
+            self.store_vector(*row[-1], step)
 
     def pack_input(self, runs, chunk: int = 8):
         """Copy the (flat) input's pixel blocks `runs` (one group of pixel_groups) into the stack buffer as

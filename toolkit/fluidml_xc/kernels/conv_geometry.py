@@ -172,6 +172,15 @@ class TargetForms:
         acc = self.conv_accumulators * (2 if self.x86 and vectors == 2 and vector_bytes >= 64 else 1)
         return max(1, acc // vectors)
 
+    def taps_outer(self, channels: bool, channels_last: bool, taps: int, Cig: int, V: int, itemsize: int) -> bool:
+        """Channel vectors over a channels-last input with several taps: the taps outermost and the input channels
+        innermost (each tap a loop over them) on x86 up to 32-byte vectors. Taps innermost touch a line of every
+        tap's pixels per input channel: where a row or a strided column is a multiple of 4 KiB apart (512 channels at
+        stride 2) they all fall into one or two of L1's sets (32 KiB, 8 ways) and every line is refetched 16 times;
+        one tap at a time reads each pixel's line for 16 channels in a row (docs/CNN_OPS.md, AVX2)."""
+        return (channels and channels_last and taps > 1 and Cig >= V and itemsize == 4 and self.x86
+                and V * itemsize <= 32)
+
     def dw_pixels(self) -> int:
         return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())
 

@@ -77,16 +77,17 @@ def test_an_unknown_architecture_is_refused_not_given_another_familys_forms():
     assert aarch64.blocking.row_pairs and aarch64.blocking.edges
 
 
-@pytest.mark.parametrize("triple,V,layout,k,want", [
-    ("x86_64-unknown-linux-gnu", 8, "NHWC", 3, True),    # AVX2: each tap a loop over the input channels
-    ("x86_64-unknown-linux-gnu", 4, "NHWC", 3, True),    # SSE
-    ("x86_64-unknown-linux-gnu", 16, "NHWC", 3, False),  # AVX-512 keeps every tap in one loop over the channels
-    ("x86_64-unknown-linux-gnu", 8, "NCHW", 3, False),   # channel planes: no line shared by 16 channels
-    ("x86_64-unknown-linux-gnu", 8, "NHWC", 1, False),   # one tap
-    ("aarch64-unknown-linux-gnu", 4, "NHWC", 3, False),
+@pytest.mark.parametrize("triple,V,layout,C,k,want", [
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 512, 3, True),    # AVX2: 21 lines of a channel's taps in one L1 set
+    ("x86_64-unknown-linux-gnu", 4, "NHWC", 512, 3, True),    # SSE
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 256, 3, False),   # 12 lines in a set: taps stay innermost
+    ("x86_64-unknown-linux-gnu", 16, "NHWC", 512, 3, False),  # AVX-512 keeps every tap in one loop over the channels
+    ("x86_64-unknown-linux-gnu", 8, "NCHW", 512, 3, False),   # channel planes: no line shared by 16 channels
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 512, 1, False),   # one tap
+    ("aarch64-unknown-linux-gnu", 4, "NHWC", 512, 3, False),
 ])
-def test_channel_vectors_run_taps_outermost_over_channels_last_inputs_on_x86_up_to_avx2(triple, V, layout, k, want):
-    C, H, OC = 64, 14, 32
+def test_channel_vectors_run_taps_outermost_where_their_lines_crowd_an_l1_set(triple, V, layout, C, k, want):
+    H, OC = 14, 32
     OH = (H + 2 * (k // 2) - k) // 2 + 1
     nhwc = lambda c, h: (h * h * c, 1, h * c, c)  # noqa: E731
     nchw = lambda c, h: (c * h * h, h * h, h, 1)  # noqa: E731

@@ -385,7 +385,8 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
         form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows),
         edges is not None, wino,
-        forms.taps_outer(channels, s.xs[1] == 1, s.KH * s.KW, s.Cig, V, itemsize) and compute_dtype(dtype) == np.float32)
+        forms.taps_outer(channels, s.xs, (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw), b.P, s.Cig, V, itemsize)
+        and compute_dtype(dtype) == np.float32)
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

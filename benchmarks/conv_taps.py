@@ -33,11 +33,13 @@ from fluidml_xc.target.boards import get_board  # noqa: E402
 from fluidml_xc.target.machine import machine_spec  # noqa: E402
 
 NHWC = (0, 2, 3, 1)
-CASES = [  # name, C in, H = W, C out, kernel, stride, loop order (ResNet-50's and Inception's direct 3x3 convs)
+CASES = [  # name, C in, H = W, C out, kernel, stride, loop order (3x3 convs of ResNet-50, Inception-v2, VGG-19, ZFNet)
     ("512@14 s2", 512, 14, 512, 3, 2, "co>px"),
     ("256@28 s2", 256, 28, 256, 3, 2, "co>px"),
     ("128@56 s2", 128, 56, 128, 3, 2, "co>px"),
     ("256@14 s2", 256, 14, 256, 3, 2, "co>px"),
+    ("512@14 s1", 512, 14, 512, 3, 1, "co>px"),
+    ("512@12 s1", 512, 12, 512, 3, 1, "co>px"),
     ("64@56 s1", 64, 56, 64, 3, 1, "co>px"),
     ("96@28 s1", 96, 28, 128, 3, 1, "co>px"),
 ]

@@ -80,7 +80,8 @@ def test_an_unknown_architecture_is_refused_not_given_another_familys_forms():
 @pytest.mark.parametrize("triple,V,layout,C,k,want", [
     ("x86_64-unknown-linux-gnu", 8, "NHWC", 512, 3, True),    # AVX2: 21 lines of a channel's taps in one L1 set
     ("x86_64-unknown-linux-gnu", 4, "NHWC", 512, 3, True),    # SSE
-    ("x86_64-unknown-linux-gnu", 8, "NHWC", 256, 3, False),   # 12 lines in a set: taps stay innermost
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 256, 3, True),    # 12 lines in a set of 8 ways
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 128, 3, False),   # 6 lines: taps stay innermost
     ("x86_64-unknown-linux-gnu", 16, "NHWC", 512, 3, False),  # AVX-512 keeps every tap in one loop over the channels
     ("x86_64-unknown-linux-gnu", 8, "NCHW", 512, 3, False),   # channel planes: no line shared by 16 channels
     ("x86_64-unknown-linux-gnu", 8, "NHWC", 512, 1, False),   # one tap

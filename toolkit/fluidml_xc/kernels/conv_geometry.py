@@ -105,9 +105,10 @@ PACK_MAX_PIXELS = 256
 """Flat 1x1 convs pack their input (TargetForms.packs_input) up to this many pixels (14x14 measured on AVX2)."""
 PACK_MAX_BYTES = 256 * 1024
 """Largest packed input on the stack (templates/model.h.j2: packing buffers up to 256 KiB)."""
-L1_SET_LINES = 12
-"""Most lines of one input channel's taps in one L1 set with taps innermost (TargetForms.taps_outer; AVX2 on Zen 3,
-measured: 21 lines, 512 channels at stride 2, taps outermost 0.7-0.8x; 12, 256 channels at stride 2, no gain)."""
+L1_SET_LINES = 8
+"""L1's ways (32 KiB, 8 ways, 64 sets on Zen 3 and most x86 cores): more lines of one input channel's taps in one set
+cannot all stay (TargetForms.taps_outer; AVX2 on Zen 3, docs/CNN_OPS.md: 21 lines, 512 channels at stride 2, taps
+outermost 0.67x; 12 lines 0.87x; 6 lines 0.99x)."""
 CONV_ORDERS = ("co>px", "px>co")
 """Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
 streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays

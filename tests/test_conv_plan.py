@@ -75,3 +75,26 @@ def test_an_unknown_architecture_is_refused_not_given_another_familys_forms():
         plan_conv(s, TargetForms("powerpc64le-unknown-linux-gnu"), dtype="float32", V=4, w_const=True, finite=True)
     aarch64 = plan_conv(s, TargetForms("aarch64-unknown-linux-gnu"), dtype="float32", V=4, w_const=True, finite=True)
     assert aarch64.blocking.row_pairs and aarch64.blocking.edges
+
+
+@pytest.mark.parametrize("triple,V,layout,C,k,want", [
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 512, 3, True),    # AVX2: 21 lines of a channel's taps in one L1 set
+    ("x86_64-unknown-linux-gnu", 4, "NHWC", 512, 3, True),    # SSE
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 256, 3, True),    # 12 lines in a set of 8 ways
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 128, 3, False),   # 6 lines: taps stay innermost
+    ("x86_64-unknown-linux-gnu", 16, "NHWC", 512, 3, False),  # AVX-512 keeps every tap in one loop over the channels
+    ("x86_64-unknown-linux-gnu", 8, "NCHW", 512, 3, False),   # channel planes: no line shared by 16 channels
+    ("x86_64-unknown-linux-gnu", 8, "NHWC", 512, 1, False),   # one tap
+    ("aarch64-unknown-linux-gnu", 4, "NHWC", 512, 3, False),
+])
+def test_channel_vectors_run_taps_outermost_where_their_lines_crowd_an_l1_set(triple, V, layout, C, k, want):
+    H, OC = 14, 32
+    OH = (H + 2 * (k // 2) - k) // 2 + 1
+    nhwc = lambda c, h: (h * h * c, 1, h * c, c)  # noqa: E731
+    nchw = lambda c, h: (c * h * h, h * h, h, 1)  # noqa: E731
+    st = nhwc if layout == "NHWC" else nchw
+    s = conv_shape(((1, C, H, H), st(C, H)), ((1, OC, OH, OH), st(OC, OH)), ((OC, C, k, k), (C * k * k, k * k, k, 1)),
+                   None, [2, 2], [1, 1], [k // 2] * 2, 1)
+    plan = plan_conv(s, TargetForms(triple), dtype="float32", V=V, w_const=True, finite=True)
+    assert plan.blocking.kind == "channels"
+    assert plan.taps_outer is want

@@ -151,3 +151,25 @@ def test_avx512_conv_tiles_match_ort(tmp_path):
     for name, expected in zip(("y", "c1"), want):
         np.testing.assert_allclose(runs[0][name], expected, rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(runs[0][name], runs[1][name])
+
+
+def test_taps_outermost_conv_matches_ort_at_any_thread_count(tmp_path, patched_compiler):
+    """A 3x3 stride-2 conv over 512 channels-last channels (ResNet-50's 512@14, smaller): 21 lines of an input
+    channel's taps in one L1 set, so the x86 variants up to AVX2 run the taps outermost (TargetForms.taps_outer)."""
+    from fluidml_xc.ops.conv import conv2d as conv
+    rng = np.random.default_rng(8)
+    w = lambda *s: (rng.standard_normal(s) * 0.1).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("Conv", ["r2", "w3"], ["y"])]
+    consts = {"w1": w(512, 32, 1, 1), "b1": w(512), "w2": w(40, 512, 3, 3), "b2": w(40), "w3": w(16, 40, 1, 1)}
+    feeds = {"x": rng.standard_normal((1, 32, 9, 11)).astype(np.float32)}
+    model = graph_model(nodes, feeds, ["y"], consts, opset=13)
+    seen = []
+    emit = conv.emit_conv
+    patched_compiler.setattr(conv, "emit_conv", lambda c: (seen.append((c.plan.V, c.plan.taps_outer)), emit(c))[1])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{threads}", "x86_64", opt="fluid", threads=threads) for threads in (1, 2)]
+    assert {(8, True), (4, True), (16, False)} <= set(seen), seen
+    np.testing.assert_allclose(runs[0]["y"], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(runs[0]["y"], runs[1]["y"])

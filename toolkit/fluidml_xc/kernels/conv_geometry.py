@@ -105,6 +105,10 @@ PACK_MAX_PIXELS = 256
 """Flat 1x1 convs pack their input (TargetForms.packs_input) up to this many pixels (14x14 measured on AVX2)."""
 PACK_MAX_BYTES = 256 * 1024
 """Largest packed input on the stack (templates/model.h.j2: packing buffers up to 256 KiB)."""
+L1_SET_LINES = 8
+"""L1's ways (32 KiB, 8 ways, 64 sets on Zen 3 and most x86 cores): more lines of one input channel's taps in one set
+cannot all stay (TargetForms.taps_outer; AVX2 on Zen 3, docs/CNN_OPS.md: 21 lines, 512 channels at stride 2, taps
+outermost 0.67x; 12 lines 0.87x; 6 lines 0.99x)."""
 CONV_ORDERS = ("co>px", "px>co")
 """Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
 streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
@@ -171,6 +175,24 @@ class TargetForms:
         accumulators, 12 pixels (docs/CNN_OPS.md)."""
         acc = self.conv_accumulators * (2 if self.x86 and vectors == 2 and vector_bytes >= 64 else 1)
         return max(1, acc // vectors)
+
+    def taps_outer(self, channels: bool, xs: tuple[int, ...], taps: tuple[int, int, int, int, int, int], P: int, Cig: int,
+                   V: int, itemsize: int) -> bool:
+        """Channel vectors over a channels-last input (xs: element strides N, C, H, W): the taps outermost and the input
+        channels innermost (each tap a loop over them) on x86 up to 32-byte vectors where the taps' lines of one
+        input channel crowd L1: a block of P pixels reads, per input channel, one line per (kh, kw, pixel); taps
+        innermost keep all of them live while 16 channels use each line, and where more than L1_SET_LINES fall into
+        one of L1's 64 sets (addresses 4 KiB apart: 512 channels at stride 2) every line is refetched per channel.
+        taps: (KH, KW, sh, sw, dh, dw)."""
+        KH, KW, sh, sw, dh, dw = taps
+        if not (channels and xs[1] == 1 and KH * KW > 1 and Cig >= V and itemsize == 4 and self.x86 and V * itemsize <= 32):
+            return False
+        lines = {(kh * dh * xs[2] + (p * sw + kw * dw) * xs[3]) * itemsize // 64
+                 for kh in range(KH) for kw in range(KW) for p in range(P)}
+        per_set: dict[int, int] = {}
+        for line in lines:
+            per_set[line % 64] = per_set.get(line % 64, 0) + 1
+        return max(per_set.values()) > L1_SET_LINES
 
     def dw_pixels(self) -> int:
         return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())

@@ -274,6 +274,9 @@ class ConvPlan:
     winograd: WinogradPlan | None = None
     """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6" blocked, "wimg2", "wimg4", "wimg6"
     whole-image: kernels/winograd.py ORDERS)."""
+    taps_outer: bool = False
+    """Channel vectors: each tap a loop over the input channels, taps outermost (TargetForms.taps_outer); else one
+    loop over the input channels with every tap inside."""
 
 
 def _form(b: ConvBlocking, flat: bool, blocks_outer: bool) -> str:
@@ -381,7 +384,9 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
         form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows),
-        edges is not None, wino)
+        edges is not None, wino,
+        forms.taps_outer(channels, s.xs, (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw), b.P, s.Cig, V, itemsize)
+        and compute_dtype(dtype) == np.float32)
 
 
 def pack_weights(plan: ConvPlan, value: np.ndarray) -> np.ndarray:

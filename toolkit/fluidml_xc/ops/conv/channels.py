@@ -75,36 +75,46 @@ class ChannelVectors:
         kw_lo, kw_hi = pixels[0] if npix == 1 else (min(r[0] for r in pixels), max(r[1] for r in pixels))
         fresh = self.p.fresh_broadcasts and npix > 1 and kw_hi - kw_lo > 1
 
-        def row_taps(ci, kh):
+        def row_base(ci, kh):
+            """Offsets of input channel ci's kernel row kh: in the input (at tap 0) and in the packed weights."""
             ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
             row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (g, self.s.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
             if self.c.xpack is not None:  # pack_input's [block][channel][pixel]: the block at column ow starts at ow * C
                 row = offset(k, -self.c.pack_origin * self.s.C, (n, self.s.C * self.c.pack_width), (ow, self.s.C), (g, self.s.Cig * npix), (ci, npix))
-            wrow = offset(k, 0, (ci, per_ci), (kh, self.s.KW * self.p.RP))
+            return row, offset(k, 0, (ci, per_ci), (kh, self.s.KW * self.p.RP))
 
-            def tap(kw):
-                wtap = offset(k, 0, (wrow, 1), (kw, self.p.RP))
-                wv = [load_lanes(k, self.c.packed, offset(k, 0, (wbases[v], 1), (wtap, 1)), V, 1, False) for v in range(nv)]
-                xbase = offset(k, 0, (row, 1), (kw, self.s.dw * xs[3]))
-                src = self.c.xp if self.c.xpack is None else self.c.xpack
-                xptr, xbase = (self.c.opaque(element(k, src, xbase)), 0) if fresh else (src, xbase)
-                for p, (plo, phi) in enumerate(pixels):
-                    if isinstance(kw, int) and not plo <= kw < phi:
-                        continue
-                    if self.c.xpack is not None:
-                        xp_off = p
-                    elif spots is None:
-                        xp_off = p * self.s.sw * xs[3]
-                    else:
-                        xp_off = offset(k, 0, (spots[p][0], self.s.sh * xs[2]), (spots[p][1], self.s.sw * xs[3]))
-                    at = offset(k, xp_off, (xbase, 1)) if isinstance(xp_off, int) else offset(k, 0, (xbase, 1), (xp_off, 1))
-                    xv = k.splat(b.load(element(k, xptr, at)), V)
-                    for v in range(nv):
-                        b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
-            self.c.each((kw_lo, kw_hi), tap, self.p.unroll_kw or len(set(pixels)) > 1)  # per-pixel ranges need constant kw
+        def tap(row, wrow, kw, fresh: bool):
+            wtap = offset(k, 0, (wrow, 1), (kw, self.p.RP))
+            wv = [load_lanes(k, self.c.packed, offset(k, 0, (wbases[v], 1), (wtap, 1)), V, 1, False) for v in range(nv)]
+            xbase = offset(k, 0, (row, 1), (kw, self.s.dw * xs[3]))
+            src = self.c.xp if self.c.xpack is None else self.c.xpack
+            xptr, xbase = (self.c.opaque(element(k, src, xbase)), 0) if fresh else (src, xbase)
+            for p, (plo, phi) in enumerate(pixels):
+                if isinstance(kw, int) and not plo <= kw < phi:
+                    continue
+                if self.c.xpack is not None:
+                    xp_off = p
+                elif spots is None:
+                    xp_off = p * self.s.sw * xs[3]
+                else:
+                    xp_off = offset(k, 0, (spots[p][0], self.s.sh * xs[2]), (spots[p][1], self.s.sw * xs[3]))
+                at = offset(k, xp_off, (xbase, 1)) if isinstance(xp_off, int) else offset(k, 0, (xbase, 1), (xp_off, 1))
+                xv = k.splat(b.load(element(k, xptr, at)), V)
+                for v in range(nv):
+                    b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
 
-        self.c.input_channels([s for row in slots for s in row],
-                              lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps))
+        def row_taps(ci, kh):
+            row, wrow = row_base(ci, kh)
+            self.c.each((kw_lo, kw_hi), lambda kw: tap(row, wrow, kw, fresh), unroll_kw)
+
+        unroll_kw = self.p.unroll_kw or len(set(pixels)) > 1  # per-pixel ranges need constant kw
+        accumulators = [s for row in slots for s in row]
+        if self.p.taps_outer:
+            def one_tap(kh, kw):
+                self.c.input_channels(accumulators, lambda ci: tap(*row_base(ci, kh), kw, False))
+            self.c.each(kh_range, lambda kh: self.c.each((kw_lo, kw_hi), lambda kw: one_tap(kh, kw), unroll_kw), self.p.unroll_taps)
+        else:
+            self.c.input_channels(accumulators, lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps))
         os_ = self.s.os
         by_rows = self.transposes(npix, spots)
         for v in range(nv):

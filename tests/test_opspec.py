@@ -41,8 +41,9 @@ def test_views_are_not_layout_safe():
 
 
 def test_the_data_dependent_ops_give_output_bounds():
-    assert _names(lambda s: s.output_bound is not None) == ["Compress", "ImageDecoder", "NonMaxSuppression", "NonZero",
-                                                           "StringNormalizer", "StringSplit", "TopK", "Unique"]
+    assert _names(lambda s: s.output_bound is not None) == [
+        "BlackmanWindow", "Compress", "HammingWindow", "HannWindow", "ImageDecoder", "MelWeightMatrix", "NonMaxSuppression",
+        "NonZero", "Range", "StringNormalizer", "StringSplit", "TopK", "Unique"]
 
 
 def test_our_ops_are_heavy_unless_they_say_otherwise():
@@ -77,6 +78,10 @@ NOT_INDEX_INPUTS: dict[tuple[str, str], str] = {
     ("QLinearConv", "B"): ARITHMETIC + " (the int32 bias added to the accumulators)",
     ("NonMaxSuppression", "max_output_boxes_per_class"): ARITHMETIC + " (a count compared with the boxes kept)",
     **{(op, "T"): ARITHMETIC + " (the step count of the update)" for op in ("Adagrad", "Adam", "Momentum")},
+    **{(op, name): CHECKED + " (a size over the --max-dim bound fails the run before anything is written)"
+       for op, name in [("HannWindow", "size"), ("HammingWindow", "size"), ("BlackmanWindow", "size"),
+                        ("MelWeightMatrix", "num_mel_bins"), ("MelWeightMatrix", "dft_length")]},
+    ("MelWeightMatrix", "sample_rate"): ARITHMETIC + " (the filter edges' frequencies)",
 }
 """Integer-only inputs of registered ops that do not index memory at run time, each with its reason."""
 DECLARED_BEYOND_SCHEMA = {("OneHot", 0): "indices may be any numeric type in the schema; declared since before #25"}

@@ -53,7 +53,8 @@ def _bound(attrs: dict, where: str, what: str, max_dims) -> int:
     raise NeedsBound(f"node {where!r}: {what} comes at run time", where)
 
 
-def bound_generator(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None) -> list[tuple]:
+def bound_generator(op_type: str, attrs: dict, inputs: list, opset: int, where: str, max_dims=None,
+                    declared=None) -> list[tuple]:
     """[(dtype, bound shape, data-dependent dims)] of a Range, window or MelWeightMatrix whose sizes are not all
     build-time constants."""
     if op_type == "Range":

@@ -180,7 +180,7 @@ def compile_module_timed(llvm_ir: str, spec: MachineSpec) -> tuple[bytes, float,
 
 
 def compile_module(llvm_ir: str, spec: MachineSpec) -> bytes:
-    """Parse, verify, optimize at O3 and emit an ELF object for the spec's target."""
+    """Parse, verify, optimize (target/pipeline.py) and emit an ELF object for the spec's target."""
     return compile_module_timed(llvm_ir, spec)[0]
 
 

@@ -3,11 +3,12 @@
 Most of a model's IR is kernels written as explicit vector code with the loops and register tiles we want (Conv,
 MatMul, Winograd). On those, O3's per-module pipeline spends its time in passes that find nothing to do or redo
 what the emitter did (InstCombine, DSE, SLP, IndVarSimplify, GVN, LoopLoadElimination over long straight-line
-vector loop bodies). A module that holds any vector type gets the function simplification pipeline alone (SROA,
-EarlyCSE, InstCombine, LICM, GVN, DSE, loop rotation and deletion, full unrolling of constant-trip loops, SCCP,
-ADCE, SimplifyCFG) on each of its functions; scalar code (elementwise loops, data movement) keeps O3 with the loop and
-SLP vectorizers, which turn it into vector code. The choice is a function of the IR text and this module's source,
-so the kernel cache's code key (IR text + package sources) covers it.
+vector loop bodies). A module of vector code gets O2's function simplification pipeline alone (SROA, EarlyCSE,
+InstCombine, LICM, GVN, DSE, loop rotation and deletion, full unrolling of constant-trip loops, SCCP, ADCE,
+SimplifyCFG) on each of its functions. A module with a loop of scalar code (elementwise, data movement; also a
+whole model for the JIT) keeps O3 with the loop and SLP vectorizers, which turn such loops into vector code. The
+choice is a function of the IR text and of this file, so the kernel cache's code key (IR text and the package's
+sources) covers it.
 """
 from __future__ import annotations
 
@@ -26,17 +27,56 @@ class Pipeline:
     its function simplification pipeline run on each function defined in the module."""
     vectorize: bool = True
     """The loop and SLP vectorizers (whole_module only)."""
+    function_passes: tuple[str, ...] = ()
+    """When given: these passes (llvmlite's `add_<name>_pass`), in order, on each defined function instead."""
 
 
 FULL = Pipeline("o3", 3, True, True)
 SIMPLIFY = Pipeline("simplify-o2", 2, False, False)
 
 _VECTOR_TYPE = re.compile(r"<(?:vscale x )?\d+ x ")
+_LABEL = re.compile(r'^"?([^":\s]+)"?:')
+_TARGET = re.compile(r'label %"?([^",\s]+)"?')
+_O3_TRIPLES = re.compile(r'^target triple = "(?:arm|thumb)', re.M)
+"""32-bit Arm keeps O3 for vector code too: there (16 q registers) its Winograd GEMM and 3x3 Conv loops spill or
+take an instruction more without O3's late passes (benchmarks/mca.py, rpi3)."""
+
+
+def _functions(llvm_ir: str) -> list[list[str]]:
+    """The body lines of each function the module defines."""
+    bodies, body = [], None
+    for line in llvm_ir.splitlines():
+        if line.startswith("define "):
+            body = []
+        elif body is not None and line == "}":
+            bodies.append(body)
+            body = None
+        elif body is not None:
+            body.append(line)
+    return bodies
+
+
+def _scalar_loop(body: list[str]) -> bool:
+    """A function without vector types whose blocks branch back to an earlier block (a loop for LLVM's
+    vectorizers)."""
+    if any(_VECTOR_TYPE.search(line) for line in body):
+        return False
+    seen: set[str] = set()
+    for line in body:
+        label = _LABEL.match(line)
+        if label:
+            seen.add(label.group(1))
+        elif seen.intersection(_TARGET.findall(line)):
+            return True
+    return False
 
 
 def pipeline_for(llvm_ir: str) -> Pipeline:
-    """SIMPLIFY for a module of explicit vector code (a vector type anywhere in it), FULL for scalar code."""
-    return SIMPLIFY if _VECTOR_TYPE.search(llvm_ir) else FULL
+    """SIMPLIFY for a module of explicit vector code (a vector type in it, no loop of scalar code), FULL else."""
+    if (not _VECTOR_TYPE.search(llvm_ir) or _O3_TRIPLES.search(llvm_ir)
+            or any(_scalar_loop(body) for body in _functions(llvm_ir))):
+        return FULL
+    return SIMPLIFY
 
 
 def run_pipeline(module, tm, pipeline: Pipeline) -> None:
@@ -48,7 +88,12 @@ def run_pipeline(module, tm, pipeline: Pipeline) -> None:
     if pipeline.whole_module:
         builder.getModulePassManager().run(module, builder)
         return
-    passes = builder.getFunctionPassManager()
+    if pipeline.function_passes:
+        passes = llvm.create_new_function_pass_manager()
+        for name in pipeline.function_passes:
+            getattr(passes, f"add_{name}_pass")()
+    else:
+        passes = builder.getFunctionPassManager()
     for function in module.functions:
         if not function.is_declaration:
             passes.run(function, builder)

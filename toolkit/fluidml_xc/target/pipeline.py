@@ -27,8 +27,6 @@ class Pipeline:
     its function simplification pipeline run on each function defined in the module."""
     vectorize: bool = True
     """The loop and SLP vectorizers (whole_module only)."""
-    function_passes: tuple[str, ...] = ()
-    """When given: these passes (llvmlite's `add_<name>_pass`), in order, on each defined function instead."""
 
 
 FULL = Pipeline("o3", 3, True, True)
@@ -88,12 +86,7 @@ def run_pipeline(module, tm, pipeline: Pipeline) -> None:
     if pipeline.whole_module:
         builder.getModulePassManager().run(module, builder)
         return
-    if pipeline.function_passes:
-        passes = llvm.create_new_function_pass_manager()
-        for name in pipeline.function_passes:
-            getattr(passes, f"add_{name}_pass")()
-    else:
-        passes = builder.getFunctionPassManager()
+    passes = builder.getFunctionPassManager()
     for function in module.functions:
         if not function.is_declaration:
             passes.run(function, builder)

@@ -15,7 +15,7 @@ STAGES: dict[str, str] = {
     "optimize": "FluidML layouts and loop orders (the optimizer's search)",
     "memory plan": "arena plan and its verification",
     "kernels": "per-node unit keys computed and looked up in the kernel cache",
-    "units": "the units missed: emitted, as IR text, LLVM O3 and code generation, on every core; the entry modules",
+    "units": "the units missed: emitted, as IR text, LLVM optimization and code generation, on every core; the entry modules",
     "objects": "unit and entry objects, weights and their labels merged (ld.lld -r)",
     "runtime": "the C runtime for the board's architecture (built once, then cached)",
     "link": "glue, runners and libraries (zig)",

@@ -1,7 +1,7 @@
 """fluidml-xc as an ONNX backend (onnx.backend.base.Backend): prepare compiles, run executes.
 
 On an x86_64 host the compiled model runs in-process: the emitted LLVM module is optimized with the
-same O3 pipeline as `compile_module`, JIT-compiled with llvmlite's MCJIT (target/jit.py), and
+same pipeline as `compile_module`, JIT-compiled with llvmlite's MCJIT (target/jit.py), and
 `fxc_model_run` is called through ctypes with numpy input/output buffers and a numpy arena (no linking,
 no subprocess; libm symbols resolve from this process). For any other board the model is built into an artifact (the
 normal `fluidml-xc build` pipeline) and its runner executed through `execute.run_artifact` (qemu-user

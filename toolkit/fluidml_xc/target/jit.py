@@ -55,7 +55,7 @@ class JitEngine(llvm.ExecutionEngine):
 
 
 def jit_engine(llvm_ir: str, spec: MachineSpec, like_object: bool = False) -> llvm.ExecutionEngine:
-    """A finalized MCJIT engine holding `llvm_ir` optimized at O3 (compile_module's pipeline) for `spec`; the
+    """A finalized MCJIT engine holding `llvm_ir` optimized with compile_module's pipeline for `spec`; the
     caller keeps it alive while it calls into it."""
     tm = jit_target_machine(spec, like_object)
     module = optimized_module(llvm_ir, tm)

@@ -14,6 +14,7 @@ import llvmlite.binding as llvm
 from .boards import Board
 from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features, vector_length
 from .host import host_can_run
+from .pipeline import pipeline_for, run_pipeline
 from ..errors import InputError, ToolchainError
 
 
@@ -160,15 +161,11 @@ def data_layout(spec: MachineSpec) -> str:
 
 
 def optimized_module(llvm_ir: str, tm):
-    """Parse (into a context of its own, so threads never share the global one), verify
-    and optimize at O3 (loop and SLP vectorizers on) for `tm`."""
+    """Parse (into a context of its own, so threads never share the global one), verify and optimize for `tm`
+    with the pipeline its IR calls for (target/pipeline.py)."""
     module = llvm.parse_assembly(llvm_ir, context=llvm.create_context())
     module.verify()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    builder = llvm.create_pass_builder(tm, tuning)
-    builder.getModulePassManager().run(module, builder)
+    run_pipeline(module, tm, pipeline_for(llvm_ir))
     return module
 
 
@@ -183,7 +180,7 @@ def compile_module_timed(llvm_ir: str, spec: MachineSpec) -> tuple[bytes, float,
 
 
 def compile_module(llvm_ir: str, spec: MachineSpec) -> bytes:
-    """Parse, verify, optimize at O3 and emit an ELF object for the spec's target."""
+    """Parse, verify, optimize (target/pipeline.py) and emit an ELF object for the spec's target."""
     return compile_module_timed(llvm_ir, spec)[0]
 
 

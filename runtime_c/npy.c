@@ -42,6 +42,8 @@ static const dtype_info *find_dtype(int32_t dtype)
 
 size_t fxc_dtype_size(int32_t dtype)
 {
+    if (dtype == 8)  /* a string element in the C API is a `const char *` */
+        return sizeof(const char *);
     const dtype_info *info = find_dtype(dtype);
     return info ? (size_t)info->size : 0;
 }
@@ -507,7 +509,7 @@ static const char *const DIGIT_TEXT[10] = {"0", "1", "2", "3", "4", "5", "6", "7
 
 void fxc_fill_random(const fxc_tensor_spec *spec, void *data, uint64_t seed, int32_t index)
 {
-    size_t size = spec->dtype == 8 ? sizeof(const char *) : fxc_dtype_size(spec->dtype);
+    size_t size = fxc_dtype_size(spec->dtype);
     if (!size)
         return;
     size_t count = spec->nbytes / size;
@@ -588,28 +590,28 @@ static size_t utf8_put(uint32_t c, unsigned char *out)
     return 4;
 }
 
-/* The next code point of the NUL-terminated UTF-8 at *p (advanced past it); an invalid, overlong or truncated
-   sequence is one U+FFFD and consumes one byte. */
+/* The next code point of the NUL-terminated UTF-8 at *p (advanced past it). An ill-formed sequence gives one U+FFFD
+   per maximal subpart, as Python's errors="replace" does: a byte that cannot start a sequence (80-C1, F5-FF) is one,
+   and a sequence cut short is one for its lead and the continuation bytes that were still valid (E0 takes A0-BF
+   next, ED 80-9F, F0 90-BF, F4 80-8F: no overlong form, surrogate or code point past U+10FFFF). */
 static uint32_t utf8_next(const unsigned char **p)
 {
     const unsigned char *s = *p;
     uint32_t c = s[0];
-    int more = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : 0;
-    if (c < 0x80 || (more == 0)) {
+    int more = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xC2 && c <= 0xDF ? 1 : 0;
+    if (c < 0x80 || more == 0) {
         *p = s + 1;
         return c < 0x80 ? c : 0xFFFD;
     }
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
     uint32_t v = c & (0x3F >> more);
     for (int i = 1; i <= more; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            *p = s + 1;
+        if (s[i] < lo || s[i] > hi) {
+            *p = s + i;
             return 0xFFFD;
         }
         v = v << 6 | (s[i] & 0x3F);
-    }
-    if ((more == 2 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) || (more == 3 && (v < 0x10000 || v > 0x10FFFF))) {
-        *p = s + 1;
-        return 0xFFFD;
+        lo = 0x80, hi = 0xBF;
     }
     *p = s + more + 1;
     return v;

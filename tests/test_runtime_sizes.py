@@ -114,6 +114,21 @@ def test_range_delta_zero_fails_the_run():
         run({"i0": np.array(0, np.int32), "i1": np.array(4, np.int32), "i2": np.array(0, np.int32)})
 
 
+def test_int64_range_extremes_fail_the_bound_instead_of_trapping():
+    """Counts past INT64_MAX (limit - start overflows, or INT64_MIN / -1, which traps as a signed division) saturate
+    and fail the bound check in one line; a span that overflows int64 but has few steps counts exactly."""
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    model = _one("Range", [0, 0, 0], [TP.INT64] * 3)
+    run = _jit(model, {"gen": 16})
+    feed = lambda a, b, d: {"i0": np.array(a, np.int64), "i1": np.array(b, np.int64), "i2": np.array(d, np.int64)}  # noqa: E731
+    for start, limit, delta in [(0, lo, -1), (lo, hi, 1), (hi, lo, -1), (lo, hi, 2)]:
+        with pytest.raises(RunCheckFailed, match=r"above its bound of 16"):
+            run(feed(start, limit, delta))
+    for start, limit, delta in [(lo, hi, hi), (hi, lo, lo), (hi, lo, 1), (lo, hi, -5), (-3, 4, hi)]:
+        want = np.array(range(start, limit, delta), np.int64)  # Python's exact integers (numpy's arange rounds here)
+        _same(run(feed(start, limit, delta)), [want])
+
+
 def test_constant_range_stays_static():
     from fluidml_xc.pipeline import import_graph
 

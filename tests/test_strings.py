@@ -261,3 +261,19 @@ def test_case_change_like_python_on_ascii_and_latin1_letters(action):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
     got = jit_run(model, {"x": np.array(texts, dtype=object)})["y"].tolist()
     assert got == [t.upper() if action == "UPPER" else t.lower() for t in texts]
+
+
+ILL_FORMED = [b"\xf5\x80\x80", b"\xe2\x82A", b"\xe0\x80\xafz", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98",
+              b"\xc0\xaf", b"ok\xff\xfe", b"\xe6\x97\xa5\xe6\x9c", "Émile 日本 😀".encode()]
+
+
+def test_runner_decodes_ill_formed_utf8_as_python_replace(tmp_path):
+    """The runner writes string outputs as numpy 'U': each maximal ill-formed subpart becomes one U+FFFD, as
+    bytes.decode("utf-8", "replace") gives (bytes F5-FF never start a character; a cut-off sequence is one)."""
+    x = helper.make_tensor_value_info("x", TP.STRING, [len(ILL_FORMED)])
+    y = helper.make_tensor_value_info("y", TP.STRING, [len(ILL_FORMED)])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "ident", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 20)])
+    artifact = build(model, tmp_path, "x86_64", profile_runner=False)
+    got = run_artifact(artifact, {"x": np.array(ILL_FORMED, dtype="S")}).outputs["y"]
+    assert got.tolist() == [b.decode("utf-8", "replace") for b in ILL_FORMED]

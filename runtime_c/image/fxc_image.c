@@ -126,8 +126,10 @@ static uint32_t le(const uint8_t *p, int bytes) {
 }
 
 static int bmp_complete(const uint8_t *data, int64_t len, int w, int h) {
-    if (len < 30 || data[0] != 'B' || data[1] != 'M') return 1;
+    if (len < 2 || data[0] != 'B' || data[1] != 'M') return 1;
+    if (len < 18) return 0;
     uint32_t header = le(data + 14, 4);
+    if (len < (header == 12 ? 26 : 30)) return 0;
     uint32_t bpp = header == 12 ? le(data + 24, 2) : le(data + 28, 2);
     uint64_t row = (((uint64_t)w * bpp + 31) / 32) * 4;
     return (uint64_t)le(data + 10, 4) + row * (uint64_t)h <= (uint64_t)len;

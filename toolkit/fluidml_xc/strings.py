@@ -133,11 +133,11 @@ def as_npy_strings(values, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind not in "OSU":
         raise InputError(f"{what}: dtype {arr.dtype} is not strings: feed str or bytes (a numpy 'U', 'S' or object array)")
-    if arr.dtype.kind == "S":
-        return np.ascontiguousarray(arr)
-    flat = [encode(v) for v in arr.reshape(-1)]
+    flat = list(arr.reshape(-1)) if arr.dtype.kind == "S" else [encode(v) for v in arr.reshape(-1)]
     if any(b"\0" in b for b in flat):
         raise InputError(f"{what}: a string holds a NUL byte, which ends a C string: remove it")
+    if arr.dtype.kind == "S":
+        return np.ascontiguousarray(arr)
     return np.array(flat, dtype=f"S{max([len(b) for b in flat] + [1])}").reshape(arr.shape)
 
 

@@ -135,11 +135,17 @@ def _range_count(k, dtype) -> tuple[ir.Value, ir.Value]:
         start, limit, delta = (_scalar_in(k, i, np.int64) for i in range(3))
         nonzero = b.icmp_signed("!=", delta, I64(0))
         step = b.select(nonzero, delta, I64(1))
-        diff = b.sub(limit, start)
-        q, r = b.sdiv(diff, step), b.srem(diff, step)
-        up = b.and_(b.icmp_signed("!=", r, I64(0)),
-                    b.icmp_unsigned("==", b.icmp_signed(">", r, I64(0)), b.icmp_signed(">", step, I64(0))))
-        count = b.add(q, b.zext(up, I64))
+        # ceil(|limit - start| / |delta|) in unsigned arithmetic: exact for every int64 input (no signed overflow,
+        # no INT64_MIN / -1 trap); a count past INT64_MAX saturates there and fails the bound check
+        up, down = b.icmp_signed(">", limit, start), b.icmp_signed("<", limit, start)
+        rising = b.icmp_signed(">", step, I64(0))
+        forward = b.or_(b.and_(up, rising), b.and_(down, b.not_(rising)))
+        span = b.select(up, b.sub(limit, start), b.sub(start, limit))
+        stride = b.select(rising, step, b.sub(I64(0), step))
+        q, r = b.udiv(span, stride), b.urem(span, stride)
+        steps = b.add(q, b.zext(b.icmp_unsigned("!=", r, I64(0)), I64))
+        steps = b.select(b.icmp_signed("<", steps, I64(0)), I64((1 << 63) - 1), steps)
+        count = b.select(forward, steps, I64(0))
     else:
         start, limit, delta = (_scalar_in(k, i, np.float64) for i in range(3))
         nonzero = b.fcmp_ordered("!=", delta, ir.Constant(F64, 0.0))

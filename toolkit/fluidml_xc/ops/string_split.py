@@ -35,8 +35,9 @@ def bound_split(op_type: str, attrs: dict, inputs: list, opset: int, where: str,
                 declared=None, max_string_bytes=DEFAULT_MAX_STRING_BYTES) -> list[tuple]:
     x = inputs[0]
     parts = most_parts(_delimiter(attrs), room_for(max_string_bytes) - 1, _maxsplit(attrs))
-    named = {k: v for k, v in (max_dims or {}).items() if k != DEFAULT_BOUND} or (max_dims or {})
-    for name, value in named.items():
+    for name, value in (max_dims or {}).items():
+        if name == DEFAULT_BOUND:  # its parts are bounded by the string bytes already (as TopK by its axis)
+            continue
         if value < 0:
             raise InputError(f"--max-dim {name}={value}: give a count of parts, 0 or more")
         parts = min(parts, int(value))

@@ -303,6 +303,17 @@ done:
     return fh;
 }
 
+/* Close fh and fail with the file's shape against the one the spec expects. */
+static int shape_mismatch(FILE *fh, const char *path, const fxc_tensor_spec *spec, int32_t rank, const int64_t *shape,
+                          char *err, size_t err_len)
+{
+    char got[256], want[256];
+    format_shape(got, sizeof got, rank, shape);
+    format_shape(want, sizeof want, spec->rank, spec->shape);
+    fclose(fh);
+    return fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
+}
+
 static FILE *npy_open(const char *path, const fxc_tensor_spec *spec, int32_t *rank, int64_t *shape, int *fortran,
                       char *err, size_t err_len)
 {
@@ -343,13 +354,8 @@ int fxc_npy_read(const char *path, const fxc_tensor_spec *spec, void *data, char
     int same_shape = rank == spec->rank;
     for (int32_t d = 0; same_shape && d < rank; d++)
         same_shape = shape[d] == spec->shape[d];
-    if (!same_shape) {
-        char got[256], want[256];
-        format_shape(got, sizeof got, rank, shape);
-        format_shape(want, sizeof want, spec->rank, spec->shape);
-        fclose(fh);
-        return fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
-    }
+    if (!same_shape)
+        return shape_mismatch(fh, path, spec, rank, shape, err, err_len);
     return npy_data(fh, path, fortran, rank, shape, data, spec->nbytes, err, err_len);
 }
 
@@ -634,13 +640,8 @@ int fxc_npy_read_strings(const char *path, const fxc_tensor_spec *spec, const ch
         same_shape = shape[d] == spec->shape[d];
         count *= (size_t)shape[d];
     }
-    if (!same_shape) {
-        char got[256], want[256];
-        format_shape(got, sizeof got, rank, shape);
-        format_shape(want, sizeof want, spec->rank, spec->shape);
-        fclose(fh);
-        return fail(err, err_len, "%s: shape %s does not match %s expected for '%s'", path, got, want, spec->name);
-    }
+    if (!same_shape)
+        return shape_mismatch(fh, path, spec, rank, shape, err, err_len);
     size_t unit = (size_t)kind->size, item = (size_t)width * unit;
     if (width > (1 << 24) || (item && count > SIZE_MAX / 4 / (item + 1))) {
         fclose(fh);

@@ -5,6 +5,7 @@ V), and `boards detect` on the isa / uarch lines of a VisionFive 2, a BPI-F3 and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import onnx
 import pytest
 
 from fluidml_xc.examples import EXAMPLES, example_feeds
+from fluidml_xc.target.arch import riscv_vlen
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
 from modelrun import build, reference, require_program, run
@@ -32,15 +34,15 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
 
 
 def test_board_specs_vector_length_and_tiles():
-    """bpi-f3 (alias milkv-jupiter) and qemu-riscv64-rvv: RVV at VLEN 256, 8-float vectors and the vector
-    register budget; visionfive2 and qemu-riscv64: scalar RV64GC with the FP-register budget; qemu's -cpu follows."""
+    """bpi-f3 (alias milkv-jupiter) and qemu-riscv64-rvv: RVV at VLEN 256, 16-float vectors (LMUL 2 register
+    groups) and the vector register budget in groups; visionfive2 and qemu-riscv64: scalar RV64GC with the FP-register budget; qemu's -cpu follows."""
     assert get_board("milkv-jupiter").name == "bpi-f3" and get_board("vf2").name == "visionfive2"
     for name in ("bpi-f3", "qemu-riscv64-rvv"):
         board = get_board(name)
         spec = machine_spec(board)
-        assert spec.triple == "riscv64-unknown-linux-gnu" and spec.vector_bits == 256
+        assert spec.triple == "riscv64-unknown-linux-gnu" and spec.vector_bits == 512 and riscv_vlen(spec.features) == 256
         assert {"+v", "+zvl256b", "+d"} <= set(spec.features.split(","))
-        assert (spec.accumulators, spec.conv_accumulators) == (24, 16)
+        assert (spec.accumulators, spec.conv_accumulators) == (8, 8)
         assert board.target.emulator_args(spec.features) == ("-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0")
     for name in ("visionfive2", "qemu-riscv64", "riscv64"):
         board = get_board(name)
@@ -84,7 +86,8 @@ def test_detect_reads_isa_and_uarch_and_refuses_rvv_071():
 
 def test_objects_are_lp64d_and_rvv_uses_vectors(tmp_path):
     """model.o's ELF header: RISC-V, double-float ABI (what zig's musl links against); the RVV build's code
-    holds vector instructions (vsetvli), the scalar build's none."""
+    holds vector instructions (vsetvli), its float multiply-adds on LMUL 2 register groups (target vector_lmul),
+    the scalar build's none."""
     texts = {}
     for board in BOARDS:
         artifact = build(cnn_model(), tmp_path / board, board, profile_runner=False)
@@ -97,6 +100,8 @@ def test_objects_are_lp64d_and_rvv_uses_vectors(tmp_path):
         texts[board] = dump
     assert "vsetvli" in texts["qemu-riscv64-rvv"] or "vsetivli" in texts["qemu-riscv64-rvv"]
     assert "vsetvli" not in texts["qemu-riscv64"] and "vsetivli" not in texts["qemu-riscv64"]
+    assert re.search(r"vset\w+\s+\w+, \w+, e32, m2", texts["qemu-riscv64-rvv"])
+    assert "vfmacc.vf" in texts["qemu-riscv64-rvv"]
 
 
 @pytest.mark.qemu

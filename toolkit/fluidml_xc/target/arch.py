@@ -5,6 +5,7 @@ its targets/*.toml); a triple no row knows is an error naming the known ones, ne
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -74,6 +75,14 @@ def half_arithmetic(triple: str, features: str) -> bool:
     """float16 vector arithmetic on this triple with these (explicit, target/cpus.explicit_features) LLVM features."""
     feature = arch_of(triple).half_feature
     return bool(feature) and feature_enabled(features, feature)
+
+
+def riscv_vlen(features: str) -> int:
+    """RISC-V: the minimum VLEN in bits the features promise (the largest +zvlNb; 128 for +v alone; 0 without V)."""
+    flags = str(features).split(",")
+    if "+v" not in flags:
+        return 0
+    return max([128, *(int(m.group(1)) for f in flags if (m := re.fullmatch(r"\+zvl(\d+)b", f.strip())))])
 
 
 def feature_enabled(features: str, feature: str) -> bool:

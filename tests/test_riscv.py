@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import helper
 import pytest
 
 from fluidml_xc.examples import EXAMPLES, example_feeds
 from fluidml_xc.target.arch import riscv_vlen
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import build, reference, require_program, run
+from modelrun import build, graph_model, reference, require_program, run
 from test_cpu_targets import APP, cnn_model
 from test_threads import int8_graph
 
@@ -113,6 +114,30 @@ def test_examples_match_onnxruntime(name, board, tmp_path):
     got = run(build(model, tmp_path, board, profile_runner=False), feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {out} on {board}")
+
+
+def _tiles_model() -> tuple[onnx.ModelProto, dict]:
+    """MatMul (K 29: nine 3-step iterations and 2 left; N 40: a full and a partial panel), a 1x1 Conv over 17 input
+    channels (5 iterations of 3 and 2 left) and a 3x3 Conv: every RISC-V register tile and its remainders."""
+    rng = np.random.default_rng(5)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w3"], ["c3"], pads=[1] * 4)]
+    consts = {"b": f(29, 40), "w1": f(20, 17, 1, 1), "b1": f(20), "w3": f(24, 20, 3, 3)}
+    feeds = {"a": f(7, 29), "x": f(1, 17, 9, 11)}
+    return graph_model(nodes, feeds, ["m", "c3"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", BOARDS)
+def test_register_tiles_and_remainders_match_onnxruntime(board, tmp_path):
+    """The K steps per iteration (target/arch.py Arch.k_steps: 3) and RVV's LMUL 2 tiles (target vector_lmul),
+    with the remainders of K, of input channels and of a panel's columns, against ONNX Runtime."""
+    model, feeds = _tiles_model()
+    got = run(build(model, tmp_path, board, profile_runner=False), feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board}")
 
 
 @pytest.mark.qemu

@@ -130,12 +130,14 @@ def _tiles_model() -> tuple[onnx.ModelProto, dict]:
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("board", BOARDS)
-def test_register_tiles_and_remainders_match_onnxruntime(board, tmp_path):
-    """The K steps per iteration (target/arch.py Arch.k_steps: 3) and RVV's LMUL 2 tiles (target vector_lmul),
-    with the remainders of K, of input channels and of a panel's columns, against ONNX Runtime."""
+@pytest.mark.parametrize("board, features", [*((b, None) for b in BOARDS), ("qemu-riscv64", "+v"),
+                                             ("qemu-riscv64", "+v,+zvl512b")])
+def test_register_tiles_and_remainders_match_onnxruntime(board, features, tmp_path):
+    """The K steps per iteration (target/arch.py Arch.k_steps: 3) and RVV's LMUL 2 tiles (target vector_lmul) at
+    VLEN 256, 128 (+v alone) and 512, with the remainders of K, of input channels and of a panel's columns,
+    against ONNX Runtime."""
     model, feeds = _tiles_model()
-    got = run(build(model, tmp_path, board, profile_runner=False), feeds)
+    got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board}")
 

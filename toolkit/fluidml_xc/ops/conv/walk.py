@@ -128,7 +128,7 @@ class ConvKernel:
     def input_channels(self, slots: list, fn, steps: int = 1) -> None:
         """fn(ci) for every input channel of a group, accumulating into `slots`; float16 in blocks of channels
         whose taps make about HALF_BLOCK multiply-adds per accumulator, summed in float32 (kernels/half_blocks.py).
-        steps (float32, channel_steps): channels per loop iteration, the Cig % steps left after the loop."""
+        steps (not float16; channel_steps): channels per loop iteration, the Cig % steps left after the loop."""
         cig, p = self.plan.shape.Cig, self.plan
         if not is_half(p.dtype) and steps > 1:
             with loop(self.k, cig // steps) as t:

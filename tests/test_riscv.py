@@ -118,24 +118,29 @@ def test_examples_match_onnxruntime(name, board, tmp_path):
 
 def _tiles_model() -> tuple[onnx.ModelProto, dict]:
     """MatMul (K 29: nine 3-step iterations and 2 left; N 40: a full and a partial panel), a 1x1 Conv over 17 input
-    channels (5 iterations of 3 and 2 left) and a 3x3 Conv: every RISC-V register tile and its remainders."""
+    channels (5 iterations of 3 and 2 left), a 3x3 Conv, and a MobileNetV2 block (1x1 expand to 28 channels, Clip6,
+    depthwise 3x3, Clip6, 1x1 project): every RISC-V register tile and its remainders."""
     rng = np.random.default_rng(5)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]),
              helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w3"], ["c3"], pads=[1] * 4)]
-    consts = {"b": f(29, 40), "w1": f(20, 17, 1, 1), "b1": f(20), "w3": f(24, 20, 3, 3)}
-    feeds = {"a": f(7, 29), "x": f(1, 17, 9, 11)}
-    return graph_model(nodes, feeds, ["m", "c3"], consts, 13), feeds
+             helper.make_node("Conv", ["r1", "w3"], ["c3"], pads=[1] * 4),
+             helper.make_node("Conv", ["e", "we"], ["e1"]), helper.make_node("Clip", ["e1", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1] * 4, group=28),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "wp"], ["p"])]
+    consts = {"b": f(29, 40), "w1": f(20, 17, 1, 1), "b1": f(20), "w3": f(24, 20, 3, 3), "we": f(28, 8, 1, 1),
+              "wd": f(28, 1, 3, 3), "bd": f(28), "wp": f(12, 28, 1, 1), "lo": np.float32(0), "hi": np.float32(6)}
+    feeds = {"a": f(7, 29), "x": f(1, 17, 9, 11), "e": f(1, 8, 10, 13)}
+    return graph_model(nodes, feeds, ["m", "c3", "p"], consts, 13), feeds
 
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("board, features", [*((b, None) for b in BOARDS), ("qemu-riscv64", "+v"),
                                              ("qemu-riscv64", "+v,+zvl512b")])
 def test_register_tiles_and_remainders_match_onnxruntime(board, features, tmp_path):
-    """The K steps per iteration (target/arch.py Arch.k_steps: 3) and RVV's LMUL 2 tiles (target vector_lmul) at
-    VLEN 256, 128 (+v alone) and 512, with the remainders of K, of input channels and of a panel's columns,
-    against ONNX Runtime."""
+    """The K steps per iteration (target/arch.py Arch.k_steps: 3), RVV's LMUL 2 tiles (target vector_lmul) at
+    VLEN 256, 128 (+v alone) and 512, and the scalar build's fenced channels-last depthwise rows, with the
+    remainders of K, of input channels and of a panel's columns, against ONNX Runtime."""
     model, feeds = _tiles_model()
     got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
     for out, want in ort(model, feeds).items():

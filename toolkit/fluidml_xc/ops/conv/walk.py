@@ -143,6 +143,10 @@ class ConvKernel:
         per = max(1, HALF_BLOCK // (p.shape.KH * p.shape.KW))
         in_blocks(self.k, cig, slots, lambda lo, hi: self.each((lo, hi), fn, False), 0, per)
 
+    def scalar_riscv(self) -> bool:
+        """RISC-V without V: the kernels' vectors are scalarized into the 32 FP registers."""
+        return self.k.spec is not None and arch_of(self.k.spec.triple).riscv and not riscv_vlen(self.k.spec.features)
+
     def channel_steps(self, vectors_only: bool = False) -> int:
         """Input channels per loop iteration of a 1x1 conv: the target's K steps (target/arch.py Arch.k_steps: 3 on
         the in-order RISC-V cores, whose loop increments and branch wait for the multiply-adds before them), 1
@@ -151,7 +155,7 @@ class ConvKernel:
         s = self.plan.shape
         if self.k.spec is None or s.KH * s.KW != 1 or not isinstance(s.Cig, int):
             return 1
-        if vectors_only and arch_of(self.k.spec.triple).riscv and not riscv_vlen(self.k.spec.features):
+        if vectors_only and self.scalar_riscv():
             return 1
         steps = arch_of(self.k.spec.triple).k_steps
         return steps if s.Cig >= steps else 1
@@ -183,6 +187,19 @@ class ConvKernel:
             for slot in row:
                 v = b.load(slot)
                 b.store(b.call(ir.InlineAsm(ir.FunctionType(v.type, [v.type]), "", "=w,0", side_effect=True), [v]), slot)
+
+    def settle_lanes(self, slots):
+        """settle for accumulators of scalarized vectors (RISC-V without V, scalar_riscv): each lane through its own
+        empty asm statement on an FP register."""
+        b = self.k.b
+        for row in slots:
+            for slot in row:
+                v = b.load(slot)
+                for lane in range(v.type.count):
+                    idx = ir.Constant(ir.IntType(32), lane)
+                    x = b.extract_element(v, idx)
+                    v = b.insert_element(v, b.call(ir.InlineAsm(ir.FunctionType(x.type, [x.type]), "", "=f,0", side_effect=True), [x]), idx)
+                b.store(v, slot)
 
     def opaque(self, ptr):
         """ptr through an empty asm statement: a value LLVM cannot see through, so loads from it stay where they are."""

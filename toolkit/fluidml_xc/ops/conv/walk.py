@@ -147,15 +147,12 @@ class ConvKernel:
         """RISC-V without V: the kernels' vectors are scalarized into the 32 FP registers."""
         return self.k.spec is not None and arch_of(self.k.spec.triple).riscv and not riscv_vlen(self.k.spec.features)
 
-    def channel_steps(self, vectors_only: bool = False) -> int:
+    def channel_steps(self) -> int:
         """Input channels per loop iteration of a 1x1 conv: the target's K steps (target/arch.py Arch.k_steps: 3 on
         the in-order RISC-V cores, whose loop increments and branch wait for the multiply-adds before them), 1
-        elsewhere and for larger kernels (their taps fill the iteration). vectors_only: 1 on RISC-V without V (the
-        row-vector tile's scalarized operands, three channels' worth, spill the 32 FP registers)."""
+        elsewhere and for larger kernels (their taps fill the iteration)."""
         s = self.plan.shape
         if self.k.spec is None or s.KH * s.KW != 1 or not isinstance(s.Cig, int):
-            return 1
-        if vectors_only and self.scalar_riscv():
             return 1
         steps = arch_of(self.k.spec.triple).k_steps
         return steps if s.Cig >= steps else 1

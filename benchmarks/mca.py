@@ -379,7 +379,7 @@ def main() -> int:
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue
             objdump = args.objdump_riscv if arch == "riscv64" else args.objdump
-            loop = hot_loop(disassemble(obj, objdump, spec.features if arch != "x86_64" else ""), arch, spec.vector_bits)
+            loop = hot_loop(disassemble(obj, objdump, spec.features if arch != "x86_64" else ""), arch, register_bits(spec))
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue
@@ -479,7 +479,7 @@ def _mca_row(args, case: Case, bname: str, spec, arch: str, loop, asm: str, attr
         print(f"{case.name:52} {bname:17} llvm-mca: {exc}")
         return
     if peak is None:  # x86_64 / riscv64: the same model's throughput of independent multiply-adds
-        peak = (riscv_peak if riscv else x86_peak)(mca, model_cpu, case.kind, spec.vector_bits, spec.features)
+        peak = (riscv_peak if riscv else x86_peak)(mca, model_cpu, case.kind, register_bits(spec), spec.features)
     work = 2 * loop.lanes + loop.mul_lanes if case.kind != "int8" else loop.lanes
     per_cycle, bound = work / cycles, 100 * work / rthr / peak
     neck = "deps" if cycles > 1.15 * rthr else busiest
@@ -505,6 +505,13 @@ def x86_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:
     asm = "\n".join(f"{op} %{reg}20, %{reg}20, %{reg}{d}" for d in range(16)) + "\n"
     cycles, _, _ = run_mca(asm, mca, MCA_TRIPLE["x86_64"], cpu, "")
     return 16 * (bits // 16 if kind == "fp" else bits // 8) / cycles
+
+
+def register_bits(spec) -> int:
+    """Bits of one vector register: RISC-V's VLEN (its kernels' vectors, spec.vector_bits, are register groups of
+    the target's vector_lmul registers), else spec.vector_bits."""
+    from fluidml_xc.target.arch import riscv_vlen
+    return riscv_vlen(spec.features) if spec.triple.startswith("riscv") and riscv_vlen(spec.features) else spec.vector_bits
 
 
 def riscv_peak(mca: str, cpu: str, kind: str, bits: int, features: str) -> float:

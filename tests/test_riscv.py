@@ -5,17 +5,20 @@ V), and `boards detect` on the isa / uarch lines of a VisionFive 2, a BPI-F3 and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import helper
 import pytest
 
 from fluidml_xc.examples import EXAMPLES, example_feeds
+from fluidml_xc.target.arch import riscv_vlen
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import build, reference, require_program, run
+from modelrun import build, graph_model, reference, require_program, run
 from test_cpu_targets import APP, cnn_model
 from test_threads import int8_graph
 
@@ -32,15 +35,15 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
 
 
 def test_board_specs_vector_length_and_tiles():
-    """bpi-f3 (alias milkv-jupiter) and qemu-riscv64-rvv: RVV at VLEN 256, 8-float vectors and the vector
-    register budget; visionfive2 and qemu-riscv64: scalar RV64GC with the FP-register budget; qemu's -cpu follows."""
+    """bpi-f3 (alias milkv-jupiter) and qemu-riscv64-rvv: RVV at VLEN 256, 16-float vectors (LMUL 2 register
+    groups) and the vector register budget in groups; visionfive2 and qemu-riscv64: scalar RV64GC with the FP-register budget; qemu's -cpu follows."""
     assert get_board("milkv-jupiter").name == "bpi-f3" and get_board("vf2").name == "visionfive2"
     for name in ("bpi-f3", "qemu-riscv64-rvv"):
         board = get_board(name)
         spec = machine_spec(board)
-        assert spec.triple == "riscv64-unknown-linux-gnu" and spec.vector_bits == 256
+        assert spec.triple == "riscv64-unknown-linux-gnu" and spec.vector_bits == 512 and riscv_vlen(spec.features) == 256
         assert {"+v", "+zvl256b", "+d"} <= set(spec.features.split(","))
-        assert (spec.accumulators, spec.conv_accumulators) == (24, 16)
+        assert (spec.accumulators, spec.conv_accumulators) == (12, 10)
         assert board.target.emulator_args(spec.features) == ("-cpu", "rv64,v=true,vlen=256,elen=64,vext_spec=v1.0")
     for name in ("visionfive2", "qemu-riscv64", "riscv64"):
         board = get_board(name)
@@ -84,7 +87,8 @@ def test_detect_reads_isa_and_uarch_and_refuses_rvv_071():
 
 def test_objects_are_lp64d_and_rvv_uses_vectors(tmp_path):
     """model.o's ELF header: RISC-V, double-float ABI (what zig's musl links against); the RVV build's code
-    holds vector instructions (vsetvli), the scalar build's none."""
+    holds vector instructions (vsetvli), its float multiply-adds on LMUL 2 register groups (target vector_lmul),
+    the scalar build's none."""
     texts = {}
     for board in BOARDS:
         artifact = build(cnn_model(), tmp_path / board, board, profile_runner=False)
@@ -97,6 +101,8 @@ def test_objects_are_lp64d_and_rvv_uses_vectors(tmp_path):
         texts[board] = dump
     assert "vsetvli" in texts["qemu-riscv64-rvv"] or "vsetivli" in texts["qemu-riscv64-rvv"]
     assert "vsetvli" not in texts["qemu-riscv64"] and "vsetivli" not in texts["qemu-riscv64"]
+    assert re.search(r"vset\w+\s+\w+, \w+, e32, m2", texts["qemu-riscv64-rvv"])
+    assert "vfmacc.vf" in texts["qemu-riscv64-rvv"]
 
 
 @pytest.mark.qemu
@@ -108,6 +114,37 @@ def test_examples_match_onnxruntime(name, board, tmp_path):
     got = run(build(model, tmp_path, board, profile_runner=False), feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {out} on {board}")
+
+
+def _tiles_model() -> tuple[onnx.ModelProto, dict]:
+    """MatMul (K 29: nine 3-step iterations and 2 left; N 40: a full and a partial panel), a 1x1 Conv over 17 input
+    channels (5 iterations of 3 and 2 left), a 3x3 Conv, and a MobileNetV2 block (1x1 expand to 28 channels, Clip6,
+    depthwise 3x3, Clip6, 1x1 project): every RISC-V register tile and its remainders."""
+    rng = np.random.default_rng(5)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w3"], ["c3"], pads=[1] * 4),
+             helper.make_node("Conv", ["e", "we"], ["e1"]), helper.make_node("Clip", ["e1", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1] * 4, group=28),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "wp"], ["p"])]
+    consts = {"b": f(29, 40), "w1": f(20, 17, 1, 1), "b1": f(20), "w3": f(24, 20, 3, 3), "we": f(28, 8, 1, 1),
+              "wd": f(28, 1, 3, 3), "bd": f(28), "wp": f(12, 28, 1, 1), "lo": np.float32(0), "hi": np.float32(6)}
+    feeds = {"a": f(7, 29), "x": f(1, 17, 9, 11), "e": f(1, 8, 10, 13)}
+    return graph_model(nodes, feeds, ["m", "c3", "p"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board, features", [*((b, None) for b in BOARDS), ("qemu-riscv64", "+v"),
+                                             ("qemu-riscv64", "+v,+zvl512b")])
+def test_register_tiles_and_remainders_match_onnxruntime(board, features, tmp_path):
+    """The K steps per iteration (target/arch.py Arch.k_steps: 3), RVV's LMUL 2 tiles (target vector_lmul) at
+    VLEN 256, 128 (+v alone) and 512, and the scalar build's fenced channels-last depthwise rows, with the
+    remainders of K, of input channels and of a panel's columns, against ONNX Runtime."""
+    model, feeds = _tiles_model()
+    got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board}")
 
 
 @pytest.mark.qemu

@@ -214,9 +214,13 @@ class TargetForms:
 
     def row_channels(self, Cog: int, flat_packed: bool) -> int:
         """R, output channels per row-vector block: up to 4; x86 flat 1x1 convs with constant weights run the
-        GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels."""
+        GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels; RISC-V
+        at most half its budget (the U74's 4: 2 channels x 2 vectors of 4 scalars; 4 x 2 spilled, benchmarks/mca.py
+        Conv 1x1 256->64 27% -> 59%)."""
         if flat_packed and self.x86:
             return min(max(1, self.conv_accumulators // 2), Cog)
+        if self.arch is not None and self.arch.riscv:
+            return min(4, Cog, max(1, self.conv_accumulators // 2))
         return min(4, Cog)
 
     def row_vectors(self, R: int, pairs: bool, flat_packed: bool = False) -> int:

@@ -27,7 +27,7 @@ from llvmlite import ir
 
 from .epilogue import fused_epilogue
 from ..errors import InputError
-from ..target.arch import arch_of
+from ..target.arch import arch_of, riscv_vlen
 from .kernel import PARALLEL_MIN_WORK, chunk_count
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
@@ -116,8 +116,10 @@ def _arm32_config(flags: frozenset, vector_bits: int) -> Config:
 
 def _riscv_config(flags: frozenset, vector_bits: int) -> Config:
     """Widened k-pairs: RVV (32 vector registers) 4 rows x 2 vectors; RV64GC's scalarized 4-lane vectors 2 x 2
-    (16 int32 accumulators in the 31 integer registers)."""
-    lanes = max(1, vector_bits // 32)
+    (16 int32 accumulators in the 31 integer registers). RVV: one V register of int32 lanes (VLEN, not the float
+    kernels' register groups: target vector_lmul)."""
+    vlen = riscv_vlen(",".join(flags))
+    lanes = max(1, (vlen or vector_bits) // 32)
     return Config(False, lanes, 4 if "+v" in flags else 2, 2)
 
 

@@ -5,6 +5,7 @@ its targets/*.toml); a triple no row knows is an error naming the known ones, ne
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -25,9 +26,11 @@ class Arch:
     """The LLVM feature that gives float16 vector arithmetic at twice float32's rate (aarch64: fullfp16, ARMv8.2's
     FEAT_FP16); "" where we emit none (x86's avx512fp16 is not implemented: --precision fp16 refuses x86)."""
     k_steps: int = 1
-    """K steps per iteration of the GEMM outer-product loop (kernels/matmul_blocked.py): 2 on RISC-V, whose cores
-    (U74, X60) issue in order and stall on an operand loaded right before its multiply-add; with two steps in
-    one block the scheduler issues the second step's loads beside the first step's multiply-adds."""
+    """K steps per iteration of the GEMM outer-product loop (kernels/matmul_blocked.py): 3 on RISC-V, whose cores
+    (U74, X60) issue in order and stall on an operand loaded right before its multiply-add; with several steps in
+    one block the scheduler issues the next step's loads beside this step's multiply-adds, and the loop's pointer
+    increments and branch (which wait for the multiply-adds before them on an in-order core) come once per three
+    steps (benchmarks/mca.py: X60 GEMM 68% at 2 steps, 75% at 3; docs/RISCV_KERNELS.md)."""
 
     @property
     def x86(self) -> bool:
@@ -49,7 +52,7 @@ class Arch:
 X86 = Arch("x86", nan_propagating_minmax=False, explicit_fma=False)
 AARCH64 = Arch("aarch64", nan_propagating_minmax=True, explicit_fma=False, half_feature="fullfp16")
 ARM32 = Arch("arm32", nan_propagating_minmax=True, explicit_fma=True)
-RISCV = Arch("riscv", nan_propagating_minmax=False, explicit_fma=False, k_steps=2)
+RISCV = Arch("riscv", nan_propagating_minmax=False, explicit_fma=False, k_steps=3)
 
 ARCHES: dict[str, Arch] = {
     "x86_64": X86, "i386": X86, "i686": X86,
@@ -74,6 +77,14 @@ def half_arithmetic(triple: str, features: str) -> bool:
     """float16 vector arithmetic on this triple with these (explicit, target/cpus.explicit_features) LLVM features."""
     feature = arch_of(triple).half_feature
     return bool(feature) and feature_enabled(features, feature)
+
+
+def riscv_vlen(features: str) -> int:
+    """RISC-V: the minimum VLEN in bits the features promise (the largest +zvlNb; 128 for +v alone; 0 without V)."""
+    flags = str(features).split(",")
+    if "+v" not in flags:
+        return 0
+    return max([128, *(int(m.group(1)) for f in flags if (m := re.fullmatch(r"\+zvl(\d+)b", f.strip())))])
 
 
 def feature_enabled(features: str, feature: str) -> bool:

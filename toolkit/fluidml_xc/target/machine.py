@@ -25,6 +25,7 @@ class MachineSpec:
     features: str
     pointer_bits: int
     vector_bits: int
+    """Bits of the kernels' vectors (RISC-V with V: VLEN x the target's vector_lmul, a register group)."""
     alignment: int
     accumulators: int = 12
     """Vector registers the float GEMM register tile keeps accumulators in (the target file's `accumulators`)."""
@@ -46,11 +47,12 @@ def initialize_llvm() -> None:
 
 
 def _vector_bits(board: Board, cpu: str, features: str) -> int:
-    """The widest vector registers the code may use: x86 from what cpu + features imply, RISC-V the minimum VLEN
-    when they enable V, else the target's."""
+    """The widest vectors the code may use: x86 from what cpu + features imply, RISC-V the minimum VLEN times the
+    target's vector_lmul (register groups) when they enable V, else the target's."""
     target = board.target
     if target.vector_accumulators and cpu != "native":
-        return vector_length(target.zig_target, cpu, features) or target.vector_bits
+        vlen = vector_length(target.zig_target, cpu, features)
+        return vlen * target.vector_lmul if vlen else target.vector_bits
     if target.name != "x86_64":
         return target.vector_bits
     if cpu == "native":

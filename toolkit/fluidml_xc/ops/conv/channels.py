@@ -114,7 +114,8 @@ class ChannelVectors:
                 self.c.input_channels(accumulators, lambda ci: tap(*row_base(ci, kh), kw, False))
             self.c.each(kh_range, lambda kh: self.c.each((kw_lo, kw_hi), lambda kw: one_tap(kh, kw), unroll_kw), self.p.unroll_taps)
         else:
-            self.c.input_channels(accumulators, lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps))
+            self.c.input_channels(accumulators, lambda ci: self.c.each(kh_range, lambda kh: row_taps(ci, kh), self.p.unroll_taps),
+                                  self.c.channel_steps())
         os_ = self.s.os
         by_rows = self.transposes(npix, spots)
         for v in range(nv):

@@ -67,6 +67,10 @@ class ChannelsLastDepthwise:
             if self.p.settle_rows and lanes > 1:
                 # armv7: one kernel row at a time, or the scheduler hoists the next rows' loads and spills
                 self.c.settle(slots)
+            elif lanes > 1 and self.c.scalar_riscv():
+                # the U74: without the fence the scheduler hoists the next rows' loads and the loop spills
+                # (benchmarks/mca.py: 210 stack accesses, 14% of peak; with it 15-23, 32-33%)
+                self.c.settle_lanes(slots)
         self.c.each(kh_range, row_taps, self.p.unroll_taps)
         if nvec == 2 and self.c.res is None and os_[1] == 1 and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType() and ty.count == 4:
             # one st1 {v.4s, v.4s} per pixel, whatever the pixel stride (LLVM's Neoverse-N1 model charges

@@ -93,7 +93,8 @@ class RowVectors:
 
         d_range = kh_range if rows == 1 else (0, self.s.KH + rows - 1)
         self.c.input_channels([s for row in slots for acc in row for s in acc],
-                              lambda ci: self.c.each(d_range, lambda d: row_taps(ci, d), self.p.unroll_taps))
+                              lambda ci: self.c.each(d_range, lambda d: row_taps(ci, d), self.p.unroll_taps),
+                              self.c.channel_steps())
         os_ = self.s.os
         runs = self.store_runs(ty, count)
         for j in range(rows):

@@ -14,6 +14,7 @@ from ...kernels.conv_geometry import runtime_tap_range, tap_range
 from ...kernels.conv_plan import ConvPlan, ConvSpans, tap_span
 from ...kernels.half_blocks import HALF_BLOCK, in_blocks, is_half
 from ...symbolic import bounds, is_static
+from ...target.arch import arch_of, riscv_vlen
 from ...kernels.kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Kernel, Operand, chunk_count
 from ...kernels.loops import element, loop, offset
 
@@ -124,15 +125,37 @@ class ConvKernel:
         with loop(self.k, hi, lo, vectorize=not unroll) as t:
             fn(t)
 
-    def input_channels(self, slots: list, fn) -> None:
+    def input_channels(self, slots: list, fn, steps: int = 1) -> None:
         """fn(ci) for every input channel of a group, accumulating into `slots`; float16 in blocks of channels
-        whose taps make about HALF_BLOCK multiply-adds per accumulator, summed in float32 (kernels/half_blocks.py)."""
+        whose taps make about HALF_BLOCK multiply-adds per accumulator, summed in float32 (kernels/half_blocks.py).
+        steps (not float16; channel_steps): channels per loop iteration, the Cig % steps left after the loop."""
         cig, p = self.plan.shape.Cig, self.plan
+        if not is_half(p.dtype) and steps > 1:
+            with loop(self.k, cig // steps) as t:
+                for s in range(steps):
+                    fn(self.k.b.add(self.k.b.mul(t, self.k.index(steps), flags=("nsw",)), self.k.index(s), flags=("nsw",)))
+            for ci in range(cig - cig % steps, cig):
+                fn(ci)
+            return
         if not is_half(p.dtype):
             self.each((0, cig), fn, False)
             return
         per = max(1, HALF_BLOCK // (p.shape.KH * p.shape.KW))
         in_blocks(self.k, cig, slots, lambda lo, hi: self.each((lo, hi), fn, False), 0, per)
+
+    def scalar_riscv(self) -> bool:
+        """RISC-V without V: the kernels' vectors are scalarized into the 32 FP registers."""
+        return self.k.spec is not None and arch_of(self.k.spec.triple).riscv and not riscv_vlen(self.k.spec.features)
+
+    def channel_steps(self) -> int:
+        """Input channels per loop iteration of a 1x1 conv: the target's K steps (target/arch.py Arch.k_steps: 3 on
+        the in-order RISC-V cores, whose loop increments and branch wait for the multiply-adds before them), 1
+        elsewhere and for larger kernels (their taps fill the iteration)."""
+        s = self.plan.shape
+        if self.k.spec is None or s.KH * s.KW != 1 or not isinstance(s.Cig, int):
+            return 1
+        steps = arch_of(self.k.spec.triple).k_steps
+        return steps if s.Cig >= steps else 1
 
     def span(self, lo, hi, fn):
         """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""
@@ -161,6 +184,19 @@ class ConvKernel:
             for slot in row:
                 v = b.load(slot)
                 b.store(b.call(ir.InlineAsm(ir.FunctionType(v.type, [v.type]), "", "=w,0", side_effect=True), [v]), slot)
+
+    def settle_lanes(self, slots):
+        """settle for accumulators of scalarized vectors (RISC-V without V, scalar_riscv): each lane through its own
+        empty asm statement on an FP register."""
+        b = self.k.b
+        for row in slots:
+            for slot in row:
+                v = b.load(slot)
+                for lane in range(v.type.count):
+                    idx = ir.Constant(ir.IntType(32), lane)
+                    x = b.extract_element(v, idx)
+                    v = b.insert_element(v, b.call(ir.InlineAsm(ir.FunctionType(x.type, [x.type]), "", "=f,0", side_effect=True), [x]), idx)
+                b.store(v, slot)
 
     def opaque(self, ptr):
         """ptr through an empty asm statement: a value LLVM cannot see through, so loads from it stay where they are."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -58,6 +59,10 @@ def _check_timings(timings: dict) -> None:
         assert sum(v["emit"] + v["optimize"] + v["codegen"] for v in variants) <= stages["units"] + 1e-3
     kernels = timings["kernels"]
     assert kernels["cached"] >= 0 and kernels["compiled"] >= 0 and kernels["cached"] + kernels["compiled"] > 0
+    cpu = timings["cpu"]  # every build runs zig (the link), a child waited for
+    assert cpu["build"] > 0 and cpu["children"] > 0
+    # the variants' seconds are CPU seconds of the threads that did the work: a part of the build's CPU time
+    assert sum(v["emit"] + v["optimize"] + v["codegen"] for v in variants) <= cpu["build"] + cpu["children"] + 1e-3
 
 
 def test_manifest_records_stages_that_add_up(timed_build):
@@ -81,6 +86,11 @@ def test_timings_flag_prints_the_table_and_json_has_them(timed_build):
         assert float(seconds) >= 0 and share.endswith("%")
         if name != "total":
             assert float(seconds) == pytest.approx(result["timings"]["stages"][name], abs=1e-3)
+    cpu = result["timings"]["cpu"]
+    row = next(line for line in table if line.startswith("CPU: "))
+    total, build, children = map(float, re.fullmatch(r"CPU: ([\d.]+) s \(user \+ system: the build's process ([\d.]+) s, "
+                                                     r"its workers and tools ([\d.]+) s\)", row).groups())
+    assert (total, build, children) == pytest.approx((cpu["build"] + cpu["children"], cpu["build"], cpu["children"]), abs=2e-3)
     kernels = result["timings"]["kernels"]
     assert any(line.startswith(f"kernels: {kernels['cached']} cached, {kernels['emitted']} emitted, "
                                f"{kernels['compiled']} compiled") for line in table)

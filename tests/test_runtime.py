@@ -366,6 +366,28 @@ def test_compiler_error_is_one_line(tmp_path):
     assert "\n" not in message and "undefined_thing" in message and "error" in message
 
 
+def test_zig_runs_without_a_python_start_up(monkeypatch, tmp_path):
+    """Every zig call of a link is ziglang's own binary (no `python -m ziglang` start-up per call), and what it
+    links runs."""
+    import sys
+    from fluidml_xc.emit import link
+
+    calls: list[list[str]] = []
+    real_run = subprocess.run
+
+    def recording_run(cmd, *args, **kwargs):
+        calls.append([str(c) for c in cmd])
+        return real_run(cmd, *args, **kwargs)
+    monkeypatch.setattr(link.subprocess, "run", recording_run)
+    artifact = make_artifact(get_target("x86_64"), AFFINE_SPEC, affine_ir(), tmp_path / "affine")
+    zig = str(link._ziglang_dir() / "zig")
+    assert calls and all(call[0] == zig and sys.executable not in call for call in calls)
+    x, t = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2, 3], dtype=np.int64)
+    result = run_artifact(artifact, {X_NAME: x, T_NAME: t}, timeout=60)
+    for name, want in expected_affine(x, t).items():
+        np.testing.assert_array_equal(result.outputs[name], want)
+
+
 def test_runtime_cache_is_shared_and_parallel_safe(monkeypatch, tmp_path):
     monkeypatch.setenv("FLUIDML_XC_CACHE", str(tmp_path))
     target = get_target("x86_64")

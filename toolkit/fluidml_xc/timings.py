@@ -1,9 +1,12 @@
-"""Where a build's time goes (`build --timings`, manifest.json's `timings`): wall-clock seconds per stage.
+"""Where a build's time goes (`build --timings`, manifest.json's `timings`): wall-clock seconds per stage, and the
+CPU seconds of the build's process and of its children (forked workers, zig), which a busy machine inflates far
+less than wall-clock time.
 
 A Stopwatch charges the time since its previous mark to the stage a mark names, so the stages of one build
 cover it without gaps or overlaps and add up to its total."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,12 +27,32 @@ STAGES: dict[str, str] = {
 """Stage name -> what it covers, in build order (docs/INTERNALS.md, "Build timings", lists the same)."""
 
 
+@dataclass(frozen=True)
+class CpuSeconds:
+    """User + system CPU seconds: of the build's process, and of its children waited for (the forked unit workers
+    once their pool is shut down, every zig run)."""
+
+    build: float = 0.0
+    children: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.build + self.children
+
+
 class Stopwatch:
-    """Marks on time.perf_counter: `mark(stage)` adds the seconds since the previous mark (or the start) to it."""
+    """Marks on time.perf_counter: `mark(stage)` adds the seconds since the previous mark (or the start) to it;
+    `cpu()`: the CPU seconds since the start (os.times)."""
 
     def __init__(self) -> None:
         self.started = self._last = time.perf_counter()
         self.seconds: dict[str, float] = {}
+        self._times = os.times()
+
+    def cpu(self) -> CpuSeconds:
+        now, then = os.times(), self._times
+        return CpuSeconds(now.user + now.system - then.user - then.system,
+                          now.children_user + now.children_system - then.children_user - then.children_system)
 
     def mark(self, stage: str) -> None:
         if stage not in STAGES:
@@ -44,8 +67,9 @@ class Stopwatch:
 
 @dataclass(frozen=True)
 class VariantTiming:
-    """One code variant's work (seconds summed over the processes that compiled its units): LLVM optimization and
-    code generation, and Python emission with the IR text (`emit`); `process`: 0 this one, k > 0 the k-th child."""
+    """One code variant's work (CPU seconds of the threads that did it, summed over the processes that compiled
+    its units): LLVM optimization and code generation, and Python emission with the IR text (`emit`); `process`: 0
+    this one, k > 0 the k-th child."""
 
     cpu: str
     optimize: float
@@ -82,19 +106,21 @@ class BuildTimings:
     kernels: KernelCounts = KernelCounts()
     plan_cached: bool = False
     """The optimizer's decisions and the memory plan came from the plan cache (plan_cache.py)."""
+    cpu: CpuSeconds = CpuSeconds()
 
     @classmethod
     def of(cls, watch: Stopwatch, variants: tuple[VariantTiming, ...] = (), runtime_built: bool = False,
            kernels: KernelCounts = KernelCounts(), plan_cached: bool = False) -> BuildTimings:
         stages = {name: watch.seconds[name] for name in STAGES if name in watch.seconds}
-        return cls(stages, watch.total(), variants, kernels.processes, runtime_built, kernels, plan_cached)
+        return cls(stages, watch.total(), variants, kernels.processes, runtime_built, kernels, plan_cached, watch.cpu())
 
     def to_json(self) -> dict:
         return {"total": round(self.total, 4), "stages": {k: round(v, 4) for k, v in self.stages.items()},
                 "llvm_variants": [v.to_json() for v in self.variants], "llvm_processes": self.llvm_processes,
                 "runtime_built": self.runtime_built, "plan_cached": self.plan_cached,
                 "kernels": {"cached": self.kernels.cached, "emitted": self.kernels.emitted,
-                            "compiled": self.kernels.compiled}}
+                            "compiled": self.kernels.compiled},
+                "cpu": {"build": round(self.cpu.build, 4), "children": round(self.cpu.children, 4)}}
 
     @classmethod
     def from_json(cls, data: Mapping) -> BuildTimings:
@@ -103,13 +129,14 @@ class BuildTimings:
             raise TypeError(data)
         variants = tuple(VariantTiming(str(v["cpu"]), _seconds(v["optimize"]), _seconds(v["codegen"]), int(v.get("process", 0)),
                                        _seconds(v.get("emit", 0.0))) for v in data.get("llvm_variants", []))
-        kernels = data.get("kernels", {})
+        kernels, cpu = data.get("kernels", {}), data.get("cpu", {})
         processes = int(data.get("llvm_processes", 1))
         return cls({str(k): _seconds(v) for k, v in data["stages"].items()}, _seconds(data["total"]), variants,
                    processes, bool(data.get("runtime_built", False)),
                    KernelCounts(int(kernels.get("cached", 0)), int(kernels.get("compiled", 0)), processes,
                                 int(kernels.get("emitted", 0))),
-                   bool(data.get("plan_cached", False)))
+                   bool(data.get("plan_cached", False)),
+                   CpuSeconds(_seconds(cpu.get("build", 0.0)), _seconds(cpu.get("children", 0.0))))
 
     def table(self) -> str:
         """Stage, seconds and share of the total, one line each, then the per-variant LLVM figures."""
@@ -119,11 +146,14 @@ class BuildTimings:
             note = _NOTES.get(name, lambda t: "")(self)
             lines.append(f"  {name:<12} {seconds:8.3f} {seconds / total:6.1%}{note}")
         lines.append(f"  {'total':<12} {self.total:8.3f} {1:6.1%}")
+        lines.append(f"  CPU: {self.cpu.total:.3f} s (user + system: the build's process {self.cpu.build:.3f} s, its "
+                     f"workers and tools {self.cpu.children:.3f} s)")
         if self.kernels.cached or self.kernels.compiled:
             lines.append(f"  kernels: {self.kernels.cached} cached, {self.kernels.emitted} emitted, "
                          f"{self.kernels.compiled} compiled (units with the same code once)")
         if self.variants:
-            lines.append(f"  per code variant, summed over {self.llvm_processes} process{'es' if self.llvm_processes > 1 else ''}:")
+            lines.append(f"  per code variant, CPU seconds summed over {self.llvm_processes} "
+                         f"process{'es' if self.llvm_processes > 1 else ''}:")
         for v in self.variants:
             lines.append(f"    {v.cpu:<18} emit {v.emit:.3f} s, optimize {v.optimize:.3f} s, codegen {v.codegen:.3f} s"
                          + (f" (child {v.process})" if v.process else ""))

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 from llvmlite import ir
 from llvmlite.ir import instructions as ins
+from llvmlite.ir.values import NamedValue
 
 _VOID = ir.VoidType
+_PLAIN_LOCAL: dict[type, bool] = {}
+
+
+def _plain_local(cls: type) -> bool:
+    """Does `cls` print its reference as NamedValue does for a local value (`%"name"`)?"""
+    return (issubclass(cls, NamedValue) and cls.name_prefix == "%"
+            and getattr(cls, "_get_reference") is NamedValue._get_reference)
 
 
 class _Printer:
-    """The caches of one module's printing (types and vector constants by identity: alive while it prints)."""
+    """The caches of one module's printing (types, values' references and vector constants by identity: alive
+    while it prints)."""
 
     def __init__(self):
         self.types: dict[int, str] = {}
+        self.refs: dict[int, str] = {}
         self.vectors: dict[tuple, str] = {}
 
     def ty(self, t) -> str:
@@ -28,8 +38,23 @@ class _Printer:
         return s
 
     def ref(self, v) -> str:
-        """Its reference; an integer vector constant's (shuffle masks, splat indices) once per value."""
-        if type(v) is ir.Constant and type(v.type) is ir.VectorType and type(v.constant) is list:
+        s = self.refs.get(id(v))
+        if s is None:
+            s = self.refs[id(v)] = self._reference(v)
+        return s
+
+    def _reference(self, v) -> str:
+        """Its reference: a local value's name quoted as llvmlite does (without its exception-driven string
+        cache); an integer vector constant's (shuffle masks, splat indices) once per value."""
+        cls = type(v)
+        plain = _PLAIN_LOCAL.get(cls)
+        if plain is None:
+            plain = _PLAIN_LOCAL[cls] = _plain_local(cls)
+        if plain:
+            name = v._name
+            if "\\" not in name and '"' not in name:
+                return '%"' + name + '"'
+        elif cls is ir.Constant and type(v.type) is ir.VectorType and type(v.constant) is list:
             values = [c.constant for c in v.constant if type(c) is ir.Constant and type(c.constant) is int]
             if len(values) == len(v.constant):
                 key = (self.ty(v.type), *values)
@@ -60,7 +85,7 @@ class _Printer:
                 elif isinstance(i.type, _VOID):
                     buf.append("  " + text.rstrip() + "\n")
                 else:
-                    buf.append("  " + (i.get_reference() + " = " + text).rstrip() + "\n")
+                    buf.append("  " + (self.ref(i) + " = " + text).rstrip() + "\n")
         buf.append("}\n")
         return "".join(buf)
 
@@ -102,7 +127,7 @@ def _operands(p: _Printer, i) -> str:
 
 
 def _phi(p: _Printer, i) -> str:
-    incoming = ", ".join(["[" + p.ref(v) + ", " + b.get_reference() + "]" for v, b in i.incomings])
+    incoming = ", ".join(["[" + p.ref(v) + ", " + p.ref(b) + "]" for v, b in i.incomings])
     return "phi " + " ".join(i.flags) + " " + p.ty(i.type) + " " + incoming
 
 

@@ -1,4 +1,4 @@
-"""Compile the C runtime and link runners and libmodel.a with `python -m ziglang cc` (static musl).
+"""Compile the C runtime and link runners and libmodel.a with ziglang's `zig cc` (static musl).
 
 Only model.o is compiled for the board's CPU. The runtime, the glue and the runners' libc are compiled for the
 target's baseline CPU (zig's baseline: x86-64, armv8-a, armv7-a + NEON): they are not hot code, they must run far
@@ -11,6 +11,7 @@ same bytes for every model of a board: an application links each model's library
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -87,7 +88,7 @@ def _first_error(stderr: str) -> str:
 def _zig(tool: str, args: Sequence[str | os.PathLike], what: str, private_cache: Path | None = None,
          cwd: Path | None = None) -> None:
     """Run a zig tool; with private_cache, zig caches into that directory instead of ~/.cache/zig."""
-    cmd = [sys.executable, "-m", "ziglang", tool, *map(str, args)]
+    cmd = [*zig_command(), tool, *map(str, args)]
     env = None
     if private_cache is not None:
         env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(private_cache), "ZIG_LOCAL_CACHE_DIR": str(private_cache)}
@@ -96,6 +97,17 @@ def _zig(tool: str, args: Sequence[str | os.PathLike], what: str, private_cache:
         if "No module named ziglang" in proc.stderr:
             raise ToolchainError("ziglang is not installed: pip install ziglang")
         raise ToolchainError(f"zig {tool} failed ({what}): {_first_error(proc.stderr)}")
+
+
+@functools.cache
+def zig_command() -> tuple[str, ...]:
+    """ziglang's zig executable, run directly: `python -m ziglang` execs the same binary after a Python start-up
+    (about 0.1 s of CPU per call; a build calls zig five to seven times). Elsewhere than POSIX, or when the
+    package holds no `zig` file, `python -m ziglang` itself."""
+    zig = _ziglang_dir()
+    if os.name == "posix" and zig is not None and os.access(zig / "zig", os.X_OK):
+        return (str(zig / "zig"),)
+    return (sys.executable, "-m", "ziglang")
 
 
 def _base_args(target: Target, cpu: str) -> list[str]:
@@ -114,7 +126,7 @@ def compile_runtime_source(target: Target, source: Path, include_dirs: Sequence[
 
 
 def zig_tool(tool: str, args: Sequence[str | os.PathLike], what: str, cwd: Path | None = None) -> None:
-    """Run `python -m ziglang TOOL ARGS`; a failure is one ToolchainError line naming `what`."""
+    """Run `zig TOOL ARGS` (ziglang's, zig_command); a failure is one ToolchainError line naming `what`."""
     _zig(tool, args, what, cwd=cwd)
 
 

@@ -53,7 +53,7 @@ class UnitJob:
 
 @dataclass(frozen=True)
 class Emitted:
-    """A unit emitted (its IR named by its code key) with the seconds it took and the process that emitted it."""
+    """A unit emitted (its IR named by its code key) with the CPU seconds it took."""
 
     unit: EmittedUnit
     key: str
@@ -62,7 +62,7 @@ class Emitted:
 
 @dataclass(frozen=True)
 class CodeResult:
-    """A unit's object with the seconds LLVM took (0 when cached) and the process that compiled it."""
+    """A unit's object with the CPU seconds LLVM took (0 when cached) and the process that compiled it."""
 
     code: bytes
     optimize: float = 0.0
@@ -108,9 +108,9 @@ class UnitsBuild:
 
 
 def emit_job(job: UnitJob) -> Emitted:
-    started = time.perf_counter()
+    started = time.thread_time()
     unit = emit_unit(job.view, job.spec)
-    return Emitted(unit, code_key(unit.ir_text, job.spec), time.perf_counter() - started)
+    return Emitted(unit, code_key(unit.ir_text, job.spec), time.thread_time() - started)
 
 
 def compile_code(text: str, spec: MachineSpec) -> CodeResult:

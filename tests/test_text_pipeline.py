@@ -203,3 +203,15 @@ def test_pad_value_in_the_pool_is_refused():
     with pytest.raises(InputError) as err:
         jit_run(model, {"text": np.array([["dog"], ["cat"]], dtype=object)})
     assert "pad_value 'dog' is a token" in str(err.value) and "\n" not in str(err.value), err.value
+
+
+def test_tokens_as_a_graph_output_keep_the_unfused_path():
+    """With the Tokenizer's output also a graph output the TokenIds fusion does not apply: the tokens are string
+    slots (ONNX Runtime's rows, then padding to the bound) and the CategoryMapper maps them; same probabilities."""
+    model = _pipeline("tfidf-bigrams", len(QUERIES))
+    tokens = next(n for n in model.graph.node if n.op_type == "Tokenizer").output[0]
+    model.graph.output.append(V(tokens, TP.STRING, None))
+    feeds = {"text": np.array(QUERIES, dtype=object).reshape(-1, 1)}
+    got, want = FxcBackend.prepare(model).run(feeds), _ort(model, feeds)
+    _same_outputs(got[:2], want[:2])
+    _same_tokens(got[2], want[2], "#")

@@ -215,3 +215,20 @@ def test_tokens_as_a_graph_output_keep_the_unfused_path():
     got, want = FxcBackend.prepare(model).run(feeds), _ort(model, feeds)
     _same_outputs(got[:2], want[:2])
     _same_tokens(got[2], want[2], "#")
+
+
+def test_a_batch_without_tokens_matches_onnxruntime():
+    """Nothing to tokenize (ONNX Runtime's tokens are then [rows, 0]): the classifier sees zero vectors."""
+    model = _pipeline("tfidf-bigrams", 3)
+    feeds = {"text": np.array([[""], ["!!"], ["  "]], dtype=object)}
+    _same_outputs(FxcBackend.prepare(model).run(feeds), _ort(model, feeds))
+
+
+def test_tokenizer_over_rows_of_strings_matches_onnxruntime():
+    """A [N, C] input gives [N, C, tokens]."""
+    node = helper.make_node("Tokenizer", ["x"], ["y"], domain="com.microsoft", **TOKENIZERS["skl2onnx"])
+    graph = helper.make_graph([node], "tok", [V("x", TP.STRING, [2, 3])], [V("y", TP.STRING, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    feeds = {"x": np.array([["a b", "", "ccc d,e"], ["Ünï cödé", "x", "!!"]], dtype=object)}
+    _same_tokens(jit_run(model, feeds)["y"], _ort(model, feeds)[0], "#")

@@ -28,10 +28,11 @@ from ..kernels.regex_search import SearchDfa, compile_search, emit_search
 from ..kernels.regex_syntax import Chars, Repeat, negate, normalize, parse
 from ..opspec import OUR_DOMAIN, register
 from ..strings import DEFAULT_MAX_STRING_BYTES, capacity, encode, room_for
-from .string_maps import search_bytes, sorted_keys
+from .string_maps import sorted_keys
 
-I64 = ks.I64
+I64, I32 = ks.I64, ks.I32
 MS_DOMAIN = "com.microsoft"
+FNV_OFFSET, FNV_PRIME = 0x811C9DC5, 0x01000193
 START_MARK, END_MARK = b"\x02", b"\x03"
 
 
@@ -220,10 +221,60 @@ def lower_tokenizer(k):
     lower_rows(k, spec, put_token, put_constant)
 
 
+def fnv1a(data: bytes) -> int:
+    """32-bit FNV-1a of the bytes (the kernel's `_hash`)."""
+    h = FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * FNV_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def hash_slots(keys: list[bytes]) -> np.ndarray:
+    """Open addressing: a power-of-two table (at least twice the keys) of key indices, -1 where empty; a key sits at
+    its hash's slot or the first free one after it (linear probing)."""
+    size = 1 << max(1, (2 * len(keys) - 1).bit_length())
+    table = np.full(size, -1, np.int32)
+    for j, key in enumerate(keys):
+        at = fnv1a(key) & (size - 1)
+        while table[at] >= 0:
+            at = (at + 1) & (size - 1)
+        table[at] = j
+    return table
+
+
+def _hash(k, text, n):
+    b = k.b
+    h = k.local(I32, I32(FNV_OFFSET))
+    with k.for_range(ks.size_t(k, n)) as j:
+        byte = b.zext(b.load(b.gep(text, [j])), I32)
+        b.store(b.mul(b.xor(b.load(h), byte), I32(FNV_PRIME)), h)
+    return b.load(h)
+
+
+def hash_lookup(k, text, n, slots_ptr, size: int, keys_ptr, key_cap: int, hit) -> None:
+    """hit = the index of the key equal to the n bytes at `text` (left as it was when none is): the slots from the
+    hash's on, until an empty one."""
+    b = k.b
+    at = k.local(I32, b.and_(_hash(k, text, n), I32(size - 1)))
+    going = k.local(ks.I1, ir.Constant(ks.I1, 1))
+    with ks.loop_while(k, lambda: b.load(going)):
+        j = b.load(b.gep(slots_ptr, [ks.size_t(k, b.zext(b.load(at), I64))]))
+        with b.if_else(b.icmp_signed("<", j, I32(0))) as (empty, full):
+            with empty:
+                b.store(ir.Constant(ks.I1, 0), going)
+            with full:
+                index = ks.size_t(k, b.zext(j, I64))
+                key = ks.slot_at(k, keys_ptr, index)
+                with b.if_then(ks.bytes_equal(k, text, n, ks.data(k, key), ks.clamp_length(k, key, key_cap))):
+                    b.store(index, hit)
+                    b.store(ir.Constant(ks.I1, 0), going)
+                b.store(b.and_(b.add(b.load(at), I32(1)), I32(size - 1)), at)
+
+
 @register("TokenIds", domain=OUR_DOMAIN, strings=True, output_bound=bound_tokenizer, run_check=run_check_tokenizer)
 def lower_token_ids(k):
-    """The Tokenizer's rows as the int64 ids of a vocabulary (`keys`, `values`, `default`: a LabelEncoder's), looked
-    up by binary search as each token is found: no string tensor of tokens."""
+    """The Tokenizer's rows as the int64 ids of a vocabulary (`keys`, `values`, `default`: a LabelEncoder's), each
+    token looked up as it is found in a build-time hash table (FNV-1a, linear probing): no string tensor of tokens."""
     spec = tokenizer_spec(k.node.attrs, f"node {k.node.name!r} (TokenIds)")
     keys = np.array([encode(_text(v)) for v in k.attr("keys")], dtype=object)
     values = np.asarray(k.attr("values"), np.int64)
@@ -232,6 +283,8 @@ def lower_token_ids(k):
     lookup = {bytes(kb): int(v) for kb, v in zip(keys, values)}
     fixed = {"start": lookup.get(START_MARK, default), "end": lookup.get(END_MARK, default),
              "pad": lookup.get(spec.pad, default)}
+    slots = hash_slots([bytes(kb) for kb in keys])
+    slots_ptr = k.constant_array(slots)
     keys_ptr, key_cap = ks.table(k, keys)
     values_ptr = k.constant_array(np.concatenate([values, [default]]).astype(np.int64))
     out = k.outputs[0]
@@ -239,7 +292,7 @@ def lower_token_ids(k):
 
     def put_token(row, j, source, start, length):
         hit = k.local(k.idx_t, k.index(len(keys)))
-        search_bytes(k, b.gep(source, [ks.size_t(k, start)]), length, keys_ptr, key_cap, len(keys), hit)
+        hash_lookup(k, b.gep(source, [ks.size_t(k, start)]), length, slots_ptr, len(slots), keys_ptr, key_cap, hit)
         k.store_ptr(k.load_ptr(values_ptr, out.dtype, b.load(hit)), out.ptr, out.dtype, _at(k, row, j))
 
     def put_constant(row, j, name):

@@ -17,8 +17,8 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError
-from .regex_dfa import (MAX_DFA_STATES, NEWLINE, WORD_BYTES, Nfa, _step, _table, byte_classes, closure, table_type,
-                        unique_columns)
+from .regex_dfa import (MAX_DFA_STATES, NEWLINE, WORD_BYTES, Nfa, byte_classes, closure, constant_table, step_sets,
+                        table_type, unique_columns)
 from .regex_syntax import parse
 
 CONTEXTS = ("text start", "other byte", "word byte", "newline")
@@ -108,7 +108,7 @@ def compile_search(pattern, where: str = "Tokenizer", max_states: int = MAX_DFA_
             ctx = (at_start, prev_word, prev_nl, False, b in WORD_BYTES, b == NEWLINE)
             if ctx not in moves:
                 reached = closure(nfa, states, ctx)
-                moves[ctx] = (nfa.match in reached, _step(reached, class_edges, n_classes))
+                moves[ctx] = (nfa.match in reached, step_sets(reached, class_edges, n_classes))
             ends[c], targets = moves[ctx][0], moves[ctx][1][c]
             new = (frozenset(targets), False, word_flag and b in WORD_BYTES, line_flag and b == NEWLINE) if targets else keys[-1]
             if new not in index:
@@ -137,13 +137,13 @@ def emit_search(module: ir.Module, name: str, dfa: SearchDfa, linkage: str = "in
     data, length, at = fn.args
     width = dfa.table.shape[1]
     zero = ir.Constant(i64, 0)
-    cls_var = _table(module, f"{name}.classes", i8, dfa.classes)
-    tab_var = _table(module, f"{name}.table", table_type(dfa.table.size - width), dfa.table.reshape(-1) * width)
-    ends_var = _table(module, f"{name}.ends", i8, dfa.ends_before.reshape(-1).astype(np.int64))
-    last_var = _table(module, f"{name}.at_end", i8, np.repeat(dfa.ends_at_end.astype(np.int64), width))
+    cls_var = constant_table(module, f"{name}.classes", i8, dfa.classes)
+    tab_var = constant_table(module, f"{name}.table", table_type(dfa.table.size - width), dfa.table.reshape(-1) * width)
+    ends_var = constant_table(module, f"{name}.ends", i8, dfa.ends_before.reshape(-1).astype(np.int64))
+    last_var = constant_table(module, f"{name}.at_end", i8, np.repeat(dfa.ends_at_end.astype(np.int64), width))
     contexts = np.array([context_of(b) for b in range(256)], np.int64)
-    ctx_var = _table(module, f"{name}.contexts", i8, contexts)
-    starts_var = _table(module, f"{name}.starts", table_type(dfa.table.size), np.array(dfa.starts) * width)
+    ctx_var = constant_table(module, f"{name}.contexts", i8, contexts)
+    starts_var = constant_table(module, f"{name}.starts", table_type(dfa.table.size), np.array(dfa.starts) * width)
     blocks = {n: fn.append_basic_block(n) for n in ("entry", "after", "head", "body", "step", "end", "done")}
     b = ir.IRBuilder(blocks["entry"])
 

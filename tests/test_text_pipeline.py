@@ -232,3 +232,23 @@ def test_tokenizer_over_rows_of_strings_matches_onnxruntime():
                               ir_version=8)
     feeds = {"x": np.array([["a b", "", "ccc d,e"], ["Ünï cödé", "x", "!!"]], dtype=object)}
     _same_tokens(jit_run(model, feeds)["y"], _ort(model, feeds)[0], "#")
+
+
+def test_a_large_vocabulary_matches_onnxruntime():
+    """3,000 distinct words (the TokenIds hash table at 8,192 slots, with collisions) and bigrams: the counts of
+    CountVectorizer as ONNX Runtime gives them."""
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction.text import CountVectorizer
+    rng = np.random.default_rng(11)
+    words = sorted({"".join(rng.choice(list("abcdefghijklmnopqrstuvwxyzé"), rng.integers(2, 8))) for _ in range(3200)})[:3000]
+    docs = [" ".join(rng.choice(words, rng.integers(5, 40))) for _ in range(400)]
+    vectorizer = CountVectorizer(ngram_range=(1, 2)).fit(docs)
+    model = to_onnx(vectorizer, initial_types=[("text", StringTensorType([None, 1]))])
+    queries = [" ".join(rng.choice(words, rng.integers(0, 30))) + " unknownword" for _ in range(16)]
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = len(queries)
+    feeds = {"text": np.array(queries, dtype=object).reshape(-1, 1)}
+    want = _ort(model, feeds)[0]
+    assert want.sum() > 100
+    np.testing.assert_array_equal(FxcBackend.prepare(model).run(feeds)[0], want)

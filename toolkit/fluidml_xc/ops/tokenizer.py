@@ -1,5 +1,6 @@
 """com.microsoft Tokenizer (ONNX Runtime's contrib op; skl2onnx writes it for CountVectorizer / TfidfVectorizer) and
-its fused form TokenIds (passes/token_ids.py: Tokenizer -> views -> the LabelEncoder of a string TfIdfVectorizer).
+its fused form TokenIds (passes/token_ids.py: Tokenizer -> views -> the token-to-id CategoryMapper of a string
+TfIdfVectorizer), which looks each token up in a build-time hash table as it is found.
 
 Per string, ONNX Runtime's loop: `tokenexp` is searched leftmost-longest (RE2 with longest_match) from the position;
 a match of `mincharnum` code points or more is a token and the search goes on after it, a shorter one moves the

@@ -14,6 +14,14 @@ intra_op_num_threads 1. `rounds` rounds of `runs` calls each, ours and ORT alter
 (benchmarks/ops.py timed_pair); the ratio is the median over rounds of ours / ORT medians (below 1: we are faster).
 A model we cannot build is a row saying why.
 
+The text row ("text tfidf 1-2 grams + logistic"): Pipeline([TfidfVectorizer(ngram_range=(1, 2), max_features=5000),
+LogisticRegression()]) trained on 2,000 synthetic newsgroup-like posts (4 topics with string labels, a vocabulary of
+5,000 words drawn Zipf-like, 20-120 words per post, capitals, punctuation and accented words), exported with
+skl2onnx's defaults (StringNormalizer, Tokenizer, TfIdfVectorizer, LinearClassifier, ZipMap); the queries are other
+posts. Built with --max-string-bytes 1023 (a post's bytes); ours is called on string slots made once before the
+timing, while ORT's run converts the numpy object array to its strings in every call (its share is small: 1,000
+posts are ~0.5 MB).
+
 --forms: the two tree-ensemble evaluators of ops/trees.py against each other instead (table walk / branch code,
 A/B the same way) on random forests of growing size, with each one's JIT build time: what WALK_MIN_LEAVES rests on.
 """
@@ -100,6 +108,81 @@ def _jit_call(model, rows: np.ndarray, board: str):
     return call, seconds, outs
 
 
+TOPICS = ("comp.graphics", "rec.autos", "sci.space", "talk.politics")
+
+
+def posts(count: int, seed: int) -> tuple[list[str], list[str]]:
+    """Synthetic newsgroup posts: per topic a Zipf-weighted share of a 5,000-word vocabulary, plus common words."""
+    rng = np.random.default_rng(0)
+    letters = list("abcdefghijklmnopqrstuvwxyz") + ["é", "ü", "ñ"]
+    words = sorted({"".join(rng.choice(letters, rng.integers(3, 10), p=[0.035] * 26 + [0.03] * 3)) for _ in range(5200)})[:5000]
+    ranks = 1.0 / np.arange(1, len(words) + 1)
+    topic_weights = [rng.permutation(ranks) + ranks for _ in TOPICS]
+    rng = np.random.default_rng(seed)
+    texts, labels = [], []
+    for _ in range(count):
+        topic = int(rng.integers(len(TOPICS)))
+        w = topic_weights[topic] / topic_weights[topic].sum()
+        picked = rng.choice(words, int(rng.integers(20, 121)), p=w)
+        text = " ".join(v.capitalize() if rng.random() < 0.1 else v for v in picked)
+        for mark in (". ", ", ", "! ", "? "):
+            text = text.replace(" ", mark, int(rng.integers(0, 4)))
+        texts.append(text)
+        labels.append(TOPICS[topic])
+    return texts, labels
+
+
+def text_row(batch: int, args) -> tuple | str:
+    """The text pipeline, ours / ORT at one thread (see the module docstring)."""
+    import onnxruntime as ort
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    from fluidml_xc.frontend.ranges import ShapeRanges
+    from fluidml_xc.pipeline import LowerOptions, import_graph, lower
+    from fluidml_xc.run.backend import JitModel
+    from fluidml_xc.strings import from_slots, to_slots
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+    train, labels = posts(2000, 1)
+    queries = np.array(posts(batch, 2)[0], dtype=object).reshape(-1, 1)
+    pipe = Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), max_features=5000)),
+                     ("classifier", LogisticRegression(max_iter=500))]).fit(train, labels)
+    model = to_onnx(pipe, initial_types=[("text", StringTensorType([None, 1]))])
+    for node in model.graph.node:  # ORT's StringNormalizer needs an installed locale; ours reads none
+        if node.op_type == "StringNormalizer":
+            node.attribute.append(__import__("onnx").helper.make_attribute("locale", "C.UTF-8"))
+    graph = import_graph(model, {"text": queries.shape}, ranges=ShapeRanges(max_string_bytes=1023))
+    jit = JitModel(lower(graph, machine_spec(get_board(args.board)), LowerOptions()))
+    (_, in_dtype, _), specs = jit.input_specs[0], jit.output_specs
+    slots = aligned(np.ascontiguousarray(to_slots(queries, in_dtype, "text")).reshape(-1), 64)
+    outs = [aligned(np.zeros(int(np.prod(shape)), dtype=dt), 64) for _, dt, shape in specs]
+    in_ptrs = (ctypes.c_void_p * 1)(slots.ctypes.data)
+    out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+    raw, arena = jit._arena()
+
+    def ours(keep=(slots, raw)):
+        jit._fn(in_ptrs, out_ptrs, ctypes.c_void_p(arena))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def theirs():
+        sess.run(None, {"text": queries})
+    ours()
+    want = sess.run(None, {"text": queries})
+    got_labels = from_slots(outs[0]).tolist()
+    probabilities = np.array([[row[k] for k in sorted(row)] for row in want[1]], np.float32)
+    err = float(np.max(np.abs(outs[1].reshape(probabilities.shape) - probabilities)))
+    check = "ok" if got_labels == want[0].tolist() and err < 1e-4 else f"ERR labels {got_labels == want[0].tolist()} scores {err:.2g}"
+    rounds = [timed_pair(ours, theirs, args.runs) for _ in range(args.rounds)]
+    a, b = float(np.median([r[0] for r in rounds])), float(np.median([r[1] for r in rounds]))
+    return a, b, float(np.median([r[0] / r[1] for r in rounds])), check
+
+
 def forms(x: np.ndarray, y: np.ndarray, args) -> None:
     """Table walk against branch code per forest size and batch (ratio below 1: the walk is faster)."""
     from sklearn.ensemble import RandomForestClassifier
@@ -145,12 +228,13 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     if args.markdown:
         print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for name, estimator in models():
+    text = "text tfidf 1-2 grams + logistic"
+    for name, estimator in [*models(), (text, None)]:
         if args.only and args.only.lower() not in name.lower():
             continue
-        model = export(estimator, x, y)
+        model = export(estimator, x, y) if estimator is not None else None
         for batch in [int(v) for v in args.batches.split(",")]:
-            result = measure(name, model, x, batch, args)
+            result = measure(name, model, x, batch, args) if model is not None else text_row(batch, args)
             cells = (name, str(batch), "", "", "", result) if isinstance(result, str) else (
                 name, str(batch), f"{result[0] * 1e3:.4f}", f"{result[1] * 1e3:.4f}", f"{result[2]:.2f}", result[3])
             print("| " + " | ".join(cells) + " |" if args.markdown else

@@ -16,7 +16,6 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP, helper
 
-from fluidml_xc.errors import InputError
 from fluidml_xc.run.backend import FxcBackend, compile_model
 from modelrun import build, compile_and_run, proto_model
 
@@ -197,17 +196,6 @@ def test_linear_classifier_post_transforms(labels):
             np.testing.assert_allclose(g[1].ravel()[:ROWS], w[1].ravel()[:ROWS], rtol=1e-4, atol=1e-5, err_msg=post)
         else:
             _same(g, w, post)
-
-
-def test_string_class_labels_are_one_line_errors():
-    node = helper.make_node("SVMClassifier", ["X"], ["label", "scores"], domain="ai.onnx.ml", coefficients=[1.0, -1.0],
-                            rho=[0.0], kernel_type="LINEAR", classlabels_strings=["cat", "dog"])
-    model = proto_model([node], [V("X", TP.FLOAT, [2, 1])], [V("label", TP.STRING, [2]), V("scores", TP.FLOAT, [2, 2])],
-                        opsets=(("", 17), ("ai.onnx.ml", 1)), check=True)
-    with pytest.raises(InputError) as err:
-        compile_model(model)({"X": np.zeros((2, 1), np.float32)})
-    text = str(err.value)
-    assert "string class labels ('cat', 'dog')" in text and "integer labels" in text and "\n" not in text, text
 
 
 # -- ZipMap in the C API and `run --outputs FILE.json` ---------------------------------------------------------

@@ -43,7 +43,8 @@ def test_views_are_not_layout_safe():
 def test_the_data_dependent_ops_give_output_bounds():
     assert _names(lambda s: s.output_bound is not None) == [
         "BlackmanWindow", "Compress", "HammingWindow", "HannWindow", "ImageDecoder", "MelWeightMatrix", "NonMaxSuppression",
-        "NonZero", "Range", "StringNormalizer", "StringSplit", "TopK", "Unique"]
+        "NonZero", "Range", "StringNormalizer", "StringSplit", "TopK", "Unique", "com.microsoft.Tokenizer",
+        "fluidml.TokenIds"]
 
 
 def test_our_ops_are_heavy_unless_they_say_otherwise():

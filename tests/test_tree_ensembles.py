@@ -270,18 +270,6 @@ def _reference(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
     return [np.where(np.abs(y) == np.finfo(np.float32).max, 0, y)]  # MIN/MAX of no leaf: 0 (ONNX Runtime's rule)
 
 
-def test_string_class_labels_are_refused():
-    node = helper.make_node("TreeEnsembleClassifier", ["X"], ["label", "scores"], domain="ai.onnx.ml",
-                            nodes_treeids=[0], nodes_nodeids=[0], nodes_featureids=[0], nodes_values=[0.0],
-                            nodes_modes=["LEAF"], nodes_truenodeids=[0], nodes_falsenodeids=[0], class_treeids=[0],
-                            class_nodeids=[0], class_ids=[0], class_weights=[1.0], classlabels_strings=["a", "b"])
-    model = proto_model([node], [V("X", TP.FLOAT, [2, 2])], [V("label", TP.STRING, [2]), V("scores", TP.FLOAT, [2, 2])],
-                        opsets=(("", 17), ("ai.onnx.ml", 3)), check=True)
-    with pytest.raises(InputError) as err:
-        compile_model(model)({"X": np.zeros((2, 2), np.float32)})
-    assert "string" in str(err.value), err.value
-
-
 @pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
 @pytest.mark.parametrize("onnx_opset", [11, 17, 21])
 def test_normalizer(norm, onnx_opset):

@@ -20,7 +20,7 @@ from ..errors import InputError, NeedsBound, UnresolvedShape
 from ..ir import DEFAULT_BOUND, Graph, Node, Tensor, is_onnx_domain
 from ..opspec import BoundFn, lookup, traits
 from ..strings import DEFAULT_MAX_STRING_BYTES, use_slots
-from . import mel, ml_ops, ml_svm, subgraphs, tfidf, zipmap  # noqa: F401 - they register their expansions
+from . import mel, ml_ops, ml_svm, subgraphs, string_labels, tfidf, zipmap  # noqa: F401 - they register their expansions
 from .builder import attrs, rename_in_attribute
 from .domains import Opsets
 from .expanders import FOLDABLE_ONLY, SUBGRAPH_OPS, Scope, expand, is_structured

@@ -11,7 +11,8 @@ subgraphs.py does for control flow; tensor expansions in expanders.py's registry
 
 Inputs of another dtype than float are cast to float first (as ONNX Runtime computes them). A variant
 outside these (rank other than 2, string values) is left alone and reported as an unsupported op, or as a string
-tensor, by the frontend; string class labels are refused with one line (ml_transforms.class_labels).
+tensor, by the frontend; string class labels (`classlabels_strings`) make the label output a string tensor, a Gather of
+the labels (ml_transforms.class_labels); tree classifiers with string labels: string_labels.py.
 """
 from __future__ import annotations
 

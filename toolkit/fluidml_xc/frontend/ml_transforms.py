@@ -9,8 +9,8 @@ LinearClassifier (ml_ops.py) and SVMClassifier (ml_svm.py):
   or [-s, s] and after LOGISTIC [logistic(-s), logistic(s)]; PROBIT writes probit(s) alone (the other values stay
   unset: 0 here).
 
-A class label is the label list gathered at a class index; string labels are refused here with one line until
-string tensors arrive (then they are one more `Gather` of a string constant).
+A class label is the label list gathered at a class index: a `Gather` of the int64 labels, or of a string constant
+for `classlabels_strings` (string tensors are fixed slots, docs/STRINGS.md).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
 from .builder import NodeBuilder
 
 F32 = np.float32
@@ -92,11 +91,10 @@ def second_class(bld: NodeBuilder, s: str, rows: int, post: str, mixed: bool, pa
 
 
 def class_labels(where: str, ints, strings) -> np.ndarray | None:
-    """The classifier's labels as a constant array (None: it has none); string labels: a one-line InputError."""
+    """The classifier's labels as a constant array: int64, or an object array of str for `classlabels_strings`
+    (its label output is then a string tensor, gathered from them); None when it has none."""
     if strings:
-        raise InputError(f"{where}: string class labels ({', '.join(repr(s.decode() if isinstance(s, bytes) else s) for s in list(strings)[:3])}"
-                         f"{', ...' if len(strings) > 3 else ''}) are not supported yet: export the model with integer "
-                         "labels (encode the classes as 0..n-1, e.g. sklearn's LabelEncoder, and map them back after the run)")
+        return np.array([s.decode() if isinstance(s, bytes) else str(s) for s in strings], dtype=object)
     return np.asarray(ints, np.int64) if ints else None
 
 

@@ -202,7 +202,7 @@ def subset_dfa(nfa: Nfa, classes: np.ndarray, max_states: int) -> tuple[np.ndarr
         for c, b in enumerate(reps):
             ctx = (at_start, prev_word, prev_nl, False, b in WORD_BYTES, b == NEWLINE)
             if ctx not in moves:
-                moves[ctx] = _step(closure(nfa, core, ctx), class_edges, n_classes)
+                moves[ctx] = step_sets(closure(nfa, core, ctx), class_edges, n_classes)
             targets = moves[ctx][c]
             if not targets:
                 continue
@@ -221,7 +221,7 @@ def subset_dfa(nfa: Nfa, classes: np.ndarray, max_states: int) -> tuple[np.ndarr
     return np.array(rows, np.int64), np.array(accept, bool), 1
 
 
-def _step(states: frozenset[int], class_edges, n_classes: int) -> list[set[int]]:
+def step_sets(states: frozenset[int], class_edges, n_classes: int) -> list[set[int]]:
     out: list[set[int]] = [set() for _ in range(n_classes)]
     for s in states:
         for c0, c1, t in class_edges[s]:
@@ -314,8 +314,8 @@ def emit_matcher(module: ir.Module, name: str, dfa: Dfa, linkage: str = "") -> i
         fn.linkage = linkage
     data, length = fn.args
     width = dfa.table.shape[1]
-    cls_var = _table(module, f"{name}.classes", i8, dfa.classes)
-    tab_var = _table(module, f"{name}.table", table_type(dfa.table.size - width), dfa.table.reshape(-1) * width)
+    cls_var = constant_table(module, f"{name}.classes", i8, dfa.classes)
+    tab_var = constant_table(module, f"{name}.table", table_type(dfa.table.size - width), dfa.table.reshape(-1) * width)
     entry, head, body, done = (fn.append_basic_block(n) for n in ("entry", "head", "body", "done"))
     b = ir.IRBuilder(entry)
     b.branch(head)
@@ -342,7 +342,7 @@ def emit_matcher(module: ir.Module, name: str, dfa: Dfa, linkage: str = "") -> i
     return fn
 
 
-def _table(module: ir.Module, name: str, ty: ir.IntType, values: np.ndarray) -> ir.GlobalVariable:
+def constant_table(module: ir.Module, name: str, ty: ir.IntType, values: np.ndarray) -> ir.GlobalVariable:
     array = ir.ArrayType(ty, len(values))
     var = ir.GlobalVariable(module, array, name)
     var.global_constant = True

@@ -66,8 +66,13 @@ def sorted_keys(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _binary_search(k, slot, cap: int, keys_ptr, key_cap: int, count: int, hit) -> None:
     """hit = the index of the key equal to the slot's string among `count` keys sorted by (length, bytes)."""
+    search_bytes(k, ks.data(k, slot), ks.clamp_length(k, slot, cap), keys_ptr, key_cap, count, hit)
+
+
+def search_bytes(k, text, n, keys_ptr, key_cap: int, count: int, hit) -> None:
+    """hit = the index of the key equal to the n bytes at `text` among `count` keys sorted by (length, bytes)
+    (left as it was when none is)."""
     b = k.b
-    n, text = ks.clamp_length(k, slot, cap), ks.data(k, slot)
     lo, hi = k.local(k.idx_t, k.index(0)), k.local(k.idx_t, k.index(count))
     with ks.loop_while(k, lambda: b.icmp_signed("<", b.load(lo), b.load(hi))):
         mid = b.lshr(b.add(b.load(lo), b.load(hi)), k.index(1))

@@ -168,6 +168,17 @@ def test_tfidf_vectorizer(mode, weights):
     check(jit_run(m, feeds), reference(m, feeds))
 
 
+
+@pytest.mark.parametrize("mode", ["IDF", "TFIDF"])
+def test_tfidf_weights_follow_their_ngram_to_its_column(mode):
+    """weights[i] belongs to the i-th n-gram, at column ngram_indexes[i] (ONNX Runtime; skl2onnx permutes the
+    columns); onnx.reference weighs by column instead, so ONNX Runtime is the oracle."""
+    feeds = {"x": np.array([[5, 6, 7, 7], [7, 9, 5, 5]], np.int64)}
+    attrs = dict(max_gram_length=1, max_skip_count=0, min_gram_length=1, mode=mode, ngram_counts=[0],
+                 ngram_indexes=[2, 0, 1], pool_int64s=[5, 6, 7], weights=[10.0, 20.0, 30.0])
+    m = model([helper.make_node("TfIdfVectorizer", ["x"], ["t"], **attrs)], feeds, ["t"], opset=9)
+    check(jit_run(m, feeds), ort_run(m, feeds))
+
 def _scan_body():
     body = helper.make_graph(
         [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Mul", ["s_out", "w"], ["y_t"]),

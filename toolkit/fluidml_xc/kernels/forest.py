@@ -181,8 +181,8 @@ def regressor(attrs: dict, where: str) -> Forest:
 
 def classifier(attrs: dict, where: str) -> Forest:
     if attrs.get("classlabels_strings"):
-        raise InputError(f"{where}: string class labels are not supported: export the classifier with integer "
-                         "labels (skl2onnx: encode y with LabelEncoder first) and map them back after the run")
+        raise InputError(f"{where}: string class labels reach the forest as their indices (the importer's "
+                         "frontend/string_labels.py rewrites the node); this node was not rewritten")
     labels = _ints(attrs, "classlabels_int64s")
     if not labels:
         raise InputError(f"{where}: classlabels_int64s is empty: a classifier needs its class labels")

@@ -256,9 +256,7 @@ def lower_tfidf(k):
                         k.store(o_acc, idx, b.fadd(k.load(o_acc, idx), const(dt, 1)))
     if mode == "TF":
         return
-    w = np.asarray(weights if weights is not None and len(weights) else np.ones(out_size), dtype=np.float32)
-    if w.size < out_size:
-        raise InputError(f"node {name!r} (TfIdfVectorizer): weights has {w.size} values, expected {out_size}")
+    w = _column_weights(name, weights, indexes, out_size)
     w_ptr = k.constant_array(w.astype(dt))
     with k.for_range(rows) as r, k.for_range(out_size) as c:
         idx = out_idx(r, c)
@@ -269,3 +267,19 @@ def lower_tfidf(k):
         else:
             value = b.fmul(wv, f)
         k.store(o_acc, idx, value)
+
+
+def _column_weights(name: str, weights, indexes: list[int], out_size: int) -> np.ndarray:
+    """Each output column's weight. One weight per n-gram: `weights[i]` goes to column `ngram_indexes[i]`, as ONNX
+    Runtime reads it (skl2onnx's models permute the columns); any other count (ONNX Runtime refuses those) is read
+    per column, as onnx.reference does; no weights weigh every column 1."""
+    if weights is None or not len(weights):
+        return np.ones(out_size, dtype=np.float32)
+    if len(weights) == len(indexes):
+        w = np.zeros(out_size, dtype=np.float32)
+        w[np.asarray(indexes, dtype=np.int64)] = np.asarray(weights, dtype=np.float32)
+        return w
+    if len(weights) < out_size:
+        raise InputError(f"node {name!r} (TfIdfVectorizer): weights has {len(weights)} values, expected one per "
+                         f"n-gram ({len(indexes)}); fix the model's weights attribute")
+    return np.asarray(weights[:out_size], dtype=np.float32)

@@ -393,7 +393,8 @@ class AnalyticModel:
         nb = -(-geo.Cog // geo.R)
         units = -(-geo.OW // geo.P) if geo.flat else geo.OH
         if order == "co>px":
-            traffic = in_bytes * (nb if in_bytes > CACHE_BYTES else 1) + w_bytes
+            kept = CACHE_BYTES * (AVX2_INPUT_SHARE if self.forms.x86 and V * item <= 32 else 1)
+            traffic = in_bytes * (nb if in_bytes > kept else 1) + w_bytes
         else:
             traffic = w_bytes * (units if w_bytes > CACHE_BYTES else 1) + in_bytes
         if geo.pack_groups:  # the input read once into the stack, which stays cached; all weights once per group
@@ -469,6 +470,10 @@ CONV_SCATTER_NS = 0.15
 """One element of a vector of output channels stored to a tensor whose channels are not innermost
 (measured: 3x3 convs into NCHW vs NHWC, AVX-512)."""
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
+AVX2_INPUT_SHARE = 0.5
+"""Share of CACHE_BYTES an AVX2 x86 channel-vector conv's input may take and stay cached across its channel blocks
+(co>px): each block's pass also streams its output and residual lines through L2 (Zen 3, 512 KiB L2: ResNet-50's
+128@28 -> 512 1x1 convs with their residual, 401 KiB of input, run px>co in 0.76-0.82 of co>px's CPU time)."""
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
 FMA_IN_FLIGHT = 8

@@ -18,6 +18,7 @@ CASES = {  # weight shape, attributes, input shape
     "depthwise_s2": ((37, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], group=37), (1, 37, 13, 13)),
     "depthwise_5x5": ((48, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=48), (2, 48, 7, 7)),
     "conv1x1_wide": ((40, 24, 1, 1), {}, (1, 24, 24, 24)),
+    "conv1x1_7x7": ((48, 24, 1, 1), {}, (1, 24, 7, 7)),  # 49 pixels flat: tiles, then balanced blocks (no lone pixel)
     "conv3x3": ((40, 12, 3, 3), dict(pads=[1, 1, 1, 1]), (1, 12, 11, 19)),
     "conv3x3_s2_512": ((24, 512, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), (1, 512, 9, 11)),  # taps outermost on x86
     "grouped": ((32, 8, 3, 3), dict(pads=[1, 1, 1, 1], group=2), (1, 16, 7, 9)),

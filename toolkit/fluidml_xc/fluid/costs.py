@@ -394,7 +394,7 @@ class AnalyticModel:
         units = -(-geo.OW // geo.P) if geo.flat else geo.OH
         avx2 = self.forms.x86 and V * item <= 32
         if order == "co>px":
-            kept = CACHE_BYTES * (AVX2_INPUT_SHARE if avx2 else 1)
+            kept = CACHE_BYTES * (AVX2_INPUT_SHARE if avx2 and taps > AVX2_SHORT_TAPS else 1)
             traffic = in_bytes * (nb if in_bytes > kept else 1) + w_bytes
         else:
             kept = AVX2_L1_BYTES if avx2 and taps <= AVX2_SHORT_TAPS else CACHE_BYTES
@@ -475,7 +475,8 @@ FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_N
 AVX2_INPUT_SHARE = 0.5
 """Share of CACHE_BYTES an AVX2 x86 channel-vector conv's input may take and stay cached across its channel blocks
 (co>px): each block's pass also streams its output and residual lines through L2 (Zen 3, 512 KiB L2: ResNet-50's
-128@28 -> 512 1x1 convs with their residual, 401 KiB of input, run px>co in 0.95-0.97 of co>px's CPU time)."""
+128@28 -> 512 1x1 convs with their residual, 401 KiB of input, run px>co in 0.95-0.97 of co>px's CPU time; Inception-v2's
+576@14 ones 0.92-1.0). Not for a short reduction (AVX2_SHORT_TAPS): MobileNetV2's 24@56 -> 144 runs px>co 1.07x."""
 AVX2_L1_BYTES = 32 * 1024
 AVX2_SHORT_TAPS = 64
 """AVX2 x86 pixel tiles outermost (px>co) with a short reduction (at most AVX2_SHORT_TAPS taps per output, a 4 KiB

@@ -137,7 +137,7 @@ def test_cnn_fluid_aarch64(tmp_path):
     ("x86-64-v4", 64, 56, 256, "px>co"),
 ])
 def test_conv1x1_loop_order_on_avx2(cpu, C, H, OC, order):
-    """Channels-last 1x1 convs with a residual as in ResNet-50 (fluid/costs.py AVX2_INPUT_SHARE, AVX2_SHORT_TAPS): on
+    """Channels-last 1x1 convs with a residual as in ResNet-50 (TargetForms.input_kept, weights_kept): on
     AVX2 x86 the one whose input fills more than half of CACHE_BYTES runs pixel tiles outermost, the one with 64
     input channels and 64 KiB of weights channel blocks outermost (measured on Zen 3); AVX-512 keeps its choices."""
     from fluidml_xc.fluid.costs import CACHE_BYTES, Costs

@@ -392,13 +392,10 @@ class AnalyticModel:
         w_bytes = geo.Cog * taps * item
         nb = -(-geo.Cog // geo.R)
         units = -(-geo.OW // geo.P) if geo.flat else geo.OH
-        avx2 = self.forms.x86 and V * item <= 32
         if order == "co>px":
-            kept = CACHE_BYTES * (AVX2_INPUT_SHARE if avx2 and taps > AVX2_SHORT_TAPS else 1)
-            traffic = in_bytes * (nb if in_bytes > kept else 1) + w_bytes
+            traffic = in_bytes * (nb if in_bytes > self.forms.input_kept(CACHE_BYTES, taps, V * item) else 1) + w_bytes
         else:
-            kept = AVX2_L1_BYTES if avx2 and taps <= AVX2_SHORT_TAPS else CACHE_BYTES
-            traffic = w_bytes * (units if w_bytes > kept else 1) + in_bytes
+            traffic = w_bytes * (units if w_bytes > self.forms.weights_kept(CACHE_BYTES, taps, V * item) else 1) + in_bytes
         if geo.pack_groups:  # the input read once into the stack, which stays cached; all weights once per group
             traffic = 2 * in_bytes + w_bytes * (units if order == "px>co" and w_bytes > CACHE_BYTES else geo.pack_groups)
         traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)
@@ -472,16 +469,6 @@ CONV_SCATTER_NS = 0.15
 """One element of a vector of output channels stored to a tensor whose channels are not innermost
 (measured: 3x3 convs into NCHW vs NHWC, AVX-512)."""
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
-AVX2_INPUT_SHARE = 0.5
-"""Share of CACHE_BYTES an AVX2 x86 channel-vector conv's input may take and stay cached across its channel blocks
-(co>px): each block's pass also streams its output and residual lines through L2 (Zen 3, 512 KiB L2: ResNet-50's
-128@28 -> 512 1x1 convs with their residual, 401 KiB of input, run px>co in 0.95-0.97 of co>px's CPU time; Inception-v2's
-576@14 ones 0.92-1.0). Not for a short reduction (AVX2_SHORT_TAPS): MobileNetV2's 24@56 -> 144 runs px>co 1.07x."""
-AVX2_L1_BYTES = 32 * 1024
-AVX2_SHORT_TAPS = 64
-"""AVX2 x86 pixel tiles outermost (px>co) with a short reduction (at most AVX2_SHORT_TAPS taps per output, a 4 KiB
-block of weights per channel block): all weights past L1 are read again per pixel tile (Zen 3: ResNet-50's
-64@56 -> 256 1x1 convs run co>px in 0.88-0.90 of px>co's CPU time, with or without their residual)."""
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
 FMA_IN_FLIGHT = 8

@@ -31,8 +31,10 @@ from fluidml_xc.kernels import conv_geometry  # noqa: E402
 from fluidml_xc.pipeline import import_graph  # noqa: E402
 from fluidml_xc.target.boards import get_board  # noqa: E402
 from fluidml_xc.target.machine import machine_spec  # noqa: E402
+from conv_orders import page_aligned  # noqa: E402
 
 NHWC = (0, 2, 3, 1)
+KEEP: list = []
 CASES = [  # name, C in, H = W, C out, kernel, stride, loop order (3x3 convs of ResNet-50, Inception-v2, VGG-19, ZFNet)
     ("512@14 s2", 512, 14, 512, 3, 2, "co>px"),
     ("256@28 s2", 256, 28, 256, 3, 2, "co>px"),
@@ -58,12 +60,14 @@ def conv_model(C: int, H: int, OC: int, k: int, s: int) -> onnx.ModelProto:
 
 
 def kernel_buffers(graph, kernel, layouts):
+    """The kernel's buffers, each on a 4 KiB boundary as in the arena (benchmarks/conv_orders.py: numpy's are 16 bytes
+    off one)."""
     stored = []
     for name in kernel.names:
         t = graph.tensors[name]
         value = t.value if t.is_const else np.random.default_rng(3).standard_normal(t.shape).astype(np.float32)
         perm = layouts.get(name) if not t.is_const else None
-        stored.append(np.ascontiguousarray(np.transpose(value, perm) if perm else value).copy())
+        stored.append(page_aligned(np.ascontiguousarray(np.transpose(value, perm) if perm else value), KEEP))
     return stored, [ctypes.c_void_p(a.ctypes.data) for a in stored]
 
 

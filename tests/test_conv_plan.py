@@ -98,3 +98,18 @@ def test_channel_vectors_run_taps_outermost_where_their_lines_crowd_an_l1_set(tr
     plan = plan_conv(s, TargetForms(triple), dtype="float32", V=V, w_const=True, finite=True)
     assert plan.blocking.kind == "channels"
     assert plan.taps_outer is want
+
+
+@pytest.mark.parametrize("triple,V,want", [
+    ("x86_64-unknown-linux-gnu", 8, (0, 6)),    # AVX2: 6 tiles of 6, then blocks of 4, 4 and 5 pixels (8-10 accumulators)
+    ("x86_64-unknown-linux-gnu", 16, (0, 4)),   # AVX-512: 4 tiles of 12 and a lone pixel, as before
+    ("aarch64-unknown-linux-gnu", 4, (0, 8)),   # NEON: unchanged
+])
+def test_a_flat_channels_last_row_leaves_no_lone_pixel_waiting_on_the_fma_latency(triple, V, want):
+    C, OC, H = 64, 64, 7  # 49 pixels, flat
+    nhwc = lambda c: (H * H * c, 1, H * c, c)  # noqa: E731
+    s = conv_shape(((1, C, H, H), nhwc(C)), ((1, OC, H, H), nhwc(OC)), ((OC, C, 1, 1), (C, 1, 1, 1)), None,
+                   [1, 1], [1, 1], [0, 0], 1)
+    plan = plan_conv(s, TargetForms(triple), dtype="float32", V=V, w_const=True, finite=True)
+    assert s.flat and plan.blocking.kind == "channels"
+    assert plan.col_blocks == want

@@ -18,6 +18,7 @@ CASES = {  # weight shape, attributes, input shape
     "depthwise_s2": ((37, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], group=37), (1, 37, 13, 13)),
     "depthwise_5x5": ((48, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=48), (2, 48, 7, 7)),
     "conv1x1_wide": ((40, 24, 1, 1), {}, (1, 24, 24, 24)),
+    "conv1x1_7x7": ((48, 24, 1, 1), {}, (1, 24, 7, 7)),  # 49 pixels flat: tiles, then balanced blocks (no lone pixel)
     "conv3x3": ((40, 12, 3, 3), dict(pads=[1, 1, 1, 1]), (1, 12, 11, 19)),
     "conv3x3_s2_512": ((24, 512, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), (1, 512, 9, 11)),  # taps outermost on x86
     "grouped": ((32, 8, 3, 3), dict(pads=[1, 1, 1, 1], group=2), (1, 16, 7, 9)),
@@ -127,3 +128,28 @@ def test_cnn_fluid_aarch64(tmp_path):
     got = compile_and_run(model, feeds, tmp_path, board="qemu-aarch64", opt="fluid")
     for name in ("y", "cat"):
         np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("cpu,C,H,OC,order", [
+    ("x86-64-v3", 128, 28, 512, "px>co"),  # input past half of L2: channel blocks outermost would re-read it
+    ("x86-64-v4", 128, 28, 512, "co>px"),  # AVX-512 keeps its figures
+    ("x86-64-v3", 64, 56, 256, "co>px"),   # a 64-tap reduction: pixel tiles outermost re-read the weights past L1
+    ("x86-64-v4", 64, 56, 256, "px>co"),
+])
+def test_conv1x1_loop_order_on_avx2(cpu, C, H, OC, order):
+    """Channels-last 1x1 convs with a residual as in ResNet-50 (TargetForms.input_kept, weights_kept): on
+    AVX2 x86 the one whose input fills more than half of CACHE_BYTES runs pixel tiles outermost, the one with 64
+    input channels and 64 KiB of weights channel blocks outermost (measured on Zen 3); AVX-512 keeps its choices."""
+    from fluidml_xc.fluid.costs import CACHE_BYTES, Costs
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "r"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    feeds = {"x": np.zeros((1, C, H, H), np.float32), "r": np.zeros((1, OC, H, H), np.float32)}
+    graph = import_graph(float_model(nodes, {"w": rand(OC, C, 1, 1), "b": rand(OC)}, feeds, ["y"]))
+    conv = next(n for n in graph.nodes if n.op_type == "Conv")
+    nhwc = {t: NHWC for t in (*conv.inputs[:1], *conv.inputs[3:], *conv.outputs) if t}
+    assert len(conv.inputs) > 3 and conv.inputs[3] in nhwc  # Add + Relu fused: the residual is read in the kernel
+    assert C != 128 or CACHE_BYTES // 2 < C * H * H * 4 <= CACHE_BYTES
+    assert Costs(graph, machine_spec(get_board("x86_64"), cpu)).cost_and_order(conv, nhwc)[1] == order

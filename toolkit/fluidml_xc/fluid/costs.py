@@ -393,9 +393,9 @@ class AnalyticModel:
         nb = -(-geo.Cog // geo.R)
         units = -(-geo.OW // geo.P) if geo.flat else geo.OH
         if order == "co>px":
-            traffic = in_bytes * (nb if in_bytes > CACHE_BYTES else 1) + w_bytes
+            traffic = in_bytes * (nb if in_bytes > self.forms.input_kept(CACHE_BYTES, taps, V * item) else 1) + w_bytes
         else:
-            traffic = w_bytes * (units if w_bytes > CACHE_BYTES else 1) + in_bytes
+            traffic = w_bytes * (units if w_bytes > self.forms.weights_kept(CACHE_BYTES, taps, V * item) else 1) + in_bytes
         if geo.pack_groups:  # the input read once into the stack, which stays cached; all weights once per group
             traffic = 2 * in_bytes + w_bytes * (units if order == "px>co" and w_bytes > CACHE_BYTES else geo.pack_groups)
         traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)

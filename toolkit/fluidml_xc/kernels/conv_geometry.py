@@ -109,6 +109,12 @@ L1_SET_LINES = 8
 """L1's ways (32 KiB, 8 ways, 64 sets on Zen 3 and most x86 cores): more lines of one input channel's taps in one set
 cannot all stay (TargetForms.taps_outer; AVX2 on Zen 3, docs/CNN_OPS.md: 21 lines, 512 channels at stride 2, taps
 outermost 0.67x; 12 lines 0.87x; 6 lines 0.99x)."""
+L1_BYTES = 32 * 1024
+AVX2_INPUT_SHARE = 0.5
+SHORT_TAPS = 64
+"""Taps per output (input channels x kernel taps) of a short reduction (TargetForms.input_kept, weights_kept)."""
+TAIL_ACCUMULATORS = 8
+"""Accumulators a channel-vector block needs to keep both FMA ports busy (x86: two ports x 4 cycles latency)."""
 CONV_ORDERS = ("co>px", "px>co")
 """Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
 streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
@@ -193,6 +199,36 @@ class TargetForms:
         for line in lines:
             per_set[line % 64] = per_set.get(line % 64, 0) + 1
         return max(per_set.values()) > L1_SET_LINES
+
+    def avx2(self, vector_bytes: int) -> bool:
+        return self.x86 and vector_bytes <= 32
+
+    def input_kept(self, cache_bytes: int, taps: int, vector_bytes: int) -> int:
+        """Most input bytes of a channel-vector conv that stay cached across its channel blocks (co>px, fluid/costs.py):
+        on AVX2 x86 past a short reduction half of them, AVX2_INPUT_SHARE (each block's pass also streams its output
+        and residual lines through Zen 3's 512 KiB L2: ResNet-50's 128@28 -> 512 1x1 convs with their residual, 401
+        KiB of input, run px>co in 0.95-0.97 of co>px's CPU time, Inception-v2's 576@14 ones 0.92-1.0; MobileNetV2's
+        24@56 -> 144, 24 taps, px>co 1.07x)."""
+        return int(cache_bytes * AVX2_INPUT_SHARE) if self.avx2(vector_bytes) and taps > SHORT_TAPS else cache_bytes
+
+    def weights_kept(self, cache_bytes: int, taps: int, vector_bytes: int) -> int:
+        """Most weight bytes of a channel-vector conv that stay cached across its pixel tiles (px>co): on AVX2 x86 with
+        a short reduction (at most SHORT_TAPS taps, 4 KiB of weights per channel block) those of L1 only (Zen 3:
+        ResNet-50's 64@56 -> 256 1x1 convs, 64 KiB of weights, run co>px in 0.88-0.90 of px>co's CPU time)."""
+        return L1_BYTES if self.avx2(vector_bytes) and taps <= SHORT_TAPS else cache_bytes
+
+    def tail_tiles(self, tiles: int, rest: int, P: int, vectors: int, vector_bytes: int) -> int:
+        """Interior tiles of P pixels a channel-vector row gives back to the balanced blocks after them (`rest`
+        columns) so that each of those keeps TAIL_ACCUMULATORS accumulators, on x86 up to 32-byte vectors: 49 pixels
+        (ResNet-50's 7x7 stage, flat) ran 8 tiles of 6 and a lone pixel whose 2 accumulators wait on the FMA
+        latency; now 6 tiles and blocks of 4, 4 and 5 pixels."""
+        if rest == 0 or not (self.x86 and vector_bytes <= 32):
+            return 0
+        for k in range(tiles + 1):
+            pixels = rest + k * P
+            if pixels // -(-pixels // P) * vectors >= TAIL_ACCUMULATORS:
+                return k
+        return 0
 
     def dw_pixels(self) -> int:
         return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())

@@ -297,13 +297,15 @@ def _pointwise_over_rows(s: ConvShape) -> bool:
             and (s.OH, s.OW) == (s.H, s.W))
 
 
-def _col_blocks(s: ConvShape, b: ConvBlocking) -> tuple[int, int]:
+def _col_blocks(s: ConvShape, b: ConvBlocking, forms: TargetForms, V: int, itemsize: int) -> tuple[int, int]:
     lo, hi = inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0)
     hi = max(hi, lo)
     if b.P == 0 or s.OW <= 4 * b.P or hi - lo < b.P:
         return s.OW, 0
     if b.kind == "channels":
         lo = min(-(-lo // b.P) * b.P, hi)
+        tiles = (hi - lo) // b.P
+        return lo, tiles - forms.tail_tiles(tiles, s.OW - lo - tiles * b.P, b.P, b.R // V, V * itemsize)
     return lo, (hi - lo) // b.P
 
 
@@ -356,7 +358,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     margin = s.sw - 1 if wide else 0
     cols = inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, margin)
     edges = edge_loop(s, b)
-    col_blocks = edges or _col_blocks(s, b)
+    col_blocks = edges or _col_blocks(s, b, forms, V, itemsize)
     span, edge_columns = _edges(s, b, V, cols)
     if b.packs_input or b.kind == "depthwise_c":
         px_tiles = 0

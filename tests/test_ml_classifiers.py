@@ -257,6 +257,15 @@ def test_zipmap_labels_in_the_c_api(tmp_path):
     assert main(["verify", str(artifact)]) == 0  # ONNX Runtime's maps (string keys sorted) by label
 
 
+
+def test_a_zipmap_output_listed_twice_gets_a_label_table_per_slot(tmp_path):
+    model = _zipmap_model([7, 8, 9])
+    model.graph.output.append(model.graph.output[1])
+    header = (build(model, tmp_path) / "model.h").read_text()
+    for index in (1, 2):
+        assert f"extern const int64_t fxc_output{index}_labels[FXC_OUTPUT{index}_NUM_LABELS];" in header
+        assert f"#define FXC_OUTPUT{index}_NUM_LABELS 3" in header
+
 def test_run_outputs_json_gives_zipmap_dicts(tmp_path):
     from fluidml_xc.cli import main
     model = _zipmap_model([10, 20, 30])

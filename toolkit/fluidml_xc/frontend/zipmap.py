@@ -61,5 +61,5 @@ def zipmap_rows(labels, probabilities: np.ndarray) -> list[dict]:
 def output_labels(graph) -> tuple[tuple[int, tuple], ...]:
     """(index in graph.outputs, labels) of each ZipMap output (the C API's label tables)."""
     described = (graph.structures or {}).get("outputs", {})
-    return tuple((graph.outputs.index(name), tuple(desc[1])) for name, desc in described.items()
-                 if isinstance(desc, list) and desc[0] == ZIPMAP and name in graph.outputs)
+    return tuple((index, tuple(described[name][1])) for index, name in enumerate(graph.outputs)
+                 if isinstance(described.get(name), list) and described[name][0] == ZIPMAP)

@@ -421,7 +421,8 @@ class ConvKernel:
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
 
         Columns known at build time (the borders, and every column of a narrow row) go in blocks
-        whose pixels each have their own constant tap range; the interior runs in a loop of tiles.
+        whose pixels each have their own constant tap range (a run of such blocks with the whole kernel row, a narrow
+        row's interior, as one loop: block_runs); the interior runs in a loop of tiles.
         Channel vectors balance the fixed blocks (7 columns as 4 + 3, not 6 + 1: a pixel's few accumulators
         wait on the FMA latency).
         """

@@ -120,16 +120,49 @@ def test_row_pairs_odd_interior_row_joins_the_border_loop(tmp_path):
     assert runs[0].tobytes() == runs[1].tobytes()
 
 
-@pytest.mark.parametrize("oc,c,hw,ratio", [(128, 32, 12, 1.55), (80, 64, 20, 2.4), (48, 16, 9, 2.4)])
+@pytest.mark.parametrize("oc,c,hw,ratio", [(128, 32, 12, 1.55), (80, 64, 20, 2.5), (48, 16, 9, 2.4)])
 def test_channel_vectors_at_16_lanes_emit_less_ir(oc, c, hw, ratio):
     """x86-64-v4's 16-lane channel blocks (NCHW output, bias) against aarch64's 4 lanes for the same conv: at most
     `ratio` times its IR (with a rest block of channels, 80 = 2 x 32 + 16 and 48 = 32 + 16, one more copy of the
     conv). Before: 1.75x, 2.86x and 2.62x (each lane's store address computed afresh, bias inserted lane by lane,
-    a rest block's unused second vector computed)."""
+    a rest block's unused second vector computed); 20 columns are 4 blocks of 5 on aarch64, whose 2 interior ones
+    loop (ConvKernel.block_runs), 2 of 10 with a padded column each on x86-64-v4."""
     model = one_conv([1, 1, 1, 1], 1, (1, c, hw, hw), oc)
     v4 = instructions(model, "x86_64", "plain", machine_specs(get_board("x86_64"))[0])
     arm = instructions(model, "qemu-aarch64", "plain")
     assert v4 <= arm * ratio, (v4, arm)
+
+
+def test_narrow_row_interior_blocks_loop():
+    """A row of at most 4 pixel tiles runs in balanced fixed blocks; those whose pixels all have the whole kernel row
+    run as one loop (ConvKernel.block_runs): x86-64-v3's stride-2 row of 20 columns (5 + 3 x 5, the first padded)
+    emits no more code than its row of 10 (5 + 5). Before: 1.9x, a copy of the block per 5 columns."""
+    wide = instructions(one_conv([1, 1, 1, 1], 1, (1, 16, 12, 40), 16, strides=[2, 2]), "x86_64-v3", "plain")
+    narrow = instructions(one_conv([1, 1, 1, 1], 1, (1, 16, 12, 20), 16, strides=[2, 2]), "x86_64-v3", "plain")
+    assert wide <= 1.05 * narrow, (wide, narrow)
+
+
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64"])
+def test_narrow_row_block_loops_match_reference_at_any_thread_count(tmp_path, board):
+    """Narrow rows whose interior blocks loop (both sides padded at stride 1, stride 2, a fused residual and Relu):
+    outputs match onnx.reference, 1 and 3 threads (rows split at run time) bit for bit."""
+    if board != "x86_64":
+        require_emulator(board)
+    N = helper.make_node
+    inits = {"w1": rand(24, 16, 3, 3, seed=1) * 0.2, "b1": rand(24, seed=2), "w2": rand(16, 24, 3, 3, seed=3) * 0.2,
+             "w3": rand(16, 16, 3, 3, seed=5) * 0.2}
+    nodes = [N("Conv", ["x", "w1", "b1"], ["y1"], pads=[1, 1, 1, 1]),
+             N("Conv", ["y1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             N("Conv", ["x", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]), N("Add", ["c3", "c2"], ["a3"]),
+             N("Relu", ["a3"], ["y3"])]
+    feeds = {"x": rand(1, 16, 10, 40, seed=4)}
+    model = float_model(nodes, inits, feeds, ["y1", "c2", "y3"])
+    want = reference(model, feeds)
+    runs = [compile_and_run(model, feeds, tmp_path / f"t{t}", board, opt="plain", threads=t, profile_runner=False,
+                            conv_algo="direct") for t in (1, 3)]
+    for name, expected in want.items():
+        assert_close(runs[0][name], expected, name)
+        assert runs[0][name].tobytes() == runs[1][name].tobytes(), name
 
 
 def test_channel_vectors_rest_blocks_and_strided_stores_match_reference(tmp_path):

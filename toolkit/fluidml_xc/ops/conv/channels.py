@@ -118,6 +118,11 @@ class ChannelVectors:
                                   self.c.channel_steps())
         os_ = self.s.os
         by_rows = self.transposes(npix, spots)
+        # the block's first output (and residual) element, once: each pixel and vector adds a constant to it
+        obase = offset(k, 0, (n, os_[0]), (g, self.s.Cog * os_[1]), (cb, self.bl.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+        if self.c.res is not None:
+            rs = self.c.res[0]
+            rbase = offset(k, 0, (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
         for v in range(nv):
             valid = min(V, R - v * V)
             row = []
@@ -131,13 +136,13 @@ class ChannelVectors:
                     return (first + sum(d * st for d, st in parts if isinstance(d, int)),
                             tuple((d, st) for d, st in parts if not isinstance(d, int)))
                 c0, spot = at(os_, v * V * os_[1])
-                off = offset(k, c0, *spot, (n, os_[0]), (g, self.s.Cog * os_[1]), (cb, self.bl.R * os_[1]), (oh, os_[2]), (ow, os_[3]))
+                off = offset(k, c0, *spot, (obase, 1))
                 value = b.load(slots[v][p])
                 roff = rs = rp = None
                 if self.c.res is not None:
                     rs, rp = self.c.res
                     c0, spot = at(rs, v * V * rs[1])
-                    roff = offset(k, c0, *spot, (n, rs[0]), (g, self.s.Cog * rs[1]), (cb, self.bl.R * rs[1]), (oh, rs[2]), (ow, rs[3]))
+                    roff = offset(k, c0, *spot, (rbase, 1))
                 if valid == V:
                     residual = None if rp is None else (lambda: load_lanes(k, rp, roff, V, rs[1], False))
                     row.append((off, epilogue(k, self.p.epilogue, value, residual)))

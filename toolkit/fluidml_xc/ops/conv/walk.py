@@ -457,7 +457,8 @@ class ConvKernel:
         """Every column of output row oh: emit(ow, kw ranges of its pixels) per block of up to P pixels.
 
         Columns known at build time (the borders, and every column of a narrow row) go in blocks
-        whose pixels each have their own constant tap range; the interior runs in a loop of tiles.
+        whose pixels each have their own constant tap range (a run of such blocks with the whole kernel row, a narrow
+        row's interior, as one loop: block_runs); the interior runs in a loop of tiles.
         Channel vectors balance the fixed blocks (7 columns as 4 + 3, not 6 + 1: a pixel's few accumulators
         wait on the FMA latency).
         """
@@ -470,9 +471,11 @@ class ConvKernel:
 
         def fixed(a, b):
             count = -(-(b - a) // P)
+            blocks = []
             for i in range(count):
                 c, d = (a + (b - a) * i // count, a + (b - a) * (i + 1) // count) if balanced else (a + i * P, min(b, a + (i + 1) * P))
-                emit(c, [tap_range(o, s.sw, s.dw, s.pw, s.KW, s.W) for o in range(c, d)])
+                blocks.append((c, [tap_range(o, s.sw, s.dw, s.pw, s.KW, s.W) for o in range(c, d)]))
+            self.block_runs(blocks, emit)
         if self.px_runs is not None:
             for c, size, count in self.px_runs:
                 self.span(0, count, lambda t: emit(offset(k, c, (t, size)), [(0, 1)] * size))
@@ -499,6 +502,26 @@ class ConvKernel:
                 hi = max(lo, self.plan.taps_inside[1])
                 fixed(lo + tiles * P, hi)
                 fixed(hi, s.OW)
+
+    def block_runs(self, blocks: list, emit):
+        """emit(first column, tap ranges) per fixed block in order; consecutive blocks of one size whose every pixel
+        has the whole kernel row (a narrow row's interior) run as one loop: one copy of the block's code, not one per
+        block."""
+        full, i = (0, self.plan.shape.KW), 0
+        while i < len(blocks):
+            c, taps = blocks[i]
+            j = i + 1
+            if all(t == full for t in taps):
+                while (j < len(blocks) and blocks[j][1] == taps
+                       and blocks[j][0] - blocks[j - 1][0] == len(taps)):
+                    j += 1
+            if j - i > 1:
+                size = len(taps)
+                with loop(self.k, j - i) as t:
+                    emit(offset(self.k, c, (t, size)), taps)
+            else:
+                emit(c, taps)
+            i = j
 
     def edge_columns(self, a: int, b: int, emit):
         """The columns [0, a) and [b, OW) of a row in one loop (plan.edge_loop): emit(ow, [its tap range from the

@@ -178,27 +178,34 @@ class WinogradConv:
         a = wp.alpha
         cbase = add_index(k, base, mul_index(k, c0, s.xs[1]))
         cbase_safe = mul_index(k, c0, s.xs[1]) if valid is not None else None  # image 0, group 0: always in bounds
+        src = k.b.gep(self.xp, [cbase], inbounds=True) if valid is None else None
         d = []
         for i in range(a):
             row = []
             for j in range(a):
-                at = add_index(k, cbase, i * s.xs[2] + j * s.xs[3])
-                if valid is None:
-                    row.append(k.vgather(self.xp, dt, at, s.xs[1], L))
+                if valid is None:  # a patch inside the input: every load at a constant offset from its first
+                    row.append(k.vgather(src, dt, k.index(i * s.xs[2] + j * s.xs[3]), s.xs[1], L))
                     continue
+                at = add_index(k, cbase, i * s.xs[2] + j * s.xs[3])
                 ok = valid[i][j]
                 v = k.vgather(self.xp, dt, b.select(ok, at, cbase_safe), s.xs[1], L)
                 row.append(b.select(ok, v, fill(v.type, 0.0)))
             d.append(row)
         v = sandwich(k, self.t.BT, d)
+        dst = k.b.gep(self.vbuf, [self.v_at(t, 0, c0)], inbounds=True)
         for i in range(a):
             for j in range(a):
-                k.vstore(v[i][j], self.vbuf, dt, self.v_at(t, i * a + j, c0))
+                k.vstore(v[i][j], dst, dt, k.index((i * a + j) * self.v_point_step))
 
     def v_at(self, t, point: int, c0):
         """Where tile t's channel c0 at `point` goes in the block's transformed input."""
         k = self.k
-        return add_index(k, add_index(k, mul_index(k, t, self.Ci), point * self.wp.T * self.Ci), c0)
+        return add_index(k, add_index(k, mul_index(k, t, self.Ci), point * self.v_point_step), c0)
+
+    @property
+    def v_point_step(self) -> int:
+        """Elements between two points of one tile and channel in the transformed input."""
+        return self.wp.T * self.Ci
 
     # -- 2. the GEMM tiles, 3. output transform --------------------------------------------------------
     def panel_tiles(self, n, g, blk, col0, pidx, widths: list[int], valid: int) -> None:
@@ -256,10 +263,15 @@ class WinogradConv:
         return [[self.k.b.fadd(v, bv) for v in row] for row in y]
 
     def store(self, n, oh0, ow0, col0, ys) -> None:
-        k = self.k
+        """A whole tile, pixel by pixel: each piece at a constant offset from the tile's first element (one address
+        computation per tile, not per store)."""
+        k, s = self.k, self.s
+        out = self._tile(self.op, s.os, n, col0, oh0, ow0)
+        res = None if self.res is None else self._tile(self.res[1], self.res[0], n, col0, oh0, ow0)
         for i in range(self.wp.m):
             for j in range(self.wp.m):
-                self.store_pixel(n, add_index(k, oh0, i), add_index(k, ow0, j), col0,
+                self.store_pixel((out, k.index(i * s.os[2] + j * s.os[3])),
+                                 None if res is None else (res, k.index(i * self.res[0][2] + j * self.res[0][3])),
                                  [(off, w, count, y[i][j]) for off, w, count, y in ys])
 
     def store_edge(self, n, oh0, ow0, col0, ys) -> None:
@@ -275,42 +287,51 @@ class WinogradConv:
         with k.for_range(rows) as i:
             with k.for_range(cols) as j:
                 at = mul_index(k, add_index(k, mul_index(k, i, m), j), self.wp.NR)
-                self.store_pixel(n, add_index(k, oh0, i), add_index(k, ow0, j), col0,
+                oh, ow = add_index(k, oh0, i), add_index(k, ow0, j)
+                self.store_pixel((self.op, self._at(s.os, n, col0, oh, ow)),
+                                 None if self.res is None else (self.res[1], self._at(self.res[0], n, col0, oh, ow)),
                                  [(off, w, count, k.vload(self.ebuf, self.dt, add_index(k, at, off), w))
                                   for off, w, count, _ in ys])
 
     def store_rows(self, n, oh0, ow0, col0, ys) -> None:
         """A whole tile into a channels-first output: each tile row's pixels of one channel are contiguous, so the
         row's channel vectors are transposed in registers (4 x 4 blocks) and stored as one vector per channel and
-        row piece (pieces of 4 and 2 pixels)."""
-        k = self.k
+        row piece (pieces of 4 and 2 pixels), each at a constant offset from the tile's first element."""
+        k, s = self.k, self.s
+        out = self._tile(self.op, s.os, n, col0, oh0, ow0)
+        res = None if self.res is None else self._tile(self.res[1], self.res[0], n, col0, oh0, ow0)
         for off, w, count, y in ys:
             for i in range(self.wp.m):
-                oh = add_index(k, oh0, i)
                 for j0, lanes in row_pieces(k, w, y[i]):
                     for c in range(count):
-                        self.store_row(n, oh, add_index(k, ow0, j0), add_index(k, col0, off + c), lanes[c])
+                        self.store_row(out, res, ((off + c), i, j0), lanes[c])
 
-    def store_row(self, n, oh, ow, co, value) -> None:
-        k, s = self.k, self.s
-        if self.res is not None:
-            rs, rptr = self.res
-            value = k.b.fadd(value, k.vgather(rptr, self.dt, self._at(rs, n, co, oh, ow), rs[3], value.type.count))
-        k.vstore(activate(k, self.epi, value), self.op, self.dt, self._at(s.os, n, co, oh, ow))
+    def store_row(self, out, res, spot: tuple[int, int, int], value) -> None:
+        """value to the pixels from (channel, row, column) `spot` of the tile whose first elements are out (and res,
+        the residual's)."""
+        k = self.k
+        if res is not None:
+            rs = self.res[0]
+            at = k.index(sum(d * st for d, st in zip(spot, rs[1:])))
+            value = k.b.fadd(value, k.vgather(res, self.dt, at, rs[3], value.type.count))
+        k.vstore(activate(k, self.epi, value), out, self.dt, k.index(sum(d * st for d, st in zip(spot, self.s.os[1:]))))
 
-    def store_pixel(self, n, oh, ow, col0, values) -> None:
-        """One pixel's (first channel, lanes, valid lanes, vector) pieces, with the residual and activation."""
+    def store_pixel(self, out, res, values) -> None:
+        """One pixel's (first channel, lanes, valid lanes, vector) pieces, with the residual and activation; out and
+        res: (pointer, index) of the pixel's first channel in the output and the residual."""
         k, s = self.k, self.s
         for off, w, count, value in values:
             if count <= 0:
                 continue
-            co = add_index(k, col0, off)
-            if self.res is not None:
-                rs, rptr = self.res
-                at = self._at(rs, n, co, oh, ow)
-                value = k.b.fadd(value, self._lanes(rptr, at, rs[1], w, count))
+            if res is not None:
+                rs = self.res[0]
+                value = k.b.fadd(value, self._lanes(res[0], add_index(k, res[1], off * rs[1]), rs[1], w, count))
             value = activate(k, self.epi, value)
-            k.vscatter(value, self.op, self.dt, self._at(s.os, n, co, oh, ow), s.os[1], count)
+            k.vscatter(value, out[0], self.dt, add_index(k, out[1], off * s.os[1]), s.os[1], count)
+
+    def _tile(self, ptr, st, n, co, oh, ow):
+        """A pointer to element (n, co, oh, ow) of a tensor of strides st: a tile's stores index from it by constants."""
+        return self.k.b.gep(ptr, [self._at(st, n, co, oh, ow)], inbounds=True)
 
     def _at(self, st, n, co, oh, ow):
         k = self.k

@@ -58,6 +58,10 @@ class InputTransform(WinogradConv):
                          mul_index(k, t, self.vs[3]))
         return add_index(k, add_index(k, base, point * self.vs[2]), c0)
 
+    @property
+    def v_point_step(self) -> int:
+        return self.vs[2]
+
 
 @register("WinogradInput", domain=OUR_DOMAIN, strided=True, heavy=True,
           notes="the whole-image Winograd input transform (fluid/winograd_split.py)")

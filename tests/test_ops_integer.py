@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from fluidml_xc.errors import InputError
 from modelrun import compile_and_run, graph_model, jit_run, reference, require_emulator
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="JIT on x86_64")
@@ -160,12 +161,12 @@ def test_ml_binarizer_array_feature_extractor():
 def test_tfidf_vectorizer(mode, weights):
     feeds = {"x": np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], np.int64), "y": np.array([2, 3, 5, 4, 5, 6, 7, 8, 6, 7], np.int32)}
     attrs = dict(max_gram_length=3, max_skip_count=2, min_gram_length=1, mode=mode, ngram_counts=[0, 4, 8],
-                 ngram_indexes=[0, 1, 2, 3, 4, 5, 6, 6], pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 5, 6, 8])
+                 ngram_indexes=[0, 1, 2, 3, 4, 6, 5], pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 5])
     if weights:
         attrs["weights"] = weights
     nodes = [helper.make_node("TfIdfVectorizer", ["x"], ["tx"], **attrs), helper.make_node("TfIdfVectorizer", ["y"], ["ty"], **attrs)]
     m = model(nodes, feeds, ["tx", "ty"], opset=9)
-    check(jit_run(m, feeds), reference(m, feeds))
+    check(jit_run(m, feeds), reference(m, feeds) if weights is None else ort_run(m, feeds))
 
 
 
@@ -178,6 +179,15 @@ def test_tfidf_weights_follow_their_ngram_to_its_column(mode):
                  ngram_indexes=[2, 0, 1], pool_int64s=[5, 6, 7], weights=[10.0, 20.0, 30.0])
     m = model([helper.make_node("TfIdfVectorizer", ["x"], ["t"], **attrs)], feeds, ["t"], opset=9)
     check(jit_run(m, feeds), ort_run(m, feeds))
+
+
+def test_tfidf_weights_count_other_than_the_ngrams_is_one_line():
+    feeds = {"x": np.array([[5, 6]], np.int64)}
+    attrs = dict(max_gram_length=1, max_skip_count=0, min_gram_length=1, mode="TFIDF", ngram_counts=[0],
+                 ngram_indexes=[2, 0, 1], pool_int64s=[5, 6, 7], weights=[1.0, 2.0, 3.0, 4.0])
+    m = model([helper.make_node("TfIdfVectorizer", ["x"], ["t"], **attrs)], feeds, ["t"], opset=9)
+    with pytest.raises(InputError, match="weights has 4 values, expected one per n-gram"):
+        jit_run(m, feeds)
 
 def _scan_body():
     body = helper.make_graph(

@@ -195,14 +195,33 @@ def test_unsupported_tokenizers_are_one_line_errors(attributes, message):
     assert message in str(err.value) and "\n" not in str(err.value), err.value
 
 
-def test_pad_value_in_the_pool_is_refused():
-    """ONNX Runtime counts pad tokens up to the batch's longest row: a build-time bound cannot."""
+@pytest.mark.parametrize("tokens_out", [False, True], ids=["fused", "unfused"])
+def test_pad_value_in_the_pool_is_refused(tokens_out):
+    """ONNX Runtime counts pad tokens up to the batch's longest row: a build-time bound cannot (fused or not)."""
     model = _pipeline("count", 2)
     tokenizer = next(n for n in model.graph.node if n.op_type == "Tokenizer")
     next(a for a in tokenizer.attribute if a.name == "pad_value").s = b"dog"
+    if tokens_out:
+        model.graph.output.append(V(tokenizer.output[0], TP.STRING, None))
     with pytest.raises(InputError) as err:
         jit_run(model, {"text": np.array([["dog"], ["cat"]], dtype=object)})
-    assert "pad_value 'dog' is a token" in str(err.value) and "\n" not in str(err.value), err.value
+    assert "pad_value 'dog' maps to id" in str(err.value) and "\n" not in str(err.value), err.value
+
+
+def test_pad_value_mapped_to_a_default_id_is_refused():
+    """A LabelEncoder whose default_int64 is an id the TfIdfVectorizer counts would count our extra padding."""
+    nodes = [helper.make_node("Tokenizer", ["text"], ["tokens"], domain="com.microsoft", mark=0, pad_value="#",
+                              tokenexp="[a-z]+", mincharnum=1),
+             helper.make_node("LabelEncoder", ["tokens"], ["ids"], domain="ai.onnx.ml", keys_strings=["a", "b"],
+                              values_int64s=[1, 2], default_int64=0),
+             helper.make_node("TfIdfVectorizer", ["ids"], ["counts"], mode="TF", min_gram_length=1, max_gram_length=1,
+                              max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1, 2], pool_int64s=[0, 1, 2])]
+    graph = helper.make_graph(nodes, "g", [V("text", TP.STRING, [3])], [V("counts", TP.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(InputError) as err:
+        jit_run(model, {"text": np.array(["a b c", "a", "b b b"], dtype=object)})
+    assert "pad_value '#' maps to id 0" in str(err.value) and "\n" not in str(err.value), err.value
 
 
 def test_tokens_as_a_graph_output_keep_the_unfused_path():

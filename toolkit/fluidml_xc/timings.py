@@ -146,8 +146,9 @@ class BuildTimings:
             note = _NOTES.get(name, lambda t: "")(self)
             lines.append(f"  {name:<12} {seconds:8.3f} {seconds / total:6.1%}{note}")
         lines.append(f"  {'total':<12} {self.total:8.3f} {1:6.1%}")
-        lines.append(f"  CPU: {self.cpu.total:.3f} s (user + system: the build's process {self.cpu.build:.3f} s, its "
-                     f"workers and tools {self.cpu.children:.3f} s)")
+        if self.cpu.total:
+            lines.append(f"  CPU: {self.cpu.total:.3f} s (user + system: the build's process {self.cpu.build:.3f} s, "
+                         f"its workers and tools {self.cpu.children:.3f} s)")
         if self.kernels.cached or self.kernels.compiled:
             lines.append(f"  kernels: {self.kernels.cached} cached, {self.kernels.emitted} emitted, "
                          f"{self.kernels.compiled} compiled (units with the same code once)")

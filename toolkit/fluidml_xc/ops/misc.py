@@ -270,16 +270,14 @@ def lower_tfidf(k):
 
 
 def _column_weights(name: str, weights, indexes: list[int], out_size: int) -> np.ndarray:
-    """Each output column's weight. One weight per n-gram: `weights[i]` goes to column `ngram_indexes[i]`, as ONNX
-    Runtime reads it (skl2onnx's models permute the columns); any other count (ONNX Runtime refuses those) is read
-    per column, as onnx.reference does; no weights weigh every column 1."""
+    """Each output column's weight: `weights[i]` belongs to the i-th n-gram, whose column is `ngram_indexes[i]`, as
+    ONNX Runtime reads it (skl2onnx's models permute the columns; onnx.reference weighs by column, which agrees only
+    when ngram_indexes is 0..n-1); no weights weigh every column 1."""
     if weights is None or not len(weights):
         return np.ones(out_size, dtype=np.float32)
-    if len(weights) == len(indexes):
-        w = np.zeros(out_size, dtype=np.float32)
-        w[np.asarray(indexes, dtype=np.int64)] = np.asarray(weights, dtype=np.float32)
-        return w
-    if len(weights) < out_size:
+    if len(weights) != len(indexes):
         raise InputError(f"node {name!r} (TfIdfVectorizer): weights has {len(weights)} values, expected one per "
                          f"n-gram ({len(indexes)}); fix the model's weights attribute")
-    return np.asarray(weights[:out_size], dtype=np.float32)
+    w = np.zeros(out_size, dtype=np.float32)
+    w[np.asarray(indexes, dtype=np.int64)] = np.asarray(weights, dtype=np.float32)
+    return w

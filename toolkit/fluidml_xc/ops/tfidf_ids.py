@@ -47,9 +47,10 @@ def column_weights(attrs: dict, columns: int, where: str) -> np.ndarray:
     if weights is None or not len(weights):
         return out
     indexes = [int(i) for i in attrs.get("ngram_indexes") or []]
-    if len(weights) < len(indexes):
-        raise InputError(f"{where}: weights has {len(weights)} values, expected one per n-gram ({len(indexes)})")
-    out[indexes] = np.asarray(weights, np.float32)[:len(indexes)]
+    if len(weights) != len(indexes):
+        raise InputError(f"{where}: weights has {len(weights)} values, expected one per n-gram ({len(indexes)}); "
+                         "fix the model's weights attribute")
+    out[indexes] = np.asarray(weights, np.float32)
     return out
 
 

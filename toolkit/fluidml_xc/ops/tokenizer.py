@@ -11,8 +11,8 @@ that each match one character (skl2onnx's `[' ', '[.]', '\\\\?', ...]`) split th
 Output: the input's shape plus a last dim of tokens, per string [\\x02 if mark] tokens [\\x03 if mark] then
 `pad_value` up to the width. ONNX Runtime's width is the batch's most tokens; here it is a build-time bound (the
 most tokens a string of --max-string-bytes can give, or a smaller --max-dim NODE=N; a run needing more fails), so
-the rows carry more padding: what the TfIdfVectorizer after it counts is the same unless pad_value is one of its
-pool's tokens (refused by passes/token_ids.py).
+the rows carry more padding: what the TfIdfVectorizer after it counts is the same unless pad_value maps to an id
+(refused by passes/token_ids.py) or a view merges several strings' tokens into one row (docs/CLASSIC_ML.md).
 """
 from __future__ import annotations
 

@@ -49,6 +49,33 @@ def _chain(graph: Graph, consumers: dict, tokenizer: Node) -> tuple[list[Node], 
     return None
 
 
+def _encoders_after(graph: Graph, consumers: dict, tokenizer: Node) -> list[Node]:
+    """Every string -> int64 map the Tokenizer's tokens reach through views, whatever else reads them."""
+    found, names = [], [tokenizer.outputs[0]]
+    while names:
+        name = names.pop()
+        for user in consumers.get(name, []):
+            if _encoder(user, name):
+                found.append(user)
+            elif user.op_type in VIEWS and user.domain in ("", "ai.onnx") and user.inputs[0] == name:
+                names.append(user.outputs[0])
+    return found
+
+
+def _check_pad(tokenizer: Node, pad: bytes, encoder: Node) -> None:
+    """Our rows carry more padding than ONNX Runtime's (a build-time bound, not the batch's most tokens), so the
+    pad must map to no id (-1) that a count after the map could see."""
+    key_attr, value_attr = ENCODERS[encoder.op_type]
+    keys = [encode(str(v)) for v in encoder.attrs[key_attr]]
+    values = [int(v) for v in encoder.attrs[value_attr]]
+    pad_id = values[keys.index(pad)] if pad in keys else int(encoder.attrs.get("default_int64", -1))
+    if pad_id >= 0:
+        raise InputError(f"node {tokenizer.name!r} (Tokenizer): its pad_value {pad.decode(errors='replace')!r} maps to "
+                         f"id {pad_id} of {encoder.name!r}: its count would depend on the batch's longest row (ONNX "
+                         "Runtime), which a build-time bound does not know; export with a pad_value outside the "
+                         "vocabulary and default_int64 -1")
+
+
 def _as_ids(graph: Graph, name: str) -> None:
     t = graph.tensors[name]
     graph.tensors[name] = Tensor(name, np.dtype(np.int64), t.shape)
@@ -60,17 +87,17 @@ def fuse_token_ids(graph: Graph) -> None:
     for node in graph.nodes:
         if node.op_type != "Tokenizer" or node.domain != MS_DOMAIN or not node.outputs or not node.outputs[0]:
             continue
+        encoders = _encoders_after(graph, consumers, node)
+        if encoders:
+            pad = tokenizer_spec(node.attrs, f"node {node.name!r} (Tokenizer)").pad
+            for encoder in encoders:
+                _check_pad(node, pad, encoder)
         found = _chain(graph, consumers, node)
         if found is None:
             continue
         views, encoder = found
-        spec = tokenizer_spec(node.attrs, f"node {node.name!r} (Tokenizer)")
         key_attr, value_attr = ENCODERS[encoder.op_type]
         keys = [str(v) for v in encoder.attrs[key_attr]]
-        if spec.pad in {encode(v) for v in keys}:
-            raise InputError(f"node {node.name!r} (Tokenizer): its pad_value {spec.pad.decode(errors='replace')!r} is a "
-                             f"token of {encoder.name!r}'s vocabulary: its count depends on the batch's longest row "
-                             "(ONNX Runtime), which a build-time bound does not know; export with another pad_value")
         node.op_type, node.domain = "TokenIds", OUR_DOMAIN
         node.attrs = {**node.attrs, "keys": keys, "values": [int(v) for v in encoder.attrs[value_attr]],
                       "default": int(encoder.attrs.get("default_int64", -1))}

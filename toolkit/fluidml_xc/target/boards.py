@@ -35,12 +35,12 @@ class Target:
     vector_conv_accumulators: int = 0
     """`conv_accumulators` likewise."""
     emulator_vector_cpu: str = ""
+    """The emulator's -cpu for code using the optional vector unit ({vlen}: the VLEN the code assumes)."""
     vector_lmul: int = 1
     """RISC-V: the kernels' vectors are register groups of this many V registers (LMUL): a `<16 x float>` at VLEN
     256 and LMUL 2 loads 16 floats in one `vle32.v` (4 cycles on the X60 against 3 for 8 at LMUL 1), and each
     `vfmacc` issues for 2 cycles, which covers the loads and the scalar operand loads the in-order core issues
     between them (docs/RISCV_KERNELS.md); the `vector_*` budgets count register groups."""
-    """The emulator's -cpu for code using the optional vector unit ({vlen}: the VLEN the code assumes)."""
 
     @property
     def pointer_bits(self) -> int:

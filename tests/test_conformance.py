@@ -31,8 +31,8 @@ EXPECTATIONS = expectations.load_expectations()
 TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_TIMEOUT", cases.DEFAULT_TIMEOUT))
 CROSS_TIMEOUT = float(os.environ.get("FXC_CONFORMANCE_CROSS_TIMEOUT", 180))
 CROSS_BOARDS = {"aarch64": "qemu-aarch64", "armv7": "qemu-armv7"}
-RISCV_BOARDS = {"riscv64": "qemu-riscv64", "riscv64-rvv": "qemu-riscv64-rvv"}
-"""Both riscv64 pseudo-boards, without and with RVV (expectations: target riscv64)."""
+RISCV_BOARDS = {"riscv64": "qemu-riscv64", "riscv64+v": "qemu-riscv64-rvv"}
+"""Both riscv64 pseudo-boards, without and with RVV, by their conformance keys (cases.target_key)."""
 RISCV_DEFAULT_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "MatMulInteger",
                      "ConvInteger", "QuantizeLinear", "DequantizeLinear", "Relu", "Sigmoid", "Tanh", "Erf", "Exp",
                      "Softmax", "LayerNormalization", "BatchNormalization", "MaxPool", "AveragePool",
@@ -94,7 +94,7 @@ def _cross_params():
 
 def _riscv_params():
     for target in sorted(RISCV_BOARDS):
-        for param in _params(CROSS, "riscv64"):
+        for param in _params(CROSS, target):
             name = param.values[0]
             slow = [] if cases.op_of(name) in RISCV_DEFAULT_OPS else [pytest.mark.slow]
             yield pytest.param(target, name, marks=[*param.marks, *slow], id=f"{target}-{param.id}")

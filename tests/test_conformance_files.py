@@ -55,3 +55,46 @@ def test_a_new_expectation_drops_the_error_class_whatever_it_is(tmp_path):
     reasons = {name: entry["reason"] for name, entry in expectations.load_expectations(path).items()}
     assert reasons == {"test_a": "node 'k' (TopK): K must be a build-time constant",
                        "test_b": "the shape of 'y' depends on the run-time value of 's'", "test_c": "bad", "test_d": "refused"}
+
+
+def test_each_board_records_under_its_target_and_riscv_vector_apart():
+    """riscv64 with and without RVV get their own record (#30); every other board its target's."""
+    from fluidml_xc.conformance.cases import ALL_TARGETS, target_key
+    from fluidml_xc.target.boards import get_board
+
+    keys = {b: target_key(get_board(b)) for b in ("x86_64", "qemu-aarch64", "rpi5", "qemu-armv7", "qemu-riscv64",
+                                                  "qemu-riscv64-rvv", "bpi-f3", "visionfive2")}
+    assert keys == {"x86_64": "x86_64", "qemu-aarch64": "aarch64", "rpi5": "aarch64", "qemu-armv7": "armv7",
+                    "qemu-riscv64": "riscv64", "qemu-riscv64-rvv": "riscv64+v", "bpi-f3": "riscv64+v",
+                    "visionfive2": "riscv64"}
+    assert set(keys.values()) == set(ALL_TARGETS)
+
+
+def test_a_rerun_of_fixed_cases_merges_into_the_recorded_run(tmp_path):
+    """--merge: the re-run cases' outcomes replace theirs, the counts follow, the page says how many were re-run;
+    a case the recorded run does not have, or a target without a run, is refused."""
+    import pytest
+
+    from fluidml_xc.errors import InputError
+
+    runs, page = tmp_path / "results.json", tmp_path / "SUPPORTED_OPS.md"
+    first = [CaseResult("test_abs", "Abs", "pass", seconds=1.0),
+             CaseResult("test_acos", "Acos", "mismatch", "wrong-result", "1 of 3 differ", seconds=1.0),
+             CaseResult("test_add", "Add", "error", "crash", "worker killed by signal SIGILL", seconds=1.0)]
+    docs.save_results("riscv64+v", first, 30.0, path=runs, board="qemu-riscv64-rvv")
+    docs.save_results("x86_64", first[:1], 3.0, path=runs, board="x86_64")
+    run = docs.merge_results("riscv64+v", [CaseResult("test_acos", "Acos", "pass", specialized=["x"], seconds=2.0)],
+                             path=runs)
+    assert (run["cases"], run["passed"], run["specialized_passes"], run["seconds"]) == (3, 2, 1, 30.0)
+    record = json.loads(runs.read_text())["riscv64+v"]
+    assert record["results"]["test_acos"] == ["pass", "specialized: x"] and list(record["rerun"]) == ["test_acos"]
+    assert record["results"]["test_add"][:2] == ["error", "crash"] and record["board"] == "qemu-riscv64-rvv"
+    text = docs.write_docs(results_path=runs, out=page)
+    rows = [line for line in text.splitlines() if line.startswith(("| x86_64 |", "| riscv64+v |"))]
+    assert rows[0].startswith("| x86_64 | x86_64 | all | 1 | 1 |"), "x86_64 first, then the boards in ALL_TARGETS order"
+    assert rows[1].startswith("| riscv64+v | qemu-riscv64-rvv | all | 2 | 3 |") and "(1 cases re-run" in rows[1]
+    assert "| Acos |" in text and "| x86_64 | riscv64+v |" in text
+    with pytest.raises(InputError, match="no case test_sub"):
+        docs.merge_results("riscv64+v", [CaseResult("test_sub", "Sub", "pass")], path=runs)
+    with pytest.raises(InputError, match="no recorded run of armv7"):
+        docs.merge_results("armv7", first[:1], path=runs)

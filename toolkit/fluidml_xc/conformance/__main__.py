@@ -12,9 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import FxcError
 from . import __doc__ as PACKAGE_DOC
-from .cases import DEFAULT_TIMEOUT, case_names, first_case_per_op
-from .docs import DOCS_PATH, SUITES_DOCS_PATH, save_results, save_suite_results, summarize, write_docs, write_suite_docs
+from .cases import DEFAULT_TIMEOUT, case_names, first_case_per_op, target_key
+from .docs import (DOCS_PATH, RESULTS_PATH, SUITES_DOCS_PATH, merge_results, save_results, save_suite_results, summarize,
+                   write_docs, write_suite_docs)
 from .expectations import EXPECTATIONS_PATH, expected_failure, load_expectations, update_expectations
 from .pool import run_cases
 from .runner import CaseResult, diagnose
@@ -37,17 +39,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--opt", default="fluid")
     parser.add_argument("--save", action="store_true", help="record the run in docs/conformance/results.json (node) "
                         "or docs/conformance/suites.json (the file suites)")
+    parser.add_argument("--merge", action="store_true", help="record this run's node results into the target's "
+                        "run in docs/conformance/results.json, replacing only the cases run (a re-run after a fix: -k)")
     parser.add_argument("--write-docs", action="store_true", help="regenerate docs/SUPPORTED_OPS.md and "
                         "docs/conformance/PUBLIC_SUITES.md (after the run, if any)")
     parser.add_argument("--docs-only", action="store_true", help="only regenerate those docs from the last runs")
     parser.add_argument("--json", type=Path, help="write every result to this JSON file")
     parser.add_argument("--from-json", type=Path, help="do not run: take the results of an earlier --json run")
+    parser.add_argument("--wall-seconds", type=float, help="with --from-json: that run's wall time as it printed it "
+                        "(default: the cases' times over --jobs)")
     parser.add_argument("--update-expectations", action="store_true",
                         help="rewrite tests/conformance_expectations.toml from this run (drop fixed cases, add new failures)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
     parser.add_argument("--diagnose", metavar="CASE", help="find the first node of CASE whose output is wrong")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except FxcError as exc:
+        print(f"fluidml-xc: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
+
+def _run(args: argparse.Namespace) -> int:
     if args.diagnose:
         from .cases import get_case
         print(diagnose(get_case(args.diagnose), args.board, args.opt))
@@ -83,19 +96,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         bar.close()
         results = [CaseResult(**r) for r in json.loads(args.from_json.read_text())]
         results = [r for r in results if r.name in set(names)]
-        seconds = sum(r.seconds for r in results) / max(args.jobs, 1)
+        seconds = args.wall_seconds or sum(r.seconds for r in results) / max(args.jobs, 1)
     else:
         with bar:
             results = run_cases(names, args.board, args.jobs, args.timeout, args.opt, progress)
         seconds = time.perf_counter() - started
     print(summarize(results))
-    print(f"{board.target.name}: {sum(r.passed for r in results)}/{len(results)} passed in {seconds:.1f} s")
+    key = target_key(board)
+    print(f"{key}: {sum(r.passed for r in results)}/{len(results)} passed in {seconds:.1f} s")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
-    if (args.save or args.write_docs) and not (args.pattern and not args.first_per_op):
-        _save(board.target.name, results, seconds, "first case per op" if args.first_per_op else "all")
+    if args.merge:
+        merged = merge_results(key, [r for r in results if suite_of(r.name) == "node"])
+        print(f"{key}: the recorded run now passes {merged['passed']}/{merged['cases']} ({RESULTS_PATH})")
+    elif (args.save or args.write_docs) and not (args.pattern and not args.first_per_op):
+        _save(key, board.name, results, seconds, "first case per op" if args.first_per_op else "all")
     if args.update_expectations:
-        added, removed = update_expectations(board.target.name, results)
+        added, removed = update_expectations(key, results)
         print(f"expectations: {added} added, {removed} removed ({EXPECTATIONS_PATH})")
     if args.write_docs:
         for path in _write_docs():
@@ -103,11 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _save(target: str, results: list[CaseResult], seconds: float, scope: str) -> None:
+def _save(target: str, board: str, results: list[CaseResult], seconds: float, scope: str) -> None:
     """Node results to results.json; each file suite's to suites.json (the run's seconds shared by case time)."""
     node = [r for r in results if suite_of(r.name) == "node"]
     if node:
-        save_results(target, node, seconds, scope=scope)
+        save_results(target, node, seconds, scope=scope, board=board)
     total = sum(r.seconds for r in results) or 1.0
     for suite in FILE_SUITES:
         part = [r for r in results if suite_of(r.name) == suite]

@@ -14,7 +14,15 @@ from .suites import SUITES, load_suite, suite_of
 
 DEFAULT_TIMEOUT = 60.0
 TRAINING_DOMAINS = ("ai.onnx.preview.training",)
-ALL_TARGETS = ("x86_64", "aarch64", "armv7")
+ALL_TARGETS = ("x86_64", "aarch64", "armv7", "riscv64", "riscv64+v")
+"""The keys runs are recorded under (results.json) and expectations name (`targets`): see `target_key`."""
+
+
+def target_key(board) -> str:
+    """A board's conformance key: its target's name, plus `+v` when the board enables the target's optional vector
+    unit (riscv64's V), so that runs with and without it are recorded apart."""
+    optional_vector = board.target.vector_accumulators > 0 and "+v" in board.features.split(",")
+    return board.target.name + ("+v" if optional_vector else "")
 
 
 @cache

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from fluidml_xc.emit.measure import compile_node  # noqa: E402
+from fluidml_xc.emit.measure import compile_node, page_aligned  # noqa: E402
 from fluidml_xc.fluid.costs import Costs  # noqa: E402
 from fluidml_xc.pipeline import import_graph  # noqa: E402
 from fluidml_xc.target.boards import get_board  # noqa: E402
@@ -61,22 +61,14 @@ def conv_model(C: int, H: int, OC: int, residual: bool) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def page_aligned(value: np.ndarray, keep: list) -> np.ndarray:
-    raw = np.zeros(value.nbytes + 4096, np.uint8)
-    keep.append(raw)
-    start = -raw.ctypes.data % 4096
-    out = raw[start:start + value.nbytes].view(value.dtype).reshape(value.shape)
-    out[...] = value
-    return out
-
-
-def kernel_buffers(graph, kernel, layouts, keep: list) -> list[np.ndarray]:
+def kernel_buffers(graph, kernel, layouts) -> list[np.ndarray]:
+    """The kernel's buffers, each on a 4 KiB boundary as in the arena (numpy's are 16 bytes off one)."""
     stored = []
     for name in kernel.names:
         t = graph.tensors[name]
         value = t.value if t.is_const else np.random.default_rng(3).standard_normal(t.shape).astype(np.float32)
         perm = layouts.get(name) if not t.is_const else None
-        stored.append(page_aligned(np.ascontiguousarray(np.transpose(value, perm) if perm else value), keep))
+        stored.append(page_aligned(np.ascontiguousarray(np.transpose(value, perm) if perm else value)))
     return stored
 
 
@@ -96,8 +88,7 @@ def main() -> None:
         layouts = {t: NHWC for t, v in graph.tensors.items() if len(v.shape) == 4 and not v.is_const}
         picked = Costs(graph, spec).cost_and_order(node, layouts)[1]
         kernels = [compile_node(graph, node, spec, layouts, order) for order in ORDERS]
-        keep: list = []
-        bufs = [kernel_buffers(graph, kern, layouts, keep) for kern in kernels]
+        bufs = [kernel_buffers(graph, kern, layouts) for kern in kernels]
         ptrs = [[ctypes.c_void_p(a.ctypes.data) for a in b] for b in bufs]
         for kern, p in zip(kernels, ptrs):
             kern.call(*p)

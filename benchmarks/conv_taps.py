@@ -31,10 +31,9 @@ from fluidml_xc.kernels import conv_geometry  # noqa: E402
 from fluidml_xc.pipeline import import_graph  # noqa: E402
 from fluidml_xc.target.boards import get_board  # noqa: E402
 from fluidml_xc.target.machine import machine_spec  # noqa: E402
-from conv_orders import page_aligned  # noqa: E402
+from conv_orders import kernel_buffers  # noqa: E402
 
 NHWC = (0, 2, 3, 1)
-KEEP: list = []
 CASES = [  # name, C in, H = W, C out, kernel, stride, loop order (3x3 convs of ResNet-50, Inception-v2, VGG-19, ZFNet)
     ("512@14 s2", 512, 14, 512, 3, 2, "co>px"),
     ("256@28 s2", 256, 28, 256, 3, 2, "co>px"),
@@ -59,18 +58,6 @@ def conv_model(C: int, H: int, OC: int, k: int, s: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def kernel_buffers(graph, kernel, layouts):
-    """The kernel's buffers, each on a 4 KiB boundary as in the arena (benchmarks/conv_orders.py: numpy's are 16 bytes
-    off one)."""
-    stored = []
-    for name in kernel.names:
-        t = graph.tensors[name]
-        value = t.value if t.is_const else np.random.default_rng(3).standard_normal(t.shape).astype(np.float32)
-        perm = layouts.get(name) if not t.is_const else None
-        stored.append(page_aligned(np.ascontiguousarray(np.transpose(value, perm) if perm else value), KEEP))
-    return stored, [ctypes.c_void_p(a.ctypes.data) for a in stored]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpu", help="LLVM CPU to compile for (default: this machine's x86-64 level)")
@@ -92,9 +79,10 @@ def main() -> None:
             kernels.append(compile_node(graph, node, spec, layouts, order))
         conv_geometry.TargetForms.taps_outer = chosen
         bufs = [kernel_buffers(graph, kern, layouts) for kern in kernels]
-        for kern, (_, ptrs) in zip(kernels, bufs):
-            kern.call(*ptrs)
-        diff = float(np.abs(bufs[0][0][-1] - bufs[1][0][-1]).max())
+        ptrs = [[ctypes.c_void_p(a.ctypes.data) for a in b] for b in bufs]
+        for kern, p in zip(kernels, ptrs):
+            kern.call(*p)
+        diff = float(np.abs(bufs[0][-1] - bufs[1][-1]).max())
         OH = (H + 2 * (k // 2) - k) // s + 1
         reps = max(3, int(2e8 / (2 * OC * C * k * k * OH * OH)))
         ratios, least = [], [float("inf")] * 2
@@ -103,7 +91,7 @@ def main() -> None:
             for i in (0, 1) if r % 2 == 0 else (1, 0):
                 t0 = time.thread_time()
                 for _ in range(reps):
-                    kernels[i].call(*bufs[i][1])
+                    kernels[i].call(*ptrs[i])
                 t[i] = (time.thread_time() - t0) / reps
                 least[i] = min(least[i], t[i])
             ratios.append(t[1] / t[0])

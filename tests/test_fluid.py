@@ -290,10 +290,10 @@ def test_fluid_keeps_transposed_k_in_place():
     assert not optimize(greedy, _spec(), "greedy").views and any(n.op_type == "Transpose" for n in greedy.nodes)
 
 
-def test_measured_kernels_run_on_page_aligned_buffers():
-    from fluidml_xc.emit.measure import _page_aligned
+def test_measured_kernels_run_onpage_aligned_buffers():
+    from fluidml_xc.emit.measure import page_aligned
     for value in (np.arange(7, dtype=np.float32), np.ones((3, 5), np.int64), np.zeros(100_000, np.float32)):
-        aligned = _page_aligned(value)
+        aligned = page_aligned(value)
         assert aligned.ctypes.data % 4096 == 0
         assert aligned.dtype == value.dtype and aligned.shape == value.shape
         np.testing.assert_array_equal(aligned, value)

@@ -68,9 +68,9 @@ class Measurer:
         for name in kernel.names:
             t = self.graph.tensors[name]
             if t.is_const:
-                arr = _page_aligned(np.ascontiguousarray(t.value))
+                arr = page_aligned(np.ascontiguousarray(t.value))
             else:
-                arr = _page_aligned(np.zeros(max(t.size, 1), dtype=t.dtype))
+                arr = page_aligned(np.zeros(max(t.size, 1), dtype=t.dtype))
                 if arr.dtype.kind == "f":
                     arr[:] = np.random.default_rng(0).uniform(-1, 1, arr.size)
             buffers.append(arr)
@@ -93,9 +93,10 @@ class Measurer:
         return float(np.median(times))
 
 
-def _page_aligned(value: np.ndarray) -> np.ndarray:
+def page_aligned(value: np.ndarray) -> np.ndarray:
     """A copy of `value` starting on a 4 KiB page, as the arena's buffers do: numpy puts large arrays 16 bytes past
-    a page, where half of the 32-byte vector accesses straddle two cache lines and time a kernel wrongly."""
+    a page, where half of the 32-byte vector accesses straddle two cache lines and time a kernel wrongly. The copy's
+    base array keeps its memory alive."""
     raw = np.zeros(value.nbytes + 4096, np.uint8)
     start = -raw.ctypes.data % 4096
     out = raw[start:start + value.nbytes].view(value.dtype).reshape(value.shape)

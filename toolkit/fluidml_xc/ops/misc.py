@@ -15,6 +15,7 @@ from ..errors import InputError
 from ..kernels.kernel import row_major_strides
 from ..kernels.scalar import const, is_float, llvm_type
 from ..opspec import register
+from .tfidf_ids import column_weights
 
 I64 = np.dtype(np.int64)
 DET_STACK_BYTES = 128 * 1024
@@ -197,7 +198,6 @@ def lower_tfidf(k):
     counts = [int(c) for c in k.attr("ngram_counts")]
     indexes = [int(i) for i in k.attr("ngram_indexes")]
     pool = [int(v) for v in (k.attr("pool_int64s", None) or [])]
-    weights = k.attr("weights", None)
     out_size = max(indexes) + 1
     # n-grams of the pool: tuple -> output column (a repeated n-gram keeps its last id, like the reference)
     grams: dict[tuple[int, ...], int] = {}
@@ -256,7 +256,7 @@ def lower_tfidf(k):
                         k.store(o_acc, idx, b.fadd(k.load(o_acc, idx), const(dt, 1)))
     if mode == "TF":
         return
-    w = _column_weights(name, weights, indexes, out_size)
+    w = column_weights(k.node.attrs, out_size, f"node {name!r} (TfIdfVectorizer)")
     w_ptr = k.constant_array(w.astype(dt))
     with k.for_range(rows) as r, k.for_range(out_size) as c:
         idx = out_idx(r, c)
@@ -267,17 +267,3 @@ def lower_tfidf(k):
         else:
             value = b.fmul(wv, f)
         k.store(o_acc, idx, value)
-
-
-def _column_weights(name: str, weights, indexes: list[int], out_size: int) -> np.ndarray:
-    """Each output column's weight: `weights[i]` belongs to the i-th n-gram, whose column is `ngram_indexes[i]`, as
-    ONNX Runtime reads it (skl2onnx's models permute the columns; onnx.reference weighs by column, which agrees only
-    when ngram_indexes is 0..n-1); no weights weigh every column 1."""
-    if weights is None or not len(weights):
-        return np.ones(out_size, dtype=np.float32)
-    if len(weights) != len(indexes):
-        raise InputError(f"node {name!r} (TfIdfVectorizer): weights has {len(weights)} values, expected one per "
-                         f"n-gram ({len(indexes)}); fix the model's weights attribute")
-    w = np.zeros(out_size, dtype=np.float32)
-    w[np.asarray(indexes, dtype=np.int64)] = np.asarray(weights, dtype=np.float32)
-    return w

@@ -41,7 +41,8 @@ def pool_grams(attrs: dict, where: str) -> dict[int, dict[tuple[int, ...], int]]
 
 def column_weights(attrs: dict, columns: int, where: str) -> np.ndarray:
     """Each output column's weight: weights[i] belongs to the pool's i-th n-gram, whose column is ngram_indexes[i]
-    (ONNX's definition, ONNX Runtime's kernel); 1 without weights."""
+    (ONNX Runtime's reading, which skl2onnx's models rely on; onnx.reference weighs by column, the same only when
+    ngram_indexes is 0..n-1); 1 without weights. Both TfIdfVectorizer kernels (ops/misc.py too) use it."""
     weights = attrs.get("weights")
     out = np.ones(columns, np.float32)
     if weights is None or not len(weights):

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from modelrun import compile_and_run, graph_model
+from modelrun import build, compile_and_run, graph_model, run
 
 
 def _model(width: int):
@@ -74,7 +74,8 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, patched_
     def record(c):
         k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
-        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, TargetForms(str(k.module.triple), k.conv_accumulators))
+        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits,
+                            TargetForms(str(k.module.triple), k.conv_accumulators, parallel=k.tile_range is not None))
         seen.append((c.plan.blocking.pack_groups, geo.pack_groups))
         emit(c)
     patched_compiler.setattr(conv, "emit_conv", record)
@@ -89,6 +90,74 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, patched_
     # x86_64 emits v4, v3 and v2: v4's two-vector blocks run 12 pixels, so a 16 KiB budget holds fewer of them
     several = {3, 5, 6} if board == "x86_64" else {3, 5}
     assert {ours for ours, _ in seen} == ({1} if pack_bytes is None else several)
+
+
+def _shuffle_unit():
+    """ShuffleNet's unit at 14x14: a grouped 1x1 conv whose output the depthwise 3x3 after it reads channels-last
+    (NCHW -> NHWC under --opt fluid), the depthwise conv, a grouped 1x1 conv back to NCHW, a residual Add; and a
+    grouped 1x1 conv of the input to a graph output (NCHW -> NCHW)."""
+    rng = np.random.default_rng(12)
+    w = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=4),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], group=136, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3", "b3"], ["c3"], group=4),
+        helper.make_node("Add", ["c3", "x"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+        helper.make_node("Conv", ["x", "w4"], ["y2"], group=4),
+    ]
+    consts = {"w1": w(136, 34, 1, 1), "b1": w(136), "w2": w(136, 1, 3, 3), "b2": w(136), "w3": w(136, 34, 1, 1),
+              "b3": w(136), "w4": w(272, 34, 1, 1)}
+    feeds = {"x": rng.standard_normal((1, 136, 14, 14)).astype(np.float32)}
+    return graph_model(nodes, feeds, ["y", "y2"], consts, opset=13), feeds
+
+
+@pytest.mark.parametrize("board", ["x86_64", "qemu-aarch64"])
+def test_threaded_packed_convs_pack_once(tmp_path, patched_compiler, board):
+    """The pool runs a tile per call, so an input packed before the parallel region was packed again by every
+    tile: a threaded build packs per tile only what the tile reads. A packed conv whose output stores channels
+    innermost splits over its pixel groups (its tiles write whole pixels, not parts of the same cache lines); a
+    grouped one with NCHW output packs its own group's channels in each tile. The cost model sees the same
+    groups; outputs match ONNX Runtime and are bit-identical at 1, 2 and 3 threads."""
+    from fluidml_xc.fluid.geometry import conv_geometry
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+    from fluidml_xc.ops.conv import channels, conv2d as conv
+    from modelrun import require_emulator
+    require_emulator(board)
+    seen, packs = [], []
+    emit, pack = conv.emit_conv, channels.ChannelVectors.pack_input
+
+    def record(c):
+        k = c.k
+        strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
+        parallel = k.tile_range is not None
+        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits,
+                            TargetForms(str(k.module.triple), k.conv_accumulators, parallel=parallel))
+        if c.plan.blocking.packs_input:
+            seen.append((parallel, c.plan.shape.os[1] == 1, c.plan.blocking.pack_groups, geo.pack_groups))
+        emit(c)
+
+    def record_pack(self, runs, chunk=8, image=None, group=None):
+        packs.append((self.k.tile_range is not None, self.k._in_region, group is not None))
+        pack(self, runs, chunk, image, group)
+    patched_compiler.setattr(conv, "emit_conv", record)
+    patched_compiler.setattr(channels.ChannelVectors, "pack_input", record_pack)
+    model, feeds = _shuffle_unit()
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    serial = compile_and_run(model, feeds, tmp_path / "t1", board, threads=1)
+    artifact = build(model, tmp_path / "t3", board, threads=3)
+    for name, expected in zip(("y", "y2"), want):
+        np.testing.assert_allclose(serial[name], expected, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2, 3):
+        got = run(artifact, feeds, threads=threads)
+        for name in ("y", "y2"):
+            np.testing.assert_array_equal(got[name], serial[name])
+    assert all(ours == model_sees for *_, ours, model_sees in seen)
+    nhwc = {(parallel, groups > 1) for parallel, inner, groups, _ in seen if inner}
+    assert nhwc == {(False, False), (True, True)}, seen
+    threaded = {(in_region, own_group) for parallel, in_region, own_group in packs if parallel}
+    assert threaded == {(True, False), (True, True)}, packs  # pixel groups, own conv group: always inside a tile
 
 
 @pytest.mark.parametrize("pads,strides", [([0, 0, 1, 1], [1, 1]), ([0, 0, 2, 1], [2, 2]), ([0, 0, 0, 0], [2, 2])])

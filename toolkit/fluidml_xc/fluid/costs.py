@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -529,7 +529,8 @@ class Costs:
         self.graph, self.spec, self.mode = graph, spec, mode
         forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
-        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
+        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads,
+                                   replace(forms, parallel=threads > 1), half)
         self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model
         self.cache = cache
         self.measurer = None

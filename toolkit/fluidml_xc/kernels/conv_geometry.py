@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import InputError
 from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum
 from ..target.arch import Arch, arch_of
+from .split import chunk_count
 
 
 # -- padding and tap ranges ----------------------------------------------------------------------
@@ -154,6 +155,9 @@ class TargetForms:
     triple: str
     """The target triple; "" for none (the cost model without a target: no architecture's special forms)."""
     conv_accumulators: int = 12
+    parallel: bool = False
+    """The conv runs as tiles of the thread pool (a build for more than one thread): an input-packing conv whose
+    output stores channels innermost splits over its pixel groups (pack_groups)."""
 
     @property
     def arch(self) -> Arch | None:
@@ -276,12 +280,20 @@ class TargetForms:
         channel and block). block_bytes: one block of P pixels, every image and channel."""
         return channels and flat and pixels_unit and pixels <= PACK_MAX_PIXELS and block_bytes <= PACK_MAX_BYTES
 
-    @staticmethod
-    def pack_groups(blocks: int, block_bytes: int) -> int:
+    def pack_groups(self, blocks: int, block_bytes: int, work: float, channels_inner: bool, weights_bytes: int,
+                    input_bytes: int) -> int:
         """Pixel-block groups of packs_input, each packed whole within PACK_MAX_BYTES (the stack budget model.h
         promises): one (packed once per call, before the parallel region), or several, each packed by the
-        parallel tile that runs it (channel blocks outermost inside it, all weights read once per group)."""
-        return -(-blocks // max(1, PACK_MAX_BYTES // block_bytes))
+        parallel tile that runs it (channel blocks outermost inside it, all weights read once per group).
+        Split for threads when the output stores channels innermost (NHWC) and the weights are no larger than
+        the input: one group per tile, since one group's pack would run again in every tile (the pool calls a
+        tile at a time) and tiles of channel blocks would write parts of the same cache lines at once
+        (shufflenet's grouped 1x1 convs ran 2.5x slower on 2 threads than on one); larger weights (ResNet's
+        2048 -> 512 at 7x7) would be read once per group instead."""
+        groups = -(-blocks // max(1, PACK_MAX_BYTES // block_bytes))
+        if self.parallel and channels_inner and weights_bytes <= input_bytes:
+            groups = max(groups, chunk_count(blocks, work))
+        return groups
 
     @staticmethod
     def packed_channels(Cog: int, R: int, V: int, pack_V: int) -> int:
@@ -370,7 +382,8 @@ class ConvBlocking:
             U = forms.row_vectors(R, row_pairs, flat and w_const)
         block_bytes = N * C * P * itemsize if kind == "channels" else 0
         packs_input = forms.packs_input(kind == "channels", flat, xs[3] == 1, W, block_bytes) and fixed_geometry
-        pack_groups = forms.pack_groups(-(-W // P), block_bytes) if packs_input else 0
+        pack_groups = (forms.pack_groups(-(-W // P), block_bytes, float(N) * OC * OH * OW * taps, os[1] == 1,
+                                         OC * taps * itemsize, N * C * H * W * itemsize) if packs_input else 0)
         if kind == "channels":
             orders = CONV_ORDERS
             units = -(-OW // P) if flat else OH

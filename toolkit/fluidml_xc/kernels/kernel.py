@@ -22,37 +22,13 @@ from . import lowp
 from .extents import broadcast_check, dim_value
 from .operand import Access, Operand  # noqa: F401  (Operand and Access are part of the kernel builder's interface)
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
-
-
-PARALLEL_MIN_WORK = 500_000
-"""Estimated scalar operations (multiply-adds, element ops) below which an op stays on the calling thread:
-waking workers costs microseconds, so a small op is faster alone (docs/THREADS.md)."""
-UNSHARED_MAC_WORK = 4
-"""Split work of a multiply-add reusing no register (depthwise, one-row MatMul): 16 vs 73 GMAC/s, docs/THREADS.md."""
-TARGET_TILES = 12
-"""Tiles an op is split into when its work allows (divisible by 2, 3, 4 and 6 threads; the pool hands
-tiles out one at a time, so more tiles than threads also even out unequal tiles)."""
+from .split import PARALLEL_MIN_WORK, TARGET_TILES, UNSHARED_MAC_WORK, chunk_count  # noqa: F401  (re-exported)
 
 
 def element_work(op_types) -> float:
     """Work per element of a chain of elementwise ops, each its OpSpec.work (the parallel split's estimate, not a
     timing)."""
     return float(sum(traits(op).work for op in op_types))
-
-
-def chunk_count(extent: int, work: float, target: int = TARGET_TILES) -> int:
-    """Chunks to split `extent` independent units of total `work` into, each worth at least a quarter of
-    PARALLEL_MIN_WORK: up to `target`; past it (up to 2 * `target`) only for equal chunks, every unit its
-    own chunk or a count that divides the units when `target` does not (`target` chunks of 16 channel
-    blocks would hold 1 or 2 blocks each and leave 2 threads 8/9 efficient)."""
-    if extent <= 1 or work < PARALLEL_MIN_WORK:
-        return 1
-    most = int(max(1, min(extent, 2 * target, work // (PARALLEL_MIN_WORK // 4))))
-    if most <= target:
-        return most
-    if extent <= most:
-        return extent
-    return most if extent % most == 0 and extent % target != 0 else target
 
 
 def is_unit(extent) -> bool:

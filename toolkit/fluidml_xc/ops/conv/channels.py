@@ -175,13 +175,15 @@ class ChannelVectors:
         if even < len(row):
             self.store_vector(*row[-1], step)
 
-    def pack_input(self, runs, chunk: int = 8):
+    def pack_input(self, runs, chunk: int = 8, image=None, group=None):
         """Copy the (flat) input's pixel blocks `runs` (one group of pixel_groups) into the stack buffer as
         [n][block][channel][pixels of the block]: with c0 the group's first column and w its width, the block
         at column c of image n starts at n * C * w + (c - c0) * C. `chunk` channels at a time, each block's
         run of them in turn: reads stream through the channel planes and writes go to a few runs (one per
-        block for every channel would thrash L1's sets: runs 4 KiB apart)."""
+        block for every channel would thrash L1's sets: runs 4 KiB apart). image, group: only that image's and
+        conv group's channels, at their places in the buffer (a parallel tile packs what it reads)."""
         k, b, xs = self.k, self.k.b, self.s.xs
+        first, C = (0, self.s.C) if group is None else (offset(k, 0, (group, self.s.Cig)), self.s.Cig)
         origin = runs[0][0]
         width = runs[-1][0] + runs[-1][1] * runs[-1][2] - origin
         self.c.pack_origin, self.c.pack_width = origin, width
@@ -200,12 +202,15 @@ class ChannelVectors:
                     self.c.span(0, count, one)
                 self.c.span(0, blocks, block)
 
-        def image(n):
-            full = self.s.C // chunk
-            self.c.span(0, full, lambda q: channels(n, offset(k, 0, (q, chunk)), chunk))
-            if self.s.C % chunk:
-                channels(n, full * chunk, self.s.C % chunk)
-        self.c.span(0, self.c.N, image)
+        def one_image(n):
+            full = C // chunk
+            self.c.span(0, full, lambda q: channels(n, offset(k, 0, (first, 1), (q, chunk)), chunk))
+            if C % chunk:
+                channels(n, offset(k, full * chunk, (first, 1)), C % chunk)
+        if image is None:
+            self.c.span(0, self.c.N, one_image)
+        else:
+            one_image(image)
 
     def emit_packed(self):
         """packs_input: one group packed before the parallel region (once per call, into this call's stack), then
@@ -226,6 +231,13 @@ class ChannelVectors:
         def run(group):
             self.c.px_runs = group
             self.pack_input(group)
+        if len(groups) == 1 and self.s.G > 1 and self.c.split() is not None:
+            def packed_image(n, g):  # each tile packs its own group: the pool calls a tile at a time
+                self.pack_input(groups[0], image=n, group=g)
+                per_image(n, g)
+            self.c.px_runs = groups[0]
+            if self.c.emit_tiled(packed_image):
+                return
         if len(groups) == 1:
             run(groups[0])
             if not self.c.emit_tiled(per_image):

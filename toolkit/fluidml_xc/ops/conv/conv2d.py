@@ -252,7 +252,8 @@ def lower_conv(k):
                        dyn=dyn)
         itemsize = np.dtype(out.dtype).itemsize
         value = w.value
-        plan = plan_conv(s, TargetForms(str(k.module.triple), k.conv_accumulators), dtype=np.dtype(out.dtype).name,
+        forms = TargetForms(str(k.module.triple), k.conv_accumulators, parallel=k.tile_range is not None)
+        plan = plan_conv(s, forms, dtype=np.dtype(out.dtype).name,
                          V=max(1, k.vector_bits // (itemsize * 8)), pack_V=max(1, k.pack_vector_bits // (itemsize * 8)),
                          w_const=value is not None, finite=value is not None and bool(np.isfinite(value).all()),
                          bias_const=bias is not None and getattr(bias, "value", None) is not None, order=k.loop_order,

@@ -1,5 +1,6 @@
 """The Conv kernel's channels-last depthwise blocks (conv2d.py lower_conv): vectors over channels x P pixels, weights repacked
-to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with one st1."""
+to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with one st1; RVV (blocking.dw_rows) runs
+each channel unit over a whole output row, its weight vectors kept in registers (docs/RISCV_KERNELS.md)."""
 from __future__ import annotations
 
 from llvmlite import ir

@@ -127,6 +127,13 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 64 * 9 * 28 * 28))
+    # the same depthwise kept channels-last by Transposes around it (the optimizer may run the blocks below NCHW)
+    out.append(Case("fp32 depthwise 3x3 channels-last 96x28x28 +Clip6", "fp", _model(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+         helper.make_node("Conv", ["xt", "w", "bias"], ["c"], pads=[1] * 4, group=96),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
+        {"x": f32(1, 28, 28, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
+                                    "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 28 * 28))
     # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise)
     out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))
     # the cost model's choice: Winograd on ARM (the hot loop is its GEMM tile over input channels), FLOP of the direct conv

@@ -147,6 +147,41 @@ def test_register_tiles_and_remainders_match_onnxruntime(board, features, tmp_pa
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board}")
 
 
+def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
+    """Depthwise 3x3 convs with bias and Clip6: channels-last (Transposes around them, so the optimizer keeps the
+    convs NHWC) over 40 channels (V = 16: two units and 8 channels one by one) at stride 1 and 2 on an odd 11 x 13
+    image, NCHW rows of 21 and 9 columns (RVV's edge blocks and row pairs at stride 1, plain rows at stride 2), and
+    a 3x3 conv of 6 output channels (fewer than a vector: row vectors, with edge blocks on RVV)."""
+    rng = np.random.default_rng(7)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2])]
+    for i, stride in enumerate((1, 2)):
+        nodes += [helper.make_node("Conv", ["xt", "wc", "bc"], [f"c{i}"], pads=[1] * 4, group=40, strides=[stride] * 2),
+                  helper.make_node("Clip", [f"c{i}", "lo", "hi"], [f"k{i}"]),
+                  helper.make_node("Transpose", [f"k{i}"], [f"y{i}"], perm=[0, 2, 3, 1])]
+    for i, (name, stride) in enumerate((("r", 1), ("r", 2), ("s", 1))):
+        nodes += [helper.make_node("Conv", [name, f"w{name}", f"b{name}"], [f"n{i}"], pads=[1] * 4, group=20, strides=[stride] * 2),
+                  helper.make_node("Clip", [f"n{i}", "lo", "hi"], [f"z{i}"])]
+    nodes += [helper.make_node("Conv", ["r", "wo"], ["o"], pads=[1] * 4), helper.make_node("Relu", ["o"], ["ro"])]
+    consts = {"wc": f(40, 1, 3, 3), "bc": f(40), "wr": f(20, 1, 3, 3), "br": f(20), "ws": f(20, 1, 3, 3), "bs": f(20),
+              "wo": f(6, 20, 3, 3), "lo": np.float32(0), "hi": np.float32(6)}
+    feeds = {"x": f(1, 11, 13, 40), "r": f(1, 20, 10, 21), "s": f(1, 20, 7, 9)}
+    return graph_model(nodes, feeds, ["y0", "y1", "z0", "z1", "z2", "ro"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board, features", [*((b, None) for b in BOARDS), ("qemu-riscv64", "+v"),
+                                             ("qemu-riscv64", "+v,+zvl512b")])
+def test_depthwise_forms_match_onnxruntime(board, features, tmp_path):
+    """RVV's channels-last depthwise rows (weights kept in registers across a row, TargetForms.dw_rows) with their
+    channel and column remainders at stride 1 and 2, and its NCHW rows with edge blocks and row pairs
+    (TargetForms.edges), at VLEN 256, 128 and 512; the scalar build's depthwise forms on the same convs."""
+    model, feeds = _depthwise_model()
+    got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board} {features}")
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("graph", ["cnn", "int8"])

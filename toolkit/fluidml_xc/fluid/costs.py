@@ -361,7 +361,11 @@ class AnalyticModel:
         out_elems = pts * geo.OC
         if geo.kind == "depthwise_c":
             vecs = geo.G // V + geo.G % V
-            work = pts * geo.KH * geo.KW * vecs * (VFMA_NS + VLOAD_NS)
+            if geo.blocking.dw_rows:  # weights kept across the row: each block of P pixels loads its KH input rows' spans
+                span = (geo.P - 1) * geo.sw + geo.KW
+                work = pts * vecs * (geo.KH * geo.KW * VFMA_NS + geo.KH * span / geo.P * VLOAD_NS)
+            else:
+                work = pts * geo.KH * geo.KW * vecs * (VFMA_NS + VLOAD_NS)
             stores = pts * vecs * STORE_NS
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":
@@ -527,7 +531,7 @@ class Costs:
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
-        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12))
+        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
         self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads,
                                    replace(forms, parallel=threads > 1), half)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum
-from ..target.arch import Arch, arch_of
+from ..target.arch import Arch, arch_of, riscv_vlen
 from .split import chunk_count
 
 
@@ -102,6 +102,10 @@ FLAT_ROW_MIN_PIXELS = 512
 (measured on AVX2: channel vectors win at 14x14 for every Cin, row vectors from 28x28)."""
 DW_PIXELS = 8
 """Most pixels per channels-last depthwise block (one accumulator per channel vector each)."""
+DW_ROW_PIXELS = 3
+"""Pixels per channels-last depthwise block when a channel unit's weight vectors stay in registers across the row
+(TargetForms.dw_rows): RVV's 16 LMUL-2 groups hold 9 weights, 3 accumulators and the input vectors in flight
+(benchmarks/mca.py on the X60: 3 pixels 34% of peak, no spills; 4 and 5 spill, 19-20%)."""
 PACK_MAX_PIXELS = 256
 """Flat 1x1 convs pack their input (TargetForms.packs_input) up to this many pixels (14x14 measured on AVX2)."""
 PACK_MAX_BYTES = 256 * 1024
@@ -155,6 +159,8 @@ class TargetForms:
     triple: str
     """The target triple; "" for none (the cost model without a target: no architecture's special forms)."""
     conv_accumulators: int = 12
+    features: str = ""
+    """The target's LLVM features (RISC-V: whether it has V, target/arch.py riscv_vlen)."""
     parallel: bool = False
     """The conv runs as tiles of the thread pool (a build for more than one thread): an input-packing conv whose
     output stores channels innermost splits over its pixel groups (pack_groups)."""
@@ -174,6 +180,17 @@ class TargetForms:
     @property
     def x86(self) -> bool:
         return self.arch is not None and self.arch.x86
+
+    @property
+    def rvv(self) -> bool:
+        """RISC-V with the V extension: the kernels' vectors are register groups (vector_lmul), 16 of them."""
+        return self.arch is not None and self.arch.riscv and riscv_vlen(self.features) > 0
+
+    def dw_rows(self) -> bool:
+        """Channels-last depthwise rows with the channel units outside the row's pixel tiles: each unit's KH x KW
+        weight vectors are loaded once per row and stay in registers across its tiles (RVV: in-order cores whose
+        vector loads cost as much as two multiply-adds; benchmarks/mca.py, docs/RISCV_KERNELS.md)."""
+        return self.rvv
 
     def dw_vectors(self) -> int:
         """Channel vectors per channels-last depthwise block: two on aarch64 (their loads and stores pair)."""
@@ -235,6 +252,8 @@ class TargetForms:
         return 0
 
     def dw_pixels(self) -> int:
+        if self.dw_rows():
+            return DW_ROW_PIXELS
         return min(DW_PIXELS, self.conv_accumulators // self.dw_vectors())
 
     def by_lane(self, f32: bool, V: int, Cog: int, taps: int) -> bool:
@@ -243,9 +262,11 @@ class TargetForms:
         return self.arm32 and f32 and V == 4 and Cog == 1 and taps <= 4 * V
 
     def edges(self, V: int, sw: int, rows_unit: bool, W: int) -> bool:
-        """aarch64 row vectors at stride 1 (constant finite weights, not flat): the first and last vector of a
-        row are vector blocks whose taps read zeros for the columns outside the input (one ext), not pixels."""
-        return self.aarch64 and V > 1 and sw == 1 and rows_unit and W >= V
+        """aarch64 and RVV row vectors at stride 1 (constant finite weights, not flat): the first and last vector of a
+        row are vector blocks whose taps read zeros for the columns outside the input (one ext; RVV: slides), not
+        pixels (RVV, benchmarks/mca.py on the X60: NCHW depthwise 64x28x28 17% -> 19%, MobileNetV2's 56x56 stage
+        23% -> 34% of peak)."""
+        return (self.aarch64 or self.rvv) and V > 1 and sw == 1 and rows_unit and W >= V
 
     @staticmethod
     def row_pairs(edges: bool, Cog: int, sh: int, dh: int, KH: int, KW: int) -> bool:
@@ -348,6 +369,9 @@ class ConvBlocking:
     """The order the kernel runs when the optimizer gives none: for channel vectors, channel blocks outermost
     unless re-reading all weights once per output row (pixel tile when flat) moves fewer bytes than
     re-reading the input once per channel block; the others have one order."""
+    dw_rows: bool = False
+    """Channels-last depthwise: per output row, each channel unit runs all the row's pixel blocks (its weights kept
+    in registers, TargetForms.dw_rows); else each pixel block runs every channel unit."""
 
     @classmethod
     def choose(cls, forms: TargetForms, *, N: int, C: int, H: int, W: int, OC: int, OH: int, OW: int, KH: int, KW: int,
@@ -394,4 +418,4 @@ class ConvBlocking:
         pointwise_tiles = (kind == "channels" and not flat and KH == 1 and KW == 1 and unpadded and OH > 1 and OW % P != 0
                            and OH * OW <= 64 and fixed_geometry)
         return cls(kind, R, P, U, dw_vec, by_lane, edges, row_pairs, forms.lane_taps(by_lane, row_pairs, f32, V, taps),
-                   packs_input, pack_groups, pointwise_tiles, orders, default)
+                   packs_input, pack_groups, pointwise_tiles, orders, default, kind == "depthwise_c" and forms.dw_rows())

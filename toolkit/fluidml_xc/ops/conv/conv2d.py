@@ -87,8 +87,7 @@ def _depthwise(c: ConvKernel, p: ConvPlan) -> None:
     e = ChannelsLastDepthwise(c, p)
 
     def image(n):
-        c.rows(lambda oh, khr: c.pixel_blocks(oh, khr, lambda ow, pixels: e.channels_dw(
-            lambda c0, lanes, nvec: e.block_dw(n, c0, lanes, nvec, oh, ow, pixels, khr))))
+        c.rows(lambda oh, khr: e.row(n, oh, khr))
     if c.emit_tiled(lambda n, g: image(n)):
         return
     if c.N == 1:
@@ -252,7 +251,8 @@ def lower_conv(k):
                        dyn=dyn)
         itemsize = np.dtype(out.dtype).itemsize
         value = w.value
-        forms = TargetForms(str(k.module.triple), k.conv_accumulators, parallel=k.tile_range is not None)
+        forms = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""),
+                            parallel=k.tile_range is not None)
         plan = plan_conv(s, forms, dtype=np.dtype(out.dtype).name,
                          V=max(1, k.vector_bits // (itemsize * 8)), pack_V=max(1, k.pack_vector_bits // (itemsize * 8)),
                          w_const=value is not None, finite=value is not None and bool(np.isfinite(value).all()),

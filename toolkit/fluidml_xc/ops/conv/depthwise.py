@@ -1,5 +1,6 @@
 """The Conv kernel's channels-last depthwise blocks (conv2d.py lower_conv): vectors over channels x P pixels, weights repacked
-to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with one st1."""
+to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with one st1; RVV (blocking.dw_rows) runs
+each channel unit over a whole output row, its weight vectors kept in registers (docs/RISCV_KERNELS.md)."""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -18,6 +19,15 @@ class ChannelsLastDepthwise:
     def __init__(self, kernel: ConvKernel, plan: ConvPlan):
         self.c, self.p, self.k = kernel, plan, kernel.k
         self.s, self.bl = plan.shape, plan.blocking
+
+    def row(self, n, oh, kh_range):
+        """Output row oh of image n: pixel blocks x channel units, the channel units outermost under blocking.dw_rows."""
+        if self.bl.dw_rows:
+            self.channels_dw(lambda c0, lanes, nvec: self.c.pixel_blocks(
+                oh, kh_range, lambda ow, pixels: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range)))
+        else:
+            self.c.pixel_blocks(oh, kh_range, lambda ow, pixels: self.channels_dw(
+                lambda c0, lanes, nvec: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range)))
 
     def block_dw(self, n, c0, lanes: int, nvec: int, oh, ow, pixels, kh_range):
         """Channels [c0, c0 + nvec * lanes) (nvec vectors) x pixels (their kw ranges) of row oh from column ow, depthwise."""

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Hand-scheduled scalar GEMM tiles for the SiFive U74 through llvm-mca: the bound docs/RISCV_KERNELS.md derives.
+
+    python benchmarks/u74_tiles.py [--mca llvm-mca-19,llvm-mca-22] [--asm-dir DIR]
+
+Each loop is one register tile of m x n fp32 accumulators (fmadd.s) over K steps per iteration, A and B read by flw:
+
+* "first": every load of a step before its multiply-adds (m + n loads, m x n + m + n FP registers), 1 step;
+* "piped": B software-pipelined through two registers (the next column's flw right before this column's m
+  multiply-adds, m x n + m + 2 registers), the m A loads after the step's last column, K steps per iteration
+  (the pointer increments and the branch once).
+
+llvm-mca's in-order pipeline issues an instruction only when it would write back no earlier than the one issued
+before it (InOrderIssueStage::canExecute, findFirstWriteBackCycle; the SiFive7 model sets no RetireOOO), so a flw
+(3 cycles in LLVM 22, 2 in LLVM 19) right after an fmadd.s (5 cycles) waits 2 (3) cycles, and every load costs a
+cycle of its own: cycles per step >= m x n + m + n. % of peak = m x n x K / cycles (one fmadd.s per cycle).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from pathlib import Path
+
+STEP = 256
+"""Bytes between two K steps of B (a row of a 64-column panel)."""
+
+
+def first(m: int, n: int) -> list[str]:
+    acc = [f"f{i}" for i in range(m + n, m + n + m * n)]
+    lines = [f"flw f{i}, {4 * i}(a0)" for i in range(m)] + [f"flw f{m + j}, {4 * j}(a1)" for j in range(n)]
+    lines += ["addi a0, a0, 64", f"addi a1, a1, {STEP}"]
+    lines += [f"fmadd.s {acc[i * n + j]}, f{i}, f{m + j}, {acc[i * n + j]}" for i in range(m) for j in range(n)]
+    return lines + ["bne a0, a2, .Lhot"]
+
+
+def piped(m: int, n: int, steps: int) -> list[str]:
+    b, acc = [f"f{m}", f"f{m + 1}"], [f"f{i}" for i in range(m + 2, m + 2 + m * n)]
+    lines, col = [], 0
+    for k in range(steps):
+        for j in range(n):
+            nxt = STEP * k + 4 * (j + 1) if j < n - 1 else STEP * (k + 1)  # the next column, or the next step's first
+            lines.append(f"flw {b[(col + 1) % 2]}, {nxt}(a1)")
+            lines += [f"fmadd.s {acc[i * n + j]}, f{i}, {b[col % 2]}, {acc[i * n + j]}" for i in range(m)]
+            col += 1
+        for i in range(m):
+            lines.append(f"flw f{i}, {4 * i + 4 + 64 * k}(a0)")
+            if k == steps - 1 and i == 0:
+                lines.append(f"addi a1, a1, {STEP * steps}")
+    return lines + [f"addi a0, a0, {64 * steps}", "bne a0, a2, .Lhot"]
+
+
+def cycles(mca: str, asm: str) -> float:
+    out = subprocess.run([mca, "-mtriple=riscv64", "-mcpu=sifive-u74", "-iterations=200"], input=asm,
+                         capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / 200
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mca", default="llvm-mca-19,llvm-mca-22")
+    ap.add_argument("--asm-dir", type=Path, help="write each loop here")
+    args = ap.parse_args()
+    loops = [(f"first {m}x{n}", m, n, 1, first(m, n)) for m, n in ((2, 8), (4, 4), (3, 7), (4, 5))]
+    loops += [(f"piped {m}x{n} K{k}", m, n, k, piped(m, n, k)) for m, n in ((4, 5), (4, 6), (5, 5)) for k in (1, 3)]
+    mcas = args.mca.split(",")
+    print("| loop | FP registers | fmadd.s | " + " | ".join(f"{t} cycles | %" for t in mcas) + " |")
+    print("|---|---:|---:|" + "---:|---:|" * len(mcas))
+    for name, m, n, k, lines in loops:
+        asm = ".Lhot:\n" + "\n".join(lines) + "\n"
+        if args.asm_dir:
+            args.asm_dir.mkdir(parents=True, exist_ok=True)
+            (args.asm_dir / f"u74-{name.replace(' ', '-')}.s").write_text(asm)
+        regs = m * n + m + (n if name.startswith("first") else 2)
+        row = [f"{(c := cycles(t, asm)):.1f} | {100 * m * n * k / c:.1f}%" for t in mcas]
+        print(f"| {name} | {regs} | {m * n * k} | " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

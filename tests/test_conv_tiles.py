@@ -74,8 +74,9 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, patched_
     def record(c):
         k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
-        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits,
-                            TargetForms(str(k.module.triple), k.conv_accumulators, parallel=k.tile_range is not None))
+        forms_ = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""),
+                             parallel=k.tile_range is not None)
+        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, forms_)
         seen.append((c.plan.blocking.pack_groups, geo.pack_groups))
         emit(c)
     patched_compiler.setattr(conv, "emit_conv", record)
@@ -132,8 +133,8 @@ def test_threaded_packed_convs_pack_once(tmp_path, patched_compiler, board):
         k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
         parallel = k.tile_range is not None
-        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits,
-                            TargetForms(str(k.module.triple), k.conv_accumulators, parallel=parallel))
+        forms_ = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""), parallel=parallel)
+        geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, forms_)
         if c.plan.blocking.packs_input:
             seen.append((parallel, c.plan.shape.os[1] == 1, c.plan.blocking.pack_groups, geo.pack_groups))
         emit(c)

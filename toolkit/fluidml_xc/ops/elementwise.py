@@ -168,18 +168,17 @@ BITWISE = frozenset({"BitwiseNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "And
 """Bit and logic ops: storage-only operands are widened before them (passes/lowp_compute.py)."""
 
 
-VECTOR_UNARY = {"Sigmoid": 1, "Tanh": 4}
-"""float32 ops lowered in explicit vectors on x86 (_vector_unary): vectors per loop step."""
+VECTOR_UNARY = frozenset({"Sigmoid"})
+"""float32 ops lowered in explicit vectors on x86, one vector per loop step (_vector_unary)."""
 ROW_MIN = 1024
 """Elements a row of _vector_unary holds at least (innermost dims joined until then; rows are the parallel tiles)."""
 
 
-def _vector_unary(k, fn, unroll: int) -> bool:
-    """out = fn(x) over contiguous float32 rows in explicit vectors, `unroll` per loop step, the last n % lanes
-    elements one by one; False (the generic loop) off x86, for run-time shapes or strided tensors. LLVM's loop
-    vectorizer runs 4 vectors per step: Sigmoid's long chains (twelve dependent operations and a division) then
-    hold more registers and scheduler entries than Zen 3 has, and one vector per step is 8-15% faster; Tanh keeps 4,
-    in rows, which is 5-10% faster than the generic loop on large tensors (docs/OPS.md, issue #28)."""
+def _vector_unary(k, fn) -> bool:
+    """out = fn(x) over contiguous float32 rows in explicit vectors, one per loop step, the last n % lanes elements
+    one by one; False (the generic loop) off x86, for run-time shapes or strided tensors. LLVM's loop vectorizer runs
+    4 vectors per step: with Sigmoid's long chain per vector (a dozen dependent operations and a division) that loop
+    is 9% slower on Zen 3 cache-resident, as is 2 per step (Tanh gains nothing either way; docs/OPS.md, issue #28)."""
     x, out = k.inputs[0], k.outputs[0]
     lanes = k.lanes(np.float32)
     if k.spec is None or not arch_of(k.spec.triple).x86 or k.dynamic or x.shape != out.shape or not x.size:
@@ -197,7 +196,7 @@ def _vector_unary(k, fn, unroll: int) -> bool:
     def row(ix, inner):
         src, dst = row_ptr(k, x, ix, inner), row_ptr(k, out, ix, inner)
         walk_run(k, n, lanes, lambda _, at: k.vstore(fn(k.vload(src, np.float32, at, lanes)), dst, np.float32, at),
-                 lambda at: k.store_ptr(fn(k.load_ptr(src, np.float32, at)), dst, np.float32, at), unroll)
+                 lambda at: k.store_ptr(fn(k.load_ptr(src, np.float32, at)), dst, np.float32, at), unroll=1)
     each_row(k, x.shape, x.strides, dims, row)
     return True
 
@@ -209,7 +208,7 @@ def _register_unary(name, op: ScalarOp):
               work=op.work, epilogue_activation=op.epilogue_activation, runtime_extents=True)
     def lower(k):
         if (name in VECTOR_UNARY and np.dtype(k.inputs[0].dtype) == np.float32
-                and _vector_unary(k, lambda v: op.fn(k, np.float32, v), VECTOR_UNARY[name])):
+                and _vector_unary(k, lambda v: op.fn(k, np.float32, v))):
             return
         _unary(k, op.fn)
 

@@ -176,9 +176,10 @@ ROW_MIN = 1024
 
 def _vector_unary(k, fn) -> bool:
     """out = fn(x) over contiguous float32 rows in explicit vectors, one per loop step, the last n % lanes elements
-    one by one; False (the generic loop) off x86, for run-time shapes or strided tensors. LLVM's loop vectorizer runs
-    4 vectors per step: with Sigmoid's long chain per vector (a dozen dependent operations and a division) that loop
-    is 9% slower on Zen 3 cache-resident, as is 2 per step (Tanh gains nothing either way; docs/OPS.md, issue #28)."""
+    one by one; False (the generic loop) off x86, for run-time shapes, strided tensors or a single row. LLVM's loop
+    vectorizer runs 4 vectors per step: with Sigmoid's long chain per vector (a dozen dependent operations and a
+    division) that loop is 9% slower on Zen 3 cache-resident, as is 2 per step (Tanh gains nothing either way;
+    docs/OPS.md, issue #28)."""
     x, out = k.inputs[0], k.outputs[0]
     lanes = k.lanes(np.float32)
     if k.spec is None or not arch_of(k.spec.triple).x86 or k.dynamic or x.shape != out.shape or not x.size:
@@ -190,7 +191,7 @@ def _vector_unary(k, fn) -> bool:
         dims.append(d)
         run *= x.shape[d]
     n = vector_rows(k, x, dims)
-    if n is None or n < lanes:
+    if n is None or n < lanes or n == x.size:  # one row: the generic loop splits it over threads
         return False
 
     def row(ix, inner):

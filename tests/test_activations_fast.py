@@ -40,6 +40,36 @@ def test_tanh_family_accuracy(op, ref, ulps):
         np.testing.assert_allclose(got[~nan][finite], want[~nan][finite], rtol=1e-5, atol=1e-6)  # 1 + tanh cancels for x << 0, as in float32 everywhere
 
 
+def test_tanh_never_exceeds_one():
+    """tanh_f32 clamps its argument where x * P / Q rounds to exactly 1 (kernels/scalar.py TANH_LIMIT) instead of
+    clamping the result: every float32 from 7 to 9.6 gives a value in [tanh's float32 - 5 ulps, 1], and 1 from the
+    limit on (the ratio itself passes 1 at 8.12 and reaches 1 + 4e-7 by 9.5)."""
+    from fluidml_xc.kernels.scalar import TANH_LIMIT
+    x = np.arange(np.float32(7.0).view(np.uint32), np.float32(9.6).view(np.uint32), dtype=np.uint32).view(np.float32)
+    got = _unary("Tanh", np.concatenate([x, -x]))
+    assert got[:x.size].max() == 1.0 and got[x.size:].min() == -1.0
+    assert (got[:x.size][x >= np.float32(TANH_LIMIT)] == 1.0).all()
+    np.testing.assert_array_equal(got[x.size:], -got[:x.size])
+    want = np.tanh(x.astype(np.float64))
+    assert (want - got[:x.size] <= 5 * np.spacing(want.astype(np.float32))).all()
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Tanh"])
+def test_vector_rows_with_a_tail(op):
+    """A 4-D tensor in rows of 37 x 29 = 1073 elements (Sigmoid: ops/elementwise.py _vector_unary on x86, whole
+    vectors then one element per row; Tanh: the generic loop): each element within 2 ulps of the 1-D kernel's (a
+    scalar remainder may round an FMA differently from the vector body), NaN and infinities where it has them."""
+    from fluidml_xc.run.backend import compile_model
+    x = np.random.default_rng(5).normal(0, 6, (2, 3, 37, 29)).astype(np.float32)
+    x.flat[::97] = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0, -100.0], np.float32)[np.arange(x.size)[::97] % 7]
+    node = helper.make_node(op, ["x"], ["y"])
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    got = compile_model(model)({"x": x})[0]
+    np.testing.assert_allclose(got.ravel(), _unary(op, x.ravel()), rtol=2.4e-7, atol=0)
+
+
 def test_log_accuracy_and_special_values():
     x = np.concatenate([np.geomspace(1e-45, 3e38, 100_001), np.linspace(0.5, 2, 100_001),
                         [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 1.0]]).astype(np.float32)  # subnormals included
@@ -70,8 +100,8 @@ def _check_sigmoid(x: np.ndarray, got: np.ndarray, ulps: float) -> None:
 
 
 def test_sigmoid_accuracy():
-    """Sigmoid in one division over exp(-|x|) (kernels/scalar.py sigmoid_f32): 2.4 ulps at most over every float32
-    (x86-64-v3, docs/OPS.md), so 3 here; tiny results keep their relative precision."""
+    """Sigmoid as 2^-n / (2^-n + y) over exp(-x) = y 2^n (kernels/scalar.py sigmoid_f32): 2.48 ulps at most over
+    every float32 (x86-64-v3, docs/OPS.md), so 3 here; tiny results keep their relative precision."""
     x = _sigmoid_points()
     _check_sigmoid(x, _unary("Sigmoid", x), 3)
 

@@ -114,6 +114,12 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
 _SIGMOID_EXP_POLY = (0.0013750663492828608, 0.00836912076920271, 0.0416695661842823, 0.16666516661643982, 0.49999988079071045)
 """exp(r) = 1 + r + r^2 p(r) on |r| <= ln(2) / 2 with p of degree 4 (least squares weighted by r^2 / e^r, float32
 coefficients): within 0.07 ulp of e^r, one multiply-add fewer than Cephes' degree 5 (_EXP_POLY)."""
+_SIGMOID_EXP_POLY_NEGATED = tuple(c * (-1) ** i for i, c in enumerate((*_SIGMOID_EXP_POLY, 1.0, 1.0)))
+"""e^r as a polynomial in -r (sigmoid_f32 computes -r): the odd-degree coefficients negated (degree 6 first)."""
+TANH_LIMIT = 8.095857
+"""Where tanh_f32 clamps its argument: x * P(x^2) / Q(x^2) rounds to exactly 1 there in float32 with FMAs (x86, Arm,
+RISC-V) and without, and stays at or below 1 over [0, TANH_LIMIT] both ways (the first value over 1 is at 8.0964
+without FMAs, 8.1247 with). tanh(8.095857) is 1 - 1.9e-7: 3.1 ulps from 1."""
 _ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
             -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
@@ -365,20 +371,17 @@ class Scalar:
         return b.select(b.fcmp_unordered("<", x, k(0.0)), k(float("nan")), r)
 
     def tanh_f32(self, x: ir.Value) -> ir.Value:
-        """tanhf as Eigen's rational approximation (as ORT's MLAS), vectorizable, < 5 ulps: x * (P(x^2) / Q(x^2)).
-        The argument is clamped to +-9.5, where the ratio exceeds 1, and the result to [-1, 1], so large |x| give
-        +-1 exactly (tanh's float32 value there to within 5 ulps). P(0) / Q(0) is 1 - 1.3e-7, so tiny and subnormal
-        x give x to within 2 ulps with no test for them; NaN stays NaN (ordered compares keep it through both clamps).
-        `x` a float32 scalar or vector."""
+        """tanhf as Eigen's rational approximation (as ORT's MLAS), vectorizable, < 5 ulps: x * (P(x^2) / Q(x^2))
+        with x clamped to +-TANH_LIMIT, where the ratio rounds to exactly +-1 (with FMAs and without), so large |x|
+        give +-1 with no clamp of the result and |tanh| never exceeds 1. P(0) / Q(0) is 1 - 1.3e-7, so tiny and
+        subnormal x give x to within 2 ulps with no test for them; NaN stays NaN (ordered compares keep it through the
+        clamp). `x` a float32 scalar or vector."""
         b, f32 = self.b, x.type
-
-        def clamp(v, bound):
-            lo, hi = splat_const(f32, -bound), splat_const(f32, bound)
-            v = b.select(b.fcmp_ordered("<", v, lo), lo, v)  # maxps / minps
-            return b.select(b.fcmp_ordered(">", v, hi), hi, v)
-        clamped = clamp(x, 9.5)
+        lo, hi = splat_const(f32, -TANH_LIMIT), splat_const(f32, TANH_LIMIT)
+        clamped = b.select(b.fcmp_ordered("<", x, lo), lo, x)  # maxps / minps
+        clamped = b.select(b.fcmp_ordered(">", clamped, hi), hi, clamped)
         x2 = b.fmul(clamped, clamped, flags=FAST)
-        return clamp(b.fmul(b.fdiv(_poly(b, x2, _TANH_NUM), _poly(b, x2, _TANH_DEN)), clamped, flags=FAST), 1.0)
+        return b.fmul(b.fdiv(_poly(b, x2, _TANH_NUM), _poly(b, x2, _TANH_DEN)), clamped, flags=FAST)
 
     def sigmoid(self, dtype, x: ir.Value) -> ir.Value:
         if _is_f32(x.type):
@@ -387,27 +390,29 @@ class Scalar:
         return self.b.fdiv(one, self.b.fadd(one, self.intrinsic("llvm.exp", self.b.fneg(x))))
 
     def sigmoid_f32(self, x: ir.Value) -> ir.Value:
-        """1 / (1 + exp(-x)) with one division and no overflow: e = exp(-|x|) in (0, 1], then 1 / (1 + e) for x >= +0
-        and e / (1 + e) for x <= -0 (so tiny results keep their relative precision). exp as exp_f32 (Cephes'
-        reduction) with a degree-6 polynomial in one Horner chain, n = round(x log2 e) by adding 1.5 * 2^23 (n in the
-        low mantissa bits), the argument clamped at -88, where 2^n is 0: sigmoid(x) is 0 below about -87.7 (true
-        values there are under 1.2e-38), sigmoid(+-inf) = 1 or 0, NaN stays NaN. `x` a float32 scalar or vector."""
+        """1 / (1 + exp(-x)) in one division with no select and no multiply by 2^n: with exp(-x) = y 2^n (Cephes'
+        reduction, n = round(-x log2 e) by adding 1.5 * 2^23, y = e^r on |r| <= ln(2) / 2 by a degree-6 polynomial in
+        one Horner chain), the result is 2^-n / (2^-n + y), 2^-n made from n's bits. x is clamped to [-88, 88] so that
+        n stays in [-127, 127]: 2^-n is then 2^127 at most and exactly 0 at n = 127 (x <= -87.68, where the exact value
+        is under 1.2e-38). Tiny results keep their relative precision (the sum and the quotient round once each, also
+        to a subnormal); sigmoid(+inf) = 1, sigmoid(-inf) = 0, NaN stays NaN (ordered compares keep it through the
+        clamp). `x` a float32 scalar or vector."""
         b, f32 = self.b, x.type
         i32 = _same_shape(f32, ir.IntType(32))
 
         def k(value):
             return splat_const(f32, value)
         c = ("contract",)
-        a = b.fneg(self.intrinsic("llvm.fabs", x))
-        a = b.select(b.fcmp_ordered("<", a, k(-88.0)), k(-88.0), a)  # maxps
-        t = b.fadd(b.fmul(a, k(1.44269504088896341), flags=c), k(12582912.0), flags=c)
-        fx = b.fsub(t, k(12582912.0))
-        r = b.fsub(b.fsub(a, b.fmul(fx, k(0.693359375), flags=c), flags=c), b.fmul(fx, k(-2.12194440e-4), flags=c), flags=c)
-        y = _poly(b, r, (*_SIGMOID_EXP_POLY, 1.0, 1.0))
-        scale = b.bitcast(b.shl(b.add(b.bitcast(t, i32), splat_const(i32, 127)), splat_const(i32, 23)), f32)
-        e = b.fmul(y, scale)
-        negative = b.icmp_signed("<", b.bitcast(x, i32), splat_const(i32, 0))  # the sign bit: blendvps takes x as the mask
-        return b.fdiv(b.select(negative, e, k(1.0)), b.fadd(e, k(1.0)))
+        lo, hi = k(-88.0), k(88.0)
+        x = b.select(b.fcmp_ordered("<", x, lo), lo, x)  # maxps / minps
+        x = b.select(b.fcmp_ordered(">", x, hi), hi, x)
+        t = b.fadd(b.fmul(x, k(-1.44269504088896341), flags=c), k(12582912.0), flags=c)
+        n = b.fsub(t, k(12582912.0))
+        minus_r = b.fadd(b.fadd(x, b.fmul(n, k(0.693359375), flags=c), flags=c), b.fmul(n, k(-2.12194440e-4), flags=c), flags=c)
+        y = _poly(b, minus_r, _SIGMOID_EXP_POLY_NEGATED)
+        # 2^-n: n sits in t's low bits; shifted into the exponent field, t's own exponent bits leave the word
+        inverse = b.bitcast(b.sub(splat_const(i32, 127 << 23), b.shl(b.bitcast(t, i32), splat_const(i32, 23))), f32)
+        return b.fdiv(inverse, b.fadd(inverse, y))
 
     def erf_f32(self, x: ir.Value) -> ir.Value:
         """erff as a rational approximation on [-4, 4] (the one Eigen and XLA use), vectorizable, < 5e-7 abs."""

@@ -44,7 +44,7 @@ def piped(m: int, n: int, steps: int) -> list[str]:
             lines += [f"fmadd.s {acc[i * n + j]}, f{i}, {b[col % 2]}, {acc[i * n + j]}" for i in range(m)]
             col += 1
         for i in range(m):
-            lines.append(f"flw f{i}, {4 * i + 4 + 64 * k}(a0)")
+            lines.append(f"flw f{i}, {64 * (k + 1) + 4 * i}(a0)")  # the next step's A column
             if k == steps - 1 and i == 0:
                 lines.append(f"addi a1, a1, {STEP * steps}")
     return lines + [f"addi a0, a0, {64 * steps}", "bne a0, a2, .Lhot"]

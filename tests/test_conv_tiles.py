@@ -60,9 +60,9 @@ def _pointwise_model():
 def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, patched_compiler, board, pack_bytes):
     """The packed input, in one group (before the parallel region) or several (pack_bytes: a stack budget of 16 KiB,
     so each group is a parallel tile packing its own pixels); the cost model sees the same groups."""
+    from fluidml_xc.fluid.costs import Costs
     from fluidml_xc.fluid.geometry import conv_geometry
     from fluidml_xc.kernels import conv_geometry as forms
-    from fluidml_xc.kernels.conv_geometry import TargetForms
     from fluidml_xc.ops.conv import conv2d as conv
     from modelrun import require_emulator
     require_emulator(board)
@@ -74,8 +74,7 @@ def test_packed_pointwise_convs_match_ort_at_any_thread_count(tmp_path, patched_
     def record(c):
         k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
-        forms_ = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""),
-                             parallel=k.tile_range is not None)
+        forms_ = Costs(k.graph, k.spec, threads=2 if k.tile_range is not None else 1).model.forms  # what the optimizer priced
         geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, forms_)
         seen.append((c.plan.blocking.pack_groups, geo.pack_groups))
         emit(c)
@@ -121,8 +120,8 @@ def test_threaded_packed_convs_pack_once(tmp_path, patched_compiler, board):
     innermost splits over its pixel groups (its tiles write whole pixels, not parts of the same cache lines); a
     grouped one with NCHW output packs its own group's channels in each tile. The cost model sees the same
     groups; outputs match ONNX Runtime and are bit-identical at 1, 2 and 3 threads."""
+    from fluidml_xc.fluid.costs import Costs
     from fluidml_xc.fluid.geometry import conv_geometry
-    from fluidml_xc.kernels.conv_geometry import TargetForms
     from fluidml_xc.ops.conv import channels, conv2d as conv
     from modelrun import require_emulator
     require_emulator(board)
@@ -133,7 +132,7 @@ def test_threaded_packed_convs_pack_once(tmp_path, patched_compiler, board):
         k = c.k
         strides = {op.name: op.strides for op in (*k.inputs, *k.outputs) if op is not None}
         parallel = k.tile_range is not None
-        forms_ = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""), parallel=parallel)
+        forms_ = Costs(k.graph, k.spec, threads=3 if parallel else 1).model.forms  # what the optimizer priced
         geo = conv_geometry(k.graph, k.node, strides.get, k.vector_bits, forms_)
         if c.plan.blocking.packs_input:
             seen.append((parallel, c.plan.shape.os[1] == 1, c.plan.blocking.pack_groups, geo.pack_groups))

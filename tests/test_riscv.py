@@ -165,21 +165,31 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
     nodes += [helper.make_node("Conv", ["r", "wo"], ["o"], pads=[1] * 4), helper.make_node("Relu", ["o"], ["ro"])]
     consts = {"wc": f(40, 1, 3, 3), "bc": f(40), "wr": f(20, 1, 3, 3), "br": f(20), "ws": f(20, 1, 3, 3), "bs": f(20),
               "wo": f(6, 20, 3, 3), "lo": np.float32(0), "hi": np.float32(6)}
-    feeds = {"x": f(1, 11, 13, 40), "r": f(1, 20, 10, 21), "s": f(1, 20, 7, 9)}
+    feeds = {"x": f(1, 11, 13, 40), "r": f(1, 20, 10, 37), "s": f(1, 20, 7, 9)}
     return graph_model(nodes, feeds, ["y0", "y1", "z0", "z1", "z2", "ro"], consts, 13), feeds
 
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("board, features", [*((b, None) for b in BOARDS), ("qemu-riscv64", "+v"),
                                              ("qemu-riscv64", "+v,+zvl512b")])
-def test_depthwise_forms_match_onnxruntime(board, features, tmp_path):
+def test_depthwise_forms_match_onnxruntime(board, features, tmp_path, patched_compiler):
     """RVV's channels-last depthwise rows (weights kept in registers across a row, TargetForms.dw_rows) with their
     channel and column remainders at stride 1 and 2, and its NCHW rows with edge blocks and row pairs
-    (TargetForms.edges), at VLEN 256, 128 and 512; the scalar build's depthwise forms on the same convs."""
+    (TargetForms.edges), at VLEN 256, 128 and 512; the scalar build's depthwise forms on the same convs. The forms
+    are checked to be the ones chosen."""
+    from fluidml_xc.ops.conv import conv2d as conv
+    forms, emit = set(), conv.emit_conv
+
+    def record(c):
+        forms.update(f for f in ("dw_rows", "edges") if getattr(c.plan.blocking, f))
+        emit(c)
+    patched_compiler.setattr(conv, "emit_conv", record)
     model, feeds = _depthwise_model()
     got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board} {features}")
+    vectors = features is not None or board == "qemu-riscv64-rvv"
+    assert forms == ({"dw_rows", "edges"} if vectors else set()), (board, features, forms)
 
 
 @pytest.mark.qemu

@@ -156,8 +156,9 @@ class AnalyticModel:
         self.vector_bits = vector_bits
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
-        self.forms = forms or TargetForms("")
-        """The target's Conv kernel forms (kernels/conv_geometry.py), the same answers the Conv kernel gets."""
+        self.forms = replace(forms or TargetForms(""), parallel=self.threads > 1)
+        """The target's Conv kernel forms (kernels/conv_geometry.py), the same answers the Conv kernel of a build on
+        `threads` threads gets (parallel: a build on more than one thread emits its convs as tiles)."""
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)
@@ -533,8 +534,7 @@ class Costs:
         self.graph, self.spec, self.mode = graph, spec, mode
         forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
-        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads,
-                                   replace(forms, parallel=threads > 1), half)
+        self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
         self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model
         self.cache = cache
         self.measurer = None

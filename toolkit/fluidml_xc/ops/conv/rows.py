@@ -9,6 +9,7 @@ from ...kernels.epilogue import epilogue
 from ...kernels.loops import element, loop, offset
 from ...kernels.scalar import FAST, const, llvm_type
 from ...kernels.vectors import fused, load_lanes, mac, store_lanes
+from ...target.arch import arch_of
 from .walk import ConvKernel
 
 
@@ -116,11 +117,13 @@ class RowVectors:
             self.c.fence()
 
     def store_runs(self, ty, count: int) -> list[tuple[int, int]]:
-        """Row-pair convs' float32 rows of 2 or more vectors: (first vector, count) of the st1 {v.4s x 2-4} that store
-        them. LLVM's Neoverse-N1 model charges st1 one V slot and 2 micro-ops per vector, where a lone str q takes
-        two V slots and stp q 3 micro-ops per vector (docs/ARM_KERNELS.md)."""
-        if not (self.bl.row_pairs and count >= 2 and self.c.res is None and self.s.os[3] == 1
-                and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType() and ty.count == 4):
+        """aarch64 row-pair convs' float32 rows of 2 or more vectors (RVV's row pairs store each vector): (first
+        vector, count) of the st1 {v.4s x 2-4} that store them. LLVM's Neoverse-N1 model charges st1 one V slot and 2
+        micro-ops per vector, where a lone str q takes two V slots and stp q 3 micro-ops per vector
+        (docs/ARM_KERNELS.md)."""
+        if not (self.bl.row_pairs and arch_of(str(self.k.module.triple)).aarch64 and count >= 2 and self.c.res is None
+                and self.s.os[3] == 1 and isinstance(ty, ir.VectorType) and ty.element == ir.FloatType()
+                and ty.count == 4):
             return []
         sizes = [4] * (count // 4) + ([count % 4] if count % 4 else [])
         if sizes[-1] == 1:

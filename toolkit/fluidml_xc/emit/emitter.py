@@ -148,7 +148,7 @@ class ModuleEmitter:
         """After: the bytes of those arguments, in order."""
         self.unit_args: ConstantArgs | None = None
         """The last node function's ConstantArgs (how its arguments follow from its constant inputs)."""
-        self.unit_arguments: dict[int, list[bytes]] = {}
+        self.unit_arguments: dict[int, list[tuple[str, bytes]]] = {}
         """An entry module's steps -> the constants passed after the other arguments of their unit function."""
 
     @property
@@ -211,9 +211,10 @@ class ModuleEmitter:
         var.initializer = ir.Constant(ty, bytearray(data))
         return var.bitcast(I8P)
 
-    def _content_constant(self, data: bytes) -> ir.Value:
-        """An external hidden i8 array named by `data`'s hash (a Loop body's emitter shares the module's)."""
-        symbol = constant_symbol(data)
+    def _content_constant(self, data: bytes, digest: str | None = None) -> ir.Value:
+        """An external hidden i8 array named by `data`'s hash (`digest`: its sha256 hex, when known; a Loop body's
+        emitter shares the module's)."""
+        symbol = constant_symbol(data, digest)
         self.content.setdefault(symbol, data)
         var = self.module.globals.get(symbol)
         if var is None:
@@ -299,7 +300,7 @@ class ModuleEmitter:
                 args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
             if node.name in self._takes_syms:
                 args.append(syms)
-            args += [self._content_constant(data) for data in self.unit_arguments.get(step, ())]
+            args += [self._content_constant(data, digest) for digest, data in self.unit_arguments.get(step, ())]
             if hooks:
                 b.call(hooks[0], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
@@ -553,9 +554,10 @@ class ModuleEmitter:
         return entry
 
 
-def constant_symbol(data: bytes) -> str:
-    """The hidden symbol of a unit's constant: named by its content, so it does not move when another one changes."""
-    return "fxc_c_" + hashlib.sha256(data).hexdigest()[:32]
+def constant_symbol(data: bytes, digest: str | None = None) -> str:
+    """The hidden symbol of a unit's constant: named by its content (its sha256 hex `digest`, computed when not
+    given), so it does not move when another one changes."""
+    return "fxc_c_" + (digest or hashlib.sha256(data).hexdigest())[:32]
 
 
 @dataclass

@@ -295,11 +295,14 @@ def cached_code(cache: UnitCache | None, key: str) -> CodeResult | None:
     return CodeResult(data[len(OBJECT_MAGIC):]) if data is not None and data.startswith(OBJECT_MAGIC) else None
 
 
-def store_unit(cache: UnitCache | None, key: str, result: UnitResult) -> None:
+def store_unit(cache: UnitCache | None, key: str, result: UnitResult, stored: set[str]) -> None:
+    """The unit's record and its constants not in `stored` (the digests this build stored already; updated)."""
     if cache is None:
         return
     for digest, data in result.constants.items():
-        cache.put(constant_key(digest), data)
+        if digest not in stored:
+            stored.add(digest)
+            cache.put(constant_key(digest), data)
     cache.put(key, result.record.to_bytes())
 
 
@@ -353,14 +356,15 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
         for v, entry in enumerate(entries):
             units = {step: results[keys[v][step]] for step, _ in steps}
             texts.append(emit_entry(entry, {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()},
-                                    {step: [u.constants[d] for d in u.record.arguments] for step, u in units.items()}))
+                                    {step: [(d, u.constants[d]) for d in u.record.arguments] for step, u in units.items()}))
             entry_codes.append(compile_module_timed(texts[-1], specs[v]))
     _, codes, fresh = compiler.run(missed, entries_here)
     if cache is not None:
         for key in sorted(fresh):
             cache.put(key, OBJECT_MAGIC + codes[key].code)
+        stored: set[str] = set()
         for job in missed:
-            store_unit(cache, job.key, results[job.key])
+            store_unit(cache, job.key, results[job.key], stored)
     counts = (len(jobs) - len(missed), len(missed), len(fresh))
     return _assemble(specs, steps, keys, results, codes, entries, texts, entry_codes, counts)
 
@@ -414,7 +418,7 @@ def unit_texts(graph: Graph, plan, specs: list[MachineSpec], options: UnitOption
         for e in emitted.values():
             constants.update(e.unit.constants)
         text = emit_entry(entry, {step: unit_symbol(e.key, spec) for step, e in emitted.items()},
-                          {step: [e.unit.constants[d] for d in e.unit.arguments] for step, e in emitted.items()})
+                          {step: [(d, e.unit.constants[d]) for d in e.unit.arguments] for step, e in emitted.items()})
         constants.update({hashlib.sha256(data).hexdigest(): data for data in entry.content.values()})
         texts.append("\n".join([*dict.fromkeys(e.unit.named(e.key, spec) for e in emitted.values()), text]))
     return texts, b"".join(constants.values())

@@ -352,9 +352,10 @@ def _rename(module: ir.Module, fn: ir.Function, name: str) -> None:
     module.globals[name] = fn
 
 
-def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str], arguments: dict[int, list[bytes]]) -> str:
+def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str], arguments: dict[int, list[tuple[str, bytes]]]) -> str:
     """The entry module of one code variant: `emitter` (the whole graph, EmitOptions.unit) declares each step's
-    unit function (step -> symbol) and calls them with their constants' symbols last (step -> the constants' bytes);
+    unit function (step -> symbol) and calls them with their constants' symbols last (step -> the constants' sha256
+    hex and bytes);
     it defines the weak serial fxc_parallel_for of a parallel build."""
     emitter.unit_arguments = arguments
     steps = []

@@ -273,10 +273,10 @@ def lower_conv(k):
         if (v is not None) != (plan.winograd is not None and plan.winograd.whole):
             raise InputError(f"node {k.node.name!r} (Conv): loop order {k.loop_order!r} does not match its "
                              f"{'transformed input' if v is not None else 'missing WinogradInput'}: rebuild with --no-cache")
+        if value is None or finite:  # a non-finite weight's padding NaN mask follows from where it is
+            values_derived(k)
         if plan.winograd is not None:
             emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, None if v is None else (v.ptr, tuple(v.strides)))
         else:
-            if value is None or finite:  # a non-finite weight's padding NaN mask follows from where it is
-                values_derived(k)
             emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, res))
     store_padding_nan(k, x, w, out, strides, dils, pads)

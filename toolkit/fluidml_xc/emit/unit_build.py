@@ -4,8 +4,9 @@ Keys are computed and looked up here; the units missed are emitted, printed and 
 forked after the graph is planned (the children inherit the jobs and receive only their indices; llvmlite starts
 no threads, so none is lost at the fork), while this process emits and compiles the entry modules. Below
 FORK_MIN_UNITS missed units, everything runs here: a pool's start and stop (70 ms on a loaded 2-core machine)
-would cost more than it saves. The objects, the weights blob and its labels come out in step order, whatever the
-workers and the cache did.
+would cost more than it saves. Units that differ only in their weights' values are one job (share_groups): the
+first is emitted and the others derived from it (units.Sharing). The objects, the weights blob and its labels come
+out in step order, whatever the workers and the cache did.
 """
 from __future__ import annotations
 

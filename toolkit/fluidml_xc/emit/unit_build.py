@@ -11,6 +11,7 @@ out in step order, whatever the workers and the cache did.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -121,13 +122,30 @@ def _emit(job: UnitJob) -> tuple[Emitted, Sharing | None]:
 def emit_group(jobs: list[UnitJob]) -> list[Emitted]:
     """Units of one blind digest and spec (share_groups): the first emitted, the others from its Sharing when its
     kernel gives one, else emitted themselves. The same units as emit_job's, in less time."""
-    first, sharing = _emit(jobs[0])
-    done = [first]
-    for job in jobs[1:]:
-        started = time.thread_time()
-        unit = sharing.apply(job.view) if sharing is not None else None
-        done.append(Emitted(unit, first.key, time.thread_time() - started) if unit is not None else emit_job(job))
+    with collector_paused():
+        first, sharing = _emit(jobs[0])
+        done = [first]
+        for job in jobs[1:]:
+            started = time.thread_time()
+            unit = sharing.apply(job.view) if sharing is not None else None
+            done.append(Emitted(unit, first.key, time.thread_time() - started) if unit is not None else emit_job(job))
     return done
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while a module is emitted, and its youngest generation collected after:
+    an llvmlite module is many thousands of objects in reference cycles, which the automatic collections would scan
+    again and again (a fifth to a quarter of a unit's emission time); they are all young, so that collection frees
+    them. A caller that turned the collector off keeps it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+            gc.collect(0)
 
 
 def share_groups(jobs: list[UnitJob]) -> list[list[int]]:
@@ -356,8 +374,10 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
             results[job.key] = UnitResult(record, e.unit.constants, e.seconds)
         for v, entry in enumerate(entries):
             units = {step: results[keys[v][step]] for step, _ in steps}
-            texts.append(emit_entry(entry, {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()},
-                                    {step: [(d, u.constants[d]) for d in u.record.arguments] for step, u in units.items()}))
+            symbols = {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()}
+            with collector_paused():
+                texts.append(emit_entry(entry, symbols, {step: [(d, u.constants[d]) for d in u.record.arguments]
+                                                         for step, u in units.items()}))
             entry_codes.append(compile_module_timed(texts[-1], specs[v]))
     _, codes, fresh = compiler.run(missed, entries_here)
     if cache is not None:

@@ -441,3 +441,26 @@ def test_sharing_refuses_derived_constants_that_would_merge():
 def _tensor():
     from fluidml_xc.ir import Tensor
     return Tensor("u.t0", np.dtype(np.float32), (64,))
+
+
+def test_a_derived_constant_that_lost_its_origin_stops_sharing():
+    """A kernel that opted in but whose derived array reached its constants without its origin (a memo of constants
+    or a copy in between) gives no recipes: the units of its blind digest are emitted each."""
+    from types import SimpleNamespace
+
+    from llvmlite import ir
+
+    from fluidml_xc.emit.unit_args import ConstantArgs
+    from fluidml_xc.kernels.derived import derived, values_derived
+
+    fn = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "f")
+    weights = SimpleNamespace(name="u.t1", value=np.arange(128, dtype=np.float32))
+    kernel = SimpleNamespace()
+    values_derived(kernel)
+    kept = derived(kernel, np.negative, weights)
+    args = ConstantArgs(fn, kernel, 64)
+    args.get(kept.tobytes(), kept.origin)
+    assert [(i, names) for i, _, names in args.recipes(set())] == [(0, ("u.t1",))]
+    lost = derived(kernel, np.positive, weights)
+    args.get(np.ascontiguousarray(lost).tobytes())  # arrives as a plain array
+    assert args.recipes(set()) is None

@@ -6,7 +6,7 @@ import hashlib
 
 from llvmlite import ir
 
-from ..kernels.derived import reads_values_only_derived
+from ..kernels.derived import derived_origins, reads_values_only_derived
 from ..kernels.kernel import Kernel
 
 I8P = ir.IntType(8).as_pointer()
@@ -63,10 +63,14 @@ class ConstantArgs:
     def recipes(self, large: set[str]) -> tuple[tuple[int, object, tuple[str, ...]], ...] | None:
         """How the arguments follow from the view's constant tensors: (argument index, fn, tensor names) for each
         derived one; None when the kernel did not opt in (kernels/derived.values_derived), when one argument
-        stands for a derived constant and another constant (their bytes happened to be equal), or when a derived
-        constant computed from a `large` tensor (one described by shape only) was kept inline."""
+        stands for a derived constant and another constant (their bytes happened to be equal), when a derived
+        constant computed from a `large` tensor (one described by shape only) was kept inline, or when one the kernel
+        derived reached its constants without its origin."""
         if not reads_values_only_derived(self.kernel) or any(set(names) & large for _, names in self.inlined):
             return None
+        recorded = {id(origin) for _, origin in self.origins} | {id(origin) for origin in self.inlined}
+        if any(id(origin) not in recorded for origin in derived_origins(self.kernel)):
+            return None  # a derived array that lost its origin on its way (a memo of constants, a copy)
         origin_of: dict[bytes, tuple | None] = {}
         for key, origin in self.origins:
             if origin_of.setdefault(key, origin) is not origin:

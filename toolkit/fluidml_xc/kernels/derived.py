@@ -20,9 +20,14 @@ class Derived(np.ndarray):
     origin: tuple | None = None
 
 
-def derived(fn: Callable[..., np.ndarray], *operands: Operand) -> Derived:
-    """fn(*their values) for constant_array, carrying how it was computed (fn: a pure function of the values)."""
-    return _with_origin(fn(*(op.value for op in operands)), fn, tuple(op.name for op in operands))
+def derived(k, fn: Callable[..., np.ndarray], *operands: Operand) -> Derived:
+    """fn(*their values) for kernel k's constant_array, carrying how it was computed (fn: a pure function of the
+    values); k keeps its origin, so a unit can tell that each one reached its constants (ConstantArgs.recipes)."""
+    array = _with_origin(fn(*(op.value for op in operands)), fn, tuple(op.name for op in operands))
+    if not hasattr(k, "derived_origins"):
+        k.derived_origins = []
+    k.derived_origins.append(array.origin)
+    return array
 
 
 def stored(layout, value: np.ndarray) -> np.ndarray:
@@ -52,3 +57,8 @@ def values_derived(k) -> None:
 
 def reads_values_only_derived(k) -> bool:
     return getattr(k, "values_derived", False)
+
+
+def derived_origins(k) -> list[tuple]:
+    """The origins of the arrays `derived` computed for kernel k."""
+    return getattr(k, "derived_origins", [])

@@ -189,9 +189,9 @@ def emit_conv(c: ConvKernel) -> None:
     """The build-time tables and constants, then the plan's form."""
     k, p, s = c.k, c.plan, c.plan.shape
     if c.w.value is not None:
-        c.packed = k.constant_array(derived(partial(_packed_weights, p), c.w))
+        c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))
     if p.bias_run:
-        c.bias_splat = k.constant_array(derived(partial(_bias_splat, p), c.bias))
+        c.bias_splat = k.constant_array(derived(k, partial(_bias_splat, p), c.bias))
     geo = ((s.OH, s.sh, s.dh, s.ph, s.KH, s.H), (s.OW, s.sw, s.dw, s.pw, s.KW, s.W))
     if p.spans is None:
         c.tables = tap_tables(k, *zip(*geo))

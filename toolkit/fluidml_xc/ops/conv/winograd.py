@@ -77,13 +77,13 @@ class WinogradConv:
         self.A2 = wp.alpha * wp.alpha
         self.Ci, self.Co = s.Cig, s.Cog
         self.panel = panel_columns(k, wp.T, self.Co, wp.NR, dt)
-        u = derived(partial(_weight_panels, (s.G, self.Co, self.Ci), wp.m, self.panel, dt), w)
+        u = derived(k, partial(_weight_panels, (s.G, self.Co, self.Ci), wp.m, self.panel, dt), w)
         self.B = pack_panels(k, None, 1, self.panel, dt, u)
         self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.Ci, Mat(None, (wp.T * self.Ci,), self.Ci, 1), self.B, self.B)
         self.bias, self.bias_run = bias, self.Co
         if bias is not None and bias.value is not None:  # per group, padded so a panel's last vector reads no further
             self.bias_run = -(-self.Co // wp.NR) * wp.NR + self.V
-            self.bias = k.constant_array(derived(partial(_padded_bias, s.G, self.bias_run, dt), bias))
+            self.bias = k.constant_array(derived(k, partial(_padded_bias, s.G, self.bias_run, dt), bias))
         self.mstride = wp.T if wp.whole else wp.MR
         """Tiles between two points' rows of the GEMM results M[point][tile][NR] on the stack."""
         with k.b.goto_entry_block():

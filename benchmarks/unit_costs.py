@@ -35,7 +35,8 @@ def family(record: dict) -> str:
 
 
 class Recorder:
-    """Wraps emit_job, compile_code and Conv's plan_conv to time and label every unit."""
+    """Wraps the units' emission (unit_build._emit, emit_group), compile_code and Conv's plan_conv to time and label
+    every unit."""
 
     def __init__(self):
         self.units: list[dict] = []
@@ -43,16 +44,36 @@ class Recorder:
         self.current: dict | None = None
 
     def install(self) -> None:
-        emit, plan = unit_build.emit_job, conv2d.plan_conv
+        emit, plan = unit_build._emit, conv2d.plan_conv
+
+        def label(job) -> dict:
+            node = job.view.node
+            return {"op": node.op_type, "shape": [list(job.view.graph.tensors[t].shape) for t in node.outputs],
+                    "variant": job.spec.variant}
 
         def emit_job(job):
-            node = job.view.node
-            self.current = {"op": node.op_type, "shape": [list(job.view.graph.tensors[t].shape) for t in node.outputs], "variant": job.spec.variant}
+            self.current = label(job)
             started = time.thread_time()
-            done = emit(job)
+            done, sharing = emit(job)
             self.current.update(emit=time.thread_time() - started, lines=done.unit.ir_text.count("\n"), key=done.key)
             self.units.append(self.current)
             self.by_code.setdefault(done.key, self.current)
+            return done, sharing
+
+        def emit_group(jobs):
+            """unit_build.emit_group with each unit recorded: the first emitted, the others derived from it
+            (units.Sharing, their seconds their own) or emitted."""
+            first, sharing = emit_job(jobs[0])
+            record, done = self.units[-1], [first]
+            for job in jobs[1:]:
+                started = time.thread_time()
+                unit = sharing.apply(job.view) if sharing is not None else None
+                if unit is None:
+                    done.append(emit_job(job)[0])
+                    continue
+                done.append(unit_build.Emitted(unit, first.key, time.thread_time() - started))
+                self.units.append({**label(job), "form": record.get("form"), "conv": record.get("conv"),
+                                   "emit": done[-1].seconds, "lines": record["lines"], "key": first.key})
             return done
 
         def plan_conv(*args, **kwargs):
@@ -74,7 +95,8 @@ class Recorder:
             if key is not None:
                 self.by_code[key].update(optimize=optimized - started, codegen=time.thread_time() - optimized)
             return unit_build.CodeResult(code, 0.0, 0.0, 1)
-        unit_build.emit_job, unit_build.compile_code, conv2d.plan_conv = emit_job, compile_code, plan_conv
+        unit_build._emit, unit_build.emit_group, unit_build.compile_code = emit_job, emit_group, compile_code
+        conv2d.plan_conv = plan_conv
 
 
 def model_path(name: str, tmp: Path) -> str:

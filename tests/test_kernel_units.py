@@ -299,14 +299,14 @@ def test_a_dying_worker_costs_time_not_the_build(tmp_path, monkeypatch):
 
     from fluidml_xc.emit import unit_build
 
-    parent, original = os.getpid(), unit_build.emit_job
+    parent, original = os.getpid(), unit_build.emit_group
 
-    def dies_in_a_worker(job):
+    def dies_in_a_worker(jobs):
         if os.getpid() != parent:
             os._exit(3)
-        return original(job)
+        return original(jobs)
     one, _ = _compile(_model(), tmp_path, "one", monkeypatch, workers=1)
-    monkeypatch.setattr(unit_build, "emit_job", dies_in_a_worker)
+    monkeypatch.setattr(unit_build, "emit_group", dies_in_a_worker)
     two, compiled = _compile(_model(), tmp_path, "two", monkeypatch, workers=2)
     assert compiled.kernels.processes == 1 and one == two
 
@@ -392,3 +392,75 @@ def test_names_do_not_change_a_unit_and_errors_name_the_model(monkeypatch):
     monkeypatch.setattr(units.ModuleEmitter, "node_function", fails)
     with pytest.raises(InputError, match="node 'fc': input 'f' is bad"):
         units.emit_unit(view, spec)
+
+
+def test_layers_of_the_same_shapes_emit_once_and_give_the_same_model_o(tmp_path, monkeypatch):
+    """Three 1x1 Convs: c1 and c2 (other finite weights, one bias) share one emission per variant (units.Sharing: c2's
+    packed weights computed from its own); c3 (a NaN weight: another blind digest) is emitted itself. model.o is the bytes of a build
+    that emits every unit, and the unit Sharing derives is the one c2's own emission gives."""
+    from fluidml_xc.emit import unit_build
+
+    w3 = rand(16, 8, 1, 1, seed=2)
+    w3[2, 1] = np.nan
+    nodes = [helper.make_node("Conv", ["x", f"w{i}", "b"], [f"y{i}"], name=f"c{i}") for i in (1, 2, 3)]
+    inits = {"w1": rand(16, 8, 1, 1, seed=1), "w2": rand(16, 8, 1, 1, seed=3), "w3": w3, "b": rand(16, seed=5)}
+    model = float_model(nodes, inits, {"x": np.zeros((1, 8, 10, 10), np.float32)}, ["y1", "y2", "y3"])
+    calls = []
+    original = units.ModuleEmitter.node_function
+    monkeypatch.setattr(units.ModuleEmitter, "node_function", lambda self, node, step: calls.append(node) or original(self, node, step))
+    shared, _ = _compile(model, tmp_path, "shared", monkeypatch, None, workers=1)
+    assert len(calls) == 6  # 3 variants x (c1 for c1 and c2, c3)
+    emit_shared = unit_build.emit_shared
+    monkeypatch.setattr(unit_build, "emit_shared", lambda view, spec: (emit_shared(view, spec)[0], None))
+    alone, _ = _compile(model, tmp_path, "alone", monkeypatch, None, workers=1)
+    assert len(calls) == 6 + 9 and shared == alone
+
+    spec = machine_spec(get_board("x86_64-v3"))
+    planned = plan(import_graph(model), spec, LowerOptions())
+    emitter = ModuleEmitter(planned.graph, planned.plan, spec, EmitOptions(unit=True, parallel=True))
+    views = {n.name: units.local_view(emitter, n) for n in planned.graph.nodes}
+    digests = {name: units.blind_digest(view) for name, view in views.items()}
+    assert digests["c1"] == digests["c2"] != digests["c3"]
+    first, sharing = units.emit_shared(views["c1"], spec)
+    own = units.emit_unit(views["c2"], spec)
+    assert sharing.recipes and sharing.apply(views["c2"]) == own and own.arguments != first.arguments
+    assert units.emit_shared(views["c3"], spec)[1] is None
+
+
+def test_sharing_refuses_derived_constants_that_would_merge():
+    """Two derived arguments whose bytes are equal in the other view: its own emission would pass one argument, so
+    Sharing gives None (the unit is emitted)."""
+    same = lambda value: value * 0  # noqa: E731
+    unit = units.EmittedUnit("ir", {"a": b"1", "b": b"2"}, ("a", "b"), None)
+    view = units.UnitView(Graph("unit", {"u.t0": dataclasses.replace(_tensor(), value=np.ones(64, np.float32))}, [],
+                                [], [], 13), units.LocalPlan({}, 64), EmitOptions(), ())
+    assert units.Sharing(unit, ((0, same, ("u.t0",)), (1, same, ("u.t0",)))).apply(view) is None
+    assert units.Sharing(unit, ((0, same, ("u.t0",)),)).apply(view).arguments[1] == "b"
+
+
+def _tensor():
+    from fluidml_xc.ir import Tensor
+    return Tensor("u.t0", np.dtype(np.float32), (64,))
+
+
+def test_a_derived_constant_that_lost_its_origin_stops_sharing():
+    """A kernel that opted in but whose derived array reached its constants without its origin (a memo of constants
+    or a copy in between) gives no recipes: the units of its blind digest are emitted each."""
+    from types import SimpleNamespace
+
+    from llvmlite import ir
+
+    from fluidml_xc.emit.unit_args import ConstantArgs
+    from fluidml_xc.kernels.derived import derived, values_derived
+
+    fn = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "f")
+    weights = SimpleNamespace(name="u.t1", value=np.arange(128, dtype=np.float32))
+    kernel = SimpleNamespace()
+    values_derived(kernel)
+    kept = derived(kernel, np.negative, weights)
+    args = ConstantArgs(fn, kernel, 64)
+    args.get(kept.tobytes(), kept.origin)
+    assert [(i, names) for i, _, names in args.recipes(set())] == [(0, ("u.t1",))]
+    lost = derived(kernel, np.positive, weights)
+    args.get(np.ascontiguousarray(lost).tobytes())  # arrives as a plain array
+    assert args.recipes(set()) is None

@@ -12,13 +12,15 @@ STORAGE_ONLY: dict[str, np.dtype] = {name: np.dtype(getattr(ml_dtypes, name)) fo
 """bfloat16, float8_*, float4_e2m1fn, float8_e8m0fnu, int4/uint4/int2/uint2, by name."""
 
 
+_STORAGE_TYPES = frozenset(dt.type for dt in STORAGE_ONLY.values())
+
+
 def is_storage_only(dtype) -> bool:
     """True for the ml_dtypes of STORAGE_ONLY (not for a plain numpy dtype of the same name, there is none)."""
     try:
-        dt = np.dtype(dtype)
+        return np.dtype(dtype).type in _STORAGE_TYPES
     except TypeError:
         return False
-    return dt.name in STORAGE_ONLY and dt.type.__module__.startswith("ml_dtypes")
 
 
 SMALL_INTS = frozenset({"int4", "uint4", "int2", "uint2"})

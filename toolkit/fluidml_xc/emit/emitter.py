@@ -12,6 +12,7 @@ from llvmlite import ir
 from ..errors import InputError
 from ..frontend.unsupported import unsupported_message
 from ..ir import BODY_ATTR, Graph, Node
+from ..kernels.derived import as_stored, origin_of
 from ..kernels.kernel import Kernel, Operand, layout_strides
 from ..kernels.scalar import storage_type
 from ..strings import is_slot
@@ -78,6 +79,12 @@ class EmitOptions:
 INLINE_LIMIT = 256
 
 
+def constant_bytes(value: np.ndarray) -> bytes:
+    """A build-time array's bytes as stored (bool as uint8, nothing as one zero byte)."""
+    value = np.ascontiguousarray(value)
+    return (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
+
+
 def unsupported_ops(graph: Graph) -> list[Node]:
     return [n for n in graph.nodes if lookup(n.op_type, graph.opset, n.domain) is None]
 
@@ -139,7 +146,9 @@ class ModuleEmitter:
         """While a unit's node function is lowered with EmitOptions.constant_args: its constant arguments."""
         self.arg_constants: list[bytes] = []
         """After: the bytes of those arguments, in order."""
-        self.unit_arguments: dict[int, list[bytes]] = {}
+        self.unit_args: ConstantArgs | None = None
+        """The last node function's ConstantArgs (how its arguments follow from its constant inputs)."""
+        self.unit_arguments: dict[int, list[tuple[str, bytes]]] = {}
         """An entry module's steps -> the constants passed after the other arguments of their unit function."""
 
     @property
@@ -177,10 +186,11 @@ class ModuleEmitter:
 
     def constant_data(self, value: np.ndarray) -> ir.Value:
         """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
-        value = np.ascontiguousarray(value)
-        data = (value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes()) or b"\0"
+        data, origin = constant_bytes(value), origin_of(value)
         if self.const_args is not None and len(data) >= INLINE_LIMIT and self.const_args.here():
-            return self.const_args.get(data)
+            return self.const_args.get(data, origin)
+        if self.const_args is not None and origin is not None:
+            self.const_args.inlined.append(origin)
         if self.options.unit and len(data) >= INLINE_LIMIT:
             return self._content_constant(data)
         if self.options.weights_symbol and len(data) >= INLINE_LIMIT:
@@ -201,9 +211,10 @@ class ModuleEmitter:
         var.initializer = ir.Constant(ty, bytearray(data))
         return var.bitcast(I8P)
 
-    def _content_constant(self, data: bytes) -> ir.Value:
-        """An external hidden i8 array named by `data`'s hash (a Loop body's emitter shares the module's)."""
-        symbol = constant_symbol(data)
+    def _content_constant(self, data: bytes, digest: str | None = None) -> ir.Value:
+        """An external hidden i8 array named by `data`'s hash (`digest`: its sha256 hex, when known; a Loop body's
+        emitter shares the module's)."""
+        symbol = constant_symbol(data, digest)
         self.content.setdefault(symbol, data)
         var = self.module.globals.get(symbol)
         if var is None:
@@ -289,7 +300,7 @@ class ModuleEmitter:
                 args.append(b.bitcast(b.gep(arena, [ir.Constant(ir.IntType(64), offset)], inbounds=True), a.type))
             if node.name in self._takes_syms:
                 args.append(syms)
-            args += [self._content_constant(data) for data in self.unit_arguments.get(step, ())]
+            args += [self._content_constant(data, digest) for digest, data in self.unit_arguments.get(step, ())]
             if hooks:
                 b.call(hooks[0], [ir.Constant(ir.IntType(32), step)])
             b.call(fn, args)
@@ -348,8 +359,7 @@ class ModuleEmitter:
         layout = self.layout(name)
         key = f"{name}\0{layout}" if layout else name
         if key not in self.globals:
-            value = np.transpose(tensor.value, layout) if layout else tensor.value
-            self.globals[key] = self.constant_data(value)
+            self.globals[key] = self.constant_data(as_stored(name, tensor.value, layout))
         if isinstance(self.globals[key], ir.Argument):
             return self.const_args.cast(self.globals[key], storage_type(tensor.dtype).as_pointer())
         return self.globals[key].bitcast(storage_type(tensor.dtype).as_pointer())
@@ -433,6 +443,7 @@ class ModuleEmitter:
             spec.lower(kernel)
         finally:
             const_args, self.const_args = self.const_args, None
+        self.unit_args = const_args
         kernel.b.ret_void()
         if const_args is not None and const_args.args:
             types, self.arg_constants = const_args.splice(types), const_args.data
@@ -543,9 +554,10 @@ class ModuleEmitter:
         return entry
 
 
-def constant_symbol(data: bytes) -> str:
-    """The hidden symbol of a unit's constant: named by its content, so it does not move when another one changes."""
-    return "fxc_c_" + hashlib.sha256(data).hexdigest()[:32]
+def constant_symbol(data: bytes, digest: str | None = None) -> str:
+    """The hidden symbol of a unit's constant: named by its content (its sha256 hex `digest`, computed when not
+    given), so it does not move when another one changes."""
+    return "fxc_c_" + (digest or hashlib.sha256(data).hexdigest())[:32]
 
 
 @dataclass

@@ -4,12 +4,14 @@ Keys are computed and looked up here; the units missed are emitted, printed and 
 forked after the graph is planned (the children inherit the jobs and receive only their indices; llvmlite starts
 no threads, so none is lost at the fork), while this process emits and compiles the entry modules. Below
 FORK_MIN_UNITS missed units, everything runs here: a pool's start and stop (70 ms on a loaded 2-core machine)
-would cost more than it saves. The objects, the weights blob and its labels come out in step order, whatever the
-workers and the cache did.
+would cost more than it saves. Units that differ only in their weights' values are one job (share_groups): the
+first is emitted and the others derived from it (units.Sharing). The objects, the weights blob and its labels come
+out in step order, whatever the workers and the cache did.
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -25,8 +27,8 @@ from ..ir import Graph
 from ..target.machine import MachineSpec, compile_module_timed
 from ..target.objects import build_workers
 from .emitter import EmitOptions, ModuleEmitter
-from .units import (OBJECT_MAGIC, EmittedUnit, UnitRecord, UnitView, code_key, emit_entry, emit_unit, local_view, unit_key,
-                    unit_symbol, view_digest)
+from .units import (OBJECT_MAGIC, EmittedUnit, Sharing, UnitRecord, UnitView, blind_digest, code_key, emit_entry,
+                    emit_shared, local_view, unit_key, unit_symbol, view_digest)
 
 FORK_MIN_UNITS = 4
 
@@ -108,9 +110,53 @@ class UnitsBuild:
 
 
 def emit_job(job: UnitJob) -> Emitted:
+    return _emit(job)[0]
+
+
+def _emit(job: UnitJob) -> tuple[Emitted, Sharing | None]:
     started = time.thread_time()
-    unit = emit_unit(job.view, job.spec)
-    return Emitted(unit, code_key(unit.ir_text, job.spec), time.thread_time() - started)
+    unit, sharing = emit_shared(job.view, job.spec)
+    return Emitted(unit, code_key(unit.ir_text, job.spec), time.thread_time() - started), sharing
+
+
+def emit_group(jobs: list[UnitJob]) -> list[Emitted]:
+    """Units of one blind digest and spec (share_groups): the first emitted, the others from its Sharing when its
+    kernel gives one, else emitted themselves. The same units as emit_job's, in less time."""
+    with collector_paused():
+        first, sharing = _emit(jobs[0])
+        done = [first]
+        for job in jobs[1:]:
+            started = time.thread_time()
+            unit = sharing.apply(job.view) if sharing is not None else None
+            done.append(Emitted(unit, first.key, time.thread_time() - started) if unit is not None else emit_job(job))
+    return done
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while a module is emitted, and its youngest generation collected after:
+    an llvmlite module is many thousands of objects in reference cycles, which the automatic collections would scan
+    again and again (a fifth to a quarter of a unit's emission time); they are all young, so that collection frees
+    them. A caller that turned the collector off keeps it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+            gc.collect(0)
+
+
+def share_groups(jobs: list[UnitJob]) -> list[list[int]]:
+    """The jobs' indices grouped by blind digest and spec, in first-job order."""
+    digests: dict[int, str] = {}
+    groups: dict[tuple, list[int]] = {}
+    for i, job in enumerate(jobs):
+        if id(job.view) not in digests:
+            digests[id(job.view)] = blind_digest(job.view)
+        groups.setdefault((digests[id(job.view)], job.spec), []).append(i)
+    return list(groups.values())
 
 
 def compile_code(text: str, spec: MachineSpec) -> CodeResult:
@@ -129,10 +175,11 @@ def _worker_init(jobs: list[UnitJob]) -> None:
     _worker_signals()
 
 
-def _forked_emit(index: int) -> Emitted | None:
-    """A worker's emission; None on any error (this process redoes it, so the error is the unit's own)."""
+def _forked_emit(group: list[int]) -> list[Emitted] | None:
+    """A worker's emission of a share group; None on any error (this process redoes it, so the error is the unit's
+    own)."""
     try:
-        return emit_job(_FORKED[index])
+        return emit_group([_FORKED[i] for i in group])
     except BaseException:
         return None
 
@@ -170,8 +217,12 @@ class Compiler:
         """Every job emitted (in order) and every distinct code compiled or found; `meanwhile(emitted)` runs here
         once all are emitted, while the workers compile. Returns the code keys compiled now too."""
         texts: dict[str, tuple[str, MachineSpec]] = {}
+        done: dict[int, Emitted] = {}
+        groups = share_groups(jobs)
         if self.workers <= 1 or len(jobs) < FORK_MIN_UNITS or multiprocessing.current_process().daemon:  # may not fork
-            emitted = [emit_job(job) for job in jobs]
+            for group in groups:
+                done.update(zip(group, emit_group([jobs[i] for i in group])))
+            emitted = [done[i] for i in range(len(jobs))]
             for job, e in zip(jobs, emitted):
                 self.want(e.key, e.unit.named(e.key, job.spec), job.spec)
             meanwhile(emitted)
@@ -181,14 +232,14 @@ class Compiler:
             with _signals_held():  # the workers fork at the first submit
                 self.pool = pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
                                                        initializer=_worker_init, initargs=(jobs,))
-                futures = {self.pool.submit(_forked_emit, i): i
-                           for i in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)}
-            done: dict[int, Emitted] = {}
+                futures = {self.pool.submit(_forked_emit, group): group
+                           for group in sorted(groups, key=lambda group: -jobs[group[0]].weight)}
             for future in as_completed(futures):
-                i, job = futures[future], jobs[futures[future]]
-                done[i] = _result(future) or emit_job(job)
-                texts.setdefault(done[i].key, (done[i].unit.named(done[i].key, job.spec), job.spec))
-                self.want(done[i].key, *texts[done[i].key])
+                group = futures[future]
+                done.update(zip(group, _result(future) or emit_group([jobs[i] for i in group])))
+                for i in group:
+                    texts.setdefault(done[i].key, (done[i].unit.named(done[i].key, jobs[i].spec), jobs[i].spec))
+                    self.want(done[i].key, *texts[done[i].key])
             emitted = [done[i] for i in range(len(jobs))]
             meanwhile(emitted)
             for key, value in list(self.codes.items()):
@@ -263,11 +314,14 @@ def cached_code(cache: UnitCache | None, key: str) -> CodeResult | None:
     return CodeResult(data[len(OBJECT_MAGIC):]) if data is not None and data.startswith(OBJECT_MAGIC) else None
 
 
-def store_unit(cache: UnitCache | None, key: str, result: UnitResult) -> None:
+def store_unit(cache: UnitCache | None, key: str, result: UnitResult, stored: set[str]) -> None:
+    """The unit's record and its constants not in `stored` (the digests this build stored already; updated)."""
     if cache is None:
         return
     for digest, data in result.constants.items():
-        cache.put(constant_key(digest), data)
+        if digest not in stored:
+            stored.add(digest)
+            cache.put(constant_key(digest), data)
     cache.put(key, result.record.to_bytes())
 
 
@@ -320,15 +374,18 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
             results[job.key] = UnitResult(record, e.unit.constants, e.seconds)
         for v, entry in enumerate(entries):
             units = {step: results[keys[v][step]] for step, _ in steps}
-            texts.append(emit_entry(entry, {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()},
-                                    {step: [u.constants[d] for d in u.record.arguments] for step, u in units.items()}))
+            symbols = {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()}
+            with collector_paused():
+                texts.append(emit_entry(entry, symbols, {step: [(d, u.constants[d]) for d in u.record.arguments]
+                                                         for step, u in units.items()}))
             entry_codes.append(compile_module_timed(texts[-1], specs[v]))
     _, codes, fresh = compiler.run(missed, entries_here)
     if cache is not None:
         for key in sorted(fresh):
             cache.put(key, OBJECT_MAGIC + codes[key].code)
+        stored: set[str] = set()
         for job in missed:
-            store_unit(cache, job.key, results[job.key])
+            store_unit(cache, job.key, results[job.key], stored)
     counts = (len(jobs) - len(missed), len(missed), len(fresh))
     return _assemble(specs, steps, keys, results, codes, entries, texts, entry_codes, counts)
 
@@ -382,7 +439,7 @@ def unit_texts(graph: Graph, plan, specs: list[MachineSpec], options: UnitOption
         for e in emitted.values():
             constants.update(e.unit.constants)
         text = emit_entry(entry, {step: unit_symbol(e.key, spec) for step, e in emitted.items()},
-                          {step: [e.unit.constants[d] for d in e.unit.arguments] for step, e in emitted.items()})
+                          {step: [(d, e.unit.constants[d]) for d in e.unit.arguments] for step, e in emitted.items()})
         constants.update({hashlib.sha256(data).hexdigest(): data for data in entry.content.values()})
         texts.append("\n".join([*dict.fromkeys(e.unit.named(e.key, spec) for e in emitted.values()), text]))
     return texts, b"".join(constants.values())

@@ -32,7 +32,7 @@ from ..frontend.shapes import TailLayout
 from ..ir import Graph, Node
 from ..resources import package_digest
 from ..target.machine import MachineSpec, llvm_version
-from .emitter import EmitOptions, ModuleEmitter
+from .emitter import INLINE_LIMIT, EmitOptions, ModuleEmitter, constant_bytes
 from .ir_text import module_text
 
 KEY_FORMAT = 2
@@ -195,6 +195,26 @@ def view_digest(view: UnitView) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def shape_only(tensor) -> bool:
+    """A constant tensor that blind_digest describes by dtype, shape and finiteness only: one a kernel could not
+    keep inline (INLINE_LIMIT bytes or more) of numpy's bool, integer or float dtypes (not ml_dtypes')."""
+    return tensor.value is not None and tensor.nbytes >= INLINE_LIMIT and np.dtype(tensor.dtype).kind in "biuf"
+
+
+def blind_digest(view: UnitView) -> str:
+    """view_digest with the shape_only tensors' values left out but whether each is all finite: views of the same
+    blind digest differ at most in those values, which a kernel that opts in (kernels/derived.py) reads only to
+    compute its constant arguments, so they share their IR (Sharing)."""
+    tensors, finite = dict(view.graph.tensors), []
+    for name, tensor in view.graph.tensors.items():
+        if shape_only(tensor):
+            tensors[name] = dataclasses.replace(tensor, value=None)
+            finite.append([name, bool(np.isfinite(tensor.value).all())])
+    graph = dataclasses.replace(view.graph, tensors=tensors)
+    text = json.dumps(["blind", view_digest(dataclasses.replace(view, graph=graph)), finite])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def tool_versions() -> dict[str, str]:
     """What computes code and constants besides our sources: LLVM, llvmlite, numpy (folded and packed constants,
     twiddles), ml_dtypes (the low-precision conversions), Python."""
@@ -276,9 +296,36 @@ class EmittedUnit:
         return self.ir_text.replace(PLACEHOLDER, unit_symbol(key, spec))
 
 
+@dataclass(frozen=True)
+class Sharing:
+    """A unit whose IR serves every view of its blind digest: its derived constant arguments as (index, fn,
+    tensor names), each computed again from the other view's tensors (kernels/derived.py)."""
+
+    unit: EmittedUnit
+    recipes: tuple[tuple[int, object, tuple[str, ...]], ...]
+
+    def apply(self, view: UnitView) -> EmittedUnit | None:
+        """The unit `view` emits (a view of the same blind digest), or None when its derived constants' bytes
+        equal each other's or another argument's (its own emission would merge those arguments)."""
+        arguments, derived = list(self.unit.arguments), {}
+        for index, fn, names in self.recipes:
+            data = constant_bytes(fn(*(view.graph.tensors[name].value for name in names)))
+            arguments[index] = hashlib.sha256(data).hexdigest()
+            derived[arguments[index]] = data
+        if len(set(arguments)) != len(arguments):
+            return None
+        constants = {d: derived[d] if d in derived else self.unit.constants[d] for d in arguments}
+        return EmittedUnit(self.unit.ir_text, constants, tuple(arguments), self.unit.split)
+
+
 def emit_unit(view: UnitView, spec: MachineSpec) -> EmittedUnit:
     """The node's functions in a module of their own, the node function exported as PLACEHOLDER; its helpers are
     named after the variant too (op0_x86_64_v3.tile). An error names the node and tensors as the model does."""
+    return emit_shared(view, spec)[0]
+
+
+def emit_shared(view: UnitView, spec: MachineSpec) -> tuple[EmittedUnit, Sharing | None]:
+    """emit_unit, and how views of the same blind digest share it (None: they are emitted themselves)."""
     emitter = ModuleEmitter(view.graph, view.plan, spec, dataclasses.replace(view.options, variant=spec.variant))
     emitter.tail = TailLayout(slots={name: 0 for name in view.slots}, checks=list(view.checks),
                               status_offset=0 if view.checks else -1)
@@ -292,7 +339,11 @@ def emit_unit(view: UnitView, spec: MachineSpec) -> EmittedUnit:
     arguments = tuple(hashlib.sha256(data).hexdigest() for data in emitter.arg_constants)
     constants = {hashlib.sha256(data).hexdigest(): data for data in [*emitter.arg_constants, *emitter.content.values()]}
     split = emitter.parallel.get(view.node.name)
-    return EmittedUnit(module_text(emitter.module), constants, arguments, tuple(split) if split is not None else None)
+    unit = EmittedUnit(module_text(emitter.module), constants, arguments, tuple(split) if split is not None else None)
+    large = {name for name, tensor in view.graph.tensors.items() if shape_only(tensor)}
+    recipes = emitter.unit_args.recipes(large) if emitter.unit_args is not None else None
+    shared = recipes is not None and list(constants) == list(arguments)  # no constant named in the IR
+    return unit, Sharing(unit, recipes) if shared else None
 
 
 def _rename(module: ir.Module, fn: ir.Function, name: str) -> None:
@@ -301,9 +352,10 @@ def _rename(module: ir.Module, fn: ir.Function, name: str) -> None:
     module.globals[name] = fn
 
 
-def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str], arguments: dict[int, list[bytes]]) -> str:
+def emit_entry(emitter: ModuleEmitter, symbols: dict[int, str], arguments: dict[int, list[tuple[str, bytes]]]) -> str:
     """The entry module of one code variant: `emitter` (the whole graph, EmitOptions.unit) declares each step's
-    unit function (step -> symbol) and calls them with their constants' symbols last (step -> the constants' bytes);
+    unit function (step -> symbol) and calls them with their constants' symbols last (step -> the constants' sha256
+    hex and bytes);
     it defines the weak serial fxc_parallel_for of a parallel build."""
     emitter.unit_arguments = arguments
     steps = []

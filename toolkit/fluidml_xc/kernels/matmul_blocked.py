@@ -101,15 +101,19 @@ def _lead_strides(nb: int, lead: tuple[int, ...], stored_strides: tuple[int, ...
     return tuple(out)
 
 
-def pack_panels(k, mat: Mat, nb: int, nr: int, dtype) -> Mat:
+def panels(v: np.ndarray, nr: int, dtype) -> np.ndarray:
     """Constant B (*lead, K, N) -> (*lead, ceil(N/nr), K, nr), zero-padded: each k step of a panel is nr contiguous values."""
-    v = mat.value
     lead, kk, n = v.shape[:-2], v.shape[-2], v.shape[-1]
-    panels = -(-n // nr)
-    padded = np.zeros((*lead, kk, panels * nr), dtype=dtype)
+    count = -(-n // nr)
+    padded = np.zeros((*lead, kk, count * nr), dtype=dtype)
     padded[..., :n] = v
-    packed = np.ascontiguousarray(np.swapaxes(padded.reshape(*lead, kk, panels, nr), -2, -3))
-    strides = row_major_strides(packed.shape)
+    return np.ascontiguousarray(np.swapaxes(padded.reshape(*lead, kk, count, nr), -2, -3))
+
+
+def pack_panels(k, mat: Mat | None, nb: int, nr: int, dtype, packed: np.ndarray | None = None) -> Mat:
+    """mat's constant B in panels (`panels`; `packed`: those panels computed already, mat then None)."""
+    packed = panels(mat.value, nr, dtype) if packed is None else packed
+    lead, strides = packed.shape[:-3], row_major_strides(packed.shape)
     return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
 
 

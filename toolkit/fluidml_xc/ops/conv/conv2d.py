@@ -60,11 +60,14 @@ holds the ConvKernel and the walks they share; generic.py other ranks and intege
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ...errors import InputError
 from ...kernels.conv_geometry import TargetForms, auto_pad_mode, begin_pads, same_pads, tap_tables
 from ...kernels.conv_plan import ConvPlan, conv_shape, pack_weights, plan_conv
+from ...kernels.derived import derived, values_derived
 from ...kernels.epilogue import EPILOGUE_ATTR
 from ...kernels.loops import loop
 from ...kernels.scalar import is_float
@@ -172,14 +175,22 @@ PER_IMAGE = {"pointwise_tiles": _pointwise_tiles, "flat channels co>px": _channe
 """Forms as per_image(n, g), run over the images and groups (as parallel tiles when split)."""
 
 
+def _packed_weights(p, w: np.ndarray) -> np.ndarray:
+    s = p.shape
+    return pack_weights(p, w.reshape(s.OC, s.Cig, s.KH, s.KW))
+
+
+def _bias_splat(p, bias: np.ndarray) -> np.ndarray:
+    return np.repeat(np.asarray(bias).reshape(-1).astype(p.dtype), p.bias_run)
+
+
 def emit_conv(c: ConvKernel) -> None:
     """The build-time tables and constants, then the plan's form."""
     k, p, s = c.k, c.plan, c.plan.shape
     if c.w.value is not None:
-        c.packed = k.constant_array(pack_weights(p, c.w.value.reshape(s.OC, s.Cig, s.KH, s.KW)))
+        c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))
     if p.bias_run:
-        rows = np.asarray(c.bias.value).reshape(-1)
-        c.bias_splat = k.constant_array(np.repeat(rows.astype(p.dtype), p.bias_run))
+        c.bias_splat = k.constant_array(derived(k, partial(_bias_splat, p), c.bias))
     geo = ((s.OH, s.sh, s.dh, s.ph, s.KH, s.H), (s.OW, s.sw, s.dw, s.pw, s.KW, s.W))
     if p.spans is None:
         c.tables = tap_tables(k, *zip(*geo))
@@ -251,17 +262,20 @@ def lower_conv(k):
                        dyn=dyn)
         itemsize = np.dtype(out.dtype).itemsize
         value = w.value
+        finite = value is not None and bool(np.isfinite(value).all())
         forms = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""),
                             parallel=k.tile_range is not None)
         plan = plan_conv(s, forms, dtype=np.dtype(out.dtype).name,
                          V=max(1, k.vector_bits // (itemsize * 8)), pack_V=max(1, k.pack_vector_bits // (itemsize * 8)),
-                         w_const=value is not None, finite=value is not None and bool(np.isfinite(value).all()),
+                         w_const=value is not None, finite=finite,
                          bias_const=bias is not None and getattr(bias, "value", None) is not None, order=k.loop_order,
                          epilogue=epi)
         res = None if residual is None else (s.rs, residual.ptr)
         if (v is not None) != (plan.winograd is not None and plan.winograd.whole):
             raise InputError(f"node {k.node.name!r} (Conv): loop order {k.loop_order!r} does not match its "
                              f"{'transformed input' if v is not None else 'missing WinogradInput'}: rebuild with --no-cache")
+        if value is None or finite:  # a non-finite weight's padding NaN mask follows from where it is
+            values_derived(k)
         if plan.winograd is not None:
             emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, None if v is None else (v.ptr, tuple(v.strides)))
         else:

@@ -14,12 +14,16 @@ arena; here, per image, group and panel of NR output channels (the parallel spli
 stage 2 over every MR tiles of the chunk with the point's weight panel kept in the cache, then stage 3."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from llvmlite import ir
 
 from ...kernels.conv_plan import ConvPlan
 from ...kernels.epilogue import activate, fill
-from ...kernels.matmul_blocked import Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns
+from ...kernels.derived import derived
+from ...kernels.matmul_blocked import (Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns,
+                                       panels)
 from ...kernels.scalar import llvm_type
 from ...kernels.winograd import TRANSFORMS, transform_weights
 
@@ -47,6 +51,19 @@ def sandwich(k, left: np.ndarray, d: list[list]) -> list[list]:
     return [[_combine(k, left[j], rows[i]) for j in range(left.shape[0])] for i in range(left.shape[0])]
 
 
+def _weight_panels(shape: tuple[int, int, int], m: int, panel: int, dt, w: np.ndarray) -> np.ndarray:
+    """(G * Cout/G, Cin/G, 3, 3) weights -> U per group (G * alpha^2, Cin/G, Cout/G) in GEMM panels."""
+    groups = np.asarray(w).reshape(*shape, 3, 3)
+    return panels(np.concatenate([transform_weights(g, m) for g in groups]), panel, dt)
+
+
+def _padded_bias(groups: int, run: int, dt, bias: np.ndarray) -> np.ndarray:
+    """Per group, padded to `run` so a panel's last vector reads no further."""
+    padded = np.zeros((groups, run), dt)
+    padded[:, :bias.size // groups] = np.asarray(bias).reshape(groups, -1)
+    return padded.reshape(-1)
+
+
 class WinogradConv:
     """One Winograd conv being emitted: operands, scratch buffers and the three stages."""
 
@@ -59,17 +76,14 @@ class WinogradConv:
         self.V = k.lanes(dt)
         self.A2 = wp.alpha * wp.alpha
         self.Ci, self.Co = s.Cig, s.Cog
-        groups = np.asarray(w.value).reshape(s.G, self.Co, self.Ci, 3, 3)
-        u = np.concatenate([transform_weights(g, wp.m) for g in groups])  # (G * alpha^2, Cin/G, Cout/G)
         self.panel = panel_columns(k, wp.T, self.Co, wp.NR, dt)
-        self.B = pack_panels(k, Mat(None, (0,), self.Co, 1, u), 1, self.panel, dt)
+        u = derived(k, partial(_weight_panels, (s.G, self.Co, self.Ci), wp.m, self.panel, dt), w)
+        self.B = pack_panels(k, None, 1, self.panel, dt, u)
         self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.Ci, Mat(None, (wp.T * self.Ci,), self.Ci, 1), self.B, self.B)
         self.bias, self.bias_run = bias, self.Co
         if bias is not None and bias.value is not None:  # per group, padded so a panel's last vector reads no further
             self.bias_run = -(-self.Co // wp.NR) * wp.NR + self.V
-            padded = np.zeros((s.G, self.bias_run), dt)
-            padded[:, :self.Co] = np.asarray(bias.value).reshape(s.G, self.Co)
-            self.bias = k.constant_array(padded.reshape(-1))
+            self.bias = k.constant_array(derived(k, partial(_padded_bias, s.G, self.bias_run, dt), bias))
         self.mstride = wp.T if wp.whole else wp.MR
         """Tiles between two points' rows of the GEMM results M[point][tile][NR] on the stack."""
         with k.b.goto_entry_block():

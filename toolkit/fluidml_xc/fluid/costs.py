@@ -57,9 +57,9 @@ VFMA_NS = 0.16
 VLOAD_NS = 0.03
 BCAST_NS = 0.05
 REDUCE_NS = 0.5
+"""Summing one dot-product tile's lanes, per output element."""
 DOT_FMA_FACTOR = 1.15
 """Dot-product tiles run ~10-15% below the outer-product ones per FMA (measured, 128x128x128..512, Zen 3)."""
-"""Summing one dot-product tile's lanes, per output element."""
 STORE_NS = 0.03
 SCATTER_NS = 0.4
 GATHER_NS = 0.3
@@ -157,8 +157,7 @@ class AnalyticModel:
         self.threads = max(1, int(threads))
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
         self.forms = replace(forms or TargetForms(""), parallel=self.threads > 1)
-        """The target's Conv kernel forms (kernels/conv_geometry.py), the same answers the Conv kernel of a build on
-        `threads` threads gets (parallel: a build on more than one thread emits its convs as tiles)."""
+        """The target's Conv kernel forms (kernels/conv_geometry.py), as the Conv kernel of a build on `threads` gets them."""
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)
@@ -362,11 +361,8 @@ class AnalyticModel:
         out_elems = pts * geo.OC
         if geo.kind == "depthwise_c":
             vecs = geo.G // V + geo.G % V
-            if geo.blocking.dw_rows:  # weights kept across the row: each block of P pixels loads its KH input rows' spans
-                span = (geo.P - 1) * geo.sw + geo.KW
-                work = pts * vecs * (geo.KH * geo.KW * VFMA_NS + geo.KH * span / geo.P * VLOAD_NS)
-            else:
-                work = pts * geo.KH * geo.KW * vecs * (VFMA_NS + VLOAD_NS)
+            loads = geo.KH * ((geo.P - 1) * geo.sw + geo.KW) / geo.P if geo.blocking.dw_rows else geo.KH * geo.KW
+            work = pts * vecs * (geo.KH * geo.KW * VFMA_NS + loads * VLOAD_NS)  # loads per pixel (dw_rows: P share spans)
             stores = pts * vecs * STORE_NS
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":
@@ -503,13 +499,9 @@ def transpose_is_view(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> 
 
 
 KIND_COSTS: dict[CostKind, Callable[[AnalyticModel, Node, Mapping[str, Perm]], tuple[float, str | None]]] = {
-    "conv": AnalyticModel.conv,
-    "pool": AnalyticModel.pool,
-    "global_pool": AnalyticModel.global_pool,
-    "concat": AnalyticModel.concat,
-    "channel_affine": AnalyticModel.channel_affine,
-    "transpose": AnalyticModel.transpose,
-    "matmul": AnalyticModel.matmul,
+    "conv": AnalyticModel.conv, "pool": AnalyticModel.pool, "global_pool": AnalyticModel.global_pool,
+    "concat": AnalyticModel.concat, "channel_affine": AnalyticModel.channel_affine,
+    "transpose": AnalyticModel.transpose, "matmul": AnalyticModel.matmul,
 }
 """OpSpec.cost_kind -> the formula that costs the kernel (inference BatchNormalization: channel_affine)."""
 

@@ -72,6 +72,28 @@ def kernel_buffers(graph, kernel, layouts) -> list[np.ndarray]:
     return stored
 
 
+def time_pair(graph, kernels, layouts, reps: int, rounds: int) -> tuple[list[float], list[float], float]:
+    """Two kernels of one node on their own page-aligned buffers, run once each, then timed A/B in thread CPU time,
+    the order alternating per round: (least seconds per call of each, per-round ratios second / first, the largest
+    difference between their outputs)."""
+    bufs = [kernel_buffers(graph, kern, layouts) for kern in kernels]
+    ptrs = [[ctypes.c_void_p(a.ctypes.data) for a in b] for b in bufs]
+    for kern, p in zip(kernels, ptrs):
+        kern.call(*p)
+    diff = float(np.abs(bufs[0][-1] - bufs[1][-1]).max())
+    ratios, least = [], [float("inf")] * 2
+    for r in range(rounds):
+        t = [0.0, 0.0]
+        for i in (0, 1) if r % 2 == 0 else (1, 0):
+            t0 = time.thread_time()
+            for _ in range(reps):
+                kernels[i].call(*ptrs[i])
+            t[i] = (time.thread_time() - t0) / reps
+            least[i] = min(least[i], t[i])
+        ratios.append(t[1] / t[0])
+    return least, ratios, diff
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpu", help="LLVM CPU to compile for (default: this machine's x86-64 level)")
@@ -88,23 +110,8 @@ def main() -> None:
         layouts = {t: NHWC for t, v in graph.tensors.items() if len(v.shape) == 4 and not v.is_const}
         picked = Costs(graph, spec).cost_and_order(node, layouts)[1]
         kernels = [compile_node(graph, node, spec, layouts, order) for order in ORDERS]
-        bufs = [kernel_buffers(graph, kern, layouts) for kern in kernels]
-        ptrs = [[ctypes.c_void_p(a.ctypes.data) for a in b] for b in bufs]
-        for kern, p in zip(kernels, ptrs):
-            kern.call(*p)
-        diff = float(np.abs(bufs[0][-1] - bufs[1][-1]).max())
         flops = 2.0 * OC * C * H * H
-        reps = max(3, int(1e8 / flops))
-        ratios, least = [], [float("inf")] * 2
-        for r in range(args.rounds):
-            t = [0.0, 0.0]
-            for i in (0, 1) if r % 2 == 0 else (1, 0):
-                t0 = time.thread_time()
-                for _ in range(reps):
-                    kernels[i].call(*ptrs[i])
-                t[i] = (time.thread_time() - t0) / reps
-                least[i] = min(least[i], t[i])
-            ratios.append(t[1] / t[0])
+        least, ratios, diff = time_pair(graph, kernels, layouts, max(3, int(1e8 / flops)), args.rounds)
         print(f"{name:16s} co>px {least[0] * 1e3:6.3f} ms {flops / least[0] / 1e9:4.0f} GFLOP/s  px>co {least[1] * 1e3:6.3f} ms "
               f"{flops / least[1] / 1e9:4.0f} GFLOP/s  px>co/co>px {statistics.median(ratios):.3f} [{min(ratios):.2f}-"
               f"{max(ratios):.2f}]  fluid picks {picked}  max diff {diff:.1e}", flush=True)

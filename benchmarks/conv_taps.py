@@ -14,10 +14,8 @@ per-round ratio outer/inner with its range, and the largest difference between t
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
@@ -31,7 +29,7 @@ from fluidml_xc.kernels import conv_geometry  # noqa: E402
 from fluidml_xc.pipeline import import_graph  # noqa: E402
 from fluidml_xc.target.boards import get_board  # noqa: E402
 from fluidml_xc.target.machine import machine_spec  # noqa: E402
-from conv_orders import kernel_buffers  # noqa: E402
+from conv_orders import time_pair  # noqa: E402
 
 NHWC = (0, 2, 3, 1)
 CASES = [  # name, C in, H = W, C out, kernel, stride, loop order (3x3 convs of ResNet-50, Inception-v2, VGG-19, ZFNet)
@@ -78,23 +76,9 @@ def main() -> None:
             conv_geometry.TargetForms.taps_outer = lambda self, *a, outer=outer: outer
             kernels.append(compile_node(graph, node, spec, layouts, order))
         conv_geometry.TargetForms.taps_outer = chosen
-        bufs = [kernel_buffers(graph, kern, layouts) for kern in kernels]
-        ptrs = [[ctypes.c_void_p(a.ctypes.data) for a in b] for b in bufs]
-        for kern, p in zip(kernels, ptrs):
-            kern.call(*p)
-        diff = float(np.abs(bufs[0][-1] - bufs[1][-1]).max())
         OH = (H + 2 * (k // 2) - k) // s + 1
-        reps = max(3, int(2e8 / (2 * OC * C * k * k * OH * OH)))
-        ratios, least = [], [float("inf")] * 2
-        for r in range(args.rounds):
-            t = [0.0, 0.0]
-            for i in (0, 1) if r % 2 == 0 else (1, 0):
-                t0 = time.thread_time()
-                for _ in range(reps):
-                    kernels[i].call(*ptrs[i])
-                t[i] = (time.thread_time() - t0) / reps
-                least[i] = min(least[i], t[i])
-            ratios.append(t[1] / t[0])
+        least, ratios, diff = time_pair(graph, kernels, layouts, max(3, int(2e8 / (2 * OC * C * k * k * OH * OH))),
+                                        args.rounds)
         print(f"{name:10s} taps inner {least[0] * 1e3:7.3f} ms  outer {least[1] * 1e3:7.3f} ms  outer/inner "
               f"{statistics.median(ratios):.3f} [{min(ratios):.2f}-{max(ratios):.2f}]  max diff {diff:.1e}", flush=True)
 

@@ -38,6 +38,7 @@ from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_wor
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
+from .winograd_split import v_copies
 from .layouts import Perm
 from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
@@ -307,9 +308,10 @@ class AnalyticModel:
         if geo is None:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
+        copies = v_copies(self.forms.private_caches, self.threads)
         for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators).items():
-            work, shared = winograd_ns(geo, wp, FIGURES)
-            costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp)) + shared
+            work, shared = winograd_ns(geo, wp, FIGURES, copies)
+            costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp, copies)) + shared
         best = min(costs, key=costs.get)
         default = geo.default_order()
         if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
@@ -524,7 +526,8 @@ class Costs:
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
-        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")))
+        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")),
+                            private_caches=bool(getattr(spec, "private_caches", False)))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
         self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
         self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model

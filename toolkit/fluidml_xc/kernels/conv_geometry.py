@@ -164,6 +164,8 @@ class TargetForms:
     parallel: bool = False
     """The conv runs as tiles of the thread pool (a build for more than one thread): an input-packing conv whose
     output stores channels innermost splits over its pixel groups (pack_groups)."""
+    private_caches: bool = False
+    """The target's cores may not share a cache (target/boards.py Target.private_caches)."""
 
     @property
     def arch(self) -> Arch | None:

@@ -277,7 +277,7 @@ def lower_conv(k):
         if value is None or finite:  # a non-finite weight's padding NaN mask follows from where it is
             values_derived(k)
         if plan.winograd is not None:
-            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, None if v is None else (v.ptr, tuple(v.strides)))
+            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, None if v is None else (v.ptr, tuple(v.strides), v.shape[0] // s.N))
         else:
             emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, res))
     store_padding_nan(k, x, w, out, strides, dils, pads)

@@ -1,8 +1,9 @@
 """WinogradInput (domain "fluidml"): the whole-image Winograd form's input transform (fluid/winograd_split.py puts it
 before a conv whose loop order is a kernels/winograd.py WHOLE_ORDERS one). Input X (N, C, H, W) in any layout, output
 V[image][group][point][tile][channel] (kernels/winograd.py v_shape), an ordinary planned arena tensor; attributes m,
-pads (top, left), group and the conv's output size out_hw. Split over images, groups and tiles: every tile writes its
-own V entries, so every thread count gives the same bits."""
+pads (top, left), group and the conv's output size out_hw. Split over images, groups and runs of neighbouring tiles
+(kernels/split.py chunk_count: one tile is too little work to hand out alone): every tile writes its own V entries,
+so every thread count gives the same bits."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import numpy as np
 
 from ...errors import InputError
 from ...kernels.matmul_blocked import add_index, mul_index
+from ...kernels.split import chunk_count
 from ...kernels.winograd import TRANSFORMS, WinogradPlan
 from ...opspec import OUR_DOMAIN, register
 from .winograd import WinogradConv
@@ -32,7 +34,7 @@ class _Image:
 class InputTransform(WinogradConv):
     """WinogradConv's input transform (stage 1) writing every tile of the image to the arena tensor V."""
 
-    def __init__(self, k, x, v, m: int, pads: tuple[int, int], groups: int, out_hw: tuple[int, int]):
+    def __init__(self, k, x, v, m: int, pads: tuple[int, int], groups: int, out_hw: tuple[int, int], copies: int = 1):
         self.k, self.dt, self.t = k, np.dtype(v.dtype), TRANSFORMS[m]
         N, C, H, W = x.shape
         self.s = _Image(N, groups, H, W, pads[0], pads[1], tuple(x.strides))
@@ -40,17 +42,29 @@ class InputTransform(WinogradConv):
         self.wp = WinogradPlan(m, m + 2, TH, TW, TH * TW, 1, 1, 1)
         self.V, self.A2, self.Ci = k.lanes(self.dt), (m + 2) ** 2, C // groups
         self.xp, self.vbuf, self.vs = x.ptr, v.ptr, tuple(v.strides)
-        if tuple(v.shape) != (N, groups, self.A2, TH * TW, self.Ci) or self.vs[4] != 1:
+        self.copies = copies
+        if tuple(v.shape) != (copies * N, groups, self.A2, TH * TW, self.Ci) or self.vs[4] != 1:
             raise InputError(f"node {k.node.name!r} (WinogradInput): output {v.name!r} is {tuple(v.shape)} with strides "
-                             f"{self.vs}; the transform writes a row-major {(N, groups, self.A2, TH * TW, self.Ci)}")
+                             f"{self.vs}; the transform writes a row-major {(copies * N, groups, self.A2, TH * TW, self.Ci)}")
         self.n = self.g = None
 
     def emit(self) -> None:
         s, wp, k = self.s, self.wp, self.k
         work = float(s.N) * s.G * wp.tiles * self.A2 * self.Ci * 8
-        with k.parallel_tiles([s.N, s.G, wp.tiles], work) as (n, g, tt):
+        if self.copies > 1:
+            with k.parallel_tiles([s.N, s.G, self.copies], work * self.copies) as (n, g, c):
+                self.n, self.g = add_index(k, mul_index(k, c, s.N), n), g
+                with k.for_range(wp.tiles) as tt:
+                    self.transform_input(n, g, tt, tt)
+            return
+        per = -(-wp.tiles // chunk_count(wp.tiles, work, -(-chunk_count(1 << 30, work) // (s.N * s.G))))
+        with k.parallel_tiles([s.N, s.G, -(-wp.tiles // per)], work) as (n, g, c):
             self.n, self.g = n, g
-            self.transform_input(n, g, tt, tt)
+            t0 = mul_index(k, c, per)
+            with k.for_range(per) as i:
+                tt = add_index(k, t0, i)
+                with k.b.if_then(k.b.icmp_signed("<", tt, k.index(wp.tiles))):
+                    self.transform_input(n, g, tt, tt)
 
     def v_at(self, t, point: int, c0):
         k = self.k
@@ -68,4 +82,4 @@ class InputTransform(WinogradConv):
 def lower_winograd_input(k):
     pads = tuple(int(p) for p in k.attr("pads"))
     InputTransform(k, k.inputs[0], k.outputs[0], int(k.attr("m")), (pads[0], pads[1]), int(k.attr("group", 1)),
-                   tuple(int(v) for v in k.attr("out_hw"))).emit()
+                   tuple(int(v) for v in k.attr("out_hw")), int(k.attr("copies", 1))).emit()

@@ -67,6 +67,8 @@ def test_v_copy_per_thread_where_caches_are_private(board, copies, monkeypatch):
     assert low.graph.tensors["conv.winograd_v"].shape == (2 * copies, 2, 36, 9, 16)
     transform = next(n for n in low.graph.nodes if n.op_type == "WinogradInput")
     assert transform.attrs["copies"] == copies and low.decisions.v_copies == copies
+    held = low.graph.tensors.get("conv.winograd_copy")  # per tile of the split, the copy holding its image's V
+    assert (held is None) if copies == 1 else (held.shape == (2 * 2 * copies,) and held.dtype == np.int32)
     one = lowered(conv_model(32, 40, 11, 9, (1, 2, 0, 1), group=2, batch=2), "wimg4", monkeypatch, board, threads=1)
     assert one.graph.tensors["conv.winograd_v"].shape[0] == 2  # one thread: one copy
 

@@ -93,7 +93,7 @@ class WinogradConv:
             self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * self.mstride * wp.NR))
             self.ebuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), wp.m * wp.m * wp.NR))
         if wp.whole:
-            vp, self.vs, self.copies = v_operand
+            vp, self.vs, self.copies, self.held = v_operand
             self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
         else:
             self.P.a.storage = self.vbuf
@@ -107,8 +107,8 @@ class WinogradConv:
     def emit_whole(self) -> None:
         """The whole-image form's GEMM and output transform, split over images, groups and panels of NR output
         channels: per chunk of T tiles, each point's weight panel serves every tile of the chunk. With copies of V
-        (one per thread, fluid/winograd_split.py), tile c runs the c-th share of the panels on the copy that the
-        input transform's tile c wrote."""
+        (one per thread, fluid/winograd_split.py), tile c runs the c-th share of the panels on the copy `held` names
+        for it: the one the transform's tile c wrote when the tiles ran apart."""
         s, wp, k = self.s, self.wp, self.k
         full_p, rem = divmod(self.Co, wp.NR)
         panels = full_p + (1 if rem else 0)
@@ -120,8 +120,13 @@ class WinogradConv:
         with k.parallel_tiles([s.N, s.G, self.copies], work) as (n, g, c):
             first = k.b.udiv(mul_index(k, c, panels), k.index(self.copies))
             last = k.b.udiv(mul_index(k, add_index(k, c, 1), panels), k.index(self.copies))
+            t = add_index(k, mul_index(k, add_index(k, mul_index(k, n, s.G), g), self.copies), c)
+            copy = k.load_ptr(self.held, np.dtype(np.int32), t)
+            if copy.type.width != k.idx_t.width:
+                copy = k.b.zext(copy, k.idx_t)
+            vn = add_index(k, mul_index(k, copy, s.N), n)
             with k.for_range(last, first) as p:
-                self.one_panel(n, add_index(k, mul_index(k, c, s.N), n), g, p, full_p, rem)
+                self.one_panel(n, vn, g, p, full_p, rem)
 
     def one_panel(self, n, vn, g, p, full_p: int, rem: int) -> None:
         """Panel p of image n (V's image vn: the copy's) and group g."""

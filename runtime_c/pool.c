@@ -14,7 +14,8 @@
  * word = generation << 40 | shard end << 20 | next tile, so a claim checks the job it belongs to and its
  * bound in one atomic step, and the caller never waits for a worker that did not take part (asleep,
  * descheduled); the job's task and ctx are read after the claim succeeded, when the job cannot have
- * finished (its tile is not done). `state` = generation << 40 | tile count << 20 announces the job.
+ * finished (its tile is not done). `state` = generation << 40 | tile count << 20 announces the job; each
+ * thread counts the tiles it ran in its own shard's line, and the caller waits for their sum.
  * One job at a time: a caller that finds the pool busy (another thread runs a model meanwhile) runs its
  * tiles itself. Workers sleep until the first job; after a job they spin (YIELD_NS, then yielding the
  * core between checks) up to SPIN_NS, then sleep on a condition variable until the next job.
@@ -41,8 +42,9 @@
 enum { UNSET, BY_MODEL, BY_APPLICATION }; /* who chose the pool's threads: nobody yet, a model's init, the application */
 
 static struct {
-    _Atomic uint64_t word;
-    char pad[64 - sizeof(uint64_t)];
+    _Atomic uint64_t word; /* thread k's home shard */
+    _Atomic uint32_t ran;  /* tiles of the current job thread k has run (any shard's) */
+    char pad[64 - sizeof(uint64_t) - sizeof(uint32_t)];
 } shard[FXC_MAX_THREADS] __attribute__((aligned(64)));
 
 static struct {
@@ -52,7 +54,6 @@ static struct {
     _Atomic uint64_t state;
     _Atomic(fxc_task_fn) task;
     _Atomic(void *) ctx;
-    _Atomic uint32_t done;
     _Atomic int busy;
     _Atomic int sleepers;
     _Atomic int stop;
@@ -61,7 +62,7 @@ static struct {
     fxc_parallel_for_fn user_pfor;
     void *user;
     int chosen;
-} pool = {1, 0, {0}, 0, NULL, NULL, 0, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, UNSET};
+} pool = {1, 0, {0}, 0, NULL, NULL, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, UNSET};
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -81,8 +82,8 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
 }
 
-/* Claim and run tiles of shard k of job `gen` until it has none left; returns the number run. */
-static uint32_t run_shard(int k, uint64_t gen)
+/* Thread `self` claims and runs tiles of shard k of job `gen` until it has none left; returns the number run. */
+static uint32_t run_shard(int self, int k, uint64_t gen)
 {
     uint32_t ran = 0;
     uint64_t s = atomic_load_explicit(&shard[k].word, memory_order_acquire);
@@ -96,7 +97,7 @@ static uint32_t run_shard(int k, uint64_t gen)
         fxc_task_fn task = atomic_load_explicit(&pool.task, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
         task(ctx, (int64_t)idx, (int64_t)idx + 1);
-        atomic_fetch_add_explicit(&pool.done, 1u, memory_order_release);
+        atomic_fetch_add_explicit(&shard[self].ran, 1u, memory_order_release); /* its own line: no tile moves it */
         ran++;
         s = atomic_load_explicit(&shard[k].word, memory_order_acquire);
     }
@@ -106,7 +107,7 @@ static uint32_t run_shard(int k, uint64_t gen)
 static void run_tiles(int self, uint64_t gen, int shards)
 {
     for (int i = 0; i < shards; i++)
-        run_shard((self + i) % shards, gen);
+        run_shard(self, (self + i) % shards, gen);
 }
 
 static void sleep_until_changed(uint64_t seen)
@@ -145,6 +146,15 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Tiles of the current job run so far, summed over the threads' own counters. */
+static uint32_t tiles_run(int shards)
+{
+    uint32_t total = 0;
+    for (int k = 0; k < shards; k++)
+        total += atomic_load_explicit(&shard[k].ran, memory_order_acquire);
+    return total;
+}
+
 static void wake_sleepers(void)
 {
     if (atomic_load(&pool.sleepers) > 0) {
@@ -169,18 +179,18 @@ void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n)
     }
     atomic_store_explicit(&pool.task, task, memory_order_relaxed);
     atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&pool.done, 0u, memory_order_relaxed);
     uint64_t gen = ((atomic_load_explicit(&pool.state, memory_order_relaxed) >> GEN_SHIFT) + 1u) & GEN_MASK;
     int shards = pool.threads;
     for (int k = 0; k < shards; k++) {
         uint64_t begin = (uint64_t)(n * k / shards), end = (uint64_t)(n * (k + 1) / shards);
+        atomic_store_explicit(&shard[k].ran, 0u, memory_order_relaxed);
         atomic_store_explicit(&shard[k].word, gen << GEN_SHIFT | end << IDX_BITS | begin, memory_order_release);
     }
     atomic_store(&pool.state, gen << GEN_SHIFT | (uint64_t)n << IDX_BITS); /* seq_cst: pairs with the sleepers count */
     wake_sleepers();
     run_tiles(0, gen, shards);
     uint32_t spins = 0;
-    while (atomic_load_explicit(&pool.done, memory_order_acquire) < (uint32_t)n) {
+    while (tiles_run(shards) < (uint32_t)n) {
         cpu_relax();
         if (++spins % 1024 == 0)
             sched_yield(); /* a worker holding a tile may be waiting for this core */

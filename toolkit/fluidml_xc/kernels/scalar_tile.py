@@ -200,7 +200,7 @@ def accumulate(k, a_rows: list, b_first, kk: int, a_step: int, b_step: int) -> l
         routine = ir.GlobalVariable(k.module, ir.ArrayType(i32, len(words)), name)
         routine.initializer = ir.Constant(routine.type.pointee, words)
         routine.global_constant, routine.linkage, routine.align = True, "private", 4
-        routine.section = ".text"
+        routine.section = ".text.fxc_scalar_tile"
     with k.b.goto_entry_block():
         out = k.b.alloca(ir.ArrayType(f32, m * n))
     b_end = k.b.gep(b_first, [ir.Constant(ir.IntType(64), iterations * steps * b_step)])

@@ -307,7 +307,7 @@ class AnalyticModel:
         if geo is None:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
-        for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators).items():
+        for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators, tile=self.forms.gemm_tile).items():
             work, shared = winograd_ns(geo, wp, FIGURES)
             costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp)) + shared
         best = min(costs, key=costs.get)
@@ -524,7 +524,8 @@ class Costs:
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
-        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")))
+        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")),
+                            cpu=str(getattr(spec, "cpu", "")))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
         self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
         self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model
@@ -572,7 +573,7 @@ class Costs:
             strides = lambda n: self.model.strides(n, layouts)  # noqa: E731
             if kind == "conv":
                 geo = conv_geometry(self.graph, node, strides, self.model.vector_bits, self.model.forms)
-                wino = allowed_orders(node, geo, self.model.forms.conv_accumulators).get(order)
+                wino = allowed_orders(node, geo, self.model.forms.conv_accumulators, tile=self.model.forms.gemm_tile).get(order)
                 tiles = None if geo is None else winograd_tiles(geo, wino) if wino else self.model.conv_tiles(geo, order)
                 return ns if geo is None else self.model.threaded(ns, tiles)
             return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides, self.model.half), order))
@@ -586,7 +587,8 @@ class Costs:
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if self._loop_orders(node) == "conv":
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
-            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators, whole=False))
+            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators, whole=False,
+                                        tile=self.model.forms.gemm_tile))
             return list(geo.orders()) + wino if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.half)
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)

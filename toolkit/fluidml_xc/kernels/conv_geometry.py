@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import InputError
 from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum
 from ..target.arch import Arch, arch_of, riscv_vlen
+from .scalar_tile import scalar_tile
 from .split import chunk_count
 
 
@@ -164,6 +165,8 @@ class TargetForms:
     parallel: bool = False
     """The conv runs as tiles of the thread pool (a build for more than one thread): an input-packing conv whose
     output stores channels innermost splits over its pixel groups (pack_groups)."""
+    cpu: str = ""
+    """LLVM's name of the CPU: a scalar RISC-V core may have a hand-scheduled GEMM tile (gemm_tile)."""
 
     @property
     def arch(self) -> Arch | None:
@@ -180,6 +183,12 @@ class TargetForms:
     @property
     def x86(self) -> bool:
         return self.arch is not None and self.arch.x86
+
+    @property
+    def gemm_tile(self) -> tuple[int, int] | None:
+        """(rows, columns) of the CPU's hand-scheduled float32 GEMM tile (kernels/scalar_tile.py), else None."""
+        tile = scalar_tile(self.triple, self.cpu, self.features)
+        return None if tile is None else (tile.rows, tile.cols)
 
     @property
     def rvv(self) -> bool:

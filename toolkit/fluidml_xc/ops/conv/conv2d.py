@@ -264,7 +264,7 @@ def lower_conv(k):
         value = w.value
         finite = value is not None and bool(np.isfinite(value).all())
         forms = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""),
-                            parallel=k.tile_range is not None)
+                            parallel=k.tile_range is not None, cpu=getattr(k.spec, "cpu", ""))
         plan = plan_conv(s, forms, dtype=np.dtype(out.dtype).name,
                          V=max(1, k.vector_bits // (itemsize * 8)), pack_V=max(1, k.pack_vector_bits // (itemsize * 8)),
                          w_const=value is not None, finite=finite,

@@ -41,7 +41,7 @@ from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, wi
 from .layouts import Perm
 from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
-                                       matmul_geometry, outer_tile)
+                                       matmul_geometry)
 
 LINE = 64
 CACHE_BYTES = 512 * 1024
@@ -250,7 +250,7 @@ class AnalyticModel:
             return split_tiles(geo.batch_points, work, (-(-geo.m // max(1, min(MR_DOT, geo.m))),), (True,))
         lanes = max(1, self.vector_bits // (8 * geo.itemsize))
         m, n = (geo.n, geo.m) if kind == "outer_t" else (geo.m, geo.n)
-        mr, nr = outer_tile(m, n, lanes)
+        mr, nr = self.forms.outer_tile(m, n, lanes, geo.is_float and geo.itemsize == 4)
         gathered = kind == "outer" and not geo.b_const and geo.b[1] != 1 and n > 1
         return split_tiles(geo.batch_points, work, (-(-n // nr), -(-m // mr)), (True, not gathered))
 
@@ -289,13 +289,13 @@ class AnalyticModel:
             tiles = -(-m // mr) * -(-n // nc)
             return (m * n * vk * VFMA_NS * DOT_FMA_FACTOR + tiles * vk * (mr + nc) * VLOAD_NS + m * n * (REDUCE_NS + tail * 2 * VLOAD_NS)
                     + store)
-        mr, nr = outer_tile(m, n, lanes)
+        mr, nr = self.forms.outer_tile(m, n, lanes, geo.is_float and geo.itemsize == 4)
         packed = geo.b_const if kind == "outer" else geo.a_const
         b_inner = geo.b[1] if kind == "outer" else geo.a[0]
         gather = 0.0 if packed or b_inner == 1 or n == 1 else n * kk * GATHER_NS  # stack panels
         packed = packed or gather > 0
         rem = n % nr
-        groups = (n // nr) * (nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes)
+        groups = (n // nr) * -(-nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes)
         col_tiles = -(-n // nr)
         return (m * kk * groups * VFMA_NS + -(-m // mr) * kk * groups * VLOAD_NS + m * kk * col_tiles * BCAST_NS + store
                 + gather)

@@ -52,11 +52,16 @@ def kernel_tile(k) -> ScalarTile | None:
 
 
 def takes(k, dtype, kk, mr: int, widths: list[int], a_step: int, b_step: int) -> bool:
-    """The kernel's tile runs this outer_accumulate call: float32, a static K, the tile's rows and columns, and
-    A's and B's K strides (elements) within the loads' immediate offsets."""
+    """The kernel's tile runs this outer_accumulate call: float32, a static K, the tile's rows and columns, A's K
+    stride (elements) within the loads' immediate offsets and B's positive (larger ones go in a register)."""
     tile = kernel_tile(k)
     return (tile is not None and np.dtype(dtype) == np.float32 and isinstance(kk, int) and kk > 0 and mr == tile.rows
-            and sum(widths) == tile.cols and (tile.steps + 1) * 4 * max(abs(a_step), abs(b_step)) + 4 * tile.cols <= IMMEDIATE)
+            and sum(widths) == tile.cols and (tile.steps + 1) * 4 * abs(a_step) <= IMMEDIATE and b_step > 0)
+
+
+def register_step(tile: ScalarTile, b_step: int) -> bool:
+    """B's K stride (elements) is too long for the loads' offsets over an iteration: a register adds it each step."""
+    return (tile.steps + 1) * 4 * b_step + 4 * tile.cols > IMMEDIATE
 
 
 Insn = tuple
@@ -64,7 +69,11 @@ Insn = tuple
 branch's target is the index of an instruction."""
 
 A_REGS, B_REG, B_END, OUT = (10, 11, 12, 13, 14), 15, 16, 17
-"""The routine's arguments (lp64d: a0-a7): the A row pointers, B's pointer, B's end for the loop, the out buffer."""
+"""The routine's arguments (lp64d: a0-a7): the A row pointers, B's pointer, B's end for the loop, the out buffer;
+B's K stride in bytes, when in a register (register_step), is the ninth, on the stack, loaded into STEP."""
+STEP, NEXT = 5, 6
+"""t0, and t1: with the stride in a register, B's pointers at even and odd K steps are a5 and t1, each moved two
+steps on beside the A loads of the step before it is next needed."""
 SAVED = (8, 9, *range(18, 28))
 """fs0-fs11: the FP registers a callee keeps (lp64d); the tile uses all 32."""
 
@@ -76,9 +85,10 @@ def program(tile: ScalarTile, kk: int, a_step: int, b_step: int) -> list[Insn]:
     assert steps * n % 2 == 0, "each iteration starts on B's first register"
     a_bytes, b_bytes = 4 * a_step, 4 * b_step
     areg, breg, acc = list(range(m)), [m, m + 1], list(range(m + 2, m + 2 + m * n))
-    aptr = A_REGS[:m]
+    aptr, in_register, bptr = A_REGS[:m], register_step(tile, b_step), (B_REG, NEXT)
     moved = {p: 0 for p in [*aptr, B_REG]}
-    code: list[Insn] = [("addi", 2, 2, -8 * len(SAVED))] + [("fsd", f, 2, 8 * q) for q, f in enumerate(SAVED)]
+    code: list[Insn] = [("ld", STEP, 2, 0)] if in_register else []
+    code += [("addi", 2, 2, -8 * len(SAVED))] + [("fsd", f, 2, 8 * q) for q, f in enumerate(SAVED)]
 
     def load(reg: int, ptr: int, offset: int) -> None:
         code.append(("flw", reg, ptr, offset - moved[ptr]))
@@ -95,16 +105,21 @@ def program(tile: ScalarTile, kk: int, a_step: int, b_step: int) -> list[Insn]:
             for j in range(n):
                 if j < n - 1 or not last or looping:
                     nk, nj = (s, j + 1) if j < n - 1 else (s + 1, 0)
-                    load(breg[(col + 1) % 2], B_REG, b_bytes * nk + 4 * nj)
+                    if in_register:
+                        code.append(("flw", breg[(col + 1) % 2], bptr[nk % 2], 4 * nj))
+                    else:
+                        load(breg[(col + 1) % 2], B_REG, b_bytes * nk + 4 * nj)
                 code.extend(("fmadd.s", acc[i * n + j], areg[i], breg[col % 2], acc[i * n + j]) for i in range(m))
                 col += 1
             if last and not looping:
                 break
             for i in range(m):
                 load(areg[i], aptr[i], a_bytes * (s + 1))
+                if in_register and i == 1:  # the step after next's pointer, beside the A loads
+                    code.append(("add", bptr[s % 2], bptr[(s + 1) % 2], STEP))
                 if last:
                     advance(aptr[i], a_bytes * count)
-                    if i == 0:
+                    if i == 0 and not in_register:
                         advance(B_REG, b_bytes * count)
         for p in moved:
             moved[p] = 0
@@ -113,6 +128,8 @@ def program(tile: ScalarTile, kk: int, a_step: int, b_step: int) -> list[Insn]:
     for i in range(m):
         load(areg[i], aptr[i], 0)
     load(breg[0], B_REG, 0)
+    if in_register:
+        code.append(("add", NEXT, B_REG, STEP))
     iterations = (kk - 1) // steps
     if iterations:
         top = len(code)
@@ -131,8 +148,8 @@ def text(code: list[Insn]) -> str:
     for at, (op, *ops) in enumerate(code):
         if at in targets:
             lines.append(f".L{at}:")
-        if op in ("flw", "fld"):
-            lines.append(f"{op} f{ops[0]}, {ops[2]}(x{ops[1]})")
+        if op in ("flw", "fld", "ld"):
+            lines.append(f"{op} {'x' if op == 'ld' else 'f'}{ops[0]}, {ops[2]}(x{ops[1]})")
         elif op in ("fsw", "fsd"):
             lines.append(f"{op} f{ops[0]}, {ops[2]}(x{ops[1]})")
         elif op == "fmadd.s":
@@ -141,6 +158,8 @@ def text(code: list[Insn]) -> str:
             lines.append(f"fmv.w.x f{ops[0]}, x{ops[1]}")
         elif op == "bne":
             lines.append(f"bne x{ops[0]}, x{ops[1]}, .L{ops[2]}")
+        elif op == "add":
+            lines.append(f"add x{ops[0]}, x{ops[1]}, x{ops[2]}")
         else:
             lines.append(f"{op} x{ops[0]}, x{ops[1]}, {ops[2]}")
     return "\n".join(lines) + "\n"
@@ -165,6 +184,8 @@ def _b(rs1: int, rs2: int, imm: int) -> int:
 ENCODERS = {
     "flw": lambda rd, rs1, imm: _i(0x07, 2, rd, rs1, imm),
     "fld": lambda rd, rs1, imm: _i(0x07, 3, rd, rs1, imm),
+    "ld": lambda rd, rs1, imm: _i(0x03, 3, rd, rs1, imm),
+    "add": lambda rd, rs1, rs2: rs2 << 20 | rs1 << 15 | rd << 7 | 0x33,
     "fsw": lambda rs2, rs1, imm: _s(0x27, 2, rs2, rs1, imm),
     "fsd": lambda rs2, rs1, imm: _s(0x27, 3, rs2, rs1, imm),
     "addi": lambda rd, rs1, imm: _i(0x13, 0, rd, rs1, imm),
@@ -184,16 +205,17 @@ def encode(code: list[Insn]) -> list[int]:
 def accumulate(k, a_rows: list, b_first, kk: int, a_step: int, b_step: int) -> list:
     """Run the kernel's tile over kk steps: a_rows the float* of each A row's first K step, b_first the float* of
     B's first step (n contiguous floats per step, b_step apart); the m x n sums as float values, row-major. The
-    routine is machine code in a text section of the module (LLVM's RISC-V backend in llvmlite has no assembler
-    for inline asm), one per loop-or-not, steps after the loop and strides (K's value is B's end), called with the lp64d convention."""
+    routine is machine code in a text section of the module (llvmlite's LLVM has no RISC-V assembler for inline
+    asm), one per loop-or-not, steps after the loop and strides (B's end ends the loop), called with the lp64d
+    convention."""
     tile = kernel_tile(k)
     m, n, steps = tile.rows, tile.cols, tile.steps
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    ptr = f32.as_pointer()
-    fn_type = ir.FunctionType(ir.VoidType(), [ptr] * (m + 3))
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    ptr, in_register = f32.as_pointer(), register_step(tile, b_step)
+    fn_type = ir.FunctionType(ir.VoidType(), [ptr] * (m + 3) + [i64] * in_register)
     iterations = (kk - 1) // steps
     loop, left = ("loop." if iterations else ""), kk - iterations * steps
-    name = f"fxc.scalar_tile.{m}x{n}.{loop}k{left}.a{a_step}.b{b_step}"
+    name = f"fxc.scalar_tile.{m}x{n}.{loop}k{left}.a{a_step}.b{'reg' if in_register else b_step}"
     routine = k.module.globals.get(name)
     if routine is None:
         words = encode(program(tile, kk, a_step, b_step))
@@ -203,7 +225,8 @@ def accumulate(k, a_rows: list, b_first, kk: int, a_step: int, b_step: int) -> l
         routine.section = ".text.fxc_scalar_tile"
     with k.b.goto_entry_block():
         out = k.b.alloca(ir.ArrayType(f32, m * n))
-    b_end = k.b.gep(b_first, [ir.Constant(ir.IntType(64), iterations * steps * b_step)])
+    b_end = k.b.gep(b_first, [i64(iterations * steps * b_step)])
     k.b.call(k.b.bitcast(routine, fn_type.as_pointer()),
-             [*(k.b.bitcast(a, ptr) for a in a_rows), k.b.bitcast(b_first, ptr), b_end, k.b.bitcast(out, ptr)])
+             [*(k.b.bitcast(a, ptr) for a in a_rows), k.b.bitcast(b_first, ptr), b_end, k.b.bitcast(out, ptr),
+              *[i64(4 * b_step)] * in_register])
     return [k.b.load(k.b.gep(out, [i32(0), i32(q)], inbounds=True)) for q in range(m * n)]

@@ -77,6 +77,7 @@ from .channels import ChannelVectors
 from .depthwise import ChannelsLastDepthwise
 from .generic import conv_generic
 from .padding import store_padding_nan
+from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
 from .walk import ConvKernel
 from .winograd import emit_winograd
@@ -256,7 +257,7 @@ def lower_conv(k):
     dyn = varying_dims(k, x, w, out, pads)
     if x.rank not in (3, 4) or not is_float(out.dtype):
         conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
-    else:
+    elif not emit_pointwise_gemm(k, x, w, bias, out, residual, epi, groups, strides, pads):
         s = conv_shape((x.shape, x.strides), (out.shape, out.strides), (w.shape, w.strides),
                        None if residual is None else (residual.shape, residual.strides), strides, dils, pads, groups,
                        dyn=dyn)

@@ -76,8 +76,9 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
 
 def _gemm_model() -> tuple[onnx.ModelProto, dict]:
     """MatMuls with constant B at K 1..9 and 29 (loop or not, 1 to 4 steps after it), M 5 / 7 / 12 and N 5 / 13 /
-    17 (full tiles and the generic code's remainders); a Gemm with bias, alpha, beta and transB; a MatMul of two
-    inputs (B read in place: its rows 13 floats apart) and one of A by an input's transpose (B gathered)."""
+    17 (full tiles and the generic code's remainders); a Gemm with bias, alpha, beta and transB; MatMuls of two
+    inputs (B read in place: its rows 13 floats apart, and 130 apart: the stride in a register) and one of A by an
+    input's transpose (B gathered)."""
     rng = np.random.default_rng(11)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     nodes, consts, feeds, outs = [], {}, {}, []
@@ -88,15 +89,39 @@ def _gemm_model() -> tuple[onnx.ModelProto, dict]:
         outs.append(f"m{q}")
     feeds["g"], consts["gw"], consts["gb"] = f(9, 31), f(14, 31), f(14)
     nodes.append(helper.make_node("Gemm", ["g", "gw", "gb"], ["gy"], alpha=0.5, beta=2.0, transB=1))
-    feeds["p"], feeds["q"], feeds["r"] = f(8, 11), f(11, 13), f(13, 11)
+    feeds["p"], feeds["q"], feeds["r"], feeds["s"] = f(8, 11), f(11, 13), f(13, 11), f(11, 130)
     nodes += [helper.make_node("MatMul", ["p", "q"], ["pq"]), helper.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
-              helper.make_node("MatMul", ["p", "rt"], ["pr"])]
-    return graph_model(nodes, feeds, [*outs, "gy", "pq", "pr"], consts, 13), feeds
+              helper.make_node("MatMul", ["p", "rt"], ["pr"]), helper.make_node("MatMul", ["p", "s"], ["ps"])]
+    return graph_model(nodes, feeds, [*outs, "gy", "pq", "pr", "ps"], consts, 13), feeds
 
 
 @pytest.mark.qemu
 def test_gemm_tiles_match_onnxruntime_on_visionfive2(tmp_path):
     model, feeds = _gemm_model()
+    artifact = build(model, tmp_path, "visionfive2", profile_runner=False)
+    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
+    got = run(artifact, feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
+
+
+def _pointwise_model() -> tuple[onnx.ModelProto, dict]:
+    """1x1 convs as the tile's GEMM: 17 -> 12 channels on 9 x 11 pixels of two images with bias and Relu (rows,
+    pixels and K not multiples of the tile), 12 -> 20 with a residual Add + Relu (fused in the epilogue), and one
+    at stride 2 (the direct kernel: not a GEMM)."""
+    rng = np.random.default_rng(13)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]), helper.make_node("Add", ["c2", "res"], ["a2"]),
+             helper.make_node("Relu", ["a2"], ["y"]), helper.make_node("Conv", ["r1", "w3"], ["z"], strides=[2, 2])]
+    consts = {"w1": f(12, 17, 1, 1), "b1": f(12), "w2": f(20, 12, 1, 1), "w3": f(6, 12, 1, 1)}
+    feeds = {"x": f(2, 17, 9, 11), "res": f(2, 20, 9, 11)}
+    return graph_model(nodes, feeds, ["y", "z"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+def test_pointwise_convs_match_onnxruntime_on_visionfive2(tmp_path):
+    model, feeds = _pointwise_model()
     artifact = build(model, tmp_path, "visionfive2", profile_runner=False)
     assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
     got = run(artifact, feeds)

@@ -295,7 +295,8 @@ class AnalyticModel:
         gather = 0.0 if packed or b_inner == 1 or n == 1 else n * kk * GATHER_NS  # stack panels
         packed = packed or gather > 0
         rem = n % nr
-        groups = (n // nr) * -(-nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes)
+        groups = ((n // nr) * (nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes) if nr % lanes == 0
+                  else -(-n // nr) * nr / lanes)  # a scalar tile (TargetForms.gemm_tile): its columns, a lane each
         col_tiles = -(-n // nr)
         return (m * kk * groups * VFMA_NS + -(-m // mr) * kk * groups * VLOAD_NS + m * kk * col_tiles * BCAST_NS + store
                 + gather)

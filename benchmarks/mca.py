@@ -5,7 +5,8 @@
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
 Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
-compiled to model.o; `llvm-objdump -d` disassembles it; the hot loop is the innermost backward branch
+compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the section of kernels/scalar_tile.py's
+machine-code routines, whose words llvm-mc decodes); the hot loop is the innermost backward branch
 (no other backward branch inside it) with the most multiply-accumulate instructions (FMA/MLA/SDOT...);
 that loop body goes to `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
 

@@ -129,6 +129,33 @@ def test_pointwise_convs_match_onnxruntime_on_visionfive2(tmp_path):
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
 
 
+def _im2col_model() -> tuple[onnx.ModelProto, dict]:
+    """Direct convs as gathered panels and the tile (ops/conv/im2col.py): 3x3 pad 1 over two images, 7 -> 12
+    channels (two blocks of 5 and 2 left) on 9 x 11 (two panels of 5 pixels and 1 left) with bias and Relu, then 3x3
+    at stride 2 with asymmetric pads, 3x3 at dilation 2 with a residual Add + Relu, and 5x5 unpadded."""
+    rng = np.random.default_rng(17)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["s2"], pads=[1, 0, 1, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["r1", "w3", "b3"], ["c3"], pads=[2, 2, 2, 2], dilations=[2, 2]),
+             helper.make_node("Add", ["c3", "res"], ["a3"]), helper.make_node("Relu", ["a3"], ["y3"]),
+             helper.make_node("Conv", ["r1", "w4"], ["y4"])]
+    consts = {"w1": f(12, 7, 3, 3), "b1": f(12), "w2": f(11, 12, 3, 3), "w3": f(13, 12, 3, 3), "b3": f(13),
+              "w4": f(10, 12, 5, 5)}
+    feeds = {"x": f(2, 7, 9, 11), "res": f(2, 13, 9, 11)}
+    return graph_model(nodes, feeds, ["r1", "s2", "y3", "y4"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+def test_direct_convs_as_panels_match_onnxruntime_on_visionfive2(tmp_path):
+    model, feeds = _im2col_model()
+    artifact = build(model, tmp_path, "visionfive2", profile_runner=False, conv_algo="direct")
+    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
+    got = run(artifact, feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("order", ["wino2", "wino4", "wimg4"])
 def test_winograd_gemm_tiles_match_onnxruntime_on_visionfive2(order, tmp_path, patched_compiler):

@@ -71,12 +71,13 @@ from ...kernels.derived import derived, values_derived
 from ...kernels.epilogue import EPILOGUE_ATTR
 from ...kernels.loops import loop
 from ...kernels.scalar import is_float
-from ...kernels.winograd import V_INPUT_ATTR
+from ...kernels.winograd import ORDERS as WINOGRAD_ORDERS, V_INPUT_ATTR
 from ...opspec import register
 from .channels import ChannelVectors
 from .depthwise import ChannelsLastDepthwise
 from .generic import conv_generic
 from .padding import store_padding_nan
+from .im2col import emit_im2col_gemm
 from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
 from .walk import ConvKernel
@@ -257,7 +258,9 @@ def lower_conv(k):
     dyn = varying_dims(k, x, w, out, pads)
     if x.rank not in (3, 4) or not is_float(out.dtype):
         conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
-    elif not emit_pointwise_gemm(k, x, w, bias, out, residual, epi, groups, strides, pads):
+    elif not (emit_pointwise_gemm(k, x, w, bias, out, residual, epi, groups, strides, pads)
+              or v is None and k.loop_order not in WINOGRAD_ORDERS
+              and emit_im2col_gemm(k, x, w, bias, out, residual, epi, groups, k_sp, strides, dils, pads)):
         s = conv_shape((x.shape, x.strides), (out.shape, out.strides), (w.shape, w.strides),
                        None if residual is None else (residual.shape, residual.strides), strides, dils, pads, groups,
                        dyn=dyn)

@@ -1,6 +1,6 @@
 """The float32 GEMM register tile of an in-order scalar RISC-V core (SiFive U74: RV64GC, dual issue, one FP pipe)
-as one inline-asm loop, for the outer-product kernels (kernels/matmul_blocked.py outer_accumulate: MatMul, Gemm,
-Winograd's GEMM).
+as a hand-scheduled machine-code routine, for the outer-product kernels (kernels/matmul_blocked.py
+outer_accumulate: MatMul, Gemm, Winograd's GEMM, and the convs ops/conv/pointwise.py and im2col.py run as GEMMs).
 
 An m x n tile keeps m A values and m x n accumulators in FP registers and reads B's panel (n columns per K step,
 packed) one column at a time through two registers: the next column's `flw` goes right before this column's m
@@ -8,8 +8,8 @@ packed) one column at a time through two registers: the next column's `flw` goes
 every load costs an issue cycle (an in-order core that writes back in order: docs/RISCV_KERNELS.md), so a step
 costs m x n + m + n cycles: 5 x 5 (25 + 5 + 2 = 32 FP registers) gives 25 / 35 = 71.4% of peak, the best any tile of
 the 32 registers allows. LLVM's scheduler does not keep this order (it hoists loads and increments where its own
-model likes), hence the text below; the pointer increments go beside the last step's A loads and the branch ends
-the loop, STEPS steps per iteration (benchmarks/u74_tiles.py: 70.4% by llvm-mca-22 at 4 steps).
+model likes), hence `program`; the pointer increments go beside the last step's A loads and the branch ends the
+loop, `steps` K steps per iteration (benchmarks/u74_tiles.py: 70.4% by llvm-mca-22 at 4 steps; docs/RISCV_KERNELS.md).
 """
 from __future__ import annotations
 

@@ -76,7 +76,8 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
 
 def _gemm_model() -> tuple[onnx.ModelProto, dict]:
     """MatMuls with constant B at K 1..9 and 29 (loop or not, 1 to 4 steps after it), M 5 / 7 / 12 and N 5 / 13 /
-    17 (full tiles and the generic code's remainders); a Gemm with bias, alpha, beta and transB; MatMuls of two
+    17 (full tiles and the generic code's remainders); a Gemm with bias, alpha, beta and transB, one with transA, a
+    batched MatMul (three products of 6 x 10 by 10 x 7); MatMuls of two
     inputs (B read in place: its rows 13 floats apart, and 130 apart: the stride in a register) and one of A by an
     input's transpose (B gathered)."""
     rng = np.random.default_rng(11)
@@ -89,6 +90,11 @@ def _gemm_model() -> tuple[onnx.ModelProto, dict]:
         outs.append(f"m{q}")
     feeds["g"], consts["gw"], consts["gb"] = f(9, 31), f(14, 31), f(14)
     nodes.append(helper.make_node("Gemm", ["g", "gw", "gb"], ["gy"], alpha=0.5, beta=2.0, transB=1))
+    feeds["t"], consts["tb"], feeds["ta"] = f(3, 6, 10), f(10, 7), f(12, 8)
+    nodes += [helper.make_node("MatMul", ["t", "tb"], ["ty"]),
+              helper.make_node("Gemm", ["ta", "gw8"], ["tz"], transA=1)]
+    consts["gw8"] = f(12, 9)
+    outs += ["ty", "tz"]
     feeds["p"], feeds["q"], feeds["r"], feeds["s"] = f(8, 11), f(11, 13), f(13, 11), f(11, 130)
     nodes += [helper.make_node("MatMul", ["p", "q"], ["pq"]), helper.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
               helper.make_node("MatMul", ["p", "rt"], ["pr"]), helper.make_node("MatMul", ["p", "s"], ["ps"])]

@@ -304,7 +304,7 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
 
 
 def _scalar_tile_slots(k, P: Problem, kk: int, bases, i0, mr: int, col0, pidx, widths: list[int], last_row) -> list:
-    """outer_accumulate's slots from the target's inline-asm tile (kernels/scalar_tile.py)."""
+    """outer_accumulate's slots from the target's hand-scheduled tile (kernels/scalar_tile.py)."""
     dt, a, b = P.dtype, P.a, P.b
     ab, bb, _ = bases
     bcol = panel_bases(k, bb, pidx, sum(widths), b.panel, P.kk, [0])[0] if b.panel else add_index(k, bb, col0)

@@ -5,7 +5,8 @@
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
 Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
-compiled to model.o; `llvm-objdump -d` disassembles it; the hot loop is the innermost backward branch
+compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the section of kernels/scalar_tile.py's
+machine-code routines, whose words llvm-mc decodes); the hot loop is the innermost backward branch
 (no other backward branch inside it) with the most multiply-accumulate instructions (FMA/MLA/SDOT...);
 that loop body goes to `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
 
@@ -176,18 +177,45 @@ _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.comp
            "x86_64": re.compile(r"^(j\w+)\s"), "riscv64": re.compile(r"^(b[a-z]+|j)\s")}
 
 
+TILE_SECTION = ".text.fxc_scalar_tile"
+"""kernels/scalar_tile.py's routines: machine code LLVM emits as read-only data (the linker puts it in .text)."""
+
+
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
     """`attrs`: the spec's features (llvm-objdump prints fp16 fmla as <unknown> without +fullfp16)."""
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        text = subprocess.run([objdump, "-d", "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
-    insns = []
+        sections = ["-D", "-j", ".text", "-j", TILE_SECTION] if TILE_SECTION in obj.decode("latin-1") else ["-d"]
+        text = subprocess.run([objdump, *sections, "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
+    insns, base = [], 0
     for line in text.splitlines():
+        if line.startswith("Disassembly of section "):
+            base = 1 << 32 if TILE_SECTION in line else 0  # the sections both start at 0
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
         if m and m.group(2).strip():
-            insns.append((int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))
-    return insns
+            insns.append((base + int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))
+    return words_as_code(insns, objdump.replace("objdump", "mc"), attrs)
+
+
+def words_as_code(insns: list[tuple[int, str]], mc: str, attrs: str) -> list[tuple[int, str]]:
+    """RISC-V: the `.word`s objdump shows for machine code emitted as data in .text (kernels/scalar_tile.py's
+    routines, which carry a `$d` mapping symbol), disassembled by llvm-mc; a branch's offset made its address."""
+    words = [(i, a, int(m.group(1), 16)) for i, (a, s) in enumerate(insns) if (m := re.search(r"\.word\s+0x([0-9a-f]+)", s))]
+    if not words or "+d" not in attrs.split(","):
+        return insns
+    out = list(insns)
+    for i, addr, word in words:
+        text = subprocess.run([mc, "--disassemble", "-triple=riscv64", f"-mattr={attrs}"], capture_output=True, text=True,
+                              input=" ".join(f"0x{b:02x}" for b in word.to_bytes(4, "little"))).stdout
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(".text")]
+        if len(lines) != 1:
+            continue
+        insn = re.sub(r"\s+", " ", lines[0])
+        if _BRANCH["riscv64"].match(insn + " ") and re.search(r", (-?\d+)$", insn):
+            insn = re.sub(r", (-?\d+)$", lambda m: f", 0x{addr + int(m.group(1)):x}", insn)
+        out[i] = (addr, insn)
+    return out
 
 
 def clean(insn: str, arch: str) -> str:

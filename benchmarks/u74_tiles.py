@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Hand-scheduled scalar GEMM tiles for the SiFive U74 through llvm-mca: the bound docs/RISCV_KERNELS.md derives.
+"""Hand-scheduled scalar GEMM tiles for the SiFive U74 through llvm-mca: the bound docs/RISCV_KERNELS.md derives,
+and the loop of the tile the compiler ships (kernels/scalar_tile.py).
 
     python benchmarks/u74_tiles.py [--mca llvm-mca-19,llvm-mca-22] [--asm-dir DIR]
 
@@ -8,7 +9,10 @@ Each loop is one register tile of m x n fp32 accumulators (fmadd.s) over K steps
 * "first": every load of a step before its multiply-adds (m + n loads, m x n + m + n FP registers), 1 step;
 * "piped": B software-pipelined through two registers (the next column's flw right before this column's m
   multiply-adds, m x n + m + 2 registers), the m A loads after the step's last column, K steps per iteration
-  (the pointer increments and the branch once).
+  (the pointer increments and the branch once);
+* "routine": kernels/scalar_tile.py's loop, 5 x 5 as "piped" but A from five row pointers (a MatMul's rows), each
+  advanced beside its own load in the iteration's last step; "B reg": B's K stride in a register (a 1x1 conv's
+  input planes), two B pointers taking turns, each moved on beside the A loads.
 
 llvm-mca's in-order pipeline issues an instruction only when it would write back no earlier than the one issued
 before it (InOrderIssueStage::canExecute, findFirstWriteBackCycle; the SiFive7 model sets no RetireOOO), so a flw
@@ -20,7 +24,10 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "toolkit"))
 
 STEP = 256
 """Bytes between two K steps of B (a row of a 64-column panel)."""
@@ -50,6 +57,17 @@ def piped(m: int, n: int, steps: int) -> list[str]:
     return lines + [f"addi a0, a0, {64 * steps}", "bne a0, a2, .Lhot"]
 
 
+def routine(steps: int, b_step: int) -> list[str]:
+    """The loop of kernels/scalar_tile.py's 5 x 5 routine at `steps` K steps per iteration (A rows 1 float apart per
+    step, B's steps b_step floats apart: 5, a packed panel; 3136, a 56 x 56 plane, in a register)."""
+    from fluidml_xc.kernels.scalar_tile import ScalarTile, program, text
+
+    lines = text(program(ScalarTile(5, 5, steps), 8 * steps + 1, 1, b_step)).splitlines()
+    top = next(i for i, line in enumerate(lines) if line.endswith(":"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("bne"))
+    return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
+
+
 def cycles(mca: str, asm: str) -> float:
     out = subprocess.run([mca, "-mtriple=riscv64", "-mcpu=sifive-u74", "-iterations=200"], input=asm,
                          capture_output=True, text=True, check=True).stdout
@@ -63,6 +81,8 @@ def main() -> int:
     args = ap.parse_args()
     loops = [(f"first {m}x{n}", m, n, 1, first(m, n)) for m, n in ((2, 8), (4, 4), (3, 7), (4, 5))]
     loops += [(f"piped {m}x{n} K{k}", m, n, k, piped(m, n, k)) for m, n in ((4, 5), (4, 6), (5, 5)) for k in (1, 3)]
+    loops += [(f"routine 5x5 K{k}{' B reg' if b > 5 else ''}", 5, 5, k, routine(k, b)) for k, b in
+              ((2, 5), (4, 5), (6, 5), (4, 3136))]
     mcas = args.mca.split(",")
     print("| loop | FP registers | fmadd.s | " + " | ".join(f"{t} cycles | %" for t in mcas) + " |")
     print("|---|---:|---:|" + "---:|---:|" * len(mcas))

@@ -34,15 +34,16 @@ from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
 from ..opspec import CostKind, OpSpec
 from ..kernels.vectors import column_lanes
-from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_work, layout_strides
+from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count, element_work, layout_strides
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
 from .winograd_split import v_copies
+from .split_costs import generic_tiles, parallel_time, split_tiles
 from .layouts import Perm
 from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
-                                       matmul_geometry, outer_tile)
+                                       matmul_geometry)
 
 LINE = 64
 CACHE_BYTES = 512 * 1024
@@ -65,36 +66,6 @@ STORE_NS = 0.03
 SCATTER_NS = 0.4
 GATHER_NS = 0.3
 """Gathering one element of a strided B into the outer-product kernel's stack panel."""
-PARALLEL_FOR_NS = 2000.0
-"""Handing an op's tiles to the pool (runtime_c/pool.c): publishing the job, workers taking tiles, the wait."""
-PARALLEL_EFFICIENCY = 0.87
-"""Per-core efficiency of split tiles (a 512^3 and a 128^3 MatMul scale 1.70x / 1.78x on 2 threads, docs/THREADS.md)."""
-
-
-def parallel_time(ns: float, tiles: int, threads: int) -> float:
-    """ns of an op whose one-thread time is `ns`, split into `tiles` tiles on `threads` threads: the busiest
-    thread runs ceil(tiles / threads) of them (the pool deals tiles out whole)."""
-    if threads <= 1 or tiles <= 1:
-        return ns
-    return ns * math.ceil(tiles / threads) / tiles / PARALLEL_EFFICIENCY + PARALLEL_FOR_NS
-
-
-def generic_tiles(extents: Sequence[int], order: Sequence[int], work: float) -> int:
-    """Tiles Kernel.loops_tiled splits a loop nest (k.generic, pools, fused chains) into."""
-    plan = Kernel.split_plan(extents, order, work)
-    return plan[2] if plan else 1
-
-
-def split_tiles(batch_points: int, work: float, extents: Sequence[int], splittable: Sequence[bool]) -> int:
-    """Tiles of ops/matmul.py's _split: batch points x chunks per extent (outermost split first)."""
-    if work < PARALLEL_MIN_WORK:
-        return 1
-    have = batch_points
-    for e, ok in zip(extents, splittable):
-        have *= chunk_count(e, work, -(-chunk_count(1 << 30, work) // have)) if ok else 1
-    return have if have >= 2 else 1
-
-
 # -- analytic ------------------------------------------------------------------------------------
 @dataclass
 class Use:
@@ -251,7 +222,7 @@ class AnalyticModel:
             return split_tiles(geo.batch_points, work, (-(-geo.m // max(1, min(MR_DOT, geo.m))),), (True,))
         lanes = max(1, self.vector_bits // (8 * geo.itemsize))
         m, n = (geo.n, geo.m) if kind == "outer_t" else (geo.m, geo.n)
-        mr, nr = outer_tile(m, n, lanes)
+        mr, nr = self.forms.outer_tile(m, n, lanes, geo.is_float and geo.itemsize == 4)
         gathered = kind == "outer" and not geo.b_const and geo.b[1] != 1 and n > 1
         return split_tiles(geo.batch_points, work, (-(-n // nr), -(-m // mr)), (True, not gathered))
 
@@ -290,13 +261,14 @@ class AnalyticModel:
             tiles = -(-m // mr) * -(-n // nc)
             return (m * n * vk * VFMA_NS * DOT_FMA_FACTOR + tiles * vk * (mr + nc) * VLOAD_NS + m * n * (REDUCE_NS + tail * 2 * VLOAD_NS)
                     + store)
-        mr, nr = outer_tile(m, n, lanes)
+        mr, nr = self.forms.outer_tile(m, n, lanes, geo.is_float and geo.itemsize == 4)
         packed = geo.b_const if kind == "outer" else geo.a_const
         b_inner = geo.b[1] if kind == "outer" else geo.a[0]
         gather = 0.0 if packed or b_inner == 1 or n == 1 else n * kk * GATHER_NS  # stack panels
         packed = packed or gather > 0
         rem = n % nr
-        groups = (n // nr) * (nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes)
+        groups = ((n // nr) * (nr // lanes) + (-(-rem // lanes) if packed else rem // lanes + rem % lanes) if nr % lanes == 0
+                  else -(-n // nr) * nr / lanes)  # a scalar tile (TargetForms.gemm_tile): its columns, a lane each
         col_tiles = -(-n // nr)
         return (m * kk * groups * VFMA_NS + -(-m // mr) * kk * groups * VLOAD_NS + m * kk * col_tiles * BCAST_NS + store
                 + gather)
@@ -309,7 +281,7 @@ class AnalyticModel:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
         copies = v_copies(self.forms.private_caches, self.threads)
-        for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators).items():
+        for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators, tile=self.forms.gemm_tile).items():
             work, shared = winograd_ns(geo, wp, FIGURES, copies)
             costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp, copies)) + shared
         best = min(costs, key=costs.get)
@@ -527,7 +499,7 @@ class Costs:
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
         forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")),
-                            private_caches=bool(getattr(spec, "private_caches", False)))
+                            private_caches=bool(getattr(spec, "private_caches", False)), cpu=str(getattr(spec, "cpu", "")))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
         self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
         self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model
@@ -575,7 +547,7 @@ class Costs:
             strides = lambda n: self.model.strides(n, layouts)  # noqa: E731
             if kind == "conv":
                 geo = conv_geometry(self.graph, node, strides, self.model.vector_bits, self.model.forms)
-                wino = allowed_orders(node, geo, self.model.forms.conv_accumulators).get(order)
+                wino = allowed_orders(node, geo, self.model.forms.conv_accumulators, tile=self.model.forms.gemm_tile).get(order)
                 tiles = None if geo is None else winograd_tiles(geo, wino) if wino else self.model.conv_tiles(geo, order)
                 return ns if geo is None else self.model.threaded(ns, tiles)
             return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides, self.model.half), order))
@@ -589,7 +561,8 @@ class Costs:
     def _order_candidates(self, node: Node, layouts) -> list[str]:
         if self._loop_orders(node) == "conv":
             geo = conv_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.vector_bits, self.model.forms)
-            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators, whole=False))
+            wino = list(allowed_orders(node, geo, self.model.forms.conv_accumulators, whole=False,
+                                        tile=self.model.forms.gemm_tile))
             return list(geo.orders()) + wino if geo is not None else [None]
         geo = matmul_geometry(self.graph, node, lambda n: self.model.strides(n, layouts), self.model.half)
         scored = sorted((self.model.matmul_order_cost(geo, o), o) for o in MATMUL_ORDERS)

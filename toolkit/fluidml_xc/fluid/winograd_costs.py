@@ -33,18 +33,19 @@ class Figures:
     cache_bytes: int
 
 
-def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: bool = True) -> dict[str, WinogradPlan]:
+def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: bool = True,
+                   tile: tuple[int, int] | None = None) -> dict[str, WinogradPlan]:
     """The Winograd orders passes/winograd.py allowed on `node` whose blocking fits, with their plans (the
-    whole-image forms too unless `whole` is False)."""
+    whole-image forms too unless `whole` is False; `tile`: TargetForms.gemm_tile)."""
     if geo is None:
         return {}
     plans = {}
     for m in node.attrs.get(ALLOWED_ATTR) or ():
-        wp = plan_winograd(geo.plan.shape, m, geo.V, accumulators)
+        wp = plan_winograd(geo.plan.shape, m, geo.V, accumulators, tile=tile)
         if wp is not None:
             plans[f"wino{m}"] = wp
     for m in (node.attrs.get(WHOLE_ATTR) or ()) if whole else ():
-        plans[f"wimg{m}"] = plan_winograd(geo.plan.shape, m, geo.V, accumulators, whole=True)
+        plans[f"wimg{m}"] = plan_winograd(geo.plan.shape, m, geo.V, accumulators, whole=True, tile=tile)
     return plans
 
 
@@ -70,7 +71,7 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures, copies: int = 1
     ops_in = 2 * wp.alpha * int(np.count_nonzero(t.BT))
     load = f.vload if lanes > 1 or geo.xs[1] == 1 else f.vload * 2
     input_ns = padded_tiles * -(-C // lanes) * (a2 * (load + f.store) + ops_in * f.flop / 2)
-    nv = wp.NR // V
+    nv = -(-wp.NR // V)
     groups = -(-OC // wp.NR) * nv
     gemm = blocks * a2 * (wp.T * C * groups * f.vfma + -(-wp.T // wp.MR) * C * groups * f.vload
                           + wp.T * C * -(-OC // wp.NR) * f.bcast + wp.T * groups * f.store)

@@ -9,6 +9,8 @@ import numpy as np
 from ..errors import InputError
 from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum
 from ..target.arch import Arch, arch_of, riscv_vlen
+from .matmul_geometry import outer_tile
+from .scalar_tile import scalar_tile
 from .split import chunk_count
 
 
@@ -166,6 +168,8 @@ class TargetForms:
     output stores channels innermost splits over its pixel groups (pack_groups)."""
     private_caches: bool = False
     """The target's cores may not share a cache (target/boards.py Target.private_caches)."""
+    cpu: str = ""
+    """LLVM's name of the CPU: a scalar RISC-V core may have a hand-scheduled GEMM tile (gemm_tile)."""
 
     @property
     def arch(self) -> Arch | None:
@@ -182,6 +186,18 @@ class TargetForms:
     @property
     def x86(self) -> bool:
         return self.arch is not None and self.arch.x86
+
+    @property
+    def gemm_tile(self) -> tuple[int, int] | None:
+        """(rows, columns) of the CPU's hand-scheduled float32 GEMM tile (kernels/scalar_tile.py), else None."""
+        tile = scalar_tile(self.triple, self.cpu, self.features)
+        return None if tile is None else (tile.rows, tile.cols)
+
+    def outer_tile(self, m: int, n: int, lanes: int, float32: bool) -> tuple[int, int]:
+        """The MatMul kernels' outer-product tile (kernels/matmul_blocked.py _emit_outer): gemm_tile for float32 when
+        the problem has as many rows and columns, else matmul_geometry.outer_tile's."""
+        tile = self.gemm_tile
+        return tile if tile and float32 and m >= tile[0] and n >= tile[1] else outer_tile(m, n, lanes)
 
     @property
     def rvv(self) -> bool:

@@ -376,7 +376,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     rows = inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0)
     wino = None
     if order in WINOGRAD_ORDERS and winograd_eligible(s, dtype, w_const, finite):
-        wino = plan_winograd(s, WINOGRAD_ORDERS[order], V, forms.conv_accumulators, order in WHOLE_ORDERS)
+        wino = plan_winograd(s, WINOGRAD_ORDERS[order], V, forms.conv_accumulators, order in WHOLE_ORDERS, forms.gemm_tile)
     return ConvPlan(
         s, b, dtype, V, rp, -(-s.Cog // b.R), -(-s.Cog // rp), blocks_outer, wide, margin,
         s.KH * s.KW <= UNROLL_TAPS, s.KW <= UNROLL_KW, rows, cols,

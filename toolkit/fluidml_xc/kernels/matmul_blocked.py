@@ -13,6 +13,7 @@ from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
+from . import scalar_tile
 from .vectors import fma
 
 
@@ -264,6 +265,9 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
     of nr columns when packed, else read at col0. last_row: rows past it read that row (their results unused)."""
     dt, a, b = P.dtype, P.a, P.b
     ab, bb, _ = bases
+    b_step = b.panel or (b.rs if b.cs == 1 else 0)
+    if b_step and scalar_tile.takes(k, dt, kk, mr, widths, a.cs, b_step):
+        return _scalar_tile_slots(k, P, kk, bases, i0, mr, col0, pidx, widths, last_row)
     slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
     if b.panel:
         bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
@@ -296,6 +300,29 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
             step(add_index(k, base, s))
     for s in range(kk - kk % steps, kk):
         step(k.index(s))
+    return slots
+
+
+def _scalar_tile_slots(k, P: Problem, kk: int, bases, i0, mr: int, col0, pidx, widths: list[int], last_row) -> list:
+    """outer_accumulate's slots from the target's hand-scheduled tile (kernels/scalar_tile.py)."""
+    dt, a, b = P.dtype, P.a, P.b
+    ab, bb, _ = bases
+    bcol = panel_bases(k, bb, pidx, sum(widths), b.panel, P.kk, [0])[0] if b.panel else add_index(k, bb, col0)
+    rows = [add_index(k, i0, r) for r in range(mr)]
+    if last_row is not None:
+        rows = [k.imin(row, k.index(last_row)) for row in rows]
+    a_rows = [k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, row, a.rs))], inbounds=True) for row in rows]
+    sums = scalar_tile.accumulate(k, a_rows, k.b.gep(b.ptr, [bcol], inbounds=True), kk, a.cs, b.panel or b.rs)
+    n, slots = sum(widths), []
+    for r in range(mr):
+        row, off = [], 0
+        for w in widths:
+            vec = sums[r * n + off] if w == 1 else k.vzero(dt, w)
+            for lane in range(w if w > 1 else 0):
+                vec = k.b.insert_element(vec, sums[r * n + off + lane], i32(lane))
+            row.append(k.local(k.vector_type(dt, w), vec))
+            off += w
+        slots.append(row)
     return slots
 
 
@@ -419,6 +446,11 @@ def _emit_outer(k, P: Problem) -> None:
     dt, V = P.dtype, k.lanes(P.dtype)
     M, N, K = P.m, P.n, P.kk
     mr_main, nr = outer_tile(M, N, V, k.accumulators)
+    tile = scalar_tile.kernel_tile(k)
+    if tile and M >= tile.rows and N >= tile.cols and scalar_tile.takes(
+            k, dt, K, tile.rows, [tile.cols], P.a.cs, P.b.rs if P.b.value is None and P.b.cs == 1 else tile.cols):
+        mr_main, nr = tile.rows, tile.cols
+    whole = [V] * (nr // V) + [1] * (nr % V)
     if P.b.value is not None:
         P = replace(P, b=pack_panels(k, P.b, len(P.batch), panel_columns(k, M, N, nr, dt), dt))
     stack = None
@@ -473,15 +505,15 @@ def _emit_outer(k, P: Problem) -> None:
 
     def ranged(bases, rngs):
         prng, rrng = rngs
-        ranged_blocks(k, prng, full_p, rem > 0, lambda p: panel(bases, mul_index(k, p, nr), p, [V] * (nr // V), nr, rrng),
+        ranged_blocks(k, prng, full_p, rem > 0, lambda p: panel(bases, mul_index(k, p, nr), p, whole, nr, rrng),
                 lambda: panel(bases, full_p * nr, full_p, rem_widths(), rem, rrng))
 
     def body(*bases):
         if full_p == 1:
-            panel(bases, 0, 0, [V] * (nr // V), nr)
+            panel(bases, 0, 0, whole, nr)
         elif full_p:
             with k.for_range(full_p) as p:
-                panel(bases, mul_index(k, p, nr), p, [V] * (nr // V), nr)
+                panel(bases, mul_index(k, p, nr), p, whole, nr)
         if rem:
             panel(bases, full_p * nr, full_p, rem_widths(), rem)
     mats = (P.a, stack[0] if stack else P.b, P.c)

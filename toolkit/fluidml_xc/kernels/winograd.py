@@ -120,13 +120,17 @@ def v_shape(s, m: int) -> tuple[int, int, int, int, int]:
     return (s.N, s.G, (m + 2) ** 2, -(-s.OH // m) * -(-s.OW // m), s.Cig)
 
 
-def plan_winograd(s, m: int, V: int, accumulators: int, whole: bool = False) -> WinogradPlan | None:
+def plan_winograd(s, m: int, V: int, accumulators: int, whole: bool = False,
+                  tile: tuple[int, int] | None = None) -> WinogradPlan | None:
     """The blocking of F(m x m, 3 x 3) for conv shape `s` at V lanes; None when one tile's transformed input does not
-    fit the stack budget (blocked form)."""
+    fit the stack budget (blocked form). `tile`: the CPU's hand-scheduled GEMM tile (TargetForms.gemm_tile), taken
+    when the GEMM has as many tiles and output channels."""
     alpha = m + 2
+    TH, TW = -(-s.OH // m), -(-s.OW // m)
+    if tile is not None and (TH * TW < tile[0] or s.Cog < tile[1]):
+        tile = None
     if whole:
-        TH, TW = -(-s.OH // m), -(-s.OW // m)
-        mr, nr = outer_tile(TH * TW, s.Cog, V, accumulators)
+        mr, nr = tile or outer_tile(TH * TW, s.Cog, V, accumulators)
         fit = max(mr, STACK_BYTES // (alpha * alpha * nr * 4) // mr * mr)
         T = min(fit, -(-TH * TW // mr) * mr)
         return WinogradPlan(m, alpha, TH, TW, T, -(-TH * TW // T), mr, nr, True)
@@ -134,12 +138,11 @@ def plan_winograd(s, m: int, V: int, accumulators: int, whole: bool = False) -> 
     fit = STACK_BYTES // per_tile
     if fit < 1:
         return None
-    TH, TW = -(-s.OH // m), -(-s.OW // m)
-    mr0 = max(1, min(MR_OUTER, accumulators // 2))
+    mr0 = tile[0] if tile else max(1, min(MR_OUTER, accumulators // 2))
     T = min(fit, TH * TW, MAX_BLOCK_TILES)
     if T >= mr0:
         T -= T % mr0
-    mr, nr = outer_tile(T, s.Cog, V, accumulators)
+    mr, nr = tile or outer_tile(T, s.Cog, V, accumulators)
     return WinogradPlan(m, alpha, TH, TW, T, -(-TH * TW // T), mr, nr)
 
 

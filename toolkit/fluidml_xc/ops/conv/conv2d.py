@@ -71,12 +71,14 @@ from ...kernels.derived import derived, values_derived
 from ...kernels.epilogue import EPILOGUE_ATTR
 from ...kernels.loops import loop
 from ...kernels.scalar import is_float
-from ...kernels.winograd import V_INPUT_ATTR
+from ...kernels.winograd import ORDERS as WINOGRAD_ORDERS, V_INPUT_ATTR
 from ...opspec import register
 from .channels import ChannelVectors
 from .depthwise import ChannelsLastDepthwise
 from .generic import conv_generic
 from .padding import store_padding_nan
+from .im2col import emit_im2col_gemm
+from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
 from .walk import ConvKernel
 from .winograd import emit_winograd
@@ -257,7 +259,9 @@ def lower_conv(k):
     dyn = varying_dims(k, x, w, out, pads)
     if x.rank not in (3, 4) or not is_float(out.dtype):
         conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
-    else:
+    elif not (emit_pointwise_gemm(k, x, w, bias, out, residual, epi, groups, strides, pads)
+              or v is None and k.loop_order not in WINOGRAD_ORDERS
+              and emit_im2col_gemm(k, x, w, bias, out, residual, epi, groups, k_sp, strides, dils, pads)):
         s = conv_shape((x.shape, x.strides), (out.shape, out.strides), (w.shape, w.strides),
                        None if residual is None else (residual.shape, residual.strides), strides, dils, pads, groups,
                        dyn=dyn)
@@ -265,7 +269,7 @@ def lower_conv(k):
         value = w.value
         finite = value is not None and bool(np.isfinite(value).all())
         forms = TargetForms(str(k.module.triple), k.conv_accumulators, getattr(k.spec, "features", ""),
-                            parallel=k.tile_range is not None)
+                            parallel=k.tile_range is not None, cpu=getattr(k.spec, "cpu", ""))
         plan = plan_conv(s, forms, dtype=np.dtype(out.dtype).name,
                          V=max(1, k.vector_bits // (itemsize * 8)), pack_V=max(1, k.pack_vector_bits // (itemsize * 8)),
                          w_const=value is not None, finite=finite,

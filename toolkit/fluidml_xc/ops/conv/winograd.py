@@ -75,6 +75,8 @@ class WinogradConv:
         s, wp, dt = self.s, self.wp, self.dt
         self.V = k.lanes(dt)
         self.A2 = wp.alpha * wp.alpha
+        self.whole_widths = [self.V] * (wp.NR // self.V) + [1] * (wp.NR % self.V)
+        """A full panel's vector groups (a 5-column tile on 4 lanes: 4 + 1)."""
         self.Ci, self.Co = s.Cig, s.Cog
         self.panel = panel_columns(k, wp.T, self.Co, wp.NR, dt)
         u = derived(k, partial(_weight_panels, (s.G, self.Co, self.Ci), wp.m, self.panel, dt), w)
@@ -132,13 +134,13 @@ class WinogradConv:
         """Panel p of image n (V's image vn: the copy's) and group g."""
         k, wp = self.k, self.wp
         if not rem:
-            self.chunks(n, vn, g, p, [self.V] * (wp.NR // self.V), wp.NR)
+            self.chunks(n, vn, g, p, self.whole_widths, wp.NR)
         elif not full_p:
             self.chunks(n, vn, g, p, [self.V] * -(-rem // self.V), rem)
         else:
             with k.b.if_else(k.b.icmp_signed("<", p, k.index(full_p))) as (whole, last):
                 with whole:
-                    self.chunks(n, vn, g, p, [self.V] * (wp.NR // self.V), wp.NR)
+                    self.chunks(n, vn, g, p, self.whole_widths, wp.NR)
                 with last:
                     self.chunks(n, vn, g, p, [self.V] * -(-rem // self.V), rem)
 
@@ -172,7 +174,7 @@ class WinogradConv:
         full_p, rem = divmod(self.Co, wp.NR)
         if full_p:
             with k.for_range(full_p) as p:
-                self.panel_tiles(n, g, blk, mul_index(k, p, wp.NR), p, [self.V] * (wp.NR // self.V), wp.NR)
+                self.panel_tiles(n, g, blk, mul_index(k, p, wp.NR), p, self.whole_widths, wp.NR)
         if rem:
             self.panel_tiles(n, g, blk, k.index(full_p * wp.NR), full_p, [self.V] * -(-rem // self.V), rem)
 
@@ -300,9 +302,14 @@ class WinogradConv:
     def store(self, n, oh0, ow0, col0, ys) -> None:
         """A whole tile, pixel by pixel: each piece at a constant offset from the tile's first element (one address
         computation per tile, not per store)."""
-        k, s = self.k, self.s
+        s = self.s
         out = self._tile(self.op, s.os, n, col0, oh0, ow0)
         res = None if self.res is None else self._tile(self.res[1], self.res[0], n, col0, oh0, ow0)
+        self.store_pieces(out, res, ys)
+
+    def store_pieces(self, out, res, ys) -> None:
+        """The pieces `ys` of a whole tile whose first elements are out (and res, the residual's), pixel by pixel."""
+        k, s = self.k, self.s
         for i in range(self.wp.m):
             for j in range(self.wp.m):
                 self.store_pixel((out, k.index(i * s.os[2] + j * s.os[3])),
@@ -336,6 +343,9 @@ class WinogradConv:
         out = self._tile(self.op, s.os, n, col0, oh0, ow0)
         res = None if self.res is None else self._tile(self.res[1], self.res[0], n, col0, oh0, ow0)
         for off, w, count, y in ys:
+            if w % 4:  # a 5-column tile's last column (kernels/scalar_tile.py): pixel by pixel
+                self.store_pieces(out, res, [(off, w, count, y)])
+                continue
             for i in range(self.wp.m):
                 for j0, lanes in row_pieces(k, w, y[i]):
                     for c in range(count):

@@ -192,6 +192,47 @@ def test_depthwise_forms_match_onnxruntime(board, features, tmp_path, patched_co
     assert forms == ({"dw_rows", "edges"} if vectors else set()), (board, features, forms)
 
 
+def _clip_nan_model() -> tuple[onnx.ModelProto, dict]:
+    """Clip6 fused into a channels-last depthwise conv (40 channels: two 16-lane units and 8 one by one), into an
+    NCHW depthwise conv and into a 1x1 conv, and a plain Clip(-0.5, 1) over 37 values, fed NaN, +-inf, -0 and values
+    on and around both bounds."""
+    rng = np.random.default_rng(11)
+    f = lambda *shape: (4 * rng.standard_normal(shape)).astype(np.float32)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0, 6.0000005, -1e-38, 1e38, -0.5, 1.0],
+                        np.float32)
+
+    def sprinkle(a):
+        flat = a.reshape(-1)
+        flat[rng.choice(flat.size, 3 * specials.size, replace=False)] = np.tile(specials, 3)
+        return a
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["xt", "wc", "bc"], ["c"], pads=[1] * 4, group=40),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["y"], perm=[0, 2, 3, 1]),
+             helper.make_node("Conv", ["r", "wr", "br"], ["n"], pads=[1] * 4, group=20),
+             helper.make_node("Clip", ["n", "lo", "hi"], ["z"]),
+             helper.make_node("Conv", ["r", "wp"], ["p"]), helper.make_node("Clip", ["p", "lo", "hi"], ["q"]),
+             helper.make_node("Clip", ["e", "elo", "ehi"], ["ec"])]
+    consts = {"wc": f(40, 1, 3, 3), "bc": f(40), "wr": f(20, 1, 3, 3), "br": f(20), "wp": f(24, 20, 1, 1),
+              "lo": np.float32(0), "hi": np.float32(6), "elo": np.float32(-0.5), "ehi": np.float32(1)}
+    feeds = {"x": sprinkle(f(1, 9, 11, 40)), "r": sprinkle(f(1, 20, 10, 21)), "e": sprinkle(f(37))}
+    return graph_model(nodes, feeds, ["y", "z", "q", "ec"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board, features", [("qemu-riscv64-rvv", None), ("qemu-riscv64", "+v")])
+def test_rvv_clip_keeps_nan_and_bounds(board, features, tmp_path):
+    """RVV's Clip (vfmax / vfmin, NaN lanes put back from the bits: kernels/epilogue.py) fused into depthwise
+    (channels-last rows, NCHW rows) and 1x1 convs and alone: NaN stays NaN, +-inf clamps, against onnx.reference."""
+    model, feeds = _clip_nan_model()
+    got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
+    want = reference(model, feeds)
+    for out in ("y", "z", "q", "ec"):
+        assert np.isnan(want[out]).any() and np.isfinite(want[out]).any(), out
+        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want[out]), err_msg=f"NaN lanes of {out} on {board}")
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board} {features}")
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("graph", ["cnn", "int8"])

@@ -18,6 +18,7 @@ from fluidml_xc.examples import EXAMPLES, example_feeds
 from fluidml_xc.target.arch import riscv_vlen
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
+from fluidml_xc.pipeline import import_graph
 from modelrun import build, graph_model, reference, require_program, run
 from test_cpu_targets import APP, cnn_model
 from test_threads import int8_graph
@@ -190,6 +191,31 @@ def test_depthwise_forms_match_onnxruntime(board, features, tmp_path, patched_co
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board} {features}")
     vectors = features is not None or board == "qemu-riscv64-rvv"
     assert forms == ({"dw_rows", "edges"} if vectors else set()), (board, features, forms)
+
+
+def test_cost_model_charges_an_lmul2_operation_two_cycles():
+    """The X60's kernels run 16-float vectors as LMUL-2 register groups, each vfmacc / vle two cycles of a one-register
+    one (llvm-mca's SpacemitX60): the same depthwise conv, MatMul and Add (same 16-lane kernels, same tiles) cost their
+    vector work twice at VLEN 256 x LMUL 2 as at VLEN 512 x LMUL 1; memory and call costs stay. x86 charges 1."""
+    from fluidml_xc.fluid.costs import AnalyticModel
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+
+    spec = machine_spec(get_board("bpi-f3"))
+    assert spec.vector_bits == 512 and riscv_vlen(spec.features) == 256
+    rng = np.random.default_rng(3)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4, group=96), helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Add", ["x", "x"], ["s"])]
+    graph = import_graph(graph_model(nodes, {"x": f(1, 96, 28, 28), "a": f(64, 256)}, ["c", "m", "s"],
+                                     {"w": f(96, 1, 3, 3), "b": f(256, 256)}, 13))
+    models = {features: AnalyticModel(graph, 512, forms=TargetForms(spec.triple, 10, features))
+              for features in (spec.features, "+m,+a,+f,+d,+c,+v,+zvl512b")}
+    lmul2, lmul1 = models.values()
+    assert (lmul2.vector_cycles, lmul1.vector_cycles) == (2, 1)
+    assert AnalyticModel(graph, 256, forms=TargetForms("x86_64-unknown-linux-gnu")).vector_cycles == 1
+    for node, compute_bound in zip(graph.nodes, (True, True, False)):
+        two, one = lmul2.cost(node, {}), lmul1.cost(node, {})
+        assert (1.5 if compute_bound else 1.0) * one < two < 2 * one, (node.op_type, two, one)
 
 
 def _clip_nan_model() -> tuple[onnx.ModelProto, dict]:

@@ -239,17 +239,20 @@ def is_stack(insn: str, arch: str) -> bool:
 def stack_count(body: list[str], arch: str) -> int:
     """Instructions of the loop that touch the stack: is_stack, and on armv7 the vldmia/vstmia through a
     register the loop set to an address on the stack (`add rN, sp, #imm`); on riscv64 the same for RVV's spills
-    (`addi aN, sp, imm` then `vl2r.v` / `vs2r.v` at (aN): vector loads take no offset)."""
+    (`addi aN, sp, imm` or `sh2add aN, aN, sp`, then `vl2r.v` / `vs2r.v` at (aN): vector loads take no offset)."""
     on_stack, count = set(), 0
     for insn in body:
         if is_stack(insn, arch):
             count += 1
         if arch == "riscv64":
-            if (m := re.match(r"^v[ls]\w* \w+, \((\w+)\)", insn)) and m.group(1) in on_stack:
+            if (m := re.match(r"^v[ls][\w.]* \w+, \((\w+)\)", insn)) and m.group(1) in on_stack:
                 count += 1
-            if dest := re.match(r"^\S+ (\w+),", insn):
-                (on_stack.add if re.match(r"^addi \w+, sp, ", insn) else on_stack.discard)(dest.group(1))
-            count += bool(re.match(r"^addi \w+, sp, ", insn))
+            if dest := re.match(r"^(?:addi?|sh\dadd) (\w+), (.*)", insn):
+                address = any(r == "sp" or r in on_stack for r in re.split(r",\s*", dest.group(2)))
+                (on_stack.add if address else on_stack.discard)(dest.group(1))
+                count += address
+            elif dest := re.match(r"^\S+ (\w+),", insn):
+                on_stack.discard(dest.group(1))
         m = re.match(r"^(v(?:ld|st)m\w*|vld1\.\d+|vst1\.\d+) (r\d+|lr|ip)\b", insn) if arch == "armv7" else None
         if m and m.group(2) in on_stack:
             count += 1

@@ -76,7 +76,7 @@ def activate(k, epi, value):
         # float32 where llvm.maximum/minimum are one NaN-propagating instruction (target/arch.py); elsewhere a
         # compare + select (other float types too: double trips an LLVM assertion legalizing llvm.maximum for armv7)
         elem = value.type.element if isinstance(value.type, ir.VectorType) else value.type
-        if isinstance(value.type, ir.VectorType) and isinstance(elem, ir.FloatType) and _rvv(k):
+        if isinstance(elem, ir.FloatType) and _rvv(k):
             return _clip_rvv(k, value, low, high)
         triple = str(getattr(k.module, "triple", ""))
         minmax = isinstance(elem, ir.FloatType) and bool(triple) and arch_of(triple).nan_propagating_minmax
@@ -97,15 +97,20 @@ def _rvv(k) -> bool:
 
 
 def _clip_rvv(k, value, low, high):
-    """RVV float32 Clip: vfmax / vfmin (NaN-dropping, 2 vector-FP cycles at LMUL 2) and the NaN lanes put back by an
-    integer test on the bits (|bits| above +inf's, on the vector integer unit), where compare + select costs two
-    4-cycle FP compares (docs/RISCV_KERNELS.md)."""
+    """RVV targets' float32 Clip: vfmax / vfmin (NaN-dropping, 2 vector-FP cycles at LMUL 2) and the NaN lanes put
+    back by an integer test on the bits (|bits| above +inf's, on the vector integer unit), where compare + select
+    costs two 4-cycle FP compares; a scalar (a conv's edge pixel) takes fmax.s / fmin.s and ORs a NaN's bits back
+    (still a NaN), where a float select is a branch per bound (docs/RISCV_KERNELS.md)."""
     b, ty = k.b, value.type
     out = value
     if low is not None:
         out = _intrinsic(k, "llvm.maxnum", out, fill(ty, float(low)))
     if high is not None:
         out = _intrinsic(k, "llvm.minnum", out, fill(ty, float(high)))
+    if not isinstance(ty, ir.VectorType):  # an edge pixel: a NaN's bits ORed in keep it a NaN (no branch)
+        i32 = ir.IntType(32)
+        nan = b.sext(b.fcmp_unordered("uno", value, value), i32)
+        return b.bitcast(b.or_(b.bitcast(out, i32), b.and_(nan, b.bitcast(value, i32))), ty)
     ity = ir.VectorType(ir.IntType(32), ty.count)
     shifted = b.shl(b.bitcast(value, ity), ir.Constant(ity, [1] * ty.count))
     number = b.icmp_unsigned("<=", shifted, ir.Constant(ity, [0xFF000000] * ty.count))

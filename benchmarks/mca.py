@@ -134,7 +134,8 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
         {"x": f32(1, 28, 28, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 28 * 28))
-    # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise)
+    # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise) on ARM,
+    # NCHW on the X60 (its 1x1 project conv is slower channels-last there: docs/RISCV_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))
     # the cost model's choice: Winograd on ARM (the hot loop is its GEMM tile over input channels), FLOP of the direct conv
     out.append(Case("fp32 Conv 3x3 64->64 28x28 (auto: Winograd GEMM)", "fp", _model(

@@ -251,8 +251,8 @@ def _clip_nan_model() -> tuple[onnx.ModelProto, dict]:
 def test_rvv_clip_keeps_nan_and_bounds(board, features, tmp_path):
     """RVV's Clip (vfmax / vfmin, NaN lanes put back from the bits; scalar edge pixels: fmax.s / fmin.s with a NaN's
     bits ORed back, branch-free: `czero` with the X60's Zicond, kernels/epilogue.py) fused into depthwise
-    (channels-last rows, NCHW rows with scalar edge columns) and 1x1 convs and alone: NaN stays NaN, +-inf clamps,
-    against onnx.reference."""
+    (channels-last rows, NCHW rows with scalar edge columns) and 1x1 convs (a plain Clip, the elementwise kernel's,
+    beside them): NaN stays NaN, +-inf clamps, against onnx.reference."""
     model, feeds = _clip_nan_model()
     got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
     want = reference(model, feeds)

@@ -73,8 +73,9 @@ def activate(k, epi, value):
         low, high = epi.bounds
         if any(side is not None and math.isnan(float(side)) for side in (low, high)):
             return fill(value.type, float("nan"))  # a NaN bound: NaN, as Clip computes it
-        # float32 where llvm.maximum/minimum are one NaN-propagating instruction (target/arch.py); elsewhere a
-        # compare + select (other float types too: double trips an LLVM assertion legalizing llvm.maximum for armv7)
+        # float32 where llvm.maximum/minimum are one NaN-propagating instruction (target/arch.py); RVV targets'
+        # float32: _clip_rvv; elsewhere a compare + select (other float types too: double trips an LLVM assertion
+        # legalizing llvm.maximum for armv7)
         elem = value.type.element if isinstance(value.type, ir.VectorType) else value.type
         if isinstance(elem, ir.FloatType) and _rvv(k):
             return _clip_rvv(k, value, low, high)

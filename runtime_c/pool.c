@@ -6,10 +6,15 @@
  * thread count. Nothing here allocates after the pool started.
  *
  * One pool per process, shared by every model linked into it (each model's glue starts or grows it).
- * Tiles are claimed one at a time with a compare-and-swap on the 64-bit `state` = generation << 40 |
- * tile count << 20 | next tile, so a claim checks the job it belongs to and its bound in one atomic step,
- * and the caller never waits for a worker that did not take part (asleep, descheduled); the job's task
- * and ctx are read after the claim succeeded, when the job cannot have finished (its tile is not done).
+ * A job's tiles are dealt into one contiguous home shard per thread (the caller's first, then each
+ * worker's), so a thread runs the same tiles in every job of the same op and its data stays in its own
+ * caches: the tiles it wrote last run, the weights it read (between cores that share no cache, writing a
+ * line another core holds costs several times a local write). A thread that finishes its shard takes
+ * tiles from the others'. Tiles are claimed one at a time with a compare-and-swap on their shard's 64-bit
+ * word = generation << 40 | shard end << 20 | next tile, so a claim checks the job it belongs to and its
+ * bound in one atomic step, and the caller never waits for a worker that did not take part (asleep,
+ * descheduled); the job's task and ctx are read after the claim succeeded, when the job cannot have
+ * finished (its tile is not done). `state` = generation << 40 | tile count << 20 announces the job.
  * One job at a time: a caller that finds the pool busy (another thread runs a model meanwhile) runs its
  * tiles itself. Workers sleep until the first job; after a job they spin (YIELD_NS, then yielding the
  * core between checks) up to SPIN_NS, then sleep on a condition variable until the next job.
@@ -28,11 +33,17 @@
 #define IDX_MASK ((UINT64_C(1) << IDX_BITS) - 1u)
 #define GEN_SHIFT (2u * IDX_BITS)
 #define MAX_TILES (IDX_MASK - 1u)
+#define GEN_MASK ((UINT64_C(1) << (64u - GEN_SHIFT)) - 1u)
 #define SPIN_NS 300000 /* idle workers poll this long for the next job, then sleep */
 #define YIELD_NS 20000 /* after this long, polling yields the core between checks */
 #define WORKER_STACK_BYTES ((size_t)1 << 20) /* kernels keep packing buffers up to 256 KiB on the stack */
 
 enum { UNSET, BY_MODEL, BY_APPLICATION }; /* who chose the pool's threads: nobody yet, a model's init, the application */
+
+static struct {
+    _Atomic uint64_t word;
+    char pad[64 - sizeof(uint64_t)];
+} shard[FXC_MAX_THREADS] __attribute__((aligned(64)));
 
 static struct {
     int threads;    /* including the calling thread */
@@ -70,16 +81,16 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
 }
 
-/* Claim and run tiles of the current job until none is left; returns the number run. */
-static uint32_t run_tiles(void)
+/* Claim and run tiles of shard k of job `gen` until it has none left; returns the number run. */
+static uint32_t run_shard(int k, uint64_t gen)
 {
     uint32_t ran = 0;
-    uint64_t s = atomic_load_explicit(&pool.state, memory_order_acquire);
+    uint64_t s = atomic_load_explicit(&shard[k].word, memory_order_acquire);
     for (;;) {
         uint64_t idx = s & IDX_MASK;
-        if (idx >= ((s >> IDX_BITS) & IDX_MASK))
+        if (s >> GEN_SHIFT != gen || idx >= ((s >> IDX_BITS) & IDX_MASK))
             return ran;
-        if (!atomic_compare_exchange_weak_explicit(&pool.state, &s, s + 1u, memory_order_acq_rel, memory_order_acquire))
+        if (!atomic_compare_exchange_weak_explicit(&shard[k].word, &s, s + 1u, memory_order_acq_rel, memory_order_acquire))
             continue;
         /* the claimed tile's job is current until the tile is done: its task and ctx are this job's */
         fxc_task_fn task = atomic_load_explicit(&pool.task, memory_order_relaxed);
@@ -87,8 +98,15 @@ static uint32_t run_tiles(void)
         task(ctx, (int64_t)idx, (int64_t)idx + 1);
         atomic_fetch_add_explicit(&pool.done, 1u, memory_order_release);
         ran++;
-        s = atomic_load_explicit(&pool.state, memory_order_acquire);
+        s = atomic_load_explicit(&shard[k].word, memory_order_acquire);
     }
+}
+
+/* Run tiles of job `gen`: thread `self`'s home shard first, then the others' in turn. */
+static void run_tiles(int self, uint64_t gen, int shards)
+{
+    for (int i = 0; i < shards; i++)
+        run_shard((self + i) % shards, gen);
 }
 
 static void sleep_until_changed(uint64_t seen)
@@ -103,11 +121,11 @@ static void sleep_until_changed(uint64_t seen)
 
 static void *worker_main(void *arg)
 {
-    (void)arg;
+    int self = (int)(intptr_t)arg;
     uint64_t seen = atomic_load_explicit(&pool.state, memory_order_acquire);
     sleep_until_changed(seen); /* no job yet: a model with no split op never wakes its workers */
     while (!atomic_load_explicit(&pool.stop, memory_order_acquire)) {
-        run_tiles();
+        run_tiles(self, atomic_load_explicit(&pool.state, memory_order_acquire) >> GEN_SHIFT, pool.threads);
         int64_t spin_start = now_ns();
         uint32_t spins = 0;
         uint64_t s;
@@ -152,10 +170,15 @@ void fxc_parallel_for(fxc_task_fn task, void *ctx, int64_t n)
     atomic_store_explicit(&pool.task, task, memory_order_relaxed);
     atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&pool.done, 0u, memory_order_relaxed);
-    uint64_t gen = (atomic_load_explicit(&pool.state, memory_order_relaxed) >> GEN_SHIFT) + 1u;
+    uint64_t gen = ((atomic_load_explicit(&pool.state, memory_order_relaxed) >> GEN_SHIFT) + 1u) & GEN_MASK;
+    int shards = pool.threads;
+    for (int k = 0; k < shards; k++) {
+        uint64_t begin = (uint64_t)(n * k / shards), end = (uint64_t)(n * (k + 1) / shards);
+        atomic_store_explicit(&shard[k].word, gen << GEN_SHIFT | end << IDX_BITS | begin, memory_order_release);
+    }
     atomic_store(&pool.state, gen << GEN_SHIFT | (uint64_t)n << IDX_BITS); /* seq_cst: pairs with the sleepers count */
     wake_sleepers();
-    run_tiles();
+    run_tiles(0, gen, shards);
     uint32_t spins = 0;
     while (atomic_load_explicit(&pool.done, memory_order_acquire) < (uint32_t)n) {
         cpu_relax();
@@ -192,7 +215,7 @@ static int start_locked(int threads, int chosen)
     if (threads > 1 && pthread_attr_init(&attr) == 0) {
         int ok = pthread_attr_setstacksize(&attr, WORKER_STACK_BYTES) == 0;
         for (int i = 0; ok && i < threads - 1; i++) {
-            if (pthread_create(&pool.tid[i], &attr, worker_main, NULL) != 0)
+            if (pthread_create(&pool.tid[i], &attr, worker_main, (void *)(intptr_t)(i + 1)) != 0)
                 break;
             pool.workers++;
         }

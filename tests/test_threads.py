@@ -231,6 +231,25 @@ def test_c_api_threads(program, board, tmp_path):
         assert calls == len(manifest["parallel_ops"]) and tiles >= 2 * calls and words[5] == "0"
 
 
+def test_pool_home_shards(tmp_path):
+    """Each thread starts a job with its own contiguous share of the tiles (runtime_c/pool.c), so consecutive jobs of
+    the same op run the same tiles on the same core: the worker's first tile is the first of the second half
+    (claiming tiles in turn would give it tile 1) in every job it takes part in (tests/c/pool_shards.c; a worker
+    that starts after the first job was published sleeps through it: -1)."""
+    import sys
+
+    from fluidml_xc.resources import data_dir
+
+    rt = data_dir("runtime_c")
+    exe = tmp_path / "pool_shards"
+    cmd = [sys.executable, "-m", "ziglang", "cc", "-target", "x86_64-linux-musl", "-O1", "-std=c99", f"-I{rt}",
+           str(C_DIR / "pool_shards.c"), str(rt / "pool.c"), "-lpthread", "-o", str(exe)]
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=600).returncode == 0
+    for tiles in (8, 7):
+        firsts = subprocess.run([str(exe), str(tiles), "5"], capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        assert firsts[1:] == [str(tiles // 2)] * 4 and firsts[0] in ("-1", str(tiles // 2)), firsts
+
+
 def scores() -> tuple[onnx.ModelProto, dict]:
     """S = X Y^T (512 x 16, K = 64) where Y^T is a Transpose of the input Y."""
     rng = np.random.default_rng(4)

@@ -58,6 +58,21 @@ def test_v_is_a_planned_arena_buffer(monkeypatch):
     assert conv.inputs[-1] == "conv.winograd_v"
 
 
+@pytest.mark.parametrize("board, copies", [("x86_64", 2), ("rpi4", 1)])
+def test_v_copy_per_thread_where_caches_are_private(board, copies, monkeypatch):
+    """x86 (cores in cache domains they may not share): a 2-thread build gives each thread its own copy of V, written
+    by the transform's tile c and read by the conv's tile c (the pool's home shards run both on one thread); the ARM
+    boards' cores share a cache: one V, transformed by all threads."""
+    low = lowered(conv_model(32, 40, 11, 9, (1, 2, 0, 1), group=2, batch=2), "wimg4", monkeypatch, board, threads=2)
+    assert low.graph.tensors["conv.winograd_v"].shape == (2 * copies, 2, 36, 9, 16)
+    transform = next(n for n in low.graph.nodes if n.op_type == "WinogradInput")
+    assert transform.attrs["copies"] == copies and low.decisions.v_copies == copies
+    held = low.graph.tensors.get("conv.winograd_copy")  # per tile of the split, the copy holding its image's V
+    assert (held is None) if copies == 1 else (held.shape == (2 * 2 * copies,) and held.dtype == np.int32)
+    one = lowered(conv_model(32, 40, 11, 9, (1, 2, 0, 1), group=2, batch=2), "wimg4", monkeypatch, board, threads=1)
+    assert one.graph.tensors["conv.winograd_v"].shape[0] == 2  # one thread: one copy
+
+
 @pytest.mark.parametrize("order", ["wimg2", "wimg4"])
 def test_same_bits_at_every_thread_count(order, tmp_path, patched_compiler):
     force(patched_compiler, order)
@@ -65,7 +80,7 @@ def test_same_bits_at_every_thread_count(order, tmp_path, patched_compiler):
     x = np.random.default_rng(4).standard_normal((1, 64, 24, 24)).astype(np.float32)
     art = build(model, tmp_path / "t4", threads=4)
     manifest = json.loads((art / "manifest.json").read_text())
-    assert manifest["parallel_ops"]["conv"] and manifest["parallel_ops"]["conv.winograd_input"]
+    assert manifest["parallel_ops"]["conv"] == manifest["parallel_ops"]["conv.winograd_input"] == [1, 1, 4]  # 4 copies of V
     one = run_runner(build(model, tmp_path / "t1", threads=1), x)
     for t in (1, 2, 4):
         assert np.array_equal(run_runner(art, x, t), one)
@@ -98,6 +113,10 @@ def test_budget_leaves_out_v_that_does_not_fit():
     assert mark_winograd(graph, max_bytes=room + 1000) == {"conv": 2}
     assert node.attrs[ALLOWED_ATTR] == (2,) and WHOLE_ATTR not in node.attrs
     assert mark_winograd(graph, max_bytes=room + v_bytes(graph, node, 2)) == {"conv": 2} and node.attrs[WHOLE_ATTR] == (2,)
+    mark_winograd(graph, max_bytes=room + v_bytes(graph, node, 2), copies=2)
+    assert WHOLE_ATTR not in node.attrs  # two copies of V do not fit where one does
+    mark_winograd(graph, max_bytes=room + 2 * v_bytes(graph, node, 2), copies=2)
+    assert node.attrs[WHOLE_ATTR] == (2,)
 
 
 def test_max_memory_build_falls_back(tmp_path):

@@ -56,13 +56,16 @@ def bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.M
 def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                  bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
                  limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
-                 ranges: ShapeRanges | None = None, conv_algo: str = "auto", precision: str = "fp32") -> Graph:
+                 ranges: ShapeRanges | None = None, conv_algo: str = "auto", precision: str = "fp32",
+                 v_copies: int = 1) -> Graph:
     """The graph the optimizer sees: imported (inputs in `bind` frozen to constants), passes run, every op supported.
     `on_imported` is called between import and passes (build's progress stages). With `ranges` (--dim, ranged
     --input-shape), one graph for every size in them: capacity shapes plus Tensor.dyn (frontend/dynamic.py).
     conv_algo: --conv-algo, the convs that may run as Winograd (passes/winograd.py, under `limits`); precision:
-    --precision, fp16 narrows the float32 arithmetic (passes/precision.py; the board's check is check_precision)."""
-    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges, conv_algo, precision)
+    --precision, fp16 narrows the float32 arithmetic (passes/precision.py; the board's check is check_precision);
+    v_copies: the copies of a whole-image Winograd V the build will make (its budget counts them)."""
+    graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges, conv_algo, precision,
+                             v_copies)
     check_supported(graph)
     warn_nonfinite(model)  # once the model is known good: a refused one gets its one error line alone
     return graph
@@ -71,7 +74,8 @@ def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]
 def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None, name: str = "model",
                      bind: dict[str, np.ndarray] | None = None, structures: dict | None = None,
                      limits: Limits | None = None, on_imported: Callable[[], None] | None = None,
-                     ranges: ShapeRanges | None = None, conv_algo: str = "auto", precision: str = "fp32") -> Graph:
+                     ranges: ShapeRanges | None = None, conv_algo: str = "auto", precision: str = "fp32",
+                     v_copies: int = 1) -> Graph:
     """import_graph without the final support check (a dynamic graph's ops may not take run-time sizes yet)."""
     shapes = {k: v for k, v in (input_shapes or {}).items() if not bind or k not in bind}
     bound = bind_inputs(model, bind or {})
@@ -90,7 +94,7 @@ def import_unchecked(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, 
         run_passes(graph)
         for body in bodies(graph):
             run_passes(body)
-        mark_winograd(graph, conv_algo, limits.max_bytes if limits else None, whole_image)
+        mark_winograd(graph, conv_algo, limits.max_bytes if limits else None, whole_image, v_copies)
         return graph
     if not ranges:
         return at(shapes, on_imported)
@@ -183,7 +187,7 @@ def plan(graph: Graph, spec: MachineSpec, options: LowerOptions = LowerOptions()
     else:
         timer = Measurer(graph, spec) if options.costs == "measure" and host_can_run(spec.triple, spec.cpu) else None
         decisions = optimize(graph, spec, options.opt, options.costs, options.threads, timer)
-    graph = apply_views(graph, decisions.layouts, decisions.loop_orders)
+    graph = apply_views(graph, decisions.layouts, decisions.loop_orders, decisions.v_copies)
     watch.mark("optimize")
     memory_plan = plan_memory(graph, memory, layouts=decisions.layouts)
     verify_plan(graph, memory_plan)

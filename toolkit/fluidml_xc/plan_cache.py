@@ -72,7 +72,7 @@ def _restore(graph: Graph, payload: bytes, watch: Stopwatch) -> Planned | None:
     except Exception:  # another format under a colliding key: plan again
         return None
     check_supported(graph)
-    viewed = apply_views(graph, decisions.layouts, decisions.loop_orders)
+    viewed = apply_views(graph, decisions.layouts, decisions.loop_orders, decisions.v_copies)
     watch.mark("optimize")
     verify_plan(viewed, memory_plan)
     watch.mark("memory plan")

@@ -1,18 +1,16 @@
 """Kernel costs (docs/DESIGN.md 1.6): an analytic model by default, measurements when asked, cached on disk.
 
-Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage
-strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost
-loop outwards) + arithmetic, vectorized when every operand is unit-stride (or invariant) in the
-innermost loop. MatMul/Gemm use the register-blocked kernels of kernels/matmul_blocked.py when their strides
-allow and the best of the loop orders in kernels/matmul_geometry.py otherwise. Conv prices the plan ops/conv/ runs
-(kernels/conv_plan.py plan_conv) under the operands' strides (channel vectors, row vectors, depthwise channels-last):
-vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
-gathered), stores and the residual read (vector, or scattered per element when channels are not
-innermost), and the bytes each Conv loop order moves; the blocking, tiles and forms (row pairs, taps as
-lanes of weight vectors, channel vectors per depthwise block) come from the same plan_conv call the kernel
-makes (fluid/geometry.py). Pools, Concat and inference
-BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
-channels are innermost).
+Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage strides. Cost = cache
+lines each operand moves (a footprint/reuse model walked from the innermost loop outwards) + arithmetic, vectorized
+when every operand is unit-stride (or invariant) in the innermost loop. MatMul/Gemm use the register-blocked kernels
+of kernels/matmul_blocked.py when their strides allow and the best of the loop orders in kernels/matmul_geometry.py
+otherwise. Conv prices the plan ops/conv/ runs (kernels/conv_plan.py plan_conv) under the operands' strides (channel
+vectors, row vectors, depthwise channels-last): vector FMAs (slowed when too few accumulators hide their latency),
+input loads (broadcast, vector or gathered), stores and the residual read (vector, or scattered per element when
+channels are not innermost), and the bytes each Conv loop order moves; the blocking, tiles and forms (row pairs, taps
+as lanes of weight vectors, channel vectors per depthwise block) come from the same plan_conv call the kernel makes
+(fluid/geometry.py). Pools, Concat and inference BatchNormalization are costed in the layouts their kernels iterate
+(vectors over channels when channels are innermost).
 
 Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
 several runs; a KernelTimer, emit/measure.py's Measurer, which the pipeline passes in when this machine can
@@ -38,8 +36,9 @@ from ..kernels.kernel import PARALLEL_MIN_WORK, Kernel, chunk_count, element_wor
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
+from .winograd_split import v_copies
 from .layouts import Perm
-from ..target.arch import half_arithmetic, riscv_vlen
+from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
                                        matmul_geometry, outer_tile)
 
@@ -158,9 +157,8 @@ class AnalyticModel:
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
         self.forms = replace(forms or TargetForms(""), parallel=self.threads > 1)
         """The target's Conv kernel forms (kernels/conv_geometry.py), as the Conv kernel of a build on `threads` gets them."""
-        self.vector_cycles = max(1, vector_bits // riscv_vlen(self.forms.features)) if self.forms.rvv else 1
-        """Cycles per vector operation: RVV's register groups (vector_lmul) take one per register (SpacemitX60)."""
-        self.figures = replace(FIGURES, **{f: getattr(FIGURES, f) * self.vector_cycles for f in VECTOR_FIGURES})
+        self.vector_cycles = self.forms.vector_cycles(vector_bits)  # a cycle per register of RVV's groups
+        self.figures = FIGURES.vectors_times(self.vector_cycles)
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)
@@ -229,8 +227,8 @@ class AnalyticModel:
         order = sorted(range(n), key=lambda d: -abs(out_strides[d]))
         item = np.dtype(g.tensors[out].dtype).itemsize
         tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * 2)
-        return self.threaded(nest_cost(shape, order, [Use(out_strides, item), Use(in_strides, item)], 0.0,
-                                       self.lanes(out) / self.vector_cycles), tiles), None
+        uses, rate = [Use(out_strides, item), Use(in_strides, item)], self.lanes(out) / self.vector_cycles
+        return self.threaded(nest_cost(shape, order, uses, 0.0, rate), tiles), None
 
     def matmul(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str]:
         geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.half)
@@ -311,9 +309,10 @@ class AnalyticModel:
         if geo is None:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
+        copies = v_copies(self.forms.private_caches, self.threads)
         for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators).items():
-            work, shared = winograd_ns(geo, wp, self.figures)
-            costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp)) + shared
+            work, shared = winograd_ns(geo, wp, self.figures, copies)
+            costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp, copies)) + shared
         best = min(costs, key=costs.get)
         default = geo.default_order()
         if default in costs and costs[best] > costs[default] * (1 - ORDER_MARGIN):
@@ -473,7 +472,6 @@ class AnalyticModel:
 CONV_SCATTER_NS = 0.15
 """An element of a vector of output channels stored where channels are not innermost (measured: 3x3 convs, AVX-512)."""
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
-VECTOR_FIGURES = ("vfma", "vload", "bcast", "store", "scatter")  # scaled by AnalyticModel.vector_cycles
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
 FMA_IN_FLIGHT = 8
@@ -528,7 +526,8 @@ class Costs:
         if mode not in ("analytic", "measure"):
             raise ValueError(f"unknown cost mode {mode!r}: analytic or measure")
         self.graph, self.spec, self.mode = graph, spec, mode
-        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")))
+        forms = TargetForms(str(getattr(spec, "triple", "")), getattr(spec, "conv_accumulators", 12), str(getattr(spec, "features", "")),
+                            private_caches=bool(getattr(spec, "private_caches", False)))
         half = hasattr(spec, "triple") and half_arithmetic(spec.triple, spec.features)
         self.model = AnalyticModel(graph, getattr(spec, "vector_bits", 256), threads, forms, half)
         self.serial = AnalyticModel(graph, getattr(spec, "vector_bits", 256), forms=forms, half=half) if threads > 1 else self.model

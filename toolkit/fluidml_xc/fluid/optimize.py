@@ -19,7 +19,7 @@ from .costs import Costs, KernelTimer, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 from .segmentation import segment_graph
 from .voting import vote_layouts
-from .winograd_split import split_whole_image
+from .winograd_split import split_whole_image, v_copies
 from ..ir import Graph, Node
 from .. import opspec
 from ..opspec import OpSpec
@@ -75,6 +75,8 @@ class Decisions:
     """A dynamic build's: which size's decisions serve the range and their cost ratios (fluid/range_choice.py)."""
     winograd: dict[str, dict] = field(default_factory=dict)
     """Conv run as Winograd -> {"m": tile size, "weight_bytes": direct's, "transformed_bytes": Winograd's}."""
+    v_copies: int = 1
+    """Copies of each whole-image Winograd conv's V (fluid/winograd_split.py v_copies)."""
 
     def summary(self) -> dict:
         return {"mode": self.mode, "costs": self.costs, "threads": self.threads, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
@@ -83,7 +85,8 @@ class Decisions:
                 "predicted_ns": round(self.predicted_ns, 1), "row_major_ns": round(self.row_major_ns, 1),
                 "variable_tensors": self.variable, "pinned_tensors": self.pinned, "seconds": round(self.seconds, 4),
                 **({"range_choice": self.range_choice} if self.range_choice else {}),
-                **({"winograd": dict(self.winograd)} if self.winograd else {})}
+                **({"winograd": dict(self.winograd)} if self.winograd else {}),
+                **({"v_copies": self.v_copies} if self.v_copies > 1 else {})}
 
 
 def _layout_safe(spec: OpSpec | None, node=None, graph: Graph | None = None) -> bool:
@@ -170,11 +173,11 @@ def view_transposes(graph: Graph, layouts) -> list[int]:
     return [i for i, n in enumerate(graph.nodes) if n.op_type == "Transpose" and transpose_is_view(graph, n, layouts)]
 
 
-def apply_views(graph: Graph, layouts, loop_orders=None) -> Graph:
+def apply_views(graph: Graph, layouts, loop_orders=None, copies: int = 1) -> Graph:
     """`graph` with the Transposes that `layouts` make byte copies replaced by VIEW_OP nodes, the others shared; with
-    `loop_orders`, every whole-image Winograd conv split in two (fluid/winograd_split.py)."""
+    `loop_orders`, every whole-image Winograd conv split in two (fluid/winograd_split.py), its V in `copies` copies."""
     if loop_orders:
-        graph = split_whole_image(graph, loop_orders)
+        graph = split_whole_image(graph, loop_orders, copies)
     views = set(view_transposes(graph, layouts))
     if not views:
         return graph
@@ -191,7 +194,7 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
     costs="measure", kernels not in the cache are timed by `timer` when given). The graph is not changed: the
     Transposes the layouts make byte copies are listed in `views` (see apply_views)."""
     started = time.perf_counter()
-    decisions = Decisions(mode, costs=costs, threads=threads)
+    decisions = Decisions(mode, costs=costs, threads=threads, v_copies=v_copies(getattr(spec, "private_caches", False), threads))
     if mode != "fluid" or not graph.nodes:
         return decisions
     model = Costs(graph, spec, costs, threads=threads, timer=timer)

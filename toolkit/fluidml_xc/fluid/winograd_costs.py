@@ -4,7 +4,7 @@ kernel: vector FMAs, B loads, A broadcasts), the output transform and its stores
 once per block of tiles when they exceed the cache. The layout search sees these orders next to the direct ones."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,13 @@ class Figures:
     line_bytes: int
     cache_bytes: int
 
+    def vectors_times(self, cycles: int) -> Figures:
+        """The vector operations' figures times `cycles` (RVV's register groups: AnalyticModel.vector_cycles)."""
+        if cycles == 1:
+            return self
+        return replace(self, vfma=self.vfma * cycles, vload=self.vload * cycles, bcast=self.bcast * cycles,
+                       store=self.store * cycles, scatter=self.scatter * cycles)
+
 
 def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: bool = True) -> dict[str, WinogradPlan]:
     """The Winograd orders passes/winograd.py allowed on `node` whose blocking fits, with their plans (the
@@ -48,18 +55,20 @@ def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: boo
     return plans
 
 
-def tiles(geo: ConvGeometry, wp: WinogradPlan) -> int:
-    """Parallel tiles of the kernel: images x groups x blocks of tiles (whole image: x panels of output channels)."""
-    n = geo.N * geo.G * (-(-geo.Cog // wp.NR) if wp.whole else wp.blocks)
+def tiles(geo: ConvGeometry, wp: WinogradPlan, copies: int = 1) -> int:
+    """Parallel tiles of the kernel: images x groups x blocks of tiles (whole image: x panels of output channels, or x
+    copies of V: one share of the panels each)."""
+    n = geo.N * geo.G * ((copies if copies > 1 else -(-geo.Cog // wp.NR)) if wp.whole else wp.blocks)
     return n if n >= 2 else 1
 
 
-def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float, float]:
+def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures, copies: int = 1) -> tuple[float, float]:
     """ns of the Winograd kernel for this geometry on one thread: (the work threads divide, the transformed weights'
     traffic from beyond the cache, which they share). The whole-image form splits the weights among the threads
     (panels of output channels) and streams them once per chunk of tiles, overlapped with the GEMM's multiply-adds
     (one sequential pass: the time is the larger of the two); its V is written once and read once per panel, a line
-    per V_LINE_FACTOR * LINE_NS when V exceeds the cache (calibrated: 64x56x56 stays blocked, docs/WINOGRAD.md)."""
+    per V_LINE_FACTOR * LINE_NS when V exceeds the cache (calibrated: 64x56x56 stays blocked, docs/WINOGRAD.md);
+    with `copies` of V every thread transforms the whole input (the threads divide `copies` transforms)."""
     t = TRANSFORMS[wp.m]
     a2, V, C, OC = wp.alpha ** 2, geo.V, geo.Cig, geo.Cog
     blocks = geo.N * geo.G * wp.blocks
@@ -83,7 +92,7 @@ def winograd_ns(geo: ConvGeometry, wp: WinogradPlan, f: Figures) -> tuple[float,
     v_bytes = a2 * wp.tiles * C * 4
     v_ns = geo.N * geo.G * v_bytes / f.line_bytes * (1 + -(-OC // wp.NR)) * (
         f.line * 0.25 if v_bytes <= f.cache_bytes else V_LINE_FACTOR * f.line)
-    return input_ns + max(gemm, weight_traffic(a2 * C * OC * 4, blocks, f)) + output_ns + io, v_ns
+    return input_ns * copies + max(gemm, weight_traffic(a2 * C * OC * 4, blocks, f)) + output_ns + io, v_ns
 
 
 def weight_traffic(u_bytes: int, blocks: int, f: Figures) -> float:

@@ -164,6 +164,8 @@ class TargetForms:
     parallel: bool = False
     """The conv runs as tiles of the thread pool (a build for more than one thread): an input-packing conv whose
     output stores channels innermost splits over its pixel groups (pack_groups)."""
+    private_caches: bool = False
+    """The target's cores may not share a cache (target/boards.py Target.private_caches)."""
 
     @property
     def arch(self) -> Arch | None:
@@ -185,6 +187,11 @@ class TargetForms:
     def rvv(self) -> bool:
         """RISC-V with the V extension: the kernels' vectors are register groups (vector_lmul), 16 of them."""
         return self.arch is not None and self.arch.riscv and riscv_vlen(self.features) > 0
+
+    def vector_cycles(self, vector_bits: int) -> int:
+        """Cycles per vector operation of vector_bits (fluid/costs.py): RVV's register groups take one per register
+        (llvm-mca's SpacemitX60: `vfmacc` 1 cycle at LMUL 1, 2 at LMUL 2; docs/RISCV_KERNELS.md); 1 elsewhere."""
+        return max(1, vector_bits // riscv_vlen(self.features)) if self.rvv else 1
 
     def dw_rows(self) -> bool:
         """Channels-last depthwise rows with the channel units outside the row's pixel tiles: each unit's KH x KW

@@ -96,6 +96,8 @@ class Kernel:
         """Tiles of the parallel region (parallel_tiles), 0 when the op runs whole on one thread."""
         self.tile_split: tuple[int, ...] = ()
         self.region_blocks: set = set()
+        self.region_begin: ir.Value | None = None
+        """The first tile of this call's range inside a region handed to fxc_parallel_for, else None (plain loops)."""
         self._in_region = False
         self.loop_depth = 0
         """Run-time loops (for_range) open around the current position: a region opens only at depth 0,
@@ -236,7 +238,7 @@ class Kernel:
             return
         begin, end = self.tile_range
         first = len(self.fn.blocks)
-        self._in_region = True
+        self._in_region, self.region_begin = True, begin
         with self.for_range(end, begin) as t:
             idx, rest = [], t
             for j, e in enumerate(extents):
@@ -249,7 +251,7 @@ class Kernel:
                 if inner > 1:
                     rest = self.b.urem(rest, self.index(inner))
             yield idx
-        self._in_region = False
+        self._in_region, self.region_begin = False, None
         done = self.b.block
         self.region_blocks = {blk for blk in self.fn.blocks[first:] if blk is not done}
         self.tiles = total

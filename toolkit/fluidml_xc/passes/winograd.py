@@ -44,9 +44,11 @@ def eligible(graph: Graph, node: Node) -> bool:
     return (bias is None or bias.is_const) and min(out.shape[2:]) >= 2
 
 
-def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None, whole_image: bool = True) -> dict[str, int]:
+def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None, whole_image: bool = True,
+                  copies: int = 1) -> dict[str, int]:
     """Set ALLOWED_ATTR on the eligible convs `algo` and the budget allow (removing stale marks); returns node name ->
-    the largest tile size allowed. whole_image=False: no WHOLE_ATTR (a dynamic build: V has no run-time extents)."""
+    the largest tile size allowed. whole_image=False: no WHOLE_ATTR (a dynamic build: V has no run-time extents);
+    copies: the copies of each whole-image V the build makes (fluid/winograd_split.py v_copies)."""
     if algo not in CONV_ALGOS:
         raise InputError(f"unknown --conv-algo {algo!r}; choose one of {', '.join(CONV_ALGOS)}")
     for node in graph.nodes:
@@ -78,10 +80,10 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
             chosen[node.name] = sizes[0]
             if room is not None:
                 room -= grown
-            whole = [m for m in sizes if whole_image and (room is None or v_bytes(graph, node, m) <= room)]
+            whole = [m for m in sizes if whole_image and (room is None or copies * v_bytes(graph, node, m) <= room)]
             if whole:
                 node.attrs[WHOLE_ATTR] = tuple(whole)
-                room = None if room is None else room - v_bytes(graph, node, whole[0])
+                room = None if room is None else room - copies * v_bytes(graph, node, whole[0])
     return chosen
 
 

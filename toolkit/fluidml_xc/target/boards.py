@@ -36,6 +36,10 @@ class Target:
     """`conv_accumulators` likewise."""
     emulator_vector_cpu: str = ""
     """The emulator's -cpu for code using the optional vector unit ({vlen}: the VLEN the code assumes)."""
+    private_caches: bool = False
+    """The target's cores may sit in cache domains they do not share (x86: CCXs, sockets, a VM's vCPUs on either),
+    where a line another core wrote or holds costs several local accesses: a threaded whole-image Winograd conv
+    then gives each thread its own copy of V (fluid/winograd_split.py v_copies)."""
     vector_lmul: int = 1
     """RISC-V: the kernels' vectors are register groups of this many V registers (LMUL): a `<16 x float>` at VLEN
     256 and LMUL 2 loads 16 floats in one `vle32.v` (4 cycles on the X60 against 3 for 8 at LMUL 1), and each

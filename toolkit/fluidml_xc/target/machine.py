@@ -33,6 +33,8 @@ class MachineSpec:
     """The same for the Conv tiles (`conv_accumulators`)."""
     variant: str = ""
     """Suffix of the entry points when the model is built for several CPUs at once (`_x86_64_v3`; "" otherwise)."""
+    private_caches: bool = False
+    """The target's `private_caches` (target/boards.py)."""
     pack_vector_bits: int = 0
     """The vector width the build-time weight packs (Conv's channel blocks, MatMul's panels) are laid out for,
     one for all the code variants of a build so the weights blob holds one copy: half the widest variant's
@@ -100,7 +102,8 @@ def machine_spec(board: Board, cpu: str | None = None, features: str | None = No
     vector_unit = bool(target.vector_accumulators) and _has_vector_unit(target, cpu, features)
     spec = MachineSpec(target.triple, cpu, features, target.pointer_bits, vector_bits, target.alignment,
                        target.vector_accumulators if vector_unit else target.accumulators,
-                       target.vector_conv_accumulators if vector_unit else target.conv_accumulators)
+                       target.vector_conv_accumulators if vector_unit else target.conv_accumulators,
+                       private_caches=target.private_caches)
     check_accepted(spec)
     return spec
 

@@ -243,7 +243,8 @@ def varying_dims(k, x, w, out, pads) -> tuple | None:
 @register("Conv", strided=True, layout_anchor=True, image=True, loop_orders="conv", heavy=True, cost_kind="conv",
           runtime_extents=True)
 def lower_conv(k):
-    ins, v = (k.inputs[:-1], k.inputs[-1]) if k.attr(V_INPUT_ATTR) else (k.inputs, None)
+    extra = int(k.attr(V_INPUT_ATTR) or 0)  # V, and with copies of V the copy per tile (fluid/winograd_split.py)
+    ins, v, held = (k.inputs[:-extra], k.inputs[-extra], k.inputs[-1] if extra == 2 else None) if extra else (k.inputs, None, None)
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     epi = k.attr(EPILOGUE_ATTR)
@@ -277,7 +278,9 @@ def lower_conv(k):
         if value is None or finite:  # a non-finite weight's padding NaN mask follows from where it is
             values_derived(k)
         if plan.winograd is not None:
-            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, None if v is None else (v.ptr, tuple(v.strides)))
+            v_operand = None if v is None else (v.ptr, tuple(v.strides), v.shape[0] // s.N,
+                                                None if held is None else held.ptr)
+            emit_winograd(k, plan, x.ptr, out.ptr, w, bias, res, epi, v_operand)
         else:
             emit_conv(ConvKernel(k, plan, x.ptr, out.ptr, w, bias, res))
     store_padding_nan(k, x, w, out, strides, dils, pads)

@@ -85,6 +85,7 @@ class WinogradConv:
             self.bias_run = -(-self.Co // wp.NR) * wp.NR + self.V
             self.bias = k.constant_array(derived(k, partial(_padded_bias, s.G, self.bias_run, dt), bias))
         self.mstride = wp.T if wp.whole else wp.MR
+        self.copies = 1
         """Tiles between two points' rows of the GEMM results M[point][tile][NR] on the stack."""
         with k.b.goto_entry_block():
             if not wp.whole:
@@ -92,7 +93,7 @@ class WinogradConv:
             self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * self.mstride * wp.NR))
             self.ebuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), wp.m * wp.m * wp.NR))
         if wp.whole:
-            vp, self.vs = v_operand
+            vp, self.vs, self.copies, self.held = v_operand
             self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
         else:
             self.P.a.storage = self.vbuf
@@ -105,26 +106,46 @@ class WinogradConv:
 
     def emit_whole(self) -> None:
         """The whole-image form's GEMM and output transform, split over images, groups and panels of NR output
-        channels: per chunk of T tiles, each point's weight panel serves every tile of the chunk."""
+        channels: per chunk of T tiles, each point's weight panel serves every tile of the chunk. With copies of V
+        (one per thread, fluid/winograd_split.py), tile c runs the c-th share of the panels on the copy `held` names
+        for it: the one the transform's tile c wrote when the tiles ran apart."""
         s, wp, k = self.s, self.wp, self.k
         full_p, rem = divmod(self.Co, wp.NR)
+        panels = full_p + (1 if rem else 0)
         work = float(s.N) * s.OC * s.OH * s.OW * s.Cig * 9
-        with k.parallel_tiles([s.N, s.G, full_p + (1 if rem else 0)], work) as (n, g, p):
-            if not rem:
-                self.chunks(n, g, p, [self.V] * (wp.NR // self.V), wp.NR)
-            elif not full_p:
-                self.chunks(n, g, p, [self.V] * -(-rem // self.V), rem)
-            else:
-                with k.b.if_else(k.b.icmp_signed("<", p, k.index(full_p))) as (whole, last):
-                    with whole:
-                        self.chunks(n, g, p, [self.V] * (wp.NR // self.V), wp.NR)
-                    with last:
-                        self.chunks(n, g, p, [self.V] * -(-rem // self.V), rem)
+        if self.copies == 1:
+            with k.parallel_tiles([s.N, s.G, panels], work) as (n, g, p):
+                self.one_panel(n, n, g, p, full_p, rem)
+            return
+        with k.parallel_tiles([s.N, s.G, self.copies], work) as (n, g, c):
+            first = k.b.udiv(mul_index(k, c, panels), k.index(self.copies))
+            last = k.b.udiv(mul_index(k, add_index(k, c, 1), panels), k.index(self.copies))
+            t = add_index(k, mul_index(k, add_index(k, mul_index(k, n, s.G), g), self.copies), c)
+            copy = k.load_ptr(self.held, np.dtype(np.int32), t)
+            if copy.type.width != k.idx_t.width:
+                copy = k.b.zext(copy, k.idx_t)
+            vn = add_index(k, mul_index(k, copy, s.N), n)
+            with k.for_range(last, first) as p:
+                self.one_panel(n, vn, g, p, full_p, rem)
 
-    def chunks(self, n, g, pidx, widths: list[int], valid: int) -> None:
+    def one_panel(self, n, vn, g, p, full_p: int, rem: int) -> None:
+        """Panel p of image n (V's image vn: the copy's) and group g."""
+        k, wp = self.k, self.wp
+        if not rem:
+            self.chunks(n, vn, g, p, [self.V] * (wp.NR // self.V), wp.NR)
+        elif not full_p:
+            self.chunks(n, vn, g, p, [self.V] * -(-rem // self.V), rem)
+        else:
+            with k.b.if_else(k.b.icmp_signed("<", p, k.index(full_p))) as (whole, last):
+                with whole:
+                    self.chunks(n, vn, g, p, [self.V] * (wp.NR // self.V), wp.NR)
+                with last:
+                    self.chunks(n, vn, g, p, [self.V] * -(-rem // self.V), rem)
+
+    def chunks(self, n, vn, g, pidx, widths: list[int], valid: int) -> None:
         k, wp, vs = self.k, self.wp, self.vs
         col0 = mul_index(k, pidx, wp.NR)
-        vbase = add_index(k, mul_index(k, n, vs[0]), mul_index(k, g, vs[1]))
+        vbase = add_index(k, mul_index(k, vn, vs[0]), mul_index(k, g, vs[1]))
         with k.for_range(wp.blocks) as blk:
             t0 = mul_index(k, blk, wp.T)
             with k.for_range(self.A2) as xi:

@@ -135,7 +135,8 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
         {"x": f32(1, 28, 28, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 28 * 28))
-    # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise)
+    # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise) on ARM,
+    # NCHW on the X60 (its 1x1 project conv is slower channels-last there: docs/RISCV_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))
     # the cost model's choice: Winograd on ARM (the hot loop is its GEMM tile over input channels), FLOP of the direct conv
     out.append(Case("fp32 Conv 3x3 64->64 28x28 (auto: Winograd GEMM)", "fp", _model(
@@ -266,11 +267,21 @@ def is_stack(insn: str, arch: str) -> bool:
 
 def stack_count(body: list[str], arch: str) -> int:
     """Instructions of the loop that touch the stack: is_stack, and on armv7 the vldmia/vstmia through a
-    register the loop set to an address on the stack (`add rN, sp, #imm`)."""
+    register the loop set to an address on the stack (`add rN, sp, #imm`); on riscv64 the same for RVV's spills
+    (`addi aN, sp, imm` or `sh2add aN, aN, sp`, then `vl2r.v` / `vs2r.v` at (aN): vector loads take no offset)."""
     on_stack, count = set(), 0
     for insn in body:
         if is_stack(insn, arch):
             count += 1
+        if arch == "riscv64":
+            if (m := re.match(r"^v[ls][\w.]* \w+, \((\w+)\)", insn)) and m.group(1) in on_stack:
+                count += 1
+            if dest := re.match(r"^(?:addi?|sh\dadd) (\w+), (.*)", insn):
+                address = any(r == "sp" or r in on_stack for r in re.split(r",\s*", dest.group(2)))
+                (on_stack.add if address else on_stack.discard)(dest.group(1))
+                count += address
+            elif dest := re.match(r"^\S+ (\w+),", insn):
+                on_stack.discard(dest.group(1))
         m = re.match(r"^(v(?:ld|st)m\w*|vld1\.\d+|vst1\.\d+) (r\d+|lr|ip)\b", insn) if arch == "armv7" else None
         if m and m.group(2) in on_stack:
             count += 1

@@ -18,6 +18,7 @@ from fluidml_xc.examples import EXAMPLES, example_feeds
 from fluidml_xc.target.arch import riscv_vlen
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
+from fluidml_xc.pipeline import import_graph
 from modelrun import build, graph_model, reference, require_program, run
 from test_cpu_targets import APP, cnn_model
 from test_threads import int8_graph
@@ -190,6 +191,75 @@ def test_depthwise_forms_match_onnxruntime(board, features, tmp_path, patched_co
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board} {features}")
     vectors = features is not None or board == "qemu-riscv64-rvv"
     assert forms == ({"dw_rows", "edges"} if vectors else set()), (board, features, forms)
+
+
+def test_cost_model_charges_an_lmul2_operation_two_cycles():
+    """The X60's kernels run 16-float vectors as LMUL-2 register groups, each vfmacc / vle two cycles of a one-register
+    one (llvm-mca's SpacemitX60): the same depthwise conv, MatMul and Add (same 16-lane kernels, same tiles) cost their
+    vector work twice at VLEN 256 x LMUL 2 as at VLEN 512 x LMUL 1; memory and call costs stay. x86 charges 1."""
+    from fluidml_xc.fluid.costs import AnalyticModel
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+
+    spec = machine_spec(get_board("bpi-f3"))
+    assert spec.vector_bits == 512 and riscv_vlen(spec.features) == 256
+    rng = np.random.default_rng(3)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4, group=96), helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Add", ["x", "x"], ["s"])]
+    graph = import_graph(graph_model(nodes, {"x": f(1, 96, 28, 28), "a": f(64, 256)}, ["c", "m", "s"],
+                                     {"w": f(96, 1, 3, 3), "b": f(256, 256)}, 13))
+    models = {features: AnalyticModel(graph, 512, forms=TargetForms(spec.triple, 10, features))
+              for features in (spec.features, "+m,+a,+f,+d,+c,+v,+zvl512b")}
+    lmul2, lmul1 = models.values()
+    assert (lmul2.vector_cycles, lmul1.vector_cycles) == (2, 1)
+    assert AnalyticModel(graph, 256, forms=TargetForms("x86_64-unknown-linux-gnu")).vector_cycles == 1
+    for node, compute_bound in zip(graph.nodes, (True, True, False)):
+        two, one = lmul2.cost(node, {}), lmul1.cost(node, {})
+        assert (1.5 if compute_bound else 1.0) * one < two < 2 * one, (node.op_type, two, one)
+
+
+def _clip_nan_model() -> tuple[onnx.ModelProto, dict]:
+    """Clip6 fused into a channels-last depthwise conv (40 channels: two 16-lane units and 8 one by one), into an
+    NCHW depthwise conv and into a 1x1 conv, and a plain Clip(-0.5, 1) over 37 values, fed NaN, +-inf, -0 and values
+    on and around both bounds."""
+    rng = np.random.default_rng(11)
+    f = lambda *shape: (4 * rng.standard_normal(shape)).astype(np.float32)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0, 6.0000005, -1e-38, 1e38, -0.5, 1.0],
+                        np.float32)
+
+    def sprinkle(a):
+        flat = a.reshape(-1)
+        flat[rng.choice(flat.size, 3 * specials.size, replace=False)] = np.tile(specials, 3)
+        return a
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["xt", "wc", "bc"], ["c"], pads=[1] * 4, group=40),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["y"], perm=[0, 2, 3, 1]),
+             helper.make_node("Conv", ["r", "wr", "br"], ["n"], pads=[1] * 4, group=20),
+             helper.make_node("Clip", ["n", "lo", "hi"], ["z"]),
+             helper.make_node("Conv", ["r", "wp"], ["p"]), helper.make_node("Clip", ["p", "lo", "hi"], ["q"]),
+             helper.make_node("Clip", ["e", "elo", "ehi"], ["ec"])]
+    consts = {"wc": f(40, 1, 3, 3), "bc": f(40), "wr": f(20, 1, 3, 3), "br": f(20), "wp": f(24, 20, 1, 1),
+              "lo": np.float32(0), "hi": np.float32(6), "elo": np.float32(-0.5), "ehi": np.float32(1)}
+    feeds = {"x": sprinkle(f(1, 9, 11, 40)), "r": sprinkle(f(1, 20, 10, 21)), "e": sprinkle(f(37))}
+    return graph_model(nodes, feeds, ["y", "z", "q", "ec"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board, features", [("qemu-riscv64-rvv", None), ("qemu-riscv64", "+v"),
+                                             ("qemu-riscv64-rvv", "+m,+a,+f,+d,+c,+v,+zvl256b,+zicond")])
+def test_rvv_clip_keeps_nan_and_bounds(board, features, tmp_path):
+    """RVV's Clip (vfmax / vfmin, NaN lanes put back from the bits; scalar edge pixels: fmax.s / fmin.s with a NaN's
+    bits ORed back, branch-free: `czero` with the X60's Zicond, kernels/epilogue.py) fused into depthwise
+    (channels-last rows, NCHW rows with scalar edge columns) and 1x1 convs (a plain Clip, the elementwise kernel's,
+    beside them): NaN stays NaN, +-inf clamps, against onnx.reference."""
+    model, feeds = _clip_nan_model()
+    got = run(build(model, tmp_path, board, profile_runner=False, features=features), feeds)
+    want = reference(model, feeds)
+    for out in ("y", "z", "q", "ec"):
+        assert np.isnan(want[out]).any() and np.isfinite(want[out]).any(), out
+        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want[out]), err_msg=f"NaN lanes of {out} on {board}")
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-4, atol=1e-4, err_msg=f"{out} on {board} {features}")
 
 
 @pytest.mark.qemu

@@ -1,18 +1,16 @@
 """Kernel costs (docs/DESIGN.md 1.6): an analytic model by default, measurements when asked, cached on disk.
 
-Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage
-strides. Cost = cache lines each operand moves (a footprint/reuse model walked from the innermost
-loop outwards) + arithmetic, vectorized when every operand is unit-stride (or invariant) in the
-innermost loop. MatMul/Gemm use the register-blocked kernels of kernels/matmul_blocked.py when their strides
-allow and the best of the loop orders in kernels/matmul_geometry.py otherwise. Conv prices the plan ops/conv/ runs
-(kernels/conv_plan.py plan_conv) under the operands' strides (channel vectors, row vectors, depthwise channels-last):
-vector FMAs (slowed when too few accumulators hide their latency), input loads (broadcast, vector or
-gathered), stores and the residual read (vector, or scattered per element when channels are not
-innermost), and the bytes each Conv loop order moves; the blocking, tiles and forms (row pairs, taps as
-lanes of weight vectors, channel vectors per depthwise block) come from the same plan_conv call the kernel
-makes (fluid/geometry.py). Pools, Concat and inference
-BatchNormalization are costed in the layouts their kernels iterate (vectors over channels when
-channels are innermost).
+Analytic: a kernel is a loop nest over a domain; each operand is addressed through its storage strides. Cost = cache
+lines each operand moves (a footprint/reuse model walked from the innermost loop outwards) + arithmetic, vectorized
+when every operand is unit-stride (or invariant) in the innermost loop. MatMul/Gemm use the register-blocked kernels
+of kernels/matmul_blocked.py when their strides allow and the best of the loop orders in kernels/matmul_geometry.py
+otherwise. Conv prices the plan ops/conv/ runs (kernels/conv_plan.py plan_conv) under the operands' strides (channel
+vectors, row vectors, depthwise channels-last): vector FMAs (slowed when too few accumulators hide their latency),
+input loads (broadcast, vector or gathered), stores and the residual read (vector, or scattered per element when
+channels are not innermost), and the bytes each Conv loop order moves; the blocking, tiles and forms (row pairs, taps
+as lanes of weight vectors, channel vectors per depthwise block) come from the same plan_conv call the kernel makes
+(fluid/geometry.py). Pools, Concat and inference BatchNormalization are costed in the layouts their kernels iterate
+(vectors over channels when channels are innermost).
 
 Measured: the node's kernel alone, JIT-compiled for this machine with llvmlite (warm-up, median of
 several runs; a KernelTimer, emit/measure.py's Measurer, which the pipeline passes in when this machine can
@@ -130,6 +128,8 @@ class AnalyticModel:
         """Threads the build runs on: a split op costs its busiest thread's share (parallel_time)."""
         self.forms = replace(forms or TargetForms(""), parallel=self.threads > 1)
         """The target's Conv kernel forms (kernels/conv_geometry.py), as the Conv kernel of a build on `threads` gets them."""
+        self.vector_cycles = self.forms.vector_cycles(vector_bits)  # a cycle per register of RVV's groups
+        self.figures = FIGURES.vectors_times(self.vector_cycles)
 
     def threaded(self, ns: float, tiles: int) -> float:
         return parallel_time(ns, tiles, self.threads)
@@ -180,7 +180,7 @@ class AnalyticModel:
         order = sorted(range(n), key=lambda d: -abs(uses[0].strides[d]))  # Kernel.generic: the output's storage order
         chain = element_work(s["op"] for s in node.attrs.get("program", ())) if node.op_type == "FusedElementwise" else 0.0
         tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * (len(uses) + chain))
-        return self.threaded(nest_cost(shape, order, uses, ops, self.lanes(out)), tiles), None
+        return self.threaded(nest_cost(shape, order, uses, ops, self.lanes(out) / self.vector_cycles), tiles), None
 
     def transpose(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
@@ -198,7 +198,8 @@ class AnalyticModel:
         order = sorted(range(n), key=lambda d: -abs(out_strides[d]))
         item = np.dtype(g.tensors[out].dtype).itemsize
         tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * 2)
-        return self.threaded(nest_cost(shape, order, [Use(out_strides, item), Use(in_strides, item)], 0.0, self.lanes(out)), tiles), None
+        uses, rate = [Use(out_strides, item), Use(in_strides, item)], self.lanes(out) / self.vector_cycles
+        return self.threaded(nest_cost(shape, order, uses, 0.0, rate), tiles), None
 
     def matmul(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, str]:
         geo = matmul_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.half)
@@ -229,7 +230,7 @@ class AnalyticModel:
     def matmul_order_cost(self, geo: MatmulGeometry, order: str) -> float:
         kind = blocked_kind(order, geo.a, geo.b, geo.m, geo.n, geo.a_const, geo.b_const, geo.is_float)
         if kind is not None:
-            return CALL_NS + geo.batch_points * self.blocked_cost(geo, kind) + self.matmul_lines(geo)
+            return CALL_NS + geo.batch_points * self.blocked_cost(geo, kind) * self.vector_cycles + self.matmul_lines(geo)
         extents = (geo.m, geo.k, geo.n)
         dom = domain_order(order, 0)
         uses = [Use((geo.a[0], geo.a[1], 0), geo.itemsize), Use((0, geo.b[0], geo.b[1]), geo.itemsize),
@@ -238,7 +239,7 @@ class AnalyticModel:
         inner = dom[-1]
         if inner == 1:  # reductions innermost do not vectorize without reassociation
             lanes = 1
-        return geo.batch_points * nest_cost(extents, dom, uses, 2.0, lanes) * 1.5
+        return geo.batch_points * nest_cost(extents, dom, uses, 2.0, lanes / self.vector_cycles if lanes > 1 else 1) * 1.5
 
     def matmul_lines(self, geo: MatmulGeometry) -> float:
         """Compulsory traffic of the blocked kernels: each operand once (they block for registers, not caches)."""
@@ -282,7 +283,7 @@ class AnalyticModel:
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
         copies = v_copies(self.forms.private_caches, self.threads)
         for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators, tile=self.forms.gemm_tile).items():
-            work, shared = winograd_ns(geo, wp, FIGURES, copies)
+            work, shared = winograd_ns(geo, wp, self.figures, copies)
             costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp, copies)) + shared
         best = min(costs, key=costs.get)
         default = geo.default_order()
@@ -374,7 +375,7 @@ class AnalyticModel:
         if geo.pack_groups:  # the input read once into the stack, which stays cached; all weights once per group
             traffic = 2 * in_bytes + w_bytes * (units if order == "px>co" and w_bytes > CACHE_BYTES else geo.pack_groups)
         traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)
-        return CALL_NS + work + stores + res + traffic / LINE * LINE_NS * 0.25
+        return CALL_NS + (vc := self.vector_cycles) * work + vc * stores + vc * res + traffic / LINE * LINE_NS * 0.25
 
     def pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         """ops/pool.py's vector pools: lanes over channels when both store channels innermost, else over
@@ -393,7 +394,7 @@ class AnalyticModel:
             lanes = V
         else:
             lanes = 1
-        work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
+        work = to.size * taps * (VFMA_NS + VLOAD_NS) / lanes * (self.vector_cycles if lanes > 1 else 1) + (0.0 if lanes > 1 else to.size * taps * FLOP_NS)
         n, c, oh, ow = to.shape
         scalar_rows = not (xs[1] == 1 and os_[1] == 1 and c >= V) and ow < column_lanes(V, ow)  # ops/pool.py: V x work per tap
         tiles = generic_tiles((n, oh, ow) if xs[1] == 1 and os_[1] == 1 else (n, c, oh), [0, 1, 2],
@@ -408,7 +409,7 @@ class AnalyticModel:
         item = np.dtype(g.tensors[x].dtype).itemsize
         uses = [Use(_dom_strides(shape, self.strides(x, layouts), range(n), n), item),
                 Use(tuple(s if shape[d] == g.tensors[out].shape[d] else 0 for d, s in enumerate(self.strides(out, layouts))), item)]
-        return nest_cost(shape, list(range(n)), uses, 1.0, self.lanes(out)), None
+        return nest_cost(shape, list(range(n)), uses, 1.0, self.lanes(out) / self.vector_cycles), None
 
     def channel_affine(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         """Inference BatchNormalization: x * a[c] + b[c] in the output's storage order."""
@@ -421,7 +422,7 @@ class AnalyticModel:
         uses = [Use(so, item), Use(_dom_strides(shape, self.strides(x, layouts), range(n), n), item)]
         order = sorted(range(n), key=lambda d: -abs(so[d]))
         tiles = generic_tiles(shape, order, float(np.prod(shape, dtype=np.float64)) * (1 + sum(1 for i in node.inputs if i)))
-        return self.threaded(nest_cost(shape, order, uses, 2.0, self.lanes(out)), tiles), None
+        return self.threaded(nest_cost(shape, order, uses, 2.0, self.lanes(out) / self.vector_cycles), tiles), None
 
     def concat(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         g = self.graph
@@ -436,13 +437,12 @@ class AnalyticModel:
             n = len(shape)
             order = sorted(range(n), key=lambda d: -abs(so[d]))
             uses = [Use(_dom_strides(shape, so, range(n), n), item), Use(_dom_strides(shape, self.strides(name, layouts), range(n), n), item)]
-            total += nest_cost(shape, order, uses, 0.0, self.lanes(out))
+            total += nest_cost(shape, order, uses, 0.0, self.lanes(out) / self.vector_cycles)
         return total, None
 
 
 CONV_SCATTER_NS = 0.15
-"""One element of a vector of output channels stored to a tensor whose channels are not innermost
-(measured: 3x3 convs into NCHW vs NHWC, AVX-512)."""
+"""An element of a vector of output channels stored where channels are not innermost (measured: 3x3 convs, AVX-512)."""
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""

@@ -4,7 +4,7 @@ kernel: vector FMAs, B loads, A broadcasts), the output transform and its stores
 once per block of tiles when they exceed the cache. The layout search sees these orders next to the direct ones."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,6 +31,13 @@ class Figures:
     line: float
     line_bytes: int
     cache_bytes: int
+
+    def vectors_times(self, cycles: int) -> Figures:
+        """The vector operations' figures times `cycles` (RVV's register groups: AnalyticModel.vector_cycles)."""
+        if cycles == 1:
+            return self
+        return replace(self, vfma=self.vfma * cycles, vload=self.vload * cycles, bcast=self.bcast * cycles,
+                       store=self.store * cycles, scatter=self.scatter * cycles)
 
 
 def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: bool = True,

@@ -204,6 +204,11 @@ class TargetForms:
         """RISC-V with the V extension: the kernels' vectors are register groups (vector_lmul), 16 of them."""
         return self.arch is not None and self.arch.riscv and riscv_vlen(self.features) > 0
 
+    def vector_cycles(self, vector_bits: int) -> int:
+        """Cycles per vector operation of vector_bits (fluid/costs.py): RVV's register groups take one per register
+        (llvm-mca's SpacemitX60: `vfmacc` 1 cycle at LMUL 1, 2 at LMUL 2; docs/RISCV_KERNELS.md); 1 elsewhere."""
+        return max(1, vector_bits // riscv_vlen(self.features)) if self.rvv else 1
+
     def dw_rows(self) -> bool:
         """Channels-last depthwise rows with the channel units outside the row's pixel tiles: each unit's KH x KW
         weight vectors are loaded once per row and stay in registers across its tiles (RVV: in-order cores whose

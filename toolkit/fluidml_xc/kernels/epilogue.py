@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..target.arch import arch_of
+from ..target.arch import arch_of, riscv_vlen
 from .scalar import splat_const
 
 EPILOGUE_ATTR = "_epilogue"
@@ -73,9 +73,12 @@ def activate(k, epi, value):
         low, high = epi.bounds
         if any(side is not None and math.isnan(float(side)) for side in (low, high)):
             return fill(value.type, float("nan"))  # a NaN bound: NaN, as Clip computes it
-        # float32 where llvm.maximum/minimum are one NaN-propagating instruction (target/arch.py); elsewhere a
-        # compare + select (other float types too: double trips an LLVM assertion legalizing llvm.maximum for armv7)
+        # float32 where llvm.maximum/minimum are one NaN-propagating instruction (target/arch.py); RVV targets'
+        # float32: _clip_rvv; elsewhere a compare + select (other float types too: double trips an LLVM assertion
+        # legalizing llvm.maximum for armv7)
         elem = value.type.element if isinstance(value.type, ir.VectorType) else value.type
+        if isinstance(elem, ir.FloatType) and _rvv(k):
+            return _clip_rvv(k, value, low, high)
         triple = str(getattr(k.module, "triple", ""))
         minmax = isinstance(elem, ir.FloatType) and bool(triple) and arch_of(triple).nan_propagating_minmax
         if low is not None:
@@ -87,6 +90,32 @@ def activate(k, epi, value):
             value = (_intrinsic(k, "llvm.minimum", value, hi) if minmax
                      else b.select(b.fcmp_ordered(">", value, hi), hi, value))
     return value
+
+
+def _rvv(k) -> bool:
+    spec = getattr(k, "spec", None)
+    return spec is not None and arch_of(spec.triple).riscv and riscv_vlen(spec.features) > 0
+
+
+def _clip_rvv(k, value, low, high):
+    """RVV targets' float32 Clip: vfmax / vfmin (NaN-dropping, 2 vector-FP cycles at LMUL 2) and the NaN lanes put
+    back by an integer test on the bits (|bits| above +inf's, on the vector integer unit), where compare + select
+    costs two 4-cycle FP compares; a scalar (a conv's edge pixel) takes fmax.s / fmin.s and ORs a NaN's bits back
+    (still a NaN), where a float select is a branch per bound (docs/RISCV_KERNELS.md)."""
+    b, ty = k.b, value.type
+    out = value
+    if low is not None:
+        out = _intrinsic(k, "llvm.maxnum", out, fill(ty, float(low)))
+    if high is not None:
+        out = _intrinsic(k, "llvm.minnum", out, fill(ty, float(high)))
+    if not isinstance(ty, ir.VectorType):  # an edge pixel: a NaN's bits ORed in keep it a NaN (no branch)
+        i32 = ir.IntType(32)
+        nan = b.sext(b.fcmp_unordered("uno", value, value), i32)
+        return b.bitcast(b.or_(b.bitcast(out, i32), b.and_(nan, b.bitcast(value, i32))), ty)
+    ity = ir.VectorType(ir.IntType(32), ty.count)
+    shifted = b.shl(b.bitcast(value, ity), ir.Constant(ity, [1] * ty.count))
+    number = b.icmp_unsigned("<=", shifted, ir.Constant(ity, [0xFF000000] * ty.count))
+    return b.select(number, out, value)
 
 
 def _intrinsic(k, name: str, x, y):

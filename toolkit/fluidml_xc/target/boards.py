@@ -57,7 +57,13 @@ class Target:
         if not self.emulator_vector_cpu or "+v" not in flags:
             return ()
         vlens = [int(m.group(1)) for f in flags if (m := re.fullmatch(r"\+zvl(\d+)b", f))]
-        return ("-cpu", self.emulator_vector_cpu.format(vlen=max([128, *vlens])))
+        extensions = "".join(f",{f[1:]}=true" for f in sorted(flags & set(EMULATOR_EXTENSIONS)))
+        return ("-cpu", self.emulator_vector_cpu.format(vlen=max([128, *vlens])) + extensions)
+
+
+EMULATOR_EXTENSIONS = ("+zicond",)
+"""RISC-V extensions qemu's rv64 CPU leaves off, switched on (`zicond=true`) when the build's features name them (the
+SpacemiT X60 has Zicond: LLVM's `czero` selects, kernels/epilogue.py's branch-free scalar Clip)."""
 
 
 @dataclass(frozen=True)

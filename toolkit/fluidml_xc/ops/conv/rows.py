@@ -66,8 +66,10 @@ class RowVectors:
             # input row d of the block: tap kh = d - j of output row j
             ih = offset(k, -self.s.ph, (oh, self.s.sh), (d, self.s.dh))
             row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (g, self.s.Cig * xs[1]), (ci, xs[1]), (ih, xs[2]), (ow, sx))
-            # row pairs: each input row from its own opaque base, so every tap's offset fits ldur (no add per load)
-            xp, row = (self.c.opaque(element(k, self.c.xp, row)), 0) if rows > 1 else (self.c.xp, row)
+            # row pairs: each input row from its own opaque base, so every tap's offset fits ldur (no add per load;
+            # RVV loads take no offset, and the asm statement would cost a vsetivli)
+            opaque = rows > 1 and not self.c.rvv()
+            xp, row = (self.c.opaque(element(k, self.c.xp, row)), 0) if opaque else (self.c.xp, row)
 
             def tap(kw):
                 base = offset(k, 0, (row, 1), (kw, self.s.dw * xs[3]))

@@ -147,6 +147,10 @@ class ConvKernel:
         """RISC-V without V: the kernels' vectors are scalarized into the 32 FP registers."""
         return self.k.spec is not None and arch_of(self.k.spec.triple).riscv and not riscv_vlen(self.k.spec.features)
 
+    def rvv(self) -> bool:
+        """RISC-V with V: an empty asm statement (opaque) there also forgets the vector type, a `vsetivli` after it."""
+        return self.k.spec is not None and arch_of(self.k.spec.triple).riscv and riscv_vlen(self.k.spec.features) > 0
+
     def channel_steps(self) -> int:
         """Input channels per loop iteration of a 1x1 conv: the target's K steps (target/arch.py Arch.k_steps: 3 on
         the in-order RISC-V cores, whose loop increments and branch wait for the multiply-adds before them), 1

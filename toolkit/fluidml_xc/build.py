@@ -17,7 +17,8 @@ import numpy as np
 import onnx
 
 from . import __version__
-from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
+from .artifact import (LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file,
+                       sha256_files)
 from .target.boards import Board, get_board
 from .target.machine import MachineSpec, llvm_version, machine_specs
 from .errors import InputError
@@ -558,7 +559,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
             parallel_ops=compiled.parallel_ops, c_api=api.manifest(),
             optimizer={k: v for k, v in compiled.lowered.decisions.summary().items() if k != "seconds"},
             footprint=elf_footprint(workdir / "runner"))
-        manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
+        manifest = dataclasses.replace(manifest, files=sha256_files([p for p in sorted(workdir.iterdir()) if p.is_file()]))
         watch.mark("artifact")
         if options.timings:
             manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels, compiled.plan_cached))

@@ -403,14 +403,17 @@ def _hashed_foreign_entry(directory: Path) -> str | None:
         return f"its manifest.json cannot be read ({type(exc).__name__})"
     if files is None:
         return "its manifest.json has no field 'files'"
+    listed = []
     for name in entries:
         path = directory / name
         if name == "manifest.json" and path.is_file() and not path.is_symlink():
             continue
         if name not in files or path.is_symlink() or not path.is_file():
             return f"it holds {name!r}, which its manifest does not list"
-        if sha256_file(path) != files[name]:
-            return f"{name!r} was changed after the build"
+        listed.append(path)
+    changed = [name for name, digest in sha256_files(listed).items() if digest != files[name]]
+    if changed:
+        return f"{changed[0]!r} was changed after the build"
     missing = sorted(set(files) - set(entries))
     if missing:
         return f"{missing[0]!r}, listed in its manifest, is missing"

@@ -94,3 +94,37 @@ def test_files_hashed_on_threads_are_their_sha256(tmp_path):
         paths.append(tmp_path / f"f{i}")
         paths[-1].write_bytes(bytes([i]) * (i * 700_001))
     assert sha256_files(paths) == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+def test_model_o_is_merged_while_the_glue_compiles(tmp_path, monkeypatch):
+    """The merge of model.o (build._link_units) waits here until the glue's compile has started: a build that merged
+    first and compiled the glue after would wait in vain."""
+    import threading
+
+    import numpy as np
+    import onnx
+    import onnx.numpy_helper
+
+    from fluidml_xc.emit import link
+    from modelrun import matmul_relu_model, rand, run
+
+    glue_started, merge_saw_it = threading.Event(), []
+    link_units, glue_object = build_mod._link_units, link._glue_object
+
+    def merge(*args):
+        merge_saw_it.append(glue_started.wait(timeout=30))
+        return link_units(*args)
+
+    def glue(*args):
+        glue_started.set()
+        return glue_object(*args)
+    monkeypatch.setattr(build_mod, "_link_units", merge)
+    monkeypatch.setattr(link, "_glue_object", glue)
+    model = matmul_relu_model(0)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    result = build_mod.build_model(tmp_path / "m.onnx", BuildOptions(board="x86_64", out_dir=tmp_path / "out",
+                                                                     record_last=False, cache=False))
+    assert merge_saw_it == [True]
+    w, b = (onnx.numpy_helper.to_array(t) for t in model.graph.initializer)
+    x = rand(2, 8, seed=3)
+    np.testing.assert_allclose(run(result.artifact, {"x": x})["y"], np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-6)

@@ -7,7 +7,13 @@ stage). Cold: $FLUIDML_XC_CACHE is an empty directory, except the C runtime for 
 the ONNX files given, onnx's light model zoo (`--light`, default all that onnx ships), the PicoDet-like
 detector of tests/detector_model.py (`--no-detector` to skip) and with `--yolo` its YOLOv8n-sized one.
 
+`--before REV` compares cold builds instead: the sources of git revision REV (extracted and byte-compiled in a
+temporary directory) against this checkout, built in turn (the order swapped every round, so a drift of the
+machine's load falls on both) for `--rounds` rounds, each build from an empty cache; it prints every build and
+the medians with after/before.
+
     python benchmarks/build_time.py mobilenetv2.onnx bert_tiny.onnx [--boards x86_64,rpi4] [--light none] [--yolo] [--json]
+    python benchmarks/build_time.py mobilenetv2.onnx --light none --no-detector --others none --before main --rounds 5
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,9 +88,9 @@ class Row:
     error: str = ""
 
 
-def _env(cache: Path) -> dict[str, str]:
+def _env(cache: Path, root: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "FLUIDML_XC_CACHE": str(cache),
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "toolkit"), os.environ.get("PYTHONPATH", "")])}
+            "PYTHONPATH": os.pathsep.join([str(root / "toolkit"), os.environ.get("PYTHONPATH", "")])}
 
 
 def _cpu_of_children() -> float:
@@ -91,10 +98,10 @@ def _cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _child(code: str, args: list[str], cache: Path) -> tuple[float, float, str]:
+def _child(code: str, args: list[str], cache: Path, root: Path = ROOT) -> tuple[float, float, str]:
     """Wall and CPU seconds of one child process (and the processes it waited for), and its stdout."""
     cpu, start = _cpu_of_children(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_env(cache))
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_env(cache, root))
     wall, cpu = time.perf_counter() - start, _cpu_of_children() - cpu
     if done.returncode:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -103,18 +110,19 @@ def _child(code: str, args: list[str], cache: Path) -> tuple[float, float, str]:
 
 
 def cold_cache(work: Path, tag: str) -> Path:
-    """An empty cache whose runtime and CPU-facts folders are the user's (built once, shared)."""
+    """An empty cache whose runtime, CPU-facts and compiled-template folders are the user's (once per
+    installation, shared)."""
     cache = work / f"cache-{tag}"
     cache.mkdir()
-    for shared in ("runtime", "cpus"):
+    for shared in ("runtime", "cpus", "templates"):
         real = cache_root() / shared
         real.mkdir(parents=True, exist_ok=True)
         (cache / shared).symlink_to(real, target_is_directory=True)
     return cache
 
 
-def build_once(model: Path, board: str, cache: Path, out: Path) -> Build:
-    wall, cpu, stdout = _child(CHILD, [str(model), board, str(out)], cache)
+def build_once(model: Path, board: str, cache: Path, out: Path, root: Path = ROOT) -> Build:
+    wall, cpu, stdout = _child(CHILD, [str(model), board, str(out)], cache, root)
     data = json.loads(stdout.strip().splitlines()[-1])
     timings = data["timings"]
     return Build(wall, cpu, data["imports"], timings["total"], timings["stages"], timings["runtime_built"])
@@ -188,6 +196,41 @@ def measure(model: Path, board: str, work: Path, others: list[str]) -> Row:
     return row
 
 
+def checkout(rev: str, work: Path) -> Path:
+    """The sources of git revision `rev` of this repository, byte-compiled, in work/before."""
+    root = work / "before"
+    root.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "toolkit")], check=True)
+    return root
+
+
+def compare(model: Path, board: str, work: Path, before: Path, rounds: int) -> list[str]:
+    """Cold builds of `before` and this checkout in turn: a line per build, then the medians."""
+    for root in (before, ROOT):
+        _child(RUNTIME, [board], cold_cache(work, f"{model.stem}-{board}-runtime-{root.name}"), root)
+    sides, lines = {"before": (before, []), "after": (ROOT, [])}, []
+    for r in range(rounds):
+        for side in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            root, builds = sides[side]
+            tag = f"{model.stem}-{board}-{side}-{r}"
+            load = os.getloadavg()[0]
+            builds.append(build_once(model, board, cold_cache(work, tag), work / f"{tag}-out", root))
+            b = builds[-1]
+            lines.append(f"{model.stem} {board} round {r + 1} {side:6}: wall {b.wall:6.2f} cpu {b.cpu:6.2f} build "
+                         f"{b.total:6.2f} units {b.stages.get('units', 0.0):6.2f} (load {load:.1f})")
+
+    def median(side: str, value: Callable[[Build], float]) -> float:
+        return statistics.median(value(b) for b in sides[side][1])
+    for name, value in (("wall", lambda b: b.wall), ("cpu", lambda b: b.cpu), ("build", lambda b: b.total),
+                        *((stage, lambda b, s=stage: b.stages.get(s, 0.0)) for stage in ("units", "objects", "link",
+                                                                                        "artifact"))):
+        old, new = median("before", value), median("after", value)
+        lines.append(f"  median {name:8} before {old:7.2f} after {new:7.2f}  after/before {new / old if old else 0:.3f}")
+    return lines
+
+
 def _cell(build: Build | None) -> str:
     return f"{build.wall:6.1f} {build.cpu:6.1f} {build.total:6.1f}" if build else f"{'-':>6} {'-':>6} {'-':>6}"
 
@@ -223,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--others", default="iree,tvm", help="external compilers to time beside ours: iree,tvm or none")
     ap.add_argument("--json", action="store_true", help="the rows as JSON on stdout instead of the table")
     ap.add_argument("--show", metavar="FILE", help="print the table of a saved --json output and exit")
+    ap.add_argument("--before", metavar="REV", help="compare cold builds of git revision REV and this checkout")
+    ap.add_argument("--rounds", type=int, default=5, help="--before: builds of each side (default 5)")
     args = ap.parse_args(argv)
     if args.show:
         data = json.loads(Path(args.show).read_text())
@@ -234,6 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [o for o in others if o not in EXTERNAL]
     if unknown:
         ap.error(f"--others: unknown {unknown}; known: {', '.join(EXTERNAL)}")
+    if args.before:
+        with tempfile.TemporaryDirectory(prefix="fxc-build-ab-") as tmp:
+            work = Path(tmp)
+            before = checkout(args.before, work)
+            for model in models(args, work):
+                for board in args.boards.split(","):
+                    print("\n".join(compare(model, board, work, before, args.rounds)), flush=True)
+        return 0
     load_before = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory(prefix="fxc-build-time-") as tmp:

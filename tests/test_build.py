@@ -159,8 +159,10 @@ def test_a_rebuild_hashes_the_old_artifact_once_and_still_sees_a_change(tmp_path
     out = tmp_path / "out"
     options = BuildOptions(board="x86_64", out_dir=out, record_last=False, profile_runner=False)
     build_model(model, options)
-    hashed, real = [], build_module.sha256_file
-    monkeypatch.setattr(build_module, "sha256_file", lambda path: hashed.append(Path(path)) or real(path))
+    from fluidml_xc import artifact
+
+    hashed, real = [], artifact.sha256_file
+    monkeypatch.setattr(artifact, "sha256_file", lambda path: hashed.append(Path(path)) or real(path))
     build_model(model, options)
     old = collections.Counter(p.name for p in hashed if p.parent == out.resolve())
     assert old and set(old.values()) == {1}, old

@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ import numpy as np
 import onnx
 
 from . import __version__
-from .artifact import LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file
+from .artifact import (LAST_BUILD, MANIFEST, Manifest, ManifestError, ModelRecord, TensorEntry, sha256_file,
+                       sha256_files)
 from .target.boards import Board, get_board
 from .target.machine import MachineSpec, llvm_version, machine_specs
 from .errors import InputError
@@ -192,6 +194,8 @@ class Compiled:
     """Units found in the kernel cache, units compiled, and the processes that compiled them."""
     plan_cached: bool = False
     """The optimizer's decisions and the memory plan came from the plan cache (plan_cache.py)."""
+    merged: Future | None = None
+    """NAME.o's merge when it runs beside the link (compile_graph's `merge`); None: NAME.o is written."""
 
     @property
     def spec(self) -> MachineSpec:
@@ -232,10 +236,11 @@ def kernel_cache():
     return KernelCache()
 
 
-def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path, watch: Stopwatch | None = None) -> Compiled:
+def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Path, watch: Stopwatch | None = None,
+                  merge: Executor | None = None) -> Compiled:
     """Plan `graph`, compile its per-node units (emit/unit_build.py; cached unless options.cache is off) and link
     them with the entry modules and the weights into model.o (NAME.o) in workdir (`watch`: its stages marked, from
-    "optimize" to "objects")."""
+    "optimize" to "objects"); with `merge`, that link runs there and Compiled.merged waits for it."""
     watch = watch or Stopwatch()
     api = CApi(options.name)
     specs = machine_specs(board, options.cpu, options.features)
@@ -253,7 +258,8 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     emitter = units.entries[0]
     build_limits(board, options).check(f"the arena ({emitter.tail.arena_bytes:,} B) plus the weights ({len(units.blob):,} B)",
                                        emitter.tail.arena_bytes + len(units.blob))
-    _link_units(board, units, symbol, workdir / api.object, spec.alignment, kernel_cache() if options.cache else None)
+    link = (board, units, symbol, workdir / api.object, spec.alignment, kernel_cache() if options.cache else None)
+    merged = merge.submit(_link_units, *link) if merge is not None else _link_units(*link)
     ops = [{"name": graph.nodes[i].name, "type": graph.nodes[i].op_type, **_fused_facts(graph.nodes[i])} for i in plan_.order]
     memory = {**plan_.manifest_facts(), "alignment": spec.alignment, "plan": _plan_facts(graph, plan_),
               **({"dynamic_tail_bytes": emitter.tail.tail_bytes} if emitter.tail.tail_bytes else {}),
@@ -263,7 +269,7 @@ def compile_graph(graph: Graph, board: Board, options: BuildOptions, workdir: Pa
     return Compiled(lowered, ops, memory, threads, api, {name: list(split) for name, split in units.splits.items()},
                     tuple(specs), tuple(_code_variant(board, s, options.cpu == "native") for s in specs),
                     tuple(VariantTiming(v.cpu, v.optimize, v.codegen, 0, v.emit) for v in units.seconds),
-                    KernelCounts(units.cached, units.compiled, units.processes, units.emitted), lookup.hit)
+                    KernelCounts(units.cached, units.compiled, units.processes, units.emitted), lookup.hit, merged)
 
 
 def _link_units(board: Board, units, symbol: str, out: Path, alignment: int, cache=None) -> None:
@@ -337,7 +343,7 @@ def _link(board: Board, graph: Graph, compiled: Compiled, workdir: Path, profile
     render_sources(model_spec, workdir)
     link_artifact(board.target, workdir / api.object, workdir / api.object if profile else None,
                   workdir / api.glue, workdir, workdir, api, kernel_cache() if cache else None,
-                  model_parts(graph, board.target))
+                  model_parts(graph, board.target), compiled.merged.result if compiled.merged else lambda: None)
     watch.mark("link")
     return built
 
@@ -403,14 +409,17 @@ def _hashed_foreign_entry(directory: Path) -> str | None:
         return f"its manifest.json cannot be read ({type(exc).__name__})"
     if files is None:
         return "its manifest.json has no field 'files'"
+    listed = []
     for name in entries:
         path = directory / name
         if name == "manifest.json" and path.is_file() and not path.is_symlink():
             continue
         if name not in files or path.is_symlink() or not path.is_file():
             return f"it holds {name!r}, which its manifest does not list"
-        if sha256_file(path) != files[name]:
-            return f"{name!r} was changed after the build"
+        listed.append(path)
+    changed = [name for name, digest in sha256_files(listed).items() if digest != files[name]]
+    if changed:
+        return f"{changed[0]!r} was changed after the build"
     missing = sorted(set(files) - set(entries))
     if missing:
         return f"{missing[0]!r}, listed in its manifest, is missing"
@@ -539,10 +548,12 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
             raise InputError(f"cannot create the output directory {str(out_dir)!r} ({exc.strerror or exc}): choose another -o DIR") from None
         watch.mark("artifact")
         stage(BUILD_STAGES[2])
-        compiled = compile_graph(graph, board, options, workdir, watch)
-        spec = compiled.spec
-        stage(BUILD_STAGES[3])
-        runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch, options.cache)
+        with ThreadPoolExecutor(1, thread_name_prefix="fxc-merge") as merge:  # model.o merged while the glue compiles
+            compiled = compile_graph(graph, board, options, workdir, watch, merge)
+            spec = compiled.spec
+            stage(BUILD_STAGES[3])
+            runtime_built = _link(board, compiled.lowered.graph, compiled, workdir, options.profile_runner, watch,
+                                  options.cache)
         stage(BUILD_STAGES[4])
         weights = sum(_constant_bytes(g) for g in [graph, *bodies(graph)])
         manifest = Manifest(
@@ -560,7 +571,7 @@ def _assemble(graph: Graph, board: Board, options: BuildOptions, out_dir: Path, 
             parallel_ops=compiled.parallel_ops, c_api=api.manifest(),
             optimizer={k: v for k, v in compiled.lowered.decisions.summary().items() if k != "seconds"},
             footprint=elf_footprint(workdir / "runner"))
-        manifest = dataclasses.replace(manifest, files={p.name: sha256_file(p) for p in sorted(workdir.iterdir()) if p.is_file()})
+        manifest = dataclasses.replace(manifest, files=sha256_files([p for p in sorted(workdir.iterdir()) if p.is_file()]))
         watch.mark("artifact")
         if options.timings:
             manifest = dataclasses.replace(manifest, timings=BuildTimings.of(watch, compiled.llvm, runtime_built, compiled.kernels, compiled.plan_cached))

@@ -19,9 +19,9 @@ STAGES: dict[str, str] = {
     "memory plan": "arena plan and its verification",
     "kernels": "per-node unit keys computed and looked up in the kernel cache",
     "units": "the units missed: emitted, as IR text, LLVM optimization and code generation, on every core; the entry modules",
-    "objects": "unit and entry objects, weights and their labels merged (ld.lld -r)",
+    "objects": "the merge of unit and entry objects, weights and labels started (ld.lld -r; it runs beside runtime and link)",
     "runtime": "the C runtime for the board's architecture (built once, then cached)",
-    "link": "glue, runners and libraries (zig)",
+    "link": "glue, the wait for the merge, runners and libraries (zig)",
     "artifact": "footprint, digests, manifest, directory renamed into place",
 }
 """Stage name -> what it covers, in build order (docs/INTERNALS.md, "Build timings", lists the same)."""

@@ -1,6 +1,7 @@
 """Render the per-model C sources (model.h, model_glue.c, or NAME.h, NAME_glue.c) from templates/."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -13,7 +14,8 @@ import numpy as np
 
 from ..dtypes import STORAGE_ONLY
 from ..errors import InputError
-from ..resources import data_dir
+from ..resources import data_dir, package_digest
+from ..target.cpus import cache_root
 
 # numpy dtype name -> ONNX TensorProto data type code (the runtime's dtype enum).
 DTYPE_CODES: dict[str, int] = {
@@ -256,10 +258,32 @@ def _dims_text(t: TensorSpec, symbols: tuple[SymbolSpec, ...]) -> str:
                            for d, s in zip(t.shape, t.dim_symbols)) + "]"
 
 
+class TemplateCache(jinja2.FileSystemBytecodeCache):
+    """The templates' compiled code in cache_root()/templates, so a build's process does not compile them again
+    (70 ms): jinja2 checks each file's source and Python's version, the key adds this package's sources (the
+    environment's options); a cache that cannot be read or written is skipped."""
+
+    def __init__(self):
+        super().__init__(str(cache_root() / "templates"))
+
+    def get_cache_key(self, name: str, filename: str | None = None) -> str:
+        return package_digest() + "-" + super().get_cache_key(name, filename)
+
+    def load_bytecode(self, bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().load_bytecode(bucket)
+
+    def dump_bytecode(self, bucket) -> None:
+        with contextlib.suppress(OSError):
+            Path(self.directory).mkdir(parents=True, exist_ok=True)
+            super().dump_bytecode(bucket)
+
+
 @cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-                             undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+                             undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
+                             bytecode_cache=TemplateCache())
     env.filters.update(c_string=c_string, c_comment=c_comment, shape_text=_shape_text,
                        dtype_code=DTYPE_CODES.__getitem__)
     return env

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .. import tempfiles
 from ..progress import progress_bar
@@ -342,11 +342,12 @@ def _glue_object(target: Target, glue_c: Path, include_dir: Path, out: Path, cac
 
 def link_artifact(target: Target, model_obj: Path, prof_obj: Path | None, glue_c: Path,
                   include_dir: Path, out_dir: Path, api: CApi = CApi(), cache: KernelCache | None = None,
-                  model_parts: Sequence[Path] = ()) -> LinkResult:
+                  model_parts: Sequence[Path] = (), model_ready: Callable[[], object] = lambda: None) -> LinkResult:
     """Link `runner`, `runner_prof` (when prof_obj is given) and the library into out_dir: libmodel.a with the
     runtime inside, or for a named API libNAME.a (model + glue) and libfxc_runtime.a (the runtime, shared); the
     glue's object comes from `cache` when it holds one for the same source, headers, target and zig. `model_parts`:
-    runtime objects only this model's ops call (the image decoder), linked and archived beside the model."""
+    runtime objects only this model's ops call (the image decoder), linked and archived beside the model;
+    `model_ready()` returns once model_obj is written (the build merges it while the glue compiles)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rt = runtime_objects(target)
@@ -359,6 +360,7 @@ def link_artifact(target: Target, model_obj: Path, prof_obj: Path | None, glue_c
             src = data_dir("runtime_c")
             runner_o = _compile(target, RUNTIME_CPU, src / "runner.c", [src], Path(tmp) / "runner.o",
                                 [f"FXC_PREFIX={api.prefix}"])
+        model_ready()
         library = plain / api.library
         library.unlink(missing_ok=True)
         parts = list(model_parts)

@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -195,10 +195,14 @@ class Compiler:
     """Emits the units missed (on forked workers when there are enough) and compiles each distinct IR once: a
     code key already compiled in this build, or in the cache, is not compiled again."""
 
-    def __init__(self, cache, workers: int):
-        self.cache, self.workers, self.pool = cache, workers, None
+    def __init__(self, cache, workers: int, on_compiled=lambda key, code: None):
+        self.cache, self.workers, self.pool, self.on_compiled = cache, workers, None, on_compiled
         self.codes: dict[str, CodeResult | object] = {}
         """code key -> its CodeResult, or the future compiling it."""
+
+    def _compiled(self, key: str, code: CodeResult) -> None:
+        self.codes[key] = code
+        self.on_compiled(key, code)
 
     def want(self, key: str, text: str, spec: MachineSpec) -> None:
         if key in self.codes:
@@ -206,12 +210,14 @@ class Compiler:
         cached = cached_code(self.cache, key)
         if cached is not None:
             self.codes[key] = cached
-        else:
+        elif self.pool is not None:
             try:
-                self.codes[key] = self.pool.submit(_forked_compile, text, spec) if self.pool else compile_code(text, spec)
+                self.codes[key] = self.pool.submit(_forked_compile, text, spec)
             except BrokenProcessPool:  # a worker died: this process compiles the rest
                 self.pool = None
-                self.codes[key] = compile_code(text, spec)
+                self._compiled(key, compile_code(text, spec))
+        else:
+            self._compiled(key, compile_code(text, spec))
 
     def run(self, jobs: list[UnitJob], meanwhile) -> tuple[list[Emitted], dict[str, CodeResult], set[str]]:
         """Every job emitted (in order) and every distinct code compiled or found; `meanwhile(emitted)` runs here
@@ -242,9 +248,10 @@ class Compiler:
                     self.want(done[i].key, *texts[done[i].key])
             emitted = [done[i] for i in range(len(jobs))]
             meanwhile(emitted)
-            for key, value in list(self.codes.items()):
-                if isinstance(value, Future):
-                    self.codes[key] = _result(value) or compile_code(*texts[key])
+            pending = {value: key for key, value in self.codes.items() if isinstance(value, Future)}
+            for future in as_completed(pending):
+                key = pending[future]
+                self._compiled(key, _result(future) or compile_code(*texts[key]))
         finally:  # an error or a signal here: the units not started are dropped
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -325,6 +332,41 @@ def store_unit(cache: UnitCache | None, key: str, result: UnitResult, stored: se
     cache.put(key, result.record.to_bytes())
 
 
+class CacheWriter:
+    """The kernel cache's writes on a thread of their own, while the workers compile: the units' records and
+    constants once every unit is emitted, each object as soon as it is compiled. Leaving the `with` block waits for
+    them (an error in one is raised there). A record stored before its object is a miss until the object is in."""
+
+    def __init__(self, cache: UnitCache | None):
+        self.cache, self.stored, self.writes = cache, set(), []
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="fxc-cache") if cache is not None else None
+
+    def _submit(self, fn, *args) -> None:
+        if self.pool is not None:
+            self.writes.append(self.pool.submit(fn, *args))
+
+    def code(self, key: str, code: CodeResult) -> None:
+        self._submit(self.cache.put if self.cache else None, key, OBJECT_MAGIC + code.code)
+
+    def units(self, units: list[tuple[str, UnitResult]]) -> None:
+        self._submit(self._store_units, units)
+
+    def _store_units(self, units: list[tuple[str, UnitResult]]) -> None:
+        for key, result in units:
+            store_unit(self.cache, key, result, self.stored)
+
+    def __enter__(self) -> CacheWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is None:
+            return
+        self.pool.shutdown(wait=True, cancel_futures=exc[0] is not None)
+        if exc[0] is None:
+            for write in self.writes:
+                write.result()
+
+
 @dataclass(frozen=True)
 class UnitOptions:
     layouts: dict
@@ -354,7 +396,8 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
     for v, spec in enumerate(specs):
         for step, _ in steps:
             jobs.setdefault(keys[v][step], UnitJob(views[step], spec, keys[v][step]))
-    compiler = Compiler(cache, options.workers or 1)
+    writer = CacheWriter(cache)
+    compiler = Compiler(cache, options.workers or 1, writer.code)
     results = {key: cached_unit(cache, key) for key in jobs}
     for key, result in results.items():
         code = cached_code(cache, result.record.code) if result is not None else None
@@ -372,6 +415,7 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
         for job, e in zip(missed, emitted):
             record = UnitRecord(e.key, tuple(e.unit.constants), e.unit.arguments, e.unit.split)
             results[job.key] = UnitResult(record, e.unit.constants, e.seconds)
+        writer.units([(job.key, results[job.key]) for job in missed])
         for v, entry in enumerate(entries):
             units = {step: results[keys[v][step]] for step, _ in steps}
             symbols = {step: unit_symbol(u.record.code, specs[v]) for step, u in units.items()}
@@ -379,13 +423,8 @@ def build_units(graph: Graph, plan, specs: list[MachineSpec], options: UnitOptio
                 texts.append(emit_entry(entry, symbols, {step: [(d, u.constants[d]) for d in u.record.arguments]
                                                          for step, u in units.items()}))
             entry_codes.append(compile_module_timed(texts[-1], specs[v]))
-    _, codes, fresh = compiler.run(missed, entries_here)
-    if cache is not None:
-        for key in sorted(fresh):
-            cache.put(key, OBJECT_MAGIC + codes[key].code)
-        stored: set[str] = set()
-        for job in missed:
-            store_unit(cache, job.key, results[job.key], stored)
+    with writer:
+        _, codes, fresh = compiler.run(missed, entries_here)
     counts = (len(jobs) - len(missed), len(missed), len(fresh))
     return _assemble(specs, steps, keys, results, codes, entries, texts, entry_codes, counts)
 

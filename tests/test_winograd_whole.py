@@ -58,29 +58,39 @@ def test_v_is_a_planned_arena_buffer(monkeypatch):
     assert conv.inputs[-1] == "conv.winograd_v"
 
 
-@pytest.mark.parametrize("board, copies", [("x86_64", 2), ("rpi4", 1)])
-def test_v_copy_per_thread_where_caches_are_private(board, copies, monkeypatch):
-    """x86 (cores in cache domains they may not share): a 2-thread build gives each thread its own copy of V, written
-    by the transform's tile c and read by the conv's tile c (the pool's home shards run both on one thread); the ARM
-    boards' cores share a cache: one V, transformed by all threads."""
-    low = lowered(conv_model(32, 40, 11, 9, (1, 2, 0, 1), group=2, batch=2), "wimg4", monkeypatch, board, threads=2)
-    assert low.graph.tensors["conv.winograd_v"].shape == (2 * copies, 2, 36, 9, 16)
+@pytest.mark.parametrize("board, threads, batch, oc, copies", [
+    ("x86_64", 2, 1, 128, 2),  # one image, two 64-channel panels: a copy per thread
+    ("x86_64", 4, 2, 256, 2),  # two images on 4 threads: two threads share each image
+    ("x86_64", 4, 1, 96, 2),  # at most one copy per 64-channel panel
+    ("x86_64", 2, 2, 128, 1),  # every thread has its own image
+    ("x86_64", 1, 1, 128, 1),
+    ("rpi4", 2, 1, 128, 1),  # the ARM boards' cores share a cache: one V, transformed by all threads
+])
+def test_v_copy_per_thread_where_caches_are_private(board, threads, batch, oc, copies, monkeypatch):
+    """x86 (cores in cache domains they may not share): a threaded build gives each thread that shares an image its
+    own copy of V, written by the transform's tile c and read by the conv's tile c (the pool's home shards run both
+    on one thread), and records per tile which copy holds its image (`<conv>.winograd_copy`)."""
+    low = lowered(conv_model(32, oc, 11, 9, (1, 2, 0, 1), batch=batch), "wimg4", monkeypatch, board, threads=threads)
+    assert low.graph.tensors["conv.winograd_v"].shape == (batch * copies, 1, 36, 9, 32)
     transform = next(n for n in low.graph.nodes if n.op_type == "WinogradInput")
-    assert transform.attrs["copies"] == copies and low.decisions.v_copies == copies
-    held = low.graph.tensors.get("conv.winograd_copy")  # per tile of the split, the copy holding its image's V
-    assert (held is None) if copies == 1 else (held.shape == (2 * 2 * copies,) and held.dtype == np.int32)
-    one = lowered(conv_model(32, 40, 11, 9, (1, 2, 0, 1), group=2, batch=2), "wimg4", monkeypatch, board, threads=1)
-    assert one.graph.tensors["conv.winograd_v"].shape[0] == 2  # one thread: one copy
+    assert transform.attrs["copies"] == copies
+    held = low.graph.tensors.get("conv.winograd_copy")
+    assert (held is None) if copies == 1 else (held.shape == (batch * copies,) and held.dtype == np.int32)
 
 
-@pytest.mark.parametrize("order", ["wimg2", "wimg4"])
-def test_same_bits_at_every_thread_count(order, tmp_path, patched_compiler):
+@pytest.mark.parametrize("order, batch, copies", [("wimg2", 1, 3), ("wimg4", 1, 3), ("wimg4", 2, 2), ("wimg2", 4, 1)])
+def test_same_bits_at_every_thread_count(order, batch, copies, tmp_path, patched_compiler):
+    """A 4-thread build (copies of V for the threads that share an image, at most one per 64-channel panel) run on 1,
+    2 and 4 threads: the same bits as a 1-thread build; on one thread each image is transformed once."""
     force(patched_compiler, order)
-    model = conv_model(64, 48, 24, 24)
-    x = np.random.default_rng(4).standard_normal((1, 64, 24, 24)).astype(np.float32)
+    model = conv_model(64, 160, 24, 24, batch=batch)
+    x = np.random.default_rng(4).standard_normal((batch, 64, 24, 24)).astype(np.float32)
     art = build(model, tmp_path / "t4", threads=4)
     manifest = json.loads((art / "manifest.json").read_text())
-    assert manifest["parallel_ops"]["conv"] == manifest["parallel_ops"]["conv.winograd_input"] == [1, 1, 4]  # 4 copies of V
+    if copies > 1:
+        assert manifest["parallel_ops"]["conv"] == manifest["parallel_ops"]["conv.winograd_input"] == [batch, 1, copies]
+    else:
+        assert "conv.winograd_copy" not in json.dumps(manifest)
     one = run_runner(build(model, tmp_path / "t1", threads=1), x)
     for t in (1, 2, 4):
         assert np.array_equal(run_runner(art, x, t), one)

@@ -35,7 +35,6 @@ from .frontend.validate import Limits, default_max_memory
 from .frontend.binding import manifest_entry
 from .frontend.input_shapes import declared_shapes, resolve_shapes
 from .frontend.ranges import ShapeRanges
-from .fluid.winograd_split import v_copies
 from .emit.capi import CApi
 from .emit.threads import resolve_threads
 from .emit.unit_build import UnitOptions, build_units
@@ -502,7 +501,7 @@ def build_model(model_path: str | Path, options: BuildOptions = BuildOptions()) 
     graph = import_graph(model, input_shapes, model_path.stem, bound, options.structures, build_limits(board, options),
                          on_imported=imported, ranges=options.ranges, conv_algo=options.conv_algo,
                          precision=options.precision,
-                         v_copies=v_copies(board.target.private_caches, resolve_threads(board, options.threads)))
+                         v_copies=resolve_threads(board, options.threads) if board.target.private_caches else 1)
     watch.mark("passes")
     out_dir = Path(options.out_dir) if options.out_dir else default_out_dir(model_path, board)
 

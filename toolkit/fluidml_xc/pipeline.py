@@ -63,7 +63,7 @@ def import_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]
     --input-shape), one graph for every size in them: capacity shapes plus Tensor.dyn (frontend/dynamic.py).
     conv_algo: --conv-algo, the convs that may run as Winograd (passes/winograd.py, under `limits`); precision:
     --precision, fp16 narrows the float32 arithmetic (passes/precision.py; the board's check is check_precision);
-    v_copies: the copies of a whole-image Winograd V the build will make (its budget counts them)."""
+    v_copies: the threads a whole-image Winograd V is copied for (1: one V; its budget counts the copies)."""
     graph = import_unchecked(model, input_shapes, name, bind, structures, limits, on_imported, ranges, conv_algo, precision,
                              v_copies)
     check_supported(graph)

@@ -36,7 +36,7 @@ from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count, element_work, layou
 from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
-from .winograd_split import v_copies
+from ..kernels.winograd import v_copies
 from .split_costs import generic_tiles, parallel_time, split_tiles
 from .layouts import Perm
 from ..target.arch import half_arithmetic
@@ -281,7 +281,7 @@ class AnalyticModel:
         if geo is None:
             return self.opaque(node), None
         costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
-        copies = v_copies(self.forms.private_caches, self.threads)
+        copies = v_copies(self.forms.private_caches, self.threads, geo.N * geo.G, geo.Cog)
         for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators, tile=self.forms.gemm_tile).items():
             work, shared = winograd_ns(geo, wp, self.figures, copies)
             costs[order] = self.threaded(CALL_NS + work, winograd_tiles(geo, wp, copies)) + shared
@@ -548,7 +548,8 @@ class Costs:
             if kind == "conv":
                 geo = conv_geometry(self.graph, node, strides, self.model.vector_bits, self.model.forms)
                 wino = allowed_orders(node, geo, self.model.forms.conv_accumulators, tile=self.model.forms.gemm_tile).get(order)
-                tiles = None if geo is None else winograd_tiles(geo, wino) if wino else self.model.conv_tiles(geo, order)
+                copies = 1 if geo is None else v_copies(self.model.forms.private_caches, self.model.threads, geo.N * geo.G, geo.Cog)
+                tiles = None if geo is None else winograd_tiles(geo, wino, copies) if wino else self.model.conv_tiles(geo, order)
                 return ns if geo is None else self.model.threaded(ns, tiles)
             return self.model.threaded(ns, self.model.matmul_tiles(matmul_geometry(self.graph, node, strides, self.model.half), order))
         serial = self.serial.cost_and_order(node, layouts)[0]

@@ -19,7 +19,7 @@ from .costs import Costs, KernelTimer, transpose_is_view
 from .layouts import LayoutProblem, candidate_layouts, identity, is_identity, permute_layout
 from .segmentation import segment_graph
 from .voting import vote_layouts
-from .winograd_split import split_whole_image, v_copies
+from .winograd_split import split_whole_image
 from ..ir import Graph, Node
 from .. import opspec
 from ..opspec import OpSpec
@@ -76,7 +76,7 @@ class Decisions:
     winograd: dict[str, dict] = field(default_factory=dict)
     """Conv run as Winograd -> {"m": tile size, "weight_bytes": direct's, "transformed_bytes": Winograd's}."""
     v_copies: int = 1
-    """Copies of each whole-image Winograd conv's V (fluid/winograd_split.py v_copies)."""
+    """Threads a whole-image Winograd conv's V is copied for (fluid/winograd_split.py v_copies; 1: one V)."""
 
     def summary(self) -> dict:
         return {"mode": self.mode, "costs": self.costs, "threads": self.threads, "non_row_major": {k: list(v) for k, v in self.layouts.items()},
@@ -175,7 +175,8 @@ def view_transposes(graph: Graph, layouts) -> list[int]:
 
 def apply_views(graph: Graph, layouts, loop_orders=None, copies: int = 1) -> Graph:
     """`graph` with the Transposes that `layouts` make byte copies replaced by VIEW_OP nodes, the others shared; with
-    `loop_orders`, every whole-image Winograd conv split in two (fluid/winograd_split.py), its V in `copies` copies."""
+    `loop_orders`, every whole-image Winograd conv split in two (fluid/winograd_split.py), its V copied for `copies`
+    threads."""
     if loop_orders:
         graph = split_whole_image(graph, loop_orders, copies)
     views = set(view_transposes(graph, layouts))
@@ -194,7 +195,7 @@ def optimize(graph: Graph, spec: MachineSpec, mode: str, costs: str = "analytic"
     costs="measure", kernels not in the cache are timed by `timer` when given). The graph is not changed: the
     Transposes the layouts make byte copies are listed in `views` (see apply_views)."""
     started = time.perf_counter()
-    decisions = Decisions(mode, costs=costs, threads=threads, v_copies=v_copies(getattr(spec, "private_caches", False), threads))
+    decisions = Decisions(mode, costs=costs, threads=threads, v_copies=threads if getattr(spec, "private_caches", False) else 1)
     if mode != "fluid" or not graph.nodes:
         return decisions
     model = Costs(graph, spec, costs, threads=threads, timer=timer)

@@ -57,9 +57,10 @@ def allowed_orders(node, geo: ConvGeometry | None, accumulators: int, whole: boo
 
 
 def tiles(geo: ConvGeometry, wp: WinogradPlan, copies: int = 1) -> int:
-    """Parallel tiles of the kernel: images x groups x blocks of tiles (whole image: x panels of output channels, or x
-    copies of V: one share of the panels each)."""
-    n = geo.N * geo.G * ((copies if copies > 1 else -(-geo.Cog // wp.NR)) if wp.whole else wp.blocks)
+    """Parallel tiles of the kernel that have work: images x groups x blocks of tiles (whole image: x panels of output
+    channels, or x copies of V, one share of the panels each)."""
+    panels = -(-geo.Cog // wp.NR)
+    n = geo.N * geo.G * ((min(copies, panels) if copies > 1 else panels) if wp.whole else wp.blocks)
     return n if n >= 2 else 1
 
 

@@ -10,22 +10,13 @@ import numpy as np
 
 from ..ir import Graph, Node, Tensor
 from ..kernels.conv_geometry import begin_pads
-from ..kernels.winograd import V_INPUT_ATTR, WHOLE_ORDERS
+from ..kernels.winograd import V_INPUT_ATTR, WHOLE_ORDERS, v_copies
 from ..opspec import OUR_DOMAIN
 
 
-def v_copies(private_caches: bool, threads: int) -> int:
-    """Copies of V a whole-image conv gets: one per thread where cores may not share a cache (the target's
-    `private_caches`), so each thread transforms the whole input into the copy it reads and no line of V moves
-    between cores; else one, transformed by all threads together (docs/WINOGRAD.md "Threads"). With copies, the
-    transform also writes `<conv>.winograd_copy`: per tile of the split, the copy that holds its image's V (a call
-    of the transform over several tiles fills one copy for all of them)."""
-    return threads if private_caches and threads > 1 else 1
-
-
-def split_whole_image(graph: Graph, loop_orders, copies: int = 1) -> Graph:
+def split_whole_image(graph: Graph, loop_orders, threads: int = 1) -> Graph:
     """`graph` with every conv whose order in `loop_orders` is a whole-image one preceded by its WinogradInput, which
-    writes `copies` copies of V (v_copies)."""
+    writes copies of V for `threads` threads (v_copies; 1: one V)."""
     convs = {n.name for n in graph.nodes if loop_orders.get(n.name) in WHOLE_ORDERS and not n.attrs.get(V_INPUT_ATTR)}
     if not convs:
         return graph
@@ -39,6 +30,7 @@ def split_whole_image(graph: Graph, loop_orders, copies: int = 1) -> Graph:
         groups = int(node.attrs.get("group", 1))
         (N, C, H, W), (OH, OW) = x.shape, out.shape[2:]
         tiles = -(-OH // m) * -(-OW // m)
+        copies = v_copies(threads > 1, threads, N * groups, out.shape[1] // groups)
         v = Tensor(f"{node.name}.winograd_v", np.dtype(np.float32), (copies * N, groups, (m + 2) ** 2, tiles, C // groups))
         made = [v] if copies == 1 else [v, Tensor(f"{node.name}.winograd_copy", np.dtype(np.int32), (N * groups * copies,))]
         tensors.update((t.name, t) for t in made)

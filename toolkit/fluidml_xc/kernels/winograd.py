@@ -120,6 +120,24 @@ def v_shape(s, m: int) -> tuple[int, int, int, int, int]:
     return (s.N, s.G, (m + 2) ** 2, -(-s.OH // m) * -(-s.OW // m), s.Cig)
 
 
+WIDEST_PANEL = 64
+"""Output channels of the widest GEMM panel a whole-image conv splits over (kernels/matmul_geometry.py outer_tile: 4
+vectors of 16 floats, AVX-512); V's copies are the same for every code variant of a build."""
+
+
+def v_copies(private_caches: bool, threads: int, images: int, channels: int) -> int:
+    """Copies of V a whole-image conv of `images` images x groups and `channels` output channels per group gets:
+    where cores may not share a cache (the target's `private_caches`), one per thread that shares an image, so each
+    thread transforms the whole image into the copy it reads and no line of V moves between cores; at most one per
+    panel of output channels (a copy no panel reads is not worth its transform), and one when every thread has its
+    own images. Else one, transformed by all threads together (docs/WINOGRAD.md "Threads"). With copies, the
+    transform also writes `<conv>.winograd_copy`: per tile of the split, the copy that holds its image's V (a call
+    of the transform over several tiles fills one copy for all of them)."""
+    if not private_caches or threads <= images:
+        return 1
+    return max(1, min(-(-threads // images), -(-channels // WIDEST_PANEL)))
+
+
 def plan_winograd(s, m: int, V: int, accumulators: int, whole: bool = False,
                   tile: tuple[int, int] | None = None) -> WinogradPlan | None:
     """The blocking of F(m x m, 3 x 3) for conv shape `s` at V lanes; None when one tile's transformed input does not

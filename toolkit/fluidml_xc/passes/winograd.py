@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, Node
-from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, WHOLE_ATTR, grouped_ok, growth
+from ..kernels.winograd import ALLOWED_ATTR, TRANSFORMS, WHOLE_ATTR, grouped_ok, growth, v_copies
 
 CONV_ALGOS = ("auto", "direct")
 """--conv-algo: auto (the cost model chooses per layer) or direct (never Winograd)."""
@@ -48,7 +48,7 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
                   copies: int = 1) -> dict[str, int]:
     """Set ALLOWED_ATTR on the eligible convs `algo` and the budget allow (removing stale marks); returns node name ->
     the largest tile size allowed. whole_image=False: no WHOLE_ATTR (a dynamic build: V has no run-time extents);
-    copies: the copies of each whole-image V the build makes (fluid/winograd_split.py v_copies)."""
+    copies: the threads whole-image V is copied for (fluid/winograd_split.py v_copies; 1: one V)."""
     if algo not in CONV_ALGOS:
         raise InputError(f"unknown --conv-algo {algo!r}; choose one of {', '.join(CONV_ALGOS)}")
     for node in graph.nodes:
@@ -80,10 +80,12 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
             chosen[node.name] = sizes[0]
             if room is not None:
                 room -= grown
-            whole = [m for m in sizes if whole_image and (room is None or copies * v_bytes(graph, node, m) <= room)]
+            n_copies = v_copies(copies > 1, copies, graph.tensors[node.inputs[0]].shape[0] * int(node.attrs.get("group", 1)),
+                                graph.tensors[node.outputs[0]].shape[1] // int(node.attrs.get("group", 1)))
+            whole = [m for m in sizes if whole_image and (room is None or n_copies * v_bytes(graph, node, m) <= room)]
             if whole:
                 node.attrs[WHOLE_ATTR] = tuple(whole)
-                room = None if room is None else room - copies * v_bytes(graph, node, whole[0])
+                room = None if room is None else room - n_copies * v_bytes(graph, node, whole[0])
     return chosen
 
 

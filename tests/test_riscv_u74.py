@@ -29,12 +29,13 @@ def _tool(*names: str) -> str:
     pytest.skip(f"none of {', '.join(names)} installed")
 
 
-@pytest.mark.parametrize("kk", [1, 2, 3, 4, 5, 7, 8, 9, 29, 256])
-def test_routine_encodes_as_llvm_mc_assembles_it(kk, tmp_path):
+@pytest.mark.parametrize("kk, b_step", [(k, 5) for k in (1, 2, 3, 4, 5, 7, 8, 9, 29, 256)] + [(9, 130), (29, 4096)])
+def test_routine_encodes_as_llvm_mc_assembles_it(kk, b_step, tmp_path):
     """Every instruction word of the routine is what llvm-mc makes of its assembly text (flw/fsw/fld/fsd, fmadd.s,
-    fmv.w.x, addi, the loop's bne back to its first step, ret)."""
+    fmv.w.x, addi, the loop's bne back to its first step, ret; with B's K stride past the loads' offsets, the ld of
+    the stride and the adds of the two B pointers taking turns)."""
     mc, objcopy = _tool("llvm-mc-22", "llvm-mc-19", "llvm-mc"), _tool("llvm-objcopy-22", "llvm-objcopy-19", "llvm-objcopy")
-    code = program(U74, kk, 1, 5)
+    code = program(U74, kk, 1, b_step)
     subprocess.run([mc, "-triple=riscv64", "-mattr=+f,+d", "-filetype=obj", "-o", str(tmp_path / "a.o")], input=text(code),
                    text=True, check=True)
     subprocess.run([objcopy, "-O", "binary", "--only-section=.text", str(tmp_path / "a.o"), str(tmp_path / "a.bin")], check=True)
@@ -62,6 +63,7 @@ def test_loop_reaches_70_percent_in_llvm_mca_22():
 def test_tile_is_for_the_u74_without_v_only():
     assert scalar_tile("riscv64-unknown-linux-gnu", "sifive-u74", "+m,+a,+f,+d,+c") == ScalarTile(5, 5, 4)
     assert scalar_tile("riscv64-unknown-linux-gnu", "sifive-u74", "+m,+a,+f,+d,+c,+v") is None
+    assert scalar_tile("riscv64-unknown-linux-gnu", "sifive-u74", "+m,+a,+f,-d,+c") is None  # fld/fsd need D
     assert scalar_tile("riscv64-unknown-linux-gnu", "generic-rv64", "+m,+a,+f,+d,+c") is None
     assert scalar_tile("riscv64-unknown-linux-gnu", "spacemit-x60", "+m,+a,+f,+d,+c,+v,+zvl256b") is None
     assert scalar_tile("x86_64-unknown-linux-gnu", "sifive-u74", "") is None

@@ -39,8 +39,9 @@ SCALAR_TILES = {"sifive-u74": ScalarTile(5, 5, 4)}
 
 
 def scalar_tile(triple: str, cpu: str, features: str) -> ScalarTile | None:
-    """The tile for a scalar RISC-V CPU (no V) that has one, else None."""
-    if not triple or not arch_of(triple).riscv or riscv_vlen(features):
+    """The tile for a scalar RISC-V CPU (no V) that has one, else None (also when the features take away the F or D
+    extension the routine's flw/fld/fsd need)."""
+    if not triple or not arch_of(triple).riscv or riscv_vlen(features) or {"-f", "-d"} & set(features.split(",")):
         return None
     return SCALAR_TILES.get(cpu)
 

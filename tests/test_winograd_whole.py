@@ -5,6 +5,8 @@ bits at every thread count, V in the memory plan, and --max-memory leaving the f
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,6 +97,30 @@ def test_same_bits_at_every_thread_count(order, batch, copies, tmp_path, patched
     for t in (1, 2, 4):
         assert np.array_equal(run_runner(art, x, t), one)
     assert rel_error(one, ort(model, x)) < RTOL
+
+
+def test_copies_under_an_applications_uneven_ranges(tmp_path, patched_compiler):
+    """An application's parallel_for that hands a 3-copy conv's tiles out as [0, 1) and [1, 3) on one thread: the
+    transform fills copy 0 and, for tiles 1 and 2 together, copy 1, and the conv's tile 2 reads copy 1 as recorded
+    (tests/c/app_pfor.c with THREADS 0): the runner's bytes."""
+    from fluidml_xc.emit.link import compile_c_program
+    from fluidml_xc.target.boards import get_board
+
+    force(patched_compiler, "wimg4")
+    model = conv_model(64, 160, 24, 24)
+    art = build(model, tmp_path / "art", threads=4)
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["parallel_ops"]["conv.winograd_input"] == [1, 1, 3]
+    x = np.random.default_rng(5).standard_normal((1, 64, 24, 24)).astype(np.float32)
+    want = run_runner(art, x, 1)
+    c_dir = Path(__file__).resolve().parent / "c"
+    exe = compile_c_program(get_board("x86_64").target, manifest["cpu"], [c_dir / "app_pfor.c"], [art, c_dir],
+                            [art / "libmodel.a", "-lpthread"], tmp_path / "app_pfor")
+    (tmp_path / "x.bin").write_bytes(x.tobytes())
+    proc = subprocess.run([str(exe), "0", str(tmp_path / "x.bin"), str(tmp_path / "y.bin")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "y.bin").read_bytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("board", ["qemu-aarch64", "qemu-armv7"])

@@ -1,5 +1,6 @@
 /* The application's own parallel-for (fxc_set_parallel_for): each call runs the tiles on THREADS
- * application threads, every thread taking tiles in reverse order from a shared atomic counter.
+ * application threads, every thread taking tiles in reverse order from a shared atomic counter;
+ * THREADS 0: on the calling thread in two uneven ranges, [0, 1) and [1, n).
  * usage: app_pfor THREADS IN... OUT... ; prints how many calls and tiles went through it. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +31,14 @@ static void *help(void *arg)
 static void app_parallel_for(void *user, fxc_task_fn task, void *ctx, int64_t n)
 {
     int threads = *(int *)user;
+    if (threads == 0) {
+        atomic_fetch_add(&calls, 1);
+        task(ctx, 0, 1);
+        if (n > 1)
+            task(ctx, 1, n);
+        atomic_fetch_add(&tiles, n);
+        return;
+    }
     job_t job = {task, ctx, n, 0};
     pthread_t tid[16];
     pthread_attr_t attr;

@@ -76,6 +76,16 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
     return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
+def _matches_onnxruntime_on_the_tile(model: onnx.ModelProto, feeds: dict, tmp_path, **options) -> None:
+    """`model` built for visionfive2 runs the routine (its section in model.o) and gives ONNX Runtime's values under
+    qemu."""
+    artifact = build(model, tmp_path, "visionfive2", profile_runner=False, **options)
+    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
+    got = run(artifact, feeds)
+    for out, want in ort(model, feeds).items():
+        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
+
+
 def _gemm_model() -> tuple[onnx.ModelProto, dict]:
     """MatMuls with constant B at K 1..9 and 29 (loop or not, 1 to 4 steps after it), M 5 / 7 / 12 and N 5 / 13 /
     17 (full tiles and the generic code's remainders); a Gemm with bias, alpha, beta and transB, one with transA, a
@@ -105,12 +115,7 @@ def _gemm_model() -> tuple[onnx.ModelProto, dict]:
 
 @pytest.mark.qemu
 def test_gemm_tiles_match_onnxruntime_on_visionfive2(tmp_path):
-    model, feeds = _gemm_model()
-    artifact = build(model, tmp_path, "visionfive2", profile_runner=False)
-    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
-    got = run(artifact, feeds)
-    for out, want in ort(model, feeds).items():
-        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
+    _matches_onnxruntime_on_the_tile(*_gemm_model(), tmp_path)
 
 
 def _pointwise_model() -> tuple[onnx.ModelProto, dict]:
@@ -129,12 +134,7 @@ def _pointwise_model() -> tuple[onnx.ModelProto, dict]:
 
 @pytest.mark.qemu
 def test_pointwise_convs_match_onnxruntime_on_visionfive2(tmp_path):
-    model, feeds = _pointwise_model()
-    artifact = build(model, tmp_path, "visionfive2", profile_runner=False)
-    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
-    got = run(artifact, feeds)
-    for out, want in ort(model, feeds).items():
-        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
+    _matches_onnxruntime_on_the_tile(*_pointwise_model(), tmp_path)
 
 
 def _im2col_model() -> tuple[onnx.ModelProto, dict]:
@@ -156,12 +156,7 @@ def _im2col_model() -> tuple[onnx.ModelProto, dict]:
 
 @pytest.mark.qemu
 def test_direct_convs_as_panels_match_onnxruntime_on_visionfive2(tmp_path):
-    model, feeds = _im2col_model()
-    artifact = build(model, tmp_path, "visionfive2", profile_runner=False, conv_algo="direct")
-    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
-    got = run(artifact, feeds)
-    for out, want in ort(model, feeds).items():
-        np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
+    _matches_onnxruntime_on_the_tile(*_im2col_model(), tmp_path, conv_algo="direct")
 
 
 @pytest.mark.qemu

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..ir import Graph, Node, Tensor
 from ..kernels.conv_geometry import begin_pads
-from ..kernels.winograd import V_INPUT_ATTR, WHOLE_ORDERS, v_copies
+from ..kernels.winograd import V_INPUT_ATTR, WHOLE_ORDERS
+from ..passes.winograd import node_copies
 from ..opspec import OUR_DOMAIN
 
 
@@ -30,7 +31,7 @@ def split_whole_image(graph: Graph, loop_orders, threads: int = 1) -> Graph:
         groups = int(node.attrs.get("group", 1))
         (N, C, H, W), (OH, OW) = x.shape, out.shape[2:]
         tiles = -(-OH // m) * -(-OW // m)
-        copies = v_copies(threads > 1, threads, N * groups, out.shape[1] // groups)
+        copies = node_copies(graph, node, threads)
         v = Tensor(f"{node.name}.winograd_v", np.dtype(np.float32), (copies * N, groups, (m + 2) ** 2, tiles, C // groups))
         made = [v] if copies == 1 else [v, Tensor(f"{node.name}.winograd_copy", np.dtype(np.int32), (N * groups * copies,))]
         tensors.update((t.name, t) for t in made)

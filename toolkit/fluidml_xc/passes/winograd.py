@@ -80,13 +80,19 @@ def mark_winograd(graph: Graph, algo: str = "auto", max_bytes: int | None = None
             chosen[node.name] = sizes[0]
             if room is not None:
                 room -= grown
-            n_copies = v_copies(copies > 1, copies, graph.tensors[node.inputs[0]].shape[0] * int(node.attrs.get("group", 1)),
-                                graph.tensors[node.outputs[0]].shape[1] // int(node.attrs.get("group", 1)))
+            n_copies = node_copies(graph, node, copies)
             whole = [m for m in sizes if whole_image and (room is None or n_copies * v_bytes(graph, node, m) <= room)]
             if whole:
                 node.attrs[WHOLE_ATTR] = tuple(whole)
                 room = None if room is None else room - n_copies * v_bytes(graph, node, whole[0])
     return chosen
+
+
+def node_copies(graph: Graph, node: Node, threads: int) -> int:
+    """Copies of conv `node`'s whole-image V in a build that copies V for `threads` threads (1: one V; v_copies)."""
+    groups = int(node.attrs.get("group", 1))
+    images, channels = graph.tensors[node.inputs[0]].shape[0] * groups, graph.tensors[node.outputs[0]].shape[1] // groups
+    return v_copies(threads > 1, threads, images, channels)
 
 
 def v_bytes(graph: Graph, node: Node, m: int) -> int:

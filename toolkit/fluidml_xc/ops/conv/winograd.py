@@ -122,13 +122,17 @@ class WinogradConv:
         with k.parallel_tiles([s.N, s.G, self.copies], work) as (n, g, c):
             first = k.b.udiv(mul_index(k, c, panels), k.index(self.copies))
             last = k.b.udiv(mul_index(k, add_index(k, c, 1), panels), k.index(self.copies))
-            t = add_index(k, mul_index(k, add_index(k, mul_index(k, n, s.G), g), self.copies), c)
-            copy = k.load_ptr(self.held, np.dtype(np.int32), t)
+            copy = k.load_ptr(self.held, np.dtype(np.int32), self.copy_tile(n, g, c))
             if copy.type.width != k.idx_t.width:
                 copy = k.b.zext(copy, k.idx_t)
             vn = add_index(k, mul_index(k, copy, s.N), n)
             with k.for_range(last, first) as p:
                 self.one_panel(n, vn, g, p, full_p, rem)
+
+    def copy_tile(self, n, g, c):
+        """The flattened tile (n, g, c) of a split over [images, groups, copies of V]: `held`'s index."""
+        k = self.k
+        return add_index(k, mul_index(k, add_index(k, mul_index(k, n, self.s.G), g), self.copies), c)
 
     def one_panel(self, n, vn, g, p, full_p: int, rem: int) -> None:
         """Panel p of image n (V's image vn: the copy's) and group g."""

@@ -71,7 +71,7 @@ class InputTransform(WinogradConv):
         tile reads it (one call over all tiles, as on one thread, transforms each image once)."""
         s, wp, k, b = self.s, self.wp, self.k, self.k.b
         with k.parallel_tiles([s.N, s.G, self.copies], work * self.copies) as (n, g, c):
-            t = add_index(k, mul_index(k, add_index(k, mul_index(k, n, s.G), g), self.copies), c)
+            t = self.copy_tile(n, g, c)
             first = b.sub(t, c)
             if k.region_begin is not None:
                 first = k.imax(first, k.region_begin)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..symbolic import Dim, SymRange, bounds, floordiv, is_static, maximum
-from ..target.arch import Arch, arch_of, riscv_vlen
+from ..target.arch import Arch, arch_of, riscv_vector, riscv_vlen
 from .matmul_geometry import outer_tile
 from .scalar_tile import scalar_tile
 from .split import chunk_count
@@ -202,7 +202,7 @@ class TargetForms:
     @property
     def rvv(self) -> bool:
         """RISC-V with the V extension: the kernels' vectors are register groups (vector_lmul), 16 of them."""
-        return self.arch is not None and self.arch.riscv and riscv_vlen(self.features) > 0
+        return riscv_vector(self.triple, self.features)
 
     def vector_cycles(self, vector_bits: int) -> int:
         """Cycles per vector operation of vector_bits (fluid/costs.py): RVV's register groups take one per register

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..target.arch import arch_of, riscv_vlen
+from ..target.arch import arch_of, riscv_vector
 from .scalar import splat_const
 
 EPILOGUE_ATTR = "_epilogue"
@@ -94,7 +94,7 @@ def activate(k, epi, value):
 
 def _rvv(k) -> bool:
     spec = getattr(k, "spec", None)
-    return spec is not None and arch_of(spec.triple).riscv and riscv_vlen(spec.features) > 0
+    return spec is not None and riscv_vector(spec.triple, spec.features)
 
 
 def _clip_rvv(k, value, low, high):

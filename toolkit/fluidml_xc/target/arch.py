@@ -87,6 +87,11 @@ def riscv_vlen(features: str) -> int:
     return max([128, *(int(m.group(1)) for f in flags if (m := re.fullmatch(r"\+zvl(\d+)b", f.strip())))])
 
 
+def riscv_vector(triple: str, features: str) -> bool:
+    """A RISC-V target whose features enable the V extension (its kernels' vectors are RVV register groups)."""
+    return bool(triple) and arch_of(triple).riscv and riscv_vlen(features) > 0
+
+
 def feature_enabled(features: str, feature: str) -> bool:
     """Whether the LLVM features string turns FEATURE on: the last "+feature" / "-feature" in it decides, as in LLVM
     ("+neon,+fullfp16,-fullfp16" has it off)."""

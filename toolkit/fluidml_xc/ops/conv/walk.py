@@ -14,7 +14,7 @@ from ...kernels.conv_geometry import runtime_tap_range, tap_range
 from ...kernels.conv_plan import ConvPlan, ConvSpans, tap_span
 from ...kernels.half_blocks import HALF_BLOCK, in_blocks, is_half
 from ...symbolic import bounds, is_static
-from ...target.arch import arch_of, riscv_vlen
+from ...target.arch import arch_of, riscv_vector, riscv_vlen
 from ...kernels.kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Kernel, Operand, chunk_count
 from ...kernels.loops import element, loop, offset
 
@@ -149,7 +149,7 @@ class ConvKernel:
 
     def rvv(self) -> bool:
         """RISC-V with V: an empty asm statement (opaque) there also forgets the vector type, a `vsetivli` after it."""
-        return self.k.spec is not None and arch_of(self.k.spec.triple).riscv and riscv_vlen(self.k.spec.features) > 0
+        return self.k.spec is not None and riscv_vector(self.k.spec.triple, self.k.spec.features)
 
     def channel_steps(self) -> int:
         """Input channels per loop iteration of a 1x1 conv: the target's K steps (target/arch.py Arch.k_steps: 3 on

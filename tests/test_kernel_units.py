@@ -311,6 +311,29 @@ def test_a_dying_worker_costs_time_not_the_build(tmp_path, monkeypatch):
     assert compiled.kernels.processes == 1 and one == two
 
 
+def test_a_worker_dead_before_every_unit_is_sent_costs_time_not_the_build(tmp_path, monkeypatch):
+    """The pool breaks while the units are still being handed out (a worker died at its first unit while this
+    process sent the second): the units not sent are emitted and compiled here, same model.o (before: the
+    BrokenProcessPool of the second submit ended the build, under load)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from fluidml_xc.emit import unit_build
+
+    class BreaksAtTheSecondUnit(unit_build.ProcessPoolExecutor):
+        sent = 0
+
+        def submit(self, fn, *args, **kwargs):
+            if fn is unit_build._forked_emit:
+                BreaksAtTheSecondUnit.sent += 1
+                if BreaksAtTheSecondUnit.sent > 1:
+                    raise BrokenProcessPool("a child process terminated abruptly")
+            return super().submit(fn, *args, **kwargs)
+    one, _ = _compile(_model(), tmp_path, "one", monkeypatch, workers=1)
+    monkeypatch.setattr(unit_build, "ProcessPoolExecutor", BreaksAtTheSecondUnit)
+    two, _ = _compile(_model(), tmp_path, "two", monkeypatch, workers=2)
+    assert BreaksAtTheSecondUnit.sent > 1 and one == two
+
+
 def _daemon_build(conn, model_bytes: bytes, workdir: str) -> None:
     try:
         compiled = compile_graph(import_graph(onnx.load_from_string(model_bytes)), get_board("x86_64"),

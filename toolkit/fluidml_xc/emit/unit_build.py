@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -238,11 +239,15 @@ class Compiler:
             with _signals_held():  # the workers fork at the first submit
                 self.pool = pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
                                                        initializer=_worker_init, initargs=(jobs,))
-                futures = {self.pool.submit(_forked_emit, group): group
-                           for group in sorted(groups, key=lambda group: -jobs[group[0]].weight)}
-            for future in as_completed(futures):
-                group = futures[future]
-                done.update(zip(group, _result(future) or emit_group([jobs[i] for i in group])))
+                futures, unsent = {}, []
+                for group in sorted(groups, key=lambda group: -jobs[group[0]].weight):
+                    try:
+                        futures[self.pool.submit(_forked_emit, group)] = group
+                    except BrokenProcessPool:  # a worker died already: this process emits the rest
+                        unsent.append(group)
+            finished = ((futures[future], _result(future)) for future in as_completed(futures))
+            for group, result in itertools.chain(finished, ((group, None) for group in unsent)):
+                done.update(zip(group, result or emit_group([jobs[i] for i in group])))
                 for i in group:
                     texts.setdefault(done[i].key, (done[i].unit.named(done[i].key, jobs[i].spec), jobs[i].spec))
                     self.want(done[i].key, *texts[done[i].key])

@@ -28,6 +28,9 @@ BORDER_LOOP_ROWS = 28
 """Convs with at least this many output rows run their padded rows as one loop (`border_loop`); fewer rows keep a
 copy per side with constant taps (A/B on x86_64, single thread: a table-driven tap loop cost 3-5% over 7-20 rows,
 50% on 7x7 depthwise row vectors; none from 28 rows on)."""
+ZERO_ROW_BYTES = 1 << 18
+"""The largest zero input row a channels-last depthwise conv reads for its padded kernel rows (`zero_rows`); a
+wider row keeps the border rows' own code."""
 EDGE_LOOP_SHARE = 0.5
 """Channels-last depthwise rows whose columns outside the tiles of P (the padded ones and the interior's rest) are
 at most this share of the row run those columns as one loop of single pixels (`edge_loop`; A/B on x86_64 v4 and v3,
@@ -271,6 +274,10 @@ class ConvPlan:
     edge_loop: bool = False
     """Channels-last depthwise: a row's columns outside its tiles run as one loop of single pixels, their tap ranges
     from the tables (`edge_loop`), instead of a block of constant tap ranges per group of them."""
+    zero_rows: int = 0
+    """Channels-last depthwise: elements of a zero input row that a kernel row outside the input reads instead (so
+    every output row runs the interior's code: one copy of it, no border rows' copies); 0: the border rows have
+    their own code (`zero_rows`)."""
     winograd: WinogradPlan | None = None
     """Winograd F(m x m, 3 x 3) instead of the direct form (loop orders "wino2", "wino4", "wino6" blocked, "wimg2", "wimg4", "wimg6"
     whole-image: kernels/winograd.py ORDERS)."""
@@ -325,6 +332,18 @@ def border_loop(s: ConvShape, b: ConvBlocking, rows: tuple[int, int]) -> bool:
             and (s.dyn is None or not s.dyn.spatial))
 
 
+def zero_rows(s: ConvShape, b: ConvBlocking, rows: tuple[int, int], V: int, itemsize: int, settle_rows: bool) -> int:
+    """The elements of the zero row a channels-last depthwise conv with padded rows reads for its kernel rows
+    outside the input (static, unrolled taps, not armv7's settled blocks nor lane taps, the row at most
+    ZERO_ROW_BYTES), else 0. A padded row then multiplies zeros as explicit padding does: the same sums (a zero
+    product added changes no sum but -0's sign, and gives NaN where a weight is infinite, as ONNX's padding does)."""
+    if (b.kind != "depthwise_c" or b.lane_taps or settle_rows or s.KH * s.KW > UNROLL_TAPS
+            or (s.dyn is not None and s.dyn.spatial) or s.xs[1] != 1 or rows == (0, s.OH)):
+        return 0
+    elements = (s.W - 1) * s.xs[3] + -(-s.G // V) * V
+    return elements if elements * itemsize <= ZERO_ROW_BYTES else 0
+
+
 def edge_loop(s: ConvShape, b: ConvBlocking) -> tuple[int, int] | None:
     """The col_blocks of a channels-last depthwise row whose columns outside its tiles of P (at least one tile, at
     least two such columns) are at most EDGE_LOOP_SHARE of the row, static, its taps not lanes of constant weight
@@ -374,6 +393,7 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
     elif pointwise and channels:
         form, px_tiles = "pixels " + form, OH * OW // b.P
     rows = inside(s.OH, s.sh, s.dh, s.ph, s.KH, s.H, 0)
+    settle_rows = forms.arm32 and compute_dtype(dtype) == np.float32
     wino = None
     if order in WINOGRAD_ORDERS and winograd_eligible(s, dtype, w_const, finite):
         wino = plan_winograd(s, WINOGRAD_ORDERS[order], V, forms.conv_accumulators, order in WHOLE_ORDERS, forms.gemm_tile)
@@ -383,10 +403,10 @@ def plan_conv(s: ConvShape, forms: TargetForms, *, dtype: str, V: int, pack_V: i
         inside(s.OW, s.sw, s.dw, s.pw, s.KW, s.W, 0), col_blocks, px_tiles, span, edge_columns,
         b.row_pairs and b.lane_taps and s.Cig == 1 and span is not None and 0 < (s.KH - 1) * len(edge_columns) <= 4,
         V + 2 * (b.U + 1) - 1 if b.row_pairs and bias_const else 0,
-        channels and forms.x86, forms.arm32 and compute_dtype(dtype) == np.float32,
+        channels and forms.x86, settle_rows,
         s.G // unit + (1 if s.G % unit else 0), 1 if b.kind == "depthwise_c" else s.G, epilogue,
         form, conv_spans(s, b, V, margin, form.startswith("pixels")), border_loop(s, b, rows),
-        edges is not None, wino,
+        edges is not None, zero_rows(s, b, rows, V, itemsize, settle_rows), wino,
         forms.taps_outer(channels, s.xs, (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw), b.P, s.Cig, V, itemsize)
         and compute_dtype(dtype) == np.float32)
 

@@ -63,6 +63,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+from llvmlite import ir
 
 from ...errors import InputError
 from ...kernels.conv_geometry import TargetForms, auto_pad_mode, begin_pads, same_pads, tap_tables
@@ -186,11 +187,23 @@ def _bias_splat(p, bias: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(bias).reshape(-1).astype(p.dtype), p.bias_run)
 
 
+def zero_row(k, elements: int, ptr_type: ir.Type) -> ir.Value:
+    """A zeroed row of `elements` in writable data (.bss: no bytes in the file, and pages only read stay the
+    system's shared zero page), as a `ptr_type`."""
+    data = ir.GlobalVariable(k.module, ir.ArrayType(ptr_type.pointee, elements), k.module.get_unique_name("zero_row"))
+    data.linkage = "internal"
+    data.align = 64
+    data.initializer = ir.Constant(data.value_type, None)
+    return k.b.bitcast(data, ptr_type)
+
+
 def emit_conv(c: ConvKernel) -> None:
     """The build-time tables and constants, then the plan's form."""
     k, p, s = c.k, c.plan, c.plan.shape
     if c.w.value is not None:
         c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))
+    if p.zero_rows:
+        c.zero_row = zero_row(k, p.zero_rows, c.xp.type)
     if p.bias_run:
         c.bias_splat = k.constant_array(derived(k, partial(_bias_splat, p), c.bias))
     geo = ((s.OH, s.sh, s.dh, s.ph, s.KH, s.H), (s.OW, s.sw, s.dw, s.pw, s.KW, s.W))

@@ -19,9 +19,13 @@ class ChannelsLastDepthwise:
     def __init__(self, kernel: ConvKernel, plan: ConvPlan):
         self.c, self.p, self.k = kernel, plan, kernel.k
         self.s, self.bl = plan.shape, plan.blocking
+        self.sources: list[ir.Value] = []
+        """plan.zero_rows: where each kernel row of the row being emitted reads (source_row)."""
 
     def row(self, n, oh, kh_range):
         """Output row oh of image n: pixel blocks x channel units, the channel units outermost under blocking.dw_rows."""
+        if self.c.zero_row is not None:
+            self.sources = [self.source_row(n, oh, kh) for kh in range(self.s.KH)]
         if self.bl.dw_rows:
             self.channels_dw(lambda c0, lanes, nvec: self.c.pixel_blocks(
                 oh, kh_range, lambda ow, pixels: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range)))
@@ -54,7 +58,10 @@ class ChannelsLastDepthwise:
             oblk = self.c.opaque(element(k, oblk, offset(k, 0, (n, os_[0]), (c0, os_[1]), (oh, os_[2]), (ow, os_[3]))))
 
         def row_taps(kh):
-            if xblk is self.c.xp:
+            src = xblk
+            if self.c.zero_row is not None:
+                src, row = self.sources[kh], offset(k, -self.s.pw * xs[3], (c0, xs[1]), (ow, self.s.sw * xs[3]))
+            elif xblk is self.c.xp:
                 ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
                 row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (c0, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
             else:
@@ -68,7 +75,7 @@ class ChannelsLastDepthwise:
                     if isinstance(kw, int) and isinstance(plo, int) and not plo <= kw < phi:
                         continue
                     for v in range(nvec):
-                        xv = load_lanes(k, xblk, offset(k, p * self.s.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
+                        xv = load_lanes(k, src, offset(k, p * self.s.sw * xs[3] + v * lanes * xs[1], (xbase, 1)), lanes, xs[1], False)
                         b.store(mac(k, dt, b.load(slots[v][p]), xv, wv[v]), slots[v][p])
             if not isinstance(kw_lo, int) and self.p.unroll_kw:  # an edge column (edge_loop): its taps guarded
                 self.c.guarded((kw_lo, kw_hi), self.s.KW, tap)
@@ -103,6 +110,18 @@ class ChannelsLastDepthwise:
                     roff = offset(k, p * rs[3] + v * lanes * rs[1], (n, rs[0]), (c0, rs[1]), (oh, rs[2]), (ow, rs[3]))
                     residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
                 store_lanes(k, oblk, off, epilogue(k, self.p.epilogue, b.load(slots[v][p]), residual), lanes, os_[1])
+
+    def source_row(self, n, oh, kh):
+        """Where kernel row kh of output row oh reads: the start of its input row, or the zero row when that row lies
+        outside the input (plan.zero_rows)."""
+        k, b, xs = self.k, self.k.b, self.s.xs
+        ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
+        if isinstance(ih, int) and not 0 <= ih < self.s.H:
+            return self.c.zero_row
+        start = element(k, self.c.xp, offset(k, 0, (n, xs[0]), (ih, xs[2])))
+        if isinstance(ih, int):
+            return start
+        return b.select(b.icmp_unsigned("<", ih, k.index(self.s.H)), start, self.c.zero_row)
 
     def channels_dw(self, fn):
         """fn(c0, lanes, nvec): units of dw_vec channel vectors in a loop, then the remaining vectors

@@ -1,26 +1,36 @@
 #!/usr/bin/env python3
-"""Hand-scheduled channels-last depthwise 3x3 rows for the SpacemiT X60 through llvm-mca-22: the bound
-docs/RISCV_KERNELS.md derives for the 16 LMUL-2 register groups.
+"""Hand-scheduled channels-last depthwise 3x3 rows for the SpacemiT X60 through llvm-mca-22: the bounds
+docs/RISCV_KERNELS.md derives ("Depthwise on RISC-V").
 
-    python benchmarks/x60_depthwise.py [--mca llvm-mca-22] [--pixels 5] [--asm-dir DIR]
+    python benchmarks/x60_depthwise.py [--mca llvm-mca-22] [--asm-dir DIR]
+    python benchmarks/x60_depthwise.py --rows 5 --columns 3 --copies 2 [--show]
 
-A rolling window over one output row of 16 channels (e32, LMUL 2): each input column is loaded once (its 3 kernel
-rows, one `vle32.v` each) and feeds the 3 output pixels that use it (`vfmacc.vv` with the kernel column's weight);
-the pixel the column completes is clipped to [0, 6] as kernels/epilogue.py does it (vfmax / vfmin, the NaN lanes
-kept by a masked vfmin from `x + x` above 0xFF000000) and stored. Registers: 9 weights (v10-v26), the bias (v8,
-the first tap's vfmadd adds it), the mask (v0) and 5 rotating groups: the column's first two rows, the pixel being
-clipped (its group then takes the column's third row), and the two pixels still accumulating. The roles rotate by
-one group per column, so a loop iteration is 5 columns (--pixels) with every pointer increment grouped at its top
-(one add per load and store: RVV loads take no immediate offset).
+LMUL 2, one output row (`rolling`): a rolling window over one output row of 16 channels (e32, LMUL 2): each input
+column is loaded once (its 3 kernel rows, one `vle32.v` each) and feeds the 3 output pixels that use it (`vfmacc.vv`
+with the kernel column's weight); the pixel the column completes is clipped to [0, 6] as kernels/epilogue.py does
+it (vfmax / vfmin, the NaN lanes kept by a masked vfmin from `x + x` above 0xFF000000) and stored. Registers: 9
+weights (v10-v26), the bias (v8, the first tap's vfmadd adds it), the mask (v0) and 5 rotating groups. The roles
+rotate by one group per column, so a loop iteration is 5 columns with every pointer increment grouped at its top.
+Per pixel: 3 loads + 1 store (16 VLS cycles), 9 vfmacc (18 VFP) + the Clip (4 VFP, 8 VIEU).
 
-Per pixel: 3 loads + 1 store (16 VLS cycles), 9 vfmacc (18 VFP) + the Clip (4 VFP, 8 VIEU); % of peak =
-9 x 2 x pixels / cycles (the X60 issues one e32 LMUL-1 vfmacc, 8 lanes, per cycle: mca.py's riscv_peak).
+LMUL 1, R output rows (`multirow`): 8 channels, R output rows x U columns per iteration. Input column j's R + 2
+rows are loaded once each and streamed: row i's vector feeds every tap that reads it (up to 9: kernel rows i - o
+of output rows o, kernel columns 2, 1, 0 of output columns j - 2, j - 1, j), the last one a `vfmadd` that turns
+it into output (i, j)'s accumulator (the bias added), so no register is copied. An output completed by its
+kernel column 2 is clipped (as above) and stored. The order is a greedy list schedule (`schedule`) over a model of
+the X60's in-order issue as llvm-mca applies it: dual issue, the units' occupancy (VFP 1 cycle per m1 op, VLS 3,
+VIEU 2, two integer ALUs), latencies, and write-backs in program order; registers are then coloured per
+accumulator chain, the chains carried into the next iteration pinned to the registers they came in. One `add`
+per load and store moves its pointer (RVV loads take no offset); `--copies m` pointers per row (m = U: each
+moved once per iteration). % of peak = 9 R U `vfmacc` per iteration / cycles (one e32 m1 `vfmacc` per cycle:
+mca.py's riscv_peak); the second figure counts the Clip's `vfmax` / `vfmin` as work too.
 """
 from __future__ import annotations
 
 import argparse
 import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FEATURES = "+m,+a,+f,+d,+c,+v,+zvl256b"
@@ -48,7 +58,7 @@ def rolling(pixels: int) -> list[str]:
     return lines + [f"bne {loads[0]}, a1, .Lhot"]
 
 
-def mca(tool: str, body: list[str]) -> tuple[float, float]:
+def mca_m2(tool: str, body: list[str]) -> tuple[float, float]:
     asm = "# LLVM-MCA-RISCV-LMUL M2\n# LLVM-MCA-RISCV-SEW E32\n.Lhot:\n" + "\n".join(body) + "\n"
     out = subprocess.run([tool, "-mtriple=riscv64", "-mcpu=spacemit-x60", f"-mattr={FEATURES}", "-iterations=200"],
                          input=asm, capture_output=True, text=True, check=True).stdout
@@ -56,20 +66,361 @@ def mca(tool: str, body: list[str]) -> tuple[float, float]:
             float(re.search(r"Block RThroughput:\s+([\d.]+)", out).group(1)))
 
 
+LAT = {"vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
+       "vadd.vv": 4, "vmsltu.vx": 4, "add": 1, "bne": 1}
+UNIT = {"vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
+        "vle32.v": ("VLS", 3), "vse32.v": ("VLS", 3), "vadd.vv": ("VIEU", 2), "vmsltu.vx": ("VIEU", 2),
+        "add": ("ALU", 1), "bne": ("IEUA", 1)}
+
+
+
+@dataclass
+class Op:
+    mn: str
+    dst: str | None          # value defined (vector value name, or pointer name for add)
+    srcs: list               # values read
+    fmt: str                 # format with {name} placeholders
+    kill: str | None = None  # in-place: the value this op redefines (dst replaces it)
+    prio: float = 0.0
+    deps: list = field(default_factory=list)
+
+
+def build(R: int, U: int, m: int):
+    """Ops of U columns x R output rows; m pointer copies per row (m == U: one add per load/store per iteration)."""
+    ops: list[Op] = []
+    # carried-in: A2[o] (output -2, kw 0..1 done), A1[o] (output -1, kw 0 done)
+    carried_in = {}
+    acc = {}
+    for o in range(R):
+        acc[(o, -2)] = f"in2_{o}"; acc[(o, -1)] = f"in1_{o}"
+        carried_in[f"in2_{o}"] = ("P2", o); carried_in[f"in1_{o}"] = ("P1", o)
+    for j in range(U):
+        for i in range(R + 2):
+            x = f"x{j}_{i}"
+            ptr = f"pi{i}_{j % m}"
+            ops.append(Op("vle32.v", x, [ptr], "vle32.v {d}, ({s0})"))
+            taps = []
+            for o in range(R):
+                kh = i - o
+                if not 0 <= kh <= 2:
+                    continue
+                for kw, col in ((2, j - 2), (1, j - 1), (0, j)):
+                    taps.append((o, kh, kw, col))
+            # order: kw 2, kw 1, kw 0 (the in-place new accumulator last)
+            newacc = None
+            for (o, kh, kw, col) in taps:
+                if kw == 0 and kh == 0:
+                    newacc = (o, col)
+                    continue
+                if kw == 0 and (o, col) not in acc:
+                    raise RuntimeError
+                a = acc[(o, col)]
+                na = f"a{o}_{col}_{kh}{kw}"
+                ops.append(Op("vfmacc.vv", na, [a, f"w{kh}{kw}", x], "vfmacc.vv {d}, {s1}, {s2}", kill=a))
+                acc[(o, col)] = na
+                if kw == 2 and kh == 2:
+                    # output (o, col) complete: Clip and store
+                    c = na
+                    t = f"t{o}_{col}"
+                    ops.append(Op("vadd.vv", f"m{o}_{col}", [c], "vadd.vv v0, {s0}, {s0}"))
+                    ops.append(Op("vmsltu.vx", f"k{o}_{col}", [f"m{o}_{col}"], "vmsltu.vx v0, v0, a6", kill=f"m{o}_{col}"))
+                    ops.append(Op("vfmax.vf", t, [c], "vfmax.vf {d}, {s0}, fa5"))
+                    r = f"r{o}_{col}"
+                    ops.append(Op("vfmin.vf", r, [c, t, f"k{o}_{col}"], "vfmin.vf {d}, {s1}, fa4, v0.t", kill=c))
+                    ops.append(Op("vse32.v", None, [r, f"po{o}_{j % m}"], "vse32.v {s0}, ({s1})"))
+            if newacc is not None:
+                o, col = newacc
+                na = f"a{o}_{col}_00"
+                ops.append(Op("vfmadd.vv", na, [x, "w00", "bias"], "vfmadd.vv {d}, {s1}, {s2}", kill=x))
+                acc[(o, col)] = na
+    carried_out = {}
+    for o in range(R):
+        carried_out[acc[(o, U - 2)]] = ("P2", o)
+        carried_out[acc[(o, U - 1)]] = ("P1", o)
+    return ops, carried_in, carried_out
+
+
+def pointer_ops(ops):
+    """Insert one add per load/store (its pointer moved m columns on right after the use)."""
+    out = []
+    version = {}
+    for op in ops:
+        ptrs = [s for s in op.srcs if s.startswith("p")]
+        if not ptrs:
+            out.append(op); continue
+        p = ptrs[0]
+        v = version.get(p, 0)
+        name = f"{p}@{v}"
+        op.srcs = [name if s == p else s for s in op.srcs]
+        out.append(op)
+        out.append(Op("add", f"{p}@{v + 1}", [name], "add {p}, {p}, a7"))
+        out[-1].ptr = p
+        version[p] = v + 1
+    return out
+
+
+def pin_deps(ops, cin, cout):
+    """(load index, store index): a loop-carried chain's register is free for the next one after the store."""
+    byname = {op.dst: i for i, op in enumerate(ops) if op.dst}
+    def root(v):
+        i = byname[v]
+        while ops[i].kill and ops[i].kill in byname:
+            i = byname[ops[i].kill]
+        return i
+    def last_store(v):
+        chain = {v}
+        for op in ops:
+            if op.kill in chain:
+                chain.add(op.dst)
+        return max(i for i, op in enumerate(ops) if op.mn == "vse32.v" and op.srcs[0] in chain)
+    key_in = {key: v for v, key in cin.items()}
+    return [(root(v), last_store(key_in[key])) for v, key in cout.items()]
+
+
+def schedule(ops, budget, extra=(), look=False):
+    """Greedy list schedule over an in-order dual-issue model of the X60 (mca's rules), one op of lookahead:
+    the candidate after which the next vector FP op can issue soonest."""
+    n = len(ops)
+    producer = {op.dst: i for i, op in enumerate(ops) if op.dst}
+    readers = {}
+    for i, op in enumerate(ops):
+        for s in op.srcs:
+            readers.setdefault(s, []).append(i)
+    deps = [set() for _ in ops]
+    for i, op in enumerate(ops):
+        for s in op.srcs:
+            if s in producer:
+                deps[i].add(producer[s])
+        if op.kill:
+            deps[i] |= {r for r in readers.get(op.kill, []) if r != i}
+        if op.mn == "add":
+            deps[i] |= {r for r in readers.get(op.srcs[0], []) if r != i}
+    for x, y in extra:
+        deps[x].add(y)
+    succ = [[] for _ in ops]
+    for i in range(n):
+        for d in deps[i]:
+            succ[d].append(i)
+    prio = [0] * n
+    for i in reversed(range(n)):
+        prio[i] = LAT[ops[i].mn] + max((prio[s] for s in succ[i]), default=0)
+    ready_at = {}
+    st = {"cyc": 0, "slots": 0, "wb": 0, "VFP": 0, "VLS": 0, "VIEU": 0, "ALU0": 0, "ALU1": 0, "IEUA": 0}
+    done = set(); order = []
+    live = {s for op in ops for s in op.srcs if s.startswith("in")}
+    remaining = {k: len(v) for k, v in readers.items()}
+    mask_live = False
+
+    def earliest(i, st, extra_ready=None):
+        op = ops[i]
+        s = st["cyc"]
+        for src in op.srcs:
+            r = ready_at.get(src, 0) if extra_ready is None or src not in extra_ready else extra_ready[src]
+            s = max(s, r)
+        u = UNIT[op.mn][0]
+        s = max(s, min(st["ALU0"], st["ALU1"]) if u == "ALU" else st[u])
+        if s == st["cyc"] and st["slots"] >= 2:
+            s += 1
+        return max(s, st["wb"] - LAT[op.mn])
+
+    def issue(i, s, st):
+        st = dict(st)
+        op = ops[i]
+        if s > st["cyc"]:
+            st["cyc"], st["slots"] = s, 0
+        st["slots"] += 1
+        u, occ = UNIT[op.mn]
+        if u == "ALU":
+            u = "ALU0" if st["ALU0"] <= st["ALU1"] else "ALU1"
+        st[u] = s + occ
+        st["wb"] = s + LAT[op.mn]
+        return st
+
+    while len(done) < n:
+        cands = []
+        for i in range(n):
+            if i in done or not deps[i] <= done:
+                continue
+            op = ops[i]
+            if op.mn in ("vle32.v", "vfmax.vf") and len(live) + 1 + 2 * (op.mn == "vle32.v") > budget:
+                continue
+            if op.mn == "vadd.vv" and mask_live:
+                continue
+            cands.append(i)
+        if not cands:
+            raise RuntimeError(f"deadlock at {len(done)}/{n}, live {len(live)}")
+        best = None
+        vfp = [i for i in cands if UNIT[ops[i].mn][0] == "VFP"]
+        for i in cands:
+            s = earliest(i, st)
+            key = (s, -prio[i])
+            if look:
+                st2 = issue(i, s, st)
+                nxt = [earliest(v, st2, {ops[i].dst: s + LAT[ops[i].mn]} if ops[i].dst else None) for v in vfp if v != i]
+                if ops[i].dst:
+                    nxt += [earliest(v, st2, {ops[i].dst: s + LAT[ops[i].mn]}) for v in succ[i]
+                            if UNIT[ops[v].mn][0] == "VFP" and deps[v] <= done | {i}]
+                t = min(nxt) if nxt else s + 1
+                if UNIT[ops[i].mn][0] == "VFP":
+                    t = min(t, s + 1)
+                key = (t, s, -prio[i])
+            if best is None or key < best[0]:
+                best = (key, i, s)
+        _, i, s = best
+        op = ops[i]
+        st = issue(i, s, st)
+        if op.dst:
+            ready_at[op.dst] = s + LAT[op.mn]
+            live.add(op.dst) if op.mn not in ('add', 'vadd.vv', 'vmsltu.vx') else None
+        for src in op.srcs:
+            remaining[src] -= 1
+            if remaining[src] == 0:
+                live.discard(src)
+        if op.kill:
+            live.discard(op.kill)
+        if op.mn == "vadd.vv":
+            mask_live = True
+        if op.mn == "vfmin.vf":
+            mask_live = False
+        done.add(i); order.append(op)
+    return order, st["cyc"]
+
+
+def allocate(order, cin, cout, regs):
+    """Vector registers for each in-place chain (interval coloring, loop-carried chains pinned)."""
+    root = {}
+    for v in cin:
+        root[v] = v
+    start, end = {}, {}
+    for v in cin:
+        start[v] = -1
+    for t, op in enumerate(order):
+        for s in op.srcs:
+            if s in root:
+                end[root[s]] = t
+        if op.dst and op.mn not in ("add", "vadd.vv", "vmsltu.vx"):
+            r = root[op.kill] if op.kill else op.dst
+            root[op.dst] = r
+            start.setdefault(r, t)
+            end[r] = max(end.get(r, t), t)
+    for v in cout:
+        end[root[v]] = 10 ** 9
+    pin = {}
+    names = {}
+    slot_of = {key: regs[k] for k, key in enumerate(sorted(cin.values()))}
+    for v, key in cin.items():
+        pin[v] = slot_of[key]
+    for v, key in cout.items():
+        pin[root[v]] = slot_of[key]
+    chains = sorted(start, key=lambda r: start[r])
+    pinned_starts = {}
+    for r, reg in pin.items():
+        pinned_starts.setdefault(reg, []).append(start[r])
+    free_at = {reg: -2 for reg in regs}
+    for r in chains:
+        if r in pin:
+            reg = pin[r]
+            if free_at[reg] > start[r]:
+                raise RuntimeError(f"pinned {reg} busy for {r}")
+        else:
+            ok = [reg for reg in regs if free_at[reg] <= start[r]
+                  and all(ps > end[r] or ps < start[r] for ps in pinned_starts.get(reg, []))]
+            if not ok:
+                raise RuntimeError(f"no register for {r} at {start[r]}")
+            reg = min(ok, key=lambda g: free_at[g])
+        names[r] = reg
+        free_at[reg] = end[r]
+    return {v: names[root[v]] for v in root}
+
+
+def emit(order, regmap, ptrmap):
+    """The scheduled ops as assembly: weights v1-v9, the bias v10, masks in v0."""
+    lines = []
+    for op in order:
+        if op.mn == "add":
+            p = ptrmap[op.ptr]
+            lines.append(f"add {p}, {p}, a7"); continue
+        vals = {}
+        if op.dst and op.mn not in ("vadd.vv", "vmsltu.vx"):
+            vals["d"] = regmap[op.dst]
+        for i, s in enumerate(op.srcs):
+            if s.startswith("p"):
+                vals[f"s{i}"] = ptrmap[s.split("@")[0]]
+            elif s.startswith("w") or s == "bias":
+                vals[f"s{i}"] = {"bias": "v10"}.get(s) or f"v{1 + 3 * int(s[1]) + int(s[2])}"
+            elif s.startswith(("m", "k")):
+                vals[f"s{i}"] = "v0"
+            else:
+                vals[f"s{i}"] = regmap[s]
+        lines.append(op.fmt.format(**vals))
+    return lines
+
+
+def mca(body, tool="llvm-mca-22"):
+    """llvm-mca's cycles per iteration and block reciprocal throughput of an e32 m1 loop."""
+    asm = "# LLVM-MCA-RISCV-LMUL M1\n# LLVM-MCA-RISCV-SEW E32\n.Lhot:\n" + "\n".join(body) + "\n"
+    out = subprocess.run([tool, "-mtriple=riscv64", "-mcpu=spacemit-x60", "-mattr=+m,+a,+f,+d,+c,+v,+zvl256b",
+                          "-iterations=200"], input=asm, capture_output=True, text=True, check=True).stdout
+    return (int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / 200,
+            float(re.search(r"Block RThroughput:\s+([\d.]+)", out).group(1)))
+
+
+
+
+def multirow(rows: int, columns: int, copies: int, budget: int = 21, look: bool = False) -> tuple[list[str], int]:
+    """The LMUL-1 loop body of rows x columns (the asm lines) and the model's cycles for one iteration."""
+    ops, carried_in, carried_out = build(rows, columns, copies)
+    ops = pointer_ops(ops)
+    order, cycles = schedule(ops, budget, pin_deps(ops, carried_in, carried_out), look=look)
+    regmap = allocate(order, carried_in, carried_out, [f"v{i}" for i in range(11, 32)])
+    ints = [f"x{i}" for i in (1, 3, 4, *range(5, 32)) if i not in (11, 16, 17)]  # a1 end, a6 NaN bound, a7 step
+    ptrs = sorted({op.ptr for op in order if op.mn == "add"})
+    if len(ptrs) > len(ints):
+        raise ValueError(f"{len(ptrs)} pointers for {len(ints)} integer registers: fewer --copies")
+    ptrmap = dict(zip(ptrs, ints))
+    return emit(order, regmap, ptrmap) + [f"bne {ptrmap[ptrs[0]]}, a1, .Lhot"], cycles
+
+
+def bound(rows: int, columns: int) -> float:
+    """Cycles per iteration no order beats when every add is in one group (docs/RISCV_KERNELS.md): 11 R U vector
+    FP ops, 1 cycle per VLS op beyond the 2 R per column that follow a Clip op and the one the add group takes,
+    2.5 + (adds + the branch) / 2 for the add group."""
+    vls = (2 * rows + 2) * columns
+    return 11 * rows * columns + (vls - 2 * rows * columns - 1) + 2.5 + (vls + 1) / 2
+
+
+CASES = ((3, 3, 3), (4, 3, 2), (4, 4, 2), (5, 3, 2), (6, 3, 1))
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--mca", default="llvm-mca-22", help="an llvm-mca with the SpacemitX60 model (LLVM 21+)")
-    ap.add_argument("--pixels", type=int, default=5, choices=(5,), help="columns per iteration (5: the roles' cycle)")
-    ap.add_argument("--asm-dir", type=Path, help="write the loop here")
+    ap.add_argument("--rows", type=int, help="LMUL 1: output rows per block (default: the table of CASES)")
+    ap.add_argument("--columns", type=int, default=3, help="LMUL 1: output columns per loop iteration")
+    ap.add_argument("--copies", type=int, default=2, help="LMUL 1: pointers per row (each moved copies columns on)")
+    ap.add_argument("--show", action="store_true", help="print the LMUL-1 loop")
+    ap.add_argument("--asm-dir", type=Path, help="write the loops here")
     args = ap.parse_args()
-    body = rolling(args.pixels)
+    body = rolling(5)
+    cycles, rthr = mca_m2(args.mca, body)
+    print(f"LMUL 2, one row, rolling window, 5 pixels x 16 channels: {len(body)} instructions, {cycles:.1f} cycles "
+          f"({90 / cycles:.1%} of peak), resource bound {rthr:.1f} ({90 / rthr:.1%})")
     if args.asm_dir:
         args.asm_dir.mkdir(parents=True, exist_ok=True)
-        (args.asm_dir / f"x60-dw-rolling-{args.pixels}.s").write_text("\n".join(body) + "\n")
-    cycles, rthr = mca(args.mca, body)
-    useful = 9 * 2 * args.pixels
-    print(f"rolling window, {args.pixels} pixels x 16 channels: {len(body)} instructions, {cycles:.1f} cycles "
-          f"({useful / cycles:.1%} of peak), resource bound {rthr:.1f} ({useful / rthr:.1%})")
+        (args.asm_dir / "x60-dw-rolling-5.s").write_text("\n".join(body) + "\n")
+    print("| rows | columns | pointers per row | (2R+2)U | insn | model cycles | llvm-mca cycles | % of peak | with the Clip | "
+          "bound (all adds grouped) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for rows, columns, copies in ([(args.rows, args.columns, args.copies)] if args.rows else CASES):
+        body, model = multirow(rows, columns, copies)
+        cycles, _ = mca(body, args.mca)
+        fma = 9 * rows * columns
+        print(f"| {rows} | {columns} | {copies} | {(2 * rows + 2) * columns} | {len(body)} | {model} | {cycles:.1f} | {fma / cycles:.1%} | "
+              f"{11 * rows * columns / cycles:.1%} | {fma / bound(rows, columns):.1%} |")
+        if args.show:
+            print("\n".join(body))
+        if args.asm_dir:
+            (args.asm_dir / f"x60-dw-rows{rows}x{columns}.s").write_text("\n".join(body) + "\n")
     return 0
 
 

@@ -22,8 +22,11 @@ the X60's in-order issue as llvm-mca applies it: dual issue, the units' occupanc
 VIEU 2, two integer ALUs), latencies, and write-backs in program order; registers are then coloured per
 accumulator chain, the chains carried into the next iteration pinned to the registers they came in. One `add`
 per load and store moves its pointer (RVV loads take no offset); `--copies m` pointers per row (m = U: each
-moved once per iteration). % of peak = 9 R U `vfmacc` per iteration / cycles (one e32 m1 `vfmacc` per cycle:
-mca.py's riscv_peak); the second figure counts the Clip's `vfmax` / `vfmin` as work too.
+moved once per iteration); `--indexed`: one input and one output pointer per column, the rows' vectors by
+`vluxei32.v` / `vsuxei32.v` at a register of offsets per row (4 VLS cycles, latency 4 in the model: not a
+measured X60 cost). `--search` refines the greedy order by moving single ops while the model's cycles drop.
+% of peak = 9 R U `vfmacc` per iteration / cycles (one e32 m1 `vfmacc` per cycle: mca.py's riscv_peak); the
+second figure counts the Clip's `vfmax` / `vfmin` as work too.
 """
 from __future__ import annotations
 
@@ -66,9 +69,9 @@ def mca_m2(tool: str, body: list[str]) -> tuple[float, float]:
             float(re.search(r"Block RThroughput:\s+([\d.]+)", out).group(1)))
 
 
-LAT = {"vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
+LAT = {"vluxei32.v": 4, "vsuxei32.v": 4, "vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
        "vadd.vv": 4, "vmsltu.vx": 4, "add": 1, "bne": 1}
-UNIT = {"vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
+UNIT = {"vluxei32.v": ("VLS", 4), "vsuxei32.v": ("VLS", 4), "vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
         "vle32.v": ("VLS", 3), "vse32.v": ("VLS", 3), "vadd.vv": ("VIEU", 2), "vmsltu.vx": ("VIEU", 2),
         "add": ("ALU", 1), "bne": ("IEUA", 1)}
 
@@ -81,12 +84,20 @@ class Op:
     srcs: list               # values read
     fmt: str                 # format with {name} placeholders
     kill: str | None = None  # in-place: the value this op redefines (dst replaces it)
+    col: int = 0             # the output column whose pointers it uses
     prio: float = 0.0
     deps: list = field(default_factory=list)
 
 
-def build(R: int, U: int, m: int):
-    """Ops of U columns x R output rows; m pointer copies per row (m == U: one add per load/store per iteration)."""
+def index_register(row: int) -> str:
+    """Indexed form: the byte offsets of input row `row` (and output row `row`) from the column's pointer."""
+    return f"v{11 + row}"
+
+
+def build(R: int, U: int, m: int, indexed: bool = False):
+    """Ops of U columns x R output rows; m pointer copies per row (m == U: one add per load/store per iteration).
+    indexed: one input and one output pointer per column, every row's vector at its offsets (`vluxei32.v` /
+    `vsuxei32.v` with a register of byte offsets per row; output rows as long as input rows: stride 1, padded)."""
     ops: list[Op] = []
     # carried-in: A2[o] (output -2, kw 0..1 done), A1[o] (output -1, kw 0 done)
     carried_in = {}
@@ -97,8 +108,10 @@ def build(R: int, U: int, m: int):
     for j in range(U):
         for i in range(R + 2):
             x = f"x{j}_{i}"
-            ptr = f"pi{i}_{j % m}"
-            ops.append(Op("vle32.v", x, [ptr], "vle32.v {d}, ({s0})"))
+            if indexed:
+                ops.append(Op("vluxei32.v", x, [f"pi_{j % m}"], f"vluxei32.v {{d}}, ({{s0}}), {index_register(i)}", col=j))
+            else:
+                ops.append(Op("vle32.v", x, [f"pi{i}_{j % m}"], "vle32.v {d}, ({s0})", col=j))
             taps = []
             for o in range(R):
                 kh = i - o
@@ -127,7 +140,11 @@ def build(R: int, U: int, m: int):
                     ops.append(Op("vfmax.vf", t, [c], "vfmax.vf {d}, {s0}, fa5"))
                     r = f"r{o}_{col}"
                     ops.append(Op("vfmin.vf", r, [c, t, f"k{o}_{col}"], "vfmin.vf {d}, {s1}, fa4, v0.t", kill=c))
-                    ops.append(Op("vse32.v", None, [r, f"po{o}_{j % m}"], "vse32.v {s0}, ({s1})"))
+                    if indexed:
+                        ops.append(Op("vsuxei32.v", None, [r, f"po_{j % m}"],
+                                      f"vsuxei32.v {{s0}}, ({{s1}}), {index_register(o)}", col=j))
+                    else:
+                        ops.append(Op("vse32.v", None, [r, f"po{o}_{j % m}"], "vse32.v {s0}, ({s1})", col=j))
             if newacc is not None:
                 o, col = newacc
                 na = f"a{o}_{col}_00"
@@ -141,21 +158,25 @@ def build(R: int, U: int, m: int):
 
 
 def pointer_ops(ops):
-    """Insert one add per load/store (its pointer moved m columns on right after the use)."""
+    """Insert one add per pointer and column, after the column's last use of it (moving it m columns on)."""
+    version, last = {}, {}
+    for t, op in enumerate(ops):
+        for k, src in enumerate(op.srcs):
+            if src.startswith("p"):
+                key = (src, op.col)
+                if key not in last and any(p == src for p, _ in last):
+                    version[src] = version.get(src, 0) + 1
+                op.srcs[k] = f"{src}@{version.get(src, 0)}"
+                last[key] = t
+    after = {t: name for (name, _), t in last.items()}
     out = []
-    version = {}
-    for op in ops:
-        ptrs = [s for s in op.srcs if s.startswith("p")]
-        if not ptrs:
-            out.append(op); continue
-        p = ptrs[0]
-        v = version.get(p, 0)
-        name = f"{p}@{v}"
-        op.srcs = [name if s == p else s for s in op.srcs]
+    for t, op in enumerate(ops):
         out.append(op)
-        out.append(Op("add", f"{p}@{v + 1}", [name], "add {p}, {p}, a7"))
-        out[-1].ptr = p
-        version[p] = v + 1
+        if t in after:
+            p = after[t]
+            v = op.srcs[[s.split("@")[0] for s in op.srcs].index(p)]
+            out.append(Op("add", f"{p}@{int(v.split('@')[1]) + 1}", [v], "add {p}, {p}, a7"))
+            out[-1].ptr = p
     return out
 
 
@@ -172,15 +193,14 @@ def pin_deps(ops, cin, cout):
         for op in ops:
             if op.kill in chain:
                 chain.add(op.dst)
-        return max(i for i, op in enumerate(ops) if op.mn == "vse32.v" and op.srcs[0] in chain)
+        return max(i for i, op in enumerate(ops) if op.mn in ("vse32.v", "vsuxei32.v") and op.srcs[0] in chain)
     key_in = {key: v for v, key in cin.items()}
     return [(root(v), last_store(key_in[key])) for v, key in cout.items()]
 
 
-def schedule(ops, budget, extra=(), look=False):
-    """Greedy list schedule over an in-order dual-issue model of the X60 (mca's rules), one op of lookahead:
-    the candidate after which the next vector FP op can issue soonest."""
-    n = len(ops)
+def dependencies(ops, extra=()):
+    """Per op, the ops that must come before it: its operands' producers, the other readers of a value it
+    overwrites in place (and of a pointer it moves), and `extra` (op, op before it) pairs."""
     producer = {op.dst: i for i, op in enumerate(ops) if op.dst}
     readers = {}
     for i, op in enumerate(ops):
@@ -188,15 +208,20 @@ def schedule(ops, budget, extra=(), look=False):
             readers.setdefault(s, []).append(i)
     deps = [set() for _ in ops]
     for i, op in enumerate(ops):
-        for s in op.srcs:
-            if s in producer:
-                deps[i].add(producer[s])
-        if op.kill:
-            deps[i] |= {r for r in readers.get(op.kill, []) if r != i}
-        if op.mn == "add":
-            deps[i] |= {r for r in readers.get(op.srcs[0], []) if r != i}
+        deps[i] |= {producer[s] for s in op.srcs if s in producer}
+        overwritten = op.kill or (op.srcs[0] if op.mn == "add" else None)
+        if overwritten:
+            deps[i] |= {r for r in readers.get(overwritten, []) if r != i}
     for x, y in extra:
         deps[x].add(y)
+    return deps, readers
+
+
+def schedule(ops, budget, extra=(), look=False):
+    """Greedy list schedule over an in-order dual-issue model of the X60 (mca's rules); with look, one op of
+    lookahead: the candidate after which the next vector FP op can issue soonest."""
+    n = len(ops)
+    deps, readers = dependencies(ops, extra)
     succ = [[] for _ in ops]
     for i in range(n):
         for d in deps[i]:
@@ -242,7 +267,8 @@ def schedule(ops, budget, extra=(), look=False):
             if i in done or not deps[i] <= done:
                 continue
             op = ops[i]
-            if op.mn in ("vle32.v", "vfmax.vf") and len(live) + 1 + 2 * (op.mn == "vle32.v") > budget:
+            loads = op.mn in ("vle32.v", "vluxei32.v")
+            if (loads or op.mn == "vfmax.vf") and len(live) + 1 + 2 * loads > budget:
                 continue
             if op.mn == "vadd.vv" and mask_live:
                 continue
@@ -282,8 +308,98 @@ def schedule(ops, budget, extra=(), look=False):
             mask_live = True
         if op.mn == "vfmin.vf":
             mask_live = False
-        done.add(i); order.append(op)
+        done.add(i)
+        order.append(i)
     return order, st["cyc"]
+
+
+def simulate(ops, seq) -> int:
+    """Cycles of ops in the order seq (indices) on the in-order model: the last issue cycle."""
+    ready, busy = {}, {"VFP": 0, "VLS": 0, "VIEU": 0, "ALU0": 0, "ALU1": 0, "IEUA": 0}
+    cyc = slots = wb = 0
+    for i in seq:
+        op = ops[i]
+        lat = LAT[op.mn]
+        u, occ = UNIT[op.mn]
+        if u == "ALU":
+            u = "ALU0" if busy["ALU0"] <= busy["ALU1"] else "ALU1"
+        s = max([cyc, busy[u], wb - lat] + [ready.get(src, 0) for src in op.srcs])
+        if s == cyc and slots >= 2:
+            s += 1
+        if s > cyc:
+            cyc, slots = s, 0
+        slots += 1
+        busy[u], wb = s + occ, s + lat
+        if op.dst:
+            ready[op.dst] = s + lat
+    return cyc
+
+
+def chains(ops, carried_out):
+    """Value -> the first value of its in-place chain (one register), and the chains that leave the loop."""
+    root = {}
+    for op in ops:
+        for src in op.srcs:
+            if src.startswith("in"):
+                root[src] = src
+    for op in ops:
+        if op.dst and op.mn not in ("add", "vadd.vv", "vmsltu.vx"):
+            root[op.dst] = root[op.kill] if op.kill else op.dst
+    return root, {root[v] for v in carried_out}
+
+
+def legal(ops, seq, deps, budget, root, leaving) -> bool:
+    """seq keeps every dependency, one mask in v0 at a time, and at most budget vector registers live."""
+    pos = {i: k for k, i in enumerate(seq)}
+    if any(pos[d] > pos[i] for i in seq for d in deps[i]):
+        return False
+    mask = False
+    start, end = {}, {}
+    for k, i in enumerate(seq):
+        op = ops[i]
+        if op.mn == "vadd.vv":
+            if mask:
+                return False
+            mask = True
+        elif op.mn == "vfmin.vf":
+            mask = False
+        for v in [*op.srcs, op.dst]:
+            if v in root:
+                r = root[v]
+                start.setdefault(r, -1 if r.startswith("in") else k)
+                end[r] = len(seq) if r in leaving else k
+    delta = [0] * (len(seq) + 2)
+    for r, a in start.items():
+        delta[a + 1] += 1
+        delta[end[r] + 1] -= 1
+    live = 0
+    for d in delta:
+        live += d
+        if live > budget:
+            return False
+    return True
+
+
+def refine(ops, seq, deps, budget, carried_out, window: int = 16, rounds: int = 3):
+    """Local search over seq: move one op up to window places when the model says it saves cycles."""
+    root, leaving = chains(ops, carried_out)
+    best = simulate(ops, seq)
+    for _ in range(rounds):
+        improved = False
+        for i in list(seq):
+            k = seq.index(i)
+            for q in range(max(0, k - window), min(len(seq), k + window + 1)):
+                if q == k:
+                    continue
+                trial = seq[:k] + seq[k + 1:]
+                trial.insert(q, i)
+                c = simulate(ops, trial)
+                if c < best and legal(ops, trial, deps, budget, root, leaving):
+                    seq, best, improved = trial, c, True
+                    k = q
+        if not improved:
+            break
+    return seq, best
 
 
 def allocate(order, cin, cout, regs):
@@ -367,12 +483,18 @@ def mca(body, tool="llvm-mca-22"):
 
 
 
-def multirow(rows: int, columns: int, copies: int, budget: int = 21, look: bool = False) -> tuple[list[str], int]:
+def multirow(rows: int, columns: int, copies: int, indexed: bool = False, look: bool = False,
+             search: bool = False) -> tuple[list[str], int]:
     """The LMUL-1 loop body of rows x columns (the asm lines) and the model's cycles for one iteration."""
-    ops, carried_in, carried_out = build(rows, columns, copies)
+    ops, carried_in, carried_out = build(rows, columns, copies, indexed)
     ops = pointer_ops(ops)
-    order, cycles = schedule(ops, budget, pin_deps(ops, carried_in, carried_out), look=look)
-    regmap = allocate(order, carried_in, carried_out, [f"v{i}" for i in range(11, 32)])
+    pool = [f"v{i}" for i in range(11 + (rows + 2) * indexed, 32)]
+    extra = pin_deps(ops, carried_in, carried_out)
+    seq, cycles = schedule(ops, len(pool), extra, look=look)
+    if search:
+        seq, cycles = refine(ops, seq, dependencies(ops, extra)[0], len(pool), carried_out)
+    order = [ops[i] for i in seq]
+    regmap = allocate(order, carried_in, carried_out, pool)
     ints = [f"x{i}" for i in (1, 3, 4, *range(5, 32)) if i not in (11, 16, 17)]  # a1 end, a6 NaN bound, a7 step
     ptrs = sorted({op.ptr for op in order if op.mn == "add"})
     if len(ptrs) > len(ints):
@@ -381,23 +503,26 @@ def multirow(rows: int, columns: int, copies: int, budget: int = 21, look: bool 
     return emit(order, regmap, ptrmap) + [f"bne {ptrmap[ptrs[0]]}, a1, .Lhot"], cycles
 
 
-def bound(rows: int, columns: int) -> float:
-    """Cycles per iteration no order beats when every add is in one group (docs/RISCV_KERNELS.md): 11 R U vector
-    FP ops, 1 cycle per VLS op beyond the 2 R per column that follow a Clip op and the one the add group takes,
-    2.5 + (adds + the branch) / 2 for the add group."""
-    vls = (2 * rows + 2) * columns
-    return 11 * rows * columns + (vls - 2 * rows * columns - 1) + 2.5 + (vls + 1) / 2
+def per_column(rows: int) -> float:
+    """Cycles per output column no unit-stride order beats, columns per iteration unbounded (docs/RISCV_KERNELS.md):
+    11 R vector FP ops (9 R vfmacc, the Clip's vfmax and vfmin), 1 cycle per VLS op (2 R + 2) beyond the 2 R that
+    follow a Clip op, half a cycle per add (one per VLS op), 1.5 cycles per group of adds, a group per 27 pointers."""
+    vls = 2 * rows + 2
+    return 11 * rows + (vls - 2 * rows) + vls / 2 + 1.5 * vls / 27
 
 
-CASES = ((3, 3, 3), (4, 3, 2), (4, 4, 2), (5, 3, 2), (6, 3, 1))
+CASES = ((3, 3, 3, False), (4, 3, 2, False), (5, 3, 2, False), (6, 3, 1, False), (3, 3, 3, True), (4, 3, 3, True))
+"""(rows, columns, pointers per row, indexed) of the default table."""
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--mca", default="llvm-mca-22", help="an llvm-mca with the SpacemitX60 model (LLVM 21+)")
     ap.add_argument("--rows", type=int, help="LMUL 1: output rows per block (default: the table of CASES)")
-    ap.add_argument("--columns", type=int, default=3, help="LMUL 1: output columns per loop iteration")
+    ap.add_argument("--columns", type=int, default=3, help="LMUL 1: output columns per loop iteration (3 at least)")
     ap.add_argument("--copies", type=int, default=2, help="LMUL 1: pointers per row (each moved copies columns on)")
+    ap.add_argument("--indexed", action="store_true", help="LMUL 1: vluxei32 / vsuxei32, one pointer per column")
+    ap.add_argument("--search", action="store_true", help="LMUL 1: refine the greedy order by local search (slow)")
     ap.add_argument("--show", action="store_true", help="print the LMUL-1 loop")
     ap.add_argument("--asm-dir", type=Path, help="write the loops here")
     args = ap.parse_args()
@@ -408,19 +533,21 @@ def main() -> int:
     if args.asm_dir:
         args.asm_dir.mkdir(parents=True, exist_ok=True)
         (args.asm_dir / "x60-dw-rolling-5.s").write_text("\n".join(body) + "\n")
-    print("| rows | columns | pointers per row | (2R+2)U | insn | model cycles | llvm-mca cycles | % of peak | with the Clip | "
-          "bound (all adds grouped) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for rows, columns, copies in ([(args.rows, args.columns, args.copies)] if args.rows else CASES):
-        body, model = multirow(rows, columns, copies)
+    print("| rows | columns | pointers per row | loads | insn | model cycles | llvm-mca-22 cycles | % of peak | "
+          "with the Clip | bound (unit stride) |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    cases = [(args.rows, args.columns, args.copies, args.indexed)] if args.rows else CASES
+    for rows, columns, copies, indexed in cases:
+        body, model = multirow(rows, columns, copies, indexed, search=args.search)
         cycles, _ = mca(body, args.mca)
         fma = 9 * rows * columns
-        print(f"| {rows} | {columns} | {copies} | {(2 * rows + 2) * columns} | {len(body)} | {model} | {cycles:.1f} | {fma / cycles:.1%} | "
-              f"{11 * rows * columns / cycles:.1%} | {fma / bound(rows, columns):.1%} |")
+        print(f"| {rows} | {columns} | {copies} | {'indexed' if indexed else 'unit stride'} | {len(body)} | {model} | "
+              f"{cycles:.1f} | {fma / cycles:.1%} | {11 * rows * columns / cycles:.1%} | "
+              f"{'' if indexed else f'{9 * rows / per_column(rows):.1%}'} |")
         if args.show:
             print("\n".join(body))
         if args.asm_dir:
-            (args.asm_dir / f"x60-dw-rows{rows}x{columns}.s").write_text("\n".join(body) + "\n")
+            (args.asm_dir / f"x60-dw-rows{rows}x{columns}{'-indexed' if indexed else ''}.s").write_text("\n".join(body) + "\n")
     return 0
 
 

@@ -25,6 +25,8 @@ per load and store moves its pointer (RVV loads take no offset); `--copies m` po
 moved once per iteration); `--indexed`: one input and one output pointer per column, the rows' vectors by
 `vluxei32.v` / `vsuxei32.v` at a register of offsets per row (4 VLS cycles, latency 4 in the model: not a
 measured X60 cost). `--search` refines the greedy order by moving single ops while the model's cycles drop.
+The first table (`synthetic`) checks the bound's accounting: loops with the op counts and places the bound assumes
+and no true dependencies, priced by llvm-mca-22.
 % of peak = 9 R U `vfmacc` per iteration / cycles (one e32 m1 `vfmacc` per cycle: mca.py's riscv_peak); the
 second figure counts the Clip's `vfmax` / `vfmin` as work too.
 """
@@ -157,23 +159,29 @@ def build(R: int, U: int, m: int, indexed: bool = False):
     return ops, carried_in, carried_out
 
 
-def pointer_ops(ops):
-    """Insert one add per pointer and column, after the column's last use of it (moving it m columns on)."""
-    version, last = {}, {}
+def pointer_ops(ops, first: bool = False):
+    """Insert one add per pointer and column, after the column's last use of it (moving it m columns on), or with
+    first, before the column's first use (the loop's pointers start a column back)."""
+    version, use = {}, {}
     for t, op in enumerate(ops):
         for k, src in enumerate(op.srcs):
             if src.startswith("p"):
                 key = (src, op.col)
-                if key not in last and any(p == src for p, _ in last):
+                if key not in use and any(p == src for p, _ in use):
                     version[src] = version.get(src, 0) + 1
-                op.srcs[k] = f"{src}@{version.get(src, 0)}"
-                last[key] = t
-    after = {t: name for (name, _), t in last.items()}
+                op.srcs[k] = f"{src}@{version.get(src, 0) + first}"
+                use[key] = min(use.get(key, t), t) if first else t
+    at = {t: name for (name, _), t in use.items()}
     out = []
     for t, op in enumerate(ops):
+        if first and t in at:
+            p = at[t]
+            v = int(op.srcs[[s.split("@")[0] for s in op.srcs].index(p)].split("@")[1])
+            out.append(Op("add", f"{p}@{v}", [f"{p}@{v - 1}"], "add {p}, {p}, a7"))
+            out[-1].ptr = p
         out.append(op)
-        if t in after:
-            p = after[t]
+        if not first and t in at:
+            p = at[t]
             v = op.srcs[[s.split("@")[0] for s in op.srcs].index(p)]
             out.append(Op("add", f"{p}@{int(v.split('@')[1]) + 1}", [v], "add {p}, {p}, a7"))
             out[-1].ptr = p
@@ -217,9 +225,9 @@ def dependencies(ops, extra=()):
     return deps, readers
 
 
-def schedule(ops, budget, extra=(), look=False):
-    """Greedy list schedule over an in-order dual-issue model of the X60 (mca's rules); with look, one op of
-    lookahead: the candidate after which the next vector FP op can issue soonest."""
+def schedule(ops, budget, extra=()):
+    """Greedy list schedule over an in-order dual-issue model of the X60 (mca's rules): the op that can issue
+    first, ties to the longest path to the end."""
     n = len(ops)
     deps, readers = dependencies(ops, extra)
     succ = [[] for _ in ops]
@@ -236,12 +244,9 @@ def schedule(ops, budget, extra=(), look=False):
     remaining = {k: len(v) for k, v in readers.items()}
     mask_live = False
 
-    def earliest(i, st, extra_ready=None):
+    def earliest(i, st):
         op = ops[i]
-        s = st["cyc"]
-        for src in op.srcs:
-            r = ready_at.get(src, 0) if extra_ready is None or src not in extra_ready else extra_ready[src]
-            s = max(s, r)
+        s = max([st["cyc"]] + [ready_at.get(src, 0) for src in op.srcs])
         u = UNIT[op.mn][0]
         s = max(s, min(st["ALU0"], st["ALU1"]) if u == "ALU" else st[u])
         if s == st["cyc"] and st["slots"] >= 2:
@@ -276,20 +281,9 @@ def schedule(ops, budget, extra=(), look=False):
         if not cands:
             raise RuntimeError(f"deadlock at {len(done)}/{n}, live {len(live)}")
         best = None
-        vfp = [i for i in cands if UNIT[ops[i].mn][0] == "VFP"]
         for i in cands:
             s = earliest(i, st)
             key = (s, -prio[i])
-            if look:
-                st2 = issue(i, s, st)
-                nxt = [earliest(v, st2, {ops[i].dst: s + LAT[ops[i].mn]} if ops[i].dst else None) for v in vfp if v != i]
-                if ops[i].dst:
-                    nxt += [earliest(v, st2, {ops[i].dst: s + LAT[ops[i].mn]}) for v in succ[i]
-                            if UNIT[ops[v].mn][0] == "VFP" and deps[v] <= done | {i}]
-                t = min(nxt) if nxt else s + 1
-                if UNIT[ops[i].mn][0] == "VFP":
-                    t = min(t, s + 1)
-                key = (t, s, -prio[i])
             if best is None or key < best[0]:
                 best = (key, i, s)
         _, i, s = best
@@ -483,14 +477,14 @@ def mca(body, tool="llvm-mca-22"):
 
 
 
-def multirow(rows: int, columns: int, copies: int, indexed: bool = False, look: bool = False,
-             search: bool = False) -> tuple[list[str], int]:
+def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search: bool = False,
+             adds_first: bool = False) -> tuple[list[str], int]:
     """The LMUL-1 loop body of rows x columns (the asm lines) and the model's cycles for one iteration."""
     ops, carried_in, carried_out = build(rows, columns, copies, indexed)
-    ops = pointer_ops(ops)
+    ops = pointer_ops(ops, adds_first)
     pool = [f"v{i}" for i in range(11 + (rows + 2) * indexed, 32)]
     extra = pin_deps(ops, carried_in, carried_out)
-    seq, cycles = schedule(ops, len(pool), extra, look=look)
+    seq, cycles = schedule(ops, len(pool), extra)
     if search:
         seq, cycles = refine(ops, seq, dependencies(ops, extra)[0], len(pool), carried_out)
     order = [ops[i] for i in seq]
@@ -510,6 +504,36 @@ def per_column(rows: int) -> float:
     vls = 2 * rows + 2
     return 11 * rows + (vls - 2 * rows) + vls / 2 + 1.5 * vls / 27
 
+
+def synthetic(rows: int, columns: int, groups: int) -> list[str]:
+    """A loop with the op counts and places of the bound and no true dependencies: per column 9 R vfmacc and 2 R
+    Clip ops (latency 4) each followed by a VLS op, the column's 2 other VLS ops after a vfmacc (one of them after
+    the adds where a group starts), (2 R + 2) x columns adds in `groups` groups, the branch."""
+    ints = [f"x{i}" for i in (1, 3, 4, *range(5, 32)) if i not in (11, 16, 17)]
+    body, fma, moved = [], 0, 0
+    adds = (2 * rows + 2) * columns
+    starts = {round(g * columns / groups) for g in range(groups)}
+    for j in range(columns):
+        col, extra = [], 2
+        if j in starts:
+            n = min(-(-adds // groups), adds - moved)
+            body += [f"add {ints[(moved + t) % len(ints)]}, {ints[(moved + t) % len(ints)]}, a7" for t in range(n)]
+            body.append("vle32.v v31, (a5)")
+            moved, extra = moved + n, 1
+        for c in range(2 * rows):
+            for _ in range(4 if c % 2 else 5):
+                col.append(f"vfmacc.vv v{11 + fma % 16}, v1, v2")
+                fma += 1
+            col += ["vfmax.vf v29, v3, fa5", "vse32.v v27, (a2)"] if c % 2 else ["vfmin.vf v28, v4, fa4, v0.t", "vle32.v v30, (a3)"]
+        for e in range(extra):
+            k = [i for i, line in enumerate(col) if line.startswith("vfmacc")][2 + e * len(col) // 3]
+            col.insert(k + 1, "vle32.v v26, (a4)")
+        body += col
+    return body + ["bne x31, a1, .Lhot"]
+
+
+SYNTHETIC = ((3, 3, 1), (4, 3, 1), (5, 3, 2), (6, 3, 2), (7, 3, 3))
+"""(rows, columns, add groups): columns 3 at least (the accumulators' registers return after 3), 27 pointers a group."""
 
 CASES = ((3, 3, 3, False), (4, 3, 2, False), (5, 3, 2, False), (6, 3, 1, False), (3, 3, 3, True), (4, 3, 3, True))
 """(rows, columns, pointers per row, indexed) of the default table."""
@@ -533,6 +557,14 @@ def main() -> int:
     if args.asm_dir:
         args.asm_dir.mkdir(parents=True, exist_ok=True)
         (args.asm_dir / "x60-dw-rolling-5.s").write_text("\n".join(body) + "\n")
+    print("| rows | columns | add groups | vfmacc | VLS ops | adds | llvm-mca-22 cycles | % of peak | bound |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for rows, columns, groups in SYNTHETIC:
+        body = synthetic(rows, columns, groups)
+        cycles, _ = mca(body, args.mca)
+        fma = 9 * rows * columns
+        print(f"| {rows} | {columns} | {groups} | {fma} | {(2 * rows + 2) * columns} | {(2 * rows + 2) * columns} | "
+              f"{cycles:.1f} | {fma / cycles:.1%} | {9 * rows / per_column(rows):.1%} |")
     print("| rows | columns | pointers per row | loads | insn | model cycles | llvm-mca-22 cycles | % of peak | "
           "with the Clip | bound (unit stride) |")
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")

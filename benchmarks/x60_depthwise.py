@@ -159,29 +159,23 @@ def build(R: int, U: int, m: int, indexed: bool = False):
     return ops, carried_in, carried_out
 
 
-def pointer_ops(ops, first: bool = False):
-    """Insert one add per pointer and column, after the column's last use of it (moving it m columns on), or with
-    first, before the column's first use (the loop's pointers start a column back)."""
-    version, use = {}, {}
+def pointer_ops(ops):
+    """Insert one add per pointer and column, after the column's last use of it (moving it m columns on)."""
+    version, last = {}, {}
     for t, op in enumerate(ops):
         for k, src in enumerate(op.srcs):
             if src.startswith("p"):
                 key = (src, op.col)
-                if key not in use and any(p == src for p, _ in use):
+                if key not in last and any(p == src for p, _ in last):
                     version[src] = version.get(src, 0) + 1
-                op.srcs[k] = f"{src}@{version.get(src, 0) + first}"
-                use[key] = min(use.get(key, t), t) if first else t
-    at = {t: name for (name, _), t in use.items()}
+                op.srcs[k] = f"{src}@{version.get(src, 0)}"
+                last[key] = t
+    after = {t: name for (name, _), t in last.items()}
     out = []
     for t, op in enumerate(ops):
-        if first and t in at:
-            p = at[t]
-            v = int(op.srcs[[s.split("@")[0] for s in op.srcs].index(p)].split("@")[1])
-            out.append(Op("add", f"{p}@{v}", [f"{p}@{v - 1}"], "add {p}, {p}, a7"))
-            out[-1].ptr = p
         out.append(op)
-        if not first and t in at:
-            p = at[t]
+        if t in after:
+            p = after[t]
             v = op.srcs[[s.split("@")[0] for s in op.srcs].index(p)]
             out.append(Op("add", f"{p}@{int(v.split('@')[1]) + 1}", [v], "add {p}, {p}, a7"))
             out[-1].ptr = p
@@ -477,11 +471,10 @@ def mca(body, tool="llvm-mca-22"):
 
 
 
-def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search: bool = False,
-             adds_first: bool = False) -> tuple[list[str], int]:
+def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search: bool = False) -> tuple[list[str], int]:
     """The LMUL-1 loop body of rows x columns (the asm lines) and the model's cycles for one iteration."""
     ops, carried_in, carried_out = build(rows, columns, copies, indexed)
-    ops = pointer_ops(ops, adds_first)
+    ops = pointer_ops(ops)
     pool = [f"v{i}" for i in range(11 + (rows + 2) * indexed, 32)]
     extra = pin_deps(ops, carried_in, carried_out)
     seq, cycles = schedule(ops, len(pool), extra)
@@ -532,6 +525,18 @@ def synthetic(rows: int, columns: int, groups: int) -> list[str]:
     return body + ["bne x31, a1, .Lhot"]
 
 
+def rules(tool: str) -> list[tuple[str, float]]:
+    """The in-order issue costs the bound counts, each as a loop of 16 independent e32 m1 vfmacc and the branch."""
+    fm = [f"vfmacc.vv v{8 + k}, v1, v2" for k in range(16)]
+    adds = [f"add x{5 + k}, x{5 + k}, a7" for k in range(8)]
+    loops = {"16 vfmacc": fm, "+ a vle32 after a vfmacc": fm[:8] + ["vle32.v v30, (a0)"] + fm[8:],
+             "+ 2 vle32 after vfmaccs": fm[:5] + ["vle32.v v30, (a0)"] + fm[5:10] + ["vle32.v v31, (a2)"] + fm[10:],
+             "15 vfmacc + vfmax, a vle32 after the vfmax": fm[:8] + ["vfmax.vf v29, v3, fa5", "vle32.v v30, (a0)"] + fm[9:],
+             "+ 8 adds beside the branch": fm + adds, "+ 8 adds in 2 groups": fm[:8] + adds[:4] + fm[8:] + adds[4:],
+             "+ 8 adds and a vle32 before them": fm + ["vle32.v v30, (a0)"] + adds}
+    return [(name, mca(body + ["bne x31, a1, .Lhot"], tool)[0]) for name, body in loops.items()]
+
+
 SYNTHETIC = ((3, 3, 1), (4, 3, 1), (5, 3, 2), (6, 3, 2), (7, 3, 3))
 """(rows, columns, add groups): columns 3 at least (the accumulators' registers return after 3), 27 pointers a group."""
 
@@ -557,6 +562,9 @@ def main() -> int:
     if args.asm_dir:
         args.asm_dir.mkdir(parents=True, exist_ok=True)
         (args.asm_dir / "x60-dw-rolling-5.s").write_text("\n".join(body) + "\n")
+    print("| loop (llvm-mca-22, e32 m1) | cycles |\n|---|---:|")
+    for name, cycles in rules(args.mca):
+        print(f"| {name} | {cycles:.1f} |")
     print("| rows | columns | add groups | vfmacc | VLS ops | adds | llvm-mca-22 cycles | % of peak | bound |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for rows, columns, groups in SYNTHETIC:

@@ -98,7 +98,7 @@ def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search
         seq, cycles = refine(ops, seq, dependencies(ops, extra)[0], len(pool), carried_out)
     order = [ops[i] for i in seq]
     regmap = allocate(order, carried_in, carried_out, pool)
-    ints = [f"x{i}" for i in (1, 3, 4, *range(5, 32)) if i not in (11, 16, 17)]  # a1 end, a6 NaN bound, a7 step
+    ints = [f"x{i}" for i in (1, 3, 4, *range(5, 32)) if i not in (11, 16, 17)]  # a1 end, a6 NaN bound, a7 left free
     ptrs = sorted({op.ptr for op in order if op.mn == "add"})
     if len(ptrs) > len(ints):
         raise ValueError(f"{len(ptrs)} pointers for {len(ints)} integer registers: fewer --copies")

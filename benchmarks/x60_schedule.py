@@ -9,11 +9,11 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-LAT = {"vluxei32.v": 4, "vsuxei32.v": 4, "vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
+LAT = {"addi": 1, "vluxei32.v": 4, "vsuxei32.v": 4, "vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
        "vadd.vv": 4, "vmsltu.vx": 4, "add": 1, "bne": 1}
 
 
-UNIT = {"vluxei32.v": ("VLS", 4), "vsuxei32.v": ("VLS", 4), "vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
+UNIT = {"addi": ("ALU", 1), "vluxei32.v": ("VLS", 4), "vsuxei32.v": ("VLS", 4), "vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
         "vle32.v": ("VLS", 3), "vse32.v": ("VLS", 3), "vadd.vv": ("VIEU", 2), "vmsltu.vx": ("VIEU", 2),
         "add": ("ALU", 1), "bne": ("IEUA", 1)}
 
@@ -98,8 +98,14 @@ def build(R: int, U: int, m: int, indexed: bool = False):
     return ops, carried_in, carried_out
 
 
+COLUMN_BYTES = 32
+"""A pixel's stride in the loops (8 channels of float32); the pointers move by `addi` immediates of it (a wider
+image's stride above 2047 bytes would take a register: the same cost)."""
+
+
 def pointer_ops(ops):
-    """Insert one add per pointer and column, after the column's last use of it (moving it m columns on)."""
+    """Insert one `addi` per pointer and column, after the column's last use of it, moving the pointer to the next
+    column that uses it (the same pointer's first column in the next iteration after its last)."""
     version, last = {}, {}
     for t, op in enumerate(ops):
         for k, src in enumerate(op.srcs):
@@ -109,14 +115,22 @@ def pointer_ops(ops):
                     version[src] = version.get(src, 0) + 1
                 op.srcs[k] = f"{src}@{version.get(src, 0)}"
                 last[key] = t
-    after = {t: name for (name, _), t in last.items()}
+    columns = 1 + max(op.col for op in ops)
+    used = {}
+    for name, col in last:
+        used.setdefault(name, []).append(col)
+    after = {}
+    for (name, col), t in last.items():
+        cols = sorted(used[name])
+        later = [c for c in cols if c > col]
+        after[t] = (name, (later[0] if later else cols[0] + columns) - col)
     out = []
     for t, op in enumerate(ops):
         out.append(op)
         if t in after:
-            p = after[t]
+            p, gap = after[t]
             v = op.srcs[[s.split("@")[0] for s in op.srcs].index(p)]
-            out.append(Op("add", f"{p}@{int(v.split('@')[1]) + 1}", [v], "add {p}, {p}, a7"))
+            out.append(Op("add", f"{p}@{int(v.split('@')[1]) + 1}", [v], f"addi {{p}}, {{p}}, {gap * COLUMN_BYTES}"))
             out[-1].ptr = p
     return out
 
@@ -382,7 +396,8 @@ def emit(order, regmap, ptrmap):
     for op in order:
         if op.mn == "add":
             p = ptrmap[op.ptr]
-            lines.append(f"add {p}, {p}, a7"); continue
+            lines.append(op.fmt.format(p=p))
+            continue
         vals = {}
         if op.dst and op.mn not in ("vadd.vv", "vmsltu.vx"):
             vals["d"] = regmap[op.dst]

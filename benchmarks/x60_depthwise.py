@@ -87,9 +87,10 @@ class Loop:
     its register."""
 
 
-def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search: bool = False) -> Loop:
+def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search: bool = False,
+             int_clip: bool = False) -> Loop:
     """The LMUL-1 loop of rows x columns: its instructions and the model's cycles for one iteration."""
-    ops, carried_in, carried_out = build(rows, columns, copies, indexed)
+    ops, carried_in, carried_out = build(rows, columns, copies, indexed, int_clip)
     ops = pointer_ops(ops)
     pool = [f"v{i}" for i in range(11 + (rows + 2) * indexed, 32)]
     extra = pin_deps(ops, carried_in, carried_out)
@@ -107,12 +108,13 @@ def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search
                 {**ptrmap, **{v: regmap[v] for v in carried_in}})
 
 
-def per_column(rows: int) -> float:
+def per_column(rows: int, int_clip: bool = False) -> float:
     """Cycles per output column no unit-stride order beats, columns per iteration unbounded (docs/RISCV_KERNELS.md):
-    11 R vector FP ops (9 R vfmacc, the Clip's vfmax and vfmin), 1 cycle per VLS op (2 R + 2) beyond the 2 R that
-    follow a Clip op, half a cycle per add (one per VLS op), 1.5 cycles per group of adds, a group per 27 pointers."""
+    11 R vector FP ops (9 R vfmacc, the Clip's vfmax and vfmin; int_clip: 8 R vfmacc, R vfmul, R vfadd), 1 cycle
+    per VLS op (2 R + 2) beyond the 2 R that follow a latency-4 FP op, half a cycle per add (one per VLS op), 1.5
+    cycles per group of adds, a group per 27 pointers."""
     vls = 2 * rows + 2
-    return 11 * rows + (vls - 2 * rows) + vls / 2 + 1.5 * vls / 27
+    return (10 if int_clip else 11) * rows + (vls - 2 * rows) + vls / 2 + 1.5 * vls / 27
 
 
 def synthetic(rows: int, columns: int, groups: int) -> list[str]:
@@ -169,6 +171,7 @@ def main() -> int:
     ap.add_argument("--columns", type=int, default=3, help="LMUL 1: output columns per loop iteration (3 at least)")
     ap.add_argument("--copies", type=int, default=2, help="LMUL 1: pointers per row (each moved copies columns on)")
     ap.add_argument("--indexed", action="store_true", help="LMUL 1: vluxei32 / vsuxei32, one pointer per column")
+    ap.add_argument("--int-clip", action="store_true", help="LMUL 1: first tap vfmul, bias vfadd, Clip on the bits")
     ap.add_argument("--search", action="store_true", help="LMUL 1: refine the greedy order by local search (slow)")
     ap.add_argument("--show", action="store_true", help="print the LMUL-1 loop")
     ap.add_argument("--asm-dir", type=Path, help="write the loops here")
@@ -196,13 +199,13 @@ def main() -> int:
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     cases = [(args.rows, args.columns, args.copies, args.indexed)] if args.rows else CASES
     for rows, columns, copies, indexed in cases:
-        loop = multirow(rows, columns, copies, indexed, search=args.search)
+        loop = multirow(rows, columns, copies, indexed, search=args.search, int_clip=args.int_clip)
         body, model = loop.body, loop.cycles
         cycles, _ = mca(body, args.mca)
         fma = 9 * rows * columns
         print(f"| {rows} | {columns} | {copies} | {'indexed' if indexed else 'unit stride'} | {len(body)} | {model} | "
-              f"{cycles:.1f} | {fma / cycles:.1%} | {11 * rows * columns / cycles:.1%} | "
-              f"{'' if indexed else f'{9 * rows / per_column(rows):.1%}'} |")
+              f"{cycles:.1f} | {fma / cycles:.1%} | {'' if args.int_clip else f'{11 * rows * columns / cycles:.1%}'} | "
+              f"{'' if indexed else f'{9 * rows / per_column(rows, args.int_clip):.1%}'} |")
         if args.show:
             print("\n".join(body))
         if args.asm_dir:

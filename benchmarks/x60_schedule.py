@@ -9,11 +9,12 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-LAT = {"addi": 1, "vluxei32.v": 4, "vsuxei32.v": 4, "vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
+LAT = {"vfmul.vv": 4, "vfadd.vv": 4, "vmax.vx": 4, "vmin.vx": 4, "addi": 1, "vluxei32.v": 4, "vsuxei32.v": 4, "vfmacc.vv": 5, "vfmadd.vv": 5, "vfmax.vf": 4, "vfmin.vf": 4, "vle32.v": 3, "vse32.v": 3,
        "vadd.vv": 4, "vmsltu.vx": 4, "add": 1, "bne": 1}
 
 
-UNIT = {"addi": ("ALU", 1), "vluxei32.v": ("VLS", 4), "vsuxei32.v": ("VLS", 4), "vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
+UNIT = {"vfmul.vv": ("VFP", 1), "vfadd.vv": ("VFP", 1), "vmax.vx": ("VIEU", 1), "vmin.vx": ("VIEU", 1),
+        "addi": ("ALU", 1), "vluxei32.v": ("VLS", 4), "vsuxei32.v": ("VLS", 4), "vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vfmax.vf": ("VFP", 1), "vfmin.vf": ("VFP", 1),
         "vle32.v": ("VLS", 3), "vse32.v": ("VLS", 3), "vadd.vv": ("VIEU", 2), "vmsltu.vx": ("VIEU", 2),
         "add": ("ALU", 1), "bne": ("IEUA", 1)}
 
@@ -35,10 +36,12 @@ def index_register(row: int) -> str:
     return f"v{11 + row}"
 
 
-def build(R: int, U: int, m: int, indexed: bool = False):
+def build(R: int, U: int, m: int, indexed: bool = False, int_clip: bool = False):
     """Ops of U columns x R output rows; m pointer copies per row (m == U: one add per load/store per iteration).
     indexed: one input and one output pointer per column, every row's vector at its offsets (`vluxei32.v` /
-    `vsuxei32.v` with a register of byte offsets per row; output rows as long as input rows: stride 1, padded)."""
+    `vsuxei32.v` with a register of byte offsets per row; output rows as long as input rows: stride 1, padded).
+    int_clip: the first tap a `vfmul`, the bias a `vfadd` after the last, the Clip to [0, 6] on the bits
+    (`vmax.vx` with zero, a masked `vmin.vx` with 6.0's bits in a7), the carried accumulators without the bias."""
     ops: list[Op] = []
     # carried-in: A2[o] (output -2, kw 0..1 done), A1[o] (output -1, kw 0 done)
     carried_in = {}
@@ -75,12 +78,19 @@ def build(R: int, U: int, m: int, indexed: bool = False):
                 if kw == 2 and kh == 2:
                     # output (o, col) complete: Clip and store
                     c = na
+                    if int_clip:
+                        c = f"b{o}_{col}"
+                        ops.append(Op("vfadd.vv", c, [na, "bias"], "vfadd.vv {d}, {s0}, {s1}", kill=na))
                     t = f"t{o}_{col}"
                     ops.append(Op("vadd.vv", f"m{o}_{col}", [c], "vadd.vv v0, {s0}, {s0}"))
                     ops.append(Op("vmsltu.vx", f"k{o}_{col}", [f"m{o}_{col}"], "vmsltu.vx v0, v0, a6", kill=f"m{o}_{col}"))
-                    ops.append(Op("vfmax.vf", t, [c], "vfmax.vf {d}, {s0}, fa5"))
                     r = f"r{o}_{col}"
-                    ops.append(Op("vfmin.vf", r, [c, t, f"k{o}_{col}"], "vfmin.vf {d}, {s1}, fa4, v0.t", kill=c))
+                    if int_clip:
+                        ops.append(Op("vmax.vx", t, [c], "vmax.vx {d}, {s0}, zero"))
+                        ops.append(Op("vmin.vx", r, [c, t, f"k{o}_{col}"], "vmin.vx {d}, {s1}, a7, v0.t", kill=c))
+                    else:
+                        ops.append(Op("vfmax.vf", t, [c], "vfmax.vf {d}, {s0}, fa5"))
+                        ops.append(Op("vfmin.vf", r, [c, t, f"k{o}_{col}"], "vfmin.vf {d}, {s1}, fa4, v0.t", kill=c))
                     if indexed:
                         ops.append(Op("vsuxei32.v", None, [r, f"po_{j % m}"],
                                       f"vsuxei32.v {{s0}}, ({{s1}}), {index_register(o)}", col=j))
@@ -89,7 +99,10 @@ def build(R: int, U: int, m: int, indexed: bool = False):
             if newacc is not None:
                 o, col = newacc
                 na = f"a{o}_{col}_00"
-                ops.append(Op("vfmadd.vv", na, [x, "w00", "bias"], "vfmadd.vv {d}, {s1}, {s2}", kill=x))
+                if int_clip:
+                    ops.append(Op("vfmul.vv", na, [x, "w00"], "vfmul.vv {d}, {s0}, {s1}", kill=x))
+                else:
+                    ops.append(Op("vfmadd.vv", na, [x, "w00", "bias"], "vfmadd.vv {d}, {s1}, {s2}", kill=x))
                 acc[(o, col)] = na
     carried_out = {}
     for o in range(R):
@@ -220,7 +233,7 @@ def schedule(ops, budget, extra=()):
                 continue
             op = ops[i]
             loads = op.mn in ("vle32.v", "vluxei32.v")
-            if (loads or op.mn == "vfmax.vf") and len(live) + 1 + 2 * loads > budget:
+            if (loads or op.mn in ("vfmax.vf", "vmax.vx")) and len(live) + 1 + 2 * loads > budget:
                 continue
             if op.mn == "vadd.vv" and mask_live:
                 continue
@@ -247,7 +260,7 @@ def schedule(ops, budget, extra=()):
             live.discard(op.kill)
         if op.mn == "vadd.vv":
             mask_live = True
-        if op.mn == "vfmin.vf":
+        if op.mn in ("vfmin.vf", "vmin.vx"):
             mask_live = False
         done.add(i)
         order.append(i)
@@ -302,7 +315,7 @@ def legal(ops, seq, deps, budget, root, leaving) -> bool:
             if mask:
                 return False
             mask = True
-        elif op.mn == "vfmin.vf":
+        elif op.mn in ("vfmin.vf", "vmin.vx"):
             mask = False
         for v in [*op.srcs, op.dst]:
             if v in root:

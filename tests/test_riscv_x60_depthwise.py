@@ -63,6 +63,17 @@ def _run(body: list[str], vregs: dict, xregs: dict, mem: np.ndarray, iterations:
             elif mn == "vmsltu.vx":
                 assert ops[:2] == ["v0", "v0"] and ops[2] == "a6"
                 mask = vregs["v0"].view(np.uint32) < np.uint32(NAN_BOUND)
+            elif mn == "vfmul.vv":
+                vregs[ops[0]] = vregs[ops[1]] * vregs[ops[2]]
+            elif mn == "vfadd.vv":
+                vregs[ops[0]] = vregs[ops[1]] + vregs[ops[2]]
+            elif mn == "vmax.vx":
+                assert ops[2] == "zero"
+                vregs[ops[0]] = np.maximum(vregs[ops[1]].view(np.int32), 0).view(np.float32)
+            elif mn == "vmin.vx":
+                assert ops[3] == "v0.t" and mask is not None
+                low = np.minimum(vregs[ops[1]].view(np.int32), np.int32(xregs[ops[2]])).view(np.float32)
+                vregs[ops[0]] = np.where(mask, low, vregs[ops[0]])
             elif mn == "vfmax.vf":
                 vregs[ops[0]] = np.fmax(vregs[ops[1]], fregs[ops[2]])
             elif mn == "vfmin.vf":
@@ -74,14 +85,15 @@ def _run(body: list[str], vregs: dict, xregs: dict, mem: np.ndarray, iterations:
                 raise AssertionError(f"no interpreter for {line}")
 
 
-@pytest.mark.parametrize("rows,columns,copies,indexed", [(3, 3, 3, False), (4, 3, 2, False), (5, 3, 2, False),
-                                                         (4, 3, 3, True)])
-def test_rows_compute_the_depthwise_conv_and_clip(rows, columns, copies, indexed):
+@pytest.mark.parametrize("rows,columns,copies,indexed,int_clip", [
+    (3, 3, 3, False, False), (4, 3, 2, False, False), (5, 3, 2, False, False), (4, 3, 3, True, False),
+    (3, 3, 3, False, True), (5, 3, 2, False, True)])
+def test_rows_compute_the_depthwise_conv_and_clip(rows, columns, copies, indexed, int_clip):
     """Input rows 0..R+1, padded columns 0..W+1 (loop column j loads padded column j + 2 and completes output
     column j, whose taps are padded columns j..j+2); the accumulators carried into the first iteration hold output
-    columns 0 and 1 after their first kernel columns."""
+    columns 0 and 1 after their first kernel columns (with the bias, but for int_clip, which adds it last)."""
     wb = _workbench()
-    loop = wb.multirow(rows, columns, copies, indexed)
+    loop = wb.multirow(rows, columns, copies, indexed, int_clip=int_clip)
     rng = np.random.default_rng(rows * 10 + columns)
     iterations = 3
     width = iterations * columns
@@ -96,13 +108,13 @@ def test_rows_compute_the_depthwise_conv_and_clip(rows, columns, copies, indexed
     out_base = x.nbytes
     mem = np.concatenate([x.ravel(), np.full(rows * (width + 2) * LANES, -7.0, np.float32)])
     vregs = {f"v{1 + 3 * kh + kw}": w[kh, kw] for kh in range(3) for kw in range(3)} | {"v10": bias}
-    xregs = {"a6": NAN_BOUND}
+    xregs = {"a6": NAN_BOUND, "a7": int(np.float32(6.0).view(np.int32))}
     for name, reg in loop.registers.items():
         kind, index = name.split("_")
         if kind in ("in2", "in1"):
             o, done = int(index), 2 if kind == "in2" else 1
             first = 0 if kind == "in2" else 1
-            vregs[reg] = bias + sum(w[kh, kw] * x[o + kh, first + kw] for kh in range(3) for kw in range(done))
+            vregs[reg] = (0 if int_clip else bias) + sum(w[kh, kw] * x[o + kh, first + kw] for kh in range(3) for kw in range(done))
         elif indexed:
             base = 0 if kind == "pi" else out_base
             xregs[reg] = base + (int(index) + 2 * (kind == "pi")) * col

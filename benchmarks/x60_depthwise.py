@@ -17,18 +17,21 @@ LMUL 1, R output rows (`multirow`): 8 channels, R output rows x U columns per it
 rows are loaded once each and streamed: row i's vector feeds every tap that reads it (up to 9: kernel rows i - o
 of output rows o, kernel columns 2, 1, 0 of output columns j - 2, j - 1, j), the last one a `vfmadd` that turns
 it into output (i, j)'s accumulator (the bias added), so no register is copied. An output completed by its
-kernel column 2 is clipped (as above) and stored. The order is a greedy list schedule (`schedule`) over a model of
-the X60's in-order issue as llvm-mca applies it: dual issue, the units' occupancy (VFP 1 cycle per m1 op, VLS 3,
-VIEU 2, two integer ALUs), latencies, and write-backs in program order; registers are then coloured per
-accumulator chain, the chains carried into the next iteration pinned to the registers they came in. One `add`
-per load and store moves its pointer (RVV loads take no offset); `--copies m` pointers per row (m = U: each
-moved once per iteration); `--indexed`: one input and one output pointer per column, the rows' vectors by
+kernel column 2 is clipped (as above) and stored. The order is a greedy list schedule (x60_schedule.py) over a
+model of the X60's in-order issue as llvm-mca applies it: dual issue, the units' occupancy (VFP 1 cycle per m1
+op, VLS 3, VIEU 2, two integer ALUs), latencies, and write-backs in program order; registers are then coloured
+per accumulator chain, the chains carried into the next iteration pinned to the registers they came in. One
+`addi` per load and store moves its pointer to the next column that uses it (RVV loads take no offset);
+`--copies m` pointers per row (m = U: each moved once per iteration); `--int-clip`: the first tap a `vfmul`, the
+bias a `vfadd` after the last, the Clip to [0, 6] on the integer unit (`vmax.vx` / masked `vmin.vx` on the bits); `--indexed`: one input and one output pointer per column, the rows' vectors by
 `vluxei32.v` / `vsuxei32.v` at a register of offsets per row (4 VLS cycles, latency 4 in the model: not a
 measured X60 cost). `--search` refines the greedy order by moving single ops while the model's cycles drop.
-The first table (`synthetic`) checks the bound's accounting: loops with the op counts and places the bound assumes
+The first table (`rules`) prints the in-order issue costs the bound counts; the second (`synthetic`) checks the
+bound's accounting: loops with the op counts and places the bound assumes
 and no true dependencies, priced by llvm-mca-22.
 % of peak = 9 R U `vfmacc` per iteration / cycles (one e32 m1 `vfmacc` per cycle: mca.py's riscv_peak); the
-second figure counts the Clip's `vfmax` / `vfmin` as work too.
+second figure counts the Clip's `vfmax` / `vfmin` as work too. tests/test_riscv_x60_depthwise.py runs the
+loops through an interpreter of their instructions against NumPy.
 """
 from __future__ import annotations
 

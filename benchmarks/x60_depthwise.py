@@ -3,7 +3,8 @@
 docs/RISCV_KERNELS.md derives ("Depthwise on RISC-V").
 
     python benchmarks/x60_depthwise.py [--mca llvm-mca-22] [--asm-dir DIR]
-    python benchmarks/x60_depthwise.py --rows 5 --columns 3 --copies 2 [--show]
+    python benchmarks/x60_depthwise.py --rows 5 --columns 3 --copies 2 [--show] [--search] [--int-clip]
+    python benchmarks/x60_depthwise.py --llvm     # the same rows as LLVM IR, scheduled by llvmlite's LLVM
 
 LMUL 2, one output row (`rolling`): a rolling window over one output row of 16 channels (e32, LMUL 2): each input
 column is loaded once (its 3 kernel rows, one `vle32.v` each) and feeds the 3 output pixels that use it (`vfmacc.vv`
@@ -111,6 +112,72 @@ def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search
                 {**ptrmap, **{v: regmap[v] for v in carried_in}})
 
 
+def llvm_ir(rows: int, columns: int = 3) -> str:
+    """The same rows x columns rolling window as LLVM IR (8-float vectors, llvm.fma, the Clip as
+    kernels/epilogue.py's RVV form): what LLVM's own scheduler makes of it."""
+    vec = "<8 x float>"
+    six = ", ".join(["float 6.0"] * 8)
+    nan = ", ".join(["i32 -16777216"] * 8)
+    args = [f"ptr %x{i}" for i in range(rows + 2)] + [f"ptr %o{o}" for o in range(rows)] + ["ptr %w", f"{vec} %bias",
+                                                                                          "i64 %n", "i64 %cs"]
+    lines = [f"define void @dw({', '.join(args)}) {{", "entry:"]
+    for k in range(9):
+        lines += [f"  %wp{k} = getelementptr float, ptr %w, i64 {8 * k}", f"  %w{k} = load {vec}, ptr %wp{k}, align 4"]
+    lines += ["  br label %loop", "loop:", "  %j = phi i64 [0, %entry], [%jn, %loop]"]
+    lines += [f"  %A{age}_{o} = phi {vec} [%bias, %entry], [NEXT{age}_{o}, %loop]" for o in range(rows) for age in (2, 1)]
+    older, old = {o: f"%A2_{o}" for o in range(rows)}, {o: f"%A1_{o}" for o in range(rows)}
+    n = 0
+
+    def fma(w, x, acc):
+        nonlocal n
+        n += 1
+        lines.append(f"  %f{n} = call {vec} @llvm.fma.v8f32({vec} %w{w}, {vec} {x}, {vec} {acc})")
+        return f"%f{n}"
+    for u in range(columns):
+        lines += [f"  %c{u} = add i64 %j, {u}", f"  %off{u} = mul i64 %c{u}, %cs"]
+        for i in range(rows + 2):
+            lines += [f"  %xp{u}_{i} = getelementptr float, ptr %x{i}, i64 %off{u}",
+                      f"  %X{u}_{i} = load {vec}, ptr %xp{u}_{i}, align 4"]
+        new = {}
+        for o in range(rows):
+            done, mid, fresh = older[o], old[o], "%bias"
+            for kh in range(3):
+                x = f"%X{u}_{o + kh}"
+                done, mid, fresh = fma(3 * kh + 2, x, done), fma(3 * kh + 1, x, mid), fma(3 * kh, x, fresh)
+            old[o], new[o] = mid, fresh
+            n += 1
+            lines += [f"  %mx{n} = call {vec} @llvm.maxnum.v8f32({vec} {done}, {vec} zeroinitializer)",
+                      f"  %mn{n} = call {vec} @llvm.minnum.v8f32({vec} %mx{n}, {vec} <{six}>)",
+                      f"  %bi{n} = bitcast {vec} {done} to <8 x i32>", f"  %b2{n} = add <8 x i32> %bi{n}, %bi{n}",
+                      f"  %nan{n} = icmp ugt <8 x i32> %b2{n}, <{nan}>",
+                      f"  %cl{n} = select <8 x i1> %nan{n}, {vec} {done}, {vec} %mn{n}",
+                      f"  %op{u}_{o} = getelementptr float, ptr %o{o}, i64 %off{u}",
+                      f"  store {vec} %cl{n}, ptr %op{u}_{o}, align 4"]
+        older, old = old, new
+    text = "\n".join(lines + ["  %jn = add i64 %j, 3", "  %end = icmp sge i64 %jn, %n",
+                              "  br i1 %end, label %exit, label %loop", "exit:", "  ret void", "}"])
+    for o in range(rows):
+        text = text.replace(f"NEXT2_{o},", f"{older[o]},").replace(f"NEXT1_{o},", f"{old[o]},")
+    decl = [f"declare {vec} @llvm.{f}.v8f32({', '.join([vec] * k)})" for f, k in (("fma", 3), ("maxnum", 2), ("minnum", 2))]
+    return text + "\n" + "\n".join(decl) + "\n"
+
+
+def llvm_loop(rows: int) -> list[str]:
+    """llvm_ir compiled by llvmlite's LLVM for the bpi-f3 (spacemit-x60): the loop's instructions."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    mod = llvm.parse_assembly(llvm_ir(rows))
+    mod.triple = "riscv64-unknown-linux-gnu"
+    tm = llvm.Target.from_triple(mod.triple).create_target_machine(cpu="spacemit-x60", features=FEATURES + ",+zicond",
+                                                                    opt=3, reloc="pic")
+    asm = [line.strip() for line in tm.emit_assembly(mod).splitlines()]
+    start = next(k for k, line in enumerate(asm) if re.match(r"\.LBB0_\d+:", line) and k > 0)
+    end = next(k for k, line in enumerate(asm) if k > start and line.startswith("b") and asm[start][:-1] in line)
+    return [line for line in asm[start + 1:end + 1] if line and not line.startswith((".", "#"))]
+
+
 def per_column(rows: int, int_clip: bool = False) -> float:
     """Cycles per output column no unit-stride order beats, columns per iteration unbounded (docs/RISCV_KERNELS.md):
     11 R vector FP ops (9 R vfmacc, the Clip's vfmax and vfmin; int_clip: 8 R vfmacc, R vfmul, R vfadd), 1 cycle
@@ -177,8 +244,17 @@ def main() -> int:
     ap.add_argument("--int-clip", action="store_true", help="LMUL 1: first tap vfmul, bias vfadd, Clip on the bits")
     ap.add_argument("--search", action="store_true", help="LMUL 1: refine the greedy order by local search (slow)")
     ap.add_argument("--show", action="store_true", help="print the LMUL-1 loop")
+    ap.add_argument("--llvm", action="store_true", help="LMUL 1: LLVM's own schedule of the rows (1 to 4)")
     ap.add_argument("--asm-dir", type=Path, help="write the loops here")
     args = ap.parse_args()
+    if args.llvm:
+        print("| rows | insn | vfmacc | stack | llvm-mca-22 cycles | % of peak |\n|---:|---:|---:|---:|---:|---:|")
+        for rows in range(1, 5):
+            body = llvm_loop(rows)
+            cycles, _ = mca(body, args.mca)
+            print(f"| {rows} | {len(body)} | {sum(line.startswith('vfmacc') for line in body)} | "
+                  f"{sum('(sp)' in line for line in body)} | {cycles:.1f} | {27 * rows / cycles:.1%} |")
+        return 0
     body = rolling(5)
     cycles, rthr = mca_m2(args.mca, body)
     print(f"LMUL 2, one row, rolling window, 5 pixels x 16 channels: {len(body)} instructions, {cycles:.1f} cycles "

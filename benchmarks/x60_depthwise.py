@@ -37,6 +37,7 @@ loops through an interpreter of their instructions against NumPy.
 from __future__ import annotations
 
 import argparse
+import random
 import re
 import subprocess
 from dataclasses import dataclass
@@ -92,15 +93,26 @@ class Loop:
 
 
 def multirow(rows: int, columns: int, copies: int, indexed: bool = False, search: bool = False,
-             int_clip: bool = False) -> Loop:
-    """The LMUL-1 loop of rows x columns: its instructions and the model's cycles for one iteration."""
+             int_clip: bool = False, restarts: int = 0) -> Loop:
+    """The LMUL-1 loop of rows x columns: its instructions and the model's cycles for one iteration. restarts:
+    that many more greedy orders with random tie-breaks (seeded), the best kept (with search: the best 4 refined)."""
     ops, carried_in, carried_out = build(rows, columns, copies, indexed, int_clip)
     ops = pointer_ops(ops)
     pool = [f"v{i}" for i in range(11 + (rows + 2) * indexed, 32)]
     extra = pin_deps(ops, carried_in, carried_out)
-    seq, cycles = schedule(ops, len(pool), extra)
+    found = []
+    for k in range(restarts + 1):
+        rnd = random.Random(k)
+        try:
+            found.append(schedule(ops, len(pool), extra, [rnd.uniform(0, 10) for _ in ops] if k else None)[::-1])
+        except RuntimeError:  # a tie-break that ran the registers out
+            continue
+    found.sort(key=lambda t: t[0])
+    cycles, seq = found[0]
     if search:
-        seq, cycles = refine(ops, seq, dependencies(ops, extra)[0], len(pool), carried_out)
+        deps = dependencies(ops, extra)[0]
+        cycles, seq = min((refine(ops, seq, deps, len(pool), carried_out)[::-1] for _, seq in found[:4]),
+                          key=lambda t: t[0])
     order = [ops[i] for i in seq]
     regmap = allocate(order, carried_in, carried_out, pool)
     ints = [f"x{i}" for i in (1, 3, 4, *range(5, 32)) if i not in (11, 16, 17)]  # a1 end, a6 NaN bound, a7 left free
@@ -242,6 +254,7 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=2, help="LMUL 1: pointers per row (each moved copies columns on)")
     ap.add_argument("--indexed", action="store_true", help="LMUL 1: vluxei32 / vsuxei32, one pointer per column")
     ap.add_argument("--int-clip", action="store_true", help="LMUL 1: first tap vfmul, bias vfadd, Clip on the bits")
+    ap.add_argument("--restarts", type=int, default=0, help="LMUL 1: more greedy orders, random tie-breaks")
     ap.add_argument("--search", action="store_true", help="LMUL 1: refine the greedy order by local search (slow)")
     ap.add_argument("--show", action="store_true", help="print the LMUL-1 loop")
     ap.add_argument("--llvm", action="store_true", help="LMUL 1: LLVM's own schedule of the rows (1 to 4)")
@@ -278,7 +291,8 @@ def main() -> int:
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     cases = [(args.rows, args.columns, args.copies, args.indexed)] if args.rows else CASES
     for rows, columns, copies, indexed in cases:
-        loop = multirow(rows, columns, copies, indexed, search=args.search, int_clip=args.int_clip)
+        loop = multirow(rows, columns, copies, indexed, search=args.search, int_clip=args.int_clip,
+                        restarts=args.restarts)
         body, model = loop.body, loop.cycles
         cycles, _ = mca(body, args.mca)
         fma = 9 * rows * columns

@@ -185,9 +185,9 @@ def dependencies(ops, extra=()):
     return deps, readers
 
 
-def schedule(ops, budget, extra=()):
+def schedule(ops, budget, extra=(), jitter=None):
     """Greedy list schedule over an in-order dual-issue model of the X60 (mca's rules): the op that can issue
-    first, ties to the longest path to the end."""
+    first, ties to the longest path to the end (plus jitter[op], when given: random restarts)."""
     n = len(ops)
     deps, readers = dependencies(ops, extra)
     succ = [[] for _ in ops]
@@ -243,7 +243,7 @@ def schedule(ops, budget, extra=()):
         best = None
         for i in cands:
             s = earliest(i, st)
-            key = (s, -prio[i])
+            key = (s, -prio[i] - (jitter[i] if jitter else 0))
             if best is None or key < best[0]:
                 best = (key, i, s)
         _, i, s = best

@@ -85,15 +85,15 @@ def _run(body: list[str], vregs: dict, xregs: dict, mem: np.ndarray, iterations:
                 raise AssertionError(f"no interpreter for {line}")
 
 
-@pytest.mark.parametrize("rows,columns,copies,indexed,int_clip", [
-    (3, 3, 3, False, False), (4, 3, 2, False, False), (5, 3, 2, False, False), (4, 3, 3, True, False),
-    (3, 3, 3, False, True), (5, 3, 2, False, True)])
-def test_rows_compute_the_depthwise_conv_and_clip(rows, columns, copies, indexed, int_clip):
+@pytest.mark.parametrize("rows,columns,copies,indexed,int_clip,restarts", [
+    (3, 3, 3, False, False, 0), (4, 3, 2, False, False, 0), (5, 3, 2, False, False, 0), (4, 3, 3, True, False, 0),
+    (3, 3, 3, False, True, 0), (5, 3, 2, False, True, 0), (5, 3, 2, False, False, 6)])
+def test_rows_compute_the_depthwise_conv_and_clip(rows, columns, copies, indexed, int_clip, restarts):
     """Input rows 0..R+1, padded columns 0..W+1 (loop column j loads padded column j + 2 and completes output
     column j, whose taps are padded columns j..j+2); the accumulators carried into the first iteration hold output
     columns 0 and 1 after their first kernel columns (with the bias, but for int_clip, which adds it last)."""
     wb = _workbench()
-    loop = wb.multirow(rows, columns, copies, indexed, int_clip=int_clip)
+    loop = wb.multirow(rows, columns, copies, indexed, int_clip=int_clip, restarts=restarts, search=restarts > 0)
     rng = np.random.default_rng(rows * 10 + columns)
     iterations = 3
     width = iterations * columns

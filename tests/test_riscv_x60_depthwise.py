@@ -99,6 +99,7 @@ def test_rows_compute_the_depthwise_conv_and_clip(rows, columns, copies, indexed
     width = iterations * columns
     x = rng.standard_normal((rows + 2, width + 2, LANES)).astype(np.float32) * 4
     x[1, 5, 3] = np.nan
+    x[2, 7, 1], x[0, 9, 6], x[3, 2, 4] = np.inf, -np.inf, 1e-40  # Clip 6 and 0 from infinities, a denormal
     w = rng.standard_normal((3, 3, LANES)).astype(np.float32)
     bias = rng.standard_normal(LANES).astype(np.float32)
     ref = np.clip(bias + sum(w[kh, kw] * x[kh:kh + rows, kw:kw + width] for kh in range(3) for kw in range(3)),

@@ -83,7 +83,8 @@ def build(R: int, U: int, m: int, indexed: bool = False, int_clip: bool = False)
                         ops.append(Op("vfadd.vv", c, [na, "bias"], "vfadd.vv {d}, {s0}, {s1}", kill=na))
                     t = f"t{o}_{col}"
                     ops.append(Op("vadd.vv", f"m{o}_{col}", [c], "vadd.vv v0, {s0}, {s0}"))
-                    ops.append(Op("vmsltu.vx", f"k{o}_{col}", [f"m{o}_{col}"], "vmsltu.vx v0, v0, a6", kill=f"m{o}_{col}"))
+                    ops.append(Op("vmsltu.vx", f"k{o}_{col}", [f"m{o}_{col}"], "vmsltu.vx v0, v0, a6",  # a6 = 0xFF000001
+                                  kill=f"m{o}_{col}"))
                     r = f"r{o}_{col}"
                     if int_clip:
                         ops.append(Op("vmax.vx", t, [c], "vmax.vx {d}, {s0}, zero"))

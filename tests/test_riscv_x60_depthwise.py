@@ -28,7 +28,8 @@ def _workbench():
 
 
 LANES, BYTES = 8, 4
-NAN_BOUND = 0xFF000000
+NAN_BOUND = 0xFF000001
+"""a6: x + x (the sign shifted out) below it unsigned is a number (0xFF000000: an infinity), the mask's active lanes."""
 
 
 def _run(body: list[str], vregs: dict, xregs: dict, mem: np.ndarray, iterations: int):

@@ -15,7 +15,7 @@ import pytest
 import onnx
 from onnx import helper
 
-from fluidml_xc.ops.conv import conv2d
+from fluidml_xc.ops.conv import conv2d, depthwise
 from fluidml_xc.kernels.conv_plan import BORDER_LOOP_ROWS, EDGE_LOOP_SHARE, ZERO_ROW_BYTES, conv_shape, plan_conv
 from fluidml_xc.kernels.conv_geometry import TargetForms
 from fluidml_xc.pipeline import LowerOptions, import_graph, lower
@@ -349,5 +349,5 @@ def test_depthwise_zero_rows_are_one_block_in_the_program(tmp_path):
     [model_o] = tmp_path.rglob("model.o")
     with open(model_o, "rb") as fh:
         symbols = [(s.name, s["st_size"], s["st_shndx"]) for s in ELFFile(fh).get_section_by_name(".symtab").iter_symbols()
-                   if s.name.startswith(conv2d.ZERO_ROWS)]
-    assert symbols == [(conv2d.ZERO_ROWS, (60 * 32 + 32) * 4, "SHN_COMMON")], symbols
+                   if s.name.startswith(depthwise.ZERO_ROWS)]
+    assert symbols == [(depthwise.ZERO_ROWS, (60 * 32 + 32) * 4, "SHN_COMMON")], symbols

@@ -63,7 +63,6 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from llvmlite import ir
 
 from ...errors import InputError
 from ...kernels.conv_geometry import TargetForms, auto_pad_mode, begin_pads, same_pads, tap_tables
@@ -187,32 +186,11 @@ def _bias_splat(p, bias: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(bias).reshape(-1).astype(p.dtype), p.bias_run)
 
 
-ZERO_ROWS = "fxc_zero_rows"
-
-
-def zero_row(k, nbytes: int, ptr_type: ir.Type) -> ir.Value:
-    """The program's zeroed row of at least `nbytes`, as a `ptr_type`: a common symbol, so the linker gives every
-    unit and code variant one block of the largest size any asks for, in .bss (no bytes in the file; its pages are
-    only read, so they stay the system's shared zero page)."""
-    data = k.module.globals.get(ZERO_ROWS)
-    if data is None:
-        data = ir.GlobalVariable(k.module, ir.ArrayType(ir.IntType(8), nbytes), ZERO_ROWS)
-        data.linkage = "common"
-        data.align = 64
-    elif data.value_type.count < nbytes:  # a module of several convs (the JIT's): its largest (IR printed later)
-        data.value_type = ir.ArrayType(ir.IntType(8), nbytes)
-        data.type = data.value_type.as_pointer()
-    data.initializer = ir.Constant(data.value_type, None)
-    return k.b.bitcast(data, ptr_type)
-
-
 def emit_conv(c: ConvKernel) -> None:
     """The build-time tables and constants, then the plan's form."""
     k, p, s = c.k, c.plan, c.plan.shape
     if c.w.value is not None:
         c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))
-    if p.zero_rows:
-        c.zero_row = zero_row(k, p.zero_rows * np.dtype(p.dtype).itemsize, c.xp.type)
     if p.bias_run:
         c.bias_splat = k.constant_array(derived(k, partial(_bias_splat, p), c.bias))
     geo = ((s.OH, s.sh, s.dh, s.ph, s.KH, s.H), (s.OW, s.sw, s.dw, s.pw, s.KW, s.W))

@@ -3,6 +3,7 @@ to [kh][kw][G rounded up to vectors]; aarch64 stores two vectors per pixel with 
 each channel unit over a whole output row, its weight vectors kept in registers (docs/RISCV_KERNELS.md)."""
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from ...kernels.conv_plan import ConvPlan
@@ -13,18 +14,39 @@ from ...kernels.vectors import load_lanes, mac, store_lanes
 from .walk import ConvKernel
 
 
+ZERO_ROWS = "fxc_zero_rows"
+
+
+def zero_row(k, nbytes: int, ptr_type: ir.Type) -> ir.Value:
+    """The program's zeroed row of at least `nbytes`, as a `ptr_type`: a common symbol, so the linker gives every
+    unit and code variant one block of the largest size any asks for, in .bss (no bytes in the file; its pages are
+    only read, so they stay the system's shared zero page)."""
+    data = k.module.globals.get(ZERO_ROWS)
+    if data is None:
+        data = ir.GlobalVariable(k.module, ir.ArrayType(ir.IntType(8), nbytes), ZERO_ROWS)
+        data.linkage = "common"
+        data.align = 64
+    elif data.value_type.count < nbytes:  # a module of several convs (the JIT's): its largest (IR printed later)
+        data.value_type = ir.ArrayType(ir.IntType(8), nbytes)
+        data.type = data.value_type.as_pointer()
+    data.initializer = ir.Constant(data.value_type, None)
+    return k.b.bitcast(data, ptr_type)
+
+
 class ChannelsLastDepthwise:
     """Channels-last depthwise blocks of one conv: reads only the ConvKernel (walk.py) and its ConvPlan."""
 
     def __init__(self, kernel: ConvKernel, plan: ConvPlan):
         self.c, self.p, self.k = kernel, plan, kernel.k
         self.s, self.bl = plan.shape, plan.blocking
+        self.zero_row = zero_row(self.k, plan.zero_rows * np.dtype(plan.dtype).itemsize, kernel.xp.type) if plan.zero_rows else None
+        """plan.zero_rows: the zero input row that kernel rows outside the input read."""
         self.sources: list[ir.Value] = []
         """plan.zero_rows: where each kernel row of the row being emitted reads (source_row)."""
 
     def row(self, n, oh, kh_range):
         """Output row oh of image n: pixel blocks x channel units, the channel units outermost under blocking.dw_rows."""
-        if self.c.zero_row is not None:
+        if self.zero_row is not None:
             self.sources = [self.source_row(n, oh, kh) for kh in range(self.s.KH)]
         if self.bl.dw_rows:
             self.channels_dw(lambda c0, lanes, nvec: self.c.pixel_blocks(
@@ -59,7 +81,7 @@ class ChannelsLastDepthwise:
 
         def row_taps(kh):
             src = xblk
-            if self.c.zero_row is not None:
+            if self.zero_row is not None:
                 src, row = self.sources[kh], offset(k, -self.s.pw * xs[3], (c0, xs[1]), (ow, self.s.sw * xs[3]))
             elif xblk is self.c.xp:
                 ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
@@ -117,11 +139,11 @@ class ChannelsLastDepthwise:
         k, b, xs = self.k, self.k.b, self.s.xs
         ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
         if isinstance(ih, int) and not 0 <= ih < self.s.H:
-            return self.c.zero_row
+            return self.zero_row
         start = element(k, self.c.xp, offset(k, 0, (n, xs[0]), (ih, xs[2])))
         if isinstance(ih, int):
             return start
-        return b.select(b.icmp_unsigned("<", ih, k.index(self.s.H)), start, self.c.zero_row)
+        return b.select(b.icmp_unsigned("<", ih, k.index(self.s.H)), start, self.zero_row)
 
     def channels_dw(self, fn):
         """fn(c0, lanes, nvec): units of dw_vec channel vectors in a loop, then the remaining vectors

@@ -58,8 +58,6 @@ class ConvKernel:
     px_ends: tuple | None = None
     """Parallel tile over a run-time count of pixel tiles: (first chunk, last chunk) conditions (chunks may be
     empty, so the columns before and after the tiles go with the chunk, not with its tiles)."""
-    zero_row: ir.Value | None = None
-    """plan.zero_rows: the zero input row (typed like the input pointer) that kernel rows outside the input read."""
     rt: dict | None = None
     """Varying dims (plan.spans): the spans' fields as values of the node function (ints where they cannot vary),
     computed once at its start (`start_spans`)."""
@@ -239,12 +237,10 @@ class ConvKernel:
         the odd one; carry(a, count): count pairs from row a in a loop that carries edge vectors); border
         rows with table ranges."""
         if self.varies(0):
-            self.rows_varying(emit_row)
-            return
+            return self.rows_varying(emit_row)
         s = self.plan.shape
-        if self.plan.zero_rows:  # every row the interior's code, padded kernel rows reading the zero row
-            self.span(*(self.row_rng or (0, s.OH)), lambda oh: emit_row(oh, (0, s.KH)))
-            return
+        if self.plan.zero_rows:  # every row the interior's code (padded kernel rows read the zero row)
+            return self.span(*(self.row_rng or (0, s.OH)), lambda oh: emit_row(oh, (0, s.KH)))
         lo, hi = self.plan.rows_inside
         hi = max(hi, lo)
         k, full = self.k, (0, s.KH)

@@ -15,6 +15,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from fluidml_xc.kernels.depthwise_tile import Band, encode as dw_encode, program as dw_program, text as dw_text
 from fluidml_xc.kernels.scalar_tile import SCALAR_TILES, ScalarTile, encode, program, scalar_tile, text
 from modelrun import build, graph_model, run
 from test_winograd import conv_model, force, rel_error
@@ -177,18 +178,72 @@ def test_winograd_gemm_tiles_match_onnxruntime_on_visionfive2(order, tmp_path, p
 
 @pytest.mark.qemu
 def test_threads_bit_identical_at_1_4_8_on_visionfive2(tmp_path):
-    """A MatMul + Relu, a direct 3x3 conv (panels) and a 1x1 conv (the GEMM) built for 8 threads: the same bytes at
+    """A MatMul + Relu, a direct 3x3 conv (panels), a 1x1 conv (the GEMM) and a depthwise 3x3 + Clip (bands) built for 8 threads: the same bytes at
     1, 4 and 8 threads, and ONNX Runtime's values."""
     rng = np.random.default_rng(4)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Relu", ["y"], ["z"]),
              helper.make_node("Conv", ["x", "w3"], ["c3"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c3"], ["r3"]),
-             helper.make_node("Conv", ["r3", "w1"], ["c1"])]
+             helper.make_node("Conv", ["r3", "w1"], ["c1"]),
+             helper.make_node("Conv", ["r3", "wd"], ["cd"], group=16, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["cd", "lo", "hi"], ["d"])]
     feeds = {"a": f(64, 96), "x": f(1, 8, 24, 24)}
-    model = graph_model(nodes, feeds, ["z", "c1"], {"b": f(96, 83), "w3": f(16, 8, 3, 3), "w1": f(12, 16, 1, 1)}, 13)
+    model = graph_model(nodes, feeds, ["z", "c1", "d"], {"b": f(96, 83), "w3": f(16, 8, 3, 3), "w1": f(12, 16, 1, 1),
+                                                         "wd": f(16, 1, 3, 3), "lo": np.array(0, np.float32),
+                                                         "hi": np.array(6, np.float32)}, 13)
     artifact = build(model, tmp_path, "visionfive2", threads=8, profile_runner=False, conv_algo="direct")
     results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
     for out, want in ort(model, feeds).items():
         assert results[1][out].tobytes() == results[4][out].tobytes() == results[8][out].tobytes(), out
         np.testing.assert_allclose(results[1][out], want, rtol=1e-4, atol=1e-4, err_msg=out)
 
+
+
+def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
+    """3x3 depthwise convs as kernels/depthwise_tile.py's bands: 5 channels of two 11 x 30 images (bands of 3 rows
+    and 2 left, the column loop) with bias and Clip(0, 6) over inputs holding NaN and inf; 10 and 9 rows of 7 and 13
+    columns (1 row left; all 3-row bands), a Relu, no bias, asymmetric pads (0 or 2 zero rows and columns) and
+    no activation; a Clip with only an upper bound; and weights given at run time."""
+    rng = np.random.default_rng(23)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    x = f(2, 5, 11, 30)
+    x[0, 1, 4, 7], x[1, 3, 0, 29], x[0, 2, 10, 0] = np.nan, np.inf, -np.inf
+    feeds = {"x": x, "u": f(1, 4, 10, 7), "v": f(1, 3, 9, 13), "wr": f(3, 1, 3, 3)}
+    consts = {"w1": f(5, 1, 3, 3), "b1": f(5), "w2": f(4, 1, 3, 3), "w3": f(3, 1, 3, 3), "b3": f(3),
+              "lo": np.array(0, np.float32), "hi": np.array(6, np.float32), "top": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=5, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["y1"]),
+             helper.make_node("Conv", ["u", "w2"], ["c2"], group=4, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y2"]),
+             helper.make_node("Conv", ["v", "w3", "b3"], ["y3"], group=3, pads=[0, 2, 2, 0]),
+             helper.make_node("Conv", ["v", "w3"], ["c4"], group=3, pads=[2, 0, 1, 1]),
+             helper.make_node("Clip", ["c4", "", "top"], ["y4"]),
+             helper.make_node("Conv", ["v", "wr"], ["y5"], group=3, pads=[1, 1, 1, 1])]
+    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5"], consts, 13), feeds
+
+
+def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
+    """The band routine's words (loop or not, zero rows, 1 to 3 rows, each activation form) are llvm-mc's."""
+    mc, objcopy = _tool("llvm-mc-22", "llvm-mc-19", "llvm-mc"), _tool("llvm-objcopy-22", "llvm-objcopy-19", "llvm-objcopy")
+    for band in (Band(3, 28, 1, 1, frozenset(), 112, 112, True, True, True),
+                 Band(2, 13, 0, 2, frozenset({3}), 52, 60, True, False, True),
+                 Band(1, 7, 2, 0, frozenset({0, 1}), 28, 28, False, True, True),
+                 Band(3, 30, 1, 1, frozenset({0}), 120, 120, False, False, False)):
+        code = dw_program(band)
+        subprocess.run([mc, "-triple=riscv64", "-mattr=+f,+d", "-filetype=obj", "-o", str(tmp_path / "a.o")],
+                       input=dw_text(code), text=True, check=True)
+        subprocess.run([objcopy, "-O", "binary", "--only-section=.text", str(tmp_path / "a.o"), str(tmp_path / "a.bin")],
+                       check=True)
+        data = (tmp_path / "a.bin").read_bytes()
+        assert list(struct.unpack(f"<{len(data) // 4}I", data)) == dw_encode(code), band
+        loops = [insn for insn in code if insn[0] == "bne"]
+        top, end = (loops[0][3], code.index(loops[0])) if loops else (0, 0)
+        iterations = next((insn[3] // 12 for insn in code if insn[:3] == ("addi", 13, 10)), 1)
+        fmadds = [op == "fmadd.s" for op, *_ in code]
+        assert sum(fmadds) + (iterations - 1) * sum(fmadds[top:end]) == 9 * band.rows * band.out_width  # every tap once
+        assert (band.width >= 13) == bool(loops)
+
+
+@pytest.mark.qemu
+def test_depthwise_bands_match_onnxruntime_on_visionfive2(tmp_path):
+    _matches_onnxruntime_on_the_tile(*_depthwise_model(), tmp_path)

@@ -65,6 +65,50 @@ def fits(band: Band) -> bool:
             and (band.rows - 1) * band.out_row + 4 * band.out_width + 12 <= IMMEDIATE and band.out_width >= 1)
 
 
+def activation(epilogue) -> tuple[bool, float | None, float | None] | None:
+    """(clip, low, high) of a fused Epilogue (kernels/epilogue.py) in the routine's form, None when it has none."""
+    if epilogue is None:
+        return False, None, None
+    if epilogue.residual:
+        return None
+    if epilogue.activation is None:
+        return False, None, None
+    if epilogue.activation == "relu":
+        return True, 0.0, None
+    if epilogue.activation == "clip":
+        low, high = epilogue.bounds
+        return (low is not None or high is not None), low, high
+    return None
+
+
+def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int, x_row: int, out_row: int,
+          epilogue) -> list[Band] | None:
+    """The bands of a stride-1 3 x 3 depthwise plane (h x width in, oh_count x ow_count out, rows x_row / out_row
+    elements apart), top to bottom, or None when the routine does not take it (padding over 2, an activation it
+    has no form for, offsets past the immediates)."""
+    act = activation(epilogue)
+    right = ow_count + 2 - width - left
+    if act is None or not (0 <= top <= 2 and 0 <= left <= 2 and 0 <= right <= 2):
+        return None
+    clip, low, high = act
+    out = [Band(min(ROWS, oh_count - oh0), width, left, right,
+                frozenset(r for r in range(min(ROWS, oh_count - oh0) + 2) if not 0 <= oh0 - top + r < h),
+                4 * x_row, 4 * out_row, low is not None, high is not None, clip) for oh0 in range(0, oh_count, ROWS)]
+    return out if all(fits(b) for b in out) else None
+
+
+PIXEL_CYCLES = {False: 110 / 9, True: 132 / 9}
+"""llvm-mca-22 cycles per output pixel of the band loop (3 columns of 3 rows, docs/RISCV_KERNELS.md): without an
+activation, with the Clip (or Relu)."""
+BAND_CYCLES = 40
+"""Cycles of a band's call outside the loop: the 12 FP registers saved and restored, the 9 weights loaded."""
+
+
+def plane_cycles(plane: list[Band]) -> float:
+    """The cost model's cycles for one channel's bands."""
+    return sum(BAND_CYCLES + b.rows * b.out_width * PIXEL_CYCLES[b.clip] for b in plane)
+
+
 Insn = tuple
 
 
@@ -94,17 +138,24 @@ def program(band: Band) -> list[Insn]:
         loads = ([("flw", INPUTS[k], X, 4 * x + k * band.x_row - moved[X]) for k in range(R + 2)
                   if k not in band.zero_rows] if b < ncols and 0 <= x < band.width else [])
         out: list[Insn] = [i for pair in stage2 for i in pair]
-        fp = (stage1[0] + stage1[1]) if stage1 else []
-        for q in range(max(len(loads), len(fp))):
-            out += loads[q:q + 1] + fp[q:q + 1]
-        if stage2:
-            out += [("or", BITS[r], BITS[r], MASK[r]) for r in range(R)]
-        if stage1:
-            out += stage1[2]
+        pipe_a = loads + ([("or", BITS[r], BITS[r], MASK[r]) for r in range(R)] if stage2 else [])
+        pipe_b = [i for part in stage1 for i in part]
         if last_of_loop:
-            for p in (X, OUT):
-                out.append(("addi", p, p, 12))
-                moved[p] += 12
+            pipe_a += [("addi", p, p, 12) for p in (X, OUT)]
+        held = []
+        for q in range(max(len(pipe_a), len(pipe_b))):
+            for insn in pipe_a[q:q + 1] + pipe_b[q:q + 1]:
+                # a pixel's feq.s overwrites the mask the stores' or still reads: after that or
+                waits = insn[0] == "feq.s" and stage2 and ("or", BITS[MASK.index(insn[1])], BITS[MASK.index(insn[1])],
+                                                           insn[1]) not in out
+                (held if waits else out).append(insn)
+                if insn[0] == "or":
+                    out += [h for h in held if h[1] == insn[3]]
+                    held = [h for h in held if h[1] != insn[3]]
+        out += held
+        if last_of_loop:
+            moved[X] += 12
+            moved[OUT] += 12
         if stage2:
             o = b - 4
             out += [("sw", BITS[r], OUT, 4 * o + r * band.out_row - moved[OUT]) for r in range(R)]

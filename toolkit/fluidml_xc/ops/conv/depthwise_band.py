@@ -10,46 +10,23 @@ from ...kernels.epilogue import Epilogue
 from ...kernels.scalar import const
 
 
-def _activation(epi: Epilogue | None) -> tuple[bool, float | None, float | None] | None:
-    """(clip, low, high) of the fused activation the routine applies, None when it has none of its forms."""
-    if epi is None or epi.activation is None:
-        return False, None, None
-    if epi.activation == "relu":
-        return True, 0.0, None
-    if epi.activation == "clip":
-        low, high = epi.bounds
-        return (low is not None or high is not None), low, high
-    return None
-
-
 def emit_depthwise_band(k, x, w, bias, out, residual, epi: Epilogue | None, groups: int, k_sp, strides, dils,
                         pads) -> bool:
     """Emit the conv as band routines and say True, or False (nothing emitted) when it is not such a conv: float32,
     static, 2-D, one input and one output channel per group, 3 x 3, stride and dilation 1, rows contiguous, no
     residual, an activation of at most a Relu or a Clip, offsets within the routine's immediates."""
-    act = _activation(epi)
-    if (not dt.takes(k) or act is None or residual is not None or k.dynamic or x.rank != 4
-            or np.dtype(out.dtype) != np.float32 or tuple(int(v) for v in k_sp) != (3, 3)
-            or any(int(v) != 1 for v in (*strides, *dils))):
+    if (not dt.takes(k) or residual is not None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32
+            or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in (*strides, *dils))):
         return False
     n, c, h, wd = x.shape
     oh_count, ow_count = out.shape[2:]
     if groups != c or out.shape[1] != c or tuple(w.shape[:2]) != (c, 1) or x.strides[3] != 1 or out.strides[3] != 1:
         return False
     top, left = (int(v) for v in pads[:2])
-    right = ow_count + 2 - wd - left
-    if not (0 <= top <= 2 and 0 <= left <= 2 and 0 <= right <= 2):
+    bands = dt.bands(h, wd, oh_count, ow_count, top, left, x.strides[2], out.strides[2], epi)
+    if bands is None:
         return False
-    clip, low, high = act
-
-    def band(oh0: int) -> dt.Band:
-        rows = min(dt.ROWS, oh_count - oh0)
-        zero = frozenset(r for r in range(rows + 2) if not 0 <= oh0 - top + r < h)
-        return dt.Band(rows, wd, left, right, zero, 4 * x.strides[2], 4 * out.strides[2], low is not None,
-                       high is not None, clip)
-    bands = [band(oh0) for oh0 in range(0, oh_count, dt.ROWS)]
-    if not all(dt.fits(b) for b in bands):
-        return False
+    _, low, high = dt.activation(epi)
     if w.value is not None:
         weights = k.constant_array(np.ascontiguousarray(w.value.reshape(c, 9).astype(np.float32)))
         w_step = 9

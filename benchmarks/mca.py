@@ -128,6 +128,10 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 64 * 9 * 28 * 28))
+    # the same without an activation (the U74's band routine without its Clip: docs/RISCV_KERNELS.md)
+    out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28", "fp", _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4, group=64)],
+        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64)}), 2.0 * 64 * 9 * 28 * 28))
     # the same depthwise kept channels-last by Transposes around it (the optimizer may run the blocks below NCHW)
     out.append(Case("fp32 depthwise 3x3 channels-last 96x28x28 +Clip6", "fp", _model(
         [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),

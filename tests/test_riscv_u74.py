@@ -203,7 +203,8 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
     """3x3 depthwise convs as kernels/depthwise_tile.py's bands: 5 channels of two 11 x 30 images (bands of 3 rows
     and 2 left, the column loop) with bias and Clip(0, 6) over inputs holding NaN and inf; 10 and 9 rows of 7 and 13
     columns (1 row left; all 3-row bands), a Relu, no bias, asymmetric pads (0 or 2 zero rows and columns) and
-    no activation; a Clip with only an upper bound; and weights given at run time."""
+    no activation; a Clip with only an upper bound; weights given at run time; a 1 x 2 output, and a 2 x 2 input
+    padded by 2 (bands of zero rows, 4 x 4 out)."""
     rng = np.random.default_rng(23)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     x = f(2, 5, 11, 30)
@@ -218,8 +219,13 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
              helper.make_node("Conv", ["v", "w3", "b3"], ["y3"], group=3, pads=[0, 2, 2, 0]),
              helper.make_node("Conv", ["v", "w3"], ["c4"], group=3, pads=[2, 0, 1, 1]),
              helper.make_node("Clip", ["c4", "", "top"], ["y4"]),
-             helper.make_node("Conv", ["v", "wr"], ["y5"], group=3, pads=[1, 1, 1, 1])]
-    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5"], consts, 13), feeds
+             helper.make_node("Conv", ["v", "wr"], ["y5"], group=3, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["t", "w6"], ["y6"], group=2),
+             helper.make_node("Conv", ["s", "w6", "b6"], ["c7"], group=2, pads=[2, 2, 2, 2]),
+             helper.make_node("Relu", ["c7"], ["y7"])]
+    feeds |= {"t": f(1, 2, 3, 4), "s": f(1, 2, 2, 2)}
+    consts |= {"w6": f(2, 1, 3, 3), "b6": f(2)}
+    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5", "y6", "y7"], consts, 13), feeds
 
 
 def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):

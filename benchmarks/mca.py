@@ -184,6 +184,10 @@ _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.comp
 
 TILE_SECTION = ".text.fxc_scalar_tile"
 """kernels/scalar_tile.py's routines: machine code LLVM emits as read-only data (the linker puts it in .text)."""
+DEPTHWISE_SECTION = ".text.fxc_depthwise_tile"
+"""kernels/depthwise_tile.py's routines, likewise; a depthwise case's hot loop is searched there first (a block's
+1x1 convs run the GEMM tile, whose loop has more multiply-adds)."""
+DEPTHWISE_BASE = 2 << 32
 
 
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
@@ -191,12 +195,13 @@ def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, st
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        sections = ["-D", "-j", ".text", "-j", TILE_SECTION] if TILE_SECTION in obj.decode("latin-1") else ["-d"]
+        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION) if name in obj.decode("latin-1")]
+        sections = ["-D", "-j", ".text", *(a for name in present for a in ("-j", name))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
     insns, base = [], 0
     for line in text.splitlines():
         if line.startswith("Disassembly of section "):
-            base = 1 << 32 if TILE_SECTION in line else 0  # the sections both start at 0
+            base = 1 << 32 if TILE_SECTION in line else DEPTHWISE_BASE if DEPTHWISE_SECTION in line else 0  # each at 0
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
         if m and m.group(2).strip():
             insns.append((base + int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))
@@ -429,7 +434,9 @@ def main() -> int:
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue
             objdump = args.objdump_riscv if arch == "riscv64" else args.objdump
-            loop = hot_loop(disassemble(obj, objdump, spec.features if arch != "x86_64" else ""), arch, register_bits(spec))
+            insns = disassemble(obj, objdump, spec.features if arch != "x86_64" else "")
+            routines = [i for i in insns if i[0] >= DEPTHWISE_BASE] if "depthwise" in case.name else []
+            loop = (routines and hot_loop(routines, arch, register_bits(spec))) or hot_loop(insns, arch, register_bits(spec))
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from fluidml_xc.kernels.depthwise_tile import Band, encode as dw_encode, program as dw_program, text as dw_text
+from fluidml_xc.kernels.depthwise_tile import SECTION, Band, encode as dw_encode, loop_iterations, program as dw_program, text as dw_text
 from fluidml_xc.kernels.scalar_tile import SCALAR_TILES, ScalarTile, encode, program, scalar_tile, text
 from modelrun import build, graph_model, run
 from test_winograd import conv_model, force, rel_error
@@ -77,11 +77,12 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
     return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
-def _matches_onnxruntime_on_the_tile(model: onnx.ModelProto, feeds: dict, tmp_path, **options) -> None:
+def _matches_onnxruntime_on_the_tile(model: onnx.ModelProto, feeds: dict, tmp_path, section: str = ".text.fxc_scalar_tile",
+                                     **options) -> None:
     """`model` built for visionfive2 runs the routine (its section in model.o) and gives ONNX Runtime's values under
     qemu."""
     artifact = build(model, tmp_path, "visionfive2", profile_runner=False, **options)
-    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
+    assert section.encode() in (artifact / "model.o").read_bytes()
     got = run(artifact, feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
@@ -204,7 +205,8 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
     and 2 left, the column loop) with bias and Clip(0, 6) over inputs holding NaN and inf; 10 and 9 rows of 7 and 13
     columns (1 row left; all 3-row bands), a Relu, no bias, asymmetric pads (0 or 2 zero rows and columns) and
     no activation; a Clip with only an upper bound; weights given at run time; a 1 x 2 output, and a 2 x 2 input
-    padded by 2 (bands of zero rows, 4 x 4 out)."""
+    padded by 2 (bands of zero rows, 4 x 4 out); and 20 channels kept channels-last by Transposes (row pointers,
+    columns 20 floats apart) with a Clip over a NaN."""
     rng = np.random.default_rng(23)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     x = f(2, 5, 11, 30)
@@ -222,19 +224,26 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
              helper.make_node("Conv", ["v", "wr"], ["y5"], group=3, pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["t", "w6"], ["y6"], group=2),
              helper.make_node("Conv", ["s", "w6", "b6"], ["c7"], group=2, pads=[2, 2, 2, 2]),
-             helper.make_node("Relu", ["c7"], ["y7"])]
-    feeds |= {"t": f(1, 2, 3, 4), "s": f(1, 2, 2, 2)}
-    consts |= {"w6": f(2, 1, 3, 3), "b6": f(2)}
-    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5", "y6", "y7"], consts, 13), feeds
+             helper.make_node("Relu", ["c7"], ["y7"]),
+             helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["ht", "w8", "b8"], ["c8"], group=20, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c8", "lo", "hi"], ["d8"]), helper.make_node("Transpose", ["d8"], ["y8"], perm=[0, 2, 3, 1])]
+    h = f(2, 10, 29, 20)
+    h[1, 3, 5, 7] = np.nan
+    feeds |= {"t": f(1, 2, 3, 4), "s": f(1, 2, 2, 2), "h": h}
+    consts |= {"w6": f(2, 1, 3, 3), "b6": f(2), "w8": f(20, 1, 3, 3), "b8": f(20)}
+    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8"], consts, 13), feeds
 
 
 def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
     """The band routine's words (loop or not, zero rows, 1 to 3 rows, each activation form) are llvm-mc's."""
     mc, objcopy = _tool("llvm-mc-22", "llvm-mc-19", "llvm-mc"), _tool("llvm-objcopy-22", "llvm-objcopy-19", "llvm-objcopy")
-    for band in (Band(3, 28, 1, 1, frozenset(), 112, 112, True, True, True),
-                 Band(2, 13, 0, 2, frozenset({3}), 52, 60, True, False, True),
-                 Band(1, 7, 2, 0, frozenset({0, 1}), 28, 28, False, True, True),
-                 Band(3, 30, 1, 1, frozenset({0}), 120, 120, False, False, False)):
+    for band in (Band(3, 28, 1, 1, frozenset(), 112, 112, 4, 4, True, True, True),
+                 Band(2, 13, 0, 2, frozenset({3}), 52, 60, 4, 4, True, False, True),
+                 Band(1, 7, 2, 0, frozenset({0, 1}), 28, 28, 4, 4, False, True, True),
+                 Band(3, 30, 1, 1, frozenset({0}), 120, 120, 4, 4, False, False, False),
+                 Band(3, 28, 1, 1, frozenset(), 28 * 576, 28 * 576, 576, 576, True, True, True),
+                 Band(2, 13, 1, 1, frozenset({3}), 13 * 768, 13 * 768, 768, 768, False, False, False)):
         code = dw_program(band)
         subprocess.run([mc, "-triple=riscv64", "-mattr=+f,+d", "-filetype=obj", "-o", str(tmp_path / "a.o")],
                        input=dw_text(code), text=True, check=True)
@@ -244,7 +253,7 @@ def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
         assert list(struct.unpack(f"<{len(data) // 4}I", data)) == dw_encode(code), band
         loops = [insn for insn in code if insn[0] == "bne"]
         top, end = (loops[0][3], code.index(loops[0])) if loops else (0, 0)
-        iterations = next((insn[3] // 12 for insn in code if insn[:3] == ("addi", 13, 10)), 1)
+        iterations = loop_iterations(band) or 1
         fmadds = [op == "fmadd.s" for op, *_ in code]
         assert sum(fmadds) + (iterations - 1) * sum(fmadds[top:end]) == 9 * band.rows * band.out_width  # every tap once
         assert (band.width >= 13) == bool(loops)
@@ -252,4 +261,4 @@ def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
 
 @pytest.mark.qemu
 def test_depthwise_bands_match_onnxruntime_on_visionfive2(tmp_path):
-    _matches_onnxruntime_on_the_tile(*_depthwise_model(), tmp_path)
+    _matches_onnxruntime_on_the_tile(*_depthwise_model(), tmp_path, SECTION)

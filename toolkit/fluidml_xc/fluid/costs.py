@@ -394,12 +394,12 @@ class AnalyticModel:
         s = geo.plan.shape
         if geo.itemsize != 4 or s.Cig != 1 or s.Cog != 1 or s.dyn is not None or s.rs is not None:
             return None
-        if geo.kind == "depthwise_c":
-            return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES
-        if (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw) != (3, 3, 1, 1, 1, 1) or s.xs[3] != 1 or s.os[3] != 1:
-            return None
-        plane = depthwise_bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2], s.os[2], geo.plan.epilogue)
-        return None if plane is None else geo.N * geo.G * plane_cycles(plane)
+        plane = None
+        if (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw) == (3, 3, 1, 1, 1, 1):
+            plane = depthwise_bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2:], s.os[2:], geo.plan.epilogue)
+        if plane is not None:
+            return geo.N * geo.G * plane_cycles(plane)
+        return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES if geo.kind == "depthwise_c" else None
 
     def pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         """ops/pool.py's vector pools: lanes over channels when both store channels innermost, else over

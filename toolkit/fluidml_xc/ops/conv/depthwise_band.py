@@ -13,17 +13,17 @@ from ...kernels.scalar import const
 def emit_depthwise_band(k, x, w, bias, out, residual, epi: Epilogue | None, groups: int, k_sp, strides, dils,
                         pads) -> bool:
     """Emit the conv as band routines and say True, or False (nothing emitted) when it is not such a conv: float32,
-    static, 2-D, one input and one output channel per group, 3 x 3, stride and dilation 1, rows contiguous, no
+    static, 2-D, one input and one output channel per group, 3 x 3, stride and dilation 1 (either layout), no
     residual, an activation of at most a Relu or a Clip, offsets within the routine's immediates."""
     if (not dt.takes(k) or residual is not None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32
             or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in (*strides, *dils))):
         return False
     n, c, h, wd = x.shape
     oh_count, ow_count = out.shape[2:]
-    if groups != c or out.shape[1] != c or tuple(w.shape[:2]) != (c, 1) or x.strides[3] != 1 or out.strides[3] != 1:
+    if groups != c or out.shape[1] != c or tuple(w.shape[:2]) != (c, 1):
         return False
     top, left = (int(v) for v in pads[:2])
-    bands = dt.bands(h, wd, oh_count, ow_count, top, left, x.strides[2], out.strides[2], epi)
+    bands = dt.bands(h, wd, oh_count, ow_count, top, left, tuple(x.strides[2:]), tuple(out.strides[2:]), epi)
     if bands is None:
         return False
     _, low, high = dt.activation(epi)

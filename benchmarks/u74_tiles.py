@@ -71,12 +71,14 @@ def routine(steps: int, b_step: int) -> list[str]:
     return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
 
 
-def band(rows: int, clip: bool) -> list[str]:
+def band(rows: int, clip: bool, channels: int = 0) -> list[str]:
     """The column loop of kernels/depthwise_tile.py's 3x3 depthwise band (`rows` output rows, 28 columns, 3 columns
-    per iteration), with the fused Clip(0, 6) or without an activation."""
+    per iteration), with the fused Clip(0, 6) or without an activation; NCHW rows, or channels-last with
+    `channels` (a pointer per row)."""
     from fluidml_xc.kernels.depthwise_tile import Band, program, text
 
-    lines = text(program(Band(rows, 28, 1, 1, frozenset(), 112, 112, clip, clip, clip))).splitlines()
+    col = 4 * (channels or 1)
+    lines = text(program(Band(rows, 28, 1, 1, frozenset(), 28 * col, 28 * col, col, col, clip, clip, clip))).splitlines()
     top = next(i for i, line in enumerate(lines) if line.endswith(":"))
     end = next(i for i, line in enumerate(lines) if line.startswith("bne"))
     return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
@@ -99,6 +101,7 @@ def main() -> int:
               ((2, 5), (4, 5), (6, 5), (4, 3136))]
     loops += [(f"depthwise band {r} rows{' +Clip' if c else ''}", 3 * r, 3, 3, band(r, c)) for r in (1, 2, 3)
               for c in (False, True)]
+    loops += [(f"depthwise band 3 rows channels-last{' +Clip' if c else ''}", 9, 3, 3, band(3, c, 96)) for c in (False, True)]
     mcas = args.mca.split(",")
     print("| loop | FP registers | fmadd.s | " + " | ".join(f"{t} cycles | %" for t in mcas) + " |")
     print("|---|---:|---:|" + "---:|---:|" * len(mcas))

@@ -262,3 +262,48 @@ def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
 @pytest.mark.qemu
 def test_depthwise_bands_match_onnxruntime_on_visionfive2(tmp_path):
     _matches_onnxruntime_on_the_tile(*_depthwise_model(), tmp_path, SECTION)
+
+
+@pytest.mark.qemu
+def test_band_clip_keeps_nan_and_bounds_on_visionfive2(tmp_path):
+    """test_riscv.py's Clip model (NaN, -NaN, +-inf, -0, values on and around the bounds) on visionfive2: its
+    channels-last depthwise (40 channels, row pointers) and NCHW depthwise (20 channels) run the band routine, NaN
+    stays NaN, the rest clamps as onnx.reference does (-0.0 may come out +0.0: fmax.s)."""
+    from modelrun import reference
+    from test_riscv import _clip_nan_model
+
+    model, feeds = _clip_nan_model()
+    artifact = build(model, tmp_path, "visionfive2", profile_runner=False)
+    assert SECTION.encode() in (artifact / "model.o").read_bytes()
+    got, want = run(artifact, feeds), reference(model, feeds)
+    for out in ("y", "z"):
+        assert np.isnan(want[out]).any() and np.isinf(feeds["x" if out == "y" else "r"]).any(), out
+        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want[out]), err_msg=out)
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-5, atol=1e-5, err_msg=out)
+
+
+def test_cost_model_prices_depthwise_as_the_bands():
+    """On the U74 (sifive-u74, the GEMM tile's CPU) a 3x3 depthwise conv costs its bands' llvm-mca-22 cycles
+    (kernels/depthwise_tile.py plane_cycles) in the GEMM tile's unit, NCHW (one pointer) and channels-last (a
+    pointer per row) alike; a scalar RISC-V CPU without the tile keeps the vector estimate."""
+    from fluidml_xc.fluid.costs import CALL_NS, LINE, LINE_NS, SCALAR_TILE_CYCLES, VFMA_NS, AnalyticModel
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+    from fluidml_xc.kernels.depthwise_tile import bands, plane_cycles
+    from fluidml_xc.pipeline import import_graph
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    spec = machine_spec(get_board("visionfive2"))
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4, group=96)]
+    graph = import_graph(graph_model(nodes, {"x": rng.standard_normal((1, 96, 28, 28)).astype(np.float32)}, ["c"],
+                                     {"w": rng.standard_normal((96, 1, 3, 3)).astype(np.float32)}, 13))
+    u74 = AnalyticModel(graph, spec.vector_bits, forms=TargetForms(spec.triple, 4, spec.features, cpu=spec.cpu))
+    generic = AnalyticModel(graph, spec.vector_bits, forms=TargetForms(spec.triple, 4, spec.features, cpu="generic-rv64"))
+    node, lanes = graph.nodes[0], spec.vector_bits // 32
+    moved = 2 * 96 * 28 * 28 * 4 / LINE * LINE_NS * 0.25
+    for layout, strides in (({}, (28, 1)), ({"x": (0, 2, 3, 1), "c": (0, 2, 3, 1)}, (28 * 96, 96))):
+        plane = bands(28, 28, 28, 28, 1, 1, strides, strides, None)
+        want = CALL_NS + 96 * plane_cycles(plane) * VFMA_NS / lanes / SCALAR_TILE_CYCLES + moved
+        assert u74.cost(node, layout) == pytest.approx(want), layout
+        assert generic.cost(node, layout) != pytest.approx(want), layout

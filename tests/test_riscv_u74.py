@@ -206,7 +206,8 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
     columns (1 row left; all 3-row bands), a Relu, no bias, asymmetric pads (0 or 2 zero rows and columns) and
     no activation; a Clip with only an upper bound; weights given at run time; a 1 x 2 output, and a 2 x 2 input
     padded by 2 (bands of zero rows, 4 x 4 out); and 20 channels kept channels-last by Transposes (row pointers,
-    columns 20 floats apart) with a Clip over a NaN."""
+    columns 20 floats apart) with a Clip over a NaN; 96 channels whose output columns are past 1023 bytes apart
+    (the row pointers moved every column)."""
     rng = np.random.default_rng(23)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     x = f(2, 5, 11, 30)
@@ -227,12 +228,15 @@ def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
              helper.make_node("Relu", ["c7"], ["y7"]),
              helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 3, 1, 2]),
              helper.make_node("Conv", ["ht", "w8", "b8"], ["c8"], group=20, pads=[1, 1, 1, 1]),
-             helper.make_node("Clip", ["c8", "lo", "hi"], ["d8"]), helper.make_node("Transpose", ["d8"], ["y8"], perm=[0, 2, 3, 1])]
+             helper.make_node("Clip", ["c8", "lo", "hi"], ["d8"]), helper.make_node("Transpose", ["d8"], ["y8"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["g"], ["gt"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["gt", "w9", "b9"], ["c9"], group=96, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c9", "lo", "hi"], ["d9"]), helper.make_node("Transpose", ["d9"], ["y9"], perm=[0, 2, 3, 1])]
     h = f(2, 10, 29, 20)
     h[1, 3, 5, 7] = np.nan
-    feeds |= {"t": f(1, 2, 3, 4), "s": f(1, 2, 2, 2), "h": h}
-    consts |= {"w6": f(2, 1, 3, 3), "b6": f(2), "w8": f(20, 1, 3, 3), "b8": f(20)}
-    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8"], consts, 13), feeds
+    feeds |= {"t": f(1, 2, 3, 4), "s": f(1, 2, 2, 2), "h": h, "g": f(1, 5, 14, 96)}
+    consts |= {"w6": f(2, 1, 3, 3), "b6": f(2), "w8": f(20, 1, 3, 3), "b8": f(20), "w9": f(96, 1, 3, 3), "b9": f(96)}
+    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9"], consts, 13), feeds
 
 
 def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
@@ -243,7 +247,8 @@ def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
                  Band(1, 7, 2, 0, frozenset({0, 1}), 28, 28, 4, 4, False, True, True),
                  Band(3, 30, 1, 1, frozenset({0}), 120, 120, 4, 4, False, False, False),
                  Band(3, 28, 1, 1, frozenset(), 28 * 576, 28 * 576, 576, 576, True, True, True),
-                 Band(2, 13, 1, 1, frozenset({3}), 13 * 768, 13 * 768, 768, 768, False, False, False)):
+                 Band(2, 13, 1, 1, frozenset({3}), 13 * 768, 13 * 768, 768, 768, False, False, False),
+                 Band(3, 28, 1, 1, frozenset({4}), 28 * 384, 384, 384, 28 * 384, True, True, True)):
         code = dw_program(band)
         subprocess.run([mc, "-triple=riscv64", "-mattr=+f,+d", "-filetype=obj", "-o", str(tmp_path / "a.o")],
                        input=dw_text(code), text=True, check=True)

@@ -36,9 +36,9 @@ MASK, BITS = (5, 6, 7), (14, 15, 16)
 X_ROW, OUT_ROW, X_COL, OUT_COL, END_ARG = 13, 14, 15, 16, 17
 """Row pointers (not `offsets`): the arguments a3-a7 are the row and column strides in bytes and X's end, before
 the prologue puts the row pointers, the column strides (s0, s1) and END in place."""
-IN_ROWS, OUT_ROWS, STEPS = (X, 28, 29, 30, 31), (OUT, W_PTR, END_ARG), (8, 9)
+IN_ROWS, OUT_ROWS, STEPS, STRIDES3 = (X, 28, 29, 30, 31), (OUT, W_PTR, END_ARG), (8, 9), (18, 19)
 """Each band row's input pointer (a0, t3-t6), each output row's (a1, a2 once the weights are loaded, a7), the
-column strides' saved registers."""
+column strides (s0, s1) and 3 columns' (s2, s3: the loop's step when 2 columns fit the offsets), saved."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,15 @@ def offsets(band: Band) -> bool:
     return ((band.rows + 1) * band.x_row + (band.width + 2) * band.x_col <= IMMEDIATE and 3 * band.x_col <= IMMEDIATE
             and (band.rows - 1) * band.out_row + (band.out_width + 2) * band.out_col <= IMMEDIATE
             and band.x_col == band.out_col)
+
+
+def mode(band: Band) -> str:
+    """How the routine addresses the band: "offsets" (one pointer for the input, one for the output), "rows" (a
+    pointer per row, moved 3 columns an iteration in the loop) or "columns" (moved every column: columns more than
+    1023 bytes apart)."""
+    if offsets(band):
+        return "offsets"
+    return "rows" if 2 * max(band.x_col, band.out_col) <= IMMEDIATE else "columns"
 
 
 def fits(band: Band) -> bool:
@@ -120,16 +129,17 @@ def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int,
     return out if all(fits(b) for b in out) else None
 
 
-PIXEL_CYCLES = {(True, False): 110 / 9, (True, True): 132 / 9, (False, False): 120 / 9, (False, True): 142 / 9}
-"""llvm-mca-22 cycles per output pixel of the band loop (3 columns of 3 rows, docs/RISCV_KERNELS.md) by (rows at
-offsets from one pointer, the activation): NCHW rows, or a pointer per row moved every column (channels-last)."""
+PIXEL_CYCLES = {("offsets", False): 110 / 9, ("offsets", True): 132 / 9, ("rows", False): 112 / 9,
+                ("rows", True): 134 / 9, ("columns", False): 120 / 9, ("columns", True): 142 / 9}
+"""llvm-mca-22 cycles per output pixel of the band loop (3 columns of 3 rows, docs/RISCV_KERNELS.md) by `mode` and
+the activation."""
 BAND_CYCLES = 40
 """Cycles of a band's call outside the loop: the 12 FP registers saved and restored, the 9 weights loaded."""
 
 
 def plane_cycles(plane: list[Band]) -> float:
     """The cost model's cycles for one channel's bands."""
-    return sum(BAND_CYCLES + b.rows * b.out_width * PIXEL_CYCLES[offsets(b), b.clip] for b in plane)
+    return sum(BAND_CYCLES + b.rows * b.out_width * PIXEL_CYCLES[mode(b), b.clip] for b in plane)
 
 
 Insn = tuple
@@ -147,21 +157,25 @@ def program(band: Band) -> list[Insn]:
     if not single:
         moved.update(dict.fromkeys(ins, shifts(band)[0]))
         moved.update(dict.fromkeys(outs, shifts(band)[1]))
-    frame = 8 * len(SAVED) + (0 if single else 16)
+    saved_x = [] if single else [*STEPS, *STRIDES3]
+    stepped = mode(band) == "rows"  # the loop moves the row pointers once an iteration
+    frame = 8 * (len(SAVED) + len(saved_x))
     code: list[Insn] = [("addi", 2, 2, -frame)] + [("fsd", f, 2, 8 * q) for q, f in enumerate(SAVED)]
     code += [("flw", w, W_PTR, 4 * w) for w in WEIGHTS] + [("fmv.w.x", ZERO, 0)]
     if not single:
-        code += [("sd", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(STEPS)]
+        code += [("sd", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
         code += [("add", IN_ROWS[k], IN_ROWS[k - 1], X_ROW) for k in range(1, R + 2)] + [("addi", END, END_ARG, 0)]
         code += [("add", OUT_ROWS[r], OUT_ROWS[r - 1], OUT_ROW) for r in range(1, R)]
         code += [("addi", STEPS[0], X_COL, 0), ("addi", STEPS[1], OUT_COL, 0)]
+        for three, one in zip(STRIDES3, STEPS):
+            code += [("add", three, one, one), ("add", three, three, one)]
     live = [k for k in range(R + 2) if k not in band.zero_rows]
     step_ptrs = list(dict.fromkeys([X, *(ins[k] for k in live), *outs]))
 
     def acc(o: int, r: int) -> int:
         return ACCS[o % 3 * R + r]
 
-    def block(b: int, last_of_loop: bool) -> list[Insn]:
+    def block(b: int, last_of_loop: bool, in_loop: bool = False) -> list[Insn]:
         """The instructions between the multiply-adds of columns b - 1 and b: the stores of output column b - 4,
         the Clip of b - 3, the loads of column b (and the loop's increments)."""
         stage2, stage1 = [], []
@@ -182,8 +196,10 @@ def program(band: Band) -> list[Insn]:
         steps = []
         if single and last_of_loop:
             steps = [("addi", p, p, 3 * band.x_col) for p in (X, OUT)]
-        elif not single:
+        elif not single and not (stepped and in_loop):
             steps = [("add", p, p, STEPS[p in outs]) for p in step_ptrs]
+        elif last_of_loop:
+            steps = [("add", p, p, STRIDES3[p in outs]) for p in step_ptrs]
         pipe_a += steps
         held = []
         for q in range(max(len(pipe_a), len(pipe_b))):
@@ -197,7 +213,8 @@ def program(band: Band) -> list[Insn]:
                     held = [h for h in held if h[1] != insn[3]]
         out += held
         for insn in steps:
-            moved[insn[1]] += 3 * band.x_col if single else (band.out_col if insn[1] in outs else band.x_col)
+            col = band.out_col if insn[1] in outs else band.x_col
+            moved[insn[1]] += 3 * col if single or insn[3] in STRIDES3 else col
         if stage2:
             o = b - 4
             out += [("sw", BITS[r], outs[r], o * band.out_col + row_off[1][r] - moved[outs[r]]) for r in range(R)]
@@ -233,7 +250,7 @@ def program(band: Band) -> list[Insn]:
             start = dict(moved)
             top = len(code)
             for j in range(3):
-                code += block(b + j, j == 2) + column(b + j)
+                code += block(b + j, j == 2, True) + column(b + j)
             code.append(("bne", X, END, top))
             for p in moved:
                 moved[p] = start[p] + (moved[p] - start[p]) * iterations
@@ -242,8 +259,7 @@ def program(band: Band) -> list[Insn]:
         code += block(b, False) + column(b)
         b += 1
     code += [("fld", f, 2, 8 * q) for q, f in enumerate(SAVED)]
-    if not single:
-        code += [("ld", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(STEPS)]
+    code += [("ld", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
     return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)]
 
 

@@ -70,7 +70,7 @@ SCALAR_TILE_CYCLES = 1.42
 of a vector FMA: the unit that turns a scalar routine's cycles into this model's ns."""
 U74_CHANNELS_LAST_CYCLES = 448 / 16
 """llvm-mca-22 cycles per channel and pixel of the U74's channels-last depthwise block (4 channels x 4 pixels of
-9 taps and the Clip: 448 cycles, docs/RISCV_KERNELS.md)."""
+9 taps and the Clip: 448 cycles), which runs the depthwise convs the bands do not take (docs/RISCV_KERNELS.md)."""
 # -- analytic ------------------------------------------------------------------------------------
 @dataclass
 class Use:
@@ -389,8 +389,8 @@ class AnalyticModel:
 
     def scalar_depthwise_cycles(self, geo: ConvGeometry) -> float | None:
         """llvm-mca-22 cycles of a float32 depthwise conv on a CPU with the hand-scheduled tiles (the U74), None for
-        other convs: NCHW 3 x 3 rows as kernels/depthwise_tile.py's bands, channels-last blocks at
-        U74_CHANNELS_LAST_CYCLES per channel and pixel."""
+        other convs: 3 x 3 at stride 1 in either layout as kernels/depthwise_tile.py's bands, the other channels-last
+        ones at U74_CHANNELS_LAST_CYCLES per channel and pixel."""
         s = geo.plan.shape
         if geo.itemsize != 4 or s.Cig != 1 or s.Cog != 1 or s.dyn is not None or s.rs is not None:
             return None

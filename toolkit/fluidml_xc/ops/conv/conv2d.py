@@ -75,9 +75,9 @@ from ...kernels.winograd import ORDERS as WINOGRAD_ORDERS, V_INPUT_ATTR
 from ...opspec import register
 from .channels import ChannelVectors
 from .depthwise import ChannelsLastDepthwise
+from .depthwise_band import emit_depthwise_band
 from .generic import conv_generic
 from .padding import store_padding_nan
-from .depthwise_band import emit_depthwise_band
 from .im2col import emit_im2col_gemm
 from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors

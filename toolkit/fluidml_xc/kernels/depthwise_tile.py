@@ -135,13 +135,14 @@ PIXEL_CYCLES = {("offsets", False): 110 / 9, ("offsets", True): 132 / 9, ("rows"
                 ("rows", True): 134 / 9, ("columns", False): 120 / 9, ("columns", True): 142 / 9}
 """llvm-mca-22 cycles per output pixel of the band loop (3 columns of 3 rows, docs/RISCV_KERNELS.md) by `mode` and
 the activation."""
-BAND_CYCLES = 40
-"""Cycles of a band's call outside the loop: the 12 FP registers saved and restored, the 9 weights loaded."""
+CALL_CYCLES = {"offsets": 37, "rows": 58, "columns": 58}
+"""Cycles of a band's prologue and epilogue by `mode`, an instruction each: the 12 FP registers saved and restored,
+the 9 weights loaded (row pointers: the 4 integer registers saved and restored, the pointers and strides set)."""
 
 
 def plane_cycles(plane: list[Band]) -> float:
     """The cost model's cycles for one channel's bands."""
-    return sum(BAND_CYCLES + b.rows * b.out_width * PIXEL_CYCLES[mode(b), b.clip] for b in plane)
+    return sum(CALL_CYCLES[mode(b)] + b.rows * b.out_width * PIXEL_CYCLES[mode(b), b.clip] for b in plane)
 
 
 Insn = tuple

@@ -5,10 +5,11 @@
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
 Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
-compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the section of kernels/scalar_tile.py's
-machine-code routines, whose words llvm-mc decodes); the hot loop is the innermost backward branch
-(no other backward branch inside it) with the most multiply-accumulate instructions (FMA/MLA/SDOT...);
-that loop body goes to `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
+compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's and
+kernels/depthwise_tile.py's machine-code routines, whose words llvm-mc decodes); the hot loop is the innermost
+backward branch (no other backward branch inside it) with the most multiply-accumulate instructions
+(FMA/MLA/SDOT...), for a depthwise case first among the depthwise routines; that loop body goes to
+`llvm-mca -mtriple=... -mcpu=... -iterations=200`.
 
 Columns: mac = multiply-accumulate instructions in the loop, lanes = MACs they do per iteration,
 mul = lanes of plain float multiplies (fmul: a conv tap starting its accumulator at zero, 1 FLOP each),
@@ -128,6 +129,10 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
         {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 64 * 9 * 28 * 28))
+    # the same without an activation (the U74's band routine without its Clip: docs/RISCV_KERNELS.md)
+    out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28", "fp", _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4, group=64)],
+        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64)}), 2.0 * 64 * 9 * 28 * 28))
     # the same depthwise kept channels-last by Transposes around it (the optimizer may run the blocks below NCHW)
     out.append(Case("fp32 depthwise 3x3 channels-last 96x28x28 +Clip6", "fp", _model(
         [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
@@ -180,6 +185,10 @@ _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.comp
 
 TILE_SECTION = ".text.fxc_scalar_tile"
 """kernels/scalar_tile.py's routines: machine code LLVM emits as read-only data (the linker puts it in .text)."""
+DEPTHWISE_SECTION = ".text.fxc_depthwise_tile"
+"""kernels/depthwise_tile.py's routines, likewise; a depthwise case's hot loop is searched there first (a block's
+1x1 convs run the GEMM tile, whose loop has more multiply-adds)."""
+DEPTHWISE_BASE = 2 << 32
 
 
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
@@ -187,12 +196,13 @@ def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, st
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        sections = ["-D", "-j", ".text", "-j", TILE_SECTION] if TILE_SECTION in obj.decode("latin-1") else ["-d"]
+        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION) if name in obj.decode("latin-1")]
+        sections = ["-D", "-j", ".text", *(a for name in present for a in ("-j", name))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
     insns, base = [], 0
     for line in text.splitlines():
         if line.startswith("Disassembly of section "):
-            base = 1 << 32 if TILE_SECTION in line else 0  # the sections both start at 0
+            base = 1 << 32 if TILE_SECTION in line else DEPTHWISE_BASE if DEPTHWISE_SECTION in line else 0  # each at 0
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
         if m and m.group(2).strip():
             insns.append((base + int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))
@@ -425,7 +435,9 @@ def main() -> int:
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue
             objdump = args.objdump_riscv if arch == "riscv64" else args.objdump
-            loop = hot_loop(disassemble(obj, objdump, spec.features if arch != "x86_64" else ""), arch, register_bits(spec))
+            insns = disassemble(obj, objdump, spec.features if arch != "x86_64" else "")
+            routines = [i for i in insns if i[0] >= DEPTHWISE_BASE] if "depthwise" in case.name else []
+            loop = (routines and hot_loop(routines, arch, register_bits(spec))) or hot_loop(insns, arch, register_bits(spec))
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue

@@ -10,6 +10,9 @@ Each loop is one register tile of m x n fp32 accumulators (fmadd.s) over K steps
 * "piped": B software-pipelined through two registers (the next column's flw right before this column's m
   multiply-adds, m x n + m + 2 registers), the m A loads after the step's last column, K steps per iteration
   (the pointer increments and the branch once);
+* "depthwise band": kernels/depthwise_tile.py's column loop, R output rows: each input column's R + 2 flw feed
+  9 R fmadd.s (m = 3 R, n = 3: the fmadd.s of 3 columns per iteration), and the stores (sw after the Clip's
+  fmax.s / fmin.s / feq.s / fmv.x.w and the NaN's bits ORed in, fsw without);
 * "routine": kernels/scalar_tile.py's loop, 5 x 5 as "piped" but A from five row pointers (a MatMul's rows), each
   advanced beside its own load in the iteration's last step; "B reg": B's K stride in a register (a 1x1 conv's
   input planes), two B pointers taking turns, each moved on beside the A loads.
@@ -68,6 +71,19 @@ def routine(steps: int, b_step: int) -> list[str]:
     return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
 
 
+def band(rows: int, clip: bool, channels: int = 0) -> list[str]:
+    """The column loop of kernels/depthwise_tile.py's 3x3 depthwise band (`rows` output rows, 28 columns, 3 columns
+    per iteration), with the fused Clip(0, 6) or without an activation; NCHW rows, or channels-last with
+    `channels` (a pointer per row)."""
+    from fluidml_xc.kernels.depthwise_tile import Band, program, text
+
+    col = 4 * (channels or 1)
+    lines = text(program(Band(rows, 28, 1, 1, frozenset(), 28 * col, 28 * col, col, col, clip, clip, clip))).splitlines()
+    top = next(i for i, line in enumerate(lines) if line.endswith(":"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("bne"))
+    return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
+
+
 def cycles(mca: str, asm: str) -> float:
     out = subprocess.run([mca, "-mtriple=riscv64", "-mcpu=sifive-u74", "-iterations=200"], input=asm,
                          capture_output=True, text=True, check=True).stdout
@@ -83,6 +99,9 @@ def main() -> int:
     loops += [(f"piped {m}x{n} K{k}", m, n, k, piped(m, n, k)) for m, n in ((4, 5), (4, 6), (5, 5)) for k in (1, 3)]
     loops += [(f"routine 5x5 K{k}{' B reg' if b > 5 else ''}", 5, 5, k, routine(k, b)) for k, b in
               ((2, 5), (4, 5), (6, 5), (4, 3136))]
+    loops += [(f"depthwise band {r} rows{' +Clip' if c else ''}", 3 * r, 3, 3, band(r, c)) for r in (1, 2, 3)
+              for c in (False, True)]
+    loops += [(f"depthwise band 3 rows channels-last{' +Clip' if c else ''}", 9, 3, 3, band(3, c, 96)) for c in (False, True)]
     mcas = args.mca.split(",")
     print("| loop | FP registers | fmadd.s | " + " | ".join(f"{t} cycles | %" for t in mcas) + " |")
     print("|---|---:|---:|" + "---:|---:|" * len(mcas))
@@ -91,7 +110,9 @@ def main() -> int:
         if args.asm_dir:
             args.asm_dir.mkdir(parents=True, exist_ok=True)
             (args.asm_dir / f"u74-{name.replace(' ', '-')}.s").write_text(asm)
-        regs = m * n + m + (n if name.startswith("first") else 2)
+        rows = m // 3  # depthwise: 9 weights, 3 R sums, R + 2 inputs, zero, bias (Clip: 2 bounds, R clipped values)
+        regs = (9 + 3 * rows + rows + 2 + 2 + (rows + 2) * name.endswith("Clip") if name.startswith("depthwise")
+                else m * n + m + (n if name.startswith("first") else 2))
         row = [f"{(c := cycles(t, asm)):.1f} | {100 * m * n * k / c:.1f}%" for t in mcas]
         print(f"| {name} | {regs} | {m * n * k} | " + " | ".join(row) + " |")
     return 0

@@ -15,6 +15,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from fluidml_xc.kernels.depthwise_tile import SECTION, Band, encode as dw_encode, loop_iterations, program as dw_program, text as dw_text
 from fluidml_xc.kernels.scalar_tile import SCALAR_TILES, ScalarTile, encode, program, scalar_tile, text
 from modelrun import build, graph_model, run
 from test_winograd import conv_model, force, rel_error
@@ -76,11 +77,12 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
     return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
-def _matches_onnxruntime_on_the_tile(model: onnx.ModelProto, feeds: dict, tmp_path, **options) -> None:
+def _matches_onnxruntime_on_the_tile(model: onnx.ModelProto, feeds: dict, tmp_path, section: str = ".text.fxc_scalar_tile",
+                                     **options) -> None:
     """`model` built for visionfive2 runs the routine (its section in model.o) and gives ONNX Runtime's values under
     qemu."""
     artifact = build(model, tmp_path, "visionfive2", profile_runner=False, **options)
-    assert b".text.fxc_scalar_tile" in (artifact / "model.o").read_bytes()
+    assert section.encode() in (artifact / "model.o").read_bytes()
     got = run(artifact, feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)
@@ -177,18 +179,136 @@ def test_winograd_gemm_tiles_match_onnxruntime_on_visionfive2(order, tmp_path, p
 
 @pytest.mark.qemu
 def test_threads_bit_identical_at_1_4_8_on_visionfive2(tmp_path):
-    """A MatMul + Relu, a direct 3x3 conv (panels) and a 1x1 conv (the GEMM) built for 8 threads: the same bytes at
+    """A MatMul + Relu, a direct 3x3 conv (panels), a 1x1 conv (the GEMM) and a depthwise 3x3 + Clip (bands) built for 8 threads: the same bytes at
     1, 4 and 8 threads, and ONNX Runtime's values."""
     rng = np.random.default_rng(4)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Relu", ["y"], ["z"]),
              helper.make_node("Conv", ["x", "w3"], ["c3"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c3"], ["r3"]),
-             helper.make_node("Conv", ["r3", "w1"], ["c1"])]
+             helper.make_node("Conv", ["r3", "w1"], ["c1"]),
+             helper.make_node("Conv", ["r3", "wd"], ["cd"], group=16, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["cd", "lo", "hi"], ["d"])]
     feeds = {"a": f(64, 96), "x": f(1, 8, 24, 24)}
-    model = graph_model(nodes, feeds, ["z", "c1"], {"b": f(96, 83), "w3": f(16, 8, 3, 3), "w1": f(12, 16, 1, 1)}, 13)
+    model = graph_model(nodes, feeds, ["z", "c1", "d"], {"b": f(96, 83), "w3": f(16, 8, 3, 3), "w1": f(12, 16, 1, 1),
+                                                         "wd": f(16, 1, 3, 3), "lo": np.array(0, np.float32),
+                                                         "hi": np.array(6, np.float32)}, 13)
     artifact = build(model, tmp_path, "visionfive2", threads=8, profile_runner=False, conv_algo="direct")
     results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
     for out, want in ort(model, feeds).items():
         assert results[1][out].tobytes() == results[4][out].tobytes() == results[8][out].tobytes(), out
         np.testing.assert_allclose(results[1][out], want, rtol=1e-4, atol=1e-4, err_msg=out)
 
+
+
+def _depthwise_model() -> tuple[onnx.ModelProto, dict]:
+    """3x3 depthwise convs as kernels/depthwise_tile.py's bands: 5 channels of two 11 x 30 images (bands of 3 rows
+    and 2 left, the column loop) with bias and Clip(0, 6) over inputs holding NaN and inf; 10 and 9 rows of 7 and 13
+    columns (1 row left; all 3-row bands), a Relu, no bias, asymmetric pads (0 or 2 zero rows and columns) and
+    no activation; a Clip with only an upper bound; weights given at run time; a 1 x 2 output, and a 2 x 2 input
+    padded by 2 (bands of zero rows, 4 x 4 out); and 20 channels kept channels-last by Transposes (row pointers,
+    columns 20 floats apart) with a Clip over a NaN; 96 channels whose output columns are past 1023 bytes apart
+    (the row pointers moved every column)."""
+    rng = np.random.default_rng(23)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    x = f(2, 5, 11, 30)
+    x[0, 1, 4, 7], x[1, 3, 0, 29], x[0, 2, 10, 0] = np.nan, np.inf, -np.inf
+    feeds = {"x": x, "u": f(1, 4, 10, 7), "v": f(1, 3, 9, 13), "wr": f(3, 1, 3, 3)}
+    consts = {"w1": f(5, 1, 3, 3), "b1": f(5), "w2": f(4, 1, 3, 3), "w3": f(3, 1, 3, 3), "b3": f(3),
+              "lo": np.array(0, np.float32), "hi": np.array(6, np.float32), "top": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=5, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c1", "lo", "hi"], ["y1"]),
+             helper.make_node("Conv", ["u", "w2"], ["c2"], group=4, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y2"]),
+             helper.make_node("Conv", ["v", "w3", "b3"], ["y3"], group=3, pads=[0, 2, 2, 0]),
+             helper.make_node("Conv", ["v", "w3"], ["c4"], group=3, pads=[2, 0, 1, 1]),
+             helper.make_node("Clip", ["c4", "", "top"], ["y4"]),
+             helper.make_node("Conv", ["v", "wr"], ["y5"], group=3, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["t", "w6"], ["y6"], group=2),
+             helper.make_node("Conv", ["s", "w6", "b6"], ["c7"], group=2, pads=[2, 2, 2, 2]),
+             helper.make_node("Relu", ["c7"], ["y7"]),
+             helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["ht", "w8", "b8"], ["c8"], group=20, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c8", "lo", "hi"], ["d8"]), helper.make_node("Transpose", ["d8"], ["y8"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["g"], ["gt"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["gt", "w9", "b9"], ["c9"], group=96, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c9", "lo", "hi"], ["d9"]), helper.make_node("Transpose", ["d9"], ["y9"], perm=[0, 2, 3, 1])]
+    h = f(2, 10, 29, 20)
+    h[1, 3, 5, 7] = np.nan
+    feeds |= {"t": f(1, 2, 3, 4), "s": f(1, 2, 2, 2), "h": h, "g": f(1, 5, 14, 96)}
+    consts |= {"w6": f(2, 1, 3, 3), "b6": f(2), "w8": f(20, 1, 3, 3), "b8": f(20), "w9": f(96, 1, 3, 3), "b9": f(96)}
+    return graph_model(nodes, feeds, ["y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9"], consts, 13), feeds
+
+
+def test_depthwise_routine_encodes_as_llvm_mc_assembles_it(tmp_path):
+    """The band routine's words (loop or not, zero rows, 1 to 3 rows, each activation form) are llvm-mc's."""
+    mc, objcopy = _tool("llvm-mc-22", "llvm-mc-19", "llvm-mc"), _tool("llvm-objcopy-22", "llvm-objcopy-19", "llvm-objcopy")
+    for band in (Band(3, 28, 1, 1, frozenset(), 112, 112, 4, 4, True, True, True),
+                 Band(2, 13, 0, 2, frozenset({3}), 52, 60, 4, 4, True, False, True),
+                 Band(1, 7, 2, 0, frozenset({0, 1}), 28, 28, 4, 4, False, True, True),
+                 Band(3, 30, 1, 1, frozenset({0}), 120, 120, 4, 4, False, False, False),
+                 Band(3, 28, 1, 1, frozenset(), 28 * 576, 28 * 576, 576, 576, True, True, True),
+                 Band(2, 13, 1, 1, frozenset({3}), 13 * 768, 13 * 768, 768, 768, False, False, False),
+                 Band(3, 28, 1, 1, frozenset({4}), 28 * 384, 384, 384, 28 * 384, True, True, True)):
+        code = dw_program(band)
+        subprocess.run([mc, "-triple=riscv64", "-mattr=+f,+d", "-filetype=obj", "-o", str(tmp_path / "a.o")],
+                       input=dw_text(code), text=True, check=True)
+        subprocess.run([objcopy, "-O", "binary", "--only-section=.text", str(tmp_path / "a.o"), str(tmp_path / "a.bin")],
+                       check=True)
+        data = (tmp_path / "a.bin").read_bytes()
+        assert list(struct.unpack(f"<{len(data) // 4}I", data)) == dw_encode(code), band
+        loops = [insn for insn in code if insn[0] == "bne"]
+        top, end = (loops[0][3], code.index(loops[0])) if loops else (0, 0)
+        iterations = loop_iterations(band) or 1
+        fmadds = [op == "fmadd.s" for op, *_ in code]
+        assert sum(fmadds) + (iterations - 1) * sum(fmadds[top:end]) == 9 * band.rows * band.out_width  # every tap once
+        assert (band.width >= 13) == bool(loops)
+
+
+@pytest.mark.qemu
+def test_depthwise_bands_match_onnxruntime_on_visionfive2(tmp_path):
+    _matches_onnxruntime_on_the_tile(*_depthwise_model(), tmp_path, SECTION)
+
+
+@pytest.mark.qemu
+def test_band_clip_keeps_nan_and_bounds_on_visionfive2(tmp_path):
+    """test_riscv.py's Clip model (NaN, -NaN, +-inf, -0, values on and around the bounds) on visionfive2: its
+    channels-last depthwise (40 channels, row pointers) and NCHW depthwise (20 channels) run the band routine, NaN
+    stays NaN, the rest clamps as onnx.reference does (-0.0 may come out +0.0: fmax.s)."""
+    from modelrun import reference
+    from test_riscv import _clip_nan_model
+
+    model, feeds = _clip_nan_model()
+    artifact = build(model, tmp_path, "visionfive2", profile_runner=False)
+    assert SECTION.encode() in (artifact / "model.o").read_bytes()
+    got, want = run(artifact, feeds), reference(model, feeds)
+    for out in ("y", "z"):
+        assert np.isnan(want[out]).any() and np.isinf(feeds["x" if out == "y" else "r"]).any(), out
+        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want[out]), err_msg=out)
+        np.testing.assert_allclose(got[out], want[out], rtol=1e-5, atol=1e-5, err_msg=out)
+
+
+def test_cost_model_prices_depthwise_as_the_bands():
+    """On the U74 (sifive-u74, the GEMM tile's CPU) a 3x3 depthwise conv costs its bands' llvm-mca-22 cycles
+    (kernels/depthwise_tile.py plane_cycles) in the GEMM tile's unit, NCHW (one pointer) and channels-last (a
+    pointer per row) alike; a scalar RISC-V CPU without the tile keeps the vector estimate."""
+    from fluidml_xc.fluid.costs import CALL_NS, LINE, LINE_NS, SCALAR_TILE_CYCLES, VFMA_NS, AnalyticModel
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+    from fluidml_xc.kernels.depthwise_tile import bands, plane_cycles
+    from fluidml_xc.pipeline import import_graph
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    spec = machine_spec(get_board("visionfive2"))
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4, group=96)]
+    graph = import_graph(graph_model(nodes, {"x": rng.standard_normal((1, 96, 28, 28)).astype(np.float32)}, ["c"],
+                                     {"w": rng.standard_normal((96, 1, 3, 3)).astype(np.float32)}, 13))
+    u74 = AnalyticModel(graph, spec.vector_bits, forms=TargetForms(spec.triple, 4, spec.features, cpu=spec.cpu))
+    generic = AnalyticModel(graph, spec.vector_bits, forms=TargetForms(spec.triple, 4, spec.features, cpu="generic-rv64"))
+    node, lanes = graph.nodes[0], spec.vector_bits // 32
+    moved = 2 * 96 * 28 * 28 * 4 / LINE * LINE_NS * 0.25
+    for layout, strides in (({}, (28, 1)), ({"x": (0, 2, 3, 1), "c": (0, 2, 3, 1)}, (28 * 96, 96))):
+        plane = bands(28, 28, 28, 28, 1, 1, strides, strides, None)
+        want = CALL_NS + 96 * plane_cycles(plane) * VFMA_NS / lanes / SCALAR_TILE_CYCLES + moved
+        assert u74.cost(node, layout) == pytest.approx(want), layout
+        assert generic.cost(node, layout) != pytest.approx(want), layout

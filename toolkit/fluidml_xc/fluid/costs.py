@@ -30,6 +30,7 @@ import numpy as np
 from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
+from ..kernels.depthwise_tile import bands as depthwise_bands, plane_cycles
 from ..opspec import CostKind, OpSpec
 from ..kernels.vectors import column_lanes
 from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count, element_work, layout_strides
@@ -64,6 +65,12 @@ STORE_NS = 0.03
 SCATTER_NS = 0.4
 GATHER_NS = 0.3
 """Gathering one element of a strided B into the outer-product kernel's stack panel."""
+SCALAR_TILE_CYCLES = 1.42
+"""llvm-mca-22 cycles per fmadd.s of the U74's GEMM tile (kernels/scalar_tile.py), which blocked_cost prices a lane
+of a vector FMA: the unit that turns a scalar routine's cycles into this model's ns."""
+U74_CHANNELS_LAST_CYCLES = 448 / 16
+"""llvm-mca-22 cycles per channel and pixel of the U74's channels-last depthwise block (4 channels x 4 pixels of
+9 taps and the Clip: 448 cycles), which runs the depthwise convs the bands do not take (docs/RISCV_KERNELS.md)."""
 # -- analytic ------------------------------------------------------------------------------------
 @dataclass
 class Use:
@@ -332,6 +339,9 @@ class AnalyticModel:
         hide the FMA latency), input loads (broadcast / vector / gathered), stores (vector or scattered
         per element), the residual read like the store, and memory traffic under the loop order."""
         V, pts, item = geo.V, geo.N * geo.OH * geo.OW, geo.itemsize
+        if self.forms.gemm_tile and (cycles := self.scalar_depthwise_cycles(geo)) is not None:
+            moved = geo.N * geo.G * (geo.H * geo.W + geo.OH * geo.OW) * item
+            return CALL_NS + cycles * VFMA_NS / (self.vector_bits // 32) / SCALAR_TILE_CYCLES + moved / LINE * LINE_NS * 0.25
         taps = geo.Cig * geo.KH * geo.KW
         out_elems = pts * geo.OC
         if geo.kind == "depthwise_c":
@@ -376,6 +386,20 @@ class AnalyticModel:
             traffic = 2 * in_bytes + w_bytes * (units if order == "px>co" and w_bytes > CACHE_BYTES else geo.pack_groups)
         traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)
         return CALL_NS + (vc := self.vector_cycles) * work + vc * stores + vc * res + traffic / LINE * LINE_NS * 0.25
+
+    def scalar_depthwise_cycles(self, geo: ConvGeometry) -> float | None:
+        """llvm-mca-22 cycles of a float32 depthwise conv on a CPU with the hand-scheduled tiles (the U74), None for
+        other convs: 3 x 3 at stride 1 in either layout as kernels/depthwise_tile.py's bands, the other channels-last
+        ones at U74_CHANNELS_LAST_CYCLES per channel and pixel."""
+        s = geo.plan.shape
+        if geo.itemsize != 4 or s.Cig != 1 or s.Cog != 1 or s.dyn is not None or s.rs is not None:
+            return None
+        plane = None
+        if (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw) == (3, 3, 1, 1, 1, 1):
+            plane = depthwise_bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2:], s.os[2:], geo.plan.epilogue)
+        if plane is not None:
+            return geo.N * geo.G * plane_cycles(plane)
+        return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES if geo.kind == "depthwise_c" else None
 
     def pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         """ops/pool.py's vector pools: lanes over channels when both store channels innermost, else over

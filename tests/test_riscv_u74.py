@@ -79,10 +79,16 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
 
 def _matches_onnxruntime_on_the_tile(model: onnx.ModelProto, feeds: dict, tmp_path, section: str = ".text.fxc_scalar_tile",
                                      **options) -> None:
-    """`model` built for visionfive2 runs the routine (its section in model.o) and gives ONNX Runtime's values under
-    qemu."""
+    """`model` built for visionfive2 runs the routine (its section in model.o: allocated, executable, read-only) and
+    gives ONNX Runtime's values under qemu."""
+    from elftools.elf.constants import SH_FLAGS
+    from elftools.elf.elffile import ELFFile
+
     artifact = build(model, tmp_path, "visionfive2", profile_runner=False, **options)
-    assert section.encode() in (artifact / "model.o").read_bytes()
+    with open(artifact / "model.o", "rb") as fh:
+        flags = [sec["sh_flags"] for sec in ELFFile(fh).iter_sections() if sec.name == section]
+    assert flags and all(f & SH_FLAGS.SHF_ALLOC and f & SH_FLAGS.SHF_EXECINSTR and not f & SH_FLAGS.SHF_WRITE
+                         for f in flags), (section, flags)
     got = run(artifact, feeds)
     for out, want in ort(model, feeds).items():
         np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-4, err_msg=out)

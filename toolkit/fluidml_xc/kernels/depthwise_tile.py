@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .scalar_tile import ENCODERS, IMMEDIATE, SAVED, _b, _s, kernel_tile
+from .scalar_tile import ENCODERS, IMMEDIATE, SAVED, b_type, kernel_tile, s_type
 
 ROWS = 3
 """Output rows per band: 9 weights + 3 x 3 accumulators + 5 inputs + 3 clipped values + zero, bias and bounds."""
@@ -302,7 +302,7 @@ WORDS = {
     **ENCODERS,
     "fmax.s": _r(0x14, 1, 0x53), "fmin.s": _r(0x14, 0, 0x53), "feq.s": _r(0x50, 2, 0x53), "or": _r(0, 6, 0x33),
     "fmv.x.w": lambda rd, rs1: 0x70 << 25 | rs1 << 15 | rd << 7 | 0x53,
-    "sw": lambda rs2, rs1, imm: _s(0x23, 2, rs2, rs1, imm), "sd": lambda rs2, rs1, imm: _s(0x23, 3, rs2, rs1, imm),
+    "sw": lambda rs2, rs1, imm: s_type(0x23, 2, rs2, rs1, imm), "sd": lambda rs2, rs1, imm: s_type(0x23, 3, rs2, rs1, imm),
 }
 """RV64GC's words of the routine's instructions (R format for the FP min / max / compare, S for sw / sd)."""
 
@@ -314,7 +314,7 @@ SYNTAX = {"flw": "f,x()", "fld": "f,x()", "fsw": "f,x()", "fsd": "f,x()", "sw": 
 
 def encode(code: list[Insn]) -> list[int]:
     """The routine's instruction words."""
-    return [_b(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else WORDS[op](*ops) for at, (op, *ops) in enumerate(code)]
+    return [b_type(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else WORDS[op](*ops) for at, (op, *ops) in enumerate(code)]
 
 
 def text(code: list[Insn]) -> str:

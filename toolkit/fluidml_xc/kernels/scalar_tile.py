@@ -171,12 +171,14 @@ def _i(opcode: int, funct3: int, rd: int, rs1: int, imm: int) -> int:
     return (imm & 0xFFF) << 20 | rs1 << 15 | funct3 << 12 | rd << 7 | opcode
 
 
-def _s(opcode: int, funct3: int, rs2: int, rs1: int, imm: int) -> int:
+def s_type(opcode: int, funct3: int, rs2: int, rs1: int, imm: int) -> int:
+    """An S-type instruction word (stores)."""
     assert -2048 <= imm < 2048, imm
     return (imm >> 5 & 0x7F) << 25 | rs2 << 20 | rs1 << 15 | funct3 << 12 | (imm & 0x1F) << 7 | opcode
 
 
-def _b(rs1: int, rs2: int, imm: int) -> int:
+def b_type(rs1: int, rs2: int, imm: int) -> int:
+    """`bne rs1, rs2, imm` (B-type)."""
     assert -4096 <= imm < 4096 and imm % 2 == 0, imm
     return ((imm >> 12 & 1) << 31 | (imm >> 5 & 0x3F) << 25 | rs2 << 20 | rs1 << 15 | 1 << 12 | (imm >> 1 & 0xF) << 8
             | (imm >> 11 & 1) << 7 | 0x63)
@@ -187,8 +189,8 @@ ENCODERS = {
     "fld": lambda rd, rs1, imm: _i(0x07, 3, rd, rs1, imm),
     "ld": lambda rd, rs1, imm: _i(0x03, 3, rd, rs1, imm),
     "add": lambda rd, rs1, rs2: rs2 << 20 | rs1 << 15 | rd << 7 | 0x33,
-    "fsw": lambda rs2, rs1, imm: _s(0x27, 2, rs2, rs1, imm),
-    "fsd": lambda rs2, rs1, imm: _s(0x27, 3, rs2, rs1, imm),
+    "fsw": lambda rs2, rs1, imm: s_type(0x27, 2, rs2, rs1, imm),
+    "fsd": lambda rs2, rs1, imm: s_type(0x27, 3, rs2, rs1, imm),
     "addi": lambda rd, rs1, imm: _i(0x13, 0, rd, rs1, imm),
     "jalr": lambda rd, rs1, imm: _i(0x67, 0, rd, rs1, imm),
     "fmadd.s": lambda rd, rs1, rs2, rs3: rs3 << 27 | rs2 << 20 | rs1 << 15 | 7 << 12 | rd << 7 | 0x43,
@@ -199,7 +201,7 @@ ENCODERS = {
 
 def encode(code: list[Insn]) -> list[int]:
     """The routine's instruction words."""
-    return [_b(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else ENCODERS[op](*ops)
+    return [b_type(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else ENCODERS[op](*ops)
             for at, (op, *ops) in enumerate(code)]
 
 

@@ -12,6 +12,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from .boards import Board
+from .code_sections import executable_code_sections
 from .cpus import X86_LEVELS, compiler_macros, explicit_features, parse_features, vector_length
 from .host import host_can_run
 from .pipeline import pipeline_for, run_pipeline
@@ -181,7 +182,7 @@ def compile_module_timed(llvm_ir: str, spec: MachineSpec) -> tuple[bytes, float,
     tm = target_machine(spec)
     module = optimized_module(llvm_ir, tm)
     optimized = time.thread_time()
-    code = tm.emit_object(module)
+    code = executable_code_sections(tm.emit_object(module))
     return code, optimized - started, time.thread_time() - optimized
 
 

@@ -39,6 +39,7 @@ from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, wi
 from ..kernels.winograd import v_copies
 from .split_costs import generic_tiles, parallel_time, split_tiles
 from .layouts import Perm
+from ..ops.conv.strips import strips_fit
 from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
                                        matmul_geometry)
@@ -358,6 +359,11 @@ class AnalyticModel:
             if pairs:  # two output rows read KH + 1 input rows
                 load *= (geo.KH + 1) / (2 * geo.KH)
             weight = VLOAD_NS / V if geo.lane_taps else BCAST_NS  # a lane of a loaded weight vector, or a splat
+            if strips_fit(geo.plan, self.forms.rvv, geo.residual is not None):
+                # RVV column strips (ops/conv/strips.py): per output vector one vector load and two slides, the
+                # weights scalars in FP registers (vfmacc.vf); the step's three accumulators and the rows before and
+                # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 82% of its cycles)
+                load, weight, slow = 3 * VLOAD_NS / taps, 0.0, 1.0
             work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
             unit = geo.os[3] == 1
             stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS

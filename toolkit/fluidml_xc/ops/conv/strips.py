@@ -19,13 +19,17 @@ STRIP_STEPS = 5
 """Steps per loop iteration: the accumulators' three roles come back to their registers (no vector moves)."""
 
 
-def column_strips(c: ConvKernel, p: ConvPlan) -> bool:
-    """Float32 depthwise 3x3, stride and dilation 1, pads 1, constant weights, no residual, rows of at least V
-    columns, on RISC-V with V (fixed geometry)."""
+def strips_fit(p: ConvPlan, rvv: bool, residual: bool) -> bool:
+    """Float32 depthwise 3x3, stride and dilation 1, pads 1, constant weights (edge blocks), no residual, rows of at
+    least V columns, on RISC-V with V (fixed geometry): the kernel's choice and fluid/costs.py's."""
     s = p.shape
-    return (c.rvv() and p.blocking.edges and p.dtype == "float32" and s.Cig == 1 and s.Cog == 1 and s.KH == 3
+    return (rvv and p.blocking.edges and p.dtype == "float32" and s.Cig == 1 and s.Cog == 1 and s.KH == 3
             and s.KW == 3 and s.sh == s.sw == s.dh == s.dw == 1 and s.ph == s.pw == 1 and s.OH == s.H and s.OW == s.W
-            and s.W >= p.V and s.xs[3] == 1 and s.os[3] == 1 and c.res is None and s.dyn is None)
+            and s.W >= p.V and s.xs[3] == 1 and s.os[3] == 1 and not residual and s.dyn is None)
+
+
+def column_strips(c: ConvKernel, p: ConvPlan) -> bool:
+    return strips_fit(p, c.rvv(), c.res is not None)
 
 
 class ColumnStrips:

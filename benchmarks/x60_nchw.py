@@ -13,8 +13,9 @@ register of the input vector it consumes). Software-pipelined: during step i the
 and store of row i - 2 (kernels/epilogue.py's form: `vfmax.vf` / masked `vfmin.vf`, the NaN lanes kept by
 `x + x` <= 0xFF000000 on the integer unit) fill the slots between the multiply-adds. Per step: 1 vector load,
 2 scalar loads, 1 store, 2 pointer `add`s, 9 multiply-adds + 2 Clip ops (22 VFP cycles at LMUL 2), 2 slides + 2
-Clip mask ops (18 VIEU cycles). The 9 vector groups (3 inputs of this row, 3 of the next, 3 accumulators... the
-finished row) rotate once per step; 10 steps bring every role back to its register.
+Clip mask ops (18 VIEU cycles). The 9 vector groups (this row's 3 taps, the next row's 3, the 2 accumulators and the
+finished row) rotate once per step; 10 steps bring every role back to its register. ops/conv/strips.py is this
+step in LLVM IR.
 
 Prints the hand schedule's cycles per step (mca) and, with --llc, what llc-22 makes of the same operations written
 as LLVM IR in the same order (fixed <16 x float> vectors, shuffles for the slides, llvm.fma / maxnum / minnum and

@@ -1,6 +1,7 @@
 """RVV's NCHW depthwise 3x3 column strips (ops/conv/strips.py, #30): every strip layout (one strip with both edges,
 overlapping last strips, interior strips), plane heights around the hot loop's 5 steps (no hot iteration, one,
-several, with a remainder), bias or none, Clip6 (NaN kept) / Relu / no epilogue, at VLEN 256, 128 and 512, against
+several, with a remainder), bias or none, Clip (NaN kept; bounds from 0, above 0, -0.0, below 0) / Relu / no
+epilogue, at VLEN 256, 128 and 512, against
 ONNX Runtime and ONNX's reference under qemu; 1, 4 and 8 threads (rows split between them) give the same bytes.
 Each build is checked to run the strips."""
 from __future__ import annotations
@@ -15,15 +16,17 @@ from modelrun import build, graph_model, reference, run
 
 # (channels, H, W, epilogue, bias): W 16 one strip; 28 and 37 an overlapping last strip; 48 three; H 1-4 no hot
 # iteration, 8 one, 13 two and a remainder, 30 five; 3 x 120 x 64 enough work to split its rows between threads
-CONVS = [(3, 8, 16, "clip", True), (4, 13, 28, "clip", True), (2, 1, 20, "relu", True), (2, 2, 37, None, False),
-         (3, 3, 48, "clip", False), (2, 4, 17, "relu", True), (5, 30, 33, "clip", True), (3, 120, 64, "clip", True)]
+CONVS = [(3, 8, 16, (0, 6), True), (4, 13, 28, (0, 6), True), (2, 1, 20, "relu", True), (2, 2, 37, None, False),
+         (3, 3, 48, (0.5, 3), False), (2, 4, 17, "relu", True), (5, 30, 33, (0, 6), True), (3, 120, 64, (0, 6), True),
+         (2, 9, 19, (-0.0, 2), True), (2, 7, 21, (-1, 1), True)]
+"""Clip bounds (lo, hi): 0 <= lo < hi take strips.py's integer upper bound, -0.0 and a negative lo the epilogue's Clip."""
 
 
 def _model(V: int) -> tuple[onnx.ModelProto, dict]:
     rng = np.random.default_rng(13)
     f = lambda *shape: (2 * rng.standard_normal(shape)).astype(np.float32)
     specials = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 6.0, 1e38], np.float32)
-    nodes, consts, feeds, outs = [], {"lo": np.float32(0), "hi": np.float32(6)}, {}, []
+    nodes, consts, feeds, outs = [], {}, {}, []
     for i, (C, H, W, epi, bias) in enumerate(CONVS):
         W = max(W, V)
         x = f(1, C, H, W)
@@ -35,8 +38,9 @@ def _model(V: int) -> tuple[onnx.ModelProto, dict]:
             consts[f"b{i}"] = f(C)
             inputs.append(f"b{i}")
         nodes.append(helper.make_node("Conv", inputs, [f"c{i}"], pads=[1] * 4, group=C))
-        if epi == "clip":
-            nodes.append(helper.make_node("Clip", [f"c{i}", "lo", "hi"], [f"y{i}"]))
+        if isinstance(epi, tuple):
+            consts[f"lo{i}"], consts[f"hi{i}"] = np.float32(epi[0]), np.float32(epi[1])
+            nodes.append(helper.make_node("Clip", [f"c{i}", f"lo{i}", f"hi{i}"], [f"y{i}"]))
         elif epi == "relu":
             nodes.append(helper.make_node("Relu", [f"c{i}"], [f"y{i}"]))
         else:

@@ -362,7 +362,7 @@ class AnalyticModel:
             if strips_fit(geo.plan, self.forms.rvv, geo.residual is not None):
                 # RVV column strips (ops/conv/strips.py): per output vector one vector load and two slides, the
                 # weights scalars in FP registers (vfmacc.vf); the step's three accumulators and the rows before and
-                # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 110 of 138 cycles)
+                # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 100 of 128 cycles)
                 load, weight, slow = 3 * VLOAD_NS / taps, 0.0, 1.0
             work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
             unit = geo.os[3] == 1

@@ -1,9 +1,12 @@
 """RVV NCHW depthwise 3x3 as column strips (docs/RISCV_KERNELS.md "X60 NCHW depthwise"): a strip of V columns walks
 down the channel plane, each step loading one input row once (one vector and its two neighbour columns as integers,
 the kw = 0 and kw = 2 taps slid from it) and giving its 9 taps to the 3 output rows it feeds; the next row's loads
-and the finished row's epilogue and store are emitted first in the step, so their latencies overlap its
-multiply-adds (llvm-mca-22 on the X60: 65% of peak; benchmarks/x60_nchw.py's hand schedule of the step 72%)."""
+and the finished row's epilogue and store are emitted early in the step, so their latencies overlap its
+multiply-adds (llvm-mca-22 on the X60: 70.3% of peak; benchmarks/x60_nchw.py's hand schedule of the step 72%)."""
 from __future__ import annotations
+
+import math
+import struct
 
 from llvmlite import ir
 
@@ -16,7 +19,11 @@ from .rows import RowVectors
 from .walk import ConvKernel
 
 STRIP_STEPS = 5
-"""Steps per loop iteration: the accumulators' three roles come back to their registers (no vector moves)."""
+"""Steps per loop iteration: the accumulators' three roles come back to their registers (2 and 4 steps leave vector
+moves); llvm-mca-22 on the X60, 3 to 10 steps: 59 / 59 / 70 / 68-70 / 52 / 42% of peak."""
+STORE_AFTER = 2
+"""The finished row's epilogue and store come after this many of the step's multiply-adds (the next row's loads
+first): 128 cycles per 5 steps, 129-130 elsewhere in the step."""
 
 
 def strips_fit(p: ConvPlan, rvv: bool, residual: bool) -> bool:
@@ -39,6 +46,7 @@ class ColumnStrips:
     def __init__(self, c: ConvKernel, p: ConvPlan, n, g):
         self.c, self.p, self.k, self.s, self.n, self.g = c, p, c.k, p.shape, n, g
         k, V = self.k, p.V
+        self.V = V
         self.fty, self.ity = ir.VectorType(llvm_type(p.dtype), V), ir.VectorType(ir.IntType(32), V)
         rows = RowVectors(c, p)
         self.w = [[k.splat(rows.weight(g, 0, 0, 0, kh, kw), V) for kw in range(3)] for kh in range(3)]
@@ -111,22 +119,24 @@ class ColumnStrips:
 
     def step(self, slots, i, col: int, rows=None, ptrs=None):
         """Input row i: its taps (loaded by the step before) to output rows i - 1 (kh = 2: finished), i (kh = 1) and
-        i + 1 (kh = 0, from the bias); the next row's taps loaded and output row i - 2 stored first. rows: the tile's
-        [r0, r1) the store is kept in (and the input row may be outside the plane); else ptrs: the hot loop's input
-        and output row pointers."""
+        i + 1 (kh = 0, from the bias); the next row's taps loaded first, output row i - 2 stored after STORE_AFTER
+        multiply-adds. rows: the tile's [r0, r1) the store is kept in (and the input row may be outside the plane);
+        else ptrs: the hot loop's input and output row pointers."""
         k, b, w = self.k, self.k.b, self.w
         L, M, R = (b.load(slots[name]) for name in "LMR")
         a2, a1, done = b.load(slots["a2"]), b.load(slots["a1"]), b.load(slots["done"])
         if rows is not None:
             nxt = self.triple(b.add(i, k.index(1)), col, True)
-            self.store(done, col, (b.sub(i, k.index(2)), *rows))
         else:
             nxt = self.triple(None, col, False, b.load(ptrs[0]))
-            self.store(done, col, at=b.load(ptrs[1]))
         acc = [a2, a1, self.bias]
-        for t, x in enumerate((L, M, R)):
-            for r in range(3):
-                acc[r] = fused(k, acc[r], w[2 - r][t], x)
+        for j, (t, r) in enumerate((t, r) for t in range(3) for r in range(3)):
+            if j == STORE_AFTER:
+                if rows is not None:
+                    self.store(done, col, (b.sub(i, k.index(2)), *rows))
+                else:
+                    self.store(done, col, at=b.load(ptrs[1]))
+            acc[r] = fused(k, acc[r], w[2 - r][t], (L, M, R)[t])
         a2, a1, a0 = acc
         if ptrs is not None:
             for ptr, stride in zip(ptrs, (self.s.xs[2], self.s.os[2])):
@@ -137,14 +147,35 @@ class ColumnStrips:
         b.store(a1, slots["a2"])
         b.store(a0, slots["a1"])
 
+    def finish(self, value):
+        """The plan's epilogue; Clip with bounds 0 <= lo < hi: vfmax on the FP unit, the upper bound as an unsigned
+        minimum of the bits on the integer unit (monotone on non-negative floats), NaN lanes kept."""
+        epi, b = self.p.epilogue, self.k.b
+        lo, hi = epi.bounds if epi is not None else (None, None)
+        if (epi is None or epi.residual or epi.activation != "clip" or lo is None or hi is None
+                or not 0 <= lo < hi < math.inf or math.copysign(1.0, lo) < 0):  # -0.0: fmax gives -0.0, bits above hi's
+            return epilogue(self.k, epi, value)
+        V, i32 = self.V, ir.IntType(32)
+        mx = b.call(self._fn("llvm.maxnum", self.fty), [value, ir.Constant(self.fty, [ir.Constant(self.fty.element, float(lo))] * V)])
+        hbits = struct.unpack("<I", struct.pack("<f", float(hi)))[0]
+        umin = b.call(self._fn("llvm.umin", self.ity), [b.bitcast(mx, self.ity), ir.Constant(self.ity, [ir.Constant(i32, hbits)] * V)])
+        bits = b.bitcast(value, self.ity)
+        number = b.icmp_unsigned("<=", b.shl(bits, ir.Constant(self.ity, [1] * V)), ir.Constant(self.ity, [0xFF000000] * V))
+        return b.select(number, b.bitcast(umin, self.fty), value)
+
+    def _fn(self, name, ty):
+        full = f"{name}.v{ty.count}{ty.element.intrinsic_name}"
+        m = self.k.module
+        return m.globals.get(full) or ir.Function(m, ir.FunctionType(ty, [ty, ty]), full)
+
     def store(self, value, col: int, row=None, at=None):
         """The strip of an output row through the plan's epilogue: row = (o, r0, r1), stored when r0 <= o < r1; or at
         the pointer `at`."""
         k, b, s = self.k, self.k.b, self.s
         if at is not None:
-            store_lanes(k, at, 0, epilogue(k, self.p.epilogue, value), self.p.V, 1)
+            store_lanes(k, at, 0, self.finish(value), self.p.V, 1)
             return
         o, r0, r1 = row
         with b.if_then(b.and_(b.icmp_signed(">=", o, r0), b.icmp_signed("<", o, r1))):
             off = offset(k, col, (self.n, s.os[0]), (self.g, s.os[1]), (o, s.os[2]))
-            store_lanes(k, self.c.op, off, epilogue(k, self.p.epilogue, value), self.p.V, 1)
+            store_lanes(k, self.c.op, off, self.finish(value), self.p.V, 1)

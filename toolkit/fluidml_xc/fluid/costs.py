@@ -30,7 +30,8 @@ import numpy as np
 from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
-from ..kernels.depthwise_tile import bands as depthwise_bands, plane_cycles
+from .depthwise_costs import scalar_depthwise_cycles
+from ..kernels.conv_plan import strips_fit
 from ..opspec import CostKind, OpSpec
 from ..kernels.vectors import column_lanes
 from ..kernels.kernel import PARALLEL_MIN_WORK, chunk_count, element_work, layout_strides
@@ -68,9 +69,6 @@ GATHER_NS = 0.3
 SCALAR_TILE_CYCLES = 1.42
 """llvm-mca-22 cycles per fmadd.s of the U74's GEMM tile (kernels/scalar_tile.py), which blocked_cost prices a lane
 of a vector FMA: the unit that turns a scalar routine's cycles into this model's ns."""
-U74_CHANNELS_LAST_CYCLES = 448 / 16
-"""llvm-mca-22 cycles per channel and pixel of the U74's channels-last depthwise block (4 channels x 4 pixels of
-9 taps and the Clip: 448 cycles), which runs the depthwise convs the bands do not take (docs/RISCV_KERNELS.md)."""
 # -- analytic ------------------------------------------------------------------------------------
 @dataclass
 class Use:
@@ -339,7 +337,7 @@ class AnalyticModel:
         hide the FMA latency), input loads (broadcast / vector / gathered), stores (vector or scattered
         per element), the residual read like the store, and memory traffic under the loop order."""
         V, pts, item = geo.V, geo.N * geo.OH * geo.OW, geo.itemsize
-        if self.forms.gemm_tile and (cycles := self.scalar_depthwise_cycles(geo)) is not None:
+        if self.forms.gemm_tile and (cycles := scalar_depthwise_cycles(geo)) is not None:
             moved = geo.N * geo.G * (geo.H * geo.W + geo.OH * geo.OW) * item
             return CALL_NS + cycles * VFMA_NS / (self.vector_bits // 32) / SCALAR_TILE_CYCLES + moved / LINE * LINE_NS * 0.25
         taps = geo.Cig * geo.KH * geo.KW
@@ -368,6 +366,11 @@ class AnalyticModel:
             if pairs:  # two output rows read KH + 1 input rows
                 load *= (geo.KH + 1) / (2 * geo.KH)
             weight = VLOAD_NS / V if geo.lane_taps else BCAST_NS  # a lane of a loaded weight vector, or a splat
+            if strips_fit(geo.plan, self.forms.rvv, geo.residual is not None):
+                # RVV column strips (ops/conv/strips.py): per output vector one vector load and two slides, the
+                # weights scalars in FP registers (vfmacc.vf); the step's three accumulators and the rows before and
+                # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 100 of 128 cycles)
+                load, weight, slow = 3 * VLOAD_NS / taps, 0.0, 1.0
             work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
             unit = geo.os[3] == 1
             stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS
@@ -386,20 +389,6 @@ class AnalyticModel:
             traffic = 2 * in_bytes + w_bytes * (units if order == "px>co" and w_bytes > CACHE_BYTES else geo.pack_groups)
         traffic = geo.N * geo.G * traffic + out_elems * item * (2 if geo.residual is not None else 1)
         return CALL_NS + (vc := self.vector_cycles) * work + vc * stores + vc * res + traffic / LINE * LINE_NS * 0.25
-
-    def scalar_depthwise_cycles(self, geo: ConvGeometry) -> float | None:
-        """llvm-mca-22 cycles of a float32 depthwise conv on a CPU with the hand-scheduled tiles (the U74), None for
-        other convs: 3 x 3 at stride 1 in either layout as kernels/depthwise_tile.py's bands, the other channels-last
-        ones at U74_CHANNELS_LAST_CYCLES per channel and pixel."""
-        s = geo.plan.shape
-        if geo.itemsize != 4 or s.Cig != 1 or s.Cog != 1 or s.dyn is not None or s.rs is not None:
-            return None
-        plane = None
-        if (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw) == (3, 3, 1, 1, 1, 1):
-            plane = depthwise_bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2:], s.os[2:], geo.plan.epilogue)
-        if plane is not None:
-            return geo.N * geo.G * plane_cycles(plane)
-        return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES if geo.kind == "depthwise_c" else None
 
     def pool(self, node: Node, layouts: Mapping[str, Perm]) -> tuple[float, None]:
         """ops/pool.py's vector pools: lanes over channels when both store channels innermost, else over

@@ -344,6 +344,15 @@ def zero_rows(s: ConvShape, b: ConvBlocking, rows: tuple[int, int], V: int, item
     return elements if elements * itemsize <= ZERO_ROW_BYTES else 0
 
 
+def strips_fit(p: ConvPlan, rvv: bool, residual: bool) -> bool:
+    """Float32 depthwise 3x3, stride and dilation 1, pads 1, constant weights (edge blocks), no residual, rows of at
+    least V columns, on RISC-V with V (fixed geometry): ops/conv/strips.py's column strips, the kernel's choice and fluid/costs.py's."""
+    s = p.shape
+    return (rvv and p.blocking.edges and p.dtype == "float32" and s.Cig == 1 and s.Cog == 1 and s.KH == 3
+            and s.KW == 3 and s.sh == s.sw == s.dh == s.dw == 1 and s.ph == s.pw == 1 and s.OH == s.H and s.OW == s.W
+            and s.W >= p.V and s.xs[3] == 1 and s.os[3] == 1 and not residual and s.dyn is None)
+
+
 def edge_loop(s: ConvShape, b: ConvBlocking) -> tuple[int, int] | None:
     """The col_blocks of a channels-last depthwise row whose columns outside its tiles of P (at least one tile, at
     least two such columns) are at most EDGE_LOOP_SHARE of the row, static, its taps not lanes of constant weight

@@ -81,6 +81,7 @@ from .padding import store_padding_nan
 from .im2col import emit_im2col_gemm
 from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
+from .strips import ColumnStrips, column_strips
 from .walk import ConvKernel
 from .winograd import emit_winograd
 
@@ -141,6 +142,8 @@ def _rows_flat(c: ConvKernel, p: ConvPlan):
 
 
 def _rows(c: ConvKernel, p: ConvPlan):
+    if column_strips(c, p):
+        return lambda n, g: ColumnStrips(c, p, n, g).emit()
     e, KH = RowVectors(c, p), p.shape.KH
 
     def per_image(n, g):

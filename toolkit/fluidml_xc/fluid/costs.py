@@ -30,7 +30,7 @@ import numpy as np
 from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
-from .depthwise_costs import scalar_depthwise_cycles
+from .depthwise_costs import STRIP_VECTOR_LOADS, rvv_channels_last_factor, scalar_depthwise_cycles
 from ..kernels.conv_plan import strips_fit
 from ..opspec import CostKind, OpSpec
 from ..kernels.vectors import column_lanes
@@ -344,8 +344,10 @@ class AnalyticModel:
         out_elems = pts * geo.OC
         if geo.kind == "depthwise_c":
             vecs = geo.G // V + geo.G % V
-            loads = geo.KH * ((geo.P - 1) * geo.sw + geo.KW) / geo.P if geo.blocking.dw_rows else geo.KH * geo.KW
-            work = pts * vecs * (geo.KH * geo.KW * VFMA_NS + loads * VLOAD_NS)  # loads per pixel (dw_rows: P share spans)
+            if geo.blocking.dw_rows:  # RVV: the column strips' price per output vector x the loops' X60 cycles
+                work = pts * vecs * (taps * VFMA_NS + STRIP_VECTOR_LOADS * VLOAD_NS) * rvv_channels_last_factor(geo)
+            else:
+                work = pts * vecs * taps * (VFMA_NS + VLOAD_NS)
             stores = pts * vecs * STORE_NS
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":
@@ -370,7 +372,7 @@ class AnalyticModel:
                 # RVV column strips (ops/conv/strips.py): per output vector one vector load and two slides, the
                 # weights scalars in FP registers (vfmacc.vf); the step's three accumulators and the rows before and
                 # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 100 of 128 cycles)
-                load, weight, slow = 3 * VLOAD_NS / taps, 0.0, 1.0
+                load, weight, slow = STRIP_VECTOR_LOADS * VLOAD_NS / taps, 0.0, 1.0
             work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
             unit = geo.os[3] == 1
             stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS

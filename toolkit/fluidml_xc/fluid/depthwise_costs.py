@@ -1,5 +1,5 @@
-"""The U74's depthwise convs priced by llvm-mca-22's cycles of their routines (kernels/depthwise_tile.py; fluid/costs.py
-turns cycles into its ns through the GEMM tile's SCALAR_TILE_CYCLES)."""
+"""Depthwise convs priced by llvm-mca-22's cycles: the U74's by their routines' (kernels/depthwise_tile.py; fluid/costs.py
+turns cycles into its ns through the GEMM tile's SCALAR_TILE_CYCLES), RVV's channels-last block against the column strips."""
 from __future__ import annotations
 
 from ..kernels.depthwise_tile import bands as depthwise_bands, plane_cycles
@@ -24,3 +24,30 @@ def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
         return geo.N * geo.G * plane_cycles(plane)
     return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES if geo.kind == "depthwise_c" else None
 
+
+
+STRIP_VECTOR_LOADS = 3
+"""Loads fluid/costs.py prices per output vector of the RVV column strips (ops/conv/strips.py): one vector load and
+the two slides of it."""
+X60_VFMACC_CYCLES = 1
+X60_VMEM_CYCLES = 2
+"""Cycles per register of a `vfmacc.vv` and of a unit-stride `vle32.v` / `vse32.v` on the X60 (llvm-mca-22's
+SpacemitX60: 2 and 4 at LMUL 2, on the FP unit and on the one load/store pipe)."""
+
+
+def rvv_channels_last_factor(geo: ConvGeometry) -> float:
+    """The RVV channels-last depthwise block's price per output vector over the column strips' (the model prices the
+    strips' multiply-adds and loads; STRIP_VECTOR_LOADS): the ratio of the two loops' X60 cycles counted as their
+    multiply-adds' plus their vector loads' and stores', because the in-order core issues the block's loads and
+    stores between its multiply-adds and their load/store-pipe cycles add to the FP unit's instead of hiding under
+    them. Per output vector the strips have one load and one store; the block KH x ((P - 1) sw + KW) / P loads (its
+    P pixels share their kernel rows' spans), a store and 1 / P bias reload (9 weights, 3 accumulators and the
+    inputs fill the 16 register groups). 3x3 at P = 3: 21.7 against 13 cycles per register, 1.67x; llvm-mca-22
+    (docs/RISCV_KERNELS.md): 135 cycles per 27 `vfmacc` against 128 per 45, 1.76x (FP 54 + load/store 76 = 130
+    and 90 + 40 = 130 resource cycles: the sum holds for both within 5%, the FP-bound strips 2% over, the block 4%
+    under)."""
+    taps = geo.KH * geo.KW
+    loads = geo.KH * ((geo.P - 1) * geo.sw + geo.KW) / geo.P
+    block = taps * X60_VFMACC_CYCLES + (loads + 1 + 1 / geo.P) * X60_VMEM_CYCLES
+    strips = taps * X60_VFMACC_CYCLES + 2 * X60_VMEM_CYCLES
+    return block / strips

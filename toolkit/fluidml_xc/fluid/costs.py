@@ -347,7 +347,7 @@ class AnalyticModel:
             if geo.blocking.dw_rows:  # RVV: the column strips' price per output vector x the loops' X60 cycles
                 work = pts * vecs * (taps * VFMA_NS + STRIP_VECTOR_LOADS * VLOAD_NS) * rvv_channels_last_factor(geo)
             else:
-                work = pts * vecs * taps * (VFMA_NS + VLOAD_NS)
+                work = pts * vecs * (taps * VFMA_NS + taps * VLOAD_NS)  # a load per tap and pixel
             stores = pts * vecs * STORE_NS
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":

@@ -25,7 +25,6 @@ def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
     return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES if geo.kind == "depthwise_c" else None
 
 
-
 STRIP_VECTOR_LOADS = 3
 """Loads fluid/costs.py prices per output vector of the RVV column strips (ops/conv/strips.py): one vector load and
 the two slides of it."""

@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         with json_stdout(bool(getattr(args, "json", False))):
             code = int(args.handler(args) or 0)
         sys.stdout.flush()
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a Ctrl-C while the interpreter exits changes nothing
         return code
     except FxcError as exc:
         if debug:

@@ -39,23 +39,21 @@ class ChannelsLastDepthwise:
     def __init__(self, kernel: ConvKernel, plan: ConvPlan):
         self.c, self.p, self.k = kernel, plan, kernel.k
         self.s, self.bl = plan.shape, plan.blocking
-        self.zero_row = zero_row(self.k, plan.zero_rows * np.dtype(plan.dtype).itemsize, kernel.xp.type) if plan.zero_rows else None
-        """plan.zero_rows: the zero input row that kernel rows outside the input read."""
-        self.sources: list[ir.Value] = []
-        """plan.zero_rows: where each kernel row of the row being emitted reads (source_row)."""
 
     def row(self, n, oh, kh_range):
         """Output row oh of image n: pixel blocks x channel units, the channel units outermost under blocking.dw_rows."""
-        if self.zero_row is not None:
-            self.sources = [self.source_row(n, oh, kh) for kh in range(self.s.KH)]
+        sources = None  # plan.zero_rows: where each kernel row reads (source_row)
+        if self.p.zero_rows:
+            zero = zero_row(self.k, self.p.zero_rows * np.dtype(self.p.dtype).itemsize, self.c.xp.type)
+            sources = [self.source_row(n, oh, kh, zero) for kh in range(self.s.KH)]
         if self.bl.dw_rows:
             self.channels_dw(lambda c0, lanes, nvec: self.c.pixel_blocks(
-                oh, kh_range, lambda ow, pixels: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range)))
+                oh, kh_range, lambda ow, pixels: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range, sources)))
         else:
             self.c.pixel_blocks(oh, kh_range, lambda ow, pixels: self.channels_dw(
-                lambda c0, lanes, nvec: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range)))
+                lambda c0, lanes, nvec: self.block_dw(n, c0, lanes, nvec, oh, ow, pixels, kh_range, sources)))
 
-    def block_dw(self, n, c0, lanes: int, nvec: int, oh, ow, pixels, kh_range):
+    def block_dw(self, n, c0, lanes: int, nvec: int, oh, ow, pixels, kh_range, sources=None):
         """Channels [c0, c0 + nvec * lanes) (nvec vectors) x pixels (their kw ranges) of row oh from column ow, depthwise."""
         k, b, dt = self.k, self.k.b, self.p.dtype
         ty = ir.VectorType(llvm_type(dt), lanes) if lanes > 1 else llvm_type(dt)
@@ -81,8 +79,8 @@ class ChannelsLastDepthwise:
 
         def row_taps(kh):
             src = xblk
-            if self.zero_row is not None:
-                src, row = self.sources[kh], offset(k, -self.s.pw * xs[3], (c0, xs[1]), (ow, self.s.sw * xs[3]))
+            if sources is not None:
+                src, row = sources[kh], offset(k, -self.s.pw * xs[3], (c0, xs[1]), (ow, self.s.sw * xs[3]))
             elif xblk is self.c.xp:
                 ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
                 row = offset(k, -self.s.pw * xs[3], (n, xs[0]), (c0, xs[1]), (ih, xs[2]), (ow, self.s.sw * xs[3]))
@@ -133,17 +131,17 @@ class ChannelsLastDepthwise:
                     residual = lambda roff=roff: load_lanes(k, rp, roff, lanes, rs[1], False)
                 store_lanes(k, oblk, off, epilogue(k, self.p.epilogue, b.load(slots[v][p]), residual), lanes, os_[1])
 
-    def source_row(self, n, oh, kh):
+    def source_row(self, n, oh, kh, zero):
         """Where kernel row kh of output row oh reads: the start of its input row, or the zero row when that row lies
         outside the input (plan.zero_rows)."""
         k, b, xs = self.k, self.k.b, self.s.xs
         ih = offset(k, -self.s.ph, (oh, self.s.sh), (kh, self.s.dh))
         if isinstance(ih, int) and not 0 <= ih < self.s.H:
-            return self.zero_row
+            return zero
         start = element(k, self.c.xp, offset(k, 0, (n, xs[0]), (ih, xs[2])))
         if isinstance(ih, int):
             return start
-        return b.select(b.icmp_unsigned("<", ih, k.index(self.s.H)), start, self.zero_row)
+        return b.select(b.icmp_unsigned("<", ih, k.index(self.s.H)), start, zero)
 
     def channels_dw(self, fn):
         """fn(c0, lanes, nvec): units of dw_vec channel vectors in a loop, then the remaining vectors

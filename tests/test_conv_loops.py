@@ -341,13 +341,13 @@ def test_depthwise_zero_rows_keep_padding_semantics(tmp_path, board, patched_com
 def test_depthwise_zero_rows_are_one_block_in_the_program(tmp_path):
     """Every unit and code variant reads one zero row, as large as the widest row asks for: a common symbol that the
     model object's relocatable link merges (x86_64: three variants of five depthwise convs, the widest 61 columns of
-    32 channels: (61 - 1) x 32 + 32 floats)."""
+    32 channels: (61 - 1) x 32 + 32 floats), hidden (a model in a shared library keeps its own)."""
     from elftools.elf.elffile import ELFFile
 
     model, feeds = _depthwise_convs()
     compile_and_run(model, feeds, tmp_path, "x86_64", opt="fluid", threads=1, profile_runner=False, conv_algo="direct")
     [model_o] = tmp_path.rglob("model.o")
     with open(model_o, "rb") as fh:
-        symbols = [(s.name, s["st_size"], s["st_shndx"]) for s in ELFFile(fh).get_section_by_name(".symtab").iter_symbols()
-                   if s.name.startswith(depthwise.ZERO_ROWS)]
-    assert symbols == [(depthwise.ZERO_ROWS, (60 * 32 + 32) * 4, "SHN_COMMON")], symbols
+        symbols = [(s.name, s["st_size"], s["st_shndx"], s["st_other"]["visibility"])
+                   for s in ELFFile(fh).get_section_by_name(".symtab").iter_symbols() if s.name.startswith(depthwise.ZERO_ROWS)]
+    assert symbols == [(depthwise.ZERO_ROWS, (60 * 32 + 32) * 4, "SHN_COMMON", "STV_HIDDEN")], symbols

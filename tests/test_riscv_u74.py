@@ -318,3 +318,28 @@ def test_cost_model_prices_depthwise_as_the_bands():
         want = CALL_NS + 96 * plane_cycles(plane) * VFMA_NS / lanes / SCALAR_TILE_CYCLES + moved
         assert u74.cost(node, layout) == pytest.approx(want), layout
         assert generic.cost(node, layout) != pytest.approx(want), layout
+
+
+def test_cost_model_prices_channels_last_depthwise_by_its_taps():
+    """The depthwise convs the bands do not take (here 5x5 and 3x3 at stride 2, channels-last) cost the channels-last
+    block's 3x3 figure per channel and pixel in proportion to their window's taps (a 5x5 window 25 / 9 of it)."""
+    from fluidml_xc.fluid.costs import CALL_NS, LINE, LINE_NS, SCALAR_TILE_CYCLES, VFMA_NS, AnalyticModel
+    from fluidml_xc.fluid.depthwise_costs import U74_CHANNELS_LAST_CYCLES
+    from fluidml_xc.kernels.conv_geometry import TargetForms
+    from fluidml_xc.pipeline import import_graph
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+
+    spec = machine_spec(get_board("visionfive2"))
+    rng = np.random.default_rng(6)
+    nhwc = {"x": (0, 2, 3, 1), "c": (0, 2, 3, 1)}
+    for k, stride, pad in ((5, 1, 2), (3, 2, 1)):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pad] * 4, strides=[stride] * 2, group=96)]
+        graph = import_graph(graph_model(nodes, {"x": rng.standard_normal((1, 96, 28, 28)).astype(np.float32)}, ["c"],
+                                         {"w": rng.standard_normal((96, 1, k, k)).astype(np.float32)}, 13))
+        model = AnalyticModel(graph, spec.vector_bits, forms=TargetForms(spec.triple, 4, spec.features, cpu=spec.cpu))
+        out = 28 // stride
+        moved = 96 * (28 * 28 + out * out) * 4 / LINE * LINE_NS * 0.25
+        cycles = 96 * out * out * U74_CHANNELS_LAST_CYCLES * k * k / 9
+        want = CALL_NS + cycles * VFMA_NS / (spec.vector_bits // 32) / SCALAR_TILE_CYCLES + moved
+        assert model.cost(graph.nodes[0], nhwc) == pytest.approx(want), (k, stride)

@@ -97,6 +97,14 @@ def _end_interrupted(code: int, argv: list[str] | None) -> int:
     return code
 
 
+def _done(code: int, argv: list[str] | None) -> int:
+    """A program run (argv from the command line) whose command has ended ignores SIGINT from here on: a Ctrl-C
+    while the interpreter exits would kill it with the signal instead of its exit code."""
+    if argv is None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for name in ("SIGTERM", "SIGHUP"):
@@ -118,14 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         with json_stdout(bool(getattr(args, "json", False))):
             code = int(args.handler(args) or 0)
         sys.stdout.flush()
-        if argv is None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a Ctrl-C while the interpreter exits changes nothing
-        return code
+        return _done(code, argv)
     except FxcError as exc:
         if debug:
             raise
         print(f"fluidml-xc: error: {_one_line(exc)}", file=sys.stderr)
-        return exc.exit_code
+        return _done(exc.exit_code, argv)
     except KeyboardInterrupt:
         print("fluidml-xc: interrupted", file=sys.stderr)
         return _end_interrupted(130, argv)
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         line, code = describe_unexpected(exc)
         print(f"fluidml-xc: error: {_one_line(line)}", file=sys.stderr)
-        return code
+        return _done(code, argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ U74_CHANNELS_LAST_CYCLES = 448 / 16
 def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
     """llvm-mca-22 cycles of a float32 depthwise conv on a CPU with the hand-scheduled tiles (the U74), None for
     other convs: 3 x 3 at stride 1 in either layout as kernels/depthwise_tile.py's bands, the other channels-last
-    ones at U74_CHANNELS_LAST_CYCLES per channel and pixel."""
+    ones at U74_CHANNELS_LAST_CYCLES per channel and pixel of a 3 x 3 window, in proportion to the window's taps."""
     s = geo.plan.shape
     if geo.itemsize != 4 or s.Cig != 1 or s.Cog != 1 or s.dyn is not None or s.rs is not None:
         return None
@@ -22,7 +22,8 @@ def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
         plane = depthwise_bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2:], s.os[2:], geo.plan.epilogue)
     if plane is not None:
         return geo.N * geo.G * plane_cycles(plane)
-    return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES if geo.kind == "depthwise_c" else None
+    taps = s.KH * s.KW / 9  # the block's figure is 3 x 3's
+    return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES * taps if geo.kind == "depthwise_c" else None
 
 
 STRIP_VECTOR_LOADS = 3

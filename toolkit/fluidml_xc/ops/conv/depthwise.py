@@ -24,7 +24,9 @@ def zero_row(k, nbytes: int, ptr_type: ir.Type) -> ir.Value:
     data = k.module.globals.get(ZERO_ROWS)
     if data is None:
         data = ir.GlobalVariable(k.module, ir.ArrayType(ir.IntType(8), nbytes), ZERO_ROWS)
-        data.linkage = "common"
+        # hidden (a shared library keeps its own row): llvmlite prints no visibility for a global variable, but
+        # prints its storage class right after the linkage, where LLVM's grammar takes the visibility
+        data.linkage, data.storage_class = "common", "hidden"
         data.align = 64
     elif data.value_type.count < nbytes:  # a module of several convs (the JIT's): its largest (IR printed later)
         data.value_type = ir.ArrayType(ir.IntType(8), nbytes)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .scalar_tile import ENCODERS, IMMEDIATE, SAVED, b_type, kernel_tile, s_type
+from .scalar_tile import ENCODERS, IMMEDIATE, SAVED, SYNTAX as TILE_SYNTAX, encode as encode_words, kernel_tile, s_type, text as tile_text
 
 ROWS = 3
 """Output rows per band: 9 weights + 3 x 3 accumulators + 5 inputs + 3 clipped values + zero, bias and bounds."""
@@ -306,33 +306,19 @@ WORDS = {
 }
 """RV64GC's words of the routine's instructions (R format for the FP min / max / compare, S for sw / sd)."""
 
-SYNTAX = {"flw": "f,x()", "fld": "f,x()", "fsw": "f,x()", "fsd": "f,x()", "sw": "x,x()", "fmadd.s": "ffff",
-          "fmax.s": "fff", "fmin.s": "fff", "feq.s": "xff", "fmv.x.w": "xf", "fmv.w.x": "fx", "or": "xxx",
-          "addi": "xxi", "jalr": "xxi", "ld": "x,x()", "sd": "x,x()", "add": "xxx"}
+SYNTAX = {**TILE_SYNTAX, "sw": "x,x()", "sd": "x,x()", "fmax.s": "fff", "fmin.s": "fff", "feq.s": "xff", "fmv.x.w": "xf",
+          "or": "xxx"}
 """Each mnemonic's operands for llvm-mc: f / x registers, i an immediate, "x()" an offset(base) pair."""
 
 
 def encode(code: list[Insn]) -> list[int]:
     """The routine's instruction words."""
-    return [b_type(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else WORDS[op](*ops) for at, (op, *ops) in enumerate(code)]
+    return encode_words(code, WORDS)
 
 
 def text(code: list[Insn]) -> str:
     """The routine as assembly (llvm-mc syntax; labels .L<index>)."""
-    targets = {insn[3] for insn in code if insn[0] == "bne"}
-    lines = []
-    for at, (op, *ops) in enumerate(code):
-        if at in targets:
-            lines.append(f".L{at}:")
-        if op == "bne":
-            lines.append(f"bne x{ops[0]}, x{ops[1]}, .L{ops[2]}")
-            continue
-        kinds = SYNTAX[op]
-        if kinds.endswith("()"):
-            lines.append(f"{op} {kinds[0]}{ops[0]}, {ops[2]}(x{ops[1]})")
-        else:
-            lines.append(f"{op} " + ", ".join(str(v) if kind == "i" else f"{kind}{v}" for kind, v in zip(kinds, ops)))
-    return "\n".join(lines) + "\n"
+    return tile_text(code, SYNTAX)
 
 
 def takes(k) -> bool:

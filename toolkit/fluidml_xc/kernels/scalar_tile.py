@@ -142,27 +142,26 @@ def program(tile: ScalarTile, kk: int, a_step: int, b_step: int) -> list[Insn]:
     return code + [("addi", 2, 2, 8 * len(SAVED)), ("jalr", 0, 1, 0)]
 
 
-def text(code: list[Insn]) -> str:
+SYNTAX = {"flw": "f,x()", "fld": "f,x()", "fsw": "f,x()", "fsd": "f,x()", "ld": "x,x()", "fmadd.s": "ffff",
+          "fmv.w.x": "fx", "add": "xxx", "addi": "xxi", "jalr": "xxi"}
+"""Each mnemonic's operands for llvm-mc: f / x registers, i an immediate, "x()" an offset(base) pair."""
+
+
+def text(code: list[Insn], syntax: dict[str, str] = SYNTAX) -> str:
     """The routine as assembly (llvm-mc syntax; labels .L<index>)."""
     targets = {insn[3] for insn in code if insn[0] == "bne"}
     lines = []
     for at, (op, *ops) in enumerate(code):
         if at in targets:
             lines.append(f".L{at}:")
-        if op in ("flw", "fld", "ld"):
-            lines.append(f"{op} {'x' if op == 'ld' else 'f'}{ops[0]}, {ops[2]}(x{ops[1]})")
-        elif op in ("fsw", "fsd"):
-            lines.append(f"{op} f{ops[0]}, {ops[2]}(x{ops[1]})")
-        elif op == "fmadd.s":
-            lines.append(f"fmadd.s f{ops[0]}, f{ops[1]}, f{ops[2]}, f{ops[3]}")
-        elif op == "fmv.w.x":
-            lines.append(f"fmv.w.x f{ops[0]}, x{ops[1]}")
-        elif op == "bne":
+        if op == "bne":
             lines.append(f"bne x{ops[0]}, x{ops[1]}, .L{ops[2]}")
-        elif op == "add":
-            lines.append(f"add x{ops[0]}, x{ops[1]}, x{ops[2]}")
+            continue
+        kinds = syntax[op]
+        if kinds.endswith("()"):
+            lines.append(f"{op} {kinds[0]}{ops[0]}, {ops[2]}(x{ops[1]})")
         else:
-            lines.append(f"{op} x{ops[0]}, x{ops[1]}, {ops[2]}")
+            lines.append(f"{op} " + ", ".join(str(v) if kind == "i" else f"{kind}{v}" for kind, v in zip(kinds, ops)))
     return "\n".join(lines) + "\n"
 
 
@@ -199,9 +198,9 @@ ENCODERS = {
 """RV64GC's 32-bit encodings (the unprivileged ISA's I, S, B and R4 formats; fmadd.s with the dynamic rounding mode)."""
 
 
-def encode(code: list[Insn]) -> list[int]:
-    """The routine's instruction words."""
-    return [b_type(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else ENCODERS[op](*ops)
+def encode(code: list[Insn], words: dict = ENCODERS) -> list[int]:
+    """The routine's instruction words (`words`: each mnemonic's encoder)."""
+    return [b_type(ops[0], ops[1], 4 * (ops[2] - at)) if op == "bne" else words[op](*ops)
             for at, (op, *ops) in enumerate(code)]
 
 

@@ -5,6 +5,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from llvmlite import ir
@@ -184,11 +185,12 @@ class ModuleEmitter:
         """The arena the model needs: the plan's plus the dims table and scratch of dynamic outputs."""
         return self.tail.arena_bytes
 
-    def constant_data(self, value: np.ndarray) -> ir.Value:
-        """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob."""
+    def constant_data(self, value: np.ndarray, argument: bool = False) -> ir.Value:
+        """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob.
+        argument: in a unit, an argument whatever its size and of no declared size (Kernel.argument_data)."""
         data, origin = constant_bytes(value), origin_of(value)
-        if self.const_args is not None and len(data) >= INLINE_LIMIT and self.const_args.here():
-            return self.const_args.get(data, origin)
+        if self.const_args is not None and (argument or len(data) >= INLINE_LIMIT) and self.const_args.here():
+            return self.const_args.get(data, origin, sized=not argument)
         if self.const_args is not None and origin is not None:
             self.const_args.inlined.append(origin)
         if self.options.unit and len(data) >= INLINE_LIMIT:
@@ -412,6 +414,7 @@ class ModuleEmitter:
         if tiled:
             kernel.tile_range = (fn.args[-2], fn.args[-1])
         kernel.constant_data = self.constant_data
+        kernel.argument_data = partial(self.constant_data, argument=True)
         kernel.compile_subgraph = lambda body: self.body_call(node)
         kernel.dims_out = {i: fn.args[len(names) + j] for j, i in enumerate(dims_outputs)}
         kernel.scratch = fn.args[len(names) + len(dims_outputs)] if self._has_scratch(node) else None

@@ -30,7 +30,9 @@ class ConstantArgs:
         """Is the kernel emitting into the node function itself (a Loop body's functions name their constants)?"""
         return self.kernel.b.block is not None and self.kernel.b.block.parent is self.fn
 
-    def get(self, data: bytes, origin: tuple | None = None) -> ir.Argument:
+    def get(self, data: bytes, origin: tuple | None = None, sized: bool = True) -> ir.Argument:
+        """The argument of `data`; sized: LLVM is told how many bytes it may read (else the code does not depend
+        on the size: Kernel.argument_data)."""
         key = hashlib.sha256(data).digest()
         self.origins.append((key, origin))
         if key not in self.args:
@@ -38,7 +40,9 @@ class ConstantArgs:
             for attr in ("noalias", "captures(none)"):
                 arg.add_attribute(attr)
             set.add(arg.attributes, "readonly")  # llvmlite's list lacks it
-            arg.attributes.align, arg.attributes.dereferenceable = self.alignment, len(data)
+            arg.attributes.align = self.alignment
+            if sized:
+                arg.attributes.dereferenceable = len(data)
             self.args[key] = arg
             self.data.append(data)
         return self.args[key]

@@ -79,6 +79,9 @@ class Kernel:
         """The vector width build-time weight packs are laid out for (MachineSpec.pack_vector_bits)."""
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.constant_data: Callable[[np.ndarray], ir.Value] = self._inline_constant
+        self.argument_data: Callable[[np.ndarray], ir.Value] = self._inline_constant
+        """A build-time array that a per-node unit takes as an argument whatever its size, with no size declared,
+        so that the unit's code does not depend on it (emit/units.py); inline outside a unit."""
         self.s = Scalar(self.b, module)
         self.dims_out: dict[int, ir.Value] = {}
         """Output index -> int64* slot for the actual dims of a data-dependent output (dynamic.py)."""
@@ -150,6 +153,10 @@ class Kernel:
     def constant_array(self, value: np.ndarray) -> ir.Value:
         """A build-time array (e.g. a repacked weight) as a typed pointer into read-only data."""
         return self.b.bitcast(self.constant_data(value), storage_type(value.dtype).as_pointer())
+
+    def argument_array(self, value: np.ndarray) -> ir.Value:
+        """constant_array through argument_data: code that reads it stays the same for other values and sizes."""
+        return self.b.bitcast(self.argument_data(value), storage_type(value.dtype).as_pointer())
 
     def index(self, value: int) -> ir.Constant:
         return ir.Constant(self.idx_t, int(value))

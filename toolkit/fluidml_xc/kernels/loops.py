@@ -30,14 +30,18 @@ def loop(k, stop, start=0, vectorize: bool = True):
     body, its remainder and their checks: more code and compile time for a loop that never runs 8 times)."""
     with k.for_range(stop, start) as i:
         yield i
+    keep_rolled(k, i.incomings[-1][1].terminator, vectorize)
+
+
+def keep_rolled(k, back_edge: ir.Instruction, vectorize: bool = True) -> None:
+    """Tell LLVM not to unroll (nor, unless `vectorize`, vectorize) the loop whose back edge is `back_edge`."""
     module = k.module
-    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    flags = (flag,)
+    flags = (module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]),)
     if not vectorize:
         flags += (module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)]),)
     loop_id = module.add_metadata([*flags, ir.MetaDataString(module, f"loop{len(module.metadata)}")])
     loop_id.operands = (loop_id, *flags)
-    i.incomings[-1][1].terminator.set_metadata("llvm.loop", loop_id)
+    back_edge.set_metadata("llvm.loop", loop_id)
 
 
 def element(k, ptr, off):

@@ -81,6 +81,7 @@ from .padding import store_padding_nan
 from .im2col import emit_im2col_gemm
 from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
+from .shared_pointwise import SharedPointwise, shared_pointwise
 from .strips import ColumnStrips, column_strips
 from .walk import ConvKernel
 from .winograd import emit_winograd
@@ -193,6 +194,9 @@ def _bias_splat(p, bias: np.ndarray) -> np.ndarray:
 def emit_conv(c: ConvKernel) -> None:
     """The build-time tables and constants, then the plan's form."""
     k, p, s = c.k, c.plan, c.plan.shape
+    if shared_pointwise(c):
+        SharedPointwise(c).emit()
+        return
     if c.w.value is not None:
         c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))
     if p.bias_run:

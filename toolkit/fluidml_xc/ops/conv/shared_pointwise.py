@@ -1,0 +1,203 @@
+"""1x1 stride-1 unpadded convs over channels-last pixels as one kernel per register tile, loop order and epilogue
+(issue #27: build time). The pixel and channel counts, the strides and the parallel split are run-time values read
+from a small constant argument, and the packed weights and bias are arguments of no declared size, so every such
+layer with the same tile compiles once per code variant (emit/units.py: units of the same IR share one object).
+
+The tile is the flat channel-vector form's (ops/conv/channels.py): R output channels (blocking.R, NV vectors of V
+lanes) x P pixels, accumulated in registers from the bias over the input channels in order, so the outputs are the
+same bits. The last tile of pixels ends at the last pixel and recomputes the pixels it shares with the tile before
+(the same bits again: a Conv never writes over its inputs, so rewriting a pixel reads what the first write read).
+The output channels past the last whole block (CO % R, when the layer has them) run one vector at a time, the last
+one through a lane mask when CO is not a multiple of V. The parallel split is SHARED_TILES tiles, each a (channel
+chunk, pixel chunk) of the chunk counts walk.py's split chooses for the layer; the tiles past them do nothing.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from llvmlite import ir
+
+from ...kernels.conv_plan import ConvPlan, pack_weights
+from ...kernels.derived import derived
+from ...kernels.epilogue import epilogue
+from ...kernels.loops import keep_rolled, loop
+from ...kernels.rows_runtime import masked_load, masked_store
+from ...kernels.scalar import llvm_type
+from ...kernels.vectors import load_lanes, mac, store_lanes
+from ...target.arch import arch_of
+from .walk import ConvKernel
+
+SHARED_TILES = 24
+"""Parallel tiles of every shared pointwise kernel: kernels/split.py's most (2 x TARGET_TILES)."""
+
+FIELDS = ("pixels", "ci", "x_step", "out_step", "res_step", "full_blocks", "rest", "block", "channel_chunks",
+          "pixel_chunks", "tiles")
+"""The run-time argument's int64 fields, in order."""
+
+
+def shared_pointwise(c: ConvKernel) -> bool:
+    """Does the shared kernel run this conv: x86, float32, static, one group, a flat 1x1 conv of at least a tile of
+    pixels (one run of pixels per image, images back to back) whose input, output and residual store channels
+    innermost, in the flat channel-vector form, with constant weights?"""
+    k, p = c.k, c.plan
+    s = p.shape
+    if k.spec is None or not arch_of(k.spec.triple).x86 or p.dtype != "float32":
+        return False
+    if (not s.flat or s.dyn is not None or s.G != 1 or c.w.value is None or s.N * s.W < p.blocking.P
+            or p.form not in ("flat channels co>px", "flat channels px>co")):
+        return False
+    strides = [s.xs, s.os] + ([c.res[0]] if c.res is not None else [])
+    return all(st[1] == 1 and (s.N == 1 or st[0] == s.W * st[3]) for st in strides)
+
+
+def _packed_weights(p: ConvPlan, w: np.ndarray) -> np.ndarray:
+    s = p.shape
+    return pack_weights(p, w.reshape(s.OC, s.Cig, 1, 1))
+
+
+def _bias(bias: np.ndarray) -> np.ndarray:
+    return np.asarray(bias, np.float32).reshape(-1)
+
+
+class SharedPointwise:
+    """One shared pointwise kernel emission: reads the ConvKernel, its ConvPlan and the run-time fields."""
+
+    def __init__(self, c: ConvKernel):
+        self.c, self.k, self.p = c, c.k, c.plan
+        s, bl = self.p.shape, self.p.blocking
+        self.R, self.P, self.V, self.RP = bl.R, bl.P, self.p.V, self.p.RP
+        self.NV = -(-self.R // self.V)
+        self.vt = ir.VectorType(llvm_type(self.p.dtype), self.V)
+        pixels = s.N * s.W
+        full, rest = divmod(s.OC, self.R)
+        self.has_rest, self.masked = rest > 0, s.OC % self.V > 0
+        split = c.split()
+        chunks = (1, 1) if split is None else (split[2], split[3])
+        self.work = 0.0 if split is None else split[0]
+        res_step = c.res[0][3] if c.res is not None else 0
+        self.values = np.array((pixels, s.Cig, s.xs[3], s.os[3], res_step, full, rest, s.Cig * self.RP, *chunks,
+                                -(-pixels // self.P)), np.int64)
+
+    def emit(self) -> None:
+        k, b, c = self.k, self.k.b, self.c
+        c.packed = k.argument_array(derived(k, partial(_packed_weights, self.p), c.w))
+        self.bias = None
+        if c.bias is not None:
+            self.bias = k.argument_array(derived(k, _bias, c.bias))
+        fields = k.argument_array(self.values)
+        self.f = {name: b.load(b.gep(fields, [ir.Constant(ir.IntType(32), i)], inbounds=True))
+                  for i, name in enumerate(FIELDS)}
+        if k.idx_t.width < 64:
+            self.f = {name: b.trunc(v, k.idx_t) for name, v in self.f.items()}
+        f = self.f
+        blocks = f["full_blocks"]
+        if self.has_rest:
+            blocks = b.add(blocks, k.index(1))
+        self.last_at = b.sub(f["pixels"], k.index(self.P))
+        with k.parallel_tiles([SHARED_TILES], self.work) as (t,):
+            cc, uu = b.udiv(t, f["pixel_chunks"]), b.urem(t, f["pixel_chunks"])
+            with b.if_then(b.icmp_unsigned("<", cc, f["channel_chunks"])):
+                cb_lo, cb_hi = self._chunk(cc, f["channel_chunks"], blocks)
+                px_lo, px_hi = self._chunk(uu, f["pixel_chunks"], f["tiles"])
+                if self.p.blocks_outer:
+                    with loop(k, cb_hi, cb_lo) as cb:
+                        with loop(k, px_hi, px_lo) as tile:
+                            self._block(cb, self._start(tile))
+                else:
+                    with loop(k, px_hi, px_lo) as tile:
+                        at = self._start(tile)
+                        with loop(k, cb_hi, cb_lo) as cb:
+                            self._block(cb, at)
+
+    def _chunk(self, i, chunks, extent):
+        b = self.k.b
+        return (b.udiv(b.mul(i, extent), chunks),
+                b.udiv(b.mul(b.add(i, self.k.index(1)), extent), chunks))
+
+    def _start(self, tile):
+        """The first pixel of pixel tile `tile`: the last tile ends at the last pixel."""
+        k, b = self.k, self.k.b
+        at = b.mul(tile, k.index(self.P))
+        return b.select(b.icmp_unsigned("<", at, self.last_at), at, self.last_at)
+
+    def _block(self, cb, at) -> None:
+        """Channel block cb at pixels [at, at + P): NV whole vectors, or the rest one vector at a time."""
+        k, b, f = self.k, self.k.b, self.f
+        if not self.has_rest:
+            self._tile(cb, [k.index(v) for v in range(self.NV)], at)
+            return
+        with b.if_else(b.icmp_unsigned("<", cb, f["full_blocks"])) as (whole, rest):
+            with whole:
+                self._tile(cb, [k.index(v) for v in range(self.NV)], at)
+            with rest:
+                vectors = b.udiv(b.add(f["rest"], k.index(self.V - 1)), k.index(self.V))
+                with loop(k, vectors) as v:
+                    valid = b.sub(f["rest"], b.mul(v, k.index(self.V))) if self.masked else None
+                    self._tile(cb, [v], at, valid)
+
+    def _weight_base(self, cb, v):
+        """Offset of vector v of channel block cb in the packed weights [block][Cin][RP] (channels.py
+        weight_bases)."""
+        k, b, R, RP, V = self.k, self.k.b, self.R, self.RP, self.V
+        block = self.f["block"]
+        if R >= RP:
+            first = b.mul(v, k.index(V))
+            inner = b.add(b.mul(b.udiv(first, k.index(RP)), block), b.urem(first, k.index(RP)))
+            return b.add(inner, b.mul(cb, b.mul(k.index(R // RP), block)))
+        ratio = RP // R
+        return b.add(b.add(b.mul(v, k.index(V)), b.mul(b.udiv(cb, k.index(ratio)), block)),
+                     b.mul(b.urem(cb, k.index(ratio)), k.index(R)))
+
+    def _tile(self, cb, vectors: list, at, valid=None) -> None:
+        """Pixels [at, at + P) x the given vectors of block cb: accumulate over the input channels (a loop whose
+        accumulators are phis), then the epilogue and the stores (the vectors' lanes below `valid` only, when
+        given)."""
+        k, b, c, f, V, dt = self.k, self.k.b, self.c, self.f, self.V, self.p.dtype
+        channel = [b.add(b.mul(cb, k.index(self.R)), b.mul(v, k.index(V))) for v in vectors]
+        mask = None
+        if valid is not None:
+            mask = b.icmp_unsigned("<", ir.Constant(ir.VectorType(k.idx_t, V), list(range(V))), k.splat(valid, V))
+        zero = ir.Constant(self.vt, [0.0] * V)
+        inits = [zero if self.bias is None else load_lanes(k, self.bias, ch, V, 1, False) if mask is None
+                 else masked_load(k, self.bias, ch, mask, 0.0) for ch in channel]
+        pixels = [b.add(at, k.index(i)) for i in range(self.P)]
+        rows = [b.gep(c.xp, [b.mul(q, f["x_step"])], inbounds=True) for q in pixels]
+        wrows = [b.gep(c.packed, [self._weight_base(cb, v)], inbounds=True) for v in vectors]
+        before, body, done = b.block, k.fn.append_basic_block("ci"), k.fn.append_basic_block("ci.done")
+        b.branch(body)
+        b.position_at_end(body)
+        ci = b.phi(k.idx_t)
+        accs = [[b.phi(self.vt) for _ in pixels] for _ in vectors]
+        wv = [load_lanes(k, w, b.mul(ci, k.index(self.RP)), V, 1, False) for w in wrows]
+        sums = [[None] * self.P for _ in vectors]
+        for i, row in enumerate(rows):
+            xv = k.splat(b.load(b.gep(row, [ci], inbounds=True)), V)
+            for j in range(len(vectors)):
+                sums[j][i] = mac(k, dt, accs[j][i], xv, wv[j])
+        following = b.add(ci, k.index(1))
+        ci.add_incoming(k.index(0), before)
+        ci.add_incoming(following, body)
+        for j, init in enumerate(inits):
+            for i in range(self.P):
+                accs[j][i].add_incoming(init, before)
+                accs[j][i].add_incoming(sums[j][i], body)
+        keep_rolled(k, b.cbranch(b.icmp_unsigned("<", following, f["ci"]), body, done))
+        b.position_at_end(done)
+        for j, ch in enumerate(channel):
+            for i, q in enumerate(pixels):
+                self._store(q, ch, sums[j][i], mask)
+
+    def _store(self, pixel, channel, value, mask) -> None:
+        k, b, c, f, V = self.k, self.k.b, self.c, self.f, self.V
+        residual = None
+        if c.res is not None:
+            at, rp = b.add(b.mul(pixel, f["res_step"]), channel), c.res[1]
+            residual = ((lambda: load_lanes(k, rp, at, V, 1, False)) if mask is None
+                        else (lambda: masked_load(k, rp, at, mask, 0.0)))
+        value = epilogue(k, self.p.epilogue, value, residual)
+        out = b.add(b.mul(pixel, f["out_step"]), channel)
+        if mask is None:
+            store_lanes(k, c.op, out, value, V, 1)
+        else:
+            masked_store(k, value, c.op, out, mask)

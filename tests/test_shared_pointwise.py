@@ -14,7 +14,7 @@ from fluidml_xc.ops.conv import conv2d
 from fluidml_xc.pipeline import LowerOptions, import_graph, plan
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import float_model, rand, reference, run
+from modelrun import float_model, rand, reference, require_emulator, run
 
 LAYERS = [(144, "clip", False), (24, None, False), (40, "relu", False), (40, None, True), (37, "clip", False),
           (19, None, False), (64, "clip", True)]
@@ -47,23 +47,26 @@ def chain(channels: int, hw: tuple[int, int], batch: int = 1, bias: bool = True)
     return float_model(nodes, inits, feeds, [prev]), feeds
 
 
-def built(model, workdir, **options):
+def built(model, workdir, board: str = "x86_64", **options):
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "model.onnx"
     import onnx
     onnx.save(model, str(path))
-    return build_model(path, BuildOptions(board="x86_64", out_dir=workdir / "out", record_last=False, cache=False,
+    return build_model(path, BuildOptions(board=board, out_dir=workdir / "out", record_last=False, cache=False,
                                           **options))
 
 
-@pytest.mark.parametrize("channels,hw,batch,bias", [(24, (14, 14), 1, True), (16, (7, 9), 1, True),
-                                                    (40, (5, 5), 2, False), (8, (28, 28), 1, True)])
-def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, channels, hw, batch, bias):
+@pytest.mark.parametrize("board,channels,hw,batch,bias", [
+    ("x86_64", 24, (14, 14), 1, True), ("x86_64", 16, (7, 9), 1, True), ("x86_64", 40, (5, 5), 2, False),
+    ("x86_64", 8, (28, 28), 1, True), ("rpi4", 24, (14, 14), 1, True), ("rpi5", 40, (5, 5), 2, False)])
+def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, board, channels, hw, batch, bias):
+    if board != "x86_64":
+        require_emulator(board)
     model, feeds = chain(channels, hw, batch, bias)
-    shared = built(model, tmp_path / "shared").artifact
+    shared = built(model, tmp_path / "shared", board).artifact
     with monkeypatch.context() as m:
         m.setattr(conv2d, "shared_pointwise", lambda c: False)
-        per_layer = built(model, tmp_path / "per_layer").artifact
+        per_layer = built(model, tmp_path / "per_layer", board).artifact
     got, want = run(shared, feeds), run(per_layer, feeds)
     ref = reference(model, feeds)
     for name in ref:
@@ -110,7 +113,7 @@ def test_layers_of_other_shapes_share_one_unit(tmp_path, monkeypatch):
     """The expand convs (Clip) of four channel counts emit one IR text, as do the project convs (no activation)
     between depthwise convs; the per-layer kernels emit one each. The whole model matches ONNX Runtime."""
     model, feeds = blocks_model()
-    for board in ("x86_64-v3", "x86_64-v4"):
+    for board in ("x86_64-v3", "x86_64-v4", "rpi4"):
         spec = machine_spec(get_board(board))
         texts = pointwise_units(model, spec)
         assert len({texts[f"expand{i}"] for i in (1, 2, 3)}) == 1

@@ -31,22 +31,31 @@ from .walk import ConvKernel
 SHARED_TILES = 24
 """Parallel tiles of every shared pointwise kernel: kernels/split.py's most (2 x TARGET_TILES)."""
 
+OVERLAP_SHARE = 0.02
+"""At most this share of a layer's pixels computed twice by its last tile (7x7 at 6-pixel tiles: 5 of 49, 2.4 %
+slower mobilenetv2, 4.6 % inception_v2 on one thread: those keep the per-layer kernel, whose blocks split such a
+row evenly)."""
+
 FIELDS = ("pixels", "ci", "x_step", "out_step", "res_step", "full_blocks", "rest", "block", "channel_chunks",
           "pixel_chunks", "tiles")
 """The run-time argument's int64 fields, in order."""
 
 
 def shared_pointwise(c: ConvKernel) -> bool:
-    """Does the shared kernel run this conv: x86 or aarch64, float32, static, one group, a flat 1x1 conv of at least a tile of
-    pixels (one run of pixels per image, images back to back) whose input, output and residual store channels
-    innermost, in the flat channel-vector form, with constant weights?"""
+    """Does the shared kernel run this conv: x86 or aarch64, float32, static, one group, a flat 1x1 conv (one run of
+    pixels per image, images back to back) of at least a tile of pixels, whose last tile recomputes at most
+    OVERLAP_SHARE of them, input, output and residual storing channels innermost, in the flat channel-vector form,
+    with constant weights?"""
     k, p = c.k, c.plan
     s = p.shape
     arch = arch_of(k.spec.triple) if k.spec is not None else None
     if arch is None or not (arch.x86 or arch.aarch64) or p.dtype != "float32":
         return False
-    if (not s.flat or s.dyn is not None or s.G != 1 or c.w.value is None or s.N * s.W < p.blocking.P
+    if (not s.flat or s.dyn is not None or s.G != 1 or c.w.value is None
             or p.form not in ("flat channels co>px", "flat channels px>co")):
+        return False
+    pixels, P = s.N * s.W, p.blocking.P
+    if pixels < P or -pixels % P > OVERLAP_SHARE * pixels:
         return False
     strides = [s.xs, s.os] + ([c.res[0]] if c.res is not None else [])
     return all(st[1] == 1 and (s.N == 1 or st[0] == s.W * st[3]) for st in strides)

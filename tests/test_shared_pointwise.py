@@ -55,7 +55,8 @@ def built(model, workdir, board: str = "x86_64", **options):
 
 
 @pytest.mark.parametrize("board,hw,batch,bias", [("x86_64", (20, 20), 1, True), ("x86_64", (20, 20), 2, False),
-                                                  ("rpi4", (20, 20), 2, True), ("rpi5", (20, 20), 1, False)])
+                                                  ("x86_64", (7, 7), 2, True), ("rpi4", (20, 20), 2, True),
+                                                  ("rpi5", (20, 20), 1, False), ("rpi4", (7, 7), 1, True)])
 def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, board, hw, batch, bias):
     if board != "x86_64":
         require_emulator(board)

@@ -5,11 +5,14 @@ layer with the same tile compiles once per code variant (emit/units.py: units of
 
 The tile is the flat channel-vector form's (ops/conv/channels.py): R output channels (blocking.R, NV vectors of V
 lanes) x P pixels, accumulated in registers from the bias over the input channels in order, so the outputs are the
-same bits (x86 and aarch64; aarch64 takes 4 input channels per step, one vector load per pixel, by lane). The last tile of pixels ends at the last pixel and recomputes the pixels it shares with the tile before
-(the same bits again: a Conv never writes over its inputs, so rewriting a pixel reads what the first write read).
-The output channels past the last whole block (CO % R, when the layer has them) run one vector at a time, the last
-one through a lane mask when CO is not a multiple of V. The parallel split is SHARED_TILES tiles, each a (channel
-chunk, pixel chunk) of the chunk counts walk.py's split chooses for the layer; the tiles past them do nothing.
+same bits (x86 and aarch64; aarch64 takes 4 input channels per step, one vector load per pixel, by lane). The last
+tile of pixels ends at the last pixel and recomputes the pixels it shares with the tile before (the same bits
+again: a Conv never writes over its inputs, so rewriting a pixel reads what the first write read); where that would
+recompute more than OVERLAP_SHARE of them, the tiles split the pixels evenly, in two heights that the layers of the
+same pixel count share. The output channels past the last whole block (CO % R, when the layer has them) run one
+vector at a time, the last one through a lane mask when CO is not a multiple of V. The parallel split is
+SHARED_TILES tiles, each a (channel chunk, pixel chunk) of the chunk counts walk.py's split chooses for the layer;
+the tiles past them do nothing.
 """
 from __future__ import annotations
 
@@ -32,9 +35,8 @@ SHARED_TILES = 24
 """Parallel tiles of every shared pointwise kernel: kernels/split.py's most (2 x TARGET_TILES)."""
 
 OVERLAP_SHARE = 0.02
-"""At most this share of a layer's pixels computed twice by its last tile (7x7 at 6-pixel tiles: 5 of 49, 2.4 %
-slower mobilenetv2, 4.6 % inception_v2 on one thread: those keep the per-layer kernel, whose blocks split such a
-row evenly)."""
+"""At most this share of a layer's pixels computed twice by its last tile (7x7 at 6-pixel tiles recomputed 5 of 49:
+mobilenetv2 2.4 % and inception_v2 4.6 % slower on one thread); past it the tiles split the pixels evenly."""
 
 FIELDS = ("pixels", "ci", "x_step", "out_step", "res_step", "full_blocks", "rest", "block", "channel_chunks",
           "pixel_chunks", "tiles")
@@ -54,11 +56,23 @@ def shared_pointwise(c: ConvKernel) -> bool:
     if (not s.flat or s.dyn is not None or s.G != 1 or c.w.value is None
             or p.form not in ("flat channels co>px", "flat channels px>co")):
         return False
-    pixels, P = s.N * s.W, p.blocking.P
-    if pixels < P or -pixels % P > OVERLAP_SHARE * pixels:
+    if tile_heights(s.N * s.W, p.blocking.P) is None:
         return False
     strides = [s.xs, s.os] + ([c.res[0]] if c.res is not None else [])
     return all(st[1] == 1 and (s.N == 1 or st[0] == s.W * st[3]) for st in strides)
+
+
+def tile_heights(pixels: int, P: int) -> tuple[int, ...] | None:
+    """The pixel tile heights the kernel takes: (P,) when the last tile, ending at the last pixel, recomputes at most
+    OVERLAP_SHARE of them; else the ceil(pixels / P) tiles split evenly, (hi, lo) pixels each (sharing code with the
+    layers of the same pixel count), when lo >= P / 2; else None (too few pixels for the register tile)."""
+    if pixels >= P and -pixels % P <= OVERLAP_SHARE * pixels:
+        return (P,)
+    tiles = -(-pixels // P)
+    lo, extra = divmod(pixels, tiles)
+    if 2 * lo < P:
+        return None
+    return (lo + 1, lo) if extra else (lo,)
 
 
 def _packed_weights(p: ConvPlan, w: np.ndarray) -> np.ndarray:
@@ -91,6 +105,7 @@ class SharedPointwise:
         chunks = (1, 1) if split is None else (split[2], split[3])
         self.work = 0.0 if split is None else split[0]
         res_step = c.res[0][3] if c.res is not None else 0
+        self.heights = tile_heights(pixels, self.P)
         self.values = np.array((pixels, s.Cig, s.xs[3], s.os[3], res_step, full, rest, s.Cig * self.RP, *chunks,
                                 -(-pixels // self.P)), np.int64)
 
@@ -110,6 +125,7 @@ class SharedPointwise:
         if self.has_rest:
             blocks = b.add(blocks, k.index(1))
         self.last_at = b.sub(f["pixels"], k.index(self.P))
+        self.extra = b.urem(f["pixels"], f["tiles"])
         with k.parallel_tiles([SHARED_TILES], self.work) as (t,):
             cc, uu = b.udiv(t, f["pixel_chunks"]), b.urem(t, f["pixel_chunks"])
             with b.if_then(b.icmp_unsigned("<", cc, f["channel_chunks"])):
@@ -118,38 +134,52 @@ class SharedPointwise:
                 if self.p.blocks_outer:
                     with loop(k, cb_hi, cb_lo) as cb:
                         with loop(k, px_hi, px_lo) as tile:
-                            self._block(cb, self._start(tile))
+                            self._heights(tile, lambda at, count, cb=cb: self._block(cb, at, count))
                 else:
                     with loop(k, px_hi, px_lo) as tile:
-                        at = self._start(tile)
-                        with loop(k, cb_hi, cb_lo) as cb:
-                            self._block(cb, at)
+                        def blocks_at(at, count):
+                            with loop(k, cb_hi, cb_lo) as cb:
+                                self._block(cb, at, count)
+                        self._heights(tile, blocks_at)
 
     def _chunk(self, i, chunks, extent):
         b = self.k.b
         return (b.udiv(b.mul(i, extent), chunks),
                 b.udiv(b.mul(b.add(i, self.k.index(1)), extent), chunks))
 
-    def _start(self, tile):
-        """The first pixel of pixel tile `tile`: the last tile ends at the last pixel."""
+    def _heights(self, tile, emit) -> None:
+        """emit(first pixel, height) of pixel tile `tile`: at P-pixel steps, the last tile ending at the last pixel;
+        or, for an even split, the first `extra` tiles one pixel higher than the others."""
         k, b = self.k, self.k.b
-        at = b.mul(tile, k.index(self.P))
-        return b.select(b.icmp_unsigned("<", at, self.last_at), at, self.last_at)
+        if len(self.heights) == 1 and self.heights[0] == self.P:
+            at = b.mul(tile, k.index(self.P))
+            emit(b.select(b.icmp_unsigned("<", at, self.last_at), at, self.last_at), self.P)
+            return
+        lo = self.heights[-1]
+        at = b.add(b.mul(tile, k.index(lo)), b.select(b.icmp_unsigned("<", tile, self.extra), tile, self.extra))
+        if len(self.heights) == 1:
+            emit(at, lo)
+            return
+        with b.if_else(b.icmp_unsigned("<", tile, self.extra)) as (high, low):
+            with high:
+                emit(at, lo + 1)
+            with low:
+                emit(at, lo)
 
-    def _block(self, cb, at) -> None:
-        """Channel block cb at pixels [at, at + P): NV whole vectors, or the rest one vector at a time."""
+    def _block(self, cb, at, count: int) -> None:
+        """Channel block cb at pixels [at, at + count): NV whole vectors, or the rest one vector at a time."""
         k, b, f = self.k, self.k.b, self.f
         if not self.has_rest:
-            self._tile(cb, [k.index(v) for v in range(self.NV)], at)
+            self._tile(cb, [k.index(v) for v in range(self.NV)], at, count)
             return
         with b.if_else(b.icmp_unsigned("<", cb, f["full_blocks"])) as (whole, rest):
             with whole:
-                self._tile(cb, [k.index(v) for v in range(self.NV)], at)
+                self._tile(cb, [k.index(v) for v in range(self.NV)], at, count)
             with rest:
                 vectors = b.udiv(b.add(f["rest"], k.index(self.V - 1)), k.index(self.V))
                 with loop(k, vectors) as v:
                     valid = b.sub(f["rest"], b.mul(v, k.index(self.V))) if self.masked else None
-                    self._tile(cb, [v], at, valid)
+                    self._tile(cb, [v], at, count, valid)
 
     def _weight_base(self, cb, v):
         """Offset of vector v of channel block cb in the packed weights [block][Cin][RP] (channels.py
@@ -164,8 +194,8 @@ class SharedPointwise:
         return b.add(b.add(b.mul(v, k.index(V)), b.mul(b.udiv(cb, k.index(ratio)), block)),
                      b.mul(b.urem(cb, k.index(ratio)), k.index(R)))
 
-    def _tile(self, cb, vectors: list, at, valid=None) -> None:
-        """Pixels [at, at + P) x the given vectors of block cb: accumulate over the input channels (a loop whose
+    def _tile(self, cb, vectors: list, at, count: int, valid=None) -> None:
+        """Pixels [at, at + count) x the given vectors of block cb: accumulate over the input channels (a loop whose
         accumulators are phis), then the epilogue and the stores (the vectors' lanes below `valid` only, when
         given)."""
         k, b, c, f, V = self.k, self.k.b, self.c, self.f, self.V
@@ -176,10 +206,10 @@ class SharedPointwise:
         zero = ir.Constant(self.vt, [0.0] * V)
         inits = [zero if self.bias is None else load_lanes(k, self.bias, ch, V, 1, False) if mask is None
                  else masked_load(k, self.bias, ch, mask, 0.0) for ch in channel]
-        pixels = [b.add(at, k.index(i)) for i in range(self.P)]
+        pixels = [b.add(at, k.index(i)) for i in range(count)]
         rows = [b.gep(c.xp, [b.mul(q, f["x_step"])], inbounds=True) for q in pixels]
         wrows = [b.gep(c.packed, [self._weight_base(cb, v)], inbounds=True) for v in vectors]
-        sums = [[init] * self.P for init in inits]
+        sums = [[init] * count for init in inits]
         start = k.index(0)
         if self.steps > 1:  # whole vectors of input channels, each lane a step, then the channels left one by one
             rows = [c.opaque(row) for row in rows]

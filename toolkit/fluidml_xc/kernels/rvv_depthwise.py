@@ -1,0 +1,347 @@
+"""The float32 3x3 channels-last depthwise conv of the SpacemiT X60 (RVV 1.0, VLEN >= 256, in-order dual issue) as a
+hand-scheduled machine-code routine (section SECTION, like kernels/scalar_tile.py's for the U74): one unit of up to
+8 channels (one LMUL-1 register, `vl` its channel count), a band of up to ROWS output rows over the whole row width.
+
+A rolling window over the input columns: column u's rows + 2 input vectors are loaded once and feed every tap that
+reads them (kernel row i - o of output row o, kernel columns 2, 1, 0 of the output columns it finishes, continues
+and starts). Input row i < rows is loaded into the register of the output it starts (column u + left), whose last
+tap is a `vfmadd.vv` with the bias (no copies); the last two rows go to `sets` alternating pairs. The 9 weights and
+the bias stay in registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
+`vminu.vx` on the bits, masked by `x + x < 0xFF000001` unsigned, so a NaN lane keeps its NaN; `-0.0` gives lo) and
+is stored. RVV loads and stores take no offset: every input and output row has a pointer, moved a column (the
+column stride in a register) after each use.
+
+The order: the loop body is `period` columns (the accumulators' three slots and the input pairs back at their
+registers), software-pipelined (each column's taps with the next column's loads) and ordered by `schedule`, a greedy
+list scheduler over the X60's in-order rules as llvm-mca-22 models them (docs/RISCV_KERNELS.md: dual issue, a
+write-back in program order, a unit busy per instruction); the columns before and after the loop, which read zeros
+for the padding instead of loading, are ordered the same way. Rows outside the image are the zero row
+(ops/conv/depthwise.py zero_row): the caller's pointers."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..target.arch import arch_of, riscv_vlen
+from .scalar_tile import ENCODERS, SYNTAX as TILE_SYNTAX, encode as encode_words, s_type, text as tile_text
+
+SECTION = ".text.fxc_rvv_depthwise"
+"""The routines' section (the linker puts `.text.*` in the executable .text; benchmarks/mca.py reads it)."""
+LANES = 8
+"""Channels per unit: one e32 LMUL-1 register at VLEN 256 (the weights are packed 8 floats a tap)."""
+ROWS = 5
+"""Output rows per band: 9 weights + bias + mask + 3 x 5 accumulators + 2 x 2 last-row inputs + 2 mask temporaries
+are the 32 vector registers."""
+CPUS = {"spacemit-x60"}
+"""The CPUs (LLVM's names) the routine is scheduled for."""
+
+MASK, WEIGHTS, BIAS, ACC0 = 0, 1, 10, 11
+ALU = (5, 6, 7, 28, 29, 30, 31, 11, 12, 13, 14, 15, 16, 17, 8, 9, 18, 19, 20, 21)
+"""The integer registers the routine takes, in order (t0-t2, t3-t6, a1-a7, then saved s0, s1, s2-s5); a0 is the
+argument block and is read last."""
+CALLEE_SAVED = {8, 9, *range(18, 28)}
+
+
+@dataclass(frozen=True)
+class Band:
+    rows: int
+    """Output rows (1 to ROWS)."""
+    width: int
+    """Input columns."""
+    left: int
+    right: int
+    """Zero columns before and after the input row (the padding, 0 to 2): output columns = width + left + right - 2."""
+    act: str
+    """"none", "relu" (max with lo) or "clip" (max with lo, min with hi): lo >= +0."""
+
+    @property
+    def out_width(self) -> int:
+        return self.width + self.left + self.right - 2
+
+    @property
+    def sets(self) -> int:
+        return min(3, (32 - ACC0 - 3 * self.rows - 2) // 2)
+
+    @property
+    def period(self) -> int:
+        return 3 * self.sets // math.gcd(3, self.sets)
+
+    def steady(self) -> tuple[int, int]:
+        """The loop's first column and its iterations: columns whose three outputs are in the row and whose next
+        column is inside the input."""
+        first = max(0, 2 - self.left)
+        last = min(self.width - 2, self.width + self.right - 3)
+        return first, max(0, (last - first + 1) // self.period)
+
+
+def arguments(band: Band) -> list[str]:
+    """The argument block's i64 words, in order (the caller fills them)."""
+    return ([f"in{i}" for i in range(band.rows + 2)] + [f"out{o}" for o in range(band.rows)]
+            + ["end", "stride", "lo", "hi", "nan", "vl", "weights", "bias"])
+
+
+Insn = tuple
+
+
+@dataclass
+class Op:
+    insn: Insn
+    reads: tuple
+    writes: tuple
+    kind: str
+
+
+LATENCY = {"vfmacc.vv": 5, "vfmadd.vv": 5, "vle32.v": 3, "vse32.v": 3, "vadd.vv": 4, "vmsltu.vx": 4, "vmax.vx": 4,
+           "vminu.vx": 4, "vmv.v.v": 4, "add": 1, "bne": 1}
+UNIT = {"vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vle32.v": ("VLS", 3), "vse32.v": ("VLS", 3),
+        "vadd.vv": ("VIEU", 2), "vmsltu.vx": ("VIEU", 2), "vmax.vx": ("VIEU", 1), "vminu.vx": ("VIEU", 1),
+        "vmv.v.v": ("VIEU", 2), "add": ("ALU", 1), "bne": ("ALU", 1)}
+"""llvm-mca-22's SpacemitX60 at e32 m1 (docs/RISCV_KERNELS.md): latency and cycles of the unit per instruction;
+two ALUs."""
+
+
+class Machine:
+    """The issue state of an in-order dual-issue core as llvm-mca models it: `at(op)` the cycle op would issue if
+    placed next, `place(op)` places it."""
+
+    def __init__(self):
+        self.cycle, self.issued, self.write_back = 0, 0, 0
+        self.ready: dict = {}
+        self.busy = {"VFP": [0], "VLS": [0], "VIEU": [0], "ALU": [0, 0]}
+
+    def at(self, op: Op) -> int:
+        mn = op.insn[0]
+        t = self.cycle + (self.issued >= 2)
+        t = max([t, *(self.ready.get(r, 0) for r in op.reads)])
+        t = max(t, min(self.busy[UNIT[mn][0]]), self.write_back - LATENCY[mn])
+        return t
+
+    def place(self, op: Op) -> int:
+        t, mn = self.at(op), op.insn[0]
+        self.issued = self.issued + 1 if t == self.cycle else 1
+        self.cycle = t
+        units = self.busy[UNIT[mn][0]]
+        units[units.index(min(units))] = t + UNIT[mn][1]
+        self.write_back = max(self.write_back, t + LATENCY[mn])
+        for r in op.writes:
+            self.ready[r] = t + LATENCY[mn]
+        return t
+
+
+def schedule(ops: list[Op]) -> list[Op]:
+    """A greedy list schedule: next, among the ops whose predecessors (true, anti and output dependencies through
+    registers, in the given order) are placed, the one that issues first, ties to the longest path to the end."""
+    n = len(ops)
+    preds: list[set] = [set() for _ in range(n)]
+    last_write: dict = {}
+    reads_since: dict = {}
+    for j, op in enumerate(ops):
+        for r in op.reads:
+            if r in last_write:
+                preds[j].add(last_write[r])
+        for r in op.writes:
+            if r in last_write:
+                preds[j].add(last_write[r])
+            preds[j].update(reads_since.get(r, ()))
+        for r in op.reads:
+            reads_since.setdefault(r, []).append(j)
+        for r in op.writes:
+            last_write[r], reads_since[r] = j, []
+        preds[j].discard(j)
+    succs: list[list] = [[] for _ in range(n)]
+    for j in range(n):
+        for p in preds[j]:
+            succs[p].append(j)
+    height = [0] * n
+    for j in reversed(range(n)):
+        height[j] = LATENCY[ops[j].insn[0]] + max((height[s] for s in succs[j]), default=0)
+    left = [len(p) for p in preds]
+    ready = {j for j in range(n) if not left[j]}
+    machine, out = Machine(), []
+    while ready:
+        j = min(ready, key=lambda j: (machine.at(ops[j]), -height[j], j))
+        ready.discard(j)
+        machine.place(ops[j])
+        out.append(ops[j])
+        for s in succs[j]:
+            left[s] -= 1
+            if not left[s]:
+                ready.add(s)
+    return out
+
+
+def program(band: Band) -> list[Insn]:
+    """The band's routine: a0 the argument block (`arguments`)."""
+    R, P = band.rows, band.period
+    names = arguments(band)
+    regs = dict(zip([n for n in names if n not in ("vl", "weights", "bias")], ALU))
+    saved = [r for r in regs.values() if r in CALLEE_SAVED]
+    inp, outp = [regs[f"in{i}"] for i in range(R + 2)], [regs[f"out{o}"] for o in range(R)]
+    stride = regs["stride"]
+    temp = regs["end"]  # the weights' and the bias's pointer before END is loaded
+    code: list[Insn] = []
+    if saved:
+        code += [("addi", 2, 2, -8 * len(saved))] + [("sd", r, 2, 8 * q) for q, r in enumerate(saved)]
+    word = {n: 8 * q for q, n in enumerate(names)}
+    code += [("ld", temp, 10, word["vl"]), ("vsetvli", 0, temp, VTYPE), ("ld", temp, 10, word["weights"])]
+    for t in range(9):
+        code += [("vle32.v", WEIGHTS + t, temp, 0), ("addi", temp, temp, 4 * LANES)]
+    code += [("ld", temp, 10, word["bias"]), ("vle32.v", BIAS, temp, 0)]
+    code += [("ld", r, 10, word[n]) for n, r in regs.items()]
+    ow, left, lo, hi, nan = band.out_width, band.left, regs["lo"], regs["hi"], regs["nan"]
+    extra = 32 - 2 - 2 * band.sets
+
+    def acc(o: int, c: int) -> int:
+        return ACC0 + 3 * o + c % 3
+
+    def x_reg(u: int, i: int) -> int:
+        return acc(i, u + left) if i < R else extra + 2 * (u % band.sets) + i - R
+
+    def op(insn: Insn, reads=(), writes=()) -> Op:
+        return Op(insn, tuple(reads), tuple(writes), insn[0])
+
+    def loads(u: int) -> list[Op]:
+        if not 0 <= u < band.width:
+            return []
+        ops = []
+        for i in range(R + 2):
+            x, p = x_reg(u, i), inp[i]
+            ops += [op(("vle32.v", x, p, 0), [f"x{p}"], [f"v{x}"]),
+                    op(("add", p, p, stride), [f"x{p}"], [f"x{p}"])]
+        return ops
+
+    def taps(u: int) -> list[Op]:
+        c0, ops = u + left, []
+        if not 0 <= u < band.width:
+            return [op(("vmv.v.v", acc(o, c0), BIAS), [f"v{BIAS}"], [f"v{acc(o, c0)}"]) for o in range(R) if c0 < ow]
+        for i in range(R + 2):
+            x, start = x_reg(u, i), None
+            for kh in range(3):
+                o = i - kh
+                if not 0 <= o < R:
+                    continue
+                for kw in (2, 1, 0):
+                    c = c0 - kw
+                    if not 0 <= c < ow:
+                        continue
+                    if kh == 0 and kw == 0:
+                        start = op(("vfmadd.vv", x, WEIGHTS, BIAS), [f"v{x}", f"v{WEIGHTS}", f"v{BIAS}"], [f"v{x}"])
+                        continue
+                    a, w = acc(o, c), WEIGHTS + 3 * kh + kw
+                    ops.append(op(("vfmacc.vv", a, w, x), [f"v{a}", f"v{w}", f"v{x}"], [f"v{a}"]))
+            ops += [start] if start else []
+        return ops
+
+    def finish(u: int) -> list[Op]:
+        c, ops = u + left - 2, []
+        if not 0 <= c < ow:
+            return []
+        for o in range(R):
+            a, q, t = acc(o, c), outp[o], 30 + o % 2
+            if band.act != "none":
+                ops += [op(("vadd.vv", t, a, a), [f"v{a}"], [f"v{t}"]),
+                        op(("vmsltu.vx", MASK, t, nan), [f"v{t}", f"x{nan}"], ["v0"]),
+                        op(("vmax.vx", a, a, lo, MASK), [f"v{a}", f"x{lo}", "v0"], [f"v{a}"])]
+                if band.act == "clip":
+                    ops.append(op(("vminu.vx", a, a, hi, MASK), [f"v{a}", f"x{hi}", "v0"], [f"v{a}"]))
+            ops += [op(("vse32.v", a, q, 0), [f"v{a}", f"x{q}"], ["mem"]),
+                    op(("add", q, q, stride), [f"x{q}"], [f"x{q}"])]
+        return ops
+
+    def window(us) -> list[Insn]:
+        ops = []
+        for u in us:
+            ops += taps(u) + finish(u) + loads(u + 1)
+        return [o.insn for o in schedule(ops)]
+
+    first, iterations = band.steady()
+    u_end = band.width - 1 + band.right
+    head = loads(-left) if -left >= 0 else []  # the first loaded column's loads, when it is not padding
+    code += [o.insn for o in schedule(head)] + window(range(-left, first))
+    if iterations:
+        top = len(code)
+        code += window(range(first, first + P))
+        code.append(("bne", inp[0], regs["end"], top))
+    code += window(range(first + iterations * P, u_end + 1))
+    code += [("ld", r, 2, 8 * q) for q, r in enumerate(saved)]
+    if saved:
+        code.append(("addi", 2, 2, 8 * len(saved)))
+    return code + [("jalr", 0, 1, 0)]
+
+
+def loop_end_columns(band: Band) -> int:
+    """Columns input row 0's pointer has moved when the loop ends (its `end` is that many strides on)."""
+    first, iterations = band.steady()
+    return first + 1 + iterations * band.period
+
+
+VTYPE = 0x50
+"""e32, m1, tail agnostic, mask undisturbed (a masked Clip keeps a NaN lane's value)."""
+
+
+def _v(funct6: int, funct3: int, masked: bool = False):
+    """OP-V: vd, then vs2 / vs1-or-rs1 in llvm-mc's operand order for the mnemonic."""
+    def word(vd, a, b, mask=None):
+        vs2, vs1 = (b, a) if funct3 in (1, 5) and funct6 >= 0x28 else (a, b)
+        return funct6 << 26 | (mask is None) << 25 | vs2 << 20 | vs1 << 15 | funct3 << 12 | vd << 7 | 0x57
+    return word
+
+
+WORDS = {
+    **ENCODERS,
+    "sd": lambda rs2, rs1, imm: s_type(0x23, 3, rs2, rs1, imm),
+    "vle32.v": lambda vd, rs1, imm: 1 << 25 | rs1 << 15 | 6 << 12 | vd << 7 | 0x07,
+    "vse32.v": lambda vs3, rs1, imm: 1 << 25 | rs1 << 15 | 6 << 12 | vs3 << 7 | 0x27,
+    "vsetvli": lambda rd, rs1, vtype: vtype << 20 | rs1 << 15 | 7 << 12 | rd << 7 | 0x57,
+    "vfmacc.vv": _v(0x2C, 1), "vfmadd.vv": _v(0x28, 1),
+    "vadd.vv": _v(0x00, 0), "vmsltu.vx": _v(0x1A, 4), "vmax.vx": _v(0x07, 4), "vminu.vx": _v(0x04, 4),
+    "vmv.v.v": lambda vd, vs1: 0x17 << 26 | 1 << 25 | vs1 << 15 | vd << 7 | 0x57,
+}
+"""RV64GCV's words of the routine's instructions (the V extension's OP-V, unit-stride load and store, vsetvli)."""
+
+SYNTAX = {**TILE_SYNTAX, "sd": "x,x()", "vle32.v": "v,x()", "vse32.v": "v,x()", "vsetvli": "xxi",
+          "vfmacc.vv": "vvv", "vfmadd.vv": "vvv", "vadd.vv": "vvv", "vmsltu.vx": "vvx", "vmax.vx": "vvxm",
+          "vminu.vx": "vvxm", "vmv.v.v": "vv"}
+"""Each mnemonic's operands for llvm-mc (v a vector register, m the mask v0.t)."""
+
+
+def encode(code: list[Insn]) -> list[int]:
+    """The routine's instruction words."""
+    return encode_words(code, WORDS)
+
+
+def text(code: list[Insn]) -> str:
+    """The routine as assembly (llvm-mc syntax; labels .L<index>)."""
+    return tile_text(code, SYNTAX)
+
+
+def takes(k) -> bool:
+    """The kernel is emitted for an X60 (CPUS) with V at VLEN >= 256."""
+    spec = k.spec
+    return (spec is not None and bool(spec.triple) and arch_of(spec.triple).riscv and spec.cpu in CPUS
+            and riscv_vlen(spec.features) >= 32 * LANES)
+
+
+def call(k, band: Band, block: dict) -> None:
+    """Run the band's routine (one per band shape, in the module's SECTION) with the argument block's values
+    (`arguments`: i64 values or pointers)."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    name = f"fxc.rvv_depthwise.r{band.rows}.w{band.width}.p{band.left}{band.right}.{band.act}"
+    routine = k.module.globals.get(name)
+    if routine is None:
+        words = encode(program(band))
+        routine = ir.GlobalVariable(k.module, ir.ArrayType(i32, len(words)), name)
+        routine.initializer = ir.Constant(routine.type.pointee, words)
+        routine.global_constant, routine.linkage, routine.align = True, "private", 4
+        routine.section = SECTION
+    b, names = k.b, arguments(band)
+    with b.goto_entry_block():
+        args = b.alloca(ir.ArrayType(i64, len(names)))
+    for q, n in enumerate(names):
+        v = block[n]
+        v = b.ptrtoint(v, i64) if isinstance(v.type, ir.PointerType) else b.sext(v, i64) if v.type.width < 64 else v
+        b.store(v, b.gep(args, [i32(0), i32(q)], inbounds=True))
+    fn_type = ir.FunctionType(ir.VoidType(), [i64.as_pointer()])
+    b.call(b.bitcast(routine, fn_type.as_pointer()), [b.bitcast(args, i64.as_pointer())])

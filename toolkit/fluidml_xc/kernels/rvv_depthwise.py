@@ -130,9 +130,17 @@ class Machine:
         return t
 
 
+def rank(machine: Machine, op: Op) -> float:
+    """An op's rank as the next one: its issue cycle, plus the cycles it would push the write-back horizon (every later
+    op with a shorter latency waits for it), less half a cycle for a load or store (each needs a cycle without a
+    multiply-add before it: better early, beside the horizon it leaves)."""
+    t = machine.at(op)
+    return t + max(0, t + LATENCY[op.kind] - machine.write_back) - 0.5 * (op.kind in ("vle32.v", "vse32.v"))
+
+
 def schedule(ops: list[Op]) -> list[Op]:
     """A greedy list schedule: next, among the ops whose predecessors (true, anti and output dependencies through
-    registers, in the given order) are placed, the one that issues first, ties to the longest path to the end."""
+    registers, in the given order) are placed, the one of the lowest `rank`, ties to the longest path to the end."""
     n = len(ops)
     preds: list[set] = [set() for _ in range(n)]
     last_write: dict = {}
@@ -161,7 +169,7 @@ def schedule(ops: list[Op]) -> list[Op]:
     ready = {j for j in range(n) if not left[j]}
     machine, out = Machine(), []
     while ready:
-        j = min(ready, key=lambda j: (machine.at(ops[j]), -height[j], j))
+        j = min(ready, key=lambda j: (rank(machine, ops[j]), -height[j], j))
         ready.discard(j)
         machine.place(ops[j])
         out.append(ops[j])

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
+import numpy as np
 from llvmlite import ir
 
 from ..target.arch import arch_of, riscv_vlen
+from .depthwise_tile import activation
 from .scalar_tile import ENCODERS, SYNTAX as TILE_SYNTAX, encode as encode_words, s_type, text as tile_text
 
 SECTION = ".text.fxc_rvv_depthwise"
@@ -94,12 +97,13 @@ class Op:
 
 
 LATENCY = {"vfmacc.vv": 5, "vfmadd.vv": 5, "vle32.v": 3, "vse32.v": 3, "vadd.vv": 4, "vmsltu.vx": 4, "vmax.vx": 4,
-           "vminu.vx": 4, "vmv.v.v": 4, "add": 1, "bne": 1}
+           "vminu.vx": 4, "vmv.v.v": 4, "add": 1, "bne": 1, "addi": 1, "jalr": 1, "vsetvli": 1, "ld": 3, "sd": 1}
 UNIT = {"vfmacc.vv": ("VFP", 1), "vfmadd.vv": ("VFP", 1), "vle32.v": ("VLS", 3), "vse32.v": ("VLS", 3),
         "vadd.vv": ("VIEU", 2), "vmsltu.vx": ("VIEU", 2), "vmax.vx": ("VIEU", 1), "vminu.vx": ("VIEU", 1),
-        "vmv.v.v": ("VIEU", 2), "add": ("ALU", 1), "bne": ("ALU", 1)}
+        "vmv.v.v": ("VIEU", 2), "add": ("ALU", 1), "bne": ("ALU", 1), "addi": ("ALU", 1), "jalr": ("ALU", 1),
+        "vsetvli": ("ALU", 1), "ld": ("LSU", 1), "sd": ("LSU", 1)}
 """llvm-mca-22's SpacemitX60 at e32 m1 (docs/RISCV_KERNELS.md): latency and cycles of the unit per instruction;
-two ALUs."""
+two ALUs (the prologue's scalar loads and stores approximately)."""
 
 
 class Machine:
@@ -109,7 +113,7 @@ class Machine:
     def __init__(self):
         self.cycle, self.issued, self.write_back = 0, 0, 0
         self.ready: dict = {}
-        self.busy = {"VFP": [0], "VLS": [0], "VIEU": [0], "ALU": [0, 0]}
+        self.busy = {"VFP": [0], "VLS": [0], "VIEU": [0], "ALU": [0, 0], "LSU": [0]}
 
     def at(self, op: Op) -> int:
         mn = op.insn[0]
@@ -138,9 +142,16 @@ def rank(machine: Machine, op: Op) -> float:
     return t + max(0, t + LATENCY[op.kind] - machine.write_back) - 0.5 * (op.kind in ("vle32.v", "vse32.v"))
 
 
-def schedule(ops: list[Op]) -> list[Op]:
+ADD_GROUP = 2
+"""Pointer additions wait until this many per output row are ready (or nothing else is), then go out together: an `add` issues
+only once every write-back before it is done (3-4 cycles after a multiply-add), so each group costs that wait
+once (llvm-mca-22 on the 5-row loop with the Clip: 414 cycles one by one, 406 in groups of 10)."""
+
+
+def schedule(ops: list[Op], group: int) -> list[Op]:
     """A greedy list schedule: next, among the ops whose predecessors (true, anti and output dependencies through
-    registers, in the given order) are placed, the one of the lowest `rank`, ties to the longest path to the end."""
+    registers, in the given order) are placed, the one of the lowest `rank`, ties to the longest path to the end;
+    the pointer additions in groups of `group`."""
     n = len(ops)
     preds: list[set] = [set() for _ in range(n)]
     last_write: dict = {}
@@ -167,9 +178,12 @@ def schedule(ops: list[Op]) -> list[Op]:
         height[j] = LATENCY[ops[j].insn[0]] + max((height[s] for s in succs[j]), default=0)
     left = [len(p) for p in preds]
     ready = {j for j in range(n) if not left[j]}
-    machine, out = Machine(), []
+    machine, out, grouping = Machine(), [], False
     while ready:
-        j = min(ready, key=lambda j: (rank(machine, ops[j]), -height[j], j))
+        adds = [j for j in ready if ops[j].kind == "add"]
+        grouping = bool(adds) and (grouping or len(adds) >= group or len(adds) == len(ready))
+        pool = adds if grouping else [j for j in ready if ops[j].kind != "add"]
+        j = min(pool, key=lambda j: (rank(machine, ops[j]), -height[j], j))
         ready.discard(j)
         machine.place(ops[j])
         out.append(ops[j])
@@ -262,12 +276,12 @@ def program(band: Band) -> list[Insn]:
         ops = []
         for u in us:
             ops += taps(u) + finish(u) + loads(u + 1)
-        return [o.insn for o in schedule(ops)]
+        return [o.insn for o in schedule(ops, ADD_GROUP * R)]
 
     first, iterations = band.steady()
     u_end = band.width - 1 + band.right
     head = loads(-left) if -left >= 0 else []  # the first loaded column's loads, when it is not padding
-    code += [o.insn for o in schedule(head)] + window(range(-left, first))
+    code += [o.insn for o in schedule(head, ADD_GROUP * R)] + window(range(-left, first))
     if iterations:
         top = len(code)
         code += window(range(first, first + P))
@@ -283,6 +297,37 @@ def loop_end_columns(band: Band) -> int:
     """Columns input row 0's pointer has moved when the loop ends (its `end` is that many strides on)."""
     first, iterations = band.steady()
     return first + 1 + iterations * band.period
+
+
+def dataflow(insn: Insn) -> Op:
+    """The instruction with the registers it reads and writes (v0 for a mask; an accumulate or a masked op reads
+    its destination; a store or branch writes none)."""
+    op, *args = insn
+    if op == "bne":
+        return Op(insn, (f"x{args[0]}", f"x{args[1]}"), (), op)
+    kinds = SYNTAX[op]
+    kinds = [kinds[0], "x", "i"] if kinds.endswith("()") else list(kinds)
+    regs = ["v0" if k == "m" else f"{k}{a}" for k, a in zip(kinds, args) if k != "i"]
+    if op in ("vse32.v", "sd"):
+        return Op(insn, tuple(regs), (), op)
+    keeps = op in ("vfmacc.vv", "vfmadd.vv") or "m" in kinds
+    return Op(insn, tuple(regs if keeps else regs[1:]), (regs[0],), op)
+
+
+@lru_cache(maxsize=256)
+def cycles(band: Band) -> int:
+    """The routine's cycles from its first instruction to its return, issued by `Machine` (its loop within a cycle
+    of llvm-mca-22's: tests/test_riscv_x60_routine.py): the cost model's price of a band (fluid/depthwise_costs.py)."""
+    code = program(band)
+    ends = [i for i, insn in enumerate(code) if insn[0] == "bne"]
+    run = code
+    if ends:
+        end, iterations = ends[0], band.steady()[1]
+        run = code[:code[end][3]] + code[code[end][3]:end + 1] * iterations + code[end + 1:]
+    machine = Machine()
+    for insn in run:
+        machine.place(dataflow(insn))
+    return machine.write_back
 
 
 VTYPE = 0x50
@@ -325,11 +370,38 @@ def text(code: list[Insn]) -> str:
     return tile_text(code, SYNTAX)
 
 
+def for_cpu(triple: str, cpu: str, features: str) -> bool:
+    """An X60 (CPUS) with V at VLEN >= 256."""
+    return bool(triple) and arch_of(triple).riscv and cpu in CPUS and riscv_vlen(features) >= 32 * LANES
+
+
 def takes(k) -> bool:
-    """The kernel is emitted for an X60 (CPUS) with V at VLEN >= 256."""
+    """The kernel is emitted for a CPU the routine is for (`for_cpu`)."""
     spec = k.spec
-    return (spec is not None and bool(spec.triple) and arch_of(spec.triple).riscv and spec.cpu in CPUS
-            and riscv_vlen(spec.features) >= 32 * LANES)
+    return spec is not None and for_cpu(spec.triple, spec.cpu, spec.features)
+
+
+def clip_form(epilogue) -> tuple[str, int, int] | None:
+    """The routine's activation ("none", "relu", "clip") and its bounds' bits, or None when it has no form for the
+    epilogue (a residual, a lower bound below +0 or none with an upper one, other activations)."""
+    act = activation(epilogue)
+    if act is None:
+        return None
+    clip, low, high = act
+    if not clip:
+        return "none", 0, 0
+    if low is None or low < 0 or np.signbit(np.float32(low)):
+        return None
+    bits = lambda v: int(np.float32(v).view(np.int32))
+    return ("relu", bits(low), 0) if high is None else ("clip", bits(low), bits(high))
+
+
+def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int, act: str) -> list[Band] | None:
+    """The bands of a stride-1 3 x 3 plane (h x width in, oh_count x ow_count out), or None when the padding is over 2."""
+    right = ow_count + 2 - width - left
+    if not (0 <= top <= 2 and 0 <= left <= 2 and 0 <= right <= 2):
+        return None
+    return [Band(min(ROWS, oh_count - oh0), width, left, right, act) for oh0 in range(0, oh_count, ROWS)]
 
 
 def call(k, band: Band, block: dict) -> None:

@@ -7,26 +7,10 @@ import numpy as np
 from llvmlite import ir
 
 from ...kernels import rvv_depthwise as rv
-from ...kernels.depthwise_tile import activation
 from .depthwise import zero_row
 
 NAN_BOUND = 0xFF000001
 """`x + x` below this (unsigned) is not a NaN: the lanes the masked Clip writes."""
-
-
-def clip_form(epi) -> tuple[str, int, int] | None:
-    """The routine's activation ("none", "relu", "clip") and its bounds' bits, or None when it has no form for the
-    epilogue (a residual, a lower bound below +0 or none with an upper one, other activations)."""
-    act = activation(epi)
-    if act is None:
-        return None
-    clip, low, high = act
-    if not clip:
-        return "none", 0, 0
-    if low is None or low < 0 or np.signbit(np.float32(low)):
-        return None
-    bits = lambda v: int(np.float32(v).view(np.int32))
-    return ("relu", bits(low), 0) if high is None else ("clip", bits(low), bits(high))
 
 
 def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, strides, dils, pads) -> bool:
@@ -41,12 +25,12 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
     oh_count, ow_count = out.shape[2:]
     xs, os_ = tuple(x.strides), tuple(out.strides)
     if (groups != c or out.shape[1] != c or tuple(w.shape[:2]) != (c, 1) or xs[1] != 1 or os_[1] != 1
-            or xs[3] != os_[3] or xs[3] < c or (bias is not None and bias.strides[0] != 1)):
+            or xs[3] != os_[3] or (bias is not None and bias.strides[0] != 1)):
         return False
     top, left = (int(v) for v in pads[:2])
-    right = ow_count + 2 - wd - left
-    form = clip_form(epi)
-    if form is None or not (0 <= top <= 2 and 0 <= left <= 2 and 0 <= right <= 2):
+    form = rv.clip_form(epi)
+    plane = None if form is None else rv.bands(h, wd, oh_count, ow_count, top, left, form[0])
+    if plane is None:
         return False
     act, lo_bits, hi_bits = form
     units = -(-c // rv.LANES)
@@ -56,9 +40,7 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
     b, i64 = k.b, ir.IntType(64)
     f32p = ir.FloatType().as_pointer()
     zero = zero_row(k, 4 * (wd * xs[3] + rv.LANES), f32p)
-    full = rv.Band(min(rv.ROWS, oh_count), wd, left, right, act)
-    rest = rv.Band(oh_count % rv.ROWS, wd, left, right, act) if oh_count > rv.ROWS and oh_count % rv.ROWS else None
-    nbands = -(-oh_count // rv.ROWS)
+    full, rest, nbands = plane[0], (plane[-1] if plane[-1] != plane[0] else None), len(plane)
     stride = 4 * xs[3]
     with k.parallel_tiles([n, nbands, units], float(n) * c * oh_count * ow_count * 9) as (img, band, unit):
         c0 = b.mul(unit, k.index(rv.LANES))

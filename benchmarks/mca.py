@@ -5,10 +5,10 @@
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
 Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
-compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's and
-kernels/depthwise_tile.py's machine-code routines, whose words llvm-mc decodes); the hot loop is the innermost
-backward branch (no other backward branch inside it) with the most multiply-accumulate instructions
-(FMA/MLA/SDOT...), for a depthwise case first among the depthwise routines; that loop body goes to
+compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's,
+kernels/depthwise_tile.py's and kernels/rvv_depthwise.py's machine-code routines, whose words llvm-mc decodes); the
+hot loop is the innermost backward branch (no other backward branch inside it) with the most multiply-accumulate
+instructions (FMA/MLA/SDOT...), for a depthwise case first among the depthwise routines; that loop body goes to
 `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
 
 Columns: mac = multiply-accumulate instructions in the loop, lanes = MACs they do per iteration,

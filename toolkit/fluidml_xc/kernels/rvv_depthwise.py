@@ -1,6 +1,7 @@
 """The float32 3x3 channels-last depthwise conv of the SpacemiT X60 (RVV 1.0, VLEN >= 256, in-order dual issue) as a
 hand-scheduled machine-code routine (section SECTION, like kernels/scalar_tile.py's for the U74): one unit of up to
-8 channels (one LMUL-1 register, `vl` its channel count), a band of up to ROWS output rows over the whole row width.
+8 channels (one LMUL-1 register, `vl` its channel count), a band of up to ROWS output rows over the whole row width,
+at stride 1 or 2.
 
 A rolling window over the input columns: column u's rows + 2 input vectors are loaded once and feed every tap that
 reads them (kernel row i - o of output row o, kernel columns 2, 1, 0 of the output columns it finishes, continues
@@ -34,9 +35,10 @@ SECTION = ".text.fxc_rvv_depthwise"
 """The routines' section (the linker puts `.text.*` in the executable .text; benchmarks/mca.py reads it)."""
 LANES = 8
 """Channels per unit: one e32 LMUL-1 register at VLEN 256 (the weights are packed 8 floats a tap)."""
-ROWS = 5
-"""Output rows per band: 9 weights + bias + mask + 3 x 5 accumulators + 2 x 2 last-row inputs + 2 mask temporaries
-are the 32 vector registers."""
+ROWS = {1: 5, 2: 3}
+"""Output rows per band by stride: 9 weights + bias + mask + 2 mask temporaries, and at stride 1 3 x 5 accumulators
++ 2 x 2 last-row inputs, at stride 2 2 x 3 accumulators + 4 inputs of an even column and 7 of an odd one: at most
+the 32 vector registers."""
 CPUS = {"spacemit-x60"}
 """The CPUs (LLVM's names) the routine is scheduled for."""
 
@@ -50,38 +52,52 @@ CALLEE_SAVED = {8, 9, *range(18, 28)}
 @dataclass(frozen=True)
 class Band:
     rows: int
-    """Output rows (1 to ROWS)."""
+    """Output rows (1 to ROWS[stride])."""
     width: int
     """Input columns."""
     left: int
     right: int
-    """Zero columns before and after the input row (the padding, 0 to 2): output columns = width + left + right - 2."""
+    """Zero columns before and after the input row (the padding the outputs read, 0 to 2)."""
     act: str
     """"none", "relu" (max with lo) or "clip" (max with lo, min with hi): lo >= +0."""
+    stride: int = 1
+    """1 or 2, in both directions."""
 
     @property
     def out_width(self) -> int:
-        return self.width + self.left + self.right - 2
+        return (self.width + self.left + self.right - 3) // self.stride + 1
+
+    @property
+    def in_rows(self) -> int:
+        return self.stride * (self.rows - 1) + 3
+
+    @property
+    def slots(self) -> int:
+        """Outputs of a row in flight: 3 at stride 1, 2 at stride 2."""
+        return 3 if self.stride == 1 else 2
 
     @property
     def sets(self) -> int:
-        return min(3, (32 - ACC0 - 3 * self.rows - 2) // 2)
+        """Register sets of the inputs that start no output, by column (stride 2: even and odd columns)."""
+        return 2 if self.stride == 2 else min(3, (32 - ACC0 - 3 * self.rows - 2) // 2)
 
     @property
     def period(self) -> int:
-        return 3 * self.sets // math.gcd(3, self.sets)
+        """Columns per loop iteration: the accumulators' slots and the input sets back at their registers."""
+        cycle = self.slots * self.stride
+        return cycle * self.sets // math.gcd(cycle, self.sets)
 
     def steady(self) -> tuple[int, int]:
-        """The loop's first column and its iterations: columns whose three outputs are in the row and whose next
+        """The loop's first column and its iterations: columns whose outputs are all in the row and whose next
         column is inside the input."""
         first = max(0, 2 - self.left)
-        last = min(self.width - 2, self.width + self.right - 3)
+        last = min(self.width - 2, self.stride * (self.out_width - 1) - self.left)
         return first, max(0, (last - first + 1) // self.period)
 
 
 def arguments(band: Band) -> list[str]:
     """The argument block's i64 words, in order (the caller fills them)."""
-    return ([f"in{i}" for i in range(band.rows + 2)] + [f"out{o}" for o in range(band.rows)]
+    return ([f"in{i}" for i in range(band.in_rows)] + [f"out{o}" for o in range(band.rows)]
             + ["end", "stride", "lo", "hi", "nan", "vl", "weights", "bias"])
 
 
@@ -196,11 +212,11 @@ def schedule(ops: list[Op], group: int) -> list[Op]:
 
 def program(band: Band) -> list[Insn]:
     """The band's routine: a0 the argument block (`arguments`)."""
-    R, P = band.rows, band.period
+    R, P, S = band.rows, band.period, band.stride
     names = arguments(band)
     regs = dict(zip([n for n in names if n not in ("vl", "weights", "bias")], ALU))
     saved = [r for r in regs.values() if r in CALLEE_SAVED]
-    inp, outp = [regs[f"in{i}"] for i in range(R + 2)], [regs[f"out{o}"] for o in range(R)]
+    inp, outp = [regs[f"in{i}"] for i in range(band.in_rows)], [regs[f"out{o}"] for o in range(R)]
     stride = regs["stride"]
     temp = regs["end"]  # the weights' and the bias's pointer before END is loaded
     code: list[Insn] = []
@@ -213,13 +229,22 @@ def program(band: Band) -> list[Insn]:
     code += [("ld", temp, 10, word["bias"]), ("vle32.v", BIAS, temp, 0)]
     code += [("ld", r, 10, word[n]) for n, r in regs.items()]
     ow, left, lo, hi, nan = band.out_width, band.left, regs["lo"], regs["hi"], regs["nan"]
-    extra = 32 - 2 - 2 * band.sets
+    starter = lambda i: i % S == 0 and i // S < R  # noqa: E731  (input rows that start an output)
+    starts = lambda u, i: (u + left) % S == 0 and starter(i)  # noqa: E731
+    extras: dict = {}  # (column class, input row) -> register
+    for cls in range(band.sets):
+        for i in range(band.in_rows):
+            if not (starter(i) and (S == 1 or cls == 0)):
+                extras[cls, i] = ACC0 + band.slots * R + len(extras)
+    assert ACC0 + band.slots * R + len(extras) <= 30, band
 
     def acc(o: int, c: int) -> int:
-        return ACC0 + 3 * o + c % 3
+        return ACC0 + band.slots * o + c % band.slots
 
     def x_reg(u: int, i: int) -> int:
-        return acc(i, u + left) if i < R else extra + 2 * (u % band.sets) + i - R
+        if starts(u, i):
+            return acc(i // S, (u + left) // S)
+        return extras[(u + left) % 2 if S == 2 else u % band.sets, i]
 
     def op(insn: Insn, reads=(), writes=()) -> Op:
         return Op(insn, tuple(reads), tuple(writes), insn[0])
@@ -228,25 +253,26 @@ def program(band: Band) -> list[Insn]:
         if not 0 <= u < band.width:
             return []
         ops = []
-        for i in range(R + 2):
+        for i in range(band.in_rows):
             x, p = x_reg(u, i), inp[i]
             ops += [op(("vle32.v", x, p, 0), [f"x{p}"], [f"v{x}"]),
                     op(("add", p, p, stride), [f"x{p}"], [f"x{p}"])]
         return ops
 
     def taps(u: int) -> list[Op]:
-        c0, ops = u + left, []
+        c0, ops = (u + left) // S, []
         if not 0 <= u < band.width:
-            return [op(("vmv.v.v", acc(o, c0), BIAS), [f"v{BIAS}"], [f"v{acc(o, c0)}"]) for o in range(R) if c0 < ow]
-        for i in range(R + 2):
+            return [op(("vmv.v.v", acc(o, c0), BIAS), [f"v{BIAS}"], [f"v{acc(o, c0)}"]) for o in range(R)
+                    if (u + left) % S == 0 and c0 < ow]
+        for i in range(band.in_rows):
             x, start = x_reg(u, i), None
             for kh in range(3):
-                o = i - kh
-                if not 0 <= o < R:
+                o = (i - kh) // S
+                if (i - kh) % S or not 0 <= o < R:
                     continue
                 for kw in (2, 1, 0):
-                    c = c0 - kw
-                    if not 0 <= c < ow:
+                    c = (u + left - kw) // S
+                    if (u + left - kw) % S or not 0 <= c < ow:
                         continue
                     if kh == 0 and kw == 0:
                         start = op(("vfmadd.vv", x, WEIGHTS, BIAS), [f"v{x}", f"v{WEIGHTS}", f"v{BIAS}"], [f"v{x}"])
@@ -257,8 +283,8 @@ def program(band: Band) -> list[Insn]:
         return ops
 
     def finish(u: int) -> list[Op]:
-        c, ops = u + left - 2, []
-        if not 0 <= c < ow:
+        c, ops = (u + left - 2) // S, []
+        if (u + left - 2) % S or not 0 <= c < ow:
             return []
         for o in range(R):
             a, q, t = acc(o, c), outp[o], 30 + o % 2
@@ -396,19 +422,23 @@ def clip_form(epilogue) -> tuple[str, int, int] | None:
     return ("relu", bits(low), 0) if high is None else ("clip", bits(low), bits(high))
 
 
-def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int, act: str) -> list[Band] | None:
-    """The bands of a stride-1 3 x 3 plane (h x width in, oh_count x ow_count out), or None when the padding is over 2."""
-    right = ow_count + 2 - width - left
-    if not (0 <= top <= 2 and 0 <= left <= 2 and 0 <= right <= 2):
+def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int, act: str,
+          stride: int = 1) -> list[Band] | None:
+    """The bands of a 3 x 3 plane at stride 1 or 2 (h x width in, oh_count x ow_count out), or None when the padding
+    the outputs read is over 2."""
+    right = max(0, stride * (ow_count - 1) + 3 - width - left)  # the last input column may be unread at stride 2
+    if stride not in ROWS or not (0 <= top <= 2 and 0 <= left <= 2 and right <= 2):
         return None
-    return [Band(min(ROWS, oh_count - oh0), width, left, right, act) for oh0 in range(0, oh_count, ROWS)]
+    rows = ROWS[stride]
+    plane = [Band(min(rows, oh_count - oh0), width, left, right, act, stride) for oh0 in range(0, oh_count, rows)]
+    return plane if plane and plane[0].out_width == ow_count else None
 
 
 def call(k, band: Band, block: dict) -> None:
     """Run the band's routine (one per band shape, in the module's SECTION) with the argument block's values
     (`arguments`: i64 values or pointers)."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
-    name = f"fxc.rvv_depthwise.r{band.rows}.w{band.width}.p{band.left}{band.right}.{band.act}"
+    name = f"fxc.rvv_depthwise.r{band.rows}.w{band.width}.p{band.left}{band.right}.s{band.stride}.{band.act}"
     routine = k.module.globals.get(name)
     if routine is None:
         words = encode(program(band))

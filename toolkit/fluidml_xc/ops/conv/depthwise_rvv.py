@@ -1,5 +1,5 @@
 """A channels-last 3x3 depthwise convolution on the SpacemiT X60 as kernels/rvv_depthwise.py's routine: per image,
-band of up to ROWS output rows and unit of 8 channels (the last unit's `vl` its remainder), the whole row width;
+band of up to ROWS[stride] output rows and unit of 8 channels (the last unit's `vl` its remainder), the whole row width;
 input rows outside the image read the zero row (ops/conv/depthwise.py zero_row)."""
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ NAN_BOUND = 0xFF000001
 def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, strides, dils, pads) -> bool:
     """Emit the conv as routine calls and say True, or False (nothing emitted) when it is not such a conv: float32,
     static, 2-D, channels-last (channels contiguous, the same pixel stride in and out), one channel per group,
-    3 x 3, stride and dilation 1, pads up to 2, constant weights, no residual, an activation clip_form takes."""
+    3 x 3, stride 1 or 2 (the same both ways), dilation 1, pads up to 2, constant weights, no residual, an activation clip_form takes."""
     if (not rv.takes(k) or residual is not None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32
-            or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in (*strides, *dils))
+            or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in dils)
+            or len({int(v) for v in strides}) != 1
             or w.value is None):
         return False
     n, c, h, wd = x.shape
@@ -29,7 +30,8 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
         return False
     top, left = (int(v) for v in pads[:2])
     form = rv.clip_form(epi)
-    plane = None if form is None else rv.bands(h, wd, oh_count, ow_count, top, left, form[0])
+    stride = int(strides[0])
+    plane = None if form is None else rv.bands(h, wd, oh_count, ow_count, top, left, form[0], stride)
     if plane is None:
         return False
     act, lo_bits, hi_bits = form
@@ -41,25 +43,25 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
     f32p = ir.FloatType().as_pointer()
     zero = zero_row(k, 4 * (wd * xs[3] + rv.LANES), f32p)
     full, rest, nbands = plane[0], (plane[-1] if plane[-1] != plane[0] else None), len(plane)
-    stride = 4 * xs[3]
+    step = 4 * xs[3]
     with k.parallel_tiles([n, nbands, units], float(n) * c * oh_count * ow_count * 9) as (img, band, unit):
         c0 = b.mul(unit, k.index(rv.LANES))
-        oh0 = b.mul(band, k.index(rv.ROWS))
+        oh0 = b.mul(band, k.index(rv.ROWS[stride]))
 
         def run(bd: rv.Band) -> None:
-            block = {"stride": i64(stride), "lo": i64(lo_bits), "hi": i64(hi_bits), "nan": i64(NAN_BOUND),
+            block = {"stride": i64(step), "lo": i64(lo_bits), "hi": i64(hi_bits), "nan": i64(NAN_BOUND),
                      "vl": k.imin(k.index(rv.LANES), b.sub(k.index(c), c0)),
                      "weights": b.gep(weights, [b.mul(unit, k.index(9 * rv.LANES))]),
                      "bias": zero if bias is None else b.gep(bias.ptr, [c0])}
-            for i in range(bd.rows + 2):
-                ih = b.add(oh0, k.index(i - top))
+            for i in range(bd.in_rows):
+                ih = b.add(b.mul(oh0, k.index(stride)), k.index(i - top))
                 at = b.gep(x.ptr, [b.add(b.add(b.mul(img, k.index(xs[0])), b.mul(ih, k.index(xs[2]))), c0)])
                 inside = b.icmp_unsigned("<", ih, k.index(h))
                 block[f"in{i}"] = b.select(inside, b.bitcast(at, f32p), zero)
             for o in range(bd.rows):
                 at = b.add(b.add(b.mul(img, k.index(os_[0])), b.mul(b.add(oh0, k.index(o)), k.index(os_[2]))), c0)
                 block[f"out{o}"] = b.gep(out.ptr, [at])
-            block["end"] = b.add(b.ptrtoint(block["in0"], i64), i64(stride * rv.loop_end_columns(bd)))
+            block["end"] = b.add(b.ptrtoint(block["in0"], i64), i64(step * rv.loop_end_columns(bd)))
             rv.call(k, bd, block)
         if rest is None:
             run(full)

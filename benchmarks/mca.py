@@ -140,6 +140,13 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
         {"x": f32(1, 28, 28, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 28 * 28))
+    # the same at stride 2 (MobileNetV2's features.2: 96 channels, 112x112 -> 56x56)
+    out.append(Case("fp32 depthwise 3x3 stride 2 channels-last 96x112x112 +Clip6", "fp", _model(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+         helper.make_node("Conv", ["xt", "w", "bias"], ["c"], pads=[1] * 4, strides=[2, 2], group=96),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
+        {"x": f32(1, 112, 112, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
+                                      "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 56 * 56))
     # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise) on ARM,
     # NCHW on the X60 (its 1x1 project conv is slower channels-last there: docs/RISCV_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))

@@ -1,4 +1,4 @@
-"""The X60's channels-last depthwise routine (kernels/rvv_depthwise.py) on paper: for each band height and activation,
+"""The X60's channels-last depthwise routine (kernels/rvv_depthwise.py) on paper: for each stride, band height and activation,
 the loop's cycles per iteration by llvm-mca-22 (-mcpu=spacemit-x60, e32 m1 instruments) and by the routine's own
 issue model (`Machine`, which orders it), the multiply-adds per iteration and the fraction of the FMA peak (16 FLOP
 per cycle: one 8-lane `vfmacc.vv` per cycle), and the whole routine's issued cycles per output pixel of 8 channels
@@ -52,21 +52,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mca", default="llvm-mca-22")
     args = ap.parse_args()
-    print("| rows | activation | columns per iteration | vfmacc | llvm-mca-22 cycles | issue model | % of peak |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for rows in range(3, rv.ROWS + 1):
-        for act in ("clip", "relu", "none"):
-            band = rv.Band(rows, 56, 1, 1, act)
-            body = loop_of(band)
-            fmas = sum(insn[0] in FMAS for insn in body)
-            cycles = mca_cycles(body, args.mca)
-            print(f"| {rows} | {act} | {band.period} | {fmas} | {cycles:.1f} | {model_cycles(body)} | "
-                  f"{100 * fmas / cycles:.1f}% |")
-    print("\n| width | rows | activation | routine cycles | per output pixel (8 channels) |")
-    print("|---:|---:|---|---:|---:|")
-    for width in (7, 14, 28, 56, 112):
-        band = rv.Band(rv.ROWS, width, 1, 1, "clip")
-        print(f"| {width} | {band.rows} | clip | {rv.cycles(band)} | {rv.cycles(band) / (band.rows * band.out_width):.2f} |")
+    print("| stride | rows | activation | columns per iteration | vfmacc | llvm-mca-22 cycles | issue model | % of peak |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for stride, top in rv.ROWS.items():
+        for rows in range(max(1, top - 2), top + 1):
+            for act in ("clip", "relu", "none"):
+                band = rv.Band(rows, 112, 1, 1 if stride == 1 else 0, act, stride)
+                body = loop_of(band)
+                fmas = sum(insn[0] in FMAS for insn in body)
+                cycles = mca_cycles(body, args.mca)
+                print(f"| {stride} | {rows} | {act} | {band.period} | {fmas} | {cycles:.1f} | {model_cycles(body)} | "
+                      f"{100 * fmas / cycles:.1f}% |")
+    print("\n| stride | input width | rows | routine cycles (Clip) | per output pixel (8 channels) |")
+    print("|---:|---:|---:|---:|---:|")
+    for stride, rows in rv.ROWS.items():
+        for width in (7, 14, 28, 56, 112):
+            band = rv.Band(rows, width, 1, 1 - (width % 2 == 0 and stride == 2), "clip", stride)
+            print(f"| {stride} | {width} | {rows} | {rv.cycles(band)} | "
+                  f"{rv.cycles(band) / (band.rows * band.out_width):.2f} |")
     return 0
 
 

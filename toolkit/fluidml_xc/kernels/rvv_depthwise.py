@@ -10,7 +10,7 @@ tap is a `vfmadd.vv` with the bias (no copies); the last two rows go to `sets` a
 the bias stay in registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
 `vminu.vx` on the bits, masked by `x + x < 0xFF000001` unsigned, so a NaN lane keeps its NaN; `-0.0` gives lo) and
 is stored. RVV loads and stores take no offset: every input and output row has a pointer, moved a column (the
-column stride in a register) after each use.
+input's and the output's column strides in registers) after each use.
 
 The order: the loop body is `period` columns (the accumulators' three slots and the input pairs back at their
 registers), software-pipelined (each column's taps with the next column's loads) and ordered by `schedule`, a greedy
@@ -98,7 +98,7 @@ class Band:
 def arguments(band: Band) -> list[str]:
     """The argument block's i64 words, in order (the caller fills them)."""
     return ([f"in{i}" for i in range(band.in_rows)] + [f"out{o}" for o in range(band.rows)]
-            + ["end", "stride", "lo", "hi", "nan", "vl", "weights", "bias"])
+            + ["end", "stride", "out_stride", "lo", "hi", "nan", "vl", "weights", "bias"])
 
 
 Insn = tuple
@@ -217,7 +217,7 @@ def program(band: Band) -> list[Insn]:
     regs = dict(zip([n for n in names if n not in ("vl", "weights", "bias")], ALU))
     saved = [r for r in regs.values() if r in CALLEE_SAVED]
     inp, outp = [regs[f"in{i}"] for i in range(band.in_rows)], [regs[f"out{o}"] for o in range(R)]
-    stride = regs["stride"]
+    stride, out_stride = regs["stride"], regs["out_stride"]
     temp = regs["end"]  # the weights' and the bias's pointer before END is loaded
     code: list[Insn] = []
     if saved:
@@ -295,7 +295,7 @@ def program(band: Band) -> list[Insn]:
                 if band.act == "clip":
                     ops.append(op(("vminu.vx", a, a, hi, MASK), [f"v{a}", f"x{hi}", "v0"], [f"v{a}"]))
             ops += [op(("vse32.v", a, q, 0), [f"v{a}", f"x{q}"], ["mem"]),
-                    op(("add", q, q, stride), [f"x{q}"], [f"x{q}"])]
+                    op(("add", q, q, out_stride), [f"x{q}"], [f"x{q}"])]
         return ops
 
     def window(us) -> list[Insn]:

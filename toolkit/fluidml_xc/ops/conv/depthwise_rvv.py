@@ -15,7 +15,7 @@ NAN_BOUND = 0xFF000001
 
 def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, strides, dils, pads) -> bool:
     """Emit the conv as routine calls and say True, or False (nothing emitted) when it is not such a conv: float32,
-    static, 2-D, channels-last (channels contiguous, the same pixel stride in and out), one channel per group,
+    static, 2-D, channels-last (channels contiguous in and out), one channel per group,
     3 x 3, stride 1 or 2 (the same both ways), dilation 1, pads up to 2, constant weights, no residual, an activation clip_form takes."""
     if (not rv.takes(k) or residual is not None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32
             or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in dils)
@@ -26,7 +26,7 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
     oh_count, ow_count = out.shape[2:]
     xs, os_ = tuple(x.strides), tuple(out.strides)
     if (groups != c or out.shape[1] != c or tuple(w.shape[:2]) != (c, 1) or xs[1] != 1 or os_[1] != 1
-            or xs[3] != os_[3] or (bias is not None and bias.strides[0] != 1)):
+            or (bias is not None and bias.strides[0] != 1)):
         return False
     top, left = (int(v) for v in pads[:2])
     form = rv.clip_form(epi)
@@ -49,7 +49,7 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
         oh0 = b.mul(band, k.index(rv.ROWS[stride]))
 
         def run(bd: rv.Band) -> None:
-            block = {"stride": i64(step), "lo": i64(lo_bits), "hi": i64(hi_bits), "nan": i64(NAN_BOUND),
+            block = {"stride": i64(step), "out_stride": i64(4 * os_[3]), "lo": i64(lo_bits), "hi": i64(hi_bits), "nan": i64(NAN_BOUND),
                      "vl": k.imin(k.index(rv.LANES), b.sub(k.index(c), c0)),
                      "weights": b.gep(weights, [b.mul(unit, k.index(9 * rv.LANES))]),
                      "bias": zero if bias is None else b.gep(bias.ptr, [c0])}

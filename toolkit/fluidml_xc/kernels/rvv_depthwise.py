@@ -158,10 +158,11 @@ def rank(machine: Machine, op: Op) -> float:
     return t + max(0, t + LATENCY[op.kind] - machine.write_back) - 0.5 * (op.kind in ("vle32.v", "vse32.v"))
 
 
-ADD_GROUP = 2
-"""Pointer additions wait until this many per output row are ready (or nothing else is), then go out together: an `add` issues
-only once every write-back before it is done (3-4 cycles after a multiply-add), so each group costs that wait
-once (llvm-mca-22 on the 5-row loop with the Clip: 414 cycles one by one, 406 in groups of 10)."""
+ADD_GROUP = {1: 2, 2: 2.5}
+"""By stride: pointer additions wait until this many per output row are ready (or nothing else is), then go out
+together: an `add` issues only once every write-back before it is done (3-4 cycles after a multiply-add), so each
+group costs that wait once (llvm-mca-22, the loops with the Clip: stride 1 414 cycles one by one, 406 in groups of 2
+per row, 495 in groups of 2.5 or more; stride 2 133 / 135 / 128 in groups of 1 / 2 / 2.5, 144 in groups of 3)."""
 
 
 def schedule(ops: list[Op], group: int) -> list[Op]:
@@ -302,12 +303,12 @@ def program(band: Band) -> list[Insn]:
         ops = []
         for u in us:
             ops += taps(u) + finish(u) + loads(u + 1)
-        return [o.insn for o in schedule(ops, ADD_GROUP * R)]
+        return [o.insn for o in schedule(ops, ADD_GROUP[S] * R)]
 
     first, iterations = band.steady()
     u_end = band.width - 1 + band.right
     head = loads(-left) if -left >= 0 else []  # the first loaded column's loads, when it is not padding
-    code += [o.insn for o in schedule(head, ADD_GROUP * R)] + window(range(-left, first))
+    code += [o.insn for o in schedule(head, ADD_GROUP[S] * R)] + window(range(-left, first))
     if iterations:
         top = len(code)
         code += window(range(first, first + P))

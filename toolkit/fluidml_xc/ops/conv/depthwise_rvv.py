@@ -1,6 +1,6 @@
 """A channels-last 3x3 depthwise convolution on the SpacemiT X60 as kernels/rvv_depthwise.py's routine: per image,
-band of up to ROWS[stride] output rows and unit of 8 channels (the last unit's `vl` its remainder), the whole row width;
-input rows outside the image read the zero row (ops/conv/depthwise.py zero_row)."""
+band of up to ROWS[stride] output rows and unit of 8 channels (the last unit's `vl` its remainder), the whole row
+width; input rows outside the image read the zero row (ops/conv/depthwise.py zero_row)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,12 +15,11 @@ NAN_BOUND = 0xFF000001
 
 def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, strides, dils, pads) -> bool:
     """Emit the conv as routine calls and say True, or False (nothing emitted) when it is not such a conv: float32,
-    static, 2-D, channels-last (channels contiguous in and out), one channel per group,
-    3 x 3, stride 1 or 2 (the same both ways), dilation 1, pads up to 2, constant weights, no residual, an activation clip_form takes."""
+    static, 2-D, channels-last (channels contiguous in and out), one channel per group, 3 x 3, stride 1 or 2 (the
+    same both ways), dilation 1, pads up to 2, constant weights, no residual, an activation rv.clip_form takes."""
     if (not rv.takes(k) or residual is not None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32
             or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in dils)
-            or len({int(v) for v in strides}) != 1
-            or w.value is None):
+            or len({int(v) for v in strides}) != 1 or w.value is None):
         return False
     n, c, h, wd = x.shape
     oh_count, ow_count = out.shape[2:]
@@ -49,7 +48,8 @@ def emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups: int, k_sp, str
         oh0 = b.mul(band, k.index(rv.ROWS[stride]))
 
         def run(bd: rv.Band) -> None:
-            block = {"stride": i64(step), "out_stride": i64(4 * os_[3]), "lo": i64(lo_bits), "hi": i64(hi_bits), "nan": i64(NAN_BOUND),
+            block = {"stride": i64(step), "out_stride": i64(4 * os_[3]), "lo": i64(lo_bits), "hi": i64(hi_bits),
+                     "nan": i64(NAN_BOUND),
                      "vl": k.imin(k.index(rv.LANES), b.sub(k.index(c), c0)),
                      "weights": b.gep(weights, [b.mul(unit, k.index(9 * rv.LANES))]),
                      "bias": zero if bias is None else b.gep(bias.ptr, [c0])}

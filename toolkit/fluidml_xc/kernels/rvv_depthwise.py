@@ -1,19 +1,20 @@
 """The float32 3x3 channels-last depthwise conv of the SpacemiT X60 (RVV 1.0, VLEN >= 256, in-order dual issue) as a
 hand-scheduled machine-code routine (section SECTION, like kernels/scalar_tile.py's for the U74): one unit of up to
-8 channels (one LMUL-1 register, `vl` its channel count), a band of up to ROWS output rows over the whole row width,
-at stride 1 or 2.
+8 channels (one LMUL-1 register, `vl` its channel count), a band of up to ROWS[stride] output rows over the whole row
+width, at stride 1 or 2.
 
-A rolling window over the input columns: column u's rows + 2 input vectors are loaded once and feed every tap that
+A rolling window over the input columns (stride 1): column u's rows + 2 input vectors are loaded once and feed every tap that
 reads them (kernel row i - o of output row o, kernel columns 2, 1, 0 of the output columns it finishes, continues
 and starts). Input row i < rows is loaded into the register of the output it starts (column u + left), whose last
-tap is a `vfmadd.vv` with the bias (no copies); the last two rows go to `sets` alternating pairs. The 9 weights and
-the bias stay in registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
+tap is a `vfmadd.vv` with the bias (no copies); the last two rows go to `sets` alternating pairs. At stride 2 a band
+reads 2 x rows + 1 input rows, two columns per output column: an even column's even rows start outputs in place,
+its other rows and all of an odd column's go to a set of registers per parity. The 9 weights and the bias stay in
+registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
 `vminu.vx` on the bits, masked by `x + x < 0xFF000001` unsigned, so a NaN lane keeps its NaN; `-0.0` gives lo) and
 is stored. RVV loads and stores take no offset: every input and output row has a pointer, moved a column (the
 input's and the output's column strides in registers) after each use.
 
-The order: the loop body is `period` columns (the accumulators' three slots and the input pairs back at their
-registers), software-pipelined (each column's taps with the next column's loads) and ordered by `schedule`, a greedy
+The order: the loop body is `period` columns (the accumulators' slots and the input sets back at their registers), software-pipelined (each column's taps with the next column's loads) and ordered by `schedule`, a greedy
 list scheduler over the X60's in-order rules as llvm-mca-22 models them (docs/RISCV_KERNELS.md: dual issue, a
 write-back in program order, a unit busy per instruction); the columns before and after the loop, which read zeros
 for the padding instead of loading, are ordered the same way. Rows outside the image are the zero row

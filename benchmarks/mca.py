@@ -5,10 +5,10 @@
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
 Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
-compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's and
-kernels/depthwise_tile.py's machine-code routines, whose words llvm-mc decodes); the hot loop is the innermost
-backward branch (no other backward branch inside it) with the most multiply-accumulate instructions
-(FMA/MLA/SDOT...), for a depthwise case first among the depthwise routines; that loop body goes to
+compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's,
+kernels/depthwise_tile.py's and kernels/rvv_depthwise.py's machine-code routines, whose words llvm-mc decodes); the
+hot loop is the innermost backward branch (no other backward branch inside it) with the most multiply-accumulate
+instructions (FMA/MLA/SDOT...), for a depthwise case first among the depthwise routines; that loop body goes to
 `llvm-mca -mtriple=... -mcpu=... -iterations=200`.
 
 Columns: mac = multiply-accumulate instructions in the loop, lanes = MACs they do per iteration,
@@ -140,6 +140,13 @@ def cases() -> list[Case]:
          helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
         {"x": f32(1, 28, 28, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
                                     "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 28 * 28))
+    # the same at stride 2 (MobileNetV2's features.2: 96 channels, 112x112 -> 56x56)
+    out.append(Case("fp32 depthwise 3x3 stride 2 channels-last 96x112x112 +Clip6", "fp", _model(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+         helper.make_node("Conv", ["xt", "w", "bias"], ["c"], pads=[1] * 4, strides=[2, 2], group=96),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
+        {"x": f32(1, 112, 112, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
+                                      "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 56 * 56))
     # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise) on ARM,
     # NCHW on the X60 (its 1x1 project conv is slower channels-last there: docs/RISCV_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))
@@ -189,6 +196,9 @@ DEPTHWISE_SECTION = ".text.fxc_depthwise_tile"
 """kernels/depthwise_tile.py's routines, likewise; a depthwise case's hot loop is searched there first (a block's
 1x1 convs run the GEMM tile, whose loop has more multiply-adds)."""
 DEPTHWISE_BASE = 2 << 32
+RVV_DEPTHWISE_SECTION = ".text.fxc_rvv_depthwise"
+"""kernels/rvv_depthwise.py's routines (the X60's channels-last depthwise), searched first like DEPTHWISE_SECTION's."""
+RVV_DEPTHWISE_BASE = 3 << 32
 
 
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
@@ -196,13 +206,14 @@ def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, st
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION) if name in obj.decode("latin-1")]
+        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION, RVV_DEPTHWISE_SECTION) if name in obj.decode("latin-1")]
         sections = ["-D", "-j", ".text", *(a for name in present for a in ("-j", name))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
     insns, base = [], 0
     for line in text.splitlines():
         if line.startswith("Disassembly of section "):
-            base = 1 << 32 if TILE_SECTION in line else DEPTHWISE_BASE if DEPTHWISE_SECTION in line else 0  # each at 0
+            base = (1 << 32 if TILE_SECTION in line else DEPTHWISE_BASE if DEPTHWISE_SECTION in line
+                    else RVV_DEPTHWISE_BASE if RVV_DEPTHWISE_SECTION in line else 0)  # each at 0
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
         if m and m.group(2).strip():
             insns.append((base + int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))

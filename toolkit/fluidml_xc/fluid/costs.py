@@ -30,7 +30,8 @@ import numpy as np
 from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
-from .depthwise_costs import STRIP_VECTOR_LOADS, rvv_channels_last_factor, scalar_depthwise_cycles
+from .depthwise_costs import (STRIP_VECTOR_LOADS, X60_STRIP_VECTOR_CYCLES, rvv_channels_last_factor,
+                              rvv_routine_cycles, scalar_depthwise_cycles)
 from ..kernels.conv_plan import strips_fit
 from ..opspec import CostKind, OpSpec
 from ..kernels.vectors import column_lanes
@@ -344,8 +345,11 @@ class AnalyticModel:
         out_elems = pts * geo.OC
         if geo.kind == "depthwise_c":
             vecs = geo.G // V + geo.G % V
-            if geo.blocking.dw_rows:  # RVV: the column strips' price per output vector x the loops' X60 cycles
-                work = pts * vecs * (taps * VFMA_NS + STRIP_VECTOR_LOADS * VLOAD_NS) * rvv_channels_last_factor(geo)
+            strip_ns = taps * VFMA_NS + STRIP_VECTOR_LOADS * VLOAD_NS
+            if geo.blocking.dw_rows and (cycles := rvv_routine_cycles(geo, self.forms)) is not None:
+                work = cycles * strip_ns / X60_STRIP_VECTOR_CYCLES  # the X60's routine at the strips' ns per cycle
+            elif geo.blocking.dw_rows:  # RVV: the column strips' price per output vector x the loops' X60 cycles
+                work = pts * vecs * strip_ns * rvv_channels_last_factor(geo)
             else:
                 work = pts * vecs * (taps * VFMA_NS + taps * VLOAD_NS)  # a load per tap and pixel
             stores = pts * vecs * STORE_NS

@@ -2,6 +2,7 @@
 turns cycles into its ns through the GEMM tile's SCALAR_TILE_CYCLES), RVV's channels-last block against the column strips."""
 from __future__ import annotations
 
+from ..kernels import rvv_depthwise as rvv
 from ..kernels.depthwise_tile import bands as depthwise_bands, plane_cycles
 from .geometry import ConvGeometry
 
@@ -51,3 +52,24 @@ def rvv_channels_last_factor(geo: ConvGeometry) -> float:
     block = taps * X60_VFMACC_CYCLES + (loads + 1 + 1 / geo.P) * X60_VMEM_CYCLES
     strips = taps * X60_VFMACC_CYCLES + 2 * X60_VMEM_CYCLES
     return block / strips
+
+
+X60_STRIP_VECTOR_CYCLES = 128 / 5
+"""llvm-mca-22 cycles per output vector (16 floats) of the NCHW column strips (5 steps in 128 cycles): the model's
+strips price (STRIP_VECTOR_LOADS) is that many cycles."""
+
+
+def rvv_routine_cycles(geo: ConvGeometry, forms) -> float | None:
+    """Cycles (one thread) of a channels-last depthwise conv as kernels/rvv_depthwise.py's routine runs it (its
+    `cycles`: the loop within a cycle of llvm-mca-22's, the head and tail columns and the prologue issued the
+    same way), None when the routine does not take the conv (as ops/conv/depthwise_rvv.py decides)."""
+    s = geo.plan.shape
+    if (not rvv.for_cpu(forms.triple, forms.cpu, forms.features) or geo.itemsize != 4 or s.rs is not None
+            or s.dyn is not None or (s.KH, s.KW, s.dh, s.dw) != (3, 3, 1, 1) or s.sh != s.sw
+            or s.xs[1] != 1 or s.os[1] != 1):
+        return None
+    form = rvv.clip_form(geo.plan.epilogue)
+    plane = None if form is None else rvv.bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, form[0], s.sh)
+    if plane is None:
+        return None
+    return geo.N * -(-geo.G // rvv.LANES) * sum(rvv.cycles(band) for band in plane)

@@ -148,7 +148,8 @@ SYNTAX = {"flw": "f,x()", "fld": "f,x()", "fsw": "f,x()", "fsd": "f,x()", "ld": 
 
 
 def text(code: list[Insn], syntax: dict[str, str] = SYNTAX) -> str:
-    """The routine as assembly (llvm-mc syntax; labels .L<index>)."""
+    """The routine as assembly (llvm-mc syntax; labels .L<index>; kinds: f / x / v registers, i an immediate, m a
+    vector mask `v0.t`)."""
     targets = {insn[3] for insn in code if insn[0] == "bne"}
     lines = []
     for at, (op, *ops) in enumerate(code):
@@ -161,7 +162,8 @@ def text(code: list[Insn], syntax: dict[str, str] = SYNTAX) -> str:
         if kinds.endswith("()"):
             lines.append(f"{op} {kinds[0]}{ops[0]}, {ops[2]}(x{ops[1]})")
         else:
-            lines.append(f"{op} " + ", ".join(str(v) if kind == "i" else f"{kind}{v}" for kind, v in zip(kinds, ops)))
+            lines.append(f"{op} " + ", ".join(str(v) if kind == "i" else f"v{v}.t" if kind == "m" else f"{kind}{v}"
+                                              for kind, v in zip(kinds, ops)))
     return "\n".join(lines) + "\n"
 
 

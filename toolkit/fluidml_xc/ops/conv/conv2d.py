@@ -76,6 +76,7 @@ from ...opspec import register
 from .channels import ChannelVectors
 from .depthwise import ChannelsLastDepthwise
 from .depthwise_band import emit_depthwise_band
+from .depthwise_rvv import emit_depthwise_rvv
 from .generic import conv_generic
 from .padding import store_padding_nan
 from .im2col import emit_im2col_gemm
@@ -269,6 +270,7 @@ def lower_conv(k):
         conv_generic(k, x, w, bias, out, strides, dils, pads, groups, epi, residual)
     elif not (emit_pointwise_gemm(k, x, w, bias, out, residual, epi, groups, strides, pads)
               or emit_depthwise_band(k, x, w, bias, out, residual, epi, groups, k_sp, strides, dils, pads)
+              or emit_depthwise_rvv(k, x, w, bias, out, residual, epi, groups, k_sp, strides, dils, pads)
               or v is None and k.loop_order not in WINOGRAD_ORDERS
               and emit_im2col_gemm(k, x, w, bias, out, residual, epi, groups, k_sp, strides, dils, pads)):
         s = conv_shape((x.shape, x.strides), (out.shape, out.strides), (w.shape, w.strides),

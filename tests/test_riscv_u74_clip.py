@@ -17,7 +17,7 @@ import pytest
 from onnx import helper
 
 from fluidml_xc.kernels import depthwise_tile as dt
-from fluidml_xc.kernels.depthwise_tile import CHECK, SECTION, Band, checked_span, encode, loop_iterations, mode, program, text
+from fluidml_xc.kernels.depthwise_tile import CHECK, SECTION, Band, checked_form, encode, loop_iterations, mode, program, text
 from modelrun import build, graph_model, run
 from test_riscv_u74 import _tool, ort
 
@@ -52,7 +52,7 @@ def test_checked_routine_encodes_as_llvm_mc_assembles_it(name, tmp_path):
     data = (tmp_path / "a.bin").read_bytes()
     assert list(struct.unpack(f"<{len(data) // 4}I", data)) == encode(code)
     assert not {"feq.s", "fmv.x.w", "sw", "or"} & {op for op, *_ in code}
-    span = checked_span(band)
+    span = checked_form(band).span
     loops = [i for i, insn in enumerate(code) if insn[0] == "bne"]
     top, end = (code[loops[0]][3], loops[0]) if loops else (0, 0)
     repeat = [loop_iterations(band, span) if top <= i < end else 1 for i in range(len(code))]

@@ -153,12 +153,13 @@ def plane_cycles(plane: list[Band]) -> float:
 Insn = tuple
 
 
-def program(band: Band, checked: bool = False, span: int | None = None) -> list[Insn]:
+def program(band: Band, checked: bool = False, form: "Form | None" = None) -> list[Insn]:
     """The routine: out[r][o] = act(bias + sum over kh, kw of w[kh][kw] x[r + kh][o + kw - left]) for the band.
     `checked` (a band with a Clip): the checked form (`fmax.s` / `fmin.s` alone, a0 = the NaN check, module doc);
-    `span` its loop's columns per iteration (default `checked_span`)."""
+    `form` its loop's shape (default `checked_form`)."""
     fast = checked and band.clip
-    S = (span or checked_span(band)) if fast else 3
+    form = (form or checked_form(band)) if fast else Form()
+    S = form.span
     R, ncols, ow = band.rows, band.width + band.left + band.right, band.out_width
     single = offsets(band)
     ins = [X] * (R + 2) if single else list(IN_ROWS[:R + 2])
@@ -167,8 +168,8 @@ def program(band: Band, checked: bool = False, span: int | None = None) -> list[
                [r * band.out_row for r in range(R)] if single else [0] * R)
     moved = dict.fromkeys([*ins, *outs], 0)  # each pointer's bytes past its row's first element
     if not single:
-        moved.update(dict.fromkeys(ins, shifts(band, fast)[0]))
-        moved.update(dict.fromkeys(outs, shifts(band, fast)[1]))
+        moved.update(dict.fromkeys(ins, shifts(band, fast, form)[0]))
+        moved.update(dict.fromkeys(outs, shifts(band, fast, form)[1]))
     saved_x = [] if single else [*STEPS, *STRIDES3]
     stepped = mode(band) == "rows"  # the loop moves the row pointers once an iteration
     frame = 8 * (len(SAVED) + len(saved_x))
@@ -286,7 +287,13 @@ def program(band: Band, checked: bool = False, span: int | None = None) -> list[
         return out + check
 
     movers = list(dict.fromkeys([*outs, *ins[:1], *(ins[k] for k in live)]))  # X first among the inputs: the loop's test
-    loop_moves = [[p for i, p in enumerate(movers) if i * S // len(movers) == j] for j in range(S)]
+    if form.in_blocks:  # each side's increments in its blocks
+        loop_moves = [[] for _ in range(S)]
+        for group, blocks in ((movers[:len(set(outs))], form.out_blocks), (movers[len(set(outs)):], form.in_blocks)):
+            for i, p in enumerate(group):
+                loop_moves[blocks[i * len(blocks) // len(group)]].append(p)
+    else:  # spread over the iteration, the output pointers first
+        loop_moves = [[p for i, p in enumerate(movers) if i * S // len(movers) == j] for j in range(S)]
     first, iterations = FIRST, loop_iterations(band, S)
     b = 0
     while b < ncols + 2:
@@ -321,29 +328,54 @@ def loop_iterations(band: Band, span: int = 3) -> int:
     return (hi - FIRST) // span if hi - FIRST >= 2 * span else 0
 
 
+@dataclass(frozen=True)
+class Form:
+    """The checked form's loop: `span` columns per iteration; with a pointer per row, the blocks of the iteration
+    whose increments move the input and the output pointers (empty: all pointers spread over every block) and how
+    many columns each side's pointers trail the columns they read or write outside the loop (`lag_in`, `lag_out`:
+    the loop's offsets from -lag to span - 1 - lag columns then fit where the blocks alone would not)."""
+    span: int = 3
+    in_blocks: tuple = ()
+    out_blocks: tuple = ()
+    lag_in: int = 0
+    lag_out: int = 0
+
+
+SIX_COLUMN_FORMS = (Form(6), Form(6, (1, 2), (4, 5), 1, -2), Form(6, (2, 3), (0, 1), 0, 2))
+"""Tried in order for row pointers: the increments spread over the 6 blocks, else each side's in the 2 blocks where a
+loop offset spans -3 to 2 columns of its lag (576-byte columns: 144 channels)."""
+
+
 @functools.lru_cache(maxsize=None)
-def checked_span(band: Band) -> int:
-    """Columns per loop iteration of the checked form: 6 with a pointer per row when the loads' and stores' offsets
+def checked_form(band: Band) -> Form:
+    """The checked form's loop: 6 columns per iteration with a pointer per row when the loads' and stores' offsets
     reach over them (8 increments beside 6 columns' loads instead of 3), else 3."""
     if mode(band) == "rows":
-        try:
-            encode(program(band, True, 6))
-            return 6
-        except AssertionError:
-            pass
-    return 3
+        for form in SIX_COLUMN_FORMS:
+            try:
+                encode(program(band, True, form))
+                return form
+            except AssertionError:
+                pass
+    return Form()
 
 
-def shifts(band: Band, checked: bool = False) -> tuple[int, int]:
+def shifts(band: Band, checked: bool = False, form: Form | None = None) -> tuple[int, int]:
     """Bytes from the input and output rows' first elements to the pointers the routine takes: with row pointers
     (moved a column every block, before its stores) the column a block loads and the one it stores are each at
-    offset 0: the left padding before the input, 4 columns (5 with the exact Clip's extra stage) before the output."""
-    return (0, 0) if offsets(band) else (-band.left * band.x_col, -(4 + (band.clip and not checked)) * band.out_col)
+    offset 0: the left padding before the input, 4 columns (5 with the exact Clip's extra stage) before the output;
+    the checked form's pointers trail by its lags."""
+    if offsets(band):
+        return 0, 0
+    if not (checked and band.clip):
+        return -band.left * band.x_col, -(4 + band.clip) * band.out_col
+    form = form or checked_form(band)
+    return -(band.left + form.lag_in) * band.x_col, -(4 + form.lag_out) * band.out_col
 
 
 def loop_end(band: Band, checked: bool = False) -> int:
     """Bytes from the input pointer passed to X's value after the loop (row pointers: END's argument)."""
-    span = checked_span(band) if checked and band.clip else 3
+    span = checked_form(band).span if checked and band.clip else 3
     if offsets(band):
         return span * band.x_col * loop_iterations(band, span)
     return band.x_col * (FIRST + span * loop_iterations(band, span))

@@ -162,10 +162,11 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
     S = form.span
     R, ncols, ow = band.rows, band.width + band.left + band.right, band.out_width
     single = offsets(band)
-    ins = [X] * (R + 2) if single else list(IN_ROWS[:R + 2])
-    outs = [OUT] * R if single else list(OUT_ROWS[:R])
-    row_off = ([k * band.x_row for k in range(R + 2)] if single else [0] * (R + 2),
-               [r * band.out_row for r in range(R)] if single else [0] * R)
+    in_shared, shared = (fast and not single and f(band) for f in (shared_input, shared_output))
+    ins = [X] * (R + 2) if single or in_shared else list(IN_ROWS[:R + 2])
+    outs = [OUT] * R if single or shared else list(OUT_ROWS[:R])
+    row_off = ([k * band.x_row for k in range(R + 2)] if single or in_shared else [0] * (R + 2),
+               [r * band.out_row for r in range(R)] if single or shared else [0] * R)
     moved = dict.fromkeys([*ins, *outs], 0)  # each pointer's bytes past its row's first element
     if not single:
         moved.update(dict.fromkeys(ins, shifts(band, fast, form)[0]))
@@ -179,8 +180,9 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
         code.append(("fmv.w.x", CHECK, 0))
     if not single:
         code += [("sd", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
-        code += [("add", IN_ROWS[k], IN_ROWS[k - 1], X_ROW) for k in range(1, R + 2)] + [("addi", END, END_ARG, 0)]
-        code += [("add", OUT_ROWS[r], OUT_ROWS[r - 1], OUT_ROW) for r in range(1, R)]
+        code += [("add", IN_ROWS[k], IN_ROWS[k - 1], X_ROW) for k in range(1, R + 2) if not in_shared]
+        code += [("addi", END, END_ARG, 0)]
+        code += [("add", OUT_ROWS[r], OUT_ROWS[r - 1], OUT_ROW) for r in range(1, R) if not shared]
         code += [("addi", STEPS[0], X_COL, 0), ("addi", STEPS[1], OUT_COL, 0)]
         for three, one in zip(STRIDES3, STEPS):
             code += [("add", three, one, one), ("add", three, three, one)] + [("add", three, three, three)] * (S == 6)
@@ -245,15 +247,14 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
         o, x = b - 3, b - band.left
         loads = ([("flw", INPUTS[k], ins[k], x * band.x_col + row_off[0][k] - moved[ins[k]]) for k in live]
                  if b < ncols and 0 <= x < band.width else [])
-        every = j is None or not (single or stepped)  # a pointer per row moved a column every block
-        if every:
-            steps = [] if single else [("add", p, p, STEPS[p in outs]) for p in step_ptrs]
-        elif single:
-            steps = [("addi", p, p, S * band.x_col) for p in loop_moves[j]]
-        else:
-            steps = [("add", p, p, STRIDES3[p in outs]) for p in loop_moves[j]]
+        if single:
+            steps = [] if j is None else [("addi", p, p, S * band.x_col) for p in loop_moves[j]]
+        else:  # outside the loop, and in it the pointers it does not step, a column every block
+            steps = [("add", p, p, STEPS[p in outs]) if j is None or p not in movers else
+                     ("add", p, p, STRIDES3[p in outs]) for p in step_ptrs if j is None or p not in movers
+                     or p in loop_moves[j]]
         for insn in steps:
-            moved[insn[1]] += (1 if every else S) * (band.out_col if insn[1] in outs else band.x_col)
+            moved[insn[1]] += (S if single or insn[3] in STRIDES3 else 1) * (band.out_col if insn[1] in outs else band.x_col)
         pipe_a = [i for i in steps if i[1] in outs] + loads + [i for i in steps if i[1] not in outs]
         pipe_b, stores = [], []
         if 0 <= o < ow:
@@ -286,10 +287,12 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
                     out.append(("fmadd.s", acc(o, r), WEIGHTS[3 * kh + kw], src, addend))
         return out + check
 
-    movers = list(dict.fromkeys([*outs, *ins[:1], *(ins[k] for k in live)]))  # X first among the inputs: the loop's test
+    out_movers = [] if shared or not form.stepped else list(dict.fromkeys(outs))
+    in_movers = [] if in_shared or not form.stepped else list(dict.fromkeys([X, *(ins[k] for k in live)]))  # X: the test
+    movers = out_movers + in_movers  # moved S columns once an iteration by the loop
     if form.in_blocks:  # each side's increments in its blocks
         loop_moves = [[] for _ in range(S)]
-        for group, blocks in ((movers[:len(set(outs))], form.out_blocks), (movers[len(set(outs)):], form.in_blocks)):
+        for group, blocks in ((out_movers, form.out_blocks), (in_movers, form.in_blocks)):
             for i, p in enumerate(group):
                 loop_moves[blocks[i * len(blocks) // len(group)]].append(p)
     else:  # spread over the iteration, the output pointers first
@@ -335,13 +338,15 @@ class Form:
     many columns each side's pointers trail the columns they read or write outside the loop (`lag_in`, `lag_out`:
     the loop's offsets from -lag to span - 1 - lag columns then fit where the blocks alone would not)."""
     span: int = 3
+    stepped: bool = True
+    """With a pointer per row: the loop moves them `span` columns once an iteration (else a column every block)."""
     in_blocks: tuple = ()
     out_blocks: tuple = ()
     lag_in: int = 0
     lag_out: int = 0
 
 
-SIX_COLUMN_FORMS = (Form(6), Form(6, (1, 2), (4, 5), 1, -2), Form(6, (2, 3), (0, 1), 0, 2))
+SIX_COLUMN_FORMS = (Form(6), Form(6, True, (1, 2), (4, 5), 1, -2), Form(6, True, (2, 3), (0, 1), 0, 2))
 """Tried in order for row pointers: the increments spread over the 6 blocks, else each side's in the 2 blocks where a
 loop offset spans -3 to 2 columns of its lag (576-byte columns: 144 channels)."""
 
@@ -350,14 +355,26 @@ loop offset spans -3 to 2 columns of its lag (576-byte columns: 144 channels).""
 def checked_form(band: Band) -> Form:
     """The checked form's loop: 6 columns per iteration with a pointer per row when the loads' and stores' offsets
     reach over them (8 increments beside 6 columns' loads instead of 3), else 3."""
-    if mode(band) == "rows":
-        for form in SIX_COLUMN_FORMS:
-            try:
-                encode(program(band, True, form))
-                return form
-            except AssertionError:
-                pass
-    return Form()
+    if offsets(band):
+        return Form()
+    for form in (*SIX_COLUMN_FORMS, Form()):
+        try:
+            encode(program(band, True, form))
+            return form
+        except AssertionError:
+            pass
+    return Form(3, False)
+
+
+def shared_output(band: Band) -> bool:
+    """The checked form's output rows at offsets from one pointer, moved a column every block: output columns too
+    far apart for a pointer per row stepped over 3 columns, rows close (a channels-last plane walked transposed)."""
+    return 2 * band.out_col > IMMEDIATE and (band.rows - 1) * band.out_row <= IMMEDIATE
+
+
+def shared_input(band: Band) -> bool:
+    """shared_output for the input rows."""
+    return 2 * band.x_col > IMMEDIATE and (band.rows + 1) * band.x_row <= IMMEDIATE
 
 
 def shifts(band: Band, checked: bool = False, form: Form | None = None) -> tuple[int, int]:

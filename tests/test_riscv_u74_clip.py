@@ -176,3 +176,24 @@ def test_exact_routine_runs_only_over_non_finite_bands(patched_compiler, tmp_pat
                 assert np.isnan(y[ch, 3 * band, 0]), (ch, band)
             else:
                 np.testing.assert_allclose(y[ch, rows], want["y1"][0, ch, rows], rtol=1e-4, atol=1e-4, err_msg=f"{ch} {band}")
+
+
+def test_checked_form_is_priced_as_llvm_mca_22_counts_it():
+    """CHECKED_PIXEL_CYCLES (the cost model's price of a band with a Clip, kernels/depthwise_tile.py plane_cycles) is
+    llvm-mca-22's cycles per pixel of each layout's loop within 1%: one pointer (NCHW), row pointers over 6 columns
+    (96 channels) and over 3 (192), rows at offsets from one pointer moved every column (a plane walked transposed),
+    row pointers moved every column."""
+    mca = _tool("llvm-mca-22")
+    for layout, col, transposed in (("offsets", 4, False), ("rows", 384, False), ("rows, 3 columns", 768, False),
+                                    ("shared", 10752, True), ("columns", 1536, False)):
+        row = 384 if transposed else 28 * col
+        band = Band(3, 28, 1, 1, frozenset(), row, row, col, col, True, True, True)
+        assert dt.checked_layout(band) == layout
+        body = loop_body(program(band, True))
+        work = sum(line.startswith("fmadd.s") and not line.startswith(f"fmadd.s f{CHECK},") for line in body.splitlines())
+        out = subprocess.run([mca, "-mtriple=riscv64", "-mcpu=sifive-u74", "-iterations=200"], input=body,
+                             capture_output=True, text=True, check=True).stdout
+        per_pixel = int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / 200 / (work / 9)
+        assert per_pixel == pytest.approx(dt.CHECKED_PIXEL_CYCLES[layout], rel=0.01), layout
+        plane = [band]
+        assert dt.plane_cycles(plane) == pytest.approx(dt.CALL_CYCLES[mode(band)] + 3 + 3 * 28 * dt.CHECKED_PIXEL_CYCLES[layout])

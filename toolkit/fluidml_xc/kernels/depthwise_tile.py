@@ -136,18 +136,35 @@ def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int,
     return out if all(fits(b) for b in out) else None
 
 
-PIXEL_CYCLES = {("offsets", False): 110 / 9, ("offsets", True): 132 / 9, ("rows", False): 112 / 9,
-                ("rows", True): 134 / 9, ("columns", False): 120 / 9, ("columns", True): 142 / 9}
-"""llvm-mca-22 cycles per output pixel of the band loop (3 columns of 3 rows, docs/RISCV_KERNELS.md) by `mode` and
-the activation."""
+PIXEL_CYCLES = {"offsets": 110 / 9, "rows": 112 / 9, "columns": 120 / 9}
+"""llvm-mca-22 cycles per output pixel of the band loop without an activation (3 columns of 3 rows, a band without
+zero rows, docs/RISCV_KERNELS.md) by `mode`."""
+CHECKED_PIXEL_CYCLES = {"offsets": 113 / 9, "rows": 226 / 18, "shared": 230 / 18, "rows, 3 columns": 116 / 9,
+                        "columns": 124 / 9}
+"""The same for the checked form with a Clip(0, 6) (a Relu 1-3% less) by `checked_layout`; the exact routine runs
+over a band only when it holds a NaN or an infinity, unpriced."""
 CALL_CYCLES = {"offsets": 37, "rows": 58, "columns": 58}
 """Cycles of a band's prologue and epilogue by `mode`, an instruction each: the 12 FP registers saved and restored,
-the 9 weights loaded (row pointers: the 4 integer registers saved and restored, the pointers and strides set)."""
+the 9 weights loaded (row pointers: the 4 integer registers saved and restored, the pointers and strides set); the
+checked form 3 more (the check's set-up and fclass.s, the caller's test)."""
+
+
+def checked_layout(band: Band) -> str:
+    """The checked form's loop as CHECKED_PIXEL_CYCLES prices it."""
+    form = checked_form(band)
+    if offsets(band):
+        return "offsets"
+    if not form.stepped:
+        return "columns"
+    if form.span == 3:
+        return "rows, 3 columns"
+    return "shared" if shared_input(band) or shared_output(band) else "rows"
 
 
 def plane_cycles(plane: list[Band]) -> float:
     """The cost model's cycles for one channel's bands."""
-    return sum(CALL_CYCLES[mode(b)] + b.rows * b.out_width * PIXEL_CYCLES[mode(b), b.clip] for b in plane)
+    return sum(CALL_CYCLES[mode(b)] + 3 * b.clip + b.rows * b.out_width
+               * (CHECKED_PIXEL_CYCLES[checked_layout(b)] if b.clip else PIXEL_CYCLES[mode(b)]) for b in plane)
 
 
 Insn = tuple

@@ -9,14 +9,23 @@ flight. Per 3 x 3 pixels: 27 `fmadd.s` against 5 `flw`, 3 stores and the Clip. T
 column's loads, the Clip of the column finished before and the stores of the one before that are one block
 between two runs of 27 multiply-adds, FP-pipe and load/store-pipe instructions in pairs.
 
-The fused Clip keeps ONNX's NaN: `fmax.s` / `fmin.s` return the number when one operand is NaN, so `feq.s x, x`
+The exact Clip keeps ONNX's NaN: `fmax.s` / `fmin.s` return the number when one operand is NaN, so `feq.s x, x`
 (0 for NaN) minus 1 is ORed into the result's bits (all ones: a NaN) and the word is stored with `sw`
 (`fmax.s` orders -0 below +0: Clip(-0.0, 0, 6) = +0.0). Per pixel that is 4 FP-pipe instructions beside the 9
-multiply-adds: at most 9 / 13 = 69% of the multiply-add peak (llvm-mca-22: 61% in the NCHW loop, 60% channels-last;
-74% / 72% without an activation), docs/RISCV_KERNELS.md "The U74's depthwise band".
+multiply-adds: 61% of the multiply-add peak by llvm-mca-22.
+
+A band with a Clip first runs the checked form: `fmax.s` / `fmin.s` alone, in place, and the sum stored by `fsw`;
+per 3 output columns one `fmadd.s` of the sums of rows 0 and R - 1 of one column into a check value (CHECK, from
++0.0), which becomes non-finite when either is and stays so. A NaN sum needs a non-finite input, weight or bias (a
+chain of multiply-adds of finite values overflows to an infinity of one sign at worst), and any non-finite input in
+the band's rows reaches every output column of row 0 (input rows 0-2) or R - 1 (rows R - 1 to R + 1) it feeds, 3
+consecutive columns (fewer only at the edges, checked column by column): so a NaN anywhere leaves the check non-finite.
+The routine returns `fclass.s` of it masked to the infinities and NaNs (a0), and the caller runs the exact routine
+over the band when it is not 0 (an infinity or an overflow also does: same result, the exact cost). 71-72% of
+peak by llvm-mca-22 (docs/RISCV_KERNELS.md "The U74's depthwise band").
 
 NCHW rows are offsets from one input and one output pointer; rows farther apart (channels-last) each take a pointer
-(`mode`)."""
+(`mode`), or, in the checked form, rows close and columns far apart share one moved a column every block."""
 from __future__ import annotations
 
 import functools

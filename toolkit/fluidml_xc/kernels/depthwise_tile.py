@@ -102,11 +102,13 @@ def mode(band: Band) -> str:
 
 
 def fits(band: Band) -> bool:
-    """The routine's loads and stores reach every element with 12-bit offsets."""
+    """The routine's loads and stores reach every element with 12-bit offsets (with a Clip, the checked form's too)."""
     if band.out_width < 1:
         return False
     try:
         encode(program(band))
+        if band.clip:
+            encode(program(band, True))
     except AssertionError:
         return False
     return True

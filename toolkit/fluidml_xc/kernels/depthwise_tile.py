@@ -277,10 +277,9 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
                  if b < ncols and 0 <= x < band.width else [])
         if single:
             steps = [] if j is None else [("addi", p, p, S * band.x_col) for p in loop_moves[j]]
-        else:  # outside the loop, and in it the pointers it does not step, a column every block
-            steps = [("add", p, p, STEPS[p in outs]) if j is None or p not in movers else
-                     ("add", p, p, STRIDES3[p in outs]) for p in step_ptrs if j is None or p not in movers
-                     or p in loop_moves[j]]
+        else:  # a column every block outside the loop and for the pointers the loop does not step
+            steps = [("add", p, p, STEPS[p in outs]) for p in step_ptrs if j is None or p not in movers]
+            steps += [("add", p, p, STRIDES3[p in outs]) for p in ([] if j is None else loop_moves[j])]
         for insn in steps:
             moved[insn[1]] += (S if single or insn[3] in STRIDES3 else 1) * (band.out_col if insn[1] in outs else band.x_col)
         pipe_a = [i for i in steps if i[1] in outs] + loads + [i for i in steps if i[1] not in outs]
@@ -363,8 +362,9 @@ def loop_iterations(band: Band, span: int = 3) -> int:
 class Form:
     """The checked form's loop: `span` columns per iteration; with a pointer per row, the blocks of the iteration
     whose increments move the input and the output pointers (empty: all pointers spread over every block) and how
-    many columns each side's pointers trail the columns they read or write outside the loop (`lag_in`, `lag_out`:
-    the loop's offsets from -lag to span - 1 - lag columns then fit where the blocks alone would not)."""
+    many columns each side's pointers trail (negative: lead) the column they load or store outside the loop
+    (`lag_in`, `lag_out`): a side's offsets in the loop run from 5 columns before to the column of the block of its
+    increment, plus its lag."""
     span: int = 3
     stepped: bool = True
     """With a pointer per row: the loop moves them `span` columns once an iteration (else a column every block)."""
@@ -375,8 +375,8 @@ class Form:
 
 
 SIX_COLUMN_FORMS = (Form(6), Form(6, True, (1, 2), (4, 5), 1, -2), Form(6, True, (2, 3), (0, 1), 0, 2))
-"""Tried in order for row pointers: the increments spread over the 6 blocks, else each side's in the 2 blocks where a
-loop offset spans -3 to 2 columns of its lag (576-byte columns: 144 channels)."""
+"""Tried in order for row pointers: the increments spread over the 6 blocks, else each side's in 2 blocks with the lag
+that keeps its offsets within 3 columns either way (576-byte columns: 144 channels)."""
 
 
 @functools.lru_cache(maxsize=None)

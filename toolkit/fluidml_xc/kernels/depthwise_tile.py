@@ -150,10 +150,10 @@ def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int,
 PIXEL_CYCLES = {"offsets": 110 / 9, "rows": 112 / 9, "columns": 120 / 9}
 """llvm-mca-22 cycles per output pixel of the band loop without an activation (3 columns of 3 rows, a band without
 zero rows, docs/RISCV_KERNELS.md) by `mode`."""
-CHECKED_PIXEL_CYCLES = {"offsets": 113 / 9, "rows": 226 / 18, "shared": 230 / 18, "rows, 3 columns": 116 / 9,
-                        "columns": 124 / 9}
-"""The same for the checked form with a Clip(0, 6) (a Relu 1-3% less) by `checked_layout`; the exact routine runs
-over a band only when it holds a NaN or an infinity, unpriced."""
+CHECKED_PIXEL_CYCLES = {"offsets": 113 / 9, "6 columns": 227 / 18, "6 columns, both sides moved every column": 230 / 18,
+                        "3 columns": 116 / 9, "every column": 124 / 9}
+"""The same for the checked form with a Clip(0, 6) (a Relu 1-3% less) by `checked_layout` (6 columns: 225-228 by the
+pointers' increments); the exact routine runs over a band only when it holds a NaN or an infinity, unpriced."""
 CALL_CYCLES = {"offsets": 37, "rows": 58, "columns": 58}
 """Cycles of a band's prologue and epilogue by `mode`, an instruction each: the 12 FP registers saved and restored,
 the 9 weights loaded (row pointers: the 4 integer registers saved and restored, the pointers and strides set); the
@@ -166,10 +166,11 @@ def checked_layout(band: Band) -> str:
     if offsets(band):
         return "offsets"
     if not form.stepped:
-        return "columns"
+        return "every column"
     if form.span == 3:
-        return "rows, 3 columns"
-    return "shared" if shared_input(band) or shared_output(band) else "rows"
+        return "3 columns"
+    far = (shared_input(band) and 2 * band.x_col > IMMEDIATE and shared_output(band) and 2 * band.out_col > IMMEDIATE)
+    return "6 columns, both sides moved every column" if far else "6 columns"
 
 
 def plane_cycles(plane: list[Band]) -> float:
@@ -314,8 +315,10 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
                     out.append(("fmadd.s", acc(o, r), WEIGHTS[3 * kh + kw], src, addend))
         return out + check
 
-    out_movers = [] if shared or not form.stepped else list(dict.fromkeys(outs))
-    in_movers = [] if in_shared or not form.stepped else list(dict.fromkeys([X, *(ins[k] for k in live)]))  # X: the test
+    far_in, far_out = 2 * band.x_col > IMMEDIATE, 2 * band.out_col > IMMEDIATE  # one pointer: moved every column
+    out_movers = [] if (shared and far_out) or not form.stepped else list(dict.fromkeys(outs))
+    in_movers = ([] if (in_shared and far_in) or not form.stepped
+                 else list(dict.fromkeys([X, *(ins[k] for k in live)])))  # X first: the loop's test
     movers = out_movers + in_movers  # moved S columns once an iteration by the loop
     if form.in_blocks:  # each side's increments in its blocks
         loop_moves = [[] for _ in range(S)]
@@ -395,14 +398,14 @@ def checked_form(band: Band) -> Form:
 
 
 def shared_output(band: Band) -> bool:
-    """The checked form's output rows at offsets from one pointer, moved a column every block: output columns too
-    far apart for a pointer per row stepped over 3 columns, rows close (a channels-last plane walked transposed)."""
-    return 2 * band.out_col > IMMEDIATE and (band.rows - 1) * band.out_row <= IMMEDIATE
+    """The checked form's output rows at offsets from one pointer (rows close: NCHW, or a channels-last plane walked
+    transposed), moved with the loop's steps or, columns more than 1023 bytes apart, a column every block."""
+    return (band.rows - 1) * band.out_row <= IMMEDIATE
 
 
 def shared_input(band: Band) -> bool:
     """shared_output for the input rows."""
-    return 2 * band.x_col > IMMEDIATE and (band.rows + 1) * band.x_row <= IMMEDIATE
+    return (band.rows + 1) * band.x_row <= IMMEDIATE
 
 
 def shifts(band: Band, checked: bool = False, form: Form | None = None) -> tuple[int, int]:

@@ -336,7 +336,14 @@ def vtype_at(insns: list[tuple[int, str]], lo: int, hi: int) -> tuple[int, float
     return 32, 1.0
 
 
-def hot_loop(insns: list[tuple[int, str]], arch: str, vlen: int = 0) -> Loop | None:
+CHECK_MAC = re.compile(r"fmadd\.s\s+(fs11|f27),")
+"""The U74 depthwise band's check multiply-adds (kernels/depthwise_tile.py CHECK = f27): not work."""
+
+
+def hot_loop(insns: list[tuple[int, str]], arch: str, vlen: int = 0, routines: bool = False) -> Loop | None:
+    """The innermost loop with the most multiply-adds, then the shortest; `routines` (the depthwise band routines):
+    the checked Clip form's (the exact routine runs only over non-finite bands), then the longest (a band without
+    zero rows), their check multiply-adds not counted as work."""
     addr_index = {a: i for i, (a, _) in enumerate(insns)}
     loops = []
     for i, (addr, insn) in enumerate(insns):
@@ -348,17 +355,18 @@ def hot_loop(insns: list[tuple[int, str]], arch: str, vlen: int = 0) -> Loop | N
         target = int(m.group(1), 16)
         if target <= addr and target in addr_index:
             loops.append((addr_index[target], i))
-    best = None
+    best, best_key = None, ()
     for lo, hi in loops:
         if any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in loops):
             continue  # not innermost
         body = [clean(s, arch) for _, s in insns[lo:hi + 1]]
-        macs = [s for s in body if _MAC[arch].match(s)]
+        macs = [s for s in body if _MAC[arch].match(s) and not (routines and CHECK_MAC.match(s))]
         vtype = vtype_at(insns, lo, hi) if arch == "riscv64" else (32, 1.0)
         loop = Loop(body, len(macs), sum(mac_lanes(s, arch, vtype, vlen) for s in macs), stack_count(body, arch),
                     sum(mac_lanes(s, arch, vtype, vlen) for s in body if _FMUL[arch].match(s)), vtype)
-        if best is None or (loop.macs, -len(body)) > (best.macs, -len(best.body)):
-            best = loop
+        key = (loop.macs, any(CHECK_MAC.match(s) for s in body), len(body)) if routines else (loop.macs, -len(body))
+        if best is None or key > best_key:
+            best, best_key = loop, key
     return best
 
 
@@ -448,7 +456,7 @@ def main() -> int:
             objdump = args.objdump_riscv if arch == "riscv64" else args.objdump
             insns = disassemble(obj, objdump, spec.features if arch != "x86_64" else "")
             routines = [i for i in insns if i[0] >= DEPTHWISE_BASE] if "depthwise" in case.name else []
-            loop = (routines and hot_loop(routines, arch, register_bits(spec))) or hot_loop(insns, arch, register_bits(spec))
+            loop = (routines and hot_loop(routines, arch, register_bits(spec), True)) or hot_loop(insns, arch, register_bits(spec))
             if loop is None or not loop.macs:
                 print(f"{case.name:52} {bname:17} no MAC loop found")
                 continue

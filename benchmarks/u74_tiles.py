@@ -12,7 +12,8 @@ Each loop is one register tile of m x n fp32 accumulators (fmadd.s) over K steps
   (the pointer increments and the branch once);
 * "depthwise band": kernels/depthwise_tile.py's column loop, R output rows: each input column's R + 2 flw feed
   9 R fmadd.s (m = 3 R, n = 3: the fmadd.s of 3 columns per iteration), and the stores (sw after the Clip's
-  fmax.s / fmin.s / feq.s / fmv.x.w and the NaN's bits ORed in, fsw without);
+  fmax.s / fmin.s / feq.s / fmv.x.w and the NaN's bits ORed in, fsw without; "checked": fsw after fmax.s / fmin.s
+  in place, a check multiply-add per 3 columns not counted, 6 columns per iteration channels-last);
 * "routine": kernels/scalar_tile.py's loop, 5 x 5 as "piped" but A from five row pointers (a MatMul's rows), each
   advanced beside its own load in the iteration's last step; "B reg": B's K stride in a register (a 1x1 conv's
   input planes), two B pointers taking turns, each moved on beside the A loads.
@@ -71,14 +72,14 @@ def routine(steps: int, b_step: int) -> list[str]:
     return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
 
 
-def band(rows: int, clip: bool, channels: int = 0) -> list[str]:
+def band(rows: int, clip: bool, channels: int = 0, checked: bool = False) -> list[str]:
     """The column loop of kernels/depthwise_tile.py's 3x3 depthwise band (`rows` output rows, 28 columns, 3 columns
     per iteration), with the fused Clip(0, 6) or without an activation; NCHW rows, or channels-last with
-    `channels` (a pointer per row)."""
+    `channels` (a pointer per row); `checked`: the checked Clip form (6 columns per iteration with row pointers)."""
     from fluidml_xc.kernels.depthwise_tile import Band, program, text
 
     col = 4 * (channels or 1)
-    lines = text(program(Band(rows, 28, 1, 1, frozenset(), 28 * col, 28 * col, col, col, clip, clip, clip))).splitlines()
+    lines = text(program(Band(rows, 28, 1, 1, frozenset(), 28 * col, 28 * col, col, col, clip, clip, clip), checked)).splitlines()
     top = next(i for i, line in enumerate(lines) if line.endswith(":"))
     end = next(i for i, line in enumerate(lines) if line.startswith("bne"))
     return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
@@ -102,6 +103,8 @@ def main() -> int:
     loops += [(f"depthwise band {r} rows{' +Clip' if c else ''}", 3 * r, 3, 3, band(r, c)) for r in (1, 2, 3)
               for c in (False, True)]
     loops += [(f"depthwise band 3 rows channels-last{' +Clip' if c else ''}", 9, 3, 3, band(3, c, 96)) for c in (False, True)]
+    loops += [(f"depthwise band {r} rows +Clip checked", 3 * r, 3, 3, band(r, True, 0, True)) for r in (1, 2, 3)]
+    loops += [("depthwise band 3 rows channels-last +Clip checked", 9, 3, 6, band(3, True, 96, True))]
     mcas = args.mca.split(",")
     print("| loop | FP registers | fmadd.s | " + " | ".join(f"{t} cycles | %" for t in mcas) + " |")
     print("|---|---:|---:|" + "---:|---:|" * len(mcas))
@@ -110,9 +113,9 @@ def main() -> int:
         if args.asm_dir:
             args.asm_dir.mkdir(parents=True, exist_ok=True)
             (args.asm_dir / f"u74-{name.replace(' ', '-')}.s").write_text(asm)
-        rows = m // 3  # depthwise: 9 weights, 3 R sums, R + 2 inputs, zero, bias (Clip: 2 bounds, R clipped values)
-        regs = (9 + 3 * rows + rows + 2 + 2 + (rows + 2) * name.endswith("Clip") if name.startswith("depthwise")
-                else m * n + m + (n if name.startswith("first") else 2))
+        rows = m // 3  # depthwise: 9 weights, 3 R sums, R + 2 inputs, zero, bias; Clip: 2 bounds + R clipped values,
+        regs = (9 + 3 * rows + rows + 2 + 2 + (rows + 2) * name.endswith("Clip") + 3 * name.endswith("checked")
+                if name.startswith("depthwise") else m * n + m + (n if name.startswith("first") else 2))  # checked: + check
         row = [f"{(c := cycles(t, asm)):.1f} | {100 * m * n * k / c:.1f}%" for t in mcas]
         print(f"| {name} | {regs} | {m * n * k} | " + " | ".join(row) + " |")
     return 0

@@ -28,12 +28,14 @@ NCHW rows are offsets from one input and one output pointer; rows farther apart 
 (`mode`), or, in the checked form, rows close and columns far apart share one moved a column every block."""
 from __future__ import annotations
 
+from functools import partial
+
 import functools
 from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .scalar_tile import ENCODERS, IMMEDIATE, SAVED, SYNTAX as TILE_SYNTAX, _i, encode as encode_words, kernel_tile, s_type, text as tile_text
+from .scalar_tile import ENCODERS, IMMEDIATE, SAVED, SYNTAX as TILE_SYNTAX, encode as encode_words, i_type, kernel_tile, s_type, text as tile_text
 
 ROWS = 3
 """Output rows per band: 9 weights + 3 x 3 accumulators + 5 inputs + 3 clipped values + zero, bias and bounds."""
@@ -182,6 +184,79 @@ def plane_cycles(plane: list[Band]) -> float:
 Insn = tuple
 
 
+def _acc(R: int, o: int, r: int) -> int:
+    """The accumulator of output column o (of the 3 in flight), row r."""
+    return ACCS[o % 3 * R + r]
+
+
+def _prologue(R: int, S: int, frame: int, saved_x: list, fast: bool, single: bool, in_shared: bool,
+              shared: bool) -> list[Insn]:
+    """The frame, the saved registers, the weights, the zero (and the check), the row pointers and the steps."""
+    code: list[Insn] = [("addi", 2, 2, -frame)] + [("fsd", f, 2, 8 * q) for q, f in enumerate(SAVED)]
+    code += [("flw", w, W_PTR, 4 * w) for w in WEIGHTS] + [("fmv.w.x", ZERO, 0)]
+    if fast:
+        code.append(("fmv.w.x", CHECK, 0))
+    if not single:
+        code += [("sd", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
+        code += [("add", IN_ROWS[k], IN_ROWS[k - 1], X_ROW) for k in range(1, R + 2) if not in_shared]
+        code += [("addi", END, END_ARG, 0)]
+        code += [("add", OUT_ROWS[r], OUT_ROWS[r - 1], OUT_ROW) for r in range(1, R) if not shared]
+        code += [("addi", STEPS[0], X_COL, 0), ("addi", STEPS[1], OUT_COL, 0)]
+        for three, one in zip(STRIDES3, STEPS):
+            code += [("add", three, one, one), ("add", three, three, one)] + [("add", three, three, three)] * (S == 6)
+    return code
+
+
+def _epilogue(frame: int, saved_x: list, fast: bool) -> list[Insn]:
+    """The checked form's a0 (the check's class: infinity or NaN), the saved registers back, the return."""
+    code: list[Insn] = [("fclass.s", MASK[0], CHECK), ("andi", X, MASK[0], NON_FINITE)] if fast else []
+    code += [("fld", f, 2, 8 * q) for q, f in enumerate(SAVED)]
+    code += [("ld", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
+    return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)]
+
+
+def _column(band: Band, fast: bool, b: int, j: int | None = None) -> list[Insn]:
+    """Column b's multiply-adds: kernel row by kernel row, the finishing, continuing and starting outputs (the
+    checked form: then the check of output column b - 2, every column outside the loop, every third in it)."""
+    R, ncols, ow = band.rows, band.width + band.left + band.right, band.out_width
+    if b >= ncols:
+        return []
+    check = ([("fmadd.s", CHECK, _acc(R, b - 2, 0), _acc(R, b - 2, R - 1), CHECK)]
+             if fast and 0 <= b - 2 < ow and (j is None or j % 3 == 0) else [])
+    x = b - band.left
+    pad = not 0 <= x < band.width
+    out = []
+    for kh in range(3):
+        for kw in (2, 1, 0):
+            o = b - kw
+            if not 0 <= o < ow:
+                continue
+            for r in range(R):
+                src = ZERO if pad or r + kh in band.zero_rows else INPUTS[r + kh]
+                addend = BIAS if kw == 0 and kh == 0 else _acc(R, o, r)
+                out.append(("fmadd.s", _acc(R, o, r), WEIGHTS[3 * kh + kw], src, addend))
+    return out + check
+
+
+def _loop_moves(band: Band, form: "Form", ins: list, outs: list, live: list, shared: bool,
+                in_shared: bool) -> tuple[list, list]:
+    """The pointers the loop moves S columns once an iteration, and those each of its S blocks moves."""
+    S = form.span
+    far_in, far_out = 2 * band.x_col > IMMEDIATE, 2 * band.out_col > IMMEDIATE  # one pointer: moved every column
+    out_movers = [] if (shared and far_out) or not form.stepped else list(dict.fromkeys(outs))
+    in_movers = ([] if (in_shared and far_in) or not form.stepped
+                 else list(dict.fromkeys([X, *(ins[k] for k in live)])))  # X first: the loop's test
+    movers = out_movers + in_movers
+    if form.in_blocks:  # each side's increments in its blocks
+        loop_moves = [[] for _ in range(S)]
+        for group, blocks in ((out_movers, form.out_blocks), (in_movers, form.in_blocks)):
+            for i, p in enumerate(group):
+                loop_moves[blocks[i * len(blocks) // len(group)]].append(p)
+    else:  # spread over the iteration, the output pointers first
+        loop_moves = [[p for i, p in enumerate(movers) if i * S // len(movers) == j] for j in range(S)]
+    return movers, loop_moves
+
+
 def program(band: Band, checked: bool = False, form: "Form | None" = None) -> list[Insn]:
     """The routine: out[r][o] = act(bias + sum over kh, kw of w[kh][kw] x[r + kh][o + kw - left]) for the band.
     `checked` (a band with a Clip): the checked form (`fmax.s` / `fmin.s` alone, a0 = the NaN check, module doc);
@@ -203,24 +278,11 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
     saved_x = [] if single else [*STEPS, *STRIDES3]
     stepped = mode(band) == "rows"  # the loop moves the row pointers once an iteration
     frame = 8 * (len(SAVED) + len(saved_x))
-    code: list[Insn] = [("addi", 2, 2, -frame)] + [("fsd", f, 2, 8 * q) for q, f in enumerate(SAVED)]
-    code += [("flw", w, W_PTR, 4 * w) for w in WEIGHTS] + [("fmv.w.x", ZERO, 0)]
-    if fast:
-        code.append(("fmv.w.x", CHECK, 0))
-    if not single:
-        code += [("sd", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
-        code += [("add", IN_ROWS[k], IN_ROWS[k - 1], X_ROW) for k in range(1, R + 2) if not in_shared]
-        code += [("addi", END, END_ARG, 0)]
-        code += [("add", OUT_ROWS[r], OUT_ROWS[r - 1], OUT_ROW) for r in range(1, R) if not shared]
-        code += [("addi", STEPS[0], X_COL, 0), ("addi", STEPS[1], OUT_COL, 0)]
-        for three, one in zip(STRIDES3, STEPS):
-            code += [("add", three, one, one), ("add", three, three, one)] + [("add", three, three, three)] * (S == 6)
+    code = _prologue(R, S, frame, saved_x, fast, single, in_shared, shared)
     live = [k for k in range(R + 2) if k not in band.zero_rows]
     step_ptrs = list(dict.fromkeys([X, *(ins[k] for k in live), *outs]))
 
-    def acc(o: int, r: int) -> int:
-        return ACCS[o % 3 * R + r]
-
+    acc = partial(_acc, R)
     def block(b: int, last_of_loop: bool, in_loop: bool = False) -> list[Insn]:
         """The instructions between the multiply-adds of columns b - 1 and b: the stores of output column b - 4,
         the Clip of b - 3, the loads of column b (and the loop's increments)."""
@@ -294,39 +356,8 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
             out += pipe_a[q:q + 1] + pipe_b[q:q + 1]
         return out + stores
 
-    def column(b: int, j: int | None = None) -> list[Insn]:
-        """Column b's multiply-adds: kernel row by kernel row, the finishing, continuing and starting outputs (the
-        checked form: then the check of output column b - 2, every column outside the loop, every third in it)."""
-        if b >= ncols:
-            return []
-        check = ([("fmadd.s", CHECK, acc(b - 2, 0), acc(b - 2, R - 1), CHECK)]
-                 if fast and 0 <= b - 2 < ow and (j is None or j % 3 == 0) else [])
-        x = b - band.left
-        pad = not 0 <= x < band.width
-        out = []
-        for kh in range(3):
-            for kw in (2, 1, 0):
-                o = b - kw
-                if not 0 <= o < ow:
-                    continue
-                for r in range(R):
-                    src = ZERO if pad or r + kh in band.zero_rows else INPUTS[r + kh]
-                    addend = BIAS if kw == 0 and kh == 0 else acc(o, r)
-                    out.append(("fmadd.s", acc(o, r), WEIGHTS[3 * kh + kw], src, addend))
-        return out + check
-
-    far_in, far_out = 2 * band.x_col > IMMEDIATE, 2 * band.out_col > IMMEDIATE  # one pointer: moved every column
-    out_movers = [] if (shared and far_out) or not form.stepped else list(dict.fromkeys(outs))
-    in_movers = ([] if (in_shared and far_in) or not form.stepped
-                 else list(dict.fromkeys([X, *(ins[k] for k in live)])))  # X first: the loop's test
-    movers = out_movers + in_movers  # moved S columns once an iteration by the loop
-    if form.in_blocks:  # each side's increments in its blocks
-        loop_moves = [[] for _ in range(S)]
-        for group, blocks in ((out_movers, form.out_blocks), (in_movers, form.in_blocks)):
-            for i, p in enumerate(group):
-                loop_moves[blocks[i * len(blocks) // len(group)]].append(p)
-    else:  # spread over the iteration, the output pointers first
-        loop_moves = [[p for i, p in enumerate(movers) if i * S // len(movers) == j] for j in range(S)]
+    column = partial(_column, band, fast)
+    movers, loop_moves = _loop_moves(band, form, ins, outs, live, shared, in_shared)
     first, iterations = FIRST, loop_iterations(band, S)
     b = 0
     while b < ncols + 2:
@@ -344,11 +375,7 @@ def program(band: Band, checked: bool = False, form: "Form | None" = None) -> li
             continue
         code += fast_block(b, None) + column(b) if fast else block(b, False) + column(b)
         b += 1
-    if fast:
-        code += [("fclass.s", MASK[0], CHECK), ("andi", X, MASK[0], NON_FINITE)]
-    code += [("fld", f, 2, 8 * q) for q, f in enumerate(SAVED)]
-    code += [("ld", s_reg, 2, 8 * len(SAVED) + 8 * q) for q, s_reg in enumerate(saved_x)]
-    return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)]
+    return code + _epilogue(frame, saved_x, fast)
 
 
 FIRST = 4
@@ -443,7 +470,7 @@ WORDS = {
     "fmv.x.w": lambda rd, rs1: 0x70 << 25 | rs1 << 15 | rd << 7 | 0x53,
     "sw": lambda rs2, rs1, imm: s_type(0x23, 2, rs2, rs1, imm), "sd": lambda rs2, rs1, imm: s_type(0x23, 3, rs2, rs1, imm),
     "fclass.s": lambda rd, rs1: 0x70 << 25 | rs1 << 15 | 1 << 12 | rd << 7 | 0x53,
-    "andi": lambda rd, rs1, imm: _i(0x13, 7, rd, rs1, imm),
+    "andi": lambda rd, rs1, imm: i_type(0x13, 7, rd, rs1, imm),
 }
 """RV64GC's words of the routine's instructions (R format for the FP min / max / compare, S for sw / sd)."""
 

@@ -167,7 +167,8 @@ def text(code: list[Insn], syntax: dict[str, str] = SYNTAX) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _i(opcode: int, funct3: int, rd: int, rs1: int, imm: int) -> int:
+def i_type(opcode: int, funct3: int, rd: int, rs1: int, imm: int) -> int:
+    """An I-type instruction word (loads, immediates)."""
     assert -2048 <= imm < 2048, imm
     return (imm & 0xFFF) << 20 | rs1 << 15 | funct3 << 12 | rd << 7 | opcode
 
@@ -186,14 +187,14 @@ def b_type(rs1: int, rs2: int, imm: int) -> int:
 
 
 ENCODERS = {
-    "flw": lambda rd, rs1, imm: _i(0x07, 2, rd, rs1, imm),
-    "fld": lambda rd, rs1, imm: _i(0x07, 3, rd, rs1, imm),
-    "ld": lambda rd, rs1, imm: _i(0x03, 3, rd, rs1, imm),
+    "flw": lambda rd, rs1, imm: i_type(0x07, 2, rd, rs1, imm),
+    "fld": lambda rd, rs1, imm: i_type(0x07, 3, rd, rs1, imm),
+    "ld": lambda rd, rs1, imm: i_type(0x03, 3, rd, rs1, imm),
     "add": lambda rd, rs1, rs2: rs2 << 20 | rs1 << 15 | rd << 7 | 0x33,
     "fsw": lambda rs2, rs1, imm: s_type(0x27, 2, rs2, rs1, imm),
     "fsd": lambda rs2, rs1, imm: s_type(0x27, 3, rs2, rs1, imm),
-    "addi": lambda rd, rs1, imm: _i(0x13, 0, rd, rs1, imm),
-    "jalr": lambda rd, rs1, imm: _i(0x67, 0, rd, rs1, imm),
+    "addi": lambda rd, rs1, imm: i_type(0x13, 0, rd, rs1, imm),
+    "jalr": lambda rd, rs1, imm: i_type(0x67, 0, rd, rs1, imm),
     "fmadd.s": lambda rd, rs1, rs2, rs3: rs3 << 27 | rs2 << 20 | rs1 << 15 | 7 << 12 | rd << 7 | 0x43,
     "fmv.w.x": lambda rd, rs1: 0x78 << 25 | rs1 << 15 | rd << 7 | 0x53,
 }

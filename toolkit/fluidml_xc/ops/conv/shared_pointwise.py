@@ -11,8 +11,9 @@ again: a Conv never writes over its inputs, so rewriting a pixel reads what the 
 recompute more than OVERLAP_SHARE of them, the tiles split the pixels evenly, in two heights that the layers of the
 same pixel count share. The output channels past the last whole block (CO % R, when the layer has them) run one
 vector at a time, the last one through a lane mask when CO is not a multiple of V. The parallel split is
-SHARED_TILES tiles, each a (channel chunk, pixel chunk) of the chunk counts walk.py's split chooses for the layer;
-the tiles past them do nothing.
+SHARED_TILES tiles, each a (channel chunk, pixel chunk) of the chunk counts walk.py's split chooses for the layer
+(shared_chunks: at most SHARED_TILES of them); the tiles past them do nothing. Two tiles may write the same last
+pixels (the overlapping tile), with the same bits; the pool joins every tile before the next op reads them.
 """
 from __future__ import annotations
 
@@ -45,16 +46,16 @@ FIELDS = ("pixels", "ci", "x_step", "out_step", "res_step", "full_blocks", "rest
 
 def shared_pointwise(c: ConvKernel) -> bool:
     """Does the shared kernel run this conv: x86 or aarch64, float32, static, one group, a flat 1x1 conv (one run of
-    pixels per image, images back to back) of at least a tile of pixels, whose last tile recomputes at most
-    OVERLAP_SHARE of them, input, output and residual storing channels innermost, in the flat channel-vector form,
-    with constant weights?"""
+    pixels per image, images back to back) whose pixels fill tiles of at least half the register tile's height
+    (tile_heights), input, output and residual storing channels innermost, in the flat channel-vector form, with
+    constant weights and bias?"""
     k, p = c.k, c.plan
     s = p.shape
     arch = arch_of(k.spec.triple) if k.spec is not None else None
     if arch is None or not (arch.x86 or arch.aarch64) or p.dtype != "float32":
         return False
     if (not s.flat or s.dyn is not None or s.G != 1 or c.w.value is None
-            or p.form not in ("flat channels co>px", "flat channels px>co")):
+            or c.bias is not None and c.bias.value is None or p.form not in ("flat channels co>px", "flat channels px>co")):
         return False
     if tile_heights(s.N * s.W, p.blocking.P) is None:
         return False
@@ -73,6 +74,18 @@ def tile_heights(pixels: int, P: int) -> tuple[int, ...] | None:
     if 2 * lo < P:
         return None
     return (lo + 1, lo) if extra else (lo,)
+
+
+def shared_chunks(split, images: int) -> tuple[int, int] | None:
+    """(channel chunks, pixel chunks) of walk.py's split for the kernel's SHARED_TILES tiles: the images' pixels are
+    one run here, so the split's pixel chunks per image times the images, the product at most SHARED_TILES (the
+    split may ask for more: chunk_count goes up to twice its target for equal chunks); None: one thread runs it all
+    (no split, or a single chunk)."""
+    if split is None:
+        return None
+    channels = min(split[2], SHARED_TILES)
+    pixels = max(1, min(split[3] * images, SHARED_TILES // channels))
+    return (channels, pixels) if channels * pixels > 1 else None
 
 
 def _packed_weights(p: ConvPlan, w: np.ndarray) -> np.ndarray:
@@ -102,8 +115,9 @@ class SharedPointwise:
         broadcasts each with a post-indexed `ld1r`, 28% more cycles per channel than the per-layer kernel's `ldr s`
         at constant offsets by llvm-mca on the Cortex-A72."""
         split = c.split()
-        chunks = (1, 1) if split is None else (split[2], split[3])
-        self.work = 0.0 if split is None else split[0]
+        chunks = shared_chunks(split, s.N)
+        self.work = split[0] if chunks else 0.0
+        chunks = chunks or (1, 1)
         res_step = c.res[0][3] if c.res is not None else 0
         self.heights = tile_heights(pixels, self.P)
         self.values = np.array((pixels, s.Cig, s.xs[3], s.os[3], res_step, full, rest, s.Cig * self.RP, *chunks,

@@ -1,0 +1,54 @@
+"""RVV's channels-last 1x1 convs (#30): a flat channel-vector conv over a small channels-last image packs its input
+([pixel block][channel][the block's pixels], TargetForms.packs_input) as NCHW ones do, so the broadcasts of a block
+read one pointer at immediate offsets (llvm-mca-22 on the X60, docs/RISCV_KERNELS.md: 384->96 at 14x14 51% -> 72%
+of peak). Against ONNX Runtime under qemu at VLEN 256, 128 and 512, threads bit-identical at 1, 4 and 8."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from modelrun import build, graph_model, run
+from test_riscv import ort
+
+
+def _inverted_residual() -> tuple[onnx.ModelProto, dict]:
+    """MobileNetV2's block over two 13 x 13 images, which fluid runs channels-last between its 1x1 convs: expand
+    40 -> 151 + Clip6, depthwise 3x3 + Clip6, project 151 -> 40 with a bias and the residual Add. The project
+    conv reads a channels-last input of 169 pixels (blocks of 5 and a rest of 4), 151 input channels (the 3 K
+    steps' remainder of 1) into 40 outputs (V = 16: a two-vector block and a rest of 8)."""
+    rng = np.random.default_rng(30)
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "we"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1] * 4, group=151),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "wp", "bp"], ["p"]), helper.make_node("Add", ["p", "x"], ["y"])]
+    consts = {"we": f(151, 40, 1, 1), "wd": f(151, 1, 3, 3), "bd": f(151), "wp": f(40, 151, 1, 1), "bp": f(40),
+              "lo": np.float32(0), "hi": np.float32(6)}
+    return graph_model(nodes, {"x": f(2, 40, 13, 13)}, ["y"], consts, 13), {"x": f(2, 40, 13, 13)}
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("features", [None, "+m,+a,+f,+d,+c,+v", "+m,+a,+f,+d,+c,+v,+zvl512b"])
+def test_channels_last_pointwise_packs_and_matches_onnxruntime(features, tmp_path, patched_compiler):
+    from fluidml_xc.ops.conv import conv2d as conv
+    packed, emit = [], conv.emit_conv
+
+    def record(c):
+        s = c.plan.shape
+        if s.KH == s.KW == 1 and s.flat and c.plan.blocking.kind == "channels":
+            packed.append((s.xs[1] == 1, c.plan.blocking.packs_input))
+        emit(c)
+    patched_compiler.setattr(conv, "emit_conv", record)
+    model, feeds = _inverted_residual()
+    want = ort(model, feeds)
+    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
+    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
+    for out, expected in want.items():
+        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
+        for t in (4, 8):
+            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+    channels_last = [p for nhwc, p in packed if nhwc]
+    assert all(channels_last), packed
+    assert channels_last or "zvl512b" in (features or ""), packed  # VLEN 512 (32 lanes): fluid keeps the block NCHW

@@ -1,7 +1,9 @@
-"""RVV's channels-last 1x1 convs (#30): a flat channel-vector conv over a small channels-last image packs its input
-([pixel block][channel][the block's pixels], TargetForms.packs_input) as NCHW ones do, so the broadcasts of a block
-read one pointer at immediate offsets (llvm-mca-22 on the X60, docs/RISCV_KERNELS.md: 384->96 at 14x14 51% -> 72%
-of peak). Against ONNX Runtime under qemu at VLEN 256, 128 and 512, threads bit-identical at 1, 4 and 8."""
+"""RVV's 1x1 convs (#30, docs/RISCV_KERNELS.md "Every form the boards run"): a flat channel-vector conv over a small
+channels-last image packs its input ([pixel block][channel][the block's pixels], TargetForms.packs_input) as NCHW
+ones do, so the broadcasts of a block read one pointer at immediate offsets (llvm-mca-22 on the X60: 384->96 at
+14x14 51% -> 72% of peak); a flat NCHW one over a large image runs row-vector blocks of up to 12 output channels x
+one vector of pixels (RVV_ROW_CHANNELS: 144->24 at 56x56 67% -> 78-81%). Against ONNX Runtime under qemu at VLEN
+256, 128 and 512, threads bit-identical at 1, 4 and 8."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,6 +29,40 @@ def _inverted_residual() -> tuple[onnx.ModelProto, dict]:
     consts = {"we": f(151, 40, 1, 1), "wd": f(151, 1, 3, 3), "bd": f(151), "wp": f(40, 151, 1, 1), "bp": f(40),
               "lo": np.float32(0), "hi": np.float32(6)}
     return graph_model(nodes, {"x": f(2, 40, 13, 13)}, ["y"], consts, 13), {"x": f(2, 40, 13, 13)}
+
+
+def _flat_rows() -> tuple[onnx.ModelProto, dict]:
+    """Flat NCHW 1x1 convs over 23 x 29 pixels (667: 41 vectors of 16 and 11 left; 20 of 32 and 27 left at VLEN
+    512): 7 -> 40 channels (blocks of 10; K steps' remainder 1) with a bias, a residual Add and Relu, and 40 -> 17
+    (blocks of 9 and 8)."""
+    rng = np.random.default_rng(31)
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Add", ["c1", "r"], ["s1"]),
+             helper.make_node("Relu", ["s1"], ["y1"]), helper.make_node("Conv", ["y1", "w2"], ["y2"])]
+    consts = {"w1": f(40, 7, 1, 1), "b1": f(40), "w2": f(17, 40, 1, 1)}
+    feeds = {"x": f(1, 7, 23, 29), "r": f(1, 40, 23, 29)}
+    return graph_model(nodes, feeds, ["y1", "y2"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("features", [None, "+m,+a,+f,+d,+c,+v", "+m,+a,+f,+d,+c,+v,+zvl512b"])
+def test_flat_rows_of_twelve_channels_match_onnxruntime(features, tmp_path, patched_compiler):
+    from fluidml_xc.ops.conv import conv2d as conv
+    tiles, emit = [], conv.emit_conv
+
+    def record(c):
+        tiles.append((c.plan.blocking.kind, c.plan.blocking.R, c.plan.blocking.U))
+        emit(c)
+    patched_compiler.setattr(conv, "emit_conv", record)
+    model, feeds = _flat_rows()
+    want = ort(model, feeds)
+    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
+    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
+    for out, expected in want.items():
+        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
+        for t in (4, 8):
+            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+    assert sorted(set(tiles)) == [("rows", 9, 1), ("rows", 10, 1)], tiles
 
 
 @pytest.mark.qemu

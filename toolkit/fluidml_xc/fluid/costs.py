@@ -368,6 +368,8 @@ class AnalyticModel:
             if pairs:  # two output rows read KH + 1 input rows
                 load *= (geo.KH + 1) / (2 * geo.KH)
             weight = VLOAD_NS / V if geo.lane_taps else BCAST_NS  # a lane of a loaded weight vector, or a splat
+            if self.forms.rvv and geo.flat:  # RVV flat 1x1 rows: `vfmacc.vf` reads the weight as a scalar (an `flw`
+                weight = 0.0  # beside the vector work; llvm-mca-22, X60: 12 channels x 1 vector 0.91x 4 x 2's time)
             if strips_fit(geo.plan, self.forms.rvv, geo.residual is not None):
                 # RVV column strips (ops/conv/strips.py): per output vector one vector load and two slides, the
                 # weights scalars in FP registers (vfmacc.vf); the step's three accumulators and the rows before and

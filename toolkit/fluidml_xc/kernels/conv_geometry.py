@@ -120,6 +120,12 @@ L1_BYTES = 32 * 1024
 AVX2_INPUT_SHARE = 0.5
 SHORT_TAPS = 64
 """Taps per output (input channels x kernel taps) of a short reduction (TargetForms.input_kept, weights_kept)."""
+RVV_ROW_CHANNELS = 12
+"""Most output channels per row-vector block of a flat 1x1 conv with constant weights on RVV, one vector of pixels
+(TargetForms.row_channels / row_vectors): 12 accumulators, each vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on
+the X60, 1x1 convs over 729-3136 pixels: 4 channels x 2 vectors 70-71% of peak, 6 x 2 75-76%, 8 x 1 72-77%, 10 x 1
+74-78%, 12 x 1 77-81%; docs/RISCV_KERNELS.md). Channels are split into equal blocks of at most this many (24: two
+of 12; 16: two of 8)."""
 TAIL_ACCUMULATORS = 8
 """Accumulators a channel-vector block needs to keep both FMA ports busy (x86: two ports x 4 cycles latency)."""
 CONV_ORDERS = ("co>px", "px>co")
@@ -300,18 +306,21 @@ class TargetForms:
         """R, output channels per row-vector block: up to 4; x86 flat 1x1 convs with constant weights run the
         GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels; RISC-V
         at most half its budget (the U74's 4: 2 channels x 2 vectors of 4 scalars; 4 x 2 spilled, benchmarks/mca.py
-        Conv 1x1 256->64 27% -> 59%)."""
+        Conv 1x1 256->64 27% -> 59%); RVV flat 1x1 convs with constant weights equal blocks of at most
+        RVV_ROW_CHANNELS."""
         if flat_packed and self.x86:
             return min(max(1, self.conv_accumulators // 2), Cog)
+        if flat_packed and self.rvv:
+            return -(-Cog // -(-Cog // RVV_ROW_CHANNELS))
         if self.arch is not None and self.arch.riscv:
             return min(4, Cog, max(1, self.conv_accumulators // 2))
         return min(4, Cog)
 
     def row_vectors(self, R: int, pairs: bool, flat_packed: bool = False) -> int:
         """U, vectors along the row per row-vector block (per row of a pair: a quarter of the budget, 3 of 3-6
-        measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels)."""
-        if flat_packed and self.x86:
-            return 2
+        measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels, 1 for RVV's)."""
+        if flat_packed and (self.x86 or self.rvv):
+            return 2 if self.x86 else 1
         if pairs:
             return max(1, self.conv_accumulators // 4)
         return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))

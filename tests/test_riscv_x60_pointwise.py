@@ -1,7 +1,7 @@
 """RVV's 1x1 convs (#30, docs/RISCV_KERNELS.md "Every form the boards run"): a flat channel-vector conv over a small
 channels-last image packs its input ([pixel block][channel][the block's pixels], TargetForms.packs_input) as NCHW
-ones do, so the broadcasts of a block read one pointer at immediate offsets (llvm-mca-22 on the X60: 384->96 at
-14x14 51% -> 72% of peak); a flat NCHW one over a large image runs row-vector blocks of up to 12 output channels x
+ones do, so the broadcasts of a block read one pointer at immediate offsets, in blocks of one vector of channels x
+12 pixels (RVV_CHANNEL_PIXELS; llvm-mca-22 on the X60: 384->96 at 14x14 51% -> 73% of peak); a flat NCHW one over a large image runs row-vector blocks of up to 12 output channels x
 one vector of pixels (RVV_ROW_CHANNELS: 144->24 at 56x56 67% -> 78-81%). Against ONNX Runtime under qemu at VLEN
 256, 128 and 512, threads bit-identical at 1, 4 and 8."""
 from __future__ import annotations
@@ -73,8 +73,9 @@ def test_channels_last_pointwise_packs_and_matches_onnxruntime(features, tmp_pat
 
     def record(c):
         s = c.plan.shape
-        if s.KH == s.KW == 1 and s.flat and c.plan.blocking.kind == "channels":
-            packed.append((s.xs[1] == 1, c.plan.blocking.packs_input))
+        b = c.plan.blocking
+        if s.KH == s.KW == 1 and s.flat and b.kind == "channels":
+            packed.append((s.xs[1] == 1, b.packs_input and (b.R, b.P) == (c.plan.V, 12)))
         emit(c)
     patched_compiler.setattr(conv, "emit_conv", record)
     model, feeds = _inverted_residual()

@@ -352,7 +352,10 @@ class AnalyticModel:
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":
             nv, nb = geo.R // V, -(-geo.Cog // geo.R)
-            work = pts * geo.G * nb * taps * (nv * VFMA_NS + BCAST_NS)
+            # RVV: a broadcast is the `flw` of `vfmacc.vf`, free beside the vector work at an immediate offset
+            # (consecutive pixels: NCHW or packed); channels-last pixels take an address `add` each
+            bcast = 0.0 if self.forms.rvv and (geo.xs[3] == 1 or geo.pack_groups) else BCAST_NS
+            work = pts * geo.G * nb * taps * (nv * VFMA_NS + bcast)
             unit = geo.os[1] == 1
             stores = pts * geo.G * nb * nv * STORE_NS if unit else out_elems * CONV_SCATTER_NS
             res = 0.0

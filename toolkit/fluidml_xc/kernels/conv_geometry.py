@@ -120,6 +120,11 @@ L1_BYTES = 32 * 1024
 AVX2_INPUT_SHARE = 0.5
 SHORT_TAPS = 64
 """Taps per output (input channels x kernel taps) of a short reduction (TargetForms.input_kept, weights_kept)."""
+RVV_CHANNEL_PIXELS = 12
+"""Pixels of an RVV channel-vector block of one vector of output channels over consecutive input pixels (NCHW or
+packed; TargetForms.channel_block): 12 accumulators, each weight vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on the
+X60 against 2 vectors x 5 pixels: the 7x7 stride-2 stem 49% -> 84% of peak, 1x1 NCHW -> NHWC 68-70% -> 74-75%, packed
+72% -> 75%; channels-last pixels unpacked keep 2 x 5: their broadcasts take an address `add` each, 70% -> 62% at 12)."""
 RVV_ROW_CHANNELS = 12
 """Most output channels per row-vector block of a flat 1x1 conv with constant weights on RVV, one vector of pixels
 (TargetForms.row_channels / row_vectors): 12 accumulators, each vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on
@@ -231,6 +236,15 @@ class TargetForms:
         accumulators, 12 pixels (docs/CNN_OPS.md)."""
         acc = self.conv_accumulators * (2 if self.x86 and vectors == 2 and vector_bytes >= 64 else 1)
         return max(1, acc // vectors)
+
+    def channel_block(self, Cog: int, V: int, itemsize: int, consecutive: bool) -> tuple[int, int]:
+        """(R, P) of a channel-vector block: 2 vectors of output channels when Cog has them, else 1, x channel_pixels;
+        on RVV one vector x RVV_CHANNEL_PIXELS when the block's pixels are consecutive floats (`consecutive`: NCHW
+        input or packed, so each broadcast is an `flw` at an immediate offset from one pointer)."""
+        if self.rvv and consecutive:
+            return V, RVV_CHANNEL_PIXELS
+        R = 2 * V if Cog >= 2 * V else V
+        return R, self.channel_pixels(R // V, V * itemsize)
 
     def taps_outer(self, channels: bool, xs: tuple[int, ...], taps: tuple[int, int, int, int, int, int], P: int, Cig: int,
                    V: int, itemsize: int) -> bool:
@@ -431,8 +445,8 @@ class ConvBlocking:
         if kind == "depthwise_c":
             R, P, dw_vec = 1, forms.dw_pixels(), forms.dw_vectors()
         elif kind == "channels":
-            R = 2 * V if Cog >= 2 * V else V
-            P = forms.channel_pixels(R // V, V * itemsize)
+            packs = forms.packs_input(True, flat, xs, W, N * C * RVV_CHANNEL_PIXELS * itemsize) and fixed_geometry
+            R, P = forms.channel_block(Cog, V, itemsize, xs[3] == 1 or packs)
         else:
             R, P = forms.row_channels(Cog, flat and w_const), 0
             by_lane = w_const and forms.by_lane(f32, V, Cog, taps)

@@ -6,7 +6,10 @@ orders), compiled, and each node function's innermost multiply-add loop goes to 
     python benchmarks/riscv_forms.py MODEL.onnx [MODEL.onnx ...] --board bpi-f3 [--threads N] [--all]
 
 One line per node (with --all) or per distinct form (the op, the plan's kind, R x P or R x U, layout, stride, kernel,
-Cog; the first node of each and how many share it): cycles, % of the core's peak, the plan's decisions.
+Cog; the worst node of each and how many share it): cycles, % of the core's peak, the plan's decisions. A function
+that makes an indirect call on a board with machine-code routines (kernels/scalar_tile.py, depthwise_tile.py) is
+given the routine's loop when that has more multiply-adds than its own ("[routine?]": the call may be another one,
+e.g. a Gemm of one row runs the generic tile: check with --all and benchmarks/mca.py).
 """
 from __future__ import annotations
 
@@ -115,11 +118,10 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
         for k in tiled:
             body = body + funcs[k]
         loop = hot_loop(body, "riscv64", register_bits(spec)) if body else None
-        calls_routine = any("jalr" in s for _, s in body) and routine_loops
-        if calls_routine:
-            best = max((r for r in routine_loops.values() if r), key=lambda r: r.macs, default=None)
-            if best and (loop is None or best.macs > loop.macs):
-                loop, key = best, key + " [routine]"
+        section = DEPTHWISE_SECTION if " gdw " in key else TILE_SECTION
+        routine = routine_loops.get(section) if any(s.startswith("jalr") for _, s in body) else None
+        if routine and (loop is None or routine.macs > loop.macs):  # an indirect call: the section's routine
+            loop, key = routine, key + " [routine?]"
         if loop is None or not loop.macs:
             row = (node.name, key, detail, None, None, None)
         else:

@@ -6,8 +6,9 @@ orders), compiled, and each node function's innermost multiply-add loop goes to 
     python benchmarks/riscv_forms.py MODEL.onnx [MODEL.onnx ...] --board bpi-f3 [--threads N] [--all]
 
 One line per node (with --all) or per distinct form (the op, the plan's kind, R x P or R x U, layout, stride, kernel,
-Cog; the worst node of each and how many share it): cycles, % of the core's peak, the plan's decisions. A function
-that makes an indirect call on a board with machine-code routines (kernels/scalar_tile.py, depthwise_tile.py) is
+Cog; the worst node of each and how many share it): cycles, % of the core's peak, the plan's decisions; the total:
+every priced node's FLOP at its hot loop's rate (a rough whole-model figure: loops only, no edges, no memory). A
+function that makes an indirect call on a board with machine-code routines (kernels/scalar_tile.py, depthwise_tile.py) is
 given the routine's loop when that has more multiply-adds than its own ("[routine?]": the call may be another one,
 e.g. a Gemm of one row runs the generic tile: check with --all and benchmarks/mca.py).
 """
@@ -105,6 +106,7 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
     peak = riscv_peak("llvm-mca-22", spec.cpu, "fp", register_bits(spec), spec.features)
     routine_loops = {k: hot_loop(v, "riscv64", register_bits(spec)) for k, v in funcs.items() if k.startswith(".text.")}
     seen: dict[str, list] = {}
+    total = [0.0, 0.0]
     for step, index in enumerate(lowered.plan.order):
         node = lowered.graph.nodes[index]
         if node.op_type not in ("Conv", "Gemm", "MatMul"):
@@ -122,6 +124,7 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
         routine = routine_loops.get(section) if any(s.startswith("jalr") for _, s in body) else None
         if routine and (loop is None or routine.macs > loop.macs):  # an indirect call: the section's routine
             loop, key = routine, key + " [routine?]"
+        flop = node_flop(lowered.graph, node)
         if loop is None or not loop.macs:
             row = (node.name, key, detail, None, None, None)
         else:
@@ -129,6 +132,8 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
             cycles, rthr, _ = run_mca(asm, "llvm-mca-22", MCA_TRIPLE["riscv64"], spec.cpu, spec.features)
             pct = 100 * (2 * loop.lanes + loop.mul_lanes) / cycles / peak
             row = (node.name, key, detail, cycles, pct, loop)
+            total[0] += flop
+            total[1] += flop / (peak * pct / 100)
             if asm_dir:
                 asm_dir.mkdir(parents=True, exist_ok=True)
                 (asm_dir / f"{board_name}-{path.stem}-{re.sub(r'[^A-Za-z0-9]+', '_', node.name)}.s").write_text(asm)
@@ -138,6 +143,19 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
     if not show_all:
         for key, rows in seen.items():
             _print(min(rows, key=lambda r: r[4] if r[4] is not None else 1e9), len(rows))
+    print(f"total: {total[0] / 1e6:.1f} MFLOP in the priced loops, {total[1] / 1e6:.2f} M cycles at their hot loops' "
+          f"rates ({100 * total[0] / total[1] / peak:.1f}% of peak)")
+
+
+def node_flop(graph, node) -> float:
+    """2 x the multiply-adds of a Conv (its output x input channels per group x taps) or a Gemm / MatMul."""
+    out = graph.tensors[node.outputs[0]]
+    if node.op_type == "Conv":
+        w = graph.tensors[node.inputs[1]].shape
+        return 2.0 * float(np.prod(out.shape)) * float(np.prod(w[1:]))
+    a = graph.tensors[node.inputs[0]].shape
+    k = a[0] if node.op_type == "Gemm" and node.attrs.get("transA", 0) else a[-1]
+    return 2.0 * float(np.prod(out.shape)) * k
 
 
 def _print(row, count: int) -> None:

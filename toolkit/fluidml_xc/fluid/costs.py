@@ -379,6 +379,8 @@ class AnalyticModel:
                 # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 100 of 128 cycles)
                 load, weight, slow = STRIP_VECTOR_LOADS * VLOAD_NS / taps, 0.0, 1.0
             work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
+            if self.forms.rvv and geo.sw > 1 and x_unit:
+                work *= RVV_STRIDED_ROWS
             unit = geo.os[3] == 1
             stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS
             res = 0.0
@@ -466,6 +468,10 @@ CONV_SCATTER_NS = 0.15
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
+RVV_STRIDED_ROWS = 2.5
+"""RVV row vectors at stride 2-4 (wide loads split by `vnsrl` between two `vsetivli`): their work over the model's
+count (llvm-mca-22 on the X60, MobileNetV2's stride-2 depthwise convs at 112 and 56: NCHW rows 7.2-7.8% of peak, the
+channels-last block 22-24%, 3.0-3.1x the time; with this factor the model prices 3.1x, before 1.3x)."""
 FMA_IN_FLIGHT = 8
 """Independent vector accumulators needed to hide FMA latency (two FMA ports x ~4 cycles)."""
 

@@ -112,6 +112,7 @@ def _mobilenet_block(cin: int, hidden: int, cout: int, hw: int):
 
 def cases() -> list[Case]:
     from bench_int8 import qlinear_conv, qlinear_matmul
+    from riscv_forms import form_cases
 
     out = []
     out.append(Case("fp32 MatMul 64x256x256", "fp", _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
@@ -151,22 +152,7 @@ def cases() -> list[Case]:
     # hoisted input-row and pixel bases from the stack until each block took one address (docs/ARM_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
                     _mobilenet_block(24, 144, 24, 56), ))
-    # forms the RISC-V boards run in MobileNetV2 and the light models that the rows above do not have
-    # (benchmarks/riscv_forms.py, docs/RISCV_KERNELS.md "Every form the boards run"): the stem (3x3 stride 2, 3 input
-    # channels), a flat NCHW 1x1 conv into 24 channels (row vectors), a channels-last 1x1 conv between a
-    # MobileNetV2 block's depthwise convs at 14x14 (its input packed), a classifier's Gemm of one row (a GEMV)
-    out.append(Case("fp32 Conv 3x3 s2 3->32 224x224 (stem) +Clip6", "fp", _model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, strides=[2, 2]),
-         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
-        {"x": f32(1, 3, 224, 224)}, {"w": f32(32, 3, 3, 3), "bias": f32(32), "lo": np.array(0, np.float32),
-                                     "hi": np.array(6, np.float32)}), 2.0 * 32 * 27 * 112 * 112))
-    out.append(Case("fp32 Conv 1x1 144->24 56x56 (project)", "fp", _model(
-        [helper.make_node("Conv", ["x", "w"], ["y"])], {"x": f32(1, 144, 56, 56)}, {"w": f32(24, 144, 1, 1)}),
-        2.0 * 144 * 24 * 56 * 56))
-    out.append(Case("fp32 Conv 1x1 NHWC 64->384->96 14x14 (MobileNetV2 block)", "fp", _mobilenet_block(64, 384, 96, 14)))
-    out.append(Case("fp32 Gemm 1x1280 x 1280x1000 (classifier)", "fp", _model(
-        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1)], {"a": f32(1, 1280)},
-        {"b": f32(1000, 1280), "c": f32(1000)}), 2.0 * 1280 * 1000))
+    out += form_cases()  # forms the RISC-V boards run that the rows above do not have (benchmarks/riscv_forms.py)
     # the same MatMul and Conv built with --precision fp16 (float16 FMAs in blocks added into float32, docs/FP16.md)
     out.append(Case("fp16 MatMul 64x256x256", "fp16", out[0].model, out[0].work, precision="fp16"))
     out.append(Case("fp16 Conv 3x3 32->32 28x28 +Relu", "fp16", out[1].model, out[1].work, precision="fp16"))

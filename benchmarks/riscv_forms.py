@@ -166,6 +166,29 @@ def _print(row, count: int) -> None:
     print(f"{key:70} x{count:<3} {cycles:7.2f} cyc {loop.macs:3} mac {loop.stack:2} stk {pct:5.1f}%  {name}: {detail}")
 
 
+def form_cases() -> list:
+    """benchmarks/mca.py's cases for forms the RISC-V boards run in MobileNetV2 and the light models: the stem (3x3
+    stride 2, 3 input channels), a flat NCHW 1x1 conv into 24 channels (row vectors), a channels-last 1x1 conv
+    between a MobileNetV2 block's depthwise convs at 14x14 (its input packed), a classifier's Gemm of one row."""
+    from onnx import helper
+
+    from mca import Case, _mobilenet_block, _model, f32
+    out = []
+    out.append(Case("fp32 Conv 3x3 s2 3->32 224x224 (stem) +Clip6", "fp", _model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, strides=[2, 2]),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+        {"x": f32(1, 3, 224, 224)}, {"w": f32(32, 3, 3, 3), "bias": f32(32), "lo": np.array(0, np.float32),
+                                     "hi": np.array(6, np.float32)}), 2.0 * 32 * 27 * 112 * 112))
+    out.append(Case("fp32 Conv 1x1 144->24 56x56 (project)", "fp", _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], {"x": f32(1, 144, 56, 56)}, {"w": f32(24, 144, 1, 1)}),
+        2.0 * 144 * 24 * 56 * 56))
+    out.append(Case("fp32 Conv 1x1 NHWC 64->384->96 14x14 (MobileNetV2 block)", "fp", _mobilenet_block(64, 384, 96, 14)))
+    out.append(Case("fp32 Gemm 1x1280 x 1280x1000 (classifier)", "fp", _model(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1)], {"a": f32(1, 1280)},
+        {"b": f32(1000, 1280), "c": f32(1000)}), 2.0 * 1280 * 1000))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+", type=Path)

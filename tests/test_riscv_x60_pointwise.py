@@ -17,18 +17,18 @@ from test_riscv import ort
 
 def _inverted_residual() -> tuple[onnx.ModelProto, dict]:
     """MobileNetV2's block over two 13 x 13 images, which fluid runs channels-last between its 1x1 convs: expand
-    40 -> 151 + Clip6, depthwise 3x3 + Clip6, project 151 -> 40 with a bias and the residual Add. The project
-    conv reads a channels-last input of 169 pixels (blocks of 5 and a rest of 4), 151 input channels (the 3 K
-    steps' remainder of 1) into 40 outputs (V = 16: a two-vector block and a rest of 8)."""
+    56 -> 151 + Clip6, depthwise 3x3 + Clip6, project 151 -> 56 with a bias and the residual Add. The project
+    conv reads a channels-last input of 169 pixels (15 blocks of 11-12), 151 input channels (the 3 K steps'
+    remainder of 1) into 56 outputs (RVV_PACK_MIN_CHANNELS 48; V = 16: 3 vectors and a rest of 8)."""
     rng = np.random.default_rng(30)
     f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
     nodes = [helper.make_node("Conv", ["x", "we"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
              helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1] * 4, group=151),
              helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
              helper.make_node("Conv", ["d6", "wp", "bp"], ["p"]), helper.make_node("Add", ["p", "x"], ["y"])]
-    consts = {"we": f(151, 40, 1, 1), "wd": f(151, 1, 3, 3), "bd": f(151), "wp": f(40, 151, 1, 1), "bp": f(40),
+    consts = {"we": f(151, 56, 1, 1), "wd": f(151, 1, 3, 3), "bd": f(151), "wp": f(56, 151, 1, 1), "bp": f(56),
               "lo": np.float32(0), "hi": np.float32(6)}
-    return graph_model(nodes, {"x": f(2, 40, 13, 13)}, ["y"], consts, 13), {"x": f(2, 40, 13, 13)}
+    return graph_model(nodes, {"x": f(2, 56, 13, 13)}, ["y"], consts, 13), {"x": f(2, 56, 13, 13)}
 
 
 def _flat_rows() -> tuple[onnx.ModelProto, dict]:

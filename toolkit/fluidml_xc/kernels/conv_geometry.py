@@ -125,6 +125,11 @@ RVV_CHANNEL_PIXELS = 12
 packed; TargetForms.channel_block): 12 accumulators, each weight vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on the
 X60 against 2 vectors x 5 pixels: the 7x7 stride-2 stem 49% -> 84% of peak, 1x1 NCHW -> NHWC 68-70% -> 74-75%, packed
 72% -> 75%; channels-last pixels unpacked keep 2 x 5: their broadcasts take an address `add` each, 70% -> 62% at 12)."""
+RVV_PACK_MIN_CHANNELS = 48
+"""Output channels per group from which an RVV channels-last 1x1 conv packs its input (TargetForms.packs_input): the
+pack copies each input float once (llvm-mca-22 on the X60: 35-46 cycles per 12, about 3.2 per float), the packed
+loop saves about 0.077 x Cog cycles per input float (Cog / 8 multiply-adds at 73% of peak instead of 51%): even at
+42 output channels, a loss below (Inception's 480 -> 16 would take twice its time)."""
 RVV_ROW_CHANNELS = 12
 """Most output channels per row-vector block of a flat 1x1 conv with constant weights on RVV, one vector of pixels
 (TargetForms.row_channels / row_vectors): 12 accumulators, each vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on
@@ -339,15 +344,17 @@ class TargetForms:
             return max(1, self.conv_accumulators // 4)
         return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))
 
-    def packs_input(self, channels: bool, flat: bool, xs: tuple[int, ...], pixels: int, block_bytes: int) -> bool:
+    def packs_input(self, channels: bool, flat: bool, xs: tuple[int, ...], pixels: int, block_bytes: int,
+                    Cog: int = 0) -> bool:
         """Flat 1x1 channel-vector convs over small images with pixels innermost (NCHW, e.g. ResNet's 7x7 stage):
         the input is packed into [pixel block][channel][the block's pixels] on the stack, so a block's
         broadcasts read one contiguous run instead of a few bytes of every channel plane (a cache line per
         channel and block). block_bytes: one block of P pixels, every image and channel. xs: the input's element
-        strides (N, C, H, W). On RVV channels-last inputs too: a block's pixels are 4 x C bytes apart, past the
-        loads' 12-bit offsets from C = 128 on, and every broadcast then took an address `add` that waits for the
-        multiply-add before it (llvm-mca-22 on the X60: 384->96 at 14x14 51% of peak, packed 72%)."""
-        layout = xs[3] == 1 or (self.rvv and xs[1] == 1)
+        strides (N, C, H, W). On RVV channels-last inputs too, with at least RVV_PACK_MIN_CHANNELS output channels
+        per group (Cog): a block's pixels are 4 x C bytes apart, past the loads' 12-bit offsets from C = 128 on, and
+        every broadcast then took an address `add` that waits for the multiply-add before it (llvm-mca-22 on the X60:
+        384->96 at 14x14 51% of peak, packed 73%)."""
+        layout = xs[3] == 1 or (self.rvv and xs[1] == 1 and Cog >= RVV_PACK_MIN_CHANNELS)
         return channels and flat and layout and pixels <= PACK_MAX_PIXELS and block_bytes <= PACK_MAX_BYTES
 
     def pack_groups(self, blocks: int, block_bytes: int, work: float, channels_inner: bool, weights_bytes: int,
@@ -445,7 +452,7 @@ class ConvBlocking:
         if kind == "depthwise_c":
             R, P, dw_vec = 1, forms.dw_pixels(), forms.dw_vectors()
         elif kind == "channels":
-            packs = forms.packs_input(True, flat, xs, W, N * C * RVV_CHANNEL_PIXELS * itemsize) and fixed_geometry
+            packs = forms.packs_input(True, flat, xs, W, N * C * RVV_CHANNEL_PIXELS * itemsize, Cog) and fixed_geometry
             R, P = forms.channel_block(Cog, V, itemsize, xs[3] == 1 or packs)
         else:
             R, P = forms.row_channels(Cog, flat and w_const), 0
@@ -454,7 +461,7 @@ class ConvBlocking:
             row_pairs = forms.row_pairs(edges, Cog, sh, dh, KH, KW)
             U = forms.row_vectors(R, row_pairs, flat and w_const)
         block_bytes = N * C * P * itemsize if kind == "channels" else 0
-        packs_input = forms.packs_input(kind == "channels", flat, xs, W, block_bytes) and fixed_geometry
+        packs_input = forms.packs_input(kind == "channels", flat, xs, W, block_bytes, Cog) and fixed_geometry
         pack_groups = (forms.pack_groups(-(-W // P), block_bytes, float(N) * OC * OH * OW * taps, os[1] == 1,
                                          OC * taps * itemsize, N * C * H * W * itemsize) if packs_input else 0)
         if kind == "channels":

@@ -112,6 +112,7 @@ def _mobilenet_block(cin: int, hidden: int, cout: int, hw: int):
 
 def cases() -> list[Case]:
     from bench_int8 import qlinear_conv, qlinear_matmul
+    from riscv_forms import form_cases
 
     out = []
     out.append(Case("fp32 MatMul 64x256x256", "fp", _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
@@ -158,6 +159,7 @@ def cases() -> list[Case]:
     # hoisted input-row and pixel bases from the stack until each block took one address (docs/ARM_KERNELS.md)
     out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
                     _mobilenet_block(24, 144, 24, 56), ))
+    out += form_cases()  # forms the RISC-V boards run that the rows above do not have (benchmarks/riscv_forms.py)
     # the same MatMul and Conv built with --precision fp16 (float16 FMAs in blocks added into float32, docs/FP16.md)
     out.append(Case("fp16 MatMul 64x256x256", "fp16", out[0].model, out[0].work, precision="fp16"))
     out.append(Case("fp16 Conv 3x3 32->32 28x28 +Relu", "fp16", out[1].model, out[1].work, precision="fp16"))

@@ -356,7 +356,10 @@ class AnalyticModel:
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":
             nv, nb = geo.R // V, -(-geo.Cog // geo.R)
-            work = pts * geo.G * nb * taps * (nv * VFMA_NS + BCAST_NS)
+            # RVV: a broadcast is the `flw` of `vfmacc.vf`, free beside the vector work at an immediate offset
+            # (consecutive pixels: NCHW or packed); channels-last pixels take an address `add` each
+            bcast = 0.0 if self.forms.rvv and (geo.xs[3] == 1 or geo.pack_groups) else BCAST_NS
+            work = pts * geo.G * nb * taps * (nv * VFMA_NS + bcast)
             unit = geo.os[1] == 1
             stores = pts * geo.G * nb * nv * STORE_NS if unit else out_elems * CONV_SCATTER_NS
             res = 0.0
@@ -372,12 +375,16 @@ class AnalyticModel:
             if pairs:  # two output rows read KH + 1 input rows
                 load *= (geo.KH + 1) / (2 * geo.KH)
             weight = VLOAD_NS / V if geo.lane_taps else BCAST_NS  # a lane of a loaded weight vector, or a splat
+            if self.forms.rvv and geo.flat:  # RVV flat 1x1 rows: `vfmacc.vf` reads the weight as a scalar (an `flw`
+                weight = 0.0  # beside the vector work; llvm-mca-22, X60: 12 channels x 1 vector 0.91x 4 x 2's time)
             if strips_fit(geo.plan, self.forms.rvv, geo.residual is not None):
                 # RVV column strips (ops/conv/strips.py): per output vector one vector load and two slides, the
                 # weights scalars in FP registers (vfmacc.vf); the step's three accumulators and the rows before and
                 # after it keep the in-order FP unit busy (llvm-mca-22 on the X60: 100 of 128 cycles)
                 load, weight, slow = STRIP_VECTOR_LOADS * VLOAD_NS / taps, 0.0, 1.0
             work = vecs * taps * (geo.Cog * VFMA_NS * slow + nb * load + geo.Cog * weight / max(U, 1))
+            if self.forms.rvv and geo.sw > 1 and x_unit:
+                work *= RVV_STRIDED_ROWS
             unit = geo.os[3] == 1
             stores = vecs * geo.Cog * STORE_NS if unit else out_elems * CONV_SCATTER_NS
             res = 0.0
@@ -465,6 +472,10 @@ CONV_SCATTER_NS = 0.15
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
+RVV_STRIDED_ROWS = 2.5
+"""RVV row vectors at stride 2-4 (wide loads split by `vnsrl` between two `vsetivli`): their work over the model's
+count (llvm-mca-22 on the X60, MobileNetV2's stride-2 depthwise convs at 112 and 56: NCHW rows 7.2-7.8% of peak, the
+channels-last block 22-24%, 3.0-3.1x the time; with this factor the model prices 3.1x, before 1.3x)."""
 FMA_IN_FLIGHT = 8
 """Independent vector accumulators needed to hide FMA latency (two FMA ports x ~4 cycles)."""
 

@@ -120,6 +120,22 @@ L1_BYTES = 32 * 1024
 AVX2_INPUT_SHARE = 0.5
 SHORT_TAPS = 64
 """Taps per output (input channels x kernel taps) of a short reduction (TargetForms.input_kept, weights_kept)."""
+RVV_CHANNEL_PIXELS = 12
+"""Pixels of an RVV channel-vector block of one vector of output channels over consecutive input pixels (NCHW or
+packed; TargetForms.channel_block): 12 accumulators, each weight vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on the
+X60 against 2 vectors x 5 pixels: the 7x7 stride-2 stem 49% -> 84% of peak, 1x1 NCHW -> NHWC 68-70% -> 74-75%, packed
+72% -> 75%; channels-last pixels unpacked keep 2 x 5: their broadcasts take an address `add` each, 70% -> 62% at 12)."""
+RVV_PACK_MIN_CHANNELS = 48
+"""Output channels per group from which an RVV channels-last 1x1 conv packs its input (TargetForms.packs_input): the
+pack copies each input float once (llvm-mca-22 on the X60: 35-46 cycles per 12, about 3.2 per float), the packed
+loop saves about 0.077 x Cog cycles per input float (Cog / 8 multiply-adds at 73% of peak instead of 51%): even at
+42 output channels, a loss below (Inception's 480 -> 16 would take twice its time)."""
+RVV_ROW_CHANNELS = 12
+"""Most output channels per row-vector block of a flat 1x1 conv with constant weights on RVV, one vector of pixels
+(TargetForms.row_channels / row_vectors): 12 accumulators, each vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on
+the X60, 1x1 convs over 729-3136 pixels: 4 channels x 2 vectors 70-71% of peak, 6 x 2 75-76%, 8 x 1 72-77%, 10 x 1
+74-78%, 12 x 1 77-81%; docs/RISCV_KERNELS.md). Channels are split into equal blocks of at most this many (24: two
+of 12; 16: two of 8)."""
 TAIL_ACCUMULATORS = 8
 """Accumulators a channel-vector block needs to keep both FMA ports busy (x86: two ports x 4 cycles latency)."""
 CONV_ORDERS = ("co>px", "px>co")
@@ -226,6 +242,15 @@ class TargetForms:
         acc = self.conv_accumulators * (2 if self.x86 and vectors == 2 and vector_bytes >= 64 else 1)
         return max(1, acc // vectors)
 
+    def channel_block(self, Cog: int, V: int, itemsize: int, consecutive: bool) -> tuple[int, int]:
+        """(R, P) of a channel-vector block: 2 vectors of output channels when Cog has them, else 1, x channel_pixels;
+        on RVV one vector x RVV_CHANNEL_PIXELS when the block's pixels are consecutive floats (`consecutive`: NCHW
+        input or packed, so each broadcast is an `flw` at an immediate offset from one pointer)."""
+        if self.rvv and consecutive:
+            return V, RVV_CHANNEL_PIXELS
+        R = 2 * V if Cog >= 2 * V else V
+        return R, self.channel_pixels(R // V, V * itemsize)
+
     def taps_outer(self, channels: bool, xs: tuple[int, ...], taps: tuple[int, int, int, int, int, int], P: int, Cig: int,
                    V: int, itemsize: int) -> bool:
         """Channel vectors over a channels-last input (xs: element strides N, C, H, W): the taps outermost and the input
@@ -300,29 +325,37 @@ class TargetForms:
         """R, output channels per row-vector block: up to 4; x86 flat 1x1 convs with constant weights run the
         GEMM tile of 16 ymm (MLAS's 6 x 16): half the accumulator budget in channels x 2 vectors of pixels; RISC-V
         at most half its budget (the U74's 4: 2 channels x 2 vectors of 4 scalars; 4 x 2 spilled, benchmarks/mca.py
-        Conv 1x1 256->64 27% -> 59%)."""
+        Conv 1x1 256->64 27% -> 59%); RVV flat 1x1 convs with constant weights equal blocks of at most
+        RVV_ROW_CHANNELS."""
         if flat_packed and self.x86:
             return min(max(1, self.conv_accumulators // 2), Cog)
+        if flat_packed and self.rvv:
+            return -(-Cog // -(-Cog // RVV_ROW_CHANNELS))
         if self.arch is not None and self.arch.riscv:
             return min(4, Cog, max(1, self.conv_accumulators // 2))
         return min(4, Cog)
 
     def row_vectors(self, R: int, pairs: bool, flat_packed: bool = False) -> int:
         """U, vectors along the row per row-vector block (per row of a pair: a quarter of the budget, 3 of 3-6
-        measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels)."""
-        if flat_packed and self.x86:
-            return 2
+        measured best by benchmarks/mca.py on the A76; 2 for the x86 flat tile of row_channels, 1 for RVV's)."""
+        if flat_packed and (self.x86 or self.rvv):
+            return 2 if self.x86 else 1
         if pairs:
             return max(1, self.conv_accumulators // 4)
         return min(4 if R <= 2 else 2, max(1, self.conv_accumulators // 2))
 
-    @staticmethod
-    def packs_input(channels: bool, flat: bool, pixels_unit: bool, pixels: int, block_bytes: int) -> bool:
+    def packs_input(self, channels: bool, flat: bool, xs: tuple[int, ...], pixels: int, block_bytes: int,
+                    Cog: int = 0) -> bool:
         """Flat 1x1 channel-vector convs over small images with pixels innermost (NCHW, e.g. ResNet's 7x7 stage):
         the input is packed into [pixel block][channel][the block's pixels] on the stack, so a block's
         broadcasts read one contiguous run instead of a few bytes of every channel plane (a cache line per
-        channel and block). block_bytes: one block of P pixels, every image and channel."""
-        return channels and flat and pixels_unit and pixels <= PACK_MAX_PIXELS and block_bytes <= PACK_MAX_BYTES
+        channel and block). block_bytes: one block of P pixels, every image and channel. xs: the input's element
+        strides (N, C, H, W). On RVV channels-last inputs too, with at least RVV_PACK_MIN_CHANNELS output channels
+        per group (Cog): a block's pixels are 4 x C bytes apart, past the loads' 12-bit offsets from C = 128 on, and
+        every broadcast then took an address `add` that waits for the multiply-add before it (llvm-mca-22 on the X60:
+        384->96 at 14x14 51% of peak, packed 73%)."""
+        layout = xs[3] == 1 or (self.rvv and xs[1] == 1 and Cog >= RVV_PACK_MIN_CHANNELS)
+        return channels and flat and layout and pixels <= PACK_MAX_PIXELS and block_bytes <= PACK_MAX_BYTES
 
     def pack_groups(self, blocks: int, block_bytes: int, work: float, channels_inner: bool, weights_bytes: int,
                     input_bytes: int) -> int:
@@ -419,8 +452,8 @@ class ConvBlocking:
         if kind == "depthwise_c":
             R, P, dw_vec = 1, forms.dw_pixels(), forms.dw_vectors()
         elif kind == "channels":
-            R = 2 * V if Cog >= 2 * V else V
-            P = forms.channel_pixels(R // V, V * itemsize)
+            packs = forms.packs_input(True, flat, xs, W, N * C * RVV_CHANNEL_PIXELS * itemsize, Cog) and fixed_geometry
+            R, P = forms.channel_block(Cog, V, itemsize, xs[3] == 1 or packs)
         else:
             R, P = forms.row_channels(Cog, flat and w_const), 0
             by_lane = w_const and forms.by_lane(f32, V, Cog, taps)
@@ -428,7 +461,7 @@ class ConvBlocking:
             row_pairs = forms.row_pairs(edges, Cog, sh, dh, KH, KW)
             U = forms.row_vectors(R, row_pairs, flat and w_const)
         block_bytes = N * C * P * itemsize if kind == "channels" else 0
-        packs_input = forms.packs_input(kind == "channels", flat, xs[3] == 1, W, block_bytes) and fixed_geometry
+        packs_input = forms.packs_input(kind == "channels", flat, xs, W, block_bytes, Cog) and fixed_geometry
         pack_groups = (forms.pack_groups(-(-W // P), block_bytes, float(N) * OC * OH * OW * taps, os[1] == 1,
                                          OC * taps * itemsize, N * C * H * W * itemsize) if packs_input else 0)
         if kind == "channels":

@@ -9,6 +9,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..target.arch import arch_of
+from .epilogue import Epilogue, activate
 from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
@@ -72,6 +73,9 @@ class Problem:
     """Added after the bias, element for element of C: stored with C's strides, so read at C's own offsets."""
     relu: bool = False
     """max(., 0) last (passes/epilogues.py fused a Relu)."""
+    activation: "Epilogue | None" = None
+    """Another fused activation applied last (kernels/epilogue.py activate: a Clip or a leaky Relu; the convs the
+    U74's GEMM tile runs, ops/conv/pointwise.py and im2col.py)."""
     run: "RunDims | None" = None
     """The run-time extents when some vary (kernels/matmul_runtime.py); batch, m, n, kk are then the capacities."""
 
@@ -237,7 +241,10 @@ def epilogue(k, P: Problem, acc, row, col, width: int, count: int):
 
 
 def add_residual(k, P: Problem, acc, at, cs: int, width: int, count: int):
-    """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them), then the Relu."""
+    """acc + residual[C offset at + l * cs] for the first `count` lanes (no read past them), then the Relu or the
+    activation."""
+    if P.activation is not None:
+        return activate(k, P.activation, add_residual(k, replace(P, activation=None), acc, at, cs, width, count))
     if P.relu:  # select(x < 0, 0, x): NaN stays NaN, as the Relu kernel (docs/GUARANTEES.md)
         x = add_residual(k, replace(P, relu=False), acc, at, cs, width, count)
         zero = k.vzero(P.dtype, width)

@@ -2,7 +2,8 @@
 U74): per output row, each panel of the tile's width in output pixels gathers its input columns (K = input channels
 x kernel taps, zeros where the taps meet the padding) into a stack buffer, then every block of output channels runs
 the tile over it (the weights, Co x K, as A's rows) and stores through the GEMM's epilogue (bias, a residual stored
-like the output, Relu). A panel inside the image is copied without bounds tests; at the borders each tap is tested."""
+like the output, an activation). A panel inside the image is copied without bounds tests; at the borders each tap is
+tested."""
 from __future__ import annotations
 
 from functools import reduce
@@ -24,12 +25,13 @@ MIN_CHANNELS = 10
 def emit_im2col_gemm(k, x, w, bias, out, residual, epi: Epilogue | None, groups: int, k_sp, strides, dils, pads) -> bool:
     """Emit the conv as the panels' GEMMs and say True, or False (nothing emitted) when it is not such a conv:
     float32, static, 2-D, constant weights of one group and more than one tap, an epilogue of at most a residual
-    (stored like out) and a Relu, enough output channels, K within MAX_K and rows of at least the tile's width."""
+    (stored like out) and an activation (Relu, Clip, leaky Relu), enough output channels, K within MAX_K and rows of
+    at least the tile's width."""
     tile = kernel_tile(k)
     if (tile is None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32 or w.value is None or groups != 1
             or len(k_sp) != 2 or k_sp[0] * k_sp[1] == 1):
         return False
-    if epi is not None and epi.activation not in (None, "relu"):
+    if epi is not None and epi.activation not in (None, "relu", "clip", "leaky_relu"):
         return False
     if residual is not None and (tuple(residual.shape) != tuple(out.shape) or tuple(residual.strides) != tuple(out.strides)):
         return False
@@ -47,7 +49,8 @@ def emit_im2col_gemm(k, x, w, bias, out, residual, epi: Epilogue | None, groups:
                 Mat(lambda: out.ptr, (), out.strides[1], out.strides[3]),
                 None if bias is None else Mat(lambda: bias.ptr, (), 1, 0),
                 residual=None if residual is None else Mat(lambda: residual.ptr, (), 0, 0),
-                relu=epi is not None and epi.activation == "relu")
+                relu=epi is not None and epi.activation == "relu",
+                activation=epi if epi is not None and epi.activation in ("clip", "leaky_relu") else None)
     geometry = (kh, kw, *(int(v) for v in strides), *(int(v) for v in dils), *(int(v) for v in pads[:2]))
     widths = [k.lanes(dt)] * (cols // k.lanes(dt)) + [1] * (cols % k.lanes(dt))
     full, rest = divmod(ow_count, cols)

@@ -1,0 +1,115 @@
+"""RVV's 1x1 convs (#30, docs/RISCV_KERNELS.md "Every form the boards run"): a flat channel-vector conv over a small
+channels-last image packs its input ([pixel block][channel][the block's pixels], TargetForms.packs_input) as NCHW
+ones do, so the broadcasts of a block read one pointer at immediate offsets, in blocks of one vector of channels x
+12 pixels (RVV_CHANNEL_PIXELS; llvm-mca-22 on the X60: 384->96 at 14x14 51% -> 73% of peak); a flat NCHW one over a large image runs row-vector blocks of up to 12 output channels x
+one vector of pixels (RVV_ROW_CHANNELS: 144->24 at 56x56 67% -> 78-81%). Against ONNX Runtime under qemu at VLEN
+256, 128 and 512, threads bit-identical at 1, 4 and 8."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from modelrun import build, graph_model, run
+from test_riscv import ort
+
+
+def _inverted_residual() -> tuple[onnx.ModelProto, dict]:
+    """MobileNetV2's block over two 13 x 13 images, which fluid runs channels-last between its 1x1 convs: expand
+    56 -> 151 + Clip6, depthwise 3x3 + Clip6, project 151 -> 56 with a bias and the residual Add. The project
+    conv reads a channels-last input of 169 pixels (15 blocks of 11-12), 151 input channels (the 3 K steps'
+    remainder of 1) into 56 outputs (RVV_PACK_MIN_CHANNELS 48; V = 16: 3 vectors and a rest of 8)."""
+    rng = np.random.default_rng(30)
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "we"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1] * 4, group=151),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "wp", "bp"], ["p"]), helper.make_node("Add", ["p", "x"], ["y"])]
+    consts = {"we": f(151, 56, 1, 1), "wd": f(151, 1, 3, 3), "bd": f(151), "wp": f(56, 151, 1, 1), "bp": f(56),
+              "lo": np.float32(0), "hi": np.float32(6)}
+    return graph_model(nodes, {"x": f(2, 56, 13, 13)}, ["y"], consts, 13), {"x": f(2, 56, 13, 13)}
+
+
+def _flat_rows() -> tuple[onnx.ModelProto, dict]:
+    """Flat NCHW 1x1 convs over 23 x 29 pixels (667: 41 vectors of 16 and 11 left; 20 of 32 and 27 left at VLEN
+    512): 7 -> 40 channels (blocks of 10; K steps' remainder 1) with a bias, a residual Add and Relu, and 40 -> 17
+    (blocks of 9 and 8)."""
+    rng = np.random.default_rng(31)
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node("Add", ["c1", "r"], ["s1"]),
+             helper.make_node("Relu", ["s1"], ["y1"]), helper.make_node("Conv", ["y1", "w2"], ["y2"])]
+    consts = {"w1": f(40, 7, 1, 1), "b1": f(40), "w2": f(17, 40, 1, 1)}
+    feeds = {"x": f(1, 7, 23, 29), "r": f(1, 40, 23, 29)}
+    return graph_model(nodes, feeds, ["y1", "y2"], consts, 13), feeds
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("features", [None, "+m,+a,+f,+d,+c,+v", "+m,+a,+f,+d,+c,+v,+zvl512b"])
+def test_flat_rows_of_twelve_channels_match_onnxruntime(features, tmp_path, patched_compiler):
+    from fluidml_xc.ops.conv import conv2d as conv
+    tiles, emit = [], conv.emit_conv
+
+    def record(c):
+        tiles.append((c.plan.blocking.kind, c.plan.blocking.R, c.plan.blocking.U))
+        emit(c)
+    patched_compiler.setattr(conv, "emit_conv", record)
+    model, feeds = _flat_rows()
+    want = ort(model, feeds)
+    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
+    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
+    for out, expected in want.items():
+        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
+        for t in (4, 8):
+            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+    assert sorted(set(tiles)) == [("rows", 9, 1), ("rows", 10, 1)], tiles
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("features", [None, "+m,+a,+f,+d,+c,+v", "+m,+a,+f,+d,+c,+v,+zvl512b"])
+def test_channels_last_pointwise_packs_and_matches_onnxruntime(features, tmp_path, patched_compiler):
+    from fluidml_xc.ops.conv import conv2d as conv
+    packed, emit = [], conv.emit_conv
+
+    def record(c):
+        s = c.plan.shape
+        b = c.plan.blocking
+        if s.KH == s.KW == 1 and s.flat and b.kind == "channels":
+            packed.append((s.xs[1] == 1, b.packs_input and (b.R, b.P) == (c.plan.V, 12)))
+        emit(c)
+    patched_compiler.setattr(conv, "emit_conv", record)
+    model, feeds = _inverted_residual()
+    want = ort(model, feeds)
+    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
+    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
+    for out, expected in want.items():
+        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
+        for t in (4, 8):
+            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+    channels_last = [p for nhwc, p in packed if nhwc]
+    assert all(channels_last), packed
+    assert channels_last or "zvl512b" in (features or ""), packed  # VLEN 512 (32 lanes): fluid keeps the block NCHW
+
+
+def test_cost_model_prices_strided_rows_as_llvm_mca_does():
+    """RVV row vectors at stride 2 (loads split by `vnsrl`): MobileNetV2's stride-2 depthwise conv at 112 x 112 NCHW
+    takes 3.0-3.1x the channels-last block's time by llvm-mca-22 on the X60, and the model says so (RVV_STRIDED_ROWS;
+    it said 1.3x, and once the 1x1 convs around it were priced as they run, the optimizer moved it to NCHW: 7% of
+    peak); the same conv on x86 is priced as before."""
+    from fluidml_xc.fluid.costs import Costs
+    from fluidml_xc.pipeline import import_graph
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+    rng = np.random.default_rng(32)
+    model = graph_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4, group=96, strides=[2, 2])],
+                        {"x": rng.standard_normal((1, 96, 112, 112)).astype(np.float32)}, ["y"],
+                        {"w": rng.standard_normal((96, 1, 3, 3)).astype(np.float32)}, 13)
+    ratios = {}
+    for board in ("bpi-f3", "x86_64"):
+        graph = import_graph(model)
+        node = graph.nodes[0]
+        costs = Costs(graph, machine_spec(get_board(board))).model
+        nhwc = {node.inputs[0]: (0, 2, 3, 1), node.outputs[0]: (0, 2, 3, 1)}
+        ratios[board] = costs.cost(node, {}) / costs.cost(node, nhwc)
+    assert 2.7 < ratios["bpi-f3"] < 3.5, ratios
+    assert ratios["x86_64"] < 2.0, ratios

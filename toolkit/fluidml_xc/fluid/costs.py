@@ -30,7 +30,7 @@ import numpy as np
 from .. import opspec
 from ..ir import Graph, Node
 from ..kernels.conv_geometry import TargetForms
-from .depthwise_costs import (STRIP_VECTOR_LOADS, X60_STRIP_VECTOR_CYCLES, rvv_channels_last_factor,
+from .depthwise_costs import (RVV_STRIDED_ROWS, STRIP_VECTOR_LOADS, X60_STRIP_VECTOR_CYCLES, rvv_channels_last_factor,
                               rvv_routine_cycles, scalar_depthwise_cycles)
 from ..kernels.conv_plan import strips_fit
 from ..opspec import CostKind, OpSpec
@@ -472,10 +472,6 @@ CONV_SCATTER_NS = 0.15
 FIGURES = Figures(VFMA_NS, VLOAD_NS, BCAST_NS, STORE_NS, FLOP_NS, CONV_SCATTER_NS, LINE_NS, LINE, CACHE_BYTES)
 ORDER_MARGIN = 0.02
 """A Conv loop order other than the kernel's default must be predicted this much faster."""
-RVV_STRIDED_ROWS = 2.5
-"""RVV row vectors at stride 2-4 (wide loads split by `vnsrl` between two `vsetivli`): their work over the model's
-count (llvm-mca-22 on the X60, MobileNetV2's stride-2 depthwise convs at 112 and 56: NCHW rows 7.2-7.8% of peak, the
-channels-last block 22-24%, 3.0-3.1x the time; with this factor the model prices 3.1x, before 1.3x)."""
 FMA_IN_FLIGHT = 8
 """Independent vector accumulators needed to hide FMA latency (two FMA ports x ~4 cycles)."""
 

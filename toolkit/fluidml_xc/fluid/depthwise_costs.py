@@ -27,6 +27,11 @@ def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
     return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES * taps if geo.kind == "depthwise_c" else None
 
 
+RVV_STRIDED_ROWS = 2.5
+"""RVV row vectors at stride 2-4 (wide loads split by `vnsrl` between two `vsetivli`): their work over the model's
+count (llvm-mca-22 on the X60, MobileNetV2's stride-2 depthwise convs at 112 and 56: NCHW rows 7.2-7.8% of peak, the
+channels-last block 22-24%, 3.0-3.1x the time; with this factor the model prices 3.1x, before 1.3x)."""
+
 STRIP_VECTOR_LOADS = 3
 """Loads fluid/costs.py prices per output vector of the RVV column strips (ops/conv/strips.py): one vector load and
 the two slides of it."""

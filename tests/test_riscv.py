@@ -35,6 +35,15 @@ def ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
     return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
+def match_onnx(model: onnx.ModelProto, feeds: dict, got: dict[str, np.ndarray]) -> None:
+    """`got` within 1e-4 of ONNX Runtime, with NaN exactly where onnx.reference has it (its padding multiplies a
+    non-finite weight by the zeros, which ORT skips)."""
+    want_ref = reference(model, feeds)
+    for out, expected in ort(model, feeds).items():
+        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want_ref[out]), err_msg=f"NaN lanes of {out}")
+        np.testing.assert_allclose(got[out], expected, rtol=1e-4, atol=1e-4, err_msg=out)
+
+
 def test_board_specs_vector_length_and_tiles():
     """bpi-f3 (alias milkv-jupiter) and qemu-riscv64-rvv: RVV at VLEN 256, 16-float vectors (LMUL 2 register
     groups) and the vector register budget in groups; visionfive2 and qemu-riscv64: scalar RV64GC with the FP-register budget; qemu's -cpu follows."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from modelrun import build, graph_model, reference, run
+from modelrun import build, graph_model, run
+from test_riscv import match_onnx
 
 # (channels, H, W, epilogue, bias): W 16 one strip; 28 and 37 an overlapping last strip; 48 three; H 1-4 no hot
 # iteration, 8 one, 13 two and a remainder, 30 five; 3 x 120 x 64 enough work to split its rows between threads
@@ -61,22 +61,13 @@ def _strips_recorded(patched_compiler) -> list:
     return seen
 
 
-def _check(model, feeds, got):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want_ort = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    want_ref = reference(model, feeds)
-    for out in want_ort:
-        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want_ref[out]), err_msg=f"NaN lanes of {out}")
-        np.testing.assert_allclose(got[out], want_ort[out], rtol=1e-4, atol=1e-4, err_msg=out)
-
-
 @pytest.mark.qemu
 @pytest.mark.parametrize("board, features, V", [("qemu-riscv64-rvv", None, 16), ("qemu-riscv64", "+v", 8),
                                                 ("qemu-riscv64", "+v,+zvl512b", 32)])
 def test_column_strips_match_onnxruntime(board, features, V, tmp_path, patched_compiler):
     seen = _strips_recorded(patched_compiler)
     model, feeds = _model(V)
-    _check(model, feeds, run(build(model, tmp_path, board, profile_runner=False, features=features), feeds))
+    match_onnx(model, feeds, run(build(model, tmp_path, board, profile_runner=False, features=features), feeds))
     assert seen and all(seen), seen
 
 
@@ -89,5 +80,5 @@ def test_column_strips_threads_bit_identical_at_1_4_8(tmp_path, patched_compiler
     for t in (4, 8):
         for out in results[1]:
             assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
-    _check(model, feeds, results[1])
+    match_onnx(model, feeds, results[1])
     assert seen and all(seen), seen

@@ -44,6 +44,16 @@ def _flat_rows() -> tuple[onnx.ModelProto, dict]:
     return graph_model(nodes, feeds, ["y1", "y2"], consts, 13), feeds
 
 
+def _matches_at_1_4_8_threads(model, feeds, tmp_path, features) -> None:
+    """Built for qemu-riscv64-rvv with 8 threads: ONNX Runtime's outputs on 1 thread, the same bytes on 4 and 8."""
+    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
+    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
+    for out, expected in ort(model, feeds).items():
+        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
+        for t in (4, 8):
+            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("features", [None, "+m,+a,+f,+d,+c,+v", "+m,+a,+f,+d,+c,+v,+zvl512b"])
 def test_flat_rows_of_twelve_channels_match_onnxruntime(features, tmp_path, patched_compiler):
@@ -55,13 +65,7 @@ def test_flat_rows_of_twelve_channels_match_onnxruntime(features, tmp_path, patc
         emit(c)
     patched_compiler.setattr(conv, "emit_conv", record)
     model, feeds = _flat_rows()
-    want = ort(model, feeds)
-    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
-    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
-    for out, expected in want.items():
-        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
-        for t in (4, 8):
-            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+    _matches_at_1_4_8_threads(model, feeds, tmp_path, features)
     assert sorted(set(tiles)) == [("rows", 9, 1), ("rows", 10, 1)], tiles
 
 
@@ -79,13 +83,7 @@ def test_channels_last_pointwise_packs_and_matches_onnxruntime(features, tmp_pat
         emit(c)
     patched_compiler.setattr(conv, "emit_conv", record)
     model, feeds = _inverted_residual()
-    want = ort(model, feeds)
-    artifact = build(model, tmp_path, "qemu-riscv64-rvv", threads=8, profile_runner=False, features=features)
-    results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
-    for out, expected in want.items():
-        np.testing.assert_allclose(results[1][out], expected, rtol=1e-4, atol=1e-4, err_msg=f"{out} {features}")
-        for t in (4, 8):
-            assert results[1][out].tobytes() == results[t][out].tobytes(), f"{out}: {t} threads differ from 1"
+    _matches_at_1_4_8_threads(model, feeds, tmp_path, features)
     channels_last = [p for nhwc, p in packed if nhwc]
     assert all(channels_last), packed
     assert channels_last or "zvl512b" in (features or ""), packed  # VLEN 512 (32 lanes): fluid keeps the block NCHW

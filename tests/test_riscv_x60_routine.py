@@ -12,12 +12,12 @@ import struct
 import subprocess
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 from fluidml_xc.kernels import rvv_depthwise as rv
-from modelrun import build, graph_model, reference, run
+from modelrun import build, graph_model, run
+from test_riscv import match_onnx
 
 
 def _tool(*names: str) -> str:
@@ -172,15 +172,6 @@ def _recorded(patched_compiler) -> list:
     return seen
 
 
-def _check(model, feeds, got):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    want_ref = reference(model, feeds)
-    for out in want:
-        np.testing.assert_array_equal(np.isnan(got[out]), np.isnan(want_ref[out]), err_msg=f"NaN lanes of {out}")
-        np.testing.assert_allclose(got[out], want[out], rtol=1e-4, atol=1e-4, err_msg=out)
-
-
 @pytest.mark.qemu
 @pytest.mark.parametrize("features", [None, "+zvl512b"])
 def test_routine_matches_onnxruntime_on_bpi_f3(features, tmp_path, patched_compiler):
@@ -194,4 +185,4 @@ def test_routine_matches_onnxruntime_on_bpi_f3(features, tmp_path, patched_compi
     results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
     for out in results[1]:
         assert results[1][out].tobytes() == results[4][out].tobytes() == results[8][out].tobytes(), out
-    _check(model, feeds, results[1])
+    match_onnx(model, feeds, results[1])

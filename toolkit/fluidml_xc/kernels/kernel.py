@@ -264,13 +264,13 @@ class Kernel:
         self.tiles = total
         self.tile_split = tuple(extents)
 
-    def chunk(self, c: ir.Value, chunks: int, extent: int | ir.Value) -> tuple[ir.Value, ir.Value]:
-        """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent) (a run-time extent too)."""
-        if chunks == 1:
+    def chunk(self, c: ir.Value, chunks: int | ir.Value, extent: int | ir.Value) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent) (run-time counts too)."""
+        if not isinstance(chunks, ir.Value) and chunks == 1:
             return self.index(0), self.as_index(extent)
 
         def at(v):
-            return self.b.udiv(self.b.mul(v, self.as_index(extent), flags=("nuw",)), self.index(chunks))
+            return self.b.udiv(self.b.mul(v, self.as_index(extent), flags=("nuw",)), self.as_index(chunks))
         return at(c), at(self.b.add(c, self.index(1), flags=("nuw",)))
 
     def imin(self, x: ir.Value, y: ir.Value) -> ir.Value:

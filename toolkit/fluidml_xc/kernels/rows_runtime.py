@@ -75,8 +75,13 @@ def walk_run_masked(k, n: ir.Value, lanes: int, vec, last, unroll: int) -> None:
         with _serial(k, whole, start, lanes) as at:
             vec(0, at)
     with b.if_then(b.icmp_signed(">", left, k.index(0))):
-        lane = ir.Constant(ir.VectorType(k.idx_t, lanes), list(range(lanes)))
-        last(whole, b.icmp_signed("<", lane, k.splat(left, lanes)))
+        last(whole, lanes_below(k, left, lanes))
+
+
+def lanes_below(k, count: ir.Value, lanes: int) -> ir.Value:
+    """The mask of the first `count` of `lanes` lanes (all of them when count >= lanes)."""
+    lane = ir.Constant(ir.VectorType(k.idx_t, lanes), list(range(lanes)))
+    return k.b.icmp_signed("<", lane, k.splat(count, lanes))
 
 
 def _masked_fn(k, op: str, vt: ir.VectorType):

@@ -26,7 +26,7 @@ from ...kernels.conv_plan import ConvPlan, pack_weights
 from ...kernels.derived import derived
 from ...kernels.epilogue import epilogue
 from ...kernels.loops import keep_rolled, loop
-from ...kernels.rows_runtime import masked_load, masked_store
+from ...kernels.rows_runtime import lanes_below, masked_load, masked_store
 from ...kernels.scalar import llvm_type
 from ...kernels.vectors import load_lanes, mac, store_lanes
 from ...target.arch import arch_of
@@ -143,8 +143,8 @@ class SharedPointwise:
         with k.parallel_tiles([SHARED_TILES], self.work) as (t,):
             cc, uu = b.udiv(t, f["pixel_chunks"]), b.urem(t, f["pixel_chunks"])
             with b.if_then(b.icmp_unsigned("<", cc, f["channel_chunks"])):
-                cb_lo, cb_hi = self._chunk(cc, f["channel_chunks"], blocks)
-                px_lo, px_hi = self._chunk(uu, f["pixel_chunks"], f["tiles"])
+                cb_lo, cb_hi = k.chunk(cc, f["channel_chunks"], blocks)
+                px_lo, px_hi = k.chunk(uu, f["pixel_chunks"], f["tiles"])
                 if self.p.blocks_outer:
                     with loop(k, cb_hi, cb_lo) as cb:
                         with loop(k, px_hi, px_lo) as tile:
@@ -155,11 +155,6 @@ class SharedPointwise:
                             with loop(k, cb_hi, cb_lo) as cb:
                                 self._block(cb, at, count)
                         self._heights(tile, blocks_at)
-
-    def _chunk(self, i, chunks, extent):
-        b = self.k.b
-        return (b.udiv(b.mul(i, extent), chunks),
-                b.udiv(b.mul(b.add(i, self.k.index(1)), extent), chunks))
 
     def _heights(self, tile, emit) -> None:
         """emit(first pixel, height) of pixel tile `tile`: at P-pixel steps, the last tile ending at the last pixel;
@@ -216,7 +211,7 @@ class SharedPointwise:
         channel = [b.add(b.mul(cb, k.index(self.R)), b.mul(v, k.index(V))) for v in vectors]
         mask = None
         if valid is not None:
-            mask = b.icmp_unsigned("<", ir.Constant(ir.VectorType(k.idx_t, V), list(range(V))), k.splat(valid, V))
+            mask = lanes_below(k, valid, V)
         zero = ir.Constant(self.vt, [0.0] * V)
         inits = [zero if self.bias is None else load_lanes(k, self.bias, ch, V, 1, False) if mask is None
                  else masked_load(k, self.bias, ch, mask, 0.0) for ch in channel]

@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from fluidml_xc.ops.conv import conv2d, depthwise
+from fluidml_xc.ops.conv.shared_depthwise import ZERO_CHANNELS
 from fluidml_xc.kernels.conv_plan import BORDER_LOOP_ROWS, EDGE_LOOP_SHARE, ZERO_ROW_BYTES, conv_shape, plan_conv
 from fluidml_xc.kernels.conv_geometry import TargetForms
 from fluidml_xc.pipeline import LowerOptions, import_graph, lower
@@ -338,16 +339,22 @@ def test_depthwise_zero_rows_keep_padding_semantics(tmp_path, board, patched_com
         assert_close(got[name][finite], expected[finite], name)
 
 
-def test_depthwise_zero_rows_are_one_block_in_the_program(tmp_path):
+@pytest.mark.parametrize("shared", [False, True])
+def test_depthwise_zero_rows_are_one_block_in_the_program(tmp_path, monkeypatch, shared):
     """Every unit and code variant reads one zero row, as large as the widest row asks for: a common symbol that the
     model object's relocatable link merges (x86_64: three variants of five depthwise convs, the widest 61 columns of
-    32 channels: (61 - 1) x 32 + 32 floats), hidden (a model in a shared library keeps its own)."""
+    32 channels: (61 - 1) x 32 + 32 floats), hidden (a model in a shared library keeps its own). The shared depthwise
+    kernel (ops/conv/shared_depthwise.py) reads the same block, ZERO_CHANNELS floats long at least."""
     from elftools.elf.elffile import ELFFile
 
     model, feeds = _depthwise_convs()
-    compile_and_run(model, feeds, tmp_path, "x86_64", opt="fluid", threads=1, profile_runner=False, conv_algo="direct")
+    if not shared:
+        monkeypatch.setattr(conv2d, "shared_depthwise", lambda c: False)
+    compile_and_run(model, feeds, tmp_path, "x86_64", opt="fluid", threads=1, profile_runner=False, conv_algo="direct",
+                    cache=False)  # the patched kernel's units are not keyed apart
     [model_o] = tmp_path.rglob("model.o")
     with open(model_o, "rb") as fh:
         symbols = [(s.name, s["st_size"], s["st_shndx"], s["st_other"]["visibility"])
                    for s in ELFFile(fh).get_section_by_name(".symtab").iter_symbols() if s.name.startswith(depthwise.ZERO_ROWS)]
-    assert symbols == [(depthwise.ZERO_ROWS, (60 * 32 + 32) * 4, "SHN_COMMON", "STV_HIDDEN")], symbols
+    size = max((60 * 32 + 32) * 4, ZERO_CHANNELS * 4 if shared else 0)
+    assert symbols == [(depthwise.ZERO_ROWS, size, "SHN_COMMON", "STV_HIDDEN")], symbols

@@ -20,6 +20,7 @@ from ..target.machine import MachineSpec
 from ..opspec import traits
 from . import lowp
 from .extents import broadcast_check, dim_value
+from .flat import flat_elementwise
 from .operand import Access, Operand  # noqa: F401  (Operand and Access are part of the kernel builder's interface)
 from .scalar import FAST, Scalar, const, llvm_type, storage_type
 from .split import PARALLEL_MIN_WORK, TARGET_TILES, UNSHARED_MAC_WORK, chunk_count  # noqa: F401  (re-exported)
@@ -434,9 +435,11 @@ class Kernel:
 
     def elementwise(self, fn: Callable[[list], ir.Value], out: Operand | None = None, ins: Sequence[Operand] | None = None) -> None:
         """out = fn(inputs) with numpy broadcasting, iterating the output's shape (its run-time extents where
-        they vary)."""
+        they vary); operands of one shape and storage order as one flat loop (kernels/flat.py)."""
         out = out or self.outputs[0]
         ins = [op for op in (ins if ins is not None else self.inputs) if op is not None]
+        if flat_elementwise(self, out, ins, lambda values: [fn(values)]):
+            return
         domain, capacity = self.domain(out, ins)
         self.generic(domain, [out.identity_access()], [op.broadcast_access(out.shape) for op in ins],
                      lambda values, idx: [fn(values)], capacity=capacity)

@@ -24,6 +24,7 @@ from llvmlite import ir
 
 from ..dtypes import compute_dtype
 from ..kernels import lowp
+from ..kernels.flat import flat_elementwise
 from ..kernels.kernel import Operand, element_work
 from ..kernels.scalar import const
 from .elementwise import BINARY, COMPARE, UNARY, ieee_add, power, constant_power
@@ -138,6 +139,8 @@ def lower_fused(k):
         k.generic(domain, [out.identity_access()], [op.broadcast_access(out.shape) for op in operands], body,
                   capacity=capacity)
     k.point_work = element_work(step["op"] for step in program)
+    if flat_elementwise(k, out, ins, lambda values: body(values, None), in_place_first=True):
+        return
 
     first = ins[0] if ins else None
     if (first is None or first.value is not None or first.shape != out.shape or first.strides != out.strides

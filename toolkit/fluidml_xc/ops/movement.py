@@ -11,6 +11,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import InputError, NeedsConstant
+from ..kernels.flat import flat_concat
 from ..kernels.kernel import Access, Operand
 from ..kernels.rows import dims_by_stride, normalize_axis
 from ..kernels.rows_runtime import copy as copy_runtime
@@ -94,6 +95,8 @@ def lower_concat(k):
     axis = normalize_axis(int(k.attr("axis")), out.rank)
     if k.dynamic:
         return runtime.concat(k, axis)
+    if flat_concat(k, out, [x for x in k.inputs if x is not None], axis):
+        return
     start = 0
     for x in k.inputs:
         if x is None:

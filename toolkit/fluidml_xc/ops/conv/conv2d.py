@@ -82,6 +82,7 @@ from .padding import store_padding_nan
 from .im2col import emit_im2col_gemm
 from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
+from .shared_depthwise import SharedDepthwise, shared_depthwise
 from .shared_pointwise import SharedPointwise, shared_pointwise
 from .strips import ColumnStrips, column_strips
 from .walk import ConvKernel
@@ -197,6 +198,9 @@ def emit_conv(c: ConvKernel) -> None:
     k, p, s = c.k, c.plan, c.plan.shape
     if shared_pointwise(c):
         SharedPointwise(c).emit()
+        return
+    if shared_depthwise(c):
+        SharedDepthwise(c).emit()
         return
     if c.w.value is not None:
         c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))

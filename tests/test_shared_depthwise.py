@@ -1,0 +1,129 @@
+"""ops/conv/shared_depthwise.py: x86's channels-last depthwise convs as one kernel per stride, kernel, padding, tile
+width and epilogue, their sizes read at run time (issue #27): the same bits as the per-layer kernel it replaces,
+ONNX Runtime's outputs, every thread count alike, and layers of other sizes and channel counts sharing one unit."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from fluidml_xc.build import BuildOptions, build_model
+from fluidml_xc.emit import units
+from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
+from fluidml_xc.ops.conv import conv2d
+from fluidml_xc.ops.conv.shared_depthwise import tile_width
+from fluidml_xc.pipeline import LowerOptions, import_graph, plan
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import machine_spec
+from modelrun import float_model, rand, reference, run
+
+BLOCKS = [(64, 3, 1, 1), (96, 3, 2, 1), (102, 3, 1, 1), (40, 5, 1, 2), (192, 3, 2, 1)]
+"""(channels, kernel, stride, pads) of depthwise convs between 1x1 convs (the optimizer keeps them channels-last):
+channel counts that are and are not multiples of the vectors, 3x3 and 5x5, strides 1 and 2."""
+
+
+def blocks_model(hw=(20, 20), batch: int = 1, bias: bool = True, spec=BLOCKS, nonfinite: bool = False):
+    """1x1 expand + Clip, depthwise + Clip, 1x1 project blocks; nonfinite: NaN and infinities in the input."""
+    inits, nodes, prev, c_prev = {"lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}, [], "x", 16
+    for i, (mid, kernel, stride, pad) in enumerate(spec):
+        inits[f"e{i}"], inits[f"d{i}"] = rand(mid, c_prev, 1, 1, seed=i) * 0.3, rand(mid, 1, kernel, kernel, seed=20 + i)
+        inits[f"p{i}"] = rand(24, mid, 1, 1, seed=40 + i) * 0.2
+        db = []
+        if bias:
+            inits[f"db{i}"], db = rand(mid, seed=10 + i), [f"db{i}"]
+        nodes += [helper.make_node("Conv", [prev, f"e{i}"], [f"ec{i}"], name=f"expand{i}"),
+                  helper.make_node("Clip", [f"ec{i}", "lo", "hi"], [f"ey{i}"]),
+                  helper.make_node("Conv", [f"ey{i}", f"d{i}", *db], [f"dc{i}"], group=mid, pads=[pad] * 4,
+                                   strides=[stride] * 2, name=f"depthwise{i}"),
+                  helper.make_node("Clip", [f"dc{i}", "lo", "hi"], [f"dy{i}"]),
+                  helper.make_node("Conv", [f"dy{i}", f"p{i}"], [f"pc{i}"], name=f"project{i}")]
+        prev, c_prev = f"pc{i}", 24
+    x = rand(batch, 16, *hw, seed=7)
+    if nonfinite:
+        x[0, :, 0, 0], x[0, :4, 3, 5], x[0, 4:8, -1, -1] = np.nan, np.inf, -np.inf
+    feeds = {"x": x}
+    return float_model(nodes, inits, feeds, [prev]), feeds
+
+
+def built(model, workdir, board: str = "x86_64", **options):
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "model.onnx"
+    onnx.save(model, str(path))
+    return build_model(path, BuildOptions(board=board, out_dir=workdir / "out", record_last=False, cache=False,
+                                          **options))
+
+
+@pytest.mark.parametrize("hw,batch,bias", [((20, 20), 1, True), ((20, 20), 2, False), ((7, 7), 2, True),
+                                           ((4, 7), 1, True), ((33, 17), 1, False), ((3, 2), 1, True)])
+def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, hw, batch, bias):
+    model, feeds = blocks_model(hw, batch, bias)
+    taken, channels_last = shared_taken(model, monkeypatch)
+    assert taken == channels_last >= 1
+    shared = built(model, tmp_path / "shared")
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_depthwise", lambda c: False)
+        per_layer = built(model, tmp_path / "per_layer")
+    got, want, ref = run(shared.artifact, feeds), run(per_layer.artifact, feeds), reference(model, feeds)
+    for name in ref:
+        assert got[name].tobytes() == want[name].tobytes()
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)
+
+
+def shared_taken(model, monkeypatch, board: str = "x86_64-v3") -> tuple[int, int]:
+    """How many of the model's depthwise convs the shared kernel runs, and how many the plan runs channels-last
+    (their units emitted here)."""
+    taken, forms, shared = [], [], conv2d.shared_depthwise
+
+    def record(c):
+        forms.append(c.plan.form == "depthwise_c")
+        taken.append(shared(c))
+        return taken[-1]
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_depthwise", record)
+        depthwise_units(model, machine_spec(get_board(board)))
+    return taken.count(True), forms.count(True)
+
+
+def test_nan_and_infinities_meet_the_padding_as_onnx_runtime_says(tmp_path):
+    model, feeds = blocks_model(nonfinite=True)
+    got, ref = run(built(model, tmp_path).artifact, feeds), reference(model, feeds)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)
+        assert (np.isnan(got[name]) == np.isnan(ref[name])).all()
+
+
+def test_every_thread_count_gives_the_same_bits(tmp_path):
+    model, feeds = blocks_model((28, 28), 2)
+    artifact = built(model, tmp_path, threads=4).artifact
+    outs = [run(artifact, feeds, threads=t) for t in (1, 2, 3, 4)]
+    for out in outs[1:]:
+        assert all(out[name].tobytes() == outs[0][name].tobytes() for name in out)
+
+
+def depthwise_units(model, spec) -> dict[str, str]:
+    planned = plan(import_graph(model), spec, LowerOptions())
+    options = EmitOptions(unit=True, parallel=True, layouts=planned.decisions.layouts,
+                          loop_orders=planned.decisions.loop_orders)
+    emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)
+    return {n.name: units.emit_unit(units.local_view(emitter, n), spec).ir_text for n in planned.graph.nodes
+            if n.name.startswith("depthwise")}
+
+
+def test_layers_of_other_channel_counts_share_one_unit(monkeypatch):
+    """Depthwise convs of other channel counts (all split across threads), of one stride and tile width, emit one IR
+    text per code variant where the plan runs them channels-last (x86-64-v2, v3; v4 runs these NCHW); the per-layer
+    kernels one each."""
+    spec = [(64, 3, 1, 1), (96, 3, 1, 1), (144, 3, 1, 1), (48, 3, 1, 1)]
+    model, _ = blocks_model((28, 28), spec=spec)
+    for board in ("x86_64-v2", "x86_64-v3"):
+        assert shared_taken(model, monkeypatch, board) == (len(spec), len(spec))
+        texts = depthwise_units(model, machine_spec(get_board(board)))
+        assert len(set(texts.values())) == 1
+        with monkeypatch.context() as m:
+            m.setattr(conv2d, "shared_depthwise", lambda c: False)
+            assert len(set(depthwise_units(model, machine_spec(get_board(board))).values())) == len(spec)
+
+
+def test_tile_width_recomputes_the_fewest_pixels():
+    assert [tile_width(c, 8) for c in (112, 56, 28, 14, 7, 3, 1, 20, 9)] == [8, 8, 7, 7, 7, 3, 1, 5, 5]

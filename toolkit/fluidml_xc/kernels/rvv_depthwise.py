@@ -151,12 +151,12 @@ class Machine:
         return t
 
 
-def rank(machine: Machine, op: Op) -> float:
+def rank(machine: Machine, op: Op, latency: dict = LATENCY, early: tuple = ("vle32.v", "vse32.v")) -> float:
     """An op's rank as the next one: its issue cycle, plus the cycles it would push the write-back horizon (every later
-    op with a shorter latency waits for it), less half a cycle for a load or store (each needs a cycle without a
-    multiply-add before it: better early, beside the horizon it leaves)."""
+    op with a shorter latency waits for it), less half a cycle for a load or store (`early`: each needs a cycle
+    without a multiply-add before it: better early, beside the horizon it leaves)."""
     t = machine.at(op)
-    return t + max(0, t + LATENCY[op.kind] - machine.write_back) - 0.5 * (op.kind in ("vle32.v", "vse32.v"))
+    return t + max(0, t + latency[op.kind] - machine.write_back) - 0.5 * (op.kind in early)
 
 
 ADD_GROUP = {1: 2, 2: 2.5}
@@ -166,10 +166,12 @@ group costs that wait once (llvm-mca-22, the loops with the Clip: stride 1 414 c
 per row, 495 in groups of 2.5 or more; stride 2 133 / 135 / 128 in groups of 1 / 2 / 2.5, 144 in groups of 3)."""
 
 
-def schedule(ops: list[Op], group: int) -> list[Op]:
+def schedule(ops: list[Op], group: float, machine=None, latency: dict = LATENCY,
+             early: tuple = ("vle32.v", "vse32.v")) -> list[Op]:
     """A greedy list schedule: next, among the ops whose predecessors (true, anti and output dependencies through
     registers, in the given order) are placed, the one of the lowest `rank`, ties to the longest path to the end;
-    the pointer additions in groups of `group`."""
+    the pointer additions in groups of `group`. `machine` (default an X60 `Machine`), `latency` and `early`: the
+    core's issue model (kernels/depthwise_stride2.py passes the U74's)."""
     n = len(ops)
     preds: list[set] = [set() for _ in range(n)]
     last_write: dict = {}
@@ -193,15 +195,15 @@ def schedule(ops: list[Op], group: int) -> list[Op]:
             succs[p].append(j)
     height = [0] * n
     for j in reversed(range(n)):
-        height[j] = LATENCY[ops[j].insn[0]] + max((height[s] for s in succs[j]), default=0)
+        height[j] = latency[ops[j].insn[0]] + max((height[s] for s in succs[j]), default=0)
     left = [len(p) for p in preds]
     ready = {j for j in range(n) if not left[j]}
-    machine, out, grouping = Machine(), [], False
+    machine, out, grouping = machine or Machine(), [], False
     while ready:
         adds = [j for j in ready if ops[j].kind == "add"]
         grouping = bool(adds) and (grouping or len(adds) >= group or len(adds) == len(ready))
         pool = adds if grouping else [j for j in ready if ops[j].kind != "add"]
-        j = min(pool, key=lambda j: (rank(machine, ops[j]), -height[j], j))
+        j = min(pool, key=lambda j: (rank(machine, ops[j], latency, early), -height[j], j))
         ready.discard(j)
         machine.place(ops[j])
         out.append(ops[j])

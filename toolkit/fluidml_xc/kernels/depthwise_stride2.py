@@ -60,6 +60,9 @@ class Band:
     high: bool
     clip: bool
     """The activation as depthwise_tile.Band's."""
+    x_row: int = 0
+    out_row: int = 0
+    """Bytes between input rows and between output rows (0: unknown, a pointer per row)."""
 
     @property
     def out_width(self) -> int:
@@ -128,8 +131,20 @@ def _steady(band: Band) -> tuple[int, int]:
     return first, max(0, (last - first + 2) // 4)
 
 
-def _generate(band: Band, stepped: bool) -> tuple[list, int]:
-    """The routine and the first loaded row pointer's bytes moved when the loop ends."""
+@dataclass(frozen=True)
+class Layout:
+    """How the routine addresses the band: `in_shared`, all input rows at offsets from two pointers (even and odd
+    columns, each moved 2 columns after its column's loads); else a pointer per row. `out_shared`, the output rows at
+    offsets from one pointer. `stepped`: the per-row input pointers and the output pointers move once per 4 input
+    columns (2 output columns), with the loads and stores at column offsets from them; else every column."""
+    stepped: bool
+    in_shared: bool
+    out_shared: bool
+
+
+def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
+    """The routine, the argument row whose pointer ends the loop and the bytes past it that end it."""
+    stepped, in_shared, out_shared = lay.stepped, lay.in_shared, lay.out_shared
     R, ow, left = band.rows, band.out_width, band.left
     names = arguments(band)
     regs = dict(zip([n for n in names if n != "weights"], INTEGER))
@@ -145,6 +160,18 @@ def _generate(band: Band, stepped: bool) -> tuple[list, int]:
     temp = regs["end"]
     code += [("ld", temp, BLOCK, 8 * names.index("weights"))] + [("flw", WEIGHTS + t, temp, 4 * t) for t in range(9)]
     code += [("fmv.w.x", ZERO, 0)] + [("ld", r, BLOCK, 8 * names.index(n)) for n, r in regs.items()]
+    shift = (band.in_rows - 1) * band.x_row // 8 * 4  # the shared input pointers sit mid-band
+    if in_shared:  # in0: even columns' pointer, in1: odd columns', x_big: 2 columns
+        code += [("addi", inp[0], inp[0], shift), ("add", inp[1], inp[0], regs["x_step"]),
+                 ("add", regs["x_big"], regs["x_step"], regs["x_step"])]
+        pos[inp[1]] = band.x_col
+
+    def in_at(k: int, x: int) -> tuple[int, int]:
+        """The register and offset of input row k's column x."""
+        if in_shared:
+            p = inp[x % 2]
+            return p, k * band.x_row - shift + x * band.x_col - pos[p]
+        return inp[k], x * band.x_col - pos[inp[k]]
 
     reset: list = []  # the column before whose taps ZERO is zero again
 
@@ -162,12 +189,16 @@ def _generate(band: Band, stepped: bool) -> tuple[list, int]:
             return []
         x, ops = u - left, []
         for k in live:
-            p = inp[k]
-            ops.append(_op(("flw", x_reg(u, k), p, x * band.x_col - pos[p]), [f"x{p}"], [f"f{x_reg(u, k)}"]))
-            if not stepped or x % 4 == 1:
+            p, offset = in_at(k, x)
+            ops.append(_op(("flw", x_reg(u, k), p, offset), [f"x{p}"], [f"f{x_reg(u, k)}"]))
+            if not in_shared and (not stepped or x % 4 == 1):
                 step = regs["x_big"] if stepped else regs["x_step"]
                 ops.append(_op(("add", p, p, step), [f"x{p}", f"x{step}"], [f"x{p}"]))
                 pos[p] += (4 if stepped else 1) * band.x_col
+        if in_shared and live:
+            p = inp[x % 2]
+            ops.append(_op(("add", p, p, regs["x_big"]), [f"x{p}", f"x{regs['x_big']}"], [f"x{p}"]))
+            pos[p] += 2 * band.x_col
         return ops
 
     def taps(u: int) -> list[Op]:
@@ -196,8 +227,8 @@ def _generate(band: Band, stepped: bool) -> tuple[list, int]:
             return []
         ops = []
         for r in range(R):
-            a, p, f = acc(o, r), outp[r], f"f{acc(o, r)}"
-            offset = o * band.out_col - pos[p]
+            a, p, f = acc(o, r), outp[0] if out_shared else outp[r], f"f{acc(o, r)}"
+            offset = r * band.out_row * out_shared + o * band.out_col - pos[p]
             if band.clip:
                 m, b = masks[r], bits[r]
                 ops += [_op(("feq.s", m, a, a), [f], [f"x{m}"])]
@@ -208,6 +239,7 @@ def _generate(band: Band, stepped: bool) -> tuple[list, int]:
                         _op(("sw", b, p, offset), [f"x{b}", f"x{p}"], ["mem"])]
             else:
                 ops.append(_op(("fsw", a, p, offset), [f, f"x{p}"], ["mem"]))
+        for p in dict.fromkeys(outp[:1] if out_shared else outp):
             if not stepped or o % 2 == 1:
                 step = regs["out_big"] if stepped else regs["out_step"]
                 ops.append(_op(("add", p, p, step), [f"x{p}", f"x{step}"], [f"x{p}"]))
@@ -228,7 +260,8 @@ def _generate(band: Band, stepped: bool) -> tuple[list, int]:
     ncols = band.width + left + band.right
     first, iterations = _steady(band)
     code += window([-2], U74()) + window(range(0, first, 2), U74())  # -2: columns 0 and 1's loads
-    test = inp[live[0]] if live else None
+    test_row = 0 if in_shared else live[0] if live else None
+    test = None if test_row is None else inp[test_row]
     end = 0
     if iterations and test is not None:
         start = dict(pos)
@@ -236,34 +269,39 @@ def _generate(band: Band, stepped: bool) -> tuple[list, int]:
         code += window(range(first, first + 4, 2), U74())
         code.append(("bne", test, regs["end"], top))
         pos = {p: start[p] + (pos[p] - start[p]) * iterations for p in pos}
-        end = pos[test]
+        end = pos[test] + shift * in_shared
         code += window(range(first + 4 * iterations, ncols, 2), U74())
     else:
         code += window(range(first, ncols, 2), U74())
     code += [("fld", f, 2, 8 * q) for q, f in enumerate(SAVED)]
     code += [("ld", r, 2, 8 * (len(SAVED) + q)) for q, r in enumerate(saved)]
-    return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)], end
+    return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)], test_row or 0, end
 
 
 @lru_cache(maxsize=256)
-def stepped(band: Band) -> bool:
-    """The pointers move every 4 input columns (loads and stores at offsets from them) when the offsets fit, else
-    every column."""
-    try:
-        encode(_generate(band, True)[0])
-        return True
-    except AssertionError:
-        return False
+def layout(band: Band) -> Layout:
+    """The first layout whose offsets fit the 12-bit immediates: rows shared where their bytes apart are known,
+    then pointers stepped every 4 columns."""
+    shares = [(i, o) for i in (True, False) for o in (True, False) if (band.x_row or not i) and (band.out_row or not o)]
+    for stepped in (True, False):
+        for in_shared, out_shared in shares:
+            lay = Layout(stepped, in_shared, out_shared)
+            try:
+                encode(_generate(band, lay)[0])
+                return lay
+            except AssertionError:
+                pass
+    raise AssertionError(band)
 
 
 def program(band: Band) -> list:
     """The band's routine: a0 the argument block (`arguments`), fa0 the bias, fa1 / fa2 the bounds."""
-    return _generate(band, stepped(band))[0]
+    return _generate(band, layout(band))[0]
 
 
-def loop_end(band: Band) -> int:
-    """Bytes the first loaded row's pointer has moved when the loop ends (its `end`)."""
-    return _generate(band, stepped(band))[1]
+def loop_end(band: Band) -> tuple[int, int]:
+    """The argument row whose pointer ends the loop, and the bytes past it its `end` is."""
+    return _generate(band, layout(band))[1:]
 
 
 def encode(code: list) -> list[int]:
@@ -290,7 +328,7 @@ def bands(h: int, width: int, oh_count: int, ow_count: int, top: int, left: int,
         rows = min(ROWS, oh_count - oh0)
         zero = frozenset(k for k in range(2 * rows + 1) if not 0 <= 2 * oh0 - top + k < h)
         out.append(Band(rows, width, left, right, zero, 4 * x_strides[1], 4 * out_strides[1], low is not None,
-                        high is not None, clip))
+                        high is not None, clip, 4 * x_strides[0], 4 * out_strides[0]))
     return out if out[0].out_width == ow_count else None
 
 
@@ -300,7 +338,7 @@ def call(k, band: Band, block: dict, bias, low: float, high: float) -> None:
     f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
     rows = "".join(str(r) for r in sorted(band.zero_rows))
     name = (f"fxc.depthwise_stride2.r{band.rows}.w{band.width}.p{band.left}{band.right}.z{rows}.c{band.x_col}."
-            f"{band.out_col}.{'c' if band.clip else ''}{'l' if band.low else ''}{'h' if band.high else ''}")
+            f"{band.out_col}.s{band.x_row}.{band.out_row}.{'c' if band.clip else ''}{'l' if band.low else ''}{'h' if band.high else ''}")
     routine = k.module.globals.get(name)
     if routine is None:
         words = encode(program(band))

@@ -66,8 +66,8 @@ def emit_depthwise_band(k, x, w, bias, out, residual, epi: Epilogue | None, grou
                      for i in range(bd.in_rows)}
             block |= {f"out{r}": b.gep(out.ptr, [b.add(plane_o, b.mul(b.add(oh0, k.index(r)), k.index(out.strides[2])))])
                       for r in range(bd.rows)}
-            live = min(i for i in range(bd.in_rows) if i not in bd.zero_rows)
-            block |= {"end": b.gep(block[f"in{live}"], [k.index(s2.loop_end(bd) // 4)]), "weights": w_ptr,
+            end_row, end = s2.loop_end(bd)
+            block |= {"end": b.gep(block[f"in{end_row}"], [k.index(end // 4)]), "weights": w_ptr,
                       "x_step": k.index(bd.x_col), "out_step": k.index(bd.out_col), "x_big": k.index(4 * bd.x_col),
                       "out_big": k.index(2 * bd.out_col)}
             s2.call(k, bd, block, bias_v, low or 0.0, high or 0.0)

@@ -123,6 +123,7 @@ def test_stride2_bands_match_onnxruntime_at_1_4_8_threads(patched_compiler, tmp_
     artifact = build(model, tmp_path, "visionfive2", threads=8, profile_runner=False)
     assert SECTION.encode() in (artifact / "model.o").read_bytes()
     assert 4 in {b.x_col for b in called} and max(b.x_col for b in called) > 2047
+    assert {(lay.in_shared, lay.out_shared) for lay in map(s2.layout, called)} >= {(True, True), (False, False)}
     assert {b.clip for b in called} == {True, False}
     results = {t: run(artifact, feeds, threads=t) for t in (1, 4, 8)}
     want = ort(model, feeds)

@@ -8,8 +8,8 @@ reads them (kernel row i - o of output row o, kernel columns 2, 1, 0 of the outp
 and starts). Input row i < rows is loaded into the register of the output it starts (column u + left), whose last
 tap is a `vfmadd.vv` with the bias (no copies); the last two rows go to `sets` alternating pairs. At stride 2 a band
 reads 2 x rows + 1 input rows, two columns per output column: an even column's even rows start outputs in place,
-its other rows and all of an odd column's go to a set of registers per parity. The 9 weights and the bias stay in
-registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
+its other rows and all of an odd column's go to a set of registers per parity (an odd column's last rows to the
+even column's, free once its taps are done: the odd column loads during the even one's taps). The 9 weights and the bias stay in registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
 `vminu.vx` on the bits, masked by `x + x < 0xFF000001` unsigned, so a NaN lane keeps its NaN; `-0.0` gives lo) and
 is stored. RVV loads and stores take no offset: every input and output row has a pointer, moved a column (the
 input's and the output's column strides in registers) after each use.
@@ -36,10 +36,10 @@ SECTION = ".text.fxc_rvv_depthwise"
 """The routines' section (the linker puts `.text.*` in the executable .text; benchmarks/mca.py reads it)."""
 LANES = 8
 """Channels per unit: one e32 LMUL-1 register at VLEN 256 (the weights are packed 8 floats a tap)."""
-ROWS = {1: 5, 2: 3}
+ROWS = {1: 5, 2: 4}
 """Output rows per band by stride: 9 weights + bias + mask + 2 mask temporaries, and at stride 1 3 x 5 accumulators
-+ 2 x 2 last-row inputs, at stride 2 2 x 3 accumulators + 4 inputs of an even column and 7 of an odd one: at most
-the 32 vector registers."""
++ 2 x 2 last-row inputs, at stride 2 2 x 4 accumulators + 5 inputs of an even column and the 6 registers left for
+the 9 of an odd one (its last 3 in the even column's): the 32 vector registers."""
 CPUS = {"spacemit-x60"}
 """The CPUs (LLVM's names) the routine is scheduled for."""
 
@@ -240,7 +240,12 @@ def program(band: Band) -> list[Insn]:
         for i in range(band.in_rows):
             if not (starter(i) and (S == 1 or cls == 0)):
                 extras[cls, i] = ACC0 + band.slots * R + len(extras)
-    assert ACC0 + band.slots * R + len(extras) <= 30, band
+    if ACC0 + band.slots * R + len(extras) > 30:  # stride 2: an odd column's last rows take the even column's
+        even = [ACC0 + band.slots * R + n for n in range(sum(cls == 0 for cls, _ in extras))]
+        own = list(range(even[-1] + 1, 30))
+        extras = {**{key: even[n] for n, key in enumerate(k for k in extras if k[0] == 0)},
+                  **{(1, i): (own + even)[i] for i in range(band.in_rows)}}
+        assert len(own + even) >= band.in_rows, band
 
     def acc(o: int, c: int) -> int:
         return ACC0 + band.slots * o + c % band.slots

@@ -114,6 +114,9 @@ class U74:
         return t
 
 
+PRIORITY = {**LATENCY, "feq.s": 0}
+"""The latencies the scheduler ranks by: a pixel's `feq.s` precedes its in-place `fmax.s` only by reading the sum
+first, so its path to the end is the Clip's (the NaN tests then interleave with the Clip chains, not all first)."""
 EARLY = ("flw", "fsw", "sw")
 GROUP = 0
 """The scheduler's pointer additions: issued as soon as ready (an `add` has a load's latency on the U74)."""
@@ -254,7 +257,7 @@ def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
             block = finish(u) + loads(u + 2) + loads(u + 3)
             stores = [o for o in block if o.kind in ("sw", "fsw") or o.kind == "add" and o.insn[1] in outp]
             for part in (taps(u) + taps(u + 1), [o for o in block if o not in stores], stores):
-                code += [o.insn for o in schedule(part, GROUP, machine, LATENCY, EARLY)]
+                code += [o.insn for o in schedule(part, GROUP, machine, PRIORITY, EARLY)]
         return code
 
     ncols = band.width + left + band.right

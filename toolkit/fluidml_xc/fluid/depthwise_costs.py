@@ -33,7 +33,7 @@ def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
 
 
 def stride2_plane_cycles(plane: list) -> float:
-    """One channel's stride-2 bands: each routine's cycles as its issue model counts them (within 2% of llvm-mca-22
+    """One channel's stride-2 bands: each routine's cycles as its issue model counts them (within 3% of llvm-mca-22
     over the loop: tests/test_riscv_stride2.py), and the caller's stores of its argument block."""
     return sum(stride2.cycles(band) + len(stride2.arguments(band)) for band in plane)
 

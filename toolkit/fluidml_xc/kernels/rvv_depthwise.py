@@ -163,7 +163,8 @@ ADD_GROUP = {1: 2, 2: 2.5}
 """By stride: pointer additions wait until this many per output row are ready (or nothing else is), then go out
 together: an `add` issues only once every write-back before it is done (3-4 cycles after a multiply-add), so each
 group costs that wait once (llvm-mca-22, the loops with the Clip: stride 1 414 cycles one by one, 406 in groups of 2
-per row, 495 in groups of 2.5 or more; stride 2 133 / 135 / 128 in groups of 1 / 2 / 2.5, 144 in groups of 3)."""
+per row, 495 in groups of 2.5 or more; stride 2, 4 rows: 168 / 160 / 162 in groups of 1 / 2 / 2.5, 184 in groups
+of 3; 3 rows: 133 / 135 / 128, 144)."""
 
 
 def schedule(ops: list[Op], group: float, machine=None, latency: dict = LATENCY,

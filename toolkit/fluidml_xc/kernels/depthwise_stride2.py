@@ -4,20 +4,20 @@ routine in depthwise_tile's SECTION: one channel, a band of up to ROWS output ro
 A band of R output rows reads 2R + 1 input rows, and each output column 2 new input columns. A rolling window over
 the input columns: column u's 2R + 1 values are loaded once (`flw`) and feed every tap that reads them (kernel column
 kw of output column (u - kw) / 2 when that is whole); an output column is in flight over 3 input columns and a new
-one starts every 2, so 2 x R sums are live. The 9 weights, a zero, the bias and the bounds stay in FP registers;
-the inputs of even and odd columns take a set each (rows 0-5) and the last row one register of its own.
+one starts every 2, so 2 x R sums are live. The 9 weights, the bias and the bounds stay in FP registers; the
+inputs of even and odd columns take a set each (EVEN, ODD).
 
-Every value is used within its column, so nothing is gained from more rows: per output pixel 9 `fmadd.s` against
-4 + 2 / R `flw` and a store, and the U74 writes back in order (a load, store or integer op right after an `fmadd.s`
-waits for its write-back: docs/RISCV_KERNELS.md), so each load costs a cycle of its own: at most 9 / (9 + 4 + 2/3 +
-1) = 61% of the multiply-add peak at R = 3. The Clip is depthwise_tile's exact one (`feq.s`, `fmax.s`, `fmin.s`, the
-NaN's bits ORed back, `sw`: ONNX's NaN kept, Clip(-0.0, 0, 6) = +0.0); its FP-pipe instructions pair with the loads,
-so a checked form (depthwise_tile's) would save nothing here.
+Per output pixel 9 `fmadd.s` against 4 + 2 / R `flw` and a store, and the U74 writes back in order (a load or store
+right after an `fmadd.s` waits for its write-back: docs/RISCV_KERNELS.md), so each load costs a cycle of its own: at
+most 9 / (9 + 4 + 2/3 + 1) = 61% of the multiply-add peak at R = 3. The Clip is depthwise_tile's exact one (`feq.s`,
+`fmax.s`, `fmin.s`, the NaN's bits ORed back, `sw`: ONNX's NaN kept, Clip(-0.0, 0, 6) = +0.0); its FP-pipe
+instructions pair with the loads, so depthwise_tile's checked form would save no cycle here.
 
-Each input and output row has a pointer (an argument block: `arguments`), moved once per 4 input columns (2 output
-columns) with the loads and stores at offsets from it, or, when those offsets pass the 12-bit immediates, a column
-at a time. The instructions of each window of columns (a column's taps, the outputs it finishes, the next column's
-loads) are ordered by kernels/rvv_depthwise.py's list scheduler over the U74's issue rules (`U74`)."""
+Rows are addressed by `layout`: at offsets from shared pointers when their bytes apart fit the 12-bit immediates,
+else a pointer per row (an argument block: `arguments`), moved once per 4 input columns with the loads and stores
+at offsets from it, or every column. Per 2 input columns the multiply-adds, then one block (the finished output
+column's Clip, the next 2 columns' loads, the pointer adds), then the stores, each ordered by
+kernels/rvv_depthwise.py's list scheduler over the U74's issue rules (`U74`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -118,6 +118,7 @@ PRIORITY = {**LATENCY, "feq.s": 0}
 """The latencies the scheduler ranks by: a pixel's `feq.s` precedes its in-place `fmax.s` only by reading the sum
 first, so its path to the end is the Clip's (the NaN tests then interleave with the Clip chains, not all first)."""
 EARLY = ("flw", "fsw", "sw")
+"""Loads and stores ranked half a cycle early (rvv_depthwise.rank)."""
 GROUP = 0
 """The scheduler's pointer additions: issued as soon as ready (an `add` has a load's latency on the U74)."""
 

@@ -14,6 +14,9 @@ Each loop is one register tile of m x n fp32 accumulators (fmadd.s) over K steps
   9 R fmadd.s (m = 3 R, n = 3: the fmadd.s of 3 columns per iteration), and the stores (sw after the Clip's
   fmax.s / fmin.s / feq.s / fmv.x.w and the NaN's bits ORed in, fsw without; "checked": fsw after fmax.s / fmin.s
   in place, a check multiply-add per 3 columns not counted, 6 columns per iteration channels-last);
+* "stride 2" (a second table): kernels/depthwise_stride2.py's loop (2 output columns of 3 rows per iteration,
+  54 fmadd.s) in MobileNetV2's layouts, with the Clip, a Relu and no activation, and the whole routine's cycles per
+  output pixel by its issue model;
 * "routine": kernels/scalar_tile.py's loop, 5 x 5 as "piped" but A from five row pointers (a MatMul's rows), each
   advanced beside its own load in the iteration's last step; "B reg": B's K stride in a register (a 1x1 conv's
   input planes), two B pointers taking turns, each moved on beside the A loads.
@@ -85,6 +88,35 @@ def band(rows: int, clip: bool, channels: int = 0, checked: bool = False) -> lis
     return [*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]
 
 
+STRIDE2_LAYOUTS = (
+    ("channels-last in, NCHW out, 96 channels 112x112", 112, 384, 4, 43008, 224),
+    ("a plane walked transposed (mca.py's row)", 112, 43008, 21504, 384, 384),
+    ("NCHW, 112 columns", 112, 4, 4, 448, 224),
+    ("channels-last both sides, 192 channels 28x28", 28, 768, 768, 21504, 10752),
+    ("576 channels 14x14", 14, 2304, 4, 32256, 28))
+"""(name, input width, bytes between input columns, output columns, input rows, output rows)."""
+
+
+def stride2_table(mca: str) -> None:
+    from fluidml_xc.kernels import depthwise_stride2 as s2
+
+    print(f"\n| stride-2 layout | Clip ({mca} cycles, %) | Relu | none | routine per pixel (Clip) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, width, x_col, out_col, x_row, out_row in STRIDE2_LAYOUTS:
+        row = []
+        for act in ("clip", "relu", "none"):
+            band = s2.Band(3, width, 1, 0, frozenset(), x_col, out_col, act != "none", act == "clip", act != "none",
+                           x_row, out_row)
+            lines = s2.text(s2.program(band)).splitlines()
+            top = next(i for i, line in enumerate(lines) if line.endswith(":"))
+            end = next(i for i, line in enumerate(lines) if line.startswith("bne"))
+            c = cycles(mca, ".Lhot:\n" + "\n".join([*lines[top + 1:end], lines[end].rsplit(",", 1)[0] + ", .Lhot"]) + "\n")
+            row.append(f"{c:.0f} ({100 * 54 / c:.1f}%)")
+            if act == "clip":
+                per_pixel = s2.cycles(band) / (3 * band.out_width)
+        print(f"| {name} | " + " | ".join(row) + f" | {per_pixel:.1f} |")
+
+
 def cycles(mca: str, asm: str) -> float:
     out = subprocess.run([mca, "-mtriple=riscv64", "-mcpu=sifive-u74", "-iterations=200"], input=asm,
                          capture_output=True, text=True, check=True).stdout
@@ -118,6 +150,7 @@ def main() -> int:
                 if name.startswith("depthwise") else m * n + m + (n if name.startswith("first") else 2))  # checked: + check
         row = [f"{(c := cycles(t, asm)):.1f} | {100 * m * n * k / c:.1f}%" for t in mcas]
         print(f"| {name} | {regs} | {m * n * k} | " + " | ".join(row) + " |")
+    stride2_table(mcas[-1])
     return 0
 
 

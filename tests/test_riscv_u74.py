@@ -321,10 +321,12 @@ def test_cost_model_prices_depthwise_as_the_bands():
 
 
 def test_cost_model_prices_channels_last_depthwise_by_its_taps():
-    """The depthwise convs the bands do not take (here 5x5 and 3x3 at stride 2, channels-last) cost the channels-last
-    block's 3x3 figure per channel and pixel in proportion to their window's taps (a 5x5 window 25 / 9 of it)."""
+    """The depthwise convs the bands do not take (here 5x5, channels-last) cost the channels-last block's 3x3 figure
+    per channel and pixel in proportion to their window's taps (a 5x5 window 25 / 9 of it); a 3x3 at stride 2 costs
+    kernels/depthwise_stride2.py's bands (fluid/depthwise_costs.py stride2_plane_cycles)."""
     from fluidml_xc.fluid.costs import CALL_NS, LINE, LINE_NS, SCALAR_TILE_CYCLES, VFMA_NS, AnalyticModel
-    from fluidml_xc.fluid.depthwise_costs import U74_CHANNELS_LAST_CYCLES
+    from fluidml_xc.fluid.depthwise_costs import U74_CHANNELS_LAST_CYCLES, stride2_plane_cycles
+    from fluidml_xc.kernels import depthwise_stride2
     from fluidml_xc.kernels.conv_geometry import TargetForms
     from fluidml_xc.pipeline import import_graph
     from fluidml_xc.target.boards import get_board
@@ -341,6 +343,10 @@ def test_cost_model_prices_channels_last_depthwise_by_its_taps():
         out = 28 // stride
         moved = 96 * (28 * 28 + out * out) * 4 / LINE * LINE_NS * 0.25
         cycles = 96 * out * out * U74_CHANNELS_LAST_CYCLES * k * k / 9
+        if stride == 2:
+            plane = depthwise_stride2.bands(28, 28, out, out, 1, 1, (28 * 96, 96), (out * 96, 96), None)
+            cycles = 96 * stride2_plane_cycles(plane)
+            assert cycles < 0.7 * 96 * out * out * U74_CHANNELS_LAST_CYCLES
         want = CALL_NS + cycles * VFMA_NS / (spec.vector_bits // 32) / SCALAR_TILE_CYCLES + moved
         assert model.cost(graph.nodes[0], nhwc) == pytest.approx(want), (k, stride)
 

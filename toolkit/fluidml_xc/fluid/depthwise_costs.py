@@ -2,7 +2,7 @@
 turns cycles into its ns through the GEMM tile's SCALAR_TILE_CYCLES), RVV's channels-last block against the column strips."""
 from __future__ import annotations
 
-from ..kernels import rvv_depthwise as rvv
+from ..kernels import depthwise_stride2 as stride2, rvv_depthwise as rvv
 from ..kernels.depthwise_tile import bands as depthwise_bands, plane_cycles
 from .geometry import ConvGeometry
 
@@ -13,8 +13,9 @@ U74_CHANNELS_LAST_CYCLES = 448 / 16
 
 def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
     """llvm-mca-22 cycles of a float32 depthwise conv on a CPU with the hand-scheduled tiles (the U74), None for
-    other convs: 3 x 3 at stride 1 in either layout as kernels/depthwise_tile.py's bands, the other channels-last
-    ones at U74_CHANNELS_LAST_CYCLES per channel and pixel of a 3 x 3 window, in proportion to the window's taps."""
+    other convs: 3 x 3 at stride 1 in either layout as kernels/depthwise_tile.py's bands, at stride 2 as
+    kernels/depthwise_stride2.py's (`stride2_plane_cycles`), the other channels-last ones at
+    U74_CHANNELS_LAST_CYCLES per channel and pixel of a 3 x 3 window, in proportion to the window's taps."""
     s = geo.plan.shape
     if geo.itemsize != 4 or s.Cig != 1 or s.Cog != 1 or s.dyn is not None or s.rs is not None:
         return None
@@ -23,8 +24,18 @@ def scalar_depthwise_cycles(geo: ConvGeometry) -> float | None:
         plane = depthwise_bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2:], s.os[2:], geo.plan.epilogue)
     if plane is not None:
         return geo.N * geo.G * plane_cycles(plane)
+    if (s.KH, s.KW, s.sh, s.sw, s.dh, s.dw) == (3, 3, 2, 2, 1, 1):
+        plane = stride2.bands(s.H, s.W, s.OH, s.OW, s.ph, s.pw, s.xs[2:], s.os[2:], geo.plan.epilogue)
+        if plane is not None:
+            return geo.N * geo.G * stride2_plane_cycles(plane)
     taps = s.KH * s.KW / 9  # the block's figure is 3 x 3's
     return geo.N * geo.G * geo.OH * geo.OW * U74_CHANNELS_LAST_CYCLES * taps if geo.kind == "depthwise_c" else None
+
+
+def stride2_plane_cycles(plane: list) -> float:
+    """One channel's stride-2 bands: each routine's cycles as its issue model counts them (within 3% of llvm-mca-22
+    over the loop: tests/test_riscv_stride2.py), and the caller's stores of its argument block."""
+    return sum(stride2.cycles(band) + len(stride2.arguments(band)) for band in plane)
 
 
 RVV_STRIDED_ROWS = 2.5

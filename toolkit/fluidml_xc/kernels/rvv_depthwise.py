@@ -8,8 +8,8 @@ reads them (kernel row i - o of output row o, kernel columns 2, 1, 0 of the outp
 and starts). Input row i < rows is loaded into the register of the output it starts (column u + left), whose last
 tap is a `vfmadd.vv` with the bias (no copies); the last two rows go to `sets` alternating pairs. At stride 2 a band
 reads 2 x rows + 1 input rows, two columns per output column: an even column's even rows start outputs in place,
-its other rows and all of an odd column's go to a set of registers per parity. The 9 weights and the bias stay in
-registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
+its other rows and all of an odd column's go to a set of registers per parity (an odd column's last rows to the
+even column's, free once its taps are done: the odd column loads during the even one's taps). The 9 weights and the bias stay in registers. A finished output takes the Clip on the vector integer unit (lo >= +0: `vmax.vx` /
 `vminu.vx` on the bits, masked by `x + x < 0xFF000001` unsigned, so a NaN lane keeps its NaN; `-0.0` gives lo) and
 is stored. RVV loads and stores take no offset: every input and output row has a pointer, moved a column (the
 input's and the output's column strides in registers) after each use.
@@ -36,10 +36,10 @@ SECTION = ".text.fxc_rvv_depthwise"
 """The routines' section (the linker puts `.text.*` in the executable .text; benchmarks/mca.py reads it)."""
 LANES = 8
 """Channels per unit: one e32 LMUL-1 register at VLEN 256 (the weights are packed 8 floats a tap)."""
-ROWS = {1: 5, 2: 3}
+ROWS = {1: 5, 2: 4}
 """Output rows per band by stride: 9 weights + bias + mask + 2 mask temporaries, and at stride 1 3 x 5 accumulators
-+ 2 x 2 last-row inputs, at stride 2 2 x 3 accumulators + 4 inputs of an even column and 7 of an odd one: at most
-the 32 vector registers."""
++ 2 x 2 last-row inputs, at stride 2 2 x 4 accumulators + 5 inputs of an even column and the 6 registers left for
+the 9 of an odd one (its last 3 in the even column's): the 32 vector registers."""
 CPUS = {"spacemit-x60"}
 """The CPUs (LLVM's names) the routine is scheduled for."""
 
@@ -151,25 +151,28 @@ class Machine:
         return t
 
 
-def rank(machine: Machine, op: Op) -> float:
+def rank(machine: Machine, op: Op, latency: dict = LATENCY, early: tuple = ("vle32.v", "vse32.v")) -> float:
     """An op's rank as the next one: its issue cycle, plus the cycles it would push the write-back horizon (every later
-    op with a shorter latency waits for it), less half a cycle for a load or store (each needs a cycle without a
-    multiply-add before it: better early, beside the horizon it leaves)."""
+    op with a shorter latency waits for it), less half a cycle for a load or store (`early`: each needs a cycle
+    without a multiply-add before it: better early, beside the horizon it leaves)."""
     t = machine.at(op)
-    return t + max(0, t + LATENCY[op.kind] - machine.write_back) - 0.5 * (op.kind in ("vle32.v", "vse32.v"))
+    return t + max(0, t + latency[op.kind] - machine.write_back) - 0.5 * (op.kind in early)
 
 
 ADD_GROUP = {1: 2, 2: 2.5}
 """By stride: pointer additions wait until this many per output row are ready (or nothing else is), then go out
 together: an `add` issues only once every write-back before it is done (3-4 cycles after a multiply-add), so each
 group costs that wait once (llvm-mca-22, the loops with the Clip: stride 1 414 cycles one by one, 406 in groups of 2
-per row, 495 in groups of 2.5 or more; stride 2 133 / 135 / 128 in groups of 1 / 2 / 2.5, 144 in groups of 3)."""
+per row, 495 in groups of 2.5 or more; stride 2, 4 rows: 168 / 160 / 162 in groups of 1 / 2 / 2.5, 184 in groups
+of 3; 3 rows: 133 / 135 / 128, 144)."""
 
 
-def schedule(ops: list[Op], group: int) -> list[Op]:
+def schedule(ops: list[Op], group: float, machine=None, latency: dict = LATENCY,
+             early: tuple = ("vle32.v", "vse32.v")) -> list[Op]:
     """A greedy list schedule: next, among the ops whose predecessors (true, anti and output dependencies through
     registers, in the given order) are placed, the one of the lowest `rank`, ties to the longest path to the end;
-    the pointer additions in groups of `group`."""
+    the pointer additions in groups of `group`. `machine` (default an X60 `Machine`), `latency` and `early`: the
+    core's issue model (kernels/depthwise_stride2.py passes the U74's)."""
     n = len(ops)
     preds: list[set] = [set() for _ in range(n)]
     last_write: dict = {}
@@ -193,15 +196,15 @@ def schedule(ops: list[Op], group: int) -> list[Op]:
             succs[p].append(j)
     height = [0] * n
     for j in reversed(range(n)):
-        height[j] = LATENCY[ops[j].insn[0]] + max((height[s] for s in succs[j]), default=0)
+        height[j] = latency[ops[j].insn[0]] + max((height[s] for s in succs[j]), default=0)
     left = [len(p) for p in preds]
     ready = {j for j in range(n) if not left[j]}
-    machine, out, grouping = Machine(), [], False
+    machine, out, grouping = machine or Machine(), [], False
     while ready:
         adds = [j for j in ready if ops[j].kind == "add"]
         grouping = bool(adds) and (grouping or len(adds) >= group or len(adds) == len(ready))
         pool = adds if grouping else [j for j in ready if ops[j].kind != "add"]
-        j = min(pool, key=lambda j: (rank(machine, ops[j]), -height[j], j))
+        j = min(pool, key=lambda j: (rank(machine, ops[j], latency, early), -height[j], j))
         ready.discard(j)
         machine.place(ops[j])
         out.append(ops[j])
@@ -238,7 +241,12 @@ def program(band: Band) -> list[Insn]:
         for i in range(band.in_rows):
             if not (starter(i) and (S == 1 or cls == 0)):
                 extras[cls, i] = ACC0 + band.slots * R + len(extras)
-    assert ACC0 + band.slots * R + len(extras) <= 30, band
+    if ACC0 + band.slots * R + len(extras) > 30:  # stride 2: an odd column's last rows take the even column's
+        even = [ACC0 + band.slots * R + n for n in range(sum(cls == 0 for cls, _ in extras))]
+        own = list(range(even[-1] + 1, 30))
+        extras = {**{key: even[n] for n, key in enumerate(k for k in extras if k[0] == 0)},
+                  **{(1, i): (own + even)[i] for i in range(band.in_rows)}}
+        assert len(own + even) >= band.in_rows, band
 
     def acc(o: int, c: int) -> int:
         return ACC0 + band.slots * o + c % band.slots

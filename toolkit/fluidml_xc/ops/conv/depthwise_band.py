@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kernels import depthwise_tile as dt
+from ...kernels import depthwise_stride2 as s2, depthwise_tile as dt
 from ...kernels.epilogue import Epilogue
 from ...kernels.scalar import const
 
@@ -13,17 +13,20 @@ from ...kernels.scalar import const
 def emit_depthwise_band(k, x, w, bias, out, residual, epi: Epilogue | None, groups: int, k_sp, strides, dils,
                         pads) -> bool:
     """Emit the conv as band routines and say True, or False (nothing emitted) when it is not such a conv: float32,
-    static, 2-D, one input and one output channel per group, 3 x 3, stride and dilation 1 (either layout), no
-    residual, an activation of at most a Relu or a Clip, offsets within the routine's immediates."""
+    static, 2-D, one input and one output channel per group, 3 x 3, dilation 1, stride 1 (either layout; offsets
+    within the routine's immediates) or 2 (kernels/depthwise_stride2.py), no residual, an activation of at most a
+    Relu or a Clip."""
+    stride = tuple(int(v) for v in strides)
     if (not dt.takes(k) or residual is not None or k.dynamic or x.rank != 4 or np.dtype(out.dtype) != np.float32
-            or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in (*strides, *dils))):
+            or tuple(int(v) for v in k_sp) != (3, 3) or any(int(v) != 1 for v in dils) or stride not in ((1, 1), (2, 2))):
         return False
     n, c, h, wd = x.shape
     oh_count, ow_count = out.shape[2:]
     if groups != c or out.shape[1] != c or tuple(w.shape[:2]) != (c, 1):
         return False
     top, left = (int(v) for v in pads[:2])
-    bands = dt.bands(h, wd, oh_count, ow_count, top, left, tuple(x.strides[2:]), tuple(out.strides[2:]), epi)
+    form = dt if stride == (1, 1) else s2
+    bands = form.bands(h, wd, oh_count, ow_count, top, left, tuple(x.strides[2:]), tuple(out.strides[2:]), epi)
     if bands is None:
         return False
     _, low, high = dt.activation(epi)
@@ -47,11 +50,27 @@ def emit_depthwise_band(k, x, w, bias, out, residual, epi: Epilogue | None, grou
         w_ptr = b.gep(weights, [b.mul(ch, k.index(w_step))])
         bias_v = const(np.float32, 0) if bias is None else b.load(b.gep(bias.ptr, [b.mul(ch, k.index(bias.strides[0]))]))
 
-        def run(bd: dt.Band, index) -> None:
+        def run(bd, index) -> None:
+            if form is s2:
+                run_stride2(bd, index)
+                return
             oh0 = b.mul(index, k.index(dt.ROWS))
             x_at = b.add(plane_x, b.mul(b.sub(oh0, k.index(top)), k.index(x.strides[2])))
             o_at = b.add(plane_o, b.mul(oh0, k.index(out.strides[2])))
             dt.call(k, bd, b.gep(x.ptr, [x_at]), b.gep(out.ptr, [o_at]), w_ptr, bias_v, low or 0.0, high or 0.0)
+        def run_stride2(bd: s2.Band, index) -> None:
+            """Band `index`'s row pointers (input row 2 oh0 - top + k, output row oh0 + r; a zero row's is never read)."""
+            oh0 = b.mul(index, k.index(s2.ROWS))
+            first_row = b.sub(b.mul(oh0, k.index(2)), k.index(top))
+            block = {f"in{i}": b.gep(x.ptr, [b.add(plane_x, b.mul(b.add(first_row, k.index(i)), k.index(x.strides[2])))])
+                     for i in range(bd.in_rows)}
+            block |= {f"out{r}": b.gep(out.ptr, [b.add(plane_o, b.mul(b.add(oh0, k.index(r)), k.index(out.strides[2])))])
+                      for r in range(bd.rows)}
+            end_row, end = s2.loop_end(bd)
+            block |= {"end": b.gep(block[f"in{end_row}"], [k.index(end // 4)]), "weights": w_ptr,
+                      "x_step": k.index(bd.x_col), "out_step": k.index(bd.out_col), "x_big": k.index(4 * bd.x_col),
+                      "out_big": k.index(2 * bd.out_col)}
+            s2.call(k, bd, block, bias_v, low or 0.0, high or 0.0)
         for bd, first, count in runs:
             if count == 1:
                 run(bd, k.index(first))

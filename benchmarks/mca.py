@@ -201,6 +201,9 @@ DEPTHWISE_BASE = 2 << 32
 RVV_DEPTHWISE_SECTION = ".text.fxc_rvv_depthwise"
 """kernels/rvv_depthwise.py's routines (the X60's channels-last depthwise), searched first like DEPTHWISE_SECTION's."""
 RVV_DEPTHWISE_BASE = 3 << 32
+GEMV_SECTION = ".text.fxc_gemv"
+"""kernels/matmul_gemv.py's routines (the X60's GEMV)."""
+GEMV_BASE = 4 << 32
 
 
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
@@ -208,14 +211,14 @@ def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, st
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION, RVV_DEPTHWISE_SECTION) if name in obj.decode("latin-1")]
+        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION, RVV_DEPTHWISE_SECTION, GEMV_SECTION) if name in obj.decode("latin-1")]
         sections = ["-D", "-j", ".text", *(a for name in present for a in ("-j", name))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
     insns, base = [], 0
     for line in text.splitlines():
         if line.startswith("Disassembly of section "):
             base = (1 << 32 if TILE_SECTION in line else DEPTHWISE_BASE if DEPTHWISE_SECTION in line
-                    else RVV_DEPTHWISE_BASE if RVV_DEPTHWISE_SECTION in line else 0)  # each at 0
+                    else RVV_DEPTHWISE_BASE if RVV_DEPTHWISE_SECTION in line else GEMV_BASE if GEMV_SECTION in line else 0)  # each at 0
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
         if m and m.group(2).strip():
             insns.append((base + int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))

@@ -14,7 +14,7 @@ from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
-from . import scalar_tile
+from . import matmul_gemv, scalar_tile
 from .vectors import fma
 
 
@@ -275,6 +275,8 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
     b_step = b.panel or (b.rs if b.cs == 1 else 0)
     if b_step and scalar_tile.takes(k, dt, kk, mr, widths, a.cs, b_step):
         return _scalar_tile_slots(k, P, kk, bases, i0, mr, col0, pidx, widths, last_row)
+    if b.panel and matmul_gemv.takes(k, dt, kk, mr, widths, a.cs, b.panel):
+        return _gemv_slots(k, P, kk, bases, i0, pidx, widths)
     slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
     if b.panel:
         bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
@@ -331,6 +333,16 @@ def _scalar_tile_slots(k, P: Problem, kk: int, bases, i0, mr: int, col0, pidx, w
             off += w
         slots.append(row)
     return slots
+
+
+def _gemv_slots(k, P: Problem, kk: int, bases, i0, pidx, widths: list[int]) -> list:
+    """outer_accumulate's slots (one row) from the X60's GEMV routine (kernels/matmul_gemv.py)."""
+    dt, a, b = P.dtype, P.a, P.b
+    ab, bb, _ = bases
+    bcol = panel_bases(k, bb, pidx, matmul_gemv.PANEL, b.panel, P.kk, [0])[0]
+    x = k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, i0, a.rs))], inbounds=True)
+    out = matmul_gemv.accumulate(k, x, k.b.gep(b.ptr, [bcol], inbounds=True), kk, a.cs)
+    return [[k.local(k.vector_type(dt, w), k.vload(out, dt, k.index(sum(widths[:g])), w)) for g, w in enumerate(widths)]]
 
 
 def k_steps(k) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ..target.arch import arch_of
+from ..target.arch import arch_of, riscv_vector
 from .epilogue import Epilogue, activate
 from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
@@ -266,10 +266,11 @@ def i32(v: int):
 
 
 def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx, widths: list[int],
-                     last_row: int | None = None) -> list:
+                     last_row: int | None = None, steps: int = 0) -> list:
     """The accumulators (per row, one vector per width) of one mr x sum(widths) outer-product tile of C at
     (i0, col0) over kk steps of K: an int, or a run-time value (kernels/matmul_runtime.py). B is P.b: its panel pidx
-    of nr columns when packed, else read at col0. last_row: rows past it read that row (their results unused)."""
+    of nr columns when packed, else read at col0. last_row: rows past it read that row (their results unused).
+    steps: K steps per loop iteration (0: the target's, k_steps)."""
     dt, a, b = P.dtype, P.a, P.b
     ab, bb, _ = bases
     b_step = b.panel or (b.rs if b.cs == 1 else 0)
@@ -299,7 +300,7 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
                 if w not in splats:
                     splats[w] = k.splat(av, w)
                 k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
-    steps = k_steps(k) if isinstance(kk, int) else 1
+    steps = (steps or k_steps(k)) if isinstance(kk, int) else 1
     if steps == 1:  # float16 sums (half_blocks) never meet a target of several K steps: RISC-V has no fp16 path
         reduce_in_blocks(k, dt, kk, [s for row in slots for s in row], step)
         return slots
@@ -348,6 +349,22 @@ def _gemv_slots(k, P: Problem, kk: int, bases, i0, pidx, widths: list[int]) -> l
 def k_steps(k) -> int:
     """K steps per iteration of the outer-product loop for the kernel's target (target/arch.py Arch.k_steps)."""
     return arch_of(k.spec.triple).k_steps if k.spec is not None else 1
+
+
+RVV_FAR_ROWS_STEPS, RVV_FAR_ROW_BYTES = 4, 1024
+"""K steps per iteration of a MatMul / Gemm tile on RVV whose A rows are more than RVV_FAR_ROW_BYTES apart (K > 256
+floats): LLVM then gives the rows their own address `add`s per iteration, each waiting for a multiply-add's
+write-back, and a fourth step spreads them. llvm-mca-22, % of the FMA peak at 3 / 4 steps: M = 128 by N = 128 at
+K = 512 (BERT-tiny's output MatMul) 64.9 / 72.7, K = 1024 72.0 / 76.2, K = 384 (M 64, N 256) 74.2 / 76.8; closer
+rows keep 3 (K = 128 by N = 512, BERT-tiny's intermediate MatMul, 75.9 / 72.8; docs/RISCV_KERNELS.md)."""
+
+
+def gemm_steps(k, P: Problem) -> int:
+    """K steps per iteration of _emit_outer's tiles: RVV_FAR_ROWS_STEPS on RVV for A rows far apart, else the
+    target's (0)."""
+    spec = k.spec
+    far = abs(P.a.rs) * np.dtype(P.dtype).itemsize > RVV_FAR_ROW_BYTES
+    return RVV_FAR_ROWS_STEPS if spec is not None and far and riscv_vector(spec.triple, spec.features) else 0
 
 
 def store_tile(k, P: Problem, slots, cb, i0, mr: int, col0, widths: list[int], valid, scratch=None) -> None:
@@ -496,7 +513,7 @@ def _emit_outer(k, P: Problem) -> None:
                     k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
 
     def tile(bases, i0, mr, col0, pidx, widths, valid):
-        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths)
+        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths, steps=gemm_steps(k, P))
         store_tile(k, P, slots, bases[2], i0, mr, col0, widths, valid)
 
     def rows(bases, col0, pidx, widths, valid, rng=None):

@@ -160,6 +160,9 @@ def cases() -> list[Case]:
     out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
                     _mobilenet_block(24, 144, 24, 56), ))
     out += form_cases()  # forms the RISC-V boards run that the rows above do not have (benchmarks/riscv_forms.py)
+    # A's rows 2 KB apart (past the loads' 12-bit offsets): BERT-tiny's output MatMul (docs/RISCV_KERNELS.md)
+    out.append(Case("fp32 MatMul 128x512x128 (BERT-tiny output)", "fp", _model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": f32(128, 512)}, {"b": f32(512, 128)}), 2.0 * 128 * 512 * 128))
     # the same MatMul and Conv built with --precision fp16 (float16 FMAs in blocks added into float32, docs/FP16.md)
     out.append(Case("fp16 MatMul 64x256x256", "fp16", out[0].model, out[0].work, precision="fp16"))
     out.append(Case("fp16 Conv 3x3 32->32 28x28 +Relu", "fp16", out[1].model, out[1].work, precision="fp16"))
@@ -413,7 +416,7 @@ def run_mca(asm: str, mca: str, triple: str, cpu: str, attrs: str) -> tuple[floa
         names = re.findall(r"\[([\w.]+)\]", m.group(1))
         vals = [0.0 if v == "-" else float(v) for v in m.group(2).split()]
         # names map to the resource list above the table
-        res = dict(re.findall(r"\[([\w.]+)\]\s+-\s+(\w+)", out))
+        res = dict(re.findall(r"\[([\w.]+)\][ \t]+-[ \t]+(\w+)", out))  # not across a line end
         if vals:
             k = max(range(len(vals)), key=lambda i: vals[i])
             busiest = res.get(names[k], names[k]) if k < len(names) else "?"

@@ -9,7 +9,7 @@ RISC-V"). RVV loads take no offset and the in-order write-back rule stalls an `a
 by 4 cycles, so LLVM's loop (an `addi` before each load) took 62 cycles per 12 loads. Here each load's slot is
 `vle32.v`, the x value's `flw` (once per K step), the next load's address `addi`, then the multiply-add of the load
 before: the `addi` waits only for the load (3 cycles, which the load unit spends anyway) and the load after the
-multiply-add only 1, so a slot is the load unit's 4 cycles. STEPS K steps per loop iteration (32 loads); the loop's
+multiply-add only 1, so a slot is the load unit's 4 cycles. STEPS K steps per loop iteration (28 loads); the loop's
 pointer increments and branch cost about 2 cycles per iteration.
 """
 from __future__ import annotations

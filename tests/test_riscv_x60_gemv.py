@@ -4,7 +4,7 @@ its loop beats LLVM's schedule by llvm-mca-22 (the load unit's bound: 50% of the
 and every remainder of its 7 steps, N under, at and past a panel of 64 (the last panel's 16-column groups), Gemm
 with transA / transB, bias / alpha / beta, a fused Relu, NaN, infinities and -0.0 in x; 1, 4 and 8
 threads give the same bytes; the board builds the routine in its section, other RISC-V CPUs do not. Also the
-4-step GEMM loop of A rows far apart (kernels/matmul_blocked.py gemm_steps)."""
+4-step GEMM loop of A rows far apart (kernels/matmul_geometry.py gemm_steps)."""
 from __future__ import annotations
 
 import re
@@ -95,7 +95,7 @@ def _gemv_model():
     nodes.append(helper.make_node("Gemm", ["t", "tw"], ["ty"], transA=1))
     feeds["v"], consts["vw"] = f(1, 1, 21), f(21, 64)  # a batch-1 MatMul of a 3-D row
     nodes.append(helper.make_node("MatMul", ["v", "vw"], ["vy"]))
-    # rows of A more than 1024 bytes apart: 4 K steps per iteration (matmul_blocked.RVV_FAR_ROWS_STEPS), K % 4 = 3
+    # rows of A more than 1024 bytes apart: 4 K steps per iteration (matmul_geometry.RVV_FAR_ROWS_STEPS), K % 4 = 3
     feeds["far"], consts["farw"] = f(7, 259), f(259, 40)
     nodes.append(helper.make_node("MatMul", ["far", "farw"], ["fy"]))
     outs += ["gy", "ty", "vy", "fy"]

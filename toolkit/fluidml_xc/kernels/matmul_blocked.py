@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 from llvmlite import ir
 
-from ..target.arch import arch_of, riscv_vector
+from ..target.arch import arch_of
 from .epilogue import Epilogue, activate
 from .half_blocks import reduce_in_blocks
-from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
+from .matmul_geometry import MR_DOT, NC_DOT, gemm_steps, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
 from . import matmul_gemv, scalar_tile
@@ -276,8 +276,10 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
     b_step = b.panel or (b.rs if b.cs == 1 else 0)
     if b_step and scalar_tile.takes(k, dt, kk, mr, widths, a.cs, b_step):
         return _scalar_tile_slots(k, P, kk, bases, i0, mr, col0, pidx, widths, last_row)
-    if b.panel and matmul_gemv.takes(k, dt, kk, mr, widths, a.cs, b.panel):
-        return _gemv_slots(k, P, kk, bases, i0, pidx, widths)
+    if b.panel and matmul_gemv.takes(k, dt, kk, mr, widths, a.cs, b.panel):  # the X60's GEMV routine
+        x = k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, i0, a.rs))], inbounds=True)
+        panel = k.b.gep(b.ptr, [panel_bases(k, bb, pidx, matmul_gemv.PANEL, b.panel, P.kk, [0])[0]], inbounds=True)
+        return [matmul_gemv.slots(k, dt, x, panel, kk, a.cs, widths)]
     slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
     if b.panel:
         bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
@@ -336,35 +338,9 @@ def _scalar_tile_slots(k, P: Problem, kk: int, bases, i0, mr: int, col0, pidx, w
     return slots
 
 
-def _gemv_slots(k, P: Problem, kk: int, bases, i0, pidx, widths: list[int]) -> list:
-    """outer_accumulate's slots (one row) from the X60's GEMV routine (kernels/matmul_gemv.py)."""
-    dt, a, b = P.dtype, P.a, P.b
-    ab, bb, _ = bases
-    bcol = panel_bases(k, bb, pidx, matmul_gemv.PANEL, b.panel, P.kk, [0])[0]
-    x = k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, i0, a.rs))], inbounds=True)
-    out = matmul_gemv.accumulate(k, x, k.b.gep(b.ptr, [bcol], inbounds=True), kk, a.cs)
-    return [[k.local(k.vector_type(dt, w), k.vload(out, dt, k.index(sum(widths[:g])), w)) for g, w in enumerate(widths)]]
-
-
 def k_steps(k) -> int:
     """K steps per iteration of the outer-product loop for the kernel's target (target/arch.py Arch.k_steps)."""
     return arch_of(k.spec.triple).k_steps if k.spec is not None else 1
-
-
-RVV_FAR_ROWS_STEPS, RVV_FAR_ROW_BYTES = 4, 1024
-"""K steps per iteration of a MatMul / Gemm tile on RVV whose A rows are more than RVV_FAR_ROW_BYTES apart (K > 256
-floats): LLVM then gives the rows their own address `add`s per iteration, each waiting for a multiply-add's
-write-back, and a fourth step spreads them. llvm-mca-22, % of the FMA peak at 3 / 4 steps: M = 128 by N = 128 at
-K = 512 (BERT-tiny's output MatMul) 64.9 / 72.7, K = 1024 72.0 / 76.2, K = 384 (M 64, N 256) 74.2 / 76.8; closer
-rows keep 3 (K = 128 by N = 512, BERT-tiny's intermediate MatMul, 75.9 / 72.8; docs/RISCV_KERNELS.md)."""
-
-
-def gemm_steps(k, P: Problem) -> int:
-    """K steps per iteration of _emit_outer's tiles: RVV_FAR_ROWS_STEPS on RVV for A rows far apart, else the
-    target's (0)."""
-    spec = k.spec
-    far = abs(P.a.rs) * np.dtype(P.dtype).itemsize > RVV_FAR_ROW_BYTES
-    return RVV_FAR_ROWS_STEPS if spec is not None and far and riscv_vector(spec.triple, spec.features) else 0
 
 
 def store_tile(k, P: Problem, slots, cb, i0, mr: int, col0, widths: list[int], valid, scratch=None) -> None:
@@ -513,7 +489,7 @@ def _emit_outer(k, P: Problem) -> None:
                     k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
 
     def tile(bases, i0, mr, col0, pidx, widths, valid):
-        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths, steps=gemm_steps(k, P))
+        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths, steps=gemm_steps(k, P.a.rs, P.dtype))
         store_tile(k, P, slots, bases[2], i0, mr, col0, widths, valid)
 
     def rows(bases, col0, pidx, widths, valid, rng=None):

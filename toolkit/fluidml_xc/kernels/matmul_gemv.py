@@ -135,6 +135,13 @@ def text(code: list[tuple]) -> str:
     return tile_text(code, SYNTAX)
 
 
+def slots(k, dtype, x, b_first, kk: int, a_step: int, widths: list[int]) -> list:
+    """outer_accumulate's slots of one row (a stack vector per width, from the out buffer's first sum(widths) sums)."""
+    out = accumulate(k, x, b_first, kk, a_step)
+    return [k.local(k.vector_type(dtype, w), k.vload(out, dtype, k.index(sum(widths[:g])), w))
+            for g, w in enumerate(widths)]
+
+
 def accumulate(k, x, b_first, kk: int, a_step: int) -> ir.Value:
     """Run the routine over kk steps: x the float* of A's row at its first K step, b_first the float* of the
     panel's first K step (PANEL contiguous floats per step); the out buffer (PANEL floats) of the sums. The

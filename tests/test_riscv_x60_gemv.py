@@ -163,3 +163,20 @@ def test_bert_tiny_output_matmul_loop_reaches_70_percent():
     cycles, _, _ = mca.run_mca(mca.mca_input(loop.body, "riscv64", loop.vtype), "llvm-mca-22", mca.MCA_TRIPLE["riscv64"],
                                spec.cpu, spec.features)
     assert loop.macs == 48 and 2 * loop.lanes / cycles / 16 >= 0.70, (loop.macs, cycles)
+
+
+@pytest.mark.parametrize("op, gates", [("LSTM", 4), ("GRU", 3)])
+def test_recurrent_gates_run_the_routine_under_qemu(op, gates, tmp_path):
+    """A batch-1 LSTM / GRU's gate products are one-row GEMMs with constant weights (ops/recurrent.py): built for the
+    bpi-f3 they call the routine and give ONNX Runtime's values."""
+    from elftools.elf.elffile import ELFFile
+
+    rng, hidden = np.random.default_rng(5), 20
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    feeds = {"x": f(3, 1, 10)}
+    consts = {"w": f(1, gates * hidden, 10) * 0.3, "r": f(1, gates * hidden, hidden) * 0.3, "b": f(1, 2 * gates * hidden) * 0.1}
+    model = graph_model([helper.make_node(op, ["x", "w", "r", "b"], ["y"], hidden_size=hidden)], feeds, ["y"], consts)
+    artifact = build(model, tmp_path, "bpi-f3", profile_runner=False)
+    with open(artifact / "model.o", "rb") as fh:
+        assert any(sec.name == gv.SECTION for sec in ELFFile(fh).iter_sections())
+    match_onnx(model, feeds, run(artifact, feeds))

@@ -160,6 +160,9 @@ def cases() -> list[Case]:
     out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
                     _mobilenet_block(24, 144, 24, 56), ))
     out += form_cases()  # forms the RISC-V boards run that the rows above do not have (benchmarks/riscv_forms.py)
+    # A's rows 2 KB apart (past the loads' 12-bit offsets): BERT-tiny's output MatMul (docs/RISCV_KERNELS.md)
+    out.append(Case("fp32 MatMul 128x512x128 (BERT-tiny output)", "fp", _model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": f32(128, 512)}, {"b": f32(512, 128)}), 2.0 * 128 * 512 * 128))
     # the same MatMul and Conv built with --precision fp16 (float16 FMAs in blocks added into float32, docs/FP16.md)
     out.append(Case("fp16 MatMul 64x256x256", "fp16", out[0].model, out[0].work, precision="fp16"))
     out.append(Case("fp16 Conv 3x3 32->32 28x28 +Relu", "fp16", out[1].model, out[1].work, precision="fp16"))
@@ -201,6 +204,9 @@ DEPTHWISE_BASE = 2 << 32
 RVV_DEPTHWISE_SECTION = ".text.fxc_rvv_depthwise"
 """kernels/rvv_depthwise.py's routines (the X60's channels-last depthwise), searched first like DEPTHWISE_SECTION's."""
 RVV_DEPTHWISE_BASE = 3 << 32
+GEMV_SECTION = ".text.fxc_gemv"
+"""kernels/matmul_gemv.py's routines (the X60's GEMV)."""
+GEMV_BASE = 4 << 32
 
 
 def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, str]]:
@@ -208,14 +214,14 @@ def disassemble(obj: bytes, objdump: str, attrs: str = "") -> list[tuple[int, st
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION, RVV_DEPTHWISE_SECTION) if name in obj.decode("latin-1")]
+        present = [name for name in (TILE_SECTION, DEPTHWISE_SECTION, RVV_DEPTHWISE_SECTION, GEMV_SECTION) if name in obj.decode("latin-1")]
         sections = ["-D", "-j", ".text", *(a for name in present for a in ("-j", name))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", *([f"--mattr={attrs}"] if attrs else []), fh.name], capture_output=True, text=True, check=True).stdout
     insns, base = [], 0
     for line in text.splitlines():
         if line.startswith("Disassembly of section "):
             base = (1 << 32 if TILE_SECTION in line else DEPTHWISE_BASE if DEPTHWISE_SECTION in line
-                    else RVV_DEPTHWISE_BASE if RVV_DEPTHWISE_SECTION in line else 0)  # each at 0
+                    else RVV_DEPTHWISE_BASE if RVV_DEPTHWISE_SECTION in line else GEMV_BASE if GEMV_SECTION in line else 0)  # each at 0
         m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
         if m and m.group(2).strip():
             insns.append((base + int(m.group(1), 16), m.group(2).split("\t", 1)[0] + (" " + m.group(2).split("\t", 1)[1] if "\t" in m.group(2) else "")))
@@ -410,7 +416,7 @@ def run_mca(asm: str, mca: str, triple: str, cpu: str, attrs: str) -> tuple[floa
         names = re.findall(r"\[([\w.]+)\]", m.group(1))
         vals = [0.0 if v == "-" else float(v) for v in m.group(2).split()]
         # names map to the resource list above the table
-        res = dict(re.findall(r"\[([\w.]+)\]\s+-\s+(\w+)", out))
+        res = dict(re.findall(r"\[([\w.]+)\][ \t]+-[ \t]+(\w+)", out))  # not across a line end
         if vals:
             k = max(range(len(vals)), key=lambda i: vals[i])
             busiest = res.get(names[k], names[k]) if k < len(names) else "?"

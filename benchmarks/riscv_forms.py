@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-from mca import (DEPTHWISE_SECTION, MCA_TRIPLE, TILE_SECTION, hot_loop, mca_input, register_bits,  # noqa: E402
+from mca import (DEPTHWISE_SECTION, GEMV_SECTION, MCA_TRIPLE, TILE_SECTION, hot_loop, mca_input, register_bits,  # noqa: E402
                  riscv_peak, run_mca, words_as_code)
 
 _FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
@@ -40,7 +40,7 @@ def functions(obj: bytes, objdump: str, attrs: str) -> dict[str, list[tuple[int,
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        present = [s for s in (TILE_SECTION, DEPTHWISE_SECTION) if s in obj.decode("latin-1")]
+        present = [s for s in (TILE_SECTION, DEPTHWISE_SECTION, GEMV_SECTION) if s in obj.decode("latin-1")]
         sections = ["-D", "-j", ".text", *(a for s in present for a in ("-j", s))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", f"--mattr={attrs}", fh.name],
                               capture_output=True, text=True, check=True).stdout
@@ -120,7 +120,7 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
         for k in tiled:
             body = body + funcs[k]
         loop = hot_loop(body, "riscv64", register_bits(spec)) if body else None
-        section = DEPTHWISE_SECTION if " gdw " in key else TILE_SECTION
+        section = DEPTHWISE_SECTION if " gdw " in key else GEMV_SECTION if detail.startswith("m=1 ") else TILE_SECTION
         routine = routine_loops.get(section) if any(s.startswith("jalr") for _, s in body) else None
         if routine and (loop is None or routine.macs > loop.macs):  # an indirect call: the section's routine
             loop, key = routine, key + " [routine?]"

@@ -11,10 +11,10 @@ from llvmlite import ir
 from ..target.arch import arch_of
 from .epilogue import Epilogue, activate
 from .half_blocks import reduce_in_blocks
-from .matmul_geometry import MR_DOT, NC_DOT, outer_tile
+from .matmul_geometry import MR_DOT, NC_DOT, gemm_steps, outer_tile
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
-from . import scalar_tile
+from . import matmul_gemv, scalar_tile
 from .vectors import fma
 
 
@@ -266,15 +266,20 @@ def i32(v: int):
 
 
 def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx, widths: list[int],
-                     last_row: int | None = None) -> list:
+                     last_row: int | None = None, steps: int = 0) -> list:
     """The accumulators (per row, one vector per width) of one mr x sum(widths) outer-product tile of C at
     (i0, col0) over kk steps of K: an int, or a run-time value (kernels/matmul_runtime.py). B is P.b: its panel pidx
-    of nr columns when packed, else read at col0. last_row: rows past it read that row (their results unused)."""
+    of nr columns when packed, else read at col0. last_row: rows past it read that row (their results unused).
+    steps: K steps per loop iteration (0: the target's, k_steps)."""
     dt, a, b = P.dtype, P.a, P.b
     ab, bb, _ = bases
     b_step = b.panel or (b.rs if b.cs == 1 else 0)
     if b_step and scalar_tile.takes(k, dt, kk, mr, widths, a.cs, b_step):
         return _scalar_tile_slots(k, P, kk, bases, i0, mr, col0, pidx, widths, last_row)
+    if b.panel and matmul_gemv.takes(k, dt, kk, mr, widths, a.cs, b.panel):  # the X60's GEMV routine
+        x = k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, i0, a.rs))], inbounds=True)
+        panel = k.b.gep(b.ptr, [panel_bases(k, bb, pidx, matmul_gemv.PANEL, b.panel, P.kk, [0])[0]], inbounds=True)
+        return [matmul_gemv.slots(k, dt, x, panel, kk, a.cs, widths)]
     slots = [[k.local(k.vector_type(dt, w), k.vzero(dt, w)) for w in widths] for _ in range(mr)]
     if b.panel:
         bcols, kstride = panel_bases(k, bb, pidx, nr, b.panel, P.kk, [sum(widths[:g]) for g in range(len(widths))]), b.panel
@@ -297,7 +302,7 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
                 if w not in splats:
                     splats[w] = k.splat(av, w)
                 k.b.store(fma(k, k.b.load(slots[r][g]), splats[w], bvals[g]), slots[r][g])
-    steps = k_steps(k) if isinstance(kk, int) else 1
+    steps = (steps or k_steps(k)) if isinstance(kk, int) else 1
     if steps == 1:  # float16 sums (half_blocks) never meet a target of several K steps: RISC-V has no fp16 path
         reduce_in_blocks(k, dt, kk, [s for row in slots for s in row], step)
         return slots
@@ -484,7 +489,7 @@ def _emit_outer(k, P: Problem) -> None:
                     k.b.store(const(dt, 0), k.b.gep(buf, [add_index(k, mul_index(k, kv, nr), q)], inbounds=True))
 
     def tile(bases, i0, mr, col0, pidx, widths, valid):
-        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths)
+        slots = outer_accumulate(k, P, nr, K, bases, i0, mr, col0, pidx, widths, steps=gemm_steps(k, P.a.rs, P.dtype))
         store_tile(k, P, slots, bases[2], i0, mr, col0, widths, valid)
 
     def rows(bases, col0, pidx, widths, valid, rng=None):

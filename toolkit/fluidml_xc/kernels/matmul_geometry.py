@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target.arch import riscv_vector
 
 MATMUL_ORDERS = ("ikj", "ijk", "jki", "kij")
 """ikj: C rows stream over B rows (unit stride in j); ijk: dot products (unit stride in k);
@@ -57,6 +58,22 @@ def outer_tile(m: int, n: int, lanes: int, accumulators: int = ACC_BUDGET) -> tu
     mr = max(1, min(MR_OUTER, accumulators // 2, m))
     nv = max(1, min(4, accumulators // mr, -(-n // lanes)))
     return mr, nv * lanes
+
+
+RVV_FAR_ROWS_STEPS, RVV_FAR_ROW_BYTES = 4, 1024
+"""K steps per iteration of a MatMul / Gemm tile on RVV whose A rows are more than RVV_FAR_ROW_BYTES apart (K > 256
+floats): LLVM then gives the rows their own address `add`s per iteration, each waiting for a multiply-add's
+write-back, and a fourth step spreads them. llvm-mca-22, % of the FMA peak at 3 / 4 steps: M = 128 by N = 128 at
+K = 512 (BERT-tiny's output MatMul) 64.9 / 72.7, K = 1024 72.0 / 76.2, K = 384 (M 64, N 256) 74.2 / 76.8; closer
+rows keep 3 (K = 128 by N = 512, BERT-tiny's intermediate MatMul, 75.9 / 72.8; docs/RISCV_KERNELS.md)."""
+
+
+def gemm_steps(k, a_row_stride: int, dtype) -> int:
+    """K steps per iteration of the MatMul / Gemm outer-product tiles (kernels/matmul_blocked.py): RVV_FAR_ROWS_STEPS
+    on RVV for A rows far apart, else 0 (the target's, Arch.k_steps)."""
+    spec = k.spec
+    far = abs(a_row_stride) * np.dtype(dtype).itemsize > RVV_FAR_ROW_BYTES
+    return RVV_FAR_ROWS_STEPS if spec is not None and far and riscv_vector(spec.triple, spec.features) else 0
 
 
 _AXIS = {"i": 0, "k": 1, "j": 2}

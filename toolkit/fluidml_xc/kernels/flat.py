@@ -17,8 +17,8 @@ from .operand import Access, Operand
 from .split import chunk_count
 
 FLAT_TILES = 24
-"""Parallel tiles of every flat kernel (kernels/split.py's most: 2 x TARGET_TILES); the tiles past the layer's
-own chunk count do nothing."""
+"""Parallel tiles of every flat kernel (kernels/split.py's most: 2 x TARGET_TILES): the layer's own chunks spread
+evenly over them (Kernel.spread), the others idle."""
 
 FIELDS = ("elements", "chunks")
 
@@ -32,6 +32,15 @@ def dense(op: Operand) -> bool:
             return False
         step *= op.shape[d]
     return True
+
+
+def even_chunk(k, c, chunks, extent) -> tuple[ir.Value, ir.Value]:
+    """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent) (run-time values), without Kernel.chunk's
+    product c * extent, which a 32-bit index overflows past 2^32 / chunks elements."""
+    b = k.b
+    q, r = b.udiv(extent, chunks), b.urem(extent, chunks)
+    lo = b.add(b.mul(c, q), k.imin(c, r))
+    return lo, b.add(b.add(lo, q), b.zext(b.icmp_unsigned("<", c, r), k.idx_t))
 
 
 def flat_eligible(out: Operand, ins: Sequence[Operand]) -> bool:
@@ -81,8 +90,9 @@ def flat_elementwise(k, out: Operand, ins: Sequence[Operand], body: Callable[[li
         emit(k.index(0), f["elements"])
         return True
     with k.parallel_tiles([FLAT_TILES], work) as (t,):
-        with b.if_then(b.icmp_unsigned("<", t, f["chunks"])):
-            emit(*k.chunk(t, f["chunks"], f["elements"]))
+        active, c = k.spread(t, f["chunks"], FLAT_TILES)
+        with b.if_then(active):
+            emit(*even_chunk(k, c, f["chunks"], f["elements"]))
     return True
 
 
@@ -136,6 +146,7 @@ def flat_concat(k, out: Operand, ins: Sequence[Operand], axis: int) -> bool:
         copy(k.index(0), rows)
         return True
     with k.parallel_tiles([FLAT_TILES], work) as (t,):
-        with b.if_then(b.icmp_unsigned("<", t, f[1])):
-            copy(*k.chunk(t, f[1], rows))
+        active, c = k.spread(t, f[1], FLAT_TILES)
+        with b.if_then(active):
+            copy(*even_chunk(k, c, f[1], rows))
     return True

@@ -274,6 +274,13 @@ class Kernel:
             return self.b.udiv(self.b.mul(v, self.as_index(extent), flags=("nuw",)), self.as_index(chunks))
         return at(c), at(self.b.add(c, self.index(1), flags=("nuw",)))
 
+    def spread(self, t: ir.Value, chunks: ir.Value, tiles: int) -> tuple[ir.Value, ir.Value]:
+        """(does tile t of `tiles` run a chunk, which one): `chunks` (a run-time count, at most `tiles`) working tiles
+        spread evenly over the tiles, so that each thread's home shard of the pool (runtime_c/pool.c) holds its
+        share of them, the other tiles idle."""
+        at = self.b.mul(t, chunks)
+        return self.b.icmp_unsigned("<", self.b.urem(at, self.index(tiles)), chunks), self.b.udiv(at, self.index(tiles))
+
     def imin(self, x: ir.Value, y: ir.Value) -> ir.Value:
         return self.b.select(self.b.icmp_signed("<", x, y), x, y)
 

@@ -1,6 +1,6 @@
 """Channels-last depthwise convs on x86 as one kernel per stride, kernel size, padding, pixel tile and epilogue
-(issue #27: build time). The spatial sizes, the channel count, the strides and the parallel split are run-time
-values read from a small constant argument, and the packed weights and the bias are arguments of no declared size,
+(issue #27: build time). The spatial sizes, the channel count, the storage strides and the parallel split are
+run-time values read from a small constant argument, and the packed weights and the bias are arguments of no declared size,
 so the depthwise layers of a model that differ only in those compile once per code variant (emit/units.py: units
 of the same IR share one object).
 
@@ -143,11 +143,11 @@ class SharedDepthwise:
             f = {name: b.trunc(v, k.idx_t) for name, v in f.items()}
         self.f = f
         self.last_tile = b.sub(f["OW"], k.index(self.P))
-        self.offsets = [b.mul(k.index(m), f["x_pixel"]) for m in range(self._columns())]
         self.zero = zero_row(k, ZERO_CHANNELS * np.dtype(self.p.dtype).itemsize, c.xp.type)
         with k.parallel_tiles([SHARED_TILES], self.work) as (t,):
-            rc, uc = b.udiv(t, f["unit_chunks"]), b.urem(t, f["unit_chunks"])
-            with b.if_then(b.icmp_unsigned("<", rc, f["row_chunks"])):
+            active, chunk = k.spread(t, b.mul(f["row_chunks"], f["unit_chunks"]), SHARED_TILES)
+            rc, uc = b.udiv(chunk, f["unit_chunks"]), b.urem(chunk, f["unit_chunks"])
+            with b.if_then(active):
                 r_lo, r_hi = k.chunk(rc, f["row_chunks"], f["rows"])
                 self.units = k.chunk(uc, f["unit_chunks"], f["vectors"])
                 with loop(k, r_hi, r_lo) as r:

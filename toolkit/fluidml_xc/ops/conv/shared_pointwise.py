@@ -12,8 +12,9 @@ recompute more than OVERLAP_SHARE of them, the tiles split the pixels evenly, in
 same pixel count share. The output channels past the last whole block (CO % R, when the layer has them) run one
 vector at a time, the last one through a lane mask when CO is not a multiple of V. The parallel split is
 SHARED_TILES tiles, each a (channel chunk, pixel chunk) of the chunk counts walk.py's split chooses for the layer
-(shared_chunks: at most SHARED_TILES of them); the tiles past them do nothing. Two tiles may write the same last
-pixels (the overlapping tile), with the same bits; the pool joins every tile before the next op reads them.
+(shared_chunks: at most SHARED_TILES of them), spread evenly over the tiles (Kernel.spread), the others idle. Two
+tiles may write the same last pixels (the overlapping tile), with the same bits; the pool joins every tile before
+the next op reads them.
 """
 from __future__ import annotations
 
@@ -141,8 +142,9 @@ class SharedPointwise:
         self.last_at = b.sub(f["pixels"], k.index(self.P))
         self.extra = b.urem(f["pixels"], f["tiles"])
         with k.parallel_tiles([SHARED_TILES], self.work) as (t,):
-            cc, uu = b.udiv(t, f["pixel_chunks"]), b.urem(t, f["pixel_chunks"])
-            with b.if_then(b.icmp_unsigned("<", cc, f["channel_chunks"])):
+            active, chunk = k.spread(t, b.mul(f["channel_chunks"], f["pixel_chunks"]), SHARED_TILES)
+            cc, uu = b.udiv(chunk, f["pixel_chunks"]), b.urem(chunk, f["pixel_chunks"])
+            with b.if_then(active):
                 cb_lo, cb_hi = k.chunk(cc, f["channel_chunks"], blocks)
                 px_lo, px_hi = k.chunk(uu, f["pixel_chunks"], f["tiles"])
                 if self.p.blocks_outer:

@@ -107,3 +107,23 @@ def test_layers_of_other_shapes_share_one_unit(monkeypatch):
     with monkeypatch.context() as m:
         shaped(m)
         assert len(set(node_units(model, spec, ("FusedElementwise", "HardSwish", "Concat")).values())) == len(texts)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int8, np.int64, np.bool_])
+def test_other_dtypes_and_size_one_concat_inputs(tmp_path, dtype):
+    """Elementwise ops and Concats of float16, int8, int64 and bool, a Concat whose inputs are 1 wide on its axis,
+    against ONNX Runtime: the flat loops taken (fewer units than the shaped ones)."""
+    shape, kind = (2, 5, 6, 7), onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    rng = np.random.default_rng(3)
+    feeds = {name: (rng.standard_normal(shape) * 3).astype(dtype) for name in ("a", "b")}
+    feeds["t"] = (rng.standard_normal((2, 5, 6, 1)) * 3).astype(dtype)
+    op = "Or" if dtype == np.bool_ else "Add"
+    nodes = [helper.make_node(op, ["a", "b"], ["s"]), helper.make_node("Concat", ["t", "s", "t"], ["c"], axis=3),
+             helper.make_node("Concat", ["a", "b"], ["d"], axis=1)]
+    inputs = [helper.make_tensor_value_info(n, kind, v.shape) for n, v in feeds.items()]
+    model = proto_model(nodes, inputs, [helper.make_tensor_value_info(n, kind, None) for n in ("c", "d")])
+    got, ref = run(built(model, tmp_path).artifact, feeds), reference(model, feeds)
+    for name in ref:
+        np.testing.assert_array_equal(got[name], ref[name])
+    texts = node_units(model, machine_spec(get_board("x86_64-v3")), (op, "Concat"))
+    assert all("fxc_parallel" not in t and "%\"c0\"" in t for t in texts.values())

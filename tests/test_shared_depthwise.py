@@ -127,3 +127,39 @@ def test_layers_of_other_channel_counts_share_one_unit(monkeypatch):
 
 def test_tile_width_recomputes_the_fewest_pixels():
     assert [tile_width(c, 8) for c in (112, 56, 28, 14, 7, 3, 1, 20, 9)] == [8, 8, 7, 7, 7, 3, 1, 5, 5]
+
+
+GEOMETRIES = [  # (channels, (H, W), images, kernel, strides, pads or auto_pad, dilations)
+    (64, (6, 30), 1, (1, 25), (1, 1), [0, 12, 0, 12], (1, 1)), (64, (16, 12), 2, (7, 3), (2, 1), [6, 2, 6, 2], (2, 2)),
+    (72, (11, 10), 1, (4, 4), (2, 2), "SAME_UPPER", (1, 1)), (72, (11, 10), 2, (3, 3), (3, 3), "SAME_LOWER", (1, 1)),
+    (64, (9, 9), 1, (2, 2), (3, 3), [4, 4, 4, 4], (1, 1)), (33, (30, 2), 1, (3, 3), (1, 2), [1, 0, 2, 1], (1, 1))]
+"""Depthwise geometries beyond MobileNet's: long and tall kernels, strides and dilations per axis, SAME padding,
+pads past the kernel's reach, asymmetric pads, a row narrower than any tile, a channel rest."""
+
+
+def geometries_model():
+    inits, nodes, outs, feeds = {}, [], [], {}
+    for i, (C, hw, N, kernel, strides, pads, dilations) in enumerate(GEOMETRIES):
+        feeds[f"x{i}"] = rand(N, 4, *hw, seed=i)
+        inits.update({f"e{i}": rand(C, 4, 1, 1, seed=100 + i) * 0.5, f"d{i}": rand(C, 1, *kernel, seed=200 + i),
+                      f"db{i}": rand(C, seed=300 + i), f"p{i}": rand(6, C, 1, 1, seed=400 + i) * 0.3})
+        pad = dict(auto_pad=pads) if isinstance(pads, str) else dict(pads=pads)
+        nodes += [helper.make_node("Conv", [f"x{i}", f"e{i}"], [f"ec{i}"], name=f"expand{i}"),
+                  helper.make_node("Relu", [f"ec{i}"], [f"er{i}"]),
+                  helper.make_node("Conv", [f"er{i}", f"d{i}", f"db{i}"], [f"dc{i}"], group=C, kernel_shape=list(kernel),
+                                   strides=list(strides), dilations=list(dilations), name=f"depthwise{i}", **pad),
+                  helper.make_node("Relu", [f"dc{i}"], [f"dr{i}"]),
+                  helper.make_node("Conv", [f"dr{i}", f"p{i}"], [f"y{i}"], name=f"project{i}")]
+        outs.append(f"y{i}")
+    return float_model(nodes, inits, feeds, outs), feeds
+
+
+def test_other_geometries_match_ort_at_any_thread_count(tmp_path, monkeypatch):
+    model, feeds = geometries_model()
+    taken, channels_last = shared_taken(model, monkeypatch)
+    assert taken == channels_last >= 4
+    artifact, ref = built(model, tmp_path, threads=2).artifact, reference(model, feeds)
+    outs = [run(artifact, feeds, threads=t) for t in (1, 2)]
+    for name in ref:
+        np.testing.assert_allclose(outs[0][name], ref[name], rtol=1e-4, atol=1e-3)
+        assert outs[0][name].tobytes() == outs[1][name].tobytes()

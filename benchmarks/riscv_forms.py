@@ -90,7 +90,22 @@ def describe(graph, node, decisions, forms, spec) -> tuple[str, str]:
     return "", ""
 
 
-def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_dir: Path | None) -> None:
+def channels_last(optimize):
+    """`optimize` with every 4-D activation but the graph's inputs and outputs channels-last and the kernels' own loop
+    orders: prices a form the optimizer does not pick for a small model (wrap its inputs in an elementwise op)."""
+    def forced(graph, *args, **kwargs):
+        decisions = optimize(graph, *args, **kwargs)
+        ends = set(graph.inputs) | set(graph.outputs)
+        decisions.layouts = {name: (0, 2, 3, 1) for name, t in graph.tensors.items()
+                             if len(t.shape) == 4 and not t.is_const and name not in ends}
+        decisions.loop_orders, decisions.views = {}, []
+        return decisions
+    return forced
+
+
+def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_dir: Path | None,
+          nhwc: bool = False) -> None:
+    from fluidml_xc import pipeline
     from fluidml_xc.pipeline import LowerOptions, import_graph, lower
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.target.machine import compile_module, machine_spec
@@ -99,6 +114,8 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
     board = get_board(board_name)
     spec = machine_spec(board)
     threads = threads or board.cores
+    if nhwc:
+        pipeline.optimize = channels_last(pipeline.optimize)
     lowered = lower(import_graph(onnx.load(path)), spec, LowerOptions(opt="fluid", threads=threads, parallel=threads > 1))
     obj = compile_module(lowered.ir_text, spec)
     funcs = functions(obj, "llvm-objdump-22", spec.features)
@@ -196,10 +213,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="the build's threads (default the board's cores)")
     ap.add_argument("--all", action="store_true", help="one line per node, not per form (the worst of each form)")
     ap.add_argument("--asm-dir", type=Path)
+    ap.add_argument("--nhwc", action="store_true", help="every activation channels-last (the graph's inputs and outputs "
+                    "as given), the kernels' own loop orders: to price a form on a small model")
     args = ap.parse_args()
     for path in args.models:
         print(f"## {path.name} on {args.board}")
-        audit(path, args.board, args.threads or None, args.all, args.asm_dir)
+        audit(path, args.board, args.threads or None, args.all, args.asm_dir, args.nhwc)
     return 0
 
 

@@ -172,6 +172,32 @@ def test_unpacked_channels_last_pointwise_steps_eight_channels(features, tmp_pat
     assert steps and all(s == (True, False, 8) for s in steps), steps
 
 
+@pytest.mark.qemu
+@pytest.mark.parametrize("features", [None, "+m,+a,+f,+d,+c,+v"])
+def test_channels_last_direct_conv_steps_two_channels(features, tmp_path, patched_compiler):
+    """A direct conv over unpacked channels-last pixels takes RVV_UNPACKED_TAP_STEPS = 2 input channels per iteration,
+    each tap's broadcast addresses serving both (llvm-mca-22 on the X60: 3x3 s2 512 -> 512 at 14x14 62% -> 66.5% of
+    peak): a 3x3 at stride 2 with pads, 37 -> 40 channels and a bias over two 15 x 13 images (18 pairs of input
+    channels and 1 left, odd widths, 8 output channels past the vector), then a 5x5 with pads 40 -> 33 and Relu."""
+    from fluidml_xc.ops.conv import conv2d as conv
+    steps, emit = [], conv.emit_conv
+
+    def record(c):
+        steps.append((c.plan.shape.xs[1] == 1, c.plan.blocking.kind, c.channel_steps()))
+        emit(c)
+    _force_channels_last(patched_compiler)
+    patched_compiler.setattr(conv, "emit_conv", record)
+    rng = np.random.default_rng(35)
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Relu", ["x"], ["xr"]),
+             helper.make_node("Conv", ["xr", "w1", "b1"], ["c1"], pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[2] * 4), helper.make_node("Relu", ["c2"], ["y"])]
+    feeds = {"x": f(2, 37, 15, 13)}
+    model = graph_model(nodes, feeds, ["y"], {"w1": f(40, 37, 3, 3), "b1": f(40), "w2": f(33, 40, 5, 5)}, 13)
+    _matches_at_1_4_8_threads(model, feeds, tmp_path, features)
+    assert len(steps) >= 2 and all(s == (True, "channels", 2) for s in steps), steps
+
+
 def _force_channels_last(patched_compiler) -> None:
     """fluid's decisions with every 4-D activation but the graph's inputs and outputs channels-last and the kernels'
     own loop orders (the optimizer may run these small graphs NCHW)."""

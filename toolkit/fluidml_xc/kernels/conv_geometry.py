@@ -135,6 +135,11 @@ RVV_UNPACKED_K_STEPS = 8
 walk.py channel_steps; Arch.k_steps, 3, elsewhere): each pixel's broadcasts take an address `add` per iteration,
 which waits for the multiply-add before it (in-order write-back), so more channels share it (llvm-mca-22 on the X60,
 480 -> 16 / 512 -> 32 / 832 -> 32 / 256 -> 32 at 6x6-28x28: 3 steps 68-72%, 4 67-73%, 6 68-74%, 8 72.5-74%)."""
+RVV_UNPACKED_TAP_STEPS = 2
+"""Input channels per iteration of an RVV channel-vector conv of more than one tap over unpacked channels-last pixels:
+a tap's broadcast addresses (past the 12-bit offsets: an `add` each) serve both channels, 4 bytes apart
+(llvm-mca-22 on the X60: 3x3 s2 512 -> 512 at 14x14 62% -> 66.5% of peak, 3x3 128 -> 32 at 7x7 67.5% -> 69.8%, 5x5
+48 -> 128 at 6x6 62.8% either way; 3 and 4 channels spill: 46-65%)."""
 RVV_ROW_CHANNELS = 12
 """Most output channels per row-vector block of a flat 1x1 conv with constant weights on RVV, one vector of pixels
 (TargetForms.row_channels / row_vectors): 12 accumulators, each vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on
@@ -149,11 +154,15 @@ streams past once per block) or pixel rows (pixel tiles when flat) outermost (th
 cached while every block's weights stream past)."""
 
 
-def channel_k_steps(k_steps: int, unpacked_last: bool, Cig: int) -> int:
-    """Input channels per loop iteration of a 1x1 conv (ops/conv/walk.py channel_steps) on a target of `k_steps`
-    (Arch.k_steps): RVV_UNPACKED_K_STEPS for an RVV channel-vector block over unpacked channels-last pixels
-    (`unpacked_last`) with as many input channels; at most Cig, else 1."""
-    steps = RVV_UNPACKED_K_STEPS if unpacked_last and Cig >= RVV_UNPACKED_K_STEPS else k_steps
+def channel_k_steps(k_steps: int, unpacked_last: bool, Cig: int, taps: int) -> int:
+    """Input channels per loop iteration of a conv of `taps` kernel taps (ops/conv/walk.py channel_steps) on a target
+    of `k_steps` (Arch.k_steps) for a 1x1 conv, 1 for larger kernels (their taps fill the iteration); for an RVV
+    channel-vector block over unpacked channels-last pixels (`unpacked_last`) RVV_UNPACKED_K_STEPS and
+    RVV_UNPACKED_TAP_STEPS; at most Cig, else 1."""
+    if taps > 1:
+        steps = RVV_UNPACKED_TAP_STEPS if unpacked_last else 1
+    else:
+        steps = RVV_UNPACKED_K_STEPS if unpacked_last and Cig >= RVV_UNPACKED_K_STEPS else k_steps
     return steps if Cig >= steps else 1
 
 

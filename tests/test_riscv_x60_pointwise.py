@@ -212,3 +212,43 @@ def _force_channels_last(patched_compiler) -> None:
         decisions.loop_orders, decisions.views = {}, []
         return decisions
     patched_compiler.setattr(pipeline, "optimize", channels_last)
+
+
+def test_cost_model_prices_the_pack_copy_on_rvv():
+    """The pack's copy (RVV_PACK_FLOAT_CYCLES = 3.2 X60 cycles per input float by llvm-mca-22) is part of an RVV
+    channels-last 1x1 conv's price: one pack per group of pixel blocks, split with the tiles (256 -> 64 at 56 x 56,
+    packed in chunks), or one per thread before the parallel region (a single group: 160 -> 96 at 14 x 14 into an
+    NCHW output); x86's packs stay priced as memory traffic only."""
+    from fluidml_xc.fluid import split_costs
+    from fluidml_xc.fluid.costs import VFMA_NS, Costs
+    from fluidml_xc.fluid.geometry import conv_geometry
+    from fluidml_xc.pipeline import import_graph
+    from fluidml_xc.target.boards import get_board
+    from fluidml_xc.target.machine import machine_spec
+    rng = np.random.default_rng(36)
+    for cin, cout, hw, groups in ((256, 64, 56, "several"), (160, 96, 14, "one")):
+        model = graph_model([helper.make_node("Conv", ["x", "w"], ["y"])],
+                            {"x": rng.standard_normal((1, cin, hw, hw)).astype(np.float32)}, ["y"],
+                            {"w": rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)}, 13)
+        for board in ("bpi-f3", "x86_64"):
+            graph = import_graph(model)
+            node = graph.nodes[0]
+            costs = Costs(graph, machine_spec(get_board(board))).model
+            nhwc = {node.inputs[0]: (0, 2, 3, 1)}
+            geo = conv_geometry(graph, node, lambda n: costs.strides(n, nhwc), costs.vector_bits, costs.forms)
+            priced = costs.cost(node, nhwc)
+            saved = split_costs.RVV_PACK_FLOAT_CYCLES
+            try:
+                split_costs.RVV_PACK_FLOAT_CYCLES = 0.0
+                free = costs.cost(node, nhwc)
+            finally:
+                split_costs.RVV_PACK_FLOAT_CYCLES = saved
+            if board == "x86_64":
+                assert priced == free, (board, cin)
+                continue
+            assert geo.pack_groups > 1 if groups == "several" else geo.pack_groups == 1, (cin, geo.pack_groups)
+            copy = cin * hw * hw * saved * VFMA_NS
+            if groups == "one":
+                assert priced - free == pytest.approx(copy, rel=1e-6), (cin, priced, free)
+            else:
+                assert copy / 8 < priced - free < copy, (cin, priced, free)

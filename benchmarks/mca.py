@@ -4,7 +4,7 @@
     python benchmarks/mca.py [--boards rpi3,rpi4,...] [--only SUBSTR] [--mca llvm-mca-19] [--markdown]
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
-Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
+Per case (benchmarks/mca_cases.py) and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
 compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's,
 kernels/depthwise_tile.py's and kernels/rvv_depthwise.py's machine-code routines, whose words llvm-mc decodes); the
 hot loop is the innermost backward branch (no other backward branch inside it) with the most multiply-accumulate

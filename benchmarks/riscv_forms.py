@@ -126,7 +126,8 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
         for k in tiled:
             body = body + funcs[k]
         loop = hot_loop(body, "riscv64", register_bits(spec)) if body else None
-        section = (RVV_DEPTHWISE_SECTION if RVV_DEPTHWISE_SECTION in routine_loops else DEPTHWISE_SECTION) if " gdw " in key else TILE_SECTION
+        section = (RVV_DEPTHWISE_SECTION if " depthwise_c " in key and RVV_DEPTHWISE_SECTION in routine_loops
+                   else DEPTHWISE_SECTION if " gdw " in key else TILE_SECTION)  # the X60's routine: channels-last only
         routine = routine_loops.get(section) if any(s.startswith("jalr") for _, s in body) else None
         if routine and (loop is None or routine.macs > loop.macs):  # an indirect call: the section's routine
             loop, key = routine, key + " [routine?]"

@@ -4,7 +4,7 @@
     python benchmarks/mca.py [--boards rpi3,rpi4,...] [--only SUBSTR] [--mca llvm-mca-19] [--markdown]
     python benchmarks/mca.py --boards visionfive2,bpi-f3 --markdown   # RISC-V: llvm-mca-22 (--mca-riscv)
 
-Per case and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
+Per case (benchmarks/mca_cases.py) and board: a single-op ONNX model is lowered for the board (single thread, --opt fluid) and
 compiled to model.o; `llvm-objdump -d` disassembles it (RISC-V: also the sections of kernels/scalar_tile.py's,
 kernels/depthwise_tile.py's and kernels/rvv_depthwise.py's machine-code routines, whose words llvm-mc decodes); the
 hot loop is the innermost backward branch (no other backward branch inside it) with the most multiply-accumulate
@@ -37,9 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-from onnx import helper, numpy_helper  # noqa: E402
-
-rng = np.random.default_rng(3)
+from mca_cases import Case, cases  # noqa: E402
 
 # Peak per core and cycle: (fp32 FLOP, int8 MAC), the mca cpu model used, and where the figure comes from.
 # FLOP counts a fused multiply-add as 2. int8 MAC peak counts the widest MAC instruction the core has
@@ -74,110 +72,23 @@ MCA_TRIPLE = {"aarch64": "aarch64-unknown-linux-gnu", "armv7": "armv7-unknown-li
               "riscv64": "riscv64-unknown-linux-gnu"}
 
 
-@dataclass
-class Case:
-    name: str
-    kind: str  # "fp", "fp16" (build --precision fp16: float16 FMAs, docs/FP16.md) or "int8"
-    model: onnx.ModelProto
-    work: float = 0.0
-    """FLOP (fp) or MAC (int8) of the whole op, for --measure; 0: not a single op."""
-    conv_algo: str = "direct"
-    """--conv-algo of the build: "auto" lets the cost model run 3x3 convs as Winograd (docs/WINOGRAD.md)."""
-    precision: str = "fp32"
-    """--precision of the build (fp16 cases: boards without float16 arithmetic report the refusal)."""
 
 
-def _model(nodes, inputs: dict, consts: dict, outputs=("y",), opset=13) -> onnx.ModelProto:
-    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()]
-    graph = helper.make_graph(nodes, "mca", ins, [helper.make_empty_tensor_value_info(o) for o in outputs], inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return onnx.shape_inference.infer_shapes(m)
-
-
-def f32(*shape):
-    return (rng.standard_normal(shape) * 0.1).astype(np.float32)
-
-
-def _mobilenet_block(cin: int, hidden: int, cout: int, hw: int):
-    """MobileNetV2's block at hw x hw: 1x1 expand to `hidden`, Clip6, depthwise 3x3, Clip6, 1x1 project."""
-    return _model(
-        [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
-         helper.make_node("Conv", ["e6", "wd"], ["d"], pads=[1] * 4, group=hidden),
-         helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]), helper.make_node("Conv", ["d6", "w2"], ["y"])],
-        {"x": f32(1, cin, hw, hw)}, {"w1": f32(hidden, cin, 1, 1), "wd": f32(hidden, 1, 3, 3), "w2": f32(cout, hidden, 1, 1),
-                                     "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)})
-
-
-def cases() -> list[Case]:
-    from bench_int8 import qlinear_conv, qlinear_matmul
-    from riscv_forms import form_cases
-
-    out = []
-    out.append(Case("fp32 MatMul 64x256x256", "fp", _model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                                                           {"a": f32(64, 256)}, {"b": f32(256, 256)}), 2.0 * 64 * 256 * 256))
-    out.append(Case("fp32 Conv 3x3 32->32 28x28 +Relu", "fp", _model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])],
-        {"x": f32(1, 32, 28, 28)}, {"w": f32(32, 32, 3, 3), "bias": f32(32)}), 2.0 * 32 * 32 * 9 * 28 * 28))
-    # 1x1 convs: a flat image (row vectors, x86's 6 channels x 2 vectors) and a small one (channel vectors, packed input)
-    for cin, cout, hw in ((256, 64, 56), (1024, 256, 14)):
-        out.append(Case(f"fp32 Conv 1x1 {cin}->{cout} {hw}x{hw}", "fp", _model(
-            [helper.make_node("Conv", ["x", "w"], ["y"])], {"x": f32(1, cin, hw, hw)}, {"w": f32(cout, cin, 1, 1)}),
-            2.0 * cin * cout * hw * hw))
-    out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28 +Clip6", "fp", _model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, group=64),
-         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
-        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64), "lo": np.array(0, np.float32),
-                                    "hi": np.array(6, np.float32)}), 2.0 * 64 * 9 * 28 * 28))
-    # the same without an activation (the U74's band routine without its Clip: docs/RISCV_KERNELS.md)
-    out.append(Case("fp32 depthwise 3x3 NCHW 64x28x28", "fp", _model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4, group=64)],
-        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 1, 3, 3), "bias": f32(64)}), 2.0 * 64 * 9 * 28 * 28))
-    # the same depthwise kept channels-last by Transposes around it (the optimizer may run the blocks below NCHW)
-    out.append(Case("fp32 depthwise 3x3 channels-last 96x28x28 +Clip6", "fp", _model(
-        [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
-         helper.make_node("Conv", ["xt", "w", "bias"], ["c"], pads=[1] * 4, group=96),
-         helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
-        {"x": f32(1, 28, 28, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
-                                    "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 28 * 28))
-    # the same at stride 2 (MobileNetV2's features.2: 96 channels, 112x112 -> 56x56)
-    out.append(Case("fp32 depthwise 3x3 stride 2 channels-last 96x112x112 +Clip6", "fp", _model(
-        [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
-         helper.make_node("Conv", ["xt", "w", "bias"], ["c"], pads=[1] * 4, strides=[2, 2], group=96),
-         helper.make_node("Clip", ["c", "lo", "hi"], ["d"]), helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
-        {"x": f32(1, 112, 112, 96)}, {"w": f32(96, 1, 3, 3), "bias": f32(96), "lo": np.array(0, np.float32),
-                                      "hi": np.array(6, np.float32)}), 2.0 * 96 * 9 * 56 * 56))
-    # MobileNetV2 block: 1x1 expand, depthwise, 1x1 project; fluid keeps it channels-last (NHWC depthwise) on ARM,
-    # NCHW on the X60 (its 1x1 project conv is slower channels-last there: docs/RISCV_KERNELS.md)
-    out.append(Case("fp32 depthwise 3x3 NHWC (MobileNetV2 block) +Clip6", "fp", _mobilenet_block(16, 96, 24, 28), ))
-    # the cost model's choice: Winograd on ARM (the hot loop is its GEMM tile over input channels), FLOP of the direct conv
-    out.append(Case("fp32 Conv 3x3 64->64 28x28 (auto: Winograd GEMM)", "fp", _model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["y"], pads=[1] * 4)],
-        {"x": f32(1, 64, 28, 28)}, {"w": f32(64, 64, 3, 3), "bias": f32(64)}), 2.0 * 64 * 64 * 9 * 28 * 28, "auto"))
-    # the same block at MobileNetV2's 56x56 stage (144 channels): its armv7 channels-last depthwise loop reloaded
-    # hoisted input-row and pixel bases from the stack until each block took one address (docs/ARM_KERNELS.md)
-    out.append(Case("fp32 depthwise 3x3 NHWC 144x56x56 (MobileNetV2 stage 2) +Clip6", "fp",
-                    _mobilenet_block(24, 144, 24, 56), ))
-    out += form_cases()  # forms the RISC-V boards run that the rows above do not have (benchmarks/riscv_forms.py)
-    # A's rows 2 KB apart (past the loads' 12-bit offsets): BERT-tiny's output MatMul (docs/RISCV_KERNELS.md)
-    out.append(Case("fp32 MatMul 128x512x128 (BERT-tiny output)", "fp", _model(
-        [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": f32(128, 512)}, {"b": f32(512, 128)}), 2.0 * 128 * 512 * 128))
-    # the same MatMul and Conv built with --precision fp16 (float16 FMAs in blocks added into float32, docs/FP16.md)
-    out.append(Case("fp16 MatMul 64x256x256", "fp16", out[0].model, out[0].work, precision="fp16"))
-    out.append(Case("fp16 Conv 3x3 32->32 28x28 +Relu", "fp16", out[1].model, out[1].work, precision="fp16"))
-    out.append(Case("int8 QLinearMatMul 64x256x256", "int8", qlinear_matmul(64, 256, 256)[0], 64.0 * 256 * 256))
-    out.append(Case("int8 QLinearConv 3x3 32->32 28x28", "int8", qlinear_conv(32, 32, 28, 28)[0], 32.0 * 32 * 9 * 28 * 28))
-    return out
-
-
-def model_object(model: onnx.ModelProto, board, conv_algo: str = "direct", precision: str = "fp32") -> bytes:
+def model_object(model: onnx.ModelProto, board, conv_algo: str = "direct", precision: str = "fp32",
+                 channels_last: bool = False) -> bytes:
+    from fluidml_xc import pipeline
     from fluidml_xc.pipeline import LowerOptions, check_precision, import_graph, lower
     from fluidml_xc.target.machine import compile_module, machine_spec
+    from mca_cases import forced_channels_last
 
     spec = machine_spec(board)
     check_precision(precision, [spec], board.name)
-    lowered = lower(import_graph(model, conv_algo=conv_algo, precision=precision), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
+    optimize = pipeline.optimize
+    pipeline.optimize = forced_channels_last(optimize) if channels_last else optimize
+    try:
+        lowered = lower(import_graph(model, conv_algo=conv_algo, precision=precision), spec, LowerOptions(opt="fluid", threads=1, parallel=False))
+    finally:
+        pipeline.optimize = optimize
     return compile_module(lowered.ir_text, spec), spec
 
 
@@ -192,7 +103,7 @@ _MAC = {
 _FMUL = {"aarch64": re.compile(r"^fmul\b"), "armv7": re.compile(r"^vmul\.f32\b"), "x86_64": re.compile(r"^vmulp[sd]\b"),
          "riscv64": re.compile(r"^(vfmul\.v[vf]|fmul\.s)\b")}
 _BRANCH = {"aarch64": re.compile(r"^(b\.\w+|cbn?z|tbn?z|b)\s"), "armv7": re.compile(r"^(b\w*)\s"),
-           "x86_64": re.compile(r"^(j\w+)\s"), "riscv64": re.compile(r"^(b[a-z]+|j)\s")}
+           "x86_64": re.compile(r"^(j\w+)\s"), "riscv64": re.compile(r"^(b(?:eq|ne|lt|ge|gt|le)[a-z]*|j)\s")}  # not bseti
 
 
 TILE_SECTION = ".text.fxc_scalar_tile"
@@ -457,7 +368,7 @@ def main() -> int:
             board = get_board(bname)
             arch = board.target.name
             try:
-                obj, spec = model_object(case.model, board, case.conv_algo, case.precision)
+                obj, spec = model_object(case.model, board, case.conv_algo, case.precision, case.channels_last)
             except Exception as exc:  # a case this board cannot build is reported, not fatal
                 print(f"{case.name:52} {bname:17} build failed: {exc}")
                 continue

@@ -8,9 +8,10 @@ orders), compiled, and each node function's innermost multiply-add loop goes to 
 One line per node (with --all) or per distinct form (the op, the plan's kind, R x P or R x U, layout, stride, kernel,
 Cog; the worst node of each and how many share it): cycles, % of the core's peak, the plan's decisions; the total:
 every priced node's FLOP at its hot loop's rate (a rough whole-model figure: loops only, no edges, no memory). A
-function that makes an indirect call on a board with machine-code routines (kernels/scalar_tile.py, depthwise_tile.py) is
-given the routine's loop when that has more multiply-adds than its own ("[routine?]": the call may be another one,
-e.g. a Gemm of one row runs the generic tile: check with --all and benchmarks/mca.py).
+function that makes an indirect call on a board with machine-code routines (kernels/scalar_tile.py, depthwise_tile.py,
+rvv_depthwise.py) is given the routine's loop when that has more multiply-adds than its own ("[routine?]": the call may
+be another one, e.g. a Gemm of one row runs the generic tile: check with --all and benchmarks/mca.py). --nhwc forces
+every activation channels-last (benchmarks/mca_cases.py forced_channels_last) to price a form on a small model.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-from mca import (DEPTHWISE_SECTION, GEMV_SECTION, MCA_TRIPLE, TILE_SECTION, hot_loop, mca_input, register_bits,  # noqa: E402
+from mca_cases import forced_channels_last  # noqa: E402
+from mca import (DEPTHWISE_SECTION, GEMV_SECTION, MCA_TRIPLE, RVV_DEPTHWISE_SECTION, TILE_SECTION, hot_loop, mca_input, register_bits,  # noqa: E402
                  riscv_peak, run_mca, words_as_code)
 
 _FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
@@ -40,7 +42,7 @@ def functions(obj: bytes, objdump: str, attrs: str) -> dict[str, list[tuple[int,
     with tempfile.NamedTemporaryFile(suffix=".o") as fh:
         fh.write(obj)
         fh.flush()
-        present = [s for s in (TILE_SECTION, DEPTHWISE_SECTION, GEMV_SECTION) if s in obj.decode("latin-1")]
+        present = [s for s in (TILE_SECTION, DEPTHWISE_SECTION, RVV_DEPTHWISE_SECTION, GEMV_SECTION) if s in obj.decode("latin-1")]
         sections = ["-D", "-j", ".text", *(a for s in present for a in ("-j", s))] if present else ["-d"]
         text = subprocess.run([objdump, *sections, "--no-show-raw-insn", f"--mattr={attrs}", fh.name],
                               capture_output=True, text=True, check=True).stdout
@@ -90,7 +92,9 @@ def describe(graph, node, decisions, forms, spec) -> tuple[str, str]:
     return "", ""
 
 
-def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_dir: Path | None) -> None:
+def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_dir: Path | None,
+          nhwc: bool = False) -> None:
+    from fluidml_xc import pipeline
     from fluidml_xc.pipeline import LowerOptions, import_graph, lower
     from fluidml_xc.target.boards import get_board
     from fluidml_xc.target.machine import compile_module, machine_spec
@@ -99,6 +103,8 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
     board = get_board(board_name)
     spec = machine_spec(board)
     threads = threads or board.cores
+    if nhwc:
+        pipeline.optimize = forced_channels_last(pipeline.optimize)
     lowered = lower(import_graph(onnx.load(path)), spec, LowerOptions(opt="fluid", threads=threads, parallel=threads > 1))
     obj = compile_module(lowered.ir_text, spec)
     funcs = functions(obj, "llvm-objdump-22", spec.features)
@@ -120,7 +126,9 @@ def audit(path: Path, board_name: str, threads: int | None, show_all: bool, asm_
         for k in tiled:
             body = body + funcs[k]
         loop = hot_loop(body, "riscv64", register_bits(spec)) if body else None
-        section = DEPTHWISE_SECTION if " gdw " in key else GEMV_SECTION if detail.startswith("m=1 ") else TILE_SECTION
+        section = (RVV_DEPTHWISE_SECTION if " depthwise_c " in key and RVV_DEPTHWISE_SECTION in routine_loops
+                   else DEPTHWISE_SECTION if " gdw " in key else GEMV_SECTION if detail.startswith("m=1 ")
+                   else TILE_SECTION)  # the X60's routine: channels-last only
         routine = routine_loops.get(section) if any(s.startswith("jalr") for _, s in body) else None
         if routine and (loop is None or routine.macs > loop.macs):  # an indirect call: the section's routine
             loop, key = routine, key + " [routine?]"
@@ -166,29 +174,6 @@ def _print(row, count: int) -> None:
     print(f"{key:70} x{count:<3} {cycles:7.2f} cyc {loop.macs:3} mac {loop.stack:2} stk {pct:5.1f}%  {name}: {detail}")
 
 
-def form_cases() -> list:
-    """benchmarks/mca.py's cases for forms the RISC-V boards run in MobileNetV2 and the light models: the stem (3x3
-    stride 2, 3 input channels), a flat NCHW 1x1 conv into 24 channels (row vectors), a channels-last 1x1 conv
-    between a MobileNetV2 block's depthwise convs at 14x14 (its input packed), a classifier's Gemm of one row."""
-    from onnx import helper
-
-    from mca import Case, _mobilenet_block, _model, f32
-    out = []
-    out.append(Case("fp32 Conv 3x3 s2 3->32 224x224 (stem) +Clip6", "fp", _model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1] * 4, strides=[2, 2]),
-         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
-        {"x": f32(1, 3, 224, 224)}, {"w": f32(32, 3, 3, 3), "bias": f32(32), "lo": np.array(0, np.float32),
-                                     "hi": np.array(6, np.float32)}), 2.0 * 32 * 27 * 112 * 112))
-    out.append(Case("fp32 Conv 1x1 144->24 56x56 (project)", "fp", _model(
-        [helper.make_node("Conv", ["x", "w"], ["y"])], {"x": f32(1, 144, 56, 56)}, {"w": f32(24, 144, 1, 1)}),
-        2.0 * 144 * 24 * 56 * 56))
-    out.append(Case("fp32 Conv 1x1 NHWC 64->384->96 14x14 (MobileNetV2 block)", "fp", _mobilenet_block(64, 384, 96, 14)))
-    out.append(Case("fp32 Gemm 1x1280 x 1280x1000 (classifier)", "fp", _model(
-        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1)], {"a": f32(1, 1280)},
-        {"b": f32(1000, 1280), "c": f32(1000)}), 2.0 * 1280 * 1000))
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+", type=Path)
@@ -196,10 +181,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="the build's threads (default the board's cores)")
     ap.add_argument("--all", action="store_true", help="one line per node, not per form (the worst of each form)")
     ap.add_argument("--asm-dir", type=Path)
+    ap.add_argument("--nhwc", action="store_true", help="every activation channels-last (the graph's inputs and outputs "
+                    "as given), the kernels' own loop orders: to price a form on a small model")
     args = ap.parse_args()
     for path in args.models:
         print(f"## {path.name} on {args.board}")
-        audit(path, args.board, args.threads or None, args.all, args.asm_dir)
+        audit(path, args.board, args.threads or None, args.all, args.asm_dir, args.nhwc)
     return 0
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import opspec
 from ..ir import Graph, Node
-from ..kernels.conv_geometry import TargetForms
+from ..kernels.conv_geometry import RVV_UNPACKED_K_STEPS, TargetForms
 from .depthwise_costs import (RVV_STRIDED_ROWS, STRIP_VECTOR_LOADS, X60_STRIP_VECTOR_CYCLES, rvv_channels_last_factor,
                               rvv_routine_cycles, scalar_depthwise_cycles)
 from ..kernels.conv_plan import strips_fit
@@ -40,7 +40,7 @@ from .cost_cache import CostCache, kernel_signature, layouts_key, target_key
 from .geometry import ConvGeometry, conv_geometry
 from .winograd_costs import Figures, allowed_orders, tiles as winograd_tiles, winograd_ns
 from ..kernels.winograd import v_copies
-from .split_costs import generic_tiles, parallel_time, split_tiles
+from .split_costs import generic_tiles, parallel_time, rvv_pack_ns, split_tiles
 from .layouts import Perm
 from ..target.arch import half_arithmetic
 from ..kernels.matmul_geometry import (MATMUL_ORDERS, MR_DOT, NC_DOT, MatmulGeometry, blocked_kind, default_order, domain_order,
@@ -286,7 +286,8 @@ class AnalyticModel:
         geo = conv_geometry(self.graph, node, lambda n: self.strides(n, layouts), self.vector_bits, self.forms)
         if geo is None:
             return self.opaque(node), None
-        costs = {order: self.threaded(self.conv_order_cost(geo, order), self.conv_tiles(geo, order)) for order in geo.orders()}
+        split, whole = rvv_pack_ns(geo, self.forms.rvv, VFMA_NS)  # the input pack's copy (VFMA_NS: one X60 cycle)
+        costs = {o: self.threaded(self.conv_order_cost(geo, o) + split, self.conv_tiles(geo, o)) + whole for o in geo.orders()}
         copies = v_copies(self.forms.private_caches, self.threads, geo.N * geo.G, geo.Cog)
         for order, wp in allowed_orders(node, geo, self.forms.conv_accumulators, tile=self.forms.gemm_tile).items():
             work, shared = winograd_ns(geo, wp, self.figures, copies)
@@ -356,9 +357,10 @@ class AnalyticModel:
             res = stores if geo.residual is not None else 0.0
         elif geo.kind == "channels":
             nv, nb = geo.R // V, -(-geo.Cog // geo.R)
-            # RVV: a broadcast is the `flw` of `vfmacc.vf`, free beside the vector work at an immediate offset
-            # (consecutive pixels: NCHW or packed); channels-last pixels take an address `add` each
-            bcast = 0.0 if self.forms.rvv and (geo.xs[3] == 1 or geo.pack_groups) else BCAST_NS
+            # RVV: a broadcast is the `flw` of `vfmacc.vf`, free at an immediate offset (consecutive pixels: NCHW or packed);
+            # channels-last ones take an address `add` each, a 1x1's per RVV_UNPACKED_K_STEPS channels (X60: 1.04-1.06x)
+            bcast = (0.0 if self.forms.rvv and (geo.xs[3] == 1 or geo.pack_groups) else BCAST_NS / 6
+                     if self.forms.rvv and geo.KH * geo.KW == 1 and geo.Cig >= RVV_UNPACKED_K_STEPS else BCAST_NS)
             work = pts * geo.G * nb * taps * (nv * VFMA_NS + bcast)
             unit = geo.os[1] == 1
             stores = pts * geo.G * nb * nv * STORE_NS if unit else out_elems * CONV_SCATTER_NS
@@ -499,10 +501,8 @@ def transpose_is_view(graph: Graph, node: Node, layouts: Mapping[str, Perm]) -> 
 
 
 KIND_COSTS: dict[CostKind, Callable[[AnalyticModel, Node, Mapping[str, Perm]], tuple[float, str | None]]] = {
-    "conv": AnalyticModel.conv, "pool": AnalyticModel.pool, "global_pool": AnalyticModel.global_pool,
-    "concat": AnalyticModel.concat, "channel_affine": AnalyticModel.channel_affine,
-    "transpose": AnalyticModel.transpose, "matmul": AnalyticModel.matmul,
-}
+    "conv": AnalyticModel.conv, "pool": AnalyticModel.pool, "global_pool": AnalyticModel.global_pool, "concat": AnalyticModel.concat,
+    "channel_affine": AnalyticModel.channel_affine, "transpose": AnalyticModel.transpose, "matmul": AnalyticModel.matmul}
 """OpSpec.cost_kind -> the formula that costs the kernel (inference BatchNormalization: channel_affine)."""
 
 

@@ -36,3 +36,18 @@ def split_tiles(batch_points: int, work: float, extents: Sequence[int], splittab
     for e, ok in zip(extents, splittable):
         have *= chunk_count(e, work, -(-chunk_count(1 << 30, work) // have)) if ok else 1
     return have if have >= 2 else 1
+
+
+RVV_PACK_FLOAT_CYCLES = 3.2
+"""Cycles per float of a channel-vector conv's input pack (ops/conv/channels.py pack_input) on the X60 (llvm-mca-22:
+35-46 cycles per 12 floats, an `flw` and an `fsw` each plus the addresses; docs/RISCV_KERNELS.md)."""
+
+
+def rvv_pack_ns(geo, rvv: bool, cycle_ns: float) -> tuple[float, float]:
+    """(ns split with the conv's tiles, ns every tile range's call pays whole) of copying a ConvGeometry's packed input
+    on RVV, at `cycle_ns` per cycle: groups of pixel blocks (pack_groups > 1) are packed by the tile that runs them;
+    one group is packed once per call of the function, before the parallel region, so every thread copies it all."""
+    if not (rvv and geo.pack_groups):
+        return 0.0, 0.0
+    ns = float(geo.N) * geo.C * geo.H * geo.W * RVV_PACK_FLOAT_CYCLES * cycle_ns
+    return (ns, 0.0) if geo.pack_groups > 1 else (0.0, ns)

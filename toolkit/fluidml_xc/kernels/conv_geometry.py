@@ -130,6 +130,16 @@ RVV_PACK_MIN_CHANNELS = 48
 pack copies each input float once (llvm-mca-22 on the X60: 35-46 cycles per 12, about 3.2 per float), the packed
 loop saves about 0.077 x Cog cycles per input float (Cog / 8 multiply-adds at 73% of peak instead of 51%): even at
 42 output channels, a loss below (Inception's 480 -> 16 would take twice its time)."""
+RVV_UNPACKED_K_STEPS = 8
+"""Input channels per loop iteration of an RVV channel-vector 1x1 conv over unpacked channels-last pixels (ops/conv/
+walk.py channel_steps; Arch.k_steps, 3, elsewhere): each pixel's broadcasts take an address `add` per iteration,
+which waits for the multiply-add before it (in-order write-back), so more channels share it (llvm-mca-22 on the X60,
+480 -> 16 / 512 -> 32 / 832 -> 32 / 256 -> 32 at 6x6-28x28: 3 steps 68-72%, 4 67-73%, 6 68-74%, 8 72.5-74%)."""
+RVV_UNPACKED_TAP_STEPS = 2
+"""Input channels per iteration of an RVV channel-vector conv of more than one tap over unpacked channels-last pixels:
+a tap's broadcast addresses (past the 12-bit offsets: an `add` each) serve both channels, 4 bytes apart
+(llvm-mca-22 on the X60: 3x3 s2 512 -> 512 at 14x14 62% -> 66.5% of peak, 3x3 128 -> 32 at 7x7 67.5% -> 69.8%, 5x5
+48 -> 128 at 6x6 62.8% either way; 3 and 4 channels spill: 46-65%)."""
 RVV_ROW_CHANNELS = 12
 """Most output channels per row-vector block of a flat 1x1 conv with constant weights on RVV, one vector of pixels
 (TargetForms.row_channels / row_vectors): 12 accumulators, each vector load feeding 12 `vfmacc.vf` (llvm-mca-22 on
@@ -142,6 +152,18 @@ CONV_ORDERS = ("co>px", "px>co")
 """Conv loop orders: output-channel blocks outermost (weights of a block stay cached while the input
 streams past once per block) or pixel rows (pixel tiles when flat) outermost (the input row stays
 cached while every block's weights stream past)."""
+
+
+def channel_k_steps(k_steps: int, unpacked_last: bool, Cig: int, taps: int) -> int:
+    """Input channels per loop iteration of a conv of `taps` kernel taps (ops/conv/walk.py channel_steps) on a target
+    of `k_steps` (Arch.k_steps) for a 1x1 conv, 1 for larger kernels (their taps fill the iteration); for an RVV
+    channel-vector block over unpacked channels-last pixels (`unpacked_last`) RVV_UNPACKED_K_STEPS and
+    RVV_UNPACKED_TAP_STEPS; at most Cig, else 1."""
+    if taps > 1:
+        steps = RVV_UNPACKED_TAP_STEPS if unpacked_last else 1
+    else:
+        steps = RVV_UNPACKED_K_STEPS if unpacked_last and Cig >= RVV_UNPACKED_K_STEPS else k_steps
+    return steps if Cig >= steps else 1
 
 
 def pixel_runs(start: int, sizes: list[int]) -> list[tuple[int, int, int]]:
@@ -353,12 +375,14 @@ class TargetForms:
         strides (N, C, H, W). On RVV channels-last inputs too, with at least RVV_PACK_MIN_CHANNELS output channels
         per group (Cog): a block's pixels are 4 x C bytes apart, past the loads' 12-bit offsets from C = 128 on, and
         every broadcast then took an address `add` that waits for the multiply-add before it (llvm-mca-22 on the X60:
-        384->96 at 14x14 51% of peak, packed 73%)."""
-        layout = xs[3] == 1 or (self.rvv and xs[1] == 1 and Cog >= RVV_PACK_MIN_CHANNELS)
-        return channels and flat and layout and pixels <= PACK_MAX_PIXELS and block_bytes <= PACK_MAX_BYTES
+        384->96 at 14x14 51% of peak, packed 73%). Those pack any pixel count, in chunks (pack_groups: each group of
+        pixel blocks packed by itself within PACK_MAX_BYTES; 56x56 at 256 -> 64: 70% -> 76%)."""
+        rvv_last = self.rvv and xs[1] == 1 and Cog >= RVV_PACK_MIN_CHANNELS
+        return (channels and flat and (xs[3] == 1 or rvv_last) and (pixels <= PACK_MAX_PIXELS or rvv_last)
+                and block_bytes <= PACK_MAX_BYTES)
 
     def pack_groups(self, blocks: int, block_bytes: int, work: float, channels_inner: bool, weights_bytes: int,
-                    input_bytes: int) -> int:
+                    input_bytes: int, chunked: bool = False) -> int:
         """Pixel-block groups of packs_input, each packed whole within PACK_MAX_BYTES (the stack budget model.h
         promises): one (packed once per call, before the parallel region), or several, each packed by the
         parallel tile that runs it (channel blocks outermost inside it, all weights read once per group).
@@ -366,9 +390,11 @@ class TargetForms:
         the input: one group per tile, since one group's pack would run again in every tile (the pool calls a
         tile at a time) and tiles of channel blocks would write parts of the same cache lines at once
         (shufflenet's grouped 1x1 convs ran 2.5x slower on 2 threads than on one); larger weights (ResNet's
-        2048 -> 512 at 7x7) would be read once per group instead."""
+        2048 -> 512 at 7x7) would be read once per group instead. `chunked`: an input of more than PACK_MAX_PIXELS
+        packed in chunks (RVV channels-last), split for threads whatever the output's layout: the groups already
+        re-read the weights, and a group's pixels are its own in either layout."""
         groups = -(-blocks // max(1, PACK_MAX_BYTES // block_bytes))
-        if self.parallel and channels_inner and weights_bytes <= input_bytes:
+        if self.parallel and (chunked or channels_inner and weights_bytes <= input_bytes):
             groups = max(groups, chunk_count(blocks, work))
         return groups
 
@@ -463,7 +489,8 @@ class ConvBlocking:
         block_bytes = N * C * P * itemsize if kind == "channels" else 0
         packs_input = forms.packs_input(kind == "channels", flat, xs, W, block_bytes, Cog) and fixed_geometry
         pack_groups = (forms.pack_groups(-(-W // P), block_bytes, float(N) * OC * OH * OW * taps, os[1] == 1,
-                                         OC * taps * itemsize, N * C * H * W * itemsize) if packs_input else 0)
+                                         OC * taps * itemsize, N * C * H * W * itemsize, W > PACK_MAX_PIXELS)
+                       if packs_input else 0)
         if kind == "channels":
             orders = CONV_ORDERS
             units = -(-OW // P) if flat else OH

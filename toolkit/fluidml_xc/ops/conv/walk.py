@@ -10,7 +10,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from llvmlite import ir
 
-from ...kernels.conv_geometry import runtime_tap_range, tap_range
+from ...kernels.conv_geometry import channel_k_steps, runtime_tap_range, tap_range
 from ...kernels.conv_plan import ConvPlan, ConvSpans, tap_span
 from ...kernels.half_blocks import HALF_BLOCK, in_blocks, is_half
 from ...symbolic import bounds, is_static
@@ -152,14 +152,14 @@ class ConvKernel:
         return self.k.spec is not None and riscv_vector(self.k.spec.triple, self.k.spec.features)
 
     def channel_steps(self) -> int:
-        """Input channels per loop iteration of a 1x1 conv: the target's K steps (target/arch.py Arch.k_steps: 3 on
-        the in-order RISC-V cores, whose loop increments and branch wait for the multiply-adds before them), 1
-        elsewhere and for larger kernels (their taps fill the iteration)."""
+        """Input channels per loop iteration (kernels/conv_geometry.py channel_k_steps): a 1x1 conv's the target's K
+        steps (target/arch.py Arch.k_steps: 3 on the in-order RISC-V cores, whose loop increments and branch wait for
+        the multiply-adds before them), 1 elsewhere and for larger kernels; more over unpacked channels-last on RVV."""
         s = self.plan.shape
-        if self.k.spec is None or s.KH * s.KW != 1 or not isinstance(s.Cig, int):
+        if self.k.spec is None or not isinstance(s.Cig, int):
             return 1
-        steps = arch_of(self.k.spec.triple).k_steps
-        return steps if s.Cig >= steps else 1
+        unpacked_last = self.rvv() and self.plan.blocking.kind == "channels" and s.xs[1] == 1 and self.xpack is None
+        return channel_k_steps(arch_of(self.k.spec.triple).k_steps, unpacked_last, s.Cig, s.KH * s.KW)
 
     def span(self, lo, hi, fn):
         """fn(i) for i in [lo, hi) at run time (inline when it is a single index)."""

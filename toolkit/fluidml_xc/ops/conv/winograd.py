@@ -193,9 +193,14 @@ class WinogradConv:
         live = b.icmp_signed("<", tt, k.index(wp.tiles))
         rows = [b.and_(live, self._within(add_index(k, ih0, i), s.H)) for i in range(a)]
         cols = [self._within(add_index(k, iw0, j), s.W) for j in range(a)]
+        inside = b.and_(b.and_(rows[0], rows[-1]), b.and_(cols[0], cols[-1]))
         base = add_index(k, add_index(k, mul_index(k, n, s.xs[0]), mul_index(k, g, self.Ci * s.xs[1])),
                          add_index(k, b.mul(ih0, k.index(s.xs[2])), b.mul(iw0, k.index(s.xs[3]))))
-        self.channels(base, t, (rows, cols, b.and_(rows[0], rows[-1])))
+        with b.if_else(inside) as (fast, slow):
+            with fast:
+                self.channels(base, t, None)
+            with slow:
+                self.channels(base, t, [[b.and_(r, c) for c in cols] for r in rows])
 
     def _within(self, i, size: int):
         b = self.k.b
@@ -211,39 +216,24 @@ class WinogradConv:
             self.patch(base, t, k.index(c), 1, valid)
 
     def patch(self, base, t, c0, L: int, valid) -> None:
-        """Channels [c0, c0 + L) of tile t: B^T d B, d the alpha x alpha patch (zeros outside the input). valid:
-        per patch row and column whether it lies inside, and whether every row does. Per patch column, the rows
-        are loaded at constant offsets from the patch's first element when the column and every row lie inside,
-        else each through its mask; the column's first pass follows, so the transform's arithmetic is emitted
-        once for interior and edge tiles."""
         k, s, wp, b, dt = self.k, self.s, self.wp, self.k.b, self.dt
-        a, left = wp.alpha, self.t.BT
-        rows_ok, cols_ok, rows_in = valid
+        a = wp.alpha
         cbase = add_index(k, base, mul_index(k, c0, s.xs[1]))
-        cbase_safe = mul_index(k, c0, s.xs[1])  # image 0, group 0: always in bounds
-        src = k.b.gep(self.xp, [cbase], inbounds=True)
-        first = []
-        for j in range(a):
-            with b.if_else(b.and_(rows_in, cols_ok[j])) as (inside, edge):
-                with inside:
-                    whole = [k.vgather(src, dt, k.index(i * s.xs[2] + j * s.xs[3]), s.xs[1], L) for i in range(a)]
-                    whole_end = b.block
-                with edge:
-                    masked = []
-                    for i in range(a):
-                        ok = b.and_(rows_ok[i], cols_ok[j])
-                        at = add_index(k, cbase, i * s.xs[2] + j * s.xs[3])
-                        v = k.vgather(self.xp, dt, b.select(ok, at, cbase_safe), s.xs[1], L)
-                        masked.append(b.select(ok, v, fill(v.type, 0.0)))
-                    edge_end = b.block
-            column = []
-            for x, y in zip(whole, masked):
-                phi = b.phi(x.type)
-                phi.add_incoming(x, whole_end)
-                phi.add_incoming(y, edge_end)
-                column.append(phi)
-            first.append([_combine(k, left[i], column) for i in range(a)])
-        v = [[_combine(k, left[j], [first[c][i] for c in range(a)]) for j in range(a)] for i in range(a)]
+        cbase_safe = mul_index(k, c0, s.xs[1]) if valid is not None else None  # image 0, group 0: always in bounds
+        src = k.b.gep(self.xp, [cbase], inbounds=True) if valid is None else None
+        d = []
+        for i in range(a):
+            row = []
+            for j in range(a):
+                if valid is None:  # a patch inside the input: every load at a constant offset from its first
+                    row.append(k.vgather(src, dt, k.index(i * s.xs[2] + j * s.xs[3]), s.xs[1], L))
+                    continue
+                at = add_index(k, cbase, i * s.xs[2] + j * s.xs[3])
+                ok = valid[i][j]
+                v = k.vgather(self.xp, dt, b.select(ok, at, cbase_safe), s.xs[1], L)
+                row.append(b.select(ok, v, fill(v.type, 0.0)))
+            d.append(row)
+        v = sandwich(k, self.t.BT, d)
         dst = k.b.gep(self.vbuf, [self.v_at(t, 0, c0)], inbounds=True)
         for i in range(a):
             for j in range(a):

@@ -21,6 +21,7 @@ from llvmlite import ir
 
 from ...kernels.conv_plan import ConvPlan
 from ...kernels.epilogue import activate, fill
+from ...kernels.loops import loop
 from ...kernels.derived import derived
 from ...kernels.matmul_blocked import (Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns,
                                        panels)
@@ -267,21 +268,40 @@ class WinogradConv:
                     self.transform_output(n, g, tt, r, col0, widths, valid)
 
     def transform_output(self, n, g, tt, r, col0, widths: list[int], valid: int) -> None:
+        """Tile tt's output transform, one vector of the panel at a time: the panel's whole vectors of one width
+        in a loop (one copy of the transform and its stores), the others one by one."""
         k, s, wp, b = self.k, self.s, self.wp, self.k.b
-        m, a = wp.m, wp.alpha
+        m = wp.m
         oh0 = mul_index(k, b.udiv(tt, k.index(wp.TW)), m)
         ow0 = mul_index(k, b.urem(tt, k.index(wp.TW)), m)
         whole = b.and_(b.icmp_signed("<=", add_index(k, oh0, m), k.index(s.OH)),
                        b.icmp_signed("<=", add_index(k, ow0, m), k.index(s.OW)))
-        ys = []
-        for q, w in enumerate(widths):
-            off = sum(widths[:q])
-            grid = [[k.vload(self.mbuf, self.dt, add_index(k, mul_index(k, add_index(k, r, (i * a + j) * self.mstride),
-                                                                          wp.NR), off), w)
-                     for j in range(a)] for i in range(a)]
-            ys.append((off, w, min(w, valid - off), self._add_bias(sandwich(k, self.t.AT, grid), g, add_index(k, col0, off), w,
-                                                                     min(w, valid - off))))
-        co0 = add_index(k, mul_index(k, g, self.Co), col0)
+        q = 0
+        while q < len(widths):
+            off, w = sum(widths[:q]), widths[q]
+            run = 1
+            while q + run < len(widths) and widths[q + run] == w and min(w, valid - off - run * w) == w:
+                run += 1
+            if run > 1 and min(w, valid - off) == w:
+                with loop(k, run) as v:
+                    self.output_vector(n, g, r, col0, add_index(k, mul_index(k, v, w), off), w, w, (oh0, ow0, whole))
+                q += run
+                continue
+            self.output_vector(n, g, r, col0, k.index(off), w, min(w, valid - off), (oh0, ow0, whole))
+            q += 1
+
+    def output_vector(self, n, g, r, col0, off, w: int, count: int, tile) -> None:
+        """Y = A^T M A of the panel's vector at column off (w lanes, count of them valid) for the tile at (oh0, ow0),
+        then its stores (`whole`: the tile lies inside the output)."""
+        k, s, wp, b = self.k, self.s, self.wp, self.k.b
+        a = wp.alpha
+        oh0, ow0, whole = tile
+        grid = [[k.vload(self.mbuf, self.dt, add_index(k, mul_index(k, add_index(k, r, (i * a + j) * self.mstride),
+                                                                      wp.NR), off), w)
+                 for j in range(a)] for i in range(a)]
+        col = add_index(k, col0, off)
+        ys = [(0, w, count, self._add_bias(sandwich(k, self.t.AT, grid), g, col, w, count))]
+        co0 = add_index(k, mul_index(k, g, self.Co), col)
         rows = s.os[3] == 1 and s.os[1] != 1 and self.V % 4 == 0
         with b.if_else(whole) as (fast, slow):
             with fast:

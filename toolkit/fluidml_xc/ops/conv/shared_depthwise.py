@@ -1,8 +1,8 @@
-"""Channels-last depthwise convs on x86 as one kernel per stride, kernel size, padding, pixel tile and epilogue
-(issue #27: build time). The spatial sizes, the channel count, the storage strides and the parallel split are
-run-time values read from a small constant argument, and the packed weights and the bias are arguments of no declared size,
-so the depthwise layers of a model that differ only in those compile once per code variant (emit/units.py: units
-of the same IR share one object).
+"""Channels-last depthwise convs on x86 as one kernel per stride, kernel size, dilation, padding, pixel tile and
+epilogue (issue #27: build time). The spatial sizes, the channel count, the storage strides and the parallel split
+are run-time values read from a small constant argument, and the packed weights and the bias are arguments of no
+declared size, so the depthwise layers of a model that differ only in those compile once per code variant
+(emit/units.py: units of the same IR share one object).
 
 The tile is the per-layer kernel's (ops/conv/depthwise.py): one channel vector x P pixels of an output row,
 accumulated from the bias over the kernel rows, then the kernel columns, in order, the channel vectors innermost;

@@ -146,24 +146,47 @@ class Layout:
     out_shared: bool
 
 
-def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
-    """The routine, the argument row whose pointer ends the loop and the bytes past it that end it."""
-    stepped, in_shared, out_shared = lay.stepped, lay.in_shared, lay.out_shared
-    R, ow, left = band.rows, band.out_width, band.left
+def _registers(band: Band) -> tuple[list, dict, list, list, list]:
+    """The argument block's names, their registers, each output row's NaN-mask and bits registers, and which of
+    those registers the routine saves (callee-saved)."""
     names = arguments(band)
     regs = dict(zip([n for n in names if n != "weights"], INTEGER))
-    masks = INTEGER[len(regs):len(regs) + R]
-    bits = INTEGER[len(regs) + R:len(regs) + 2 * R]
-    saved = [r for r in (*regs.values(), *masks, *bits) if r in CALLEE_SAVED]
-    inp, outp = [regs[f"in{i}"] for i in range(band.in_rows)], [regs[f"out{r}"] for r in range(R)]
-    live = [k for k in range(band.in_rows) if k not in band.zero_rows]
-    pos = {p: 0 for p in (*inp, *outp)}
+    masks = INTEGER[len(regs):len(regs) + band.rows]
+    bits = INTEGER[len(regs) + band.rows:len(regs) + 2 * band.rows]
+    return names, regs, masks, bits, [r for r in (*regs.values(), *masks, *bits) if r in CALLEE_SAVED]
+
+
+def _prologue(names: list, regs: dict, saved: list) -> tuple[list, int]:
+    """The frame's saves, the 9 weights and the zero loaded, the argument block read; and the frame's bytes."""
     frame = 8 * (len(SAVED) + len(saved))
     code: list = [("addi", 2, 2, -frame)] + [("fsd", f, 2, 8 * q) for q, f in enumerate(SAVED)]
     code += [("sd", r, 2, 8 * (len(SAVED) + q)) for q, r in enumerate(saved)]
     temp = regs["end"]
     code += [("ld", temp, BLOCK, 8 * names.index("weights"))] + [("flw", WEIGHTS + t, temp, 4 * t) for t in range(9)]
-    code += [("fmv.w.x", ZERO, 0)] + [("ld", r, BLOCK, 8 * names.index(n)) for n, r in regs.items()]
+    return code + [("fmv.w.x", ZERO, 0)] + [("ld", r, BLOCK, 8 * names.index(n)) for n, r in regs.items()], frame
+
+
+def _epilogue(saved: list, frame: int) -> list:
+    """The saved registers restored, the frame popped, the return."""
+    code = [("fld", f, 2, 8 * q) for q, f in enumerate(SAVED)]
+    code += [("ld", r, 2, 8 * (len(SAVED) + q)) for q, r in enumerate(saved)]
+    return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)]
+
+
+def _acc(rows: int, o: int, r: int) -> int:
+    """The accumulator of output column o's row r (two columns' accumulators in turn)."""
+    return ACC0 + o % 2 * rows + r
+
+
+def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
+    """The routine, the argument row whose pointer ends the loop and the bytes past it that end it."""
+    stepped, in_shared, out_shared = lay.stepped, lay.in_shared, lay.out_shared
+    R, ow, left = band.rows, band.out_width, band.left
+    names, regs, masks, bits, saved = _registers(band)
+    inp, outp = [regs[f"in{i}"] for i in range(band.in_rows)], [regs[f"out{r}"] for r in range(R)]
+    live = [k for k in range(band.in_rows) if k not in band.zero_rows]
+    pos = {p: 0 for p in (*inp, *outp)}
+    code, frame = _prologue(names, regs, saved)
     shift = (band.in_rows - 1) * band.x_row // 8 * 4  # the shared input pointers sit mid-band
     if in_shared:  # in0: even columns' pointer, in1: odd columns', x_big: 2 columns
         code += [("addi", inp[0], inp[0], shift), ("add", inp[1], inp[0], regs["x_step"]),
@@ -178,9 +201,6 @@ def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
         return inp[k], x * band.x_col - pos[inp[k]]
 
     reset: list = []  # the column before whose taps ZERO is zero again
-
-    def acc(o: int, r: int) -> int:
-        return ACC0 + o % 2 * R + r
 
     def x_reg(u: int, k: int) -> int:
         return (EVEN if (u - left) % 2 == 0 else ODD)[live.index(k)]
@@ -220,7 +240,7 @@ def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
                     o = (u - kw) // 2
                     if (u - kw) % 2 or not 0 <= o < ow:
                         continue
-                    a, w = acc(o, r), WEIGHTS + 3 * kh + kw
+                    a, w = _acc(R, o, r), WEIGHTS + 3 * kh + kw
                     addend = BIAS if kh == 0 and kw == 0 else a
                     ops.append(_op(("fmadd.s", a, w, src, addend), [f"f{w}", f"f{src}", f"f{addend}"], [f"f{a}"]))
         return ops
@@ -231,7 +251,7 @@ def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
             return []
         ops = []
         for r in range(R):
-            a, p, f = acc(o, r), outp[0] if out_shared else outp[r], f"f{acc(o, r)}"
+            a, p, f = _acc(R, o, r), outp[0] if out_shared else outp[r], f"f{_acc(R, o, r)}"
             offset = r * band.out_row * out_shared + o * band.out_col - pos[p]
             if band.clip:
                 m, b = masks[r], bits[r]
@@ -251,8 +271,7 @@ def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
         return ops
 
     def window(us, machine: U74) -> list:
-        """Windows of two columns (u even): their multiply-adds, then one block of the output they finish, the next two
-        columns' loads and the stores, each part in the scheduler's order."""
+        """Two columns (u even): their multiply-adds, the block (finished outputs, next loads), the stores, scheduled."""
         code = []
         for u in us:
             block = finish(u) + loads(u + 2) + loads(u + 3)
@@ -277,9 +296,7 @@ def _generate(band: Band, lay: Layout) -> tuple[list, int, int]:
         code += window(range(first + 4 * iterations, ncols, 2), U74())
     else:
         code += window(range(first, ncols, 2), U74())
-    code += [("fld", f, 2, 8 * q) for q, f in enumerate(SAVED)]
-    code += [("ld", r, 2, 8 * (len(SAVED) + q)) for q, r in enumerate(saved)]
-    return code + [("addi", 2, 2, frame), ("jalr", 0, 1, 0)], test_row or 0, end
+    return code + _epilogue(saved, frame), test_row or 0, end
 
 
 @lru_cache(maxsize=256)

@@ -385,23 +385,6 @@ def test_layers_of_the_same_shapes_compile_once_and_match_onnx_runtime(tmp_path,
     assert np.isnan(got["y3"][0, 2, 0]).all() and not np.isnan(got["y2"]).any()
 
 
-def test_layers_differing_in_a_small_bias_compile_once(tmp_path, monkeypatch):
-    """Two 3x3 convs of the same shapes whose biases (16 floats, under INLINE_LIMIT bytes) and weights differ: the
-    bias is a derived constant, so an argument of the unit like the weights, and both layers are one object."""
-    nodes = [helper.make_node("Conv", ["x", f"w{i}", f"b{i}"], [f"y{i}"], pads=[1, 1, 1, 1], name=f"c{i}") for i in (1, 2)]
-    inits = {f"{n}{i}": rand(*shape, seed=2 * i + j) for i in (1, 2) for j, (n, shape) in enumerate((("w", (16, 16, 3, 3)),
-                                                                                                     ("b", (16,))))}
-    model = float_model(nodes, inits, {"x": np.zeros((1, 16, 12, 12), np.float32)}, ["y1", "y2"])
-    _, compiled = _compile(model, tmp_path, "counts", monkeypatch, FakeCache())
-    assert compiled.kernels.compiled == 3  # 3 variants x (c1 = c2)
-    feeds = {"x": rand(1, 16, 12, 12, seed=9)}
-    artifact = build(model, tmp_path / "a", "x86_64", profile_runner=False, threads=2, cache=False)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = run(artifact, feeds)
-    for name, expected in zip(("y1", "y2"), want):
-        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
-
-
 def test_code_by_ir_hash_gives_the_no_cache_model_o(tmp_path, monkeypatch):
     """A cold build (objects by IR hash), a warm one, a model changed in one layer's weights (its code found by
     its IR hash, not compiled) and the same builds without a cache: the same model.o."""

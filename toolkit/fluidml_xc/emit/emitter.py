@@ -187,12 +187,9 @@ class ModuleEmitter:
 
     def constant_data(self, value: np.ndarray, argument: bool = False) -> ir.Value:
         """Read-only bytes of a build-time array as an i8 pointer constant: inline, or in the weights blob.
-        argument: in a unit, an argument whatever its size and of no declared size (Kernel.argument_data). In a unit,
-        a derived constant (kernels/derived.py: a bias row, packed weights) is an argument whatever its size too, so
-        layers that differ only in a small bias emit the same IR (one object)."""
+        argument: in a unit, an argument whatever its size and of no declared size (Kernel.argument_data)."""
         data, origin = constant_bytes(value), origin_of(value)
-        if (self.const_args is not None and (argument or origin is not None or len(data) >= INLINE_LIMIT)
-                and self.const_args.here()):
+        if self.const_args is not None and (argument or len(data) >= INLINE_LIMIT) and self.const_args.here():
             return self.const_args.get(data, origin, sized=not argument)
         if self.const_args is not None and origin is not None:
             self.const_args.inlined.append(origin)

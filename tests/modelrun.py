@@ -249,3 +249,35 @@ def lrn_numpy(x, size, alpha=1e-4, beta=0.75, bias=1.0):
     for c in range(x.shape[1]):
         sq[:, c] = (x[:, max(0, c - before):c + after + 1] ** 2).sum(axis=1)
     return x / (bias + alpha / size * sq) ** beta
+
+
+def build_uncached(model: onnx.ModelProto, workdir: Path, board: str = "x86_64", **options):
+    """build_model of `model` saved in workdir, without the kernel cache (a test that patches a kernel's choice
+    builds units the cache's keys would not tell apart): the BuildResult."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "model.onnx"
+    onnx.save(model, str(path))
+    return build_model(path, BuildOptions(board=board, out_dir=workdir / "out", record_last=False, cache=False,
+                                          **options))
+
+
+def assert_same_bits_at_thread_counts(artifact: Path, feeds: dict[str, np.ndarray], counts=(1, 2, 3, 4)) -> None:
+    """Every output of the artifact the same bytes at each thread count."""
+    outs = [run(artifact, feeds, threads=t) for t in counts]
+    for out in outs[1:]:
+        assert all(out[name].tobytes() == outs[0][name].tobytes() for name in out)
+
+
+def unit_texts(model: onnx.ModelProto, spec, wanted) -> dict[str, str]:
+    """The IR text of the unit of each node `wanted(node)` accepts, by node name, as a parallel unit build emits
+    it for `spec`."""
+    from fluidml_xc.emit import units
+    from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
+    from fluidml_xc.pipeline import LowerOptions, plan
+
+    planned = plan(import_graph(model), spec, LowerOptions())
+    options = EmitOptions(unit=True, parallel=True, layouts=planned.decisions.layouts,
+                          loop_orders=planned.decisions.loop_orders)
+    emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)
+    return {n.name: units.emit_unit(units.local_view(emitter, n), spec).ir_text for n in planned.graph.nodes
+            if wanted(n)}

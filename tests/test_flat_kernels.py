@@ -10,15 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from fluidml_xc.build import BuildOptions, build_model
-from fluidml_xc.emit import units
-from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
 from fluidml_xc.kernels import kernel as kernel_module
 from fluidml_xc.ops import fused, movement
-from fluidml_xc.pipeline import LowerOptions, import_graph, plan
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import proto_model, rand, reference, require_emulator, run
+from modelrun import (assert_same_bits_at_thread_counts, build_uncached as built, proto_model, rand, reference,
+                      require_emulator, run, unit_texts)
 
 SHAPES = [(1, 8, 10, 10), (1, 16, 5, 7), (2, 3, 4, 5), (1, 64, 56, 56)]
 """Activation shapes: small ones, two images, and one big enough to be split across threads."""
@@ -43,14 +40,6 @@ def activations_model(shapes=SHAPES):
         for name, dtype in ((f"cat{i}", TensorProto.FLOAT), (f"wide{i}", TensorProto.FLOAT), (f"twice{i}", TensorProto.INT32)):
             outputs.append(helper.make_tensor_value_info(name, dtype, None))
     return proto_model(nodes, inputs, outputs, inits), feeds
-
-
-def built(model, workdir, board: str = "x86_64", **options):
-    workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / "model.onnx"
-    onnx.save(model, str(path))
-    return build_model(path, BuildOptions(board=board, out_dir=workdir / "out", record_last=False, cache=False,
-                                          **options))
 
 
 def shaped(m) -> None:
@@ -81,19 +70,19 @@ def test_same_bits_as_the_shaped_loops_and_ort(tmp_path, monkeypatch, board):
 
 def test_every_thread_count_gives_the_same_bits(tmp_path):
     model, feeds = activations_model()
-    artifact = built(model, tmp_path, threads=4).artifact
-    outs = [run(artifact, feeds, threads=t) for t in (1, 2, 3, 4)]
-    for out in outs[1:]:
-        assert all(out[name].tobytes() == outs[0][name].tobytes() for name in out)
+    assert_same_bits_at_thread_counts(built(model, tmp_path, threads=4).artifact, feeds)
 
 
 def node_units(model, spec, prefix: tuple[str, ...]) -> dict[str, str]:
-    planned = plan(import_graph(model), spec, LowerOptions())
-    options = EmitOptions(unit=True, parallel=True, layouts=planned.decisions.layouts,
-                          loop_orders=planned.decisions.loop_orders)
-    emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)
-    return {n.op_type + ":" + n.outputs[0]: units.emit_unit(units.local_view(emitter, n), spec).ir_text
-            for n in planned.graph.nodes if n.op_type.startswith(prefix)}
+    """The IR text of each unit of an op type starting with `prefix`, by op type and output name."""
+    planned_names = {}
+
+    def wanted(node):
+        if node.op_type.startswith(prefix):
+            planned_names[node.name] = node.op_type + ":" + node.outputs[0]
+            return True
+        return False
+    return {planned_names[name]: text for name, text in unit_texts(model, spec, wanted).items()}
 
 
 def test_layers_of_other_shapes_share_one_unit(monkeypatch):

@@ -4,19 +4,15 @@ ONNX Runtime's outputs, every thread count alike, and layers of other sizes and 
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
-from fluidml_xc.build import BuildOptions, build_model
-from fluidml_xc.emit import units
-from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
 from fluidml_xc.ops.conv import conv2d
 from fluidml_xc.ops.conv.shared_depthwise import tile_width
-from fluidml_xc.pipeline import LowerOptions, import_graph, plan
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import float_model, rand, reference, run
+from modelrun import (assert_same_bits_at_thread_counts, build_uncached as built, float_model, rand, reference, run,
+                      unit_texts)
 
 BLOCKS = [(64, 3, 1, 1), (96, 3, 2, 1), (102, 3, 1, 1), (40, 5, 1, 2), (192, 3, 2, 1)]
 """(channels, kernel, stride, pads) of depthwise convs between 1x1 convs (the optimizer keeps them channels-last):
@@ -44,14 +40,6 @@ def blocks_model(hw=(20, 20), batch: int = 1, bias: bool = True, spec=BLOCKS, no
         x[0, :, 0, 0], x[0, :4, 3, 5], x[0, 4:8, -1, -1] = np.nan, np.inf, -np.inf
     feeds = {"x": x}
     return float_model(nodes, inits, feeds, [prev]), feeds
-
-
-def built(model, workdir, board: str = "x86_64", **options):
-    workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / "model.onnx"
-    onnx.save(model, str(path))
-    return build_model(path, BuildOptions(board=board, out_dir=workdir / "out", record_last=False, cache=False,
-                                          **options))
 
 
 @pytest.mark.parametrize("hw,batch,bias", [((20, 20), 1, True), ((20, 20), 2, False), ((7, 7), 2, True),
@@ -95,19 +83,11 @@ def test_nan_and_infinities_meet_the_padding_as_onnx_runtime_says(tmp_path):
 
 def test_every_thread_count_gives_the_same_bits(tmp_path):
     model, feeds = blocks_model((28, 28), 2)
-    artifact = built(model, tmp_path, threads=4).artifact
-    outs = [run(artifact, feeds, threads=t) for t in (1, 2, 3, 4)]
-    for out in outs[1:]:
-        assert all(out[name].tobytes() == outs[0][name].tobytes() for name in out)
+    assert_same_bits_at_thread_counts(built(model, tmp_path, threads=4).artifact, feeds)
 
 
 def depthwise_units(model, spec) -> dict[str, str]:
-    planned = plan(import_graph(model), spec, LowerOptions())
-    options = EmitOptions(unit=True, parallel=True, layouts=planned.decisions.layouts,
-                          loop_orders=planned.decisions.loop_orders)
-    emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)
-    return {n.name: units.emit_unit(units.local_view(emitter, n), spec).ir_text for n in planned.graph.nodes
-            if n.name.startswith("depthwise")}
+    return unit_texts(model, spec, lambda n: n.name.startswith("depthwise"))
 
 
 def test_layers_of_other_channel_counts_share_one_unit(monkeypatch):

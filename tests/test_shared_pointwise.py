@@ -8,14 +8,11 @@ import onnx
 import pytest
 from onnx import helper
 
-from fluidml_xc.build import BuildOptions, build_model
-from fluidml_xc.emit import units
-from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
 from fluidml_xc.ops.conv import conv2d
-from fluidml_xc.pipeline import LowerOptions, import_graph, plan
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import float_model, rand, reference, require_emulator, run
+from modelrun import (assert_same_bits_at_thread_counts, build_uncached as built, float_model, rand, reference,
+                      require_emulator, run, unit_texts)
 
 BLOCKS = [(64, 32, False), (96, 32, True), (128, 40, False), (102, 40, True), (192, 24, False)]
 """(expand channels, output channels, residual) of MobileNetV2-like blocks: channel counts that are and are not
@@ -44,14 +41,6 @@ def blocks_model(hw: tuple[int, int] = (20, 20), batch: int = 1, bias: bool = Tr
         prev, c_prev = out, co
     feeds = {"x": rand(batch, 16, *hw, seed=7)}
     return float_model(nodes, inits, feeds, [prev]), feeds
-
-
-def built(model, workdir, board: str = "x86_64", **options):
-    workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / "model.onnx"
-    onnx.save(model, str(path))
-    return build_model(path, BuildOptions(board=board, out_dir=workdir / "out", record_last=False, cache=False,
-                                          **options))
 
 
 WIDE = [(320, 112, False), (64, 32, False)]
@@ -94,20 +83,12 @@ def test_a_bias_computed_at_run_time_takes_the_per_layer_kernel(tmp_path):
 
 def test_every_thread_count_gives_the_same_bits(tmp_path):
     model, feeds = blocks_model()
-    artifact = built(model, tmp_path, threads=4).artifact
-    outs = [run(artifact, feeds, threads=t) for t in (1, 2, 3, 4)]
-    for out in outs[1:]:
-        assert all(out[name].tobytes() == outs[0][name].tobytes() for name in out)
+    assert_same_bits_at_thread_counts(built(model, tmp_path, threads=4).artifact, feeds)
 
 
 def pointwise_units(model, spec) -> dict[str, str]:
     """The IR text of each 1x1 conv's unit, by node name."""
-    planned = plan(import_graph(model), spec, LowerOptions())
-    options = EmitOptions(unit=True, parallel=True, layouts=planned.decisions.layouts,
-                          loop_orders=planned.decisions.loop_orders)
-    emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)
-    return {n.name: units.emit_unit(units.local_view(emitter, n), spec).ir_text for n in planned.graph.nodes
-            if n.name.startswith(("expand", "project"))}
+    return unit_texts(model, spec, lambda n: n.name.startswith(("expand", "project")))
 
 
 def test_layers_of_other_shapes_share_one_unit(tmp_path, monkeypatch):

@@ -34,6 +34,14 @@ def dense(op: Operand) -> bool:
     return True
 
 
+def run_time_fields(k, values) -> list[ir.Value]:
+    """`values` (build-time ints) as a constant argument of no declared size (Kernel.argument_array: a unit's IR
+    does not depend on them), each loaded as an index value."""
+    b, fields = k.b, k.argument_array(np.asarray(values, np.int64))
+    loaded = [b.load(b.gep(fields, [ir.Constant(ir.IntType(32), i)], inbounds=True)) for i in range(len(values))]
+    return loaded if k.idx_t.width == 64 else [b.trunc(v, k.idx_t) for v in loaded]
+
+
 def even_chunk(k, c, chunks, extent) -> tuple[ir.Value, ir.Value]:
     """[lo, hi) of chunk c of `chunks` near-equal chunks of range(extent) (run-time values), without Kernel.chunk's
     product c * extent, which a 32-bit index overflows past 2^32 / chunks elements."""
@@ -62,11 +70,8 @@ def flat_elementwise(k, out: Operand, ins: Sequence[Operand], body: Callable[[li
         return False
     work = k.generic_work(out.shape, len(ins))
     chunks = min(chunk_count(out.size, work), FLAT_TILES)
-    fields = k.argument_array(np.array((out.size, chunks), np.int64))
     b = k.b
-    f = {name: b.load(b.gep(fields, [ir.Constant(ir.IntType(32), i)], inbounds=True)) for i, name in enumerate(FIELDS)}
-    if k.idx_t.width < 64:
-        f = {name: b.trunc(v, k.idx_t) for name, v in f.items()}
+    f = dict(zip(FIELDS, run_time_fields(k, (out.size, chunks))))
 
     def run(pointers: list, lo, hi) -> None:
         accesses = [Access(p, op.dtype, (1,)) for p, op in zip(pointers, ins)]
@@ -126,11 +131,8 @@ def flat_concat(k, out: Operand, ins: Sequence[Operand], axis: int) -> bool:
     starts = np.cumsum([0, *runs[:-1]])
     work = float(out.size) * 2
     chunks = min(chunk_count(outer, work), FLAT_TILES)
-    fields = k.argument_array(np.array((outer, chunks, out.shape[axis] * inner, *runs, *starts), np.int64))
     b = k.b
-    f = [b.load(b.gep(fields, [ir.Constant(ir.IntType(32), i)], inbounds=True)) for i in range(3 + 2 * len(ins))]
-    if k.idx_t.width < 64:
-        f = [b.trunc(v, k.idx_t) for v in f]
+    f = run_time_fields(k, (outer, chunks, out.shape[axis] * inner, *runs, *starts))
     rows, row = f[0], f[2]
     target = Access(out.ptr, out.dtype, (1,))
 

@@ -23,6 +23,7 @@ from llvmlite import ir
 from ...kernels.conv_plan import ConvPlan, pack_weights
 from ...kernels.derived import derived
 from ...kernels.epilogue import epilogue
+from ...kernels.flat import run_time_fields
 from ...kernels.loops import loop
 from ...kernels.rows_runtime import lanes_below, masked_load, masked_store
 from ...kernels.scalar import llvm_type
@@ -137,11 +138,7 @@ class SharedDepthwise:
         k, b, c = self.k, self.k.b, self.c
         c.packed = k.argument_array(derived(k, partial(_packed_weights, self.p), c.w))
         self.bias = k.argument_array(derived(k, _bias, c.bias)) if c.bias is not None else None
-        fields = k.argument_array(self.values)
-        f = {name: b.load(b.gep(fields, [ir.Constant(ir.IntType(32), i)], inbounds=True)) for i, name in enumerate(FIELDS)}
-        if k.idx_t.width < 64:
-            f = {name: b.trunc(v, k.idx_t) for name, v in f.items()}
-        self.f = f
+        self.f = f = dict(zip(FIELDS, run_time_fields(k, self.values)))
         self.last_tile = b.sub(f["OW"], k.index(self.P))
         self.zero = zero_row(k, ZERO_CHANNELS * np.dtype(self.p.dtype).itemsize, c.xp.type)
         with k.parallel_tiles([SHARED_TILES], self.work) as (t,):

@@ -26,6 +26,7 @@ from llvmlite import ir
 from ...kernels.conv_plan import ConvPlan, pack_weights
 from ...kernels.derived import derived
 from ...kernels.epilogue import epilogue
+from ...kernels.flat import run_time_fields
 from ...kernels.loops import keep_rolled, loop
 from ...kernels.rows_runtime import lanes_below, masked_load, masked_store
 from ...kernels.scalar import llvm_type
@@ -130,11 +131,7 @@ class SharedPointwise:
         self.bias = None
         if c.bias is not None:
             self.bias = k.argument_array(derived(k, _bias, c.bias))
-        fields = k.argument_array(self.values)
-        self.f = {name: b.load(b.gep(fields, [ir.Constant(ir.IntType(32), i)], inbounds=True))
-                  for i, name in enumerate(FIELDS)}
-        if k.idx_t.width < 64:
-            self.f = {name: b.trunc(v, k.idx_t) for name, v in self.f.items()}
+        self.f = dict(zip(FIELDS, run_time_fields(k, self.values)))
         f = self.f
         blocks = f["full_blocks"]
         if self.has_rest:

@@ -429,3 +429,26 @@ def test_run_command(affine_x86, tmp_path, monkeypatch, capsys):
         np.testing.assert_array_equal(saved[Y_NAME], feeds[X_NAME] * 2 + 1)
     assert cli.main(["run", "--input", "nonsense"]) == 2
     assert "expected NAME=FILE.npy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target_name", ["x86_64", "aarch64"])
+def test_weights_blob_and_labels(tmp_path, target_name):
+    """attach_weights: the object's weights section holds the blob byte for byte, each label a hidden weak symbol at
+    its offset (labels at 0, shared offsets, out of order, at the end)."""
+    from fluidml_xc.emit.link import attach_weights
+
+    weights = np.random.default_rng(3).integers(0, 256, 70_001, dtype=np.uint8).tobytes()
+    labels = [("fxc_c_mid", 4096), ("fxc_c_first", 0), ("fxc_c_same", 4096), ("fxc_c_late", 69_000),
+              ("fxc_c_end", 70_001)]
+    out = attach_weights(get_target(target_name), [], weights, "fxc_weights_test", tmp_path / "model.o", labels=labels)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.o"]
+    with open(out, "rb") as f:
+        elf = ELFFile(f)
+        section = elf.get_section_by_name(".rodata.fxc_weights_test")
+        assert section.data() == weights
+        symbols = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols()}
+        for name, offset in labels:
+            sym = symbols[name]
+            assert (sym["st_value"], sym["st_info"]["bind"], sym["st_other"]["visibility"]) == (
+                offset, "STB_WEAK", "STV_HIDDEN")
+        assert symbols["fxc_weights_test"]["st_value"] == 0

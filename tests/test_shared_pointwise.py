@@ -1,6 +1,7 @@
-"""ops/conv/shared_pointwise.py: x86's and aarch64's 1x1 convs over channels-last pixels as one kernel per tile and
-epilogue, its extents read at run time (issue #27): the same bits as the per-layer kernel it replaces, ONNX Runtime's
-outputs, every thread count alike, and layers of different shapes sharing one compiled object per code variant."""
+"""ops/conv/shared_pointwise.py: x86's and aarch64's 1x1 convs over channels-last pixels (on x86 also channel
+planes) as one kernel per tile and epilogue, its extents read at run time (issue #27): the same bits as the per-layer
+kernel it replaces, ONNX Runtime's outputs, every thread count alike, and layers of different shapes sharing one
+compiled object per code variant."""
 from __future__ import annotations
 
 import numpy as np
@@ -106,3 +107,60 @@ def test_layers_of_other_shapes_share_one_unit(tmp_path, monkeypatch):
     got, ref = run(built(model, tmp_path, threads=2).artifact, feeds), reference(model, feeds)
     for name in ref:
         np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)
+
+
+def planes_model(hw: tuple[int, int] = (20, 20), chans=(32, 64, 48, 80)):
+    """1x1 convs + Relu from the NCHW graph input to the NCHW graph output: the first reads channel planes, the last
+    writes them (the optimizer keeps the ones between channels-last)."""
+    inits, nodes, prev = {}, [], "x"
+    for i in range(len(chans) - 1):
+        inits[f"w{i}"], inits[f"b{i}"] = rand(chans[i + 1], chans[i], 1, 1, seed=i) * 0.3, rand(chans[i + 1], seed=10 + i)
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}"),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    feeds = {"x": rand(1, chans[0], *hw, seed=7)}
+    return float_model(nodes, inits, feeds, [prev]), feeds
+
+
+@pytest.mark.parametrize("hw,kinds", [((20, 20), {(True, False), (False, True)}), ((7, 9), {(False, True)}),
+                                      ((3, 5), {(False, True)})])
+def test_channel_planes_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, hw, kinds):
+    """x86: a 1x1 conv reading the NCHW input and one writing the NCHW output (pixel rows transposed from the
+    channel vectors; odd pixel counts leave a last pixel stored lane by lane) run the shared kernel, with the
+    per-layer kernel's bits (the smaller images' first conv takes the packed form)."""
+    model, feeds = planes_model(hw)
+    taken = []
+    original = conv2d.SharedPointwise
+
+    def spy(c):
+        kernel = original(c)
+        taken.append((kernel.x_rows, kernel.out_rows))
+        return kernel
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "SharedPointwise", spy)
+        pointwise_units_of(model, machine_spec(get_board("x86_64-v3")))
+    assert kinds <= set(taken)
+    shared = built(model, tmp_path / "shared", "x86_64")
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_pointwise", lambda c: False)
+        per_layer = built(model, tmp_path / "per_layer", "x86_64")
+    got, want, ref = run(shared.artifact, feeds), run(per_layer.artifact, feeds), reference(model, feeds)
+    for name in ref:
+        assert got[name].tobytes() == want[name].tobytes()
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)
+    assert_same_bits_at_thread_counts(built(model, tmp_path / "threads", "x86_64", threads=4).artifact, feeds)
+
+
+def test_channel_plane_layers_of_other_shapes_share_one_unit():
+    """The first and the last conv of two models of other sizes and channel counts emit one IR text each."""
+    one, _ = planes_model((20, 20), (32, 64, 48, 80))
+    other, _ = planes_model((16, 18), (24, 128, 56, 176))
+    for board in ("x86_64-v3", "x86_64-v4"):
+        spec = machine_spec(get_board(board))
+        a, b = pointwise_units_of(one, spec), pointwise_units_of(other, spec)
+        assert a["conv0"] == b["conv0"] and a["conv2"] == b["conv2"]
+        assert len({a["conv0"], a["conv1"], a["conv2"]}) == 3
+
+
+def pointwise_units_of(model, spec) -> dict[str, str]:
+    return unit_texts(model, spec, lambda n: n.name.startswith("conv"))

@@ -1,11 +1,14 @@
-"""1x1 stride-1 unpadded convs over channels-last pixels as one kernel per register tile, loop order and epilogue
-(issue #27: build time). The pixel and channel counts, the strides and the parallel split are run-time values read
+"""1x1 stride-1 unpadded convs over channels-last pixels as one kernel per register tile, loop order, epilogue and
+storage kind (issue #27: build time). The pixel and channel counts, the strides and the parallel split are run-time values read
 from a small constant argument, and the packed weights and bias are arguments of no declared size, so every such
 layer with the same tile compiles once per code variant (emit/units.py: units of the same IR share one object).
 
 The tile is the flat channel-vector form's (ops/conv/channels.py): R output channels (blocking.R, NV vectors of V
 lanes) x P pixels, accumulated in registers from the bias over the input channels in order, so the outputs are the
-same bits (x86 and aarch64; aarch64 takes 4 input channels per step, one vector load per pixel, by lane). The last
+same bits (x86 and aarch64; aarch64 takes 4 input channels per step, one vector load per pixel, by lane). On x86
+the input or the output of one image may also store channels first (planes): the tile then reads a channel's
+pixels at constant offsets from one pointer, and stores each vector's pixels transposed into rows of channels, as
+the per-layer kernel does (channels.py store_row). The last
 tile of pixels ends at the last pixel and recomputes the pixels it shares with the tile before (the same bits
 again: a Conv never writes over its inputs, so rewriting a pixel reads what the first write read); where that would
 recompute more than OVERLAP_SHARE of them, the tiles split the pixels evenly, in two heights that the layers of the
@@ -33,6 +36,7 @@ from ...kernels.scalar import llvm_type
 from ...kernels.vectors import load_lanes, mac, store_lanes
 from ...target.arch import arch_of
 from .walk import ConvKernel
+from .winograd import row_pieces
 
 SHARED_TILES = 24
 """Parallel tiles of every shared pointwise kernel: kernels/split.py's most (2 x TARGET_TILES)."""
@@ -43,14 +47,16 @@ mobilenetv2 2.4 % and inception_v2 4.6 % slower on one thread); past it the tile
 
 FIELDS = ("pixels", "ci", "x_step", "out_step", "res_step", "full_blocks", "rest", "block", "channel_chunks",
           "pixel_chunks", "tiles")
-"""The run-time argument's int64 fields, in order."""
+"""The run-time argument's int64 fields, in order. x_step / out_step: elements between two pixels of a channels-last
+input / output, between two channels of a channels-first one."""
 
 
 def shared_pointwise(c: ConvKernel) -> bool:
     """Does the shared kernel run this conv: x86 or aarch64, float32, static, one group, a flat 1x1 conv (one run of
     pixels per image, images back to back) whose pixels fill tiles of at least half the register tile's height
-    (tile_heights), input, output and residual storing channels innermost, in the flat channel-vector form, with
-    constant weights and bias?"""
+    (tile_heights), input, output and residual storing channels innermost (on x86 the input or the output of one
+    image may store channels first: _channels_first, _output_rows), in the flat channel-vector form, with constant
+    weights and bias?"""
     k, p = c.k, c.plan
     s = p.shape
     arch = arch_of(k.spec.triple) if k.spec is not None else None
@@ -61,8 +67,28 @@ def shared_pointwise(c: ConvKernel) -> bool:
         return False
     if tile_heights(s.N * s.W, p.blocking.P) is None:
         return False
-    strides = [s.xs, s.os] + ([c.res[0]] if c.res is not None else [])
-    return all(st[1] == 1 and (s.N == 1 or st[0] == s.W * st[3]) for st in strides)
+    if c.res is not None and not _channels_last(c.res[0], s):
+        return False
+    x86 = arch.x86
+    return ((_channels_last(s.xs, s) or x86 and _channels_first(s.xs, s))
+            and (_channels_last(s.os, s) or x86 and _output_rows(c)))
+
+
+def _channels_last(st, s) -> bool:
+    """Channels innermost, the images' pixels one run."""
+    return st[1] == 1 and (s.N == 1 or st[0] == s.W * st[3])
+
+
+def _channels_first(st, s) -> bool:
+    """One image's channel planes, its pixels contiguous in each."""
+    return s.N == 1 and st[3] == 1 and st[1] != 1
+
+
+def _output_rows(c) -> bool:
+    """A channels-first output the kernel stores as pixel rows (4 x 4 transposes, as channels.py's store_row): one
+    image, whole vectors of channels (no lane masks), no residual."""
+    s, V = c.plan.shape, c.plan.V
+    return _channels_first(s.os, s) and c.res is None and s.OC % V == 0 and V % 4 == 0
 
 
 def tile_heights(pixels: int, P: int) -> tuple[int, ...] | None:
@@ -111,6 +137,10 @@ class SharedPointwise:
         pixels = s.N * s.W
         full, rest = divmod(s.OC, self.R)
         self.has_rest, self.masked = rest > 0, s.OC % self.V > 0
+        self.x_rows = not _channels_last(s.xs, s)
+        """Channels-first input: a pixel tile's values of one channel at constant offsets from one pointer."""
+        self.out_rows = not _channels_last(s.os, s)
+        """Channels-first output: each vector's pixels transposed into rows of channels (store_rows)."""
         self.steps = 4 if arch_of(self.k.spec.triple).aarch64 and self.V == 4 else 1
         """Input channels per step of the inner loop: aarch64 loads 4 channels of each pixel as a vector and takes
         them by lane (`fmla v, v, v.s[l]`); one at a time through a pointer stepped by the run-time stride, LLVM
@@ -122,7 +152,8 @@ class SharedPointwise:
         chunks = chunks or (1, 1)
         res_step = c.res[0][3] if c.res is not None else 0
         self.heights = tile_heights(pixels, self.P)
-        self.values = np.array((pixels, s.Cig, s.xs[3], s.os[3], res_step, full, rest, s.Cig * self.RP, *chunks,
+        x_step, out_step = (s.xs[1] if self.x_rows else s.xs[3]), (s.os[1] if self.out_rows else s.os[3])
+        self.values = np.array((pixels, s.Cig, x_step, out_step, res_step, full, rest, s.Cig * self.RP, *chunks,
                                 -(-pixels // self.P)), np.int64)
 
     def emit(self) -> None:
@@ -215,7 +246,12 @@ class SharedPointwise:
         inits = [zero if self.bias is None else load_lanes(k, self.bias, ch, V, 1, False) if mask is None
                  else masked_load(k, self.bias, ch, mask, 0.0) for ch in channel]
         pixels = [b.add(at, k.index(i)) for i in range(count)]
-        rows = [b.gep(c.xp, [b.mul(q, f["x_step"])], inbounds=True) for q in pixels]
+        if self.x_rows:
+            first = b.gep(c.xp, [at], inbounds=True)
+            rows = [lambda ci, i=i, first=first: b.gep(b.gep(first, [b.mul(ci, f["x_step"])], inbounds=True),
+                                                        [k.index(i)], inbounds=True) for i in range(count)]
+        else:
+            rows = [b.gep(c.xp, [b.mul(q, f["x_step"])], inbounds=True) for q in pixels]
         wrows = [b.gep(c.packed, [self._weight_base(cb, v)], inbounds=True) for v in vectors]
         sums = [[init] * count for init in inits]
         start = k.index(0)
@@ -224,6 +260,10 @@ class SharedPointwise:
             start = b.and_(f["ci"], k.index(-self.steps))
             sums = self._accumulate(sums, k.index(0), start, self.steps, partial(self._vector_steps, rows, wrows))
         sums = self._accumulate(sums, start, f["ci"], 1, partial(self._step, rows, wrows))
+        if self.out_rows:
+            for j, ch in enumerate(channel):
+                self._store_rows(at, ch, [epilogue(k, self.p.epilogue, value, None) for value in sums[j]])
+            return
         for j, ch in enumerate(channel):
             for i, q in enumerate(pixels):
                 self._store(q, ch, sums[j][i], mask)
@@ -267,7 +307,7 @@ class SharedPointwise:
         wv = self._weights(wrows, ci)
         sums = [list(row) for row in accs]
         for i, row in enumerate(rows):
-            xv = k.splat(b.load(b.gep(row, [ci], inbounds=True)), self.V)
+            xv = k.splat(b.load(row(ci) if self.x_rows else b.gep(row, [ci], inbounds=True)), self.V)
             for j, w in enumerate(wv):
                 sums[j][i] = mac(k, dt, sums[j][i], xv, w)
         return sums
@@ -286,6 +326,22 @@ class SharedPointwise:
                 for j, w in enumerate(wv):
                     sums[j][i] = mac(k, dt, sums[j][i], xv, w)
         return sums
+
+    def _store_rows(self, at, channel, values: list) -> None:
+        """One vector's pixels [at, at + len(values)) into a channels-first output: transposed in registers
+        (winograd.row_pieces: pieces of 4 and 2 pixels) and stored as one vector per channel and piece; an odd last
+        pixel lane by lane."""
+        k, b, c, V = self.k, self.k.b, self.c, self.V
+        even = len(values) - len(values) % 2
+        lanes_at = [b.gep(c.op, [b.add(b.mul(b.add(channel, k.index(lane)), self.f["out_step"]), at)], inbounds=True)
+                    for lane in range(V)]
+        for j, pieces in row_pieces(k, V, values[:even]):
+            for lane, piece in enumerate(pieces):
+                store_lanes(k, lanes_at[lane], k.index(j), piece, piece.type.count, 1)
+        if even < len(values):
+            for lane in range(V):
+                b.store(b.extract_element(values[-1], ir.Constant(ir.IntType(32), lane)),
+                        b.gep(lanes_at[lane], [k.index(even)], inbounds=True))
 
     def _store(self, pixel, channel, value, mask) -> None:
         k, b, c, f, V = self.k, self.k.b, self.c, self.f, self.V

@@ -71,3 +71,18 @@ def test_module_text_is_llvmlites(model, board, threads, monkeypatch):
         for needle in ("phi ", "select ", "shufflevector ", "getelementptr inbounds ", "fcmp ", "icmp ", "alloca ",
                        "call ", "!llvm.loop"):
             assert needle in kinds, needle
+
+
+def test_vector_constants_are_shared_by_value_bits():
+    """kernels/scalar.py splat_const makes a vector constant once per type and value bits: -0.0 (also as a numpy
+    float) is not 0.0, NaN stays NaN, an integer its own constant."""
+    import math
+
+    from fluidml_xc.kernels.scalar import splat_const
+
+    vt = ir.VectorType(ir.FloatType(), 4)
+    zero, negative = splat_const(vt, 0.0), splat_const(vt, -0.0)
+    assert splat_const(vt, 0.0) is zero and splat_const(vt, np.float32(-0.0)) is negative
+    assert [math.copysign(1, c.constant) for c in (zero.constant[0], negative.constant[0])] == [1, -1]
+    assert math.isnan(splat_const(vt, float("nan")).constant[0].constant)
+    assert str(splat_const(ir.VectorType(ir.IntType(32), 2), 3)) == "<2 x i32> <i32 3, i32 3>"

@@ -7,6 +7,7 @@ chosen order; innermost unit-stride loops are left for LLVM to vectorize.
 """
 from __future__ import annotations
 
+import functools
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Callable, Sequence
 
@@ -60,6 +61,13 @@ def layout_strides(shape: Sequence[int], layout: Sequence[int] | None) -> tuple[
         strides[dim] = acc
         acc *= shape[dim]
     return tuple(strides)
+
+
+@functools.lru_cache(maxsize=256)
+def _splat_constants(element: ir.Type, lanes: int) -> tuple[ir.Constant, ir.Constant, ir.Constant]:
+    """Kernel.splat's undefined vector, lane 0 and all-zeros shuffle mask, made once per type (immutable)."""
+    undef = ir.Constant(ir.VectorType(element, lanes), ir.Undefined)
+    return undef, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
 
 class Kernel:
@@ -483,9 +491,8 @@ class Kernel:
         """A scalar broadcast to every lane (the scalar itself for one lane)."""
         if lanes == 1:
             return value
-        vt = ir.VectorType(value.type, lanes)
-        v = self.b.insert_element(ir.Constant(vt, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-        return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+        undef, first, mask = _splat_constants(value.type, lanes)
+        return self.b.shuffle_vector(self.b.insert_element(undef, value, first), undef, mask)
 
     def vload(self, ptr: ir.Value, dtype, index: ir.Value, lanes: int) -> ir.Value:
         """`lanes` consecutive elements from ptr[index] (element-aligned, unaligned vector access)."""

@@ -1,7 +1,9 @@
 """Scalar arithmetic over numpy dtypes for kernel bodies: one call per operation, whatever the dtype."""
 from __future__ import annotations
 
+import functools
 import math
+import struct
 
 import numpy as np
 from llvmlite import ir
@@ -80,10 +82,20 @@ def const(dtype, value) -> ir.Constant:
 
 
 def splat_const(ty: ir.Type, value) -> ir.Constant:
-    """A constant of `ty`, a scalar or every lane of a vector (float16 saturated, scalar_const)."""
+    """A constant of `ty`, a scalar or every lane of a vector (float16 saturated, scalar_const); vector constants
+    are made once per type and value (bits: -0.0 is not 0.0) and shared, as llvmlite's constants are immutable."""
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [scalar_const(ty.element, value)] * ty.count)
+        if isinstance(value, (float, np.floating)):
+            key = struct.pack("<d", float(value))
+        else:
+            key = ("int", int(value)) if isinstance(value, (int, np.integer)) else (type(value), value)
+        return _vector_const(ty, key, value)
     return scalar_const(ty, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _vector_const(ty: ir.VectorType, key, value) -> ir.Constant:
+    return ir.Constant(ty, [scalar_const(ty.element, value)] * ty.count)
 
 
 def _same_shape(ty: ir.Type, element: ir.Type) -> ir.Type:

@@ -113,3 +113,16 @@ def test_a_flat_channels_last_row_leaves_no_lone_pixel_waiting_on_the_fma_latenc
     plan = plan_conv(s, TargetForms(triple), dtype="float32", V=V, w_const=True, finite=True)
     assert s.flat and plan.blocking.kind == "channels"
     assert plan.col_blocks == want
+
+
+def test_tap_tables_are_tap_range_per_position():
+    """conv_geometry.tap_ranges (the border tables, computed as arrays) gives tap_range at every output position:
+    negative bases, dilations and pads wider than the kernel included."""
+    import itertools
+
+    from fluidml_xc.kernels.conv_geometry import tap_range, tap_ranges
+
+    for outs, stride, dil, pad, taps, size in itertools.product([1, 5, 17], [1, 2, 3], [1, 2, 3], [0, 1, 2, 5],
+                                                                [1, 3, 7], [1, 4, 9, 30]):
+        lo, hi = tap_ranges(outs, stride, dil, pad, taps, size)
+        assert list(zip(lo.tolist(), hi.tolist())) == [tap_range(o, stride, dil, pad, taps, size) for o in range(outs)]

@@ -93,9 +93,16 @@ def tap_tables(k, outs, strides, dils, pads, taps, sizes):
     int_t = np.int64 if k.idx_t.width == 64 else np.int32
     tables = []
     for d in range(len(outs)):
-        ranges = np.array([tap_range(o, strides[d], dils[d], pads[d], taps[d], sizes[d]) for o in range(outs[d])], dtype=int_t)
-        tables.append((k.constant_array(ranges[:, 0].copy()), k.constant_array(ranges[:, 1].copy())))
+        lo, hi = tap_ranges(outs[d], strides[d], dils[d], pads[d], taps[d], sizes[d])
+        tables.append((k.constant_array(lo.astype(int_t)), k.constant_array(hi.astype(int_t))))
     return tables
+
+
+def tap_ranges(outs: int, stride: int, dil: int, pad: int, taps: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """tap_range of every output position 0 <= o < outs, as two int64 arrays (lo, hi)."""
+    base = np.arange(outs, dtype=np.int64) * stride - pad
+    lo = np.maximum(0, -(base // dil))
+    return lo, np.maximum(lo, np.minimum(taps, (size - 1 - base) // dil + 1))
 
 
 # -- target forms and blocking -------------------------------------------------------------------

@@ -115,11 +115,13 @@ def panels(v: np.ndarray, nr: int, dtype) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(padded.reshape(*lead, kk, count, nr), -2, -3))
 
 
-def pack_panels(k, mat: Mat | None, nb: int, nr: int, dtype, packed: np.ndarray | None = None) -> Mat:
-    """mat's constant B in panels (`panels`; `packed`: those panels computed already, mat then None)."""
+def pack_panels(k, mat: Mat | None, nb: int, nr: int, dtype, packed: np.ndarray | None = None,
+                argument: bool = False) -> Mat:
+    """mat's constant B in panels (`panels`; `packed`: those panels computed already, mat then None); `argument`:
+    passed as an argument of no declared size (Kernel.argument_array)."""
     packed = panels(mat.value, nr, dtype) if packed is None else packed
     lead, strides = packed.shape[:-3], row_major_strides(packed.shape)
-    return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
+    return Mat((k.argument_array if argument else k.constant_array)(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
 
 
 def panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
@@ -211,7 +213,10 @@ def add_index(k, x, y):
     return k.b.add(x, y, flags=("nsw",))
 
 
-def mul_index(k, x, c: int):
+def mul_index(k, x, c):
+    """x * c; c an int, or a run-time index value (ops/conv/winograd.py's run-time strides)."""
+    if isinstance(c, ir.Value):
+        return k.b.mul(k.as_index(x), c, flags=("nsw",))
     if c == 0:
         return k.index(0)
     if isinstance(x, int):
@@ -289,7 +294,7 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
     if last_row is None:
         arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
     else:
-        arows = [add_index(k, ab, mul_index(k, k.imin(add_index(k, i0, r), k.index(last_row)), a.rs)) for r in range(mr)]
+        arows = [add_index(k, ab, mul_index(k, k.imin(add_index(k, i0, r), k.as_index(last_row)), a.rs)) for r in range(mr)]
 
     def step(kv):
         bk = mul_index(k, kv, kstride)
@@ -322,7 +327,7 @@ def _scalar_tile_slots(k, P: Problem, kk: int, bases, i0, mr: int, col0, pidx, w
     bcol = panel_bases(k, bb, pidx, sum(widths), b.panel, P.kk, [0])[0] if b.panel else add_index(k, bb, col0)
     rows = [add_index(k, i0, r) for r in range(mr)]
     if last_row is not None:
-        rows = [k.imin(row, k.index(last_row)) for row in rows]
+        rows = [k.imin(row, k.as_index(last_row)) for row in rows]
     a_rows = [k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, row, a.rs))], inbounds=True) for row in rows]
     sums = scalar_tile.accumulate(k, a_rows, k.b.gep(b.ptr, [bcol], inbounds=True), kk, a.cs, b.panel or b.rs)
     n, slots = sum(widths), []

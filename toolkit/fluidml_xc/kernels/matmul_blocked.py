@@ -136,12 +136,18 @@ def panel_bases(k, bb, pidx, nr: int, panel: int, kk: int, offs: list[int]) -> l
     """Per vector of the kernel's panel pidx (nr columns, vectors at offs): the offset of its first row in B packed
     in panels of `panel` columns, (p, K, panel); a narrower panel is a slice of one packed panel, a wider one
     takes each vector from its own."""
+    if not isinstance(kk, int):  # a run-time K (ops/conv/winograd.py): the panels' length kk * panel
+        span = k.b.mul(kk, k.index(panel), flags=("nsw",))
+        if nr >= panel:
+            first = add_index(k, bb, mul_index(k, mul_index(k, pidx, nr // panel), span))
+            return [add_index(k, add_index(k, first, mul_index(k, k.index(off // panel), span)) if off >= panel else first,
+                              off % panel) for off in offs]
     if nr >= panel:
         return [add_index(k, add_index(k, bb, mul_index(k, pidx, nr // panel * kk * panel)), off // panel * kk * panel + off % panel)
                 for off in offs]
     ratio = panel // nr
     hi, lo = divmod(pidx, ratio) if isinstance(pidx, int) else (k.b.udiv(pidx, k.index(ratio)), k.b.urem(pidx, k.index(ratio)))
-    base = add_index(k, add_index(k, bb, mul_index(k, hi, kk * panel)), mul_index(k, lo, nr))
+    base = add_index(k, add_index(k, bb, mul_index(k, hi, kk * panel if isinstance(kk, int) else span)), mul_index(k, lo, nr))
     return [add_index(k, base, off) for off in offs]
 
 

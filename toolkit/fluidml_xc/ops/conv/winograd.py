@@ -28,7 +28,8 @@ from ...kernels.flat import even_chunk, run_time_fields
 from ...kernels.matmul_blocked import (Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns,
                                        panels)
 from ...kernels.scalar import llvm_type
-from ...kernels.winograd import TRANSFORMS, transform_weights
+from ...target.arch import arch_of
+from ...kernels.winograd import STACK_BYTES, TRANSFORMS, transform_weights
 
 WINOGRAD_TILES = 64
 """Parallel tiles of the blocked form and of WinogradInput: their (image, group, block or run of tiles) items
@@ -46,6 +47,13 @@ def offset(k, *terms) -> ir.Value:
             term = st if n == 1 else k.b.mul(k.index(n), st, flags=("nsw",))
             value = term if value is None else k.b.add(value, term, flags=("nsw",))
     return k.index(const) if value is None else add_index(k, value, const)
+
+
+def run_time_channels(k) -> bool:
+    """Are the channel counts run-time fields too (x86: the GEMM's K loop and the panel loop as fast either way,
+    by ab_checkouts.py), not build-time constants (aarch64 and RISC-V: the hand-scheduled GEMM tiles want a static
+    K)?"""
+    return k.spec is not None and arch_of(k.spec.triple).x86
 
 
 def run_time_strides(f: dict, prefix: str, st) -> tuple:
@@ -120,7 +128,7 @@ class WinogradConv:
         self.panel = panel_columns(k, wp.T, self.Co, wp.NR, dt)
         u = derived(k, partial(_weight_panels, (s.G, self.Co, self.Ci), wp.m, self.panel, dt), w)
         self.B = pack_panels(k, None, 1, self.panel, dt, u, argument=True)
-        self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.Ci, Mat(None, (wp.T * self.Ci,), self.Ci, 1), self.B, self.B)
+        self.rt = run_time_channels(k) and not wp.whole
         self.bias, self.bias_run = bias, self.Co
         if bias is not None and bias.value is not None:  # per group, padded so a panel's last vector reads no further
             self.bias_run = -(-self.Co // wp.NR) * wp.NR + self.V
@@ -130,20 +138,30 @@ class WinogradConv:
         """Tiles between two points' rows of the GEMM results M[point][tile][NR] on the stack."""
         with k.b.goto_entry_block():
             if not wp.whole:
-                self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * wp.T * self.Ci))
+                most = STACK_BYTES // self.dt.itemsize if self.rt else self.A2 * wp.T * self.Ci
+                self.vbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), max(most, self.A2 * wp.T * self.Ci)))
             self.mbuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), self.A2 * self.mstride * wp.NR))
             self.ebuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), wp.m * wp.m * wp.NR))
         if wp.whole:
             vp, self.vs, self.copies, self.held = v_operand
-            self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
-        else:
-            self.P.a.storage = self.vbuf
         rs = (0, 0, 0) if res is None else res[0]
         vs = self.vs if wp.whole else (0, 0, 0)
         items = s.N * s.G * wp.blocks
         self.load_geometry(dict(OH=s.OH, OW=s.OW, blocks=wp.blocks, o0=s.os[0], o1=s.os[1], o2=s.os[2], r0=rs[0],
                                 r1=rs[1], r2=rs[2], v0=vs[0], v1=vs[1], v2=vs[2], items=items,
-                                chunks=min(items, WINOGRAD_TILES)))
+                                chunks=min(items, WINOGRAD_TILES), Co=self.Co, full_p=self.Co // wp.NR,
+                                vstep=wp.T * self.Ci, ustep=self.B.bstrides[0], bias_run=self.bias_run))
+        if self.rt:
+            self.ci, self.co, self.vstep = self.f["Ci"], self.f["Co"], self.f["vstep"]
+            self.ustep, self.bias_step = self.f["ustep"], self.f["bias_run"]
+        else:
+            self.ci, self.co, self.vstep = self.Ci, self.Co, wp.T * self.Ci
+            self.ustep, self.bias_step = self.B.bstrides[0], self.bias_run
+        """The channel counts and the strides that follow from them: run-time fields (run_time_channels) or ints."""
+        if wp.whole:
+            self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
+        else:
+            self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.ci, Mat(self.vbuf, (0,), self.ci, 1), self.B, self.B)
         self.os = run_time_strides(self.f, "o", s.os)
         self.rs = None if res is None else run_time_strides(self.f, "r", res[0])
         self.vst = (self.f["v0"], self.f["v1"], self.f["v2"])
@@ -154,8 +172,10 @@ class WinogradConv:
         run_time_fields), so layers that differ only in those share the unit's IR; the input's strides as
         run_time_strides."""
         s, wp = self.s, self.wp
+        self.L = self.V if s.xs[1] == 1 and self.Ci >= self.V else 1
+        """Input channels per transform step: a vector of them when they are innermost."""
         values = dict(H=s.H, W=s.W, TW=wp.TW, tiles=wp.tiles, ph=s.ph, pw=s.pw, x0=s.xs[0], x1=s.xs[1], x2=s.xs[2],
-                      **extra)
+                      Ci=self.Ci, cgroups=self.Ci // self.L, **extra)
         self.f = dict(zip(values, run_time_fields(self.k, list(values.values()))))
         self.xs = run_time_strides(self.f, "x", s.xs)
 
@@ -216,7 +236,7 @@ class WinogradConv:
             t0 = mul_index(k, blk, wp.T)
             with k.for_range(self.A2) as xi:
                 point = add_index(k, mul_index(k, g, self.A2), xi)
-                bases = (add_index(k, vbase, mul_index(k, xi, vs[2])), mul_index(k, point, self.B.bstrides[0]), None)
+                bases = (add_index(k, vbase, mul_index(k, xi, vs[2])), mul_index(k, point, self.ustep), None)
                 with k.for_range(wp.T // wp.MR) as rt:
                     i0 = add_index(k, t0, mul_index(k, rt, wp.MR))
                     slots = outer_accumulate(k, self.P, wp.NR, self.Ci, bases, i0, wp.MR, col0, pidx, widths,
@@ -236,11 +256,13 @@ class WinogradConv:
         with k.for_range(wp.T) as t:
             self.transform_input(n, g, add_index(k, mul_index(k, blk, wp.T), t), t)
         full_p, rem = divmod(self.Co, wp.NR)
-        if full_p:
+        if self.rt:
+            full_p = self.f["full_p"]
+        if self.rt or full_p:
             with k.for_range(full_p) as p:
                 self.panel_tiles(n, g, blk, mul_index(k, p, wp.NR), p, self.whole_widths, wp.NR)
         if rem:
-            self.panel_tiles(n, g, blk, k.index(full_p * wp.NR), full_p, [self.V] * -(-rem // self.V), rem)
+            self.panel_tiles(n, g, blk, mul_index(k, full_p, wp.NR), full_p, [self.V] * -(-rem // self.V), rem)
 
     # -- 1. input transform ------------------------------------------------------------------------
     def transform_input(self, n, g, tt, t) -> None:
@@ -253,7 +275,7 @@ class WinogradConv:
         rows = [b.and_(live, self._within(add_index(k, ih0, i), f["H"])) for i in range(a)]
         cols = [self._within(add_index(k, iw0, j), f["W"]) for j in range(a)]
         inside = b.and_(b.and_(rows[0], rows[-1]), b.and_(cols[0], cols[-1]))
-        base = add_index(k, add_index(k, mul_index(k, n, xs[0]), mul_index(k, mul_index(k, g, self.Ci), xs[1])),
+        base = add_index(k, add_index(k, mul_index(k, n, xs[0]), mul_index(k, mul_index(k, g, self.ci), xs[1])),
                          add_index(k, b.mul(ih0, xs[2]), b.mul(iw0, k.index(xs[3]))))
         with b.if_else(inside) as (fast, slow):
             with fast:
@@ -266,13 +288,12 @@ class WinogradConv:
         return b.and_(b.icmp_signed(">=", i, self.k.index(0)), b.icmp_signed("<", i, size))
 
     def channels(self, base, t, valid) -> None:
-        k = self.k
-        L = self.V if self.xs[1] == 1 and self.Ci >= self.V else 1
-        full = self.Ci // L
-        with k.for_range(full) as cg:
+        k, L = self.k, self.L
+        with k.for_range(self.f["cgroups"] if self.rt else self.Ci // L) as cg:
             self.patch(base, t, mul_index(k, cg, L), L, valid)
-        for c in range(full * L, self.Ci):
-            self.patch(base, t, k.index(c), 1, valid)
+        for c in range(self.Ci % L):
+            self.patch(base, t, add_index(k, mul_index(k, self.f["cgroups"], L), c) if self.rt
+                       else k.index(self.Ci // L * L + c), 1, valid)
 
     def patch(self, base, t, c0, L: int, valid) -> None:
         k, xs, wp, b, dt = self.k, self.xs, self.wp, self.k.b, self.dt
@@ -302,12 +323,12 @@ class WinogradConv:
     def v_at(self, t, point: int, c0):
         """Where tile t's channel c0 at `point` goes in the block's transformed input."""
         k = self.k
-        return add_index(k, add_index(k, mul_index(k, t, self.Ci), point * self.v_point_step), c0)
+        return add_index(k, add_index(k, mul_index(k, t, self.ci), offset(k, (point, self.v_point_step))), c0)
 
     @property
-    def v_point_step(self) -> int:
+    def v_point_step(self):
         """Elements between two points of one tile and channel in the transformed input."""
-        return self.wp.T * self.Ci
+        return self.vstep
 
     # -- 2. the GEMM tiles, 3. output transform --------------------------------------------------------
     def panel_tiles(self, n, g, blk, col0, pidx, widths: list[int], valid: int) -> None:
@@ -316,8 +337,8 @@ class WinogradConv:
             i0 = mul_index(k, rt, wp.MR)
             with k.for_range(self.A2) as xi:
                 point = add_index(k, mul_index(k, g, self.A2), xi)
-                bases = (mul_index(k, xi, wp.T * self.Ci), mul_index(k, point, self.B.bstrides[0]), None)
-                slots = outer_accumulate(k, self.P, wp.NR, self.Ci, bases, i0, wp.MR, col0, pidx, widths)
+                bases = (mul_index(k, xi, self.vstep), mul_index(k, point, self.ustep), None)
+                slots = outer_accumulate(k, self.P, wp.NR, self.ci, bases, i0, wp.MR, col0, pidx, widths)
                 for r in range(wp.MR):
                     row = mul_index(k, add_index(k, mul_index(k, xi, wp.MR), r), wp.NR)
                     for q in range(len(widths)):
@@ -361,7 +382,7 @@ class WinogradConv:
                  for j in range(a)] for i in range(a)]
         col = add_index(k, col0, off)
         ys = [(0, w, count, self._add_bias(sandwich(k, self.t.AT, grid), g, col, w, count))]
-        co0 = add_index(k, mul_index(k, g, self.Co), col)
+        co0 = add_index(k, mul_index(k, g, self.co), col)
         rows = self.os[3] == 1 and self.os[1] != 1 and self.V % 4 == 0
         with b.if_else(whole) as (fast, slow):
             with fast:
@@ -375,7 +396,7 @@ class WinogradConv:
     def _add_bias(self, y, g, co, w: int, count: int):
         if self.bias is None:
             return y
-        co = add_index(self.k, mul_index(self.k, g, self.bias_run), co)
+        co = add_index(self.k, mul_index(self.k, g, self.bias_step), co)
         if isinstance(self.bias, ir.Value):
             bv = self.k.vload(self.bias, self.dt, co, w)
         else:

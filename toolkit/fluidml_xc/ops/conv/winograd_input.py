@@ -16,7 +16,7 @@ from ...kernels.matmul_blocked import add_index, mul_index
 from ...kernels.split import chunk_count
 from ...kernels.winograd import TRANSFORMS, WinogradPlan
 from ...opspec import OUR_DOMAIN, register
-from .winograd import WINOGRAD_TILES, WinogradConv, offset, spread_items
+from .winograd import WINOGRAD_TILES, WinogradConv, offset, run_time_channels, spread_items
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,11 @@ class InputTransform(WinogradConv):
         self.per = -(-self.wp.tiles // chunk_count(self.wp.tiles, self.work,
                                                    -(-chunk_count(1 << 30, self.work) // (N * groups))))
         runs = -(-self.wp.tiles // self.per)
+        self.rt = run_time_channels(k)
         self.load_geometry(dict(v0=self.vs[0], v1=self.vs[1], v2=self.vs[2], per=self.per, runs=runs,
                                 items=N * groups * runs, chunks=min(N * groups * runs, WINOGRAD_TILES)))
-        self.vst = (self.f["v0"], self.f["v1"], self.f["v2"], self.vs[3])
+        self.ci = self.f["Ci"] if self.rt else self.Ci
+        self.vst = (self.f["v0"], self.f["v1"], self.f["v2"], self.ci)
 
     def emit(self) -> None:
         """Runs of `per` neighbouring tiles per (image, group), spread over the shared kernels' tiles."""

@@ -56,10 +56,11 @@ def run_time_channels(k) -> bool:
     return k.spec is not None and arch_of(k.spec.triple).x86
 
 
-def run_time_strides(f: dict, prefix: str, st) -> tuple:
-    """A tensor's (image, channel, row, pixel) strides: the pixel stride and a channel stride of 1 as build-time
-    ints, the others the run-time fields prefix0..prefix2."""
-    return (f[prefix + "0"], 1 if st[1] == 1 else f[prefix + "1"], f[prefix + "2"], st[3])
+def run_time_strides(f: dict, prefix: str, st, pixel: bool) -> tuple:
+    """A tensor's (image, channel, row, pixel) strides as the run-time fields prefix0..prefix3, but a stride of 1
+    (the innermost dim) and, unless `pixel`, the pixel stride as build-time ints."""
+    return (f[prefix + "0"], 1 if st[1] == 1 else f[prefix + "1"], f[prefix + "2"],
+            f[prefix + "3"] if pixel and st[3] != 1 else st[3])
 
 
 @contextmanager
@@ -144,11 +145,11 @@ class WinogradConv:
             self.ebuf = k.b.alloca(llvm_type(dt), size=ir.Constant(ir.IntType(32), wp.m * wp.m * wp.NR))
         if wp.whole:
             vp, self.vs, self.copies, self.held = v_operand
-        rs = (0, 0, 0) if res is None else res[0]
         vs = self.vs if wp.whole else (0, 0, 0)
         items = s.N * s.G * wp.blocks
-        self.load_geometry(dict(OH=s.OH, OW=s.OW, blocks=wp.blocks, o0=s.os[0], o1=s.os[1], o2=s.os[2], r0=rs[0],
-                                r1=rs[1], r2=rs[2], v0=vs[0], v1=vs[1], v2=vs[2], items=items,
+        rs = (0, 0, 0, 0) if res is None else res[0]
+        self.load_geometry(dict(OH=s.OH, OW=s.OW, blocks=wp.blocks, o0=s.os[0], o1=s.os[1], o2=s.os[2], o3=s.os[3],
+                                r0=rs[0], r1=rs[1], r2=rs[2], r3=rs[3], v0=vs[0], v1=vs[1], v2=vs[2], items=items,
                                 chunks=min(items, WINOGRAD_TILES), Co=self.Co, full_p=self.Co // wp.NR,
                                 vstep=wp.T * self.Ci, ustep=self.B.bstrides[0], bias_run=self.bias_run))
         if self.rt:
@@ -162,8 +163,8 @@ class WinogradConv:
             self.P = Problem(dt, (self.A2,), wp.tiles, self.Co, self.Ci, Mat(vp, (self.vs[2],), self.vs[3], 1), self.B, self.B)
         else:
             self.P = Problem(dt, (self.A2,), wp.T, self.Co, self.ci, Mat(self.vbuf, (0,), self.ci, 1), self.B, self.B)
-        self.os = run_time_strides(self.f, "o", s.os)
-        self.rs = None if res is None else run_time_strides(self.f, "r", res[0])
+        self.os = run_time_strides(self.f, "o", s.os, self.rt)
+        self.rs = None if res is None else run_time_strides(self.f, "r", res[0], self.rt)
         self.vst = (self.f["v0"], self.f["v1"], self.f["v2"])
         self.last_tile = k.b.sub(self.f["tiles"], k.index(1))
 
@@ -175,9 +176,9 @@ class WinogradConv:
         self.L = self.V if s.xs[1] == 1 and self.Ci >= self.V else 1
         """Input channels per transform step: a vector of them when they are innermost."""
         values = dict(H=s.H, W=s.W, TW=wp.TW, tiles=wp.tiles, ph=s.ph, pw=s.pw, x0=s.xs[0], x1=s.xs[1], x2=s.xs[2],
-                      Ci=self.Ci, cgroups=self.Ci // self.L, **extra)
+                      x3=s.xs[3], Ci=self.Ci, cgroups=self.Ci // self.L, **extra)
         self.f = dict(zip(values, run_time_fields(self.k, list(values.values()))))
-        self.xs = run_time_strides(self.f, "x", s.xs)
+        self.xs = run_time_strides(self.f, "x", s.xs, self.rt)
 
     def emit(self) -> None:
         s, k = self.s, self.k
@@ -276,7 +277,7 @@ class WinogradConv:
         cols = [self._within(add_index(k, iw0, j), f["W"]) for j in range(a)]
         inside = b.and_(b.and_(rows[0], rows[-1]), b.and_(cols[0], cols[-1]))
         base = add_index(k, add_index(k, mul_index(k, n, xs[0]), mul_index(k, mul_index(k, g, self.ci), xs[1])),
-                         add_index(k, b.mul(ih0, xs[2]), b.mul(iw0, k.index(xs[3]))))
+                         add_index(k, b.mul(ih0, xs[2]), b.mul(iw0, k.as_index(xs[3]))))
         with b.if_else(inside) as (fast, slow):
             with fast:
                 self.channels(base, t, None)
@@ -307,7 +308,7 @@ class WinogradConv:
             line = None if valid is not None else k.b.gep(src, [offset(k, (i, xs[2]))], inbounds=True)
             for j in range(a):
                 if valid is None:  # a patch inside the input: each row's loads at constant offsets from its first
-                    row.append(k.vgather(line, dt, k.index(j * xs[3]), xs[1], L))
+                    row.append(k.vgather(line, dt, offset(k, (j, xs[3])), xs[1], L))
                     continue
                 at = add_index(k, cbase, offset(k, (i, xs[2]), (j, xs[3])))
                 ok = valid[i][j]

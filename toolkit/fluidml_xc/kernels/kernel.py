@@ -510,10 +510,8 @@ class Kernel:
 
     def lane_at(self, index: ir.Value, lane: int, stride: int | ir.Value) -> ir.Value:
         """index + lane * stride (a run-time stride too)."""
-        if not lane:
-            return index
-        step = self.b.mul(self.index(lane), stride) if isinstance(stride, ir.Value) else self.index(lane * stride)
-        return self.b.add(index, step, flags=("nsw",))
+        step = lane and (self.b.mul(self.index(lane), stride) if isinstance(stride, ir.Value) else self.index(lane * stride))
+        return self.b.add(index, step, flags=("nsw",)) if lane else index
 
     def vgather(self, ptr: ir.Value, dtype, index: ir.Value, stride: int | ir.Value, lanes: int) -> ir.Value:
         """`lanes` elements ptr[index + l * stride]: a vector load for stride 1, a splat for stride 0."""
@@ -529,8 +527,7 @@ class Kernel:
             vec = self.b.insert_element(vec, self.b.load(self.b.gep(ptr, [at], inbounds=True)), ir.Constant(ir.IntType(32), l))
         return vec
 
-    def vscatter(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value, stride: int | ir.Value,
-                 count: int | None = None) -> None:
+    def vscatter(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value, stride, count: int | None = None) -> None:
         """Store the first `count` lanes of `value` to ptr[index + l * stride] (one vector store when contiguous and whole)."""
         lanes = value.type.count if isinstance(value.type, ir.VectorType) else 1
         count = lanes if count is None else count

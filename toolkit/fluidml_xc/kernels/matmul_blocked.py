@@ -12,6 +12,7 @@ from ..target.arch import arch_of
 from .epilogue import Epilogue, activate
 from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, gemm_steps, outer_tile
+from .index_math import add_index, mul_index, panel_bases
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
 from . import matmul_gemv, scalar_tile
@@ -117,8 +118,8 @@ def panels(v: np.ndarray, nr: int, dtype) -> np.ndarray:
 
 def pack_panels(k, mat: Mat | None, nb: int, nr: int, dtype, packed: np.ndarray | None = None,
                 argument: bool = False) -> Mat:
-    """mat's constant B in panels (`panels`; `packed`: those panels computed already, mat then None); `argument`:
-    passed as an argument of no declared size (Kernel.argument_array)."""
+    """mat's constant B in panels (`panels`; `packed`: computed already, mat then None); `argument`: passed as an
+    argument of no declared size (Kernel.argument_array)."""
     packed = panels(mat.value, nr, dtype) if packed is None else packed
     lead, strides = packed.shape[:-3], row_major_strides(packed.shape)
     return Mat((k.argument_array if argument else k.constant_array)(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
@@ -130,25 +131,6 @@ def panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
     lanes = k.lanes(dtype)
     wide = outer_tile(m, n, max(1, lanes * k.pack_vector_bits // k.vector_bits), k.accumulators)[1]
     return wide if wide % lanes == 0 and (wide % nr == 0 or nr % wide == 0) else nr
-
-
-def panel_bases(k, bb, pidx, nr: int, panel: int, kk: int, offs: list[int]) -> list:
-    """Per vector of the kernel's panel pidx (nr columns, vectors at offs): the offset of its first row in B packed
-    in panels of `panel` columns, (p, K, panel); a narrower panel is a slice of one packed panel, a wider one
-    takes each vector from its own."""
-    if not isinstance(kk, int):  # a run-time K (ops/conv/winograd.py): the panels' length kk * panel
-        span = k.b.mul(kk, k.index(panel), flags=("nsw",))
-        if nr >= panel:
-            first = add_index(k, bb, mul_index(k, mul_index(k, pidx, nr // panel), span))
-            return [add_index(k, add_index(k, first, mul_index(k, k.index(off // panel), span)) if off >= panel else first,
-                              off % panel) for off in offs]
-    if nr >= panel:
-        return [add_index(k, add_index(k, bb, mul_index(k, pidx, nr // panel * kk * panel)), off // panel * kk * panel + off % panel)
-                for off in offs]
-    ratio = panel // nr
-    hi, lo = divmod(pidx, ratio) if isinstance(pidx, int) else (k.b.udiv(pidx, k.index(ratio)), k.b.urem(pidx, k.index(ratio)))
-    base = add_index(k, add_index(k, bb, mul_index(k, hi, kk * panel if isinstance(kk, int) else span)), mul_index(k, lo, nr))
-    return [add_index(k, base, off) for off in offs]
 
 
 def pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
@@ -207,27 +189,6 @@ def ranged_blocks(k, rng, full, has_rest: bool, each, rest) -> None:
     if has_rest:
         with k.b.if_then(k.b.icmp_signed(">", hi, k.as_index(full))):
             rest()
-
-
-def add_index(k, x, y):
-    if isinstance(y, int):
-        if y == 0:
-            return x
-        y = k.index(y)
-    if isinstance(x, int):
-        x = k.index(x)
-    return k.b.add(x, y, flags=("nsw",))
-
-
-def mul_index(k, x, c):
-    """x * c; c an int, or a run-time index value (ops/conv/winograd.py's run-time strides)."""
-    if isinstance(c, ir.Value):
-        return k.b.mul(k.as_index(x), c, flags=("nsw",))
-    if c == 0:
-        return k.index(0)
-    if isinstance(x, int):
-        return k.index(x * c)
-    return x if c == 1 else k.b.mul(x, k.index(c), flags=("nsw",))
 
 
 def epilogue(k, P: Problem, acc, row, col, width: int, count: int):

@@ -302,15 +302,15 @@ class WinogradConv:
         cbase = add_index(k, base, mul_index(k, c0, xs[1]))
         cbase_safe = mul_index(k, c0, xs[1]) if valid is not None else None  # image 0, group 0: always in bounds
         src = k.b.gep(self.xp, [cbase], inbounds=True) if valid is None else None
-        d = []
+        d, rows, cols = [], [offset(k, (i, xs[2])) for i in range(a)], [offset(k, (j, xs[3])) for j in range(a)]
         for i in range(a):
             row = []
-            line = None if valid is not None else k.b.gep(src, [offset(k, (i, xs[2]))], inbounds=True)
+            line = None if valid is not None else k.b.gep(src, [rows[i]], inbounds=True)
             for j in range(a):
-                if valid is None:  # a patch inside the input: each row's loads at constant offsets from its first
-                    row.append(k.vgather(line, dt, offset(k, (j, xs[3])), xs[1], L))
+                if valid is None:  # a patch inside the input: each row's loads at the columns' offsets from its first
+                    row.append(k.vgather(line, dt, cols[j], xs[1], L))
                     continue
-                at = add_index(k, cbase, offset(k, (i, xs[2]), (j, xs[3])))
+                at = add_index(k, cbase, add_index(k, rows[i], cols[j]))
                 ok = valid[i][j]
                 v = k.vgather(self.xp, dt, b.select(ok, at, cbase_safe), xs[1], L)
                 row.append(b.select(ok, v, fill(v.type, 0.0)))

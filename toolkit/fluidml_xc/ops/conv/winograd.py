@@ -11,7 +11,11 @@ of T tiles (the parallel split: tiles never share a reduction, so every thread c
 
 The whole-image form (plan.winograd.whole, emit_whole): stage 1 is its own node (winograd_input.py) writing V to the
 arena; here, per image, group and panel of NR output channels (the parallel split), per chunk of T tiles and point,
-stage 2 over every MR tiles of the chunk with the point's weight panel kept in the cache, then stage 3."""
+stage 2 over every MR tiles of the chunk with the point's weight panel kept in the cache, then stage 3.
+
+Shared kernels (docs/WINOGRAD.md): the sizes, tile counts, pads and outer strides (on x86 the blocked form's channel
+counts and pixel strides too) are run-time fields, U and the bias arguments of no declared size, so layers that
+differ only in those share one unit."""
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -515,21 +515,26 @@ class Kernel:
             return
         self.b.store(value, self.b.bitcast(addr, value.type.as_pointer()), align=np.dtype(dtype).itemsize)
 
-    def vgather(self, ptr: ir.Value, dtype, index: ir.Value, stride: int, lanes: int) -> ir.Value:
+    def lane_at(self, index: ir.Value, lane: int, stride: int | ir.Value) -> ir.Value:
+        """index + lane * stride (a run-time stride too)."""
+        step = lane and (self.b.mul(self.index(lane), stride) if isinstance(stride, ir.Value) else self.index(lane * stride))
+        return self.b.add(index, step, flags=("nsw",)) if lane else index
+
+    def vgather(self, ptr: ir.Value, dtype, index: ir.Value, stride: int | ir.Value, lanes: int) -> ir.Value:
         """`lanes` elements ptr[index + l * stride]: a vector load for stride 1, a splat for stride 0."""
         if lowp.is_lowp(dtype):
             return self._lanes_lowp(ptr, dtype, index, stride, lanes)
-        if stride == 1 or lanes == 1:
+        if lanes == 1 or isinstance(stride, int) and stride == 1:
             return self.vload(ptr, dtype, index, lanes)
-        if stride == 0:
+        if isinstance(stride, int) and stride == 0:
             return self.splat(self.b.load(self.b.gep(ptr, [index], inbounds=True)), lanes)
         vec = ir.Constant(self.vector_type(dtype, lanes), ir.Undefined)
         for l in range(lanes):
-            at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+            at = self.lane_at(index, l, stride)
             vec = self.b.insert_element(vec, self.b.load(self.b.gep(ptr, [at], inbounds=True)), ir.Constant(ir.IntType(32), l))
         return vec
 
-    def vscatter(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value, stride: int, count: int | None = None) -> None:
+    def vscatter(self, value: ir.Value, ptr: ir.Value, dtype, index: ir.Value, stride, count: int | None = None) -> None:
         """Store the first `count` lanes of `value` to ptr[index + l * stride] (one vector store when contiguous and whole)."""
         lanes = value.type.count if isinstance(value.type, ir.VectorType) else 1
         count = lanes if count is None else count
@@ -539,11 +544,11 @@ class Kernel:
                 lane = value if lanes == 1 else self.b.extract_element(value, ir.Constant(ir.IntType(32), l))
                 self.store_ptr(lane, ptr, dtype, at)
             return
-        if count == lanes and (stride == 1 or lanes == 1):
+        if count == lanes and (lanes == 1 or isinstance(stride, int) and stride == 1):
             self.vstore(value, ptr, dtype, index)
             return
         for l in range(count):
-            at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+            at = self.lane_at(index, l, stride)
             self.b.store(self.b.extract_element(value, ir.Constant(ir.IntType(32), l)), self.b.gep(ptr, [at], inbounds=True))
 
     def _lanes_lowp(self, ptr: ir.Value, dtype, index: ir.Value, stride: int, lanes: int) -> ir.Value:
@@ -552,7 +557,7 @@ class Kernel:
             return self.load_ptr(ptr, dtype, index)
         vec = ir.Constant(self.vector_type(dtype, lanes), ir.Undefined)
         for l in range(lanes):
-            at = self.b.add(index, self.index(l * stride), flags=("nsw",)) if l else index
+            at = self.lane_at(index, l, stride)
             vec = self.b.insert_element(vec, self.load_ptr(ptr, dtype, at), ir.Constant(ir.IntType(32), l))
         return vec
 

@@ -12,6 +12,7 @@ from ..target.arch import arch_of
 from .epilogue import Epilogue, activate
 from .half_blocks import reduce_in_blocks
 from .matmul_geometry import MR_DOT, NC_DOT, gemm_steps, outer_tile
+from .index_math import add_index, mul_index, panel_bases
 from .kernel import PARALLEL_MIN_WORK, UNSHARED_MAC_WORK, Access, Operand, chunk_count, row_major_strides
 from .scalar import FAST, const, llvm_type
 from . import matmul_gemv, scalar_tile
@@ -115,11 +116,13 @@ def panels(v: np.ndarray, nr: int, dtype) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(padded.reshape(*lead, kk, count, nr), -2, -3))
 
 
-def pack_panels(k, mat: Mat | None, nb: int, nr: int, dtype, packed: np.ndarray | None = None) -> Mat:
-    """mat's constant B in panels (`panels`; `packed`: those panels computed already, mat then None)."""
+def pack_panels(k, mat: Mat | None, nb: int, nr: int, dtype, packed: np.ndarray | None = None,
+                argument: bool = False) -> Mat:
+    """mat's constant B in panels (`panels`; `packed`: computed already, mat then None); `argument`: passed as an
+    argument of no declared size (Kernel.argument_array)."""
     packed = panels(mat.value, nr, dtype) if packed is None else packed
     lead, strides = packed.shape[:-3], row_major_strides(packed.shape)
-    return Mat(k.constant_array(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
+    return Mat((k.argument_array if argument else k.constant_array)(packed), _lead_strides(nb, lead, strides[:len(lead)]), nr, 1, None, nr)
 
 
 def panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
@@ -128,19 +131,6 @@ def panel_columns(k, m: int, n: int, nr: int, dtype) -> int:
     lanes = k.lanes(dtype)
     wide = outer_tile(m, n, max(1, lanes * k.pack_vector_bits // k.vector_bits), k.accumulators)[1]
     return wide if wide % lanes == 0 and (wide % nr == 0 or nr % wide == 0) else nr
-
-
-def panel_bases(k, bb, pidx, nr: int, panel: int, kk: int, offs: list[int]) -> list:
-    """Per vector of the kernel's panel pidx (nr columns, vectors at offs): the offset of its first row in B packed
-    in panels of `panel` columns, (p, K, panel); a narrower panel is a slice of one packed panel, a wider one
-    takes each vector from its own."""
-    if nr >= panel:
-        return [add_index(k, add_index(k, bb, mul_index(k, pidx, nr // panel * kk * panel)), off // panel * kk * panel + off % panel)
-                for off in offs]
-    ratio = panel // nr
-    hi, lo = divmod(pidx, ratio) if isinstance(pidx, int) else (k.b.udiv(pidx, k.index(ratio)), k.b.urem(pidx, k.index(ratio)))
-    base = add_index(k, add_index(k, bb, mul_index(k, hi, kk * panel)), mul_index(k, lo, nr))
-    return [add_index(k, base, off) for off in offs]
 
 
 def pack_rows(k, value: np.ndarray, nb: int, dtype) -> tuple[object, tuple[int, ...], int]:
@@ -199,24 +189,6 @@ def ranged_blocks(k, rng, full, has_rest: bool, each, rest) -> None:
     if has_rest:
         with k.b.if_then(k.b.icmp_signed(">", hi, k.as_index(full))):
             rest()
-
-
-def add_index(k, x, y):
-    if isinstance(y, int):
-        if y == 0:
-            return x
-        y = k.index(y)
-    if isinstance(x, int):
-        x = k.index(x)
-    return k.b.add(x, y, flags=("nsw",))
-
-
-def mul_index(k, x, c: int):
-    if c == 0:
-        return k.index(0)
-    if isinstance(x, int):
-        return k.index(x * c)
-    return x if c == 1 else k.b.mul(x, k.index(c), flags=("nsw",))
 
 
 def epilogue(k, P: Problem, acc, row, col, width: int, count: int):
@@ -289,7 +261,7 @@ def outer_accumulate(k, P: Problem, nr: int, kk, bases, i0, mr: int, col0, pidx,
     if last_row is None:
         arows = [add_index(k, ab, mul_index(k, add_index(k, i0, r), a.rs)) for r in range(mr)]
     else:
-        arows = [add_index(k, ab, mul_index(k, k.imin(add_index(k, i0, r), k.index(last_row)), a.rs)) for r in range(mr)]
+        arows = [add_index(k, ab, mul_index(k, k.imin(add_index(k, i0, r), k.as_index(last_row)), a.rs)) for r in range(mr)]
 
     def step(kv):
         bk = mul_index(k, kv, kstride)
@@ -322,7 +294,7 @@ def _scalar_tile_slots(k, P: Problem, kk: int, bases, i0, mr: int, col0, pidx, w
     bcol = panel_bases(k, bb, pidx, sum(widths), b.panel, P.kk, [0])[0] if b.panel else add_index(k, bb, col0)
     rows = [add_index(k, i0, r) for r in range(mr)]
     if last_row is not None:
-        rows = [k.imin(row, k.index(last_row)) for row in rows]
+        rows = [k.imin(row, k.as_index(last_row)) for row in rows]
     a_rows = [k.b.gep(a.ptr, [add_index(k, ab, mul_index(k, row, a.rs))], inbounds=True) for row in rows]
     sums = scalar_tile.accumulate(k, a_rows, k.b.gep(b.ptr, [bcol], inbounds=True), kk, a.cs, b.panel or b.rs)
     n, slots = sum(widths), []

@@ -16,7 +16,7 @@ from ...kernels.matmul_blocked import add_index, mul_index
 from ...kernels.split import chunk_count
 from ...kernels.winograd import TRANSFORMS, WinogradPlan
 from ...opspec import OUR_DOMAIN, register
-from .winograd import WinogradConv
+from .winograd import WINOGRAD_TILES, WinogradConv, offset, run_time_channels, spread_items
 
 
 @dataclass(frozen=True)
@@ -49,27 +49,37 @@ class InputTransform(WinogradConv):
             raise InputError(f"node {k.node.name!r} (WinogradInput): output {v.name!r} is {tuple(v.shape)} with strides "
                              f"{self.vs}; the transform writes a row-major {(copies * N, groups, self.A2, TH * TW, self.Ci)}")
         self.n = self.g = None
+        self.work = float(N) * groups * self.wp.tiles * self.A2 * self.Ci * 8
+        self.per = -(-self.wp.tiles // chunk_count(self.wp.tiles, self.work,
+                                                   -(-chunk_count(1 << 30, self.work) // (N * groups))))
+        runs = -(-self.wp.tiles // self.per)
+        self.rt = run_time_channels(k)
+        self.load_geometry(dict(v0=self.vs[0], v1=self.vs[1], v2=self.vs[2], per=self.per, runs=runs,
+                                items=N * groups * runs, chunks=min(N * groups * runs, WINOGRAD_TILES)))
+        self.ci = self.f["Ci"] if self.rt else self.Ci
+        self.vst = (self.f["v0"], self.f["v1"], self.f["v2"], self.ci)
 
     def emit(self) -> None:
-        s, wp, k = self.s, self.wp, self.k
-        work = float(s.N) * s.G * wp.tiles * self.A2 * self.Ci * 8
+        """Runs of `per` neighbouring tiles per (image, group), spread over the shared kernels' tiles."""
+        s, k, b, f = self.s, self.k, self.k.b, self.f
         if self.copies > 1:
-            self.emit_copies(work)
+            self.emit_copies(self.work)
             return
-        per = -(-wp.tiles // chunk_count(wp.tiles, work, -(-chunk_count(1 << 30, work) // (s.N * s.G))))
-        with k.parallel_tiles([s.N, s.G, -(-wp.tiles // per)], work) as (n, g, c):
+        with spread_items(k, f["items"], f["chunks"], self.work) as item:
+            image, c = b.udiv(item, f["runs"]), b.urem(item, f["runs"])
+            n, g = b.udiv(image, k.index(s.G)), b.urem(image, k.index(s.G))
             self.n, self.g = n, g
-            t0 = mul_index(k, c, per)
-            with k.for_range(per) as i:
+            t0 = b.mul(c, f["per"])
+            with k.for_range(f["per"]) as i:
                 tt = add_index(k, t0, i)
-                with k.b.if_then(k.b.icmp_signed("<", tt, k.index(wp.tiles))):
+                with b.if_then(b.icmp_signed("<", tt, f["tiles"])):
                     self.transform_input(n, g, tt, tt)
 
     def emit_copies(self, work: float) -> None:
         """Tile (n, g, c) of the split [images, groups, copies]: the first tile of its image and group in this call's
         range transforms the image into its own copy c; every tile records that copy in `held`, where the conv's
         tile reads it (one call over all tiles, as on one thread, transforms each image once)."""
-        s, wp, k, b = self.s, self.wp, self.k, self.k.b
+        s, k, b = self.s, self.k, self.k.b
         with k.parallel_tiles([s.N, s.G, self.copies], work * self.copies) as (n, g, c):
             t = self.copy_tile(n, g, c)
             first = b.sub(t, c)
@@ -79,18 +89,18 @@ class InputTransform(WinogradConv):
             k.store_ptr(copy if copy.type.width == 32 else b.trunc(copy, ir.IntType(32)), self.held, np.dtype(np.int32), t)
             with b.if_then(b.icmp_signed("==", t, first)):
                 self.n, self.g = add_index(k, mul_index(k, copy, s.N), n), g
-                with k.for_range(wp.tiles) as tt:
+                with k.for_range(self.f["tiles"]) as tt:
                     self.transform_input(n, g, tt, tt)
 
     def v_at(self, t, point: int, c0):
         k = self.k
-        base = add_index(k, add_index(k, mul_index(k, self.n, self.vs[0]), mul_index(k, self.g, self.vs[1])),
-                         mul_index(k, t, self.vs[3]))
-        return add_index(k, add_index(k, base, point * self.vs[2]), c0)
+        base = add_index(k, add_index(k, mul_index(k, self.n, self.vst[0]), mul_index(k, self.g, self.vst[1])),
+                         mul_index(k, t, self.vst[3]))
+        return add_index(k, add_index(k, base, offset(k, (point, self.vst[2]))), c0)
 
     @property
     def v_point_step(self) -> int:
-        return self.vs[2]
+        return self.vst[2]
 
 
 @register("WinogradInput", domain=OUR_DOMAIN, strided=True, heavy=True,

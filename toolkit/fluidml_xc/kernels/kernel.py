@@ -7,7 +7,6 @@ chosen order; innermost unit-stride loops are left for LLVM to vectorize.
 """
 from __future__ import annotations
 
-import functools
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Callable, Sequence
 
@@ -23,7 +22,7 @@ from . import lowp
 from .extents import broadcast_check, dim_value
 from .flat import flat_elementwise
 from .operand import Access, Operand  # noqa: F401  (Operand and Access are part of the kernel builder's interface)
-from .scalar import FAST, Scalar, const, llvm_type, storage_type
+from .scalar import FAST, Scalar, const, llvm_type, splat_constants, storage_type
 from .split import PARALLEL_MIN_WORK, TARGET_TILES, UNSHARED_MAC_WORK, chunk_count  # noqa: F401  (re-exported)
 
 
@@ -61,13 +60,6 @@ def layout_strides(shape: Sequence[int], layout: Sequence[int] | None) -> tuple[
         strides[dim] = acc
         acc *= shape[dim]
     return tuple(strides)
-
-
-@functools.lru_cache(maxsize=256)
-def _splat_constants(element: ir.Type, lanes: int) -> tuple[ir.Constant, ir.Constant, ir.Constant]:
-    """Kernel.splat's undefined vector, lane 0 and all-zeros shuffle mask, made once per type (immutable)."""
-    undef = ir.Constant(ir.VectorType(element, lanes), ir.Undefined)
-    return undef, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
 
 class Kernel:
@@ -491,7 +483,7 @@ class Kernel:
         """A scalar broadcast to every lane (the scalar itself for one lane)."""
         if lanes == 1:
             return value
-        undef, first, mask = _splat_constants(value.type, lanes)
+        undef, first, mask = splat_constants(value.type, lanes)
         return self.b.shuffle_vector(self.b.insert_element(undef, value, first), undef, mask)
 
     def vload(self, ptr: ir.Value, dtype, index: ir.Value, lanes: int) -> ir.Value:

@@ -93,6 +93,13 @@ def splat_const(ty: ir.Type, value) -> ir.Constant:
     return scalar_const(ty, value)
 
 
+@functools.lru_cache(maxsize=256)
+def splat_constants(element: ir.Type, lanes: int) -> tuple[ir.Constant, ir.Constant, ir.Constant]:
+    """Kernel.splat's undefined vector, lane 0 and all-zeros shuffle mask, made once per type (immutable)."""
+    undef = ir.Constant(ir.VectorType(element, lanes), ir.Undefined)
+    return undef, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+
+
 @functools.lru_cache(maxsize=4096)
 def _vector_const(ty: ir.VectorType, key, value) -> ir.Constant:
     return ir.Constant(ty, [scalar_const(ty.element, value)] * ty.count)

@@ -83,6 +83,7 @@ from .im2col import emit_im2col_gemm
 from .pointwise import emit_pointwise_gemm
 from .rows import RowVectors
 from .shared_depthwise import SharedDepthwise, shared_depthwise
+from .shared_direct import SharedDirect, shared_direct
 from .shared_pointwise import SharedPointwise, shared_pointwise
 from .strips import ColumnStrips, column_strips
 from .walk import ConvKernel
@@ -201,6 +202,9 @@ def emit_conv(c: ConvKernel) -> None:
         return
     if shared_depthwise(c):
         SharedDepthwise(c).emit()
+        return
+    if shared_direct(c):
+        SharedDirect(c).emit()
         return
     if c.w.value is not None:
         c.packed = k.constant_array(derived(k, partial(_packed_weights, p), c.w))

@@ -1,0 +1,71 @@
+"""ops/conv/shared_direct.py: x86's channel-vector 3x3 convs (stride 1 and 2, padding 1) as one kernel per stride, tile,
+loop order, input layout and epilogue, their sizes read at run time (issue #27): the same bits as the per-layer
+kernel it replaces, ONNX Runtime's outputs, every thread count alike, and layers of other sizes and channel counts
+sharing one unit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from fluidml_xc.ops.conv import conv2d
+from fluidml_xc.target.boards import get_board
+from fluidml_xc.target.machine import machine_spec
+from modelrun import (assert_same_bits_at_thread_counts, build_uncached as built, float_model, rand, reference, run,
+                      unit_texts)
+
+LAYERS = [(24, 2, "relu"), (24, 1, "res"), (40, 2, None), (37, 1, "relu"), (40, 1, "res")]
+"""(output channels, stride, epilogue) of a chain of 3x3 pad-1 convs: channel counts that are and are not multiples
+of the vectors and register blocks, both strides, Relu and residual + Relu epilogues."""
+
+
+def chain_model(hw=(40, 40), batch: int = 1, bias: bool = True, layers=LAYERS, c_in: int = 8):
+    """A 1x1 conv (so the optimizer may keep the activations channels-last), then the 3x3 convs of `layers`."""
+    inits, nodes, prev, c_prev = {"w_in": rand(c_in, 3, 1, 1, seed=1)}, [], "x", c_in
+    nodes.append(helper.make_node("Conv", ["x", "w_in"], ["x0"], name="stem"))
+    prev = "x0"
+    for i, (co, stride, epi) in enumerate(layers):
+        inits[f"w{i}"] = rand(co, c_prev, 3, 3, seed=10 + i) * np.float32(1.0 / np.sqrt(9 * c_prev))
+        b = []
+        if bias:
+            inits[f"b{i}"], b = rand(co, seed=30 + i), [f"b{i}"]
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}", *b], [f"c{i}"], pads=[1] * 4, strides=[stride] * 2,
+                                      name=f"conv{i}"))
+        out = f"c{i}"
+        if epi == "res" and co == c_prev and stride == 1:
+            nodes.append(helper.make_node("Add", [out, prev], [f"a{i}"]))
+            out = f"a{i}"
+        if epi in ("relu", "res"):
+            nodes.append(helper.make_node("Relu", [out], [f"y{i}"]))
+            out = f"y{i}"
+        prev, c_prev = out, co
+    feeds = {"x": rand(batch, 3, *hw, seed=7)}
+    return float_model(nodes, inits, feeds, [prev]), feeds
+
+
+def shared_taken(model, monkeypatch, board: str = "x86_64-v3") -> tuple[int, dict]:
+    """How many of the model's convs the shared kernel runs, and the unit IR texts of its 3x3 convs."""
+    taken, shared = [], conv2d.shared_direct
+
+    def record(c):
+        taken.append(shared(c))
+        return taken[-1]
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_direct", record)
+        texts = unit_texts(model, machine_spec(get_board(board)), lambda n: n.op_type == "Conv" and n.name != "stem")
+    return taken.count(True), texts
+
+
+@pytest.mark.parametrize("hw,batch,bias", [((40, 40), 1, True), ((23, 31), 2, False), ((20, 13), 1, True)])
+def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, hw, batch, bias):
+    model, feeds = chain_model(hw, batch, bias)
+    taken, _ = shared_taken(model, monkeypatch)
+    assert taken >= 1
+    shared = built(model, tmp_path / "shared")
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_direct", lambda c: False)
+        per_layer = built(model, tmp_path / "per_layer")
+    got, want, ref = run(shared.artifact, feeds), run(per_layer.artifact, feeds), reference(model, feeds)
+    for name in ref:
+        assert got[name].tobytes() == want[name].tobytes()
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)

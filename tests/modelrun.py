@@ -268,14 +268,14 @@ def assert_same_bits_at_thread_counts(artifact: Path, feeds: dict[str, np.ndarra
         assert all(out[name].tobytes() == outs[0][name].tobytes() for name in out)
 
 
-def unit_texts(model: onnx.ModelProto, spec, wanted) -> dict[str, str]:
+def unit_texts(model: onnx.ModelProto, spec, wanted, **imports) -> dict[str, str]:
     """The IR text of the unit of each node `wanted(node)` accepts, by node name, as a parallel unit build emits
-    it for `spec`."""
+    it for `spec` (imports: import_graph's options, e.g. conv_algo)."""
     from fluidml_xc.emit import units
     from fluidml_xc.emit.emitter import EmitOptions, ModuleEmitter
     from fluidml_xc.pipeline import LowerOptions, plan
 
-    planned = plan(import_graph(model), spec, LowerOptions())
+    planned = plan(import_graph(model, **imports), spec, LowerOptions())
     options = EmitOptions(unit=True, parallel=True, layouts=planned.decisions.layouts,
                           loop_orders=planned.decisions.loop_orders)
     emitter = ModuleEmitter(planned.graph, planned.plan, spec, options)

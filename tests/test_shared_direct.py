@@ -43,7 +43,7 @@ def chain_model(hw=(40, 40), batch: int = 1, bias: bool = True, layers=LAYERS, c
     return float_model(nodes, inits, feeds, [prev]), feeds
 
 
-def shared_taken(model, monkeypatch, board: str = "x86_64-v3") -> tuple[int, dict]:
+def shared_taken(model, monkeypatch, board: str = "x86_64-v3", **imports) -> tuple[int, dict]:
     """How many of the model's convs the shared kernel runs, and the unit IR texts of its 3x3 convs."""
     taken, shared = [], conv2d.shared_direct
 
@@ -52,20 +52,48 @@ def shared_taken(model, monkeypatch, board: str = "x86_64-v3") -> tuple[int, dic
         return taken[-1]
     with monkeypatch.context() as m:
         m.setattr(conv2d, "shared_direct", record)
-        texts = unit_texts(model, machine_spec(get_board(board)), lambda n: n.op_type == "Conv" and n.name != "stem")
+        texts = unit_texts(model, machine_spec(get_board(board)), lambda n: n.op_type == "Conv" and n.name != "stem",
+                           **imports)
     return taken.count(True), texts
 
 
-@pytest.mark.parametrize("hw,batch,bias", [((40, 40), 1, True), ((23, 31), 2, False), ((20, 13), 1, True)])
-def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, hw, batch, bias):
-    model, feeds = chain_model(hw, batch, bias)
-    taken, _ = shared_taken(model, monkeypatch)
-    assert taken >= 1
-    shared = built(model, tmp_path / "shared")
+FIRST_OUT = [(16, 2, "relu"), (32, 2, None)]
+"""The last conv stores the model's output, channels-first (its tiles' vectors transposed and stored as rows)."""
+
+
+@pytest.mark.parametrize("hw,batch,bias,layers,least", [((40, 40), 1, True, LAYERS, 5), ((23, 31), 2, False, LAYERS, 5),
+                                                         ((20, 13), 1, True, LAYERS, 2), ((41, 40), 1, True, FIRST_OUT, 2),
+                                                         ((30, 50), 2, False, FIRST_OUT, 2)])
+def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, hw, batch, bias, layers, least):
+    """Direct convs only (--conv-algo direct: the stride-1 ones would be Winograd's here)."""
+    model, feeds = chain_model(hw, batch, bias, layers)
+    taken, _ = shared_taken(model, monkeypatch, conv_algo="direct")
+    assert taken >= least
+    shared = built(model, tmp_path / "shared", conv_algo="direct")
     with monkeypatch.context() as m:
         m.setattr(conv2d, "shared_direct", lambda c: False)
-        per_layer = built(model, tmp_path / "per_layer")
+        per_layer = built(model, tmp_path / "per_layer", conv_algo="direct")
     got, want, ref = run(shared.artifact, feeds), run(per_layer.artifact, feeds), reference(model, feeds)
     for name in ref:
         assert got[name].tobytes() == want[name].tobytes()
         np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)
+
+
+def test_layers_of_other_sizes_and_channels_share_one_unit(monkeypatch):
+    layers = [(16, 2, "relu"), (32, 2, "relu"), (48, 2, "relu"), (48, 2, None), (16, 2, None)]
+    model, _ = chain_model((128, 128), layers=layers)
+    taken, texts = shared_taken(model, monkeypatch)
+    assert taken == 4  # not the last: the model's output stores channels-first
+    assert texts["conv1"] == texts["conv2"]  # 16 -> 32 from 64x64, 32 -> 48 from 32x32
+    assert texts["conv2"] != texts["conv3"]  # another epilogue: its own unit
+
+
+def test_every_thread_count_gives_the_same_bits(tmp_path):
+    model, feeds = chain_model((33, 29), batch=2)
+    assert_same_bits_at_thread_counts(built(model, tmp_path, threads=4, conv_algo="direct").artifact, feeds, (1, 2, 4))
+
+
+def test_narrow_rows_keep_the_per_layer_kernel(monkeypatch):
+    model, _ = chain_model((6, 6), layers=[(16, 1, "relu"), (16, 2, None)])
+    taken, _ = shared_taken(model, monkeypatch)
+    assert taken == 0

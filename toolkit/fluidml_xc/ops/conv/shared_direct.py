@@ -30,15 +30,18 @@ from ...kernels.derived import derived
 from ...kernels.flat import run_time_fields
 from ...kernels.loops import loop
 from ...kernels.rows_runtime import lanes_below, masked_load
-from ...kernels.vectors import load_lanes, mac
+from ...kernels.epilogue import epilogue
+from ...kernels.vectors import load_lanes, mac, store_lanes
 from ...target.arch import arch_of
 from .depthwise import zero_row
 from .shared_depthwise import tile_width
 from .shared_pointwise import SHARED_TILES, SharedPointwise, shared_chunks
 from .walk import ConvKernel
+from .winograd import row_pieces
 
 FIELDS = ("pixels", "ci", "x_step", "out_step", "res_step", "full_blocks", "rest", "block", "H", "W", "OH", "OW",
-          "x_image", "x_channel", "x_row", "x_pixel", "tiles", "right", "rows", "row_chunks", "block_chunks")
+          "x_image", "x_channel", "x_row", "x_pixel", "tiles", "right", "rows", "row_chunks", "block_chunks",
+          "out_image", "out_channel", "out_row")
 """The run-time argument's int64 fields, in order (the first eight are shared_pointwise.py's, read by its _block,
 _weight_base and _store; x_step is unused)."""
 
@@ -64,8 +67,20 @@ def shared_direct(c: ConvKernel) -> bool:
         return False
     if s.xs[1] != 1 and s.xs[3] != 1 or _columns(p) * s.xs[3] > ZERO_FLOATS:
         return False
+    if channels_first_out(c):
+        return True
     strides = [s.os] + ([c.res[0]] if c.res is not None else [])
     return all(st[1] == 1 and st[0] == s.OH * st[2] and st[2] == s.OW * st[3] for st in strides)
+
+
+def channels_first_out(c: ConvKernel) -> bool:
+    """Does the conv store a dense channels-first output, no residual, whole vectors of output channels of a
+    multiple of 4 lanes (each tile's pixel vectors transposed in registers and stored as rows: channels.py
+    store_row)?"""
+    p = c.plan
+    s = p.shape
+    return (s.os == (s.OC * s.OH * s.OW, s.OH * s.OW, s.OW, 1) and c.res is None and s.OC % p.V == 0
+            and p.V % 4 == 0)
 
 
 def _columns(p: ConvPlan) -> int:
@@ -89,6 +104,8 @@ class Spot:
     first input column and their steps per input channel, and the taps it skips (pixel, kernel column)."""
 
     pixel: ir.Value
+    out: ir.Value
+    """The tile's first output element in a channels-first output."""
     rows: list
     steps: list
     skip: tuple[tuple[int, int], ...]
@@ -109,6 +126,7 @@ class SharedDirect(SharedPointwise):
         full, rest = divmod(s.OC, self.R)
         self.has_rest, self.masked, self.steps = rest > 0, s.OC % self.V > 0, 1
         self.channels_last = s.xs[1] == 1
+        self.rows_out = channels_first_out(c)
         split = c.split()
         chunks = shared_chunks(split, s.N)
         self.work = split[0] if chunks else 0.0
@@ -117,7 +135,7 @@ class SharedDirect(SharedPointwise):
         right = (s.OW - 1) * s.sw - s.pw + s.KW > s.W
         self.values = np.array((s.N * s.OH * s.OW, s.Cig, 0, s.os[3], res_step, full, rest, s.Cig * 9 * self.RP,
                                 s.H, s.W, s.OH, s.OW, s.xs[0], s.xs[1], s.xs[2], s.xs[3], -(-s.OW // self.P), right,
-                                s.N * s.OH, row_chunks, block_chunks), np.int64)
+                                s.N * s.OH, row_chunks, block_chunks, s.os[0], s.os[1], s.os[2]), np.int64)
 
     def emit(self) -> None:
         k, b, c = self.k, self.k.b, self.c
@@ -155,6 +173,7 @@ class SharedDirect(SharedPointwise):
         steps = [b.select(v, f["x_channel"], k.index(0)) for v in inside]
         last_tile, last_at = b.sub(f["tiles"], k.index(1)), b.sub(f["OW"], k.index(P))
         row_pixel = b.mul(r, f["OW"])
+        out_row = b.add(b.mul(n, f["out_image"]), b.mul(oh, f["out_row"]))
         with loop(k, f["tiles"]) as j:
             at = b.mul(j, k.index(P))
             at = b.select(b.icmp_unsigned("<", at, last_at), at, last_at)
@@ -162,7 +181,7 @@ class SharedDirect(SharedPointwise):
             rows = [b.select(v, b.gep(self.c.xp, [b.add(st, column)]), self.zero) for v, st in zip(inside, starts)]
 
             def spot(skip):
-                return Spot(b.add(row_pixel, at), rows, steps, skip)
+                return Spot(b.add(row_pixel, at), b.add(out_row, at), rows, steps, skip)
             right = b.and_(b.icmp_unsigned("==", j, last_tile), b.icmp_unsigned("!=", f["right"], k.index(0)))
             with b.if_else(b.icmp_unsigned("==", j, k.index(0))) as (first, then):
                 with first:
@@ -187,8 +206,28 @@ class SharedDirect(SharedPointwise):
         sums = self._accumulate([[init] * count for init in inits], k.index(0), self.f["ci"], 1,
                                 partial(self._taps, spot, wrows))
         for j, ch in enumerate(channel):
+            if self.rows_out:
+                self._store_rows(b.add(spot.out, b.mul(ch, self.f["out_channel"])),
+                                 [epilogue(k, self.p.epilogue, v) for v in sums[j]])
+                continue
             for i in range(count):
                 self._store(b.add(spot.pixel, k.index(i)), ch, sums[j][i], mask)
+
+    def _store_rows(self, first, row: list) -> None:
+        """A vector's pixel values of consecutive output pixels, channels-first from output element `first`:
+        transposed in registers in pieces of 4 and 2 pixels, one store per channel and piece; an odd last pixel lane
+        by lane (channels.py store_row)."""
+        k, b, step, c = self.k, self.k.b, self.f["out_channel"], self.c
+        even = len(row) - len(row) % 2
+        for j, lanes in row_pieces(k, self.V, row[:even]):
+            for lane, piece in enumerate(lanes):
+                at = b.add(first, b.add(k.index(j), b.mul(k.index(lane), step)))
+                store_lanes(k, c.op, at, piece, piece.type.count, 1)
+        if even < len(row):
+            base = b.add(first, k.index(even))
+            for lane in range(self.V):
+                value = b.extract_element(row[-1], ir.Constant(ir.IntType(32), lane))
+                b.store(value, b.gep(c.op, [b.add(base, b.mul(k.index(lane), step))], inbounds=True))
 
     def _taps(self, spot: Spot, wrows: list, ci, accs: list) -> list:
         """Input channel ci: per kernel row, then column, the weights' vectors and each pixel's input value

@@ -80,11 +80,11 @@ def test_same_bits_as_the_per_layer_kernel_and_ort(tmp_path, monkeypatch, hw, ba
 
 
 def test_layers_of_other_sizes_and_channels_share_one_unit(monkeypatch):
-    layers = [(16, 2, "relu"), (32, 2, "relu"), (48, 2, "relu"), (48, 2, None), (16, 2, None)]
+    layers = [(32, 2, "relu"), (32, 2, "relu"), (48, 2, "relu"), (48, 2, None), (16, 2, None)]
     model, _ = chain_model((128, 128), layers=layers)
     taken, texts = shared_taken(model, monkeypatch)
     assert taken == 4  # not the last: the model's output stores channels-first
-    assert texts["conv1"] == texts["conv2"]  # 16 -> 32 from 64x64, 32 -> 48 from 32x32
+    assert texts["conv1"] == texts["conv2"]  # 32 -> 32 from 64x64, 32 -> 48 from 32x32
     assert texts["conv2"] != texts["conv3"]  # another epilogue: its own unit
 
 

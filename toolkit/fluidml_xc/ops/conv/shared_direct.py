@@ -1,21 +1,23 @@
 """x86's channel-vector 3x3 convs (stride 1 or 2, padding 1) as one kernel per stride, register tile, loop order,
-input layout and epilogue (issue #27: build time). The spatial sizes, channel counts, storage strides and the parallel
-split are run-time values read from a small constant argument, and the packed weights and the bias are arguments of
-no declared size, so the layers of a model that differ only in those compile once per code variant (emit/units.py:
-units of the same IR share one object).
+input and output layout and epilogue (issue #27: build time). The spatial sizes, output channel count, storage strides
+(but the input's pixel stride) and the parallel split are run-time values read from a small constant argument, and the
+packed weights and the bias are arguments of no declared size, so the layers of a model that differ only in those
+compile once per code variant (emit/units.py: units of the same IR share one object). The input's pixel stride (1
+channels-first, the input channel count channels-last) stays a build-time constant: each tap's loads are constant
+offsets from one pointer, as in the per-layer kernel (a run-time stride's adds took ports from the multiply-adds).
 
 The tile is the per-layer kernel's (ops/conv/channels.py block_c): R output channels (NV vectors) x P pixels of an
 output row, accumulated from the bias over the input channels in order, each channel's kernel rows, then columns, in
 order, every tap broadcasting its own input values; the input channels run in a loop whose accumulators are phis
-(shared_pointwise.py). Every row is covered by tiles of P pixels (shared_depthwise.py tile_width), the last one
-ending at the row's last pixel (it recomputes the pixels it shares with the tile before: the same bits, and a Conv
-never writes over its inputs). A kernel row outside the input reads a zero block (in .bss) and multiplies its zeros,
-as ONNX's zero padding does (the per-layer kernel skips those taps: a sum can then differ in the sign of a zero,
-never otherwise, the weights being finite); the padded column of the first tile (its first pixel's first kernel
-column) and, when the row has one, of the last tile (its last pixel's last kernel column) are skipped, as the
-per-layer kernel skips them: three copies of the tile (first, inner, last) instead of one per row and column case.
-The output channels past the last whole block run one vector at a time, the last one through a lane mask
-(shared_pointwise.py).
+(shared_pointwise.py). Every row is covered by tiles of P pixels (tile_width), the last one ending at the row's last
+pixel (it recomputes the pixels it shares with the tile before: the same bits, and a Conv never writes over its
+inputs). A kernel row outside the input reads a zero block (in .bss) and multiplies its zeros, as ONNX's zero
+padding does (the per-layer kernel skips those taps: a sum can then differ in the sign of a zero, never otherwise,
+the weights being finite); the padded column of the first tile (its first pixel's first kernel column) and, when the
+row has one, of the last tile (its last pixel's last kernel column) are skipped, as the per-layer kernel skips them:
+three copies of the tile (first, inner, last) instead of one per row and column case. The output channels past the
+last whole block run one vector at a time, the last one through a lane mask (shared_pointwise.py); a channels-first
+output stores each tile's vectors transposed in registers (channels.py store_row).
 """
 from __future__ import annotations
 
@@ -34,7 +36,6 @@ from ...kernels.epilogue import epilogue
 from ...kernels.vectors import load_lanes, mac, store_lanes
 from ...target.arch import arch_of
 from .depthwise import zero_row
-from .shared_depthwise import tile_width
 from .shared_pointwise import SHARED_TILES, SharedPointwise, shared_chunks
 from .walk import ConvKernel
 from .winograd import row_pieces
@@ -63,7 +64,7 @@ def shared_direct(c: ConvKernel) -> bool:
             or s.sh != s.sw or s.sh not in (1, 2) or c.w.value is None or not np.isfinite(c.w.value).all()
             or c.bias is not None and c.bias.value is None or c.xpack is not None):
         return False
-    if (s.OH - 1) * s.sh + 1 > s.H or (s.OW - 1) * s.sw + 1 > s.W or s.OW <= tile_width(s.OW, p.blocking.P):
+    if (s.OH - 1) * s.sh + 1 > s.H or (s.OW - 1) * s.sw + 1 > s.W or s.OW <= tile_width(s.OW, p.blocking.P, s.os[3] == 1):
         return False
     if s.xs[1] != 1 and s.xs[3] != 1 or _columns(p) * s.xs[3] > ZERO_FLOATS:
         return False
@@ -80,13 +81,23 @@ def channels_first_out(c: ConvKernel) -> bool:
     p = c.plan
     s = p.shape
     return (s.os == (s.OC * s.OH * s.OW, s.OH * s.OW, s.OW, 1) and c.res is None and s.OC % p.V == 0
-            and p.V % 4 == 0)
+            and p.V % 4 == 0 and tile_width(s.OW, p.blocking.P, True) % 2 == 0)
+
+
+def tile_width(columns: int, most: int, even: bool = False) -> int:
+    """Pixels per tile for rows of `columns`: of the widths from half the register tile's to all of it (even ones
+    only when `even`: a channels-first output stores pieces of 4 and 2 pixels, an odd one lane by lane), the one
+    whose tiles (the last one ending at the row's end) cost least, a tile's fixed work (its bias and weight
+    addresses, stores and channel loop) counted as one pixel's, the widest of those (80 columns: 16 x 5, not 14 x 6;
+    112: 19 x 6, not 28 x 4)."""
+    widths = [w for w in range(min(-(-most // 2), columns), min(most, columns) + 1) if not even or w % 2 == 0]
+    return min(widths or [min(most, columns)], key=lambda w: (-(-columns // w) * (w + 1), -w))
 
 
 def _columns(p: ConvPlan) -> int:
     """Input columns of a tile."""
     s = p.shape
-    return (tile_width(s.OW, p.blocking.P) - 1) * s.sw + s.KW
+    return (tile_width(s.OW, p.blocking.P, s.os[3] == 1) - 1) * s.sw + s.KW
 
 
 def _packed_weights(p: ConvPlan, w: np.ndarray) -> np.ndarray:
@@ -120,13 +131,13 @@ class SharedDirect(SharedPointwise):
         self.c, self.k, self.p = c, c.k, c.plan
         s, bl = self.p.shape, self.p.blocking
         self.R, self.V, self.RP = bl.R, self.p.V, self.p.RP
-        self.P = tile_width(s.OW, bl.P)
         self.NV = -(-self.R // self.V)
         self.vt = ir.VectorType(ir.FloatType(), self.V)
         full, rest = divmod(s.OC, self.R)
         self.has_rest, self.masked, self.steps = rest > 0, s.OC % self.V > 0, 1
         self.channels_last = s.xs[1] == 1
         self.rows_out = channels_first_out(c)
+        self.P = tile_width(s.OW, bl.P, self.rows_out)
         split = c.split()
         chunks = shared_chunks(split, s.N)
         self.work = split[0] if chunks else 0.0
@@ -150,30 +161,37 @@ class SharedDirect(SharedPointwise):
             with b.if_then(active):
                 r_lo, r_hi = k.chunk(rc, f["row_chunks"], f["rows"])
                 cb_lo, cb_hi = k.chunk(bc, f["block_chunks"], blocks)
-                if self.p.blocks_outer:
+                if self.p.blocks_outer:  # channel blocks, rows, a row's tiles (channels.py's orders)
                     with loop(k, cb_hi, cb_lo) as cb:
                         with loop(k, r_hi, r_lo) as r:
-                            self._row(r, lambda spot, cb=cb: self._block(cb, spot, self.P))
-                else:
-                    def blocks_at(spot):
+                            self._row(r, lambda tiles, cb=cb: tiles(cb))
+                else:  # rows, channel blocks, a row's tiles
+                    def blocks(tiles):
                         with loop(k, cb_hi, cb_lo) as cb:
-                            self._block(cb, spot, self.P)
+                            tiles(cb)
                     with loop(k, r_hi, r_lo) as r:
-                        self._row(r, blocks_at)
+                        self._row(r, blocks)
 
-    def _row(self, r, emit) -> None:
-        """Output row r (of every image's rows): its input rows (the zero block's outside the input) and its tiles,
-        emit(spot) for each; the first and (with padding on the right) the last tile skip their padded column."""
-        k, b, s, f, P = self.k, self.k.b, self.p.shape, self.f, self.P
+    def _row(self, r, blocks) -> None:
+        """Output row r (of every image's rows): its input rows (the zero block's outside the input), then
+        blocks(tiles): tiles(cb) runs channel block cb over the row's tiles; the first and (with padding on the
+        right) the last tile skip their padded column."""
+        k, b, s, f = self.k, self.k.b, self.p.shape, self.f
         n, oh = b.udiv(r, f["OH"]), b.urem(r, f["OH"])
         image = b.mul(n, f["x_image"])
         ihs = [b.add(b.mul(oh, k.index(s.sh)), k.index(kh - s.ph)) for kh in range(s.KH)]
         inside = [b.icmp_unsigned("<", ih, f["H"]) for ih in ihs]
         starts = [b.add(image, b.mul(ih, f["x_row"])) for ih in ihs]
         steps = [b.select(v, f["x_channel"], k.index(0)) for v in inside]
-        last_tile, last_at = b.sub(f["tiles"], k.index(1)), b.sub(f["OW"], k.index(P))
         row_pixel = b.mul(r, f["OW"])
         out_row = b.add(b.mul(n, f["out_image"]), b.mul(oh, f["out_row"]))
+        blocks(lambda cb: self._tiles(cb, (row_pixel, out_row), inside, starts, steps))
+
+    def _tiles(self, cb, firsts, inside, starts, steps) -> None:
+        """Channel block cb over a row's tiles (firsts: the row's first pixel, flat, and output element)."""
+        k, b, s, f, P = self.k, self.k.b, self.p.shape, self.f, self.P
+        row_pixel, out_row = firsts
+        last_tile, last_at = b.sub(f["tiles"], k.index(1)), b.sub(f["OW"], k.index(P))
         with loop(k, f["tiles"]) as j:
             at = b.mul(j, k.index(P))
             at = b.select(b.icmp_unsigned("<", at, last_at), at, last_at)
@@ -185,13 +203,13 @@ class SharedDirect(SharedPointwise):
             right = b.and_(b.icmp_unsigned("==", j, last_tile), b.icmp_unsigned("!=", f["right"], k.index(0)))
             with b.if_else(b.icmp_unsigned("==", j, k.index(0))) as (first, then):
                 with first:
-                    emit(spot(((0, 0),)))
+                    self._block(cb, spot(((0, 0),)), P)
                 with then:
                     with b.if_else(right) as (last, inner):
                         with last:
-                            emit(spot(((P - 1, s.KW - 1),)))
+                            self._block(cb, spot(((P - 1, s.KW - 1),)), P)
                         with inner:
-                            emit(spot(()))
+                            self._block(cb, spot(()), P)
 
     def _tile(self, cb, vectors: list, spot: Spot, count: int, valid=None) -> None:
         """The tile at `spot` x the given vectors of block cb: accumulate over the input channels, then the epilogue
@@ -214,40 +232,37 @@ class SharedDirect(SharedPointwise):
                 self._store(b.add(spot.pixel, k.index(i)), ch, sums[j][i], mask)
 
     def _store_rows(self, first, row: list) -> None:
-        """A vector's pixel values of consecutive output pixels, channels-first from output element `first`:
-        transposed in registers in pieces of 4 and 2 pixels, one store per channel and piece; an odd last pixel lane
-        by lane (channels.py store_row)."""
+        """A vector's pixel values of consecutive output pixels (an even count), channels-first from output element
+        `first`: transposed in registers in pieces of 4 and 2 pixels, one store per channel and piece (channels.py
+        store_row), each channel's address the one before plus the channel stride (from a pointer through an empty
+        asm statement: adds in the tile instead of V loop-invariant offsets to keep)."""
         k, b, step, c = self.k, self.k.b, self.f["out_channel"], self.c
-        even = len(row) - len(row) % 2
-        for j, lanes in row_pieces(k, self.V, row[:even]):
-            for lane, piece in enumerate(lanes):
-                at = b.add(first, b.add(k.index(j), b.mul(k.index(lane), step)))
-                store_lanes(k, c.op, at, piece, piece.type.count, 1)
-        if even < len(row):
-            base = b.add(first, k.index(even))
-            for lane in range(self.V):
-                value = b.extract_element(row[-1], ir.Constant(ir.IntType(32), lane))
-                b.store(value, b.gep(c.op, [b.add(base, b.mul(k.index(lane), step))], inbounds=True))
+        pieces = row_pieces(k, self.V, row)
+        at = self.c.opaque(b.gep(c.op, [first], inbounds=True))
+        for lane in range(self.V):
+            if lane:
+                at = b.gep(at, [step], inbounds=True)
+            for j, lanes in pieces:
+                store_lanes(k, at, k.index(j), lanes[lane], lanes[lane].type.count, 1)
 
     def _taps(self, spot: Spot, wrows: list, ci, accs: list) -> list:
         """Input channel ci: per kernel row, then column, the weights' vectors and each pixel's input value
         broadcast (from a pointer through an empty asm statement per tap, as channels.py's fresh broadcasts) into
         the multiply-adds of every vector."""
-        k, b, s, f, dt = self.k, self.k.b, self.p.shape, self.f, self.p.dtype
+        k, b, s, dt = self.k, self.k.b, self.p.shape, self.p.dtype
         sums = [list(row) for row in accs]
         weights = [b.gep(w, [b.mul(ci, k.index(s.KH * s.KW * self.RP))], inbounds=True) for w in wrows]
-        pixel = k.index(s.sw) if not self.channels_last else b.mul(f["x_pixel"], k.index(s.sw))
+        column = s.xs[3]  # a build-time constant: constant offsets from each tap's pointer (a run-time stride's adds
+        # or offsets in registers took ports from the multiply-adds: +30 % on a 64-channel AVX-512 layer)
         for kh in range(s.KH):
             row = b.gep(spot.rows[kh], [b.mul(ci, spot.steps[kh])])
             for kw in range(s.KW):
                 wv = [load_lanes(k, w, k.index((kh * s.KW + kw) * self.RP), self.V, 1, False) for w in weights]
-                first = k.index(kw) if not self.channels_last else b.mul(f["x_pixel"], k.index(kw))
-                tap = self.c.opaque(b.gep(row, [first]))
+                tap = self.c.opaque(b.gep(row, [k.index(kw * column)]))
                 for p in range(self.P):
                     if (p, kw) in spot.skip:
                         continue
-                    at = k.index(p * s.sw) if not self.channels_last else b.mul(pixel, k.index(p))
-                    xv = k.splat(b.load(b.gep(tap, [at])), self.V)
+                    xv = k.splat(b.load(b.gep(tap, [k.index(p * s.sw * column)])), self.V)
                     for j, w in enumerate(wv):
                         sums[j][p] = mac(k, dt, sums[j][p], xv, w)
         return sums

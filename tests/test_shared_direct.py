@@ -97,3 +97,13 @@ def test_narrow_rows_keep_the_per_layer_kernel(monkeypatch):
     model, _ = chain_model((6, 6), layers=[(16, 1, "relu"), (16, 2, None)])
     taken, _ = shared_taken(model, monkeypatch)
     assert taken == 0
+
+
+def test_nan_and_infinities_in_the_input_as_onnx_runtime_says(tmp_path, monkeypatch):
+    model, feeds = chain_model((40, 40), layers=[(16, 2, None), (32, 2, None)])
+    assert shared_taken(model, monkeypatch, conv_algo="direct")[0] == 2
+    x = feeds["x"]
+    x[0, :, 0, 0], x[0, 1, 5, 7], x[0, 2, -1, -1] = np.nan, np.inf, -np.inf
+    got, ref = run(built(model, tmp_path, conv_algo="direct").artifact, feeds), reference(model, feeds)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)

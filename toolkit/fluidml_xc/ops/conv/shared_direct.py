@@ -225,13 +225,13 @@ class SharedDirect(SharedPointwise):
                                 partial(self._taps, spot, wrows))
         for j, ch in enumerate(channel):
             if self.rows_out:
-                self._store_rows(b.add(spot.out, b.mul(ch, self.f["out_channel"])),
+                self._store_pieces(b.add(spot.out, b.mul(ch, self.f["out_channel"])),
                                  [epilogue(k, self.p.epilogue, v) for v in sums[j]])
                 continue
             for i in range(count):
                 self._store(b.add(spot.pixel, k.index(i)), ch, sums[j][i], mask)
 
-    def _store_rows(self, first, row: list) -> None:
+    def _store_pieces(self, first, row: list) -> None:
         """A vector's pixel values of consecutive output pixels (an even count), channels-first from output element
         `first`: transposed in registers in pieces of 4 and 2 pixels, one store per channel and piece (channels.py
         store_row), each channel's address the one before plus the channel stride (from a pointer through an empty

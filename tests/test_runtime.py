@@ -452,3 +452,7 @@ def test_weights_blob_and_labels(tmp_path, target_name):
             assert (sym["st_value"], sym["st_info"]["bind"], sym["st_other"]["visibility"]) == (
                 offset, "STB_WEAK", "STV_HIDDEN")
         assert symbols["fxc_weights_test"]["st_value"] == 0
+    with pytest.raises(ValueError, match="outside the 70001-byte blob"):
+        attach_weights(get_target(target_name), [], weights, "fxc_weights_test", tmp_path / "bad.o",
+                       labels=[("fxc_c_past", 70_002)])
+    assert [p.name for p in tmp_path.iterdir()] == ["model.o"]  # nothing half-written

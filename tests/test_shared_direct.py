@@ -107,3 +107,28 @@ def test_nan_and_infinities_in_the_input_as_onnx_runtime_says(tmp_path, monkeypa
     got, ref = run(built(model, tmp_path, conv_algo="direct").artifact, feeds), reference(model, feeds)
     for name in ref:
         np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-3)
+
+
+def test_taps_outer_plans_keep_the_per_layer_kernel(tmp_path, monkeypatch):
+    """On AVX2 the 512-channel stride-1 conv at 5x5 is planned with its taps outside the loop over input channels
+    (TargetForms.taps_outer: the taps' cache lines crowd one L1 set), a sum in another order than the shared kernel's:
+    it keeps the per-layer kernel, so the model's bits are a build's without the shared kernel."""
+    layers = [(32, 2, "relu"), (64, 2, "relu"), (128, 2, "relu"), (256, 2, "relu"), (256, 1, "relu"), (512, 2, "relu"),
+              (512, 1, "relu")]
+    model, feeds = chain_model((160, 160), layers=layers)
+    outer = []
+    shared = conv2d.shared_direct
+
+    def record(c):
+        outer.append(c.plan.taps_outer)
+        return shared(c)
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_direct", record)
+        unit_texts(model, machine_spec(get_board("x86_64-v3")), lambda n: n.op_type == "Conv", conv_algo="direct")
+    assert any(outer)
+    got = run(built(model, tmp_path / "shared", board="x86_64-v3", conv_algo="direct").artifact, feeds)
+    with monkeypatch.context() as m:
+        m.setattr(conv2d, "shared_direct", lambda c: False)
+        want = run(built(model, tmp_path / "per_layer", board="x86_64-v3", conv_algo="direct").artifact, feeds)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes()

@@ -221,6 +221,8 @@ def _labelled_blob(work: Path, weights: bytes, labels: Sequence[tuple[str, int]]
         lines.append(f'.incbin "{name}"')
 
     for name, offset in sorted(labels, key=lambda label: label[1]):
+        if not 0 <= offset <= len(weights):
+            raise ValueError(f"weights label {name!r} at {offset} is outside the {len(weights)}-byte blob")
         if offset > at:
             piece(offset)
         at = max(at, offset)

@@ -52,21 +52,23 @@ ZERO_FLOATS = 16384
 
 def shared_direct(c: ConvKernel) -> bool:
     """Does the shared kernel run this conv: x86, float32, static, one group, 3x3, stride 1 or 2 in both dims, padding
-    1 on each side, no dilation, in the channel-vector form, the input storing channels or columns innermost, the
+    1 on each side, no dilation, in the channel-vector form with the taps inside the loop over input channels (not
+    TargetForms.taps_outer: that plan sums in another order), the input storing channels or columns innermost, the
     output and residual dense channels-last, at least two tiles per row, constant finite weights and a constant bias
     (or none)?"""
     k, p = c.k, c.plan
     s = p.shape
     arch = arch_of(k.spec.triple) if k.spec is not None else None
-    if arch is None or not arch.x86 or p.dtype != "float32" or p.form not in ("channels co>px", "channels px>co"):
+    if (arch is None or not arch.x86 or p.dtype != "float32" or p.form not in ("channels co>px", "channels px>co")
+            or p.taps_outer):
         return False
     if (s.dyn is not None or s.G != 1 or (s.KH, s.KW, s.dh, s.dw, s.ph, s.pw) != (3, 3, 1, 1, 1, 1)
             or s.sh != s.sw or s.sh not in (1, 2) or c.w.value is None or not np.isfinite(c.w.value).all()
             or c.bias is not None and c.bias.value is None or c.xpack is not None):
         return False
-    if (s.OH - 1) * s.sh + 1 > s.H or (s.OW - 1) * s.sw + 1 > s.W or s.OW <= tile_width(s.OW, p.blocking.P, s.os[3] == 1):
+    if (s.OH - 1) * s.sh + 1 > s.H or (s.OW - 1) * s.sw + 1 > s.W or s.OW <= tile_pixels(c):
         return False
-    if s.xs[1] != 1 and s.xs[3] != 1 or _columns(p) * s.xs[3] > ZERO_FLOATS:
+    if s.xs[1] != 1 and s.xs[3] != 1 or _columns(c) * s.xs[3] > ZERO_FLOATS:
         return False
     if channels_first_out(c):
         return True
@@ -94,10 +96,16 @@ def tile_width(columns: int, most: int, even: bool = False) -> int:
     return min(widths or [min(most, columns)], key=lambda w: (-(-columns // w) * (w + 1), -w))
 
 
-def _columns(p: ConvPlan) -> int:
+def tile_pixels(c: ConvKernel) -> int:
+    """The conv's tile width (even for a channels-first output)."""
+    p = c.plan
+    return tile_width(p.shape.OW, p.blocking.P, channels_first_out(c))
+
+
+def _columns(c: ConvKernel) -> int:
     """Input columns of a tile."""
-    s = p.shape
-    return (tile_width(s.OW, p.blocking.P, s.os[3] == 1) - 1) * s.sw + s.KW
+    s = c.plan.shape
+    return (tile_pixels(c) - 1) * s.sw + s.KW
 
 
 def _packed_weights(p: ConvPlan, w: np.ndarray) -> np.ndarray:
@@ -137,7 +145,7 @@ class SharedDirect(SharedPointwise):
         self.has_rest, self.masked, self.steps = rest > 0, s.OC % self.V > 0, 1
         self.channels_last = s.xs[1] == 1
         self.rows_out = channels_first_out(c)
-        self.P = tile_width(s.OW, bl.P, self.rows_out)
+        self.P = tile_pixels(c)
         split = c.split()
         chunks = shared_chunks(split, s.N)
         self.work = split[0] if chunks else 0.0

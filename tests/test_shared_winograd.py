@@ -11,7 +11,8 @@ from onnx import helper
 from fluidml_xc.ops.conv import winograd, winograd_input
 from fluidml_xc.target.boards import get_board
 from fluidml_xc.target.machine import machine_spec
-from modelrun import assert_same_bits_at_thread_counts, build_uncached as built, float_model, rand, run, unit_texts
+from modelrun import (assert_same_bits_at_thread_counts, build_uncached as built, float_model, rand, require_emulator,
+                      run, unit_texts)
 from test_winograd import force
 
 SIZES = ((33, 37), (29, 26))
@@ -77,3 +78,16 @@ def test_outputs_match_ort_at_every_thread_count(tmp_path, monkeypatch, order):
     fixed = run(built(model, tmp_path / "fixed", threads=4).artifact, feeds)
     for name in ref:
         assert got[name].tobytes() == fixed[name].tobytes()
+
+
+@pytest.mark.parametrize("board,order", [("rpi4", "wino4"), ("rpi4", "wimg4"), ("qemu-armv7", "wino6"),
+                                         ("qemu-riscv64", "wino4"), ("qemu-riscv64-rvv", "wino6"),
+                                         ("qemu-riscv64-rvv", "wimg4")])
+def test_emulated_boards_match_ort(tmp_path, monkeypatch, board, order):
+    """The run-time sizes on aarch64, 32-bit Arm (32-bit indices) and riscv64 with and without RVV, under qemu."""
+    require_emulator(board)
+    force(monkeypatch, order)
+    model, feeds = pair_model(order)
+    got, ref = run(built(model, tmp_path, board, threads=2).artifact, feeds), ort(model, feeds)
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-4, atol=1e-4)

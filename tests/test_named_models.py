@@ -78,10 +78,10 @@ def _archive_members(path: Path) -> list[bytes]:
 
 
 def _defined_globals(elf_bytes: bytes) -> dict[str, str]:
-    """Defined global and weak symbols of one object: name -> binding."""
+    """Defined global and weak symbols of one object: name -> binding ("COMMON" for a common symbol)."""
     elf = ELFFile(io.BytesIO(elf_bytes))
     table = elf.get_section_by_name(".symtab")
-    return {s.name: s["st_info"]["bind"] for s in table.iter_symbols()
+    return {s.name: "COMMON" if s["st_shndx"] == "SHN_COMMON" else s["st_info"]["bind"] for s in table.iter_symbols()
             if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
 
 
@@ -106,8 +106,9 @@ def test_named_artifact_files_header_and_manifest(named):
 
 def test_libraries_export_disjoint_symbols(named):
     """Each library defines only its own name's symbols (plus the runtime's weak serial parallel-for, which the
-    shared runtime's strong one replaces, and the weak per-node units fxc_k_* and constants fxc_c_*, named by their
-    key or content: two models with the same ones share them); the runtime archive only fxc_ ones."""
+    shared runtime's strong one replaces, the weak per-node units fxc_k_* and constants fxc_c_*, named by their
+    key or content: two models with the same ones share them, and the convs' zeroed rows, a common symbol the linker
+    makes one block of the largest size); the runtime archive only fxc_ ones."""
     exported = {}
     for name, (artifact, _, _) in named.items():
         symbols: dict[str, str] = {}
@@ -118,7 +119,10 @@ def test_libraries_export_disjoint_symbols(named):
         assert any(s.startswith(f"{name}_weights_") for s in own), "the weights blob carries the name"
         shared = {s for s in symbols if s.startswith(("fxc_k_", "fxc_c_"))}
         assert shared and all(symbols[s] == "STB_WEAK" for s in shared)
-        assert set(symbols) - own - shared <= {"fxc_parallel_for"} and symbols.get("fxc_parallel_for", "STB_WEAK") == "STB_WEAK"
+        commons = {s for s in symbols if symbols[s] == "COMMON"}
+        assert commons <= {"fxc_zero_rows"}
+        assert set(symbols) - own - shared - commons <= {"fxc_parallel_for"}
+        assert symbols.get("fxc_parallel_for", "STB_WEAK") == "STB_WEAK"
         exported[name] = own
         runtime = {}
         for member in _archive_members(artifact / "libfxc_runtime.a"):

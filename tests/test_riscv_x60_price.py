@@ -46,13 +46,14 @@ def depthwise(graph):
 
 
 @pytest.mark.parametrize("board, threads, layouts", [("bpi-f3", 8, "NCHW -> NCHW"), ("bpi-f3", 1, "NCHW -> NCHW"),
-                                                     ("x86_64", 1, "NHWC -> NHWC"), ("rpi4", 4, "NHWC -> NHWC"),
-                                                     ("visionfive2", 1, "NHWC -> NCHW")])
+                                                     ("x86_64-v3", 1, "NHWC -> NHWC"), ("x86_64-v4", 1, "NCHW -> NCHW"),
+                                                     ("rpi4", 4, "NHWC -> NHWC"), ("visionfive2", 1, "NHWC -> NCHW")])
 def test_56x56_block_depthwise_layout(board, threads, layouts):
     """On the bpi-f3 the 56x56 block runs NCHW at 8 threads (the build's default) too: the X60's channels-last routine
     takes 0.93x the NCHW strips' llvm-mca-22 cycles at 56x56, but the block's 1x1 convs, most of its work, run
     77-81% of peak as NCHW row vectors against 65-70% channels-last over more than 256 pixels (docs/RISCV_KERNELS.md,
-    "Every form the boards run"); x86_64, the Pi 4 and the U74 keep their choices."""
+    "Every form the boards run"); x86_64 (AVX2 and AVX-512, named: the host's level decides plain `x86_64`), the Pi 4
+    and the U74 keep their choices."""
     graph = mobilenet_stage(56)
     decisions = optimize(graph, machine_spec(get_board(board)), "fluid", threads=threads)
     assert decisions.kernel_layouts[depthwise(graph).name] == layouts

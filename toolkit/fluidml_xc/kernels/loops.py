@@ -8,15 +8,21 @@ from llvmlite import ir
 
 
 def offset(k, const_part: int, *terms):
-    """const_part + sum(value * stride); int values fold into the constant (an int result when all are)."""
+    """const_part + sum(value * stride); int products fold into the constant (an int result when all are); a stride
+    may be a run-time value (with an int value: ops/conv/winograd.py's run-time strides)."""
     total, acc = const_part, None
     for value, stride in terms:
-        if stride == 0:
+        if isinstance(stride, ir.Value):
+            if isinstance(value, int) and value == 0:
+                continue
+            term = stride if isinstance(value, int) and value == 1 else k.b.mul(k.as_index(value), stride, flags=("nsw",))
+        elif stride == 0:
             continue
-        if isinstance(value, int):
+        elif isinstance(value, int):
             total += value * stride
             continue
-        term = value if stride == 1 else k.b.mul(value, k.index(stride), flags=("nsw",))
+        else:
+            term = value if stride == 1 else k.b.mul(value, k.index(stride), flags=("nsw",))
         acc = term if acc is None else k.b.add(acc, term, flags=("nsw",))
     if acc is None:
         return total

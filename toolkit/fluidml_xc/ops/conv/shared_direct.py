@@ -143,7 +143,6 @@ class SharedDirect(SharedPointwise):
         self.vt = ir.VectorType(ir.FloatType(), self.V)
         full, rest = divmod(s.OC, self.R)
         self.has_rest, self.masked, self.steps = rest > 0, s.OC % self.V > 0, 1
-        self.channels_last = s.xs[1] == 1
         self.rows_out = channels_first_out(c)
         self.P = tile_pixels(c)
         split = c.split()

@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from ...kernels.conv_plan import ConvPlan
 from ...kernels.epilogue import activate, fill
-from ...kernels.loops import loop
+from ...kernels.loops import loop, offset as loop_offset
 from ...kernels.derived import derived
 from ...kernels.flat import even_chunk, run_time_fields
 from ...kernels.matmul_blocked import (Mat, Problem, add_index, mul_index, outer_accumulate, pack_panels, panel_columns,
@@ -41,16 +41,8 @@ spread evenly over them (Kernel.spread), a run of neighbouring items per tile wh
 
 
 def offset(k, *terms) -> ir.Value:
-    """sum(n * stride) over the (int n, stride) terms: the int strides' part one constant, the run-time ones'
-    products added to it."""
-    value, const = None, 0
-    for n, st in terms:
-        if not isinstance(st, ir.Value):
-            const += n * st
-        elif n:
-            term = st if n == 1 else k.b.mul(k.index(n), st, flags=("nsw",))
-            value = term if value is None else k.b.add(value, term, flags=("nsw",))
-    return k.index(const) if value is None else add_index(k, value, const)
+    """sum(n * stride) over the (int n, stride) terms (kernels/loops.py offset) as an index value."""
+    return k.as_index(loop_offset(k, 0, *terms))
 
 
 def run_time_channels(k) -> bool:
